@@ -1,0 +1,62 @@
+# Tether: the two commands are `make run` and `make test` (see README.md).
+# CMake does the real build; this file sets up, picks build directories and
+# runs things.
+#   build/release  plain build, the binaries `make run` uses (build/bin links here)
+#   build/asan     ASan + UBSan build, the one `make test` runs
+#   build/fuzz     clang + libFuzzer targets
+
+SHELL := /bin/bash
+JOBS  ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
+FUZZ_LONG_SECONDS ?= 600
+
+.PHONY: all setup build build-asan test unit integration fuzz fuzz-smoke run bench clean
+
+all: build
+
+setup:
+	@bash config/setup.sh
+
+build/release/Makefile: CMakeLists.txt | setup
+	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+build: setup build/release/Makefile
+	cmake --build build/release -j$(JOBS)
+	@ln -sfn release/bin build/bin
+
+build-asan: setup
+	@test -f build/asan/Makefile || cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DTETHER_SANITIZE=ON >/dev/null
+	cmake --build build/asan -j$(JOBS)
+
+build-fuzz: setup
+	@test -f build/fuzz/Makefile || CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug -DTETHER_FUZZ=ON >/dev/null
+	cmake --build build/fuzz -j$(JOBS)
+
+# The whole suite: unit and integration tests on the sanitized build, then a
+# short bounded fuzzing run of every fuzz target.
+test: build build-asan build-fuzz
+	cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j2
+	@$(MAKE) --no-print-directory fuzz-run SECONDS=$(FUZZ_SECONDS)
+
+unit: build-asan
+	cd build/asan && ctest --output-on-failure -L unit
+
+integration: build-asan
+	cd build/asan && ctest --output-on-failure -L integration
+
+fuzz: build-fuzz
+	@$(MAKE) --no-print-directory fuzz-run SECONDS=$(FUZZ_LONG_SECONDS)
+
+fuzz-run:
+	@bash tests/fuzz/run.sh build/fuzz $(SECONDS)
+
+run: build
+	@bash config/run-demo.sh
+
+bench: build
+	@bash tests/bench/idle_agents.sh
+
+clean:
+	rm -rf build

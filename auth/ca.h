@@ -1,0 +1,38 @@
+/*
+ * ca.h: the gateway's certificate authority and the CA checksum.
+ *
+ * `tether-gateway init` creates a self-signed CA (ECDSA P-256, 10 years) and a
+ * server certificate it signs (ECDSA P-256, 2 years, serverAuth, subjectAltName
+ * = every given hostname plus localhost and 127.0.0.1; a name that parses as
+ * an IPv4/IPv6 address becomes an IP SAN).  ECDSA keeps reconnect storms'
+ * TLS handshakes cheap.
+ *
+ * The CA checksum nodes pin at join time is "sha256:" + lowercase hex of the
+ * SHA-256 of the CA certificate's DER encoding.
+ */
+#ifndef TETHER_CA_H
+#define TETHER_CA_H
+
+#include <stddef.h>
+
+#define CA_CHECKSUM_MAX 72 /* "sha256:" + 64 hex + NUL */
+
+/*
+ * Writes ca.crt, ca.key, server.crt, server.key into dir (which must exist);
+ * keys 0600, certificates 0644, each atomically.  Returns 0 or -1 with err.
+ */
+int ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
+    char *err, size_t errlen);
+
+/* Checksum of the first certificate in a PEM buffer.  Returns 0 or -1. */
+int ca_checksum_pem(const char *pem, size_t len, char out[CA_CHECKSUM_MAX],
+    char *err, size_t errlen);
+
+/* Checksum of the certificate in a PEM file.  Returns 0 or -1 with err. */
+int ca_checksum_file(const char *path, char out[CA_CHECKSUM_MAX], char *err,
+    size_t errlen);
+
+/* Checks that s looks like "sha256:<64 lowercase hex>".  Returns 0 or -1. */
+int ca_checksum_valid(const char *s);
+
+#endif

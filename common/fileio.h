@@ -1,0 +1,35 @@
+/*
+ * fileio.h: whole-file reads with a size limit, and atomic, durable writes.
+ *
+ * Credentials and state are written to a temporary file in the same
+ * directory, fsynced, renamed over the target, and the directory fsynced, so
+ * a crash leaves either the old file or the new one, never half of either.
+ */
+#ifndef TETHER_FILEIO_H
+#define TETHER_FILEIO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/*
+ * Writes len bytes to path atomically with the given mode (0600 for secrets).
+ * Returns 0, or -1 with a reason in err; on failure path is unchanged.
+ */
+int file_write_atomic(const char *path, const void *data, size_t len,
+    mode_t mode, char *err, size_t errlen);
+
+/*
+ * Reads the whole file into a fresh NUL-terminated buffer (*out, caller
+ * frees).  Refuses files larger than max bytes.  Returns 0, or -1 with a
+ * reason in err (and *out NULL).
+ */
+int file_read_all(const char *path, size_t max, char **out, size_t *outlen,
+    char *err, size_t errlen);
+
+/* Creates dir (one level) with mode if missing.  Returns 0 or -1 with err. */
+int dir_ensure(const char *dir, mode_t mode, char *err, size_t errlen);
+
+/* 1 if path exists, 0 if not. */
+int file_exists(const char *path);
+
+#endif

@@ -1,0 +1,214 @@
+/*
+ * frame.h: the tether.v1 tunnel frames and their msgpack codec.
+ *
+ * Each binary WebSocket message is exactly one frame: a msgpack array whose
+ * first element is the frame type (a positive integer).  Control frames are
+ * [type, map]; stream frames are [type, stream_id, ...] with fixed positions
+ * so that DATA can be built without copying its payload:
+ *
+ *   HELLO       [1, {"versions":[int...], "node":str, "cred":"import"|"agent", "id":str}]
+ *   CHALLENGE   [2, {"version":int, "nonce":bin(32)}]
+ *   AUTH        [3, {"sig":bin(64)}]
+ *   REGISTER    [4, {"pubkey":bin(32), "node":str, "hostname":str, "client_version":str}]
+ *   REGISTERED  [5, {"agent_id":str, "cluster":str}]
+ *   WELCOME     [6, {"agent_id":str, "cluster":str, "state":str}]
+ *   STATE       [7, {"state":str, "last_error":str}]        gateway -> agent
+ *   VERIFY      [8, {"nonce":bin(16), "time_ms":int}]        gateway -> agent
+ *   VERIFY_OK   [9, {"nonce":bin(16), "time_ms":int, "version":int}]
+ *   ERROR       [10, {"code":str, "reason":str}]
+ *   PING        [11, {"seq":int}]
+ *   PONG        [12, {"seq":int}]
+ *   OPEN        [20, stream_id, {"target":str, "service":str, "window":int}]
+ *   OPEN_OK     [21, stream_id, {"window":int}]
+ *   OPEN_FAIL   [22, stream_id, {"code":str, "reason":str}]
+ *   DATA        [23, stream_id, bin]
+ *   WINDOW      [24, stream_id, credit:int]
+ *   FIN         [25, stream_id]
+ *   RESET       [26, stream_id, code:str]
+ *
+ * Maps may carry keys this version does not know; the decoder skips them so
+ * that a newer peer still talks to an older one.  A missing required key, a
+ * value of the wrong type, an over-long string, trailing bytes after the
+ * array, or an unknown frame type is an error with a reason.
+ *
+ * Ownership: frame_decode copies every string into the struct's fixed arrays
+ * (NUL-terminated) and copies fixed-size binaries; only DATA's payload
+ * pointer refers into the caller's input buffer and is valid as long as it.
+ */
+#ifndef TETHER_FRAME_H
+#define TETHER_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TETHER_PROTOCOL_VERSION 1 /* highest version this build speaks */
+#define TETHER_SUBPROTOCOL "tether.v1"
+
+#define FRAME_MAX_VERSIONS   8
+#define FRAME_NODE_MAX       63   /* node names: [A-Za-z0-9._-], 1..63 */
+#define FRAME_ID_MAX         63   /* credential, agent and cluster ids */
+#define FRAME_STATE_MAX      31
+#define FRAME_CODE_MAX       31
+#define FRAME_REASON_MAX     255
+#define FRAME_TARGET_MAX     255  /* "host:port" or a service name */
+#define FRAME_NONCE_LEN      32   /* CHALLENGE nonce */
+#define FRAME_VERIFY_NONCE_LEN 16
+#define FRAME_PUBKEY_LEN     32   /* Ed25519 public key */
+#define FRAME_SIG_LEN        64   /* Ed25519 signature */
+#define FRAME_DATA_HEADER_MAX 16  /* bytes frame_data_header may write */
+
+enum frame_type {
+	FRAME_HELLO = 1,
+	FRAME_CHALLENGE = 2,
+	FRAME_AUTH = 3,
+	FRAME_REGISTER = 4,
+	FRAME_REGISTERED = 5,
+	FRAME_WELCOME = 6,
+	FRAME_STATE = 7,
+	FRAME_VERIFY = 8,
+	FRAME_VERIFY_OK = 9,
+	FRAME_ERROR = 10,
+	FRAME_PING = 11,
+	FRAME_PONG = 12,
+	FRAME_OPEN = 20,
+	FRAME_OPEN_OK = 21,
+	FRAME_OPEN_FAIL = 22,
+	FRAME_DATA = 23,
+	FRAME_WINDOW = 24,
+	FRAME_FIN = 25,
+	FRAME_RESET = 26,
+};
+
+/* Credential kinds named in HELLO. */
+enum frame_cred {
+	FRAME_CRED_IMPORT = 1, /* an import token: may only REGISTER */
+	FRAME_CRED_AGENT = 2,  /* an agent's Ed25519 key */
+};
+
+struct frame_hello {
+	uint32_t versions[FRAME_MAX_VERSIONS];
+	size_t nversions;                 /* 1..FRAME_MAX_VERSIONS */
+	char node[FRAME_NODE_MAX + 1];
+	enum frame_cred cred;
+	char id[FRAME_ID_MAX + 1];
+};
+
+struct frame_challenge {
+	uint32_t version;
+	uint8_t nonce[FRAME_NONCE_LEN];
+};
+
+struct frame_auth {
+	uint8_t sig[FRAME_SIG_LEN];
+};
+
+struct frame_register {
+	uint8_t pubkey[FRAME_PUBKEY_LEN];
+	char node[FRAME_NODE_MAX + 1];
+	char hostname[FRAME_NODE_MAX + 1];   /* optional, "" if absent */
+	char client_version[FRAME_ID_MAX + 1]; /* optional, "" if absent */
+};
+
+struct frame_registered {
+	char agent_id[FRAME_ID_MAX + 1];
+	char cluster[FRAME_ID_MAX + 1];
+};
+
+struct frame_welcome {
+	char agent_id[FRAME_ID_MAX + 1];
+	char cluster[FRAME_ID_MAX + 1];
+	char state[FRAME_STATE_MAX + 1];
+};
+
+struct frame_state {
+	char state[FRAME_STATE_MAX + 1];
+	char last_error[FRAME_REASON_MAX + 1]; /* optional, "" if absent */
+};
+
+struct frame_verify {
+	uint8_t nonce[FRAME_VERIFY_NONCE_LEN];
+	int64_t time_ms;                  /* sender's wall clock, Unix ms */
+	uint32_t version;                 /* VERIFY_OK only: agent's protocol version */
+};
+
+struct frame_error {
+	char code[FRAME_CODE_MAX + 1];
+	char reason[FRAME_REASON_MAX + 1];
+};
+
+struct frame_ping {
+	uint64_t seq;
+};
+
+struct frame_open {
+	char target[FRAME_TARGET_MAX + 1];  /* "host:port", or "" with service */
+	char service[FRAME_ID_MAX + 1];     /* e.g. "kube-api", or "" */
+	uint32_t window;                    /* initial credit granted to the peer */
+};
+
+struct frame_open_fail {
+	char code[FRAME_CODE_MAX + 1];
+	char reason[FRAME_REASON_MAX + 1];
+};
+
+struct frame_data {
+	const uint8_t *payload;   /* points into the decoded input */
+	size_t len;
+};
+
+struct frame {
+	enum frame_type type;
+	uint32_t stream_id;       /* stream frames only */
+	union {
+		struct frame_hello hello;
+		struct frame_challenge challenge;
+		struct frame_auth auth;
+		struct frame_register reg;
+		struct frame_registered registered;
+		struct frame_welcome welcome;
+		struct frame_state state;
+		struct frame_verify verify;       /* VERIFY and VERIFY_OK */
+		struct frame_error error;
+		struct frame_ping ping;           /* PING and PONG */
+		struct frame_open open;
+		uint32_t open_ok_window;          /* OPEN_OK */
+		struct frame_open_fail open_fail;
+		struct frame_data data;
+		uint32_t window_credit;           /* WINDOW: > 0 */
+		char reset_code[FRAME_CODE_MAX + 1]; /* RESET */
+	} u;
+};
+
+/*
+ * Decodes exactly one frame from buf[0..len).  Returns 0 and fills *f, or -1
+ * with a human-readable reason in err (e.g. "HELLO: missing key \"node\"").
+ * Never reads outside buf; len 0 is an error.
+ */
+int frame_decode(const uint8_t *buf, size_t len, struct frame *f,
+    char *err, size_t errlen);
+
+/*
+ * Encodes f into a fresh buffer of headroom + n bytes, the frame starting at
+ * (*out + headroom) (headroom lets libwebsockets prepend its header without a
+ * copy: pass LWS_PRE).  *outlen is n, the frame's length without headroom.
+ * Returns 0, or -1 if f is invalid (a field over its limit, unknown type).
+ * The caller frees *out.
+ */
+int frame_encode(const struct frame *f, size_t headroom, uint8_t **out,
+    size_t *outlen);
+
+/*
+ * Writes the msgpack prefix of a DATA frame carrying payload_len bytes
+ * ([23, stream_id, bin header]) into hdr (at least FRAME_DATA_HEADER_MAX
+ * bytes) and returns its length; the payload follows it unchanged.  This is
+ * the zero-copy path for bulk data.
+ */
+size_t frame_data_header(uint8_t *hdr, uint32_t stream_id, size_t payload_len);
+
+/* "HELLO", "DATA", ... or "UNKNOWN" for logs and error messages. */
+const char *frame_type_name(int type);
+
+/* Convenience builders for the frames every phase sends on failure. */
+void frame_make_error(struct frame *f, const char *code, const char *reason);
+
+#endif

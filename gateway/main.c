@@ -1,0 +1,3 @@
+/* placeholder */
+int main(void);
+int main(void) { return 0; }

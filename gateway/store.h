@@ -1,0 +1,121 @@
+/*
+ * store.h: the gateway's persistent state, one interface over its backends.
+ *
+ * store_open picks the backend from the URL: "sqlite://PATH" (embedded,
+ * WAL mode) today; "postgres://..." is reserved for shared state between
+ * replicas.  Every backend keeps a schema version and applies migrations in
+ * order at open, so a newer gateway upgrades an older database in place.
+ *
+ * Calls are synchronous.  SQLite on local disk answers in microseconds, which
+ * is why the gateway may call it from its event loop; a remote backend must
+ * not be added without making these calls asynchronous.
+ *
+ * Records are plain structs with fixed-size strings; list calls return an
+ * array the caller frees with free().
+ */
+#ifndef TETHER_STORE_H
+#define TETHER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent_state.h"
+#include "token.h"
+
+#define STORE_ID_MAX    31
+#define STORE_NAME_MAX  63
+#define STORE_ERROR_MAX 255
+
+enum store_result {
+	STORE_OK = 0,
+	STORE_ERR = -1,       /* backend failure; err says what */
+	STORE_NOTFOUND = -2,  /* no such record */
+	STORE_CONFLICT = -3,  /* unique name taken */
+	STORE_REFUSED = -4,   /* a rule said no; err says why */
+};
+
+struct store;
+
+struct store_cluster {
+	char id[STORE_ID_MAX + 1];        /* "c-" + 12 hex */
+	char name[STORE_NAME_MAX + 1];
+	int64_t created_at;               /* Unix seconds */
+};
+
+struct store_token {
+	char id[TOKEN_ID_LEN + 1];
+	enum token_kind kind;
+	char cluster[STORE_ID_MAX + 1];   /* import tokens: the cluster; else "" */
+	char name[STORE_NAME_MAX + 1];    /* admin/user tokens: who; else "" */
+	uint8_t verifier[32];             /* hash (admin, user) or Ed25519 public key (import) */
+	int64_t expires_at;               /* Unix seconds; 0 = never */
+	int64_t uses_left;                /* import tokens; -1 = unlimited */
+	bool approval_manual;             /* import tokens: agents start pending-approval */
+	bool revoked;
+	int64_t created_at;
+};
+
+struct store_agent {
+	char id[STORE_ID_MAX + 1];        /* "a-" + 12 hex */
+	char cluster[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	uint8_t pubkey[32];
+	enum agent_state state;
+	char last_error[STORE_ERROR_MAX + 1];
+	char token_id[TOKEN_ID_LEN + 1];  /* the import token it registered with */
+	int64_t created_at;
+	int64_t updated_at;
+};
+
+/* Opens (creating and migrating as needed).  Returns STORE_OK or STORE_ERR
+ * with err; *out is NULL on failure. */
+int store_open(const char *url, struct store **out, char *err, size_t errlen);
+void store_close(struct store *s);
+/* The schema version the open database is at. */
+int store_schema_version(struct store *s);
+
+int store_cluster_create(struct store *s, const char *name, int64_t now,
+    struct store_cluster *out, char *err, size_t errlen);
+int store_cluster_get(struct store *s, const char *id, struct store_cluster *out);
+int store_cluster_list(struct store *s, struct store_cluster **out, size_t *n);
+
+/* Inserts a token record as given (id unique).  STORE_CONFLICT on a
+ * duplicate id. */
+int store_token_insert(struct store *s, const struct store_token *t,
+    char *err, size_t errlen);
+int store_token_get(struct store *s, const char *id, struct store_token *out);
+
+/*
+ * Registers an agent with an import token, in one transaction:
+ *  - the token must exist, be an import token, not revoked, not expired at
+ *    now and have uses left (else STORE_REFUSED, err "import token expired",
+ *    "import token used up", "unknown import token", ...);
+ *  - if the cluster already has an agent named node with this same pubkey
+ *    (a retried registration), that agent is returned, *created false, and
+ *    no use is consumed;
+ *  - if it has a non-revoked agent named node with another key, STORE_REFUSED
+ *    ("node NAME is already registered in cluster C as agent A");
+ *  - otherwise a new agent is inserted, in pending-approval or enroll per
+ *    the token, one use consumed, *created true.
+ */
+int store_agent_register(struct store *s, const char *token_id,
+    const char *node, const uint8_t pubkey[32], int64_t now,
+    struct store_agent *out, bool *created, char *err, size_t errlen);
+
+int store_agent_get(struct store *s, const char *id, struct store_agent *out);
+/* All agents, or those of one cluster when cluster is non-NULL, by creation. */
+int store_agent_list(struct store *s, const char *cluster,
+    struct store_agent **out, size_t *n);
+
+/*
+ * Applies ev to the agent (agent_state_next) and persists the new state and
+ * last_error (NULL keeps "" ; VERIFY_OK clears it) in one transaction.
+ * STORE_REFUSED with err when the transition is not allowed; *out holds the
+ * new record on STORE_OK.
+ */
+int store_agent_transition(struct store *s, const char *id,
+    enum agent_event ev, const char *last_error, int64_t now,
+    struct store_agent *out, char *err, size_t errlen);
+
+#endif

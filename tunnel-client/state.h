@@ -1,0 +1,65 @@
+/*
+ * state.h: the node's state directory, owned by tether-client.
+ *
+ *   DIR/state.json    (0600) what join learned: gateway_url, ca_checksum,
+ *                     cluster, node, allow[], services{}, agent_id ("" until
+ *                     registered).  Written last by join: its presence means
+ *                     "joined".
+ *   DIR/ca.crt        (0644) the gateway CA, pinned by ca_checksum at join.
+ *   DIR/agent.key     (0600) this node's Ed25519 private key.
+ *   DIR/import.token  (0600) the import token; deleted once registered.
+ *   DIR/status.json   (0644) written by `run` on every change:
+ *                     {"pid":N,"state":"active","connected":true,"last_error":""}
+ *
+ * Every file is written atomically (fileio.h).
+ */
+#ifndef TETHER_CLIENT_STATE_H
+#define TETHER_CLIENT_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define CLIENT_MAX_ALLOW    64
+#define CLIENT_MAX_SERVICES 8
+
+struct client_service {
+	char name[32];        /* "kube-api" */
+	char url[256];        /* http(s)://HOST:PORT */
+};
+
+struct client_state {
+	char gateway_url[256];
+	char ca_checksum[72];
+	char cluster[32];
+	char node[64];
+	char agent_id[32];    /* "" until registered */
+	char allow[CLIENT_MAX_ALLOW][272];   /* "HOST:PORT" or "HOST:*" */
+	size_t nallow;
+	struct client_service services[CLIENT_MAX_SERVICES];
+	size_t nservices;
+};
+
+/* DIR/NAME into out (PATH_MAX).  Returns 0, or -1 if it does not fit. */
+int client_path(const char *dir, const char *name, char *out, size_t outlen);
+
+/* Loads DIR/state.json.  Returns 0; 1 if DIR is not joined (no state.json);
+ * -1 with err if it exists but is unreadable or malformed. */
+int client_state_load(const char *dir, struct client_state *st, char *err,
+    size_t errlen);
+/* Writes DIR/state.json atomically, 0600.  Returns 0 or -1 with err. */
+int client_state_save(const char *dir, const struct client_state *st,
+    char *err, size_t errlen);
+
+/* Writes DIR/status.json for `status` to read.  Returns 0 or -1. */
+int client_status_write(const char *dir, const char *state, bool connected,
+    const char *last_error);
+
+/* Validators shared by join's flags and run's allowlist checks. */
+int client_allow_valid(const char *entry);           /* HOST:PORT | HOST:* */
+int client_service_valid(const char *name, const char *url);
+/* 1 if "host:port" is allowed by the list, 0 if not. */
+int client_allow_match(const struct client_state *st, const char *host_port);
+/* Node names: 1..63 of [A-Za-z0-9._-], not starting with '-' or '.'. */
+int client_node_name_valid(const char *name);
+
+#endif
