@@ -1,3 +1,477 @@
-/* placeholder */
-int main(void);
-int main(void) { return 0; }
+/*
+ * main.c: tether-gateway's command line: `init` creates a data directory,
+ * `serve` runs the daemon.  Start-up follows a fixed order: parse flags, load
+ * and check everything, then listen; any failure before listening is fatal
+ * with a message that says what to fix.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <openssl/crypto.h>
+
+#include "agentkey.h"
+#include "ca.h"
+#include "fileio.h"
+#include "gateway.h"
+#include "hub.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+#include "token.h"
+
+#define MAX_HOSTNAMES 16
+#define SHUTDOWN_GRACE_MS 2000
+
+static const char usage_text[] =
+"usage: tether-gateway init  --data-dir DIR [--hostname NAME]... [--url URL]\n"
+"       tether-gateway serve --data-dir DIR [--listen HOST:PORT] [--store URL] [options]\n"
+"       tether-gateway --help | --version\n"
+"\n"
+"Tether's gateway: agents on nodes behind NAT dial in over one authenticated\n"
+"WebSocket; operators reach the nodes through it.\n"
+"\n"
+"init   creates DIR with a CA (ca.crt, ca.key), a server certificate signed by it\n"
+"       for each --hostname plus localhost and 127.0.0.1, the SQLite store and\n"
+"       admin.token (0600, the first admin token).  --url is the public URL that\n"
+"       join documents and kubeconfigs carry (default https://127.0.0.1:8443).\n"
+"       Prints the CA checksum nodes pin.  Refuses (exit 1) if DIR is initialised.\n"
+"\n"
+"serve  serves HTTPS and the agent tunnels on one port.\n"
+"       --listen HOST:PORT          default 0.0.0.0:8443 (port 0: any free port)\n"
+"       --store URL                 default sqlite://DIR/tether.db\n"
+"       --handshake-timeout MS      tunnel handshake deadline (default 10000)\n"
+"       --max-handshakes N          unauthenticated tunnels at once (default 256)\n"
+"       --max-frame-size BYTES      largest tunnel frame (default 1048576)\n"
+"       --max-queue BYTES           bytes queued to one agent (default 8388608)\n"
+"       --verify-timeout MS         verification round trip deadline (default 10000)\n"
+"       --max-clock-skew SECONDS    allowed agent clock skew (default 60)\n"
+"       --log-level LEVEL           debug, info, warn, error (default info)\n"
+"       SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n"
+"\n"
+"Example:\n"
+"  tether-gateway init --data-dir /var/lib/tether --hostname gw.example --url https://gw.example:8443\n"
+"  tether-gateway serve --data-dir /var/lib/tether\n"
+"  tetherctl --token-file /var/lib/tether/admin.token --cacert /var/lib/tether/ca.crt cluster list\n";
+
+int64_t
+gateway_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+int64_t
+gateway_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void __attribute__((noreturn))
+usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "tether-gateway: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nRun 'tether-gateway --help' for usage.\n");
+	exit(2);
+}
+
+static uint32_t
+parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
+		fprintf(stderr, "tether-gateway: %s wants a number from %u to %u, got \"%s\"\n",
+		    flag, min, max, s);
+		exit(2);
+	}
+	return (uint32_t)v;
+}
+
+/* ---- init ---- */
+
+static int
+init_admin_token(const char *dir, struct store *st, char *err, size_t errlen)
+{
+	struct token t;
+	struct store_token rec;
+	char text[TOKEN_STR_MAX + 1], path[PATH_MAX];
+	int r = -1;
+
+	memset(&rec, 0, sizeof(rec));
+	if (token_generate(TOKEN_ADMIN, &t) != 0) {
+		snprintf(err, errlen, "cannot generate the admin token");
+		return -1;
+	}
+	snprintf(rec.id, sizeof(rec.id), "%s", t.id);
+	rec.kind = TOKEN_ADMIN;
+	snprintf(rec.name, sizeof(rec.name), "admin");
+	token_hash(&t, rec.verifier);
+	rec.uses_left = -1;
+	rec.created_at = gateway_now();
+	if (store_token_insert(st, &rec, err, errlen) != STORE_OK)
+		goto out;
+	token_format(&t, text);
+	strcat(text, "\n");
+	snprintf(path, sizeof(path), "%s/admin.token", dir);
+	if (file_write_atomic(path, text, strlen(text), 0600, err, errlen) != 0)
+		goto out;
+	r = 0;
+out:
+	OPENSSL_cleanse(text, sizeof(text));
+	token_clear(&t);
+	return r;
+}
+
+static int
+init_config(const char *dir, const char *url, char *err, size_t errlen)
+{
+	char path[PATH_MAX], *text;
+	json_t *v = json_pack("{s:s}", "url", url);
+	int r;
+
+	snprintf(path, sizeof(path), "%s/gateway.json", dir);
+	text = json_dumps(v, JSON_INDENT(2));
+	json_decref(v);
+	if (text == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	r = file_write_atomic(path, text, strlen(text), 0644, err, errlen);
+	free(text);
+	return r;
+}
+
+static const char *const init_files[] = {
+	"gateway.json", "admin.token", "tether.db", "tether.db-wal", "tether.db-shm",
+	"server.crt", "server.key", "ca.crt", "ca.key", NULL
+};
+
+static void
+init_undo(const char *dir)
+{
+	char path[PATH_MAX + 64];
+
+	for (size_t i = 0; init_files[i] != NULL; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, init_files[i]);
+		unlink(path);
+	}
+}
+
+static int
+url_valid(const char *url)
+{
+	return strncmp(url, "https://", 8) == 0 && url[8] != '\0' &&
+	    strlen(url) < 200 && strchr(url + 8, '/') == NULL;
+}
+
+static int
+cmd_init(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "data-dir", required_argument, NULL, 'd' },
+		{ "hostname", required_argument, NULL, 'n' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *dir = NULL, *url = "https://127.0.0.1:8443";
+	const char *hostnames[MAX_HOSTNAMES];
+	size_t nhost = 0;
+	char err[512], path[PATH_MAX], checksum[CA_CHECKSUM_MAX], store_url[PATH_MAX + 16];
+	struct store *st = NULL;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir = optarg; break;
+		case 'u': url = optarg; break;
+		case 'n':
+			if (nhost == MAX_HOSTNAMES)
+				usage_error("at most 16 --hostname flags%s", "");
+			hostnames[nhost++] = optarg;
+			break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		default: usage_error("init: unknown flag%s", "");
+		}
+	}
+	if (optind != argc)
+		usage_error("init: unexpected argument \"%s\"", argv[optind]);
+	if (dir == NULL)
+		usage_error("init: --data-dir DIR is required%s", "");
+	if (!url_valid(url))
+		usage_error("init: --url must be https://HOST[:PORT] without a path, got \"%s\"", url);
+	snprintf(path, sizeof(path), "%s/gateway.json", dir);
+	for (size_t i = 0; init_files[i] != NULL; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, init_files[i]);
+		if (file_exists(path)) {
+			fprintf(stderr, "tether-gateway: %s is already initialised (%s exists); "
+			    "nothing changed\n", dir, init_files[i]);
+			return 1;
+		}
+	}
+	if (dir_ensure(dir, 0700, err, sizeof(err)) != 0)
+		goto fail;
+	if (ca_create(dir, hostnames, nhost, err, sizeof(err)) != 0)
+		goto fail;
+	snprintf(store_url, sizeof(store_url), "sqlite://%s/tether.db", dir);
+	if (store_open(store_url, &st, err, sizeof(err)) != STORE_OK)
+		goto fail;
+	if (init_admin_token(dir, st, err, sizeof(err)) != 0 ||
+	    init_config(dir, url, err, sizeof(err)) != 0)
+		goto fail;
+	store_close(st);
+	st = NULL;
+	snprintf(path, sizeof(path), "%s/ca.crt", dir);
+	if (ca_checksum_file(path, checksum, err, sizeof(err)) != 0)
+		goto fail;
+	printf("initialised %s for %s\n", dir, url);
+	printf("admin token in %s/admin.token (mode 0600)\n", dir);
+	printf("ca_checksum %s\n", checksum);
+	return 0;
+fail:
+	store_close(st);
+	init_undo(dir);
+	fprintf(stderr, "tether-gateway: init %s: %s\n", dir, err);
+	return 1;
+}
+
+/* ---- serve ---- */
+
+static int
+load_config(struct gateway *gw, char *err, size_t errlen)
+{
+	char path[PATH_MAX + 64];
+	json_error_t jerr;
+	json_t *v;
+	const char *url;
+
+	snprintf(path, sizeof(path), "%s/gateway.json", gw->data_dir);
+	v = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (v == NULL) {
+		snprintf(err, errlen, "%s: %s (was the directory made by "
+		    "'tether-gateway init'?)", path, jerr.text);
+		return -1;
+	}
+	url = json_string_value(json_object_get(v, "url"));
+	if (url == NULL || !url_valid(url)) {
+		snprintf(err, errlen, "%s: \"url\" must be https://HOST[:PORT]", path);
+		json_decref(v);
+		return -1;
+	}
+	snprintf(gw->url, sizeof(gw->url), "%s", url);
+	json_decref(v);
+
+	snprintf(path, sizeof(path), "%s/ca.crt", gw->data_dir);
+	if (file_read_all(path, 65536, &gw->ca_pem, &gw->ca_pem_len, err, errlen) != 0)
+		return -1;
+	return ca_checksum_pem(gw->ca_pem, gw->ca_pem_len, gw->ca_checksum, err, errlen);
+}
+
+static int
+parse_listen(const char *s, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	char *end;
+	long p;
+
+	if (colon == NULL || colon == s || (size_t)(colon - s) >= hostlen)
+		return -1;
+	p = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || end == colon + 1 || p < 0 || p > 65535)
+		return -1;
+	snprintf(host, hostlen, "%.*s", (int)(colon - s), s);
+	*port = (int)p;
+	return 0;
+}
+
+struct shutdown_state {
+	struct gateway *gw;
+	struct event *poll;
+	int64_t deadline_ms;
+};
+
+static void
+kick_for_shutdown(struct session *s, void *arg)
+{
+	session_kick(s, "shutdown", "gateway shutting down");
+}
+
+/* Waits for kicked tunnels to close, at most SHUTDOWN_GRACE_MS. */
+static void
+shutdown_poll(evutil_socket_t fd, short what, void *arg)
+{
+	struct shutdown_state *sd = arg;
+	struct timeval tv = { 0, 20000 };
+
+	if ((hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0) ||
+	    gateway_now_ms() >= sd->deadline_ms) {
+		event_base_loopbreak(sd->gw->base);
+		return;
+	}
+	evtimer_add(sd->poll, &tv);
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct shutdown_state *sd = arg;
+
+	if (sd->gw->stopping)
+		return;
+	info("%s: closing %zu tunnel(s) and stopping", strsignal((int)sig),
+	    hub_count(sd->gw->hub));
+	sd->gw->stopping = 1;
+	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
+	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
+	shutdown_poll(-1, 0, sd);
+}
+
+static int
+cmd_serve(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "data-dir", required_argument, NULL, 'd' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "store", required_argument, NULL, 's' },
+		{ "handshake-timeout", required_argument, NULL, 'T' },
+		{ "max-handshakes", required_argument, NULL, 'H' },
+		{ "max-frame-size", required_argument, NULL, 'F' },
+		{ "max-queue", required_argument, NULL, 'Q' },
+		{ "verify-timeout", required_argument, NULL, 'V' },
+		{ "max-clock-skew", required_argument, NULL, 'K' },
+		{ "log-level", required_argument, NULL, 'L' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct gateway gw = { .limits = GATEWAY_DEFAULT_LIMITS };
+	const char *dir = NULL, *listen = "0.0.0.0:8443", *store_url = NULL;
+	char host[256], err[512], default_store[PATH_MAX + 16];
+	struct event *sigterm = NULL, *sigint = NULL;
+	struct shutdown_state sd = { .gw = &gw };
+	enum log_level level = LOG_LEVEL_INFO;
+	int c, port, rc = 1;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir = optarg; break;
+		case 'l': listen = optarg; break;
+		case 's': store_url = optarg; break;
+		case 'T': gw.limits.handshake_timeout_ms = parse_u32("--handshake-timeout", optarg, 100, 600000); break;
+		case 'H': gw.limits.max_handshakes = parse_u32("--max-handshakes", optarg, 1, 1000000); break;
+		case 'F': gw.limits.max_frame_bytes = parse_u32("--max-frame-size", optarg, 4096, 64 << 20); break;
+		case 'Q': gw.limits.max_queue_bytes = parse_u32("--max-queue", optarg, 65536, 1u << 30); break;
+		case 'V': gw.limits.verify_timeout_ms = parse_u32("--verify-timeout", optarg, 100, 600000); break;
+		case 'K': gw.limits.max_clock_skew_s = parse_u32("--max-clock-skew", optarg, 1, 86400); break;
+		case 'L':
+			if (log_level_parse(optarg, &level) != 0)
+				usage_error("--log-level wants debug, info, warn or error, got \"%s\"", optarg);
+			break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		default: usage_error("serve: unknown flag%s", "");
+		}
+	}
+	if (optind != argc)
+		usage_error("serve: unexpected argument \"%s\"", argv[optind]);
+	if (dir == NULL)
+		usage_error("serve: --data-dir DIR is required%s", "");
+	if (parse_listen(listen, host, sizeof(host), &port) != 0)
+		usage_error("serve: --listen wants HOST:PORT, got \"%s\"", listen);
+	log_init("gateway", level);
+	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);
+	if (store_url == NULL) {
+		snprintf(default_store, sizeof(default_store), "sqlite://%s/tether.db", dir);
+		store_url = default_store;
+	}
+	if (load_config(&gw, err, sizeof(err)) != 0) {
+		error("%s", err);
+		goto out;
+	}
+	if (store_open(store_url, &gw.store, err, sizeof(err)) != STORE_OK) {
+		error("store %s: %s", store_url, err);
+		goto out;
+	}
+	gw.hub = hub_new();
+	gw.base = event_base_new();
+	if (gw.hub == NULL || gw.base == NULL) {
+		error("out of memory");
+		goto out;
+	}
+	sigterm = evsignal_new(gw.base, SIGTERM, on_signal, &sd);
+	sigint = evsignal_new(gw.base, SIGINT, on_signal, &sd);
+	sd.poll = evtimer_new(gw.base, shutdown_poll, &sd);
+	if (sigterm == NULL || sigint == NULL || sd.poll == NULL ||
+	    evsignal_add(sigterm, NULL) != 0 || evsignal_add(sigint, NULL) != 0) {
+		error("cannot install signal handlers");
+		goto out;
+	}
+	if (server_start(&gw, host, port, err, sizeof(err)) != 0) {
+		error("%s", err);
+		goto out;
+	}
+	info("tether-gateway %s listening on https://%s:%d (public URL %s, store %s)",
+	    TETHER_VERSION, host, server_port(&gw), gw.url,
+	    strncmp(store_url, "sqlite://", 9) == 0 ? store_url : "(configured)");
+	info("ca_checksum %s", gw.ca_checksum);
+	event_base_dispatch(gw.base);
+	info("stopped");
+	rc = 0;
+out:
+	server_stop(&gw);
+	if (sigterm != NULL)
+		event_free(sigterm);
+	if (sigint != NULL)
+		event_free(sigint);
+	if (sd.poll != NULL)
+		event_free(sd.poll);
+	if (gw.base != NULL)
+		event_base_free(gw.base);
+	hub_free(gw.hub);
+	store_close(gw.store);
+	free(gw.ca_pem);
+	return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct rlimit nocore = { 0, 0 };
+
+	/* Memory holds key material: no core dumps. */
+	setrlimit(RLIMIT_CORE, &nocore);
+	signal(SIGPIPE, SIG_IGN);
+	log_init("gateway", LOG_LEVEL_INFO);
+	if (argc < 2)
+		usage_error("a command is required: init or serve%s", "");
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("tether-gateway %s\n", TETHER_VERSION);
+		return 0;
+	}
+	if (strcmp(argv[1], "init") == 0)
+		return cmd_init(argc - 1, argv + 1);
+	if (strcmp(argv[1], "serve") == 0)
+		return cmd_serve(argc - 1, argv + 1);
+	usage_error("unknown command \"%s\": use init or serve", argv[1]);
+}

@@ -1,1 +1,496 @@
-/* placeholder: being written */
+/*
+ * state.c: the node's state directory (see state.h): state.json and
+ * status.json as JSON via jansson, and the validators for node names,
+ * allowlist entries and service URLs that join and run share.
+ */
+#include "state.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fileio.h"
+
+#define STATE_FILE   "state.json"
+#define STATUS_FILE  "status.json"
+#define STATE_MAX_BYTES (256 * 1024)
+
+int
+client_path(const char *dir, const char *name, char *out, size_t outlen)
+{
+	int n = snprintf(out, outlen, "%s/%s", dir, name);
+
+	return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+/* --- validators --- */
+
+/* A DNS name or dotted IPv4 address; n bytes of s. */
+static int
+host_name_valid(const char *s, size_t n)
+{
+	char buf[256];
+	struct in_addr a4;
+	size_t label = 0;
+	int all_numeric = 1;
+
+	if (n == 0 || n > 253)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (c == '.') {
+			if (label == 0 || s[i - 1] == '-')
+				return 0;
+			label = 0;
+			continue;
+		}
+		if (!isalnum((unsigned char)c) && c != '-')
+			return 0;
+		if (c == '-' && label == 0)
+			return 0;
+		if (!isdigit((unsigned char)c))
+			all_numeric = 0;
+		if (++label > 63)
+			return 0;
+	}
+	if (label == 0 || s[n - 1] == '-')
+		return 0;
+	if (all_numeric) {
+		memcpy(buf, s, n);
+		buf[n] = '\0';
+		return inet_pton(AF_INET, buf, &a4) == 1;
+	}
+	return 1;
+}
+
+/* "[IPv6]" with brackets; n bytes of s.  Fills a6 if not NULL. */
+static int
+ipv6_bracketed(const char *s, size_t n, struct in6_addr *a6)
+{
+	char buf[64];
+	struct in6_addr tmp;
+
+	if (n < 4 || s[0] != '[' || s[n - 1] != ']' || n - 2 >= sizeof(buf))
+		return 0;
+	memcpy(buf, s + 1, n - 2);
+	buf[n - 2] = '\0';
+	return inet_pton(AF_INET6, buf, a6 != NULL ? a6 : &tmp) == 1;
+}
+
+static int
+host_valid(const char *s, size_t n)
+{
+	if (n > 0 && s[0] == '[')
+		return ipv6_bracketed(s, n, NULL);
+	return host_name_valid(s, n);
+}
+
+/* Decimal 1..65535, no sign, no leading zero; n bytes.  Returns the port
+ * or 0. */
+static unsigned int
+port_parse(const char *s, size_t n)
+{
+	unsigned int v = 0;
+
+	if (n == 0 || n > 5 || s[0] == '0')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return 0;
+		v = v * 10 + (unsigned int)(s[i] - '0');
+	}
+	return v <= 65535 ? v : 0;
+}
+
+/* Splits "HOST:PORT" at the last ':' (IPv6 hosts are bracketed). */
+static const char *
+split_host_port(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+
+	if (colon == NULL || colon == s)
+		return NULL;
+	/* "[::1]:22": the colon must follow the closing bracket. */
+	if (s[0] == '[' && colon[-1] != ']')
+		return NULL;
+	return colon;
+}
+
+int
+client_allow_valid(const char *entry)
+{
+	const char *colon;
+	size_t len = strlen(entry);
+
+	if (len == 0 || len >= sizeof(((struct client_state *)0)->allow[0]))
+		return 0;
+	if ((colon = split_host_port(entry)) == NULL)
+		return 0;
+	if (!host_valid(entry, (size_t)(colon - entry)))
+		return 0;
+	if (strcmp(colon + 1, "*") == 0)
+		return 1;
+	return port_parse(colon + 1, strlen(colon + 1)) != 0;
+}
+
+int
+client_service_valid(const char *name, const char *url)
+{
+	const char *host, *colon, *end;
+	size_t len, n = strlen(name);
+
+	if (n == 0 || n > 31)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!islower((unsigned char)name[i]) &&
+		    !isdigit((unsigned char)name[i]) && name[i] != '-')
+			return 0;
+	}
+	len = strlen(url);
+	if (len >= sizeof(((struct client_service *)0)->url))
+		return 0;
+	if (strncmp(url, "http://", 7) == 0)
+		host = url + 7;
+	else if (strncmp(url, "https://", 8) == 0)
+		host = url + 8;
+	else
+		return 0;
+	end = url + len;
+	if (end > host && end[-1] == '/')
+		end--;
+	/* HOST:PORT with the port required; find the last ':' in range. */
+	for (colon = end; colon > host && colon[-1] != ':'; colon--)
+		;
+	if (colon == host)
+		return 0;
+	colon--;
+	if (!host_valid(host, (size_t)(colon - host)))
+		return 0;
+	return port_parse(colon + 1, (size_t)(end - colon - 1)) != 0;
+}
+
+int
+client_node_name_valid(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > 63 || name[0] == '-' || name[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isalnum((unsigned char)name[i]) && name[i] != '.' &&
+		    name[i] != '_' && name[i] != '-')
+			return 0;
+	}
+	return 1;
+}
+
+/* Host equality: IPv6 by address, names case-insensitively. */
+static int
+host_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+	struct in6_addr a6, b6;
+
+	if (alen > 0 && a[0] == '[' && blen > 0 && b[0] == '[') {
+		if (!ipv6_bracketed(a, alen, &a6) || !ipv6_bracketed(b, blen, &b6))
+			return 0;
+		return memcmp(&a6, &b6, sizeof(a6)) == 0;
+	}
+	return alen == blen && strncasecmp(a, b, alen) == 0;
+}
+
+int
+client_allow_match(const struct client_state *st, const char *host_port)
+{
+	const char *colon;
+	unsigned int port;
+
+	if ((colon = split_host_port(host_port)) == NULL)
+		return 0;
+	if (!host_valid(host_port, (size_t)(colon - host_port)))
+		return 0;
+	if ((port = port_parse(colon + 1, strlen(colon + 1))) == 0)
+		return 0;
+	for (size_t i = 0; i < st->nallow; i++) {
+		const char *e = st->allow[i], *ec = split_host_port(e);
+
+		if (ec == NULL)
+			continue;
+		if (!host_equal(e, (size_t)(ec - e), host_port,
+		    (size_t)(colon - host_port)))
+			continue;
+		if (strcmp(ec + 1, "*") == 0 ||
+		    port_parse(ec + 1, strlen(ec + 1)) == port)
+			return 1;
+	}
+	return 0;
+}
+
+/* --- state.json --- */
+
+/* Copies the string at key into out; "" if absent and optional. */
+static int
+copy_string(json_t *root, const char *key, int required, char *out,
+    size_t outlen, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(root, key);
+	const char *s;
+
+	if (v == NULL && !required) {
+		out[0] = '\0';
+		return 0;
+	}
+	if (v == NULL || !json_is_string(v)) {
+		snprintf(err, errlen, "%s: %s", key,
+		    v == NULL ? "missing" : "must be a string");
+		return -1;
+	}
+	s = json_string_value(v);
+	if (strlen(s) >= outlen) {
+		snprintf(err, errlen, "%s: too long", key);
+		return -1;
+	}
+	snprintf(out, outlen, "%s", s);
+	return 0;
+}
+
+static int
+load_allow(json_t *root, struct client_state *st, char *err, size_t errlen)
+{
+	json_t *arr = json_object_get(root, "allow"), *v;
+	size_t i;
+
+	if (arr == NULL)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > CLIENT_MAX_ALLOW) {
+		snprintf(err, errlen, "allow: must be a list of at most %d entries",
+		    CLIENT_MAX_ALLOW);
+		return -1;
+	}
+	json_array_foreach(arr, i, v) {
+		if (!json_is_string(v) || !client_allow_valid(json_string_value(v))) {
+			snprintf(err, errlen, "allow: entry %zu is not HOST:PORT or "
+			    "HOST:*", i + 1);
+			return -1;
+		}
+		snprintf(st->allow[st->nallow++], sizeof(st->allow[0]), "%s",
+		    json_string_value(v));
+	}
+	return 0;
+}
+
+static int
+load_services(json_t *root, struct client_state *st, char *err, size_t errlen)
+{
+	json_t *obj = json_object_get(root, "services"), *v;
+	const char *name;
+
+	if (obj == NULL)
+		return 0;
+	if (!json_is_object(obj) || json_object_size(obj) > CLIENT_MAX_SERVICES) {
+		snprintf(err, errlen, "services: must be an object of at most %d "
+		    "entries", CLIENT_MAX_SERVICES);
+		return -1;
+	}
+	json_object_foreach(obj, name, v) {
+		if (!json_is_string(v) ||
+		    !client_service_valid(name, json_string_value(v))) {
+			snprintf(err, errlen, "services: entry %zu is not "
+			    "NAME: http(s)://HOST:PORT", st->nservices + 1);
+			return -1;
+		}
+		snprintf(st->services[st->nservices].name,
+		    sizeof(st->services[0].name), "%s", name);
+		snprintf(st->services[st->nservices].url,
+		    sizeof(st->services[0].url), "%s", json_string_value(v));
+		st->nservices++;
+	}
+	return 0;
+}
+
+static int
+state_from_json(json_t *root, struct client_state *st, char *err,
+    size_t errlen)
+{
+	if (!json_is_object(root)) {
+		snprintf(err, errlen, "not a JSON object");
+		return -1;
+	}
+	if (copy_string(root, "gateway_url", 1, st->gateway_url,
+	    sizeof(st->gateway_url), err, errlen) == -1 ||
+	    copy_string(root, "ca_checksum", 1, st->ca_checksum,
+	    sizeof(st->ca_checksum), err, errlen) == -1 ||
+	    copy_string(root, "cluster", 1, st->cluster, sizeof(st->cluster),
+	    err, errlen) == -1 ||
+	    copy_string(root, "node", 1, st->node, sizeof(st->node),
+	    err, errlen) == -1 ||
+	    copy_string(root, "agent_id", 0, st->agent_id, sizeof(st->agent_id),
+	    err, errlen) == -1)
+		return -1;
+	if (!client_node_name_valid(st->node)) {
+		snprintf(err, errlen, "node: invalid node name");
+		return -1;
+	}
+	if (load_allow(root, st, err, errlen) == -1 ||
+	    load_services(root, st, err, errlen) == -1)
+		return -1;
+	return 0;
+}
+
+int
+client_state_load(const char *dir, struct client_state *st, char *err,
+    size_t errlen)
+{
+	char path[PATH_MAX], why[256];
+	char *buf = NULL;
+	size_t len;
+	json_error_t jerr;
+	json_t *root = NULL;
+	int r = -1;
+
+	memset(st, 0, sizeof(*st));
+	if (client_path(dir, STATE_FILE, path, sizeof(path)) == -1) {
+		snprintf(err, errlen, "%s: path too long", dir);
+		return -1;
+	}
+	if (!file_exists(path))
+		return 1;
+	if (file_read_all(path, STATE_MAX_BYTES, &buf, &len, err, errlen) == -1)
+		goto out;
+	if ((root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
+		snprintf(err, errlen, "%s: not valid JSON (line %d)", path, jerr.line);
+		goto out;
+	}
+	if (state_from_json(root, st, why, sizeof(why)) == -1) {
+		snprintf(err, errlen, "%s: %s", path, why);
+		goto out;
+	}
+	r = 0;
+out:
+	json_decref(root);
+	free(buf);
+	if (r != 0)
+		memset(st, 0, sizeof(*st));
+	return r;
+}
+
+static json_t *
+state_to_json(const struct client_state *st)
+{
+	json_t *root, *allow = NULL, *services = NULL;
+
+	root = json_pack("{s:s, s:s, s:s, s:s, s:s}",
+	    "gateway_url", st->gateway_url,
+	    "ca_checksum", st->ca_checksum,
+	    "cluster", st->cluster,
+	    "node", st->node,
+	    "agent_id", st->agent_id);
+	if (root == NULL || (allow = json_array()) == NULL ||
+	    (services = json_object()) == NULL)
+		goto fail;
+	for (size_t i = 0; i < st->nallow; i++) {
+		if (json_array_append_new(allow, json_string(st->allow[i])) == -1)
+			goto fail;
+	}
+	for (size_t i = 0; i < st->nservices; i++) {
+		if (json_object_set_new(services, st->services[i].name,
+		    json_string(st->services[i].url)) == -1)
+			goto fail;
+	}
+	if (json_object_set_new(root, "allow", allow) == -1) {
+		allow = NULL;
+		goto fail;
+	}
+	allow = NULL;
+	if (json_object_set_new(root, "services", services) == -1) {
+		services = NULL;
+		goto fail;
+	}
+	return root;
+fail:
+	json_decref(allow);
+	json_decref(services);
+	json_decref(root);
+	return NULL;
+}
+
+/* Serialises root and writes it atomically to DIR/name. */
+static int
+write_json(const char *dir, const char *name, json_t *root, mode_t mode,
+    char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	char *text = NULL;
+	int r = -1;
+
+	if (client_path(dir, name, path, sizeof(path)) == -1) {
+		snprintf(err, errlen, "%s: path too long", dir);
+		goto out;
+	}
+	if ((text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) == NULL) {
+		snprintf(err, errlen, "%s: cannot serialise", path);
+		goto out;
+	}
+	/* A trailing newline keeps the file friendly to cat and editors. */
+	{
+		size_t n = strlen(text);
+		char *nl = realloc(text, n + 2);
+
+		if (nl == NULL) {
+			snprintf(err, errlen, "%s: out of memory", path);
+			goto out;
+		}
+		text = nl;
+		text[n] = '\n';
+		text[n + 1] = '\0';
+	}
+	if (file_write_atomic(path, text, strlen(text), mode, err, errlen) == -1)
+		goto out;
+	r = 0;
+out:
+	free(text);
+	return r;
+}
+
+int
+client_state_save(const char *dir, const struct client_state *st, char *err,
+    size_t errlen)
+{
+	json_t *root;
+	int r;
+
+	if ((root = state_to_json(st)) == NULL) {
+		snprintf(err, errlen, "cannot build state.json (invalid UTF-8?)");
+		return -1;
+	}
+	r = write_json(dir, STATE_FILE, root, 0600, err, errlen);
+	json_decref(root);
+	return r;
+}
+
+int
+client_status_write(const char *dir, const char *state, bool connected,
+    const char *last_error)
+{
+	char err[256];
+	json_t *root;
+	int r;
+
+	root = json_pack("{s:I, s:s, s:b, s:s}",
+	    "pid", (json_int_t)getpid(),
+	    "state", state != NULL ? state : "",
+	    "connected", connected,
+	    "last_error", last_error != NULL ? last_error : "");
+	if (root == NULL)
+		return -1;
+	r = write_json(dir, STATUS_FILE, root, 0644, err, sizeof(err));
+	json_decref(root);
+	return r;
+}

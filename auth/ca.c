@@ -1,0 +1,502 @@
+/*
+ * ca.c: the gateway's CA and server certificate (`tether-gateway init`) and
+ * the CA checksum nodes pin at join time (see ca.h).
+ */
+#include "ca.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "agentkey.h"
+#include "fileio.h"
+
+#define CA_DAYS        (10 * 365)
+#define SERVER_DAYS    (2 * 365)
+/* notBefore is set this far back so a node whose clock runs a little
+ * behind the gateway's still accepts a freshly made certificate. */
+#define BACKDATE_SECS  (60 * 60)
+#define SERIAL_LEN     16
+#define CA_CN_RANDOM   8           /* bytes of random hex in the CA's CN */
+#define SERVER_CN      "tether-gateway"
+#define CERT_FILE_MAX  (1024 * 1024)
+#define HOSTNAME_MAX   253
+
+#define CHECKSUM_PREFIX "sha256:"
+
+static EVP_PKEY *
+p256_generate(void)
+{
+	EVP_PKEY *key;
+
+	if ((key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256")) == NULL)
+		ERR_clear_error();
+	return key;
+}
+
+/*
+ * A random positive serial: the top bit is cleared so the INTEGER is
+ * positive, the next one set so it is never zero and always 16 bytes long.
+ */
+static int
+set_random_serial(X509 *x)
+{
+	uint8_t buf[SERIAL_LEN];
+	BIGNUM *bn = NULL;
+	int r = -1;
+
+	if (random_bytes(buf, sizeof(buf)) != 0)
+		goto out;
+	buf[0] = (uint8_t)((buf[0] & 0x7f) | 0x40);
+	if ((bn = BN_bin2bn(buf, sizeof(buf), NULL)) == NULL)
+		goto out;
+	if (BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)) == NULL)
+		goto out;
+	r = 0;
+out:
+	BN_free(bn);
+	return r;
+}
+
+static int
+set_validity(X509 *x, long days)
+{
+	if (X509_gmtime_adj(X509_getm_notBefore(x), -BACKDATE_SECS) == NULL)
+		return -1;
+	if (X509_time_adj_ex(X509_getm_notAfter(x), (int)days, 0, NULL) == NULL)
+		return -1;
+	return 0;
+}
+
+static int
+set_subject_cn(X509 *x, const char *cn)
+{
+	X509_NAME *name = X509_get_subject_name(x);
+
+	if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+	    (const unsigned char *)cn, -1, -1, 0) != 1)
+		return -1;
+	return 0;
+}
+
+/* Adds one extension from OpenSSL's config syntax (fixed strings only). */
+static int
+add_ext(X509 *x, X509 *issuer, int nid, const char *value)
+{
+	X509V3_CTX ctx;
+	X509_EXTENSION *ext = NULL;
+	int r = -1;
+
+	X509V3_set_ctx_nodb(&ctx);
+	X509V3_set_ctx(&ctx, issuer, x, NULL, NULL, 0);
+	if ((ext = X509V3_EXT_nconf_nid(NULL, &ctx, nid, value)) == NULL)
+		goto out;
+	if (X509_add_ext(x, ext, -1) != 1)
+		goto out;
+	r = 0;
+out:
+	X509_EXTENSION_free(ext);
+	return r;
+}
+
+/* A certificate skeleton: version 3, serial, validity, CN, public key. */
+static X509 *
+cert_new(EVP_PKEY *key, const char *cn, long days)
+{
+	X509 *x = NULL;
+
+	if ((x = X509_new()) == NULL)
+		goto fail;
+	if (X509_set_version(x, X509_VERSION_3) != 1 ||
+	    set_random_serial(x) != 0 ||
+	    set_validity(x, days) != 0 ||
+	    set_subject_cn(x, cn) != 0 ||
+	    X509_set_pubkey(x, key) != 1)
+		goto fail;
+	return x;
+fail:
+	X509_free(x);
+	return NULL;
+}
+
+static X509 *
+ca_cert_new(EVP_PKEY *cakey)
+{
+	X509 *x = NULL;
+	char rnd[2 * CA_CN_RANDOM + 1];
+	char cn[64];
+
+	if (random_hex(rnd, CA_CN_RANDOM) != 0)
+		goto fail;
+	/* A random CN tells one installation's CA from another's. */
+	snprintf(cn, sizeof(cn), "Tether CA %s", rnd);
+	if ((x = cert_new(cakey, cn, CA_DAYS)) == NULL)
+		goto fail;
+	if (X509_set_issuer_name(x, X509_get_subject_name(x)) != 1)
+		goto fail;
+	/* The subject key id must exist before the authority key id uses it. */
+	if (add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE") != 0 ||
+	    add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign") != 0 ||
+	    add_ext(x, x, NID_subject_key_identifier, "hash") != 0 ||
+	    add_ext(x, x, NID_authority_key_identifier, "keyid:always") != 0)
+		goto fail;
+	if (X509_sign(x, cakey, EVP_sha256()) <= 0)
+		goto fail;
+	return x;
+fail:
+	X509_free(x);
+	return NULL;
+}
+
+/* A DNS name as it may appear in a SAN: no spaces, commas or controls. */
+static int
+hostname_ok(const char *h)
+{
+	size_t i, len = strlen(h);
+
+	if (len == 0 || len > HOSTNAME_MAX)
+		return 0;
+	for (i = 0; i < len; i++) {
+		char c = h[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+		    c == '_' || c == '*'))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Appends one SAN unless an equal one is already there: an IP address if
+ * name parses as one, else a DNS name.  Returns 0 or -1.
+ */
+static int
+san_add(GENERAL_NAMES *gens, const char *name)
+{
+	GENERAL_NAME *gen = NULL;
+	ASN1_OCTET_STRING *ip = NULL;
+	ASN1_IA5STRING *dns = NULL;
+	int i, r = -1;
+
+	if ((gen = GENERAL_NAME_new()) == NULL)
+		goto out;
+	if ((ip = a2i_IPADDRESS(name)) != NULL) {
+		GENERAL_NAME_set0_value(gen, GEN_IPADD, ip);
+		ip = NULL;
+	} else {
+		ERR_clear_error();
+		if (!hostname_ok(name))
+			goto out;
+		if ((dns = ASN1_IA5STRING_new()) == NULL ||
+		    ASN1_STRING_set(dns, name, -1) != 1)
+			goto out;
+		GENERAL_NAME_set0_value(gen, GEN_DNS, dns);
+		dns = NULL;
+	}
+	for (i = 0; i < sk_GENERAL_NAME_num(gens); i++) {
+		GENERAL_NAME *have = sk_GENERAL_NAME_value(gens, i);
+
+		if (GENERAL_NAME_cmp(have, gen) == 0 ||
+		    (have->type == GEN_DNS && gen->type == GEN_DNS &&
+		    have->d.dNSName->length == gen->d.dNSName->length &&
+		    strncasecmp((const char *)have->d.dNSName->data,
+		    (const char *)gen->d.dNSName->data,
+		    (size_t)gen->d.dNSName->length) == 0)) {
+			r = 0; /* a duplicate: nothing to add */
+			goto out;
+		}
+	}
+	if (sk_GENERAL_NAME_push(gens, gen) <= 0)
+		goto out;
+	gen = NULL;
+	r = 0;
+out:
+	GENERAL_NAME_free(gen);
+	ASN1_OCTET_STRING_free(ip);
+	ASN1_IA5STRING_free(dns);
+	return r;
+}
+
+/*
+ * The SAN extension is built from GENERAL_NAMEs, not a config string, so a
+ * hostname can never smuggle in further entries.
+ */
+static int
+add_san(X509 *x, const char *const *hostnames, size_t n, char *err,
+    size_t errlen)
+{
+	GENERAL_NAMES *gens = NULL;
+	size_t i;
+	int r = -1;
+
+	if ((gens = GENERAL_NAMES_new()) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		if (hostnames[i] == NULL || san_add(gens, hostnames[i]) != 0) {
+			snprintf(err, errlen, "invalid hostname \"%s\"",
+			    hostnames[i] == NULL ? "(null)" : hostnames[i]);
+			goto out;
+		}
+	}
+	if (san_add(gens, "localhost") != 0 || san_add(gens, "127.0.0.1") != 0) {
+		snprintf(err, errlen, "cannot build subjectAltName");
+		goto out;
+	}
+	if (X509_add1_ext_i2d(x, NID_subject_alt_name, gens, 0,
+	    X509V3_ADD_DEFAULT) != 1) {
+		snprintf(err, errlen, "cannot add subjectAltName");
+		goto out;
+	}
+	r = 0;
+out:
+	GENERAL_NAMES_free(gens);
+	return r;
+}
+
+static X509 *
+server_cert_new(EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey,
+    const char *const *hostnames, size_t n, char *err, size_t errlen)
+{
+	X509 *x = NULL;
+
+	if ((x = cert_new(key, SERVER_CN, SERVER_DAYS)) == NULL ||
+	    X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1) {
+		snprintf(err, errlen, "cannot build server certificate");
+		goto fail;
+	}
+	if (add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
+	    add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
+	    add_ext(x, ca, NID_ext_key_usage, "serverAuth") != 0 ||
+	    add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
+	    add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0) {
+		snprintf(err, errlen, "cannot add server certificate extensions");
+		goto fail;
+	}
+	if (add_san(x, hostnames, n, err, errlen) != 0)
+		goto fail;
+	if (X509_sign(x, cakey, EVP_sha256()) <= 0) {
+		snprintf(err, errlen, "cannot sign server certificate");
+		goto fail;
+	}
+	return x;
+fail:
+	X509_free(x);
+	return NULL;
+}
+
+static int
+join_path(char *out, size_t outlen, const char *dir, const char *name,
+    char *err, size_t errlen)
+{
+	if (snprintf(out, outlen, "%s/%s", dir, name) >= (int)outlen) {
+		snprintf(err, errlen, "%s: path too long", dir);
+		return -1;
+	}
+	return 0;
+}
+
+/* Writes what the BIO holds to dir/name atomically with mode. */
+static int
+write_bio(BIO *bio, const char *dir, const char *name, mode_t mode, char *err,
+    size_t errlen)
+{
+	char path[4096];
+	char *data = NULL;
+	long len;
+
+	if (join_path(path, sizeof(path), dir, name, err, errlen) != 0)
+		return -1;
+	if ((len = BIO_get_mem_data(bio, &data)) <= 0) {
+		snprintf(err, errlen, "%s: nothing to write", path);
+		return -1;
+	}
+	return file_write_atomic(path, data, (size_t)len, mode, err, errlen);
+}
+
+static int
+write_key(EVP_PKEY *key, const char *dir, const char *name, char *err,
+    size_t errlen)
+{
+	BIO *bio = NULL;
+	int r = -1;
+
+	/* A secure-memory BIO: the PEM private key is wiped when freed. */
+	if ((bio = BIO_new(BIO_s_secmem())) == NULL) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		goto out;
+	}
+	if (PEM_write_bio_PKCS8PrivateKey(bio, key, NULL, NULL, 0, NULL,
+	    NULL) != 1) {
+		snprintf(err, errlen, "%s: cannot encode private key", name);
+		goto out;
+	}
+	r = write_bio(bio, dir, name, 0600, err, errlen);
+out:
+	BIO_free(bio);
+	return r;
+}
+
+static int
+write_cert(X509 *x, const char *dir, const char *name, char *err,
+    size_t errlen)
+{
+	BIO *bio = NULL;
+	int r = -1;
+
+	if ((bio = BIO_new(BIO_s_mem())) == NULL) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		goto out;
+	}
+	if (PEM_write_bio_X509(bio, x) != 1) {
+		snprintf(err, errlen, "%s: cannot encode certificate", name);
+		goto out;
+	}
+	r = write_bio(bio, dir, name, 0644, err, errlen);
+out:
+	BIO_free(bio);
+	return r;
+}
+
+int
+ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
+    char *err, size_t errlen)
+{
+	EVP_PKEY *cakey = NULL, *key = NULL;
+	X509 *ca = NULL, *server = NULL;
+	int r = -1;
+
+	if (hostnames == NULL && nhostnames > 0) {
+		snprintf(err, errlen, "no hostnames given");
+		goto out;
+	}
+	if ((cakey = p256_generate()) == NULL ||
+	    (key = p256_generate()) == NULL) {
+		snprintf(err, errlen, "cannot generate P-256 key");
+		goto out;
+	}
+	if ((ca = ca_cert_new(cakey)) == NULL) {
+		snprintf(err, errlen, "cannot build CA certificate");
+		goto out;
+	}
+	if ((server = server_cert_new(key, ca, cakey, hostnames, nhostnames,
+	    err, errlen)) == NULL)
+		goto out;
+	/* Keys first: a certificate on disk without its key is useless. */
+	if (write_key(cakey, dir, "ca.key", err, errlen) != 0 ||
+	    write_cert(ca, dir, "ca.crt", err, errlen) != 0 ||
+	    write_key(key, dir, "server.key", err, errlen) != 0 ||
+	    write_cert(server, dir, "server.crt", err, errlen) != 0)
+		goto out;
+	r = 0;
+out:
+	X509_free(server);
+	X509_free(ca);
+	EVP_PKEY_free(key);
+	EVP_PKEY_free(cakey);
+	ERR_clear_error();
+	return r;
+}
+
+static void
+checksum_format(const uint8_t digest[32], char out[CA_CHECKSUM_MAX])
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t i, o = sizeof(CHECKSUM_PREFIX) - 1;
+
+	memcpy(out, CHECKSUM_PREFIX, o);
+	for (i = 0; i < 32; i++) {
+		out[o++] = digits[digest[i] >> 4];
+		out[o++] = digits[digest[i] & 0x0f];
+	}
+	out[o] = '\0';
+}
+
+int
+ca_checksum_pem(const char *pem, size_t len, char out[CA_CHECKSUM_MAX],
+    char *err, size_t errlen)
+{
+	BIO *bio = NULL;
+	X509 *x = NULL;
+	unsigned char *der = NULL;
+	uint8_t digest[32];
+	unsigned int dlen = 0;
+	int derlen, r = -1;
+
+	if (len > INT_MAX || (bio = BIO_new_mem_buf(pem, (int)len)) == NULL) {
+		snprintf(err, errlen, "CA certificate too large");
+		goto out;
+	}
+	if ((x = PEM_read_bio_X509(bio, NULL, NULL, NULL)) == NULL) {
+		snprintf(err, errlen, "no PEM certificate found");
+		goto out;
+	}
+	if ((derlen = i2d_X509(x, &der)) <= 0) {
+		snprintf(err, errlen, "cannot encode certificate");
+		goto out;
+	}
+	if (EVP_Digest(der, (size_t)derlen, digest, &dlen, EVP_sha256(),
+	    NULL) != 1 || dlen != sizeof(digest)) {
+		snprintf(err, errlen, "SHA-256 failed");
+		goto out;
+	}
+	checksum_format(digest, out);
+	r = 0;
+out:
+	OPENSSL_free(der);
+	X509_free(x);
+	BIO_free(bio);
+	ERR_clear_error();
+	return r;
+}
+
+int
+ca_checksum_file(const char *path, char out[CA_CHECKSUM_MAX], char *err,
+    size_t errlen)
+{
+	char *pem = NULL;
+	size_t len = 0;
+	char why[256];
+	int r = -1;
+
+	if (file_read_all(path, CERT_FILE_MAX, &pem, &len, err, errlen) != 0)
+		goto out;
+	if (ca_checksum_pem(pem, len, out, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", path, why);
+		goto out;
+	}
+	r = 0;
+out:
+	free(pem);
+	return r;
+}
+
+int
+ca_checksum_valid(const char *s)
+{
+	size_t i, plen = sizeof(CHECKSUM_PREFIX) - 1;
+
+	if (s == NULL || strncmp(s, CHECKSUM_PREFIX, plen) != 0)
+		return -1;
+	s += plen;
+	for (i = 0; i < 64; i++) {
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return -1;
+	}
+	return s[64] == '\0' ? 0 : -1;
+}

@@ -1,0 +1,538 @@
+/*
+ * commands.c: tetherctl's command groups (cluster, token, agent, and the
+ * not yet implemented kubeconfig, connect, forward): their help, their
+ * arguments, the admin API call each makes and how its answer is printed.
+ */
+#include "ctl.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_TTL_SECONDS (24 * 3600)
+#define MAX_TTL_SECONDS     (INT64_C(10) * 366 * 24 * 3600)
+#define MAX_USES            1000000
+
+static const struct column cluster_columns[] = {
+	{ "ID", "id" },
+	{ "NAME", "name" },
+	{ "AGENTS", "agents_connected" },
+	{ "CREATED", "created_at" },
+	{ NULL, NULL },
+};
+
+static const struct column agent_columns[] = {
+	{ "ID", "id" },
+	{ "CLUSTER", "cluster" },
+	{ "NODE", "node" },
+	{ "STATE", "state" },
+	{ "CONNECTED", "connected" },
+	{ "UPDATED", "updated_at" },
+	{ "LAST ERROR", "last_error" },
+	{ NULL, NULL },
+};
+
+/* --- help --- */
+
+static void
+help_cluster(void)
+{
+	printf(
+	    "usage: tetherctl cluster create NAME\n"
+	    "       tetherctl cluster list\n"
+	    "\n"
+	    "A cluster groups the nodes (agents) that join it.\n"
+	    "\n"
+	    "  create NAME   create a cluster; prints its id (c-...)\n"
+	    "  list          every cluster and how many agents are connected\n"
+	    "\n"
+	    "examples:\n"
+	    "  tetherctl cluster create edge-berlin\n"
+	    "  tetherctl cluster list -o json\n");
+}
+
+static void
+help_token(void)
+{
+	printf(
+	    "usage: tetherctl token create --cluster ID [--ttl DURATION] [--uses N]\n"
+	    "           [--approval auto|manual]\n"
+	    "\n"
+	    "Creates an import token and prints the join document, one line of\n"
+	    "JSON, that `tether-client join` reads on the node.  The token is\n"
+	    "shown only here: treat the document as a secret.\n"
+	    "\n"
+	    "  --cluster ID        the cluster nodes join with it (required)\n"
+	    "  --ttl DURATION      how long it stays valid: Ns, Nm, Nh or Nd\n"
+	    "                      (default 24h)\n"
+	    "  --uses N            how many nodes may join with it (default: the\n"
+	    "                      gateway's)\n"
+	    "  --approval MODE     auto (default), or manual: new agents wait in\n"
+	    "                      pending-approval until `tetherctl agent approve`\n"
+	    "\n"
+	    "example:\n"
+	    "  tetherctl token create --cluster c-0123456789ab --ttl 1h |\n"
+	    "    ssh node1 tether-client join --state-dir /var/lib/tether \\\n"
+	    "      --allow 127.0.0.1:22\n");
+}
+
+static void
+help_agent(void)
+{
+	printf(
+	    "usage: tetherctl agent list [--cluster ID]\n"
+	    "       tetherctl agent approve ID\n"
+	    "       tetherctl agent verify ID\n"
+	    "       tetherctl agent revoke ID\n"
+	    "\n"
+	    "An agent is one node's tunnel client, registered into a cluster.\n"
+	    "States: pending-approval -> enroll -> verifying -> active; a failed\n"
+	    "verification goes back to enroll with last_error set; revoked is\n"
+	    "final.  Only active agents carry streams.\n"
+	    "\n"
+	    "  list      agents (of one cluster with --cluster), their node, state,\n"
+	    "            last error and whether they are connected\n"
+	    "  approve   let a pending-approval agent go on to enroll\n"
+	    "  verify    verify an agent (again), e.g. after fixing last_error\n"
+	    "  revoke    revoke for good: its tunnel closes at once and its key is\n"
+	    "            refused from then on\n"
+	    "\n"
+	    "Each of approve, verify and revoke prints the agent's new record.\n"
+	    "\n"
+	    "examples:\n"
+	    "  tetherctl agent list --cluster c-0123456789ab\n"
+	    "  tetherctl agent approve a-0123456789ab\n");
+}
+
+static void
+help_kubeconfig(void)
+{
+	printf(
+	    "usage: tetherctl kubeconfig --cluster ID [--user NAME]\n"
+	    "\n"
+	    "Prints a kubeconfig (YAML) whose server is URL/k8s/clusters/ID, with\n"
+	    "the gateway's CA and a new user token scoped to that cluster.\n"
+	    "(not implemented yet)\n");
+}
+
+static void
+help_connect(void)
+{
+	printf(
+	    "usage: tetherctl connect --cluster ID [--node NAME] HOST:PORT\n"
+	    "\n"
+	    "Bridges stdin/stdout to HOST:PORT as seen from the node; works as an\n"
+	    "ssh ProxyCommand:\n"
+	    "  ssh -o ProxyCommand='tetherctl connect --cluster c-0123456789ab "
+	    "127.0.0.1:22' node1\n"
+	    "(not implemented yet)\n");
+}
+
+static void
+help_forward(void)
+{
+	printf(
+	    "usage: tetherctl forward --cluster ID [--node NAME] "
+	    "[LHOST:]LPORT:HOST:PORT\n"
+	    "\n"
+	    "Listens on LHOST:LPORT (default 127.0.0.1); each connection becomes a\n"
+	    "stream to HOST:PORT on the node.\n"
+	    "(not implemented yet)\n");
+}
+
+int
+ctl_group_help(const char *group)
+{
+	static const struct {
+		const char *name;
+		void (*help)(void);
+	} groups[] = {
+		{ "cluster", help_cluster },
+		{ "token", help_token },
+		{ "agent", help_agent },
+		{ "kubeconfig", help_kubeconfig },
+		{ "connect", help_connect },
+		{ "forward", help_forward },
+	};
+
+	for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+		if (strcmp(group, groups[i].name) == 0) {
+			groups[i].help();
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* 1 if --help or -h appears among the arguments (before any "--"). */
+static int
+wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			return 0;
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static int
+getopt_error(const char *cmd, int c, char **argv)
+{
+	if (c == ':')
+		return ctl_usage_error(cmd, "option %s needs a value",
+		    argv[optind - 1]);
+	return ctl_usage_error(cmd, "unknown option %s", argv[optind - 1]);
+}
+
+/* Calls the API and prints the answer, which must be of the given type. */
+static int
+call_and_print(struct ctl *c, const char *method, const char *path,
+    json_t *body, json_type want, const struct column *cols)
+{
+	json_t *resp = NULL;
+	int r;
+
+	if ((r = ctl_load_token(c)) != CTL_EXIT_OK)
+		return r;
+	if ((r = api_call(&c->api, method, path, body, &resp)) != CTL_EXIT_OK)
+		return r;
+	if (json_typeof(resp) != want) {
+		fprintf(stderr, "tetherctl: unexpected answer from the server to "
+		    "%s %s\n", method, path);
+		r = CTL_EXIT_SERVER;
+	} else if (output_print(c->output, resp, cols) == -1) {
+		fprintf(stderr, "tetherctl: cannot print the server's answer\n");
+		r = CTL_EXIT_SERVER;
+	}
+	json_decref(resp);
+	return r;
+}
+
+/* --- cluster --- */
+
+static int
+cluster_create(struct ctl *c, int argc, char **argv)
+{
+	json_t *body;
+	int r;
+
+	if (argc != 2)
+		return ctl_usage_error("cluster", "create takes exactly one NAME");
+	if (argv[1][0] == '\0' || argv[1][0] == '-')
+		return ctl_usage_error("cluster", "invalid cluster name \"%s\"",
+		    argv[1]);
+	if ((body = json_pack("{s:s}", "name", argv[1])) == NULL)
+		return ctl_usage_error("cluster", "the name must be UTF-8");
+	r = call_and_print(c, "POST", "/v1/clusters", body, JSON_OBJECT,
+	    cluster_columns);
+	json_decref(body);
+	return r;
+}
+
+int
+cmd_cluster(struct ctl *c, int argc, char **argv)
+{
+	if (wants_help(argc, argv)) {
+		help_cluster();
+		return CTL_EXIT_OK;
+	}
+	if (argc < 2)
+		return ctl_usage_error("cluster", "missing subcommand (create or "
+		    "list)");
+	if (strcmp(argv[1], "create") == 0)
+		return cluster_create(c, argc - 1, argv + 1);
+	if (strcmp(argv[1], "list") == 0) {
+		if (argc != 2)
+			return ctl_usage_error("cluster", "list takes no arguments");
+		return call_and_print(c, "GET", "/v1/clusters", NULL, JSON_ARRAY,
+		    cluster_columns);
+	}
+	return ctl_usage_error("cluster", "unknown subcommand %s", argv[1]);
+}
+
+/* --- token --- */
+
+/* "Ns", "Nm", "Nh", "Nd" into seconds.  Returns 0 or -1. */
+static int
+parse_ttl(const char *s, int64_t *out)
+{
+	int64_t v = 0, mult;
+	size_t i, n = strlen(s);
+
+	if (n < 2)
+		return -1;
+	switch (s[n - 1]) {
+	case 's': mult = 1; break;
+	case 'm': mult = 60; break;
+	case 'h': mult = 3600; break;
+	case 'd': mult = 86400; break;
+	default: return -1;
+	}
+	for (i = 0; i + 1 < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (s[i] - '0');
+		if (v > MAX_TTL_SECONDS)
+			return -1;
+	}
+	v *= mult;
+	if (v <= 0 || v > MAX_TTL_SECONDS)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int
+parse_uses(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v < 1 ||
+	    v > MAX_USES)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int
+token_create(struct ctl *c, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "ttl", required_argument, NULL, 't' },
+		{ "uses", required_argument, NULL, 'u' },
+		{ "approval", required_argument, NULL, 'a' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cluster = NULL, *approval = "auto";
+	int64_t ttl = DEFAULT_TTL_SECONDS, uses = -1;
+	char path[512];
+	json_t *body = NULL, *resp = NULL;
+	char *id = NULL;
+	int ch, r;
+
+	opterr = 0;
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			cluster = optarg;
+			break;
+		case 't':
+			if (parse_ttl(optarg, &ttl) == -1)
+				return ctl_usage_error("token", "--ttl %s: want a "
+				    "positive duration like 90s, 30m, 24h or 7d", optarg);
+			break;
+		case 'u':
+			if (parse_uses(optarg, &uses) == -1)
+				return ctl_usage_error("token", "--uses %s: want a "
+				    "number from 1 to %d", optarg, MAX_USES);
+			break;
+		case 'a':
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "manual") != 0)
+				return ctl_usage_error("token", "--approval %s: want "
+				    "auto or manual", optarg);
+			approval = optarg;
+			break;
+		default:
+			return getopt_error("token", ch, argv);
+		}
+	}
+	if (optind < argc)
+		return ctl_usage_error("token", "unexpected argument %s",
+		    argv[optind]);
+	if (cluster == NULL || cluster[0] == '\0')
+		return ctl_usage_error("token", "--cluster ID is required");
+	if ((r = ctl_load_token(c)) != CTL_EXIT_OK)
+		return r;
+	r = CTL_EXIT_SERVER;
+	if ((id = api_escape(cluster)) == NULL ||
+	    (size_t)snprintf(path, sizeof(path), "/v1/clusters/%s/tokens", id) >=
+	    sizeof(path)) {
+		r = ctl_usage_error("token", "--cluster: ID too long");
+		goto out;
+	}
+	body = json_pack("{s:I, s:s}", "ttl_seconds", (json_int_t)ttl,
+	    "approval", approval);
+	if (body == NULL || (uses > 0 &&
+	    json_object_set_new(body, "uses", json_integer(uses)) == -1)) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		goto out;
+	}
+	if ((r = api_call(&c->api, "POST", path, body, &resp)) != CTL_EXIT_OK)
+		goto out;
+	if (!json_is_object(resp)) {
+		fprintf(stderr, "tetherctl: unexpected answer from the server to "
+		    "POST %s\n", path);
+		r = CTL_EXIT_SERVER;
+		goto out;
+	}
+	/* The join document as is, one line, in every output mode: it is
+	 * meant to be piped into `tether-client join`. */
+	if (output_json(resp) == -1) {
+		fprintf(stderr, "tetherctl: cannot print the join document\n");
+		r = CTL_EXIT_SERVER;
+		goto out;
+	}
+	if (isatty(STDOUT_FILENO))
+		fprintf(stderr, "tetherctl: feed this document to `tether-client "
+		    "join --state-dir DIR` on the node; it holds a secret shown "
+		    "only this once\n");
+	r = CTL_EXIT_OK;
+out:
+	json_decref(resp);
+	json_decref(body);
+	free(id);
+	return r;
+}
+
+int
+cmd_token(struct ctl *c, int argc, char **argv)
+{
+	if (wants_help(argc, argv)) {
+		help_token();
+		return CTL_EXIT_OK;
+	}
+	if (argc < 2)
+		return ctl_usage_error("token", "missing subcommand (create)");
+	if (strcmp(argv[1], "create") == 0)
+		return token_create(c, argc - 1, argv + 1);
+	return ctl_usage_error("token", "unknown subcommand %s", argv[1]);
+}
+
+/* --- agent --- */
+
+static int
+agent_list(struct ctl *c, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cluster = NULL;
+	char path[512];
+	char *id = NULL;
+	int ch, r;
+
+	opterr = 0;
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		if (ch != 'c')
+			return getopt_error("agent", ch, argv);
+		cluster = optarg;
+	}
+	if (optind < argc)
+		return ctl_usage_error("agent", "unexpected argument %s",
+		    argv[optind]);
+	if (cluster == NULL) {
+		snprintf(path, sizeof(path), "/v1/agents");
+	} else {
+		if (cluster[0] == '\0')
+			return ctl_usage_error("agent", "--cluster needs an ID");
+		if ((id = api_escape(cluster)) == NULL ||
+		    (size_t)snprintf(path, sizeof(path), "/v1/agents?cluster=%s",
+		    id) >= sizeof(path)) {
+			free(id);
+			return ctl_usage_error("agent", "--cluster: ID too long");
+		}
+	}
+	r = call_and_print(c, "GET", path, NULL, JSON_ARRAY, agent_columns);
+	free(id);
+	return r;
+}
+
+/* approve, verify, revoke: POST /v1/agents/ID/ACTION. */
+static int
+agent_action(struct ctl *c, const char *action, int argc, char **argv)
+{
+	char path[512];
+	json_t *body;
+	char *id;
+	int r;
+
+	if (argc != 2)
+		return ctl_usage_error("agent", "%s takes exactly one agent ID",
+		    action);
+	if (argv[1][0] == '\0' || argv[1][0] == '-')
+		return ctl_usage_error("agent", "invalid agent ID \"%s\"", argv[1]);
+	if ((id = api_escape(argv[1])) == NULL ||
+	    (size_t)snprintf(path, sizeof(path), "/v1/agents/%s/%s", id,
+	    action) >= sizeof(path)) {
+		free(id);
+		return ctl_usage_error("agent", "agent ID too long");
+	}
+	free(id);
+	if ((body = json_object()) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	r = call_and_print(c, "POST", path, body, JSON_OBJECT, agent_columns);
+	json_decref(body);
+	return r;
+}
+
+int
+cmd_agent(struct ctl *c, int argc, char **argv)
+{
+	static const char *const actions[] = { "approve", "verify", "revoke" };
+
+	if (wants_help(argc, argv)) {
+		help_agent();
+		return CTL_EXIT_OK;
+	}
+	if (argc < 2)
+		return ctl_usage_error("agent", "missing subcommand (list, "
+		    "approve, verify or revoke)");
+	if (strcmp(argv[1], "list") == 0)
+		return agent_list(c, argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++) {
+		if (strcmp(argv[1], actions[i]) == 0)
+			return agent_action(c, actions[i], argc - 1, argv + 1);
+	}
+	return ctl_usage_error("agent", "unknown subcommand %s", argv[1]);
+}
+
+/* --- not yet --- */
+
+static int
+not_yet(const char *group, void (*help)(void), int argc, char **argv)
+{
+	if (wants_help(argc, argv)) {
+		help();
+		return CTL_EXIT_OK;
+	}
+	fprintf(stderr, "tetherctl: %s: not implemented yet\n", group);
+	return CTL_EXIT_SERVER;
+}
+
+int
+cmd_kubeconfig(struct ctl *c, int argc, char **argv)
+{
+	(void)c;
+	return not_yet("kubeconfig", help_kubeconfig, argc, argv);
+}
+
+int
+cmd_connect(struct ctl *c, int argc, char **argv)
+{
+	(void)c;
+	return not_yet("connect", help_connect, argc, argv);
+}
+
+int
+cmd_forward(struct ctl *c, int argc, char **argv)
+{
+	(void)c;
+	return not_yet("forward", help_forward, argc, argv);
+}

@@ -1,0 +1,39 @@
+/*
+ * ctl.h: what tetherctl's command handlers share: the global options (the
+ * server, its CA, the admin token, the output format) and the handlers
+ * themselves, one per command group (commands.c).
+ */
+#ifndef TETHER_CTL_H
+#define TETHER_CTL_H
+
+#include "api.h"
+#include "output.h"
+
+struct ctl {
+	struct api api;
+	enum output_format output;
+	const char *token_file;      /* --token-file or TETHER_TOKEN_FILE */
+};
+
+/* Loads the admin token into c->api.token (from --token-file,
+ * TETHER_TOKEN_FILE or TETHER_TOKEN).  Returns CTL_EXIT_OK, or
+ * CTL_EXIT_USAGE after saying how to provide one. */
+int ctl_load_token(struct ctl *c);
+
+/* Prints "tetherctl CMD: message" and a hint to --help; returns
+ * CTL_EXIT_USAGE. */
+int ctl_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Command groups: argv[0] is the group's name.  Each returns an exit code. */
+int cmd_cluster(struct ctl *c, int argc, char **argv);
+int cmd_token(struct ctl *c, int argc, char **argv);
+int cmd_agent(struct ctl *c, int argc, char **argv);
+int cmd_kubeconfig(struct ctl *c, int argc, char **argv);
+int cmd_connect(struct ctl *c, int argc, char **argv);
+int cmd_forward(struct ctl *c, int argc, char **argv);
+
+/* Prints a group's help on stdout; returns 0 if the group exists, else -1. */
+int ctl_group_help(const char *group);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * api.h: the gateway's HTTP endpoints other than the tunnel: /healthz,
+ * /readyz, /v1/ca and the admin API under /v1/ (JSON, bearer admin token).
+ *
+ * Transport-free: server.c collects a request and writes back the response,
+ * so every route can be reasoned about (and tested) as a function.
+ */
+#ifndef TETHER_API_H
+#define TETHER_API_H
+
+#include <stddef.h>
+
+struct gateway;
+
+struct api_request {
+	const char *method;          /* "GET", "POST", ... */
+	const char *path;            /* "/v1/clusters", no query */
+	const char *query;           /* "cluster=c-1&x=y" (decoded), or "" */
+	const char *authorization;   /* the Authorization header, or "" */
+	const char *body;            /* may be NULL when body_len is 0 */
+	size_t body_len;
+	int body_too_large;          /* the body exceeded the limit and was cut */
+};
+
+struct api_response {
+	int status;
+	const char *content_type;    /* static string */
+	char *body;                  /* malloc'd; the server frees it */
+	size_t body_len;
+};
+
+void api_handle(struct gateway *gw, const struct api_request *req,
+    struct api_response *resp);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * gateway.h: the running gateway's shared context and its configuration.
+ *
+ * One struct gateway exists per process.  It is the composition root: the
+ * server (lws on libevent), the admin API, agent sessions and the hub of
+ * connected agents all reach the store, the limits and each other through it.
+ */
+#ifndef TETHER_GATEWAY_H
+#define TETHER_GATEWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ca.h"
+
+struct event_base;
+struct lws_context;
+struct store;
+struct hub;
+
+/* Limits and timings, each settable by a `serve` flag (see main.c). */
+struct gateway_limits {
+	uint32_t handshake_timeout_ms;  /* HELLO..WELCOME/REGISTERED must finish within */
+	uint32_t max_handshakes;        /* unauthenticated tunnels at once */
+	uint32_t max_frame_bytes;       /* largest frame after authentication */
+	uint32_t max_handshake_frame;   /* largest frame before authentication */
+	uint32_t max_queue_bytes;       /* bytes queued to one slow agent */
+	uint32_t verify_timeout_ms;     /* VERIFY -> VERIFY_OK round trip */
+	uint32_t max_clock_skew_s;      /* agent clock vs gateway clock */
+	uint32_t max_body_bytes;        /* admin API request body */
+};
+
+#define GATEWAY_DEFAULT_LIMITS { \
+	.handshake_timeout_ms = 10000, \
+	.max_handshakes = 256, \
+	.max_frame_bytes = 1 << 20, \
+	.max_handshake_frame = 4096, \
+	.max_queue_bytes = 8 << 20, \
+	.verify_timeout_ms = 10000, \
+	.max_clock_skew_s = 60, \
+	.max_body_bytes = 65536, \
+}
+
+struct gateway {
+	struct event_base *base;
+	struct lws_context *lws;
+	struct store *store;
+	struct hub *hub;
+	struct gateway_limits limits;
+	char data_dir[4096];
+	char url[256];                  /* public URL for join documents */
+	char ca_checksum[CA_CHECKSUM_MAX];
+	char *ca_pem;                   /* served at /v1/ca */
+	size_t ca_pem_len;
+	uint32_t handshakes;            /* tunnels not yet authenticated */
+	int stopping;                   /* SIGTERM received: refuse new work */
+};
+
+/* Unix time in seconds and milliseconds (wall clock). */
+int64_t gateway_now(void);
+int64_t gateway_now_ms(void);
+
+#endif

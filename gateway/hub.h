@@ -1,0 +1,33 @@
+/*
+ * hub.h: the gateway's registry of agents with an established tunnel.
+ *
+ * A session enters the hub once it is authenticated as an agent (WELCOME)
+ * and leaves it when its tunnel closes.  One agent has at most one entry:
+ * a reconnecting agent replaces its stale session, which is then closed.
+ */
+#ifndef TETHER_HUB_H
+#define TETHER_HUB_H
+
+#include <stddef.h>
+
+struct hub;
+struct session;
+
+struct hub *hub_new(void);
+/* The hub must be empty (every session removed) before it is freed. */
+void hub_free(struct hub *h);
+
+/* Adds s under agent_id and returns the session it replaced, or NULL. */
+struct session *hub_add(struct hub *h, const char *agent_id, const char *cluster,
+    struct session *s);
+/* Removes s if it is the entry for agent_id (a replaced session is not). */
+void hub_remove(struct hub *h, const char *agent_id, struct session *s);
+struct session *hub_find(struct hub *h, const char *agent_id);
+/* Connected agents of one cluster. */
+size_t hub_count_cluster(struct hub *h, const char *cluster);
+size_t hub_count(struct hub *h);
+
+/* Calls fn for every session (fn may not add or remove entries). */
+void hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg);
+
+#endif

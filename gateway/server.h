@@ -1,0 +1,43 @@
+/*
+ * server.h: the gateway's single listening port: libwebsockets (TLS, HTTP/1.1,
+ * WebSocket) running as a guest on the process's libevent loop.
+ *
+ * HTTP requests are collected (method, path, query, bearer token, a bounded
+ * body) and handed to api_handle; WebSocket upgrades on /v1/connect with
+ * subprotocol tether.v1 become agent tunnels, each a struct conn carrying
+ * one struct session.  The conn_* calls are what a session may do to its
+ * transport.
+ */
+#ifndef TETHER_SERVER_H
+#define TETHER_SERVER_H
+
+#include <stddef.h>
+
+struct gateway;
+struct conn;
+struct frame;
+
+/*
+ * Creates the lws context on gw->base, listening on host:port with the TLS
+ * certificate in gw->data_dir.  Returns 0 or -1 with err.
+ */
+int server_start(struct gateway *gw, const char *host, int port, char *err,
+    size_t errlen);
+/* The port actually bound (useful with port 0). */
+int server_port(struct gateway *gw);
+/* Destroys the context, closing every connection.  Idempotent. */
+void server_stop(struct gateway *gw);
+
+/*
+ * Queues one frame to the agent.  Returns 0, or -1 when the frame cannot be
+ * encoded or the connection's queue is over its limit (the connection is
+ * then closed: a peer that does not read loses its tunnel, not our memory).
+ */
+int conn_send(struct conn *c, const struct frame *f);
+/* Closes the connection once queued frames are written.  The session is
+ * told through session_closed() later, never from inside this call. */
+void conn_close(struct conn *c);
+/* Remote address for logs ("127.0.0.1:53122"). */
+const char *conn_peer(const struct conn *c);
+
+#endif

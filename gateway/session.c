@@ -1,0 +1,566 @@
+/*
+ * session.c: an agent tunnel's handshake and lifecycle on the gateway
+ * (see session.h for the phases).
+ *
+ * Each phase has its own handler and accepts only its own frame type; the
+ * single setter session_set_phase logs every change.  Store transitions
+ * (agent states) are persisted before the agent is told of them.
+ */
+#include "session.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <openssl/crypto.h>
+
+#include "agentkey.h"
+#include "frame.h"
+#include "gateway.h"
+#include "hub.h"
+#include "log.h"
+#include "server.h"
+#include "store.h"
+#include "token.h"
+
+enum session_phase {
+	PHASE_AWAIT_HELLO,     /* nothing accepted but HELLO */
+	PHASE_AWAIT_AUTH,      /* CHALLENGE sent; nothing accepted but AUTH */
+	PHASE_AWAIT_REGISTER,  /* import token proven; nothing but REGISTER */
+	PHASE_ESTABLISHED,     /* an authenticated agent */
+	PHASE_CLOSING,         /* ERROR or REGISTERED sent; input ignored */
+	PHASE_ENTRIES          /* must be last */
+};
+
+static const char *const phase_names[PHASE_ENTRIES] = {
+	[PHASE_AWAIT_HELLO] = "await-hello",
+	[PHASE_AWAIT_AUTH] = "await-auth",
+	[PHASE_AWAIT_REGISTER] = "await-register",
+	[PHASE_ESTABLISHED] = "established",
+	[PHASE_CLOSING] = "closing",
+};
+
+struct session {
+	struct gateway *gw;
+	struct conn *conn;
+	enum session_phase phase;
+	int counted_handshake;        /* counted in gw->handshakes */
+	uint32_t version;             /* negotiated protocol version */
+	struct frame_hello hello;
+	uint8_t nonce[FRAME_NONCE_LEN];
+	struct store_token import;    /* PHASE_AWAIT_REGISTER: the proven token */
+	struct store_agent agent;     /* PHASE_ESTABLISHED: the agent */
+	struct event *handshake_timer;
+	struct event *verify_timer;
+	bool verifying;               /* a VERIFY is outstanding */
+	uint8_t verify_nonce[FRAME_VERIFY_NONCE_LEN];
+	int64_t verify_sent_ms;
+};
+
+static void session_verify_fail(struct session *s, const char *reason);
+
+static void
+session_set_phase(struct session *s, enum session_phase next)
+{
+	debug("tunnel %s: %s -> %s", conn_peer(s->conn), phase_names[s->phase],
+	    phase_names[next]);
+	s->phase = next;
+	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
+		s->counted_handshake = 0;
+		s->gw->handshakes--;
+		if (s->handshake_timer != NULL)
+			evtimer_del(s->handshake_timer);
+	}
+}
+
+void
+session_kick(struct session *s, const char *code, const char *reason)
+{
+	struct frame f;
+
+	if (s->phase == PHASE_CLOSING)
+		return;
+	frame_make_error(&f, code, reason);
+	conn_send(s->conn, &f);
+	session_set_phase(s, PHASE_CLOSING);
+	conn_close(s->conn);
+}
+
+void
+session_protocol_error(struct session *s, const char *code, const char *reason)
+{
+	warn("tunnel %s (%s): %s: %s", conn_peer(s->conn), phase_names[s->phase],
+	    code, reason);
+	session_kick(s, code, reason);
+}
+
+static void
+session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	char reason[96];
+
+	snprintf(reason, sizeof(reason), "handshake not finished within %u ms",
+	    s->gw->limits.handshake_timeout_ms);
+	session_protocol_error(s, "timeout", reason);
+}
+
+static void
+session_verify_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	char reason[96];
+
+	snprintf(reason, sizeof(reason), "no verification reply within %u ms",
+	    s->gw->limits.verify_timeout_ms);
+	session_verify_fail(s, reason);
+}
+
+static void
+ms_to_timeval(uint32_t ms, struct timeval *tv)
+{
+	tv->tv_sec = ms / 1000;
+	tv->tv_usec = (ms % 1000) * 1000;
+}
+
+struct session *
+session_new(struct gateway *gw, struct conn *c)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	struct timeval tv;
+
+	if (s == NULL)
+		return NULL;
+	s->gw = gw;
+	s->conn = c;
+	s->phase = PHASE_AWAIT_HELLO;
+	s->handshake_timer = evtimer_new(gw->base, session_handshake_timeout, s);
+	s->verify_timer = evtimer_new(gw->base, session_verify_timeout, s);
+	if (s->handshake_timer == NULL || s->verify_timer == NULL) {
+		if (s->handshake_timer != NULL)
+			event_free(s->handshake_timer);
+		if (s->verify_timer != NULL)
+			event_free(s->verify_timer);
+		free(s);
+		return NULL;
+	}
+	ms_to_timeval(gw->limits.handshake_timeout_ms, &tv);
+	evtimer_add(s->handshake_timer, &tv);
+	s->counted_handshake = 1;
+	gw->handshakes++;
+	debug("tunnel %s: connected", conn_peer(c));
+	return s;
+}
+
+size_t
+session_max_message(const struct session *s)
+{
+	if (s->phase == PHASE_ESTABLISHED)
+		return s->gw->limits.max_frame_bytes;
+	return s->gw->limits.max_handshake_frame;
+}
+
+static void
+session_send(struct session *s, const struct frame *f)
+{
+	conn_send(s->conn, f);
+}
+
+static void
+session_send_state(struct session *s)
+{
+	struct frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_STATE;
+	snprintf(f.u.state.state, sizeof(f.u.state.state), "%s",
+	    agent_state_name(s->agent.state));
+	snprintf(f.u.state.last_error, sizeof(f.u.state.last_error), "%s",
+	    s->agent.last_error);
+	session_send(s, &f);
+}
+
+/* ---- phase handlers ---- */
+
+static uint32_t
+pick_version(const struct frame_hello *h)
+{
+	uint32_t best = 0;
+
+	for (size_t i = 0; i < h->nversions; i++)
+		if (h->versions[i] <= TETHER_PROTOCOL_VERSION && h->versions[i] > best)
+			best = h->versions[i];
+	return best;
+}
+
+static void
+on_hello(struct session *s, const struct frame *in)
+{
+	struct frame out;
+
+	s->hello = in->u.hello;
+	s->version = pick_version(&s->hello);
+	if (s->version == 0) {
+		char reason[128];
+		snprintf(reason, sizeof(reason), "no common protocol version: "
+		    "gateway speaks 1..%d", TETHER_PROTOCOL_VERSION);
+		session_protocol_error(s, "version", reason);
+		return;
+	}
+	memset(&out, 0, sizeof(out));
+	out.type = FRAME_CHALLENGE;
+	out.u.challenge.version = s->version;
+	if (random_bytes(s->nonce, sizeof(s->nonce)) != 0) {
+		session_protocol_error(s, "internal", "no randomness for a challenge");
+		return;
+	}
+	memcpy(out.u.challenge.nonce, s->nonce, sizeof(s->nonce));
+	session_send(s, &out);
+	session_set_phase(s, PHASE_AWAIT_AUTH);
+}
+
+static bool
+session_check_sig(struct session *s, const uint8_t pub[32], const uint8_t sig[64])
+{
+	uint8_t msg[AUTH_TRANSCRIPT_MAX];
+	size_t len;
+
+	len = auth_transcript(msg, sizeof(msg), s->version, (int)s->hello.cred,
+	    s->hello.id, s->hello.node, s->nonce);
+	/* Each nonce proves one AUTH only. */
+	OPENSSL_cleanse(s->nonce, sizeof(s->nonce));
+	return len > 0 && agentkey_verify(pub, msg, len, sig);
+}
+
+static void
+auth_import(struct session *s, const struct frame *in)
+{
+	const char *why;
+
+	if (store_token_get(s->gw->store, s->hello.id, &s->import) != STORE_OK ||
+	    s->import.kind != TOKEN_IMPORT) {
+		session_protocol_error(s, "token_unknown", "unknown import token");
+		return;
+	}
+	if (!session_check_sig(s, s->import.verifier, in->u.auth.sig)) {
+		session_protocol_error(s, "auth_refused", "import token proof does not verify");
+		return;
+	}
+	if (s->import.revoked) {
+		session_protocol_error(s, "token_revoked", "import token revoked");
+		return;
+	}
+	why = token_unusable_reason(s->import.expires_at, s->import.uses_left, gateway_now());
+	if (why != NULL) {
+		char reason[64];
+		snprintf(reason, sizeof(reason), "import token %s", why);
+		session_protocol_error(s, strcmp(why, "expired") == 0 ?
+		    "token_expired" : "token_used_up", reason);
+		return;
+	}
+	session_set_phase(s, PHASE_AWAIT_REGISTER);
+}
+
+static void session_welcome(struct session *s);
+
+static void
+auth_agent(struct session *s, const struct frame *in)
+{
+	if (store_agent_get(s->gw->store, s->hello.id, &s->agent) != STORE_OK) {
+		session_protocol_error(s, "auth_refused", "unknown agent");
+		return;
+	}
+	if (!session_check_sig(s, s->agent.pubkey, in->u.auth.sig)) {
+		session_protocol_error(s, "auth_refused", "agent signature does not verify");
+		return;
+	}
+	if (s->agent.state == AGENT_REVOKED) {
+		session_protocol_error(s, "revoked", "agent revoked: its credential is refused");
+		return;
+	}
+	if (strcmp(s->agent.node, s->hello.node) != 0) {
+		session_protocol_error(s, "auth_refused", "node name does not match the agent's");
+		return;
+	}
+	session_welcome(s);
+}
+
+static void
+on_auth(struct session *s, const struct frame *in)
+{
+	if (s->hello.cred == FRAME_CRED_IMPORT)
+		auth_import(s, in);
+	else
+		auth_agent(s, in);
+}
+
+static void
+on_register(struct session *s, const struct frame *in)
+{
+	struct frame out;
+	struct store_agent a;
+	bool created = false;
+	char err[STORE_ERROR_MAX + 1] = "";
+	int r;
+
+	if (strcmp(in->u.reg.node, s->hello.node) != 0) {
+		session_protocol_error(s, "protocol", "REGISTER node differs from HELLO");
+		return;
+	}
+	r = store_agent_register(s->gw->store, s->import.id, in->u.reg.node,
+	    in->u.reg.pubkey, gateway_now(), &a, &created, err, sizeof(err));
+	if (r == STORE_REFUSED) {
+		session_protocol_error(s, "register_refused", err);
+		return;
+	}
+	if (r != STORE_OK) {
+		error("register node %s: %s", in->u.reg.node, err);
+		session_protocol_error(s, "internal", "the gateway could not store the agent");
+		return;
+	}
+	if (a.state == AGENT_REVOKED) {
+		session_protocol_error(s, "revoked", "this node's key belongs to a revoked "
+		    "agent: join again with a fresh state directory");
+		return;
+	}
+	info("agent %s registered: node %s, cluster %s, token %s, state %s%s",
+	    a.id, a.node, a.cluster, s->import.id, agent_state_name(a.state),
+	    created ? "" : " (retried registration)");
+	memset(&out, 0, sizeof(out));
+	out.type = FRAME_REGISTERED;
+	snprintf(out.u.registered.agent_id, sizeof(out.u.registered.agent_id), "%s", a.id);
+	snprintf(out.u.registered.cluster, sizeof(out.u.registered.cluster), "%s", a.cluster);
+	session_send(s, &out);
+	/* The import token did its one job: the agent reconnects as itself. */
+	session_set_phase(s, PHASE_CLOSING);
+	conn_close(s->conn);
+}
+
+/* ---- established: verification and state ---- */
+
+static void
+session_start_round_trip(struct session *s)
+{
+	struct frame f;
+	struct timeval tv;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_VERIFY;
+	if (random_bytes(s->verify_nonce, sizeof(s->verify_nonce)) != 0) {
+		session_verify_fail(s, "no randomness for verification");
+		return;
+	}
+	memcpy(f.u.verify.nonce, s->verify_nonce, sizeof(s->verify_nonce));
+	s->verify_sent_ms = gateway_now_ms();
+	f.u.verify.time_ms = s->verify_sent_ms;
+	s->verifying = true;
+	session_send(s, &f);
+	ms_to_timeval(s->gw->limits.verify_timeout_ms, &tv);
+	evtimer_add(s->verify_timer, &tv);
+}
+
+int
+session_verify(struct session *s, struct store_agent *out, char *err, size_t errlen)
+{
+	int r;
+
+	r = store_agent_transition(s->gw->store, s->agent.id, AGENT_EV_VERIFY, NULL,
+	    gateway_now(), out, err, errlen);
+	if (r != STORE_OK)
+		return r;
+	s->agent = *out;
+	info("agent %s: verifying", s->agent.id);
+	session_send_state(s);
+	session_start_round_trip(s);
+	return STORE_OK;
+}
+
+static void
+session_verify_end(struct session *s, enum agent_event ev, const char *reason)
+{
+	struct store_agent a;
+	char err[STORE_ERROR_MAX + 1] = "";
+
+	s->verifying = false;
+	evtimer_del(s->verify_timer);
+	if (store_agent_transition(s->gw->store, s->agent.id, ev, reason,
+	    gateway_now(), &a, err, sizeof(err)) != STORE_OK) {
+		warn("agent %s: verification result not recorded: %s", s->agent.id, err);
+		return;
+	}
+	s->agent = a;
+	if (ev == AGENT_EV_VERIFY_OK)
+		info("agent %s: active", a.id);
+	else
+		warn("agent %s: verification failed: %s; back to enroll", a.id, reason);
+	if (s->phase == PHASE_ESTABLISHED)
+		session_send_state(s);
+}
+
+static void
+session_verify_fail(struct session *s, const char *reason)
+{
+	session_verify_end(s, AGENT_EV_VERIFY_FAIL, reason);
+}
+
+static void
+on_verify_ok(struct session *s, const struct frame *in)
+{
+	const struct frame_verify *v = &in->u.verify;
+	int64_t now = gateway_now_ms(), midpoint, skew;
+	char reason[160];
+
+	if (!s->verifying ||
+	    CRYPTO_memcmp(v->nonce, s->verify_nonce, sizeof(s->verify_nonce)) != 0) {
+		session_protocol_error(s, "protocol", "VERIFY_OK answers no outstanding VERIFY");
+		return;
+	}
+	if (v->version != s->version) {
+		snprintf(reason, sizeof(reason), "agent reports protocol version %u, "
+		    "negotiated %u", v->version, s->version);
+		session_verify_fail(s, reason);
+		return;
+	}
+	midpoint = s->verify_sent_ms + (now - s->verify_sent_ms) / 2;
+	skew = v->time_ms - midpoint;
+	if (llabs(skew) > (int64_t)s->gw->limits.max_clock_skew_s * 1000) {
+		snprintf(reason, sizeof(reason), "clock skew %" PRId64 " ms exceeds %u s",
+		    skew, s->gw->limits.max_clock_skew_s);
+		session_verify_fail(s, reason);
+		return;
+	}
+	debug("agent %s: verified, round trip %" PRId64 " ms, skew %" PRId64 " ms",
+	    s->agent.id, now - s->verify_sent_ms, skew);
+	session_verify_end(s, AGENT_EV_VERIFY_OK, NULL);
+}
+
+static void
+session_welcome(struct session *s)
+{
+	struct frame out;
+	struct session *old;
+	struct store_agent a;
+	char err[STORE_ERROR_MAX + 1];
+
+	session_set_phase(s, PHASE_ESTABLISHED);
+	old = hub_add(s->gw->hub, s->agent.id, s->agent.cluster, s);
+	if (old != NULL) {
+		info("agent %s reconnected: closing its previous tunnel", s->agent.id);
+		session_kick(old, "replaced", "a newer tunnel of this agent took over");
+	}
+	memset(&out, 0, sizeof(out));
+	out.type = FRAME_WELCOME;
+	snprintf(out.u.welcome.agent_id, sizeof(out.u.welcome.agent_id), "%s", s->agent.id);
+	snprintf(out.u.welcome.cluster, sizeof(out.u.welcome.cluster), "%s", s->agent.cluster);
+	snprintf(out.u.welcome.state, sizeof(out.u.welcome.state), "%s",
+	    agent_state_name(s->agent.state));
+	session_send(s, &out);
+	info("agent %s connected from %s: node %s, cluster %s, state %s",
+	    s->agent.id, conn_peer(s->conn), s->agent.node, s->agent.cluster,
+	    agent_state_name(s->agent.state));
+	if (s->agent.state == AGENT_ENROLL) {
+		if (session_verify(s, &a, err, sizeof(err)) != STORE_OK)
+			warn("agent %s: cannot start verification: %s", s->agent.id, err);
+	} else if (s->agent.state == AGENT_VERIFYING) {
+		/* A verification cut short (gateway restart): run it again. */
+		session_start_round_trip(s);
+	}
+}
+
+void
+session_agent_changed(struct session *s, const struct store_agent *a)
+{
+	if (s->phase != PHASE_ESTABLISHED)
+		return;
+	s->agent = *a;
+	session_send_state(s);
+}
+
+static void
+on_established(struct session *s, const struct frame *in)
+{
+	struct frame out;
+
+	switch (in->type) {
+	case FRAME_VERIFY_OK:
+		on_verify_ok(s, in);
+		return;
+	case FRAME_PING:
+		memset(&out, 0, sizeof(out));
+		out.type = FRAME_PONG;
+		out.u.ping.seq = in->u.ping.seq;
+		session_send(s, &out);
+		return;
+	case FRAME_PONG:
+		return;
+	case FRAME_ERROR:
+		warn("agent %s reports: %s: %s", s->agent.id, in->u.error.code,
+		    in->u.error.reason);
+		return;
+	default:
+		break;
+	}
+	char reason[96];
+	snprintf(reason, sizeof(reason), "unexpected %s frame", frame_type_name(in->type));
+	session_protocol_error(s, "protocol", reason);
+}
+
+/* The frame each handshake phase accepts (0: see on_established). */
+static const enum frame_type phase_accepts[PHASE_ENTRIES] = {
+	[PHASE_AWAIT_HELLO] = FRAME_HELLO,
+	[PHASE_AWAIT_AUTH] = FRAME_AUTH,
+	[PHASE_AWAIT_REGISTER] = FRAME_REGISTER,
+};
+
+static void (*const phase_handlers[PHASE_ENTRIES])(struct session *, const struct frame *) = {
+	[PHASE_AWAIT_HELLO] = on_hello,
+	[PHASE_AWAIT_AUTH] = on_auth,
+	[PHASE_AWAIT_REGISTER] = on_register,
+	[PHASE_ESTABLISHED] = on_established,
+};
+
+void
+session_on_message(struct session *s, const uint8_t *buf, size_t len)
+{
+	struct frame f;
+	char err[160];
+	char reason[200];
+
+	if (s->phase == PHASE_CLOSING)
+		return;
+	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+		snprintf(reason, sizeof(reason), "malformed frame: %s", err);
+		session_protocol_error(s, "malformed", reason);
+		return;
+	}
+	if (s->phase != PHASE_ESTABLISHED && f.type != phase_accepts[s->phase]) {
+		snprintf(reason, sizeof(reason), "%s not allowed in phase %s (expected %s)",
+		    frame_type_name(f.type), phase_names[s->phase],
+		    frame_type_name(phase_accepts[s->phase]));
+		session_protocol_error(s, "out_of_phase", reason);
+		return;
+	}
+	phase_handlers[s->phase](s, &f);
+}
+
+void
+session_closed(struct session *s)
+{
+	/* Only the hub's current session speaks for the agent: a replaced one
+	 * must not fail the verification its successor is running. */
+	if (s->agent.id[0] != '\0' && hub_find(s->gw->hub, s->agent.id) == s) {
+		if (s->verifying)
+			session_verify_fail(s, "agent disconnected during verification");
+		info("agent %s disconnected", s->agent.id);
+		hub_remove(s->gw->hub, s->agent.id, s);
+	}
+	if (s->counted_handshake)
+		s->gw->handshakes--;
+	event_free(s->handshake_timer);
+	event_free(s->verify_timer);
+	OPENSSL_cleanse(s, sizeof(*s));
+	free(s);
+}

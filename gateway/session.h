@@ -1,0 +1,47 @@
+/*
+ * session.h: one agent tunnel as seen by the gateway: the handshake phases,
+ * then the agent's lifecycle (verification, state changes) over it.
+ *
+ * Handshake phases, each accepting only its own frames (anything else gets
+ * an ERROR frame with a reason and the tunnel closes):
+ *
+ *   AWAIT_HELLO --HELLO--> AWAIT_AUTH --AUTH(import)--> AWAIT_REGISTER
+ *                                  \                         |REGISTER
+ *                                   \--AUTH(agent)--> ESTABLISHED   REGISTERED, close
+ *
+ * A session is owned by its conn (server.c): created when the WebSocket is
+ * established, freed by session_closed when it goes away.
+ */
+#ifndef TETHER_SESSION_H
+#define TETHER_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gateway;
+struct conn;
+struct session;
+struct store_agent;
+
+struct session *session_new(struct gateway *gw, struct conn *c);
+/* One complete WebSocket message (a frame, not yet decoded). */
+void session_on_message(struct session *s, const uint8_t *buf, size_t len);
+/* A text message or an oversized one: a protocol error for this tunnel. */
+void session_protocol_error(struct session *s, const char *code, const char *reason);
+/* The transport is gone: leaves the hub, ends a running verification, frees s. */
+void session_closed(struct session *s);
+/* Largest message accepted now: small until authenticated. */
+size_t session_max_message(const struct session *s);
+
+/*
+ * Operator actions on an established session (admin API).  The caller has
+ * already persisted the agent's new record; these tell the agent and act on it.
+ */
+void session_agent_changed(struct session *s, const struct store_agent *a);
+/* Starts verification (persisting enroll|active -> verifying).  Returns the
+ * store result; *out holds the new record. */
+int session_verify(struct session *s, struct store_agent *out, char *err, size_t errlen);
+/* Sends ERROR(code, reason) and closes the tunnel. */
+void session_kick(struct session *s, const char *code, const char *reason);
+
+#endif

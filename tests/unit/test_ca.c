@@ -1,0 +1,482 @@
+/*
+ * test_ca.c: the gateway CA (auth/ca.c): the four files `tether-gateway init`
+ * writes, the server certificate's chain and names, and the CA checksum.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "ca.h"
+#include "fileio.h"
+
+static const char *const files[] = { "ca.crt", "ca.key", "server.crt",
+    "server.key" };
+#define NFILES (sizeof(files) / sizeof(files[0]))
+
+struct fixture {
+	char dir[64];
+};
+
+static void
+path_in(const struct fixture *f, const char *name, char *out, size_t outlen)
+{
+	snprintf(out, outlen, "%s/%s", f->dir, name);
+}
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (f == NULL)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/test_ca.XXXXXX");
+	if (mkdtemp(f->dir) == NULL) {
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+	char path[128];
+	size_t i;
+
+	for (i = 0; i < NFILES; i++) {
+		path_in(f, files[i], path, sizeof(path));
+		unlink(path);
+	}
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static void
+create(struct fixture *f)
+{
+	const char *hosts[] = { "gw.example.com", "10.1.2.3", "::1",
+	    "localhost" };
+	char err[256] = "";
+
+	if (ca_create(f->dir, hosts, 4, err, sizeof(err)) != 0)
+		fail_msg("ca_create: %s", err);
+}
+
+static X509 *
+load_cert(const struct fixture *f, const char *name)
+{
+	char path[128];
+	FILE *fp;
+	X509 *x;
+
+	path_in(f, name, path, sizeof(path));
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	x = PEM_read_X509(fp, NULL, NULL, NULL);
+	fclose(fp);
+	assert_non_null(x);
+	return x;
+}
+
+static EVP_PKEY *
+load_key(const struct fixture *f, const char *name)
+{
+	char path[128];
+	FILE *fp;
+	EVP_PKEY *k;
+
+	path_in(f, name, path, sizeof(path));
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	k = PEM_read_PrivateKey(fp, NULL, NULL, NULL);
+	fclose(fp);
+	assert_non_null(k);
+	return k;
+}
+
+static void
+test_files_and_modes(void **state)
+{
+	struct fixture *f = *state;
+	char path[128], *pem = NULL, err[256];
+	struct stat st;
+	size_t i;
+
+	create(f);
+	for (i = 0; i < NFILES; i++) {
+		path_in(f, files[i], path, sizeof(path));
+		assert_int_equal(stat(path, &st), 0);
+		if (strstr(files[i], ".key") != NULL)
+			assert_int_equal(st.st_mode & 07777, 0600);
+		else
+			assert_int_equal(st.st_mode & 07777, 0644);
+	}
+	/* keys are PKCS#8 */
+	path_in(f, "ca.key", path, sizeof(path));
+	assert_int_equal(file_read_all(path, 65536, &pem, NULL, err,
+	    sizeof(err)), 0);
+	assert_non_null(strstr(pem, "-----BEGIN PRIVATE KEY-----"));
+	OPENSSL_cleanse(pem, strlen(pem));
+	free(pem);
+}
+
+static void
+assert_p256(EVP_PKEY *k)
+{
+	char group[64];
+	size_t len = 0;
+
+	assert_int_equal(EVP_PKEY_get_base_id(k), EVP_PKEY_EC);
+	assert_int_equal(EVP_PKEY_get_utf8_string_param(k, "group", group,
+	    sizeof(group), &len), 1);
+	assert_string_equal(group, "prime256v1");
+}
+
+static void
+assert_days(const ASN1_TIME *from, const ASN1_TIME *to, int min, int max)
+{
+	int days = 0, secs = 0;
+
+	assert_int_equal(ASN1_TIME_diff(&days, &secs, from, to), 1);
+	if (days < min || days > max)
+		fail_msg("validity %d days, want %d..%d", days, min, max);
+}
+
+static void
+assert_cn(X509 *x, const char *prefix)
+{
+	char cn[128];
+	int n;
+
+	n = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName,
+	    cn, sizeof(cn));
+	assert_true(n > 0);
+	if (strncmp(cn, prefix, strlen(prefix)) != 0)
+		fail_msg("CN \"%s\", want \"%s...\"", cn, prefix);
+}
+
+/* A random 16-byte positive serial. */
+static void
+assert_serial(X509 *x)
+{
+	const ASN1_INTEGER *s = X509_get0_serialNumber(x);
+
+	assert_int_equal(ASN1_STRING_length(s), 16);
+	assert_int_equal(ASN1_STRING_type(s), V_ASN1_INTEGER);
+}
+
+static void
+test_ca_cert(void **state)
+{
+	struct fixture *f = *state;
+	X509 *ca = NULL;
+	EVP_PKEY *key = NULL, *pub = NULL;
+	BASIC_CONSTRAINTS *bc = NULL;
+	int crit = -1;
+	char cn[128];
+
+	create(f);
+	ca = load_cert(f, "ca.crt");
+	key = load_key(f, "ca.key");
+	assert_int_equal(X509_check_private_key(ca, key), 1);
+	assert_p256(key);
+
+	assert_cn(ca, "Tether CA ");
+	X509_NAME_get_text_by_NID(X509_get_subject_name(ca), NID_commonName, cn,
+	    sizeof(cn));
+	assert_int_equal(strlen(cn), strlen("Tether CA ") + 16);
+	assert_int_equal(X509_NAME_cmp(X509_get_subject_name(ca),
+	    X509_get_issuer_name(ca)), 0);
+	assert_int_equal(X509_get_version(ca), X509_VERSION_3);
+
+	/* self-signed */
+	pub = X509_get_pubkey(ca);
+	assert_int_equal(X509_verify(ca, pub), 1);
+
+	bc = X509_get_ext_d2i(ca, NID_basic_constraints, &crit, NULL);
+	assert_non_null(bc);
+	assert_true(bc->ca);
+	assert_int_equal(crit, 1);
+	assert_int_equal(X509_get_key_usage(ca), KU_KEY_CERT_SIGN | KU_CRL_SIGN);
+	assert_true(X509_check_ca(ca) > 0);
+	assert_serial(ca);
+	assert_days(X509_get0_notBefore(ca), X509_get0_notAfter(ca), 3649, 3651);
+
+	BASIC_CONSTRAINTS_free(bc);
+	EVP_PKEY_free(pub);
+	EVP_PKEY_free(key);
+	X509_free(ca);
+}
+
+static void
+test_server_cert(void **state)
+{
+	struct fixture *f = *state;
+	X509 *ca = NULL, *server = NULL;
+	EVP_PKEY *key = NULL;
+	X509_STORE *store = NULL;
+	X509_STORE_CTX *ctx = NULL;
+	time_t now = time(NULL);
+
+	create(f);
+	ca = load_cert(f, "ca.crt");
+	server = load_cert(f, "server.crt");
+	key = load_key(f, "server.key");
+	assert_int_equal(X509_check_private_key(server, key), 1);
+	assert_p256(key);
+	assert_cn(server, "tether-gateway");
+	assert_serial(server);
+	assert_days(X509_get0_notBefore(server), X509_get0_notAfter(server),
+	    729, 731);
+	assert_true(X509_cmp_time(X509_get0_notBefore(server), &now) < 0);
+
+	/* the chain verifies for a TLS server */
+	store = X509_STORE_new();
+	assert_non_null(store);
+	assert_int_equal(X509_STORE_add_cert(store, ca), 1);
+	ctx = X509_STORE_CTX_new();
+	assert_non_null(ctx);
+	assert_int_equal(X509_STORE_CTX_init(ctx, store, server, NULL), 1);
+	assert_int_equal(X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER), 1);
+	if (X509_verify_cert(ctx) != 1)
+		fail_msg("verify: %s", X509_verify_cert_error_string(
+		    X509_STORE_CTX_get_error(ctx)));
+
+	/* not a CA; serverAuth only */
+	assert_int_equal(X509_check_ca(server), 0);
+	assert_true(X509_get_extended_key_usage(server) & XKU_SSL_SERVER);
+	assert_false(X509_get_extended_key_usage(server) & XKU_SSL_CLIENT);
+
+	/* names: the given ones plus localhost and 127.0.0.1 */
+	assert_int_equal(X509_check_host(server, "gw.example.com", 0, 0, NULL), 1);
+	assert_int_equal(X509_check_host(server, "localhost", 0, 0, NULL), 1);
+	assert_int_equal(X509_check_ip_asc(server, "127.0.0.1", 0), 1);
+	assert_int_equal(X509_check_ip_asc(server, "10.1.2.3", 0), 1);
+	assert_int_equal(X509_check_ip_asc(server, "::1", 0), 1);
+	assert_int_equal(X509_check_host(server, "other.example.com", 0, 0,
+	    NULL), 0);
+	/* an address is an IP SAN, not a DNS name */
+	assert_int_equal(X509_check_host(server, "10.1.2.3", 0, 0, NULL), 0);
+	assert_int_equal(X509_check_ip_asc(server, "10.1.2.4", 0), 0);
+
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(store);
+	EVP_PKEY_free(key);
+	X509_free(server);
+	X509_free(ca);
+}
+
+/* "localhost" given again is not listed twice. */
+static void
+test_san_no_duplicates(void **state)
+{
+	struct fixture *f = *state;
+	X509 *server = NULL;
+	GENERAL_NAMES *gens = NULL;
+
+	create(f);
+	server = load_cert(f, "server.crt");
+	gens = X509_get_ext_d2i(server, NID_subject_alt_name, NULL, NULL);
+	assert_non_null(gens);
+	/* gw.example.com, 10.1.2.3, ::1, localhost, 127.0.0.1 */
+	assert_int_equal(sk_GENERAL_NAME_num(gens), 5);
+	GENERAL_NAMES_free(gens);
+	X509_free(server);
+}
+
+static void
+test_bad_hostnames(void **state)
+{
+	struct fixture *f = *state;
+	const char *bad[] = { "", "two words", "a,DNS:evil.example", "x\n" };
+	char err[256], path[128];
+	size_t i, j;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(ca_create(f->dir, &bad[i], 1, err, sizeof(err)), -1);
+		assert_true(strlen(err) > 0);
+		/* nothing half-written */
+		for (j = 0; j < NFILES; j++) {
+			path_in(f, files[j], path, sizeof(path));
+			assert_false(file_exists(path));
+		}
+	}
+	err[0] = '\0';
+	assert_int_equal(ca_create("/nonexistent/tether-test", NULL, 0, err,
+	    sizeof(err)), -1);
+	assert_true(strlen(err) > 0);
+}
+
+/* No hostnames at all still gives localhost and 127.0.0.1. */
+static void
+test_no_hostnames(void **state)
+{
+	struct fixture *f = *state;
+	X509 *server = NULL;
+	char err[256];
+
+	assert_int_equal(ca_create(f->dir, NULL, 0, err, sizeof(err)), 0);
+	server = load_cert(f, "server.crt");
+	assert_int_equal(X509_check_host(server, "localhost", 0, 0, NULL), 1);
+	assert_int_equal(X509_check_ip_asc(server, "127.0.0.1", 0), 1);
+	X509_free(server);
+}
+
+/* The checksum computed here, independently: "sha256:" + hex(SHA-256(DER)). */
+static void
+reference_checksum(X509 *x, char out[CA_CHECKSUM_MAX])
+{
+	unsigned char *der = NULL;
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	int len, i;
+
+	len = i2d_X509(x, &der);
+	assert_true(len > 0);
+	assert_int_equal(EVP_Digest(der, (size_t)len, md, &mdlen, EVP_sha256(),
+	    NULL), 1);
+	OPENSSL_free(der);
+	strcpy(out, "sha256:");
+	for (i = 0; i < 32; i++)
+		snprintf(out + 7 + 2 * i, 3, "%02x", md[i]);
+}
+
+static void
+test_checksum(void **state)
+{
+	struct fixture *f = *state;
+	X509 *ca = NULL;
+	char want[CA_CHECKSUM_MAX], got[CA_CHECKSUM_MAX], path[128], err[256];
+	char *crt = NULL, *key = NULL, *both = NULL;
+	size_t crtlen = 0, keylen = 0;
+
+	create(f);
+	ca = load_cert(f, "ca.crt");
+	reference_checksum(ca, want);
+	X509_free(ca);
+
+	path_in(f, "ca.crt", path, sizeof(path));
+	assert_int_equal(ca_checksum_file(path, got, err, sizeof(err)), 0);
+	assert_string_equal(got, want);
+	assert_int_equal(strlen(got), 71);
+	assert_int_equal(ca_checksum_valid(got), 0);
+
+	/* from a buffer, and the first certificate after some other block */
+	assert_int_equal(file_read_all(path, 65536, &crt, &crtlen, err,
+	    sizeof(err)), 0);
+	assert_int_equal(ca_checksum_pem(crt, crtlen, got, err, sizeof(err)), 0);
+	assert_string_equal(got, want);
+	path_in(f, "server.key", path, sizeof(path));
+	assert_int_equal(file_read_all(path, 65536, &key, &keylen, err,
+	    sizeof(err)), 0);
+	both = malloc(keylen + crtlen + 1);
+	assert_non_null(both);
+	memcpy(both, key, keylen);
+	memcpy(both + keylen, crt, crtlen + 1);
+	assert_int_equal(ca_checksum_pem(both, keylen + crtlen, got, err,
+	    sizeof(err)), 0);
+	assert_string_equal(got, want);
+
+	/* the server certificate has a different checksum */
+	path_in(f, "server.crt", path, sizeof(path));
+	assert_int_equal(ca_checksum_file(path, got, err, sizeof(err)), 0);
+	assert_string_not_equal(got, want);
+
+	free(both);
+	free(key);
+	free(crt);
+}
+
+static void
+test_checksum_errors(void **state)
+{
+	static const char garbage[] = "this is not a certificate\n";
+	static const char broken[] = "-----BEGIN CERTIFICATE-----\nAAAA\n"
+	    "-----END CERTIFICATE-----\n";
+	char out[CA_CHECKSUM_MAX], err[256];
+
+	err[0] = '\0';
+	assert_int_equal(ca_checksum_pem(garbage, sizeof(garbage) - 1, out, err,
+	    sizeof(err)), -1);
+	assert_true(strlen(err) > 0);
+	err[0] = '\0';
+	assert_int_equal(ca_checksum_pem(broken, sizeof(broken) - 1, out, err,
+	    sizeof(err)), -1);
+	assert_true(strlen(err) > 0);
+	err[0] = '\0';
+	assert_int_equal(ca_checksum_pem("", 0, out, err, sizeof(err)), -1);
+	assert_true(strlen(err) > 0);
+	err[0] = '\0';
+	assert_int_equal(ca_checksum_file("/nonexistent/ca.crt", out, err,
+	    sizeof(err)), -1);
+	assert_non_null(strstr(err, "/nonexistent/ca.crt"));
+}
+
+static void
+test_checksum_valid(void **state)
+{
+	const char *hex = "0123456789abcdef0123456789abcdef"
+	    "0123456789abcdef0123456789abcdef";
+	char s[128];
+
+	snprintf(s, sizeof(s), "sha256:%s", hex);
+	assert_int_equal(ca_checksum_valid(s), 0);
+
+	assert_int_equal(ca_checksum_valid(hex), -1);
+	assert_int_equal(ca_checksum_valid(""), -1);
+	assert_int_equal(ca_checksum_valid("sha256:"), -1);
+	snprintf(s, sizeof(s), "sha1:%s", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), "SHA256:%s", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), "sha256:%.63s", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), "sha256:%s0", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), "sha256:%s\n", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), "sha256:%.63sA", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), "sha256:%.63sg", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+	snprintf(s, sizeof(s), " sha256:%s", hex);
+	assert_int_equal(ca_checksum_valid(s), -1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_files_and_modes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ca_cert, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_server_cert, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_san_no_duplicates, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_bad_hostnames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_hostnames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_checksum, setup, teardown),
+		cmocka_unit_test(test_checksum_errors),
+		cmocka_unit_test(test_checksum_valid),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,866 @@
+/*
+ * test_store.c: the SQLite store against a real database file in a temp
+ * directory: opening and migrating, clusters, tokens, the register rules,
+ * persisted transitions and a second connection on the same file.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "log.h"
+#include "store.h"
+
+#define NOW 1700000000
+
+struct fixture {
+	char dir[64];
+	char path[128];
+	char url[160];
+	struct store *s;
+};
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char err[STORE_ERROR_MAX + 1];
+
+	if (f == NULL)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/tether-store-XXXXXX");
+	if (mkdtemp(f->dir) == NULL) {
+		free(f);
+		return -1;
+	}
+	snprintf(f->path, sizeof(f->path), "%s/tether.db", f->dir);
+	snprintf(f->url, sizeof(f->url), "sqlite://%s", f->path);
+	if (store_open(f->url, &f->s, err, sizeof(err)) != STORE_OK) {
+		fprintf(stderr, "store_open: %s\n", err);
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+/* Removes whatever the test left in its directory (db, -wal, -shm). */
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+	char p[512];
+	struct dirent *de;
+	DIR *d;
+
+	store_close(f->s);
+	if ((d = opendir(f->dir)) != NULL) {
+		while ((de = readdir(d)) != NULL) {
+			if (strcmp(de->d_name, ".") == 0 ||
+			    strcmp(de->d_name, "..") == 0)
+				continue;
+			snprintf(p, sizeof(p), "%s/%s", f->dir, de->d_name);
+			unlink(p);
+		}
+		closedir(d);
+	}
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static void
+reopen(struct fixture *f)
+{
+	char err[STORE_ERROR_MAX + 1];
+
+	store_close(f->s);
+	f->s = NULL;
+	assert_int_equal(store_open(f->url, &f->s, err, sizeof(err)), STORE_OK);
+}
+
+static int
+is_id(const char *id, char prefix)
+{
+	size_t i;
+
+	if (strlen(id) != 14 || id[0] != prefix || id[1] != '-')
+		return 0;
+	for (i = 2; i < 14; i++)
+		if (strchr("0123456789abcdef", id[i]) == NULL)
+			return 0;
+	return 1;
+}
+
+static void
+make_cluster(struct fixture *f, const char *name, struct store_cluster *c)
+{
+	char err[STORE_ERROR_MAX + 1];
+
+	assert_int_equal(store_cluster_create(f->s, name, NOW, c, err,
+	    sizeof(err)), STORE_OK);
+}
+
+static void
+fill_token(struct store_token *t, const char *id, enum token_kind kind,
+    const char *cluster)
+{
+	memset(t, 0, sizeof(*t));
+	snprintf(t->id, sizeof(t->id), "%s", id);
+	t->kind = kind;
+	snprintf(t->cluster, sizeof(t->cluster), "%s", cluster);
+	memset(t->verifier, 0x5a, sizeof(t->verifier));
+	t->expires_at = NOW + 3600;
+	t->uses_left = 1;
+	t->created_at = NOW;
+}
+
+static void
+insert_token(struct fixture *f, const struct store_token *t)
+{
+	char err[STORE_ERROR_MAX + 1];
+
+	assert_int_equal(store_token_insert(f->s, t, err, sizeof(err)),
+	    STORE_OK);
+}
+
+/* An import token with the given uses, for cluster *c, which is first
+ * created as "prod" when its id is empty. */
+static void
+make_import(struct fixture *f, const char *token_id, int64_t uses,
+    bool manual, struct store_cluster *c)
+{
+	struct store_token t;
+
+	if (c->id[0] == '\0')
+		make_cluster(f, "prod", c);
+	fill_token(&t, token_id, TOKEN_IMPORT, c->id);
+	t.uses_left = uses;
+	t.approval_manual = manual;
+	insert_token(f, &t);
+}
+
+static void
+key(uint8_t k[32], uint8_t fill)
+{
+	memset(k, fill, 32);
+}
+
+static int64_t
+uses_of(struct fixture *f, const char *token_id)
+{
+	struct store_token t;
+
+	assert_int_equal(store_token_get(f->s, token_id, &t), STORE_OK);
+	return t.uses_left;
+}
+
+static void
+expect_refused(struct fixture *f, const char *token_id, const char *node,
+    uint8_t keyfill, const char *want)
+{
+	char err[STORE_ERROR_MAX + 1] = "";
+	struct store_agent a;
+	bool created = true;
+	uint8_t k[32];
+
+	key(k, keyfill);
+	assert_int_equal(store_agent_register(f->s, token_id, node, k, NOW, &a,
+	    &created, err, sizeof(err)), STORE_REFUSED);
+	assert_string_equal(err, want);
+}
+
+static void
+do_register(struct fixture *f, const char *token_id, const char *node,
+    uint8_t keyfill, struct store_agent *a, bool *created)
+{
+	char err[STORE_ERROR_MAX + 1] = "";
+	uint8_t k[32];
+	int rc;
+
+	key(k, keyfill);
+	rc = store_agent_register(f->s, token_id, node, k, NOW, a, created, err,
+	    sizeof(err));
+	if (rc != STORE_OK)
+		fprintf(stderr, "register: %s\n", err);
+	assert_int_equal(rc, STORE_OK);
+}
+
+static void
+do_transition(struct store *s, const char *id, enum agent_event ev,
+    const char *last_error, struct store_agent *a)
+{
+	char err[STORE_ERROR_MAX + 1] = "";
+	int rc;
+
+	rc = store_agent_transition(s, id, ev, last_error, NOW + 10, a, err,
+	    sizeof(err));
+	if (rc != STORE_OK)
+		fprintf(stderr, "transition: %s\n", err);
+	assert_int_equal(rc, STORE_OK);
+}
+
+/* Runs a query that answers one integer, on a connection of our own. */
+static int64_t
+raw_int(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	int64_t v;
+
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
+	    NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
+/* ---- open and migrations ------------------------------------------------ */
+
+static void
+test_open_creates_and_migrates(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c, got;
+	struct stat st;
+	char wal[160];
+
+	assert_int_equal(store_schema_version(f->s), 1);
+	assert_int_equal(stat(f->path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	make_cluster(f, "keepme", &c);
+	/* SQLite gives the WAL the database file's mode. */
+	snprintf(wal, sizeof(wal), "%s-wal", f->path);
+	assert_int_equal(stat(wal, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+
+	reopen(f);
+	assert_int_equal(store_schema_version(f->s), 1);
+	assert_int_equal(store_cluster_get(f->s, c.id, &got), STORE_OK);
+	assert_string_equal(got.name, "keepme");
+	/* The migration ran once, not once per open. */
+	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"),
+	    1);
+	assert_int_equal(raw_int(f->path,
+	    "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+}
+
+static void
+test_open_bad_urls(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1], url[256];
+	struct store *s = (struct store *)1;
+
+	assert_int_equal(store_open("postgres://u:pw@db/tether", &s, err,
+	    sizeof(err)), STORE_ERR);
+	assert_null(s);
+	assert_string_equal(err, "PostgreSQL store not yet supported");
+
+	assert_int_equal(store_open("mysql://u:secret@db", &s, err, sizeof(err)),
+	    STORE_ERR);
+	assert_null(strstr(err, "secret"));
+	assert_int_equal(store_open("sqlite://", &s, err, sizeof(err)),
+	    STORE_ERR);
+	assert_int_equal(store_open("", &s, err, sizeof(err)), STORE_ERR);
+
+	snprintf(url, sizeof(url), "sqlite://%s/no/such/dir/x.db", f->dir);
+	assert_int_equal(store_open(url, &s, err, sizeof(err)), STORE_ERR);
+	assert_null(s);
+}
+
+static void
+test_newer_schema_refused(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	sqlite3 *db;
+
+	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "INSERT INTO schema_version "
+	    "VALUES (99, 0)", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+
+	store_close(f->s);
+	assert_int_equal(store_open(f->url, &f->s, err, sizeof(err)), STORE_ERR);
+	assert_null(f->s);
+	assert_non_null(strstr(err, "newer"));
+}
+
+/* ---- clusters ----------------------------------------------------------- */
+
+static void
+test_clusters(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster a, b, got, *list;
+	size_t n;
+
+	make_cluster(f, "prod", &a);
+	assert_true(is_id(a.id, 'c'));
+	assert_string_equal(a.name, "prod");
+	assert_int_equal(a.created_at, NOW);
+	make_cluster(f, "edge-01.site_a", &b);
+	assert_string_not_equal(a.id, b.id);
+
+	assert_int_equal(store_cluster_get(f->s, a.id, &got), STORE_OK);
+	assert_string_equal(got.id, a.id);
+	assert_string_equal(got.name, "prod");
+	assert_int_equal(got.created_at, NOW);
+	assert_int_equal(store_cluster_get(f->s, "c-000000000000", &got),
+	    STORE_NOTFOUND);
+
+	assert_int_equal(store_cluster_list(f->s, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].name, "prod");
+	assert_string_equal(list[1].name, "edge-01.site_a");
+	free(list);
+
+	assert_int_equal(store_cluster_create(f->s, "prod", NOW, &got, err,
+	    sizeof(err)), STORE_CONFLICT);
+	assert_string_equal(err, "cluster prod already exists");
+}
+
+static void
+test_cluster_names(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const bad[] = {
+		"", "a b", "a/b", "../x", "prod\n", "caf\xc3\xa9", "x;drop",
+		"0123456789012345678901234567890123456789012345678901234567890123",
+	};
+	char err[STORE_ERROR_MAX + 1], longest[STORE_NAME_MAX + 1];
+	struct store_cluster c, *list;
+	size_t i, n;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(store_cluster_create(f->s, bad[i], NOW, &c, err,
+		    sizeof(err)), STORE_REFUSED);
+		assert_non_null(strstr(err, "invalid cluster name"));
+	}
+	assert_int_equal(store_cluster_create(f->s, NULL, NOW, &c, err,
+	    sizeof(err)), STORE_REFUSED);
+	assert_int_equal(store_cluster_list(f->s, &list, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	free(list);
+
+	memset(longest, 'x', STORE_NAME_MAX);
+	longest[STORE_NAME_MAX] = '\0';
+	make_cluster(f, longest, &c);
+	assert_string_equal(c.name, longest);
+}
+
+/* ---- tokens ------------------------------------------------------------- */
+
+static void
+test_tokens(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster c;
+	struct store_token t, got;
+
+	make_cluster(f, "prod", &c);
+	fill_token(&t, "0123456789abcdef", TOKEN_IMPORT, c.id);
+	t.uses_left = 5;
+	t.approval_manual = true;
+	insert_token(f, &t);
+	assert_int_equal(store_token_get(f->s, t.id, &got), STORE_OK);
+	assert_string_equal(got.id, t.id);
+	assert_int_equal(got.kind, TOKEN_IMPORT);
+	assert_string_equal(got.cluster, c.id);
+	assert_string_equal(got.name, "");
+	assert_memory_equal(got.verifier, t.verifier, 32);
+	assert_int_equal(got.expires_at, NOW + 3600);
+	assert_int_equal(got.uses_left, 5);
+	assert_true(got.approval_manual);
+	assert_false(got.revoked);
+	assert_int_equal(got.created_at, NOW);
+
+	assert_int_equal(store_token_insert(f->s, &t, err, sizeof(err)),
+	    STORE_CONFLICT);
+
+	/* Admin and user tokens belong to no cluster. */
+	fill_token(&t, "aaaaaaaaaaaaaaaa", TOKEN_ADMIN, "");
+	snprintf(t.name, sizeof(t.name), "alice@example.com");
+	t.expires_at = 0;
+	t.uses_left = -1;
+	insert_token(f, &t);
+	assert_int_equal(store_token_get(f->s, t.id, &got), STORE_OK);
+	assert_int_equal(got.kind, TOKEN_ADMIN);
+	assert_string_equal(got.cluster, "");
+	assert_string_equal(got.name, "alice@example.com");
+	assert_int_equal(got.uses_left, -1);
+
+	assert_int_equal(store_token_get(f->s, "ffffffffffffffff", &got),
+	    STORE_NOTFOUND);
+
+	fill_token(&t, "bbbbbbbbbbbbbbbb", TOKEN_IMPORT, "");
+	assert_int_equal(store_token_insert(f->s, &t, err, sizeof(err)),
+	    STORE_REFUSED);
+	fill_token(&t, "bbbbbbbbbbbbbbbb", TOKEN_IMPORT, "c-000000000000");
+	assert_int_equal(store_token_insert(f->s, &t, err, sizeof(err)),
+	    STORE_REFUSED);
+	fill_token(&t, "bbbbbbbbbbbbbbbb", (enum token_kind)7, c.id);
+	assert_int_equal(store_token_insert(f->s, &t, err, sizeof(err)),
+	    STORE_REFUSED);
+}
+
+/* ---- register ----------------------------------------------------------- */
+
+static void
+test_register_happy(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, got;
+	bool created = false;
+	uint8_t k[32];
+
+	make_import(f, "1111111111111111", 2, false, &c);
+	do_register(f, "1111111111111111", "node-1", 0x01, &a, &created);
+	assert_true(created);
+	assert_true(is_id(a.id, 'a'));
+	assert_string_equal(a.cluster, c.id);
+	assert_string_equal(a.node, "node-1");
+	key(k, 0x01);
+	assert_memory_equal(a.pubkey, k, 32);
+	assert_int_equal(a.state, AGENT_ENROLL);
+	assert_string_equal(a.last_error, "");
+	assert_string_equal(a.token_id, "1111111111111111");
+	assert_int_equal(a.created_at, NOW);
+	assert_int_equal(a.updated_at, NOW);
+	assert_int_equal(uses_of(f, "1111111111111111"), 1);
+
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_memory_equal(&got, &a, sizeof(a));
+	assert_int_equal(store_agent_get(f->s, "a-000000000000", &got),
+	    STORE_NOTFOUND);
+}
+
+static void
+test_register_manual_and_unlimited(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a;
+	bool created = false;
+
+	make_import(f, "2222222222222222", -1, true, &c);
+	do_register(f, "2222222222222222", "node-1", 0x01, &a, &created);
+	assert_true(created);
+	assert_int_equal(a.state, AGENT_PENDING_APPROVAL);
+	do_register(f, "2222222222222222", "node-2", 0x02, &a, &created);
+	assert_true(created);
+	/* Unlimited stays unlimited. */
+	assert_int_equal(uses_of(f, "2222222222222222"), -1);
+}
+
+static void
+test_register_refusals(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_token t;
+	struct store_agent *list;
+	size_t n;
+
+	make_import(f, "3333333333333333", 1, false, &c);
+
+	fill_token(&t, "e000000000000000", TOKEN_IMPORT, c.id);
+	t.expires_at = NOW;                 /* expires at the very second */
+	insert_token(f, &t);
+	expect_refused(f, "e000000000000000", "n1", 1, "import token expired");
+
+	fill_token(&t, "u000000000000000", TOKEN_IMPORT, c.id);
+	t.uses_left = 0;
+	insert_token(f, &t);
+	expect_refused(f, "u000000000000000", "n1", 1, "import token used up");
+
+	fill_token(&t, "r000000000000000", TOKEN_IMPORT, c.id);
+	t.revoked = true;
+	insert_token(f, &t);
+	expect_refused(f, "r000000000000000", "n1", 1, "import token revoked");
+
+	fill_token(&t, "k000000000000000", TOKEN_USER, "");
+	insert_token(f, &t);
+	expect_refused(f, "k000000000000000", "n1", 1, "not an import token");
+	fill_token(&t, "k100000000000000", TOKEN_ADMIN, "");
+	insert_token(f, &t);
+	expect_refused(f, "k100000000000000", "n1", 1, "not an import token");
+
+	expect_refused(f, "ffffffffffffffff", "n1", 1, "unknown import token");
+	expect_refused(f, "", "n1", 1, "unknown import token");
+
+	expect_refused(f, "3333333333333333", "", 1,
+	    "invalid node name: use 1 to 63 characters of A-Z a-z 0-9 . _ -");
+	expect_refused(f, "3333333333333333", "a b", 1,
+	    "invalid node name: use 1 to 63 characters of A-Z a-z 0-9 . _ -");
+
+	/* Nothing was registered and the good token kept its use. */
+	assert_int_equal(store_agent_list(f->s, NULL, &list, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	free(list);
+	assert_int_equal(uses_of(f, "3333333333333333"), 1);
+	assert_int_equal(uses_of(f, "u000000000000000"), 0);
+}
+
+static void
+test_register_retry(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, b, *list;
+	bool created = false;
+	size_t n;
+
+	make_import(f, "4444444444444444", 2, false, &c);
+	do_register(f, "4444444444444444", "node-1", 0x01, &a, &created);
+	assert_true(created);
+	assert_int_equal(uses_of(f, "4444444444444444"), 1);
+
+	do_register(f, "4444444444444444", "node-1", 0x01, &b, &created);
+	assert_false(created);
+	assert_string_equal(b.id, a.id);
+	assert_memory_equal(&b, &a, sizeof(a));
+	assert_int_equal(uses_of(f, "4444444444444444"), 1);
+
+	assert_int_equal(store_agent_list(f->s, NULL, &list, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	free(list);
+}
+
+/* A one-use token: the reply to the first REGISTER was lost, the node asks
+ * again with the same key and must get its agent, not "used up". */
+static void
+test_register_retry_after_last_use(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, b;
+	bool created = false;
+
+	make_import(f, "5555555555555555", 1, false, &c);
+	do_register(f, "5555555555555555", "node-1", 0x01, &a, &created);
+	assert_int_equal(uses_of(f, "5555555555555555"), 0);
+	do_register(f, "5555555555555555", "node-1", 0x01, &b, &created);
+	assert_false(created);
+	assert_string_equal(b.id, a.id);
+	/* A new node, though, is refused. */
+	expect_refused(f, "5555555555555555", "node-2", 0x02,
+	    "import token used up");
+}
+
+static void
+test_register_other_key_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a;
+	char want[STORE_ERROR_MAX + 1];
+	bool created = false;
+
+	make_import(f, "6666666666666666", 5, false, &c);
+	do_register(f, "6666666666666666", "node-1", 0x01, &a, &created);
+	snprintf(want, sizeof(want), "node node-1 is already registered in "
+	    "cluster prod as agent %s", a.id);
+	expect_refused(f, "6666666666666666", "node-1", 0x02, want);
+	assert_int_equal(uses_of(f, "6666666666666666"), 4);
+}
+
+static void
+test_register_after_revoke(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, b, r, *list;
+	bool created = false;
+	size_t n;
+
+	make_import(f, "7777777777777777", 5, false, &c);
+	do_register(f, "7777777777777777", "node-1", 0x01, &a, &created);
+	do_transition(f->s, a.id, AGENT_EV_REVOKE, NULL, &r);
+	assert_int_equal(r.state, AGENT_REVOKED);
+
+	do_register(f, "7777777777777777", "node-1", 0x02, &b, &created);
+	assert_true(created);
+	assert_string_not_equal(b.id, a.id);
+	assert_int_equal(b.state, AGENT_ENROLL);
+	assert_int_equal(uses_of(f, "7777777777777777"), 3);
+
+	/* The revoked key, retried, gets the revoked agent back rather than
+	 * a fresh one; the live agent now holds the node. */
+	do_register(f, "7777777777777777", "node-1", 0x01, &r, &created);
+	assert_false(created);
+	assert_string_equal(r.id, a.id);
+	assert_int_equal(r.state, AGENT_REVOKED);
+
+	assert_int_equal(store_agent_list(f->s, c.id, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	free(list);
+}
+
+/* ---- transitions and lists ---------------------------------------------- */
+
+static void
+test_transitions_persist(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, got;
+	char err[STORE_ERROR_MAX + 1], longmsg[400];
+	bool created = false;
+
+	make_import(f, "8888888888888888", 1, true, &c);
+	do_register(f, "8888888888888888", "node-1", 0x01, &a, &created);
+	assert_int_equal(a.state, AGENT_PENDING_APPROVAL);
+
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_VERIFY,
+	    NULL, NOW, &got, err, sizeof(err)), STORE_REFUSED);
+	assert_string_equal(err, "cannot verify: agent awaits approval");
+
+	do_transition(f->s, a.id, AGENT_EV_APPROVE, NULL, &got);
+	assert_int_equal(got.state, AGENT_ENROLL);
+	assert_int_equal(got.updated_at, NOW + 10);
+	do_transition(f->s, a.id, AGENT_EV_VERIFY, NULL, &got);
+	do_transition(f->s, a.id, AGENT_EV_VERIFY_FAIL, "bad signature", &got);
+	assert_int_equal(got.state, AGENT_ENROLL);
+	assert_string_equal(got.last_error, "bad signature");
+
+	reopen(f);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_int_equal(got.state, AGENT_ENROLL);
+	assert_string_equal(got.last_error, "bad signature");
+
+	/* Other events keep the error until verification succeeds. */
+	do_transition(f->s, a.id, AGENT_EV_VERIFY, NULL, &got);
+	assert_string_equal(got.last_error, "bad signature");
+	do_transition(f->s, a.id, AGENT_EV_VERIFY_OK, "ignored", &got);
+	assert_int_equal(got.state, AGENT_ACTIVE);
+	assert_string_equal(got.last_error, "");
+
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_APPROVE,
+	    NULL, NOW, &got, err, sizeof(err)), STORE_REFUSED);
+	assert_string_equal(err, "cannot approve: agent is active");
+
+	/* A failure without a message still records one; a long one is
+	 * clipped to fit. */
+	do_transition(f->s, a.id, AGENT_EV_VERIFY, NULL, &got);
+	do_transition(f->s, a.id, AGENT_EV_VERIFY_FAIL, NULL, &got);
+	assert_string_equal(got.last_error, "verification failed");
+	do_transition(f->s, a.id, AGENT_EV_VERIFY, NULL, &got);
+	memset(longmsg, 'e', sizeof(longmsg) - 1);
+	longmsg[sizeof(longmsg) - 1] = '\0';
+	do_transition(f->s, a.id, AGENT_EV_VERIFY_FAIL, longmsg, &got);
+	assert_int_equal(strlen(got.last_error), STORE_ERROR_MAX);
+
+	do_transition(f->s, a.id, AGENT_EV_REVOKE, "key leaked", &got);
+	reopen(f);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_int_equal(got.state, AGENT_REVOKED);
+	assert_string_equal(got.last_error, "key leaked");
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_VERIFY,
+	    NULL, NOW, &got, err, sizeof(err)), STORE_REFUSED);
+	assert_string_equal(err, "agent is revoked");
+
+	assert_int_equal(store_agent_transition(f->s, "a-000000000000",
+	    AGENT_EV_REVOKE, NULL, NOW, &got, err, sizeof(err)), STORE_NOTFOUND);
+}
+
+static void
+test_list_by_cluster(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c1 = { .id = "" }, c2, c3;
+	struct store_token t;
+	struct store_agent a1, a2, a3, *list;
+	bool created;
+	size_t n;
+
+	make_import(f, "9999999999999999", -1, false, &c1);
+	make_cluster(f, "staging", &c2);
+	make_cluster(f, "empty", &c3);
+	fill_token(&t, "9999999999999998", TOKEN_IMPORT, c2.id);
+	t.uses_left = -1;
+	insert_token(f, &t);
+
+	do_register(f, "9999999999999999", "n1", 1, &a1, &created);
+	do_register(f, "9999999999999998", "n1", 2, &a2, &created);
+	do_register(f, "9999999999999999", "n2", 3, &a3, &created);
+
+	assert_int_equal(store_agent_list(f->s, NULL, &list, &n), STORE_OK);
+	assert_int_equal(n, 3);
+	assert_string_equal(list[0].id, a1.id);
+	assert_string_equal(list[1].id, a2.id);
+	assert_string_equal(list[2].id, a3.id);
+	free(list);
+
+	assert_int_equal(store_agent_list(f->s, c1.id, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].id, a1.id);
+	assert_string_equal(list[1].id, a3.id);
+	free(list);
+
+	assert_int_equal(store_agent_list(f->s, c2.id, &list, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(list[0].node, "n1");
+	assert_string_equal(list[0].cluster, c2.id);
+	free(list);
+
+	assert_int_equal(store_agent_list(f->s, c3.id, &list, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	free(list);
+}
+
+/* Many agents, so the list grows its array more than once. */
+static void
+test_list_many(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, *list;
+	char node[16];
+	bool created;
+	size_t i, n;
+
+	make_import(f, "abababababababab", -1, false, &c);
+	for (i = 0; i < 40; i++) {
+		snprintf(node, sizeof(node), "n%zu", i);
+		do_register(f, "abababababababab", node, (uint8_t)i, &a,
+		    &created);
+	}
+	assert_int_equal(store_agent_list(f->s, c.id, &list, &n), STORE_OK);
+	assert_int_equal(n, 40);
+	assert_string_equal(list[39].node, "n39");
+	free(list);
+}
+
+/* ---- a second connection ------------------------------------------------ */
+
+static void
+test_second_connection(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store *other = NULL;
+	struct store_cluster c = { .id = "" }, got;
+	struct store_agent a, seen;
+	bool created;
+
+	assert_int_equal(store_open(f->url, &other, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_schema_version(other), 1);
+
+	make_import(f, "cdcdcdcdcdcdcdcd", 3, false, &c);
+	assert_int_equal(store_cluster_get(other, c.id, &got), STORE_OK);
+	assert_string_equal(got.name, "prod");
+
+	/* Registered through the other connection, seen through the first. */
+	assert_int_equal(store_agent_register(other, "cdcdcdcdcdcdcdcd", "n1",
+	    (const uint8_t[32]){ 9 }, NOW, &a, &created, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &seen), STORE_OK);
+	assert_int_equal(uses_of(f, "cdcdcdcdcdcdcdcd"), 2);
+
+	do_transition(f->s, a.id, AGENT_EV_VERIFY, NULL, &seen);
+	assert_int_equal(store_agent_get(other, a.id, &seen), STORE_OK);
+	assert_int_equal(seen.state, AGENT_VERIFYING);
+
+	/* Both see the same rule: the node is taken for another key. */
+	assert_int_equal(store_agent_register(other, "cdcdcdcdcdcdcdcd", "n1",
+	    (const uint8_t[32]){ 8 }, NOW, &a, &created, err, sizeof(err)),
+	    STORE_REFUSED);
+	store_close(other);
+}
+
+struct holder {
+	const char *path;
+	sqlite3 *db;
+	pthread_barrier_t locked;
+};
+
+/* Holds the write lock for a moment, as another gateway might. */
+static void *
+hold_lock(void *arg)
+{
+	struct holder *h = arg;
+
+	sqlite3_open(h->path, &h->db);
+	sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	pthread_barrier_wait(&h->locked);
+	usleep(300 * 1000);
+	sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL);
+	sqlite3_close(h->db);
+	return NULL;
+}
+
+static void
+test_waits_for_lock(void **state)
+{
+	struct fixture *f = *state;
+	struct holder h = { .path = f->path };
+	struct store_cluster c;
+	struct timespec t0, t1;
+	pthread_t th;
+
+	assert_int_equal(pthread_barrier_init(&h.locked, NULL, 2), 0);
+	assert_int_equal(pthread_create(&th, NULL, hold_lock, &h), 0);
+	pthread_barrier_wait(&h.locked);
+	/* Blocks until the holder commits, well within the busy timeout. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	make_cluster(f, "patient", &c);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true((t1.tv_sec - t0.tv_sec) * 1000 +
+	    (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 200);
+	pthread_join(th, NULL);
+	pthread_barrier_destroy(&h.locked);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_open_creates_and_migrates),
+		T(test_open_bad_urls),
+		T(test_newer_schema_refused),
+		T(test_clusters),
+		T(test_cluster_names),
+		T(test_tokens),
+		T(test_register_happy),
+		T(test_register_manual_and_unlimited),
+		T(test_register_refusals),
+		T(test_register_retry),
+		T(test_register_retry_after_last_use),
+		T(test_register_other_key_refused),
+		T(test_register_after_revoke),
+		T(test_transitions_persist),
+		T(test_list_by_cluster),
+		T(test_list_many),
+		T(test_second_connection),
+		T(test_waits_for_lock),
+#undef T
+	};
+
+	/* Keep the output to the test results. */
+	log_init("test", LOG_LEVEL_WARN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,684 @@
+/*
+ * agent.c: `tether-client run`: the node's end of the tunnel (see agent.h).
+ *
+ * One libevent loop drives libwebsockets (as a guest) and the reconnect
+ * timer.  The tunnel's handshake is a small state machine:
+ *
+ *   DISCONNECTED --connect--> AWAIT_CHALLENGE --CHALLENGE/AUTH-->
+ *     import token:  AWAIT_REGISTERED --REGISTERED--> (save credential) DISCONNECTED
+ *     agent key:     AWAIT_WELCOME --WELCOME--> ESTABLISHED
+ *
+ * A refusal the gateway calls final (bad, expired or used-up token, revoked
+ * agent, no common version) ends the process with exit 1 and the gateway's
+ * reason; anything else (network loss, gateway restart) is retried with
+ * exponential backoff and jitter, capped near 30 s.
+ */
+#include "agent.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <libwebsockets.h>
+#include <openssl/crypto.h>
+
+#include "agentkey.h"
+#include "fileio.h"
+#include "frame.h"
+#include "framequeue.h"
+#include "log.h"
+#include "state.h"
+#include "token.h"
+
+#define BACKOFF_MIN_MS   500
+#define BACKOFF_MAX_MS   30000
+#define MAX_MESSAGE      (1 << 20)
+#define MAX_QUEUE        (8 << 20)
+
+enum tunnel_phase {
+	TUNNEL_DISCONNECTED,     /* no connection; a reconnect may be scheduled */
+	TUNNEL_CONNECTING,       /* TCP/TLS/WebSocket handshake under way */
+	TUNNEL_AWAIT_CHALLENGE,  /* HELLO sent */
+	TUNNEL_AWAIT_REGISTERED, /* AUTH + REGISTER sent with the import token */
+	TUNNEL_AWAIT_WELCOME,    /* AUTH sent with the agent key */
+	TUNNEL_ESTABLISHED,      /* authenticated; following the agent's state */
+	TUNNEL_ENTRIES           /* must be last */
+};
+
+static const char *const phase_names[TUNNEL_ENTRIES] = {
+	[TUNNEL_DISCONNECTED] = "disconnected",
+	[TUNNEL_CONNECTING] = "connecting",
+	[TUNNEL_AWAIT_CHALLENGE] = "await-challenge",
+	[TUNNEL_AWAIT_REGISTERED] = "await-registered",
+	[TUNNEL_AWAIT_WELCOME] = "await-welcome",
+	[TUNNEL_ESTABLISHED] = "established",
+};
+
+struct agent {
+	const char *dir;
+	struct client_state st;
+	EVP_PKEY *agent_key;          /* this node's Ed25519 key */
+	EVP_PKEY *import_key;         /* derived from the import token, until registered */
+	char import_id[TOKEN_ID_LEN + 1];
+	char gw_host[256];
+	int gw_port;
+	char ca_path[PATH_MAX];
+
+	struct event_base *base;
+	struct lws_context *lws;
+	struct lws *wsi;
+	struct event *reconnect_timer;
+	struct event *sigterm, *sigint;
+
+	enum tunnel_phase phase;
+	uint32_t backoff_ms;
+	bool reconnect_now;           /* after REGISTERED: no backoff */
+	struct framequeue out;
+	uint8_t *rx;                  /* message reassembly */
+	size_t rx_len, rx_cap;
+	char state[64];               /* the agent state the gateway last sent */
+	char last_error[FRAME_REASON_MAX + 1];
+	int exit_code;
+	bool stopping;
+};
+
+static struct agent *the_agent; /* lws callbacks reach the one agent here */
+
+static void agent_schedule_reconnect(struct agent *a);
+
+static void
+agent_set_phase(struct agent *a, enum tunnel_phase next)
+{
+	debug("tunnel: %s -> %s", phase_names[a->phase], phase_names[next]);
+	a->phase = next;
+}
+
+static void
+agent_write_status(struct agent *a)
+{
+	client_status_write(a->dir, a->state, a->phase == TUNNEL_ESTABLISHED,
+	    a->last_error);
+}
+
+static void
+agent_stop(struct agent *a, int code)
+{
+	a->exit_code = code;
+	a->stopping = true;
+	event_base_loopbreak(a->base);
+}
+
+static void
+agent_send(struct agent *a, const struct frame *f)
+{
+	if (a->wsi == NULL)
+		return;
+	if (framequeue_push(&a->out, f) != 0) {
+		warn("cannot queue %s frame: dropping the tunnel", frame_type_name(f->type));
+		lws_set_timeout(a->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+		return;
+	}
+	lws_callback_on_writable(a->wsi);
+}
+
+/* ---- handshake ---- */
+
+static void
+agent_send_hello(struct agent *a)
+{
+	struct frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_HELLO;
+	f.u.hello.versions[0] = TETHER_PROTOCOL_VERSION;
+	f.u.hello.nversions = 1;
+	snprintf(f.u.hello.node, sizeof(f.u.hello.node), "%s", a->st.node);
+	if (a->st.agent_id[0] != '\0') {
+		f.u.hello.cred = FRAME_CRED_AGENT;
+		snprintf(f.u.hello.id, sizeof(f.u.hello.id), "%s", a->st.agent_id);
+	} else {
+		f.u.hello.cred = FRAME_CRED_IMPORT;
+		snprintf(f.u.hello.id, sizeof(f.u.hello.id), "%s", a->import_id);
+	}
+	agent_send(a, &f);
+	agent_set_phase(a, TUNNEL_AWAIT_CHALLENGE);
+}
+
+static void
+on_challenge(struct agent *a, const struct frame *in)
+{
+	bool import = a->st.agent_id[0] == '\0';
+	int cred = import ? FRAME_CRED_IMPORT : FRAME_CRED_AGENT;
+	const char *id = import ? a->import_id : a->st.agent_id;
+	uint8_t msg[AUTH_TRANSCRIPT_MAX];
+	struct frame f;
+	size_t len;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_AUTH;
+	len = auth_transcript(msg, sizeof(msg), in->u.challenge.version, cred, id,
+	    a->st.node, in->u.challenge.nonce);
+	if (len == 0 || agentkey_sign(import ? a->import_key : a->agent_key, msg,
+	    len, f.u.auth.sig) != 0) {
+		error("cannot sign the challenge");
+		agent_stop(a, 1);
+		return;
+	}
+	agent_send(a, &f);
+	if (!import) {
+		agent_set_phase(a, TUNNEL_AWAIT_WELCOME);
+		return;
+	}
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_REGISTER;
+	if (agentkey_public(a->agent_key, f.u.reg.pubkey) != 0) {
+		error("cannot read the agent's public key");
+		agent_stop(a, 1);
+		return;
+	}
+	snprintf(f.u.reg.node, sizeof(f.u.reg.node), "%s", a->st.node);
+	gethostname(f.u.reg.hostname, sizeof(f.u.reg.hostname) - 1);
+	snprintf(f.u.reg.client_version, sizeof(f.u.reg.client_version), "%s", TETHER_VERSION);
+	agent_send(a, &f);
+	agent_set_phase(a, TUNNEL_AWAIT_REGISTERED);
+}
+
+/* The credential swap: persist the agent id, then forget the import token. */
+static void
+on_registered(struct agent *a, const struct frame *in)
+{
+	char err[512], path[PATH_MAX];
+
+	if (strcmp(in->u.registered.cluster, a->st.cluster) != 0) {
+		error("gateway registered this node into cluster %s, but it joined %s",
+		    in->u.registered.cluster, a->st.cluster);
+		agent_stop(a, 1);
+		return;
+	}
+	if (strlen(in->u.registered.agent_id) >= sizeof(a->st.agent_id)) {
+		error("gateway assigned an over-long agent id");
+		agent_stop(a, 1);
+		return;
+	}
+	memcpy(a->st.agent_id, in->u.registered.agent_id,
+	    strlen(in->u.registered.agent_id) + 1);
+	if (client_state_save(a->dir, &a->st, err, sizeof(err)) != 0) {
+		error("registered as agent %s but cannot save it: %s", a->st.agent_id, err);
+		agent_stop(a, 1);
+		return;
+	}
+	client_path(a->dir, "import.token", path, sizeof(path));
+	if (unlink(path) != 0)
+		warn("cannot remove %s: remove it by hand", path);
+	EVP_PKEY_free(a->import_key);
+	a->import_key = NULL;
+	OPENSSL_cleanse(a->import_id, sizeof(a->import_id));
+	info("registered as agent %s in cluster %s; reconnecting with the agent key",
+	    a->st.agent_id, a->st.cluster);
+	a->reconnect_now = true;
+}
+
+static void
+agent_follow_state(struct agent *a, const char *state, const char *last_error)
+{
+	if (strcmp(a->state, state) != 0 || strcmp(a->last_error, last_error) != 0) {
+		if (last_error[0] != '\0')
+			info("agent state: %s (%s)", state, last_error);
+		else
+			info("agent state: %s%s", state, strcmp(state, "active") == 0 ?
+			    "" : strcmp(state, "pending-approval") == 0 ?
+			    " (waiting for an operator: tetherctl agent approve)" : "");
+	}
+	snprintf(a->state, sizeof(a->state), "%s", state);
+	snprintf(a->last_error, sizeof(a->last_error), "%s", last_error);
+	agent_write_status(a);
+}
+
+static void
+on_welcome(struct agent *a, const struct frame *in)
+{
+	agent_set_phase(a, TUNNEL_ESTABLISHED);
+	a->backoff_ms = 0;
+	info("connected to %s as agent %s", a->st.gateway_url, in->u.welcome.agent_id);
+	agent_follow_state(a, in->u.welcome.state, "");
+}
+
+static void
+on_verify(struct agent *a, const struct frame *in)
+{
+	struct frame f;
+	struct timespec ts;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_VERIFY_OK;
+	memcpy(f.u.verify.nonce, in->u.verify.nonce, sizeof(f.u.verify.nonce));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	f.u.verify.time_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	f.u.verify.version = TETHER_PROTOCOL_VERSION;
+	agent_send(a, &f);
+}
+
+/* Refusals that no retry can fix. */
+static bool
+error_is_final(const char *code)
+{
+	static const char *const final_codes[] = {
+		"token_unknown", "token_expired", "token_used_up", "token_revoked",
+		"register_refused", "auth_refused", "revoked", "version", NULL
+	};
+
+	for (size_t i = 0; final_codes[i] != NULL; i++)
+		if (strcmp(code, final_codes[i]) == 0)
+			return true;
+	return false;
+}
+
+static void
+on_error(struct agent *a, const struct frame *in)
+{
+	const char *code = in->u.error.code, *reason = in->u.error.reason;
+
+	if (error_is_final(code)) {
+		error("gateway refused: %s (%s)", reason, code);
+		snprintf(a->last_error, sizeof(a->last_error), "%s", reason);
+		if (strcmp(code, "revoked") == 0)
+			snprintf(a->state, sizeof(a->state), "revoked");
+		a->phase = TUNNEL_DISCONNECTED;
+		agent_write_status(a);
+		agent_stop(a, 1);
+		return;
+	}
+	warn("gateway closed the tunnel: %s (%s)", reason, code);
+	if (strcmp(code, "shutdown") == 0)
+		a->backoff_ms = 0;
+}
+
+static void
+agent_protocol_error(struct agent *a, const char *reason)
+{
+	struct frame f;
+
+	warn("protocol error from gateway: %s", reason);
+	frame_make_error(&f, "protocol", reason);
+	agent_send(a, &f);
+	lws_set_timeout(a->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, 1);
+}
+
+static void
+agent_on_message(struct agent *a, const uint8_t *buf, size_t len)
+{
+	struct frame f;
+	char err[160], reason[200];
+
+	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+		snprintf(reason, sizeof(reason), "malformed frame: %s", err);
+		agent_protocol_error(a, reason);
+		return;
+	}
+	if (f.type == FRAME_ERROR) {
+		on_error(a, &f);
+		return;
+	}
+	switch (a->phase) {
+	case TUNNEL_AWAIT_CHALLENGE:
+		if (f.type == FRAME_CHALLENGE)
+			return on_challenge(a, &f);
+		break;
+	case TUNNEL_AWAIT_REGISTERED:
+		if (f.type == FRAME_REGISTERED)
+			return on_registered(a, &f);
+		break;
+	case TUNNEL_AWAIT_WELCOME:
+		if (f.type == FRAME_WELCOME)
+			return on_welcome(a, &f);
+		break;
+	case TUNNEL_ESTABLISHED:
+		if (f.type == FRAME_STATE)
+			return agent_follow_state(a, f.u.state.state, f.u.state.last_error);
+		if (f.type == FRAME_VERIFY)
+			return on_verify(a, &f);
+		if (f.type == FRAME_PING) {
+			struct frame pong = { .type = FRAME_PONG };
+			pong.u.ping.seq = f.u.ping.seq;
+			return agent_send(a, &pong);
+		}
+		if (f.type == FRAME_PONG)
+			return;
+		break;
+	default:
+		break;
+	}
+	snprintf(reason, sizeof(reason), "unexpected %s frame in phase %s",
+	    frame_type_name(f.type), phase_names[a->phase]);
+	agent_protocol_error(a, reason);
+}
+
+/* ---- lws glue ---- */
+
+static void
+agent_receive(struct agent *a, const uint8_t *in, size_t len)
+{
+	int first = lws_is_first_fragment(a->wsi);
+	int final = lws_is_final_fragment(a->wsi) && lws_remaining_packet_payload(a->wsi) == 0;
+
+	if (first)
+		a->rx_len = 0;
+	if (a->rx_len + len > MAX_MESSAGE) {
+		agent_protocol_error(a, "frame too large");
+		return;
+	}
+	if (first && final) {
+		agent_on_message(a, in, len);
+		return;
+	}
+	if (a->rx_len + len > a->rx_cap) {
+		size_t cap = a->rx_cap ? a->rx_cap : 4096;
+		while (cap < a->rx_len + len)
+			cap *= 2;
+		uint8_t *p = realloc(a->rx, cap);
+		if (p == NULL) {
+			agent_protocol_error(a, "out of memory");
+			return;
+		}
+		a->rx = p;
+		a->rx_cap = cap;
+	}
+	memcpy(a->rx + a->rx_len, in, len);
+	a->rx_len += len;
+	if (final) {
+		agent_on_message(a, a->rx, a->rx_len);
+		a->rx_len = 0;
+	}
+}
+
+static int
+agent_writable(struct agent *a)
+{
+	struct framequeue_entry *e = framequeue_peek(&a->out);
+
+	if (e == NULL)
+		return 0;
+	if (lws_write(a->wsi, e->buf + LWS_PRE, e->len, LWS_WRITE_BINARY) < (int)e->len)
+		return -1;
+	framequeue_pop(&a->out);
+	if (framequeue_peek(&a->out) != NULL)
+		lws_callback_on_writable(a->wsi);
+	return 0;
+}
+
+static void
+agent_disconnected(struct agent *a, const char *why)
+{
+	bool was_up = a->phase == TUNNEL_ESTABLISHED;
+
+	a->wsi = NULL;
+	framequeue_clear(&a->out);
+	a->rx_len = 0;
+	agent_set_phase(a, TUNNEL_DISCONNECTED);
+	if (was_up)
+		warn("tunnel lost: %s", why);
+	agent_write_status(a);
+	if (!a->stopping)
+		agent_schedule_reconnect(a);
+}
+
+static int
+agent_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
+    void *in, size_t len)
+{
+	struct agent *a = the_agent;
+
+	if (a == NULL || (a->wsi != NULL && wsi != a->wsi))
+		return 0;
+	switch (reason) {
+	case LWS_CALLBACK_CLIENT_ESTABLISHED:
+		agent_send_hello(a);
+		return 0;
+	case LWS_CALLBACK_CLIENT_RECEIVE:
+		agent_receive(a, in, len);
+		return a->stopping ? -1 : 0;
+	case LWS_CALLBACK_CLIENT_WRITEABLE:
+		return agent_writable(a);
+	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+		if (a->wsi == wsi || a->phase == TUNNEL_CONNECTING) {
+			warn("cannot connect to %s: %s", a->st.gateway_url,
+			    in != NULL ? (const char *)in : "connection failed");
+			agent_disconnected(a, "connection failed");
+		}
+		return 0;
+	case LWS_CALLBACK_CLIENT_CLOSED:
+		if (a->wsi == wsi)
+			agent_disconnected(a, "connection closed");
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+static const struct lws_protocols agent_protocols[] = {
+	{ TETHER_SUBPROTOCOL, agent_callback, 0, 65536, 0, NULL, 0 },
+	{ NULL, NULL, 0, 0, 0, NULL, 0 }
+};
+
+static void
+agent_connect(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	struct lws_client_connect_info ci;
+
+	memset(&ci, 0, sizeof(ci));
+	ci.context = a->lws;
+	ci.address = a->gw_host;
+	ci.port = a->gw_port;
+	ci.ssl_connection = LCCSCF_USE_SSL;
+	ci.path = "/v1/connect";
+	ci.host = a->gw_host;
+	ci.origin = a->gw_host;
+	ci.protocol = TETHER_SUBPROTOCOL;
+	ci.local_protocol_name = TETHER_SUBPROTOCOL;
+	ci.pwsi = &a->wsi;
+	agent_set_phase(a, TUNNEL_CONNECTING);
+	debug("connecting to %s", a->st.gateway_url);
+	if (lws_client_connect_via_info(&ci) == NULL && a->phase == TUNNEL_CONNECTING) {
+		a->wsi = NULL;
+		warn("cannot connect to %s", a->st.gateway_url);
+		agent_disconnected(a, "connection failed");
+	}
+}
+
+/* Exponential backoff with jitter: the delay doubles up to BACKOFF_MAX_MS
+ * and each wait is drawn from [delay/2, delay] so that agents cut off
+ * together do not all come back in the same instant. */
+static void
+agent_schedule_reconnect(struct agent *a)
+{
+	struct timeval tv;
+	uint32_t delay, jitter = 0;
+
+	if (a->reconnect_now) {
+		a->reconnect_now = false;
+		delay = 0;
+	} else {
+		a->backoff_ms = a->backoff_ms == 0 ? BACKOFF_MIN_MS :
+		    (a->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : a->backoff_ms * 2);
+		random_bytes((uint8_t *)&jitter, sizeof(jitter));
+		delay = a->backoff_ms / 2 + jitter % (a->backoff_ms / 2 + 1);
+		info("reconnecting in %u ms", delay);
+	}
+	tv.tv_sec = delay / 1000;
+	tv.tv_usec = (delay % 1000) * 1000;
+	evtimer_add(a->reconnect_timer, &tv);
+}
+
+static void
+agent_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct agent *a = arg;
+
+	info("%s: stopping", strsignal((int)sig));
+	agent_stop(a, 0);
+}
+
+/* ---- start-up ---- */
+
+static int
+parse_gateway_url(struct agent *a)
+{
+	const char *p = a->st.gateway_url + strlen("https://");
+	const char *colon, *end;
+
+	if (strncmp(a->st.gateway_url, "https://", 8) != 0)
+		return -1;
+	if (*p == '[') {
+		end = strchr(p, ']');
+		if (end == NULL)
+			return -1;
+		snprintf(a->gw_host, sizeof(a->gw_host), "%.*s", (int)(end - p - 1), p + 1);
+		colon = end[1] == ':' ? end + 1 : NULL;
+	} else {
+		colon = strchr(p, ':');
+		snprintf(a->gw_host, sizeof(a->gw_host), "%.*s",
+		    (int)(colon != NULL ? (size_t)(colon - p) : strcspn(p, "/")), p);
+	}
+	a->gw_port = colon != NULL ? atoi(colon + 1) : 443;
+	return a->gw_port > 0 && a->gw_port < 65536 && a->gw_host[0] ? 0 : -1;
+}
+
+static int
+agent_load_credentials(struct agent *a)
+{
+	char path[PATH_MAX], err[512], *text = NULL;
+	struct token t;
+	int r = -1;
+
+	client_path(a->dir, "agent.key", path, sizeof(path));
+	a->agent_key = agentkey_load(path, err, sizeof(err));
+	if (a->agent_key == NULL) {
+		error("%s: not joined (no agent key: %s)", a->dir, err);
+		return -1;
+	}
+	if (a->st.agent_id[0] != '\0')
+		return 0;
+	client_path(a->dir, "import.token", path, sizeof(path));
+	if (file_read_all(path, 1024, &text, NULL, err, sizeof(err)) != 0) {
+		error("%s: not registered and no import token to register with (%s): "
+		    "join again with a fresh token", a->dir, err);
+		return -1;
+	}
+	if (token_parse(text, &t, err, sizeof(err)) != 0 || t.kind != TOKEN_IMPORT) {
+		error("%s: import.token is not an import token", path);
+		goto out;
+	}
+	a->import_key = token_import_key(&t);
+	snprintf(a->import_id, sizeof(a->import_id), "%s", t.id);
+	r = a->import_key != NULL ? 0 : -1;
+out:
+	token_clear(&t);
+	OPENSSL_cleanse(text, strlen(text));
+	free(text);
+	return r;
+}
+
+static int
+agent_start_loop(struct agent *a)
+{
+	struct lws_context_creation_info info;
+	void *foreign_loops[1];
+
+	a->base = event_base_new();
+	if (a->base == NULL)
+		return -1;
+	foreign_loops[0] = a->base;
+	memset(&info, 0, sizeof(info));
+	info.port = CONTEXT_PORT_NO_LISTEN;
+	info.protocols = agent_protocols;
+	info.options = LWS_SERVER_OPTION_LIBEVENT | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+	info.foreign_loops = foreign_loops;
+	info.client_ssl_ca_filepath = a->ca_path;
+	info.tls1_3_plus_cipher_list = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
+	a->lws = lws_create_context(&info);
+	if (a->lws == NULL)
+		return -1;
+	a->reconnect_timer = evtimer_new(a->base, agent_connect, a);
+	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
+	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);
+	if (a->reconnect_timer == NULL || a->sigterm == NULL || a->sigint == NULL ||
+	    evsignal_add(a->sigterm, NULL) != 0 || evsignal_add(a->sigint, NULL) != 0)
+		return -1;
+	return 0;
+}
+
+static void
+agent_free(struct agent *a)
+{
+	if (a->lws != NULL)
+		lws_context_destroy(a->lws);
+	if (a->reconnect_timer != NULL)
+		event_free(a->reconnect_timer);
+	if (a->sigterm != NULL)
+		event_free(a->sigterm);
+	if (a->sigint != NULL)
+		event_free(a->sigint);
+	if (a->base != NULL)
+		event_base_free(a->base);
+	framequeue_clear(&a->out);
+	free(a->rx);
+	EVP_PKEY_free(a->agent_key);
+	EVP_PKEY_free(a->import_key);
+}
+
+int
+agent_run(const char *state_dir)
+{
+	struct agent a;
+	char err[512];
+	int r;
+
+	memset(&a, 0, sizeof(a));
+	a.dir = state_dir;
+	snprintf(a.state, sizeof(a.state), "unknown");
+	framequeue_init(&a.out, LWS_PRE, MAX_QUEUE);
+	r = client_state_load(state_dir, &a.st, err, sizeof(err));
+	if (r != 0) {
+		if (r == 1)
+			error("%s is not joined: run 'tether-client join --state-dir %s' "
+			    "with a join document first", state_dir, state_dir);
+		else
+			error("%s", err);
+		return 1;
+	}
+	if (parse_gateway_url(&a) != 0) {
+		error("%s: gateway_url \"%s\" is not https://HOST[:PORT]", state_dir,
+		    a.st.gateway_url);
+		return 1;
+	}
+	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
+	if (agent_load_credentials(&a) != 0) {
+		agent_free(&a);
+		return 1;
+	}
+	lws_set_log_level(LLL_ERR, NULL);
+	if (agent_start_loop(&a) != 0) {
+		error("cannot start the event loop");
+		agent_free(&a);
+		return 1;
+	}
+	the_agent = &a;
+	info("tether-client %s: node %s, cluster %s, gateway %s", TETHER_VERSION,
+	    a.st.node, a.st.cluster, a.st.gateway_url);
+	agent_write_status(&a);
+	agent_connect(-1, 0, &a);
+	event_base_dispatch(a.base);
+	a.phase = TUNNEL_DISCONNECTED;
+	agent_write_status(&a);
+	the_agent = NULL;
+	r = a.exit_code;
+	agent_free(&a);
+	return r;
+}

@@ -1,0 +1,843 @@
+/*
+ * join.c: `tether-client join` and `tether-client status` (see join.h).
+ *
+ * join checks everything before it writes anything: the flags, the join
+ * document (shape and expiry), what DIR already holds, then the gateway: its
+ * CA fetched without verification (GET /v1/ca) must match the document's
+ * ca_checksum, and a second request (GET /healthz) must verify against that
+ * CA.  Only then is DIR written, state.json last since its presence means
+ * "joined"; on any failure what was written is removed again.  The import
+ * token is never printed or logged.
+ */
+#include "join.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include "agentkey.h"
+#include "ca.h"
+#include "fileio.h"
+#include "joindoc.h"
+#include "state.h"
+
+#define GATEWAY_TIMEOUT_S   10L
+#define GATEWAY_MAX_BODY    (64 * 1024)
+
+struct join_opts {
+	const char *state_dir;
+	const char *node_name;
+	struct client_state st;   /* allow[] and services[] from the flags */
+};
+
+/* What join has written so far, so that a failure can undo it. */
+struct join_undo {
+	bool made_dir;
+	bool wrote_key;
+	bool wrote_ca;
+	bool wrote_token;
+	bool wrote_state;
+};
+
+void
+client_join_usage(void)
+{
+	fprintf(stdout,
+	    "usage: tether-client join --state-dir DIR [--node-name NAME]\n"
+	    "           [--allow HOST:PORT]... [--service NAME=URL]... < JOIN_DOCUMENT\n"
+	    "\n"
+	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
+	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
+	    "writes DIR (created 0700 if missing).\n"
+	    "\n"
+	    "  --state-dir DIR     where the agent keeps its key and state (required)\n"
+	    "  --node-name NAME    this node's name (default: the host name);\n"
+	    "                      1..63 of A-Z a-z 0-9 . _ -\n"
+	    "  --allow HOST:PORT   a target the gateway may open streams to; HOST:*\n"
+	    "                      allows every port; repeatable; none by default\n"
+	    "  --service NAME=URL  a named upstream, e.g.\n"
+	    "                      kube-api=https://127.0.0.1:6443; repeatable\n"
+	    "\n"
+	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
+	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
+	    "cannot be written.  Nothing is written unless it exits 0.\n"
+	    "\n"
+	    "example:\n"
+	    "  tetherctl token create --cluster c-0123456789ab |\n"
+	    "    tether-client join --state-dir /var/lib/tether --allow 127.0.0.1:22\n");
+}
+
+void
+client_status_usage(void)
+{
+	fprintf(stdout,
+	    "usage: tether-client status --state-dir DIR\n"
+	    "\n"
+	    "Prints one JSON object: cluster, agent_id, state, connected,\n"
+	    "gateway_url, node, last_error.  state is \"not-registered\" before\n"
+	    "the first `run`, \"not-running\" when no agent is running, else the\n"
+	    "state the gateway assigned (pending-approval, enroll, verifying,\n"
+	    "active, revoked).\n"
+	    "\n"
+	    "exit: 0 ok; 1 DIR is not joined or unreadable; 2 bad usage.\n");
+}
+
+static int
+usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "tether-client %s: ", cmd);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'tether-client %s --help'.\n", cmd);
+	return JOIN_EXIT_USAGE;
+}
+
+/* Reports getopt's '?' or ':' for argv. */
+static int
+getopt_error(const char *cmd, int c, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (c == ':')
+		return usage_error(cmd, "option %s needs a value", arg);
+	return usage_error(cmd, "unknown option %s", arg);
+}
+
+/* --- flags --- */
+
+static int
+add_allow(struct client_state *st, const char *entry)
+{
+	if (!client_allow_valid(entry))
+		return usage_error("join", "--allow %s: want HOST:PORT or HOST:* "
+		    "(HOST a name, an IPv4 address or [IPv6], PORT 1..65535)", entry);
+	for (size_t i = 0; i < st->nallow; i++) {
+		if (strcmp(st->allow[i], entry) == 0)
+			return 0;
+	}
+	if (st->nallow >= CLIENT_MAX_ALLOW)
+		return usage_error("join", "too many --allow entries (at most %s)",
+		    "64");
+	snprintf(st->allow[st->nallow++], sizeof(st->allow[0]), "%s", entry);
+	return 0;
+}
+
+static int
+add_service(struct client_state *st, const char *arg)
+{
+	char name[sizeof(st->services[0].name)];
+	char url[sizeof(st->services[0].url)];
+	const char *eq = strchr(arg, '=');
+	size_t n, ulen;
+
+	if (eq == NULL || (n = (size_t)(eq - arg)) >= sizeof(name) ||
+	    strlen(eq + 1) >= sizeof(url))
+		return usage_error("join", "--service %s: want NAME=URL", arg);
+	memcpy(name, arg, n);
+	name[n] = '\0';
+	snprintf(url, sizeof(url), "%s", eq + 1);
+	if (!client_service_valid(name, url))
+		return usage_error("join", "--service %s: want NAME=http(s)://"
+		    "HOST:PORT with NAME 1..31 of a-z 0-9 -", arg);
+	ulen = strlen(url);
+	if (ulen > 0 && url[ulen - 1] == '/')
+		url[ulen - 1] = '\0';
+	for (size_t i = 0; i < st->nservices; i++) {
+		if (strcmp(st->services[i].name, name) == 0)
+			return usage_error("join", "--service %s given twice", name);
+	}
+	if (st->nservices >= CLIENT_MAX_SERVICES)
+		return usage_error("join", "too many --service entries (at most %s)",
+		    "8");
+	snprintf(st->services[st->nservices].name, sizeof(st->services[0].name),
+	    "%s", name);
+	snprintf(st->services[st->nservices].url, sizeof(st->services[0].url),
+	    "%s", url);
+	st->nservices++;
+	return 0;
+}
+
+/* Returns -1 to continue, or an exit code. */
+static int
+join_parse_flags(int argc, char **argv, struct join_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "node-name", required_argument, NULL, 'n' },
+		{ "allow", required_argument, NULL, 'a' },
+		{ "service", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c, r;
+
+	opterr = 0;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			o->state_dir = optarg;
+			break;
+		case 'n':
+			o->node_name = optarg;
+			break;
+		case 'a':
+			if ((r = add_allow(&o->st, optarg)) != 0)
+				return r;
+			break;
+		case 's':
+			if ((r = add_service(&o->st, optarg)) != 0)
+				return r;
+			break;
+		case 'h':
+			client_join_usage();
+			return JOIN_EXIT_OK;
+		default:
+			return getopt_error("join", c, argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("join", "unexpected argument %s (the join "
+		    "document is read from stdin)", argv[optind]);
+	if (o->state_dir == NULL || o->state_dir[0] == '\0')
+		return usage_error("join", "%s is required", "--state-dir DIR");
+	if (strlen(o->state_dir) > PATH_MAX - 32)
+		return usage_error("join", "--state-dir %s: path too long",
+		    o->state_dir);
+	return -1;
+}
+
+/* The node name from --node-name or the host name into out. */
+static int
+join_node_name(const struct join_opts *o, char *out, size_t outlen)
+{
+	char host[256];
+
+	if (o->node_name != NULL) {
+		if (!client_node_name_valid(o->node_name))
+			return usage_error("join", "--node-name %s: want 1..63 of "
+			    "A-Z a-z 0-9 . _ -, not starting with - or .", o->node_name);
+		snprintf(out, outlen, "%s", o->node_name);
+		return -1;
+	}
+	if (gethostname(host, sizeof(host)) == -1) {
+		fprintf(stderr, "tether-client join: gethostname: %s; pass "
+		    "--node-name NAME\n", strerror(errno));
+		return JOIN_EXIT_USAGE;
+	}
+	host[sizeof(host) - 1] = '\0';
+	if (!client_node_name_valid(host))
+		return usage_error("join", "the host name %s is not a valid node "
+		    "name; pass --node-name NAME", host);
+	snprintf(out, outlen, "%s", host);
+	return -1;
+}
+
+/* --- the join document --- */
+
+/* Reads stdin into a fresh buffer, at most JOINDOC_MAX_BYTES. */
+static int
+read_stdin(char **out, size_t *outlen)
+{
+	size_t cap = JOINDOC_MAX_BYTES + 1, len = 0;
+	char *buf;
+
+	*out = NULL;
+	if ((buf = malloc(cap)) == NULL) {
+		fprintf(stderr, "tether-client join: out of memory\n");
+		return JOIN_EXIT_FAIL;
+	}
+	if (isatty(STDIN_FILENO))
+		fprintf(stderr, "tether-client join: reading the join document "
+		    "from stdin (paste it, then press Ctrl-D)\n");
+	while (len < cap) {
+		ssize_t n = read(STDIN_FILENO, buf + len, cap - len);
+
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1) {
+			fprintf(stderr, "tether-client join: read stdin: %s\n",
+			    strerror(errno));
+			goto fail;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (len > JOINDOC_MAX_BYTES) {
+		fprintf(stderr, "tether-client join: the join document on stdin is "
+		    "larger than %d bytes\n", JOINDOC_MAX_BYTES);
+		goto fail;
+	}
+	*out = buf;
+	*outlen = len;
+	return -1;
+fail:
+	explicit_bzero(buf, len);
+	free(buf);
+	return JOIN_EXIT_USAGE;
+}
+
+static int
+join_read_doc(struct joindoc *doc)
+{
+	char err[256], when[32];
+	char *buf = NULL;
+	size_t len = 0;
+	int r;
+
+	if ((r = read_stdin(&buf, &len)) != -1)
+		return r;
+	if (len == 0) {
+		fprintf(stderr, "tether-client join: no join document on stdin; "
+		    "pipe in the output of `tetherctl token create`\n");
+		r = JOIN_EXIT_USAGE;
+		goto out;
+	}
+	if (joindoc_parse(buf, len, doc, err, sizeof(err)) == -1) {
+		fprintf(stderr, "tether-client join: invalid join document: %s\n",
+		    err);
+		r = JOIN_EXIT_USAGE;
+		goto out;
+	}
+	if (doc->expires_at <= (int64_t)time(NULL)) {
+		rfc3339_format(doc->expires_at, when);
+		fprintf(stderr, "tether-client join: the join document expired at "
+		    "%s; create a new one with `tetherctl token create`\n", when);
+		r = JOIN_EXIT_USAGE;
+		goto out;
+	}
+	r = -1;
+out:
+	explicit_bzero(buf, len);
+	free(buf);
+	return r;
+}
+
+/* --- what DIR holds already --- */
+
+/* 1 if the directory that would hold dir exists. */
+static int
+parent_is_dir(const char *dir)
+{
+	char copy[PATH_MAX];
+	struct stat sb;
+
+	snprintf(copy, sizeof(copy), "%s", dir);
+	return stat(dirname(copy), &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Returns -1 to continue (*replace set if a pending join is replaced), or
+ * an exit code. */
+static int
+join_check_dir(const char *dir, const struct joindoc *doc, bool *replace)
+{
+	struct client_state old;
+	struct stat sb;
+	char err[512];
+	int r;
+
+	*replace = false;
+	if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+		return usage_error("join", "--state-dir %s is not a directory", dir);
+	if (stat(dir, &sb) == -1 && errno == ENOENT && !parent_is_dir(dir))
+		return usage_error("join", "--state-dir %s: its parent directory "
+		    "does not exist (join creates one level only)", dir);
+	r = client_state_load(dir, &old, err, sizeof(err));
+	if (r == 1)
+		return -1;
+	if (r == -1) {
+		fprintf(stderr, "tether-client join: cannot tell which cluster %s "
+		    "belongs to: %s; use a fresh state dir\n", dir, err);
+		return JOIN_EXIT_CONFLICT;
+	}
+	if (strcmp(old.cluster, doc->cluster) != 0) {
+		fprintf(stderr, "tether-client join: %s already belongs to cluster "
+		    "%s\n", dir, old.cluster);
+		return JOIN_EXIT_CONFLICT;
+	}
+	if (old.agent_id[0] != '\0') {
+		fprintf(stderr, "tether-client join: already joined cluster %s as "
+		    "agent %s; revoke it and use a fresh state dir to re-join\n",
+		    old.cluster, old.agent_id);
+		return JOIN_EXIT_CONFLICT;
+	}
+	*replace = true;
+	return -1;
+}
+
+/* --- the gateway --- */
+
+struct body {
+	char *buf;
+	size_t len;
+	size_t max;
+	bool too_big;
+};
+
+static size_t
+body_write(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	struct body *b = arg;
+	size_t n = size * nmemb;
+	char *nb;
+
+	if (n > b->max - b->len) {
+		b->too_big = true;
+		return 0;
+	}
+	if ((nb = realloc(b->buf, b->len + n + 1)) == NULL)
+		return 0;
+	b->buf = nb;
+	memcpy(b->buf + b->len, ptr, n);
+	b->len += n;
+	b->buf[b->len] = '\0';
+	return n;
+}
+
+/*
+ * GET base+path.  ca_pem NULL: no TLS verification (the answer is checked
+ * by checksum); else verify the server against that CA alone.  Returns 0
+ * with the body (caller frees) or -1 with a reason.
+ */
+static int
+gateway_get(const char *base, const char *path, const char *ca_pem,
+    struct body *b, char *err, size_t errlen)
+{
+	char url[JOINDOC_URL_MAX + 64], cerr[CURL_ERROR_SIZE];
+	struct curl_blob blob;
+	CURL *c = NULL;
+	CURLcode rc;
+	long code = 0;
+	int r = -1;
+
+	memset(b, 0, sizeof(*b));
+	b->max = GATEWAY_MAX_BODY;
+	cerr[0] = '\0';
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	if ((c = curl_easy_init()) == NULL) {
+		snprintf(err, errlen, "cannot initialise libcurl");
+		goto out;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https");
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, GATEWAY_TIMEOUT_S);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, GATEWAY_TIMEOUT_S);
+	curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE,
+	    (curl_off_t)GATEWAY_MAX_BODY);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "tether-client/" TETHER_VERSION);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	if (ca_pem == NULL) {
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+	} else {
+		blob.data = (void *)ca_pem;
+		blob.len = strlen(ca_pem);
+		blob.flags = CURL_BLOB_COPY;
+		/* Trust this CA and nothing else: no system bundle. */
+		curl_easy_setopt(c, CURLOPT_CAINFO, NULL);
+		curl_easy_setopt(c, CURLOPT_CAPATH, NULL);
+		curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	}
+	if ((rc = curl_easy_perform(c)) != CURLE_OK) {
+		if (b->too_big || rc == CURLE_FILESIZE_EXCEEDED)
+			snprintf(err, errlen, "%s: answer larger than %d bytes", path,
+			    GATEWAY_MAX_BODY);
+		else
+			snprintf(err, errlen, "%s", cerr[0] != '\0' ? cerr :
+			    curl_easy_strerror(rc));
+		goto out;
+	}
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	if (code != 200) {
+		snprintf(err, errlen, "GET %s answered HTTP %ld", path, code);
+		goto out;
+	}
+	r = 0;
+out:
+	if (r == -1) {
+		free(b->buf);
+		memset(b, 0, sizeof(*b));
+	}
+	curl_easy_cleanup(c);
+	return r;
+}
+
+/* The first certificate of a PEM buffer, re-encoded as PEM (so that nothing
+ * else the answer carried, such as a second CA, is ever trusted). */
+static char *
+first_cert_pem(const char *pem, size_t len)
+{
+	BIO *in = NULL, *out = NULL;
+	X509 *x = NULL;
+	char *data, *res = NULL;
+	long n;
+
+	if (len > INT_MAX || (in = BIO_new_mem_buf(pem, (int)len)) == NULL)
+		goto out;
+	if ((x = PEM_read_bio_X509(in, NULL, NULL, NULL)) == NULL)
+		goto out;
+	if ((out = BIO_new(BIO_s_mem())) == NULL || !PEM_write_bio_X509(out, x))
+		goto out;
+	if ((n = BIO_get_mem_data(out, &data)) <= 0)
+		goto out;
+	if ((res = malloc((size_t)n + 1)) == NULL)
+		goto out;
+	memcpy(res, data, (size_t)n);
+	res[n] = '\0';
+out:
+	X509_free(x);
+	BIO_free(in);
+	BIO_free(out);
+	return res;
+}
+
+/* Fetches and pins the gateway's CA.  Returns -1 with *ca_pem set (caller
+ * frees), or an exit code. */
+static int
+join_fetch_ca(const struct joindoc *doc, char **ca_pem)
+{
+	char err[CURL_ERROR_SIZE + 128], sum[CA_CHECKSUM_MAX];
+	struct body b;
+	char *pem = NULL;
+	int r = JOIN_EXIT_GATEWAY;
+
+	*ca_pem = NULL;
+	if (gateway_get(doc->gateway_url, "/v1/ca", NULL, &b, err,
+	    sizeof(err)) == -1) {
+		fprintf(stderr, "tether-client join: cannot reach gateway %s: %s\n",
+		    doc->gateway_url, err);
+		return JOIN_EXIT_GATEWAY;
+	}
+	if ((pem = first_cert_pem(b.buf != NULL ? b.buf : "", b.len)) == NULL) {
+		fprintf(stderr, "tether-client join: gateway %s did not answer "
+		    "/v1/ca with a PEM certificate\n", doc->gateway_url);
+		goto out;
+	}
+	if (ca_checksum_pem(pem, strlen(pem), sum, err, sizeof(err)) == -1) {
+		fprintf(stderr, "tether-client join: gateway %s: CA certificate: "
+		    "%s\n", doc->gateway_url, err);
+		goto out;
+	}
+	if (strcmp(sum, doc->ca_checksum) != 0) {
+		fprintf(stderr, "tether-client join: CA checksum mismatch: document "
+		    "says %s, gateway presents %s\n", doc->ca_checksum, sum);
+		goto out;
+	}
+	free(b.buf);
+	b.buf = NULL;
+	if (gateway_get(doc->gateway_url, "/healthz", pem, &b, err,
+	    sizeof(err)) == -1) {
+		fprintf(stderr, "tether-client join: gateway %s does not verify "
+		    "with its pinned CA: %s\n", doc->gateway_url, err);
+		goto out;
+	}
+	*ca_pem = pem;
+	pem = NULL;
+	r = -1;
+out:
+	free(b.buf);
+	free(pem);
+	return r;
+}
+
+/* --- writing DIR --- */
+
+static void
+remove_file(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	if (client_path(dir, name, path, sizeof(path)) == 0 &&
+	    unlink(path) == -1 && errno != ENOENT)
+		fprintf(stderr, "tether-client join: cannot remove %s: %s\n", path,
+		    strerror(errno));
+}
+
+static void
+join_undo(const char *dir, const struct join_undo *u)
+{
+	if (u->wrote_state)
+		remove_file(dir, "state.json");
+	if (u->wrote_token)
+		remove_file(dir, "import.token");
+	if (u->wrote_ca)
+		remove_file(dir, "ca.crt");
+	if (u->wrote_key)
+		remove_file(dir, "agent.key");
+	if (u->made_dir && rmdir(dir) == -1)
+		fprintf(stderr, "tether-client join: cannot remove %s: %s\n", dir,
+		    strerror(errno));
+}
+
+static int
+write_file(const char *dir, const char *name, const void *data, size_t len,
+    mode_t mode, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+
+	if (client_path(dir, name, path, sizeof(path)) == -1) {
+		snprintf(err, errlen, "%s: path too long", dir);
+		return -1;
+	}
+	return file_write_atomic(path, data, len, mode, err, errlen);
+}
+
+static int
+write_key(const char *dir, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	EVP_PKEY *key;
+	int r;
+
+	if (client_path(dir, "agent.key", path, sizeof(path)) == -1) {
+		snprintf(err, errlen, "%s: path too long", dir);
+		return -1;
+	}
+	if ((key = agentkey_generate()) == NULL) {
+		snprintf(err, errlen, "cannot generate the agent key");
+		return -1;
+	}
+	r = agentkey_save(key, path, err, errlen);
+	EVP_PKEY_free(key);
+	return r;
+}
+
+/* Writes DIR; on failure removes what it wrote.  Returns 0 or -1. */
+static int
+join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
+    const struct client_state *st, bool replace)
+{
+	struct join_undo u;
+	char err[512], tok[sizeof(doc->token) + 1];
+	struct stat sb;
+	int r = -1;
+
+	memset(&u, 0, sizeof(u));
+	if (stat(dir, &sb) == -1)
+		u.made_dir = true;
+	if (dir_ensure(dir, 0700, err, sizeof(err)) == -1) {
+		u.made_dir = false;
+		goto out;
+	}
+	if (replace) {
+		/* A pending join of the same cluster: forget it first, so that a
+		 * failure below leaves DIR "not joined" rather than mixed. */
+		remove_file(dir, "state.json");
+		remove_file(dir, "status.json");
+	}
+	if (write_key(dir, err, sizeof(err)) == -1)
+		goto out;
+	u.wrote_key = true;
+	if (write_file(dir, "ca.crt", ca_pem, strlen(ca_pem), 0644, err,
+	    sizeof(err)) == -1)
+		goto out;
+	u.wrote_ca = true;
+	snprintf(tok, sizeof(tok), "%s\n", doc->token);
+	r = write_file(dir, "import.token", tok, strlen(tok), 0600, err,
+	    sizeof(err));
+	explicit_bzero(tok, sizeof(tok));
+	if (r == -1)
+		goto out;
+	u.wrote_token = true;
+	r = -1;
+	if (client_state_save(dir, st, err, sizeof(err)) == -1)
+		goto out;
+	u.wrote_state = true;
+	r = 0;
+out:
+	if (r == -1) {
+		fprintf(stderr, "tether-client join: %s\n", err);
+		join_undo(dir, &u);
+	}
+	return r;
+}
+
+int
+client_join(int argc, char **argv)
+{
+	struct join_opts *o = NULL;
+	struct joindoc doc;
+	char *ca_pem = NULL;
+	bool replace = false;
+	int r;
+
+	memset(&doc, 0, sizeof(doc));
+	if ((o = calloc(1, sizeof(*o))) == NULL) {
+		fprintf(stderr, "tether-client join: out of memory\n");
+		return JOIN_EXIT_FAIL;
+	}
+	if ((r = join_parse_flags(argc, argv, o)) != -1)
+		goto out;
+	if ((r = join_node_name(o, o->st.node, sizeof(o->st.node))) != -1)
+		goto out;
+	if ((r = join_read_doc(&doc)) != -1)
+		goto out;
+	if ((r = join_check_dir(o->state_dir, &doc, &replace)) != -1)
+		goto out;
+	if ((r = join_fetch_ca(&doc, &ca_pem)) != -1)
+		goto out;
+	snprintf(o->st.gateway_url, sizeof(o->st.gateway_url), "%s",
+	    doc.gateway_url);
+	snprintf(o->st.ca_checksum, sizeof(o->st.ca_checksum), "%s",
+	    doc.ca_checksum);
+	snprintf(o->st.cluster, sizeof(o->st.cluster), "%s", doc.cluster);
+	o->st.agent_id[0] = '\0';
+	if (join_write(o->state_dir, &doc, ca_pem, &o->st, replace) == -1) {
+		r = JOIN_EXIT_FAIL;
+		goto out;
+	}
+	printf("joined cluster %s as node %s; start the agent with: "
+	    "tether-client run --state-dir %s\n", doc.cluster, o->st.node,
+	    o->state_dir);
+	r = JOIN_EXIT_OK;
+out:
+	joindoc_clear(&doc);
+	free(ca_pem);
+	free(o);
+	return r;
+}
+
+/* --- status --- */
+
+struct agent_status {
+	bool present;
+	bool running;
+	bool connected;
+	char state[32];
+	char last_error[256];
+};
+
+static void
+read_status(const char *dir, struct agent_status *as)
+{
+	char path[PATH_MAX], err[256];
+	json_t *root = NULL, *v;
+	json_error_t jerr;
+	char *buf = NULL;
+	size_t len;
+	json_int_t pid;
+
+	memset(as, 0, sizeof(*as));
+	if (client_path(dir, "status.json", path, sizeof(path)) == -1 ||
+	    !file_exists(path))
+		return;
+	if (file_read_all(path, 64 * 1024, &buf, &len, err, sizeof(err)) == -1 ||
+	    (root = json_loadb(buf, len, 0, &jerr)) == NULL ||
+	    !json_is_object(root))
+		goto out;
+	as->present = true;
+	if ((v = json_object_get(root, "pid")) != NULL && json_is_integer(v) &&
+	    (pid = json_integer_value(v)) > 0 && pid <= INT_MAX &&
+	    (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+		as->running = true;
+	if ((v = json_object_get(root, "connected")) != NULL && json_is_true(v))
+		as->connected = true;
+	if ((v = json_object_get(root, "state")) != NULL && json_is_string(v))
+		snprintf(as->state, sizeof(as->state), "%s", json_string_value(v));
+	if ((v = json_object_get(root, "last_error")) != NULL &&
+	    json_is_string(v))
+		snprintf(as->last_error, sizeof(as->last_error), "%s",
+		    json_string_value(v));
+out:
+	json_decref(root);
+	free(buf);
+}
+
+static int
+status_print(const struct client_state *st, const struct agent_status *as)
+{
+	const char *state;
+	json_t *root;
+	char *text;
+
+	if (as->running && as->state[0] != '\0')
+		state = as->state;
+	else if (st->agent_id[0] == '\0')
+		state = "not-registered";
+	else
+		state = "not-running";
+	root = json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:s}",
+	    "cluster", st->cluster,
+	    "agent_id", st->agent_id,
+	    "state", state,
+	    "connected", as->running && as->connected,
+	    "gateway_url", st->gateway_url,
+	    "node", st->node,
+	    "last_error", as->last_error);
+	if (root == NULL ||
+	    (text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL) {
+		json_decref(root);
+		fprintf(stderr, "tether-client status: cannot format the status\n");
+		return 1;
+	}
+	printf("%s\n", text);
+	free(text);
+	json_decref(root);
+	return 0;
+}
+
+int
+client_status(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct client_state st;
+	struct agent_status as;
+	const char *dir = NULL;
+	char err[512];
+	int c, r;
+
+	opterr = 0;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			dir = optarg;
+			break;
+		case 'h':
+			client_status_usage();
+			return 0;
+		default:
+			return getopt_error("status", c, argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("status", "unexpected argument %s", argv[optind]);
+	if (dir == NULL || dir[0] == '\0')
+		return usage_error("status", "%s is required", "--state-dir DIR");
+	r = client_state_load(dir, &st, err, sizeof(err));
+	if (r == 1) {
+		fprintf(stderr, "tether-client status: %s is not joined\n", dir);
+		return 1;
+	}
+	if (r == -1) {
+		fprintf(stderr, "tether-client status: %s\n", err);
+		return 1;
+	}
+	read_status(dir, &as);
+	return status_print(&st, &as);
+}
