@@ -215,6 +215,7 @@ struct ctx {
 	const char *name;
 	char *err;
 	size_t errlen;
+	const uint8_t *end; /* of the input being decoded */
 };
 
 static int fail(struct ctx *c, const char *fmt, ...)
@@ -468,8 +469,13 @@ dec_payload(struct ctx *c, const struct field *fld, const msgpack_object *o,
 {
 	if (o->type != MSGPACK_OBJECT_BIN)
 		return field_fail(c, fld, "is not binary");
-	/* msgpack-c leaves str and bin pointing into the input: zero copy. */
-	d->payload = (const uint8_t *)o->via.bin.ptr;
+	/*
+	 * msgpack-c leaves bins pointing into the input: zero copy.  An empty
+	 * one it points at its own header; point that at the frame's end,
+	 * where a payload would start, so payload == input + header length
+	 * holds for every DATA frame.
+	 */
+	d->payload = o->via.bin.size > 0 ? (const uint8_t *)o->via.bin.ptr : c->end;
 	d->len = o->via.bin.size;
 	return 0;
 }
@@ -713,7 +719,7 @@ int
 frame_decode(const uint8_t *buf, size_t len, struct frame *f, char *err,
     size_t errlen)
 {
-	struct ctx c = { NULL, err, errlen };
+	struct ctx c = { NULL, err, errlen, NULL };
 	msgpack_unpacked up;
 	msgpack_unpack_return ret;
 	size_t off = 0;
@@ -724,6 +730,7 @@ frame_decode(const uint8_t *buf, size_t len, struct frame *f, char *err,
 	memset(f, 0, sizeof(*f));
 	if (buf == NULL || len == 0)
 		return fail(&c, "empty frame");
+	c.end = buf + len;
 	if (scan_object(&c, buf, len) < 0)
 		return -1;
 	msgpack_unpacked_init(&up);
@@ -851,7 +858,7 @@ int
 frame_encode(const struct frame *f, size_t headroom, uint8_t **out,
     size_t *outlen)
 {
-	struct ctx c = { NULL, NULL, 0 };
+	struct ctx c = { NULL, NULL, 0, NULL };
 	const struct frame_desc *d;
 	uint8_t hdr[FRAME_DATA_HEADER_MAX];
 	msgpack_sbuffer sb;

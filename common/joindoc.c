@@ -311,7 +311,7 @@ json_error_reason(const json_error_t *jerr, char *err, size_t errlen)
 		    jerr->line, jerr->column);
 		return;
 	case json_error_null_character:
-		snprintf(err, errlen, "NUL character in a string (line %d, "
+		snprintf(err, errlen, "NUL character in a key (line %d, "
 		    "column %d)", jerr->line, jerr->column);
 		return;
 	case json_error_invalid_utf8:
@@ -337,6 +337,11 @@ get_string(json_t *root, const char *key, char *err, size_t errlen)
 	}
 	if (!json_is_string(v)) {
 		snprintf(err, errlen, "%s: must be a string", key);
+		return NULL;
+	}
+	/* Parsed with JSON_ALLOW_NUL so that this names the key. */
+	if (strlen(json_string_value(v)) != json_string_length(v)) {
+		snprintf(err, errlen, "%s: contains a NUL character", key);
 		return NULL;
 	}
 	return json_string_value(v);
@@ -427,7 +432,8 @@ joindoc_parse(const char *json, size_t len, struct joindoc *doc, char *err,
 		snprintf(err, errlen, "larger than %d bytes", JOINDOC_MAX_BYTES);
 		goto out;
 	}
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY |
+	    JSON_ALLOW_NUL, &jerr);
 	if (root == NULL) {
 		json_error_reason(&jerr, err, errlen);
 		goto out;

@@ -27,6 +27,13 @@ static const struct column cluster_columns[] = {
 	{ NULL, NULL },
 };
 
+static const struct column cluster_created_columns[] = {
+	{ "ID", "id" },
+	{ "NAME", "name" },
+	{ "CREATED", "created_at" },
+	{ NULL, NULL },
+};
+
 static const struct column agent_columns[] = {
 	{ "ID", "id" },
 	{ "CLUSTER", "cluster" },
@@ -200,7 +207,7 @@ call_and_print(struct ctl *c, const char *method, const char *path,
 	json_t *resp = NULL;
 	int r;
 
-	if ((r = ctl_load_token(c)) != CTL_EXIT_OK)
+	if ((r = ctl_ready(c)) != CTL_EXIT_OK)
 		return r;
 	if ((r = api_call(&c->api, method, path, body, &resp)) != CTL_EXIT_OK)
 		return r;
@@ -232,7 +239,7 @@ cluster_create(struct ctl *c, int argc, char **argv)
 	if ((body = json_pack("{s:s}", "name", argv[1])) == NULL)
 		return ctl_usage_error("cluster", "the name must be UTF-8");
 	r = call_and_print(c, "POST", "/v1/clusters", body, JSON_OBJECT,
-	    cluster_columns);
+	    cluster_created_columns);
 	json_decref(body);
 	return r;
 }
@@ -354,7 +361,7 @@ token_create(struct ctl *c, int argc, char **argv)
 		    argv[optind]);
 	if (cluster == NULL || cluster[0] == '\0')
 		return ctl_usage_error("token", "--cluster ID is required");
-	if ((r = ctl_load_token(c)) != CTL_EXIT_OK)
+	if ((r = ctl_ready(c)) != CTL_EXIT_OK)
 		return r;
 	r = CTL_EXIT_SERVER;
 	if ((id = api_escape(cluster)) == NULL ||

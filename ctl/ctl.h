@@ -12,13 +12,17 @@
 struct ctl {
 	struct api api;
 	enum output_format output;
+	const char *server;          /* --server, TETHER_SERVER or the default */
+	const char *cacert;          /* --cacert or TETHER_CACERT, or NULL */
 	const char *token_file;      /* --token-file or TETHER_TOKEN_FILE */
 };
 
-/* Loads the admin token into c->api.token (from --token-file,
+/* Makes c ready for API calls: checks the server URL and the CA file, and
+ * loads the admin token into c->api.token (from --token-file,
  * TETHER_TOKEN_FILE or TETHER_TOKEN).  Returns CTL_EXIT_OK, or
- * CTL_EXIT_USAGE after saying how to provide one. */
-int ctl_load_token(struct ctl *c);
+ * CTL_EXIT_USAGE after saying what is wrong (for a missing token, the three
+ * ways to provide one). */
+int ctl_ready(struct ctl *c);
 
 /* Prints "tetherctl CMD: message" and a hint to --help; returns
  * CTL_EXIT_USAGE. */

@@ -1,3 +1,403 @@
-/* placeholder */
-int main(void);
-int main(void) { return 0; }
+/*
+ * main.c: tetherctl's entry point: global flags (which may come before or
+ * after the command), the admin token, and dispatch to the command groups
+ * in commands.c.
+ */
+#include "ctl.h"
+
+#include <ctype.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "fileio.h"
+#include "token.h"
+
+#define DEFAULT_SERVER "https://127.0.0.1:8443"
+#define TOKEN_FILE_MAX 4096
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: tetherctl [GLOBAL FLAGS] COMMAND [ARGS]\n"
+	    "\n"
+	    "The operator's CLI for a Tether gateway.\n"
+	    "\n"
+	    "commands:\n"
+	    "  cluster create NAME           create a cluster\n"
+	    "  cluster list                  list clusters\n"
+	    "  token create --cluster ID [--ttl 24h] [--uses N] [--approval auto|manual]\n"
+	    "                                print a join document for new nodes\n"
+	    "  agent list [--cluster ID]     list agents\n"
+	    "  agent approve|verify|revoke ID\n"
+	    "                                change an agent's state\n"
+	    "  kubeconfig --cluster ID [--user NAME]\n"
+	    "                                print a kubeconfig for a cluster\n"
+	    "  connect --cluster ID [--node NAME] HOST:PORT\n"
+	    "                                bridge stdin/stdout to HOST:PORT on a node\n"
+	    "  forward --cluster ID [--node NAME] [LHOST:]LPORT:HOST:PORT\n"
+	    "                                forward a local port to HOST:PORT on a node\n"
+	    "\n"
+	    "global flags (before or after the command):\n"
+	    "  --server URL        the gateway (env TETHER_SERVER; default "
+	    DEFAULT_SERVER ")\n"
+	    "  --token-file FILE   a file holding the admin token (env\n"
+	    "                      TETHER_TOKEN_FILE), or the token itself in env\n"
+	    "                      TETHER_TOKEN\n"
+	    "  --cacert FILE       the gateway's CA certificate, DATA_DIR/ca.crt\n"
+	    "                      (env TETHER_CACERT; default: the system's CAs)\n"
+	    "  -o json|table       output format (default: table on a terminal,\n"
+	    "                      json otherwise); json prints one JSON value\n"
+	    "  --help, --version\n"
+	    "\n"
+	    "exit codes: 0 success; 1 the server refused or failed (its reason on\n"
+	    "stderr); 2 bad usage; 3 cannot reach or trust the server.\n"
+	    "\n"
+	    "`tetherctl COMMAND --help` explains one command.\n"
+	    "\n"
+	    "example:\n"
+	    "  export TETHER_TOKEN_FILE=var/admin.token TETHER_CACERT=var/ca.crt\n"
+	    "  tetherctl cluster create edge\n"
+	    "  tetherctl token create --cluster c-0123456789ab |\n"
+	    "    ssh node1 tether-client join --state-dir /var/lib/tether "
+	    "--allow 127.0.0.1:22\n"
+	    "  tetherctl agent list\n");
+}
+
+int
+ctl_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "tetherctl%s%s: ", cmd != NULL ? " " : "",
+	    cmd != NULL ? cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'tetherctl%s%s --help'.\n", cmd != NULL ? " " : "",
+	    cmd != NULL ? cmd : "");
+	return CTL_EXIT_USAGE;
+}
+
+/* --- the admin token --- */
+
+static int
+token_chars_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n >= TOKEN_STR_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' &&
+		    s[i] != '.')
+			return 0;
+	}
+	return 1;
+}
+
+/* A copy of s without surrounding whitespace (caller frees), or NULL. */
+static char *
+trimmed_copy(const char *s)
+{
+	size_t n;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	n = strlen(s);
+	while (n > 0 && isspace((unsigned char)s[n - 1]))
+		n--;
+	return strndup(s, n);
+}
+
+static int
+missing_token(void)
+{
+	fprintf(stderr,
+	    "tetherctl: no admin token; provide it in one of three ways:\n"
+	    "  --token-file FILE          a file holding it (the gateway's first one\n"
+	    "                             is DATA_DIR/admin.token)\n"
+	    "  TETHER_TOKEN_FILE=FILE     the same, from the environment\n"
+	    "  TETHER_TOKEN=TOKEN         the token itself, from the environment\n"
+	    "Try 'tetherctl --help'.\n");
+	return CTL_EXIT_USAGE;
+}
+
+static int
+load_token(struct ctl *c)
+{
+	char err[512];
+	char *raw = NULL, *tok = NULL;
+	const char *env, *from;
+	size_t len = 0;
+	int r = CTL_EXIT_USAGE;
+
+	if (c->token_file != NULL) {
+		from = c->token_file;
+		if (file_read_all(c->token_file, TOKEN_FILE_MAX, &raw, &len, err,
+		    sizeof(err)) == -1) {
+			fprintf(stderr, "tetherctl: cannot read the token file: %s\n",
+			    err);
+			goto out;
+		}
+		tok = trimmed_copy(raw);
+	} else if ((env = getenv("TETHER_TOKEN")) != NULL && env[0] != '\0') {
+		from = "TETHER_TOKEN";
+		tok = trimmed_copy(env);
+	} else
+		return missing_token();
+	if (tok == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		goto out;
+	}
+	if (!token_chars_valid(tok)) {
+		fprintf(stderr, "tetherctl: %s does not hold a token (want one line "
+		    "like tta_<id>.<secret>)\n", from);
+		goto out;
+	}
+	c->api.token = tok;
+	tok = NULL;
+	r = CTL_EXIT_OK;
+out:
+	if (raw != NULL) {
+		explicit_bzero(raw, len);
+		free(raw);
+	}
+	if (tok != NULL) {
+		explicit_bzero(tok, strlen(tok));
+		free(tok);
+	}
+	return r;
+}
+
+static int
+check_server(struct ctl *c)
+{
+	size_t n = strlen(c->server);
+
+	if (strncmp(c->server, "https://", 8) != 0 || n <= 8) {
+		fprintf(stderr, "tetherctl: --server %s: want https://HOST[:PORT]\n"
+		    "Try 'tetherctl --help'.\n", c->server);
+		return CTL_EXIT_USAGE;
+	}
+	while (n > 8 && c->server[n - 1] == '/')
+		n--;
+	if (n >= sizeof(c->api.server)) {
+		fprintf(stderr, "tetherctl: --server: URL too long\n");
+		return CTL_EXIT_USAGE;
+	}
+	memcpy(c->api.server, c->server, n);
+	c->api.server[n] = '\0';
+	return CTL_EXIT_OK;
+}
+
+int
+ctl_ready(struct ctl *c)
+{
+	int r;
+
+	if (c->api.token != NULL)
+		return CTL_EXIT_OK;
+	if ((r = check_server(c)) != CTL_EXIT_OK)
+		return r;
+	if (c->cacert != NULL) {
+		if (access(c->cacert, R_OK) == -1) {
+			fprintf(stderr, "tetherctl: cannot read the CA file %s\n"
+			    "Try 'tetherctl --help'.\n", c->cacert);
+			return CTL_EXIT_USAGE;
+		}
+		c->api.cacert = c->cacert;
+	}
+	return load_token(c);
+}
+
+/* --- global flags --- */
+
+/*
+ * If argv[*i] is the global flag long (or short, if not NULL), stores its
+ * value and advances *i.  Returns 1 if it was, 0 if not, -1 if the value is
+ * missing.
+ */
+static int
+take_flag(int argc, char **argv, int *i, const char *lng, const char *shrt,
+    const char **val)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(lng);
+
+	if (strcmp(a, lng) == 0 || (shrt != NULL && strcmp(a, shrt) == 0)) {
+		if (*i + 1 >= argc)
+			return -1;
+		*val = argv[++*i];
+		return 1;
+	}
+	if (strncmp(a, lng, n) == 0 && a[n] == '=') {
+		*val = a + n + 1;
+		return 1;
+	}
+	if (shrt != NULL && strncmp(a, shrt, 2) == 0 && a[2] != '\0') {
+		*val = a + 2;   /* -ojson */
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Moves the global flags out of argv, leaving the command and its own
+ * arguments in cargv.  Returns -1 to continue, or an exit code.
+ */
+static int
+parse_globals(struct ctl *c, int argc, char **argv, int *cargc, char **cargv,
+    const char **output)
+{
+	static const struct {
+		const char *lng, *shrt;
+	} flags[] = {
+		{ "--server", NULL },
+		{ "--token-file", NULL },
+		{ "--cacert", NULL },
+		{ "--output", "-o" },
+	};
+	const char **vals[] = { &c->server, &c->token_file, &c->cacert, output };
+	bool rest = false;
+
+	*cargc = 0;
+	for (int i = 1; i < argc; i++) {
+		int t = 0;
+
+		if (!rest && strcmp(argv[i], "--") == 0)
+			rest = true;
+		for (size_t f = 0; !rest && f < sizeof(flags) / sizeof(flags[0]); f++) {
+			if ((t = take_flag(argc, argv, &i, flags[f].lng, flags[f].shrt,
+			    vals[f])) == -1)
+				return ctl_usage_error(NULL, "option %s needs a value",
+				    argv[i]);
+			if (t == 1)
+				break;
+		}
+		if (t == 1)
+			continue;
+		if (*cargc == 0 && !rest) {
+			if (strcmp(argv[i], "--help") == 0 ||
+			    strcmp(argv[i], "-h") == 0) {
+				usage(stdout);
+				return CTL_EXIT_OK;
+			}
+			if (strcmp(argv[i], "--version") == 0) {
+				printf("tetherctl %s\n", TETHER_VERSION);
+				return CTL_EXIT_OK;
+			}
+			if (argv[i][0] == '-')
+				return ctl_usage_error(NULL, "unknown option %s", argv[i]);
+		}
+		cargv[(*cargc)++] = argv[i];
+	}
+	cargv[*cargc] = NULL;
+	return -1;
+}
+
+/* Resolves flags and environment into c.  Returns -1 or an exit code. */
+static int
+apply_defaults(struct ctl *c, const char *output)
+{
+	const char *env;
+
+	if (c->server == NULL)
+		c->server = (env = getenv("TETHER_SERVER")) != NULL &&
+		    env[0] != '\0' ? env : DEFAULT_SERVER;
+	if (c->cacert == NULL && (env = getenv("TETHER_CACERT")) != NULL &&
+	    env[0] != '\0')
+		c->cacert = env;
+	if (c->token_file == NULL && (env = getenv("TETHER_TOKEN_FILE")) != NULL &&
+	    env[0] != '\0')
+		c->token_file = env;
+	if (output == NULL)
+		c->output = isatty(STDOUT_FILENO) ? OUTPUT_TABLE : OUTPUT_JSON;
+	else if (strcmp(output, "json") == 0)
+		c->output = OUTPUT_JSON;
+	else if (strcmp(output, "table") == 0)
+		c->output = OUTPUT_TABLE;
+	else
+		return ctl_usage_error(NULL, "-o %s: want json or table", output);
+	return -1;
+}
+
+static int
+dispatch(struct ctl *c, int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*fn)(struct ctl *, int, char **);
+	} cmds[] = {
+		{ "cluster", cmd_cluster },
+		{ "token", cmd_token },
+		{ "agent", cmd_agent },
+		{ "kubeconfig", cmd_kubeconfig },
+		{ "connect", cmd_connect },
+		{ "forward", cmd_forward },
+	};
+
+	if (strcmp(argv[0], "help") == 0) {
+		if (argc == 1) {
+			usage(stdout);
+			return CTL_EXIT_OK;
+		}
+		if (ctl_group_help(argv[1]) == -1)
+			return ctl_usage_error(NULL, "no help for %s", argv[1]);
+		return CTL_EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (strcmp(argv[0], cmds[i].name) == 0)
+			return cmds[i].fn(c, argc, argv);
+	}
+	return ctl_usage_error(NULL, "unknown command %s", argv[0]);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct ctl c;
+	const char *output = NULL;
+	char **cargv = NULL;
+	int cargc, r;
+
+	memset(&c, 0, sizeof(c));
+	signal(SIGPIPE, SIG_IGN);
+	if ((cargv = calloc((size_t)argc + 1, sizeof(*cargv))) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	if ((r = parse_globals(&c, argc, argv, &cargc, cargv, &output)) != -1)
+		goto out;
+	if ((r = apply_defaults(&c, output)) != -1)
+		goto out;
+	if (cargc == 0) {
+		usage(stderr);
+		r = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "tetherctl: cannot initialise libcurl\n");
+		r = CTL_EXIT_SERVER;
+		goto out;
+	}
+	r = dispatch(&c, cargc, cargv);
+	curl_global_cleanup();
+out:
+	if (c.api.token != NULL) {
+		explicit_bzero(c.api.token, strlen(c.api.token));
+		free(c.api.token);
+	}
+	free(cargv);
+	fflush(stdout);
+	if (ferror(stdout) && r == CTL_EXIT_OK)
+		r = CTL_EXIT_SERVER;
+	return r;
+}

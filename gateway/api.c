@@ -31,7 +31,7 @@
 #include "token.h"
 
 #define TTL_DEFAULT  (24 * 3600)
-#define TTL_MIN      60
+#define TTL_MIN      1
 #define TTL_MAX      (366 * 24 * 3600)
 #define USES_MAX     1000000
 

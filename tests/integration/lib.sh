@@ -1,0 +1,166 @@
+# lib.sh: helpers for integration tests that start the real binaries on
+# loopback.  Source it; every process a test starts is stopped by the EXIT
+# trap, on success and on failure alike.
+#
+#   TETHER_BIN  directory with tether-gateway, tether-client, tetherctl
+#               (ctest sets it; default build/asan/bin)
+set -euo pipefail
+
+TETHER_SRC=${TETHER_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+TETHER_BIN=${TETHER_BIN:-$TETHER_SRC/build/asan/bin}
+GATEWAY=$TETHER_BIN/tether-gateway
+CLIENT=$TETHER_BIN/tether-client
+CTL=$TETHER_BIN/tetherctl
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/tether-test.XXXXXX")
+TEST_NAME=$(basename "$0" .sh)
+PIDS=()
+GW_PID=
+FAILED=0
+
+# LeakSanitizer reports at exit make the process exit non-zero: tests stop
+# the gateway with SIGTERM and check its status, so a leak fails the test.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+
+log() { printf '[%s] %s\n' "$TEST_NAME" "$*" >&2; }
+
+cleanup() {
+	local rc=$?
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ "$rc" -ne 0 ] || [ "$FAILED" -ne 0 ]; then
+		log "FAILED; logs follow"
+		for f in "$T"/*.log; do
+			[ -f "$f" ] || continue
+			echo "----- $f (last 40 lines)" >&2
+			tail -40 "$f" >&2
+		done
+	fi
+	rm -rf "$T"
+	exit "$rc"
+}
+trap cleanup EXIT
+
+fail() {
+	FAILED=1
+	log "FAIL: $*"
+	exit 1
+}
+
+pass() { log "ok: $*"; }
+
+# A TCP port nothing listens on right now.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_until SECONDS DESCRIPTION CMD...: polls CMD every 50 ms.
+wait_until() {
+	local limit=$1 what=$2
+	shift 2
+	local deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			fail "timed out after ${limit}s waiting for: $what"
+		fi
+		sleep 0.05
+	done
+}
+
+# gateway_init [extra init flags]: a data dir at $T/gw for 127.0.0.1:$GW_PORT.
+gateway_init() {
+	GW_PORT=${GW_PORT:-$(free_port)}
+	GW_URL=https://127.0.0.1:$GW_PORT
+	GW_DIR=$T/gw
+	"$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" "$@" >"$T/init.out"
+	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
+}
+
+gateway_ready() {
+	curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
+}
+
+# gateway_start [extra serve flags]: starts serve and waits for /readyz.
+gateway_start() {
+	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" "$@" \
+		>>"$T/gateway.log" 2>&1 &
+	GW_PID=$!
+	PIDS+=("$GW_PID")
+	wait_until 20 "gateway ready on $GW_URL" gateway_ready
+}
+
+# gateway_stop: SIGTERM, and the gateway must exit 0 (no leaks, no errors).
+gateway_stop() {
+	kill -TERM "$GW_PID"
+	local rc=0
+	wait "$GW_PID" || rc=$?
+	[ "$rc" -eq 0 ] || fail "gateway exited $rc after SIGTERM (see gateway.log)"
+	GW_PID=
+}
+
+ctl() { "$CTL" -o json "$@"; }
+
+cluster_create() { ctl cluster create "$1" | jq -er .id; }
+
+# join_node NAME DOCFILE [join flags]: joins $T/NAME from a join document.
+join_node() {
+	local name=$1 doc=$2
+	shift 2
+	"$CLIENT" join --state-dir "$T/$name" --node-name "$name" "$@" <"$doc"
+}
+
+# client_start NAME: runs the agent of $T/NAME in the background; sets CLIENT_PID.
+client_start() {
+	"$CLIENT" run --state-dir "$T/$1" >>"$T/client-$1.log" 2>&1 &
+	CLIENT_PID=$!
+	PIDS+=("$CLIENT_PID")
+}
+
+# client_stop PID: SIGTERM, the agent must exit 0.
+client_stop() {
+	kill -TERM "$1"
+	local rc=0
+	wait "$1" || rc=$?
+	[ "$rc" -eq 0 ] || fail "tether-client exited $rc after SIGTERM"
+}
+
+agent_field() { # agent_field AGENT_ID FIELD
+	ctl agent list | jq -er --arg id "$1" --arg f "$2" '.[] | select(.id == $id) | .[$f]'
+}
+
+agent_id_of() { # agent_id_of NODE
+	jq -er .agent_id "$T/$1/state.json"
+}
+
+agent_is() { # agent_is NODE STATE: registered, connected and in STATE
+	local id
+	id=$(jq -er '.agent_id | select(. != "")' "$T/$1/state.json") || return 1
+	ctl agent list | jq -e --arg id "$id" --arg s "$2" \
+		'.[] | select(.id == $id and .state == $s and .connected == true)' >/dev/null
+}
+
+# expect_exit CODE CMD...: runs CMD, checks its exit code, keeps its stderr in $T/last.err
+expect_exit() {
+	local want=$1
+	shift
+	local rc=0
+	"$@" >"$T/last.out" 2>"$T/last.err" || rc=$?
+	if [ "$rc" -ne "$want" ]; then
+		cat "$T/last.err" >&2
+		fail "expected exit $want, got $rc: $*"
+	fi
+}
+
+assert_contains() { # assert_contains FILE TEXT
+	grep -qF -- "$2" "$1" || { cat "$1" >&2; fail "$1 does not contain: $2"; }
+}
+
+assert_mode() { # assert_mode FILE MODE
+	local m
+	m=$(stat -c %a "$1")
+	[ "$m" = "$2" ] || fail "$1 has mode $m, want $2"
+}
