@@ -402,6 +402,10 @@ dec_str(struct ctx *c, const struct field *fld, const msgpack_object *o,
 	if (o->via.str.size > size - 1)
 		return field_fail(c, fld, "is too long (%" PRIu32 " > %zu bytes)",
 		    o->via.str.size, size - 1);
+	dst[0] = '\0';
+	/* msgpack-c may give an empty string a NULL pointer */
+	if (o->via.str.size == 0)
+		return 0;
 	if (memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL)
 		return field_fail(c, fld, "contains a NUL byte");
 	memcpy(dst, o->via.str.ptr, o->via.str.size);
@@ -447,7 +451,7 @@ str_is(const msgpack_object *o, const char *s)
 	size_t n = strlen(s);
 
 	return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-	    memcmp(o->via.str.ptr, s, n) == 0;
+	    (n == 0 || memcmp(o->via.str.ptr, s, n) == 0);
 }
 
 static int

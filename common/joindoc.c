@@ -311,6 +311,7 @@ json_error_reason(const json_error_t *jerr, char *err, size_t errlen)
 		    jerr->line, jerr->column);
 		return;
 	case json_error_null_character:
+	case json_error_null_byte_in_key:
 		snprintf(err, errlen, "NUL character in a key (line %d, "
 		    "column %d)", jerr->line, jerr->column);
 		return;
@@ -361,11 +362,16 @@ check_keys(json_t *root, char *err, size_t errlen)
 				break;
 		}
 		if (i == JOINDOC_NKEYS) {
-			char name[40];
+			char raw[40], name[48];
 
-			key_for_message(key, name, sizeof(name));
-			snprintf(err, errlen, "unknown key \"%s\" (a join document "
-			    "has exactly gateway_url, ca_checksum, cluster, token, "
+			/* Name the key, unless it might carry a token. */
+			key_for_message(key, raw, sizeof(raw));
+			if (strstr(key, JOINDOC_TOKEN_PREFIX) != NULL)
+				snprintf(name, sizeof(name), "(name not shown)");
+			else
+				snprintf(name, sizeof(name), "\"%s\"", raw);
+			snprintf(err, errlen, "unknown key %s (a join document has "
+			    "exactly gateway_url, ca_checksum, cluster, token, "
 			    "expires_at)", name);
 			return -1;
 		}

@@ -17,8 +17,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The "token" string of the input, if it is an object with one that is
- * long enough to be recognisable in a message; else NULL (caller frees). */
+/* The "token" string of the input, if it is an object with one that looks
+ * like an import token (the secret to protect) and is long enough to be
+ * recognisable in a message; else NULL (caller frees). */
 static char *
 input_token(const uint8_t *data, size_t size)
 {
@@ -31,7 +32,8 @@ input_token(const uint8_t *data, size_t size)
 		return NULL;
 	t = json_object_get(root, "token");
 	if (t != NULL && json_is_string(t) && json_string_length(t) >= 8 &&
-	    strlen(json_string_value(t)) == json_string_length(t))
+	    strlen(json_string_value(t)) == json_string_length(t) &&
+	    strncmp(json_string_value(t), "tti_", 4) == 0)
 		tok = strdup(json_string_value(t));
 	json_decref(root);
 	return tok;

@@ -327,7 +327,6 @@ test_syntax_errors(void **state)
 	/* Truncated inside the token: jansson would quote it; we must not. */
 	expect_refused("{\"token\":\"tti_0123SeCrEtXyZ", "JSON");
 	expect_refused("{\"token\":tti_0123SeCrEtXyZ}", "JSON");
-	expect_refused("{\"token\":\"tti_0123\\u0000SeCrEtXyZ\"}", "token");
 	expect_refused("{\"tok\\u0000en\":\"tti_0123SeCrEtXyZ\"}", "NUL");
 	expect_refused("{\"token\":\"tti_0123\xff" "SeCrEtXyZ\"}", "UTF-8");
 }
