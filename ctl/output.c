@@ -97,8 +97,8 @@ print_row(const char *const *cells, const size_t *widths, size_t ncols)
 int
 output_table(json_t *v, const struct column *cols)
 {
-	size_t ncols = 0, nrows, widths[16];
-	const char *cells[16];
+	size_t ncols = 0, nrows, widths[16] = { 0 };
+	const char *cells[16] = { NULL };
 	char (*text)[16][CELL_MAX] = NULL;
 	json_t *row;
 	size_t i, j;

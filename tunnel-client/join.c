@@ -244,7 +244,11 @@ join_node_name(const struct join_opts *o, char *out, size_t outlen)
 	if (!client_node_name_valid(host))
 		return usage_error("join", "the host name %s is not a valid node "
 		    "name; pass --node-name NAME", host);
-	snprintf(out, outlen, "%s", host);
+	/* Valid names are at most 63 bytes, so this always fits. */
+	if (strlen(host) >= outlen)
+		return usage_error("join", "the host name %s is too long; pass "
+		    "--node-name NAME", host);
+	memcpy(out, host, strlen(host) + 1);
 	return -1;
 }
 
