@@ -1,0 +1,591 @@
+/*
+ * mux.c: streams inside one tunnel (see mux.h).
+ *
+ * Streams live on one list per multiplexer.  A stream that ends is unlinked
+ * at once (so no frame reaches it again) and parked on a zombie list; the
+ * zombies are freed when the outermost mux call returns, so a handler may
+ * end a stream from inside a callback that still holds it.
+ */
+#include "mux.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flow.h"
+
+enum stream_state {
+	STREAM_OPENING,     /* we sent OPEN, no answer yet */
+	STREAM_ACCEPTING,   /* peer sent OPEN, we have not answered */
+	STREAM_OPEN,        /* data may flow (subject to FIN) */
+	STREAM_CLOSED,      /* ended; on the zombie list */
+};
+
+/* Why mux_stream_send could not take everything: on_writable follows. */
+#define BLK_CREDIT    0x1  /* the peer's window is exhausted */
+#define BLK_TRANSPORT 0x2  /* the transport holds tx_high_water bytes */
+
+struct mux_stream {
+	struct mux_stream *next;
+	struct mux *mux;
+	uint32_t id;
+	enum stream_state state;
+	unsigned blocked;          /* BLK_* */
+	int fin_sent, fin_received;
+	int committed;             /* holds cfg.window of the process budget */
+	struct flow flow;
+	uint32_t peer_window;      /* credit the peer granted in OPEN (accepting side) */
+	const struct mux_stream_handlers *h;
+	void *arg;
+};
+
+struct mux {
+	struct mux_config cfg;
+	const struct mux_io *io;
+	void *io_arg;
+	const struct mux_handlers *h;
+	void *arg;
+	struct mux_stream *streams;
+	struct mux_stream *zombies;
+	size_t nstreams;
+	uint32_t next_id;
+	int depth;                 /* mux calls on the stack */
+};
+
+static size_t process_budget = 256u << 20;
+static size_t process_committed;
+
+void
+mux_set_process_budget(size_t bytes)
+{
+	process_budget = bytes;
+}
+
+struct mux *
+mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
+    const struct mux_handlers *h, void *arg)
+{
+	struct mux *m = calloc(1, sizeof(*m));
+
+	if (m == NULL)
+		return NULL;
+	m->cfg = *cfg;
+	m->io = io;
+	m->io_arg = io_arg;
+	m->h = h;
+	m->arg = arg;
+	m->next_id = cfg->odd_ids ? 1 : 2;
+	return m;
+}
+
+static void
+mux_gc(struct mux *m)
+{
+	struct mux_stream *s;
+
+	if (m->depth > 0)
+		return;
+	while ((s = m->zombies) != NULL) {
+		m->zombies = s->next;
+		free(s);
+	}
+}
+
+static struct mux_stream *
+stream_find(struct mux *m, uint32_t id)
+{
+	struct mux_stream *s;
+
+	for (s = m->streams; s != NULL && s->id != id; s = s->next)
+		;
+	return s;
+}
+
+/* Unlinks s, returns its budget and parks it for freeing.  Idempotent. */
+static void
+stream_end(struct mux_stream *s)
+{
+	struct mux *m = s->mux;
+	struct mux_stream **pp;
+
+	if (s->state == STREAM_CLOSED)
+		return;
+	for (pp = &m->streams; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	if (s->committed)
+		process_committed -= s->mux->cfg.window;
+	s->committed = 0;
+	s->state = STREAM_CLOSED;
+	m->nstreams--;
+	s->next = m->zombies;
+	m->zombies = s;
+}
+
+static void
+stream_close_notify(struct mux_stream *s, const char *code)
+{
+	const struct mux_stream_handlers *h = s->h;
+
+	stream_end(s);
+	if (h != NULL && h->on_close != NULL)
+		h->on_close(s, code, s->arg);
+}
+
+/* ---- sending frames ---- */
+
+static int
+send_frame(struct mux *m, const struct frame *f)
+{
+	uint8_t *buf;
+	size_t len;
+	struct iovec iov;
+	int r;
+
+	if (frame_encode(f, 0, &buf, &len) != 0)
+		return -1;
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	r = m->io->sendv(m->io_arg, &iov, 1);
+	free(buf);
+	return r;
+}
+
+static void
+send_simple(struct mux *m, enum frame_type type, uint32_t id)
+{
+	struct frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = type;
+	f.stream_id = id;
+	send_frame(m, &f);
+}
+
+static void
+send_reset(struct mux *m, uint32_t id, const char *code)
+{
+	struct frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_RESET;
+	f.stream_id = id;
+	snprintf(f.u.reset_code, sizeof(f.u.reset_code), "%s", code);
+	send_frame(m, &f);
+}
+
+static void
+send_window(struct mux_stream *s)
+{
+	struct frame f;
+	uint32_t grant = flow_rx_take_grant(&s->flow);
+
+	if (grant == 0 || s->fin_received)
+		return;
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_WINDOW;
+	f.stream_id = s->id;
+	f.u.window_credit = grant;
+	send_frame(s->mux, &f);
+}
+
+static int
+budget_take(uint32_t window)
+{
+	if (process_committed + window > process_budget)
+		return -1;
+	process_committed += window;
+	return 0;
+}
+
+/* ---- the public stream calls ---- */
+
+struct mux_stream *
+mux_open(struct mux *m, const char *target, const char *service,
+    const struct mux_stream_handlers *h, void *arg)
+{
+	struct mux_stream *s;
+	struct frame f;
+
+	if (m->nstreams >= m->cfg.max_streams || budget_take(m->cfg.window) != 0)
+		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		process_committed -= m->cfg.window;
+		return NULL;
+	}
+	s->mux = m;
+	s->committed = 1;
+	s->id = m->next_id;
+	m->next_id += 2;
+	s->state = STREAM_OPENING;
+	s->h = h;
+	s->arg = arg;
+	flow_init(&s->flow, m->cfg.window, 0);
+	s->next = m->streams;
+	m->streams = s;
+	m->nstreams++;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_OPEN;
+	f.stream_id = s->id;
+	snprintf(f.u.open.target, sizeof(f.u.open.target), "%s", target ? target : "");
+	snprintf(f.u.open.service, sizeof(f.u.open.service), "%s", service ? service : "");
+	f.u.open.window = m->cfg.window;
+	if (send_frame(m, &f) != 0) {
+		stream_end(s);
+		mux_gc(m);
+		return NULL;
+	}
+	return s;
+}
+
+int
+mux_stream_accept(struct mux_stream *s, const struct mux_stream_handlers *h, void *arg)
+{
+	struct mux *m = s->mux;
+	struct frame f;
+
+	if (s->state != STREAM_ACCEPTING)
+		return -1;
+	if (budget_take(m->cfg.window) != 0) {
+		mux_stream_refuse(s, "busy", "the stream memory budget is spent");
+		return -1;
+	}
+	s->committed = 1;
+	if (h != NULL) {
+		s->h = h;
+		s->arg = arg;
+	}
+	s->state = STREAM_OPEN;
+	flow_init(&s->flow, m->cfg.window, s->peer_window);
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_OPEN_OK;
+	f.stream_id = s->id;
+	f.u.open_ok_window = m->cfg.window;
+	send_frame(m, &f);
+	return 0;
+}
+
+void
+mux_stream_hold(struct mux_stream *s, const struct mux_stream_handlers *h, void *arg)
+{
+	if (s->state != STREAM_ACCEPTING)
+		return;
+	s->h = h;
+	s->arg = arg;
+}
+
+void
+mux_stream_refuse(struct mux_stream *s, const char *code, const char *reason)
+{
+	struct mux *m = s->mux;
+	struct frame f;
+
+	if (s->state != STREAM_ACCEPTING)
+		return;
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_OPEN_FAIL;
+	f.stream_id = s->id;
+	snprintf(f.u.open_fail.code, sizeof(f.u.open_fail.code), "%s", code);
+	snprintf(f.u.open_fail.reason, sizeof(f.u.open_fail.reason), "%s", reason);
+	send_frame(m, &f);
+	s->h = NULL;
+	stream_end(s);
+	mux_gc(m);
+}
+
+size_t
+mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
+{
+	struct mux *m = s->mux;
+	uint8_t hdr[FRAME_DATA_HEADER_MAX];
+	struct iovec iov[2];
+	size_t total = 0, pending, n;
+
+	if (s->state != STREAM_OPEN || s->fin_sent)
+		return 0;
+	while (total < len) {
+		pending = m->io->pending(m->io_arg);
+		if (pending >= m->cfg.tx_high_water) {
+			s->blocked |= BLK_TRANSPORT;
+			break;
+		}
+		n = flow_tx_allowed(&s->flow, len - total);
+		if (n == 0) {
+			s->blocked |= BLK_CREDIT;
+			break;
+		}
+		if (n > m->cfg.max_payload)
+			n = m->cfg.max_payload;
+		iov[0].iov_base = hdr;
+		iov[0].iov_len = frame_data_header(hdr, s->id, n);
+		iov[1].iov_base = (void *)(data + total);
+		iov[1].iov_len = n;
+		if (m->io->sendv(m->io_arg, iov, 2) != 0)
+			break;
+		flow_tx_sent(&s->flow, n);
+		total += n;
+	}
+	return total;
+}
+
+void
+mux_stream_fin(struct mux_stream *s)
+{
+	struct mux *m = s->mux;
+
+	if (s->state != STREAM_OPEN || s->fin_sent)
+		return;
+	s->fin_sent = 1;
+	send_simple(m, FRAME_FIN, s->id);
+	if (s->fin_received) {
+		m->depth++;
+		stream_close_notify(s, "done");
+		m->depth--;
+		mux_gc(m);
+	}
+}
+
+void
+mux_stream_reset(struct mux_stream *s, const char *code)
+{
+	struct mux *m = s->mux;
+
+	if (s->state == STREAM_CLOSED)
+		return;
+	send_reset(m, s->id, code);
+	stream_end(s);
+	mux_gc(m);
+}
+
+void
+mux_stream_drained(struct mux_stream *s, size_t n)
+{
+	if (s->state != STREAM_OPEN)
+		return;
+	flow_rx_drained(&s->flow, n);
+	send_window(s);
+}
+
+uint32_t
+mux_stream_id(const struct mux_stream *s)
+{
+	return s->id;
+}
+
+size_t
+mux_stream_count(const struct mux *m)
+{
+	return m->nstreams;
+}
+
+size_t
+mux_stream_buffered(const struct mux_stream *s)
+{
+	return (size_t)s->flow.rx_buffered;
+}
+
+/* ---- frames from the peer ---- */
+
+static int
+id_is_peers(const struct mux *m, uint32_t id)
+{
+	return (id % 2 == 1) != (m->cfg.odd_ids != 0);
+}
+
+static int
+on_open(struct mux *m, const struct frame *f, char *err, size_t errlen)
+{
+	struct mux_stream *s;
+
+	if (!id_is_peers(m, f->stream_id) || stream_find(m, f->stream_id) != NULL) {
+		snprintf(err, errlen, "OPEN with stream id %u, which the peer may not use now",
+		    f->stream_id);
+		return -1;
+	}
+	if (m->nstreams >= m->cfg.max_streams) {
+		struct frame out;
+		memset(&out, 0, sizeof(out));
+		out.type = FRAME_OPEN_FAIL;
+		out.stream_id = f->stream_id;
+		snprintf(out.u.open_fail.code, sizeof(out.u.open_fail.code), "too_many_streams");
+		snprintf(out.u.open_fail.reason, sizeof(out.u.open_fail.reason),
+		    "the tunnel already carries %u streams", m->cfg.max_streams);
+		send_frame(m, &out);
+		return 0;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		send_reset(m, f->stream_id, "internal");
+		return 0;
+	}
+	s->mux = m;
+	s->id = f->stream_id;
+	s->state = STREAM_ACCEPTING;
+	s->peer_window = f->u.open.window;
+	s->next = m->streams;
+	m->streams = s;
+	m->nstreams++;
+	m->h->on_open(m, s, &f->u.open, m->arg);
+	return 0;
+}
+
+static void
+on_open_answer(struct mux_stream *s, const struct frame *f)
+{
+	if (s->state != STREAM_OPENING) {
+		mux_stream_reset(s, "protocol");
+		return;
+	}
+	if (f->type == FRAME_OPEN_OK) {
+		s->state = STREAM_OPEN;
+		s->flow.tx_credit = f->u.open_ok_window;
+		s->h->on_opened(s, 1, NULL, NULL, s->arg);
+		return;
+	}
+	/* Refused: the stream is over before it began; no on_close. */
+	const struct mux_stream_handlers *h = s->h;
+	void *arg = s->arg;
+	s->h = NULL;
+	stream_end(s);
+	h->on_opened(s, 0, f->u.open_fail.code, f->u.open_fail.reason, arg);
+}
+
+static void
+on_data(struct mux_stream *s, const struct frame *f)
+{
+	if (s->state != STREAM_OPEN || s->fin_received) {
+		mux_stream_reset(s, "protocol");
+		return;
+	}
+	if (flow_rx_received(&s->flow, f->u.data.len) != 0) {
+		/* The peer ignored its window: this stream only pays for it. */
+		mux_stream_reset(s, "flow_control");
+		return;
+	}
+	if (f->u.data.len > 0)
+		s->h->on_data(s, f->u.data.payload, f->u.data.len, s->arg);
+}
+
+static void
+on_window(struct mux_stream *s, const struct frame *f)
+{
+	if (s->state != STREAM_OPEN)
+		return;
+	if (flow_tx_grant(&s->flow, f->u.window_credit) != 0) {
+		mux_stream_reset(s, "flow_control");
+		return;
+	}
+	if (s->blocked & BLK_CREDIT) {
+		s->blocked &= ~BLK_CREDIT;
+		if (s->h->on_writable != NULL)
+			s->h->on_writable(s, s->arg);
+	}
+}
+
+static void
+on_fin(struct mux_stream *s)
+{
+	if (s->state != STREAM_OPEN || s->fin_received) {
+		mux_stream_reset(s, "protocol");
+		return;
+	}
+	s->fin_received = 1;
+	if (s->h->on_fin != NULL)
+		s->h->on_fin(s, s->arg);
+	if (s->state == STREAM_OPEN && s->fin_sent)
+		stream_close_notify(s, "done");
+}
+
+int
+mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
+{
+	struct mux_stream *s;
+	int r = 0;
+
+	m->depth++;
+	if (f->type == FRAME_OPEN) {
+		r = on_open(m, f, err, errlen);
+		goto out;
+	}
+	s = stream_find(m, f->stream_id);
+	if (s == NULL)
+		goto out; /* a frame in flight for a stream already reset: harmless */
+	switch (f->type) {
+	case FRAME_OPEN_OK:
+	case FRAME_OPEN_FAIL:
+		on_open_answer(s, f);
+		break;
+	case FRAME_DATA:
+		on_data(s, f);
+		break;
+	case FRAME_WINDOW:
+		on_window(s, f);
+		break;
+	case FRAME_FIN:
+		on_fin(s);
+		break;
+	case FRAME_RESET:
+		stream_close_notify(s, f->u.reset_code);
+		break;
+	default:
+		snprintf(err, errlen, "%s is not a stream frame", frame_type_name(f->type));
+		r = -1;
+	}
+out:
+	m->depth--;
+	mux_gc(m);
+	return r;
+}
+
+void
+mux_on_drain(struct mux *m)
+{
+	struct mux_stream *s, *next;
+
+	m->depth++;
+	for (s = m->streams; s != NULL; s = next) {
+		next = s->next;
+		if (m->io->pending(m->io_arg) >= m->cfg.tx_high_water)
+			break;
+		if ((s->blocked & BLK_TRANSPORT) && s->state == STREAM_OPEN) {
+			s->blocked &= ~BLK_TRANSPORT;
+			if (s->h->on_writable != NULL)
+				s->h->on_writable(s, s->arg);
+		}
+	}
+	m->depth--;
+	mux_gc(m);
+}
+
+void
+mux_free(struct mux *m)
+{
+	if (m == NULL)
+		return;
+	m->depth++;
+	while (m->streams != NULL) {
+		struct mux_stream *s = m->streams;
+		if (s->state == STREAM_ACCEPTING && s->h == NULL) {
+			stream_end(s);
+			continue;
+		}
+		/* ACCEPTING with held handlers falls through to on_close. */
+		if (s->state == STREAM_OPENING) {
+			const struct mux_stream_handlers *h = s->h;
+			void *arg = s->arg;
+			s->h = NULL;
+			stream_end(s);
+			h->on_opened(s, 0, "tunnel_lost", "the tunnel closed", arg);
+			continue;
+		}
+		stream_close_notify(s, "tunnel_lost");
+	}
+	m->depth--;
+	mux_gc(m);
+	free(m);
+}

@@ -1,0 +1,133 @@
+/*
+ * mux.h: many byte streams inside one tunnel, each with its own credit-based
+ * flow control (flow.h), so that one slow reader never stalls the others.
+ *
+ * The multiplexer owns no socket: decoded stream frames come in through
+ * mux_on_frame, encoded frames leave through the mux_io callbacks, and the
+ * owner calls mux_on_drain when the transport has room again.  Both ends of
+ * a tunnel (agent and gateway) and both ends of a `tetherctl forward`
+ * connection run this same code.
+ *
+ * Stream ids never collide: the side that accepted the WebSocket (the
+ * gateway) numbers the streams it opens 1, 3, 5, ...; the side that dialed
+ * it numbers its own 2, 4, 6, ...
+ *
+ * Ordering: control frames (OPEN, OPEN_OK, OPEN_FAIL, WINDOW, FIN, RESET)
+ * are handed to the transport at once; DATA is handed over only while the
+ * transport holds less than tx_high_water bytes, so a control frame waits
+ * behind at most that much bulk data.
+ *
+ * Stream life: opening -> open -> (FIN each way) -> closed, or RESET at any
+ * time.  on_close runs exactly once for every stream the peer or the tunnel
+ * ends; a stream ended by our own mux_stream_reset/refuse gets no on_close.
+ * Either way the stream must not be used after that.
+ */
+#ifndef TETHER_MUX_H
+#define TETHER_MUX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "frame.h"
+
+struct mux;
+struct mux_stream;
+
+struct mux_config {
+	uint32_t window;            /* credit granted to the peer per stream */
+	uint32_t max_streams;       /* streams open at once in this tunnel */
+	size_t max_payload;         /* largest DATA payload sent */
+	size_t tx_high_water;       /* feed DATA only while transport pending < this */
+	int odd_ids;                /* 1 on the gateway side of the WebSocket */
+};
+
+#define MUX_DEFAULT_CONFIG { \
+	.window = 1 << 20, \
+	.max_streams = 1024, \
+	.max_payload = 128 * 1024, \
+	.tx_high_water = 256 * 1024, \
+	.odd_ids = 0, \
+}
+
+struct mux_io {
+	/* Sends one binary message made of the iovecs.  Returns 0 or -1. */
+	int (*sendv)(void *io, const struct iovec *iov, int iovcnt);
+	/* Bytes the transport holds, not yet written to its socket. */
+	size_t (*pending)(void *io);
+};
+
+struct mux_stream_handlers {
+	/* Our OPEN was answered: ok, or refused with code and reason. */
+	void (*on_opened)(struct mux_stream *s, int ok, const char *code,
+	    const char *reason, void *arg);
+	/* DATA from the peer.  The bytes are the handler's to keep; it calls
+	 * mux_stream_drained() as they leave its own buffers. */
+	void (*on_data)(struct mux_stream *s, const uint8_t *data, size_t len,
+	    void *arg);
+	/* mux_stream_send may accept more now (credit or transport room). */
+	void (*on_writable)(struct mux_stream *s, void *arg);
+	/* The peer will send no more (FIN). */
+	void (*on_fin)(struct mux_stream *s, void *arg);
+	/* The stream ended: code "done" (FIN both ways), the peer's RESET code,
+	 * or "tunnel_lost".  The stream is freed when this returns. */
+	void (*on_close)(struct mux_stream *s, const char *code, void *arg);
+};
+
+struct mux_handlers {
+	/* The peer asks to open a stream: answer with mux_stream_accept or
+	 * mux_stream_refuse, now or later. */
+	void (*on_open)(struct mux *m, struct mux_stream *s,
+	    const struct frame_open *req, void *arg);
+};
+
+struct mux *mux_new(const struct mux_config *cfg, const struct mux_io *io,
+    void *io_arg, const struct mux_handlers *h, void *arg);
+/* Ends every stream (on_close "tunnel_lost") and frees the multiplexer. */
+void mux_free(struct mux *m);
+
+/*
+ * A stream frame (OPEN .. RESET) from the peer.  Returns 0, or -1 with a
+ * reason when the peer broke the protocol badly enough that the tunnel
+ * should close (a frame for a stream id it may not use).  Problems confined
+ * to one stream (window overrun, DATA after FIN) reset that stream only.
+ */
+int mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen);
+/* The transport drained below tx_high_water: streams blocked on it resume. */
+void mux_on_drain(struct mux *m);
+
+/* Opens a stream to target ("host:port") or service; NULL when the tunnel's
+ * stream limit or the process budget is reached. */
+struct mux_stream *mux_open(struct mux *m, const char *target, const char *service,
+    const struct mux_stream_handlers *h, void *arg);
+/* Registers handlers while the answer to the peer's OPEN is pending (say,
+ * while the target is dialed): on_close then reports a peer RESET or a lost
+ * tunnel in the meantime. */
+void mux_stream_hold(struct mux_stream *s, const struct mux_stream_handlers *h,
+    void *arg);
+/* Answers the peer's OPEN (h NULL: keep the held handlers).  accept returns
+ * 0, or -1 if the budget refuses (the stream is then refused and gone). */
+int mux_stream_accept(struct mux_stream *s, const struct mux_stream_handlers *h,
+    void *arg);
+void mux_stream_refuse(struct mux_stream *s, const char *code, const char *reason);
+
+/* Sends up to len bytes; returns how many were taken (0 when blocked; then
+ * on_writable follows). */
+size_t mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len);
+/* Our side will send no more. */
+void mux_stream_fin(struct mux_stream *s);
+/* Ends the stream now and tells the peer. */
+void mux_stream_reset(struct mux_stream *s, const char *code);
+/* n bytes received on s have left our buffers: may return credit. */
+void mux_stream_drained(struct mux_stream *s, size_t n);
+
+uint32_t mux_stream_id(const struct mux_stream *s);
+size_t mux_stream_count(const struct mux *m);
+/* Bytes received on s and not yet drained (bounded by the window). */
+size_t mux_stream_buffered(const struct mux_stream *s);
+
+/* Cap on the receive windows committed by all streams of the process
+ * (default 256 MiB): beyond it new streams are refused with "busy". */
+void mux_set_process_budget(size_t bytes);
+
+#endif
