@@ -10,7 +10,7 @@ JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
-.PHONY: all setup build build-asan test unit integration fuzz fuzz-smoke run bench clean
+.PHONY: all setup build build-asan test unit integration fuzz fuzz-smoke run bench bench-throughput clean
 
 all: build
 
@@ -55,8 +55,13 @@ fuzz-run:
 run: build
 	@bash config/run-demo.sh
 
+# Benchmarks report figures, they do not pass or fail (tests/bench/README.md).
 bench: build
 	@bash tests/bench/idle_agents.sh
+	@bash tests/bench/throughput.sh
+
+bench-throughput: build
+	@bash tests/bench/throughput.sh
 
 clean:
 	rm -rf build

@@ -137,6 +137,22 @@ stream_close_notify(struct mux_stream *s, const char *code)
 
 /* ---- sending frames ---- */
 
+static void send_reset(struct mux *m, uint32_t id, const char *code);
+
+/* The peer broke the rules on this one stream (window overrun, DATA after
+ * FIN, ...): RESET it, and tell our own handler too (on_close with the same
+ * code) -- unlike mux_stream_reset, nobody on our side asked for this, and
+ * its owner would otherwise keep a pointer to a freed stream.  Only called
+ * from mux_on_frame, so the stream outlives the callback. */
+static void
+stream_fail(struct mux_stream *s, const char *code)
+{
+	if (s->state == STREAM_CLOSED)
+		return;
+	send_reset(s->mux, s->id, code);
+	stream_close_notify(s, code);
+}
+
 static int
 send_frame(struct mux *m, const struct frame *f)
 {
@@ -438,7 +454,7 @@ static void
 on_open_answer(struct mux_stream *s, const struct frame *f)
 {
 	if (s->state != STREAM_OPENING) {
-		mux_stream_reset(s, "protocol");
+		stream_fail(s, "protocol");
 		return;
 	}
 	if (f->type == FRAME_OPEN_OK) {
@@ -459,12 +475,12 @@ static void
 on_data(struct mux_stream *s, const struct frame *f)
 {
 	if (s->state != STREAM_OPEN || s->fin_received) {
-		mux_stream_reset(s, "protocol");
+		stream_fail(s, "protocol");
 		return;
 	}
 	if (flow_rx_received(&s->flow, f->u.data.len) != 0) {
 		/* The peer ignored its window: this stream only pays for it. */
-		mux_stream_reset(s, "flow_control");
+		stream_fail(s, "flow_control");
 		return;
 	}
 	if (f->u.data.len > 0)
@@ -477,7 +493,7 @@ on_window(struct mux_stream *s, const struct frame *f)
 	if (s->state != STREAM_OPEN)
 		return;
 	if (flow_tx_grant(&s->flow, f->u.window_credit) != 0) {
-		mux_stream_reset(s, "flow_control");
+		stream_fail(s, "flow_control");
 		return;
 	}
 	if (s->blocked & BLK_CREDIT) {
@@ -491,7 +507,7 @@ static void
 on_fin(struct mux_stream *s)
 {
 	if (s->state != STREAM_OPEN || s->fin_received) {
-		mux_stream_reset(s, "protocol");
+		stream_fail(s, "protocol");
 		return;
 	}
 	s->fin_received = 1;
@@ -549,7 +565,6 @@ mux_on_drain(struct mux *m)
 
 	m->depth++;
 	for (s = m->streams; s != NULL; s = next) {
-		next = s->next;
 		if (m->io->pending(m->io_arg) >= m->cfg.tx_high_water)
 			break;
 		if ((s->blocked & BLK_TRANSPORT) && s->state == STREAM_OPEN) {
@@ -557,6 +572,10 @@ mux_on_drain(struct mux *m)
 			if (s->h->on_writable != NULL)
 				s->h->on_writable(s, s->arg);
 		}
+		/* The handler may have ended any stream, this one included (its
+		 * next then leads into the zombies): start over, the streams
+		 * already woken are no longer marked. */
+		next = s->state == STREAM_CLOSED ? m->streams : s->next;
 	}
 	m->depth--;
 	mux_gc(m);

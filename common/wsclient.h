@@ -97,5 +97,9 @@ int ws_parse_header(const uint8_t *buf, size_t len, int expect_masked,
 /* XORs data with the 4-byte mask starting at mask offset `phase`, 8 bytes
  * at a time.  Returns the next phase. */
 size_t ws_mask(uint8_t *data, size_t len, const uint8_t mask[4], size_t phase);
+/* The same while copying: dst = src XOR mask, in one pass (dst may equal
+ * src, but the two must not otherwise overlap).  Returns the next phase. */
+size_t ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len,
+    const uint8_t mask[4], size_t phase);
 
 #endif

@@ -22,9 +22,10 @@ packages=(
 	build-essential cmake pkg-config dpkg-dev
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
 	libsqlite3-dev libpq-dev libcmocka-dev libcap-dev
-	libcurl4-openssl-dev clang libclang-rt-14-dev
+	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets
+	openssh-server openssh-client postgresql nginx-light iperf3 socat
 )
 
 missing=()

@@ -128,7 +128,7 @@ help_kubeconfig(void)
 	    "(not implemented yet)\n");
 }
 
-static void
+void
 help_connect(void)
 {
 	printf(
@@ -138,10 +138,16 @@ help_connect(void)
 	    "ssh ProxyCommand:\n"
 	    "  ssh -o ProxyCommand='tetherctl connect --cluster c-0123456789ab "
 	    "127.0.0.1:22' node1\n"
-	    "(not implemented yet)\n");
+	    "\n"
+	    "With no --node, any active agent of the cluster is used.  The node\n"
+	    "must allow HOST:PORT (tether-client join --allow).  End of input is\n"
+	    "passed on as a half-close, so the reply still arrives.  Exits 0 when\n"
+	    "the stream ends; 1 with the reason when the gateway or the node\n"
+	    "refuses (no agent: 503; target not allowed, refused, unreachable or\n"
+	    "timed out: 502); 3 when the gateway cannot be reached or trusted.\n");
 }
 
-static void
+void
 help_forward(void)
 {
 	printf(
@@ -149,8 +155,14 @@ help_forward(void)
 	    "[LHOST:]LPORT:HOST:PORT\n"
 	    "\n"
 	    "Listens on LHOST:LPORT (default 127.0.0.1); each connection becomes a\n"
-	    "stream to HOST:PORT on the node.\n"
-	    "(not implemented yet)\n");
+	    "stream to HOST:PORT on the node.  All streams share one multiplexed\n"
+	    "WebSocket to the gateway, so a new connection costs a round trip, not\n"
+	    "a TLS handshake.  Runs until interrupted (exit 0) or until the gateway\n"
+	    "connection is lost (exit 1).\n"
+	    "\n"
+	    "example:\n"
+	    "  tetherctl forward --cluster c-0123456789ab 15432:127.0.0.1:5432 &\n"
+	    "  psql -h 127.0.0.1 -p 15432 -U postgres\n");
 }
 
 int
@@ -178,8 +190,8 @@ ctl_group_help(const char *group)
 }
 
 /* 1 if --help or -h appears among the arguments (before any "--"). */
-static int
-wants_help(int argc, char **argv)
+int
+ctl_wants_help(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--") == 0)
@@ -247,7 +259,7 @@ cluster_create(struct ctl *c, int argc, char **argv)
 int
 cmd_cluster(struct ctl *c, int argc, char **argv)
 {
-	if (wants_help(argc, argv)) {
+	if (ctl_wants_help(argc, argv)) {
 		help_cluster();
 		return CTL_EXIT_OK;
 	}
@@ -407,7 +419,7 @@ out:
 int
 cmd_token(struct ctl *c, int argc, char **argv)
 {
-	if (wants_help(argc, argv)) {
+	if (ctl_wants_help(argc, argv)) {
 		help_token();
 		return CTL_EXIT_OK;
 	}
@@ -494,7 +506,7 @@ cmd_agent(struct ctl *c, int argc, char **argv)
 {
 	static const char *const actions[] = { "approve", "verify", "revoke" };
 
-	if (wants_help(argc, argv)) {
+	if (ctl_wants_help(argc, argv)) {
 		help_agent();
 		return CTL_EXIT_OK;
 	}
@@ -515,7 +527,7 @@ cmd_agent(struct ctl *c, int argc, char **argv)
 static int
 not_yet(const char *group, void (*help)(void), int argc, char **argv)
 {
-	if (wants_help(argc, argv)) {
+	if (ctl_wants_help(argc, argv)) {
 		help();
 		return CTL_EXIT_OK;
 	}
@@ -528,18 +540,4 @@ cmd_kubeconfig(struct ctl *c, int argc, char **argv)
 {
 	(void)c;
 	return not_yet("kubeconfig", help_kubeconfig, argc, argv);
-}
-
-int
-cmd_connect(struct ctl *c, int argc, char **argv)
-{
-	(void)c;
-	return not_yet("connect", help_connect, argc, argv);
-}
-
-int
-cmd_forward(struct ctl *c, int argc, char **argv)
-{
-	(void)c;
-	return not_yet("forward", help_forward, argc, argv);
 }

@@ -37,6 +37,11 @@ int cmd_kubeconfig(struct ctl *c, int argc, char **argv);
 int cmd_connect(struct ctl *c, int argc, char **argv);
 int cmd_forward(struct ctl *c, int argc, char **argv);
 
+void help_connect(void);
+void help_forward(void);
+/* 1 if argv asks for --help. */
+int ctl_wants_help(int argc, char **argv);
+
 /* Prints a group's help on stdout; returns 0 if the group exists, else -1. */
 int ctl_group_help(const char *group);
 

@@ -22,10 +22,12 @@
 #include <openssl/crypto.h>
 
 #include "agentkey.h"
+#include "dial.h"
 #include "gateway.h"
 #include "hub.h"
 #include "joindoc.h"
 #include "log.h"
+#include "server.h"
 #include "session.h"
 #include "store.h"
 #include "token.h"
@@ -123,32 +125,49 @@ agent_json(struct gateway *gw, const struct store_agent *a)
 
 /* ---- request helpers ---- */
 
-static int
-admin_authorized(struct gateway *gw, const struct api_request *req,
-    struct api_response *r)
+int
+api_authenticate(struct gateway *gw, const char *authorization, char *principal,
+    size_t plen, char *err, size_t errlen)
 {
 	struct token t;
 	struct store_token rec;
 	uint8_t hash[TOKEN_HASH_LEN];
-	char err[128];
+	char perr[128];
 	int ok;
 
-	if (strncmp(req->authorization, "Bearer ", 7) != 0) {
-		respond_error(r, 401, "missing admin token: send 'Authorization: Bearer TOKEN'");
-		return 0;
+	if (strncmp(authorization, "Bearer ", 7) != 0) {
+		snprintf(err, errlen, "missing token: send 'Authorization: Bearer TOKEN'");
+		return -1;
 	}
-	if (token_parse(req->authorization + 7, &t, err, sizeof(err)) != 0) {
-		respond_error(r, 401, "invalid admin token: %s", err);
-		return 0;
+	if (token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0) {
+		snprintf(err, errlen, "invalid token: %s", perr);
+		return -1;
 	}
 	token_hash(&t, hash);
 	ok = t.kind == TOKEN_ADMIN &&
 	    store_token_get(gw->store, t.id, &rec) == STORE_OK &&
 	    rec.kind == TOKEN_ADMIN && !rec.revoked &&
 	    token_hash_equal(hash, rec.verifier);
+	if (ok)
+		snprintf(principal, plen, "admin:%s", t.id);
 	token_clear(&t);
 	if (!ok) {
-		respond_error(r, 401, "invalid admin token");
+		snprintf(err, errlen, "invalid admin token");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+admin_authorized(struct gateway *gw, const struct api_request *req,
+    struct api_response *r)
+{
+	char principal[64], err[192];
+
+	if (api_authenticate(gw, req->authorization, principal, sizeof(principal),
+	    err, sizeof(err)) != 0) {
+		respond_error(r, 401, "%s", strncmp(err, "missing", 7) == 0 ?
+		    "missing admin token: send 'Authorization: Bearer TOKEN'" : err);
 		return 0;
 	}
 	return 1;
@@ -557,4 +576,17 @@ api_handle(struct gateway *gw, const struct api_request *req, struct api_respons
 	}
 	if (r->body == NULL)
 		respond_text(r, 500, "text/plain", "out of memory\n", 14);
+}
+
+void
+api_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u)
+{
+	char reason[600];
+
+	if (dial_matches(req->path)) {
+		dial_upgrade(gw, req, u);
+		return;
+	}
+	snprintf(reason, sizeof(reason), "no WebSocket endpoint at %s", req->path);
+	upgrade_refuse(u, 404, reason);
 }

@@ -32,4 +32,18 @@ struct api_response {
 void api_handle(struct gateway *gw, const struct api_request *req,
     struct api_response *resp);
 
+/*
+ * Checks a bearer token ("Bearer ...") for the admin API and the dial
+ * endpoint.  Returns 0 and who it is ("admin:<token id>"), or -1 with a
+ * reason.
+ */
+int api_authenticate(struct gateway *gw, const char *authorization,
+    char *principal, size_t plen, char *err, size_t errlen);
+
+/* A WebSocket upgrade on a path other than /v1/connect (see server.h:
+ * struct upgrade).  Must lead to upgrade_accept or upgrade_refuse. */
+struct upgrade;
+void api_upgrade(struct gateway *gw, const struct api_request *req,
+    struct upgrade *u);
+
 #endif

@@ -2,8 +2,9 @@
  * gateway.h: the running gateway's shared context and its configuration.
  *
  * One struct gateway exists per process.  It is the composition root: the
- * server (lws on libevent), the admin API, agent sessions and the hub of
- * connected agents all reach the store, the limits and each other through it.
+ * server (TLS, HTTP and WebSocket on libevent), the admin API, agent
+ * sessions and the hub of connected agents all reach the store, the limits
+ * and each other through it.
  */
 #ifndef TETHER_GATEWAY_H
 #define TETHER_GATEWAY_H
@@ -12,9 +13,10 @@
 #include <stdint.h>
 
 #include "ca.h"
+#include "mux.h"
 
 struct event_base;
-struct lws_context;
+struct server;
 struct store;
 struct hub;
 
@@ -28,6 +30,7 @@ struct gateway_limits {
 	uint32_t verify_timeout_ms;     /* VERIFY -> VERIFY_OK round trip */
 	uint32_t max_clock_skew_s;      /* agent clock vs gateway clock */
 	uint32_t max_body_bytes;        /* admin API request body */
+	uint32_t http_timeout_ms;       /* TLS handshake + request, or keep-alive idle */
 };
 
 #define GATEWAY_DEFAULT_LIMITS { \
@@ -39,14 +42,16 @@ struct gateway_limits {
 	.verify_timeout_ms = 10000, \
 	.max_clock_skew_s = 60, \
 	.max_body_bytes = 65536, \
+	.http_timeout_ms = 20000, \
 }
 
 struct gateway {
 	struct event_base *base;
-	struct lws_context *lws;
+	struct server *server;          /* the listening port (server.c) */
 	struct store *store;
 	struct hub *hub;
 	struct gateway_limits limits;
+	struct mux_config mux_config;   /* streams in agent tunnels */
 	char data_dir[4096];
 	char url[256];                  /* public URL for join documents */
 	char ca_checksum[CA_CHECKSUM_MAX];

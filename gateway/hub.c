@@ -6,6 +6,8 @@
  */
 #include "hub.h"
 
+#include "session.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ struct hub_entry {
 struct hub {
 	struct hub_entry *buckets[HUB_BUCKETS];
 	size_t count;
+	unsigned rotor;            /* spreads hub_pick over a cluster's agents */
 };
 
 static size_t
@@ -142,4 +145,40 @@ hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg)
 	for (size_t i = 0; i < HUB_BUCKETS; i++)
 		for (struct hub_entry *e = h->buckets[i]; e != NULL; e = e->next)
 			fn(e->session, arg);
+}
+
+struct session *
+hub_pick(struct hub *h, const char *cluster, const char *node, int *connected)
+{
+	struct session *first = NULL, *chosen = NULL;
+	size_t nactive = 0, want;
+
+	if (connected != NULL)
+		*connected = 0;
+	for (int pass = 0; pass < 2 && chosen == NULL; pass++) {
+		size_t seen = 0;
+		want = pass == 1 && nactive > 0 ? h->rotor++ % nactive : 0;
+		for (size_t i = 0; i < HUB_BUCKETS && chosen == NULL; i++) {
+			for (struct hub_entry *e = h->buckets[i]; e != NULL; e = e->next) {
+				if (strcmp(e->cluster, cluster) != 0 ||
+				    (node != NULL && strcmp(session_node(e->session), node) != 0))
+					continue;
+				if (connected != NULL)
+					*connected = 1;
+				if (!session_is_active(e->session))
+					continue;
+				if (pass == 0) {
+					if (first == NULL)
+						first = e->session;
+					nactive++;
+				} else if (seen++ == want) {
+					chosen = e->session;
+					break;
+				}
+			}
+		}
+		if (pass == 0 && nactive <= 1)
+			return first;
+	}
+	return chosen;
 }

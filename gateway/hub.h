@@ -27,6 +27,14 @@ struct session *hub_find(struct hub *h, const char *agent_id);
 size_t hub_count_cluster(struct hub *h, const char *cluster);
 size_t hub_count(struct hub *h);
 
+/*
+ * An active session of cluster (of node, when node is non-NULL), rotating
+ * among several; NULL if none.  *connected (optional) tells whether any
+ * matching agent is connected at all, active or not.
+ */
+struct session *hub_pick(struct hub *h, const char *cluster, const char *node,
+    int *connected);
+
 /* Calls fn for every session (fn may not add or remove entries). */
 void hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg);
 

@@ -33,6 +33,8 @@
 
 #define MAX_HOSTNAMES 16
 #define SHUTDOWN_GRACE_MS 2000
+/* Long options without a one-letter code. */
+#define OPT_HTTP_TIMEOUT 1000
 
 static const char usage_text[] =
 "usage: tether-gateway init  --data-dir DIR [--hostname NAME]... [--url URL]\n"
@@ -57,6 +59,12 @@ static const char usage_text[] =
 "       --max-queue BYTES           bytes queued to one agent (default 8388608)\n"
 "       --verify-timeout MS         verification round trip deadline (default 10000)\n"
 "       --max-clock-skew SECONDS    allowed agent clock skew (default 60)\n"
+"       --http-timeout MS           TLS handshake plus one HTTP request, or an idle\n"
+"                                   keep-alive connection, must not take longer\n"
+"                                   (default 20000)\n"
+"       --stream-window BYTES       flow-control window per stream (default 1048576)\n"
+"       --max-streams N             streams per agent tunnel (default 1024)\n"
+"       --stream-budget BYTES       all streams' windows together (default 268435456)\n"
 "       --log-level LEVEL           debug, info, warn, error (default info)\n"
 "       SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n"
 "\n"
@@ -357,11 +365,15 @@ cmd_serve(int argc, char **argv)
 		{ "max-queue", required_argument, NULL, 'Q' },
 		{ "verify-timeout", required_argument, NULL, 'V' },
 		{ "max-clock-skew", required_argument, NULL, 'K' },
+		{ "http-timeout", required_argument, NULL, OPT_HTTP_TIMEOUT },
 		{ "log-level", required_argument, NULL, 'L' },
+		{ "stream-window", required_argument, NULL, 'W' },
+		{ "max-streams", required_argument, NULL, 'S' },
+		{ "stream-budget", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct gateway gw = { .limits = GATEWAY_DEFAULT_LIMITS };
+	struct gateway gw = { .limits = GATEWAY_DEFAULT_LIMITS, .mux_config = MUX_DEFAULT_CONFIG };
 	const char *dir = NULL, *listen = "0.0.0.0:8443", *store_url = NULL;
 	char host[256], err[512], default_store[PATH_MAX + 16];
 	struct event *sigterm = NULL, *sigint = NULL;
@@ -380,6 +392,10 @@ cmd_serve(int argc, char **argv)
 		case 'Q': gw.limits.max_queue_bytes = parse_u32("--max-queue", optarg, 65536, 1u << 30); break;
 		case 'V': gw.limits.verify_timeout_ms = parse_u32("--verify-timeout", optarg, 100, 600000); break;
 		case 'K': gw.limits.max_clock_skew_s = parse_u32("--max-clock-skew", optarg, 1, 86400); break;
+		case OPT_HTTP_TIMEOUT: gw.limits.http_timeout_ms = parse_u32("--http-timeout", optarg, 100, 600000); break;
+		case 'W': gw.mux_config.window = parse_u32("--stream-window", optarg, 4096, 64 << 20); break;
+		case 'S': gw.mux_config.max_streams = parse_u32("--max-streams", optarg, 1, 1000000); break;
+		case 'B': mux_set_process_budget(parse_u32("--stream-budget", optarg, 1 << 20, 4095u << 20)); break;
 		case 'L':
 			if (log_level_parse(optarg, &level) != 0)
 				usage_error("--log-level wants debug, info, warn or error, got \"%s\"", optarg);
@@ -395,6 +411,7 @@ cmd_serve(int argc, char **argv)
 	if (parse_listen(listen, host, sizeof(host), &port) != 0)
 		usage_error("serve: --listen wants HOST:PORT, got \"%s\"", listen);
 	log_init("gateway", level);
+	gw.mux_config.odd_ids = 1;
 	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);
 	if (store_url == NULL) {
 		snprintf(default_store, sizeof(default_store), "sqlite://%s/tether.db", dir);

@@ -1,502 +1,1047 @@
 /*
- * server.c: libwebsockets on the gateway's libevent loop (see server.h).
+ * server.c: the gateway's one listening port (see server.h): TLS on
+ * libevent bufferevents, HTTP/1.1 requests (http.c) to the admin API, and
+ * WebSocket upgrades, which become agent tunnels (/v1/connect) or are
+ * decided by the API layer (any other path).
  *
- * Two lws protocols share the one TLS port:
- *   "http"       every plain HTTP request -> api_handle
- *   "tether.v1"  WebSocket upgrades on /v1/connect -> one conn + session each
+ * A connection starts as a struct hconn speaking HTTP:
  *
- * Buffer ownership: a conn owns its reassembly buffer (rx, bounded by the
- * session's current message limit) and its queue of encoded frames (out,
- * bounded by limits.max_queue_bytes).  Both die with the conn.
+ *   READING --request--> answered: READING again (keep-alive)
+ *      |                     or CLOSING --written--> LINGERING --EOF/2 s--> freed
+ *      |--upgrade, other path--> UPGRADING --upgrade_accept--> handed over
+ *      |                             \------upgrade_refuse--> CLOSING
+ *      `--upgrade, /v1/connect--> handed over to a wsconn (wsconn.c)
+ *
+ * Handing over moves the bufferevent (socket, SSL, buffered input) to a
+ * struct wsconn and frees the hconn, so an idle tunnel carries nothing of
+ * HTTP.  A tunnel is a struct conn: its wsconn plus the session (session.c)
+ * it carries.
+ *
+ * Every bufferevent is made with BEV_OPT_DEFER_CALLBACKS: adding to an
+ * output buffer may write to the socket at once, and without deferral a
+ * write error would run the event callback (and free the connection) inside
+ * whatever call queued the bytes.
+ *
+ * Buffer ownership: a hconn owns its bufferevent, its timer and its reader
+ * (the request being read, bounded by HTTP_HEAD_MAX and max_body_bytes); a
+ * response body is handed to the output buffer by reference and freed by it.
  */
 #include "server.h"
 
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
-#include <libwebsockets.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <http_parser.h>
+#include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+#include <openssl/ssl.h>
 
 #include "api.h"
 #include "frame.h"
-#include "framequeue.h"
 #include "gateway.h"
+#include "http.h"
 #include "log.h"
 #include "session.h"
+#include "wsconn.h"
 
-#define HTTP_PATH_MAX 512
-#define HTTP_QUERY_MAX 1024
-#define HTTP_AUTH_MAX 256
-#define HTTP_CHUNK 16384
+#define LISTEN_BACKLOG      1024
+#define ACCEPT_RETRY_MS     1000     /* after accept failed (out of fds) */
+#define HTTP_OUTPUT_HIGH    65536    /* read no request while more is queued */
+#define HTTP_LINGER_MS      2000     /* after the last answer: wait for EOF */
+#define UPGRADE_PARK_MAX    4096     /* input held while an upgrade is decided */
+#define PEER_MAX            64
+#define WS_ACCEPT_LEN       28       /* base64 of a SHA-1 */
+#define WS_GUID             "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#define TLS13_CIPHERSUITES  "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:" \
+                            "TLS_CHACHA20_POLY1305_SHA256"
+#define TLS12_CIPHERS       "ECDHE+AESGCM:ECDHE+CHACHA20"
 
-struct conn {
-	struct lws *wsi;
+struct hconn;
+
+struct server {
 	struct gateway *gw;
-	struct session *session;
-	struct framequeue out;    /* encoded frames waiting for WRITEABLE */
-	uint8_t *rx;              /* a message being reassembled from fragments */
-	size_t rx_len, rx_cap;
-	int rx_discard;           /* message already refused: drop its remaining fragments */
-	int closing;              /* close once out is empty */
-	char peer[64];
+	SSL_CTX *ssl_ctx;
+	struct evconnlistener *listener;
+	struct event *accept_retry;       /* re-enables the listener */
+	LIST_HEAD(hconn_list, hconn) http;
+	struct wsconn_list ws;
+	int port;
 };
 
-/* Per-request state of the http protocol; lws reuses it across keep-alive. */
-struct http_conn {
-	char method[8];
-	char path[HTTP_PATH_MAX];
-	char query[HTTP_QUERY_MAX];
-	char auth[HTTP_AUTH_MAX];
-	char *body;
-	size_t body_len;
-	int body_too_large;
-	struct api_response resp;
-	size_t sent;
-	int responding;
+enum hconn_state {
+	HC_READING,       /* reading a request, or idle between two */
+	HC_UPGRADING,     /* api_upgrade deciding: input parked, not parsed */
+	HC_CLOSING,       /* the last answer is queued: write it */
+	HC_LINGERING,     /* close_notify sent: drop input until EOF or deadline */
+	HC_DONE,          /* handed over or ended: freed as the stack unwinds */
+	HC_ENTRIES        /* must be last */
 };
 
-/* Depth of lws callbacks on the stack: outside them, asking lws for a
- * writable callback needs a nudge (lws 4.1.6's libevent glue otherwise may
- * not notice until the next event). */
-static int in_lws_callback;
+static const char *const hconn_state_names[HC_ENTRIES] = {
+	[HC_READING] = "reading",
+	[HC_UPGRADING] = "upgrading",
+	[HC_CLOSING] = "closing",
+	[HC_LINGERING] = "lingering",
+	[HC_DONE] = "done",
+};
+
+struct upgrade {
+	struct hconn *h;
+	void (*abandon)(void *arg);
+	void *abandon_arg;
+};
+
+struct hconn {
+	LIST_ENTRY(hconn) link;           /* in server.http */
+	struct server *srv;
+	struct bufferevent *bev;          /* NULL once handed to a wsconn */
+	struct event *timer;              /* request, flush or linger deadline */
+	struct http_reader *reader;
+	struct upgrade upgrade;           /* HC_UPGRADING */
+	enum hconn_state state;
+	int busy;                         /* inside hconn_process: do not free */
+	int read_blocked;                 /* output over HTTP_OUTPUT_HIGH */
+	char ws_accept[WS_ACCEPT_LEN + 1];
+	char peer[PEER_MAX];
+};
+
+/* An agent tunnel: the transport of one session. */
+struct conn {
+	struct gateway *gw;
+	struct wsconn *ws;                /* NULL once closed */
+	struct session *session;          /* NULL once closed */
+	int closing;
+};
+
+static void hconn_process(struct hconn *h);
 
 static void
-server_nudge(struct gateway *gw)
+hconn_set_state(struct hconn *h, enum hconn_state next)
 {
-	if (in_lws_callback == 0 && gw->lws != NULL)
-		lws_cancel_service(gw->lws);
+	debug("http %s: %s -> %s", h->peer, hconn_state_names[h->state],
+	    hconn_state_names[next]);
+	h->state = next;
 }
 
-/* ---- tunnel connections ---- */
+static void
+hconn_arm(struct hconn *h, uint32_t ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(h->timer, &tv);
+}
+
+static void
+hconn_free(struct hconn *h)
+{
+	LIST_REMOVE(h, link);
+	if (h->bev != NULL)
+		bufferevent_free(h->bev);
+	event_free(h->timer);
+	http_reader_free(h->reader);
+	free(h);
+}
+
+/* Ends the connection now, or as soon as hconn_process unwinds. */
+static void
+hconn_end(struct hconn *h)
+{
+	if (h->busy > 0) {
+		hconn_set_state(h, HC_DONE);
+		return;
+	}
+	hconn_free(h);
+}
+
+/* ---- answers ---- */
+
+static void
+free_body(const void *data, size_t len, void *arg)
+{
+	free((void *)data);
+}
+
+/*
+ * Queues one response and takes body (malloc'd, may be NULL).  keep_alive:
+ * read the next request after it; else close once it is written.
+ */
+static void
+hconn_respond(struct hconn *h, int status, const char *type, char *body,
+    size_t len, int keep_alive, int head_only)
+{
+	struct evbuffer *out = bufferevent_get_output(h->bev);
+	struct gateway *gw = h->srv->gw;
+
+	/* After SIGTERM, no connection is kept for another request. */
+	if (gw->stopping)
+		keep_alive = 0;
+	if (evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n"
+	    "Content-Type: %s\r\n"
+	    "Content-Length: %zu\r\n"
+	    "Cache-Control: no-store\r\n"
+	    "%s\r\n", status, http_status_str((enum http_status)status),
+	    type != NULL ? type : "text/plain", len,
+	    keep_alive ? "" : "Connection: close\r\n") < 0) {
+		free(body);
+		warn("http %s: out of memory for a response: closing", h->peer);
+		hconn_end(h);
+		return;
+	}
+	if (head_only || len == 0)
+		free(body);
+	else if (evbuffer_add_reference(out, body, len, free_body, NULL) != 0) {
+		free(body);
+		warn("http %s: out of memory for a response: closing", h->peer);
+		hconn_end(h);
+		return;
+	}
+	if (keep_alive) {
+		http_reader_reset(h->reader);
+		hconn_arm(h, gw->limits.http_timeout_ms);
+		return;
+	}
+	hconn_set_state(h, HC_CLOSING);
+	/* A client that does not read the answer is dropped at the deadline. */
+	hconn_arm(h, gw->limits.http_timeout_ms);
+}
+
+/* A malloc'd {"error": reason} and newline, or NULL. */
+static char *
+json_error(const char *reason, size_t *len)
+{
+	json_t *v = json_pack("{s:s}", "error", reason);
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+	char *line;
+
+	json_decref(v);
+	*len = 0;
+	if (s == NULL)
+		return NULL;
+	line = realloc(s, strlen(s) + 2);
+	if (line == NULL) {
+		free(s);
+		return NULL;
+	}
+	*len = strlen(line);
+	line[(*len)++] = '\n';
+	line[*len] = '\0';
+	return line;
+}
+
+/* Answers status with {"error": reason} and closes. */
+static void
+hconn_refuse(struct hconn *h, int status, const char *reason)
+{
+	size_t len;
+	char *body = json_error(reason, &len);
+
+	debug("http %s: %d %s", h->peer, status, reason);
+	hconn_respond(h, status, "application/json", body, len, 0, 0);
+}
+
+/* ---- WebSocket handshake ---- */
+
+/*
+ * Sec-WebSocket-Accept for key into out (WS_ACCEPT_LEN + 1 bytes).  Returns
+ * -1 unless key is the base64 of 16 bytes, as RFC 6455 requires.
+ */
+static int
+ws_accept_key(const char *key, char *out)
+{
+	unsigned char raw[18 + 3], digest[SHA_DIGEST_LENGTH];
+	char buf[24 + sizeof(WS_GUID)];
+
+	if (strlen(key) != 24 || strcmp(key + 22, "==") != 0 ||
+	    EVP_DecodeBlock(raw, (const unsigned char *)key, 24) != 18)
+		return -1;
+	memcpy(buf, key, 24);
+	memcpy(buf + 24, WS_GUID, sizeof(WS_GUID));
+	SHA1((const unsigned char *)buf, strlen(buf), digest);
+	EVP_EncodeBlock((unsigned char *)out, digest, sizeof(digest));
+	return 0;
+}
+
+/*
+ * Answers 101 and hands the connection to a new wsconn.  Returns it, or
+ * NULL when out of memory (the connection is then closed).  Either way the
+ * hconn is ended.
+ */
+static struct wsconn *
+hconn_to_websocket(struct hconn *h, const char *subprotocol,
+    const struct wsconn_handlers *handlers, void *arg)
+{
+	struct evbuffer *out = bufferevent_get_output(h->bev);
+	struct wsconn *ws;
+
+	if (evbuffer_add_printf(out, "HTTP/1.1 101 Switching Protocols\r\n"
+	    "Upgrade: websocket\r\n"
+	    "Connection: Upgrade\r\n"
+	    "Sec-WebSocket-Accept: %s\r\n"
+	    "%s%s%s\r\n", h->ws_accept,
+	    subprotocol != NULL ? "Sec-WebSocket-Protocol: " : "",
+	    subprotocol != NULL ? subprotocol : "",
+	    subprotocol != NULL ? "\r\n" : "") < 0) {
+		hconn_refuse(h, 500, "out of memory");
+		return NULL;
+	}
+	ws = wsconn_new(&h->srv->ws, h->bev, h->peer, handlers, arg);
+	if (ws == NULL) {
+		/* The 101 may be on its way: nothing else can be said. */
+		warn("http %s: out of memory for a WebSocket: closing", h->peer);
+		hconn_end(h);
+		return NULL;
+	}
+	debug("http %s: upgraded to WebSocket%s%s", h->peer,
+	    subprotocol != NULL ? " " : "", subprotocol != NULL ? subprotocol : "");
+	h->bev = NULL;        /* the wsconn's now */
+	hconn_end(h);
+	return ws;
+}
+
+/* ---- agent tunnels ---- */
 
 const char *
 conn_peer(const struct conn *c)
 {
-	return c->peer;
+	return c->ws != NULL ? wsconn_peer(c->ws) : "(closed)";
 }
 
-static void
-conn_free_buffers(struct conn *c)
+struct wsconn *
+conn_ws(struct conn *c)
 {
-	framequeue_clear(&c->out);
-	free(c->rx);
-	c->rx = NULL;
-	c->rx_len = c->rx_cap = 0;
+	return c->ws;
 }
 
 int
 conn_send(struct conn *c, const struct frame *f)
 {
-	if (c->wsi == NULL || c->closing)
+	uint8_t *buf;
+	size_t len, queued;
+	int r;
+
+	if (c->ws == NULL || c->closing)
 		return -1;
-	if (framequeue_push(&c->out, f) != 0) {
-		warn("tunnel %s: cannot queue %s frame (%zu bytes queued, limit %zu): "
-		    "closing", c->peer, frame_type_name(f->type), c->out.bytes,
-		    c->out.max_bytes);
-		/* A peer that does not read loses its tunnel, not our memory. */
-		framequeue_clear(&c->out);
-		c->closing = 1;
+	if (frame_encode(f, 0, &buf, &len) != 0) {
+		warn("tunnel %s: cannot encode a %s frame", conn_peer(c),
+		    frame_type_name(f->type));
+		return -1;
 	}
-	lws_callback_on_writable(c->wsi);
-	server_nudge(c->gw);
-	return c->closing ? -1 : 0;
+	queued = wsconn_pending(c->ws);
+	if (queued + len > c->gw->limits.max_queue_bytes) {
+		/* A peer that does not read loses its tunnel, not our memory. */
+		warn("tunnel %s: cannot queue %s frame (%zu bytes queued, limit %u): "
+		    "closing", conn_peer(c), frame_type_name(f->type), queued,
+		    c->gw->limits.max_queue_bytes);
+		free(buf);
+		c->closing = 1;
+		wsconn_close(c->ws, 1008, "send queue over its limit");
+		return -1;
+	}
+	r = wsconn_send(c->ws, buf, len, 1);
+	free(buf);
+	return r;
 }
 
 void
 conn_close(struct conn *c)
 {
-	if (c->wsi == NULL || c->closing)
+	if (c->ws == NULL || c->closing)
 		return;
 	c->closing = 1;
-	lws_callback_on_writable(c->wsi);
-	server_nudge(c->gw);
-}
-
-/* Writes the next queued frame.  Returns -1 to make lws close the wsi. */
-static int
-conn_writable(struct conn *c)
-{
-	struct framequeue_entry *e = framequeue_peek(&c->out);
-
-	if (e == NULL) {
-		if (c->closing) {
-			lws_close_reason(c->wsi, LWS_CLOSE_STATUS_NORMAL, NULL, 0);
-			return -1;
-		}
-		return 0;
-	}
-	if (lws_write(c->wsi, e->buf + LWS_PRE, e->len, LWS_WRITE_BINARY) < (int)e->len) {
-		warn("tunnel %s: write failed", c->peer);
-		return -1;
-	}
-	framequeue_pop(&c->out);
-	if (framequeue_peek(&c->out) != NULL || c->closing)
-		lws_callback_on_writable(c->wsi);
-	return 0;
-}
-
-/* Appends one fragment; delivers the message when it is complete. */
-static void
-conn_receive(struct conn *c, const uint8_t *in, size_t len)
-{
-	size_t max = session_max_message(c->session);
-	int first = lws_is_first_fragment(c->wsi);
-	int final = lws_is_final_fragment(c->wsi) && lws_remaining_packet_payload(c->wsi) == 0;
-
-	if (c->closing)
-		return;
-	if (first)
-		c->rx_discard = 0;
-	if (c->rx_discard)
-		return;
-	if (first && !lws_frame_is_binary(c->wsi)) {
-		c->rx_discard = 1;
-		session_protocol_error(c->session, "protocol", "text messages are not part of tether.v1; frames are binary");
-		return;
-	}
-	if (c->rx_len + len > max) {
-		char reason[96];
-		c->rx_discard = 1;
-		c->rx_len = 0;
-		snprintf(reason, sizeof(reason), "frame larger than %zu bytes", max);
-		session_protocol_error(c->session, "frame_too_large", reason);
-		return;
-	}
-	if (first && final) {
-		/* The common case: one fragment, no copy. */
-		session_on_message(c->session, in, len);
-		return;
-	}
-	if (c->rx_len + len > c->rx_cap) {
-		size_t cap = c->rx_cap ? c->rx_cap : 4096;
-		while (cap < c->rx_len + len)
-			cap *= 2;
-		uint8_t *p = realloc(c->rx, cap);
-		if (p == NULL) {
-			session_protocol_error(c->session, "internal", "out of memory");
-			return;
-		}
-		c->rx = p;
-		c->rx_cap = cap;
-	}
-	memcpy(c->rx + c->rx_len, in, len);
-	c->rx_len += len;
-	if (final) {
-		session_on_message(c->session, c->rx, c->rx_len);
-		c->rx_len = 0;
-	}
-}
-
-static int
-uri_is(struct lws *wsi, enum lws_token_indexes tok, const char *want)
-{
-	char uri[HTTP_PATH_MAX];
-
-	if (lws_hdr_copy(wsi, uri, sizeof(uri), tok) <= 0)
-		return 0;
-	return strcmp(uri, want) == 0;
-}
-
-static int
-tunnel_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-    void *in, size_t len)
-{
-	struct conn *c = user;
-	struct gateway *gw = lws_context_user(lws_get_context(wsi));
-
-	switch (reason) {
-	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-		if (!uri_is(wsi, WSI_TOKEN_GET_URI, "/v1/connect"))
-			return -1;
-		if (gw->stopping)
-			return -1;
-		if (gw->handshakes >= gw->limits.max_handshakes) {
-			warn("refusing tunnel: %u handshakes under way (--max-handshakes)",
-			    gw->handshakes);
-			return -1;
-		}
-		return 0;
-	case LWS_CALLBACK_ESTABLISHED:
-		memset(c, 0, sizeof(*c));
-		c->wsi = wsi;
-		c->gw = gw;
-		framequeue_init(&c->out, LWS_PRE, gw->limits.max_queue_bytes);
-		lws_get_peer_simple(wsi, c->peer, sizeof(c->peer));
-		c->session = session_new(gw, c);
-		if (c->session == NULL)
-			return -1;
-		return 0;
-	case LWS_CALLBACK_RECEIVE:
-		if (c->session != NULL)
-			conn_receive(c, in, len);
-		return 0;
-	case LWS_CALLBACK_SERVER_WRITEABLE:
-		return conn_writable(c);
-	case LWS_CALLBACK_CLOSED:
-		if (c->session != NULL) {
-			struct session *s = c->session;
-			c->session = NULL;
-			c->wsi = NULL;
-			session_closed(s);
-		}
-		conn_free_buffers(c);
-		return 0;
-	default:
-		return 0;
-	}
-}
-
-/* ---- plain HTTP ---- */
-
-static const char *
-http_method(struct lws *wsi)
-{
-	if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0)
-		return "GET";
-	if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0)
-		return "POST";
-	if (lws_hdr_total_length(wsi, WSI_TOKEN_PUT_URI) > 0)
-		return "PUT";
-	if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI) > 0)
-		return "DELETE";
-	return "OTHER";
-}
-
-/* Joins the decoded query fragments with '&'. */
-static void
-http_query(struct lws *wsi, char *out, size_t outlen)
-{
-	char frag[256];
-	size_t used = 0;
-
-	out[0] = '\0';
-	for (int i = 0; lws_hdr_copy_fragment(wsi, frag, sizeof(frag),
-	    WSI_TOKEN_HTTP_URI_ARGS, i) > 0; i++) {
-		int n = snprintf(out + used, outlen - used, "%s%s", used ? "&" : "", frag);
-		if (n < 0 || (size_t)n >= outlen - used)
-			break;
-		used += (size_t)n;
-	}
+	/* Queued after every frame already sent: they go out first. */
+	wsconn_close(c->ws, 1000, NULL);
 }
 
 static void
-http_reset(struct http_conn *h)
+conn_on_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary,
+    void *arg)
 {
-	free(h->body);
-	free(h->resp.body);
-	memset(h, 0, sizeof(*h));
+	struct conn *c = arg;
+
+	if (c->session == NULL || c->closing)
+		return;
+	if (!binary) {
+		session_protocol_error(c->session, "protocol",
+		    "text messages are not part of tether.v1; frames are binary");
+		return;
+	}
+	session_on_message(c->session, data, len);
+	/* The limit grows once the agent is authenticated. */
+	wsconn_set_max_message(ws, session_max_message(c->session));
 }
 
-static int
-http_respond(struct lws *wsi, struct gateway *gw, struct http_conn *h)
+static void
+conn_on_too_large(struct wsconn *ws, size_t limit, void *arg)
 {
-	uint8_t hdr[LWS_PRE + 1024], *start = &hdr[LWS_PRE], *p = start,
-	    *end = &hdr[sizeof(hdr) - 1];
+	struct conn *c = arg;
+	char reason[96];
+
+	if (c->session == NULL || c->closing)
+		return;
+	snprintf(reason, sizeof(reason), "frame larger than %zu bytes", limit);
+	session_protocol_error(c->session, "frame_too_large", reason);
+}
+
+static void
+conn_on_drain(struct wsconn *ws, void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->session != NULL)
+		session_on_drain(c->session);
+}
+
+static void
+conn_on_close(struct wsconn *ws, void *arg)
+{
+	struct conn *c = arg;
+	struct session *s = c->session;
+
+	/* c->ws stays set during session_closed: ending the session's streams
+	 * may still try to send, which the closed wsconn refuses. */
+	c->session = NULL;
+	c->closing = 1;
+	if (s != NULL)
+		session_closed(s);
+	c->ws = NULL;
+	free(c);
+}
+
+static const struct wsconn_handlers conn_handlers = {
+	.on_message = conn_on_message,
+	.on_drain = conn_on_drain,
+	.on_close = conn_on_close,
+	.on_too_large = conn_on_too_large,
+};
+
+/* /v1/connect with tether.v1: a new tunnel, if the gateway takes one. */
+static void
+hconn_tunnel(struct hconn *h, const struct http_request *rq)
+{
+	struct gateway *gw = h->srv->gw;
+	char reason[128];
+	struct conn *c;
+
+	if (!http_token_list_has(rq->ws_protocol, TETHER_SUBPROTOCOL)) {
+		hconn_refuse(h, 400, "/v1/connect needs the WebSocket subprotocol "
+		    TETHER_SUBPROTOCOL " (Sec-WebSocket-Protocol)");
+		return;
+	}
+	if (gw->stopping) {
+		hconn_refuse(h, 503, "the gateway is shutting down");
+		return;
+	}
+	if (gw->handshakes >= gw->limits.max_handshakes) {
+		warn("refusing tunnel from %s: %u handshakes under way (--max-handshakes)",
+		    h->peer, gw->handshakes);
+		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
+		    "retry later", gw->handshakes);
+		hconn_refuse(h, 503, reason);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		hconn_refuse(h, 500, "out of memory");
+		return;
+	}
+	c->gw = gw;
+	c->ws = hconn_to_websocket(h, TETHER_SUBPROTOCOL, &conn_handlers, c);
+	if (c->ws == NULL) {
+		free(c);
+		return;
+	}
+	c->session = session_new(gw, c);
+	if (c->session == NULL) {
+		warn("tunnel %s: out of memory for a session: closing", conn_peer(c));
+		c->closing = 1;
+		wsconn_close(c->ws, 1011, "out of memory");
+		return;
+	}
+	wsconn_set_max_message(c->ws, session_max_message(c->session));
+	/* Streams blocked on a full tunnel resume at half their high water. */
+	wsconn_set_low_water(c->ws, gw->mux_config.tx_high_water / 2);
+}
+
+/* ---- deferred upgrades (server.h) ---- */
+
+const char *
+upgrade_offered_protocols(const struct upgrade *u)
+{
+	return http_reader_request(u->h->reader)->ws_protocol;
+}
+
+void
+upgrade_on_abandon(struct upgrade *u, void (*cb)(void *arg), void *arg)
+{
+	u->abandon = cb;
+	u->abandon_arg = arg;
+}
+
+struct wsconn *
+upgrade_accept(struct upgrade *u, const char *subprotocol,
+    const struct wsconn_handlers *handlers, void *arg)
+{
+	struct hconn *h = u->h;
+
+	if (h->state != HC_UPGRADING)
+		return NULL;
+	return hconn_to_websocket(h, subprotocol, handlers, arg);
+}
+
+void
+upgrade_refuse(struct upgrade *u, int status, const char *reason)
+{
+	struct hconn *h = u->h;
+
+	if (h->state != HC_UPGRADING)
+		return;
+	/* Unpark: the lingering close reads (and drops) what comes. */
+	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	hconn_refuse(h, status, reason);
+}
+
+/* The client left while its upgrade was being decided. */
+static void
+hconn_abandon(struct hconn *h)
+{
+	struct upgrade *u = &h->upgrade;
+
+	debug("http %s: gone while its upgrade was decided", h->peer);
+	/* No upgrade_* call may reach it from here on. */
+	hconn_set_state(h, HC_DONE);
+	if (u->abandon != NULL)
+		u->abandon(u->abandon_arg);
+}
+
+/* An upgrade on another path: the API layer decides, now or later. */
+static void
+hconn_defer_upgrade(struct hconn *h, const struct http_request *rq)
+{
 	struct api_request req = {
-		.method = h->method, .path = h->path, .query = h->query,
-		.authorization = h->auth, .body = h->body, .body_len = h->body_len,
-		.body_too_large = h->body_too_large,
+		.method = rq->method, .path = rq->path, .query = rq->query,
+		.authorization = rq->authorization,
 	};
 
-	api_handle(gw, &req, &h->resp);
-	h->responding = 1;
-	h->sent = 0;
-	if (lws_add_http_common_headers(wsi, (unsigned)h->resp.status,
-	    h->resp.content_type, h->resp.body_len, &p, end) ||
-	    lws_add_http_header_by_name(wsi, (const unsigned char *)"cache-control:",
-	    (const unsigned char *)"no-store", 8, &p, end) ||
-	    lws_finalize_write_http_header(wsi, start, &p, end))
-		return -1;
-	lws_callback_on_writable(wsi);
-	return 0;
+	h->upgrade.h = h;
+	hconn_set_state(h, HC_UPGRADING);
+	evtimer_del(h->timer);
+	/* Stop taking input, but keep reading up to a little so that a client
+	 * that hangs up is noticed (EOF) and its upgrade abandoned. */
+	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
+	api_upgrade(h->srv->gw, &req, &h->upgrade);
 }
 
-static int
-http_writable(struct lws *wsi, struct http_conn *h)
+/* A request that asks for a WebSocket: valid?  Then where to. */
+static void
+hconn_upgrade(struct hconn *h, const struct http_request *rq)
 {
-	uint8_t buf[LWS_PRE + HTTP_CHUNK];
-	size_t left, n;
-	enum lws_write_protocol mode;
-
-	if (!h->responding)
-		return 0;
-	left = h->resp.body_len - h->sent;
-	n = left < HTTP_CHUNK ? left : HTTP_CHUNK;
-	mode = n == left ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP;
-	memcpy(buf + LWS_PRE, h->resp.body + h->sent, n);
-	if (lws_write(wsi, buf + LWS_PRE, n, mode) != (int)n)
-		return -1;
-	h->sent += n;
-	if (mode != LWS_WRITE_HTTP_FINAL) {
-		lws_callback_on_writable(wsi);
-		return 0;
+	if (strcmp(rq->method, "GET") != 0) {
+		hconn_refuse(h, 400, "a WebSocket upgrade must be a GET");
+		return;
 	}
-	http_reset(h);
-	return lws_http_transaction_completed(wsi) ? -1 : 0;
-}
-
-static int
-http_body(struct gateway *gw, struct http_conn *h, const void *in, size_t len)
-{
-	if (h->body_too_large)
-		return 0;
-	if (h->body_len + len > gw->limits.max_body_bytes) {
-		h->body_too_large = 1;
-		return 0;
+	if (!http_token_list_has(rq->connection, "upgrade")) {
+		hconn_refuse(h, 400, "a WebSocket upgrade needs \"Connection: Upgrade\"");
+		return;
 	}
-	char *p = realloc(h->body, h->body_len + len + 1);
-	if (p == NULL)
-		return -1;
-	h->body = p;
-	memcpy(h->body + h->body_len, in, len);
-	h->body_len += len;
-	h->body[h->body_len] = '\0';
-	return 0;
-}
-
-static int
-http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-    void *in, size_t len)
-{
-	struct http_conn *h = user;
-	struct gateway *gw = lws_context_user(lws_get_context(wsi));
-	char clen[24];
-
-	switch (reason) {
-	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-		/* A WebSocket upgrade that did not ask for tether.v1. */
-		return -1;
-	case LWS_CALLBACK_HTTP:
-		http_reset(h);
-		snprintf(h->method, sizeof(h->method), "%s", http_method(wsi));
-		snprintf(h->path, sizeof(h->path), "%s", (const char *)in);
-		http_query(wsi, h->query, sizeof(h->query));
-		if (lws_hdr_copy(wsi, h->auth, sizeof(h->auth), WSI_TOKEN_HTTP_AUTHORIZATION) < 0)
-			h->auth[0] = '\0';
-		if (strcmp(h->method, "GET") == 0 || strcmp(h->method, "DELETE") == 0 ||
-		    lws_hdr_copy(wsi, clen, sizeof(clen), WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0 ||
-		    strcmp(clen, "0") == 0)
-			return http_respond(wsi, gw, h);
-		return 0; /* the body follows */
-	case LWS_CALLBACK_HTTP_BODY:
-		return http_body(gw, h, in, len);
-	case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-		return http_respond(wsi, gw, h);
-	case LWS_CALLBACK_HTTP_WRITEABLE:
-		return http_writable(wsi, h);
-	case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
-	case LWS_CALLBACK_CLOSED_HTTP:
-		if (h != NULL)
-			http_reset(h);
-		return 0;
-	default:
-		return lws_callback_http_dummy(wsi, reason, user, in, len);
+	if (strcmp(rq->ws_version, "13") != 0) {
+		hconn_refuse(h, 400, "Sec-WebSocket-Version must be 13");
+		return;
 	}
+	if (ws_accept_key(rq->ws_key, h->ws_accept) != 0) {
+		hconn_refuse(h, 400, "Sec-WebSocket-Key must be 16 bytes in base64");
+		return;
+	}
+	if (strcmp(rq->path, "/v1/connect") == 0)
+		hconn_tunnel(h, rq);
+	else
+		hconn_defer_upgrade(h, rq);
 }
 
-/* Counts the callback depth around every lws callback (see server_nudge). */
-static int
-callback_http(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-    void *in, size_t len)
-{
-	int r;
-
-	in_lws_callback++;
-	r = http_callback(wsi, reason, user, in, len);
-	in_lws_callback--;
-	return r;
-}
-
-static int
-callback_tunnel(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-    void *in, size_t len)
-{
-	int r;
-
-	in_lws_callback++;
-	r = tunnel_callback(wsi, reason, user, in, len);
-	in_lws_callback--;
-	return r;
-}
-
-static const struct lws_protocols protocols[] = {
-	{ "http", callback_http, sizeof(struct http_conn), 0, 0, NULL, 0 },
-	{ TETHER_SUBPROTOCOL, callback_tunnel, sizeof(struct conn), 4096, 0, NULL, 0 },
-	{ NULL, NULL, 0, 0, 0, NULL, 0 }
-};
+/* ---- HTTP requests ---- */
 
 static void
-lws_log_bridge(int level, const char *line)
+hconn_api(struct hconn *h, const struct http_request *rq)
 {
-	size_t n = strlen(line);
+	struct api_request req = {
+		.method = rq->method, .path = rq->path, .query = rq->query,
+		.authorization = rq->authorization, .body = rq->body,
+		.body_len = rq->body_len, .body_too_large = rq->body_too_large,
+	};
+	struct api_response resp = { 0 };
 
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' '))
-		n--;
-	if (level & LLL_ERR)
-		error("lws: %.*s", (int)n, line);
-	else
-		debug("lws: %.*s", (int)n, line);
+	api_handle(h->srv->gw, &req, &resp);
+	if (resp.status < 100 || resp.status > 599) {
+		/* A bug in a route; the client still gets an answer. */
+		error("http %s: %s %s: the API answered status %d", h->peer,
+		    rq->method, rq->path, resp.status);
+		free(resp.body);
+		hconn_refuse(h, 500, "internal error");
+		return;
+	}
+	debug("http %s: %s %s -> %d", h->peer, rq->method, rq->path, resp.status);
+	hconn_respond(h, resp.status, resp.content_type, resp.body, resp.body_len,
+	    rq->keep_alive, rq->head_only);
 }
 
-/* Idle tunnels are pinged after 30 s of silence and dropped after 70 s, so a
- * vanished agent (NAT state lost, host gone) leaves the hub promptly. */
-static const lws_retry_bo_t idle_policy = {
-	.secs_since_valid_ping = 30,
-	.secs_since_valid_hangup = 70,
-};
+static void
+hconn_dispatch(struct hconn *h)
+{
+	const struct http_request *rq = http_reader_request(h->reader);
+
+	if (http_token_list_has(rq->upgrade, "websocket"))
+		hconn_upgrade(h, rq);
+	else if (strcmp(rq->path, "/v1/connect") == 0)
+		hconn_refuse(h, 400, "/v1/connect takes a WebSocket upgrade with "
+		    "subprotocol " TETHER_SUBPROTOCOL);
+	else
+		hconn_api(h, rq);
+}
+
+/* Parses and answers requests while the state allows. */
+static void
+hconn_process(struct hconn *h)
+{
+	struct evbuffer *in = bufferevent_get_input(h->bev);
+	struct evbuffer *out = bufferevent_get_output(h->bev);
+
+	h->busy++;
+	while (h->state == HC_READING && evbuffer_get_length(in) > 0) {
+		struct evbuffer_iovec v;
+		enum http_read_result res;
+		const char *reason;
+		size_t n;
+		int status;
+
+		if (evbuffer_get_length(out) >= HTTP_OUTPUT_HIGH) {
+			/* Pipelined requests faster than the answers are read:
+			 * wait for the output to drain (write callback). */
+			h->read_blocked = 1;
+			bufferevent_disable(h->bev, EV_READ);
+			break;
+		}
+		if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+			break;
+		n = http_reader_feed(h->reader, v.iov_base, v.iov_len, &res);
+		evbuffer_drain(in, n);
+		if (http_reader_take_continue(h->reader) &&
+		    evbuffer_add(out, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0) {
+			hconn_end(h);
+			break;
+		}
+		if (res == HTTP_READ_ERROR) {
+			status = http_reader_error(h->reader, &reason);
+			info("http %s: %d: %s", h->peer, status, reason);
+			hconn_refuse(h, status, reason);
+			break;
+		}
+		if (res == HTTP_READ_REQUEST)
+			hconn_dispatch(h);
+	}
+	h->busy--;
+	if (h->state == HC_DONE && h->busy == 0)
+		hconn_free(h);
+}
+
+/* The last answer is written: close_notify, FIN, then wait for the
+ * client's EOF so that unread input does not turn our close into a reset
+ * that could destroy the answer in flight. */
+static void
+hconn_linger(struct hconn *h)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(h->bev);
+
+	hconn_set_state(h, HC_LINGERING);
+	if (ssl != NULL)
+		SSL_shutdown(ssl);
+	ERR_clear_error();
+	shutdown(bufferevent_getfd(h->bev), SHUT_WR);
+	bufferevent_enable(h->bev, EV_READ);
+	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	evtimer_del(h->timer);
+	hconn_arm(h, HTTP_LINGER_MS);
+}
+
+static void
+hconn_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct hconn *h = arg;
+
+	switch (h->state) {
+	case HC_READING:
+		hconn_process(h);
+		break;
+	case HC_UPGRADING:
+		break;         /* parked until the upgrade is decided */
+	default:
+		evbuffer_drain(bufferevent_get_input(bev),
+		    evbuffer_get_length(bufferevent_get_input(bev)));
+		break;
+	}
+}
+
+static void
+hconn_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct hconn *h = arg;
+
+	if (h->state == HC_CLOSING) {
+		hconn_linger(h);
+		return;
+	}
+	if (h->state == HC_READING && h->read_blocked) {
+		h->read_blocked = 0;
+		bufferevent_enable(bev, EV_READ);
+		hconn_process(h);
+	}
+}
+
+static void
+hconn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct hconn *h = arg;
+	unsigned long e;
+
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)))
+		return;         /* BEV_EVENT_CONNECTED: the TLS handshake is done */
+	e = bufferevent_get_openssl_error(bev);
+	if (e != 0)
+		debug("http %s: TLS: %s", h->peer, ERR_reason_error_string(e));
+	else if ((what & BEV_EVENT_ERROR) && h->state == HC_READING)
+		debug("http %s: %s", h->peer, strerror(EVUTIL_SOCKET_ERROR()));
+	if (h->state == HC_UPGRADING)
+		hconn_abandon(h);
+	hconn_free(h);
+}
+
+static void
+hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct hconn *h = arg;
+	char reason[96];
+
+	if (h->state == HC_READING && http_reader_started(h->reader)) {
+		snprintf(reason, sizeof(reason), "request not received within %u ms",
+		    h->srv->gw->limits.http_timeout_ms);
+		info("http %s: %s", h->peer, reason);
+		hconn_refuse(h, 408, reason);
+		return;
+	}
+	if (h->state == HC_READING)
+		debug("http %s: idle for %u ms: closing", h->peer,
+		    h->srv->gw->limits.http_timeout_ms);
+	hconn_free(h);
+}
+
+/* ---- accepting ---- */
+
+static void
+format_peer(const struct sockaddr *sa, char *out, size_t outlen)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+		evutil_inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+		snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
+	} else if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+
+		evutil_inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+		snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
+	} else
+		snprintf(out, outlen, "?");
+}
+
+/* A new TLS connection in HC_READING.  Returns NULL (fd still ours) on failure. */
+static struct hconn *
+hconn_new(struct server *srv, evutil_socket_t fd, const char *peer)
+{
+	struct event_base *base = srv->gw->base;
+	struct hconn *h = calloc(1, sizeof(*h));
+	SSL *ssl;
+
+	if (h == NULL)
+		return NULL;
+	h->srv = srv;
+	h->state = HC_READING;
+	snprintf(h->peer, sizeof(h->peer), "%s", peer);
+	h->reader = http_reader_new(srv->gw->limits.max_body_bytes);
+	h->timer = evtimer_new(base, hconn_timer_cb, h);
+	ssl = SSL_new(srv->ssl_ctx);
+	if (h->reader == NULL || h->timer == NULL || ssl == NULL)
+		goto fail;
+	/* On failure this frees ssl (BEV_OPT_CLOSE_ON_FREE), not the socket. */
+	h->bev = bufferevent_openssl_socket_new(base, fd, ssl,
+	    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+	ssl = NULL;
+	if (h->bev == NULL)
+		goto fail;
+	/* Clients often close without close_notify: that is an EOF, not an error. */
+	bufferevent_openssl_set_allow_dirty_shutdown(h->bev, 1);
+	bufferevent_setcb(h->bev, hconn_read_cb, hconn_write_cb, hconn_event_cb, h);
+	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
+	/* The TLS handshake and the first request share the deadline. */
+	hconn_arm(h, srv->gw->limits.http_timeout_ms);
+	LIST_INSERT_HEAD(&srv->http, h, link);
+	return h;
+fail:
+	if (ssl != NULL)
+		SSL_free(ssl);
+	if (h->timer != NULL)
+		event_free(h->timer);
+	http_reader_free(h->reader);
+	free(h);
+	return NULL;
+}
+
+static void
+server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+    int salen, void *arg)
+{
+	struct server *srv = arg;
+	char peer[PEER_MAX];
+	int one = 1;
+
+	format_peer(sa, peer, sizeof(peer));
+	/* Frames are written whole: waiting for more only adds latency. */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+		debug("http %s: TCP_NODELAY: %s", peer, strerror(errno));
+	if (hconn_new(srv, fd, peer) == NULL) {
+		warn("http %s: out of memory for a connection: closed", peer);
+		evutil_closesocket(fd);
+	}
+}
+
+static void
+server_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct server *srv = arg;
+	struct timeval tv = { ACCEPT_RETRY_MS / 1000, (ACCEPT_RETRY_MS % 1000) * 1000 };
+
+	/* Out of descriptors or memory: the listener would report it again at
+	 * once, forever.  Pause it instead. */
+	warn("accept: %s: new connections paused for %d ms",
+	    strerror(EVUTIL_SOCKET_ERROR()), ACCEPT_RETRY_MS);
+	evconnlistener_disable(l);
+	evtimer_add(srv->accept_retry, &tv);
+}
+
+static void
+server_accept_retry(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+
+	evconnlistener_enable(srv->listener);
+}
+
+/* ---- TLS ---- */
+
+/* ALPN: we speak HTTP/1.1 only; say so when asked. */
+static int
+alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+    const unsigned char *in, unsigned int inlen, void *arg)
+{
+	static const unsigned char ours[] = "\x08http/1.1";
+	unsigned char *sel;
+
+	if (SSL_select_next_proto(&sel, outlen, ours, sizeof(ours) - 1, in, inlen) !=
+	    OPENSSL_NPN_NEGOTIATED)
+		return SSL_TLSEXT_ERR_NOACK;
+	*out = sel;
+	return SSL_TLSEXT_ERR_OK;
+}
+
+static void
+tls_error(char *err, size_t errlen, const char *what, const char *path)
+{
+	char detail[256] = "unknown error";
+	unsigned long e = ERR_peek_last_error();
+
+	if (e != 0)
+		ERR_error_string_n(e, detail, sizeof(detail));
+	ERR_clear_error();
+	snprintf(err, errlen, "%s %s: %s", what, path, detail);
+}
+
+static SSL_CTX *
+tls_context(const char *dir, char *err, size_t errlen)
+{
+	char cert[4200], key[4200];
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+
+	if (ctx == NULL) {
+		tls_error(err, errlen, "TLS", "context");
+		return NULL;
+	}
+	snprintf(cert, sizeof(cert), "%s/server.crt", dir);
+	snprintf(key, sizeof(key), "%s/server.key", dir);
+	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
+	    SSL_CTX_set_ciphersuites(ctx, TLS13_CIPHERSUITES) != 1 ||
+	    SSL_CTX_set_cipher_list(ctx, TLS12_CIPHERS) != 1) {
+		tls_error(err, errlen, "TLS", "settings");
+		goto fail;
+	}
+	/* IGNORE_UNEXPECTED_EOF: a peer that closes without close_notify has
+	 * simply closed; our messages are framed (Content-Length, WebSocket),
+	 * so truncation is seen without TLS's help. */
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
+	    SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION |
+	    SSL_OP_IGNORE_UNEXPECTED_EOF);
+	/* Idle connections (most tunnels) then hold no TLS read/write buffers. */
+	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+	SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+		tls_error(err, errlen, "certificate", cert);
+		goto fail;
+	}
+	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+	    SSL_CTX_check_private_key(ctx) != 1) {
+		tls_error(err, errlen, "private key", key);
+		goto fail;
+	}
+	return ctx;
+fail:
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
+/* ---- start and stop ---- */
+
+/* host: an IPv4 or IPv6 literal, the latter with or without brackets. */
+static int
+listen_address(const char *host, int port, struct sockaddr_storage *ss,
+    int *sslen)
+{
+	char h[INET6_ADDRSTRLEN + 2];
+	size_t n = strlen(host);
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+	if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+		host++;
+		n -= 2;
+	}
+	if (n >= sizeof(h))
+		return -1;
+	memcpy(h, host, n);
+	h[n] = '\0';
+	memset(ss, 0, sizeof(*ss));
+	if (evutil_inet_pton(AF_INET, h, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+		*sslen = sizeof(*s4);
+		return 0;
+	}
+	if (evutil_inet_pton(AF_INET6, h, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		*sslen = sizeof(*s6);
+		return 0;
+	}
+	return -1;
+}
+
+static int
+bound_port(evutil_socket_t fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+		return -1;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
 
 int
 server_start(struct gateway *gw, const char *host, int port, char *err, size_t errlen)
 {
-	struct lws_context_creation_info info;
-	char cert[4200], key[4200];
-	void *foreign_loops[1] = { gw->base };
+	struct server *srv = calloc(1, sizeof(*srv));
+	struct sockaddr_storage ss;
+	int sslen;
 
-	snprintf(cert, sizeof(cert), "%s/server.crt", gw->data_dir);
-	snprintf(key, sizeof(key), "%s/server.key", gw->data_dir);
-	lws_set_log_level(LLL_ERR, lws_log_bridge);
-
-	memset(&info, 0, sizeof(info));
-	info.port = port;
-	info.iface = host;
-	info.protocols = protocols;
-	info.options = LWS_SERVER_OPTION_LIBEVENT |
-	    LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-	info.foreign_loops = foreign_loops;
-	info.user = gw;
-	info.ssl_cert_filepath = cert;
-	info.ssl_private_key_filepath = key;
-	info.alpn = "http/1.1";
-	info.timeout_secs = 20;
-	info.retry_and_idle_policy = &idle_policy;
-	info.max_http_header_data = 8192;
-	info.pt_serv_buf_size = 65536;
-	info.vhost_name = "tether";
-	info.tls1_3_plus_cipher_list = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
-
-	gw->lws = lws_create_context(&info);
-	if (gw->lws == NULL) {
-		snprintf(err, errlen, "cannot listen on %s:%d (address in use, or "
-		    "the TLS files in %s unreadable)", host, port, gw->data_dir);
+	if (srv == NULL) {
+		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	srv->gw = gw;
+	LIST_INIT(&srv->http);
+	LIST_INIT(&srv->ws);
+	gw->server = srv;
+	if (listen_address(host, port, &ss, &sslen) != 0) {
+		snprintf(err, errlen, "cannot listen on %s: not an IPv4 or IPv6 address",
+		    host);
+		goto fail;
+	}
+	srv->ssl_ctx = tls_context(gw->data_dir, err, errlen);
+	if (srv->ssl_ctx == NULL)
+		goto fail;
+	srv->accept_retry = evtimer_new(gw->base, server_accept_retry, srv);
+	if (srv->accept_retry == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	srv->listener = evconnlistener_new_bind(gw->base, server_accept, srv,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+	    LISTEN_BACKLOG, (struct sockaddr *)&ss, sslen);
+	if (srv->listener == NULL) {
+		snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
+		    strerror(errno));
+		goto fail;
+	}
+	evconnlistener_set_error_cb(srv->listener, server_accept_error);
+	srv->port = bound_port(evconnlistener_get_fd(srv->listener));
 	return 0;
+fail:
+	server_stop(gw);
+	return -1;
 }
 
 int
 server_port(struct gateway *gw)
 {
-	struct lws_vhost *vh = lws_get_vhost_by_name(gw->lws, "tether");
-
-	return vh != NULL ? lws_get_vhost_listen_port(vh) : -1;
+	return gw->server != NULL ? gw->server->port : -1;
 }
 
 void
 server_stop(struct gateway *gw)
 {
-	if (gw->lws == NULL)
+	struct server *srv = gw->server;
+
+	if (srv == NULL)
 		return;
-	lws_context_destroy(gw->lws);
-	gw->lws = NULL;
+	if (srv->listener != NULL)
+		evconnlistener_free(srv->listener);
+	if (srv->accept_retry != NULL)
+		event_free(srv->accept_retry);
+	while (!LIST_EMPTY(&srv->http)) {
+		struct hconn *h = LIST_FIRST(&srv->http);
+
+		if (h->state == HC_UPGRADING)
+			hconn_abandon(h);
+		hconn_free(h);
+	}
+	/* Each tunnel's session is closed (session_closed) through on_close. */
+	wsconn_destroy_all(&srv->ws);
+	if (srv->ssl_ctx != NULL)
+		SSL_CTX_free(srv->ssl_ctx);
+	free(srv);
+	gw->server = NULL;
 }

@@ -39,5 +39,28 @@ int conn_send(struct conn *c, const struct frame *f);
 void conn_close(struct conn *c);
 /* Remote address for logs ("127.0.0.1:53122"). */
 const char *conn_peer(const struct conn *c);
+/* The tunnel's WebSocket, for the stream multiplexer's bulk path. */
+struct wsconn *conn_ws(struct conn *c);
+
+/*
+ * Deferred WebSocket upgrades: a request with "Upgrade: websocket" on any
+ * path but /v1/connect is handed to api_upgrade (api.h) together with a
+ * struct upgrade.  The API layer decides now or later (for example after
+ * an agent answered OPEN) by calling exactly one of upgrade_accept or
+ * upgrade_refuse.  If the client goes away first, the abandon callback
+ * runs and the upgrade is freed: neither may be called after that.
+ */
+struct upgrade;
+struct wsconn;
+struct wsconn_handlers;
+
+/* The Sec-WebSocket-Protocol values the client offered ("" if none). */
+const char *upgrade_offered_protocols(const struct upgrade *u);
+void upgrade_on_abandon(struct upgrade *u, void (*cb)(void *arg), void *arg);
+/* Answers 101 (with subprotocol, if non-NULL) and returns the connection. */
+struct wsconn *upgrade_accept(struct upgrade *u, const char *subprotocol,
+    const struct wsconn_handlers *h, void *arg);
+/* Answers status with a JSON body {"error": reason} and closes. */
+void upgrade_refuse(struct upgrade *u, int status, const char *reason);
 
 #endif

@@ -22,9 +22,11 @@
 #include "gateway.h"
 #include "hub.h"
 #include "log.h"
+#include "mux.h"
 #include "server.h"
 #include "store.h"
 #include "token.h"
+#include "wsconn.h"
 
 enum session_phase {
 	PHASE_AWAIT_HELLO,     /* nothing accepted but HELLO */
@@ -55,6 +57,7 @@ struct session {
 	struct store_agent agent;     /* PHASE_ESTABLISHED: the agent */
 	struct event *handshake_timer;
 	struct event *verify_timer;
+	struct mux *mux;              /* PHASE_ESTABLISHED: the agent's streams */
 	bool verifying;               /* a VERIFY is outstanding */
 	uint8_t verify_nonce[FRAME_VERIFY_NONCE_LEN];
 	int64_t verify_sent_ms;
@@ -266,6 +269,77 @@ auth_import(struct session *s, const struct frame *in)
 
 static void session_welcome(struct session *s);
 
+/* ---- streams ---- */
+
+static int
+tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
+{
+	struct session *s = io;
+
+	return wsconn_sendv(conn_ws(s->conn), iov, iovcnt, 1);
+}
+
+static size_t
+tunnel_pending(void *io)
+{
+	struct session *s = io;
+
+	return wsconn_pending(conn_ws(s->conn));
+}
+
+static const struct mux_io tunnel_io = {
+	.sendv = tunnel_sendv,
+	.pending = tunnel_pending,
+};
+
+/* Streams are opened by the gateway only. */
+static void
+agent_open_refused(struct mux *m, struct mux_stream *st, const struct frame_open *req,
+    void *arg)
+{
+	mux_stream_refuse(st, "not_allowed", "agents cannot open streams");
+}
+
+static const struct mux_handlers tunnel_mux_handlers = {
+	.on_open = agent_open_refused,
+};
+
+struct mux_stream *
+session_open_stream(struct session *s, const char *target, const char *service,
+    const struct mux_stream_handlers *h, void *arg, char *err, size_t errlen)
+{
+	struct mux_stream *st;
+
+	if (s->phase != PHASE_ESTABLISHED || s->mux == NULL ||
+	    s->agent.state != AGENT_ACTIVE) {
+		snprintf(err, errlen, "agent %s is not active", s->agent.id);
+		return NULL;
+	}
+	st = mux_open(s->mux, target, service, h, arg);
+	if (st == NULL)
+		snprintf(err, errlen, "agent %s is at its stream limit", s->agent.id);
+	return st;
+}
+
+void
+session_on_drain(struct session *s)
+{
+	if (s->mux != NULL)
+		mux_on_drain(s->mux);
+}
+
+const char *
+session_node(const struct session *s)
+{
+	return s->agent.node;
+}
+
+int
+session_is_active(const struct session *s)
+{
+	return s->phase == PHASE_ESTABLISHED && s->agent.state == AGENT_ACTIVE;
+}
+
 static void
 auth_agent(struct session *s, const struct frame *in)
 {
@@ -446,6 +520,11 @@ session_welcome(struct session *s)
 	char err[STORE_ERROR_MAX + 1];
 
 	session_set_phase(s, PHASE_ESTABLISHED);
+	s->mux = mux_new(&s->gw->mux_config, &tunnel_io, s, &tunnel_mux_handlers, s);
+	if (s->mux == NULL) {
+		session_protocol_error(s, "internal", "out of memory");
+		return;
+	}
 	old = hub_add(s->gw->hub, s->agent.id, s->agent.cluster, s);
 	if (old != NULL) {
 		info("agent %s reconnected: closing its previous tunnel", s->agent.id);
@@ -500,6 +579,18 @@ on_established(struct session *s, const struct frame *in)
 		warn("agent %s reports: %s: %s", s->agent.id, in->u.error.code,
 		    in->u.error.reason);
 		return;
+	case FRAME_OPEN:
+	case FRAME_OPEN_OK:
+	case FRAME_OPEN_FAIL:
+	case FRAME_DATA:
+	case FRAME_WINDOW:
+	case FRAME_FIN:
+	case FRAME_RESET: {
+		char err[160];
+		if (mux_on_frame(s->mux, in, err, sizeof(err)) != 0)
+			session_protocol_error(s, "protocol", err);
+		return;
+	}
 	default:
 		break;
 	}
@@ -557,6 +648,9 @@ session_closed(struct session *s)
 		info("agent %s disconnected", s->agent.id);
 		hub_remove(s->gw->hub, s->agent.id, s);
 	}
+	/* Every stream of the tunnel ends now: their clients see it at once. */
+	mux_free(s->mux);
+	s->mux = NULL;
 	if (s->counted_handshake)
 		s->gw->handshakes--;
 	event_free(s->handshake_timer);

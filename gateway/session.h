@@ -44,4 +44,21 @@ int session_verify(struct session *s, struct store_agent *out, char *err, size_t
 /* Sends ERROR(code, reason) and closes the tunnel. */
 void session_kick(struct session *s, const char *code, const char *reason);
 
+/* The tunnel's transport has room again (streams blocked on it resume). */
+void session_on_drain(struct session *s);
+/* The agent's node name, and whether it may carry streams now. */
+const char *session_node(const struct session *s);
+int session_is_active(const struct session *s);
+
+struct mux_stream;
+struct mux_stream_handlers;
+/*
+ * Opens a stream to target (HOST:PORT) or service on the agent.  NULL with
+ * a reason in err when the agent is not active or its tunnel is at its
+ * stream limit.
+ */
+struct mux_stream *session_open_stream(struct session *s, const char *target,
+    const char *service, const struct mux_stream_handlers *h, void *arg,
+    char *err, size_t errlen);
+
 #endif

@@ -11,8 +11,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/uio.h>
 
+struct bufferevent;
 struct wsconn;
 
 struct wsconn_handlers {
@@ -24,6 +26,10 @@ struct wsconn_handlers {
 	/* The connection is gone (peer closed, error, or wsconn_close done).
 	 * Called exactly once; the wsconn is freed right after it returns. */
 	void (*on_close)(struct wsconn *c, void *arg);
+	/* Optional.  A message over the limit (wsconn_set_max_message) arrived:
+	 * it is skipped and the owner decides (say, an error of its own, then
+	 * wsconn_close).  Without this handler: close with 1009. */
+	void (*on_too_large)(struct wsconn *c, size_t limit, void *arg);
 };
 
 /* Sends one message (iovecs concatenated, unmasked).  Returns 0, or -1 if
@@ -43,5 +49,20 @@ void wsconn_close(struct wsconn *c, uint16_t code, const char *reason);
 const char *wsconn_peer(const struct wsconn *c);
 /* Largest message accepted from now on (larger: close with 1009). */
 void wsconn_set_max_message(struct wsconn *c, size_t bytes);
+
+/* ---- for server.c: making and ending connections ---- */
+
+/* Every open wsconn, so that server_stop can end them. */
+LIST_HEAD(wsconn_list, wsconn);
+
+/*
+ * Takes over bev (a TLS connection whose 101 answer is already queued in its
+ * output) as a WebSocket; bytes already in its input are the first frames.
+ * Returns NULL when out of memory (bev is then still the caller's).
+ */
+struct wsconn *wsconn_new(struct wsconn_list *all, struct bufferevent *bev,
+    const char *peer, const struct wsconn_handlers *h, void *arg);
+/* Shutdown: ends every connection in the list now, on_close for each. */
+void wsconn_destroy_all(struct wsconn_list *all);
 
 #endif

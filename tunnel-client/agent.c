@@ -24,22 +24,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/dns.h>
 #include <event2/event.h>
-#include <libwebsockets.h>
 #include <openssl/crypto.h>
 
 #include "agentkey.h"
+#include "dialer.h"
 #include "fileio.h"
 #include "frame.h"
-#include "framequeue.h"
 #include "log.h"
+#include "mux.h"
 #include "state.h"
 #include "token.h"
+#include "wsclient.h"
 
 #define BACKOFF_MIN_MS   500
 #define BACKOFF_MAX_MS   30000
 #define MAX_MESSAGE      (1 << 20)
-#define MAX_QUEUE        (8 << 20)
+#define DIAL_TIMEOUT_MS  10000
 
 enum tunnel_phase {
 	TUNNEL_DISCONNECTED,     /* no connection; a reconnect may be scheduled */
@@ -69,26 +71,24 @@ struct agent {
 	char gw_host[256];
 	int gw_port;
 	char ca_path[PATH_MAX];
+	char connect_url[300];        /* wss://HOST:PORT/v1/connect */
 
 	struct event_base *base;
-	struct lws_context *lws;
-	struct lws *wsi;
+	struct evdns_base *dns;
+	struct wsclient *ws;          /* the tunnel, while connected or connecting */
+	struct mux *mux;              /* its streams, once established */
+	struct dialer *dialer;
 	struct event *reconnect_timer;
 	struct event *sigterm, *sigint;
 
 	enum tunnel_phase phase;
 	uint32_t backoff_ms;
 	bool reconnect_now;           /* after REGISTERED: no backoff */
-	struct framequeue out;
-	uint8_t *rx;                  /* message reassembly */
-	size_t rx_len, rx_cap;
 	char state[64];               /* the agent state the gateway last sent */
 	char last_error[FRAME_REASON_MAX + 1];
 	int exit_code;
 	bool stopping;
 };
-
-static struct agent *the_agent; /* lws callbacks reach the one agent here */
 
 static void agent_schedule_reconnect(struct agent *a);
 
@@ -117,14 +117,17 @@ agent_stop(struct agent *a, int code)
 static void
 agent_send(struct agent *a, const struct frame *f)
 {
-	if (a->wsi == NULL)
+	uint8_t *buf;
+	size_t len;
+
+	if (a->ws == NULL)
 		return;
-	if (framequeue_push(&a->out, f) != 0) {
-		warn("cannot queue %s frame: dropping the tunnel", frame_type_name(f->type));
-		lws_set_timeout(a->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+	if (frame_encode(f, 0, &buf, &len) != 0) {
+		error("cannot encode a %s frame", frame_type_name(f->type));
 		return;
 	}
-	lws_callback_on_writable(a->wsi);
+	wsclient_send(a->ws, buf, len, 1);
+	free(buf);
 }
 
 /* ---- handshake ---- */
@@ -307,7 +310,8 @@ agent_protocol_error(struct agent *a, const char *reason)
 	warn("protocol error from gateway: %s", reason);
 	frame_make_error(&f, "protocol", reason);
 	agent_send(a, &f);
-	lws_set_timeout(a->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, 1);
+	if (a->ws != NULL)
+		wsclient_close(a->ws, 1002, "protocol error");
 }
 
 static void
@@ -350,6 +354,11 @@ agent_on_message(struct agent *a, const uint8_t *buf, size_t len)
 		}
 		if (f.type == FRAME_PONG)
 			return;
+		if (f.type >= FRAME_OPEN && a->mux != NULL) {
+			if (mux_on_frame(a->mux, &f, err, sizeof(err)) != 0)
+				agent_protocol_error(a, err);
+			return;
+		}
 		break;
 	default:
 		break;
@@ -359,136 +368,134 @@ agent_on_message(struct agent *a, const uint8_t *buf, size_t len)
 	agent_protocol_error(a, reason);
 }
 
-/* ---- lws glue ---- */
-
-static void
-agent_receive(struct agent *a, const uint8_t *in, size_t len)
-{
-	int first = lws_is_first_fragment(a->wsi);
-	int final = lws_is_final_fragment(a->wsi) && lws_remaining_packet_payload(a->wsi) == 0;
-
-	if (first)
-		a->rx_len = 0;
-	if (a->rx_len + len > MAX_MESSAGE) {
-		agent_protocol_error(a, "frame too large");
-		return;
-	}
-	if (first && final) {
-		agent_on_message(a, in, len);
-		return;
-	}
-	if (a->rx_len + len > a->rx_cap) {
-		size_t cap = a->rx_cap ? a->rx_cap : 4096;
-		while (cap < a->rx_len + len)
-			cap *= 2;
-		uint8_t *p = realloc(a->rx, cap);
-		if (p == NULL) {
-			agent_protocol_error(a, "out of memory");
-			return;
-		}
-		a->rx = p;
-		a->rx_cap = cap;
-	}
-	memcpy(a->rx + a->rx_len, in, len);
-	a->rx_len += len;
-	if (final) {
-		agent_on_message(a, a->rx, a->rx_len);
-		a->rx_len = 0;
-	}
-}
+/* ---- the tunnel's transport ---- */
 
 static int
-agent_writable(struct agent *a)
+tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
 {
-	struct framequeue_entry *e = framequeue_peek(&a->out);
+	struct agent *a = io;
 
-	if (e == NULL)
-		return 0;
-	if (lws_write(a->wsi, e->buf + LWS_PRE, e->len, LWS_WRITE_BINARY) < (int)e->len)
-		return -1;
-	framequeue_pop(&a->out);
-	if (framequeue_peek(&a->out) != NULL)
-		lws_callback_on_writable(a->wsi);
-	return 0;
+	return a->ws != NULL ? wsclient_sendv(a->ws, iov, iovcnt, 1) : -1;
+}
+
+static size_t
+tunnel_pending(void *io)
+{
+	struct agent *a = io;
+
+	return a->ws != NULL ? wsclient_pending(a->ws) : 0;
+}
+
+static const struct mux_io tunnel_io = {
+	.sendv = tunnel_sendv,
+	.pending = tunnel_pending,
+};
+
+/* Until the agent is active it starts no services and carries no stream. */
+static void
+agent_stream_open(struct mux *m, struct mux_stream *s, const struct frame_open *req,
+    void *arg)
+{
+	struct agent *a = arg;
+	char reason[96];
+
+	if (strcmp(a->state, "active") != 0) {
+		snprintf(reason, sizeof(reason), "agent is %s, not active", a->state);
+		mux_stream_refuse(s, "not_active", reason);
+		return;
+	}
+	dialer_on_open(m, s, req, a->dialer);
+}
+
+static const struct mux_handlers agent_mux_handlers = {
+	.on_open = agent_stream_open,
+};
+
+static void
+ws_open(struct wsclient *c, void *arg)
+{
+	struct agent *a = arg;
+	struct mux_config cfg = MUX_DEFAULT_CONFIG;
+
+	cfg.odd_ids = 0;
+	a->mux = mux_new(&cfg, &tunnel_io, a, &agent_mux_handlers, a);
+	if (a->mux == NULL) {
+		error("out of memory");
+		wsclient_close(c, 1011, "out of memory");
+		return;
+	}
+	agent_send_hello(a);
 }
 
 static void
-agent_disconnected(struct agent *a, const char *why)
+ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void *arg)
 {
+	struct agent *a = arg;
+
+	if (!binary) {
+		agent_protocol_error(a, "text message on the tunnel");
+		return;
+	}
+	agent_on_message(a, data, len);
+}
+
+static void
+ws_drain(struct wsclient *c, void *arg)
+{
+	struct agent *a = arg;
+
+	if (a->mux != NULL)
+		mux_on_drain(a->mux);
+}
+
+static void
+ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
+{
+	struct agent *a = arg;
 	bool was_up = a->phase == TUNNEL_ESTABLISHED;
 
-	a->wsi = NULL;
-	framequeue_clear(&a->out);
-	a->rx_len = 0;
+	/* Every stream of the tunnel ends with it. */
+	mux_free(a->mux);
+	a->mux = NULL;
+	wsclient_free(c);
+	a->ws = NULL;
+	if (a->phase == TUNNEL_CONNECTING || http_status != 101)
+		warn("%s: %s%s", a->st.gateway_url, reason,
+		    http_status > 101 ? " (the gateway refused the tunnel)" : "");
+	else if (was_up)
+		warn("tunnel lost: %s", reason);
 	agent_set_phase(a, TUNNEL_DISCONNECTED);
-	if (was_up)
-		warn("tunnel lost: %s", why);
 	agent_write_status(a);
 	if (!a->stopping)
 		agent_schedule_reconnect(a);
 }
 
-static int
-agent_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-    void *in, size_t len)
-{
-	struct agent *a = the_agent;
-
-	if (a == NULL || (a->wsi != NULL && wsi != a->wsi))
-		return 0;
-	switch (reason) {
-	case LWS_CALLBACK_CLIENT_ESTABLISHED:
-		agent_send_hello(a);
-		return 0;
-	case LWS_CALLBACK_CLIENT_RECEIVE:
-		agent_receive(a, in, len);
-		return a->stopping ? -1 : 0;
-	case LWS_CALLBACK_CLIENT_WRITEABLE:
-		return agent_writable(a);
-	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-		if (a->wsi == wsi || a->phase == TUNNEL_CONNECTING) {
-			warn("cannot connect to %s: %s", a->st.gateway_url,
-			    in != NULL ? (const char *)in : "connection failed");
-			agent_disconnected(a, "connection failed");
-		}
-		return 0;
-	case LWS_CALLBACK_CLIENT_CLOSED:
-		if (a->wsi == wsi)
-			agent_disconnected(a, "connection closed");
-		return 0;
-	default:
-		return 0;
-	}
-}
-
-static const struct lws_protocols agent_protocols[] = {
-	{ TETHER_SUBPROTOCOL, agent_callback, 0, 65536, 0, NULL, 0 },
-	{ NULL, NULL, 0, 0, 0, NULL, 0 }
+static const struct wsclient_callbacks ws_callbacks = {
+	.on_open = ws_open,
+	.on_message = ws_message,
+	.on_drain = ws_drain,
+	.on_close = ws_close,
 };
 
 static void
 agent_connect(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent *a = arg;
-	struct lws_client_connect_info ci;
+	struct wsclient_config cfg;
+	char err[256];
 
-	memset(&ci, 0, sizeof(ci));
-	ci.context = a->lws;
-	ci.address = a->gw_host;
-	ci.port = a->gw_port;
-	ci.ssl_connection = LCCSCF_USE_SSL;
-	ci.path = "/v1/connect";
-	ci.host = a->gw_host;
-	ci.origin = a->gw_host;
-	ci.protocol = TETHER_SUBPROTOCOL;
-	ci.local_protocol_name = TETHER_SUBPROTOCOL;
-	ci.pwsi = &a->wsi;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.url = a->connect_url;
+	cfg.subprotocol = TETHER_SUBPROTOCOL;
+	cfg.ca_file = a->ca_path;
+	cfg.max_message = MAX_MESSAGE;
+	cfg.low_water = 128 * 1024;
 	agent_set_phase(a, TUNNEL_CONNECTING);
-	debug("connecting to %s", a->st.gateway_url);
-	if (lws_client_connect_via_info(&ci) == NULL && a->phase == TUNNEL_CONNECTING) {
-		a->wsi = NULL;
-		warn("cannot connect to %s", a->st.gateway_url);
-		agent_disconnected(a, "connection failed");
+	debug("connecting to %s", a->connect_url);
+	a->ws = wsclient_connect(a->base, &cfg, &ws_callbacks, a, err, sizeof(err));
+	if (a->ws == NULL) {
+		error("cannot connect to %s: %s", a->st.gateway_url, err);
+		agent_stop(a, 1);
 	}
 }
 
@@ -588,27 +595,18 @@ out:
 static int
 agent_start_loop(struct agent *a)
 {
-	struct lws_context_creation_info info;
-	void *foreign_loops[1];
-
 	a->base = event_base_new();
 	if (a->base == NULL)
 		return -1;
-	foreign_loops[0] = a->base;
-	memset(&info, 0, sizeof(info));
-	info.port = CONTEXT_PORT_NO_LISTEN;
-	info.protocols = agent_protocols;
-	info.options = LWS_SERVER_OPTION_LIBEVENT | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-	info.foreign_loops = foreign_loops;
-	info.client_ssl_ca_filepath = a->ca_path;
-	info.tls1_3_plus_cipher_list = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
-	a->lws = lws_create_context(&info);
-	if (a->lws == NULL)
-		return -1;
+	a->dns = evdns_base_new(a->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+	if (a->dns == NULL)
+		a->dns = evdns_base_new(a->base, 0);  /* no resolv.conf: IPs only */
+	a->dialer = dialer_new(a->base, a->dns, &a->st, DIAL_TIMEOUT_MS);
 	a->reconnect_timer = evtimer_new(a->base, agent_connect, a);
 	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
 	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);
-	if (a->reconnect_timer == NULL || a->sigterm == NULL || a->sigint == NULL ||
+	if (a->dns == NULL || a->dialer == NULL || a->reconnect_timer == NULL ||
+	    a->sigterm == NULL || a->sigint == NULL ||
 	    evsignal_add(a->sigterm, NULL) != 0 || evsignal_add(a->sigint, NULL) != 0)
 		return -1;
 	return 0;
@@ -617,18 +615,21 @@ agent_start_loop(struct agent *a)
 static void
 agent_free(struct agent *a)
 {
-	if (a->lws != NULL)
-		lws_context_destroy(a->lws);
+	mux_free(a->mux);
+	a->mux = NULL;
+	dialer_free(a->dialer);
+	if (a->ws != NULL)
+		wsclient_free(a->ws);
 	if (a->reconnect_timer != NULL)
 		event_free(a->reconnect_timer);
 	if (a->sigterm != NULL)
 		event_free(a->sigterm);
 	if (a->sigint != NULL)
 		event_free(a->sigint);
+	if (a->dns != NULL)
+		evdns_base_free(a->dns, 0);
 	if (a->base != NULL)
 		event_base_free(a->base);
-	framequeue_clear(&a->out);
-	free(a->rx);
 	EVP_PKEY_free(a->agent_key);
 	EVP_PKEY_free(a->import_key);
 }
@@ -643,7 +644,6 @@ agent_run(const char *state_dir)
 	memset(&a, 0, sizeof(a));
 	a.dir = state_dir;
 	snprintf(a.state, sizeof(a.state), "unknown");
-	framequeue_init(&a.out, LWS_PRE, MAX_QUEUE);
 	r = client_state_load(state_dir, &a.st, err, sizeof(err));
 	if (r != 0) {
 		if (r == 1)
@@ -659,17 +659,17 @@ agent_run(const char *state_dir)
 		return 1;
 	}
 	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
+	snprintf(a.connect_url, sizeof(a.connect_url), "wss://%s/v1/connect",
+	    a.st.gateway_url + strlen("https://"));
 	if (agent_load_credentials(&a) != 0) {
 		agent_free(&a);
 		return 1;
 	}
-	lws_set_log_level(LLL_ERR, NULL);
 	if (agent_start_loop(&a) != 0) {
 		error("cannot start the event loop");
 		agent_free(&a);
 		return 1;
 	}
-	the_agent = &a;
 	info("tether-client %s: node %s, cluster %s, gateway %s", TETHER_VERSION,
 	    a.st.node, a.st.cluster, a.st.gateway_url);
 	agent_write_status(&a);
@@ -677,7 +677,6 @@ agent_run(const char *state_dir)
 	event_base_dispatch(a.base);
 	a.phase = TUNNEL_DISCONNECTED;
 	agent_write_status(&a);
-	the_agent = NULL;
 	r = a.exit_code;
 	agent_free(&a);
 	return r;

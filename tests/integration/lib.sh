@@ -15,6 +15,7 @@ CTL=$TETHER_BIN/tetherctl
 T=$(mktemp -d "${TMPDIR:-/tmp}/tether-test.XXXXXX")
 TEST_NAME=$(basename "$0" .sh)
 PIDS=()
+CLEANUP_HOOKS=()   # commands run first at exit (on_cleanup CMD)
 GW_PID=
 FAILED=0
 
@@ -24,8 +25,13 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 
 log() { printf '[%s] %s\n' "$TEST_NAME" "$*" >&2; }
 
+on_cleanup() { CLEANUP_HOOKS+=("$1"); }
+
 cleanup() {
 	local rc=$?
+	for hook in "${CLEANUP_HOOKS[@]}"; do
+		eval "$hook" || true
+	done
 	for pid in "${PIDS[@]}"; do
 		kill "$pid" 2>/dev/null || true
 	done

@@ -1,0 +1,388 @@
+/*
+ * bridge.c: a tunnel stream joined to a TCP connection (see bridge.h).
+ *
+ * Re-entrancy: stream calls can end the stream synchronously (a FIN that
+ * completes both directions), and libevent callbacks can arrive for a
+ * bridge that has just finished; every entry point counts itself in
+ * `depth`, and the bridge is freed only when the outermost one returns.
+ */
+#include "bridge.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "mux.h"
+
+#define BRIDGE_CHUNK     (128 * 1024)   /* largest DATA taken from the socket at once */
+#define BRIDGE_READ_MAX  (256 * 1024)   /* bytes read from the socket per wakeup */
+
+enum bridge_state {
+	BRIDGE_PENDING,   /* accepting: the caller is dialing */
+	BRIDGE_OPENING,   /* opening: OPEN sent, waiting for the answer */
+	BRIDGE_OPEN,      /* bytes flow */
+	BRIDGE_DONE,      /* finished; freed when no entry point is running */
+};
+
+struct bridge {
+	enum bridge_state state;
+	struct mux_stream *s;        /* NULL once the stream has ended */
+	struct bufferevent *bev;     /* owned */
+	int sock_eof;                /* the socket will send no more */
+	int fin_sent;                /* ...and we told the peer */
+	int peer_fin;                /* the peer will send no more */
+	int wr_shut;                 /* shutdown(SHUT_WR) done */
+	int depth;
+	struct bridge_stats stats;
+	char end[48];
+	bridge_done_fn *on_done;
+	bridge_opened_fn *on_opened;
+	void *arg;
+};
+
+static void bridge_finish(struct bridge *b, const char *end);
+
+static void
+bridge_enter(struct bridge *b)
+{
+	b->depth++;
+}
+
+static void
+bridge_leave(struct bridge *b)
+{
+	if (--b->depth > 0 || b->state != BRIDGE_DONE)
+		return;
+	free(b);
+}
+
+/* ---- socket -> stream ---- */
+
+static void
+bridge_maybe_fin(struct bridge *b)
+{
+	if (!b->sock_eof || b->fin_sent || b->s == NULL ||
+	    evbuffer_get_length(bufferevent_get_input(b->bev)) > 0)
+		return;
+	b->fin_sent = 1;
+	mux_stream_fin(b->s);   /* may end the stream: on_close runs */
+}
+
+static void
+bridge_pump_in(struct bridge *b)
+{
+	struct evbuffer *in;
+	size_t len, chunk, n;
+	uint8_t *p;
+
+	if (b->state != BRIDGE_OPEN || b->s == NULL)
+		return;
+	in = bufferevent_get_input(b->bev);
+	while ((len = evbuffer_get_length(in)) > 0) {
+		chunk = len < BRIDGE_CHUNK ? len : BRIDGE_CHUNK;
+		p = evbuffer_pullup(in, (ssize_t)chunk);
+		n = mux_stream_send(b->s, p, chunk);
+		evbuffer_drain(in, n);
+		b->stats.bytes_in += n;
+		if (n < chunk) {
+			/* Out of credit or transport room: stop reading until
+			 * on_writable, so the socket's peer feels the backpressure. */
+			bufferevent_disable(b->bev, EV_READ);
+			return;
+		}
+	}
+	if (!b->sock_eof)
+		bufferevent_enable(b->bev, EV_READ);
+	bridge_maybe_fin(b);
+}
+
+/* ---- stream -> socket ---- */
+
+static void
+bridge_maybe_shutdown(struct bridge *b)
+{
+	if (!b->peer_fin || b->wr_shut ||
+	    evbuffer_get_length(bufferevent_get_output(b->bev)) > 0)
+		return;
+	b->wr_shut = 1;
+	shutdown(bufferevent_getfd(b->bev), SHUT_WR);
+	if (b->s == NULL)
+		bridge_finish(b, "done");
+}
+
+static void
+bridge_output_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct bridge *b = arg;
+
+	if (info->n_deleted == 0 || b->state == BRIDGE_DONE)
+		return;
+	b->stats.bytes_out += info->n_deleted;
+	if (b->s != NULL)
+		mux_stream_drained(b->s, info->n_deleted);
+}
+
+/* ---- stream handlers ---- */
+
+static void
+st_opened(struct mux_stream *s, int ok, const char *code, const char *reason, void *arg)
+{
+	struct bridge *b = arg;
+	char end[48];
+
+	bridge_enter(b);
+	if (b->on_opened != NULL)
+		b->on_opened(b, ok, code, reason, b->arg);
+	if (ok) {
+		b->state = BRIDGE_OPEN;
+		bridge_pump_in(b);
+	} else {
+		b->s = NULL;
+		snprintf(end, sizeof(end), "refused:%s", code);
+		bridge_finish(b, end);
+	}
+	bridge_leave(b);
+}
+
+static void
+st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
+{
+	struct bridge *b = arg;
+
+	if (b->state != BRIDGE_OPEN || b->wr_shut)
+		return;
+	bufferevent_write(b->bev, data, len);
+}
+
+static void
+st_writable(struct mux_stream *s, void *arg)
+{
+	struct bridge *b = arg;
+
+	bridge_enter(b);
+	bridge_pump_in(b);
+	bridge_leave(b);
+}
+
+static void
+st_fin(struct mux_stream *s, void *arg)
+{
+	struct bridge *b = arg;
+
+	bridge_enter(b);
+	b->peer_fin = 1;
+	if (b->bev != NULL)
+		bridge_maybe_shutdown(b);
+	bridge_leave(b);
+}
+
+static void
+st_close(struct mux_stream *s, const char *code, void *arg)
+{
+	struct bridge *b = arg;
+	char end[48];
+
+	bridge_enter(b);
+	b->s = NULL;
+	if (strcmp(code, "done") == 0 && b->bev != NULL && !b->wr_shut) {
+		/* Both FINs are exchanged but our output may still be flushing:
+		 * finish once it is written and shut down. */
+		bridge_maybe_shutdown(b);
+	} else if (strcmp(code, "done") == 0) {
+		bridge_finish(b, "done");
+	} else {
+		snprintf(end, sizeof(end), "%s%s", strcmp(code, "tunnel_lost") == 0 ?
+		    "" : "reset:", code);
+		bridge_finish(b, end);
+	}
+	bridge_leave(b);
+}
+
+static const struct mux_stream_handlers bridge_stream_handlers = {
+	.on_opened = st_opened,
+	.on_data = st_data,
+	.on_writable = st_writable,
+	.on_fin = st_fin,
+	.on_close = st_close,
+};
+
+/* ---- socket events ---- */
+
+static void
+sock_read(struct bufferevent *bev, void *arg)
+{
+	struct bridge *b = arg;
+
+	bridge_enter(b);
+	bridge_pump_in(b);
+	bridge_leave(b);
+}
+
+static void
+sock_write(struct bufferevent *bev, void *arg)
+{
+	struct bridge *b = arg;
+
+	bridge_enter(b);
+	bridge_maybe_shutdown(b);
+	bridge_leave(b);
+}
+
+static void
+sock_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct bridge *b = arg;
+
+	bridge_enter(b);
+	if (what & BEV_EVENT_EOF) {
+		b->sock_eof = 1;
+		bufferevent_disable(bev, EV_READ);
+		bridge_pump_in(b);
+	} else if (what & BEV_EVENT_ERROR) {
+		if (b->s != NULL) {
+			mux_stream_reset(b->s, "socket_error");
+			b->s = NULL;
+		}
+		bridge_finish(b, "socket_error");
+	}
+	bridge_leave(b);
+}
+
+static void
+bridge_setup_socket(struct bridge *b, struct bufferevent *bev)
+{
+	b->bev = bev;
+	bufferevent_set_max_single_read(bev, BRIDGE_READ_MAX);
+	bufferevent_set_max_single_write(bev, BRIDGE_READ_MAX);
+	/* Bound what is read ahead of the stream's credit. */
+	bufferevent_setwatermark(bev, EV_READ, 0, BRIDGE_READ_MAX);
+	bufferevent_setcb(bev, sock_read, sock_write, sock_event, b);
+	evbuffer_add_cb(bufferevent_get_output(bev), bridge_output_drained, b);
+}
+
+/* ---- life cycle ---- */
+
+static void
+bridge_finish(struct bridge *b, const char *end)
+{
+	if (b->state == BRIDGE_DONE)
+		return;
+	b->state = BRIDGE_DONE;
+	snprintf(b->end, sizeof(b->end), "%s", end);
+	b->stats.end = b->end;
+	if (b->s != NULL) {
+		mux_stream_reset(b->s, "cancelled");
+		b->s = NULL;
+	}
+	if (b->bev != NULL) {
+		bufferevent_free(b->bev);
+		b->bev = NULL;
+	}
+	if (b->on_done != NULL)
+		b->on_done(b, &b->stats, b->arg);
+}
+
+struct bridge *
+bridge_accepting(struct mux_stream *s, bridge_done_fn *on_done, void *arg)
+{
+	struct bridge *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return NULL;
+	b->state = BRIDGE_PENDING;
+	b->s = s;
+	b->on_done = on_done;
+	b->arg = arg;
+	mux_stream_hold(s, &bridge_stream_handlers, b);
+	return b;
+}
+
+int
+bridge_pending(const struct bridge *b)
+{
+	return b->state == BRIDGE_PENDING && b->s != NULL;
+}
+
+int
+bridge_attach(struct bridge *b, struct bufferevent *bev)
+{
+	int r = 0;
+
+	bridge_enter(b);
+	if (b->state != BRIDGE_PENDING || b->s == NULL) {
+		bufferevent_free(bev);
+		r = -1;
+		goto out;
+	}
+	bridge_setup_socket(b, bev);
+	if (mux_stream_accept(b->s, NULL, NULL) != 0) {
+		b->s = NULL;
+		bridge_finish(b, "refused:busy");
+		r = -1;
+		goto out;
+	}
+	b->state = BRIDGE_OPEN;
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+out:
+	bridge_leave(b);
+	return r;
+}
+
+void
+bridge_refuse(struct bridge *b, const char *code, const char *reason)
+{
+	char end[48];
+
+	bridge_enter(b);
+	if (b->state == BRIDGE_PENDING && b->s != NULL) {
+		mux_stream_refuse(b->s, code, reason);
+		b->s = NULL;
+	}
+	snprintf(end, sizeof(end), "refused:%s", code);
+	bridge_finish(b, end);
+	bridge_leave(b);
+}
+
+struct bridge *
+bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
+    bridge_opened_fn *on_opened, bridge_done_fn *on_done, void *arg)
+{
+	struct bridge *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return NULL;
+	b->state = BRIDGE_OPENING;
+	b->on_done = on_done;
+	b->on_opened = on_opened;
+	b->arg = arg;
+	b->s = mux_open(m, target, NULL, &bridge_stream_handlers, b);
+	if (b->s == NULL) {
+		free(b);
+		return NULL;
+	}
+	bridge_setup_socket(b, bev);
+	bufferevent_disable(bev, EV_READ);
+	bufferevent_enable(bev, EV_WRITE);
+	return b;
+}
+
+void
+bridge_abort(struct bridge *b, const char *code)
+{
+	bridge_enter(b);
+	if (b->s != NULL) {
+		if (b->state == BRIDGE_PENDING)
+			mux_stream_refuse(b->s, code, "cancelled");
+		else
+			mux_stream_reset(b->s, code);
+		b->s = NULL;
+	}
+	bridge_finish(b, code);
+	bridge_leave(b);
+}

@@ -1,0 +1,65 @@
+/*
+ * bridge.h: one stream of a tunnel joined to one TCP connection.
+ *
+ * The agent uses it for every target it dials, tetherctl forward for every
+ * local connection it accepts.  Bytes read from the socket go out as DATA
+ * only as far as the stream's credit allows (reading stops when it runs
+ * out); DATA received goes into the socket's output buffer and credit is
+ * returned only as that buffer drains into the socket.  A FIN becomes a
+ * shutdown(SHUT_WR) once everything before it is written, and EOF on the
+ * socket becomes a FIN, so half-closed connections work both ways.
+ *
+ * The bridge owns the bufferevent (and its socket) once attached, and frees
+ * itself when both directions are done or the stream is reset; on_done then
+ * reports how it ended, once.
+ */
+#ifndef TETHER_BRIDGE_H
+#define TETHER_BRIDGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct bridge;
+struct bufferevent;
+struct mux;
+struct mux_stream;
+
+struct bridge_stats {
+	uint64_t bytes_in;      /* from the socket into the stream */
+	uint64_t bytes_out;     /* from the stream into the socket */
+	const char *end;        /* "done", "reset:CODE", "socket_error", "tunnel_lost", "refused:CODE" */
+};
+
+typedef void bridge_done_fn(struct bridge *b, const struct bridge_stats *st, void *arg);
+typedef void bridge_opened_fn(struct bridge *b, int ok, const char *code,
+    const char *reason, void *arg);
+
+/*
+ * Accepting side (agent): the peer opened s.  The bridge holds the stream
+ * while the caller dials, then the caller calls bridge_attach with the
+ * connected bufferevent or bridge_refuse.  on_done runs when it ends
+ * (including a RESET or lost tunnel during the dial).
+ */
+struct bridge *bridge_accepting(struct mux_stream *s, bridge_done_fn *on_done, void *arg);
+/* Accepts the stream and starts moving bytes.  Returns 0, or -1 if the
+ * stream could not be accepted (the bridge is then done and bev freed). */
+int bridge_attach(struct bridge *b, struct bufferevent *bev);
+/* Refuses the stream (OPEN_FAIL code/reason); the bridge is freed, on_done
+ * runs with end "refused:CODE". */
+void bridge_refuse(struct bridge *b, const char *code, const char *reason);
+/* True while the dial is pending and the stream still wants an answer. */
+int bridge_pending(const struct bridge *b);
+
+/*
+ * Opening side (tetherctl forward): opens a stream to target over m for the
+ * connection bev (owned from now on; reading starts once the stream is
+ * open).  on_opened reports the answer; on a refusal the connection is
+ * closed and on_done follows.  NULL if the stream could not be opened.
+ */
+struct bridge *bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
+    bridge_opened_fn *on_opened, bridge_done_fn *on_done, void *arg);
+
+/* Ends the bridge now (RESET with code, socket closed). */
+void bridge_abort(struct bridge *b, const char *code);
+
+#endif

@@ -1,0 +1,1776 @@
+/*
+ * wsclient.c: a WebSocket client (RFC 6455) over TLS or plain TCP on a
+ * libevent loop (see wsclient.h).
+ *
+ * Why not libwebsockets' client: it parses and masks payload one byte at a
+ * time, which caps a tunnel at ~300-450 MB/s per core.  Here the receive
+ * path parses a frame header in place in the bufferevent's input (pulling up
+ * only the header bytes), and hands a whole single-frame message to the
+ * caller as one contiguous pointer into that buffer; the send path reserves
+ * one contiguous region in the output buffer per message and masks 8 bytes
+ * at a time while copying the payload into it (ws_mask_copy in wsframe.c).
+ *
+ * Transport: bufferevent_openssl (wss://) or a socket bufferevent (ws://,
+ * for a TLS-terminating load balancer).  Names are resolved with
+ * evdns_getaddrinfo, so nothing here ever blocks the loop; we do the lookup
+ * ourselves rather than through bufferevent_socket_connect_hostname because
+ * a lookup cancelled by a free completes later, on the loop, and only our
+ * own callback tells us when the evdns_base may go (freeing it earlier
+ * leaks the bufferevent, its SSL and the SSL_CTX).  One timer covers DNS,
+ * TCP, TLS and the upgrade; after a close frame it bounds the wait for the
+ * peer.
+ *
+ * Callback discipline, because wsclient_free may be called from inside any
+ * callback:
+ *  - every libevent entry point brackets its work with enter()/leave(); a
+ *    wsclient_free made inside only marks the client dead and drops the
+ *    transport, and leave() frees the memory once the outermost entry point
+ *    is done with it (or, if a DNS lookup is being cancelled, once its
+ *    callback has come back: until then the memory stays, no callbacks);
+ *  - after every user callback the code checks gone() before touching the
+ *    bufferevent again;
+ *  - on_close is never made from inside an API call or a bufferevent
+ *    callback: finish() drops the transport, records the status and reason,
+ *    and a deferred event reports them, exactly once.
+ *
+ * on_close statuses: the HTTP status of a refused upgrade; 101 once the
+ * closing handshake happened (a close frame from the server, or our own
+ * close that the server answered or that timed out); 0 for everything else
+ * (DNS, TCP, TLS, timeouts, protocol errors, a connection that ended
+ * without a close frame).
+ *
+ * Writing to a socket the peer closed raises SIGPIPE: callers ignore it
+ * (every Tether program does, at start-up).
+ */
+#include "wsclient.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#define WS_GUID             "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#define HEAD_MAX            (16 * 1024)   /* upgrade response head */
+#define BODY_MAX            (8 * 1024)    /* refusal body we read for a reason */
+#define REASON_MAX          256
+#define DEFAULT_TIMEOUT_MS  10000
+#define DEFAULT_MAX_MESSAGE ((size_t)16 * 1024 * 1024)
+#define CLOSE_WAIT_MS       2000          /* for the peer's close / our flush */
+#define MASK_POOL           256           /* random bytes: 64 frame masks */
+#define FRAME_HEADER_MAX    14
+#define CLOSE_REASON_MAX    123           /* 125 minus the status code */
+#define TLS13_CIPHERS \
+	"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+
+enum ws_opcode {
+	OP_CONT = 0x0, OP_TEXT = 0x1, OP_BINARY = 0x2,
+	OP_CLOSE = 0x8, OP_PING = 0x9, OP_PONG = 0xa,
+};
+
+enum state {
+	ST_CONNECTING, /* DNS, TCP, TLS */
+	ST_UPGRADING,  /* request sent, reading the response head */
+	ST_REFUSED,    /* not 101: reading the body for a reason */
+	ST_OPEN,
+	ST_CLOSING,    /* our close frame sent, waiting for the server's */
+	ST_FLUSHING,   /* our last frame queued: close once it is written */
+	ST_CLOSED,     /* transport gone; on_close reported or pending */
+};
+
+/* Work the deferred event does on the loop, outside other callbacks. */
+#define DEFER_CLOSE 0x1 /* report on_close */
+#define DEFER_READ  0x2 /* process input already buffered (after a resume) */
+#define DEFER_EOF   0x4 /* the transport ended: drain input, then finish */
+#define DEFER_FREE  0x8 /* a freed client's lookup has ended: free it */
+
+struct wsclient {
+	struct event_base *base;
+	struct evdns_base *dns;     /* only for names, not IP literals */
+	struct evdns_getaddrinfo_request *lookup; /* in flight, or NULL */
+	SSL_CTX *ssl_ctx;           /* NULL for ws:// */
+	struct bufferevent *bev;    /* NULL once the transport is gone */
+	struct event *timer;        /* connect timeout, then close wait */
+	struct event *defer;
+	struct wsclient_callbacks cb;
+	void *arg;
+
+	/* From the URL and the configuration. */
+	char *host;                 /* no brackets */
+	char *host_header;          /* brackets for IPv6, port if not default */
+	char *resource;             /* /path?query */
+	int port;
+	int tls;
+	int host_is_ip;
+	char *subprotocol;
+	char *token;
+	size_t max_message;
+	size_t low_water;
+	uint32_t timeout_ms;
+
+	enum state state;
+	char key[32];               /* Sec-WebSocket-Key we sent (base64) */
+	int http_status;            /* of a refused upgrade */
+	char status_line[128];
+	size_t body_want;           /* refusal body bytes; SIZE_MAX: until EOF */
+	int body_chunked;
+
+	/* A fragmented message being reassembled (frag_opcode 0: none). */
+	uint8_t *frag;
+	size_t frag_len, frag_cap;
+	int frag_opcode;
+
+	int paused;
+	int eof;                    /* the transport ended; see DEFER_EOF */
+	char eof_reason[REASON_MAX];
+
+	int depth;                  /* nesting of libevent entry points */
+	int dead;                   /* wsclient_free was called */
+	int close_reported;
+	unsigned deferred;          /* DEFER_* */
+	int final_status;           /* what on_close will report */
+	char final_reason[REASON_MAX];
+
+	uint8_t pool[MASK_POOL];    /* random bytes for frame masks */
+	size_t pool_off;
+};
+
+static void process_input(struct wsclient *);
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static void
+errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+errf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Copies untrusted text (a server's close reason or error body) for a log
+ * line: printable ASCII only, bounded, no trailing blanks.
+ */
+static void
+sanitize(char *dst, size_t dstlen, const char *src, size_t srclen)
+{
+	size_t n = 0;
+
+	if (dstlen == 0)
+		return;
+	for (size_t i = 0; i < srclen && n + 1 < dstlen; i++) {
+		unsigned char ch = (unsigned char)src[i];
+		dst[n++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+	}
+	while (n > 0 && dst[n - 1] == ' ')
+		n--;
+	dst[n] = '\0';
+}
+
+static int
+gone(const struct wsclient *c)
+{
+	return c->dead || c->bev == NULL;
+}
+
+static struct evbuffer *
+input_of(struct wsclient *c)
+{
+	return bufferevent_get_input(c->bev);
+}
+
+static void
+defer(struct wsclient *c, unsigned what)
+{
+	c->deferred |= what;
+	event_active(c->defer, EV_TIMEOUT, 1);
+}
+
+static void
+arm_timer(struct wsclient *c, uint32_t ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(c->timer, &tv);
+}
+
+/* The transport only: memory stays until destroy(). */
+static void
+drop_transport(struct wsclient *c)
+{
+	/* Its callback comes back (now or from the loop) with
+	 * EVUTIL_EAI_CANCEL; lookup_done() expects it. */
+	if (c->lookup != NULL)
+		evdns_getaddrinfo_cancel(c->lookup);
+	if (c->bev != NULL) {
+		/* Safe inside the bufferevent's own callbacks: libevent holds
+		 * a reference while it runs them. */
+		bufferevent_free(c->bev);
+		c->bev = NULL;
+	}
+	if (c->timer != NULL)
+		evtimer_del(c->timer);
+}
+
+static void
+destroy(struct wsclient *c)
+{
+	c->dead = 1;
+	drop_transport(c);
+	if (c->lookup != NULL)
+		return; /* lookup_done() comes back to finish this */
+	if (c->timer != NULL)
+		event_free(c->timer);
+	if (c->defer != NULL)
+		event_free(c->defer);
+	/* Never from inside an evdns callback (see lookup_done). */
+	if (c->dns != NULL)
+		evdns_base_free(c->dns, 0);
+	if (c->ssl_ctx != NULL)
+		SSL_CTX_free(c->ssl_ctx);
+	free(c->host);
+	free(c->host_header);
+	free(c->resource);
+	free(c->subprotocol);
+	free(c->token);
+	free(c->frag);
+	OPENSSL_cleanse(c->pool, sizeof(c->pool));
+	free(c);
+}
+
+static void
+enter(struct wsclient *c)
+{
+	c->depth++;
+}
+
+static void
+leave(struct wsclient *c)
+{
+	if (--c->depth == 0 && c->dead)
+		destroy(c);
+}
+
+/* Records what on_close will say (unless it is already decided). */
+static void
+set_final(struct wsclient *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+set_final(struct wsclient *c, int status, const char *fmt, ...)
+{
+	char buf[REASON_MAX];
+	va_list ap;
+
+	if (c->state == ST_CLOSED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	c->final_status = status;
+	sanitize(c->final_reason, sizeof(c->final_reason), buf, strlen(buf));
+}
+
+/* Ends the connection now and reports the recorded status from the loop. */
+static void
+finish(struct wsclient *c)
+{
+	if (c->state == ST_CLOSED)
+		return;
+	c->state = ST_CLOSED;
+	drop_transport(c);
+	defer(c, DEFER_CLOSE);
+}
+
+static void
+finish_with(struct wsclient *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+finish_with(struct wsclient *c, int status, const char *fmt, ...)
+{
+	char buf[REASON_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	set_final(c, status, "%s", buf);
+	finish(c);
+}
+
+/* ---- URL and configuration ---------------------------------------------- */
+
+static int
+host_char_ok(char ch)
+{
+	return isalnum((unsigned char)ch) || ch == '-' || ch == '.' || ch == '_';
+}
+
+/* Parses wss://HOST[:PORT]/PATH?QUERY or ws://..., HOST possibly [IPv6]. */
+static int
+parse_url(struct wsclient *c, const char *url, char *err, size_t errlen)
+{
+	const char *p, *auth_end, *host, *host_end, *port_str = NULL;
+	struct in6_addr a6;
+	struct in_addr a4;
+	size_t hostlen;
+	char *endp;
+	long port;
+
+	if (strncasecmp(url, "wss://", 6) == 0) {
+		c->tls = 1;
+		c->port = 443;
+		p = url + 6;
+	} else if (strncasecmp(url, "ws://", 5) == 0) {
+		c->tls = 0;
+		c->port = 80;
+		p = url + 5;
+	} else {
+		errf(err, errlen, "URL must start with wss:// or ws://: %s", url);
+		return -1;
+	}
+	auth_end = p + strcspn(p, "/?#");
+	if (memchr(p, '@', (size_t)(auth_end - p)) != NULL) {
+		errf(err, errlen, "user information in a URL is not supported");
+		return -1;
+	}
+	if (*p == '[') {
+		host = p + 1;
+		host_end = memchr(host, ']', (size_t)(auth_end - host));
+		if (host_end == NULL) {
+			errf(err, errlen, "unterminated [IPv6] host in URL");
+			return -1;
+		}
+		if (host_end + 1 < auth_end) {
+			if (host_end[1] != ':') {
+				errf(err, errlen, "garbage after ] in URL host");
+				return -1;
+			}
+			port_str = host_end + 2;
+		}
+	} else {
+		host = p;
+		host_end = memchr(p, ':', (size_t)(auth_end - p));
+		if (host_end != NULL)
+			port_str = host_end + 1;
+		else
+			host_end = auth_end;
+	}
+	hostlen = (size_t)(host_end - host);
+	if (hostlen == 0 || hostlen > 253) {
+		errf(err, errlen, "URL has an empty or over-long host");
+		return -1;
+	}
+	if (port_str != NULL) {
+		if (port_str == auth_end || !isdigit((unsigned char)*port_str)) {
+			errf(err, errlen, "URL has a bad port");
+			return -1;
+		}
+		errno = 0;
+		port = strtol(port_str, &endp, 10);
+		if (errno != 0 || endp != auth_end || port < 1 || port > 65535) {
+			errf(err, errlen, "URL has a bad port");
+			return -1;
+		}
+		c->port = (int)port;
+	}
+	if ((c->host = strndup(host, hostlen)) == NULL)
+		goto oom;
+	if (*p == '[') {
+		if (inet_pton(AF_INET6, c->host, &a6) != 1) {
+			errf(err, errlen, "URL host [%s] is not an IPv6 address", c->host);
+			return -1;
+		}
+		c->host_is_ip = 1;
+	} else if (inet_pton(AF_INET, c->host, &a4) == 1)
+		c->host_is_ip = 1;
+	else {
+		/* The name goes into the Host header and SNI: no room for
+		 * anything that could break a header line. */
+		for (size_t i = 0; i < hostlen; i++) {
+			if (!host_char_ok(c->host[i])) {
+				errf(err, errlen, "URL host has a bad character");
+				return -1;
+			}
+		}
+	}
+
+	/* The resource: path and query, never the fragment. */
+	{
+		const char *r = auth_end;
+		size_t rlen = strcspn(r, "#");
+
+		for (size_t i = 0; i < rlen; i++) {
+			unsigned char ch = (unsigned char)r[i];
+			if (ch <= 0x20 || ch >= 0x7f) {
+				errf(err, errlen, "URL path has a space or "
+				    "control character (percent-encode it)");
+				return -1;
+			}
+		}
+		if (asprintf(&c->resource, "%s%.*s", (rlen == 0 || *r == '?') ?
+		    "/" : "", (int)rlen, r) < 0) {
+			c->resource = NULL;
+			goto oom;
+		}
+	}
+	{
+		int dflt = c->port == (c->tls ? 443 : 80);
+		int v6 = strchr(c->host, ':') != NULL;
+		char portbuf[8] = "";
+
+		if (!dflt)
+			snprintf(portbuf, sizeof(portbuf), ":%d", c->port);
+		if (asprintf(&c->host_header, "%s%s%s%s", v6 ? "[" : "", c->host,
+		    v6 ? "]" : "", portbuf) < 0) {
+			c->host_header = NULL;
+			goto oom;
+		}
+	}
+	return 0;
+oom:
+	errf(err, errlen, "out of memory");
+	return -1;
+}
+
+/* A value that goes into a request header: printable, no CR/LF. */
+static int
+header_value_ok(const char *s)
+{
+	for (; *s != '\0'; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch < 0x20 || ch >= 0x7f)
+			return 0;
+	}
+	return 1;
+}
+
+static int
+dup_opt(char **dst, const char *src)
+{
+	if (src == NULL || *src == '\0') {
+		*dst = NULL;
+		return 0;
+	}
+	*dst = strdup(src);
+	return *dst == NULL ? -1 : 0;
+}
+
+/* ---- TLS ---------------------------------------------------------------- */
+
+static void
+openssl_reason(char *buf, size_t len, const char *what)
+{
+	unsigned long e = ERR_peek_last_error();
+	char ebuf[256];
+
+	if (e != 0) {
+		ERR_error_string_n(e, ebuf, sizeof(ebuf));
+		snprintf(buf, len, "%.150s: %.160s", what, ebuf);
+	} else
+		snprintf(buf, len, "%s", what);
+	ERR_clear_error();
+}
+
+static SSL_CTX *
+tls_context(const char *ca_file, char *err, size_t errlen)
+{
+	char why[320];
+	SSL_CTX *ctx;
+
+	if ((ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
+		openssl_reason(why, sizeof(why), "cannot create a TLS context");
+		errf(err, errlen, "%s", why);
+		return NULL;
+	}
+	/* AES-128-GCM first: as safe here, and measurably cheaper per byte
+	 * than the AES-256 that OpenSSL lists first. */
+	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
+	    SSL_CTX_set_ciphersuites(ctx, TLS13_CIPHERS) != 1) {
+		openssl_reason(why, sizeof(why), "cannot configure TLS");
+		goto fail;
+	}
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	if (ca_file != NULL) {
+		if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+			char what[300];
+			snprintf(what, sizeof(what), "cannot load CA file %s", ca_file);
+			openssl_reason(why, sizeof(why), what);
+			goto fail;
+		}
+	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		openssl_reason(why, sizeof(why), "cannot load the system CA store");
+		goto fail;
+	}
+	return ctx;
+fail:
+	errf(err, errlen, "%s", why);
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
+/* An SSL for one connection: SNI for names, and the name or address the
+ * certificate must carry. */
+static SSL *
+tls_session(struct wsclient *c, char *err, size_t errlen)
+{
+	X509_VERIFY_PARAM *vp;
+	char why[320];
+	SSL *ssl;
+	int ok;
+
+	if ((ssl = SSL_new(c->ssl_ctx)) == NULL) {
+		openssl_reason(why, sizeof(why), "cannot create a TLS session");
+		errf(err, errlen, "%s", why);
+		return NULL;
+	}
+	vp = SSL_get0_param(ssl);
+	if (c->host_is_ip)
+		ok = X509_VERIFY_PARAM_set1_ip_asc(vp, c->host) == 1;
+	else {
+		X509_VERIFY_PARAM_set_hostflags(vp,
+		    X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+		ok = X509_VERIFY_PARAM_set1_host(vp, c->host, 0) == 1 &&
+		    SSL_set_tlsext_host_name(ssl, c->host) == 1;
+	}
+	if (!ok) {
+		openssl_reason(why, sizeof(why), "cannot set the TLS peer name");
+		errf(err, errlen, "%s", why);
+		SSL_free(ssl);
+		return NULL;
+	}
+	return ssl;
+}
+
+/* Why the transport failed, as precisely as the layers below tell us. */
+static void
+transport_error(struct wsclient *c, short what, char *buf, size_t len)
+{
+	int saved_errno = EVUTIL_SOCKET_ERROR();
+	unsigned long e, last = 0;
+	SSL *ssl;
+
+	if (c->tls) {
+		/* libevent queues OpenSSL's error codes, and also bare
+		 * SSL_get_error() kinds (no library) for socket errors:
+		 * those say less than errno, so skip them. */
+		while ((e = bufferevent_get_openssl_error(c->bev)) != 0)
+			if (ERR_GET_LIB(e) != 0)
+				last = e;
+		ssl = bufferevent_openssl_get_ssl(c->bev);
+		if (ssl != NULL && SSL_get_verify_result(ssl) != X509_V_OK) {
+			snprintf(buf, len, "TLS certificate verify failed for %s: %s",
+			    c->host, X509_verify_cert_error_string(
+			    SSL_get_verify_result(ssl)));
+			return;
+		}
+		if (last != 0) {
+			char ebuf[256];
+			ERR_error_string_n(last, ebuf, sizeof(ebuf));
+			snprintf(buf, len, "TLS error with %.64s:%d: %.160s",
+			    c->host, c->port, ebuf);
+			return;
+		}
+	}
+	/* A refused TLS connect looks like a dirty shutdown (EOF) to
+	 * bufferevent_openssl: before the upgrade, trust a telling errno. */
+	if (c->state == ST_CONNECTING && saved_errno != 0 &&
+	    saved_errno != EAGAIN && saved_errno != EINTR)
+		what = BEV_EVENT_ERROR;
+	if ((what & BEV_EVENT_EOF) || saved_errno == 0)
+		snprintf(buf, len, "connection to %s:%d closed by the server%s",
+		    c->host, c->port, c->state == ST_CONNECTING && c->tls ?
+		    " during the TLS handshake" : "");
+	else
+		snprintf(buf, len, "%s %s:%d: %s", c->state == ST_CONNECTING ?
+		    "cannot connect to" : "connection to", c->host, c->port,
+		    evutil_socket_error_to_string(saved_errno));
+}
+
+/* ---- random masks and the upgrade key --------------------------------- */
+
+/* Four fresh random bytes per frame, from a pool refilled by RAND_bytes:
+ * one call per 64 frames instead of one per frame. */
+static int
+mask_key(struct wsclient *c, uint8_t mask[4])
+{
+	if (c->pool_off + 4 > sizeof(c->pool)) {
+		if (RAND_bytes(c->pool, sizeof(c->pool)) != 1)
+			return -1;
+		c->pool_off = 0;
+	}
+	memcpy(mask, c->pool + c->pool_off, 4);
+	c->pool_off += 4;
+	return 0;
+}
+
+static void
+accept_value(const char *key, char out[32])
+{
+	unsigned char sha[SHA_DIGEST_LENGTH];
+	char buf[128];
+
+	snprintf(buf, sizeof(buf), "%s%s", key, WS_GUID);
+	SHA1((const unsigned char *)buf, strlen(buf), sha);
+	EVP_EncodeBlock((unsigned char *)out, sha, sizeof(sha)); /* 28 chars */
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/*
+ * Queues one frame: header and masked payload in a single contiguous
+ * region of the output buffer, so that TLS sees the message as one write
+ * (full-sized records) and the payload is read once, while masking.
+ */
+static int
+send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
+{
+	uint8_t hdr[FRAME_HEADER_MAX], mask[4], *p;
+	struct evbuffer_iovec v;
+	size_t plen = 0, hl, phase = 0;
+
+	if (c->bev == NULL || iovcnt < 0 || (iovcnt > 0 && iov == NULL))
+		return -1;
+	for (int i = 0; i < iovcnt; i++) {
+		if (plen + iov[i].iov_len < plen)
+			return -1;
+		plen += iov[i].iov_len;
+	}
+	if ((opcode & 0x8) && plen > 125)
+		return -1;
+	if (plen > SIZE_MAX - FRAME_HEADER_MAX)
+		return -1;
+
+	hdr[0] = (uint8_t)(0x80 | opcode);
+	if (plen < 126) {
+		hdr[1] = (uint8_t)(0x80 | plen);
+		hl = 2;
+	} else if (plen <= 0xffff) {
+		hdr[1] = 0x80 | 126;
+		hdr[2] = (uint8_t)(plen >> 8);
+		hdr[3] = (uint8_t)plen;
+		hl = 4;
+	} else {
+		hdr[1] = 0x80 | 127;
+		for (int i = 0; i < 8; i++)
+			hdr[2 + i] = (uint8_t)((uint64_t)plen >> (56 - 8 * i));
+		hl = 10;
+	}
+	if (mask_key(c, mask) != 0)
+		return -1;
+	memcpy(hdr + hl, mask, 4);
+	hl += 4;
+
+	if (evbuffer_reserve_space(bufferevent_get_output(c->bev), hl + plen,
+	    &v, 1) != 1)
+		return -1;
+	p = v.iov_base;
+	memcpy(p, hdr, hl);
+	p += hl;
+	for (int i = 0; i < iovcnt; i++) {
+		phase = ws_mask_copy(p, iov[i].iov_base, iov[i].iov_len, mask,
+		    phase);
+		p += iov[i].iov_len;
+	}
+	v.iov_len = hl + plen;
+	return evbuffer_commit_space(bufferevent_get_output(c->bev), &v, 1);
+}
+
+static int
+send_close(struct wsclient *c, uint16_t code, const char *reason)
+{
+	uint8_t buf[2 + CLOSE_REASON_MAX];
+	struct iovec iov;
+	size_t rlen = reason != NULL ? strlen(reason) : 0;
+
+	if (rlen > CLOSE_REASON_MAX)
+		rlen = CLOSE_REASON_MAX;
+	buf[0] = (uint8_t)(code >> 8);
+	buf[1] = (uint8_t)code;
+	if (rlen > 0)
+		memcpy(buf + 2, reason, rlen);
+	iov.iov_base = buf;
+	/* 1005 means "no code": it is never sent, so send an empty body. */
+	iov.iov_len = code == 1005 ? 0 : 2 + rlen;
+	return send_frame(c, OP_CLOSE, &iov, 1);
+}
+
+/* Our last frame is queued: stop reading, close once it is written (or
+ * after CLOSE_WAIT_MS if the peer does not read it). */
+static void
+flush_and_finish(struct wsclient *c)
+{
+	c->state = ST_FLUSHING;
+	bufferevent_disable(c->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+		finish(c);
+		return;
+	}
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	arm_timer(c, CLOSE_WAIT_MS);
+}
+
+/* Fails the connection (RFC 6455 7.1.7): a close frame with the code, then
+ * the end of the transport; on_close says why. */
+static void
+protocol_error(struct wsclient *c, uint16_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+protocol_error(struct wsclient *c, uint16_t code, const char *fmt, ...)
+{
+	char buf[REASON_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	set_final(c, 0, "WebSocket protocol error from %s: %s", c->host, buf);
+	if (c->state == ST_OPEN && send_close(c, code, buf) == 0)
+		flush_and_finish(c);
+	else
+		finish(c);
+}
+
+/* ---- the upgrade ---------------------------------------------------------- */
+
+static int
+send_upgrade(struct wsclient *c)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	uint8_t nonce[16];
+
+	if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+		return -1;
+	EVP_EncodeBlock((unsigned char *)c->key, nonce, sizeof(nonce));
+	if (evbuffer_add_printf(out,
+	    "GET %s HTTP/1.1\r\n"
+	    "Host: %s\r\n"
+	    "Upgrade: websocket\r\n"
+	    "Connection: Upgrade\r\n"
+	    "Sec-WebSocket-Key: %s\r\n"
+	    "Sec-WebSocket-Version: 13\r\n",
+	    c->resource, c->host_header, c->key) < 0)
+		return -1;
+	if (c->subprotocol != NULL &&
+	    evbuffer_add_printf(out, "Sec-WebSocket-Protocol: %s\r\n",
+	    c->subprotocol) < 0)
+		return -1;
+	if (c->token != NULL &&
+	    evbuffer_add_printf(out, "Authorization: Bearer %s\r\n", c->token) < 0)
+		return -1;
+	return evbuffer_add(out, "\r\n", 2);
+}
+
+struct response_head {
+	int status;
+	int upgrade_ok;
+	int connection_ok;
+	int have_accept;
+	char accept[64];
+	int have_protocol;
+	char protocol[128];
+	long long content_length;  /* -1: none */
+	int chunked;
+};
+
+static char *
+trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+		*--e = '\0';
+	return s;
+}
+
+/* Does a comma-separated header value list `token` (any case)? */
+static int
+has_token(const char *value, const char *token)
+{
+	size_t tl = strlen(token);
+
+	while (*value != '\0') {
+		const char *end;
+		size_t n;
+
+		value += strspn(value, " \t,");
+		end = value + strcspn(value, ",");
+		n = (size_t)(end - value);
+		while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+			n--;
+		if (n == tl && strncasecmp(value, token, tl) == 0)
+			return 1;
+		value = end;
+	}
+	return 0;
+}
+
+static void
+head_field(struct response_head *h, const char *name, char *value)
+{
+	if (strcasecmp(name, "Upgrade") == 0)
+		h->upgrade_ok = strcasecmp(value, "websocket") == 0;
+	else if (strcasecmp(name, "Connection") == 0)
+		h->connection_ok = has_token(value, "upgrade");
+	else if (strcasecmp(name, "Sec-WebSocket-Accept") == 0) {
+		h->have_accept = 1;
+		snprintf(h->accept, sizeof(h->accept), "%s", value);
+	} else if (strcasecmp(name, "Sec-WebSocket-Protocol") == 0) {
+		h->have_protocol = 1;
+		snprintf(h->protocol, sizeof(h->protocol), "%s", value);
+	} else if (strcasecmp(name, "Content-Length") == 0) {
+		char *end;
+		errno = 0;
+		h->content_length = strtoll(value, &end, 10);
+		if (errno != 0 || end == value || *end != '\0' ||
+		    h->content_length < 0)
+			h->content_length = -1;
+	} else if (strcasecmp(name, "Transfer-Encoding") == 0)
+		h->chunked = has_token(value, "chunked");
+}
+
+/* Parses the response head (NUL-terminated, modified in place). */
+static int
+parse_head(struct wsclient *c, char *head, struct response_head *h)
+{
+	char *line, *next, *colon;
+
+	memset(h, 0, sizeof(*h));
+	h->content_length = -1;
+	next = head;
+	line = strsep(&next, "\n");
+	line[strcspn(line, "\r")] = '\0';
+	sanitize(c->status_line, sizeof(c->status_line), line, strlen(line));
+	if (strncmp(line, "HTTP/1.", 7) != 0 || strlen(line) < 12 ||
+	    line[8] != ' ' || !isdigit((unsigned char)line[9]) ||
+	    !isdigit((unsigned char)line[10]) || !isdigit((unsigned char)line[11]) ||
+	    (line[12] != ' ' && line[12] != '\0'))
+		return -1;
+	h->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
+	while (next != NULL) {
+		line = strsep(&next, "\n");
+		line[strcspn(line, "\r")] = '\0';
+		if (*line == '\0')
+			continue;
+		if ((colon = strchr(line, ':')) == NULL)
+			continue; /* not a header line: nothing we need */
+		*colon = '\0';
+		head_field(h, trim(line), trim(colon + 1));
+	}
+	return 0;
+}
+
+/* Decodes a chunked body in place, as far as it goes; returns its length,
+ * and whether the last (empty) chunk was seen. */
+static size_t
+dechunk(char *body, size_t len, int *complete)
+{
+	size_t in = 0, out = 0;
+
+	*complete = 0;
+	while (in < len) {
+		char *end;
+		unsigned long n;
+		size_t eol;
+
+		errno = 0;
+		n = strtoul(body + in, &end, 16);
+		if (errno != 0 || end == body + in)
+			break;
+		eol = (size_t)(end - body);
+		while (eol < len && body[eol] != '\n')
+			eol++;
+		if (eol >= len)
+			break;
+		if (n == 0) {
+			*complete = 1;
+			break;
+		}
+		in = eol + 1;
+		if (n > len - in)
+			n = len - in;
+		memmove(body + out, body + in, n);
+		out += n;
+		in += n;
+		if (in < len && body[in] == '\r')
+			in++;
+		if (in < len && body[in] == '\n')
+			in++;
+	}
+	return out;
+}
+
+/* The reason for a refusal: {"error":"..."}, else the body's first line,
+ * else the status line. */
+static void
+refusal_reason(const char *body, size_t len, const char *status_line,
+    char *out, size_t outlen)
+{
+	json_error_t jerr;
+	json_t *doc, *e;
+	size_t start = 0, end;
+
+	if (len > 0 && (doc = json_loadb(body, len, 0, &jerr)) != NULL) {
+		e = json_is_object(doc) ? json_object_get(doc, "error") : NULL;
+		if (json_is_string(e) && json_string_length(e) > 0) {
+			sanitize(out, outlen, json_string_value(e),
+			    json_string_length(e));
+			json_decref(doc);
+			return;
+		}
+		json_decref(doc);
+	}
+	while (start < len && isspace((unsigned char)body[start]))
+		start++;
+	end = start;
+	while (end < len && body[end] != '\r' && body[end] != '\n')
+		end++;
+	if (end > start)
+		sanitize(out, outlen, body + start, end - start);
+	else
+		snprintf(out, outlen, "%s", status_line);
+}
+
+/* The refusal body is complete (or all we will wait for): report it. */
+static void
+refused_done(struct wsclient *c)
+{
+	struct evbuffer *in = input_of(c);
+	char reason[REASON_MAX], *body;
+	size_t len = evbuffer_get_length(in);
+	int complete;
+
+	if (len > BODY_MAX)
+		len = BODY_MAX;
+	if (c->body_want != SIZE_MAX && len > c->body_want)
+		len = c->body_want;
+	if ((body = malloc(len + 1)) == NULL) {
+		finish_with(c, c->http_status, "%s", c->status_line);
+		return;
+	}
+	if (evbuffer_copyout(in, body, len) != (ev_ssize_t)len)
+		len = 0;
+	if (c->body_chunked)
+		len = dechunk(body, len, &complete);
+	body[len] = '\0';
+	refusal_reason(body, len, c->status_line, reason, sizeof(reason));
+	free(body);
+	finish_with(c, c->http_status, "%s", reason);
+}
+
+/* Is a chunked body complete (its empty last chunk arrived)? */
+static int
+chunked_complete(struct evbuffer *in, size_t have)
+{
+	char *copy;
+	int complete = 0;
+
+	if ((copy = malloc(have + 1)) == NULL)
+		return 1; /* report what we have */
+	if (evbuffer_copyout(in, copy, have) == (ev_ssize_t)have)
+		(void)dechunk(copy, have, &complete);
+	free(copy);
+	return complete;
+}
+
+static void
+read_body(struct wsclient *c)
+{
+	struct evbuffer *in = input_of(c);
+	size_t have = evbuffer_get_length(in);
+
+	if (have >= BODY_MAX ||
+	    (c->body_want != SIZE_MAX && have >= c->body_want) ||
+	    (c->body_chunked && have > 0 && chunked_complete(in, have)))
+		refused_done(c);
+}
+
+/* A 101: check that it is the upgrade we asked for. */
+static int
+check_upgrade(struct wsclient *c, const struct response_head *h)
+{
+	char want[32];
+
+	if (!h->upgrade_ok || !h->connection_ok) {
+		finish_with(c, 0, "server %s answered 101 without "
+		    "\"Upgrade: websocket\" and \"Connection: Upgrade\"", c->host);
+		return -1;
+	}
+	accept_value(c->key, want);
+	if (!h->have_accept || strcmp(h->accept, want) != 0) {
+		finish_with(c, 0, "server %s sent a wrong Sec-WebSocket-Accept",
+		    c->host);
+		return -1;
+	}
+	if (c->subprotocol != NULL &&
+	    (!h->have_protocol || strcmp(h->protocol, c->subprotocol) != 0)) {
+		finish_with(c, 0, "server %s did not accept subprotocol %s",
+		    c->host, c->subprotocol);
+		return -1;
+	}
+	if (c->subprotocol == NULL && h->have_protocol) {
+		finish_with(c, 0, "server %s chose a subprotocol we did not offer",
+		    c->host);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+open_connection(struct wsclient *c)
+{
+	c->state = ST_OPEN;
+	evtimer_del(c->timer);
+	bufferevent_setwatermark(c->bev, EV_WRITE, c->low_water, 0);
+	if (c->paused)
+		bufferevent_disable(c->bev, EV_READ);
+	if (c->cb.on_open != NULL) {
+		c->cb.on_open(c, c->arg);
+		if (gone(c))
+			return -1;
+	}
+	return 1;
+}
+
+/* Reads the response head.  Returns 1 if the connection is now open and
+ * frames may follow, 0 otherwise (waiting for bytes, or finished). */
+static int
+read_head(struct wsclient *c)
+{
+	struct evbuffer *in = input_of(c);
+	struct evbuffer_ptr end;
+	struct response_head h;
+	size_t n;
+	char *head;
+
+	end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+	if (end.pos < 0) {
+		if (evbuffer_get_length(in) > HEAD_MAX)
+			finish_with(c, 0, "upgrade response head from %s is "
+			    "over %d bytes", c->host, HEAD_MAX);
+		return 0;
+	}
+	n = (size_t)end.pos + 4;
+	if (n > HEAD_MAX) {
+		finish_with(c, 0, "upgrade response head from %s is over %d bytes",
+		    c->host, HEAD_MAX);
+		return 0;
+	}
+	if ((head = malloc(n + 1)) == NULL) {
+		finish_with(c, 0, "out of memory");
+		return 0;
+	}
+	if (evbuffer_remove(in, head, n) != (int)n) {
+		free(head);
+		finish_with(c, 0, "cannot read the upgrade response");
+		return 0;
+	}
+	head[n] = '\0';
+	if (parse_head(c, head, &h) != 0) {
+		free(head);
+		finish_with(c, 0, "server %s sent a malformed HTTP response: %s",
+		    c->host, c->status_line);
+		return 0;
+	}
+	free(head);
+
+	if (h.status == 101) {
+		if (check_upgrade(c, &h) != 0)
+			return 0;
+		return open_connection(c) == 1;
+	}
+	c->state = ST_REFUSED;
+	c->http_status = h.status;
+	c->body_chunked = h.chunked;
+	if (h.chunked || h.content_length < 0)
+		c->body_want = SIZE_MAX; /* until EOF, at most BODY_MAX */
+	else
+		c->body_want = h.content_length > BODY_MAX ? BODY_MAX :
+		    (size_t)h.content_length;
+	read_body(c);
+	return 0;
+}
+
+/* ---- receiving frames --------------------------------------------------- */
+
+static int
+deliver(struct wsclient *c, const uint8_t *data, size_t len, int opcode)
+{
+	if (c->state != ST_OPEN || c->cb.on_message == NULL)
+		return 0; /* closing: the caller asked for no more */
+	c->cb.on_message(c, data, len, opcode == OP_BINARY, c->arg);
+	return gone(c) ? -1 : 0;
+}
+
+/* One frame of a fragmented message: append it, deliver at the end. */
+static int
+fragment(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
+{
+	struct evbuffer *in = input_of(c);
+	size_t plen = (size_t)h->payload_len, need = c->frag_len + plen;
+	uint8_t *msg;
+	size_t len;
+	int opcode, r;
+
+	if (h->opcode != OP_CONT)
+		c->frag_opcode = h->opcode;
+	if (need > c->frag_cap) {
+		size_t cap = c->frag_cap < 4096 ? 4096 : c->frag_cap;
+		uint8_t *p;
+
+		while (cap < need)
+			cap = cap > c->max_message / 2 ? c->max_message : cap * 2;
+		if ((p = realloc(c->frag, cap)) == NULL) {
+			protocol_error(c, 1009, "out of memory for a %zu-byte message",
+			    need);
+			return -1;
+		}
+		c->frag = p;
+		c->frag_cap = cap;
+	}
+	evbuffer_drain(in, hl);
+	if (plen > 0 && evbuffer_remove(in, c->frag + c->frag_len, plen) !=
+	    (int)plen) {
+		protocol_error(c, 1011, "cannot read a frame from the buffer");
+		return -1;
+	}
+	c->frag_len = need;
+	if (!h->fin)
+		return 1;
+
+	/* Hand the buffer over before the callback: it may free c. */
+	msg = c->frag;
+	len = c->frag_len;
+	opcode = c->frag_opcode;
+	c->frag = NULL;
+	c->frag_len = c->frag_cap = 0;
+	c->frag_opcode = 0;
+	r = deliver(c, msg, len, opcode);
+	free(msg);
+	return r < 0 ? -1 : 1;
+}
+
+static int
+control_frame(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
+{
+	struct evbuffer *in = input_of(c);
+	uint8_t payload[125];
+	size_t plen = (size_t)h->payload_len;
+	struct iovec iov;
+	uint16_t code = 1005;
+	char text[CLOSE_REASON_MAX + 1];
+
+	evbuffer_drain(in, hl);
+	if (plen > 0 && evbuffer_remove(in, payload, plen) != (int)plen) {
+		protocol_error(c, 1011, "cannot read a frame from the buffer");
+		return -1;
+	}
+	switch (h->opcode) {
+	case OP_PING:
+		if (c->state != ST_OPEN)
+			return 1; /* no frames after our close */
+		iov.iov_base = payload;
+		iov.iov_len = plen;
+		if (send_frame(c, OP_PONG, &iov, 1) != 0) {
+			protocol_error(c, 1011, "cannot queue a pong");
+			return -1;
+		}
+		return 1;
+	case OP_PONG:
+		return 1; /* we send no pings: nothing to match */
+	case OP_CLOSE:
+		break;
+	default:
+		return 1;
+	}
+
+	if (plen == 1) {
+		protocol_error(c, 1002, "close frame with a 1-byte body");
+		return -1;
+	}
+	text[0] = '\0';
+	if (plen >= 2) {
+		code = (uint16_t)(payload[0] << 8 | payload[1]);
+		sanitize(text, sizeof(text), (const char *)payload + 2, plen - 2);
+	}
+	if (text[0] != '\0')
+		set_final(c, 101, "%s", text);
+	else
+		set_final(c, 101, "closed by the server (code %u)", code);
+
+	if (c->state == ST_CLOSING) {
+		finish(c); /* the answer to our close: done */
+		return -1;
+	}
+	/* Echo the close (same code), then hang up once it is written. */
+	if (send_close(c, code, NULL) != 0) {
+		finish(c);
+		return -1;
+	}
+	flush_and_finish(c);
+	return -1;
+}
+
+/* Processes one frame if it is all there.  Returns 1 if one was consumed,
+ * 0 if more bytes are needed, -1 if processing must stop. */
+static int
+read_frame(struct wsclient *c)
+{
+	struct evbuffer *in = input_of(c);
+	size_t avail = evbuffer_get_length(in), n, total, sofar;
+	struct ws_frame_header h;
+	char err[160];
+	uint8_t *p;
+	int hl;
+
+	if (avail < 2)
+		return 0;
+	n = avail < FRAME_HEADER_MAX ? avail : FRAME_HEADER_MAX;
+	if ((p = evbuffer_pullup(in, (ev_ssize_t)n)) == NULL) {
+		protocol_error(c, 1011, "out of memory");
+		return -1;
+	}
+	hl = ws_parse_header(p, n, 0, &h, err, sizeof(err));
+	if (hl < 0) {
+		protocol_error(c, 1002, "%s", err);
+		return -1;
+	}
+	if (hl == 0)
+		return 0;
+
+	if (!(h.opcode & 0x8)) {
+		if (h.opcode == OP_CONT && c->frag_opcode == 0) {
+			protocol_error(c, 1002, "continuation frame with no "
+			    "message to continue");
+			return -1;
+		}
+		if (h.opcode != OP_CONT && c->frag_opcode != 0) {
+			protocol_error(c, 1002, "new message inside a "
+			    "fragmented one");
+			return -1;
+		}
+		sofar = h.opcode == OP_CONT ? c->frag_len : 0;
+		if (h.payload_len > c->max_message - sofar) {
+			protocol_error(c, 1009, "message over %zu bytes",
+			    c->max_message);
+			return -1;
+		}
+	}
+	total = (size_t)hl + (size_t)h.payload_len;
+	if (avail < total)
+		return 0;
+
+	if (h.opcode & 0x8)
+		return control_frame(c, &h, (size_t)hl);
+	if (h.opcode == OP_CONT || !h.fin)
+		return fragment(c, &h, (size_t)hl);
+
+	/* A whole message in one frame: no copy unless the buffer must
+	 * make it contiguous. */
+	if ((p = evbuffer_pullup(in, (ev_ssize_t)total)) == NULL) {
+		protocol_error(c, 1009, "out of memory for a %zu-byte message",
+		    total);
+		return -1;
+	}
+	if (deliver(c, p + hl, (size_t)h.payload_len, h.opcode) < 0)
+		return -1;
+	evbuffer_drain(in, total);
+	return 1;
+}
+
+static void
+process_input(struct wsclient *c)
+{
+	while (!gone(c)) {
+		switch (c->state) {
+		case ST_UPGRADING:
+			if (read_head(c) != 1)
+				return;
+			continue;
+		case ST_REFUSED:
+			read_body(c);
+			return;
+		case ST_OPEN:
+			if (c->paused)
+				return;
+			break;
+		case ST_CLOSING:
+			break;
+		default:
+			return;
+		}
+		if (read_frame(c) <= 0)
+			return;
+	}
+}
+
+/* The transport ended: whatever arrived before the end still counts (a
+ * server's last frames, a refusal body), then report. */
+static void
+handle_eof(struct wsclient *c)
+{
+	process_input(c);
+	if (gone(c))
+		return;
+	switch (c->state) {
+	case ST_OPEN:
+		if (c->paused && evbuffer_get_length(input_of(c)) > 0)
+			return; /* wsclient_pause_reading(c, 0) comes back here */
+		finish_with(c, 0, "%s without a close frame", c->eof_reason);
+		break;
+	case ST_UPGRADING:
+		finish_with(c, 0, "%s during the WebSocket upgrade", c->eof_reason);
+		break;
+	case ST_REFUSED:
+		refused_done(c);
+		break;
+	case ST_CLOSING:
+	case ST_FLUSHING:
+		finish(c);
+		break;
+	default:
+		finish_with(c, 0, "%s", c->eof_reason);
+		break;
+	}
+}
+
+/* ---- libevent callbacks ------------------------------------------------- */
+
+static void
+on_connected(struct wsclient *c)
+{
+	int one = 1;
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+	/* Small control frames must not wait for Nagle and the peer's
+	 * delayed ACK (~40 ms each).  A failure only costs latency. */
+	if (fd >= 0)
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (send_upgrade(c) != 0) {
+		finish_with(c, 0, "cannot queue the upgrade request");
+		return;
+	}
+	c->state = ST_UPGRADING;
+}
+
+static void
+read_cb(struct bufferevent *bev, void *arg)
+{
+	struct wsclient *c = arg;
+
+	enter(c);
+	process_input(c);
+	leave(c);
+}
+
+static void
+write_cb(struct bufferevent *bev, void *arg)
+{
+	struct wsclient *c = arg;
+
+	enter(c);
+	if (c->state == ST_FLUSHING) {
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			finish(c);
+	} else if (c->state == ST_OPEN && c->cb.on_drain != NULL)
+		c->cb.on_drain(c, c->arg);
+	leave(c);
+}
+
+static void
+event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct wsclient *c = arg;
+	char why[REASON_MAX];
+
+	enter(c);
+	if (what & BEV_EVENT_CONNECTED) {
+		if (c->state == ST_CONNECTING)
+			on_connected(c);
+	} else if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+		transport_error(c, what, why, sizeof(why));
+		if (c->state == ST_CONNECTING)
+			finish_with(c, 0, "%s", why);
+		else if (!c->eof) {
+			/* With TLS, data read in the same pass may reach the
+			 * input buffer only after this callback: look at it
+			 * from the loop, before reporting. */
+			c->eof = 1;
+			snprintf(c->eof_reason, sizeof(c->eof_reason), "%s", why);
+			defer(c, DEFER_EOF);
+		}
+	}
+	leave(c);
+}
+
+static void
+timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsclient *c = arg;
+
+	enter(c);
+	switch (c->state) {
+	case ST_CONNECTING:
+		finish_with(c, 0, "timed out after %u ms connecting to %s:%d",
+		    c->timeout_ms, c->host, c->port);
+		break;
+	case ST_UPGRADING:
+		finish_with(c, 0, "timed out after %u ms waiting for the "
+		    "WebSocket upgrade from %s", c->timeout_ms, c->host);
+		break;
+	case ST_REFUSED:
+		refused_done(c);
+		break;
+	case ST_CLOSING:
+	case ST_FLUSHING:
+		finish(c);
+		break;
+	default:
+		break;
+	}
+	leave(c);
+}
+
+static void
+defer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsclient *c = arg;
+	unsigned todo = c->deferred;
+
+	c->deferred = 0;
+	if (c->dead) {
+		/* No callbacks after wsclient_free; memory goes once nothing
+		 * (an entry point, a lookup) still refers to it. */
+		if ((todo & DEFER_FREE) && c->depth == 0 && c->lookup == NULL)
+			destroy(c);
+		return;
+	}
+	enter(c);
+	if (todo & DEFER_CLOSE) {
+		if (!c->close_reported && c->cb.on_close != NULL) {
+			c->close_reported = 1;
+			c->cb.on_close(c, c->final_status, c->final_reason, c->arg);
+		}
+		c->close_reported = 1;
+	} else if (!gone(c) && (todo & (DEFER_READ | DEFER_EOF))) {
+		if (c->eof)
+			handle_eof(c);
+		else
+			process_input(c);
+	}
+	leave(c);
+}
+
+/* ---- the API ------------------------------------------------------------ */
+
+static void
+connect_to(struct wsclient *c, const struct sockaddr *sa, socklen_t salen)
+{
+	/* A failure may be reported through event_cb inside this call, or
+	 * here: either way finish() defers on_close to the loop. */
+	if (bufferevent_socket_connect(c->bev, (struct sockaddr *)sa,
+	    (int)salen) != 0 && c->state == ST_CONNECTING)
+		finish_with(c, 0, "cannot connect to %s:%d: %s", c->host, c->port,
+		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+}
+
+/* The name lookup ended: connect to the first address it gave. */
+static void
+lookup_done(int result, struct evutil_addrinfo *ai, void *arg)
+{
+	struct wsclient *c = arg;
+
+	c->lookup = NULL;
+	if (c->dead) {
+		/* Freed meanwhile: finish that from the loop, since the
+		 * evdns_base must not be freed inside its own callback. */
+		if (ai != NULL)
+			evutil_freeaddrinfo(ai);
+		defer(c, DEFER_FREE);
+		return;
+	}
+	enter(c);
+	if (result == EVUTIL_EAI_CANCEL || c->state != ST_CONNECTING)
+		; /* finish() cancelled it: on_close is already on its way */
+	else if (result != 0 || ai == NULL)
+		finish_with(c, 0, "cannot resolve %s: %s", c->host,
+		    result != 0 ? evutil_gai_strerror(result) : "no address");
+	else
+		connect_to(c, ai->ai_addr, (socklen_t)ai->ai_addrlen);
+	if (ai != NULL)
+		evutil_freeaddrinfo(ai);
+	leave(c);
+}
+
+/* Starts TCP (and TLS): by address for literals, through evdns for names. */
+static int
+start_connect(struct wsclient *c, char *err, size_t errlen)
+{
+	struct evdns_getaddrinfo_request *req;
+	struct evutil_addrinfo hints;
+	char port[8];
+
+	if (c->host_is_ip) {
+		struct sockaddr_storage ss;
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+		socklen_t sl;
+
+		memset(&ss, 0, sizeof(ss));
+		if (inet_pton(AF_INET, c->host, &sin->sin_addr) == 1) {
+			sin->sin_family = AF_INET;
+			sin->sin_port = htons((uint16_t)c->port);
+			sl = sizeof(*sin);
+		} else {
+			if (inet_pton(AF_INET6, c->host, &sin6->sin6_addr) != 1) {
+				errf(err, errlen, "bad address %s", c->host);
+				return -1;
+			}
+			sin6->sin6_family = AF_INET6;
+			sin6->sin6_port = htons((uint16_t)c->port);
+			sl = sizeof(*sin6);
+		}
+		connect_to(c, (struct sockaddr *)&ss, sl);
+		return 0;
+	}
+	c->dns = evdns_base_new(c->base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+	    EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+	if (c->dns == NULL) {
+		errf(err, errlen, "cannot set up DNS resolution (resolv.conf?)");
+		return -1;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
+	snprintf(port, sizeof(port), "%d", c->port);
+	/* NULL if lookup_done already ran inside this call (a name from
+	 * /etc/hosts, or an immediate failure); else it is in flight. */
+	req = evdns_getaddrinfo(c->dns, c->host, port, &hints, lookup_done, c);
+	c->lookup = req;
+	return 0;
+}
+
+static struct bufferevent *
+make_transport(struct wsclient *c, char *err, size_t errlen)
+{
+	struct bufferevent *bev;
+	SSL *ssl;
+
+	if (!c->tls) {
+		bev = bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
+		if (bev == NULL)
+			errf(err, errlen, "cannot create a bufferevent");
+		return bev;
+	}
+	if ((ssl = tls_session(c, err, errlen)) == NULL)
+		return NULL;
+	/* With CLOSE_ON_FREE the bufferevent owns ssl from here on. */
+	bev = bufferevent_openssl_socket_new(c->base, -1, ssl,
+	    BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL) {
+		errf(err, errlen, "cannot create a TLS bufferevent");
+		return NULL;
+	}
+	/* A server that drops TCP without close_notify has still ended the
+	 * stream; the WebSocket close handshake says whether cleanly. */
+	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	return bev;
+}
+
+struct wsclient *
+wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
+    const struct wsclient_callbacks *cb, void *arg, char *err, size_t errlen)
+{
+	struct wsclient *c;
+
+	errf(err, errlen, "%s", "");
+	if (base == NULL || cfg == NULL || cfg->url == NULL || cb == NULL) {
+		errf(err, errlen, "wsclient_connect: missing argument");
+		return NULL;
+	}
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		errf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->base = base;
+	c->cb = *cb;
+	c->arg = arg;
+	c->state = ST_CONNECTING;
+	c->pool_off = sizeof(c->pool); /* empty: filled on first use */
+	c->max_message = cfg->max_message ? cfg->max_message : DEFAULT_MAX_MESSAGE;
+	c->low_water = cfg->low_water;
+	c->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms :
+	    DEFAULT_TIMEOUT_MS;
+
+	if (parse_url(c, cfg->url, err, errlen) != 0)
+		goto fail;
+	if ((cfg->subprotocol != NULL && !header_value_ok(cfg->subprotocol)) ||
+	    (cfg->bearer_token != NULL && !header_value_ok(cfg->bearer_token))) {
+		errf(err, errlen, "subprotocol or token has a character that "
+		    "cannot go in an HTTP header");
+		goto fail;
+	}
+	if (dup_opt(&c->subprotocol, cfg->subprotocol) != 0 ||
+	    dup_opt(&c->token, cfg->bearer_token) != 0) {
+		errf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (c->tls && (c->ssl_ctx = tls_context(cfg->ca_file, err, errlen)) == NULL)
+		goto fail;
+	c->timer = evtimer_new(base, timer_cb, c);
+	c->defer = event_new(base, -1, 0, defer_cb, c);
+	if (c->timer == NULL || c->defer == NULL) {
+		errf(err, errlen, "cannot create events");
+		goto fail;
+	}
+	if ((c->bev = make_transport(c, err, errlen)) == NULL)
+		goto fail;
+	bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
+	if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
+		errf(err, errlen, "cannot enable the bufferevent");
+		goto fail;
+	}
+	arm_timer(c, c->timeout_ms);
+	if (start_connect(c, err, errlen) != 0)
+		goto fail;
+	return c;
+fail:
+	destroy(c);
+	return NULL;
+}
+
+int
+wsclient_sendv(struct wsclient *c, const struct iovec *iov, int iovcnt,
+    int binary)
+{
+	if (c == NULL || c->dead || c->state != ST_OPEN)
+		return -1;
+	return send_frame(c, binary ? OP_BINARY : OP_TEXT, iov, iovcnt) == 0 ?
+	    0 : -1;
+}
+
+int
+wsclient_send(struct wsclient *c, const uint8_t *data, size_t len, int binary)
+{
+	struct iovec iov = { (void *)(uintptr_t)data, len };
+
+	return wsclient_sendv(c, &iov, 1, binary);
+}
+
+size_t
+wsclient_pending(const struct wsclient *c)
+{
+	if (c == NULL || c->bev == NULL)
+		return 0;
+	return evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+void
+wsclient_pause_reading(struct wsclient *c, int paused)
+{
+	if (c == NULL || c->dead)
+		return;
+	paused = paused != 0;
+	if (c->paused == paused)
+		return;
+	c->paused = paused;
+	/* Before the upgrade completes the flag only takes effect at
+	 * on_open; after a close frame reading is ours to control. */
+	if (c->bev == NULL || c->state != ST_OPEN)
+		return;
+	if (paused) {
+		bufferevent_disable(c->bev, EV_READ);
+		return;
+	}
+	if (!c->eof)
+		bufferevent_enable(c->bev, EV_READ);
+	/* Messages already buffered get no read event of their own. */
+	defer(c, DEFER_READ);
+}
+
+void
+wsclient_close(struct wsclient *c, uint16_t code, const char *reason)
+{
+	if (c == NULL || c->dead)
+		return;
+	switch (c->state) {
+	case ST_OPEN:
+		break;
+	case ST_CLOSING:
+	case ST_FLUSHING:
+	case ST_CLOSED:
+		return; /* already on its way */
+	default:
+		finish_with(c, 0, "closed before the WebSocket was open%s%s",
+		    reason != NULL && *reason != '\0' ? ": " : "",
+		    reason != NULL ? reason : "");
+		return;
+	}
+	set_final(c, 101, "%s", reason != NULL && *reason != '\0' ? reason :
+	    "closed by the client");
+	if (send_close(c, code, reason) != 0) {
+		finish(c);
+		return;
+	}
+	/* Wait for the server's close (discarding any data before it). */
+	c->state = ST_CLOSING;
+	if (c->paused) {
+		c->paused = 0;
+		if (!c->eof)
+			bufferevent_enable(c->bev, EV_READ);
+		defer(c, DEFER_READ);
+	}
+	arm_timer(c, CLOSE_WAIT_MS);
+}
+
+void
+wsclient_free(struct wsclient *c)
+{
+	if (c == NULL || c->dead)
+		return;
+	c->dead = 1;
+	if (c->depth > 0) {
+		/* Inside one of our callbacks: the entry point frees. */
+		drop_transport(c);
+		return;
+	}
+	destroy(c);
+}

@@ -1,0 +1,279 @@
+/*
+ * dial.c: the dial endpoint (see dial.h): checks who asks and for what,
+ * picks the agent, and hands the connection to a relay; for tether.v1
+ * connections, one multiplexer whose streams each become a relay.
+ */
+#include "dial.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "frame.h"
+#include "gateway.h"
+#include "hub.h"
+#include "log.h"
+#include "mux.h"
+#include "relay.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+#include "wsconn.h"
+
+/* A tetherctl forward connection: many streams over one WebSocket. */
+struct ctlconn {
+	struct gateway *gw;
+	struct wsconn *ws;
+	struct mux *mux;
+	char principal[96];
+	char cluster[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];   /* "" = any agent of the cluster */
+};
+
+int
+dial_matches(const char *path)
+{
+	const char *p;
+
+	if (strncmp(path, "/v1/clusters/", 13) != 0)
+		return 0;
+	p = strchr(path + 13, '/');
+	return p != NULL && p > path + 13 && strcmp(p, "/dial") == 0;
+}
+
+static void
+query_value(const char *query, const char *key, char *out, size_t outlen)
+{
+	size_t klen = strlen(key);
+
+	out[0] = '\0';
+	for (const char *p = query; p != NULL && *p != '\0';) {
+		const char *end = strchr(p, '&');
+		size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+		if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+			snprintf(out, outlen, "%.*s", (int)(n - klen - 1), p + klen + 1);
+			return;
+		}
+		p = end != NULL ? end + 1 : NULL;
+	}
+}
+
+static int
+offers_tether(const char *offered)
+{
+	char copy[256], *save = NULL;
+
+	snprintf(copy, sizeof(copy), "%s", offered);
+	for (char *p = strtok_r(copy, ", ", &save); p != NULL; p = strtok_r(NULL, ", ", &save))
+		if (strcmp(p, TETHER_SUBPROTOCOL) == 0)
+			return 1;
+	return 0;
+}
+
+/* 1 if node names a registered, unrevoked agent of cluster. */
+static int
+node_known(struct gateway *gw, const char *cluster, const char *node)
+{
+	struct store_agent *as = NULL;
+	size_t n = 0;
+	int found = 0;
+
+	if (store_agent_list(gw->store, cluster, &as, &n) != STORE_OK)
+		return 0;
+	for (size_t i = 0; i < n && !found; i++)
+		found = strcmp(as[i].node, node) == 0 && as[i].state != AGENT_REVOKED;
+	free(as);
+	return found;
+}
+
+/* The agent to use, or NULL with status and reason set. */
+static struct session *
+pick_agent(struct gateway *gw, const char *cluster, const char *node, int *status,
+    char *reason, size_t rlen)
+{
+	struct session *s;
+	int connected;
+
+	s = hub_pick(gw->hub, cluster, node[0] ? node : NULL, &connected);
+	if (s != NULL)
+		return s;
+	*status = 503;
+	if (node[0] != '\0')
+		snprintf(reason, rlen, "node %s of cluster %s is %s", node, cluster,
+		    connected ? "connected but not active" : "not connected");
+	else
+		snprintf(reason, rlen, "no active agent of cluster %s is connected", cluster);
+	return NULL;
+}
+
+/* ---- tether.v1 connections ---- */
+
+static int
+ctl_sendv(void *io, const struct iovec *iov, int iovcnt)
+{
+	struct ctlconn *c = io;
+
+	return c->ws != NULL ? wsconn_sendv(c->ws, iov, iovcnt, 1) : -1;
+}
+
+static size_t
+ctl_pending(void *io)
+{
+	struct ctlconn *c = io;
+
+	return c->ws != NULL ? wsconn_pending(c->ws) : 0;
+}
+
+static const struct mux_io ctl_io = { .sendv = ctl_sendv, .pending = ctl_pending };
+
+static void
+ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, void *arg)
+{
+	struct ctlconn *c = arg;
+	struct session *agent;
+	struct relay_who who;
+	char reason[256];
+	int status;
+
+	if (req->target[0] == '\0') {
+		mux_stream_refuse(cs, "not_allowed", "services are reached through their own endpoints");
+		return;
+	}
+	agent = pick_agent(c->gw, c->cluster, c->node, &status, reason, sizeof(reason));
+	if (agent == NULL) {
+		mux_stream_refuse(cs, "no_agent", reason);
+		return;
+	}
+	who.principal = c->principal;
+	who.cluster = c->cluster;
+	who.target = req->target;
+	relay_start_stream(c->gw, agent, cs, &who);
+}
+
+static const struct mux_handlers ctl_mux_handlers = { .on_open = ctl_open };
+
+static void
+ctl_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary, void *arg)
+{
+	struct ctlconn *c = arg;
+	struct frame f;
+	char err[200];
+
+	if (!binary || frame_decode(data, len, &f, err, sizeof(err)) != 0) {
+		warn("dial %s: %s", wsconn_peer(ws), binary ? err : "text message");
+		wsconn_close(ws, 1002, binary ? "malformed frame" : "frames are binary");
+		return;
+	}
+	if (f.type < FRAME_OPEN || mux_on_frame(c->mux, &f, err, sizeof(err)) != 0) {
+		warn("dial %s: %s", wsconn_peer(ws), f.type < FRAME_OPEN ?
+		    "only stream frames are allowed here" : err);
+		wsconn_close(ws, 1002, "protocol error");
+	}
+}
+
+static void
+ctl_drain(struct wsconn *ws, void *arg)
+{
+	struct ctlconn *c = arg;
+
+	mux_on_drain(c->mux);
+}
+
+static void
+ctl_close(struct wsconn *ws, void *arg)
+{
+	struct ctlconn *c = arg;
+
+	c->ws = NULL;
+	mux_free(c->mux);
+	free(c);
+}
+
+static const struct wsconn_handlers ctl_ws_handlers = {
+	.on_message = ctl_message,
+	.on_drain = ctl_drain,
+	.on_close = ctl_close,
+};
+
+static void
+ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
+    const char *cluster, const char *node)
+{
+	struct ctlconn *c = calloc(1, sizeof(*c));
+	struct mux_config cfg = gw->mux_config;
+
+	if (c == NULL) {
+		upgrade_refuse(u, 500, "out of memory");
+		return;
+	}
+	c->gw = gw;
+	snprintf(c->principal, sizeof(c->principal), "%s", principal);
+	snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
+	snprintf(c->node, sizeof(c->node), "%s", node);
+	cfg.odd_ids = 1;
+	c->mux = mux_new(&cfg, &ctl_io, c, &ctl_mux_handlers, c);
+	if (c->mux == NULL) {
+		free(c);
+		upgrade_refuse(u, 500, "out of memory");
+		return;
+	}
+	c->ws = upgrade_accept(u, TETHER_SUBPROTOCOL, &ctl_ws_handlers, c);
+	if (c->ws == NULL) {
+		mux_free(c->mux);
+		free(c);
+		return;
+	}
+	wsconn_set_max_message(c->ws, gw->limits.max_frame_bytes);
+	wsconn_set_low_water(c->ws, cfg.tx_high_water / 2);
+}
+
+/* ---- the endpoint ---- */
+
+void
+dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u)
+{
+	char principal[96], err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	struct store_cluster c;
+	struct session *agent;
+	struct relay_who who;
+	int status;
+
+	if (api_authenticate(gw, req->authorization, principal, sizeof(principal),
+	    err, sizeof(err)) != 0) {
+		upgrade_refuse(u, 401, err);
+		return;
+	}
+	snprintf(cluster, sizeof(cluster), "%.*s",
+	    (int)(strchr(req->path + 13, '/') - (req->path + 13)), req->path + 13);
+	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
+		snprintf(err, sizeof(err), "no cluster %s", cluster);
+		upgrade_refuse(u, 404, err);
+		return;
+	}
+	query_value(req->query, "node", node, sizeof(node));
+	if (node[0] != '\0' && !node_known(gw, cluster, node)) {
+		snprintf(err, sizeof(err), "no node %s in cluster %s", node, cluster);
+		upgrade_refuse(u, 404, err);
+		return;
+	}
+	if (offers_tether(upgrade_offered_protocols(u))) {
+		ctl_start(gw, u, principal, cluster, node);
+		return;
+	}
+	query_value(req->query, "target", target, sizeof(target));
+	if (target[0] == '\0' || strchr(target, ':') == NULL) {
+		upgrade_refuse(u, 400, "query parameter target=HOST:PORT is required");
+		return;
+	}
+	agent = pick_agent(gw, cluster, node, &status, err, sizeof(err));
+	if (agent == NULL) {
+		upgrade_refuse(u, status, err);
+		return;
+	}
+	who.principal = principal;
+	who.cluster = cluster;
+	who.target = target;
+	relay_start_raw(gw, agent, u, &who);
+}

@@ -1,0 +1,26 @@
+/*
+ * dial.h: GET /v1/clusters/ID/dial?target=HOST:PORT[&node=NAME], the
+ * operator's way into a node.
+ *
+ * Without a subprotocol the WebSocket carries the raw bytes of one stream
+ * to target (binary messages; an empty one means end of data from that
+ * side).  With subprotocol tether.v1 it carries many streams with the
+ * tunnel's own frames (tetherctl forward): each OPEN names its target.
+ *
+ * Refusals are HTTP statuses with a JSON reason: 401 bad token, 404 unknown
+ * cluster or node, 503 no active agent connected, 502 the agent could not
+ * reach the target (with its code: not_allowed, refused, unreachable,
+ * timeout).
+ */
+#ifndef TETHER_DIAL_H
+#define TETHER_DIAL_H
+
+struct gateway;
+struct api_request;
+struct upgrade;
+
+/* 1 if path is /v1/clusters/ID/dial. */
+int dial_matches(const char *path);
+void dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u);
+
+#endif

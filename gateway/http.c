@@ -1,0 +1,575 @@
+/*
+ * http.c: HTTP/1.1 requests out of a byte stream (see http.h).
+ *
+ * http-parser calls back with pieces of the URL, of header names and of
+ * header values, in order and possibly split anywhere (a piece ends where a
+ * read ended).  We keep the URL and the values of the headers we act on, each
+ * in its own growing string; every string is bounded because the head as a
+ * whole is (HTTP_HEAD_MAX, counted here as bytes are fed: the parser's own
+ * count skips long header values), and the body by max_body.
+ *
+ * A request is handed out one at a time: on_message_complete pauses the
+ * parser, so that http_parser_execute stops right after the request and the
+ * caller answers it before reading the next one.
+ */
+#include "http.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <http_parser.h>
+
+/* A growing NUL-terminated string. */
+struct str {
+	char *p;
+	size_t len, cap;
+};
+
+/* The headers we keep; everything else is parsed and dropped. */
+enum hdr {
+	HDR_OTHER,
+	HDR_AUTHORIZATION,
+	HDR_UPGRADE,
+	HDR_CONNECTION,
+	HDR_WS_KEY,
+	HDR_WS_VERSION,
+	HDR_WS_PROTOCOL,
+	HDR_EXPECT,
+	HDR_ENTRIES          /* must be last */
+};
+
+static const struct {
+	const char *name;
+	int list;            /* a list: repeats are joined; else a repeat is an error */
+} hdr_info[HDR_ENTRIES] = {
+	[HDR_OTHER] = { "", 1 },
+	[HDR_AUTHORIZATION] = { "Authorization", 0 },
+	[HDR_UPGRADE] = { "Upgrade", 1 },
+	[HDR_CONNECTION] = { "Connection", 1 },
+	[HDR_WS_KEY] = { "Sec-WebSocket-Key", 0 },
+	[HDR_WS_VERSION] = { "Sec-WebSocket-Version", 0 },
+	[HDR_WS_PROTOCOL] = { "Sec-WebSocket-Protocol", 1 },
+	[HDR_EXPECT] = { "Expect", 1 },
+};
+
+/* Longer than any name above: a longer name is some other header. */
+#define FIELD_MAX 32
+
+struct http_reader {
+	http_parser parser;
+	size_t max_body;
+
+	struct str url;
+	struct str hdr[HDR_ENTRIES];     /* [HDR_OTHER] stays empty */
+	unsigned seen;                   /* bit per enum hdr: header present */
+	char field[FIELD_MAX];           /* the header name being read */
+	size_t field_len;                /* > FIELD_MAX - 1: too long, "other" */
+	enum hdr cur;                    /* where value pieces go */
+	int in_value;                    /* last piece was a value */
+
+	char *path, *query;              /* decoded at the end of the head */
+	struct str body;
+
+	int started;                     /* a byte of this request was read */
+	size_t head_bytes;               /* fed before the head was complete */
+	int head_done;
+	int head_paused;                 /* paused by on_headers_complete */
+	int want_continue;               /* Expect: 100-continue, not yet taken */
+	int complete;                    /* on_message_complete ran */
+	int cut;                         /* stopped at the body limit */
+	int err_status;                  /* an error found by us, not the parser */
+	char err_reason[160];
+
+	struct http_request req;
+};
+
+/* ---- strings ---- */
+
+static int
+str_append(struct str *s, const char *data, size_t len)
+{
+	if (s->len + len + 1 > s->cap) {
+		size_t cap = s->cap ? s->cap : 64;
+		char *p;
+
+		while (cap < s->len + len + 1)
+			cap *= 2;
+		p = realloc(s->p, cap);
+		if (p == NULL)
+			return -1;
+		s->p = p;
+		s->cap = cap;
+	}
+	memcpy(s->p + s->len, data, len);
+	s->len += len;
+	s->p[s->len] = '\0';
+	return 0;
+}
+
+static void
+str_free(struct str *s)
+{
+	free(s->p);
+	memset(s, 0, sizeof(*s));
+}
+
+static const char *
+str_or_empty(const struct str *s)
+{
+	return s->p != NULL ? s->p : "";
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * A malloc'd, percent-decoded copy of in[0..len); '+' becomes a space when
+ * plus_is_space (query strings).  NULL for a malformed escape or an encoded
+ * NUL (which would cut the C string the API sees), or out of memory.
+ */
+static char *
+pct_decode(const char *in, size_t len, int plus_is_space)
+{
+	char *out = malloc(len + 1), *o = out;
+
+	if (out == NULL)
+		return NULL;
+	for (size_t i = 0; i < len; i++) {
+		if (in[i] == '%') {
+			int hi, lo;
+
+			if (len - i < 3)
+				goto bad;
+			hi = hexval((unsigned char)in[i + 1]);
+			lo = hexval((unsigned char)in[i + 2]);
+			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+				goto bad;
+			*o++ = (char)(hi << 4 | lo);
+			i += 2;
+		} else if (in[i] == '+' && plus_is_space)
+			*o++ = ' ';
+		else
+			*o++ = in[i];
+	}
+	*o = '\0';
+	return out;
+bad:
+	free(out);
+	return NULL;
+}
+
+int
+http_token_list_has(const char *list, const char *token)
+{
+	size_t tlen = strlen(token);
+	const char *p = list;
+
+	while (*p != '\0') {
+		const char *end;
+		size_t n;
+
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		end = p;
+		while (*end != '\0' && *end != ',')
+			end++;
+		n = (size_t)(end - p);
+		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		if (n == tlen && n > 0 && strncasecmp(p, token, n) == 0)
+			return 1;
+		p = end;
+	}
+	return 0;
+}
+
+/* ---- http-parser callbacks ---- */
+
+static int
+reader_fail(struct http_reader *r, int status, const char *reason)
+{
+	if (r->err_status == 0) {
+		r->err_status = status;
+		snprintf(r->err_reason, sizeof(r->err_reason), "%s", reason);
+	}
+	return -1;
+}
+
+static int
+on_message_begin(http_parser *p)
+{
+	struct http_reader *r = p->data;
+
+	r->started = 1;
+	return 0;
+}
+
+static int
+on_url(http_parser *p, const char *at, size_t len)
+{
+	struct http_reader *r = p->data;
+
+	if (str_append(&r->url, at, len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
+static enum hdr
+classify(const struct http_reader *r)
+{
+	if (r->field_len >= FIELD_MAX)
+		return HDR_OTHER;
+	for (int i = HDR_OTHER + 1; i < HDR_ENTRIES; i++)
+		if (strcasecmp(r->field, hdr_info[i].name) == 0)
+			return (enum hdr)i;
+	return HDR_OTHER;
+}
+
+static int
+on_header_field(http_parser *p, const char *at, size_t len)
+{
+	struct http_reader *r = p->data;
+
+	if (r->in_value) {
+		r->in_value = 0;
+		r->field_len = 0;
+	}
+	if (r->field_len + len < FIELD_MAX) {
+		memcpy(r->field + r->field_len, at, len);
+		r->field_len += len;
+		r->field[r->field_len] = '\0';
+	} else
+		r->field_len = FIELD_MAX;    /* longer than any header we keep */
+	return 0;
+}
+
+/* The first piece of a header's value: where do its pieces go? */
+static int
+start_value(struct http_reader *r)
+{
+	enum hdr h = classify(r);
+	unsigned bit = 1u << h;
+
+	r->in_value = 1;
+	r->cur = h;
+	if (h == HDR_OTHER)
+		return 0;
+	if (r->seen & bit) {
+		char reason[80];
+
+		if (!hdr_info[h].list) {
+			snprintf(reason, sizeof(reason), "duplicate %s header",
+			    hdr_info[h].name);
+			return reader_fail(r, 400, reason);
+		}
+		if (str_append(&r->hdr[h], ", ", 2) != 0)
+			return reader_fail(r, 500, "out of memory");
+	}
+	r->seen |= bit;
+	return 0;
+}
+
+static int
+on_header_value(http_parser *p, const char *at, size_t len)
+{
+	struct http_reader *r = p->data;
+
+	if (!r->in_value && start_value(r) != 0)
+		return -1;
+	if (r->cur != HDR_OTHER && str_append(&r->hdr[r->cur], at, len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
+/* Splits the URL into the decoded path and query. */
+static int
+split_url(struct http_reader *r)
+{
+	struct http_parser_url u;
+	const char *url = str_or_empty(&r->url);
+	struct span { const char *p; size_t n; } path, query = { "", 0 };
+
+	http_parser_url_init(&u);
+	if (http_parser_parse_url(url, r->url.len, 0, &u) != 0 ||
+	    !(u.field_set & (1 << UF_PATH)))
+		return reader_fail(r, 400, "request target is not a path");
+	path.p = url + u.field_data[UF_PATH].off;
+	path.n = u.field_data[UF_PATH].len;
+	if (path.n == 0 || path.p[0] != '/')
+		return reader_fail(r, 400, "request target is not a path");
+	if (u.field_set & (1 << UF_QUERY)) {
+		query.p = url + u.field_data[UF_QUERY].off;
+		query.n = u.field_data[UF_QUERY].len;
+	}
+	r->path = pct_decode(path.p, path.n, 0);
+	if (r->path == NULL)
+		return reader_fail(r, 400, "malformed percent-encoding in the path");
+	r->query = pct_decode(query.p, query.n, 1);
+	if (r->query == NULL)
+		return reader_fail(r, 400, "malformed percent-encoding in the query");
+	return 0;
+}
+
+static int
+on_headers_complete(http_parser *p)
+{
+	struct http_reader *r = p->data;
+	int has_body = (p->flags & F_CHUNKED) ||
+	    (p->content_length > 0 && p->content_length != ULLONG_MAX);
+
+	r->head_done = 1;
+	if (split_url(r) != 0)
+		return -1;
+	if (has_body && !(p->flags & F_CHUNKED) && p->content_length > r->max_body) {
+		/* Refused before a byte of it is read: answer 413 and close. */
+		r->req.body_too_large = 1;
+		r->cut = 1;
+		return -1;
+	}
+	if (has_body && p->http_minor >= 1 &&
+	    http_token_list_has(str_or_empty(&r->hdr[HDR_EXPECT]), "100-continue"))
+		r->want_continue = 1;
+	/* Stop here so that http_reader_feed can count the head's bytes. */
+	r->head_paused = 1;
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+static int
+on_body(http_parser *p, const char *at, size_t len)
+{
+	struct http_reader *r = p->data;
+
+	if (r->body.len + len > r->max_body) {
+		/* Keep what fitted; the rest of the body is not read. */
+		r->req.body_too_large = 1;
+		r->cut = 1;
+		return -1;
+	}
+	if (str_append(&r->body, at, len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
+static int
+on_message_complete(http_parser *p)
+{
+	struct http_reader *r = p->data;
+
+	r->complete = 1;
+	/* Stop right after this request: the caller answers it first. */
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+static const http_parser_settings settings = {
+	.on_message_begin = on_message_begin,
+	.on_url = on_url,
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+/* ---- the reader ---- */
+
+static void
+reader_clear(struct http_reader *r)
+{
+	str_free(&r->url);
+	for (int i = 0; i < HDR_ENTRIES; i++)
+		str_free(&r->hdr[i]);
+	str_free(&r->body);
+	free(r->path);
+	free(r->query);
+	r->path = r->query = NULL;
+}
+
+void
+http_reader_reset(struct http_reader *r)
+{
+	size_t max_body = r->max_body;
+
+	reader_clear(r);
+	memset(r, 0, sizeof(*r));
+	r->max_body = max_body;
+	http_parser_init(&r->parser, HTTP_REQUEST);
+	r->parser.data = r;
+}
+
+struct http_reader *
+http_reader_new(size_t max_body)
+{
+	struct http_reader *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	r->max_body = max_body;
+	http_reader_reset(r);
+	return r;
+}
+
+void
+http_reader_free(struct http_reader *r)
+{
+	if (r == NULL)
+		return;
+	reader_clear(r);
+	free(r);
+}
+
+/* Fills r->req from what the callbacks collected. */
+static void
+reader_finish(struct http_reader *r)
+{
+	struct http_request *q = &r->req;
+
+	q->method = http_method_str((enum http_method)r->parser.method);
+	q->path = r->path != NULL ? r->path : "";
+	q->query = r->query != NULL ? r->query : "";
+	q->authorization = str_or_empty(&r->hdr[HDR_AUTHORIZATION]);
+	q->upgrade = str_or_empty(&r->hdr[HDR_UPGRADE]);
+	q->connection = str_or_empty(&r->hdr[HDR_CONNECTION]);
+	q->ws_key = str_or_empty(&r->hdr[HDR_WS_KEY]);
+	q->ws_version = str_or_empty(&r->hdr[HDR_WS_VERSION]);
+	q->ws_protocol = str_or_empty(&r->hdr[HDR_WS_PROTOCOL]);
+	q->body = r->body.len > 0 ? r->body.p : NULL;
+	q->body_len = r->body.len;
+	/* A cut request leaves unread body bytes: the stream is lost. */
+	q->keep_alive = r->cut ? 0 : http_should_keep_alive(&r->parser);
+	q->head_only = r->parser.method == HTTP_HEAD;
+	q->http_minor = r->parser.http_minor;
+}
+
+static void
+head_too_large(struct http_reader *r)
+{
+	char reason[80];
+
+	snprintf(reason, sizeof(reason), "request head larger than %d bytes",
+	    HTTP_HEAD_MAX);
+	reader_fail(r, 431, reason);
+}
+
+/*
+ * Runs the parser over data[0..len); returns the bytes it took.  *head_end
+ * is 1 if it stopped at the end of the head (it may have taken 0 bytes then).
+ */
+static size_t
+reader_execute(struct http_reader *r, const char *data, size_t len, int *head_end)
+{
+	size_t n;
+	int in_head = !r->head_done;
+
+	n = http_parser_execute(&r->parser, &settings, data, len);
+	if (in_head)
+		r->head_bytes += n;
+	*head_end = r->head_paused;
+	if (r->head_paused) {
+		r->head_paused = 0;
+		http_parser_pause(&r->parser, 0);
+	}
+	return n;
+}
+
+size_t
+http_reader_feed(struct http_reader *r, const char *data, size_t len,
+    enum http_read_result *res)
+{
+	size_t total = 0;
+	enum http_errno e;
+
+	*res = HTTP_READ_ERROR;
+	if (r->complete || r->err_status != 0)
+		return 0;        /* the caller must reset (or close) first */
+	for (;;) {
+		size_t chunk = len - total, n;
+		int head_end;
+
+		/*
+		 * While in the head, feed at most one byte past the limit: the
+		 * callbacks then never hold more than that, however much input
+		 * arrived at once.
+		 */
+		if (!r->head_done && chunk > HTTP_HEAD_MAX + 1 - r->head_bytes)
+			chunk = HTTP_HEAD_MAX + 1 - r->head_bytes;
+		n = reader_execute(r, data + total, chunk, &head_end);
+		total += n;
+		if (r->err_status != 0)
+			return total;
+		if (r->head_bytes > HTTP_HEAD_MAX) {
+			head_too_large(r);
+			return total;
+		}
+		if (r->complete || r->cut) {
+			reader_finish(r);
+			*res = HTTP_READ_REQUEST;
+			return total;
+		}
+		e = HTTP_PARSER_ERRNO(&r->parser);
+		if (e == HPE_HEADER_OVERFLOW) {
+			head_too_large(r);
+			return total;
+		}
+		if (e != HPE_OK) {
+			char reason[160];
+
+			snprintf(reason, sizeof(reason), "malformed request: %s",
+			    http_errno_description(e));
+			reader_fail(r, 400, reason);
+			return total;
+		}
+		if (total == len)
+			break;
+		if (n == 0 && !head_end) {
+			/* Cannot happen: the parser takes all it is given
+			 * unless it stops for a reason handled above. */
+			reader_fail(r, 400, "malformed request");
+			return total;
+		}
+	}
+	*res = HTTP_READ_MORE;
+	return total;
+}
+
+const struct http_request *
+http_reader_request(const struct http_reader *r)
+{
+	return &r->req;
+}
+
+int
+http_reader_error(const struct http_reader *r, const char **reason)
+{
+	*reason = r->err_reason;
+	return r->err_status;
+}
+
+int
+http_reader_started(const struct http_reader *r)
+{
+	return r->started;
+}
+
+int
+http_reader_take_continue(struct http_reader *r)
+{
+	int want = r->want_continue && !r->cut && r->err_status == 0;
+
+	r->want_continue = 0;
+	return want;
+}

@@ -1,0 +1,96 @@
+/*
+ * http.h: reading HTTP/1.1 requests, one at a time, from the bytes of one
+ * connection.  Debian's http-parser does the syntax; this file adds what the
+ * gateway needs on top: the limits (head size, body size), the few headers
+ * the server acts on, the URL split into a decoded path and query, and one
+ * result per call that says what the caller must do next.
+ *
+ * Transport-free (no libevent, no TLS) so that it can be fuzzed and tested
+ * as a function of its input.
+ *
+ * Life of a reader: http_reader_feed() until it returns HTTP_READ_REQUEST
+ * (answer it, then http_reader_reset() for the next request on the same
+ * connection) or HTTP_READ_ERROR (answer http_reader_error()'s status and
+ * close: the stream cannot be resynchronised).
+ */
+#ifndef TETHER_HTTP_H
+#define TETHER_HTTP_H
+
+#include <stddef.h>
+
+/* Request line and headers together, CRLFs included; beyond: 431. */
+#define HTTP_HEAD_MAX 16384
+
+enum http_read_result {
+	HTTP_READ_MORE,      /* all bytes consumed; the request is not complete */
+	HTTP_READ_REQUEST,   /* a request is ready (http_reader_request) */
+	HTTP_READ_ERROR,     /* malformed or over a limit (http_reader_error) */
+};
+
+/*
+ * A complete request.  Every string is NUL-terminated and "" when absent;
+ * all of it is owned by the reader and valid until http_reader_reset or
+ * http_reader_free.
+ */
+struct http_request {
+	const char *method;          /* "GET", "POST", ... */
+	const char *path;            /* percent-decoded, without the query */
+	const char *query;           /* percent-decoded ('+' is a space) */
+	const char *authorization;
+	const char *upgrade;         /* the Upgrade header */
+	const char *connection;      /* Connection headers, joined with ", " */
+	const char *ws_key;          /* Sec-WebSocket-Key */
+	const char *ws_version;      /* Sec-WebSocket-Version */
+	const char *ws_protocol;     /* Sec-WebSocket-Protocol headers, joined */
+	const char *body;            /* NULL when body_len is 0 */
+	size_t body_len;
+	/*
+	 * The body is over the limit: the request was cut there (the rest is
+	 * not read, body holds what fitted) and keep_alive is 0, so the
+	 * connection closes after the answer (413).
+	 */
+	int body_too_large;
+	int keep_alive;              /* another request may follow */
+	int head_only;               /* HEAD: answer without a body */
+	int http_minor;              /* HTTP/1.<minor> */
+};
+
+struct http_reader;
+
+/* Returns NULL when out of memory.  max_body: largest body accepted. */
+struct http_reader *http_reader_new(size_t max_body);
+void http_reader_free(struct http_reader *r);
+
+/*
+ * Parses data[0..len) and returns how many bytes belong to the current
+ * request.  After HTTP_READ_REQUEST, the bytes past that count are the next
+ * request (pipelining) or, after an upgrade, the new protocol's.  After
+ * HTTP_READ_ERROR nothing more may be fed.
+ */
+size_t http_reader_feed(struct http_reader *r, const char *data, size_t len,
+    enum http_read_result *res);
+
+/* The request, after HTTP_READ_REQUEST. */
+const struct http_request *http_reader_request(const struct http_reader *r);
+
+/* After HTTP_READ_ERROR: the status to answer (400, 431) and why. */
+int http_reader_error(const struct http_reader *r, const char **reason);
+
+/* 1 if any byte of a request has been read since the last reset. */
+int http_reader_started(const struct http_reader *r);
+
+/*
+ * 1 exactly once per request, when its head is complete and asked for
+ * "Expect: 100-continue" with a body that fits: the caller sends
+ * "HTTP/1.1 100 Continue" so that the client sends the body.
+ */
+int http_reader_take_continue(struct http_reader *r);
+
+/* Forgets the request: ready for the next one on the same connection. */
+void http_reader_reset(struct http_reader *r);
+
+/* 1 if the comma-separated list (a header value) holds token, compared
+ * without regard to case: "keep-alive, Upgrade" holds "upgrade". */
+int http_token_list_has(const char *list, const char *token);
+
+#endif

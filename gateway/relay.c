@@ -1,0 +1,446 @@
+/*
+ * relay.c: an operator stream joined to an agent stream (see relay.h).
+ *
+ * Naming: "agent" is the stream in the agent's tunnel; "client" is the
+ * operator's side (a raw WebSocket or a stream of a tether.v1 connection).
+ * to_agent / to_client hold bytes received from one side that the other
+ * has no credit for yet; each is bounded by the window of the side that
+ * sent them, because that side gets credit back only as they drain.
+ */
+#include "relay.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <event2/buffer.h>
+
+#include "gateway.h"
+#include "log.h"
+#include "mux.h"
+#include "server.h"
+#include "session.h"
+#include "wsconn.h"
+
+enum client_kind { CLIENT_RAW, CLIENT_STREAM };
+
+struct relay {
+	struct gateway *gw;
+	enum client_kind kind;
+	struct mux_stream *agent;      /* NULL once ended */
+	struct upgrade *upgrade;       /* raw, until answered */
+	struct wsconn *ws;             /* raw, once upgraded; NULL once closed */
+	struct mux_stream *cs;         /* stream kind; NULL once ended */
+	struct evbuffer *to_agent;
+	struct evbuffer *to_client;
+	size_t uncredited;             /* raw: bytes sent to ws, not yet credited to the agent */
+	int agent_fin, client_fin;     /* each side said it sends no more */
+	int agent_fin_sent, client_fin_sent;
+	uint64_t up, down;             /* bytes client->agent, agent->client */
+	struct timeval started;
+	char principal[96], cluster[32], node[64], target[256], end[64];
+};
+
+/* ---- ending ---- */
+
+static void
+relay_audit(struct relay *r)
+{
+	struct timeval now, took;
+
+	gettimeofday(&now, NULL);
+	timersub(&now, &r->started, &took);
+	info("audit stream who=%s cluster=%s node=%s target=%s bytes_up=%" PRIu64
+	    " bytes_down=%" PRIu64 " duration_ms=%ld end=%s", r->principal,
+	    r->cluster, r->node, r->target, r->up, r->down,
+	    (long)(took.tv_sec * 1000 + took.tv_usec / 1000), r->end[0] ? r->end : "done");
+}
+
+static void
+relay_note_end(struct relay *r, const char *end)
+{
+	if (r->end[0] == '\0')
+		snprintf(r->end, sizeof(r->end), "%s", end);
+}
+
+/* Frees r once neither side is left. */
+static void
+relay_maybe_free(struct relay *r)
+{
+	if (r->agent != NULL || r->ws != NULL || r->cs != NULL || r->upgrade != NULL)
+		return;
+	relay_audit(r);
+	evbuffer_free(r->to_agent);
+	evbuffer_free(r->to_client);
+	free(r);
+}
+
+/* Ends the client side after what is buffered for it (or at once on error). */
+static void
+client_end(struct relay *r, const char *code)
+{
+	char reason[96];
+
+	if (r->kind == CLIENT_RAW && r->ws != NULL) {
+		if (strcmp(code, "done") == 0) {
+			wsconn_close(r->ws, 1000, "done");
+		} else {
+			snprintf(reason, sizeof(reason), "stream reset: %s", code);
+			wsconn_close(r->ws, 1011, reason);
+		}
+	} else if (r->kind == CLIENT_STREAM && r->cs != NULL) {
+		if (strcmp(code, "done") != 0) {
+			mux_stream_reset(r->cs, code);
+			r->cs = NULL;
+		}
+	}
+}
+
+/* ---- moving bytes ---- */
+
+static void
+flush_to_agent(struct relay *r)
+{
+	size_t len, n;
+	uint8_t *p;
+
+	while (r->agent != NULL && (len = evbuffer_get_length(r->to_agent)) > 0) {
+		p = evbuffer_pullup(r->to_agent, (ssize_t)(len < 131072 ? len : 131072));
+		n = mux_stream_send(r->agent, p, len < 131072 ? len : 131072);
+		if (n == 0)
+			return;
+		evbuffer_drain(r->to_agent, n);
+		r->up += n;
+		if (r->kind == CLIENT_STREAM && r->cs != NULL)
+			mux_stream_drained(r->cs, n);
+	}
+	if (r->agent == NULL)
+		return;
+	if (r->kind == CLIENT_RAW && r->ws != NULL)
+		wsconn_pause_reading(r->ws, 0);
+	if (r->client_fin && !r->agent_fin_sent) {
+		r->agent_fin_sent = 1;
+		mux_stream_fin(r->agent);
+	}
+}
+
+static void
+flush_to_client(struct relay *r)
+{
+	size_t len, n;
+	uint8_t *p;
+
+	if (r->kind != CLIENT_STREAM)
+		return;
+	while (r->cs != NULL && (len = evbuffer_get_length(r->to_client)) > 0) {
+		p = evbuffer_pullup(r->to_client, (ssize_t)(len < 131072 ? len : 131072));
+		n = mux_stream_send(r->cs, p, len < 131072 ? len : 131072);
+		if (n == 0)
+			return;
+		evbuffer_drain(r->to_client, n);
+		r->down += n;
+		if (r->agent != NULL)
+			mux_stream_drained(r->agent, n);
+	}
+	if (r->cs != NULL && r->agent_fin && !r->client_fin_sent) {
+		r->client_fin_sent = 1;
+		mux_stream_fin(r->cs);
+	}
+}
+
+/* ---- the agent's stream ---- */
+
+static void
+agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason, void *arg);
+
+static void
+agent_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
+{
+	struct relay *r = arg;
+
+	if (r->kind == CLIENT_RAW) {
+		if (r->ws == NULL)
+			return;
+		wsconn_send(r->ws, data, len, 1);
+		r->down += len;
+		r->uncredited += len;
+		return;
+	}
+	evbuffer_add(r->to_client, data, len);
+	flush_to_client(r);
+}
+
+static void
+agent_writable(struct mux_stream *s, void *arg)
+{
+	flush_to_agent(arg);
+}
+
+static void
+agent_fin(struct mux_stream *s, void *arg)
+{
+	struct relay *r = arg;
+
+	r->agent_fin = 1;
+	if (r->kind == CLIENT_RAW) {
+		/* An empty message tells the raw client "no more from the node". */
+		if (r->ws != NULL && !r->client_fin_sent) {
+			r->client_fin_sent = 1;
+			wsconn_send(r->ws, (const uint8_t *)"", 0, 1);
+		}
+		return;
+	}
+	flush_to_client(r);
+}
+
+static void
+agent_close(struct mux_stream *s, const char *code, void *arg)
+{
+	struct relay *r = arg;
+
+	r->agent = NULL;
+	relay_note_end(r, code);
+	if (strcmp(code, "done") != 0 || r->kind == CLIENT_RAW)
+		client_end(r, code);
+	relay_maybe_free(r);
+}
+
+static const struct mux_stream_handlers agent_handlers = {
+	.on_opened = agent_opened,
+	.on_data = agent_data,
+	.on_writable = agent_writable,
+	.on_fin = agent_fin,
+	.on_close = agent_close,
+};
+
+/* ---- raw WebSocket client ---- */
+
+static void
+raw_message(struct wsconn *c, const uint8_t *data, size_t len, int binary, void *arg)
+{
+	struct relay *r = arg;
+
+	if (len == 0) {
+		r->client_fin = 1;
+		flush_to_agent(r);
+		return;
+	}
+	if (r->client_fin)
+		return;
+	evbuffer_add(r->to_agent, data, len);
+	flush_to_agent(r);
+	if (evbuffer_get_length(r->to_agent) > 0)
+		wsconn_pause_reading(c, 1);
+}
+
+static void
+raw_drain(struct wsconn *c, void *arg)
+{
+	struct relay *r = arg;
+
+	if (r->agent != NULL && r->uncredited > 0)
+		mux_stream_drained(r->agent, r->uncredited);
+	r->uncredited = 0;
+}
+
+static void
+raw_close(struct wsconn *c, void *arg)
+{
+	struct relay *r = arg;
+
+	r->ws = NULL;
+	relay_note_end(r, "client_closed");
+	if (r->agent != NULL) {
+		mux_stream_reset(r->agent, "client_gone");
+		r->agent = NULL;
+	}
+	relay_maybe_free(r);
+}
+
+static const struct wsconn_handlers raw_handlers = {
+	.on_message = raw_message,
+	.on_drain = raw_drain,
+	.on_close = raw_close,
+};
+
+static void
+raw_abandoned(void *arg)
+{
+	struct relay *r = arg;
+
+	r->upgrade = NULL;
+	relay_note_end(r, "client_gone");
+	if (r->agent != NULL) {
+		mux_stream_reset(r->agent, "client_gone");
+		r->agent = NULL;
+	}
+	relay_maybe_free(r);
+}
+
+/* ---- multiplexed client stream ---- */
+
+static void
+cs_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
+{
+	struct relay *r = arg;
+
+	evbuffer_add(r->to_agent, data, len);
+	flush_to_agent(r);
+}
+
+static void
+cs_writable(struct mux_stream *s, void *arg)
+{
+	flush_to_client(arg);
+}
+
+static void
+cs_fin(struct mux_stream *s, void *arg)
+{
+	struct relay *r = arg;
+
+	r->client_fin = 1;
+	flush_to_agent(r);
+}
+
+static void
+cs_close(struct mux_stream *s, const char *code, void *arg)
+{
+	struct relay *r = arg;
+
+	r->cs = NULL;
+	relay_note_end(r, strcmp(code, "done") == 0 ? "done" : code);
+	if (r->agent != NULL && strcmp(code, "done") != 0) {
+		mux_stream_reset(r->agent, "client_gone");
+		r->agent = NULL;
+	}
+	relay_maybe_free(r);
+}
+
+static const struct mux_stream_handlers cs_handlers = {
+	.on_data = cs_data,
+	.on_writable = cs_writable,
+	.on_fin = cs_fin,
+	.on_close = cs_close,
+};
+
+/* ---- opening ---- */
+
+static void
+agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason, void *arg)
+{
+	struct relay *r = arg;
+	char msg[512];
+
+	if (!ok) {
+		r->agent = NULL;
+		snprintf(msg, sizeof(msg), "node %s: %s (%s)", r->node, reason, code);
+		snprintf(r->end, sizeof(r->end), "refused:%s", code);
+		if (r->kind == CLIENT_RAW && r->upgrade != NULL) {
+			upgrade_refuse(r->upgrade, 502, msg);
+			r->upgrade = NULL;
+		} else if (r->kind == CLIENT_STREAM && r->cs != NULL) {
+			mux_stream_refuse(r->cs, code, reason);
+			r->cs = NULL;
+		}
+		relay_maybe_free(r);
+		return;
+	}
+	if (r->kind == CLIENT_RAW) {
+		r->ws = upgrade_accept(r->upgrade, NULL, &raw_handlers, r);
+		r->upgrade = NULL;
+		if (r->ws == NULL) {
+			relay_note_end(r, "client_gone");
+			mux_stream_reset(s, "client_gone");
+			r->agent = NULL;
+			relay_maybe_free(r);
+			return;
+		}
+		wsconn_set_low_water(r->ws, 256 * 1024);
+		return;
+	}
+	if (r->cs == NULL || mux_stream_accept(r->cs, &cs_handlers, r) != 0) {
+		r->cs = NULL;
+		relay_note_end(r, "client_gone");
+		mux_stream_reset(s, "client_gone");
+		r->agent = NULL;
+		relay_maybe_free(r);
+	}
+}
+
+static struct relay *
+relay_new(struct gateway *gw, struct session *agent, const struct relay_who *who,
+    enum client_kind kind)
+{
+	struct relay *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	r->gw = gw;
+	r->kind = kind;
+	r->to_agent = evbuffer_new();
+	r->to_client = evbuffer_new();
+	if (r->to_agent == NULL || r->to_client == NULL) {
+		if (r->to_agent != NULL)
+			evbuffer_free(r->to_agent);
+		if (r->to_client != NULL)
+			evbuffer_free(r->to_client);
+		free(r);
+		return NULL;
+	}
+	gettimeofday(&r->started, NULL);
+	snprintf(r->principal, sizeof(r->principal), "%s", who->principal);
+	snprintf(r->cluster, sizeof(r->cluster), "%s", who->cluster);
+	snprintf(r->node, sizeof(r->node), "%s", session_node(agent));
+	snprintf(r->target, sizeof(r->target), "%s", who->target);
+	return r;
+}
+
+void
+relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
+    const struct relay_who *who)
+{
+	struct relay *r = relay_new(gw, agent, who, CLIENT_RAW);
+	char err[128];
+
+	if (r == NULL) {
+		upgrade_refuse(u, 500, "out of memory");
+		return;
+	}
+	r->upgrade = u;
+	r->agent = session_open_stream(agent, who->target, NULL, &agent_handlers, r,
+	    err, sizeof(err));
+	if (r->agent == NULL) {
+		upgrade_refuse(u, 503, err);
+		r->upgrade = NULL;
+		snprintf(r->end, sizeof(r->end), "refused:busy");
+		relay_maybe_free(r);
+		return;
+	}
+	upgrade_on_abandon(u, raw_abandoned, r);
+}
+
+void
+relay_start_stream(struct gateway *gw, struct session *agent, struct mux_stream *cs,
+    const struct relay_who *who)
+{
+	struct relay *r = relay_new(gw, agent, who, CLIENT_STREAM);
+	char err[128];
+
+	if (r == NULL) {
+		mux_stream_refuse(cs, "internal", "out of memory");
+		return;
+	}
+	r->cs = cs;
+	mux_stream_hold(cs, &cs_handlers, r);
+	r->agent = session_open_stream(agent, who->target, NULL, &agent_handlers, r,
+	    err, sizeof(err));
+	if (r->agent == NULL) {
+		mux_stream_refuse(cs, "busy", err);
+		r->cs = NULL;
+		snprintf(r->end, sizeof(r->end), "refused:busy");
+		relay_maybe_free(r);
+	}
+}

@@ -1,0 +1,44 @@
+/*
+ * relay.h: one operator stream on the gateway, joined to one stream of an
+ * agent's tunnel.
+ *
+ * The operator's side is either a raw dial WebSocket (binary messages are
+ * the stream's bytes; an empty message means "no more from me", so
+ * half-close works) or one stream of a multiplexed tether.v1 connection
+ * (tetherctl forward).  Bytes move only as the receiving side grants
+ * credit, and credit is returned to the sending side only once the bytes
+ * were passed on, so the gateway holds at most one window per direction.
+ *
+ * Every relay ends with one audit line: who, cluster, node, target, bytes
+ * each way, duration, and how it ended.
+ */
+#ifndef TETHER_RELAY_H
+#define TETHER_RELAY_H
+
+struct gateway;
+struct session;
+struct upgrade;
+struct mux_stream;
+
+struct relay_who {
+	const char *principal;   /* "admin:<token id>" or "user:<name>" */
+	const char *cluster;
+	const char *target;
+};
+
+/*
+ * Raw dial: opens a stream on the agent's tunnel; answers the upgrade with
+ * 101 once the agent accepted, or 502 with the agent's failure code.
+ */
+void relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
+    const struct relay_who *who);
+
+/*
+ * Multiplexed: the operator's stream cs (not yet answered) asked for
+ * who->target; it is accepted once the agent accepted, or refused with the
+ * agent's code.
+ */
+void relay_start_stream(struct gateway *gw, struct session *agent,
+    struct mux_stream *cs, const struct relay_who *who);
+
+#endif

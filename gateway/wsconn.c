@@ -1,0 +1,684 @@
+/*
+ * wsconn.c: the server side of RFC 6455 on one TLS bufferevent, after the
+ * upgrade (see wsconn.h).
+ *
+ * Input is parsed in place: the frame header is read from the first bytes
+ * of the input evbuffer, and a message that arrives as one frame (nearly all
+ * of them) is made contiguous with a single evbuffer_pullup, unmasked in
+ * place, handed to on_message and only then drained.  Fragmented messages
+ * are copied into a reassembly buffer bounded by max_message.  While a large
+ * frame is still arriving, the read low-water mark is set to its size so
+ * that we are not woken for every TLS record of it.
+ *
+ * Output is a frame header and the caller's bytes, copied once into the
+ * bufferevent's output; how much is queued there is the backpressure.
+ *
+ * States:
+ *   OPEN     messages both ways
+ *   CLOSING  a close frame is queued: once it is written and the peer's
+ *            close frame (or EOF) has arrived, or WS_CLOSE_TIMEOUT_MS
+ *            passed, the connection ends
+ *   CLOSED   on_close is running; the struct is freed right after
+ *
+ * on_close runs only from the event loop's own callbacks (read, write,
+ * event, timer) or wsconn_destroy_all, never inside a call the owner made:
+ * a call that must end the connection at once (out of memory) arms the
+ * timer to fire immediately instead.  Nothing in the input path frees the
+ * connection either; it sets `finish` and the callback that started the
+ * work ends the connection when the stack has unwound.
+ */
+#include "wsconn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "log.h"
+#include "wsclient.h"
+
+#define WS_HEADER_MAX        14          /* 2 + 8 (length) + 4 (mask) */
+#define WS_DEFAULT_MAX       (1u << 20)  /* until wsconn_set_max_message */
+#define WS_IDLE_PING_S       30          /* silence before we ping */
+#define WS_IDLE_DROP_S       70          /* silence before we give up */
+#define WS_CLOSE_TIMEOUT_MS  5000        /* close frame out, peer's close in */
+#define WS_CLOSE_REASON_MAX  123         /* a control frame's 125 minus the code */
+
+enum ws_opcode {
+	OP_CONT = 0x0,
+	OP_TEXT = 0x1,
+	OP_BINARY = 0x2,
+	OP_CLOSE = 0x8,
+	OP_PING = 0x9,
+	OP_PONG = 0xa,
+};
+
+enum ws_state {
+	WS_OPEN,
+	WS_CLOSING,
+	WS_CLOSED,
+	WS_ENTRIES        /* must be last */
+};
+
+static const char *const ws_state_names[WS_ENTRIES] = {
+	[WS_OPEN] = "open",
+	[WS_CLOSING] = "closing",
+	[WS_CLOSED] = "closed",
+};
+
+struct wsconn {
+	LIST_ENTRY(wsconn) link;          /* in the server's wsconn_list */
+	struct bufferevent *bev;          /* owned: freed (socket, SSL) with us */
+	/* OPEN: activated to deliver messages already buffered when reading
+	 * resumes.  CLOSING: the close deadline (or an abort, at once). */
+	struct event *timer;
+	struct wsconn_handlers h;
+	void *arg;
+	enum ws_state state;
+	size_t max_message;
+	size_t low_water;
+
+	uint8_t *rx;                      /* owned: a fragmented message so far */
+	size_t rx_len;
+	int rx_opcode;                    /* its first opcode; 0: none under way */
+	int rx_skip;                      /* that message is over the limit: drop it */
+	uint64_t skip;                    /* payload bytes of this frame to drop */
+
+	int paused;                       /* owner asked: no messages, no reading */
+	int pinged;                       /* silence: a ping is out */
+	int discard;                      /* input is no longer parsed */
+	int close_flushed;                /* our close frame is written */
+	int peer_closed;                  /* the peer's close frame arrived */
+	int finish;                       /* end when the stack unwinds */
+	char peer[64];
+};
+
+static void
+ws_set_state(struct wsconn *c, enum ws_state next)
+{
+	debug("websocket %s: %s -> %s", c->peer, ws_state_names[c->state],
+	    ws_state_names[next]);
+	c->state = next;
+}
+
+static void
+seconds(struct timeval *tv, long s)
+{
+	tv->tv_sec = s;
+	tv->tv_usec = 0;
+}
+
+/* ---- the end ---- */
+
+/* Calls on_close and frees everything.  graceful: send TLS close_notify. */
+static void
+ws_finish(struct wsconn *c, int graceful)
+{
+	if (c->state == WS_CLOSED)
+		return;
+	ws_set_state(c, WS_CLOSED);
+	LIST_REMOVE(c, link);
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+	if (graceful) {
+		SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+
+		/* Best effort and non-blocking: the alert is tiny. */
+		if (ssl != NULL)
+			SSL_shutdown(ssl);
+		/* Leave no error behind for the next connection to misread. */
+		ERR_clear_error();
+	}
+	if (c->h.on_close != NULL)
+		c->h.on_close(c, c->arg);
+	bufferevent_free(c->bev);
+	event_free(c->timer);
+	free(c->rx);
+	free(c);
+}
+
+/* Ends the connection from the loop, soon: safe inside an owner's call. */
+static void
+ws_abort(struct wsconn *c, const char *why)
+{
+	if (c->state == WS_CLOSED)
+		return;
+	warn("websocket %s: %s: closing", c->peer, why);
+	if (c->state == WS_OPEN)
+		ws_set_state(c, WS_CLOSING);
+	c->discard = 1;
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+	event_del(c->timer);
+	event_active(c->timer, EV_TIMEOUT, 1);
+}
+
+/* ---- sending ---- */
+
+static int
+ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	uint8_t hdr[10];
+	uint64_t len = 0;
+	size_t n;
+
+	for (int i = 0; i < iovcnt; i++)
+		len += iov[i].iov_len;
+	hdr[0] = (uint8_t)(0x80 | opcode);
+	if (len < 126) {
+		hdr[1] = (uint8_t)len;
+		n = 2;
+	} else if (len <= 0xffff) {
+		hdr[1] = 126;
+		hdr[2] = (uint8_t)(len >> 8);
+		hdr[3] = (uint8_t)len;
+		n = 4;
+	} else {
+		hdr[1] = 127;
+		for (int i = 0; i < 8; i++)
+			hdr[2 + i] = (uint8_t)(len >> (56 - 8 * i));
+		n = 10;
+	}
+	/* Room for the whole frame first, so that a failure leaves no half
+	 * frame in the stream. */
+	if (evbuffer_expand(out, n + len) != 0)
+		goto oom;
+	if (evbuffer_add(out, hdr, n) != 0)
+		goto oom;
+	for (int i = 0; i < iovcnt; i++)
+		if (iov[i].iov_len > 0 &&
+		    evbuffer_add(out, iov[i].iov_base, iov[i].iov_len) != 0)
+			goto oom;
+	return 0;
+oom:
+	ws_abort(c, "out of memory for output");
+	return -1;
+}
+
+int
+wsconn_sendv(struct wsconn *c, const struct iovec *iov, int iovcnt, int binary)
+{
+	if (c->state != WS_OPEN)
+		return -1;
+	return ws_put_frame(c, binary ? OP_BINARY : OP_TEXT, iov, iovcnt);
+}
+
+int
+wsconn_send(struct wsconn *c, const uint8_t *data, size_t len, int binary)
+{
+	struct iovec iov = { (void *)data, len };
+
+	return wsconn_sendv(c, &iov, 1, binary);
+}
+
+size_t
+wsconn_pending(const struct wsconn *c)
+{
+	return evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+/* Queues a close frame and enters CLOSING. */
+static void
+ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
+{
+	uint8_t payload[2 + WS_CLOSE_REASON_MAX];
+	size_t rlen = reason != NULL ? strlen(reason) : 0;
+	struct iovec iov;
+	struct timeval tv;
+
+	if (rlen > WS_CLOSE_REASON_MAX)
+		rlen = WS_CLOSE_REASON_MAX;
+	payload[0] = (uint8_t)(code >> 8);
+	payload[1] = (uint8_t)code;
+	if (rlen > 0)
+		memcpy(payload + 2, reason, rlen);
+	iov.iov_base = payload;
+	/* Code 0 stands for "no code": the peer's close carried none. */
+	iov.iov_len = code != 0 ? 2 + rlen : 0;
+	if (ws_put_frame(c, OP_CLOSE, &iov, 1) != 0)
+		return;        /* aborting already */
+	ws_set_state(c, WS_CLOSING);
+	free(c->rx);
+	c->rx = NULL;
+	c->rx_len = 0;
+	/* Read on (the peer's close frame ends it) whatever the owner paused
+	 * or a large frame was awaited; the write callback must now see the
+	 * output run empty. */
+	c->paused = 0;
+	bufferevent_set_timeouts(c->bev, NULL, NULL);
+	bufferevent_setwatermark(c->bev, EV_READ | EV_WRITE, 0, 0);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	event_del(c->timer);
+	tv.tv_sec = WS_CLOSE_TIMEOUT_MS / 1000;
+	tv.tv_usec = (WS_CLOSE_TIMEOUT_MS % 1000) * 1000;
+	event_add(c->timer, &tv);
+}
+
+void
+wsconn_close(struct wsconn *c, uint16_t code, const char *reason)
+{
+	if (c->state != WS_OPEN)
+		return;
+	ws_start_close(c, code, reason);
+}
+
+/* The peer broke the protocol: close with code, parse nothing more. */
+static void
+ws_fail(struct wsconn *c, uint16_t code, const char *why)
+{
+	if (c->state == WS_OPEN)
+		info("websocket %s: %s: closing (%u)", c->peer, why, code);
+	c->discard = 1;
+	/* The stream cannot be parsed now, so the peer's close cannot be
+	 * seen: end once our close frame is out. */
+	c->peer_closed = 1;
+	if (c->state == WS_OPEN)
+		ws_start_close(c, code, why);
+	else if (c->close_flushed)
+		c->finish = 1;
+}
+
+/* ---- receiving ---- */
+
+static int
+close_code_valid(unsigned code)
+{
+	return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1011) ||
+	    (code >= 3000 && code <= 4999);
+}
+
+static void
+ws_on_close_frame(struct wsconn *c, const uint8_t *p, size_t len)
+{
+	unsigned code = 0;
+
+	if (len == 1) {
+		ws_fail(c, 1002, "close frame with a 1-byte payload");
+		return;
+	}
+	if (len >= 2) {
+		code = (unsigned)p[0] << 8 | p[1];
+		if (!close_code_valid(code)) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "close code %u is not allowed", code);
+			ws_fail(c, 1002, why);
+			return;
+		}
+	}
+	debug("websocket %s: close %u from the peer", c->peer, code);
+	c->peer_closed = 1;
+	c->discard = 1;         /* nothing may follow a close frame */
+	if (c->state == WS_OPEN)
+		ws_start_close(c, (uint16_t)code, NULL);   /* echo its code */
+	else if (c->close_flushed)
+		c->finish = 1;
+}
+
+/* Appends a fragment; delivers the message on the last one. */
+static void
+ws_on_fragment(struct wsconn *c, const struct ws_frame_header *h,
+    const uint8_t *p, size_t len)
+{
+	uint8_t *grown;
+
+	if (len > 0) {
+		grown = realloc(c->rx, c->rx_len + len);
+		if (grown == NULL) {
+			ws_fail(c, 1011, "out of memory for a fragmented message");
+			return;
+		}
+		c->rx = grown;
+		memcpy(c->rx + c->rx_len, p, len);
+		c->rx_len += len;
+	}
+	if (!h->fin)
+		return;
+	if (c->h.on_message != NULL)
+		c->h.on_message(c, c->rx, c->rx_len, c->rx_opcode == OP_BINARY, c->arg);
+	/* Fragmented messages are rare: give the memory back. */
+	free(c->rx);
+	c->rx = NULL;
+	c->rx_len = 0;
+	c->rx_opcode = 0;
+}
+
+/* A complete frame whose payload p[0..len) is unmasked. */
+static void
+ws_on_frame(struct wsconn *c, const struct ws_frame_header *h,
+    const uint8_t *p, size_t len)
+{
+	struct iovec iov = { (void *)p, len };
+
+	switch (h->opcode) {
+	case OP_PING:
+		if (c->state == WS_OPEN)
+			ws_put_frame(c, OP_PONG, &iov, 1);
+		return;
+	case OP_PONG:
+		return;
+	case OP_CLOSE:
+		ws_on_close_frame(c, p, len);
+		return;
+	default:
+		break;
+	}
+	if (c->state != WS_OPEN)
+		return;
+	if (h->opcode != OP_CONT && h->fin) {
+		if (c->h.on_message != NULL)
+			c->h.on_message(c, p, len, h->opcode == OP_BINARY, c->arg);
+		return;
+	}
+	if (h->opcode != OP_CONT)
+		c->rx_opcode = h->opcode;
+	ws_on_fragment(c, h, p, len);
+}
+
+/*
+ * A data frame's header passed: is it in sequence, and within the limit?
+ * Returns 1 to read its payload, 0 if it is skipped or the input failed.
+ */
+static int
+ws_check_data(struct wsconn *c, const struct ws_frame_header *h)
+{
+	uint64_t total;
+	char why[96];
+
+	if (c->state != WS_OPEN) {
+		c->skip = h->payload_len;          /* closing: data is dropped */
+		return 0;
+	}
+	if (h->opcode == OP_CONT && c->rx_opcode == 0) {
+		ws_fail(c, 1002, "continuation frame outside a fragmented message");
+		return 0;
+	}
+	if (h->opcode != OP_CONT && c->rx_opcode != 0) {
+		ws_fail(c, 1002, "new message inside a fragmented one");
+		return 0;
+	}
+	if (c->rx_skip) {
+		c->skip = h->payload_len;
+		if (h->fin)
+			c->rx_skip = c->rx_opcode = 0;
+		return 0;
+	}
+	total = (h->opcode == OP_CONT ? c->rx_len : 0) + h->payload_len;
+	if (total <= c->max_message)
+		return 1;
+	if (c->h.on_too_large == NULL) {
+		snprintf(why, sizeof(why), "message larger than %zu bytes", c->max_message);
+		ws_fail(c, 1009, why);
+		return 0;
+	}
+	/* Skip this message, all of its fragments, and let the owner speak. */
+	c->skip = h->payload_len;
+	if (!h->fin) {
+		c->rx_skip = 1;
+		if (h->opcode != OP_CONT)
+			c->rx_opcode = h->opcode;
+	} else
+		c->rx_opcode = 0;
+	free(c->rx);
+	c->rx = NULL;
+	c->rx_len = 0;
+	c->h.on_too_large(c, c->max_message, c->arg);
+	return 0;
+}
+
+enum ws_step {
+	STEP_NEXT,        /* one frame (or part of a skip) done: go on */
+	STEP_WAIT,        /* more bytes needed, or nothing may be read now */
+};
+
+/* Handles the frame at the start of the input, if it is all there. */
+static enum ws_step
+ws_next_frame(struct wsconn *c, struct evbuffer *in)
+{
+	struct ws_frame_header h;
+	size_t len = evbuffer_get_length(in), avail;
+	uint64_t need;
+	uint8_t *p;
+	char err[128];
+	int hl;
+
+	if (c->skip > 0) {
+		size_t n = c->skip < len ? (size_t)c->skip : len;
+
+		evbuffer_drain(in, n);
+		c->skip -= n;
+		return c->skip > 0 || n == 0 ? STEP_WAIT : STEP_NEXT;
+	}
+	avail = len < WS_HEADER_MAX ? len : WS_HEADER_MAX;
+	if (avail == 0)
+		return STEP_WAIT;
+	p = evbuffer_pullup(in, (ev_ssize_t)avail);
+	if (p == NULL) {
+		ws_fail(c, 1011, "out of memory for input");
+		return STEP_WAIT;
+	}
+	hl = ws_parse_header(p, avail, 1, &h, err, sizeof(err));
+	if (hl < 0) {
+		ws_fail(c, 1002, err);
+		return STEP_WAIT;
+	}
+	if (hl == 0)
+		return STEP_WAIT;
+	if (!(h.opcode & 0x8) && !ws_check_data(c, &h)) {
+		if (c->discard)
+			return STEP_WAIT;
+		evbuffer_drain(in, (size_t)hl);    /* skipping its payload */
+		return STEP_NEXT;
+	}
+	need = (uint64_t)hl + h.payload_len;
+	if (len < need) {
+		/* Wake us when it is all there, not for every record. */
+		bufferevent_setwatermark(c->bev, EV_READ, (size_t)need, 0);
+		return STEP_WAIT;
+	}
+	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+	p = evbuffer_pullup(in, (ev_ssize_t)need);
+	if (p == NULL) {
+		ws_fail(c, 1011, "out of memory for input");
+		return STEP_WAIT;
+	}
+	ws_mask(p + hl, (size_t)h.payload_len, h.mask, 0);
+	ws_on_frame(c, &h, p + hl, (size_t)h.payload_len);
+	/* The payload was the owner's during on_message only: drop it now. */
+	evbuffer_drain(in, (size_t)need);
+	return STEP_NEXT;
+}
+
+/* Parses and delivers what the input holds, as far as allowed. */
+static void
+ws_process(struct wsconn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	while (!c->finish && !(c->state == WS_OPEN && c->paused)) {
+		if (c->discard) {
+			evbuffer_drain(in, evbuffer_get_length(in));
+			break;
+		}
+		if (ws_next_frame(c, in) != STEP_NEXT)
+			break;
+	}
+}
+
+/* ---- libevent callbacks ---- */
+
+static void
+ws_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct wsconn *c = arg;
+	struct timeval tv;
+
+	if (c->pinged) {
+		/* It answered (or said something): the silence is over. */
+		c->pinged = 0;
+		seconds(&tv, WS_IDLE_PING_S);
+		bufferevent_set_timeouts(bev, &tv, NULL);
+	}
+	ws_process(c);
+	if (c->finish)
+		ws_finish(c, 1);
+}
+
+static void
+ws_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct wsconn *c = arg;
+
+	if (c->state == WS_OPEN) {
+		if (c->h.on_drain != NULL)
+			c->h.on_drain(c, c->arg);
+		return;
+	}
+	if (c->state != WS_CLOSING || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+		return;
+	c->close_flushed = 1;
+	if (c->peer_closed)
+		ws_finish(c, 1);
+}
+
+static void
+ws_idle(struct wsconn *c)
+{
+	struct timeval tv;
+
+	if (c->state != WS_OPEN) {
+		ws_finish(c, 0);
+		return;
+	}
+	if (c->pinged) {
+		info("websocket %s: silent for %d s: dropping", c->peer, WS_IDLE_DROP_S);
+		ws_finish(c, 0);
+		return;
+	}
+	c->pinged = 1;
+	if (ws_put_frame(c, OP_PING, NULL, 0) != 0)
+		return;
+	seconds(&tv, WS_IDLE_DROP_S - WS_IDLE_PING_S);
+	bufferevent_set_timeouts(c->bev, &tv, NULL);
+	/* A timeout turns reading off: on again, to hear the pong. */
+	bufferevent_enable(c->bev, EV_READ);
+}
+
+static void
+ws_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct wsconn *c = arg;
+
+	if (what & BEV_EVENT_TIMEOUT) {
+		ws_idle(c);
+		return;
+	}
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+		unsigned long e = bufferevent_get_openssl_error(bev);
+
+		if (c->state == WS_OPEN)
+			debug("websocket %s: connection %s%s%s", c->peer,
+			    (what & BEV_EVENT_EOF) ? "closed by the peer" : "failed",
+			    e != 0 ? ": " : "", e != 0 ? ERR_reason_error_string(e) : "");
+		ws_finish(c, 0);
+	}
+}
+
+static void
+ws_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsconn *c = arg;
+
+	if (c->state != WS_OPEN) {
+		/* The close deadline passed, or an abort. */
+		ws_finish(c, 0);
+		return;
+	}
+	ws_process(c);
+	if (c->finish)
+		ws_finish(c, 1);
+}
+
+/* ---- setup and settings ---- */
+
+struct wsconn *
+wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
+    const struct wsconn_handlers *h, void *arg)
+{
+	struct wsconn *c = calloc(1, sizeof(*c));
+	struct timeval tv;
+
+	if (c == NULL)
+		return NULL;
+	c->timer = event_new(bufferevent_get_base(bev), -1, 0, ws_timer_cb, c);
+	if (c->timer == NULL) {
+		free(c);
+		return NULL;
+	}
+	c->bev = bev;
+	c->h = *h;
+	c->arg = arg;
+	c->state = WS_OPEN;
+	c->max_message = WS_DEFAULT_MAX;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	bufferevent_setcb(bev, ws_read_cb, ws_write_cb, ws_event_cb, c);
+	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
+	seconds(&tv, WS_IDLE_PING_S);
+	bufferevent_set_timeouts(bev, &tv, NULL);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	LIST_INSERT_HEAD(all, c, link);
+	/* Frames that came with the upgrade request: delivered from the loop,
+	 * once the owner holds the connection. */
+	if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
+		event_active(c->timer, EV_TIMEOUT, 1);
+	return c;
+}
+
+void
+wsconn_destroy_all(struct wsconn_list *all)
+{
+	while (!LIST_EMPTY(all))
+		ws_finish(LIST_FIRST(all), 0);
+}
+
+void
+wsconn_pause_reading(struct wsconn *c, int paused)
+{
+	paused = paused != 0;
+	if (c->state != WS_OPEN || c->paused == paused)
+		return;
+	c->paused = paused;
+	if (paused) {
+		bufferevent_disable(c->bev, EV_READ);
+		return;
+	}
+	bufferevent_enable(c->bev, EV_READ);
+	/* Messages already buffered: from the loop, not inside this call. */
+	if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+		event_active(c->timer, EV_TIMEOUT, 1);
+}
+
+void
+wsconn_set_low_water(struct wsconn *c, size_t bytes)
+{
+	c->low_water = bytes;
+	if (c->state == WS_OPEN)
+		bufferevent_setwatermark(c->bev, EV_WRITE, bytes, 0);
+}
+
+void
+wsconn_set_max_message(struct wsconn *c, size_t bytes)
+{
+	c->max_message = bytes;
+}
+
+const char *
+wsconn_peer(const struct wsconn *c)
+{
+	return c->peer;
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Streams through the tunnel: integrity of 64 MiB each way through
+# `tetherctl connect`, 100 concurrent streams through `tetherctl forward`,
+# half-close, isolation of a stopped reader, and every refusal with its
+# reason and exit code.
+source "$(dirname "$0")/lib.sh"
+
+py=/usr/bin/python3
+$py "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
+PIDS+=($!)
+$py "$TETHER_SRC/tests/integration/tcpserver.py" source "$T/source.port" "$T/source.count" &
+PIDS+=($!)
+wait_until 10 "echo and source servers" test -s "$T/echo.port" -a -s "$T/source.port"
+echo_port=$(cat "$T/echo.port")
+source_port=$(cat "$T/source.port")
+closed_port=$(free_port)
+
+gateway_init
+gateway_start --stream-window 262144
+cid=$(cluster_create streams)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" --allow "127.0.0.1:$source_port" \
+	--allow "127.0.0.1:$closed_port" >/dev/null
+client_start n1
+agent_pid=$CLIENT_PID
+wait_until 20 "n1 active" agent_is n1 active
+
+head -c $((64 << 20)) /dev/urandom >"$T/big"
+"$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" <"$T/big" >"$T/big.echo" ||
+	fail "connect exited $?"
+[ "$(sha256sum <"$T/big")" = "$(sha256sum <"$T/big.echo")" ] ||
+	fail "64 MiB through connect: $(stat -c %s "$T/big.echo") bytes came back, or they differ"
+pass "64 MiB of random bytes through connect and back, SHA-256 equal"
+
+fwd_port=$(free_port)
+"$CTL" forward --cluster "$cid" --node n1 "127.0.0.1:$fwd_port:127.0.0.1:$echo_port" \
+	2>>"$T/forward.log" &
+fwd_pid=$!
+PIDS+=($fwd_pid)
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_until 20 "forward listening" port_open "$fwd_port"
+$py "$TETHER_SRC/tests/integration/streamclient.py" "$fwd_port" 100 $((1 << 20)) >"$T/many.out" ||
+	fail "100 concurrent streams: $(cat "$T/many.out")"
+pass "100 concurrent streams of 1 MiB each through forward, all SHA-256 equal"
+
+# Isolation: a reader that stops while other streams move bulk data.
+fwd2_port=$(free_port)
+"$CTL" forward --cluster "$cid" "127.0.0.1:$fwd2_port:127.0.0.1:$source_port" \
+	2>>"$T/forward2.log" &
+PIDS+=($!)
+wait_until 20 "second forward listening" port_open "$fwd2_port"
+$py - "$fwd2_port" <<'PY' &
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+time.sleep(3600)   # connects to the source and never reads
+PY
+PIDS+=($!)
+wait_until 20 "the source to start sending" test -s "$T/source.count"
+# Stalled means: the count stops moving (every buffer on the way is full).
+count_stable() {
+	local a b
+	a=$(cat "$T/source.count")
+	sleep 0.5
+	b=$(cat "$T/source.count")
+	[ "$a" = "$b" ]
+}
+wait_until 30 "the stalled stream to stop absorbing bytes" count_stable
+count1=$(cat "$T/source.count")
+$py "$TETHER_SRC/tests/integration/streamclient.py" "$fwd_port" 4 $((8 << 20)) >"$T/bulk.out" ||
+	fail "bulk streams beside a stalled one: $(cat "$T/bulk.out")"
+count2=$(cat "$T/source.count")
+# Sent into a reader that never reads: kernel socket buffers on each hop plus
+# one 256 KiB window per hop.  Far below this bound, and no longer growing.
+[ "$count2" -lt $((48 << 20)) ] || fail "stalled stream absorbed $count2 bytes"
+[ "$count2" = "$count1" ] || fail "stalled stream still growing: $count1 -> $count2"
+pass "a stalled reader holds $count2 bytes in flight (bounded) while bulk streams complete"
+
+# Half-close: the client shuts down its write side and still reads the reply.
+printf 'ping' | "$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" >"$T/pong" ||
+	fail "half-close connect exited $?"
+[ "$(cat "$T/pong")" = ping ] || fail "half-close: got '$(cat "$T/pong")'"
+pass "half-close: the reply arrives after the client's end of input"
+
+# Refusals, each with its reason and exit code.
+expect_exit 1 "$CTL" connect --cluster "$cid" 127.0.0.1:1 </dev/null
+assert_contains "$T/last.err" not_allowed
+assert_contains "$T/last.err" 502
+expect_exit 1 "$CTL" connect --cluster "$cid" "127.0.0.1:$closed_port" </dev/null
+assert_contains "$T/last.err" refused
+expect_exit 1 "$CTL" connect --cluster c-000000000000 "127.0.0.1:$echo_port" </dev/null
+assert_contains "$T/last.err" 404
+expect_exit 1 "$CTL" connect --cluster "$cid" --node nobody "127.0.0.1:$echo_port" </dev/null
+assert_contains "$T/last.err" 404
+expect_exit 3 "$CTL" --server "https://127.0.0.1:$(free_port)" connect --cluster "$cid" \
+	"127.0.0.1:$echo_port" </dev/null
+pass "not allowed (502), refused (502), unknown cluster and node (404), unreachable gateway (exit 3)"
+
+agent_is n1 active || fail "refusals cost the agent its tunnel"
+pass "a refused stream leaves the tunnel and the other streams alone"
+
+# Losing the tunnel ends its streams at once: the client sees an error, not a hang.
+mkfifo "$T/slow"
+"$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" <"$T/slow" >"$T/lost.out" 2>"$T/lost.err" &
+lost_pid=$!
+exec 7>"$T/slow"
+printf 'hello' >&7
+wait_until 10 "the stream to carry bytes" grep -q hello "$T/lost.out"
+kill -KILL "$agent_pid"
+rc=0
+wait "$lost_pid" || rc=$?
+exec 7>&-
+[ "$rc" -ne 0 ] || fail "connect exited 0 after its tunnel was lost"
+pass "the agent dies mid-stream: connect exits $rc promptly ($(head -c 200 "$T/lost.err"))"
+expect_exit 1 "$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" </dev/null
+assert_contains "$T/last.err" 503
+pass "with no agent connected: 503 and exit 1"
+
+grep -q "audit stream who=admin:" "$T/gateway.log" || fail "no audit line in the gateway log"
+pass "every stream leaves an audit line"
+
+kill -TERM "$fwd_pid"
+wait "$fwd_pid" || fail "forward did not exit 0 on SIGTERM"
+gateway_stop

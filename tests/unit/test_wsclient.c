@@ -1,0 +1,1245 @@
+/*
+ * test_wsclient.c: the WebSocket client (common/wsclient.c, wsframe.c).
+ *
+ * ws_parse_header is held to RFC 6455 for every length encoding, both mask
+ * settings, every protocol error it promises to report, and every
+ * incomplete prefix of a valid header; ws_mask and ws_mask_copy must equal
+ * a byte-by-byte reference for every length up to 100, every phase and
+ * every alignment, without touching a byte outside the range.
+ *
+ * The client itself runs against a scripted server on loopback (plain
+ * ws://, same event loop): upgrade checks, refusals and their reasons,
+ * whole and fragmented messages, ping, close in both directions, protocol
+ * errors, backpressure, and wsclient_free from inside callbacks.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+
+#include "wsclient.h"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- ws_parse_header ------------------------------------------------------ */
+
+/* Builds a header; returns its length. */
+static size_t
+build_header(uint8_t *b, int fin, int opcode, int masked, uint64_t len,
+    const uint8_t mask[4])
+{
+	size_t n = 2;
+
+	b[0] = (uint8_t)((fin ? 0x80 : 0) | opcode);
+	if (len < 126)
+		b[1] = (uint8_t)len;
+	else if (len <= 0xffff) {
+		b[1] = 126;
+		b[2] = (uint8_t)(len >> 8);
+		b[3] = (uint8_t)len;
+		n = 4;
+	} else {
+		b[1] = 127;
+		for (int i = 0; i < 8; i++)
+			b[2 + i] = (uint8_t)(len >> (56 - 8 * i));
+		n = 10;
+	}
+	if (masked) {
+		b[1] |= 0x80;
+		memcpy(b + n, mask, 4);
+		n += 4;
+	}
+	return n;
+}
+
+/* Every prefix shorter than the header must ask for more, not fail. */
+static void
+assert_incomplete_prefixes(const uint8_t *b, size_t n, int expect_masked)
+{
+	struct ws_frame_header h;
+	char err[128];
+
+	for (size_t k = 0; k < n; k++) {
+		err[0] = 'x';
+		assert_int_equal(ws_parse_header(b, k, expect_masked, &h, err,
+		    sizeof(err)), 0);
+		assert_int_equal(err[0], '\0');
+	}
+}
+
+static void
+check_valid(int fin, int opcode, int masked, uint64_t len, size_t want_hl)
+{
+	static const uint8_t mask[4] = { 0xa1, 0x02, 0xf3, 0x44 };
+	struct ws_frame_header h;
+	uint8_t b[32];
+	char err[128];
+	size_t n;
+
+	n = build_header(b, fin, opcode, masked, len, mask);
+	assert_int_equal(n, want_hl);
+	/* Trailing payload bytes must not change the answer. */
+	memset(b + n, 0xee, sizeof(b) - n);
+	memset(&h, 0x55, sizeof(h));
+	assert_int_equal(ws_parse_header(b, sizeof(b), masked, &h, err,
+	    sizeof(err)), (int)n);
+	assert_int_equal(h.fin, fin);
+	assert_int_equal(h.opcode, opcode);
+	assert_int_equal(h.masked, masked);
+	assert_true(h.payload_len == len);
+	if (masked)
+		assert_memory_equal(h.mask, mask, 4);
+	/* Exactly the header is enough. */
+	assert_int_equal(ws_parse_header(b, n, masked, &h, err, sizeof(err)),
+	    (int)n);
+	assert_incomplete_prefixes(b, n, masked);
+}
+
+static void
+test_header_lengths(void **state)
+{
+	static const struct {
+		uint64_t len;
+		size_t hl;
+	} cases[] = {
+		{ 0, 2 }, { 1, 2 }, { 125, 2 },
+		{ 126, 4 }, { 127, 4 }, { 65535, 4 },
+		{ 65536, 10 }, { 0xffffffffULL, 10 }, { 0x100000000ULL, 10 },
+		{ 0x7fffffffffffffffULL, 10 },
+	};
+	static const int data_ops[] = { 0x0, 0x1, 0x2 };
+
+	for (size_t i = 0; i < NELEM(cases); i++) {
+		for (size_t o = 0; o < NELEM(data_ops); o++) {
+			for (int fin = 0; fin <= 1; fin++) {
+				check_valid(fin, data_ops[o], 0, cases[i].len,
+				    cases[i].hl);
+				check_valid(fin, data_ops[o], 1, cases[i].len,
+				    cases[i].hl + 4);
+			}
+		}
+	}
+}
+
+static void
+test_header_control(void **state)
+{
+	static const int ops[] = { 0x8, 0x9, 0xa };
+	static const uint64_t lens[] = { 0, 2, 125 };
+
+	for (size_t o = 0; o < NELEM(ops); o++)
+		for (size_t l = 0; l < NELEM(lens); l++) {
+			check_valid(1, ops[o], 0, lens[l], 2);
+			check_valid(1, ops[o], 1, lens[l], 6);
+		}
+}
+
+/* A length encoded in more bytes than needed is legal to parse. */
+static void
+test_header_nonminimal(void **state)
+{
+	struct ws_frame_header h;
+	uint8_t b16[] = { 0x82, 126, 0x00, 0x05 };
+	uint8_t b64[] = { 0x82, 127, 0, 0, 0, 0, 0, 0, 0x01, 0x00 };
+	char err[128];
+
+	assert_int_equal(ws_parse_header(b16, sizeof(b16), 0, &h, err,
+	    sizeof(err)), 4);
+	assert_true(h.payload_len == 5);
+	assert_int_equal(ws_parse_header(b64, sizeof(b64), 0, &h, err,
+	    sizeof(err)), 10);
+	assert_true(h.payload_len == 256);
+}
+
+static void
+expect_error(const uint8_t *b, size_t n, int expect_masked, const char *word)
+{
+	struct ws_frame_header h;
+	char err[128];
+
+	err[0] = '\0';
+	assert_int_equal(ws_parse_header(b, n, expect_masked, &h, err,
+	    sizeof(err)), -1);
+	if (strstr(err, word) == NULL)
+		fail_msg("error \"%s\" does not mention \"%s\"", err, word);
+	/* No err buffer at all must be fine too. */
+	assert_int_equal(ws_parse_header(b, n, expect_masked, &h, NULL, 0), -1);
+}
+
+static void
+test_header_errors(void **state)
+{
+	uint8_t b[16];
+
+	/* Reserved bits, each alone: refused from the first byte. */
+	for (int bit = 0x10; bit <= 0x40; bit <<= 1) {
+		b[0] = (uint8_t)(0x82 | bit);
+		b[1] = 0;
+		expect_error(b, 1, 0, "reserved");
+		expect_error(b, 2, 0, "reserved");
+	}
+	/* Unknown opcodes. */
+	for (int op = 0x3; op <= 0xf; op++) {
+		if (op >= 0x8 && op <= 0xa)
+			continue;
+		b[0] = (uint8_t)(0x80 | op);
+		b[1] = 0;
+		expect_error(b, 1, 0, "opcode");
+		expect_error(b, 2, 0, "opcode");
+	}
+	/* Fragmented control frames. */
+	for (int op = 0x8; op <= 0xa; op++) {
+		b[0] = (uint8_t)op;
+		b[1] = 0;
+		expect_error(b, 1, 0, "fragmented control");
+	}
+	/* Mask bit not as expected, either way. */
+	b[0] = 0x82;
+	b[1] = 0x80 | 5;
+	expect_error(b, 2, 0, "masked frame from the server");
+	b[1] = 5;
+	expect_error(b, 2, 1, "unmasked frame from the client");
+	/* Control frames over 125 bytes, in each length encoding. */
+	for (int op = 0x8; op <= 0xa; op++) {
+		b[0] = (uint8_t)(0x80 | op);
+		b[1] = 126;
+		expect_error(b, 2, 0, "longer than 125");
+		b[1] = 127;
+		expect_error(b, 2, 0, "longer than 125");
+	}
+	/* 64-bit length with the top bit set: seen from its first byte. */
+	memset(b, 0, sizeof(b));
+	b[0] = 0x82;
+	b[1] = 127;
+	b[2] = 0x80;
+	expect_error(b, 3, 0, "most significant bit");
+	expect_error(b, 10, 0, "most significant bit");
+	b[1] = 0x80 | 127;
+	expect_error(b, 14, 1, "most significant bit");
+}
+
+static void
+test_header_empty(void **state)
+{
+	struct ws_frame_header h;
+	char err[8] = "x";
+
+	assert_int_equal(ws_parse_header(NULL, 0, 0, &h, err, sizeof(err)), 0);
+	assert_int_equal(err[0], '\0');
+}
+
+/* ---- ws_mask ------------------------------------------------------------- */
+
+static void
+reference_mask(uint8_t *d, size_t len, const uint8_t mask[4], size_t phase)
+{
+	for (size_t i = 0; i < len; i++)
+		d[i] ^= mask[(phase + i) % 4];
+}
+
+static void
+test_mask(void **state)
+{
+	static const uint8_t mask[4] = { 0x12, 0x9a, 0xff, 0x01 };
+	uint8_t buf[128 + 16], want[128 + 16], src[128 + 16], dst[128 + 16];
+
+	for (size_t len = 0; len <= 100; len++)
+		for (size_t phase = 0; phase < 4; phase++)
+			for (size_t off = 0; off < 8; off++) {
+				for (size_t i = 0; i < sizeof(buf); i++)
+					buf[i] = src[i] = (uint8_t)(i * 31 + len);
+				memcpy(want, buf, sizeof(buf));
+				reference_mask(want + off, len, mask, phase);
+
+				/* In place, at every alignment. */
+				assert_int_equal(ws_mask(buf + off, len, mask,
+				    phase), (phase + len) % 4);
+				assert_memory_equal(buf, want, sizeof(buf));
+
+				/* Copying, source and destination at
+				 * different alignments. */
+				memset(dst, 0xcc, sizeof(dst));
+				assert_int_equal(ws_mask_copy(dst + (7 - off),
+				    src + off, len, mask, phase), (phase + len) % 4);
+				assert_memory_equal(dst + (7 - off), want + off, len);
+				for (size_t i = 0; i < 7 - off; i++)
+					assert_int_equal(dst[i], 0xcc);
+				for (size_t i = 7 - off + len; i < sizeof(dst); i++)
+					assert_int_equal(dst[i], 0xcc);
+			}
+}
+
+/* Masking in pieces continues the phase: the result equals one pass. */
+static void
+test_mask_pieces(void **state)
+{
+	static const uint8_t mask[4] = { 0xde, 0xad, 0xbe, 0xef };
+	uint8_t a[1000], b[1000];
+	size_t phase = 0, done = 0, step = 1;
+
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = b[i] = (uint8_t)(i ^ (i >> 3));
+	reference_mask(a, sizeof(a), mask, 0);
+	while (done < sizeof(b)) {
+		size_t n = step < sizeof(b) - done ? step : sizeof(b) - done;
+		phase = ws_mask(b + done, n, mask, phase);
+		done += n;
+		step = step * 3 % 37 + 1;
+	}
+	assert_memory_equal(a, b, sizeof(a));
+}
+
+/* ---- the client against a scripted server ------------------------------ */
+
+#define GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+struct got_frame {
+	int opcode;
+	size_t len;
+	uint8_t data[256];
+};
+
+struct server {
+	struct event_base *base;
+	struct evconnlistener *lis;
+	struct bufferevent *bev;
+	int port;
+	/* Script. */
+	const char *response;      /* literal response; NULL: a good 101 */
+	const char *protocol;      /* Sec-WebSocket-Protocol to answer */
+	int bad_accept;
+	int echo_close;            /* answer a client close with a close */
+	void (*after_upgrade)(struct server *);
+	/* Record. */
+	int upgraded;
+	char request[4096];
+	struct got_frame frames[16];
+	int nframes;
+	size_t bytes_in;           /* payload bytes received */
+};
+
+struct client {
+	struct event_base *base;
+	struct wsclient *c;
+	int opened, closed, status;
+	char reason[256];
+	int nmsg;
+	size_t lens[32];
+	int binary[32];
+	uint8_t *msgs[32];
+	int drains;
+	int free_in_message;       /* wsclient_free in the first on_message */
+	int pause_in_open;
+	int close_in_open;
+	int free_in_open;
+	int paused_now;
+	int msgs_while_paused;
+};
+
+static struct server srv;
+static struct client cli;
+
+static void
+server_raw(const void *p, size_t n)
+{
+	assert_int_equal(bufferevent_write(srv.bev, p, n), 0);
+}
+
+static void
+server_frame(int fin, int opcode, const void *data, size_t len)
+{
+	uint8_t h[16];
+	size_t n = build_header(h, fin, opcode, 0, len, NULL);
+
+	server_raw(h, n);
+	if (len > 0)
+		server_raw(data, len);
+}
+
+static void
+server_close_frame(uint16_t code, const char *reason)
+{
+	uint8_t b[128];
+	size_t n = strlen(reason);
+
+	b[0] = (uint8_t)(code >> 8);
+	b[1] = (uint8_t)code;
+	memcpy(b + 2, reason, n);
+	server_frame(1, 0x8, b, 2 + n);
+}
+
+static void
+key_accept(const char *req, char out[64])
+{
+	const char *k = strcasestr(req, "Sec-WebSocket-Key:");
+	unsigned char sha[SHA_DIGEST_LENGTH];
+	char buf[128];
+	size_t n;
+
+	assert_non_null(k);
+	k += strlen("Sec-WebSocket-Key:");
+	k += strspn(k, " ");
+	n = strcspn(k, "\r");
+	assert_int_equal(n, 24);
+	snprintf(buf, sizeof(buf), "%.*s%s", (int)n, k, GUID);
+	SHA1((unsigned char *)buf, strlen(buf), sha);
+	EVP_EncodeBlock((unsigned char *)out, sha, sizeof(sha));
+}
+
+static void
+server_upgrade(struct evbuffer *in)
+{
+	struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+	char accept[64];
+
+	if (end.pos < 0)
+		return;
+	assert_true((size_t)end.pos + 4 < sizeof(srv.request));
+	evbuffer_remove(in, srv.request, (size_t)end.pos + 4);
+	srv.request[end.pos + 4] = '\0';
+	srv.upgraded = 1;
+	if (srv.response != NULL)
+		server_raw(srv.response, strlen(srv.response));
+	else {
+		key_accept(srv.request, accept);
+		if (srv.bad_accept)
+			accept[0] ^= 1;
+		evbuffer_add_printf(bufferevent_get_output(srv.bev),
+		    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+		    "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n", accept);
+		if (srv.protocol != NULL)
+			evbuffer_add_printf(bufferevent_get_output(srv.bev),
+			    "Sec-WebSocket-Protocol: %s\r\n", srv.protocol);
+		server_raw("\r\n", 2);
+	}
+	if (srv.after_upgrade != NULL)
+		srv.after_upgrade(&srv);
+}
+
+/* Frames from the client: masked, recorded unmasked. */
+static void
+server_frames(struct evbuffer *in)
+{
+	for (;;) {
+		size_t avail = evbuffer_get_length(in), n = avail < 14 ? avail : 14;
+		struct ws_frame_header h;
+		char err[128];
+		uint8_t *p;
+		int hl;
+
+		if (avail < 2)
+			return;
+		p = evbuffer_pullup(in, (ev_ssize_t)n);
+		hl = ws_parse_header(p, n, 1, &h, err, sizeof(err));
+		if (hl < 0)
+			fail_msg("client sent a bad frame: %s", err);
+		if (hl == 0 || avail < hl + h.payload_len)
+			return;
+		p = evbuffer_pullup(in, (ev_ssize_t)(hl + h.payload_len));
+		ws_mask(p + hl, h.payload_len, h.mask, 0);
+		srv.bytes_in += h.payload_len;
+		if (srv.nframes < (int)NELEM(srv.frames)) {
+			struct got_frame *g = &srv.frames[srv.nframes++];
+			g->opcode = h.opcode;
+			g->len = h.payload_len;
+			memcpy(g->data, p + hl, h.payload_len < sizeof(g->data) ?
+			    h.payload_len : sizeof(g->data));
+		}
+		if (h.opcode == 0x8 && srv.echo_close)
+			server_frame(1, 0x8, p + hl, h.payload_len);
+		evbuffer_drain(in, hl + h.payload_len);
+	}
+}
+
+static void
+server_read(struct bufferevent *bev, void *arg)
+{
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	if (!srv.upgraded)
+		server_upgrade(in);
+	if (srv.upgraded && srv.response == NULL)
+		server_frames(in);
+}
+
+static void
+server_event(struct bufferevent *bev, short what, void *arg)
+{
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+		bufferevent_free(srv.bev);
+		srv.bev = NULL;
+	}
+}
+
+static void
+server_accept(struct evconnlistener *lis, evutil_socket_t fd,
+    struct sockaddr *sa, int salen, void *arg)
+{
+	assert_null(srv.bev);
+	srv.bev = bufferevent_socket_new(srv.base, fd, BEV_OPT_CLOSE_ON_FREE);
+	assert_non_null(srv.bev);
+	bufferevent_setcb(srv.bev, server_read, NULL, server_event, NULL);
+	bufferevent_enable(srv.bev, EV_READ | EV_WRITE);
+}
+
+/* Closes the server's side once what it queued is written. */
+static void
+server_hangup_written(struct bufferevent *bev, void *arg)
+{
+	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+		bufferevent_free(srv.bev);
+		srv.bev = NULL;
+	}
+}
+
+static void
+server_hangup(void)
+{
+	bufferevent_setcb(srv.bev, server_read, server_hangup_written,
+	    server_event, NULL);
+	bufferevent_disable(srv.bev, EV_READ);
+}
+
+static void
+on_open(struct wsclient *c, void *arg)
+{
+	cli.opened++;
+	if (cli.pause_in_open) {
+		wsclient_pause_reading(c, 1);
+		cli.paused_now = 1;
+	}
+	if (cli.close_in_open)
+		wsclient_close(c, 1000, "client done");
+	if (cli.free_in_open) {
+		wsclient_free(c);
+		cli.c = NULL;
+		event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
+	}
+}
+
+static void
+on_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
+    void *arg)
+{
+	int i = cli.nmsg++;
+
+	assert_true(i < (int)NELEM(cli.msgs));
+	if (cli.paused_now)
+		cli.msgs_while_paused++;
+	cli.lens[i] = len;
+	cli.binary[i] = binary;
+	cli.msgs[i] = malloc(len ? len : 1);
+	assert_non_null(cli.msgs[i]);
+	memcpy(cli.msgs[i], data, len);
+	if (cli.free_in_message) {
+		wsclient_free(c);
+		cli.c = NULL;
+		event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
+	}
+}
+
+static void
+on_drain(struct wsclient *c, void *arg)
+{
+	cli.drains++;
+}
+
+static void
+on_close(struct wsclient *c, int status, const char *reason, void *arg)
+{
+	assert_int_equal(cli.closed, 0);
+	cli.closed++;
+	cli.status = status;
+	snprintf(cli.reason, sizeof(cli.reason), "%s", reason);
+	wsclient_free(c);
+	cli.c = NULL;
+	/* Let the server see the end of the connection before stopping. */
+	event_base_loopexit(cli.base, &(struct timeval){ 0, 20000 });
+}
+
+static const struct wsclient_callbacks callbacks = {
+	on_open, on_message, on_drain, on_close,
+};
+
+static int
+setup(void **state)
+{
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+
+	memset(&srv, 0, sizeof(srv));
+	memset(&cli, 0, sizeof(cli));
+	srv.base = cli.base = event_base_new();
+	assert_non_null(srv.base);
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	srv.lis = evconnlistener_new_bind(srv.base, server_accept, NULL,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 8,
+	    (struct sockaddr *)&sin, sizeof(sin));
+	assert_non_null(srv.lis);
+	getsockname(evconnlistener_get_fd(srv.lis), (struct sockaddr *)&sin, &sl);
+	srv.port = ntohs(sin.sin_port);
+	srv.echo_close = 1;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	if (cli.c != NULL)
+		wsclient_free(cli.c);
+	for (int i = 0; i < cli.nmsg; i++)
+		free(cli.msgs[i]);
+	if (srv.bev != NULL)
+		bufferevent_free(srv.bev);
+	evconnlistener_free(srv.lis);
+	event_base_free(srv.base);
+	return 0;
+}
+
+/* Connects to the scripted server and runs the loop until on_close (or
+ * the safety timeout). */
+static void
+run_client(const char *path, const char *subprotocol, size_t max_message,
+    size_t low_water)
+{
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d%s", srv.port, path);
+	cfg.url = url;
+	cfg.subprotocol = subprotocol;
+	cfg.bearer_token = "tok123";
+	cfg.max_message = max_message;
+	cfg.low_water = low_water;
+	cfg.connect_timeout_ms = 3000;
+	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
+	if (cli.c == NULL)
+		fail_msg("wsclient_connect: %s", err);
+	event_base_loopexit(cli.base, &(struct timeval){ 10, 0 });
+	event_base_dispatch(cli.base);
+}
+
+static uint8_t big[200000];
+
+static void
+script_messages(struct server *s)
+{
+	static const uint8_t ping[] = "are you there";
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7 + (i >> 9));
+	server_frame(1, 0x2, big, sizeof(big));          /* 64-bit length */
+	server_frame(1, 0x1, "hello", 5);                /* text */
+	server_frame(0, 0x2, "frag", 4);                 /* fragmented ... */
+	server_frame(1, 0x9, ping, sizeof(ping) - 1);    /* ... a ping inside */
+	server_frame(0, 0x0, "ment", 4);
+	server_frame(1, 0x0, "ed!", 3);
+	server_frame(1, 0x2, NULL, 0);                   /* empty message */
+	server_frame(1, 0xa, "unsolicited", 11);         /* a pong: ignored */
+	server_close_frame(1000, "bye now");
+}
+
+static void
+test_client_messages(void **state)
+{
+	srv.protocol = "tether.v1";
+	srv.after_upgrade = script_messages;
+	run_client("/v1/connect?x=1", "tether.v1", 0, 0);
+
+	/* The request. */
+	assert_non_null(strstr(srv.request, "GET /v1/connect?x=1 HTTP/1.1\r\n"));
+	assert_non_null(strcasestr(srv.request, "\r\nHost: 127.0.0.1:"));
+	assert_non_null(strcasestr(srv.request, "\r\nUpgrade: websocket\r\n"));
+	assert_non_null(strcasestr(srv.request, "\r\nSec-WebSocket-Version: 13\r\n"));
+	assert_non_null(strcasestr(srv.request, "\r\nSec-WebSocket-Protocol: tether.v1\r\n"));
+	assert_non_null(strcasestr(srv.request, "\r\nAuthorization: Bearer tok123\r\n"));
+
+	assert_int_equal(cli.opened, 1);
+	assert_int_equal(cli.nmsg, 4);
+	assert_int_equal(cli.lens[0], sizeof(big));
+	assert_memory_equal(cli.msgs[0], big, sizeof(big));
+	assert_true(cli.binary[0]);
+	assert_int_equal(cli.lens[1], 5);
+	assert_memory_equal(cli.msgs[1], "hello", 5);
+	assert_false(cli.binary[1]);
+	assert_int_equal(cli.lens[2], 11);
+	assert_memory_equal(cli.msgs[2], "fragmented!", 11);
+	assert_true(cli.binary[2]);
+	assert_int_equal(cli.lens[3], 0);
+
+	/* The pong echoed the ping; the close was echoed with its code. */
+	assert_int_equal(srv.nframes, 2);
+	assert_int_equal(srv.frames[0].opcode, 0xa);
+	assert_int_equal(srv.frames[0].len, 13);
+	assert_memory_equal(srv.frames[0].data, "are you there", 13);
+	assert_int_equal(srv.frames[1].opcode, 0x8);
+	assert_int_equal(srv.frames[1].len, 2);
+	assert_int_equal(srv.frames[1].data[0] << 8 | srv.frames[1].data[1], 1000);
+
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, 101);
+	assert_string_equal(cli.reason, "bye now");
+}
+
+/* Sending: iovecs concatenated and masked; large messages; on_drain. */
+static void
+send_in_open(struct wsclient *c, void *arg)
+{
+	struct iovec iov[3] = {
+		{ (void *)"head-", 5 }, { big, 70000 }, { (void *)"-tail", 5 },
+	};
+
+	cli.opened++;
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 13 + 1);
+	assert_int_equal(wsclient_sendv(c, iov, 3, 1), 0);
+	assert_int_equal(wsclient_send(c, (const uint8_t *)"abc", 3, 0), 0);
+	assert_int_equal(wsclient_send(c, NULL, 0, 1), 0);
+	assert_true(wsclient_pending(c) > 70000);
+}
+
+/* Written down to the low-water mark: close. */
+static void
+close_in_drain(struct wsclient *c, void *arg)
+{
+	assert_true(wsclient_pending(c) <= 1024);
+	if (cli.drains++ > 0)
+		return;
+	wsclient_close(c, 4000, "done sending");
+	/* After close nothing more can be sent. */
+	assert_int_equal(wsclient_send(c, (const uint8_t *)"x", 1, 1), -1);
+}
+
+static void
+test_client_send(void **state)
+{
+	struct wsclient_callbacks cb = callbacks;
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+
+	cb.on_open = send_in_open;
+	cb.on_drain = close_in_drain;
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d/", srv.port);
+	cfg.url = url;
+	cfg.low_water = 1024;
+	cli.c = wsclient_connect(cli.base, &cfg, &cb, NULL, err, sizeof(err));
+	assert_non_null(cli.c);
+	event_base_loopexit(cli.base, &(struct timeval){ 10, 0 });
+	event_base_dispatch(cli.base);
+
+	assert_int_equal(srv.nframes, 4);
+	assert_int_equal(srv.frames[0].opcode, 0x2);
+	assert_int_equal(srv.frames[0].len, 70010);
+	assert_memory_equal(srv.frames[0].data, "head-", 5);
+	assert_memory_equal(srv.frames[0].data + 5, big, sizeof(srv.frames[0].data) - 5);
+	assert_int_equal(srv.frames[1].opcode, 0x1);
+	assert_memory_equal(srv.frames[1].data, "abc", 3);
+	assert_int_equal(srv.frames[2].len, 0);
+	assert_int_equal(srv.frames[3].opcode, 0x8);
+	assert_int_equal(srv.frames[3].data[0] << 8 | srv.frames[3].data[1], 4000);
+	assert_memory_equal(srv.frames[3].data + 2, "done sending", 12);
+	assert_true(cli.drains >= 1);
+	/* The server answered our close: a clean close. */
+	assert_int_equal(cli.status, 101);
+}
+
+/* Our close, and a server that never answers it: still closes. */
+static void
+test_client_close_unanswered(void **state)
+{
+	srv.echo_close = 0;
+	cli.close_in_open = 1;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, 101);
+	assert_string_equal(cli.reason, "client done");
+	assert_int_equal(srv.nframes, 1);
+	assert_int_equal(srv.frames[0].opcode, 0x8);
+}
+
+static void
+expect_refusal(const char *response, int status, const char *reason)
+{
+	srv.response = response;
+	run_client("/v1/nothing", "tether.v1", 0, 0);
+	assert_int_equal(cli.opened, 0);
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, status);
+	assert_string_equal(cli.reason, reason);
+}
+
+static void
+test_refused_json(void **state)
+{
+	expect_refusal("HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 33\r\n\r\n{\"error\":\"no such thing\",\"x\":1}\n\n",
+	    404, "no such thing");
+}
+
+static void
+test_refused_text(void **state)
+{
+	expect_refusal("HTTP/1.1 403 Forbidden\r\nContent-Length: 25\r\n\r\n"
+	    "\n  go away\r\nsecond line\r\n", 403, "go away");
+}
+
+static void
+test_refused_empty(void **state)
+{
+	expect_refusal("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+	    400, "HTTP/1.1 400 Bad Request");
+}
+
+/* Content-Length bounds the body: bytes beyond it are not the reason. */
+static void
+test_refused_length_bound(void **state)
+{
+	expect_refusal("HTTP/1.1 401 Unauthorized\r\nContent-Length: 4\r\n\r\n"
+	    "nopeEXTRA", 401, "nope");
+}
+
+/* Neither length nor chunking: the body ends with the connection. */
+static void
+script_hangup(struct server *s)
+{
+	server_hangup();
+}
+
+static void
+test_refused_until_eof(void **state)
+{
+	srv.after_upgrade = script_hangup;
+	expect_refusal("HTTP/1.0 503 Service Unavailable\r\n\r\n"
+	    "{\"error\":\"draining\"}", 503, "draining");
+}
+
+/* Neither, and no hang-up: the connect timeout ends the wait, and the
+ * reason is what arrived. */
+static void
+test_refused_body_timeout(void **state)
+{
+	struct timeval t0, t1;
+
+	gettimeofday(&t0, NULL);
+	expect_refusal("HTTP/1.1 502 Bad Gateway\r\n\r\nupstream down\n",
+	    502, "upstream down");
+	gettimeofday(&t1, NULL);
+	assert_true(t1.tv_sec - t0.tv_sec < 9); /* the 3 s connect timeout */
+}
+
+static void
+test_refused_chunked(void **state)
+{
+	expect_refusal("HTTP/1.1 429 Too Many\r\nTransfer-Encoding: chunked\r\n\r\n"
+	    "8\r\n{\"error\"\r\n9\r\n:\"slow\"}\n\r\n0\r\n\r\n", 429, "slow");
+}
+
+static void
+test_bad_accept(void **state)
+{
+	srv.bad_accept = 1;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.opened, 0);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "Sec-WebSocket-Accept"));
+}
+
+static void
+test_subprotocol_refused(void **state)
+{
+	srv.protocol = NULL;
+	run_client("/", "tether.v1", 0, 0);
+	assert_int_equal(cli.opened, 0);
+	assert_non_null(strstr(cli.reason, "subprotocol tether.v1"));
+}
+
+static void
+test_subprotocol_unasked(void **state)
+{
+	srv.protocol = "other";
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.opened, 0);
+	assert_non_null(strstr(cli.reason, "subprotocol"));
+}
+
+static void
+test_malformed_response(void **state)
+{
+	srv.response = "SSH-2.0-OpenSSH\r\n\r\n";
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "malformed"));
+}
+
+/* Protocol errors after open: a close with the right code, then on_close. */
+static const uint8_t *bad_bytes;
+static size_t bad_len;
+
+static void
+script_bad(struct server *s)
+{
+	server_frame(1, 0x2, "ok", 2);
+	server_raw(bad_bytes, bad_len);
+}
+
+static void
+expect_protocol_error(const uint8_t *bytes, size_t len, size_t max_message,
+    uint16_t code, const char *word)
+{
+	bad_bytes = bytes;
+	bad_len = len;
+	srv.after_upgrade = script_bad;
+	run_client("/", NULL, max_message, 0);
+	assert_int_equal(cli.nmsg, 1);
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, 0);
+	if (strstr(cli.reason, word) == NULL)
+		fail_msg("reason \"%s\" does not mention \"%s\"", cli.reason, word);
+	assert_int_equal(srv.nframes, 1);
+	assert_int_equal(srv.frames[0].opcode, 0x8);
+	assert_int_equal(srv.frames[0].data[0] << 8 | srv.frames[0].data[1], code);
+}
+
+static void
+test_error_masked(void **state)
+{
+	static const uint8_t b[] = { 0x82, 0x82, 1, 2, 3, 4, 'h', 'i' };
+	expect_protocol_error(b, sizeof(b), 0, 1002, "masked");
+}
+
+static void
+test_error_reserved(void **state)
+{
+	static const uint8_t b[] = { 0xc2, 0x00 };
+	expect_protocol_error(b, sizeof(b), 0, 1002, "reserved");
+}
+
+static void
+test_error_continuation(void **state)
+{
+	static const uint8_t b[] = { 0x80, 0x01, 'x' };
+	expect_protocol_error(b, sizeof(b), 0, 1002, "continuation");
+}
+
+static void
+test_error_interleaved(void **state)
+{
+	static const uint8_t b[] = { 0x02, 0x01, 'x', 0x82, 0x01, 'y' };
+	expect_protocol_error(b, sizeof(b), 0, 1002, "fragmented");
+}
+
+static void
+test_error_too_big(void **state)
+{
+	static const uint8_t b[] = { 0x82, 126, 0x04, 0x00 }; /* 1024 bytes */
+	expect_protocol_error(b, sizeof(b), 1000, 1009, "over 1000 bytes");
+}
+
+static void
+test_error_too_big_fragments(void **state)
+{
+	static uint8_t b[2 * (4 + 600)];
+
+	build_header(b, 0, 0x2, 0, 600, NULL);
+	build_header(b + 604, 1, 0x0, 0, 600, NULL);
+	expect_protocol_error(b, sizeof(b), 1000, 1009, "over 1000 bytes");
+}
+
+static void
+test_error_close_one_byte(void **state)
+{
+	static const uint8_t b[] = { 0x88, 0x01, 0x03 };
+	expect_protocol_error(b, sizeof(b), 0, 1002, "1-byte");
+}
+
+/* The server hangs up after a message, without a close frame. */
+static void
+script_message_hangup(struct server *s)
+{
+	server_frame(1, 0x2, "last words", 10);
+	server_hangup();
+}
+
+static void
+test_eof_without_close(void **state)
+{
+	srv.after_upgrade = script_message_hangup;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.nmsg, 1);
+	assert_memory_equal(cli.msgs[0], "last words", 10);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "without a close frame"));
+}
+
+/* Paused in on_open: nothing is delivered until the resume. */
+static void
+script_three(struct server *s)
+{
+	server_frame(1, 0x2, "one", 3);
+	server_frame(1, 0x2, "two", 3);
+	server_frame(1, 0x2, "three", 5);
+	server_close_frame(1000, "");
+}
+
+static void
+resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	assert_int_equal(cli.nmsg, 0);
+	cli.paused_now = 0;
+	wsclient_pause_reading(cli.c, 0);
+}
+
+static void
+test_pause(void **state)
+{
+	struct event *ev = evtimer_new(cli.base, resume_cb, NULL);
+	struct timeval tv = { 0, 200000 };
+
+	assert_non_null(ev);
+	evtimer_add(ev, &tv);
+	cli.pause_in_open = 1;
+	srv.after_upgrade = script_three;
+	run_client("/", NULL, 0, 0);
+	event_free(ev);
+	assert_int_equal(cli.msgs_while_paused, 0);
+	assert_int_equal(cli.nmsg, 3);
+	assert_memory_equal(cli.msgs[2], "three", 5);
+	assert_int_equal(cli.status, 101);
+	assert_string_equal(cli.reason, "closed by the server (code 1000)");
+}
+
+/* wsclient_free inside on_message, with more messages already buffered:
+ * no further callbacks, nothing touched after the free (ASan). */
+static void
+test_free_in_message(void **state)
+{
+	cli.free_in_message = 1;
+	srv.after_upgrade = script_three;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.nmsg, 1);
+	assert_int_equal(cli.closed, 0);
+}
+
+static void
+test_free_in_open(void **state)
+{
+	cli.free_in_open = 1;
+	srv.after_upgrade = script_three;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.opened, 1);
+	assert_int_equal(cli.nmsg, 0);
+	assert_int_equal(cli.closed, 0);
+}
+
+/* Freed right after connect, before anything happened. */
+static void
+test_free_at_once(void **state)
+{
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d/", srv.port);
+	cfg.url = url;
+	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
+	assert_non_null(cli.c);
+	wsclient_free(cli.c);
+	cli.c = NULL;
+	event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
+	event_base_dispatch(cli.base);
+	assert_int_equal(cli.closed, 0);
+}
+
+/* Freed while a name is being resolved (localhost, from /etc/hosts, may
+ * resolve at once: either way nothing may leak or fire). */
+static void
+test_free_resolving(void **state)
+{
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+
+	snprintf(url, sizeof(url), "ws://localhost:%d/", srv.port);
+	cfg.url = url;
+	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
+	assert_non_null(cli.c);
+	wsclient_free(cli.c);
+	cli.c = NULL;
+	event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
+	event_base_dispatch(cli.base);
+	assert_int_equal(cli.closed, 0);
+}
+
+/* wsclient_close before the upgrade: on_close follows, from the loop. */
+static void
+test_close_before_open(void **state)
+{
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d/", srv.port);
+	cfg.url = url;
+	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
+	assert_non_null(cli.c);
+	wsclient_close(cli.c, 1000, "never mind");
+	assert_int_equal(cli.closed, 0); /* not from inside the call */
+	event_base_loopexit(cli.base, &(struct timeval){ 5, 0 });
+	event_base_dispatch(cli.base);
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "never mind"));
+}
+
+static void
+test_bad_config(void **state)
+{
+	static const char *bad[] = {
+		"http://example.com/", "wss://", "wss:///path", "wss://[::1/x",
+		"wss://[::1]x/", "wss://host:0/", "wss://host:65536/",
+		"wss://host:12a/", "wss://host:/", "wss://user@host/",
+		"wss://ho st/", "wss://host/pa th", "wss://[not-v6]/",
+		"wss://host\r\nX: y/",
+	};
+	struct wsclient_config cfg = { 0 };
+	char err[256];
+
+	for (size_t i = 0; i < NELEM(bad); i++) {
+		cfg.url = bad[i];
+		err[0] = '\0';
+		if (wsclient_connect(cli.base, &cfg, &callbacks, NULL, err,
+		    sizeof(err)) != NULL)
+			fail_msg("accepted bad URL %s", bad[i]);
+		assert_true(err[0] != '\0');
+	}
+	cfg.url = "wss://127.0.0.1/";
+	cfg.ca_file = "/nonexistent/ca.pem";
+	assert_null(wsclient_connect(cli.base, &cfg, &callbacks, NULL, err,
+	    sizeof(err)));
+	assert_non_null(strstr(err, "/nonexistent/ca.pem"));
+	cfg.ca_file = NULL;
+	cfg.url = "ws://127.0.0.1/";
+	cfg.bearer_token = "a\r\nInjected: yes";
+	assert_null(wsclient_connect(cli.base, &cfg, &callbacks, NULL, err,
+	    sizeof(err)));
+}
+
+/* URL forms that must be accepted (the connection itself fails later). */
+static void
+test_good_urls(void **state)
+{
+	static const char *good[] = {
+		"wss://example.com", "wss://example.com:8443/a/b?c=d#frag",
+		"ws://[::1]:9/", "WSS://[fe80::1]", "ws://10.0.0.1?q",
+	};
+	struct wsclient_config cfg = { 0 };
+	char err[256];
+
+	for (size_t i = 0; i < NELEM(good); i++) {
+		struct wsclient *c;
+
+		cfg.url = good[i];
+		cfg.connect_timeout_ms = 1;
+		c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err,
+		    sizeof(err));
+		if (c == NULL)
+			fail_msg("refused good URL %s: %s", good[i], err);
+		wsclient_free(c);
+	}
+	/* Lookups cancelled by the frees finish on the loop. */
+	event_base_loopexit(cli.base, &(struct timeval){ 0, 200000 });
+	event_base_dispatch(cli.base);
+	assert_int_equal(cli.closed, 0);
+}
+
+static void
+test_connect_refused(void **state)
+{
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+
+	/* The listener's port, closed. */
+	evconnlistener_disable(srv.lis);
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d/", srv.port);
+	evconnlistener_free(srv.lis);
+	srv.lis = NULL;
+	cfg.url = url;
+	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
+	assert_non_null(cli.c);
+	event_base_loopexit(cli.base, &(struct timeval){ 5, 0 });
+	event_base_dispatch(cli.base);
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "refused"));
+	/* teardown frees the listener: give it one to free. */
+	{
+		struct sockaddr_in sin = { .sin_family = AF_INET };
+		sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		srv.lis = evconnlistener_new_bind(srv.base, server_accept, NULL,
+		    LEV_OPT_CLOSE_ON_FREE, 8, (struct sockaddr *)&sin, sizeof(sin));
+		assert_non_null(srv.lis);
+	}
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_header_lengths),
+		cmocka_unit_test(test_header_control),
+		cmocka_unit_test(test_header_nonminimal),
+		cmocka_unit_test(test_header_errors),
+		cmocka_unit_test(test_header_empty),
+		cmocka_unit_test(test_mask),
+		cmocka_unit_test(test_mask_pieces),
+		cmocka_unit_test_setup_teardown(test_client_messages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_send, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_close_unanswered, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_text, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_empty, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_length_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_until_eof, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_body_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_chunked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_accept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subprotocol_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subprotocol_unasked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_malformed_response, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_masked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_reserved, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_continuation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_interleaved, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_too_big, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_too_big_fragments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_close_one_byte, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eof_without_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pause, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_in_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_in_open, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_resolving, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_close_before_open, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_config, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_good_urls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connect_refused, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,304 @@
+/*
+ * dialer.c: allowlist, asynchronous dial, bridge (see dialer.h).
+ *
+ * Each OPEN gets a struct dial that lives until its bridge is done: while
+ * connecting it owns a bufferevent and a deadline timer; once connected the
+ * bufferevent passes to the bridge.
+ */
+#include "dialer.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/bufferevent.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "bridge.h"
+#include "frame.h"
+#include "log.h"
+#include "mux.h"
+#include "state.h"
+
+struct dialer {
+	struct event_base *base;
+	struct evdns_base *dns;
+	const struct client_state *st;
+	uint32_t timeout_ms;
+	struct dial *dials;          /* every dial not yet finished */
+	unsigned active;
+};
+
+struct dial {
+	struct dial *next, **prevp;
+	struct dialer *d;
+	struct bridge *bridge;
+	struct bufferevent *bev;     /* while connecting */
+	struct event *deadline;
+	char target[FRAME_TARGET_MAX + 1];
+	uint32_t stream_id;
+	struct timeval started;
+};
+
+static void
+dial_unlink(struct dial *x)
+{
+	if (x->prevp == NULL)
+		return;
+	*x->prevp = x->next;
+	if (x->next != NULL)
+		x->next->prevp = x->prevp;
+	x->prevp = NULL;
+	x->d->active--;
+}
+
+static void
+dial_stop_connecting(struct dial *x)
+{
+	if (x->deadline != NULL) {
+		event_free(x->deadline);
+		x->deadline = NULL;
+	}
+	if (x->bev != NULL) {
+		bufferevent_free(x->bev);
+		x->bev = NULL;
+	}
+}
+
+/* The bridge ended: one line of what the stream did, then forget it. */
+static void
+dial_done(struct bridge *b, const struct bridge_stats *st, void *arg)
+{
+	struct dial *x = arg;
+	struct timeval now, took;
+
+	gettimeofday(&now, NULL);
+	timersub(&now, &x->started, &took);
+	if (strncmp(st->end, "refused:", 8) != 0)
+		info("stream %u to %s ended (%s): %llu bytes in, %llu out, %ld.%03ld s",
+		    x->stream_id, x->target, st->end,
+		    (unsigned long long)st->bytes_in, (unsigned long long)st->bytes_out,
+		    (long)took.tv_sec, (long)took.tv_usec / 1000);
+	dial_stop_connecting(x);
+	dial_unlink(x);
+	free(x);
+}
+
+static void
+dial_fail(struct dial *x, const char *code, const char *reason)
+{
+	info("stream %u to %s refused: %s (%s)", x->stream_id, x->target, reason, code);
+	dial_stop_connecting(x);
+	bridge_refuse(x->bridge, code, reason);   /* calls dial_done, frees x */
+}
+
+static const char *
+errno_code(int err)
+{
+	switch (err) {
+	case ECONNREFUSED:
+		return "refused";
+	case ETIMEDOUT:
+		return "timeout";
+	default:
+		return "unreachable";
+	}
+}
+
+static void
+dial_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct dial *x = arg;
+	char reason[FRAME_REASON_MAX + 1];
+	int one = 1, err;
+
+	if (what & BEV_EVENT_CONNECTED) {
+		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		event_free(x->deadline);
+		x->deadline = NULL;
+		x->bev = NULL;
+		debug("stream %u: connected to %s", x->stream_id, x->target);
+		bridge_attach(x->bridge, bev);
+		return;
+	}
+	err = bufferevent_socket_get_dns_error(bev);
+	if (err != 0) {
+		snprintf(reason, sizeof(reason), "cannot resolve %s: %s", x->target,
+		    evutil_gai_strerror(err));
+		dial_fail(x, "unreachable", reason);
+		return;
+	}
+	err = EVUTIL_SOCKET_ERROR();
+	snprintf(reason, sizeof(reason), "connect to %s: %s", x->target,
+	    evutil_socket_error_to_string(err));
+	dial_fail(x, errno_code(err), reason);
+}
+
+static void
+dial_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	struct dial *x = arg;
+	char reason[FRAME_REASON_MAX + 1];
+
+	snprintf(reason, sizeof(reason), "no answer from %s within %u ms",
+	    x->target, x->d->timeout_ms);
+	dial_fail(x, "timeout", reason);
+}
+
+/* Splits "host:port" / "[v6]:port".  Returns 0 or -1. */
+static int
+split_target(const char *target, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(target, ':');
+	const char *h = target;
+	size_t n;
+	char *end;
+	long p;
+
+	if (colon == NULL)
+		return -1;
+	n = (size_t)(colon - target);
+	if (n >= 2 && target[0] == '[' && target[n - 1] == ']') {
+		h = target + 1;
+		n -= 2;
+	}
+	if (n == 0 || n >= hostlen)
+		return -1;
+	p = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || p < 1 || p > 65535)
+		return -1;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	*port = (int)p;
+	return 0;
+}
+
+/* The host:port a --service URL names (http(s)://HOST:PORT[/]). */
+static int
+service_target(const struct client_state *st, const char *name, char *out, size_t outlen)
+{
+	for (size_t i = 0; i < st->nservices; i++) {
+		const char *url = st->services[i].url, *p;
+		if (strcmp(st->services[i].name, name) != 0)
+			continue;
+		p = strstr(url, "://");
+		if (p == NULL)
+			return -1;
+		snprintf(out, outlen, "%.*s", (int)strcspn(p + 3, "/"), p + 3);
+		return 0;
+	}
+	return -1;
+}
+
+void
+dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req, void *arg)
+{
+	struct dialer *d = arg;
+	struct dial *x;
+	char host[256], reason[FRAME_REASON_MAX + 1];
+	struct timeval tv;
+	int port;
+
+	x = calloc(1, sizeof(*x));
+	if (x == NULL) {
+		mux_stream_refuse(s, "internal", "out of memory");
+		return;
+	}
+	x->d = d;
+	x->stream_id = mux_stream_id(s);
+	gettimeofday(&x->started, NULL);
+	x->next = d->dials;
+	if (d->dials != NULL)
+		d->dials->prevp = &x->next;
+	d->dials = x;
+	x->prevp = &d->dials;
+	d->active++;
+	x->bridge = bridge_accepting(s, dial_done, x);
+	if (x->bridge == NULL) {
+		dial_unlink(x);
+		free(x);
+		mux_stream_refuse(s, "internal", "out of memory");
+		return;
+	}
+
+	if (req->service[0] != '\0') {
+		snprintf(x->target, sizeof(x->target), "service %s", req->service);
+		if (service_target(d->st, req->service, x->target, sizeof(x->target)) != 0) {
+			snprintf(reason, sizeof(reason), "no service \"%s\" on this node",
+			    req->service);
+			dial_fail(x, "unknown_service", reason);
+			return;
+		}
+	} else {
+		snprintf(x->target, sizeof(x->target), "%s", req->target);
+		/* Deny by default: a compromised gateway still reaches only what
+		 * the node's owner allowed. */
+		if (!client_allow_match(d->st, req->target)) {
+			snprintf(reason, sizeof(reason), "%s is not in this node's allowlist",
+			    req->target);
+			dial_fail(x, "not_allowed", reason);
+			return;
+		}
+	}
+	if (split_target(x->target, host, sizeof(host), &port) != 0) {
+		snprintf(reason, sizeof(reason), "bad target \"%s\": want HOST:PORT", x->target);
+		dial_fail(x, "unreachable", reason);
+		return;
+	}
+	x->bev = bufferevent_socket_new(d->base, -1, BEV_OPT_CLOSE_ON_FREE);
+	x->deadline = evtimer_new(d->base, dial_timeout, x);
+	if (x->bev == NULL || x->deadline == NULL) {
+		dial_fail(x, "internal", "out of memory");
+		return;
+	}
+	bufferevent_setcb(x->bev, NULL, NULL, dial_event, x);
+	tv.tv_sec = d->timeout_ms / 1000;
+	tv.tv_usec = (d->timeout_ms % 1000) * 1000;
+	evtimer_add(x->deadline, &tv);
+	debug("stream %u: dialing %s", x->stream_id, x->target);
+	/* May report failure synchronously through dial_event (x freed then). */
+	bufferevent_socket_connect_hostname(x->bev, d->dns, AF_UNSPEC, host, port);
+}
+
+struct dialer *
+dialer_new(struct event_base *base, struct evdns_base *dns,
+    const struct client_state *st, uint32_t dial_timeout_ms)
+{
+	struct dialer *d = calloc(1, sizeof(*d));
+
+	if (d == NULL)
+		return NULL;
+	d->base = base;
+	d->dns = dns;
+	d->st = st;
+	d->timeout_ms = dial_timeout_ms;
+	return d;
+}
+
+void
+dialer_free(struct dialer *d)
+{
+	if (d == NULL)
+		return;
+	while (d->dials != NULL) {
+		struct dial *x = d->dials;
+		bridge_abort(x->bridge, "agent_stopping");   /* frees x via dial_done */
+		if (d->dials == x) {                         /* bridge already gone */
+			dial_stop_connecting(x);
+			dial_unlink(x);
+			free(x);
+		}
+	}
+	free(d);
+}
+
+unsigned
+dialer_active(const struct dialer *d)
+{
+	return d->active;
+}
