@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -214,12 +215,46 @@ static const struct mux_stream_handlers bridge_stream_handlers = {
 
 /* ---- socket events ---- */
 
+/*
+ * libevent 2.1 reads at most 4 KiB from a socket per wakeup
+ * (EVBUFFER_MAX_READ), which would make every stream move 4 KiB per loop
+ * iteration.  After the bufferevent's own read, take what else the socket
+ * holds, up to the read limit, straight into the input buffer.  End of file
+ * and errors are left for the bufferevent to see on its next read.
+ */
+static void
+sock_read_more(struct bridge *b)
+{
+	struct evbuffer *in = bufferevent_get_input(b->bev);
+	evutil_socket_t fd = bufferevent_getfd(b->bev);
+	struct evbuffer_iovec v;
+	size_t len, want;
+	ssize_t n;
+
+	while ((len = evbuffer_get_length(in)) < BRIDGE_READ_MAX) {
+		want = BRIDGE_READ_MAX - len;
+		if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
+			return;
+		if (v.iov_len > want)
+			v.iov_len = want;
+		n = read(fd, v.iov_base, v.iov_len);
+		if (n <= 0)
+			return;   /* nothing committed: EOF/EAGAIN/error go to the bufferevent */
+		v.iov_len = (size_t)n;
+		evbuffer_commit_space(in, &v, 1);
+		if ((size_t)n < want)
+			return;
+	}
+}
+
 static void
 sock_read(struct bufferevent *bev, void *arg)
 {
 	struct bridge *b = arg;
 
 	bridge_enter(b);
+	if (b->state == BRIDGE_OPEN && !b->sock_eof)
+		sock_read_more(b);
 	bridge_pump_in(b);
 	bridge_leave(b);
 }

@@ -43,6 +43,7 @@
  * (every Tether program does, at start-up).
  */
 #include "wsclient.h"
+#include "tlsread.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -1395,6 +1396,8 @@ read_cb(struct bufferevent *bev, void *arg)
 	struct wsclient *c = arg;
 
 	enter(c);
+	if (c->state == ST_OPEN)
+		tls_read_available(bev, c->max_message + 16);
 	process_input(c);
 	leave(c);
 }
@@ -1588,6 +1591,15 @@ start_connect(struct wsclient *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* libevent moves at most 16 KiB per socket per loop iteration by default:
+ * one tunnel carries many streams' bulk data, so let it move up to 1 MiB. */
+static void
+set_io_sizes(struct bufferevent *bev)
+{
+	bufferevent_set_max_single_read(bev, 1 << 20);
+	bufferevent_set_max_single_write(bev, 1 << 20);
+}
+
 static struct bufferevent *
 make_transport(struct wsclient *c, char *err, size_t errlen)
 {
@@ -1598,6 +1610,8 @@ make_transport(struct wsclient *c, char *err, size_t errlen)
 		bev = bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
 		if (bev == NULL)
 			errf(err, errlen, "cannot create a bufferevent");
+		else
+			set_io_sizes(bev);
 		return bev;
 	}
 	if ((ssl = tls_session(c, err, errlen)) == NULL)
@@ -1612,6 +1626,7 @@ make_transport(struct wsclient *c, char *err, size_t errlen)
 	/* A server that drops TCP without close_notify has still ended the
 	 * stream; the WebSocket close handshake says whether cleanly. */
 	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	set_io_sizes(bev);
 	return bev;
 }
 

@@ -568,7 +568,8 @@ http_reader_started(const struct http_reader *r)
 int
 http_reader_take_continue(struct http_reader *r)
 {
-	int want = r->want_continue && !r->cut && r->err_status == 0;
+	/* Not when the body is already here: the client did not wait. */
+	int want = r->want_continue && !r->complete && !r->cut && r->err_status == 0;
 
 	r->want_continue = 0;
 	return want;

@@ -80,9 +80,10 @@ int http_reader_error(const struct http_reader *r, const char **reason);
 int http_reader_started(const struct http_reader *r);
 
 /*
- * 1 exactly once per request, when its head is complete and asked for
- * "Expect: 100-continue" with a body that fits: the caller sends
- * "HTTP/1.1 100 Continue" so that the client sends the body.
+ * 1 at most once per request, when its head is complete, asked for
+ * "Expect: 100-continue" with a body that fits, and the body has not
+ * arrived yet: the caller sends "HTTP/1.1 100 Continue" so that the client
+ * sends the body.
  */
 int http_reader_take_continue(struct http_reader *r);
 

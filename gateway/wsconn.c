@@ -28,6 +28,7 @@
  * work ends the connection when the stack has unwound.
  */
 #include "wsconn.h"
+#include "tlsread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -476,12 +477,8 @@ ws_next_frame(struct wsconn *c, struct evbuffer *in)
 		return STEP_NEXT;
 	}
 	need = (uint64_t)hl + h.payload_len;
-	if (len < need) {
-		/* Wake us when it is all there, not for every record. */
-		bufferevent_setwatermark(c->bev, EV_READ, (size_t)need, 0);
-		return STEP_WAIT;
-	}
-	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+	if (len < need)
+		return STEP_WAIT;   /* each wakeup drains the socket: see ws_read_cb */
 	p = evbuffer_pullup(in, (ev_ssize_t)need);
 	if (p == NULL) {
 		ws_fail(c, 1011, "out of memory for input");
@@ -524,6 +521,8 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 		seconds(&tv, WS_IDLE_PING_S);
 		bufferevent_set_timeouts(bev, &tv, NULL);
 	}
+	/* Take every record that is ready now, not one per loop iteration. */
+	tls_read_available(bev, c->max_message + 16);
 	ws_process(c);
 	if (c->finish)
 		ws_finish(c, 1);
@@ -628,6 +627,10 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	bufferevent_setcb(bev, ws_read_cb, ws_write_cb, ws_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
+	/* libevent moves at most 16 KiB per loop iteration by default; a
+	 * tunnel carries many streams' bulk data. */
+	bufferevent_set_max_single_read(bev, 1 << 20);
+	bufferevent_set_max_single_write(bev, 1 << 20);
 	seconds(&tv, WS_IDLE_PING_S);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);

@@ -2,8 +2,8 @@
  * wsbench.c: raw WebSocket throughput of common/wsclient.c, for
  * tests/bench/ws_throughput.sh.
  *
- *   wsbench server --port P [--cert F --key F] --mode sink|source
- *                  [--size N] [--bytes TOTAL]
+ *   wsbench server [--port P] [--cert F --key F] --mode sink|source
+ *                  [--size N] [--bytes TOTAL]     (prints "listening PORT")
  *   wsbench client URL [--cacert F] --mode send|recv [--size N]
  *                  [--bytes TOTAL]
  *
@@ -13,7 +13,9 @@
  * reference, over and over.  It serves one connection and exits.  The
  * client sends (masking every byte) or receives (parsing every frame and
  * handing each message over) TOTAL bytes in N-byte binary messages, and
- * prints "MODE SIZE BYTES SECONDS MB/s" from on_open to on_close.
+ * prints "MODE SIZE BYTES SECONDS MB/s CPU-SECONDS MB/CPU-s" from on_open to
+ * on_close: the last figure, bytes per second of the client's own CPU time
+ * (user + system), is the steadier one on a shared machine.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,6 +28,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -54,6 +57,17 @@ now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds this process used, user and system. */
+static double
+cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 static void
@@ -278,7 +292,13 @@ run_server(int port, const char *cert, const char *key)
 	    (struct sockaddr *)&sin, sizeof(sin));
 	if (lis == NULL)
 		die("cannot listen");
-	printf("listening\n");
+	{
+		socklen_t sl = sizeof(sin);
+
+		getsockname(evconnlistener_get_fd(lis), (struct sockaddr *)&sin, &sl);
+	}
+	/* --port 0: the kernel's choice, for the caller to read. */
+	printf("listening %d\n", ntohs(sin.sin_port));
 	fflush(stdout);
 	event_base_dispatch(s.base);
 	if (strcmp(mode, "sink") == 0)
@@ -299,7 +319,7 @@ struct client {
 	uint8_t *payload;
 	unsigned long long queued, received;
 	unsigned long messages;
-	double t0, t1;
+	double t0, t1, cpu0, cpu1;
 	int status;
 	char reason[256];
 	int done_sending;
@@ -326,6 +346,7 @@ client_open(struct wsclient *c, void *arg)
 	struct client *k = arg;
 
 	k->t0 = now();
+	k->cpu0 = cpu();
 	if (strcmp(mode, "send") == 0)
 		client_fill(c, k);
 }
@@ -358,6 +379,7 @@ client_close(struct wsclient *c, int status, const char *reason, void *arg)
 	struct client *k = arg;
 
 	k->t1 = now();
+	k->cpu1 = cpu();
 	k->status = status;
 	snprintf(k->reason, sizeof(k->reason), "%s", reason);
 	wsclient_free(c);
@@ -392,8 +414,9 @@ run_client(const char *url, const char *cacert)
 		die(k.reason);
 	secs = k.t1 - k.t0;
 	bytes = strcmp(mode, "send") == 0 ? k.queued : k.received;
-	printf("%s %zu %llu %.3f %.0f\n", mode, msg_size, bytes, secs,
-	    (double)bytes / secs / 1e6);
+	printf("%s %zu %llu %.3f %.0f %.3f %.0f\n", mode, msg_size, bytes, secs,
+	    (double)bytes / secs / 1e6, k.cpu1 - k.cpu0,
+	    (double)bytes / (k.cpu1 - k.cpu0) / 1e6);
 	if (k.status != 101)
 		fprintf(stderr, "wsbench: closed with %d %s\n", k.status, k.reason);
 	free(k.payload);

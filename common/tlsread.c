@@ -1,0 +1,41 @@
+/* tlsread.c: drain ready TLS records into a bufferevent's input (see tlsread.h). */
+#include "tlsread.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#define TLS_RECORD_MAX 16384
+
+size_t
+tls_read_available(struct bufferevent *bev, size_t limit)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct evbuffer *in = bufferevent_get_input(bev);
+	struct evbuffer_iovec v;
+	size_t added = 0;
+	int r;
+
+	if (ssl == NULL)
+		return 0;
+	while (evbuffer_get_length(in) < limit) {
+		if (evbuffer_reserve_space(in, TLS_RECORD_MAX, &v, 1) < 1)
+			break;
+		if (v.iov_len > 4 * TLS_RECORD_MAX)
+			v.iov_len = 4 * TLS_RECORD_MAX;
+		ERR_clear_error();
+		r = SSL_read(ssl, v.iov_base, (int)v.iov_len);
+		if (r <= 0) {
+			/* Nothing committed: would-block, close_notify and errors
+			 * are seen again by the bufferevent's own SSL_read. */
+			ERR_clear_error();
+			break;
+		}
+		v.iov_len = (size_t)r;
+		evbuffer_commit_space(in, &v, 1);
+		added += (size_t)r;
+	}
+	return added;
+}

@@ -1,0 +1,22 @@
+/*
+ * tlsread.h: read every TLS record the socket already holds, in one go.
+ *
+ * libevent 2.1's OpenSSL bufferevent decrypts one record (16 KiB at most)
+ * per wakeup of the loop, so a tunnel moving bulk data spends most of its
+ * time going round the loop.  Called from a read callback, this pulls what
+ * else OpenSSL can decrypt without blocking straight into the input buffer.
+ * Anything that is not data (would-block, close_notify, an error) is left
+ * untouched for the bufferevent to find on its own next read.
+ */
+#ifndef TETHER_TLSREAD_H
+#define TETHER_TLSREAD_H
+
+#include <stddef.h>
+
+struct bufferevent;
+
+/* Reads until the input holds `limit` bytes or nothing more is ready.
+ * Returns the bytes added.  A no-op for bufferevents without TLS. */
+size_t tls_read_available(struct bufferevent *bev, size_t limit);
+
+#endif
