@@ -4,10 +4,20 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #define TLS_RECORD_MAX 16384
+#define TLS_CHAIN_SIZE (512 * 1024)
+
+void
+tls_tune_input(struct bufferevent *bev, size_t max_buffered)
+{
+	/* With a high-water mark the OpenSSL bufferevent reserves room for
+	 * up to that much at once instead of 4 KiB pieces. */
+	bufferevent_setwatermark(bev, EV_READ, 0, max_buffered);
+}
 
 size_t
 tls_read_available(struct bufferevent *bev, size_t limit)
@@ -21,7 +31,12 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 	if (ssl == NULL)
 		return 0;
 	while (evbuffer_get_length(in) < limit) {
+		/* Records land back to back in big chains, so that a whole
+		 * message is usually contiguous and needs no pullup copy. */
 		if (evbuffer_reserve_space(in, TLS_RECORD_MAX, &v, 1) < 1)
+			break;
+		if (v.iov_len < 2 * TLS_RECORD_MAX &&
+		    evbuffer_reserve_space(in, TLS_CHAIN_SIZE, &v, 1) < 1)
 			break;
 		if (v.iov_len > 4 * TLS_RECORD_MAX)
 			v.iov_len = 4 * TLS_RECORD_MAX;

@@ -19,4 +19,8 @@ struct bufferevent;
  * Returns the bytes added.  A no-op for bufferevents without TLS. */
 size_t tls_read_available(struct bufferevent *bev, size_t limit);
 
+/* Lets the bufferevent itself read in large pieces, never holding more
+ * than max_buffered bytes of input. */
+void tls_tune_input(struct bufferevent *bev, size_t max_buffered);
+
 #endif

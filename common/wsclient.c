@@ -1598,6 +1598,7 @@ set_io_sizes(struct bufferevent *bev)
 {
 	bufferevent_set_max_single_read(bev, 1 << 20);
 	bufferevent_set_max_single_write(bev, 1 << 20);
+	tls_tune_input(bev, 4u << 20);
 }
 
 static struct bufferevent *

@@ -631,6 +631,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	 * tunnel carries many streams' bulk data. */
 	bufferevent_set_max_single_read(bev, 1 << 20);
 	bufferevent_set_max_single_write(bev, 1 << 20);
+	tls_tune_input(bev, 4u << 20);
 	seconds(&tv, WS_IDLE_PING_S);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);

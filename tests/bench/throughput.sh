@@ -84,6 +84,7 @@ EXTRA_PIDS=() # sshd's per-connection processes (not our children)
 CUR_PID=      # the iperf3 client or echo client running right now
 IPERF_PID=
 T_START=$SECONDS
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cleanup() {
 	local rc=$?
@@ -131,7 +132,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$W/logs" "$W/runs" "$W/ssh"
+mkdir -p "$W/logs" "$W/runs" "$W/ssh" "$W/bin"
+
+# Run copies: a `make build` during the run must not change the binaries.
+cp "$GATEWAY" "$CLIENT" "$CTL" "$W/bin/"
+GATEWAY=$W/bin/tether-gateway
+CLIENT=$W/bin/tether-client
+CTL=$W/bin/tetherctl
 
 free_port() {
 	"$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
@@ -501,6 +508,7 @@ cpus=$(nproc)
 cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 mem_total=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
 version=$("$GATEWAY" --version 2>/dev/null | head -1 || echo unknown)
+bin_date=$(date -u -r "$TETHER_BIN/tether-gateway" +%Y-%m-%dT%H:%MZ 2>/dev/null || echo unknown)
 elapsed=$((SECONDS - T_START))
 
 log_issues() { # log_issues FILE: count and most frequent warning/error lines
@@ -518,12 +526,13 @@ log_issues() { # log_issues FILE: count and most frequent warning/error lines
 	echo
 	echo "Tether stream throughput beside direct TCP and OpenSSH (loopback, one run)"
 	echo "  command:  $COMMAND_LINE   (took ${elapsed}s)"
-	echo "  binaries: $TETHER_BIN ($version)"
+	echo "  binaries: $TETHER_BIN ($version, gateway built $bin_date; copies run)"
 	echo "  machine:  $cpus CPUs (${cpu_model:-unknown}), $mem_total, $kernel"
+	echo "  load:     $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end (1/5/15 min)"
 	echo "  tools:    $(iperf3 --version | head -1), $(ssh -V 2>&1), $($PY --version)"
 	echo "  paths:"
 	echo "    direct  iperf3/echo client -> target"
-	echo "    tether  client -> $CTL forward --cluster ID --node node 127.0.0.1:LPORT:127.0.0.1:TARGET"
+	echo "    tether  client -> tetherctl forward --cluster ID --node node 127.0.0.1:LPORT:127.0.0.1:TARGET"
 	echo "            -> $GW_CMD -> tether-client run (--allow both targets) -> target"
 	echo "    chain   client -> ssh -N -L LPORT:127.0.0.1:RPORT -> sshd -> ssh -N -R RPORT:127.0.0.1:TARGET -> target"
 	echo "    sshR    client -> sshd's forwarded RPORT -> ssh -N -R RPORT:127.0.0.1:TARGET -> target"
