@@ -70,7 +70,9 @@ struct mux_stream_handlers {
 	/* The peer will send no more (FIN). */
 	void (*on_fin)(struct mux_stream *s, void *arg);
 	/* The stream ended: code "done" (FIN both ways), the peer's RESET code,
-	 * or "tunnel_lost".  The stream is freed when this returns. */
+	 * "tunnel_lost", or "flow_control"/"protocol" when the peer broke the
+	 * rules on this stream (it was reset).  The stream is freed when this
+	 * returns. */
 	void (*on_close)(struct mux_stream *s, const char *code, void *arg);
 };
 

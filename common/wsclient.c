@@ -83,6 +83,10 @@
 #define MASK_POOL           256           /* random bytes: 64 frame masks */
 #define FRAME_HEADER_MAX    14
 #define CLOSE_REASON_MAX    123           /* 125 minus the status code */
+/* Output chunk for a backlog: 256 KiB with libevent's chain header (its
+ * allocations are powers of two), shared by the messages queued in it. */
+#define OUT_CHUNK           (256 * 1024 - 256)
+#define OUT_BIG_MESSAGE     (16 * 1024)
 #define TLS13_CIPHERS \
 	"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
@@ -156,6 +160,7 @@ struct wsclient {
 
 	uint8_t pool[MASK_POOL];    /* random bytes for frame masks */
 	size_t pool_off;
+	size_t out_room;            /* free bytes after the output's last chain */
 };
 
 static void process_input(struct wsclient *);
@@ -651,9 +656,37 @@ accept_value(const char *key, char out[32])
 /* ---- sending ------------------------------------------------------------ */
 
 /*
+ * Reserves one contiguous region of len bytes at the end of the output.
+ * While data is queued (or for a big message), a new chain is made big
+ * enough to take the following messages too: TLS then gets long
+ * contiguous runs (one SSL_write, full 16 KiB records, instead of a record
+ * per message plus one for each header that spilled over).  A small
+ * message on an empty buffer gets a small chain: no 256 KiB per ping.
+ */
+static int
+reserve_output(struct wsclient *c, size_t len, struct evbuffer_iovec *v)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	size_t queued = evbuffer_get_length(out), want = len;
+
+	/* An emptied buffer has freed its chains: no room to count on. */
+	if (queued == 0)
+		c->out_room = 0;
+	if (len > c->out_room && (queued > 0 || len >= OUT_BIG_MESSAGE) &&
+	    len < OUT_CHUNK)
+		want = OUT_CHUNK;
+	if (evbuffer_reserve_space(out, (ev_ssize_t)want, v, 1) != 1 ||
+	    v->iov_len < len)
+		return -1;
+	/* We are the only writer: what we leave unused stays at the end. */
+	c->out_room = v->iov_len - len;
+	return 0;
+}
+
+/*
  * Queues one frame: header and masked payload in a single contiguous
- * region of the output buffer, so that TLS sees the message as one write
- * (full-sized records) and the payload is read once, while masking.
+ * region of the output buffer (see reserve_output), the payload read once,
+ * while masking.
  */
 static int
 send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
@@ -694,8 +727,7 @@ send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 	memcpy(hdr + hl, mask, 4);
 	hl += 4;
 
-	if (evbuffer_reserve_space(bufferevent_get_output(c->bev), hl + plen,
-	    &v, 1) != 1)
+	if (reserve_output(c, hl + plen, &v) != 0)
 		return -1;
 	p = v.iov_base;
 	memcpy(p, hdr, hl);

@@ -109,6 +109,7 @@ struct connect_state {
 	struct bufferevent *in, *out;   /* stdin, stdout; NULL when a regular file */
 	int opened;
 	int in_eof, remote_eof;
+	int ended;                      /* the WebSocket is gone; stop once stdout drains */
 	int exit_code;
 	const char *target;
 };
@@ -212,6 +213,11 @@ stdout_written(struct bufferevent *bev, void *arg)
 {
 	struct connect_state *cs = arg;
 
+	if (cs->ended) {
+		/* Everything the node sent is written: now we may go. */
+		event_base_loopbreak(cs->base);
+		return;
+	}
 	if (cs->ws != NULL)
 		wsclient_pause_reading(cs->ws, 0);
 	if (cs->remote_eof)
@@ -224,6 +230,10 @@ stdout_event(struct bufferevent *bev, short what, void *arg)
 {
 	struct connect_state *cs = arg;
 
+	if (cs->ended) {
+		event_base_loopbreak(cs->base);
+		return;
+	}
 	/* The reader went away (ssh exited): nothing more to do. */
 	if (cs->ws != NULL)
 		wsclient_close(cs->ws, 1000, "output closed");
@@ -291,15 +301,17 @@ connect_close(struct wsclient *c, int http_status, const char *reason, void *arg
 		connect_stop(cs, close_exit_code(http_status));
 		return;
 	}
-	/* Flush what the node sent before going. */
-	if (cs->out != NULL)
-		bufferevent_flush(cs->out, EV_WRITE, BEV_FLUSH);
 	if (strcmp(reason, "done") == 0 || (cs->in_eof && cs->remote_eof)) {
-		connect_stop(cs, CTL_EXIT_OK);
-		return;
+		cs->exit_code = CTL_EXIT_OK;
+	} else {
+		fprintf(stderr, "tetherctl connect: stream to %s ended: %s\n", cs->target, reason);
+		cs->exit_code = CTL_EXIT_SERVER;
 	}
-	fprintf(stderr, "tetherctl connect: stream to %s ended: %s\n", cs->target, reason);
-	connect_stop(cs, CTL_EXIT_SERVER);
+	/* What the node sent must reach stdout before we go: a pipe's reader
+	 * may be slower than the tunnel. */
+	cs->ended = 1;
+	if (out_pending(cs) == 0)
+		event_base_loopbreak(cs->base);
 }
 
 static const struct wsclient_callbacks connect_callbacks = {

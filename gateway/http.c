@@ -449,8 +449,10 @@ reader_finish(struct http_reader *r)
 	q->ws_protocol = str_or_empty(&r->hdr[HDR_WS_PROTOCOL]);
 	q->body = r->body.len > 0 ? r->body.p : NULL;
 	q->body_len = r->body.len;
-	/* A cut request leaves unread body bytes: the stream is lost. */
-	q->keep_alive = r->cut ? 0 : http_should_keep_alive(&r->parser);
+	/* A cut request leaves unread body bytes: the stream is lost.  HTTP/1.0
+	 * keep-alive is not offered (it would need an answer header of its own). */
+	q->keep_alive = !r->cut && r->parser.http_major == 1 &&
+	    r->parser.http_minor >= 1 && http_should_keep_alive(&r->parser);
 	q->head_only = r->parser.method == HTTP_HEAD;
 	q->http_minor = r->parser.http_minor;
 }

@@ -50,7 +50,8 @@ struct http_request {
 	 * connection closes after the answer (413).
 	 */
 	int body_too_large;
-	int keep_alive;              /* another request may follow */
+	int keep_alive;              /* HTTP/1.1 without "Connection: close":
+	                                another request may follow */
 	int head_only;               /* HEAD: answer without a body */
 	int http_minor;              /* HTTP/1.<minor> */
 };

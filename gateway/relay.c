@@ -168,7 +168,17 @@ agent_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 		r->uncredited += len;
 		return;
 	}
-	evbuffer_add(r->to_client, data, len);
+	/* Pass straight through while nothing waits ahead of these bytes;
+	 * only what the client has no credit for yet is copied aside. */
+	if (evbuffer_get_length(r->to_client) == 0 && r->cs != NULL) {
+		size_t n = mux_stream_send(r->cs, data, len);
+		r->down += n;
+		mux_stream_drained(s, n);
+		data += n;
+		len -= n;
+	}
+	if (len > 0)
+		evbuffer_add(r->to_client, data, len);
 	flush_to_client(r);
 }
 
@@ -286,7 +296,15 @@ cs_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 {
 	struct relay *r = arg;
 
-	evbuffer_add(r->to_agent, data, len);
+	if (evbuffer_get_length(r->to_agent) == 0 && r->agent != NULL) {
+		size_t n = mux_stream_send(r->agent, data, len);
+		r->up += n;
+		mux_stream_drained(s, n);
+		data += n;
+		len -= n;
+	}
+	if (len > 0)
+		evbuffer_add(r->to_agent, data, len);
 	flush_to_agent(r);
 }
 

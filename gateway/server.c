@@ -277,9 +277,9 @@ ws_accept_key(const char *key, char *out)
 }
 
 /*
- * Answers 101 and hands the connection to a new wsconn.  Returns it, or
- * NULL when out of memory (the connection is then closed).  Either way the
- * hconn is ended.
+ * Answers 101 and hands the connection to a new wsconn; the hconn ends.
+ * Returns the wsconn, or NULL when out of memory: the client then gets 500,
+ * or (if the 101 was already queued) the connection is dropped.
  */
 static struct wsconn *
 hconn_to_websocket(struct hconn *h, const char *subprotocol,

@@ -1,6 +1,7 @@
 /*
- * server.h: the gateway's single listening port: libwebsockets (TLS, HTTP/1.1,
- * WebSocket) running as a guest on the process's libevent loop.
+ * server.h: the gateway's single listening port: TLS (OpenSSL), HTTP/1.1
+ * (http-parser) and WebSocket, on the process's libevent loop
+ * (docs/0004-gateway-http-server.md).
  *
  * HTTP requests are collected (method, path, query, bearer token, a bounded
  * body) and handed to api_handle; WebSocket upgrades on /v1/connect with
@@ -18,14 +19,16 @@ struct conn;
 struct frame;
 
 /*
- * Creates the lws context on gw->base, listening on host:port with the TLS
- * certificate in gw->data_dir.  Returns 0 or -1 with err.
+ * Listens on host:port (an IPv4 or IPv6 literal; port 0: any free port) on
+ * gw->base, with the TLS certificate and key in gw->data_dir.  Returns 0 or
+ * -1 with err.
  */
 int server_start(struct gateway *gw, const char *host, int port, char *err,
     size_t errlen);
 /* The port actually bound (useful with port 0). */
 int server_port(struct gateway *gw);
-/* Destroys the context, closing every connection.  Idempotent. */
+/* Closes the listener and frees every connection (tunnels' sessions get
+ * session_closed, pending upgrades their abandon callback).  Idempotent. */
 void server_stop(struct gateway *gw);
 
 /*
@@ -57,7 +60,9 @@ struct wsconn_handlers;
 /* The Sec-WebSocket-Protocol values the client offered ("" if none). */
 const char *upgrade_offered_protocols(const struct upgrade *u);
 void upgrade_on_abandon(struct upgrade *u, void (*cb)(void *arg), void *arg);
-/* Answers 101 (with subprotocol, if non-NULL) and returns the connection. */
+/* Answers 101 (with subprotocol, if non-NULL) and returns the connection;
+ * NULL if out of memory (the client got 500 or was dropped).  Either way u
+ * is gone. */
 struct wsconn *upgrade_accept(struct upgrade *u, const char *subprotocol,
     const struct wsconn_handlers *h, void *arg);
 /* Answers status with a JSON body {"error": reason} and closes. */

@@ -6,9 +6,9 @@
  * of the input evbuffer, and a message that arrives as one frame (nearly all
  * of them) is made contiguous with a single evbuffer_pullup, unmasked in
  * place, handed to on_message and only then drained.  Fragmented messages
- * are copied into a reassembly buffer bounded by max_message.  While a large
- * frame is still arriving, the read low-water mark is set to its size so
- * that we are not woken for every TLS record of it.
+ * are copied into a reassembly buffer bounded by max_message.  Each read
+ * callback first takes every TLS record already readable (tlsread.h), so a
+ * large frame is not parsed again for every record of it.
  *
  * Output is a frame header and the caller's bytes, copied once into the
  * bufferevent's output; how much is queued there is the backpressure.

@@ -38,6 +38,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
 one() {
 	local scheme=$1 smode=$2 cmode=$3 size=$4 port= tls=()
 	[ "$scheme" = wss ] && tls=(--cert "$T/cert.pem" --key "$T/key.pem")
+	rm -f "$T/server.out" # not a previous run's port
 	"$wsbench" server --port 0 "${tls[@]}" --mode "$smode" --size "$size" \
 		--bytes "$bytes" >"$T/server.out" 2>"$T/server.err" &
 	server_pid=$!

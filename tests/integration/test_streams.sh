@@ -31,6 +31,11 @@ head -c $((64 << 20)) /dev/urandom >"$T/big"
 [ "$(sha256sum <"$T/big")" = "$(sha256sum <"$T/big.echo")" ] ||
 	fail "64 MiB through connect: $(stat -c %s "$T/big.echo") bytes came back, or they differ"
 pass "64 MiB of random bytes through connect and back, SHA-256 equal"
+# The same through pipes, whose reader may be slower than the tunnel.
+sum=$(cat "$T/big" | "$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" | sha256sum) ||
+	fail "connect through pipes exited $?"
+[ "$sum" = "$(sha256sum <"$T/big")" ] || fail "64 MiB through connect with pipes: SHA-256 differs"
+pass "the same through pipes: SHA-256 equal"
 
 fwd_port=$(free_port)
 "$CTL" forward --cluster "$cid" --node n1 "127.0.0.1:$fwd_port:127.0.0.1:$echo_port" \
