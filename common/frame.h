@@ -189,8 +189,8 @@ int frame_decode(const uint8_t *buf, size_t len, struct frame *f,
 
 /*
  * Encodes f into a fresh buffer of headroom + n bytes, the frame starting at
- * (*out + headroom) (headroom lets libwebsockets prepend its header without a
- * copy: pass LWS_PRE).  *outlen is n, the frame's length without headroom.
+ * (*out + headroom) (headroom lets a transport prepend its own header without
+ * a copy).  *outlen is n, the frame's length without headroom.
  * Returns 0, or -1 if f is invalid (a field over its limit, unknown type).
  * The caller frees *out.
  */

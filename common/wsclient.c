@@ -87,6 +87,9 @@
  * allocations are powers of two), shared by the messages queued in it. */
 #define OUT_CHUNK           (256 * 1024 - 256)
 #define OUT_BIG_MESSAGE     (16 * 1024)
+/* Input buffered at most (the read high-water mark), unless one frame is
+ * bigger: then the mark is raised for that frame (see need_input). */
+#define INPUT_HIGH          ((size_t)4 << 20)
 #define TLS13_CIPHERS \
 	"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
@@ -115,6 +118,7 @@ struct wsclient {
 	struct event_base *base;
 	struct evdns_base *dns;     /* only for names, not IP literals */
 	struct evdns_getaddrinfo_request *lookup; /* in flight, or NULL */
+	int lookup_cancelled;
 	SSL_CTX *ssl_ctx;           /* NULL for ws:// */
 	struct bufferevent *bev;    /* NULL once the transport is gone */
 	struct event *timer;        /* connect timeout, then close wait */
@@ -161,6 +165,7 @@ struct wsclient {
 	uint8_t pool[MASK_POOL];    /* random bytes for frame masks */
 	size_t pool_off;
 	size_t out_room;            /* free bytes after the output's last chain */
+	size_t input_high;          /* the read high-water mark now set */
 };
 
 static void process_input(struct wsclient *);
@@ -236,8 +241,10 @@ drop_transport(struct wsclient *c)
 {
 	/* Its callback comes back (now or from the loop) with
 	 * EVUTIL_EAI_CANCEL; lookup_done() expects it. */
-	if (c->lookup != NULL)
+	if (c->lookup != NULL && !c->lookup_cancelled) {
+		c->lookup_cancelled = 1;
 		evdns_getaddrinfo_cancel(c->lookup);
+	}
 	if (c->bev != NULL) {
 		/* Safe inside the bufferevent's own callbacks: libevent holds
 		 * a reference while it runs them. */
@@ -1162,6 +1169,30 @@ read_head(struct wsclient *c)
 
 /* ---- receiving frames --------------------------------------------------- */
 
+/*
+ * A frame of `total` bytes is not all in yet.  With reading suspended at
+ * the high-water mark, a frame bigger than the mark would never complete:
+ * raise the mark to fit it (max_message bounds it), and lower it again
+ * once that frame is consumed (input_done).
+ */
+static void
+need_input(struct wsclient *c, size_t total)
+{
+	if (total <= c->input_high)
+		return;
+	c->input_high = total;
+	bufferevent_setwatermark(c->bev, EV_READ, 0, total);
+}
+
+static void
+input_done(struct wsclient *c)
+{
+	if (c->input_high <= INPUT_HIGH || gone(c))
+		return;
+	c->input_high = INPUT_HIGH;
+	bufferevent_setwatermark(c->bev, EV_READ, 0, INPUT_HIGH);
+}
+
 static int
 deliver(struct wsclient *c, const uint8_t *data, size_t len, int opcode)
 {
@@ -1326,8 +1357,10 @@ read_frame(struct wsclient *c)
 		}
 	}
 	total = (size_t)hl + (size_t)h.payload_len;
-	if (avail < total)
+	if (avail < total) {
+		need_input(c, total);
 		return 0;
+	}
 
 	if (h.opcode & 0x8)
 		return control_frame(c, &h, (size_t)hl);
@@ -1370,6 +1403,7 @@ process_input(struct wsclient *c)
 		}
 		if (read_frame(c) <= 0)
 			return;
+		input_done(c);
 	}
 }
 
@@ -1630,7 +1664,7 @@ set_io_sizes(struct bufferevent *bev)
 {
 	bufferevent_set_max_single_read(bev, 1 << 20);
 	bufferevent_set_max_single_write(bev, 1 << 20);
-	tls_tune_input(bev, 4u << 20);
+	tls_tune_input(bev, INPUT_HIGH);
 }
 
 static struct bufferevent *
@@ -1683,6 +1717,7 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 	c->arg = arg;
 	c->state = ST_CONNECTING;
 	c->pool_off = sizeof(c->pool); /* empty: filled on first use */
+	c->input_high = INPUT_HIGH;   /* set_io_sizes sets it on the bufferevent */
 	c->max_message = cfg->max_message ? cfg->max_message : DEFAULT_MAX_MESSAGE;
 	c->low_water = cfg->low_water;
 	c->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms :

@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 
 #include "fileio.h"
+#include "runtime.h"
 #include "token.h"
 
 #define DEFAULT_SERVER "https://127.0.0.1:8443"
@@ -369,7 +370,7 @@ main(int argc, char **argv)
 	int cargc, r;
 
 	memset(&c, 0, sizeof(c));
-	signal(SIGPIPE, SIG_IGN);
+	runtime_init();
 	if ((cargv = calloc((size_t)argc + 1, sizeof(*cargv))) == NULL) {
 		fprintf(stderr, "tetherctl: out of memory\n");
 		return CTL_EXIT_SERVER;

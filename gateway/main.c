@@ -26,6 +26,7 @@
 #include "gateway.h"
 #include "hub.h"
 #include "log.h"
+#include "runtime.h"
 #include "server.h"
 #include "session.h"
 #include "store.h"
@@ -473,7 +474,7 @@ main(int argc, char **argv)
 
 	/* Memory holds key material: no core dumps. */
 	setrlimit(RLIMIT_CORE, &nocore);
-	signal(SIGPIPE, SIG_IGN);
+	runtime_init();
 	log_init("gateway", LOG_LEVEL_INFO);
 	if (argc < 2)
 		usage_error("a command is required: init or serve%s", "");

@@ -1,7 +1,8 @@
 /*
  * agent.c: `tether-client run`: the node's end of the tunnel (see agent.h).
  *
- * One libevent loop drives libwebsockets (as a guest) and the reconnect
+ * One libevent loop drives the tunnel's WebSocket (common/wsclient.c), the
+ * streams' sockets and the reconnect
  * timer.  The tunnel's handshake is a small state machine:
  *
  *   DISCONNECTED --connect--> AWAIT_CHALLENGE --CHALLENGE/AUTH-->

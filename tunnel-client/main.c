@@ -14,6 +14,7 @@
 #include "agent.h"
 #include "join.h"
 #include "log.h"
+#include "runtime.h"
 
 static void
 usage(FILE *f)
@@ -154,7 +155,7 @@ main(int argc, char **argv)
 		return 0;
 	}
 	no_core_dumps();
-	signal(SIGPIPE, SIG_IGN);
+	runtime_init();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "tether-client: cannot initialise libcurl\n");
 		return 1;

@@ -174,13 +174,32 @@ wait_until() {
 }
 
 # start LOG CMD...: runs CMD in the background, output to logs/LOG; sets LAST_PID.
+declare -A PNAME   # pid -> its log's name, for reports
 start() {
 	local log=$1
 	shift
 	"$@" >>"$W/logs/$log" 2>&1 &
 	LAST_PID=$!
 	PIDS+=("$LAST_PID")
+	PNAME[$LAST_PID]=${log%.log}
 	printf '%s\0' "$@" >"$W/cmd.$LAST_PID"
+}
+
+# check_alive STAGE: notes every process that has exited since the last
+# check, with its exit status and the stage after which it was found gone.
+DEATHS=()
+declare -A DEAD
+check_alive() {
+	local p rc
+	for p in "${PIDS[@]}"; do
+		[ -z "${DEAD[$p]:-}" ] || continue
+		kill -0 "$p" 2>/dev/null && continue
+		rc=0
+		wait "$p" 2>/dev/null || rc=$?
+		DEAD[$p]=1
+		DEATHS+=("${PNAME[$p]:-pid $p} (pid $p) exited with status $rc, found after: $1 (+$((SECONDS - T_START))s)")
+		say "warning: ${DEATHS[-1]}"
+	done
 }
 
 # fg_run OUT CMD...: runs CMD in the background (so signals reach our trap),
@@ -217,8 +236,10 @@ restart_iperf() {
 	done
 	PIDS=("${PIDS[@]}")
 	wait_until 10 "iperf3 port $IPERF_PORT free" bash -c "! ss -Hltn 'sport = :$IPERF_PORT' | grep -q ."
+	IPERF_RESTARTS=$((IPERF_RESTARTS + 1))
 	start_iperf
 }
+IPERF_RESTARTS=0
 start_iperf
 wait_until 10 "echo server answers" echo_ok "$ECHO_PORT"
 
@@ -325,6 +346,7 @@ mapfile -t EXTRA_PIDS < <(descendants "$SSHD_PID")
 SSHD_PIDS="$SSHD_PID ${EXTRA_PIDS[*]}"
 
 say "all paths up after $((SECONDS - T_START))s: direct, tether, chain, ssh-R"
+check_alive "set-up"
 
 # --- what each path is made of -------------------------------------------------
 
@@ -373,7 +395,7 @@ declare -A MODE_TITLE=(
 	[up8]="8 parallel streams, operator -> node (iperf3 -P 8)"
 	[down8]="8 parallel streams, node -> operator (iperf3 -P 8 -R)"
 )
-declare -A BPS BYTES ERR CMD TICKS ECHO_JSON ECHO_TICKS
+declare -A BPS BYTES ERR CMD TICKS ECHO_JSON ECHO_TICKS SPREAD
 
 iperf_cmd() { # iperf_cmd PATH MODE: the command line, as run
 	echo "iperf3 -c 127.0.0.1 -p ${IPERF_AT[$1]} -t $SECS -J --connect-timeout 10000${MODE_ARGS[$2]:+ ${MODE_ARGS[$2]}}"
@@ -386,11 +408,15 @@ run_iperf() { # run_iperf PATH MODE
 	for g in ${GROUPS_OF[$path]}; do before[$g]=$(group_ticks "$g"); done
 	# shellcheck disable=SC2046
 	fg_run "$out" timeout $((SECS + 40)) ${CMD[$path,$mode]} || rc=$?
+	check_alive "iperf3 $path $mode"
 	for g in ${GROUPS_OF[$path]}; do
 		TICKS[$path,$g,$mode]=$(($(group_ticks "$g") - before[$g]))
 	done
 	BPS[$path,$mode]=$(jq -r '.end.sum_received.bits_per_second // empty' "$out" 2>/dev/null || true)
 	BYTES[$path,$mode]=$(jq -r '.end.sum_received.bytes // empty' "$out" 2>/dev/null || true)
+	# Per-stream share (8 streams): the slowest and fastest stream, MiB.
+	SPREAD[$path,$mode]=$(jq -r '[.end.streams[].receiver.bytes] | select(length > 1) |
+		"\(min / 1048576 | floor)/\(max / 1048576 | floor)"' "$out" 2>/dev/null || true)
 	if [ "$rc" -ne 0 ] || [ -z "${BPS[$path,$mode]}" ] || [ "${BYTES[$path,$mode]:-0}" = 0 ]; then
 		ERR[$path,$mode]="exit $rc: $( (jq -r '.error // empty' "$out" 2>/dev/null; head -c 300 "$out.err") | tr '\n' ' ' | head -c 300)"
 		BPS[$path,$mode]=
@@ -409,6 +435,24 @@ for mode in "${MODES[@]}"; do
 	done
 done
 
+status_kib() { # status_kib FIELD PID...: sum of a /proc/PID/status field, kB
+	local f=$1 p v t=0
+	shift
+	for p in "$@"; do
+		v=$(awk -v f="$f:" '$1 == f { print $2 }' "/proc/$p/status" 2>/dev/null || true)
+		t=$((t + ${v:-0}))
+	done
+	echo "$t"
+}
+MEM_GROUPS=(fwd fwdecho gw agent sshL sshd sshR)
+declare -A RSS HWM RSS_END HWM_END
+for g in "${MEM_GROUPS[@]}"; do
+	# shellcheck disable=SC2086
+	RSS[$g]=$(status_kib VmRSS ${GROUP_PIDS[$g]})
+	# shellcheck disable=SC2086
+	HWM[$g]=$(status_kib VmHWM ${GROUP_PIDS[$g]})
+done
+
 ECHO_CMD_OF() { echo "$PY tests/bench/echo_rtt.py ${ECHO_AT[$1]} $CONNS"; }
 say "stream set-up: $CONNS sequential connect/1 byte/echo/close per path"
 for path in "${PATHS[@]}"; do
@@ -419,6 +463,7 @@ for path in "${PATHS[@]}"; do
 		eb[$g]=$(group_ticks "$g")
 	done
 	fg_run "$out" timeout 600 "$PY" "$ECHO_RTT" "${ECHO_AT[$path]}" "$CONNS" || true
+	check_alive "set-up loop $path"
 	for g in ${GROUPS_OF[$path]}; do
 		[ "$g" = fwd ] && g=fwdecho
 		ECHO_TICKS[$path,$g]=$(($(group_ticks "$g") - eb[$g]))
@@ -430,26 +475,13 @@ done
 
 # --- figures -------------------------------------------------------------------
 
-status_kib() { # status_kib FIELD PID...: sum of a /proc/PID/status field, kB
-	local f=$1 p v t=0
-	shift
-	for p in "$@"; do
-		v=$(awk -v f="$f:" '$1 == f { print $2 }' "/proc/$p/status" 2>/dev/null || true)
-		t=$((t + ${v:-0}))
-	done
-	echo "$t"
-}
-declare -A RSS HWM
-for g in fwd fwdecho gw agent sshL sshd sshR; do
+for g in "${MEM_GROUPS[@]}"; do
 	# shellcheck disable=SC2086
-	RSS[$g]=$(status_kib VmRSS ${GROUP_PIDS[$g]})
+	RSS_END[$g]=$(status_kib VmRSS ${GROUP_PIDS[$g]})
 	# shellcheck disable=SC2086
-	HWM[$g]=$(status_kib VmHWM ${GROUP_PIDS[$g]})
+	HWM_END[$g]=$(status_kib VmHWM ${GROUP_PIDS[$g]})
 done
-EXITED=()
-for p in "${PIDS[@]}"; do
-	kill -0 "$p" 2>/dev/null || EXITED+=("$p ($(tr '\0' ' ' <"$W/cmd.$p" | head -c 80)) EXITED")
-done
+check_alive "the end of the measurements"
 
 # ratio A B: A/B to 2 decimals, n/a if either is missing or B is 0.
 ratio() {
@@ -545,13 +577,15 @@ log_issues() { # log_issues FILE: count and most frequent warning/error lines
 	for mode in "${MODES[@]}"; do
 		echo
 		echo "Throughput: ${MODE_TITLE[$mode]}, ${SECS}s (end.sum_received.bits_per_second)"
-		printf '  %-27s %8s %9s %10s   %s\n' path Gbit/s "vs chain" "vs direct" command
+		printf '  %-27s %8s %9s %10s %13s   %s\n' path Gbit/s "vs chain" "vs direct" "min/max MiB" command
 		for path in "${PATHS[@]}"; do
-			printf '  %-27s %8s %9s %10s   %s\n' "${LABEL[$path]}" "$(gbit "${BPS[$path,$mode]}")" \
+			printf '  %-27s %8s %9s %10s %13s   %s\n' "${LABEL[$path]}" "$(gbit "${BPS[$path,$mode]}")" \
 				"$(ratio "${BPS[$path,$mode]}" "${BPS[chain,$mode]}")" \
-				"$(ratio "${BPS[$path,$mode]}" "${BPS[direct,$mode]}")" "${CMD[$path,$mode]}"
+				"$(ratio "${BPS[$path,$mode]}" "${BPS[direct,$mode]}")" "${SPREAD[$path,$mode]:--}" \
+				"${CMD[$path,$mode]}"
 			[ -z "${ERR[$path,$mode]:-}" ] || echo "      error: ${ERR[$path,$mode]}"
 		done
+		[[ $mode != *8 ]] || echo "  min/max MiB: what the slowest and the fastest of the 8 streams delivered (fairness)"
 	done
 
 	echo
@@ -600,15 +634,17 @@ log_issues() { # log_issues FILE: count and most frequent warning/error lines
 	done
 
 	echo
-	echo "Memory after all runs (KiB)"
-	printf '  %-34s %-9s %9s %9s\n' process role VmRSS VmHWM
-	for g in fwd fwdecho gw agent sshL sshd sshR; do
+	echo "Memory (KiB): right after the iperf3 runs, and at the end (after the set-up loops)"
+	printf '  %-34s %-9s %9s %9s %11s %11s\n' process role VmRSS VmHWM "RSS at end" "HWM at end"
+	for g in "${MEM_GROUPS[@]}"; do
 		name=${GROUP_NAME[$g]}
 		[ "$g" = fwd ] && name+=" (iperf3)"
 		[ "$g" = fwdecho ] && name+=" (echo)"
 		[ "$g" = sshd ] && name+=" ($(wc -w <<<"${GROUP_PIDS[sshd]}") processes)"
-		printf '  %-34s %-9s %9s %9s\n' "$name" "${GROUP_ROLE[$g]}" "${RSS[$g]}" "${HWM[$g]}"
+		printf '  %-34s %-9s %9s %9s %11s %11s\n' "$name" "${GROUP_ROLE[$g]}" "${RSS[$g]}" "${HWM[$g]}" \
+			"${RSS_END[$g]}" "${HWM_END[$g]}"
 	done
+	echo "  (0 = the process had exited; see Processes below)"
 
 	echo
 	echo "Logs"
@@ -617,11 +653,14 @@ log_issues() { # log_issues FILE: count and most frequent warning/error lines
 	done
 	audit=$(grep -c 'audit stream' "$W/logs/gateway.log" || true)
 	echo "  gateway audit stream lines: ${audit:-0}"
-	if [ ${#EXITED[@]} -gt 0 ]; then
-		for a in "${EXITED[@]}"; do echo "  PROCESS $a"; done
+	echo
+	echo "Processes"
+	if [ ${#DEATHS[@]} -gt 0 ]; then
+		for a in "${DEATHS[@]}"; do echo "  EXITED: $a"; done
 	else
-		echo "  every process started is still running"
+		echo "  every process started was still running at the end"
 	fi
+	[ "$IPERF_RESTARTS" -eq 0 ] || echo "  the iperf3 server was restarted $IPERF_RESTARTS time(s) after failed runs"
 
 	echo
 	echo "Markdown (for the README):"

@@ -43,7 +43,7 @@ one() {
 		--bytes "$bytes" >"$T/server.out" 2>"$T/server.err" &
 	server_pid=$!
 	for _ in $(seq 100); do
-		port=$(sed -n 's/^listening //p' "$T/server.out")
+		port=$(sed -n 's/^listening //p' "$T/server.out" 2>/dev/null)
 		[ -n "$port" ] && break
 		sleep 0.05
 	done

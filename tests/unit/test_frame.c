@@ -22,7 +22,7 @@
 #include "frame.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-#define HEADROOM 16 /* like LWS_PRE */
+#define HEADROOM 16 /* room a transport may prepend its header in */
 
 static const enum frame_type all_types[] = {
 	FRAME_HELLO, FRAME_CHALLENGE, FRAME_AUTH, FRAME_REGISTER,

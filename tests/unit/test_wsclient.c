@@ -700,6 +700,37 @@ test_client_messages(void **state)
 	assert_string_equal(cli.reason, "bye now");
 }
 
+/* A message bigger than the input's high-water mark (4 MiB) must still
+ * arrive whole, not stall with the reading suspended. */
+static uint8_t *huge;
+#define HUGE_LEN ((size_t)9 * 1024 * 1024 + 123)
+
+static void
+script_huge(struct server *s)
+{
+	server_frame(1, 0x2, huge, HUGE_LEN);
+	server_frame(1, 0x2, "after", 5);
+	server_close_frame(1000, "big done");
+}
+
+static void
+test_client_huge_message(void **state)
+{
+	huge = malloc(HUGE_LEN);
+	assert_non_null(huge);
+	for (size_t i = 0; i < HUGE_LEN; i++)
+		huge[i] = (uint8_t)(i * 131 + (i >> 13));
+	srv.after_upgrade = script_huge;
+	run_client("/", NULL, 16 * 1024 * 1024, 0);
+	assert_int_equal(cli.nmsg, 2);
+	assert_int_equal(cli.lens[0], HUGE_LEN);
+	assert_memory_equal(cli.msgs[0], huge, HUGE_LEN);
+	assert_int_equal(cli.lens[1], 5);
+	assert_int_equal(cli.status, 101);
+	assert_string_equal(cli.reason, "big done");
+	free(huge);
+}
+
 /* Sending: iovecs concatenated and masked; large messages; on_drain. */
 static void
 send_in_open(struct wsclient *c, void *arg)
@@ -1209,6 +1240,7 @@ main(void)
 		cmocka_unit_test(test_mask),
 		cmocka_unit_test(test_mask_pieces),
 		cmocka_unit_test_setup_teardown(test_client_messages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_huge_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_send, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_close_unanswered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_json, setup, teardown),
