@@ -231,20 +231,24 @@ sock_read_more(struct bridge *b)
 	size_t len, want;
 	ssize_t n;
 
+	/* A socket bufferevent keeps its input's end frozen outside its own
+	 * reads; we add to it as that read would, then freeze it again. */
+	evbuffer_unfreeze(in, 0);
 	while ((len = evbuffer_get_length(in)) < BRIDGE_READ_MAX) {
 		want = BRIDGE_READ_MAX - len;
 		if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
-			return;
+			break;
 		if (v.iov_len > want)
 			v.iov_len = want;
 		n = read(fd, v.iov_base, v.iov_len);
 		if (n <= 0)
-			return;   /* nothing committed: EOF/EAGAIN/error go to the bufferevent */
+			break;   /* nothing committed: EOF/EAGAIN/error go to the bufferevent */
 		v.iov_len = (size_t)n;
 		evbuffer_commit_space(in, &v, 1);
 		if ((size_t)n < want)
-			return;
+			break;
 	}
+	evbuffer_freeze(in, 0);
 }
 
 static void

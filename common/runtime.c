@@ -4,6 +4,8 @@
 #include <malloc.h>
 #include <signal.h>
 
+#include <event2/event.h>
+
 void
 runtime_init(void)
 {
@@ -12,4 +14,18 @@ runtime_init(void)
 	 * memory is still bounded by the flow-control windows. */
 	mallopt(M_MMAP_THRESHOLD, 8 << 20);
 	mallopt(M_TRIM_THRESHOLD, 32 << 20);
+}
+
+struct event_base *
+runtime_event_base(void)
+{
+	struct event_config *cfg = event_config_new();
+	struct event_base *base;
+
+	if (cfg == NULL)
+		return NULL;
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+	base = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	return base;
 }

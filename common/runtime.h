@@ -12,4 +12,12 @@
  */
 void runtime_init(void);
 
+struct event_base;
+/*
+ * The process's one event loop.  epoll with a changelist: interest in
+ * writability comes and goes with every message, and the changelist folds
+ * those changes into one epoll_ctl per socket per loop iteration, or none.
+ */
+struct event_base *runtime_event_base(void);
+
 #endif

@@ -10,6 +10,18 @@
 
 #define TLS_RECORD_MAX 16384
 #define TLS_CHAIN_SIZE (512 * 1024)
+#define TLS_READ_AHEAD (128 * 1024)  /* bytes OpenSSL may take per read() */
+
+void
+tls_read_ahead(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+
+	if (ssl == NULL)
+		return;
+	SSL_set_default_read_buffer_len(ssl, TLS_READ_AHEAD);
+	SSL_set_read_ahead(ssl, 1);
+}
 
 void
 tls_tune_input(struct bufferevent *bev, size_t max_buffered)

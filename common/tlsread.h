@@ -19,6 +19,15 @@ struct bufferevent;
  * Returns the bytes added.  A no-op for bufferevents without TLS. */
 size_t tls_read_available(struct bufferevent *bev, size_t limit);
 
+/*
+ * Lets OpenSSL read many records per read() instead of two reads per record
+ * (header, then body).  Only for a connection whose every reader drains
+ * OpenSSL with tls_read_available whenever it reads or resumes (the
+ * WebSocket phase of wsconn and wsclient): records read ahead raise no
+ * socket event of their own.
+ */
+void tls_read_ahead(struct bufferevent *bev);
+
 /* Lets the bufferevent itself read in large pieces, never holding more
  * than max_buffered bytes of input. */
 void tls_tune_input(struct bufferevent *bev, size_t max_buffered);

@@ -1098,6 +1098,8 @@ open_connection(struct wsclient *c)
 	c->state = ST_OPEN;
 	evtimer_del(c->timer);
 	bufferevent_setwatermark(c->bev, EV_WRITE, c->low_water, 0);
+	/* From now on every read drains OpenSSL (read_cb, DEFER_READ). */
+	tls_read_ahead(c->bev);
 	if (c->paused)
 		bufferevent_disable(c->bev, EV_READ);
 	if (c->cb.on_open != NULL) {
@@ -1560,8 +1562,12 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 	} else if (!gone(c) && (todo & (DEFER_READ | DEFER_EOF))) {
 		if (c->eof)
 			handle_eof(c);
-		else
+		else {
+			/* Records OpenSSL read ahead get no read event. */
+			if (c->state == ST_OPEN && c->bev != NULL && !c->paused)
+				tls_read_available(c->bev, c->max_message + 16);
 			process_input(c);
+		}
 	}
 	leave(c);
 }

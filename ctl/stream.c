@@ -30,6 +30,7 @@
 #include "ctl.h"
 #include "frame.h"
 #include "mux.h"
+#include "runtime.h"
 #include "wsclient.h"
 
 #define STDIO_HIGH_WATER (1u << 20)  /* bytes buffered before reading pauses */
@@ -356,7 +357,7 @@ cmd_connect(struct ctl *c, int argc, char **argv)
 	memset(&cs, 0, sizeof(cs));
 	cs.target = sa.spec;
 	cs.exit_code = CTL_EXIT_SERVER;
-	cs.base = event_base_new();
+	cs.base = runtime_event_base();
 	if (cs.base == NULL) {
 		fprintf(stderr, "tetherctl connect: cannot set up the event loop\n");
 		return CTL_EXIT_SERVER;
@@ -629,7 +630,7 @@ cmd_forward(struct ctl *c, int argc, char **argv)
 		return ctl_usage_error("forward", "arguments too long");
 
 	fs.exit_code = -1;
-	fs.base = event_base_new();
+	fs.base = runtime_event_base();
 	if (fs.base == NULL)
 		return CTL_EXIT_SERVER;
 	fs.sigint = evsignal_new(fs.base, SIGINT, fwd_signal, &fs);

@@ -427,7 +427,7 @@ cmd_serve(int argc, char **argv)
 		goto out;
 	}
 	gw.hub = hub_new();
-	gw.base = event_base_new();
+	gw.base = runtime_event_base();
 	if (gw.hub == NULL || gw.base == NULL) {
 		error("out of memory");
 		goto out;

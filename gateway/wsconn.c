@@ -598,6 +598,8 @@ ws_timer_cb(evutil_socket_t fd, short what, void *arg)
 		ws_finish(c, 0);
 		return;
 	}
+	if (!c->paused)
+		tls_read_available(c->bev, c->max_message + 16);
 	ws_process(c);
 	if (c->finish)
 		ws_finish(c, 1);
@@ -632,6 +634,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	bufferevent_set_max_single_read(bev, 1 << 20);
 	bufferevent_set_max_single_write(bev, 1 << 20);
 	tls_tune_input(bev, 4u << 20);
+	tls_read_ahead(bev);
 	seconds(&tv, WS_IDLE_PING_S);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
@@ -662,9 +665,9 @@ wsconn_pause_reading(struct wsconn *c, int paused)
 		return;
 	}
 	bufferevent_enable(c->bev, EV_READ);
-	/* Messages already buffered: from the loop, not inside this call. */
-	if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
-		event_active(c->timer, EV_TIMEOUT, 1);
+	/* Messages already buffered, or records OpenSSL read ahead, get no
+	 * read event of their own: from the loop, not inside this call. */
+	event_active(c->timer, EV_TIMEOUT, 1);
 }
 
 void

@@ -35,6 +35,7 @@
 #include "frame.h"
 #include "log.h"
 #include "mux.h"
+#include "runtime.h"
 #include "state.h"
 #include "token.h"
 #include "wsclient.h"
@@ -596,7 +597,7 @@ out:
 static int
 agent_start_loop(struct agent *a)
 {
-	a->base = event_base_new();
+	a->base = runtime_event_base();
 	if (a->base == NULL)
 		return -1;
 	a->dns = evdns_base_new(a->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);

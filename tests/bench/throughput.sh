@@ -39,6 +39,8 @@
 #   BENCH_CONNECTIONS  sequential connections per set-up measurement
 #                      (default 1000)
 #   BENCH_KEEP=1       keep the work directory (logs, iperf3 JSON)
+#   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent and
+#                      bench-ctl, out of reach of other sessions' pkill -f
 # `make bench-throughput` runs it with the defaults (`make bench` runs it
 # after idle_agents.sh).
 set -euo pipefail
@@ -51,11 +53,12 @@ CTL=$TETHER_BIN/tetherctl
 SECS=${BENCH_SECONDS:-5}
 CONNS=${BENCH_CONNECTIONS:-1000}
 KEEP=${BENCH_KEEP:-0}
+PRIVATE_NAMES=${BENCH_PRIVATE_NAMES:-0}
 PY=/usr/bin/python3
 ECHO_RTT=$SRC/tests/bench/echo_rtt.py
 TCPSERVER=$SRC/tests/integration/tcpserver.py
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_SECONDS BENCH_CONNECTIONS; do
+for v in TETHER_BIN BENCH_SECONDS BENCH_CONNECTIONS BENCH_PRIVATE_NAMES; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v=${!v} "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -135,10 +138,17 @@ trap 'exit 143' TERM
 mkdir -p "$W/logs" "$W/runs" "$W/ssh" "$W/bin"
 
 # Run copies: a `make build` during the run must not change the binaries.
-cp "$GATEWAY" "$CLIENT" "$CTL" "$W/bin/"
-GATEWAY=$W/bin/tether-gateway
-CLIENT=$W/bin/tether-client
-CTL=$W/bin/tetherctl
+# With BENCH_PRIVATE_NAMES=1 the copies get names without "tether" in them,
+# so another session's `pkill -f tetherctl` on a shared machine misses them.
+if [ "$PRIVATE_NAMES" = 1 ]; then
+	cp "$GATEWAY" "$W/bin/bench-gw"
+	cp "$CLIENT" "$W/bin/bench-agent"
+	cp "$CTL" "$W/bin/bench-ctl"
+	GATEWAY=$W/bin/bench-gw CLIENT=$W/bin/bench-agent CTL=$W/bin/bench-ctl
+else
+	cp "$GATEWAY" "$CLIENT" "$CTL" "$W/bin/"
+	GATEWAY=$W/bin/tether-gateway CLIENT=$W/bin/tether-client CTL=$W/bin/tetherctl
+fi
 
 free_port() {
 	"$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
@@ -371,12 +381,12 @@ declare -A GROUP_ROLE=([fwd]=operator [gw]=bastion [agent]=node
 CLK_TCK=$(getconf CLK_TCK)
 # ticks PID...: utime + stime of the processes, in clock ticks.
 ticks() {
-	local p s t=0 f
+	local p s t=0 fields
 	for p in "$@"; do
 		s=$(cat "/proc/$p/stat" 2>/dev/null) || { say "warning: process $p is gone"; continue; }
 		s=${s##*) }   # after "pid (comm) ": state is field 1, utime 12, stime 13
-		read -ra f <<<"$s"
-		t=$((t + f[11] + f[12]))
+		read -ra fields <<<"$s"
+		t=$((t + fields[11] + fields[12]))
 	done
 	echo "$t"
 }
@@ -406,7 +416,7 @@ run_iperf() { # run_iperf PATH MODE
 	local -A before
 	CMD[$path,$mode]=$(iperf_cmd "$path" "$mode")
 	for g in ${GROUPS_OF[$path]}; do before[$g]=$(group_ticks "$g"); done
-	# shellcheck disable=SC2046
+	# shellcheck disable=SC2086  # the command line splits into its words
 	fg_run "$out" timeout $((SECS + 40)) ${CMD[$path,$mode]} || rc=$?
 	check_alive "iperf3 $path $mode"
 	for g in ${GROUPS_OF[$path]}; do
@@ -657,6 +667,8 @@ log_issues() { # log_issues FILE: count and most frequent warning/error lines
 	echo "Processes"
 	if [ ${#DEATHS[@]} -gt 0 ]; then
 		for a in "${DEATHS[@]}"; do echo "  EXITED: $a"; done
+		echo "  (tetherctl forward, tether-client, ssh and sshd also exit 0 on SIGTERM: on a shared"
+		echo "  machine, another session's pkill by name looks like this; see BENCH_PRIVATE_NAMES)"
 	else
 		echo "  every process started was still running at the end"
 	fi
