@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/queue.h>
+
 #include "flow.h"
 
 enum stream_state {
@@ -27,6 +29,7 @@ enum stream_state {
 
 struct mux_stream {
 	struct mux_stream *next;
+	TAILQ_ENTRY(mux_stream) waiting; /* on mux.waitq while BLK_TRANSPORT */
 	struct mux *mux;
 	uint32_t id;
 	enum stream_state state;
@@ -47,6 +50,9 @@ struct mux {
 	void *arg;
 	struct mux_stream *streams;
 	struct mux_stream *zombies;
+	/* Streams blocked on the transport, in the order they blocked: room
+	 * goes to them first come, first served, so that no stream starves. */
+	TAILQ_HEAD(, mux_stream) waitq;
 	size_t nstreams;
 	uint32_t next_id;
 	int depth;                 /* mux calls on the stack */
@@ -75,6 +81,7 @@ mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
 	m->h = h;
 	m->arg = arg;
 	m->next_id = cfg->odd_ids ? 1 : 2;
+	TAILQ_INIT(&m->waitq);
 	return m;
 }
 
@@ -110,6 +117,10 @@ stream_end(struct mux_stream *s)
 
 	if (s->state == STREAM_CLOSED)
 		return;
+	if (s->blocked & BLK_TRANSPORT) {
+		TAILQ_REMOVE(&m->waitq, s, waiting);
+		s->blocked &= ~BLK_TRANSPORT;
+	}
 	for (pp = &m->streams; *pp != NULL; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -327,6 +338,8 @@ mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
 	while (total < len) {
 		pending = m->io->pending(m->io_arg);
 		if (pending >= m->cfg.tx_high_water) {
+			if (!(s->blocked & BLK_TRANSPORT))
+				TAILQ_INSERT_TAIL(&m->waitq, s, waiting);
 			s->blocked |= BLK_TRANSPORT;
 			break;
 		}
@@ -561,21 +574,17 @@ out:
 void
 mux_on_drain(struct mux *m)
 {
-	struct mux_stream *s, *next;
+	struct mux_stream *s;
 
 	m->depth++;
-	for (s = m->streams; s != NULL; s = next) {
-		if (m->io->pending(m->io_arg) >= m->cfg.tx_high_water)
-			break;
-		if ((s->blocked & BLK_TRANSPORT) && s->state == STREAM_OPEN) {
-			s->blocked &= ~BLK_TRANSPORT;
-			if (s->h->on_writable != NULL)
-				s->h->on_writable(s, s->arg);
-		}
-		/* The handler may have ended any stream, this one included (its
-		 * next then leads into the zombies): start over, the streams
-		 * already woken are no longer marked. */
-		next = s->state == STREAM_CLOSED ? m->streams : s->next;
+	/* Each woken stream leaves the queue first; if it blocks again it
+	 * joins the tail, behind the others: round robin. */
+	while ((s = TAILQ_FIRST(&m->waitq)) != NULL &&
+	    m->io->pending(m->io_arg) < m->cfg.tx_high_water) {
+		TAILQ_REMOVE(&m->waitq, s, waiting);
+		s->blocked &= ~BLK_TRANSPORT;
+		if (s->state == STREAM_OPEN && s->h->on_writable != NULL)
+			s->h->on_writable(s, s->arg);
 	}
 	m->depth--;
 	mux_gc(m);
