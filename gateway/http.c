@@ -354,7 +354,11 @@ on_body(http_parser *p, const char *at, size_t len)
 	struct http_reader *r = p->data;
 
 	if (r->body.len + len > r->max_body) {
-		/* Keep what fitted; the rest of the body is not read. */
+		/* Keep the first max_body bytes, however the body was split into
+		 * reads; the rest of the body is not read. */
+		if (r->max_body > r->body.len &&
+		    str_append(&r->body, at, r->max_body - r->body.len) != 0)
+			return reader_fail(r, 500, "out of memory");
 		r->req.body_too_large = 1;
 		r->cut = 1;
 		return -1;
