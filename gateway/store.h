@@ -26,6 +26,7 @@
 #define STORE_ID_MAX    31
 #define STORE_NAME_MAX  63
 #define STORE_ERROR_MAX 255
+#define STORE_TOKEN_CLUSTERS_MAX 64   /* clusters one user token may reach */
 
 enum store_result {
 	STORE_OK = 0,
@@ -52,6 +53,17 @@ struct store_token {
 	int64_t expires_at;               /* Unix seconds; 0 = never */
 	int64_t uses_left;                /* import tokens; -1 = unlimited */
 	bool approval_manual;             /* import tokens: agents start pending-approval */
+	bool revoked;
+	int64_t created_at;
+};
+
+/* A user token with the clusters it is scoped to (no secret, no hash). */
+struct store_user_token {
+	char id[TOKEN_ID_LEN + 1];
+	char name[STORE_NAME_MAX + 1];    /* the user it was issued to */
+	size_t nclusters;
+	char clusters[STORE_TOKEN_CLUSTERS_MAX][STORE_ID_MAX + 1];
+	int64_t expires_at;               /* Unix seconds; 0 = never */
 	bool revoked;
 	int64_t created_at;
 };
@@ -85,6 +97,43 @@ int store_cluster_list(struct store *s, struct store_cluster **out, size_t *n);
 int store_token_insert(struct store *s, const struct store_token *t,
     char *err, size_t errlen);
 int store_token_get(struct store *s, const char *id, struct store_token *out);
+
+/*
+ * User names: 1 to STORE_NAME_MAX characters of A-Z a-z 0-9 . _ @ -, so
+ * that an e-mail address fits.  Returns 1 if name is one.
+ */
+int store_user_name_valid(const char *name);
+
+/*
+ * Inserts a user token (t->kind TOKEN_USER, t->name a valid user name,
+ * t->cluster "") scoped to the given clusters, in one transaction: either
+ * the token and every scope row are written, or nothing is.  Duplicate
+ * cluster ids count once.  STORE_REFUSED (err) for a bad record or name, no
+ * clusters or more than STORE_TOKEN_CLUSTERS_MAX; STORE_NOTFOUND (err "no
+ * cluster ID") when a cluster does not exist; STORE_CONFLICT on a duplicate
+ * token id.  *out (may be NULL) holds the record as stored.
+ */
+int store_user_token_create(struct store *s, const struct store_token *t,
+    const char *const *clusters, size_t nclusters,
+    struct store_user_token *out, char *err, size_t errlen);
+
+/* Every user token, revoked ones too, by creation, each with its clusters
+ * in the order they were given. */
+int store_user_token_list(struct store *s, struct store_user_token **out,
+    size_t *n);
+
+/*
+ * Revokes every user token issued to name, in one transaction; *count is
+ * how many were live until now (0 when all already were revoked).
+ * STORE_NOTFOUND when name never had a token.
+ */
+int store_user_revoke(struct store *s, const char *name, int64_t *count,
+    char *err, size_t errlen);
+
+/* STORE_OK if token id is scoped to cluster, STORE_NOTFOUND if not (or
+ * there is no such token), STORE_ERR on a backend failure (logged). */
+int store_token_in_cluster(struct store *s, const char *token_id,
+    const char *cluster);
 
 /*
  * Registers an agent with an import token, in one transaction:

@@ -82,6 +82,18 @@ static const char *const migrations[] = {
 	"CREATE UNIQUE INDEX agents_live_node ON agents (cluster_id, node)"
 	"  WHERE state <> 'revoked';"
 	"CREATE INDEX agents_by_cluster ON agents (cluster_id, created_at);",
+
+	/* 2: user tokens, each scoped to one or more clusters.  A row here is
+	 * the only thing that lets a user token reach a cluster: no row, no
+	 * access.  Rows are never deleted (a token is revoked, not removed),
+	 * and their rowid keeps the order the clusters were given in. */
+	"CREATE TABLE token_clusters ("
+	"  token_id   TEXT NOT NULL REFERENCES tokens (id),"
+	"  cluster_id TEXT NOT NULL REFERENCES clusters (id),"
+	"  PRIMARY KEY (token_id, cluster_id)"
+	") STRICT;"
+	"CREATE INDEX token_clusters_by_cluster ON token_clusters (cluster_id);"
+	"CREATE INDEX tokens_by_user ON tokens (name) WHERE kind = 'user';",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -277,8 +289,12 @@ make_id(const char *prefix, char out[STORE_ID_MAX + 1], char *err,
  * Cluster and node names end up in URLs (/k8s/clusters/NAME), kubeconfig
  * entries and log lines, so they are kept to a plain, safe alphabet.
  */
+#define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" \
+	"0123456789._-"
+#define USER_NAME_CHARS NAME_CHARS "@"
+
 static int
-name_valid(const char *name)
+name_in(const char *name, const char *alphabet)
 {
 	size_t len;
 
@@ -287,8 +303,21 @@ name_valid(const char *name)
 	len = strlen(name);
 	if (len == 0 || len > STORE_NAME_MAX)
 		return 0;
-	return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-	    "abcdefghijklmnopqrstuvwxyz0123456789._-") == len;
+	return strspn(name, alphabet) == len;
+}
+
+static int
+name_valid(const char *name)
+{
+	return name_in(name, NAME_CHARS);
+}
+
+/* User names may also hold '@', so that an e-mail address is one; they
+ * never reach a URL path unescaped. */
+int
+store_user_name_valid(const char *name)
+{
+	return name_in(name, USER_NAME_CHARS);
 }
 
 static int
@@ -827,6 +856,357 @@ store_token_get(struct store *s, const char *id, struct store_token *out)
 	rc = token_lookup(s, id, out, err, sizeof(err));
 	if (rc == STORE_ERR)
 		error("token %s: %s", id, err);
+	return rc;
+}
+
+/* ---- user tokens -------------------------------------------------------- */
+
+#define USER_TOKEN_COLS "t.id, t.name, t.expires_at, t.revoked, t.created_at"
+
+static int
+user_token_check(const struct store_token *t, size_t nclusters, char *err,
+    size_t errlen)
+{
+	int rc;
+
+	if ((rc = token_check(t, err, errlen)) != STORE_OK)
+		return rc;
+	if (t->kind != TOKEN_USER) {
+		snprintf(err, errlen, "not a user token");
+		return STORE_REFUSED;
+	}
+	if (!store_user_name_valid(t->name)) {
+		/* As refuse_name: the bad name is not echoed. */
+		snprintf(err, errlen, "invalid user name: use 1 to %d characters "
+		    "of A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
+		return STORE_REFUSED;
+	}
+	if (t->cluster[0] != '\0') {
+		snprintf(err, errlen, "a user token reaches clusters through its "
+		    "cluster list only");
+		return STORE_REFUSED;
+	}
+	if (nclusters == 0) {
+		snprintf(err, errlen, "a user token needs at least one cluster");
+		return STORE_REFUSED;
+	}
+	if (nclusters > STORE_TOKEN_CLUSTERS_MAX) {
+		snprintf(err, errlen, "a user token may name at most %d clusters",
+		    STORE_TOKEN_CLUSTERS_MAX);
+		return STORE_REFUSED;
+	}
+	return STORE_OK;
+}
+
+/* STORE_OK if the cluster exists, STORE_NOTFOUND (err) if not. */
+static int
+cluster_exists(struct store *s, const char *id, char *err, size_t errlen)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = STORE_ERR;
+
+	if (prepare(s, "SELECT 1 FROM clusters WHERE id = ?", &st, err,
+	    errlen) != STORE_OK)
+		goto out;
+	bind_text(st, 1, id);
+	switch (sqlite3_step(st)) {
+	case SQLITE_ROW:
+		rc = STORE_OK;
+		break;
+	case SQLITE_DONE:
+		snprintf(err, errlen, "no cluster %.*s", STORE_ID_MAX, id);
+		rc = STORE_NOTFOUND;
+		break;
+	default:
+		db_fail(s, "read cluster", err, errlen);
+		break;
+	}
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Adds one scope row; *added is false when the pair was already there. */
+static int
+insert_scope(struct store *s, const char *token_id, const char *cluster,
+    bool *added, char *err, size_t errlen)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = STORE_ERR;
+
+	*added = false;
+	if (prepare(s, "INSERT OR IGNORE INTO token_clusters "
+	    "(token_id, cluster_id) VALUES (?, ?)", &st, err, errlen) !=
+	    STORE_OK)
+		goto out;
+	bind_text(st, 1, token_id);
+	bind_text(st, 2, cluster);
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		db_fail(s, "insert token scope", err, errlen);
+		goto out;
+	}
+	*added = sqlite3_changes(s->db) == 1;
+	rc = STORE_OK;
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+static int
+user_token_create_locked(struct store *s, const struct store_token *t,
+    const char *const *clusters, size_t nclusters,
+    struct store_user_token *u, char *err, size_t errlen)
+{
+	bool added;
+	size_t i;
+	int rc;
+
+	if ((rc = store_token_insert(s, t, err, errlen)) != STORE_OK)
+		return rc;
+	for (i = 0; i < nclusters; i++) {
+		if (clusters[i] == NULL) {
+			snprintf(err, errlen, "no cluster (null)");
+			return STORE_NOTFOUND;
+		}
+		if ((rc = cluster_exists(s, clusters[i], err, errlen)) !=
+		    STORE_OK)
+			return rc;
+		if ((rc = insert_scope(s, t->id, clusters[i], &added, err,
+		    errlen)) != STORE_OK)
+			return rc;
+		/* It exists, so it fits. */
+		if (added)
+			snprintf(u->clusters[u->nclusters++],
+			    sizeof(u->clusters[0]), "%s", clusters[i]);
+	}
+	return STORE_OK;
+}
+
+int
+store_user_token_create(struct store *s, const struct store_token *t,
+    const char *const *clusters, size_t nclusters,
+    struct store_user_token *out, char *err, size_t errlen)
+{
+	struct store_user_token *u;
+	int rc;
+
+	if ((rc = user_token_check(t, nclusters, err, errlen)) != STORE_OK)
+		return rc;
+	/* About 2 KiB: off the stack, which the event loop keeps small. */
+	if ((u = calloc(1, sizeof(*u))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return STORE_ERR;
+	}
+	snprintf(u->id, sizeof(u->id), "%s", t->id);
+	snprintf(u->name, sizeof(u->name), "%s", t->name);
+	u->expires_at = t->expires_at;
+	u->revoked = t->revoked;
+	u->created_at = t->created_at;
+	if (begin(s, err, errlen) != STORE_OK) {
+		free(u);
+		return STORE_ERR;
+	}
+	rc = user_token_create_locked(s, t, clusters, nclusters, u, err,
+	    errlen);
+	if ((rc = finish(s, rc, err, errlen)) == STORE_OK && out != NULL)
+		*out = *u;
+	free(u);
+	return rc;
+}
+
+/* Fills u's token columns from a row of the list query (clusters apart). */
+static int
+read_user_token(sqlite3_stmt *st, struct store_user_token *u)
+{
+	memset(u, 0, sizeof(*u));
+	if (col_text(st, 0, u->id, sizeof(u->id)) == -1 ||
+	    col_text(st, 1, u->name, sizeof(u->name)) == -1)
+		return -1;
+	u->expires_at = sqlite3_column_int64(st, 2);
+	u->revoked = sqlite3_column_int(st, 3) != 0;
+	u->created_at = sqlite3_column_int64(st, 4);
+	return 0;
+}
+
+/*
+ * Adds one row of the list query to arr: a new token when its id differs
+ * from the last one's, and its cluster (NULL for a token with none, which
+ * only a database edited by hand holds).
+ */
+static int
+add_user_row(sqlite3_stmt *st, struct store_user_token **arr, size_t *cap,
+    size_t *count, char *err, size_t errlen)
+{
+	const unsigned char *id = sqlite3_column_text(st, 0);
+	struct store_user_token *u;
+
+	if (id == NULL) {
+		snprintf(err, errlen, "malformed user token row");
+		return STORE_ERR;
+	}
+	if (*count == 0 || strcmp((*arr)[*count - 1].id, (const char *)id) != 0) {
+		if (grow((void **)arr, cap, *count, sizeof(**arr)) == -1) {
+			snprintf(err, errlen, "out of memory");
+			return STORE_ERR;
+		}
+		if (read_user_token(st, &(*arr)[*count]) == -1) {
+			snprintf(err, errlen, "malformed user token row");
+			return STORE_ERR;
+		}
+		(*count)++;
+	}
+	u = &(*arr)[*count - 1];
+	if (sqlite3_column_type(st, 5) == SQLITE_NULL)
+		return STORE_OK;
+	if (u->nclusters == STORE_TOKEN_CLUSTERS_MAX ||
+	    col_text(st, 5, u->clusters[u->nclusters],
+	    sizeof(u->clusters[0])) == -1) {
+		snprintf(err, errlen, "user token %s: malformed scope", u->id);
+		return STORE_ERR;
+	}
+	u->nclusters++;
+	return STORE_OK;
+}
+
+int
+store_user_token_list(struct store *s, struct store_user_token **out,
+    size_t *n)
+{
+	char err[STORE_ERROR_MAX + 1];
+	struct store_user_token *arr = NULL;
+	sqlite3_stmt *st = NULL;
+	size_t cap = 0, count = 0;
+	int rc = STORE_ERR, step;
+
+	*out = NULL;
+	*n = 0;
+	if (prepare(s, "SELECT " USER_TOKEN_COLS ", c.cluster_id "
+	    "FROM tokens t LEFT JOIN token_clusters c ON c.token_id = t.id "
+	    "WHERE t.kind = 'user' ORDER BY t.created_at, t.rowid, c.rowid",
+	    &st, err, sizeof(err)) != STORE_OK)
+		goto out;
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		if (add_user_row(st, &arr, &cap, &count, err, sizeof(err)) !=
+		    STORE_OK)
+			goto out;
+	}
+	if (step != SQLITE_DONE) {
+		db_fail(s, "read user tokens", err, sizeof(err));
+		goto out;
+	}
+	*out = arr;
+	*n = count;
+	arr = NULL;
+	rc = STORE_OK;
+out:
+	if (rc != STORE_OK)
+		error("listing user tokens: %s", err);
+	free(arr);
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* How many user tokens name was ever issued. */
+static int
+count_user_tokens(struct store *s, const char *name, int64_t *count,
+    char *err, size_t errlen)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = STORE_ERR;
+
+	if (prepare(s, "SELECT count(*) FROM tokens WHERE kind = 'user' AND "
+	    "name = ?", &st, err, errlen) != STORE_OK)
+		goto out;
+	bind_text(st, 1, name);
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		db_fail(s, "count user tokens", err, errlen);
+		goto out;
+	}
+	*count = sqlite3_column_int64(st, 0);
+	rc = STORE_OK;
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+static int
+user_revoke_locked(struct store *s, const char *name, int64_t *count,
+    char *err, size_t errlen)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t total = 0;
+	int rc;
+
+	if ((rc = count_user_tokens(s, name, &total, err, errlen)) != STORE_OK)
+		return rc;
+	if (total == 0) {
+		snprintf(err, errlen, "user %s has no tokens", name);
+		return STORE_NOTFOUND;
+	}
+	rc = STORE_ERR;
+	if (prepare(s, "UPDATE tokens SET revoked = 1 WHERE kind = 'user' AND "
+	    "name = ? AND revoked = 0", &st, err, errlen) != STORE_OK)
+		goto out;
+	bind_text(st, 1, name);
+	if (sqlite3_step(st) != SQLITE_DONE) {
+		db_fail(s, "revoke user tokens", err, errlen);
+		goto out;
+	}
+	*count = sqlite3_changes(s->db);
+	rc = STORE_OK;
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int
+store_user_revoke(struct store *s, const char *name, int64_t *count,
+    char *err, size_t errlen)
+{
+	int64_t n = 0;
+	int rc;
+
+	if (!store_user_name_valid(name)) {
+		snprintf(err, errlen, "invalid user name: use 1 to %d characters "
+		    "of A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
+		return STORE_REFUSED;
+	}
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = user_revoke_locked(s, name, &n, err, errlen);
+	if ((rc = finish(s, rc, err, errlen)) == STORE_OK && count != NULL)
+		*count = n;
+	return rc;
+}
+
+int
+store_token_in_cluster(struct store *s, const char *token_id,
+    const char *cluster)
+{
+	char err[STORE_ERROR_MAX + 1];
+	sqlite3_stmt *st = NULL;
+	int rc = STORE_ERR;
+
+	if (prepare(s, "SELECT 1 FROM token_clusters WHERE token_id = ? AND "
+	    "cluster_id = ?", &st, err, sizeof(err)) != STORE_OK)
+		goto out;
+	bind_text(st, 1, token_id);
+	bind_text(st, 2, cluster);
+	switch (sqlite3_step(st)) {
+	case SQLITE_ROW:
+		rc = STORE_OK;
+		break;
+	case SQLITE_DONE:
+		rc = STORE_NOTFOUND;
+		break;
+	default:
+		db_fail(s, "read token scope", err, sizeof(err));
+		break;
+	}
+out:
+	if (rc == STORE_ERR)
+		error("token %s scope: %s", token_id, err);
+	sqlite3_finalize(st);
 	return rc;
 }
 

@@ -42,8 +42,7 @@
 
 #define BACKOFF_MIN_MS   500
 #define BACKOFF_MAX_MS   30000
-#define MAX_MESSAGE      (1 << 20)
-#define DIAL_TIMEOUT_MS  10000
+#define MAX_MESSAGE_SLACK 4096   /* frame overhead beyond the largest DATA */
 
 enum tunnel_phase {
 	TUNNEL_DISCONNECTED,     /* no connection; a reconnect may be scheduled */
@@ -66,6 +65,7 @@ static const char *const phase_names[TUNNEL_ENTRIES] = {
 
 struct agent {
 	const char *dir;
+	struct agent_options opt;
 	struct client_state st;
 	EVP_PKEY *agent_key;          /* this node's Ed25519 key */
 	EVP_PKEY *import_key;         /* derived from the import token, until registered */
@@ -420,6 +420,8 @@ ws_open(struct wsclient *c, void *arg)
 	struct mux_config cfg = MUX_DEFAULT_CONFIG;
 
 	cfg.odd_ids = 0;
+	cfg.window = a->opt.stream_window;
+	cfg.max_streams = a->opt.max_streams;
 	a->mux = mux_new(&cfg, &tunnel_io, a, &agent_mux_handlers, a);
 	if (a->mux == NULL) {
 		error("out of memory");
@@ -490,7 +492,7 @@ agent_connect(evutil_socket_t fd, short what, void *arg)
 	cfg.url = a->connect_url;
 	cfg.subprotocol = TETHER_SUBPROTOCOL;
 	cfg.ca_file = a->ca_path;
-	cfg.max_message = MAX_MESSAGE;
+	cfg.max_message = (1 << 20) + MAX_MESSAGE_SLACK;
 	cfg.low_water = 128 * 1024;
 	agent_set_phase(a, TUNNEL_CONNECTING);
 	debug("connecting to %s", a->connect_url);
@@ -603,7 +605,7 @@ agent_start_loop(struct agent *a)
 	a->dns = evdns_base_new(a->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
 	if (a->dns == NULL)
 		a->dns = evdns_base_new(a->base, 0);  /* no resolv.conf: IPs only */
-	a->dialer = dialer_new(a->base, a->dns, &a->st, DIAL_TIMEOUT_MS);
+	a->dialer = dialer_new(a->base, a->dns, &a->st, a->opt.dial_timeout_ms);
 	a->reconnect_timer = evtimer_new(a->base, agent_connect, a);
 	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
 	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);
@@ -637,7 +639,7 @@ agent_free(struct agent *a)
 }
 
 int
-agent_run(const char *state_dir)
+agent_run(const char *state_dir, const struct agent_options *opt)
 {
 	struct agent a;
 	char err[512];
@@ -645,6 +647,7 @@ agent_run(const char *state_dir)
 
 	memset(&a, 0, sizeof(a));
 	a.dir = state_dir;
+	a.opt = *opt;
 	snprintf(a.state, sizeof(a.state), "unknown");
 	r = client_state_load(state_dir, &a.st, err, sizeof(err));
 	if (r != 0) {

@@ -9,11 +9,26 @@
 #ifndef TETHER_AGENT_H
 #define TETHER_AGENT_H
 
+#include <stdint.h>
+
+/* Limits of the streams this agent serves (`run` flags). */
+struct agent_options {
+	uint32_t stream_window;     /* credit granted per stream, bytes */
+	uint32_t max_streams;       /* streams open at once */
+	uint32_t dial_timeout_ms;   /* connecting to a target */
+};
+
+#define AGENT_DEFAULT_OPTIONS { \
+	.stream_window = 1 << 20, \
+	.max_streams = 1024, \
+	.dial_timeout_ms = 10000, \
+}
+
 /*
  * Runs until a signal or a final refusal.  Returns the process exit code:
  * 0 after a signal, 1 when not joined, refused by the gateway (the reason
  * logged) or revoked.
  */
-int agent_run(const char *state_dir);
+int agent_run(const char *state_dir, const struct agent_options *opt);
 
 #endif

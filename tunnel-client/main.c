@@ -2,6 +2,7 @@
  * main.c: tether-client's entry point: global set-up and dispatch to the
  * subcommands join, run and status (join.c, agent.c).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,11 +62,17 @@ run_usage(void)
 {
 	fprintf(stdout,
 	    "usage: tether-client run --state-dir DIR [--log-level LEVEL]\n"
+	    "                         [--stream-window BYTES] [--max-streams N]\n"
+	    "                         [--dial-timeout MS]\n"
 	    "\n"
 	    "Connects to the gateway DIR was joined to, registers on first use\n"
 	    "(import token -> agent key), reconnects with backoff and serves the\n"
 	    "streams the gateway opens to allowed targets.  Stops on SIGINT or\n"
 	    "SIGTERM.  LEVEL: debug, info (default), warn, error.\n"
+	    "  --stream-window BYTES  credit granted per stream (default 1048576;\n"
+	    "                         bounds the memory a stream may hold here)\n"
+	    "  --max-streams N        streams served at once (default 1024)\n"
+	    "  --dial-timeout MS      connecting to a target (default 10000)\n"
 	    "\n"
 	    "exit: 0 after a signal; 1 not joined, refused or revoked; 2 bad usage.\n");
 }
@@ -81,15 +88,34 @@ usage_error(const char *cmd, const char *fmt, const char *arg)
 	return 2;
 }
 
+/* A decimal number within [min, max].  Returns 0 or -1. */
+static int
+parse_limit(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
 static int
 cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "state-dir", required_argument, NULL, 'd' },
 		{ "log-level", required_argument, NULL, 'l' },
+		{ "stream-window", required_argument, NULL, 'w' },
+		{ "max-streams", required_argument, NULL, 'm' },
+		{ "dial-timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct agent_options opt = AGENT_DEFAULT_OPTIONS;
 	enum log_level level = LOG_LEVEL_INFO;
 	const char *dir = NULL;
 	int c;
@@ -105,6 +131,21 @@ cmd_run(int argc, char **argv)
 			if (log_level_parse(optarg, &level) == -1)
 				return usage_error("run", "--log-level %s: want debug, "
 				    "info, warn or error", optarg);
+			break;
+		case 'w':
+			if (parse_limit(optarg, 4096, 64u << 20, &opt.stream_window) != 0)
+				return usage_error("run", "--stream-window %s: want "
+				    "4096 to 67108864 bytes", optarg);
+			break;
+		case 'm':
+			if (parse_limit(optarg, 1, 1000000, &opt.max_streams) != 0)
+				return usage_error("run", "--max-streams %s: want 1 to "
+				    "1000000", optarg);
+			break;
+		case 't':
+			if (parse_limit(optarg, 100, 600000, &opt.dial_timeout_ms) != 0)
+				return usage_error("run", "--dial-timeout %s: want 100 "
+				    "to 600000 ms", optarg);
 			break;
 		case 'h':
 			run_usage();
@@ -122,7 +163,7 @@ cmd_run(int argc, char **argv)
 	if (dir == NULL || dir[0] == '\0')
 		return usage_error("run", "%s is required", "--state-dir DIR");
 	log_init("client", level);
-	return agent_run(dir);
+	return agent_run(dir, &opt);
 }
 
 /* Keys live in this process's memory: no core dumps. */

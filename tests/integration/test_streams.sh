@@ -10,7 +10,11 @@ $py "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
 PIDS+=($!)
 $py "$TETHER_SRC/tests/integration/tcpserver.py" source "$T/source.port" "$T/source.count" &
 PIDS+=($!)
-wait_until 10 "echo and source servers" test -s "$T/echo.port" -a -s "$T/source.port"
+$py "$TETHER_SRC/tests/integration/blackhole.py" "$T/blackhole.port" &
+PIDS+=($!)
+wait_until 10 "echo, source and blackhole servers" \
+	test -s "$T/echo.port" -a -s "$T/source.port" -a -s "$T/blackhole.port"
+blackhole_port=$(cat "$T/blackhole.port")
 echo_port=$(cat "$T/echo.port")
 source_port=$(cat "$T/source.port")
 closed_port=$(free_port)
@@ -20,9 +24,11 @@ gateway_start --stream-window 262144
 cid=$(cluster_create streams)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" --allow "127.0.0.1:$source_port" \
-	--allow "127.0.0.1:$closed_port" >/dev/null
-client_start n1
-agent_pid=$CLIENT_PID
+	--allow "127.0.0.1:$closed_port" --allow "127.0.0.1:$blackhole_port" >/dev/null
+"$CLIENT" run --state-dir "$T/n1" --stream-window 262144 --dial-timeout 1000 \
+	>>"$T/client-n1.log" 2>&1 &
+agent_pid=$!
+PIDS+=($agent_pid)
 wait_until 20 "n1 active" agent_is n1 active
 
 head -c $((64 << 20)) /dev/urandom >"$T/big"
@@ -92,13 +98,15 @@ assert_contains "$T/last.err" not_allowed
 assert_contains "$T/last.err" 502
 expect_exit 1 "$CTL" connect --cluster "$cid" "127.0.0.1:$closed_port" </dev/null
 assert_contains "$T/last.err" refused
+expect_exit 1 "$CTL" connect --cluster "$cid" "127.0.0.1:$blackhole_port" </dev/null
+assert_contains "$T/last.err" timeout
 expect_exit 1 "$CTL" connect --cluster c-000000000000 "127.0.0.1:$echo_port" </dev/null
 assert_contains "$T/last.err" 404
 expect_exit 1 "$CTL" connect --cluster "$cid" --node nobody "127.0.0.1:$echo_port" </dev/null
 assert_contains "$T/last.err" 404
 expect_exit 3 "$CTL" --server "https://127.0.0.1:$(free_port)" connect --cluster "$cid" \
 	"127.0.0.1:$echo_port" </dev/null
-pass "not allowed (502), refused (502), unknown cluster and node (404), unreachable gateway (exit 3)"
+pass "not allowed, refused, timed out (502 each), unknown cluster and node (404), unreachable gateway (exit 3)"
 
 agent_is n1 active || fail "refusals cost the agent its tunnel"
 pass "a refused stream leaves the tunnel and the other streams alone"
