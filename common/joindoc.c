@@ -8,6 +8,7 @@
  * error ("near '\"tti_...'"), so they are replaced by our own.
  */
 #include "joindoc.h"
+#include "hostname.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -71,61 +72,6 @@ token_shape_valid(const char *s, size_t maxlen)
 	return 1;
 }
 
-/* A DNS name (labels of [A-Za-z0-9-], no leading or trailing '-') or an
- * IPv4 address in dotted form.  n bytes of s, not NUL-terminated. */
-static int
-dns_or_ipv4_valid(const char *s, size_t n)
-{
-	char buf[256];
-	struct in_addr a4;
-	size_t label = 0;
-	int all_numeric = 1;
-
-	if (n == 0 || n > 253)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-
-		if (c == '.') {
-			if (label == 0 || s[i - 1] == '-')
-				return 0;
-			label = 0;
-			continue;
-		}
-		if (!isalnum((unsigned char)c) && c != '-')
-			return 0;
-		if (c == '-' && label == 0)
-			return 0;
-		if (!isdigit((unsigned char)c))
-			all_numeric = 0;
-		if (++label > 63)
-			return 0;
-	}
-	if (label == 0 || s[n - 1] == '-')
-		return 0;
-	if (all_numeric) {
-		/* Looks like an address: it must be a real one. */
-		memcpy(buf, s, n);
-		buf[n] = '\0';
-		return inet_pton(AF_INET, buf, &a4) == 1;
-	}
-	return 1;
-}
-
-/* "[IPv6]" including the brackets; n bytes of s. */
-static int
-bracketed_ipv6_valid(const char *s, size_t n)
-{
-	char buf[64];
-	struct in6_addr a6;
-
-	if (n < 4 || s[0] != '[' || s[n - 1] != ']' || n - 2 >= sizeof(buf))
-		return 0;
-	memcpy(buf, s + 1, n - 2);
-	buf[n - 2] = '\0';
-	return inet_pton(AF_INET6, buf, &a6) == 1;
-}
-
 /* Decimal 1..65535 without sign or leading zero; n bytes of s. */
 static int
 port_valid(const char *s, size_t n)
@@ -167,7 +113,7 @@ gateway_url_check(const char *url, char *out, size_t outlen, const char **why)
 	if (host < end && *host == '[') {
 		const char *rb = memchr(host, ']', (size_t)(end - host));
 
-		if (rb == NULL || !bracketed_ipv6_valid(host, (size_t)(rb - host) + 1)) {
+		if (rb == NULL || !host_ipv6_bracketed(host, (size_t)(rb - host) + 1, NULL)) {
 			*why = "has an invalid IPv6 address";
 			return -1;
 		}
@@ -189,7 +135,7 @@ gateway_url_check(const char *url, char *out, size_t outlen, const char **why)
 				break;
 			}
 		}
-		if (!dns_or_ipv4_valid(host,
+		if (!host_dns_or_ipv4_valid(host,
 		    (size_t)((colon != NULL ? colon : end) - host))) {
 			*why = "has an invalid host name";
 			return -1;

@@ -4,6 +4,7 @@
  * allowlist entries and service URLs that join and run share.
  */
 #include "state.h"
+#include "hostname.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -31,67 +32,6 @@ client_path(const char *dir, const char *name, char *out, size_t outlen)
 }
 
 /* --- validators --- */
-
-/* A DNS name or dotted IPv4 address; n bytes of s. */
-static int
-host_name_valid(const char *s, size_t n)
-{
-	char buf[256];
-	struct in_addr a4;
-	size_t label = 0;
-	int all_numeric = 1;
-
-	if (n == 0 || n > 253)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-
-		if (c == '.') {
-			if (label == 0 || s[i - 1] == '-')
-				return 0;
-			label = 0;
-			continue;
-		}
-		if (!isalnum((unsigned char)c) && c != '-')
-			return 0;
-		if (c == '-' && label == 0)
-			return 0;
-		if (!isdigit((unsigned char)c))
-			all_numeric = 0;
-		if (++label > 63)
-			return 0;
-	}
-	if (label == 0 || s[n - 1] == '-')
-		return 0;
-	if (all_numeric) {
-		memcpy(buf, s, n);
-		buf[n] = '\0';
-		return inet_pton(AF_INET, buf, &a4) == 1;
-	}
-	return 1;
-}
-
-/* "[IPv6]" with brackets; n bytes of s.  Fills a6 if not NULL. */
-static int
-ipv6_bracketed(const char *s, size_t n, struct in6_addr *a6)
-{
-	char buf[64];
-	struct in6_addr tmp;
-
-	if (n < 4 || s[0] != '[' || s[n - 1] != ']' || n - 2 >= sizeof(buf))
-		return 0;
-	memcpy(buf, s + 1, n - 2);
-	buf[n - 2] = '\0';
-	return inet_pton(AF_INET6, buf, a6 != NULL ? a6 : &tmp) == 1;
-}
-
-static int
-host_valid(const char *s, size_t n)
-{
-	if (n > 0 && s[0] == '[')
-		return ipv6_bracketed(s, n, NULL);
-	return host_name_valid(s, n);
-}
 
 /* Decimal 1..65535, no sign, no leading zero; n bytes.  Returns the port
  * or 0. */
@@ -199,7 +139,7 @@ host_equal(const char *a, size_t alen, const char *b, size_t blen)
 	struct in6_addr a6, b6;
 
 	if (alen > 0 && a[0] == '[' && blen > 0 && b[0] == '[') {
-		if (!ipv6_bracketed(a, alen, &a6) || !ipv6_bracketed(b, blen, &b6))
+		if (!host_ipv6_bracketed(a, alen, &a6) || !host_ipv6_bracketed(b, blen, &b6))
 			return 0;
 		return memcmp(&a6, &b6, sizeof(a6)) == 0;
 	}
