@@ -47,4 +47,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 		--no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# kubectl: the tests read issued kubeconfigs with the real one.  Any kubectl
+# already on PATH will do (an upstream or cloud SDK one conflicts with
+# Debian's package); only when there is none, Debian's kubernetes-client.
+if ! command -v kubectl >/dev/null 2>&1; then
+	apt_update
+	log "installing: kubernetes-client (kubectl)"
+	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+		--no-install-recommends kubernetes-client >/dev/null
+fi
+
 log "ready"

@@ -1,6 +1,6 @@
 /*
- * commands.c: tetherctl's command groups (cluster, token, agent, and the
- * not yet implemented kubeconfig, connect, forward): their help, their
+ * commands.c: tetherctl's command groups (cluster, token, agent, user,
+ * kubeconfig; connect and forward live in stream.c): their help, their
  * arguments, the admin API call each makes and how its answer is printed.
  */
 #include "ctl.h"
@@ -31,6 +31,29 @@ static const struct column cluster_created_columns[] = {
 	{ "ID", "id" },
 	{ "NAME", "name" },
 	{ "CREATED", "created_at" },
+	{ NULL, NULL },
+};
+
+static const struct column user_created_columns[] = {
+	{ "NAME", "name" },
+	{ "TOKEN ID", "token_id" },
+	{ "CLUSTERS", "clusters" },
+	{ "TOKEN", "token" },
+	{ NULL, NULL },
+};
+
+static const struct column user_columns[] = {
+	{ "NAME", "name" },
+	{ "TOKEN ID", "token_id" },
+	{ "CLUSTERS", "clusters" },
+	{ "REVOKED", "revoked" },
+	{ "CREATED", "created_at" },
+	{ NULL, NULL },
+};
+
+static const struct column user_revoked_columns[] = {
+	{ "NAME", "name" },
+	{ "REVOKED TOKENS", "revoked_tokens" },
 	{ NULL, NULL },
 };
 
@@ -118,14 +141,54 @@ help_agent(void)
 }
 
 static void
+help_user(void)
+{
+	printf(
+	    "usage: tetherctl user create NAME --cluster ID [--cluster ID]...\n"
+	    "       tetherctl user list\n"
+	    "       tetherctl user revoke NAME\n"
+	    "\n"
+	    "A user token (ttu_...) lets a person or a tool reach the clusters it\n"
+	    "is scoped to, and nothing else: `tetherctl connect` and `forward`\n"
+	    "accept it (TETHER_TOKEN=ttu_...), the admin commands refuse it (403).\n"
+	    "The gateway keeps only a hash of it.\n"
+	    "\n"
+	    "  create NAME   issue a new token to user NAME (1 to 63 characters of\n"
+	    "                A-Z a-z 0-9 . _ @ -) for each --cluster given; the\n"
+	    "                token is printed only this once\n"
+	    "  list          every user token: its user, id, clusters and whether\n"
+	    "                it is revoked (never the token itself)\n"
+	    "  revoke NAME   revoke every token of user NAME at once; new\n"
+	    "                connections with them are refused (401) from then on\n"
+	    "\n"
+	    "A user may hold several tokens (one per kubeconfig, say); `tetherctl\n"
+	    "kubeconfig --user NAME` issues one more.\n"
+	    "\n"
+	    "examples:\n"
+	    "  tetherctl user create alice@example.com --cluster c-0123456789ab\n"
+	    "  TETHER_TOKEN=ttu_... tetherctl connect --cluster c-0123456789ab "
+	    "127.0.0.1:22\n"
+	    "  tetherctl user revoke alice@example.com\n");
+}
+
+static void
 help_kubeconfig(void)
 {
 	printf(
 	    "usage: tetherctl kubeconfig --cluster ID [--user NAME]\n"
 	    "\n"
-	    "Prints a kubeconfig (YAML) whose server is URL/k8s/clusters/ID, with\n"
-	    "the gateway's CA and a new user token scoped to that cluster.\n"
-	    "(not implemented yet)\n");
+	    "Issues a new user token scoped to cluster ID and prints a kubeconfig\n"
+	    "(YAML, in every output mode) that carries it: server\n"
+	    "URL/k8s/clusters/ID, the gateway's CA certificate, user NAME (default\n"
+	    "kubectl) and a context made current.  The file holds a secret: keep\n"
+	    "it like a password; `tetherctl user revoke NAME` ends it.\n"
+	    "\n"
+	    "Note: the gateway does not serve /k8s/clusters/ID yet, so kubectl gets\n"
+	    "404 for now; the token already works for `tetherctl connect`.\n"
+	    "\n"
+	    "example:\n"
+	    "  tetherctl kubeconfig --cluster c-0123456789ab --user alice > alice.yaml\n"
+	    "  kubectl --kubeconfig alice.yaml config view\n");
 }
 
 void
@@ -175,6 +238,7 @@ ctl_group_help(const char *group)
 		{ "cluster", help_cluster },
 		{ "token", help_token },
 		{ "agent", help_agent },
+		{ "user", help_user },
 		{ "kubeconfig", help_kubeconfig },
 		{ "connect", help_connect },
 		{ "forward", help_forward },
@@ -522,22 +586,253 @@ cmd_agent(struct ctl *c, int argc, char **argv)
 	return ctl_usage_error("agent", "unknown subcommand %s", argv[1]);
 }
 
-/* --- not yet --- */
+
+/* --- user --- */
+
+#define USER_NAME_MAX 63
+
+/* The gateway's rule for user names (store_user_name_valid), checked here
+ * too so that a typo is a usage error (exit 2) before any request. */
+static int
+user_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 0 && n <= USER_NAME_MAX && strspn(name,
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	    "0123456789._@-") == n;
+}
 
 static int
-not_yet(const char *group, void (*help)(void), int argc, char **argv)
+bad_user_name(const char *group)
+{
+	/* The name is not echoed: it may hold control characters. */
+	return ctl_usage_error(group, "invalid user name: use 1 to %d "
+	    "characters of A-Z a-z 0-9 . _ @ -", USER_NAME_MAX);
+}
+
+/* Prints a new user token's record, the secret with it, in either mode. */
+static int
+print_secret_record(struct ctl *c, json_t *resp, const struct column *cols)
+{
+	if (output_print(c->output, resp, cols) == -1) {
+		fprintf(stderr, "tetherctl: cannot print the server's answer\n");
+		return CTL_EXIT_SERVER;
+	}
+	if (isatty(STDOUT_FILENO))
+		fprintf(stderr, "tetherctl: the token is shown only this once; "
+		    "the gateway keeps only its hash\n");
+	return CTL_EXIT_OK;
+}
+
+static int
+user_create(struct ctl *c, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ NULL, 0, NULL, 0 },
+	};
+	json_t *body = NULL, *clusters = NULL, *resp = NULL;
+	const char *name;
+	int ch, r = CTL_EXIT_SERVER;
+
+	if ((clusters = json_array()) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	opterr = 0;
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		if (ch != 'c') {
+			r = getopt_error("user", ch, argv);
+			goto out;
+		}
+		if (optarg[0] == '\0') {
+			r = ctl_usage_error("user", "--cluster needs an ID");
+			goto out;
+		}
+		if (json_array_append_new(clusters, json_string(optarg)) != 0) {
+			r = ctl_usage_error("user", "--cluster %s: not UTF-8", optarg);
+			goto out;
+		}
+	}
+	if (optind + 1 != argc) {
+		r = ctl_usage_error("user", "create takes exactly one NAME");
+		goto out;
+	}
+	name = argv[optind];
+	if (!user_name_ok(name)) {
+		r = bad_user_name("user");
+		goto out;
+	}
+	if (json_array_size(clusters) == 0) {
+		r = ctl_usage_error("user", "at least one --cluster ID is required");
+		goto out;
+	}
+	if ((r = ctl_ready(c)) != CTL_EXIT_OK)
+		goto out;
+	if ((body = json_pack("{s:s, s:O}", "name", name, "clusters",
+	    clusters)) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		r = CTL_EXIT_SERVER;
+		goto out;
+	}
+	if ((r = api_call(&c->api, "POST", "/v1/users", body, &resp)) !=
+	    CTL_EXIT_OK)
+		goto out;
+	if (!json_is_object(resp)) {
+		fprintf(stderr, "tetherctl: unexpected answer from the server to "
+		    "POST /v1/users\n");
+		r = CTL_EXIT_SERVER;
+		goto out;
+	}
+	r = print_secret_record(c, resp, user_created_columns);
+out:
+	json_decref(resp);
+	json_decref(body);
+	json_decref(clusters);
+	return r;
+}
+
+static int
+user_revoke(struct ctl *c, int argc, char **argv)
+{
+	char path[512];
+	json_t *body;
+	char *name;
+	int r;
+
+	if (argc != 2)
+		return ctl_usage_error("user", "revoke takes exactly one NAME");
+	if (!user_name_ok(argv[1]))
+		return bad_user_name("user");
+	if ((name = api_escape(argv[1])) == NULL ||
+	    (size_t)snprintf(path, sizeof(path), "/v1/users/%s/revoke", name) >=
+	    sizeof(path)) {
+		free(name);
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	free(name);
+	if ((body = json_object()) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	r = call_and_print(c, "POST", path, body, JSON_OBJECT,
+	    user_revoked_columns);
+	json_decref(body);
+	return r;
+}
+
+int
+cmd_user(struct ctl *c, int argc, char **argv)
 {
 	if (ctl_wants_help(argc, argv)) {
-		help();
+		help_user();
 		return CTL_EXIT_OK;
 	}
-	fprintf(stderr, "tetherctl: %s: not implemented yet\n", group);
-	return CTL_EXIT_SERVER;
+	if (argc < 2)
+		return ctl_usage_error("user", "missing subcommand (create, list "
+		    "or revoke)");
+	if (strcmp(argv[1], "create") == 0)
+		return user_create(c, argc - 1, argv + 1);
+	if (strcmp(argv[1], "list") == 0) {
+		if (argc != 2)
+			return ctl_usage_error("user", "list takes no arguments");
+		return call_and_print(c, "GET", "/v1/users", NULL, JSON_ARRAY,
+		    user_columns);
+	}
+	if (strcmp(argv[1], "revoke") == 0)
+		return user_revoke(c, argc - 1, argv + 1);
+	return ctl_usage_error("user", "unknown subcommand %s", argv[1]);
+}
+
+/* --- kubeconfig --- */
+
+/* POSTs for a kubeconfig and writes it to stdout as is; wipes it after. */
+static int
+kubeconfig_fetch(struct ctl *c, const char *cluster, const char *user)
+{
+	char path[512];
+	json_t *body = NULL;
+	char *id = NULL, *yaml = NULL;
+	size_t len = 0;
+	int r = CTL_EXIT_SERVER;
+
+	if ((id = api_escape(cluster)) == NULL ||
+	    (size_t)snprintf(path, sizeof(path), "/v1/clusters/%s/kubeconfig",
+	    id) >= sizeof(path)) {
+		r = ctl_usage_error("kubeconfig", "--cluster: ID too long");
+		goto out;
+	}
+	body = user != NULL ? json_pack("{s:s}", "user", user) : json_object();
+	if (body == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		goto out;
+	}
+	if ((r = api_call_raw(&c->api, "POST", path, body, &yaml, &len)) !=
+	    CTL_EXIT_OK)
+		goto out;
+	if (len == 0 || fwrite(yaml, 1, len, stdout) != len ||
+	    fflush(stdout) != 0) {
+		fprintf(stderr, "tetherctl: %s\n", len == 0 ?
+		    "the server sent an empty kubeconfig" :
+		    "cannot write the kubeconfig to standard output");
+		r = CTL_EXIT_SERVER;
+		goto out;
+	}
+	if (isatty(STDOUT_FILENO))
+		fprintf(stderr, "tetherctl: this kubeconfig holds a new token "
+		    "shown only this once: redirect it to a file\n");
+	r = CTL_EXIT_OK;
+out:
+	if (yaml != NULL) {
+		explicit_bzero(yaml, len);
+		free(yaml);
+	}
+	json_decref(body);
+	free(id);
+	return r;
 }
 
 int
 cmd_kubeconfig(struct ctl *c, int argc, char **argv)
 {
-	(void)c;
-	return not_yet("kubeconfig", help_kubeconfig, argc, argv);
+	static const struct option longopts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "user", required_argument, NULL, 'u' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cluster = NULL, *user = NULL;
+	int ch, r;
+
+	if (ctl_wants_help(argc, argv)) {
+		help_kubeconfig();
+		return CTL_EXIT_OK;
+	}
+	opterr = 0;
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			cluster = optarg;
+			break;
+		case 'u':
+			user = optarg;
+			break;
+		default:
+			return getopt_error("kubeconfig", ch, argv);
+		}
+	}
+	if (optind < argc)
+		return ctl_usage_error("kubeconfig", "unexpected argument %s",
+		    argv[optind]);
+	if (cluster == NULL || cluster[0] == '\0')
+		return ctl_usage_error("kubeconfig", "--cluster ID is required");
+	if (user != NULL && !user_name_ok(user))
+		return bad_user_name("kubeconfig");
+	/* YAML whatever -o says: it is a file for kubectl, not a record. */
+	if ((r = ctl_ready(c)) != CTL_EXIT_OK)
+		return r;
+	return kubeconfig_fetch(c, cluster, user);
 }

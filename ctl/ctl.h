@@ -33,6 +33,7 @@ int ctl_usage_error(const char *cmd, const char *fmt, ...)
 int cmd_cluster(struct ctl *c, int argc, char **argv);
 int cmd_token(struct ctl *c, int argc, char **argv);
 int cmd_agent(struct ctl *c, int argc, char **argv);
+int cmd_user(struct ctl *c, int argc, char **argv);
 int cmd_kubeconfig(struct ctl *c, int argc, char **argv);
 int cmd_connect(struct ctl *c, int argc, char **argv);
 int cmd_forward(struct ctl *c, int argc, char **argv);

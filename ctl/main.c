@@ -39,8 +39,12 @@ usage(FILE *f)
 	    "  agent list [--cluster ID]     list agents\n"
 	    "  agent approve|verify|revoke ID\n"
 	    "                                change an agent's state\n"
+	    "  user create NAME --cluster ID [--cluster ID]...\n"
+	    "                                issue a user token scoped to clusters\n"
+	    "  user list                     list user tokens\n"
+	    "  user revoke NAME              revoke every token of a user\n"
 	    "  kubeconfig --cluster ID [--user NAME]\n"
-	    "                                print a kubeconfig for a cluster\n"
+	    "                                print a kubeconfig with a new user token\n"
 	    "  connect --cluster ID [--node NAME] HOST:PORT\n"
 	    "                                bridge stdin/stdout to HOST:PORT on a node\n"
 	    "  forward --cluster ID [--node NAME] [LHOST:]LPORT:HOST:PORT\n"
@@ -49,9 +53,10 @@ usage(FILE *f)
 	    "global flags (before or after the command):\n"
 	    "  --server URL        the gateway (env TETHER_SERVER; default "
 	    DEFAULT_SERVER ")\n"
-	    "  --token-file FILE   a file holding the admin token (env\n"
-	    "                      TETHER_TOKEN_FILE), or the token itself in env\n"
-	    "                      TETHER_TOKEN\n"
+	    "  --token-file FILE   a file holding the token (env TETHER_TOKEN_FILE),\n"
+	    "                      or the token itself in env TETHER_TOKEN: an admin\n"
+	    "                      token (tta_...) for everything, or a user token\n"
+	    "                      (ttu_...) for connect and forward to its clusters\n"
 	    "  --cacert FILE       the gateway's CA certificate, DATA_DIR/ca.crt\n"
 	    "                      (env TETHER_CACERT; default: the system's CAs)\n"
 	    "  -o json|table       output format (default: table on a terminal,\n"
@@ -122,9 +127,10 @@ static int
 missing_token(void)
 {
 	fprintf(stderr,
-	    "tetherctl: no admin token; provide it in one of three ways:\n"
-	    "  --token-file FILE          a file holding it (the gateway's first one\n"
-	    "                             is DATA_DIR/admin.token)\n"
+	    "tetherctl: no admin token (or, for connect and forward, user token);\n"
+	    "provide it in one of three ways:\n"
+	    "  --token-file FILE          a file holding it (the gateway's first\n"
+	    "                             admin token is DATA_DIR/admin.token)\n"
 	    "  TETHER_TOKEN_FILE=FILE     the same, from the environment\n"
 	    "  TETHER_TOKEN=TOKEN         the token itself, from the environment\n"
 	    "Try 'tetherctl --help'.\n");
@@ -160,7 +166,7 @@ load_token(struct ctl *c)
 	}
 	if (!token_chars_valid(tok)) {
 		fprintf(stderr, "tetherctl: %s does not hold a token (want one line "
-		    "like tta_<id>.<secret>)\n", from);
+		    "like tta_<id>.<secret> or ttu_<id>.<secret>)\n", from);
 		goto out;
 	}
 	c->api.token = tok;
@@ -340,6 +346,7 @@ dispatch(struct ctl *c, int argc, char **argv)
 		{ "cluster", cmd_cluster },
 		{ "token", cmd_token },
 		{ "agent", cmd_agent },
+		{ "user", cmd_user },
 		{ "kubeconfig", cmd_kubeconfig },
 		{ "connect", cmd_connect },
 		{ "forward", cmd_forward },

@@ -33,6 +33,38 @@ ends_with(const char *s, const char *suffix)
 	return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/* An array of strings as "a,b,c" (a user token's clusters); anything
+ * else in it shows as "...". */
+static void
+cell_list(json_t *arr, char out[CELL_MAX])
+{
+	size_t i, o = 0;
+	json_t *v;
+
+	out[0] = '\0';
+	json_array_foreach(arr, i, v) {
+		const char *s = json_string_value(v);
+		int n;
+
+		n = snprintf(out + o, CELL_MAX - o, "%s%s", i > 0 ? "," : "",
+		    s != NULL ? s : "...");
+		if (n < 0 || (size_t)n >= CELL_MAX - o) {
+			/* Cut: say so rather than show a wrong last id. */
+			snprintf(out + CELL_MAX - 4, 4, "...");
+			break;
+		}
+		o += (size_t)n;
+	}
+	for (i = 0; out[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)out[i];
+
+		if (c < 0x20 || c == 0x7f)
+			out[i] = '?';
+	}
+	if (out[0] == '\0')
+		snprintf(out, CELL_MAX, "-");
+}
+
 /* The text of one cell, printable and bounded. */
 static void
 cell_text(json_t *row, const char *key, char out[CELL_MAX])
@@ -76,6 +108,9 @@ cell_text(json_t *row, const char *key, char out[CELL_MAX])
 		return;
 	case JSON_NULL:
 		snprintf(out, CELL_MAX, "-");
+		return;
+	case JSON_ARRAY:
+		cell_list(v, out);
 		return;
 	default:
 		snprintf(out, CELL_MAX, "...");

@@ -24,8 +24,8 @@ int output_json(json_t *v);
 /*
  * Prints v (an array of objects, or one object as a single row) as a table
  * with the given columns (terminated by a { NULL, NULL } entry).  Booleans
- * print as yes/no, integer *_at keys as RFC 3339 times, missing, null or
- * empty values as "-".  Returns 0, or -1 if v has another shape.
+ * print as yes/no, integer *_at keys as RFC 3339 times, arrays of strings
+ * as "a,b,c", missing, null or empty values as "-".  Returns 0, or -1 if v has another shape.
  */
 int output_table(json_t *v, const struct column *cols);
 

@@ -440,9 +440,12 @@ static const struct mux_handlers fwd_mux_handlers = { .on_open = fwd_peer_open }
 static void
 fwd_opened(struct bridge *b, int ok, const char *code, const char *reason, void *arg)
 {
+	/* The gateway refuses for want of an agent or a live token; every
+	 * other refusal is the node's. */
 	if (!ok)
-		fprintf(stderr, "tetherctl forward: connection refused by the node: %s (%s)\n",
-		    reason, code);
+		fprintf(stderr, "tetherctl forward: connection refused by the %s: %s (%s)\n",
+		    strcmp(code, "no_agent") == 0 || strcmp(code, "unauthorized") == 0 ?
+		    "gateway" : "node", reason, code);
 }
 
 static void

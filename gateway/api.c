@@ -10,6 +10,14 @@
  *   GET  /v1/agents[?cluster=ID]                               -> [agent]
  *   GET  /v1/agents/ID                                         -> agent
  *   POST /v1/agents/ID/approve|verify|revoke                   -> agent
+ *   POST /v1/users                     {"name","clusters"}     -> 201 user token (secret shown once)
+ *   GET  /v1/users                                             -> [user token, no secret]
+ *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
+ *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
+ *
+ * Only admin tokens reach these routes; a user token gets 403.  User
+ * tokens reach clusters they are scoped to, through the dial endpoint
+ * (api_authorize_cluster).
  */
 #include "api.h"
 
@@ -125,37 +133,148 @@ agent_json(struct gateway *gw, const struct store_agent *a)
 
 /* ---- request helpers ---- */
 
-int
-api_authenticate(struct gateway *gw, const char *authorization, char *principal,
-    size_t plen, char *err, size_t errlen)
+/*
+ * Checks a bearer token (admin or user) against its record: the kinds
+ * agree, the hash matches (in constant time), and it is neither revoked nor
+ * expired.  Returns 0 with *rec filled, or 401 with a reason that never
+ * repeats the secret.  Revoked and expired are only said to whoever proved
+ * they hold the secret.
+ */
+/* 0 if a verified token's record is live, else 401 with why. */
+static int
+record_usable(const struct store_token *rec, char *err, size_t errlen)
+{
+	const char *why;
+
+	if (rec->revoked) {
+		snprintf(err, errlen, "token %s is revoked", rec->id);
+		return 401;
+	}
+	if ((why = token_unusable_reason(rec->expires_at, -1, gateway_now())) != NULL) {
+		snprintf(err, errlen, "token %s is %s", rec->id, why);
+		return 401;
+	}
+	return 0;
+}
+
+static int
+bearer_check(struct gateway *gw, const char *authorization,
+    struct store_token *rec, char *err, size_t errlen)
 {
 	struct token t;
-	struct store_token rec;
 	uint8_t hash[TOKEN_HASH_LEN];
 	char perr[128];
 	int ok;
 
-	if (strncmp(authorization, "Bearer ", 7) != 0) {
+	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0) {
 		snprintf(err, errlen, "missing token: send 'Authorization: Bearer TOKEN'");
-		return -1;
+		return 401;
 	}
 	if (token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0) {
 		snprintf(err, errlen, "invalid token: %s", perr);
-		return -1;
+		return 401;
+	}
+	if (t.kind == TOKEN_IMPORT) {
+		token_clear(&t);
+		snprintf(err, errlen, "an import token only registers a node");
+		return 401;
 	}
 	token_hash(&t, hash);
-	ok = t.kind == TOKEN_ADMIN &&
-	    store_token_get(gw->store, t.id, &rec) == STORE_OK &&
-	    rec.kind == TOKEN_ADMIN && !rec.revoked &&
-	    token_hash_equal(hash, rec.verifier);
-	if (ok)
-		snprintf(principal, plen, "admin:%s", t.id);
+	ok = store_token_get(gw->store, t.id, rec) == STORE_OK &&
+	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
 	token_clear(&t);
+	OPENSSL_cleanse(hash, sizeof(hash));
 	if (!ok) {
-		snprintf(err, errlen, "invalid admin token");
-		return -1;
+		snprintf(err, errlen, "invalid token");
+		return 401;
 	}
+	return record_usable(rec, err, errlen);
+}
+
+/* For a user token: whether it reaches cluster (0, 403 or 500). */
+static int
+scope_check(struct gateway *gw, const struct store_token *rec,
+    const char *cluster, char *err, size_t errlen)
+{
+	switch (store_token_in_cluster(gw->store, rec->id, cluster)) {
+	case STORE_OK:
+		return 0;
+	case STORE_NOTFOUND:
+		snprintf(err, errlen, "the token of user %s (%s) is not scoped to "
+		    "cluster %s", rec->name, rec->id, cluster);
+		return 403;
+	default:
+		snprintf(err, errlen, "store: cannot check the token's clusters");
+		return 500;
+	}
+}
+
+int
+api_authenticate(struct gateway *gw, const char *authorization, char *principal,
+    size_t plen, char *err, size_t errlen)
+{
+	struct store_token rec;
+	int status;
+
+	if ((status = bearer_check(gw, authorization, &rec, err, errlen)) != 0)
+		return status;
+	if (rec.kind != TOKEN_ADMIN) {
+		snprintf(err, errlen, "an admin token is required");
+		return 403;
+	}
+	snprintf(principal, plen, "admin:%s", rec.id);
 	return 0;
+}
+
+int
+api_authorize_cluster(struct gateway *gw, const char *authorization,
+    const char *cluster, char *principal, size_t plen, char *err, size_t errlen)
+{
+	struct store_token rec;
+	int status;
+
+	if ((status = bearer_check(gw, authorization, &rec, err, errlen)) != 0)
+		return status;
+	if (rec.kind == TOKEN_ADMIN) {
+		snprintf(principal, plen, "admin:%s", rec.id);
+		return 0;
+	}
+	if ((status = scope_check(gw, &rec, cluster, err, errlen)) != 0)
+		return status;
+	snprintf(principal, plen, "user:%s", rec.name);
+	return 0;
+}
+
+int
+api_bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1])
+{
+	struct token t;
+	char perr[128];
+
+	id[0] = '\0';
+	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0 ||
+	    token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0)
+		return -1;
+	snprintf(id, TOKEN_ID_LEN + 1, "%s", t.id);
+	token_clear(&t);
+	return 0;
+}
+
+int
+api_recheck_cluster(struct gateway *gw, const char *token_id,
+    const char *cluster, char *err, size_t errlen)
+{
+	struct store_token rec;
+	int status;
+
+	if (store_token_get(gw->store, token_id, &rec) != STORE_OK ||
+	    rec.kind == TOKEN_IMPORT) {
+		snprintf(err, errlen, "invalid token");
+		return 401;
+	}
+	if ((status = record_usable(&rec, err, errlen)) != 0)
+		return status;
+	return rec.kind == TOKEN_ADMIN ? 0 : scope_check(gw, &rec, cluster, err, errlen);
 }
 
 static int
@@ -163,14 +282,15 @@ admin_authorized(struct gateway *gw, const struct api_request *req,
     struct api_response *r)
 {
 	char principal[64], err[192];
+	int status;
 
-	if (api_authenticate(gw, req->authorization, principal, sizeof(principal),
-	    err, sizeof(err)) != 0) {
-		respond_error(r, 401, "%s", strncmp(err, "missing", 7) == 0 ?
-		    "missing admin token: send 'Authorization: Bearer TOKEN'" : err);
-		return 0;
-	}
-	return 1;
+	status = api_authenticate(gw, req->authorization, principal,
+	    sizeof(principal), err, sizeof(err));
+	if (status == 0)
+		return 1;
+	respond_error(r, status, "%s", strncmp(err, "missing", 7) == 0 ?
+	    "missing admin token: send 'Authorization: Bearer TOKEN'" : err);
+	return 0;
 }
 
 /*
@@ -504,6 +624,364 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 		respond_json(r, 200, agent_json(gw, &a));
 }
 
+/* ---- users and kubeconfigs ---- */
+
+#define KUBECONFIG_DEFAULT_USER "kubectl"
+
+static json_t *
+user_clusters_json(const struct store_user_token *u)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; arr != NULL && i < u->nclusters; i++) {
+		if (json_array_append_new(arr, json_string(u->clusters[i])) != 0) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	return arr;
+}
+
+static json_t *
+user_json(const struct store_user_token *u)
+{
+	return json_pack("{s:s, s:s, s:o, s:o, s:b}", "name", u->name,
+	    "token_id", u->id, "clusters", user_clusters_json(u),
+	    "created_at", time_json(u->created_at), "revoked", u->revoked);
+}
+
+/*
+ * Issues a user token to name, scoped to clusters: *t holds the secret
+ * (the caller clears it) and *u the stored record.  Returns 0, or -1 after
+ * responding (400 bad name or list, 404 unknown cluster, 500).
+ */
+static int
+user_issue(struct gateway *gw, const char *name, const char *const *clusters,
+    size_t nclusters, struct token *t, struct store_user_token *u,
+    struct api_response *r)
+{
+	struct store_token rec;
+	char err[STORE_ERROR_MAX + 1] = "";
+	int rc;
+
+	if (!store_user_name_valid(name)) {
+		respond_error(r, 400, "invalid user name: use 1 to %d characters of "
+		    "A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
+		return -1;
+	}
+	memset(&rec, 0, sizeof(rec));
+	if (token_generate(TOKEN_USER, t) != 0) {
+		respond_error(r, 500, "cannot generate a token");
+		return -1;
+	}
+	snprintf(rec.id, sizeof(rec.id), "%s", t->id);
+	rec.kind = TOKEN_USER;
+	snprintf(rec.name, sizeof(rec.name), "%s", name);
+	token_hash(t, rec.verifier);
+	rec.uses_left = -1;
+	rec.created_at = gateway_now();
+	rc = store_user_token_create(gw->store, &rec, clusters, nclusters, u,
+	    err, sizeof(err));
+	OPENSSL_cleanse(rec.verifier, sizeof(rec.verifier));
+	switch (rc) {
+	case STORE_OK:
+		return 0;
+	case STORE_REFUSED:
+		respond_error(r, 400, "%s", err);
+		break;
+	case STORE_NOTFOUND:
+		respond_error(r, 404, "%s", err);
+		break;
+	default:
+		respond_error(r, 500, "store: %s", err);
+		break;
+	}
+	token_clear(t);
+	return -1;
+}
+
+/* Sends text that holds a secret, ending it with a newline as every
+ * answer does, then wipes the caller's copy. */
+static void
+respond_secret(struct api_response *r, int status, const char *type, char *text)
+{
+	size_t n = strlen(text);
+	int nl = n == 0 || text[n - 1] != '\n';
+
+	r->status = status;
+	r->content_type = type;
+	r->body_len = 0;
+	if ((r->body = malloc(n + 2)) != NULL) {
+		memcpy(r->body, text, n);
+		if (nl)
+			r->body[n++] = '\n';
+		r->body[n] = '\0';
+		r->body_len = n;
+	}
+	OPENSSL_cleanse(text, strlen(text));
+}
+
+/*
+ * The "clusters" field: a non-empty array of strings, at most
+ * STORE_TOKEN_CLUSTERS_MAX.  Fills ids (pointers into body).  Returns the
+ * count, or 0 after responding 400.
+ */
+static size_t
+clusters_field(json_t *body, const char **ids, struct api_response *r)
+{
+	json_t *arr = json_object_get(body, "clusters"), *v;
+	size_t i, n;
+
+	if (!json_is_array(arr) || (n = json_array_size(arr)) == 0) {
+		respond_error(r, 400, "field \"clusters\" (a non-empty array of "
+		    "cluster ids) is required");
+		return 0;
+	}
+	if (n > STORE_TOKEN_CLUSTERS_MAX) {
+		respond_error(r, 400, "field \"clusters\": at most %d clusters per token",
+		    STORE_TOKEN_CLUSTERS_MAX);
+		return 0;
+	}
+	json_array_foreach(arr, i, v) {
+		if ((ids[i] = json_string_value(v)) == NULL) {
+			respond_error(r, 400, "field \"clusters\" must hold strings (cluster ids)");
+			return 0;
+		}
+	}
+	return n;
+}
+
+static void
+users_create(struct gateway *gw, const struct api_request *req, struct api_response *r)
+{
+	static const char *const allowed[] = { "name", "clusters", NULL };
+	const char *ids[STORE_TOKEN_CLUSTERS_MAX];
+	struct store_user_token u;
+	struct token t;
+	char tokstr[TOKEN_STR_MAX], *text = NULL;
+	json_t *body = body_object(req, allowed, r), *out;
+	const char *name;
+	size_t n;
+
+	memset(&t, 0, sizeof(t));
+	memset(tokstr, 0, sizeof(tokstr));
+	if (body == NULL)
+		return;
+	if ((name = json_string_value(json_object_get(body, "name"))) == NULL) {
+		respond_error(r, 400, "field \"name\" (a string) is required");
+		goto out;
+	}
+	if ((n = clusters_field(body, ids, r)) == 0)
+		goto out;
+	if (user_issue(gw, name, ids, n, &t, &u, r) != 0)
+		goto out;
+	token_format(&t, tokstr);
+	out = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", u.name,
+	    "token_id", u.id, "token", tokstr, "clusters", user_clusters_json(&u),
+	    "created_at", time_json(u.created_at));
+	text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
+	json_decref(out);
+	if (text == NULL) {
+		respond_error(r, 500, "out of memory");
+		goto out;
+	}
+	info("user token %s issued to user %s for %zu cluster(s)", u.id, u.name,
+	    u.nclusters);
+	respond_secret(r, 201, "application/json", text);
+out:
+	free(text);
+	OPENSSL_cleanse(tokstr, sizeof(tokstr));
+	token_clear(&t);
+	json_decref(body);
+}
+
+static void
+users_list(struct gateway *gw, struct api_response *r)
+{
+	struct store_user_token *us = NULL;
+	size_t n = 0;
+	json_t *arr;
+
+	if (store_user_token_list(gw->store, &us, &n) != STORE_OK) {
+		respond_error(r, 500, "store: cannot list user tokens");
+		return;
+	}
+	arr = json_array();
+	for (size_t i = 0; arr != NULL && i < n; i++)
+		json_array_append_new(arr, user_json(&us[i]));
+	free(us);
+	respond_json(r, 200, arr);
+}
+
+static void
+users_revoke(struct gateway *gw, const char *name, struct api_response *r)
+{
+	char err[STORE_ERROR_MAX + 1] = "";
+	int64_t count = 0;
+	int rc;
+
+	rc = store_user_revoke(gw->store, name, &count, err, sizeof(err));
+	if (rc == STORE_REFUSED) {
+		respond_error(r, 400, "%s", err);
+		return;
+	}
+	if (rc == STORE_NOTFOUND) {
+		respond_error(r, 404, "%s", err);
+		return;
+	}
+	if (rc != STORE_OK) {
+		respond_error(r, 500, "store: %s", err);
+		return;
+	}
+	info("user %s: %lld token(s) revoked", name, (long long)count);
+	respond_json(r, 200, json_pack("{s:s, s:I}", "name", name,
+	    "revoked_tokens", (json_int_t)count));
+}
+
+/*
+ * s as a YAML double-quoted scalar in out, or -1 if it does not fit or
+ * holds a control character.  Every value of a kubeconfig is quoted: a
+ * plain scalar may not start with '@', and a URL holds ':'.
+ */
+static int
+yaml_quote(const char *s, char *out, size_t outlen)
+{
+	size_t o = 0;
+
+	if (outlen < 3)
+		return -1;
+	out[o++] = '"';
+	for (; *s != '\0'; s++) {
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return -1;
+		if (o + 4 > outlen)
+			return -1;
+		if (*s == '"' || *s == '\\')
+			out[o++] = '\\';
+		out[o++] = *s;
+	}
+	out[o++] = '"';
+	out[o] = '\0';
+	return 0;
+}
+
+/* The gateway's CA certificate (PEM) in base64, as kubeconfigs carry it;
+ * NULL when out of memory. */
+static char *
+ca_base64(const struct gateway *gw)
+{
+	char *b64;
+
+	if (gw->ca_pem_len > (size_t)INT32_MAX / 2)
+		return NULL;
+	if ((b64 = malloc(4 * ((gw->ca_pem_len + 2) / 3) + 1)) == NULL)
+		return NULL;
+	EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)gw->ca_pem,
+	    (int)gw->ca_pem_len);
+	return b64;
+}
+
+/*
+ * The kubeconfig: one cluster named by its id, one user, one context
+ * "USER@CLUSTER", made current.  Returns a malloc'd string holding the
+ * token (the caller wipes it), or NULL.
+ */
+static char *
+kubeconfig_format(const struct gateway *gw, const char *cluster,
+    const char *user, const char *token)
+{
+	static const char fmt[] =
+	    "apiVersion: v1\n"
+	    "kind: Config\n"
+	    "clusters:\n"
+	    "- name: %s\n"
+	    "  cluster:\n"
+	    "    server: %s\n"
+	    "    certificate-authority-data: %s\n"
+	    "users:\n"
+	    "- name: %s\n"
+	    "  user:\n"
+	    "    token: %s\n"
+	    "contexts:\n"
+	    "- name: %s\n"
+	    "  context:\n"
+	    "    cluster: %s\n"
+	    "    user: %s\n"
+	    "current-context: %s\n"
+	    "preferences: {}\n";
+	char qcluster[2 * STORE_ID_MAX + 3], quser[2 * STORE_NAME_MAX + 3];
+	char qserver[2 * sizeof(gw->url) + 64], qtoken[2 * TOKEN_STR_MAX + 3];
+	char server[sizeof(gw->url) + 64], context[STORE_NAME_MAX + STORE_ID_MAX + 2];
+	char qcontext[2 * sizeof(context) + 3];
+	char *ca = NULL, *text = NULL;
+	int n;
+
+	snprintf(server, sizeof(server), "%s/k8s/clusters/%s", gw->url, cluster);
+	snprintf(context, sizeof(context), "%s@%s", user, cluster);
+	if (yaml_quote(cluster, qcluster, sizeof(qcluster)) != 0 ||
+	    yaml_quote(user, quser, sizeof(quser)) != 0 ||
+	    yaml_quote(server, qserver, sizeof(qserver)) != 0 ||
+	    yaml_quote(token, qtoken, sizeof(qtoken)) != 0 ||
+	    yaml_quote(context, qcontext, sizeof(qcontext)) != 0 ||
+	    (ca = ca_base64(gw)) == NULL)
+		goto out;
+	n = snprintf(NULL, 0, fmt, qcluster, qserver, ca, quser, qtoken,
+	    qcontext, qcluster, quser, qcontext);
+	if (n < 0 || (text = malloc((size_t)n + 1)) == NULL)
+		goto out;
+	snprintf(text, (size_t)n + 1, fmt, qcluster, qserver, ca, quser, qtoken,
+	    qcontext, qcluster, quser, qcontext);
+out:
+	OPENSSL_cleanse(qtoken, sizeof(qtoken));
+	free(ca);
+	return text;
+}
+
+static void
+kubeconfig_create(struct gateway *gw, const char *cluster,
+    const struct api_request *req, struct api_response *r)
+{
+	static const char *const allowed[] = { "user", NULL };
+	struct store_cluster c;
+	struct store_user_token u;
+	struct token t;
+	char tokstr[TOKEN_STR_MAX], *text = NULL;
+	const char *user = KUBECONFIG_DEFAULT_USER, *ids[1];
+	json_t *body = body_object(req, allowed, r), *v;
+
+	memset(&t, 0, sizeof(t));
+	memset(tokstr, 0, sizeof(tokstr));
+	if (body == NULL)
+		return;
+	if ((v = json_object_get(body, "user")) != NULL &&
+	    (user = json_string_value(v)) == NULL) {
+		respond_error(r, 400, "field \"user\" must be a string");
+		goto out;
+	}
+	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
+		respond_error(r, 404, "no cluster %s", cluster);
+		goto out;
+	}
+	ids[0] = c.id;
+	if (user_issue(gw, user, ids, 1, &t, &u, r) != 0)
+		goto out;
+	token_format(&t, tokstr);
+	if ((text = kubeconfig_format(gw, c.id, u.name, tokstr)) == NULL) {
+		/* The token exists but nobody holds it: harmless, and revoked
+		 * with the user's others. */
+		respond_error(r, 500, "cannot format the kubeconfig");
+		goto out;
+	}
+	info("kubeconfig for cluster %s issued to user %s (token %s)", c.id,
+	    u.name, u.id);
+	respond_secret(r, 201, "application/yaml", text);
+out:
+	free(text);
+	OPENSSL_cleanse(tokstr, sizeof(tokstr));
+	token_clear(&t);
+	json_decref(body);
+}
+
 /* ---- routing ---- */
 
 /* Splits "/v1/a/b/c" into at most max segments (pointers into buf). */
@@ -541,6 +1019,15 @@ admin_route(struct gateway *gw, const struct api_request *req, struct api_respon
 			return clusters_get(gw, seg[2], r);
 		if (n == 4 && post && strcmp(seg[3], "tokens") == 0)
 			return tokens_create(gw, seg[2], req, r);
+		if (n == 4 && post && strcmp(seg[3], "kubeconfig") == 0)
+			return kubeconfig_create(gw, seg[2], req, r);
+	} else if (n >= 2 && strcmp(seg[1], "users") == 0) {
+		if (n == 2 && post)
+			return users_create(gw, req, r);
+		if (n == 2 && get)
+			return users_list(gw, r);
+		if (n == 4 && post && strcmp(seg[3], "revoke") == 0)
+			return users_revoke(gw, seg[2], r);
 	} else if (n >= 2 && strcmp(seg[1], "agents") == 0) {
 		if (n == 2 && get)
 			return agents_list(gw, req, r);

@@ -1,7 +1,8 @@
 /*
- * dial.c: the dial endpoint (see dial.h): checks who asks and for what,
- * picks the agent, and hands the connection to a relay; for tether.v1
- * connections, one multiplexer whose streams each become a relay.
+ * dial.c: the dial endpoint (see dial.h): checks who asks and for what
+ * (an admin token, or a user token scoped to the cluster), picks the
+ * agent, and hands the connection to a relay; for tether.v1 connections,
+ * one multiplexer whose streams each become a relay.
  */
 #include "dial.h"
 
@@ -27,6 +28,7 @@ struct ctlconn {
 	struct wsconn *ws;
 	struct mux *mux;
 	char principal[96];
+	char token_id[TOKEN_ID_LEN + 1];  /* checked again for every stream */
 	char cluster[STORE_ID_MAX + 1];
 	char node[STORE_NAME_MAX + 1];   /* "" = any agent of the cluster */
 };
@@ -140,6 +142,12 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 		mux_stream_refuse(cs, "not_allowed", "services are reached through their own endpoints");
 		return;
 	}
+	/* The connection may outlive its token: a revoked user stops here. */
+	if (api_recheck_cluster(c->gw, c->token_id, c->cluster, reason,
+	    sizeof(reason)) != 0) {
+		mux_stream_refuse(cs, "unauthorized", reason);
+		return;
+	}
 	agent = pick_agent(c->gw, c->cluster, c->node, &status, reason, sizeof(reason));
 	if (agent == NULL) {
 		mux_stream_refuse(cs, "no_agent", reason);
@@ -198,7 +206,7 @@ static const struct wsconn_handlers ctl_ws_handlers = {
 
 static void
 ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
-    const char *cluster, const char *node)
+    const char *token_id, const char *cluster, const char *node)
 {
 	struct ctlconn *c = calloc(1, sizeof(*c));
 	struct mux_config cfg = gw->mux_config;
@@ -209,6 +217,7 @@ ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
 	}
 	c->gw = gw;
 	snprintf(c->principal, sizeof(c->principal), "%s", principal);
+	snprintf(c->token_id, sizeof(c->token_id), "%s", token_id);
 	snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
 	snprintf(c->node, sizeof(c->node), "%s", node);
 	cfg.odd_ids = 1;
@@ -234,19 +243,24 @@ void
 dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u)
 {
 	char principal[96], err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
-	char node[STORE_NAME_MAX + 1];
+	char node[STORE_NAME_MAX + 1], token_id[TOKEN_ID_LEN + 1];
 	struct store_cluster c;
 	struct session *agent;
 	struct relay_who who;
 	int status;
 
-	if (api_authenticate(gw, req->authorization, principal, sizeof(principal),
-	    err, sizeof(err)) != 0) {
-		upgrade_refuse(u, 401, err);
-		return;
-	}
+	/* dial_matches vouched for the shape.  A segment too long for an id
+	 * is cut, and no cluster id is that long, so it stays unknown. */
 	snprintf(cluster, sizeof(cluster), "%.*s",
 	    (int)(strchr(req->path + 13, '/') - (req->path + 13)), req->path + 13);
+	/* Who first: whether a cluster exists is only told to a token that
+	 * may reach it (an admin's, or a user's scoped to it). */
+	status = api_authorize_cluster(gw, req->authorization, cluster, principal,
+	    sizeof(principal), err, sizeof(err));
+	if (status != 0) {
+		upgrade_refuse(u, status, err);
+		return;
+	}
 	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
 		snprintf(err, sizeof(err), "no cluster %s", cluster);
 		upgrade_refuse(u, 404, err);
@@ -259,7 +273,9 @@ dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *
 		return;
 	}
 	if (offers_tether(upgrade_offered_protocols(u))) {
-		ctl_start(gw, u, principal, cluster, node);
+		/* Authorized above, so it parses. */
+		api_bearer_id(req->authorization, token_id);
+		ctl_start(gw, u, principal, token_id, cluster, node);
 		return;
 	}
 	query_value(req->query, "target", target, sizeof(target));

@@ -7,8 +7,9 @@
  * side).  With subprotocol tether.v1 it carries many streams with the
  * tunnel's own frames (tetherctl forward): each OPEN names its target.
  *
- * Refusals are HTTP statuses with a JSON reason: 401 bad token, 404 unknown
- * cluster or node, 503 no active agent connected, 502 the agent could not
+ * Refusals are HTTP statuses with a JSON reason: 401 bad token, 403 a user
+ * token not scoped to the cluster, 404 unknown cluster (to a token that
+ * may reach it) or node, 503 no active agent connected, 502 the agent could not
  * reach the target (with its code: not_allowed, refused, unreachable,
  * timeout).
  */

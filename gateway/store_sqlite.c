@@ -987,30 +987,24 @@ store_user_token_create(struct store *s, const struct store_token *t,
     const char *const *clusters, size_t nclusters,
     struct store_user_token *out, char *err, size_t errlen)
 {
-	struct store_user_token *u;
+	struct store_user_token u;
 	int rc;
 
 	if ((rc = user_token_check(t, nclusters, err, errlen)) != STORE_OK)
 		return rc;
-	/* About 2 KiB: off the stack, which the event loop keeps small. */
-	if ((u = calloc(1, sizeof(*u))) == NULL) {
-		snprintf(err, errlen, "out of memory");
+	/* Built aside: *out is written only once the transaction commits. */
+	memset(&u, 0, sizeof(u));
+	snprintf(u.id, sizeof(u.id), "%s", t->id);
+	snprintf(u.name, sizeof(u.name), "%s", t->name);
+	u.expires_at = t->expires_at;
+	u.revoked = t->revoked;
+	u.created_at = t->created_at;
+	if (begin(s, err, errlen) != STORE_OK)
 		return STORE_ERR;
-	}
-	snprintf(u->id, sizeof(u->id), "%s", t->id);
-	snprintf(u->name, sizeof(u->name), "%s", t->name);
-	u->expires_at = t->expires_at;
-	u->revoked = t->revoked;
-	u->created_at = t->created_at;
-	if (begin(s, err, errlen) != STORE_OK) {
-		free(u);
-		return STORE_ERR;
-	}
-	rc = user_token_create_locked(s, t, clusters, nclusters, u, err,
+	rc = user_token_create_locked(s, t, clusters, nclusters, &u, err,
 	    errlen);
 	if ((rc = finish(s, rc, err, errlen)) == STORE_OK && out != NULL)
-		*out = *u;
-	free(u);
+		*out = u;
 	return rc;
 }
 

@@ -1,6 +1,7 @@
 /*
  * test_store.c: the SQLite store against a real database file in a temp
- * directory: opening and migrating, clusters, tokens, the register rules,
+ * directory: opening and migrating (a schema-1 database upgraded in place),
+ * clusters, tokens, user tokens and their scopes, the register rules,
  * persisted transitions and a second connection on the same file.
  */
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 #include "store.h"
 
 #define NOW 1700000000
+#define SCHEMA_NOW 2      /* the schema version this gateway migrates to */
 
 struct fixture {
 	char dir[64];
@@ -242,7 +244,7 @@ test_open_creates_and_migrates(void **state)
 	struct stat st;
 	char wal[160];
 
-	assert_int_equal(store_schema_version(f->s), 1);
+	assert_int_equal(store_schema_version(f->s), SCHEMA_NOW);
 	assert_int_equal(stat(f->path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
 	make_cluster(f, "keepme", &c);
@@ -252,12 +254,12 @@ test_open_creates_and_migrates(void **state)
 	assert_int_equal(st.st_mode & 0777, 0600);
 
 	reopen(f);
-	assert_int_equal(store_schema_version(f->s), 1);
+	assert_int_equal(store_schema_version(f->s), SCHEMA_NOW);
 	assert_int_equal(store_cluster_get(f->s, c.id, &got), STORE_OK);
 	assert_string_equal(got.name, "keepme");
-	/* The migration ran once, not once per open. */
+	/* Each migration ran once, not once per open. */
 	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"),
-	    1);
+	    SCHEMA_NOW);
 	assert_int_equal(raw_int(f->path,
 	    "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
 }
@@ -302,6 +304,295 @@ test_newer_schema_refused(void **state)
 	assert_int_equal(store_open(f->url, &f->s, err, sizeof(err)), STORE_ERR);
 	assert_null(f->s);
 	assert_non_null(strstr(err, "newer"));
+}
+
+/*
+ * Migration 1 exactly as released (migrations are never edited), to build
+ * the database a schema-1 gateway left behind.
+ */
+static const char schema_v1[] =
+	"CREATE TABLE schema_version ("
+	"  version    INTEGER NOT NULL PRIMARY KEY,"
+	"  applied_at INTEGER NOT NULL"
+	") STRICT;"
+	"CREATE TABLE clusters ("
+	"  id         TEXT NOT NULL PRIMARY KEY,"
+	"  name       TEXT NOT NULL UNIQUE,"
+	"  created_at INTEGER NOT NULL"
+	") STRICT;"
+	"CREATE TABLE tokens ("
+	"  id              TEXT NOT NULL PRIMARY KEY,"
+	"  kind            TEXT NOT NULL"
+	"                  CHECK (kind IN ('admin', 'import', 'user')),"
+	"  cluster_id      TEXT REFERENCES clusters (id),"
+	"  name            TEXT NOT NULL DEFAULT '',"
+	"  verifier        BLOB NOT NULL CHECK (length(verifier) = 32),"
+	"  expires_at      INTEGER NOT NULL DEFAULT 0,"
+	"  uses_left       INTEGER NOT NULL DEFAULT -1 CHECK (uses_left >= -1),"
+	"  approval_manual INTEGER NOT NULL DEFAULT 0"
+	"                  CHECK (approval_manual IN (0, 1)),"
+	"  revoked         INTEGER NOT NULL DEFAULT 0 CHECK (revoked IN (0, 1)),"
+	"  created_at      INTEGER NOT NULL,"
+	"  CHECK (kind <> 'import' OR cluster_id IS NOT NULL)"
+	") STRICT;"
+	"CREATE INDEX tokens_by_cluster ON tokens (cluster_id);"
+	"CREATE TABLE agents ("
+	"  id         TEXT NOT NULL PRIMARY KEY,"
+	"  cluster_id TEXT NOT NULL REFERENCES clusters (id),"
+	"  node       TEXT NOT NULL,"
+	"  pubkey     BLOB NOT NULL CHECK (length(pubkey) = 32),"
+	"  state      TEXT NOT NULL CHECK (state IN ('pending-approval',"
+	"             'enroll', 'verifying', 'active', 'revoked')),"
+	"  last_error TEXT NOT NULL DEFAULT '',"
+	"  token_id   TEXT NOT NULL REFERENCES tokens (id),"
+	"  created_at INTEGER NOT NULL,"
+	"  updated_at INTEGER NOT NULL"
+	") STRICT;"
+	"CREATE UNIQUE INDEX agents_live_node ON agents (cluster_id, node)"
+	"  WHERE state <> 'revoked';"
+	"CREATE INDEX agents_by_cluster ON agents (cluster_id, created_at);"
+	"INSERT INTO schema_version VALUES (1, 1700000000);"
+	/* What a schema-1 gateway had in it. */
+	"INSERT INTO clusters VALUES ('c-0000000000aa', 'old', 1700000000);"
+	"INSERT INTO tokens (id, kind, name, verifier, created_at) VALUES "
+	"  ('aaaaaaaaaaaaaaaa', 'admin', 'admin', zeroblob(32), 1700000000);"
+	"INSERT INTO tokens (id, kind, cluster_id, verifier, uses_left, "
+	"  created_at) VALUES ('bbbbbbbbbbbbbbbb', 'import', 'c-0000000000aa', "
+	"  zeroblob(32), 1, 1700000000);";
+
+static void
+test_migrates_v1_in_place(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1], path[160], url[192];
+	const char *ids[] = { "c-0000000000aa" };
+	struct store_cluster c;
+	struct store_token t;
+	struct store_user_token u;
+	struct store *s = NULL;
+	sqlite3 *db;
+
+	snprintf(path, sizeof(path), "%s/v1.db", f->dir);
+	snprintf(url, sizeof(url), "sqlite://%s", path);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, schema_v1, NULL, NULL, NULL),
+	    SQLITE_OK);
+	sqlite3_close(db);
+
+	assert_int_equal(store_open(url, &s, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_schema_version(s), SCHEMA_NOW);
+	assert_int_equal(raw_int(path, "SELECT max(version) FROM schema_version"),
+	    SCHEMA_NOW);
+	/* What was there is still there, and reads as before. */
+	assert_int_equal(store_cluster_get(s, "c-0000000000aa", &c), STORE_OK);
+	assert_string_equal(c.name, "old");
+	assert_int_equal(store_token_get(s, "aaaaaaaaaaaaaaaa", &t), STORE_OK);
+	assert_int_equal(t.kind, TOKEN_ADMIN);
+	assert_int_equal(store_token_get(s, "bbbbbbbbbbbbbbbb", &t), STORE_OK);
+	assert_int_equal(t.kind, TOKEN_IMPORT);
+	assert_int_equal(raw_int(path, "SELECT count(*) FROM token_clusters"), 0);
+
+	/* And the new tables work on it. */
+	fill_token(&t, "cccccccccccccccc", TOKEN_USER, "");
+	snprintf(t.name, sizeof(t.name), "alice");
+	assert_int_equal(store_user_token_create(s, &t, ids, 1, &u, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_token_in_cluster(s, t.id, "c-0000000000aa"),
+	    STORE_OK);
+	store_close(s);
+	unlink(path);
+}
+
+/* ---- user tokens -------------------------------------------------------- */
+
+static void
+fill_user(struct store_token *t, const char *id, const char *name)
+{
+	fill_token(t, id, TOKEN_USER, "");
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->expires_at = 0;
+	t->uses_left = -1;
+}
+
+static void
+test_user_tokens(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster a, b, c;
+	struct store_token t, got;
+	struct store_user_token u, *list;
+	const char *ids[3];
+	size_t n;
+
+	make_cluster(f, "a", &a);
+	make_cluster(f, "b", &b);
+	make_cluster(f, "c", &c);
+
+	/* Scoped to a and b, a given twice: counted once, order kept. */
+	fill_user(&t, "1111111111111111", "alice@example.com");
+	ids[0] = b.id;
+	ids[1] = a.id;
+	ids[2] = b.id;
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 3, &u, err,
+	    sizeof(err)), STORE_OK);
+	assert_string_equal(u.id, t.id);
+	assert_string_equal(u.name, "alice@example.com");
+	assert_int_equal(u.nclusters, 2);
+	assert_string_equal(u.clusters[0], b.id);
+	assert_string_equal(u.clusters[1], a.id);
+	assert_false(u.revoked);
+	assert_int_equal(u.created_at, NOW);
+	/* The token itself is an ordinary record, kind user, no cluster. */
+	assert_int_equal(store_token_get(f->s, t.id, &got), STORE_OK);
+	assert_int_equal(got.kind, TOKEN_USER);
+	assert_string_equal(got.cluster, "");
+	assert_memory_equal(got.verifier, t.verifier, 32);
+
+	assert_int_equal(store_token_in_cluster(f->s, t.id, a.id), STORE_OK);
+	assert_int_equal(store_token_in_cluster(f->s, t.id, b.id), STORE_OK);
+	assert_int_equal(store_token_in_cluster(f->s, t.id, c.id),
+	    STORE_NOTFOUND);
+	assert_int_equal(store_token_in_cluster(f->s, t.id, "c-000000000000"),
+	    STORE_NOTFOUND);
+	assert_int_equal(store_token_in_cluster(f->s, "ffffffffffffffff", a.id),
+	    STORE_NOTFOUND);
+
+	/* A second token for alice, one for bob. */
+	fill_user(&t, "2222222222222222", "alice@example.com");
+	t.created_at = NOW + 1;
+	ids[0] = c.id;
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	fill_user(&t, "3333333333333333", "bob");
+	t.created_at = NOW + 2;
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+
+	assert_int_equal(store_user_token_list(f->s, &list, &n), STORE_OK);
+	assert_int_equal(n, 3);
+	assert_string_equal(list[0].id, "1111111111111111");
+	assert_int_equal(list[0].nclusters, 2);
+	assert_string_equal(list[0].clusters[0], b.id);
+	assert_string_equal(list[0].clusters[1], a.id);
+	assert_string_equal(list[1].id, "2222222222222222");
+	assert_int_equal(list[1].nclusters, 1);
+	assert_string_equal(list[1].clusters[0], c.id);
+	assert_string_equal(list[2].name, "bob");
+	free(list);
+}
+
+static void
+test_user_revoke(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster a;
+	struct store_token t;
+	struct store_user_token *list;
+	const char *ids[1];
+	int64_t count = -1;
+	size_t n, i;
+
+	make_cluster(f, "a", &a);
+	ids[0] = a.id;
+	fill_user(&t, "1111111111111111", "alice");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	fill_user(&t, "2222222222222222", "alice");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	fill_user(&t, "3333333333333333", "alice2");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+
+	assert_int_equal(store_user_revoke(f->s, "alice", &count, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(count, 2);
+	/* Again: nothing left to revoke, but the user is known. */
+	assert_int_equal(store_user_revoke(f->s, "alice", &count, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(count, 0);
+	assert_int_equal(store_user_revoke(f->s, "carol", &count, err,
+	    sizeof(err)), STORE_NOTFOUND);
+	assert_int_equal(store_user_revoke(f->s, "bad name", &count, err,
+	    sizeof(err)), STORE_REFUSED);
+
+	assert_int_equal(store_user_token_list(f->s, &list, &n), STORE_OK);
+	assert_int_equal(n, 3);
+	for (i = 0; i < n; i++)
+		assert_int_equal(list[i].revoked, strcmp(list[i].name, "alice") == 0);
+	free(list);
+	/* Revoking changes nothing about scope: the checks look at both. */
+	assert_int_equal(store_token_in_cluster(f->s, "1111111111111111", a.id),
+	    STORE_OK);
+}
+
+static void
+test_user_token_refusals(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const bad[] = {
+		"", "a b", "a/b", "x:y", "alice\n", "caf\xc3\xa9", "a\"b",
+	};
+	const char *ids[STORE_TOKEN_CLUSTERS_MAX + 1];
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster a;
+	struct store_token t, got;
+	struct store_user_token *list;
+	size_t i, n;
+
+	make_cluster(f, "a", &a);
+	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+		ids[i] = a.id;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		fill_user(&t, "1111111111111111", bad[i]);
+		assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL,
+		    err, sizeof(err)), STORE_REFUSED);
+		assert_non_null(strstr(err, "invalid user name"));
+	}
+	/* One over the limit does not fit a record; the rule still says no. */
+	assert_false(store_user_name_valid(
+	    "0123456789012345678901234567890123456789012345678901234567890123"));
+	assert_false(store_user_name_valid(NULL));
+	assert_true(store_user_name_valid("alice@example.com"));
+
+	fill_user(&t, "1111111111111111", "alice");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 0, NULL, err,
+	    sizeof(err)), STORE_REFUSED);
+	assert_int_equal(store_user_token_create(f->s, &t, ids,
+	    STORE_TOKEN_CLUSTERS_MAX + 1, NULL, err, sizeof(err)), STORE_REFUSED);
+	/* Only user tokens, and only through the list. */
+	fill_token(&t, "1111111111111111", TOKEN_ADMIN, "");
+	snprintf(t.name, sizeof(t.name), "alice");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_REFUSED);
+	fill_user(&t, "1111111111111111", "alice");
+	snprintf(t.cluster, sizeof(t.cluster), "%s", a.id);
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_REFUSED);
+
+	/* An unknown cluster anywhere in the list: nothing is written. */
+	fill_user(&t, "1111111111111111", "alice");
+	ids[1] = "c-000000000000";
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 2, NULL, err,
+	    sizeof(err)), STORE_NOTFOUND);
+	assert_string_equal(err, "no cluster c-000000000000");
+	assert_int_equal(store_token_get(f->s, t.id, &got), STORE_NOTFOUND);
+	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM token_clusters"),
+	    0);
+	assert_int_equal(store_user_token_list(f->s, &list, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	free(list);
+
+	/* The longest name, and a duplicate id. */
+	fill_user(&t, "1111111111111111",
+	    "012345678901234567890123456789012345678901234567890123456789.@_");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_CONFLICT);
 }
 
 /* ---- clusters ----------------------------------------------------------- */
@@ -767,7 +1058,7 @@ test_second_connection(void **state)
 	bool created;
 
 	assert_int_equal(store_open(f->url, &other, err, sizeof(err)), STORE_OK);
-	assert_int_equal(store_schema_version(other), 1);
+	assert_int_equal(store_schema_version(other), SCHEMA_NOW);
 
 	make_import(f, "cdcdcdcdcdcdcdcd", 3, false, &c);
 	assert_int_equal(store_cluster_get(other, c.id, &got), STORE_OK);
@@ -842,6 +1133,10 @@ main(void)
 		T(test_open_creates_and_migrates),
 		T(test_open_bad_urls),
 		T(test_newer_schema_refused),
+		T(test_migrates_v1_in_place),
+		T(test_user_tokens),
+		T(test_user_revoke),
+		T(test_user_token_refusals),
 		T(test_clusters),
 		T(test_cluster_names),
 		T(test_tokens),
