@@ -642,6 +642,59 @@ store_cluster_create(struct store *s, const char *name, int64_t now,
 	return rc;
 }
 
+/* Reads one row of a query into a record (void * so that one loop can
+ * collect any kind of record). */
+typedef int row_reader(sqlite3_stmt *st, void *out);
+
+static int
+read_cluster_row(sqlite3_stmt *st, void *out)
+{
+	return read_cluster(st, out);
+}
+
+static int read_agent_row(sqlite3_stmt *st, void *out);
+
+/*
+ * Steps st to its end, reading every row into a growing array of
+ * elem-sized records (*out, caller frees; *n records).  Returns STORE_OK,
+ * or STORE_ERR with err and nothing allocated.
+ */
+static int
+collect_rows(struct store *s, sqlite3_stmt *st, size_t elem, row_reader *read_row,
+    const char *what, void **out, size_t *n, char *err, size_t errlen)
+{
+	unsigned char *arr = NULL;
+	size_t cap = 0, count = 0;
+	char action[64];
+	int r;
+
+	for (;;) {
+		if (grow((void **)&arr, &cap, count, elem) == -1) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		r = sqlite3_step(st);
+		if (r == SQLITE_DONE)
+			break;
+		if (r != SQLITE_ROW) {
+			snprintf(action, sizeof(action), "read %s", what);
+			db_fail(s, action, err, errlen);
+			goto fail;
+		}
+		if (read_row(st, arr + count * elem) == -1) {
+			snprintf(err, errlen, "malformed %s row", what);
+			goto fail;
+		}
+		count++;
+	}
+	*out = arr;
+	*n = count;
+	return STORE_OK;
+fail:
+	free(arr);
+	return STORE_ERR;
+}
+
 /* Runs a prepared query for at most one cluster row. */
 static int
 step_cluster(struct store *s, sqlite3_stmt *st, struct store_cluster *out,
@@ -684,36 +737,17 @@ int
 store_cluster_list(struct store *s, struct store_cluster **out, size_t *n)
 {
 	char err[STORE_ERROR_MAX + 1];
-	struct store_cluster *arr = NULL;
 	sqlite3_stmt *st = NULL;
-	size_t cap = 0, count = 0;
-	int rc = STORE_ERR, step;
+	int rc = STORE_ERR;
 
 	*out = NULL;
 	*n = 0;
 	if (prepare(s, "SELECT " CLUSTER_COLS " FROM clusters "
-	    "ORDER BY created_at, rowid", &st, err, sizeof(err)) != STORE_OK)
-		goto out;
-	for (;;) {
-		if (grow((void **)&arr, &cap, count, sizeof(*arr)) == -1) {
-			snprintf(err, sizeof(err), "out of memory");
-			goto out;
-		}
-		step = step_cluster(s, st, &arr[count], err, sizeof(err));
-		if (step == STORE_NOTFOUND)
-			break;
-		if (step != STORE_OK)
-			goto out;
-		count++;
-	}
-	*out = arr;
-	*n = count;
-	arr = NULL;
-	rc = STORE_OK;
-out:
+	    "ORDER BY created_at, rowid", &st, err, sizeof(err)) == STORE_OK)
+		rc = collect_rows(s, st, sizeof(**out), read_cluster_row, "cluster",
+		    (void **)out, n, err, sizeof(err));
 	if (rc != STORE_OK)
 		error("listing clusters: %s", err);
-	free(arr);
 	sqlite3_finalize(st);
 	return rc;
 }
@@ -1226,6 +1260,12 @@ read_agent(sqlite3_stmt *st, struct store_agent *a)
 	return 0;
 }
 
+static int
+read_agent_row(sqlite3_stmt *st, void *out)
+{
+	return read_agent(st, out);
+}
+
 /* Steps a prepared query for at most one agent row. */
 static int
 step_agent(struct store *s, sqlite3_stmt *st, struct store_agent *out,
@@ -1534,10 +1574,8 @@ store_agent_list(struct store *s, const char *cluster,
     struct store_agent **out, size_t *n)
 {
 	char err[STORE_ERROR_MAX + 1];
-	struct store_agent *arr = NULL;
 	sqlite3_stmt *st = NULL;
-	size_t cap = 0, count = 0;
-	int rc = STORE_ERR, step;
+	int rc = STORE_ERR;
 
 	*out = NULL;
 	*n = 0;
@@ -1545,30 +1583,14 @@ store_agent_list(struct store *s, const char *cluster,
 	    "SELECT " AGENT_COLS " FROM agents WHERE cluster_id = ? "
 	    "ORDER BY created_at, rowid" :
 	    "SELECT " AGENT_COLS " FROM agents ORDER BY created_at, rowid",
-	    &st, err, sizeof(err)) != STORE_OK)
-		goto out;
-	if (cluster != NULL)
-		bind_text(st, 1, cluster);
-	for (;;) {
-		if (grow((void **)&arr, &cap, count, sizeof(*arr)) == -1) {
-			snprintf(err, sizeof(err), "out of memory");
-			goto out;
-		}
-		step = step_agent(s, st, &arr[count], err, sizeof(err));
-		if (step == STORE_NOTFOUND)
-			break;
-		if (step != STORE_OK)
-			goto out;
-		count++;
+	    &st, err, sizeof(err)) == STORE_OK) {
+		if (cluster != NULL)
+			bind_text(st, 1, cluster);
+		rc = collect_rows(s, st, sizeof(**out), read_agent_row, "agent",
+		    (void **)out, n, err, sizeof(err));
 	}
-	*out = arr;
-	*n = count;
-	arr = NULL;
-	rc = STORE_OK;
-out:
 	if (rc != STORE_OK)
 		error("listing agents: %s", err);
-	free(arr);
 	sqlite3_finalize(st);
 	return rc;
 }
