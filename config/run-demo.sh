@@ -53,6 +53,10 @@ if [ ! -f "$node_dir/state.json" ]; then
 		"$bin/tether-client" join --state-dir "$node_dir" --node-name demo-node \
 			--allow 127.0.0.1:22
 fi
+if [ ! -s "$var/kubeconfig" ]; then
+	(umask 077 && ctl kubeconfig --cluster "$cluster" --user demo >"$var/kubeconfig.tmp" &&
+		mv "$var/kubeconfig.tmp" "$var/kubeconfig")
+fi
 "$bin/tether-client" run --state-dir "$node_dir" > >(sed -u 's/^/client  | /') 2>&1 &
 pids+=($!)
 
@@ -67,6 +71,7 @@ $(say "== Tether is running")
   gateway       $url   (data in $gw_dir)
   admin token   $gw_dir/admin.token
   CA            $gw_dir/ca.crt
+  kubeconfig    $var/kubeconfig   (user "demo", scoped to cluster demo)
   cluster       demo ($cluster), node demo-node (state in $node_dir)
 
   Try:
