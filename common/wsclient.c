@@ -43,6 +43,7 @@
  * (every Tether program does, at start-up).
  */
 #include "wsclient.h"
+#include "wshead.h"
 #include "tlsread.h"
 
 #include <ctype.h>
@@ -192,21 +193,6 @@ errf(char *err, size_t errlen, const char *fmt, ...)
  * Copies untrusted text (a server's close reason or error body) for a log
  * line: printable ASCII only, bounded, no trailing blanks.
  */
-static void
-sanitize(char *dst, size_t dstlen, const char *src, size_t srclen)
-{
-	size_t n = 0;
-
-	if (dstlen == 0)
-		return;
-	for (size_t i = 0; i < srclen && n + 1 < dstlen; i++) {
-		unsigned char ch = (unsigned char)src[i];
-		dst[n++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-	}
-	while (n > 0 && dst[n - 1] == ' ')
-		n--;
-	dst[n] = '\0';
-}
 
 static int
 gone(const struct wsclient *c)
@@ -311,7 +297,7 @@ set_final(struct wsclient *c, int status, const char *fmt, ...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	c->final_status = status;
-	sanitize(c->final_reason, sizeof(c->final_reason), buf, strlen(buf));
+	ws_sanitize(c->final_reason, sizeof(c->final_reason), buf, strlen(buf));
 }
 
 /* Ends the connection now and reports the recorded status from the loop. */
@@ -834,178 +820,8 @@ send_upgrade(struct wsclient *c)
 	return evbuffer_add(out, "\r\n", 2);
 }
 
-struct response_head {
-	int status;
-	int upgrade_ok;
-	int connection_ok;
-	int have_accept;
-	char accept[64];
-	int have_protocol;
-	char protocol[128];
-	long long content_length;  /* -1: none */
-	int chunked;
-};
 
-static char *
-trim(char *s)
-{
-	char *e;
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
-		*--e = '\0';
-	return s;
-}
-
-/* Does a comma-separated header value list `token` (any case)? */
-static int
-has_token(const char *value, const char *token)
-{
-	size_t tl = strlen(token);
-
-	while (*value != '\0') {
-		const char *end;
-		size_t n;
-
-		value += strspn(value, " \t,");
-		end = value + strcspn(value, ",");
-		n = (size_t)(end - value);
-		while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
-			n--;
-		if (n == tl && strncasecmp(value, token, tl) == 0)
-			return 1;
-		value = end;
-	}
-	return 0;
-}
-
-static void
-head_field(struct response_head *h, const char *name, char *value)
-{
-	if (strcasecmp(name, "Upgrade") == 0)
-		h->upgrade_ok = strcasecmp(value, "websocket") == 0;
-	else if (strcasecmp(name, "Connection") == 0)
-		h->connection_ok = has_token(value, "upgrade");
-	else if (strcasecmp(name, "Sec-WebSocket-Accept") == 0) {
-		h->have_accept = 1;
-		snprintf(h->accept, sizeof(h->accept), "%s", value);
-	} else if (strcasecmp(name, "Sec-WebSocket-Protocol") == 0) {
-		h->have_protocol = 1;
-		snprintf(h->protocol, sizeof(h->protocol), "%s", value);
-	} else if (strcasecmp(name, "Content-Length") == 0) {
-		char *end;
-		errno = 0;
-		h->content_length = strtoll(value, &end, 10);
-		if (errno != 0 || end == value || *end != '\0' ||
-		    h->content_length < 0)
-			h->content_length = -1;
-	} else if (strcasecmp(name, "Transfer-Encoding") == 0)
-		h->chunked = has_token(value, "chunked");
-}
-
-/* Parses the response head (NUL-terminated, modified in place). */
-static int
-parse_head(struct wsclient *c, char *head, struct response_head *h)
-{
-	char *line, *next, *colon;
-
-	memset(h, 0, sizeof(*h));
-	h->content_length = -1;
-	next = head;
-	line = strsep(&next, "\n");
-	line[strcspn(line, "\r")] = '\0';
-	sanitize(c->status_line, sizeof(c->status_line), line, strlen(line));
-	if (strncmp(line, "HTTP/1.", 7) != 0 || strlen(line) < 12 ||
-	    line[8] != ' ' || !isdigit((unsigned char)line[9]) ||
-	    !isdigit((unsigned char)line[10]) || !isdigit((unsigned char)line[11]) ||
-	    (line[12] != ' ' && line[12] != '\0'))
-		return -1;
-	h->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
-	while (next != NULL) {
-		line = strsep(&next, "\n");
-		line[strcspn(line, "\r")] = '\0';
-		if (*line == '\0')
-			continue;
-		if ((colon = strchr(line, ':')) == NULL)
-			continue; /* not a header line: nothing we need */
-		*colon = '\0';
-		head_field(h, trim(line), trim(colon + 1));
-	}
-	return 0;
-}
-
-/* Decodes a chunked body in place, as far as it goes; returns its length,
- * and whether the last (empty) chunk was seen. */
-static size_t
-dechunk(char *body, size_t len, int *complete)
-{
-	size_t in = 0, out = 0;
-
-	*complete = 0;
-	while (in < len) {
-		char *end;
-		unsigned long n;
-		size_t eol;
-
-		errno = 0;
-		n = strtoul(body + in, &end, 16);
-		if (errno != 0 || end == body + in)
-			break;
-		eol = (size_t)(end - body);
-		while (eol < len && body[eol] != '\n')
-			eol++;
-		if (eol >= len)
-			break;
-		if (n == 0) {
-			*complete = 1;
-			break;
-		}
-		in = eol + 1;
-		if (n > len - in)
-			n = len - in;
-		memmove(body + out, body + in, n);
-		out += n;
-		in += n;
-		if (in < len && body[in] == '\r')
-			in++;
-		if (in < len && body[in] == '\n')
-			in++;
-	}
-	return out;
-}
-
-/* The reason for a refusal: {"error":"..."}, else the body's first line,
- * else the status line. */
-static void
-refusal_reason(const char *body, size_t len, const char *status_line,
-    char *out, size_t outlen)
-{
-	json_error_t jerr;
-	json_t *doc, *e;
-	size_t start = 0, end;
-
-	if (len > 0 && (doc = json_loadb(body, len, 0, &jerr)) != NULL) {
-		e = json_is_object(doc) ? json_object_get(doc, "error") : NULL;
-		if (json_is_string(e) && json_string_length(e) > 0) {
-			sanitize(out, outlen, json_string_value(e),
-			    json_string_length(e));
-			json_decref(doc);
-			return;
-		}
-		json_decref(doc);
-	}
-	while (start < len && isspace((unsigned char)body[start]))
-		start++;
-	end = start;
-	while (end < len && body[end] != '\r' && body[end] != '\n')
-		end++;
-	if (end > start)
-		sanitize(out, outlen, body + start, end - start);
-	else
-		snprintf(out, outlen, "%s", status_line);
-}
 
 /* The refusal body is complete (or all we will wait for): report it. */
 static void
@@ -1027,9 +843,9 @@ refused_done(struct wsclient *c)
 	if (evbuffer_copyout(in, body, len) != (ev_ssize_t)len)
 		len = 0;
 	if (c->body_chunked)
-		len = dechunk(body, len, &complete);
+		len = ws_dechunk(body, len, &complete);
 	body[len] = '\0';
-	refusal_reason(body, len, c->status_line, reason, sizeof(reason));
+	ws_refusal_reason(body, len, c->status_line, reason, sizeof(reason));
 	free(body);
 	finish_with(c, c->http_status, "%s", reason);
 }
@@ -1044,7 +860,7 @@ chunked_complete(struct evbuffer *in, size_t have)
 	if ((copy = malloc(have + 1)) == NULL)
 		return 1; /* report what we have */
 	if (evbuffer_copyout(in, copy, have) == (ev_ssize_t)have)
-		(void)dechunk(copy, have, &complete);
+		(void)ws_dechunk(copy, have, &complete);
 	free(copy);
 	return complete;
 }
@@ -1063,7 +879,7 @@ read_body(struct wsclient *c)
 
 /* A 101: check that it is the upgrade we asked for. */
 static int
-check_upgrade(struct wsclient *c, const struct response_head *h)
+check_upgrade(struct wsclient *c, const struct ws_response_head *h)
 {
 	char want[32];
 
@@ -1117,7 +933,7 @@ read_head(struct wsclient *c)
 {
 	struct evbuffer *in = input_of(c);
 	struct evbuffer_ptr end;
-	struct response_head h;
+	struct ws_response_head h;
 	size_t n;
 	char *head;
 
@@ -1144,7 +960,7 @@ read_head(struct wsclient *c)
 		return 0;
 	}
 	head[n] = '\0';
-	if (parse_head(c, head, &h) != 0) {
+	if (ws_response_parse_head(head, &h, c->status_line, sizeof(c->status_line)) != 0) {
 		free(head);
 		finish_with(c, 0, "server %s sent a malformed HTTP response: %s",
 		    c->host, c->status_line);
@@ -1293,7 +1109,7 @@ control_frame(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
 	text[0] = '\0';
 	if (plen >= 2) {
 		code = (uint16_t)(payload[0] << 8 | payload[1]);
-		sanitize(text, sizeof(text), (const char *)payload + 2, plen - 2);
+		ws_sanitize(text, sizeof(text), (const char *)payload + 2, plen - 2);
 	}
 	if (text[0] != '\0')
 		set_final(c, 101, "%s", text);

@@ -246,6 +246,32 @@ api_authorize_cluster(struct gateway *gw, const char *authorization,
 }
 
 int
+api_user_token_cluster(struct gateway *gw, const char *authorization,
+    char *cluster, size_t clen)
+{
+	char id[TOKEN_ID_LEN + 1];
+	struct store_user_token *ts = NULL;
+	size_t n = 0;
+	int found = -1;
+
+	if (api_bearer_id(authorization, id) != 0 ||
+	    strncmp(authorization + 7, "ttu_", 4) != 0 ||
+	    store_user_token_list(gw->store, &ts, &n) != STORE_OK)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(ts[i].id, id) != 0)
+			continue;
+		if (ts[i].nclusters == 1) {
+			snprintf(cluster, clen, "%s", ts[i].clusters[0]);
+			found = 0;
+		}
+		break;
+	}
+	free(ts);
+	return found;
+}
+
+int
 api_bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1])
 {
 	struct token t;

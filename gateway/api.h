@@ -59,6 +59,14 @@ int api_authorize_cluster(struct gateway *gw, const char *authorization,
     const char *cluster, char *principal, size_t plen, char *err,
     size_t errlen);
 
+/*
+ * If authorization carries a user token (by its id; the secret is checked
+ * later, by api_authorize_cluster) scoped to exactly one cluster, copies
+ * that cluster and returns 0; else -1.
+ */
+int api_user_token_cluster(struct gateway *gw, const char *authorization,
+    char *cluster, size_t clen);
+
 /* The id of the bearer token in authorization (public: it may be logged
  * and kept), or -1 if there is none. */
 int api_bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1]);

@@ -11,6 +11,11 @@
  * A request is handed out one at a time: on_message_complete pauses the
  * parser, so that http_parser_execute stops right after the request and the
  * caller answers it before reading the next one.
+ *
+ * Every header is also kept whole, as "name\0value\0" pairs (bounded by
+ * the head limit), so that a request passed on (http_reader_stream) can be
+ * written again; the body of such a request goes to its sink piece by
+ * piece instead of being kept.
  */
 #include "http.h"
 
@@ -73,6 +78,16 @@ struct http_reader {
 
 	char *path, *query;              /* decoded at the end of the head */
 	struct str body;
+	struct str all;                  /* every header, "name\0value\0" */
+	int all_state;                   /* 0 none yet, 1 in a name, 2 in a value */
+
+	/* Passed-on requests (http_reader_stream); kept across resets. */
+	int (*stream_match)(const char *path);
+	void (*sink)(void *arg, const char *data, size_t len);
+	void *sink_arg;
+	int streamed;                    /* this request is passed on */
+	int streaming;                   /* ... and its body goes to the sink */
+	int head_reported;               /* HTTP_READ_HEAD was returned */
 
 	int started;                     /* a byte of this request was read */
 	size_t head_bytes;               /* fed before the head was complete */
@@ -238,10 +253,28 @@ classify(const struct http_reader *r)
 	return HDR_OTHER;
 }
 
+/* Appends a piece of a header name (value 0) or value (1) to r->all. */
+static int
+all_append(struct http_reader *r, int value, const char *at, size_t len)
+{
+	int want = value ? 2 : 1;
+
+	if (r->all_state != 0 && r->all_state != want &&
+	    str_append(&r->all, "", 1) != 0)
+		return reader_fail(r, 500, "out of memory");
+	r->all_state = want;
+	if (str_append(&r->all, at, len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
 static int
 on_header_field(http_parser *p, const char *at, size_t len)
 {
 	struct http_reader *r = p->data;
+
+	if (all_append(r, 0, at, len) != 0)
+		return -1;
 
 	if (r->in_value) {
 		r->in_value = 0;
@@ -287,6 +320,8 @@ on_header_value(http_parser *p, const char *at, size_t len)
 {
 	struct http_reader *r = p->data;
 
+	if (all_append(r, 1, at, len) != 0)
+		return -1;
 	if (!r->in_value && start_value(r) != 0)
 		return -1;
 	if (r->cur != HDR_OTHER && str_append(&r->hdr[r->cur], at, len) != 0)
@@ -331,9 +366,20 @@ on_headers_complete(http_parser *p)
 	    (p->content_length > 0 && p->content_length != ULLONG_MAX);
 
 	r->head_done = 1;
+	/* Close the last pair: a value (possibly empty) ends every header. */
+	if (r->all_state == 1 && str_append(&r->all, "", 1) != 0)
+		return reader_fail(r, 500, "out of memory");
+	if (r->all_state != 0 && str_append(&r->all, "", 1) != 0)
+		return reader_fail(r, 500, "out of memory");
+	r->all_state = 0;
 	if (split_url(r) != 0)
 		return -1;
-	if (has_body && !(p->flags & F_CHUNKED) && p->content_length > r->max_body) {
+	if (r->stream_match != NULL && r->stream_match(r->path)) {
+		r->streamed = 1;
+		r->streaming = has_body;
+	}
+	if (has_body && !r->streamed && !(p->flags & F_CHUNKED) &&
+	    p->content_length > r->max_body) {
 		/* Refused before a byte of it is read: answer 413 and close. */
 		r->req.body_too_large = 1;
 		r->cut = 1;
@@ -353,6 +399,11 @@ on_body(http_parser *p, const char *at, size_t len)
 {
 	struct http_reader *r = p->data;
 
+	if (r->streaming) {
+		if (r->sink != NULL)
+			r->sink(r->sink_arg, at, len);
+		return 0;
+	}
 	if (r->body.len + len > r->max_body) {
 		/* Keep the first max_body bytes, however the body was split into
 		 * reads; the rest of the body is not read. */
@@ -398,6 +449,7 @@ reader_clear(struct http_reader *r)
 	for (int i = 0; i < HDR_ENTRIES; i++)
 		str_free(&r->hdr[i]);
 	str_free(&r->body);
+	str_free(&r->all);
 	free(r->path);
 	free(r->query);
 	r->path = r->query = NULL;
@@ -407,10 +459,16 @@ void
 http_reader_reset(struct http_reader *r)
 {
 	size_t max_body = r->max_body;
+	int (*match)(const char *) = r->stream_match;
+	void (*sink)(void *, const char *, size_t) = r->sink;
+	void *sink_arg = r->sink_arg;
 
 	reader_clear(r);
 	memset(r, 0, sizeof(*r));
 	r->max_body = max_body;
+	r->stream_match = match;
+	r->sink = sink;
+	r->sink_arg = sink_arg;
 	http_parser_init(&r->parser, HTTP_REQUEST);
 	r->parser.data = r;
 }
@@ -459,6 +517,20 @@ reader_finish(struct http_reader *r)
 	    r->parser.http_minor >= 1 && http_should_keep_alive(&r->parser);
 	q->head_only = r->parser.method == HTTP_HEAD;
 	q->http_minor = r->parser.http_minor;
+	q->target = str_or_empty(&r->url);
+	q->headers = str_or_empty(&r->all);
+	q->headers_len = r->all.len;
+	q->body_chunked = (r->parser.flags & F_CHUNKED) != 0;
+}
+
+int
+http_reader_stream(struct http_reader *r, int (*match)(const char *path),
+    void (*sink)(void *arg, const char *data, size_t len), void *arg)
+{
+	r->stream_match = match;
+	r->sink = sink;
+	r->sink_arg = arg;
+	return 0;
 }
 
 static void
@@ -524,6 +596,13 @@ http_reader_feed(struct http_reader *r, const char *data, size_t len,
 		if (r->complete || r->cut) {
 			reader_finish(r);
 			*res = HTTP_READ_REQUEST;
+			return total;
+		}
+		if (head_end && r->streaming && !r->head_reported) {
+			/* The body follows through the sink. */
+			r->head_reported = 1;
+			reader_finish(r);
+			*res = HTTP_READ_HEAD;
 			return total;
 		}
 		e = HTTP_PARSER_ERRNO(&r->parser);

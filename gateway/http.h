@@ -25,6 +25,8 @@ enum http_read_result {
 	HTTP_READ_MORE,      /* all bytes consumed; the request is not complete */
 	HTTP_READ_REQUEST,   /* a request is ready (http_reader_request) */
 	HTTP_READ_ERROR,     /* malformed or over a limit (http_reader_error) */
+	HTTP_READ_HEAD,      /* a streamed request's head is ready; its body
+	                        follows through the sink (http_reader_stream) */
 };
 
 /*
@@ -54,6 +56,11 @@ struct http_request {
 	                                another request may follow */
 	int head_only;               /* HEAD: answer without a body */
 	int http_minor;              /* HTTP/1.<minor> */
+	/* For requests that are passed on (http_reader_stream): */
+	const char *target;          /* the request target as sent, not decoded */
+	const char *headers;         /* every header: "name\0value\0" pairs */
+	size_t headers_len;
+	int body_chunked;            /* Transfer-Encoding: chunked */
 };
 
 struct http_reader;
@@ -87,6 +94,18 @@ int http_reader_started(const struct http_reader *r);
  * sends the body.
  */
 int http_reader_take_continue(struct http_reader *r);
+
+/*
+ * Requests whose decoded path match() accepts are passed on, not
+ * answered here: their body is not limited by max_body and not kept.  One
+ * with a body is reported twice: HTTP_READ_HEAD once its head is complete
+ * (body still to come), then each piece of the decoded body goes to
+ * sink(arg, ...) as it is fed, then HTTP_READ_REQUEST at its end.  One
+ * without a body is reported once, as HTTP_READ_REQUEST.  Kept across
+ * http_reader_reset.  Returns 0.
+ */
+int http_reader_stream(struct http_reader *r, int (*match)(const char *path),
+    void (*sink)(void *arg, const char *data, size_t len), void *arg);
 
 /* Forgets the request: ready for the next one on the same connection. */
 void http_reader_reset(struct http_reader *r);

@@ -11,6 +11,8 @@
  *      |--upgrade, other path--> UPGRADING --upgrade_accept--> handed over
  *      |                             \------upgrade_refuse--> CLOSING
  *      `--upgrade, /v1/connect--> handed over to a wsconn (wsconn.c)
+ *      `--/k8s/... head--> PROXYING --proxy_finish--> READING or CLOSING
+ *                             (k8s.c)  \--proxy_abort / client gone--> freed
  *
  * Handing over moves the bufferevent (socket, SSL, buffered input) to a
  * struct wsconn and frees the hconn, so an idle tunnel carries nothing of
@@ -55,6 +57,7 @@
 #include "frame.h"
 #include "gateway.h"
 #include "http.h"
+#include "k8s.h"
 #include "log.h"
 #include "session.h"
 #include "wsconn.h"
@@ -88,6 +91,7 @@ enum hconn_state {
 	HC_UPGRADING,     /* api_upgrade deciding: input parked, not parsed */
 	HC_CLOSING,       /* the last answer is queued: write it */
 	HC_LINGERING,     /* close_notify sent: drop input until EOF or deadline */
+	HC_PROXYING,      /* a /k8s/ exchange (k8s.c) owns the connection */
 	HC_DONE,          /* handed over or ended: freed as the stack unwinds */
 	HC_ENTRIES        /* must be last */
 };
@@ -97,6 +101,7 @@ static const char *const hconn_state_names[HC_ENTRIES] = {
 	[HC_UPGRADING] = "upgrading",
 	[HC_CLOSING] = "closing",
 	[HC_LINGERING] = "lingering",
+	[HC_PROXYING] = "proxying",
 	[HC_DONE] = "done",
 };
 
@@ -116,6 +121,10 @@ struct hconn {
 	enum hconn_state state;
 	int busy;                         /* inside hconn_process: do not free */
 	int read_blocked;                 /* output over HTTP_OUTPUT_HIGH */
+	struct k8s_exchange *proxy;       /* HC_PROXYING, until it ends */
+	int proxy_req_done;               /* the proxied request was read whole */
+	int proxy_raw;                    /* after a 101: input is raw bytes */
+	int proxy_keep;                   /* the client allows keep-alive */
 	char ws_accept[WS_ACCEPT_LEN + 1];
 	char peer[PEER_MAX];
 };
@@ -129,6 +138,7 @@ struct conn {
 };
 
 static void hconn_process(struct hconn *h);
+static void hconn_linger(struct hconn *h);
 
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
@@ -150,6 +160,12 @@ static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
+	if (h->proxy != NULL) {
+		struct k8s_exchange *x = h->proxy;
+
+		h->proxy = NULL;
+		k8s_client_gone(x);
+	}
 	if (h->bev != NULL)
 		bufferevent_free(h->bev);
 	event_free(h->timer);
@@ -598,18 +614,177 @@ hconn_api(struct hconn *h, const struct http_request *rq)
 	    rq->keep_alive, rq->head_only);
 }
 
+/* ---- proxied requests (k8s.c) ---- */
+
+static void hconn_proxy_park(struct hconn *h);
+
+/* Runs the read callback soon (deferred), whatever is buffered. */
+static void
+hconn_kick_read(struct hconn *h)
+{
+	bufferevent_enable(h->bev, EV_READ);
+	bufferevent_trigger(h->bev, EV_READ,
+	    BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+/* A /k8s/ request's head is read (request_done: and its body, if any). */
+static void
+hconn_proxy_start(struct hconn *h, const struct http_request *rq, int request_done)
+{
+	struct k8s_exchange *x;
+
+	hconn_set_state(h, HC_PROXYING);
+	evtimer_del(h->timer);       /* watches and exec sessions last */
+	h->proxy = NULL;
+	h->proxy_req_done = request_done;
+	h->proxy_raw = 0;
+	h->proxy_keep = rq->keep_alive;
+	x = k8s_start(h->srv->gw, h, rq);
+	/* NULL: answered already (proxy_reply), the state says what next. */
+	if (x == NULL)
+		return;
+	h->proxy = x;
+	if (request_done)
+		hconn_proxy_park(h);
+}
+
+static void
+hconn_body_sink(void *arg, const char *data, size_t len)
+{
+	struct hconn *h = arg;
+
+	if (h->state == HC_PROXYING && h->proxy != NULL)
+		k8s_body(h->proxy, data, len);
+}
+
+/* The request is read whole: park further input (the next request) but
+ * keep reading a little, so that a client that hangs up is noticed. */
+static void
+hconn_proxy_park(struct hconn *h)
+{
+	h->proxy_req_done = 1;
+	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
+	if (h->proxy != NULL)
+		k8s_body_end(h->proxy);
+}
+
+/* Leaves HC_PROXYING; the exchange is detached. */
+static void
+hconn_proxy_detach(struct hconn *h)
+{
+	h->proxy = NULL;
+	h->proxy_raw = 0;
+	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	bufferevent_enable(h->bev, EV_READ);
+}
+
+struct evbuffer *
+proxy_output(struct hconn *h)
+{
+	return bufferevent_get_output(h->bev);
+}
+
+const char *
+proxy_peer(const struct hconn *h)
+{
+	return h->peer;
+}
+
+int
+proxy_request_done(const struct hconn *h)
+{
+	return h->proxy_req_done;
+}
+
+int
+proxy_keep_alive(const struct hconn *h)
+{
+	return h->proxy_keep && !h->srv->gw->stopping;
+}
+
+void
+proxy_resume_input(struct hconn *h)
+{
+	if (h->state != HC_PROXYING)
+		return;
+	/* Deferred: never inside the caller. */
+	hconn_kick_read(h);
+}
+
+void
+proxy_go_raw(struct hconn *h)
+{
+	if (h->state != HC_PROXYING)
+		return;
+	h->proxy_raw = 1;
+	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	proxy_resume_input(h);
+}
+
+void
+proxy_reply(struct hconn *h, int status, char *body, size_t len)
+{
+	int keep = h->proxy_req_done && proxy_keep_alive(h);
+
+	hconn_proxy_detach(h);
+	hconn_set_state(h, HC_READING);
+	hconn_respond(h, status, "application/json", body, len, keep, 0);
+	if (keep && h->state == HC_READING)
+		hconn_kick_read(h);      /* a pipelined request may wait */
+}
+
+void
+proxy_finish(struct hconn *h, int keep_alive)
+{
+	struct evbuffer *out = bufferevent_get_output(h->bev);
+
+	hconn_proxy_detach(h);
+	if (keep_alive && h->proxy_req_done && proxy_keep_alive(h)) {
+		hconn_set_state(h, HC_READING);
+		http_reader_reset(h->reader);
+		hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
+		hconn_kick_read(h);
+		return;
+	}
+	hconn_set_state(h, HC_CLOSING);
+	hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
+	if (evbuffer_get_length(out) == 0)
+		hconn_linger(h);         /* no write callback will come */
+}
+
+void
+proxy_abort(struct hconn *h)
+{
+	h->proxy = NULL;
+	hconn_end(h);
+}
+
+/* ---- dispatching ---- */
+
 static void
 hconn_dispatch(struct hconn *h)
 {
 	const struct http_request *rq = http_reader_request(h->reader);
 
-	if (http_token_list_has(rq->upgrade, "websocket"))
+	if (k8s_matches(rq->path))
+		hconn_proxy_start(h, rq, 1);
+	else if (http_token_list_has(rq->upgrade, "websocket"))
 		hconn_upgrade(h, rq);
 	else if (strcmp(rq->path, "/v1/connect") == 0)
 		hconn_refuse(h, 400, "/v1/connect takes a WebSocket upgrade with "
 		    "subprotocol " TETHER_SUBPROTOCOL);
 	else
 		hconn_api(h, rq);
+}
+
+/* Input to parse: a request, or the body of a proxied one it wants now. */
+static int
+hconn_wants_input(struct hconn *h)
+{
+	if (h->state == HC_READING)
+		return 1;
+	return h->state == HC_PROXYING && !h->proxy_req_done && !h->proxy_raw &&
+	    h->proxy != NULL && k8s_wants_body(h->proxy);
 }
 
 /* Parses and answers requests while the state allows. */
@@ -620,14 +795,15 @@ hconn_process(struct hconn *h)
 	struct evbuffer *out = bufferevent_get_output(h->bev);
 
 	h->busy++;
-	while (h->state == HC_READING && evbuffer_get_length(in) > 0) {
+	while (hconn_wants_input(h) && evbuffer_get_length(in) > 0) {
 		struct evbuffer_iovec v;
 		enum http_read_result res;
 		const char *reason;
 		size_t n;
 		int status;
 
-		if (evbuffer_get_length(out) >= HTTP_OUTPUT_HIGH) {
+		if (h->state == HC_READING &&
+		    evbuffer_get_length(out) >= HTTP_OUTPUT_HIGH) {
 			/* Pipelined requests faster than the answers are read:
 			 * wait for the output to drain (write callback). */
 			h->read_blocked = 1;
@@ -649,9 +825,18 @@ hconn_process(struct hconn *h)
 			hconn_refuse(h, status, reason);
 			break;
 		}
-		if (res == HTTP_READ_REQUEST)
+		if (res == HTTP_READ_HEAD)
+			hconn_proxy_start(h, http_reader_request(h->reader), 0);
+		else if (res == HTTP_READ_REQUEST && h->state == HC_PROXYING)
+			hconn_proxy_park(h);
+		else if (res == HTTP_READ_REQUEST)
 			hconn_dispatch(h);
 	}
+	/* A proxied body the exchange cannot take yet: stop reading until
+	 * proxy_resume_input. */
+	if (h->state == HC_PROXYING && !h->proxy_req_done && !h->proxy_raw &&
+	    h->proxy != NULL && !k8s_wants_body(h->proxy))
+		bufferevent_disable(h->bev, EV_READ);
 	h->busy--;
 	if (h->state == HC_DONE && h->busy == 0)
 		hconn_free(h);
@@ -687,6 +872,13 @@ hconn_read_cb(struct bufferevent *bev, void *arg)
 		break;
 	case HC_UPGRADING:
 		break;         /* parked until the upgrade is decided */
+	case HC_PROXYING:
+		if (h->proxy_raw && h->proxy != NULL) {
+			if (k8s_raw_input(h->proxy, bufferevent_get_input(bev)) != 0)
+				bufferevent_disable(bev, EV_READ);
+		} else if (!h->proxy_req_done)
+			hconn_process(h);
+		break;         /* else: parked until the answer is complete */
 	default:
 		evbuffer_drain(bufferevent_get_input(bev),
 		    evbuffer_get_length(bufferevent_get_input(bev)));
@@ -784,7 +976,8 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer)
 	h->reader = http_reader_new(srv->gw->limits.max_body_bytes);
 	h->timer = evtimer_new(base, hconn_timer_cb, h);
 	ssl = SSL_new(srv->ssl_ctx);
-	if (h->reader == NULL || h->timer == NULL || ssl == NULL)
+	if (h->reader == NULL || h->timer == NULL || ssl == NULL ||
+	    http_reader_stream(h->reader, k8s_matches, hconn_body_sink, h) != 0)
 		goto fail;
 	/* On failure this frees ssl (BEV_OPT_CLOSE_ON_FREE), not the socket. */
 	h->bev = bufferevent_openssl_socket_new(base, fd, ssl,

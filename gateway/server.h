@@ -68,4 +68,36 @@ struct wsconn *upgrade_accept(struct upgrade *u, const char *subprotocol,
 /* Answers status with a JSON body {"error": reason} and closes. */
 void upgrade_refuse(struct upgrade *u, int status, const char *reason);
 
+/*
+ * Proxied requests (k8s.c): a request whose path k8s_matches is not
+ * answered by the API but handed to k8s_start together with its connection
+ * (a struct hconn), as soon as its head is read.  While the exchange runs
+ * the connection is its own: the request body reaches k8s_body piece by
+ * piece (only while k8s_wants_body), then k8s_body_end; the answer is
+ * written to proxy_output.  The exchange ends with exactly one of
+ * proxy_reply, proxy_finish or proxy_abort, or, if the client goes first,
+ * the server calls k8s_client_gone; nothing may be called after either.
+ */
+struct hconn;
+struct evbuffer;
+
+struct evbuffer *proxy_output(struct hconn *h);
+const char *proxy_peer(const struct hconn *h);
+/* 1 once the whole request (body included) has been read. */
+int proxy_request_done(const struct hconn *h);
+/* 1 if the connection may carry another request after this answer, as
+ * far as the client and the gateway are concerned. */
+int proxy_keep_alive(const struct hconn *h);
+/* The exchange takes input again (body, or raw bytes after a 101). */
+void proxy_resume_input(struct hconn *h);
+/* After a 101: input from now on goes to k8s_raw_input as it arrives. */
+void proxy_go_raw(struct hconn *h);
+/* Answers status with a JSON body (malloc'd, taken) and ends the exchange. */
+void proxy_reply(struct hconn *h, int status, char *body, size_t len);
+/* The answer is queued: carry the next request if keep_alive (and the
+ * request was read whole), else close once it is written. */
+void proxy_finish(struct hconn *h, int keep_alive);
+/* The answer cannot be completed: drop the connection now. */
+void proxy_abort(struct hconn *h);
+
 #endif

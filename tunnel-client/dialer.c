@@ -4,6 +4,16 @@
  * Each OPEN gets a struct dial that lives until its bridge is done: while
  * connecting it owns a bufferevent and a deadline timer; once connected the
  * bufferevent passes to the bridge.
+ *
+ * A service whose URL is https:// is reached over TLS: once TCP is up the
+ * socket's bufferevent is wrapped in an OpenSSL filter (SNI and name or IP
+ * checked against the URL's host; verified against DIR/service-NAME-ca.crt
+ * when join was given --service-ca, else the system's CAs), and the bridge
+ * gets the filter once the handshake is done, so a bad certificate is an
+ * OPEN_FAIL ("tls") with the reason, not a stream that dies.
+ *
+ *   CONNECTING --TCP up--> (https) HANDSHAKING --TLS up--> bridged
+ *       \--error/deadline: OPEN_FAIL  \--error/deadline: OPEN_FAIL
  */
 #include "dialer.h"
 
@@ -15,11 +25,16 @@
 #include <string.h>
 
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/util.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "bridge.h"
+#include "fileio.h"
 #include "frame.h"
 #include "log.h"
 #include "mux.h"
@@ -29,6 +44,8 @@ struct dialer {
 	struct event_base *base;
 	struct evdns_base *dns;
 	const struct client_state *st;
+	char dir[4096];              /* the state dir: service CAs */
+	SSL_CTX *svc_tls[CLIENT_MAX_SERVICES];   /* per https service, lazily */
 	uint32_t timeout_ms;
 	struct dial *dials;          /* every dial not yet finished */
 	unsigned active;
@@ -41,6 +58,9 @@ struct dial {
 	struct bufferevent *bev;     /* while connecting */
 	struct event *deadline;
 	char target[FRAME_TARGET_MAX + 1];
+	int svc;                     /* index of an https service, or -1 */
+	int handshaking;             /* TLS under way on bev */
+	char host[256];              /* for SNI and the certificate check */
 	uint32_t stream_id;
 	struct timeval started;
 };
@@ -110,6 +130,106 @@ errno_code(int err)
 	}
 }
 
+static void dial_event(struct bufferevent *bev, short what, void *arg);
+
+/* The TLS context for https service i: its CA, or the system's. */
+static SSL_CTX *
+service_tls(struct dialer *d, int i, char *reason, size_t rlen)
+{
+	char name[64], path[4200];
+	SSL_CTX *ctx;
+
+	if (d->svc_tls[i] != NULL)
+		return d->svc_tls[i];
+	ctx = SSL_CTX_new(TLS_client_method());
+	if (ctx == NULL) {
+		snprintf(reason, rlen, "out of memory");
+		return NULL;
+	}
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+	snprintf(name, sizeof(name), "service-%s-ca.crt", d->st->services[i].name);
+	if (client_path(d->dir, name, path, sizeof(path)) == 0 && file_exists(path)) {
+		if (SSL_CTX_load_verify_locations(ctx, path, NULL) != 1) {
+			snprintf(reason, rlen, "cannot load %s", path);
+			ERR_clear_error();
+			SSL_CTX_free(ctx);
+			return NULL;
+		}
+	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		snprintf(reason, rlen, "cannot load the system's CAs");
+		ERR_clear_error();
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	d->svc_tls[i] = ctx;
+	return ctx;
+}
+
+/* TCP is up to an https service: start TLS over it.  Returns 0, or -1
+ * with a reason (x->bev is then still the plain socket). */
+static int
+dial_start_tls(struct dial *x, char *reason, size_t rlen)
+{
+	struct dialer *d = x->d;
+	static const unsigned char alpn[] = "\x08http/1.1";
+	struct bufferevent *tls;
+	SSL_CTX *ctx = service_tls(d, x->svc, reason, rlen);
+	SSL *ssl;
+	int ip;
+
+	if (ctx == NULL)
+		return -1;
+	if ((ssl = SSL_new(ctx)) == NULL) {
+		snprintf(reason, rlen, "out of memory");
+		return -1;
+	}
+	ip = strchr(x->host, ':') != NULL || strspn(x->host, "0123456789.") ==
+	    strlen(x->host);
+	if ((ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), x->host) :
+	    SSL_set1_host(ssl, x->host)) != 1 ||
+	    (!ip && SSL_set_tlsext_host_name(ssl, x->host) != 1) ||
+	    SSL_set_alpn_protos(ssl, alpn, sizeof(alpn) - 1) != 0) {
+		snprintf(reason, rlen, "cannot set up TLS for %s", x->host);
+		ERR_clear_error();
+		SSL_free(ssl);
+		return -1;
+	}
+	/* The filter owns the socket's bufferevent from here (CLOSE_ON_FREE). */
+	tls = bufferevent_openssl_filter_new(d->base, x->bev, ssl,
+	    BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+	if (tls == NULL) {
+		snprintf(reason, rlen, "out of memory");
+		return -1;
+	}
+	bufferevent_openssl_set_allow_dirty_shutdown(tls, 1);
+	x->bev = tls;
+	x->handshaking = 1;
+	bufferevent_setcb(tls, NULL, NULL, dial_event, x);
+	bufferevent_enable(tls, EV_READ | EV_WRITE);
+	return 0;
+}
+
+/* Why the TLS handshake failed, for OPEN_FAIL. */
+static void
+tls_failure(struct dial *x, struct bufferevent *bev, char *reason, size_t rlen)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	unsigned long e = bufferevent_get_openssl_error(bev);
+	long v = ssl != NULL ? SSL_get_verify_result(ssl) : X509_V_OK;
+
+	if (v != X509_V_OK)
+		snprintf(reason, rlen, "TLS to %s: certificate: %s", x->target,
+		    X509_verify_cert_error_string(v));
+	else if (e != 0)
+		snprintf(reason, rlen, "TLS to %s: %s", x->target,
+		    ERR_reason_error_string(e));
+	else
+		snprintf(reason, rlen, "TLS to %s: the connection closed", x->target);
+	ERR_clear_error();
+}
+
 static void
 dial_event(struct bufferevent *bev, short what, void *arg)
 {
@@ -117,8 +237,21 @@ dial_event(struct bufferevent *bev, short what, void *arg)
 	char reason[FRAME_REASON_MAX + 1];
 	int one = 1, err;
 
-	if (what & BEV_EVENT_CONNECTED) {
+	if ((what & BEV_EVENT_CONNECTED) && !x->handshaking && x->svc >= 0) {
 		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (dial_start_tls(x, reason, sizeof(reason)) != 0)
+			dial_fail(x, "tls", reason);
+		return;
+	}
+	if (x->handshaking && !(what & BEV_EVENT_CONNECTED)) {
+		tls_failure(x, bev, reason, sizeof(reason));
+		dial_fail(x, "tls", reason);
+		return;
+	}
+	if (what & BEV_EVENT_CONNECTED) {
+		if (!x->handshaking)
+			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY,
+			    &one, sizeof(one));
 		event_free(x->deadline);
 		x->deadline = NULL;
 		x->bev = NULL;
@@ -178,9 +311,11 @@ split_target(const char *target, char *host, size_t hostlen, int *port)
 	return 0;
 }
 
-/* The host:port a --service URL names (http(s)://HOST:PORT[/]). */
+/* The host:port a --service URL names (http(s)://HOST:PORT[/]); *tls_svc
+ * is the service's index when it is https, else -1. */
 static int
-service_target(const struct client_state *st, const char *name, char *out, size_t outlen)
+service_target(const struct client_state *st, const char *name, char *out,
+    size_t outlen, int *tls_svc)
 {
 	for (size_t i = 0; i < st->nservices; i++) {
 		const char *url = st->services[i].url, *p;
@@ -190,6 +325,7 @@ service_target(const struct client_state *st, const char *name, char *out, size_
 		if (p == NULL)
 			return -1;
 		snprintf(out, outlen, "%.*s", (int)strcspn(p + 3, "/"), p + 3);
+		*tls_svc = strncmp(url, "https://", 8) == 0 ? (int)i : -1;
 		return 0;
 	}
 	return -1;
@@ -210,6 +346,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 		return;
 	}
 	x->d = d;
+	x->svc = -1;
 	x->stream_id = mux_stream_id(s);
 	gettimeofday(&x->started, NULL);
 	x->next = d->dials;
@@ -228,7 +365,8 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 
 	if (req->service[0] != '\0') {
 		snprintf(x->target, sizeof(x->target), "service %s", req->service);
-		if (service_target(d->st, req->service, x->target, sizeof(x->target)) != 0) {
+		if (service_target(d->st, req->service, x->target, sizeof(x->target),
+		    &x->svc) != 0) {
 			snprintf(reason, sizeof(reason), "no service \"%s\" on this node",
 			    req->service);
 			dial_fail(x, "unknown_service", reason);
@@ -250,6 +388,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 		dial_fail(x, "unreachable", reason);
 		return;
 	}
+	snprintf(x->host, sizeof(x->host), "%s", host);
 	x->bev = bufferevent_socket_new(d->base, -1, BEV_OPT_CLOSE_ON_FREE);
 	x->deadline = evtimer_new(d->base, dial_timeout, x);
 	if (x->bev == NULL || x->deadline == NULL) {
@@ -267,12 +406,13 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 
 struct dialer *
 dialer_new(struct event_base *base, struct evdns_base *dns,
-    const struct client_state *st, uint32_t dial_timeout_ms)
+    const struct client_state *st, const char *state_dir, uint32_t dial_timeout_ms)
 {
 	struct dialer *d = calloc(1, sizeof(*d));
 
 	if (d == NULL)
 		return NULL;
+	snprintf(d->dir, sizeof(d->dir), "%s", state_dir);
 	d->base = base;
 	d->dns = dns;
 	d->st = st;
@@ -294,6 +434,9 @@ dialer_free(struct dialer *d)
 			free(x);
 		}
 	}
+	for (size_t i = 0; i < CLIENT_MAX_SERVICES; i++)
+		if (d->svc_tls[i] != NULL)
+			SSL_CTX_free(d->svc_tls[i]);
 	free(d);
 }
 

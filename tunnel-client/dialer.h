@@ -9,6 +9,7 @@
  *   refused          the target refused the connection
  *   unreachable      no route, or the name does not resolve
  *   timeout          no answer within the dial timeout
+ *   tls              an https service failed the TLS handshake (certificate)
  */
 #ifndef TETHER_DIALER_H
 #define TETHER_DIALER_H
@@ -23,8 +24,10 @@ struct frame_open;
 struct client_state;
 struct dialer;
 
+/* state_dir: where join put service CAs (service-NAME-ca.crt). */
 struct dialer *dialer_new(struct event_base *base, struct evdns_base *dns,
-    const struct client_state *st, uint32_t dial_timeout_ms);
+    const struct client_state *st, const char *state_dir,
+    uint32_t dial_timeout_ms);
 /* Aborts every dial under way; bridged streams end with their tunnel. */
 void dialer_free(struct dialer *d);
 /* The mux's on_open handler. */

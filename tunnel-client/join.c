@@ -44,6 +44,10 @@ struct join_opts {
 	const char *state_dir;
 	const char *node_name;
 	struct client_state st;   /* allow[] and services[] from the flags */
+	/* --service-ca NAME=FILE: read at parse time, written with the rest */
+	char svc_ca_name[CLIENT_MAX_SERVICES][32];
+	char *svc_ca_pem[CLIENT_MAX_SERVICES];
+	size_t nsvc_ca;
 };
 
 /* What join has written so far, so that a failure can undo it. */
@@ -53,6 +57,7 @@ struct join_undo {
 	bool wrote_ca;
 	bool wrote_token;
 	bool wrote_state;
+	size_t wrote_svc_ca;      /* the first n of join_opts' service CAs */
 };
 
 void
@@ -60,7 +65,8 @@ client_join_usage(void)
 {
 	fprintf(stdout,
 	    "usage: tether-client join --state-dir DIR [--node-name NAME]\n"
-	    "           [--allow HOST:PORT]... [--service NAME=URL]... < JOIN_DOCUMENT\n"
+	    "           [--allow HOST:PORT]... [--service NAME=URL]...\n"
+	    "           [--service-ca NAME=FILE]... < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
@@ -73,6 +79,9 @@ client_join_usage(void)
 	    "                      allows every port; repeatable; none by default\n"
 	    "  --service NAME=URL  a named upstream, e.g.\n"
 	    "                      kube-api=https://127.0.0.1:6443; repeatable\n"
+	    "  --service-ca NAME=FILE  the CA (PEM) that service NAME's https\n"
+	    "                      certificate is verified with (copied to\n"
+	    "                      DIR/service-NAME-ca.crt); default: system CAs\n"
 	    "\n"
 	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
 	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
@@ -172,6 +181,57 @@ add_service(struct client_state *st, const char *arg)
 	return 0;
 }
 
+/* --service-ca NAME=FILE: the CA (PEM) an https service is verified with. */
+static int
+add_service_ca(struct join_opts *o, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	char err[512], *pem = NULL;
+	size_t n, len;
+
+	if (eq == NULL || (n = (size_t)(eq - arg)) == 0 ||
+	    n >= sizeof(o->svc_ca_name[0]) || eq[1] == '\0')
+		return usage_error("join", "--service-ca %s: want NAME=FILE", arg);
+	for (size_t i = 0; i < o->nsvc_ca; i++)
+		if (strncmp(o->svc_ca_name[i], arg, n) == 0 &&
+		    o->svc_ca_name[i][n] == '\0')
+			return usage_error("join", "--service-ca %s given twice", arg);
+	if (o->nsvc_ca >= CLIENT_MAX_SERVICES)
+		return usage_error("join", "too many --service-ca entries (at most %s)",
+		    "8");
+	if (file_read_all(eq + 1, 1 << 20, &pem, &len, err, sizeof(err)) == -1) {
+		fprintf(stderr, "tether-client join: --service-ca %s: %s\n", arg, err);
+		return JOIN_EXIT_USAGE;
+	}
+	if (strstr(pem, "-----BEGIN CERTIFICATE-----") == NULL) {
+		free(pem);
+		return usage_error("join", "--service-ca %s: not a PEM certificate",
+		    arg);
+	}
+	memcpy(o->svc_ca_name[o->nsvc_ca], arg, n);
+	o->svc_ca_name[o->nsvc_ca][n] = '\0';
+	o->svc_ca_pem[o->nsvc_ca++] = pem;
+	return 0;
+}
+
+/* Every --service-ca names an https --service.  Returns -1 or an exit code. */
+static int
+check_service_cas(const struct join_opts *o)
+{
+	for (size_t i = 0; i < o->nsvc_ca; i++) {
+		size_t j;
+
+		for (j = 0; j < o->st.nservices; j++)
+			if (strcmp(o->st.services[j].name, o->svc_ca_name[i]) == 0)
+				break;
+		if (j == o->st.nservices ||
+		    strncmp(o->st.services[j].url, "https://", 8) != 0)
+			return usage_error("join", "--service-ca %s: no https "
+			    "--service of that name", o->svc_ca_name[i]);
+	}
+	return -1;
+}
+
 /* Returns -1 to continue, or an exit code. */
 static int
 join_parse_flags(int argc, char **argv, struct join_opts *o)
@@ -181,6 +241,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "node-name", required_argument, NULL, 'n' },
 		{ "allow", required_argument, NULL, 'a' },
 		{ "service", required_argument, NULL, 's' },
+		{ "service-ca", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -204,6 +265,10 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			if ((r = add_service(&o->st, optarg)) != 0)
 				return r;
 			break;
+		case 'C':
+			if ((r = add_service_ca(o, optarg)) != 0)
+				return r;
+			break;
 		case 'h':
 			client_join_usage();
 			return JOIN_EXIT_OK;
@@ -216,10 +281,10 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		    "document is read from stdin)", argv[optind]);
 	if (o->state_dir == NULL || o->state_dir[0] == '\0')
 		return usage_error("join", "%s is required", "--state-dir DIR");
-	if (strlen(o->state_dir) > PATH_MAX - 32)
+	if (strlen(o->state_dir) > PATH_MAX - 64)
 		return usage_error("join", "--state-dir %s: path too long",
 		    o->state_dir);
-	return -1;
+	return check_service_cas(o);
 }
 
 /* The node name from --node-name or the host name into out. */
@@ -579,8 +644,15 @@ remove_file(const char *dir, const char *name)
 }
 
 static void
-join_undo(const char *dir, const struct join_undo *u)
+join_undo(const char *dir, const struct join_undo *u,
+    const struct join_opts *o)
 {
+	char name[64];
+
+	for (size_t i = 0; i < u->wrote_svc_ca; i++) {
+		snprintf(name, sizeof(name), "service-%s-ca.crt", o->svc_ca_name[i]);
+		remove_file(dir, name);
+	}
 	if (u->wrote_state)
 		remove_file(dir, "state.json");
 	if (u->wrote_token)
@@ -630,8 +702,10 @@ write_key(const char *dir, char *err, size_t errlen)
 /* Writes DIR; on failure removes what it wrote.  Returns 0 or -1. */
 static int
 join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
-    const struct client_state *st, bool replace)
+    const struct join_opts *o, bool replace)
 {
+	const struct client_state *st = &o->st;
+	char name[64];
 	struct join_undo u;
 	char err[512], tok[sizeof(doc->token) + 1];
 	struct stat sb;
@@ -657,6 +731,14 @@ join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
 	    sizeof(err)) == -1)
 		goto out;
 	u.wrote_ca = true;
+	/* Service CAs are public: 0644, as ca.crt. */
+	for (size_t i = 0; i < o->nsvc_ca; i++) {
+		snprintf(name, sizeof(name), "service-%s-ca.crt", o->svc_ca_name[i]);
+		if (write_file(dir, name, o->svc_ca_pem[i], strlen(o->svc_ca_pem[i]),
+		    0644, err, sizeof(err)) == -1)
+			goto out;
+		u.wrote_svc_ca = i + 1;
+	}
 	snprintf(tok, sizeof(tok), "%s\n", doc->token);
 	r = write_file(dir, "import.token", tok, strlen(tok), 0600, err,
 	    sizeof(err));
@@ -672,7 +754,7 @@ join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
 out:
 	if (r == -1) {
 		fprintf(stderr, "tether-client join: %s\n", err);
-		join_undo(dir, &u);
+		join_undo(dir, &u, o);
 	}
 	return r;
 }
@@ -707,7 +789,7 @@ client_join(int argc, char **argv)
 	    doc.ca_checksum);
 	snprintf(o->st.cluster, sizeof(o->st.cluster), "%s", doc.cluster);
 	o->st.agent_id[0] = '\0';
-	if (join_write(o->state_dir, &doc, ca_pem, &o->st, replace) == -1) {
+	if (join_write(o->state_dir, &doc, ca_pem, o, replace) == -1) {
 		r = JOIN_EXIT_FAIL;
 		goto out;
 	}
@@ -718,6 +800,9 @@ client_join(int argc, char **argv)
 out:
 	joindoc_clear(&doc);
 	free(ca_pem);
+	if (o != NULL)
+		for (size_t i = 0; i < o->nsvc_ca; i++)
+			free(o->svc_ca_pem[i]);
 	free(o);
 	return r;
 }

@@ -1,0 +1,930 @@
+/*
+ * k8s.c: the /k8s/clusters/ID/<rest> proxy (see k8s.h).
+ *
+ * One exchange per request: the bearer token is checked for the cluster,
+ * an active agent of it is picked, a stream to its "kube-api" service is
+ * opened, and the request is written to it again as
+ *
+ *   METHOD /<rest>?<query> HTTP/1.1
+ *   the client's headers, minus Authorization (no gateway token reaches
+ *   the node) and hop-by-hop headers,
+ *   Connection: close, or Upgrade + Connection: Upgrade when asked
+ *
+ * with the body as it arrives (same Content-Length, or chunks encoded
+ * again).  "Connection: close" makes the upstream end the stream after its
+ * answer, so the framing of the answer never has to be trusted to reuse a
+ * stream.  The answer's head is parsed (http-parser, response mode) and
+ * written again without Connection and Keep-Alive, because the client's
+ * connection is ours to keep or close; its body is relayed byte for byte,
+ * as it arrives, and parsed only to find where it ends, so that the
+ * client's connection carries the next request.  A 101 turns the exchange
+ * into raw bytes both ways until either side ends.
+ *
+ *   OPENING --OPEN_OK--> HEAD --head read--> HEAD_END --its last byte--> BODY --end--> DONE
+ *      |                  |                               |      \--1xx--> HEAD
+ *      |                  |                               `--101--> RAW --either side ends--> DONE
+ *      `--OPEN_FAIL: 502  `--closed, malformed: 502
+ *
+ * Flow control: bytes of the answer are credited to the agent's stream
+ * only as they leave the client's output buffer (an evbuffer callback), so
+ * the gateway holds at most one window of answer per exchange; toward the
+ * agent at most K8S_UP_HIGH bytes wait, then the client is not read.
+ *
+ * Buffer ownership: the exchange owns to_agent and the answer-head
+ * collections; the client's output buffer is the server's, the exchange
+ * only adds to it and watches it drain.
+ */
+#include "k8s.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+
+#include <event2/buffer.h>
+#include <http_parser.h>
+#include <jansson.h>
+
+#include "api.h"
+#include "gateway.h"
+#include "http.h"
+#include "hub.h"
+#include "log.h"
+#include "mux.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+
+#define K8S_CLUSTERS      "/k8s/clusters/"
+#define K8S_UP_HIGH       (256 * 1024)   /* queued toward the agent */
+#define K8S_SEND_MAX      (128 * 1024)   /* one mux_stream_send */
+#define K8S_LOG_PATH      200
+
+enum x_state {
+	X_OPENING,        /* OPEN sent; the request waits in to_agent */
+	X_HEAD,           /* reading the answer's head */
+	X_HEAD_END,       /* head parsed but its last byte */
+	X_BODY,           /* relaying the answer's body */
+	X_RAW,            /* after a 101: bytes both ways */
+	X_DONE,           /* the answer is complete */
+	X_ENTRIES         /* must be last */
+};
+
+static const char *const x_state_names[X_ENTRIES] = {
+	[X_OPENING] = "opening",
+	[X_HEAD] = "head",
+	[X_HEAD_END] = "head_end",
+	[X_BODY] = "body",
+	[X_RAW] = "raw",
+	[X_DONE] = "done",
+};
+
+struct k8s_exchange {
+	struct gateway *gw;
+	struct hconn *h;              /* the client; NULL once ended */
+	struct mux_stream *agent;     /* NULL once ended */
+	enum x_state state;
+	struct evbuffer *to_agent;    /* request bytes without credit yet */
+	struct evbuffer_cb_entry *out_cb;
+	int body_chunked;             /* encode the request body in chunks */
+	int in_paused;                /* the server stopped reading for us */
+	int head_method;              /* HEAD: the answer has no body */
+
+	/* The answer. */
+	http_parser rp;
+	struct evbuffer *rhdrs;       /* "name\0value\0" pairs */
+	struct evbuffer *rreason;     /* the reason phrase */
+	int rh_state;                 /* 0 none, 1 in a name, 2 in a value */
+	size_t head_bytes;
+	int rp_paused;                /* paused at the end of a head */
+	int msg_complete;
+	int close_after;              /* close the client after this answer */
+	size_t out_skip;              /* bytes in the output that carry no credit */
+	size_t uncredited;            /* answer bytes in the output */
+
+	int status;                   /* answered status, for the audit */
+	uint64_t up, down;
+	struct timeval started;
+	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
+	char method[24], path[K8S_LOG_PATH + 1];
+};
+
+/* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID. */
+static const char *const k8s_roots[] = { "/version", "/api", "/apis", "/openapi",
+    NULL };
+
+static int
+k8s_root_path(const char *path)
+{
+	for (int i = 0; k8s_roots[i] != NULL; i++) {
+		size_t n = strlen(k8s_roots[i]);
+
+		if (strncmp(path, k8s_roots[i], n) == 0 &&
+		    (path[n] == '\0' || path[n] == '/'))
+			return 1;
+	}
+	return 0;
+}
+
+int
+k8s_matches(const char *path)
+{
+	return strncmp(path, K8S_PREFIX, strlen(K8S_PREFIX)) == 0 ||
+	    k8s_root_path(path);
+}
+
+/* ---- Kubernetes Status answers ---- */
+
+static const char *
+status_reason(int code)
+{
+	switch (code) {
+	case 400: return "BadRequest";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "NotFound";
+	case 502: return "BadGateway";
+	case 503: return "ServiceUnavailable";
+	default: return "InternalError";
+	}
+}
+
+/* A malloc'd Kubernetes Status object for code and message, or NULL. */
+static char *
+status_json(int code, const char *message, size_t *len)
+{
+	json_t *v = json_pack("{s:s, s:s, s:{}, s:s, s:s, s:s, s:i}",
+	    "kind", "Status", "apiVersion", "v1", "metadata", "status", "Failure",
+	    "message", message, "reason", status_reason(code), "code", code);
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+
+	json_decref(v);
+	*len = s != NULL ? strlen(s) : 0;
+	return s;
+}
+
+/* Answers a Status (the server ends the exchange's hold on h). */
+static void
+reply_status(struct hconn *h, int code, const char *message)
+{
+	size_t len;
+	char *body = status_json(code, message, &len);
+
+	proxy_reply(h, code, body, len);
+}
+
+/* ---- the end ---- */
+
+/* For the log: printable ASCII only, cut at K8S_LOG_PATH. */
+static void
+log_safe(char *out, size_t outlen, const char *in, size_t inlen)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < inlen && o + 1 < outlen; i++) {
+		unsigned char c = (unsigned char)in[i];
+
+		out[o++] = (c > 0x20 && c < 0x7f) ? (char)c : '?';
+	}
+	out[o] = '\0';
+}
+
+static void
+x_audit(const struct k8s_exchange *x)
+{
+	struct timeval now, took;
+
+	gettimeofday(&now, NULL);
+	timersub(&now, &x->started, &took);
+	info("audit k8s who=%s cluster=%s node=%s method=%s path=%s status=%d "
+	    "bytes_up=%" PRIu64 " bytes_down=%" PRIu64 " duration_ms=%ld",
+	    x->principal[0] ? x->principal : "-", x->cluster,
+	    x->node[0] ? x->node : "-", x->method, x->path, x->status, x->up,
+	    x->down, (long)(took.tv_sec * 1000 + took.tv_usec / 1000));
+}
+
+/* Stops watching the client's output and lets go of the agent's stream. */
+static void
+x_detach(struct k8s_exchange *x, const char *reset_code)
+{
+	if (x->out_cb != NULL && x->h != NULL)
+		evbuffer_remove_cb_entry(proxy_output(x->h), x->out_cb);
+	x->out_cb = NULL;
+	if (x->agent != NULL) {
+		mux_stream_reset(x->agent, reset_code);
+		x->agent = NULL;
+	}
+}
+
+static void
+x_free(struct k8s_exchange *x)
+{
+	x_audit(x);
+	evbuffer_free(x->to_agent);
+	evbuffer_free(x->rhdrs);
+	evbuffer_free(x->rreason);
+	free(x);
+}
+
+/* Ends with an error Status, if nothing of an answer was sent yet; else
+ * the client's connection is dropped (an answer cut short must not look
+ * complete). */
+static void
+x_fail(struct k8s_exchange *x, int code, const char *message)
+{
+	struct hconn *h = x->h;
+
+	debug("k8s %s: %s (%s)", h != NULL ? proxy_peer(h) : "-", message,
+	    x_state_names[x->state]);
+	x_detach(x, "closed");
+	x->h = NULL;
+	if (h != NULL && x->state <= X_HEAD_END) {
+		x->status = code;
+		reply_status(h, code, message);
+	} else if (h != NULL) {
+		warn("k8s %s: %s %s: answer cut short: %s", proxy_peer(h), x->method,
+		    x->path, message);
+		proxy_abort(h);
+	}
+	x_free(x);
+}
+
+/* The answer is complete (or, raw, one side ended). */
+static void
+x_finish(struct k8s_exchange *x)
+{
+	struct hconn *h = x->h;
+
+	x_detach(x, "closed");
+	x->h = NULL;
+	if (h != NULL)
+		proxy_finish(h, !x->close_after);
+	x_free(x);
+}
+
+/* ---- toward the agent ---- */
+
+static void
+flush_up(struct k8s_exchange *x)
+{
+	size_t len, n;
+	uint8_t *p;
+
+	while (x->agent != NULL && x->state != X_OPENING &&
+	    (len = evbuffer_get_length(x->to_agent)) > 0) {
+		if (len > K8S_SEND_MAX)
+			len = K8S_SEND_MAX;
+		p = evbuffer_pullup(x->to_agent, (ssize_t)len);
+		if (p == NULL)
+			break;
+		n = mux_stream_send(x->agent, p, len);
+		if (n == 0)
+			break;
+		evbuffer_drain(x->to_agent, n);
+		x->up += n;
+	}
+	if (x->in_paused && x->h != NULL &&
+	    evbuffer_get_length(x->to_agent) < K8S_UP_HIGH) {
+		x->in_paused = 0;
+		proxy_resume_input(x->h);
+	}
+}
+
+int
+k8s_wants_body(struct k8s_exchange *x)
+{
+	if (evbuffer_get_length(x->to_agent) < K8S_UP_HIGH)
+		return 1;
+	x->in_paused = 1;
+	return 0;
+}
+
+void
+k8s_body(struct k8s_exchange *x, const char *data, size_t len)
+{
+	int r = 0;
+
+	if (len == 0)
+		return;
+	if (x->body_chunked)
+		r |= evbuffer_add_printf(x->to_agent, "%zx\r\n", len) < 0;
+	r |= evbuffer_add(x->to_agent, data, len);
+	if (x->body_chunked)
+		r |= evbuffer_add(x->to_agent, "\r\n", 2);
+	if (r != 0)
+		warn("k8s: out of memory for a request body");
+	flush_up(x);
+}
+
+void
+k8s_body_end(struct k8s_exchange *x)
+{
+	if (x->body_chunked && evbuffer_add(x->to_agent, "0\r\n\r\n", 5) != 0)
+		warn("k8s: out of memory for a request body");
+	x->body_chunked = 0;
+	flush_up(x);
+}
+
+int
+k8s_raw_input(struct k8s_exchange *x, struct evbuffer *in)
+{
+	size_t queued = evbuffer_get_length(x->to_agent);
+
+	if (queued < K8S_UP_HIGH)
+		evbuffer_remove_buffer(in, x->to_agent, K8S_UP_HIGH - queued);
+	flush_up(x);
+	if (evbuffer_get_length(in) == 0)
+		return 0;
+	x->in_paused = 1;
+	return 1;
+}
+
+void
+k8s_client_gone(struct k8s_exchange *x)
+{
+	debug("k8s %s: client gone (%s)", proxy_peer(x->h), x_state_names[x->state]);
+	if (x->status == 0)
+		x->status = 499;     /* as nginx logs it: the client closed first */
+	x_detach(x, "client_gone");
+	x->h = NULL;
+	x_free(x);
+}
+
+/* ---- toward the client ---- */
+
+/* Answer bytes left the client's output: credit them to the agent. */
+static void
+out_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct k8s_exchange *x = arg;
+	size_t n = info->n_deleted, skip, credit;
+
+	if (n == 0)
+		return;
+	skip = n < x->out_skip ? n : x->out_skip;
+	x->out_skip -= skip;
+	n -= skip;
+	credit = n < x->uncredited ? n : x->uncredited;
+	x->uncredited -= credit;
+	if (credit > 0 && x->agent != NULL)
+		mux_stream_drained(x->agent, credit);
+}
+
+static void
+to_client(struct k8s_exchange *x, const uint8_t *data, size_t len)
+{
+	if (evbuffer_add(proxy_output(x->h), data, len) != 0) {
+		/* Not credited: the stream stalls rather than lose bytes. */
+		warn("k8s %s: out of memory relaying an answer", proxy_peer(x->h));
+		return;
+	}
+	x->uncredited += len;
+	x->down += len;
+}
+
+/* ---- the answer's head ---- */
+
+static int
+rp_collect(struct k8s_exchange *x, int value, const char *at, size_t len)
+{
+	int want = value ? 2 : 1;
+
+	if (x->rh_state != 0 && x->rh_state != want &&
+	    evbuffer_add(x->rhdrs, "", 1) != 0)
+		return -1;
+	x->rh_state = want;
+	return evbuffer_add(x->rhdrs, at, len);
+}
+
+static int
+rp_on_status(http_parser *p, const char *at, size_t len)
+{
+	struct k8s_exchange *x = p->data;
+
+	return evbuffer_add(x->rreason, at, len);
+}
+
+static int
+rp_on_header_field(http_parser *p, const char *at, size_t len)
+{
+	return rp_collect(p->data, 0, at, len);
+}
+
+static int
+rp_on_header_value(http_parser *p, const char *at, size_t len)
+{
+	return rp_collect(p->data, 1, at, len);
+}
+
+static int
+rp_on_headers_complete(http_parser *p)
+{
+	struct k8s_exchange *x = p->data;
+
+	if (x->rh_state == 1 && evbuffer_add(x->rhdrs, "", 1) != 0)
+		return -1;
+	if (x->rh_state != 0 && evbuffer_add(x->rhdrs, "", 1) != 0)
+		return -1;
+	x->rh_state = 0;
+	/* Stop at the head's last byte: its end is where the body begins. */
+	x->rp_paused = 1;
+	http_parser_pause(p, 1);
+	return x->head_method ? 1 : 0;      /* 1: no body follows */
+}
+
+static int
+rp_on_message_complete(http_parser *p)
+{
+	struct k8s_exchange *x = p->data;
+
+	x->msg_complete = 1;
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+static const http_parser_settings rp_settings = {
+	.on_status = rp_on_status,
+	.on_header_field = rp_on_header_field,
+	.on_header_value = rp_on_header_value,
+	.on_headers_complete = rp_on_headers_complete,
+	.on_message_complete = rp_on_message_complete,
+};
+
+/* Runs the answer parser; returns the bytes taken, or (size_t)-1 with a
+ * reason when the answer is malformed. */
+static size_t
+rp_execute(struct k8s_exchange *x, const uint8_t *data, size_t len,
+    const char **why)
+{
+	size_t n;
+	enum http_errno e;
+
+	if (HTTP_PARSER_ERRNO(&x->rp) == HPE_PAUSED)
+		http_parser_pause(&x->rp, 0);
+	n = http_parser_execute(&x->rp, &rp_settings, (const char *)data, len);
+	e = HTTP_PARSER_ERRNO(&x->rp);
+	if (e != HPE_OK && e != HPE_PAUSED) {
+		*why = http_errno_description(e);
+		return (size_t)-1;
+	}
+	return n;
+}
+
+static int
+hop_by_hop(const char *name)
+{
+	static const char *const hop[] = { "Connection", "Keep-Alive",
+	    "Proxy-Connection", NULL };
+
+	for (int i = 0; hop[i] != NULL; i++)
+		if (strcasecmp(name, hop[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* The answer's body ends only when the upstream closes (neither a length
+ * nor chunks).  Asked right after the head. */
+static int
+needs_eof(const struct k8s_exchange *x)
+{
+	int st = x->rp.status_code;
+
+	if (x->head_method || st / 100 == 1 || st == 204 || st == 304)
+		return 0;
+	if (x->rp.flags & F_CHUNKED)
+		return 0;
+	return x->rp.content_length == ULLONG_MAX;
+}
+
+/* Writes the answer's head again to the client, and chooses what follows. */
+static int
+emit_head(struct k8s_exchange *x)
+{
+	struct evbuffer *out = proxy_output(x->h);
+	int status = x->rp.status_code, r = 0;
+	int sw = status == 101, info1xx = status / 100 == 1 && !sw;
+	size_t hlen = evbuffer_get_length(x->rhdrs), rlen, before;
+	const char *p, *end, *reason;
+
+	if (evbuffer_add(x->rreason, "", 1) != 0)
+		return -1;
+	rlen = evbuffer_get_length(x->rreason);
+	reason = (const char *)evbuffer_pullup(x->rreason, (ssize_t)rlen);
+	p = hlen > 0 ? (const char *)evbuffer_pullup(x->rhdrs, (ssize_t)hlen) : "";
+	if (reason == NULL || p == NULL)
+		return -1;
+	end = p + hlen;
+	if (!info1xx)
+		x->close_after = sw || !proxy_keep_alive(x->h) ||
+		    (!x->msg_complete && needs_eof(x));
+	before = evbuffer_get_length(out);
+	r |= evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason) < 0;
+	while (p < end) {
+		const char *name = p, *value = p + strlen(p) + 1;
+
+		if (value >= end)
+			break;
+		p = value + strlen(value) + 1;
+		if (!sw && hop_by_hop(name))
+			continue;
+		r |= evbuffer_add_printf(out, "%s: %s\r\n", name, value) < 0;
+	}
+	if (!sw && !info1xx && x->close_after)
+		r |= evbuffer_add(out, "Connection: close\r\n", 19);
+	r |= evbuffer_add(out, "\r\n", 2);
+	x->out_skip += evbuffer_get_length(out) - before;
+	x->down += evbuffer_get_length(out) - before;
+	if (!info1xx)
+		x->status = status;
+	evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs));
+	evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason));
+	if (r != 0)
+		return -1;
+	if (info1xx) {
+		x->msg_complete = 0;
+		x->head_bytes = 0;
+		x->state = X_HEAD;
+	} else if (sw) {
+		x->state = X_RAW;
+		proxy_go_raw(x->h);
+	} else
+		x->state = x->msg_complete ? X_DONE : X_BODY;
+	return 0;
+}
+
+/* Answer bytes from the agent. */
+static void
+resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
+{
+	char msg[256];
+	const char *why = NULL;
+	size_t n, credit_now = 0;
+
+	while (len > 0 && x->h != NULL && x->state != X_DONE) {
+		switch (x->state) {
+		case X_HEAD:
+			n = rp_execute(x, data, len, &why);
+			if (n == (size_t)-1)
+				goto malformed;
+			x->head_bytes += n;
+			credit_now += n;
+			if (x->rp_paused) {
+				x->rp_paused = 0;
+				x->state = X_HEAD_END;
+			} else if (x->head_bytes > HTTP_HEAD_MAX) {
+				snprintf(msg, sizeof(msg), "the %s service of node %s "
+				    "answered a head larger than %d bytes", K8S_SERVICE,
+				    x->node, HTTP_HEAD_MAX);
+				x_fail(x, 502, msg);
+				return;
+			} else if (n == 0) {
+				why = "the parser stopped";
+				goto malformed;
+			}
+			break;
+		case X_HEAD_END:
+			n = rp_execute(x, data, 1, &why);
+			if (n == (size_t)-1)
+				goto malformed;
+			credit_now += n;
+			if (emit_head(x) != 0) {
+				warn("k8s %s: out of memory for an answer head",
+				    proxy_peer(x->h));
+				x_fail(x, 502, "out of memory");
+				return;
+			}
+			break;
+		case X_BODY:
+			n = rp_execute(x, data, len, &why);
+			if (n == (size_t)-1)
+				goto malformed;
+			to_client(x, data, n);
+			if (x->msg_complete)
+				x->state = X_DONE;
+			break;
+		default:      /* X_RAW */
+			n = len;
+			to_client(x, data, n);
+			break;
+		}
+		data += n;
+		len -= n;
+	}
+	/* Past the end of the answer: nothing more is relayed. */
+	credit_now += len;
+	if (credit_now > 0 && x->agent != NULL)
+		mux_stream_drained(x->agent, credit_now);
+	if (x->state == X_DONE && x->h != NULL)
+		x_finish(x);
+	return;
+malformed:
+	snprintf(msg, sizeof(msg), "the %s service of node %s answered "
+	    "malformed HTTP: %s", K8S_SERVICE, x->node, why);
+	x_fail(x, 502, msg);
+}
+
+/* ---- the agent's stream ---- */
+
+static void
+agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
+    void *arg)
+{
+	struct k8s_exchange *x = arg;
+	char msg[512];
+
+	if (!ok) {
+		x->agent = NULL;
+		snprintf(msg, sizeof(msg), "node %s: %s (%s)", x->node, reason, code);
+		x_fail(x, 502, msg);
+		return;
+	}
+	x->state = X_HEAD;
+	flush_up(x);
+}
+
+static void
+agent_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
+{
+	resp_input(arg, data, len);
+}
+
+static void
+agent_writable(struct mux_stream *s, void *arg)
+{
+	flush_up(arg);
+}
+
+static void
+agent_fin(struct mux_stream *s, void *arg)
+{
+	struct k8s_exchange *x = arg;
+	const char *why = NULL;
+	char msg[256];
+
+	switch (x->state) {
+	case X_BODY:
+		/* A close-delimited body ends here. */
+		if (rp_execute(x, NULL, 0, &why) != (size_t)-1 && x->msg_complete) {
+			x->state = X_DONE;
+			x_finish(x);
+			return;
+		}
+		x_fail(x, 502, "the upstream closed in the middle of its answer");
+		return;
+	case X_RAW:
+		x_finish(x);
+		return;
+	case X_DONE:
+		return;
+	default:
+		snprintf(msg, sizeof(msg), "the %s service of node %s closed the "
+		    "connection %s", K8S_SERVICE, x->node, x->head_bytes == 0 ?
+		    "without answering" : "in the middle of its answer head");
+		x_fail(x, 502, msg);
+		return;
+	}
+}
+
+static void
+agent_close(struct mux_stream *s, const char *code, void *arg)
+{
+	struct k8s_exchange *x = arg;
+	char msg[256];
+
+	x->agent = NULL;
+	if (x->state == X_RAW) {
+		x_finish(x);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "the stream to node %s ended: %s", x->node, code);
+	x_fail(x, 502, msg);
+}
+
+static const struct mux_stream_handlers agent_handlers = {
+	.on_opened = agent_opened,
+	.on_data = agent_data,
+	.on_writable = agent_writable,
+	.on_fin = agent_fin,
+	.on_close = agent_close,
+};
+
+/* ---- the upstream request ---- */
+
+/* Hop-by-hop request headers, and ours to set: never passed on. */
+static int
+request_header_dropped(const char *name, const char *connection)
+{
+	static const char *const drop[] = { "Authorization", "Connection",
+	    "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+	    "Expect", NULL };
+
+	for (int i = 0; drop[i] != NULL; i++)
+		if (strcasecmp(name, drop[i]) == 0)
+			return 1;
+	if (strncasecmp(name, "Proxy-", 6) == 0)
+		return 1;
+	/* Headers the client named in Connection are hop-by-hop too. */
+	return http_token_list_has(connection, name);
+}
+
+/* Appends value with any CR or LF made a space: one header, one line. */
+static int
+add_value(struct evbuffer *b, const char *v)
+{
+	for (const char *p = v; *p != '\0';) {
+		size_t n = strcspn(p, "\r\n");
+
+		if (n > 0 && evbuffer_add(b, p, n) != 0)
+			return -1;
+		p += n;
+		if (*p != '\0') {
+			if (evbuffer_add(b, " ", 1) != 0)
+				return -1;
+			p++;
+		}
+	}
+	return 0;
+}
+
+static int
+write_request_head(struct k8s_exchange *x, const struct http_request *rq,
+    const char *rest)
+{
+	struct evbuffer *b = x->to_agent;
+	const char *p = rq->headers, *end = rq->headers + rq->headers_len;
+	int upgrade = rq->upgrade[0] != '\0' &&
+	    http_token_list_has(rq->connection, "upgrade");
+	int r = 0;
+
+	r |= evbuffer_add_printf(b, "%s %s%s HTTP/1.1\r\n", rq->method,
+	    rest[0] == '/' ? "" : "/", rest) < 0;
+	while (p < end) {
+		const char *name = p, *value = p + strlen(p) + 1;
+
+		if (value >= end)
+			break;
+		p = value + strlen(value) + 1;
+		if (request_header_dropped(name, rq->connection))
+			continue;
+		r |= evbuffer_add_printf(b, "%s: ", name) < 0;
+		r |= add_value(b, value);
+		r |= evbuffer_add(b, "\r\n", 2);
+	}
+	if (upgrade) {
+		r |= evbuffer_add(b, "Upgrade: ", 9);
+		r |= add_value(b, rq->upgrade);
+		r |= evbuffer_add(b, "\r\nConnection: Upgrade\r\n", 23);
+	} else
+		r |= evbuffer_add(b, "Connection: close\r\n", 19);
+	if (rq->body_chunked)
+		r |= evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
+	r |= evbuffer_add(b, "\r\n", 2);
+	return r != 0 ? -1 : 0;
+}
+
+/* ---- starting ---- */
+
+static struct k8s_exchange *
+x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
+{
+	struct k8s_exchange *x = calloc(1, sizeof(*x));
+
+	if (x == NULL)
+		return NULL;
+	x->gw = gw;
+	x->h = h;
+	x->state = X_OPENING;
+	x->to_agent = evbuffer_new();
+	x->rhdrs = evbuffer_new();
+	x->rreason = evbuffer_new();
+	if (x->to_agent == NULL || x->rhdrs == NULL || x->rreason == NULL) {
+		if (x->to_agent != NULL)
+			evbuffer_free(x->to_agent);
+		if (x->rhdrs != NULL)
+			evbuffer_free(x->rhdrs);
+		if (x->rreason != NULL)
+			evbuffer_free(x->rreason);
+		free(x);
+		return NULL;
+	}
+	gettimeofday(&x->started, NULL);
+	http_parser_init(&x->rp, HTTP_RESPONSE);
+	x->rp.data = x;
+	x->head_method = strcmp(rq->method, "HEAD") == 0;
+	x->body_chunked = rq->body_chunked;
+	snprintf(x->method, sizeof(x->method), "%s", rq->method);
+	return x;
+}
+
+/* Refusals before an exchange exists: a Status and an audit line. */
+static void
+refuse(struct hconn *h, const struct http_request *rq, const char *principal,
+    const char *cluster, int code, const char *message)
+{
+	char path[K8S_LOG_PATH + 1];
+
+	log_safe(path, sizeof(path), rq->path, strlen(rq->path));
+	info("audit k8s who=%s cluster=%s node=- method=%s path=%s status=%d "
+	    "bytes_up=0 bytes_down=0 duration_ms=0", principal[0] ? principal : "-",
+	    cluster[0] ? cluster : "-", rq->method, path, code);
+	reply_status(h, code, message);
+}
+
+struct k8s_exchange *
+k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
+{
+	char cluster[STORE_ID_MAX + 1] = "", principal[96] = "", err[512];
+	const char *seg, *rest;
+	struct store_cluster c;
+	struct k8s_exchange *x;
+	struct session *agent;
+	size_t n;
+	int status, connected = 0;
+
+	/* The raw target: the rest is passed on exactly as the client sent it. */
+	if (!k8s_matches(rq->path) || rq->target[0] != '/') {
+		refuse(h, rq, principal, cluster, 404, "no route");
+		return NULL;
+	}
+	if (k8s_root_path(rq->path)) {
+		rest = rq->target;
+		if (api_user_token_cluster(gw, rq->authorization, cluster,
+		    sizeof(cluster)) != 0) {
+			snprintf(err, sizeof(err), "no route %s %.200s: a cluster's "
+			    "Kubernetes API is at %sID/ (or send a user token scoped "
+			    "to exactly one cluster)", rq->method, rq->path, K8S_CLUSTERS);
+			refuse(h, rq, principal, cluster, 404, err);
+			return NULL;
+		}
+	} else if (strncmp(rq->target, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) != 0) {
+		snprintf(err, sizeof(err), "no route: want %sID/...", K8S_CLUSTERS);
+		refuse(h, rq, principal, cluster, 404, err);
+		return NULL;
+	} else {
+		seg = rq->target + strlen(K8S_CLUSTERS);
+		n = strcspn(seg, "/?");
+		rest = seg + n;
+		if (n == 0 || n > STORE_ID_MAX) {
+			refuse(h, rq, principal, cluster, 404, "no such cluster");
+			return NULL;
+		}
+		log_safe(cluster, sizeof(cluster), seg, n);
+	}
+	status = api_authorize_cluster(gw, rq->authorization, cluster, principal,
+	    sizeof(principal), err, sizeof(err));
+	if (status != 0) {
+		refuse(h, rq, principal, cluster, status, err);
+		return NULL;
+	}
+	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
+		snprintf(err, sizeof(err), "no cluster %s", cluster);
+		refuse(h, rq, principal, cluster, 404, err);
+		return NULL;
+	}
+	agent = hub_pick(gw->hub, cluster, NULL, &connected);
+	if (agent == NULL) {
+		snprintf(err, sizeof(err), "no %sagent of cluster %s is connected",
+		    connected ? "active " : "", cluster);
+		refuse(h, rq, principal, cluster, 503, err);
+		return NULL;
+	}
+	x = x_new(gw, h, rq);
+	if (x == NULL) {
+		refuse(h, rq, principal, cluster, 500, "out of memory");
+		return NULL;
+	}
+	x->h = NULL;             /* not the exchange's until the stream opens */
+	snprintf(x->principal, sizeof(x->principal), "%s", principal);
+	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
+	snprintf(x->node, sizeof(x->node), "%s", session_node(agent));
+	log_safe(x->path, sizeof(x->path), rest, strcspn(rest, "?"));
+	if (x->path[0] == '\0')
+		snprintf(x->path, sizeof(x->path), "/");
+	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {
+		x->status = 500;
+		reply_status(h, 500, "out of memory");
+		x_free(x);
+		return NULL;
+	}
+	x->agent = session_open_stream(agent, NULL, K8S_SERVICE, &agent_handlers, x,
+	    err, sizeof(err));
+	if (x->agent == NULL) {
+		x->status = 503;
+		reply_status(h, 503, err);
+		x_free(x);
+		return NULL;
+	}
+	x->out_cb = evbuffer_add_cb(proxy_output(h), out_drained, x);
+	if (x->out_cb == NULL) {
+		x_detach(x, "closed");
+		x->status = 500;
+		reply_status(h, 500, "out of memory");
+		x_free(x);
+		return NULL;
+	}
+	x->h = h;
+	return x;
+}

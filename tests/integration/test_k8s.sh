@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# /k8s/clusters/ID/... through the tunnel: the real kubectl with the
+# kubeconfig `tetherctl kubeconfig` issues reaches an nginx standing in for
+# a kube-apiserver on the node (its "kube-api" service), byte for byte, and
+# the gateway's token never reaches it; wrong, foreign and revoked tokens
+# are refused with Kubernetes Status objects; an answer that streams is
+# relayed as it comes; a 101 turns the exchange into raw bytes both ways;
+# a cluster without an agent answers 503.
+source "$(dirname "$0")/lib.sh"
+chmod 755 "$T"
+
+KUBECTL=$(command -v kubectl) || fail "kubectl not found (run config/setup.sh)"
+py=/usr/bin/python3
+web_port=$(free_port)
+tls_port=$(free_port)
+
+# --- an nginx serving static JSON, logging the Authorization header ---
+mkdir -p "$T/www/api/v1/namespaces/default"
+printf '{"major":"1","minor":"28","gitVersion":"v1.28.0-tether-test"}\n' >"$T/www/version"
+$py -c 'import json; print(json.dumps({"kind":"PodList","apiVersion":"v1","metadata":{},
+  "items":[{"metadata":{"name":"pod-%d" % i,"namespace":"default"}} for i in range(200)]}))' \
+	>"$T/www/api/v1/namespaces/default/pods"
+cat >"$T/nginx.conf" <<CONF
+daemon off;
+pid $T/nginx.pid;
+error_log $T/nginx-error.log;
+events { worker_connections 64; }
+http {
+    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization"';
+    access_log $T/nginx-access.log auth;
+    default_type application/json;
+    client_body_temp_path $T/nginx-body;
+    proxy_temp_path $T/nginx-proxy;
+    fastcgi_temp_path $T/nginx-fastcgi;
+    uwsgi_temp_path $T/nginx-uwsgi;
+    scgi_temp_path $T/nginx-scgi;
+    server { listen 127.0.0.1:$web_port; root $T/www; }
+}
+CONF
+nginx -c "$T/nginx.conf" -p "$T" &
+PIDS+=($!)
+
+# --- a python upstream: streaming answers, upgrades, request echo ---
+$py "$TETHER_SRC/tests/integration/k8s_upstream.py" "$T/py.port" &
+PIDS+=($!)
+wait_until 10 "python upstream" test -s "$T/py.port"
+py_port=$(cat "$T/py.port")
+
+gateway_init
+gateway_start
+cid=$(cluster_create k8s)
+cid2=$(cluster_create k8s-py)
+cid3=$(cluster_create k8s-empty)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node node1 "$T/join.json" --service "kube-api=http://127.0.0.1:$web_port" >/dev/null
+ctl token create --cluster "$cid2" >"$T/join2.json"
+join_node node2 "$T/join2.json" --service "kube-api=http://127.0.0.1:$py_port" >/dev/null
+client_start node1
+node1_pid=$CLIENT_PID
+client_start node2
+wait_until 20 "node1 active" agent_is node1 active
+wait_until 20 "node2 active" agent_is node2 active
+wait_until 10 "nginx listening" bash -c "(exec 3<>/dev/tcp/127.0.0.1/$web_port)"
+
+# --- kubectl with the issued kubeconfig ---
+"$CTL" kubeconfig --cluster "$cid" --user alice >"$T/kc.yaml" || fail "kubeconfig exited $?"
+token=$("$KUBECTL" config view --kubeconfig "$T/kc.yaml" --raw -o json | jq -er '.users[0].user.token')
+for path in /version /api/v1/namespaces/default/pods; do
+	"$KUBECTL" --kubeconfig "$T/kc.yaml" get --raw "$path" >"$T/via-gw" ||
+		fail "kubectl get --raw $path exited $?"
+	curl -sf "http://127.0.0.1:$web_port$path" >"$T/direct" || fail "curl direct $path"
+	cmp -s "$T/via-gw" "$T/direct" || fail "kubectl get --raw $path differs from nginx's answer"
+done
+"$KUBECTL" --kubeconfig "$T/kc.yaml" version -o json >"$T/kv.json" 2>/dev/null || true
+jq -e '.serverVersion.gitVersion == "v1.28.0-tether-test"' "$T/kv.json" >/dev/null ||
+	fail "kubectl version does not see the server version: $(cat "$T/kv.json")"
+grep -q 'GET /version 200 auth="-"' "$T/nginx-access.log" ||
+	fail "nginx did not see /version without Authorization: $(cat "$T/nginx-access.log")"
+grep -q 'ttu_' "$T/nginx-access.log" && fail "a gateway token reached nginx"
+grep -qi 'bearer' "$T/nginx-access.log" && fail "an Authorization header reached nginx"
+grep -q "audit k8s who=user:alice cluster=$cid node=node1 method=GET path=/version status=200" \
+	"$T/gateway.log" || fail "no audit line for GET /version"
+pass "kubectl get --raw /version and pods through the gateway = nginx byte for byte; no token reaches nginx; audit line"
+
+# --- keep-alive: two requests on one connection, query passed on ---
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" \
+	"$GW_URL/k8s/clusters/$cid/version" "$GW_URL/k8s/clusters/$cid/version?x=1" \
+	-o "$T/ka1" -o "$T/ka2" -w '%{num_connects}\n' >"$T/ka.out" 2>"$T/ka.err" || fail "two requests on one connection"
+[ "$(paste -sd+ "$T/ka.out" | bc)" = 1 ] || fail "two requests used $(paste -sd+ "$T/ka.out" | bc) connections"
+cmp -s "$T/ka1" "$T/www/version" && cmp -s "$T/ka2" "$T/www/version" || fail "keep-alive answers differ"
+grep -q 'GET /version?x=1 200' "$T/nginx-access.log" || fail "the query did not reach nginx"
+pass "keep-alive carries the next request; the query is passed on"
+
+# --- refusals: Kubernetes Status objects ---
+cp "$T/kc.yaml" "$T/kc-bad.yaml"
+"$KUBECTL" --kubeconfig "$T/kc-bad.yaml" config set-credentials alice \
+	--token="${token%%.*}.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" >/dev/null
+expect_exit 1 "$KUBECTL" --kubeconfig "$T/kc-bad.yaml" get --raw /version
+code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
+	-H "Authorization: Bearer ttu_AAAAAAAAAAAAAAAA.bad" "$GW_URL/k8s/clusters/$cid/version")
+[ "$code" = 401 ] || fail "a wrong token got $code"
+jq -e '.kind == "Status" and .apiVersion == "v1" and .status == "Failure" and
+	.reason == "Unauthorized" and .code == 401' "$T/body" >/dev/null || fail "401 body: $(cat "$T/body")"
+code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
+	-H "Authorization: Bearer $token" "$GW_URL/k8s/clusters/$cid2/version")
+[ "$code" = 403 ] || fail "a token of another cluster got $code"
+jq -e '.reason == "Forbidden" and .code == 403' "$T/body" >/dev/null || fail "403 body: $(cat "$T/body")"
+code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" "$GW_URL/k8s/clusters/$cid/version")
+[ "$code" = 401 ] || fail "no token got $code"
+grep -q 'ttu_' "$T/nginx-access.log" && fail "a gateway token reached nginx"
+pass "wrong token: kubectl fails, 401 Status; another cluster's token: 403 Status; none: 401"
+
+# --- a streaming answer is relayed as it comes ---
+admin=$(cat "$GW_DIR/admin.token")
+out=$($py "$TETHER_SRC/tests/integration/k8s_client.py" stream \
+	"$GW_URL/k8s/clusters/$cid2/stream" "$GW_DIR/ca.crt" "$admin") || fail "stream client: $out"
+log "stream: $out"
+first=$(sed -n 's/.*first=\([0-9.-]*\).*/\1/p' <<<"$out")
+total=$(sed -n 's/.*total=\([0-9.]*\).*/\1/p' <<<"$out")
+lines=$(sed -n 's/.*lines=\([0-9]*\).*/\1/p' <<<"$out")
+[ "$lines" = 20 ] || fail "stream: $lines lines, want 20"
+awk -v f="$first" -v t="$total" 'BEGIN { exit !(f >= 0 && f < 1.0 && t >= 1.8) }' ||
+	fail "stream not relayed as it came: first line after ${first}s, whole after ${total}s"
+pass "a chunked answer streams: first line after ${first}s, all 20 after ${total}s"
+
+# --- request bodies: Content-Length and chunked, passed on ---
+head -c 3000000 /dev/urandom >"$T/big"
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" -H 'Content-Type: application/octet-stream' \
+	--data-binary @"$T/big" "$GW_URL/k8s/clusters/$cid2/api/v1/things?a=b" >"$T/echo1" || fail "POST with a length"
+jq -e '.method == "POST" and .target == "/api/v1/things?a=b" and .body_len == 3000000 and
+	([.headers[] | select(.[0] | ascii_downcase == "authorization")] | length == 0) and
+	([.headers[] | select(.[0] == "Connection")][0][1] == "close")' "$T/echo1" >/dev/null ||
+	fail "POST with a length: $(head -c 600 "$T/echo1")"
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" -H 'Transfer-Encoding: chunked' \
+	--data-binary @"$T/big" "$GW_URL/k8s/clusters/$cid2/apis/x" >"$T/echo2" || fail "POST chunked"
+jq -e '.body_len == 3000000 and ([.headers[] | select(.[0] == "Transfer-Encoding")][0][1] == "chunked")' \
+	"$T/echo2" >/dev/null || fail "POST chunked: $(head -c 600 "$T/echo2")"
+pass "request bodies of 3 MB (a length; chunks) reach the upstream whole, without Authorization"
+
+# --- an upgrade: 101, then raw bytes both ways ---
+out=$($py "$TETHER_SRC/tests/integration/k8s_client.py" upgrade \
+	"$GW_URL/k8s/clusters/$cid2/api/v1/namespaces/default/pods/p/exec" "$GW_DIR/ca.crt" "$admin") ||
+	fail "upgrade client: $out"
+[ "$out" = "status=101 echo_ok=True" ] || fail "upgrade: $out"
+pass "an upgrade answered 101 carries raw bytes both ways"
+
+# --- an https upstream, verified against the CA given at join ---
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+	-keyout "$T/upca.key" -out "$T/upca.crt" -subj /CN=tether-test-upstream-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+	-keyout "$T/up.key" -out "$T/up.csr" -subj /CN=127.0.0.1 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$T/up.ext"
+openssl x509 -req -in "$T/up.csr" -CA "$T/upca.crt" -CAkey "$T/upca.key" -CAcreateserial \
+	-days 1 -extfile "$T/up.ext" -out "$T/up.crt" 2>/dev/null
+cat >"$T/nginx-tls.conf" <<CONF
+daemon off;
+pid $T/nginx-tls.pid;
+error_log $T/nginx-tls-error.log;
+events { worker_connections 64; }
+http {
+    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization"';
+    access_log $T/nginx-access.log auth;
+    default_type application/json;
+    client_body_temp_path $T/nginx-body;
+    proxy_temp_path $T/nginx-proxy;
+    fastcgi_temp_path $T/nginx-fastcgi;
+    uwsgi_temp_path $T/nginx-uwsgi;
+    scgi_temp_path $T/nginx-scgi;
+    server { listen 127.0.0.1:$tls_port ssl; ssl_certificate $T/up.crt;
+             ssl_certificate_key $T/up.key; root $T/www; }
+}
+CONF
+nginx -c "$T/nginx-tls.conf" -p "$T" &
+PIDS+=($!)
+cid4=$(cluster_create k8s-tls)
+cid5=$(cluster_create k8s-tls-untrusted)
+ctl token create --cluster "$cid4" >"$T/join4.json"
+ctl token create --cluster "$cid5" >"$T/join5.json"
+expect_exit 2 join_node node9 "$T/join4.json" --service "kube-api=http://127.0.0.1:$web_port" \
+	--service-ca "kube-api=$T/upca.crt"
+[ -e "$T/node9" ] && fail "a refused join wrote its state dir"
+join_node node4 "$T/join4.json" --service "kube-api=https://127.0.0.1:$tls_port" \
+	--service-ca "kube-api=$T/upca.crt" >/dev/null
+cmp -s "$T/node4/service-kube-api-ca.crt" "$T/upca.crt" || fail "the service CA was not copied"
+assert_mode "$T/node4/service-kube-api-ca.crt" 644
+join_node node5 "$T/join5.json" --service "kube-api=https://127.0.0.1:$tls_port" >/dev/null
+client_start node4
+node4_pid=$CLIENT_PID
+client_start node5
+wait_until 20 "node4 active" agent_is node4 active
+wait_until 20 "node5 active" agent_is node5 active
+wait_until 10 "nginx tls listening" bash -c "(exec 3<>/dev/tcp/127.0.0.1/$tls_port)"
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" \
+	"$GW_URL/k8s/clusters/$cid4/api/v1/namespaces/default/pods" >"$T/via-tls" || fail "https upstream"
+cmp -s "$T/via-tls" "$T/www/api/v1/namespaces/default/pods" || fail "https upstream: body differs"
+code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
+	-H "Authorization: Bearer $admin" "$GW_URL/k8s/clusters/$cid5/version")
+[ "$code" = 502 ] || fail "an untrusted https upstream got $code"
+jq -e '.reason == "BadGateway" and (.message | test("certificate")) and (.message | test("\\(tls\\)"))' \
+	"$T/body" >/dev/null || fail "untrusted upstream body: $(cat "$T/body")"
+pass "https upstream: verified with --service-ca (copied 0644); without it (system CAs) 502 naming the certificate"
+
+# --- revoked token: 401 ---
+ctl user revoke alice >/dev/null || fail "user revoke"
+expect_exit 1 "$KUBECTL" --kubeconfig "$T/kc.yaml" get --raw /version
+code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
+	-H "Authorization: Bearer $token" "$GW_URL/k8s/clusters/$cid/version")
+[ "$code" = 401 ] || fail "a revoked token got $code"
+pass "revoked token: kubectl fails, 401"
+
+# --- no agent: 503 Status that kubectl prints ---
+"$CTL" kubeconfig --cluster "$cid" --user bob >"$T/kc-bob.yaml" || fail "kubeconfig bob"
+client_stop "$node1_pid"
+node1_gone() { ! agent_is node1 active; }
+wait_until 10 "node1 disconnected" node1_gone
+expect_exit 1 "$KUBECTL" --kubeconfig "$T/kc-bob.yaml" get --raw /version
+assert_contains "$T/last.err" "no agent of cluster $cid is connected"
+code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
+	-H "Authorization: Bearer $admin" "$GW_URL/k8s/clusters/$cid3/version")
+[ "$code" = 503 ] || fail "a cluster without agents got $code"
+jq -e '.reason == "ServiceUnavailable" and .code == 503' "$T/body" >/dev/null || fail "503 body: $(cat "$T/body")"
+pass "no agent: kubectl prints the 503 Status message"
+
+grep -q 'ttu_' "$T/nginx-access.log" && fail "a gateway token reached nginx"
+client_stop "$node4_pid"
+gateway_stop
+pass "the gateway stops cleanly"

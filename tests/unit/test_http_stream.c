@@ -1,0 +1,174 @@
+/*
+ * test_http_stream.c: the request reader's pass-on mode (gateway/http.c,
+ * http_reader_stream), which the /k8s/ proxy relies on: a matching request
+ * with a body is reported at its head, its decoded body goes to the sink
+ * whatever its size, then the request completes; headers are kept whole;
+ * the result never depends on how the input was split into reads.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+
+struct sinkbuf {
+	char data[4096];
+	size_t len;
+};
+
+static int
+match_k8s(const char *path)
+{
+	return strncmp(path, "/k8s/", 5) == 0;
+}
+
+static void
+sink(void *arg, const char *data, size_t len)
+{
+	struct sinkbuf *b = arg;
+
+	assert_true(b->len + len <= sizeof(b->data));
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+}
+
+/* Feeds req in pieces of at most step bytes; counts HEAD and REQUEST. */
+static void
+feed_split(struct http_reader *r, const char *req, size_t len, size_t step,
+    int *heads, int *requests, size_t *consumed)
+{
+	size_t off = 0;
+
+	*heads = *requests = 0;
+	while (off < len && *requests == 0) {
+		size_t n = len - off < step ? len - off : step, used = 0;
+
+		while (used < n && *requests == 0) {
+			enum http_read_result res;
+			size_t k = http_reader_feed(r, req + off + used, n - used, &res);
+
+			assert_int_not_equal(res, HTTP_READ_ERROR);
+			used += k;
+			if (res == HTTP_READ_HEAD)
+				(*heads)++;
+			else if (res == HTTP_READ_REQUEST)
+				(*requests)++;
+			else
+				break;
+		}
+		off += used;
+	}
+	*consumed = off;
+}
+
+static const char chunked_req[] =
+    "POST /k8s/clusters/c-1/api/v1/x?y=%41 HTTP/1.1\r\n"
+    "Host: gw\r\n"
+    "Authorization: Bearer secret\r\n"
+    "X-Empty:\r\n"
+    "Transfer-Encoding: chunked\r\n"
+    "\r\n"
+    "5\r\nhello\r\n"
+    "7\r\n, world\r\n"
+    "0\r\n\r\n"
+    "GET /next HTTP/1.1\r\n\r\n";
+
+static void
+test_streamed_body_goes_to_the_sink_however_split(void **state)
+{
+	size_t len = strlen(chunked_req), first = strstr(chunked_req, "GET /next") - chunked_req;
+
+	(void)state;
+	for (size_t step = 1; step <= len; step++) {
+		/* max_body 4: the body is larger, and must not be cut. */
+		struct http_reader *r = http_reader_new(4);
+		struct sinkbuf b = { .len = 0 };
+		const struct http_request *q;
+		int heads, requests;
+		size_t consumed;
+
+		assert_non_null(r);
+		assert_int_equal(http_reader_stream(r, match_k8s, sink, &b), 0);
+		feed_split(r, chunked_req, len, step, &heads, &requests, &consumed);
+		assert_int_equal(heads, 1);
+		assert_int_equal(requests, 1);
+		assert_int_equal(consumed, first);
+		assert_int_equal(b.len, 12);
+		assert_memory_equal(b.data, "hello, world", 12);
+		q = http_reader_request(r);
+		assert_string_equal(q->target, "/k8s/clusters/c-1/api/v1/x?y=%41");
+		assert_string_equal(q->query, "y=A");
+		assert_int_equal(q->body_chunked, 1);
+		assert_int_equal(q->body_too_large, 0);
+		assert_int_equal(q->keep_alive, 1);
+		/* name\0value\0 pairs, in order, an empty value included */
+		static const char want[] = "Host\0gw\0Authorization\0Bearer secret\0"
+		    "X-Empty\0\0Transfer-Encoding\0chunked\0";
+		assert_int_equal(q->headers_len, sizeof(want) - 1);
+		assert_memory_equal(q->headers, want, sizeof(want) - 1);
+		/* The next request on the connection is read as usual. */
+		http_reader_reset(r);
+		feed_split(r, chunked_req + first, len - first, step, &heads, &requests,
+		    &consumed);
+		assert_int_equal(heads, 0);
+		assert_int_equal(requests, 1);
+		assert_string_equal(http_reader_request(r)->path, "/next");
+		http_reader_free(r);
+	}
+}
+
+static void
+test_streamed_request_without_body_is_one_request(void **state)
+{
+	static const char req[] = "GET /k8s/clusters/c-1/version HTTP/1.1\r\n"
+	    "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\nraw bytes";
+	struct http_reader *r = http_reader_new(4);
+	struct sinkbuf b = { .len = 0 };
+	int heads, requests;
+	size_t consumed;
+
+	(void)state;
+	assert_int_equal(http_reader_stream(r, match_k8s, sink, &b), 0);
+	feed_split(r, req, strlen(req), strlen(req), &heads, &requests, &consumed);
+	assert_int_equal(heads, 0);
+	assert_int_equal(requests, 1);
+	/* The upgrade's raw bytes stay unread. */
+	assert_int_equal(consumed, strlen(req) - strlen("raw bytes"));
+	assert_string_equal(http_reader_request(r)->upgrade, "SPDY/3.1");
+	http_reader_free(r);
+}
+
+static void
+test_other_paths_keep_the_body_limit(void **state)
+{
+	static const char req[] = "POST /v1/clusters HTTP/1.1\r\n"
+	    "Content-Length: 10\r\n\r\n0123456789";
+	struct http_reader *r = http_reader_new(4);
+	struct sinkbuf b = { .len = 0 };
+	enum http_read_result res;
+
+	(void)state;
+	assert_int_equal(http_reader_stream(r, match_k8s, sink, &b), 0);
+	http_reader_feed(r, req, strlen(req), &res);
+	assert_int_equal(res, HTTP_READ_REQUEST);
+	assert_int_equal(http_reader_request(r)->body_too_large, 1);
+	assert_int_equal(b.len, 0);
+	http_reader_free(r);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_streamed_body_goes_to_the_sink_however_split),
+		cmocka_unit_test(test_streamed_request_without_body_is_one_request),
+		cmocka_unit_test(test_other_paths_keep_the_body_limit),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
