@@ -12,6 +12,9 @@ gw_dir=$var/gateway
 node_dir=$var/node
 url=${TETHER_DEMO_URL:-https://127.0.0.1:8443}
 listen=${TETHER_DEMO_LISTEN:-127.0.0.1:8443}
+# The demo node's "kube-api": a tiny HTTP upstream on this machine, so that
+# the printed kubeconfig answers `kubectl get --raw /version` end to end.
+kube_port=${TETHER_DEMO_KUBE_PORT:-18001}
 
 export TETHER_SERVER=$url TETHER_TOKEN_FILE=$gw_dir/admin.token TETHER_CACERT=$gw_dir/ca.crt
 ctl() { "$bin/tetherctl" -o json "$@"; }
@@ -43,6 +46,13 @@ for _ in $(seq 1 200); do
 	sleep 0.05
 done
 
+mkdir -p "$var/kube-api"
+printf '{"major":"1","minor":"0","gitVersion":"v1.0.0-tether-demo","platform":"demo"}\n' \
+	>"$var/kube-api/version"
+/usr/bin/python3 -m http.server --bind 127.0.0.1 --directory "$var/kube-api" "$kube_port" \
+	>"$var/kube-api.log" 2>&1 &
+pids+=($!)
+
 cluster=$(ctl cluster list | jq -r '.[] | select(.name == "demo") | .id')
 if [ -z "$cluster" ]; then
 	cluster=$(ctl cluster create demo | jq -r .id)
@@ -51,7 +61,7 @@ if [ ! -f "$node_dir/state.json" ]; then
 	say "== joining this machine as node 'demo-node' with a fresh import token"
 	ctl token create --cluster "$cluster" --ttl 1h |
 		"$bin/tether-client" join --state-dir "$node_dir" --node-name demo-node \
-			--allow 127.0.0.1:22
+			--allow 127.0.0.1:22 --service "kube-api=http://127.0.0.1:$kube_port"
 fi
 if [ ! -s "$var/kubeconfig" ]; then
 	(umask 077 && ctl kubeconfig --cluster "$cluster" --user demo >"$var/kubeconfig.tmp" &&
@@ -72,12 +82,14 @@ $(say "== Tether is running")
   admin token   $gw_dir/admin.token
   CA            $gw_dir/ca.crt
   kubeconfig    $var/kubeconfig   (user "demo", scoped to cluster demo)
+  kube-api      http://127.0.0.1:$kube_port on the node (a demo upstream)
   cluster       demo ($cluster), node demo-node (state in $node_dir)
 
   Try:
     export TETHER_SERVER=$url TETHER_TOKEN_FILE=$gw_dir/admin.token TETHER_CACERT=$gw_dir/ca.crt
     $bin/tetherctl agent list
     $bin/tetherctl connect --cluster $cluster --node demo-node 127.0.0.1:22
+    kubectl --kubeconfig $var/kubeconfig get --raw /version
 
   Ctrl-C stops both.
 MSG
