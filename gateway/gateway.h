@@ -59,6 +59,7 @@ struct gateway {
 	size_t ca_pem_len;
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	int stopping;                   /* SIGTERM received: refuse new work */
+	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 };
 
 /* Unix time in seconds and milliseconds (wall clock). */

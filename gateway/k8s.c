@@ -726,6 +726,10 @@ request_header_dropped(const char *name, const char *connection)
 			return 1;
 	if (strncasecmp(name, "Proxy-", 6) == 0)
 		return 1;
+	/* Who the request acts as is the gateway's to say, never the client's
+	 * (the node's API server trusts the node's own credential). */
+	if (strncasecmp(name, "Impersonate-", 12) == 0)
+		return 1;
 	/* Headers the client named in Connection are hop-by-hop too. */
 	return http_token_list_has(connection, name);
 }
@@ -771,6 +775,12 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 			continue;
 		r |= evbuffer_add_printf(b, "%s: ", name) < 0;
 		r |= add_value(b, value);
+		r |= evbuffer_add(b, "\r\n", 2);
+	}
+	/* --impersonate: the upstream learns which gateway user asked. */
+	if (x->gw->impersonate && strncmp(x->principal, "user:", 5) == 0) {
+		r |= evbuffer_add(b, "Impersonate-User: ", 18);
+		r |= add_value(b, x->principal + 5);
 		r |= evbuffer_add(b, "\r\n", 2);
 	}
 	if (upgrade) {

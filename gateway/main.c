@@ -64,6 +64,8 @@ static const char usage_text[] =
 "                                   keep-alive connection, must not take longer\n"
 "                                   (default 20000)\n"
 "       --stream-window BYTES       flow-control window per stream (default 1048576)\n"
+"       --impersonate               /k8s requests carry Impersonate-User: <gateway user>\n"
+"                                   (off by default; clients' Impersonate-* are always dropped)\n"
 "       --max-streams N             streams per agent tunnel (default 1024)\n"
 "       --stream-budget BYTES       all streams' windows together (default 268435456)\n"
 "       --log-level LEVEL           debug, info, warn, error (default info)\n"
@@ -369,6 +371,7 @@ cmd_serve(int argc, char **argv)
 		{ "http-timeout", required_argument, NULL, OPT_HTTP_TIMEOUT },
 		{ "log-level", required_argument, NULL, 'L' },
 		{ "stream-window", required_argument, NULL, 'W' },
+		{ "impersonate", no_argument, NULL, 'I' },
 		{ "max-streams", required_argument, NULL, 'S' },
 		{ "stream-budget", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
@@ -394,6 +397,7 @@ cmd_serve(int argc, char **argv)
 		case 'V': gw.limits.verify_timeout_ms = parse_u32("--verify-timeout", optarg, 100, 600000); break;
 		case 'K': gw.limits.max_clock_skew_s = parse_u32("--max-clock-skew", optarg, 1, 86400); break;
 		case OPT_HTTP_TIMEOUT: gw.limits.http_timeout_ms = parse_u32("--http-timeout", optarg, 100, 600000); break;
+		case 'I': gw.impersonate = 1; break;
 		case 'W': gw.mux_config.window = parse_u32("--stream-window", optarg, 4096, 64 << 20); break;
 		case 'S': gw.mux_config.max_streams = parse_u32("--max-streams", optarg, 1, 1000000); break;
 		case 'B': mux_set_process_budget(parse_u32("--stream-budget", optarg, 1 << 20, 4095u << 20)); break;

@@ -26,7 +26,7 @@ pid $T/nginx.pid;
 error_log $T/nginx-error.log;
 events { worker_connections 64; }
 http {
-    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization"';
+    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization" imp="\$http_impersonate_user"';
     access_log $T/nginx-access.log auth;
     default_type application/json;
     client_body_temp_path $T/nginx-body;
@@ -90,6 +90,14 @@ curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" \
 cmp -s "$T/ka1" "$T/www/version" && cmp -s "$T/ka2" "$T/www/version" || fail "keep-alive answers differ"
 grep -q 'GET /version?x=1 200' "$T/nginx-access.log" || fail "the query did not reach nginx"
 pass "keep-alive carries the next request; the query is passed on"
+
+# --- a client cannot choose who the node's API server thinks it is ---
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" \
+	-H "Impersonate-User: system:admin" "$GW_URL/k8s/clusters/$cid/version?imp=1" >/dev/null ||
+	fail "request with Impersonate-User failed"
+grep -q 'GET /version?imp=1 200 auth="-" imp="-"' "$T/nginx-access.log" ||
+	fail "a client's Impersonate-User reached nginx: $(grep imp=1 "$T/nginx-access.log")"
+pass "a client's Impersonate-* headers never reach the node; none is added by default"
 
 # --- refusals: Kubernetes Status objects ---
 cp "$T/kc.yaml" "$T/kc-bad.yaml"
