@@ -45,6 +45,14 @@ struct bridge {
 	bridge_done_fn *on_done;
 	bridge_opened_fn *on_opened;
 	void *arg;
+	/* head filter (bridge_set_head_filter) */
+	bridge_head_fn *head_fn;
+	void *head_arg;
+	size_t head_max;
+	struct evbuffer *head;       /* stream bytes held until a whole head */
+	int head_done;
+	size_t head_skip;            /* rewritten head still in the output buffer */
+	size_t head_credit;          /* stream bytes it replaced: credited after it */
 };
 
 static void bridge_finish(struct bridge *b, const char *end);
@@ -121,12 +129,95 @@ static void
 bridge_output_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
 	struct bridge *b = arg;
+	size_t n = info->n_deleted, k;
 
-	if (info->n_deleted == 0 || b->state == BRIDGE_DONE)
+	if (n == 0 || b->state == BRIDGE_DONE)
 		return;
-	b->stats.bytes_out += info->n_deleted;
+	if (b->head_skip > 0) {
+		/* The rewritten head leaves first (FIFO): once all of it has,
+		 * the stream bytes it stood for are drained. */
+		k = n < b->head_skip ? n : b->head_skip;
+		b->head_skip -= k;
+		n -= k;
+		if (b->head_skip == 0) {
+			n += b->head_credit;
+			b->head_credit = 0;
+		}
+	}
+	if (n == 0)
+		return;
+	b->stats.bytes_out += n;
 	if (b->s != NULL)
-		mux_stream_drained(b->s, info->n_deleted);
+		mux_stream_drained(b->s, n);
+}
+
+/* The head filter refused the stream: reset it with code. */
+static void
+bridge_reject(struct bridge *b, const char *code)
+{
+	char end[48];
+
+	if (b->s != NULL) {
+		mux_stream_reset(b->s, code);
+		b->s = NULL;
+	}
+	snprintf(end, sizeof(end), "rejected:%s", code);
+	bridge_finish(b, end);
+}
+
+/* Stream bytes while the head filter waits for a whole head. */
+static void
+bridge_head_feed(struct bridge *b, const uint8_t *data, size_t len)
+{
+	const char *code = "bad_request_head";
+	size_t have, used = 0, outlen = 0;
+	char *out = NULL;
+	int r;
+
+	if (b->head == NULL && (b->head = evbuffer_new()) == NULL) {
+		bridge_reject(b, "internal");
+		return;
+	}
+	if (evbuffer_add(b->head, data, len) != 0) {
+		bridge_reject(b, "internal");
+		return;
+	}
+	have = evbuffer_get_length(b->head);
+	r = b->head_fn(evbuffer_pullup(b->head, -1), have, &used, &out, &outlen,
+	    &code, b->head_arg);
+	if ((r == 0 && have >= b->head_max) || (r > 0 && used > b->head_max)) {
+		r = -1;
+		code = "head_too_large";
+	}
+	if (r != 0 && r != 1) {
+		if (out != NULL) {
+			explicit_bzero(out, outlen);
+			free(out);
+		}
+		bridge_reject(b, code);
+		return;
+	}
+	if (r == 0)
+		return;
+	b->head_done = 1;
+	b->head_skip = outlen;
+	b->head_credit = used;
+	if (outlen > 0)
+		bufferevent_write(b->bev, out, outlen);
+	if (out != NULL) {
+		explicit_bzero(out, outlen);
+		free(out);
+	}
+	evbuffer_drain(b->head, used);
+	if (evbuffer_get_length(b->head) > 0)
+		bufferevent_write_buffer(b->bev, b->head);
+	evbuffer_free(b->head);
+	b->head = NULL;
+	if (outlen == 0 && used > 0 && b->s != NULL) {
+		b->stats.bytes_out += used;
+		b->head_credit = 0;
+		mux_stream_drained(b->s, used);
+	}
 }
 
 /* ---- stream handlers ---- */
@@ -158,6 +249,12 @@ st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 
 	if (b->state != BRIDGE_OPEN || b->wr_shut)
 		return;
+	if (b->head_fn != NULL && !b->head_done) {
+		bridge_enter(b);
+		bridge_head_feed(b, data, len);
+		bridge_leave(b);
+		return;
+	}
 	bufferevent_write(b->bev, data, len);
 }
 
@@ -178,7 +275,9 @@ st_fin(struct mux_stream *s, void *arg)
 
 	bridge_enter(b);
 	b->peer_fin = 1;
-	if (b->bev != NULL)
+	if (b->head_fn != NULL && !b->head_done && b->state == BRIDGE_OPEN)
+		bridge_reject(b, "head_incomplete");
+	else if (b->bev != NULL)
 		bridge_maybe_shutdown(b);
 	bridge_leave(b);
 }
@@ -323,6 +422,10 @@ bridge_finish(struct bridge *b, const char *end)
 		bufferevent_free(b->bev);
 		b->bev = NULL;
 	}
+	if (b->head != NULL) {
+		evbuffer_free(b->head);
+		b->head = NULL;
+	}
 	if (b->on_done != NULL)
 		b->on_done(b, &b->stats, b->arg);
 }
@@ -340,6 +443,14 @@ bridge_accepting(struct mux_stream *s, bridge_done_fn *on_done, void *arg)
 	b->arg = arg;
 	mux_stream_hold(s, &bridge_stream_handlers, b);
 	return b;
+}
+
+void
+bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn, void *arg)
+{
+	b->head_fn = fn;
+	b->head_arg = arg;
+	b->head_max = max;
 }
 
 int

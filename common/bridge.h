@@ -27,7 +27,8 @@ struct mux_stream;
 struct bridge_stats {
 	uint64_t bytes_in;      /* from the socket into the stream */
 	uint64_t bytes_out;     /* from the stream into the socket */
-	const char *end;        /* "done", "reset:CODE", "socket_error", "tunnel_lost", "refused:CODE" */
+	const char *end;        /* "done", "reset:CODE", "socket_error", "tunnel_lost",
+	                         * "refused:CODE", "rejected:CODE" (head filter) */
 };
 
 typedef void bridge_done_fn(struct bridge *b, const struct bridge_stats *st, void *arg);
@@ -49,6 +50,24 @@ int bridge_attach(struct bridge *b, struct bufferevent *bev);
 void bridge_refuse(struct bridge *b, const char *code, const char *reason);
 /* True while the dial is pending and the stream still wants an answer. */
 int bridge_pending(const struct bridge *b);
+
+/*
+ * Head filter (agent: a service with a token of its own).  The first bytes
+ * the stream carries toward the socket are held, at most max of them,
+ * until fn finds a whole head in them; what fn returns is written to the
+ * socket in its place and everything after passes through unchanged.
+ * Credit for the held bytes goes back to the peer once the rewritten head
+ * has left the socket's output buffer, so flow control stays exact.
+ *   fn(buf, len, ...) returns 1 with *used (the head's length in buf) and
+ *   *out and *outlen (malloc'd; the bridge wipes and frees it), 0 when buf does
+ *   not hold a whole head yet, -1 with *code to reset the stream.
+ * Without a whole head in max bytes the stream is reset "head_too_large";
+ * a FIN before one, "head_incomplete".  Set it before bridge_attach.
+ */
+typedef int bridge_head_fn(const uint8_t *buf, size_t len, size_t *used,
+    char **out, size_t *outlen, const char **code, void *arg);
+void bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn,
+    void *arg);
 
 /*
  * Opening side (tetherctl forward): opens a stream to target over m for the

@@ -21,7 +21,7 @@ packages=(
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets
-	openssh-server openssh-client postgresql nginx-light iperf3 socat
+	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
 )
 
 missing=()

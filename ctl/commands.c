@@ -183,12 +183,13 @@ help_kubeconfig(void)
 	    "kubectl) and a context made current.  The file holds a secret: keep\n"
 	    "it like a password; `tetherctl user revoke NAME` ends it.\n"
 	    "\n"
-	    "Note: the gateway does not serve /k8s/clusters/ID yet, so kubectl gets\n"
-	    "404 for now; the token already works for `tetherctl connect`.\n"
+	    "kubectl reaches the cluster's kube-api service through the gateway\n"
+	    "(README: \"Kubeconfig through the gateway\"); the token also works\n"
+	    "for `tetherctl connect`.\n"
 	    "\n"
 	    "example:\n"
 	    "  tetherctl kubeconfig --cluster c-0123456789ab --user alice > alice.yaml\n"
-	    "  kubectl --kubeconfig alice.yaml config view\n");
+	    "  kubectl --kubeconfig alice.yaml get --raw /version\n");
 }
 
 void

@@ -599,13 +599,20 @@ out:
 static int
 agent_start_loop(struct agent *a)
 {
+	char err[512];
+
 	a->base = runtime_event_base();
 	if (a->base == NULL)
 		return -1;
 	a->dns = evdns_base_new(a->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
 	if (a->dns == NULL)
 		a->dns = evdns_base_new(a->base, 0);  /* no resolv.conf: IPs only */
-	a->dialer = dialer_new(a->base, a->dns, &a->st, a->dir, a->opt.dial_timeout_ms);
+	a->dialer = dialer_new(a->base, a->dns, &a->st, a->dir, a->opt.dial_timeout_ms,
+	    err, sizeof(err));
+	if (a->dialer == NULL) {
+		error("%s", err);
+		return -1;
+	}
 	a->reconnect_timer = evtimer_new(a->base, agent_connect, a);
 	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
 	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);

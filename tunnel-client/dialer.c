@@ -12,6 +12,13 @@
  * gets the filter once the handshake is done, so a bad certificate is an
  * OPEN_FAIL ("tls") with the reason, not a stream that dies.
  *
+ * A service joined with --service-token gets a head filter on its bridge:
+ * the first request head the stream carries has its Authorization headers
+ * replaced by `Authorization: Bearer TOKEN` (httphead.h) before it enters
+ * the socket; the rest of the stream passes unchanged.  The gateway sends
+ * one request per stream (docs/0007), so that head is the only one.  The
+ * token is read from DIR/service-NAME.token at start and never logged.
+ *
  *   CONNECTING --TCP up--> (https) HANDSHAKING --TLS up--> bridged
  *       \--error/deadline: OPEN_FAIL  \--error/deadline: OPEN_FAIL
  */
@@ -36,9 +43,13 @@
 #include "bridge.h"
 #include "fileio.h"
 #include "frame.h"
+#include "httphead.h"
 #include "log.h"
 #include "mux.h"
 #include "state.h"
+
+/* The largest request head a token service's stream may start with. */
+#define DIAL_HEAD_MAX (64 * 1024)
 
 struct dialer {
 	struct event_base *base;
@@ -46,6 +57,7 @@ struct dialer {
 	const struct client_state *st;
 	char dir[4096];              /* the state dir: service CAs */
 	SSL_CTX *svc_tls[CLIENT_MAX_SERVICES];   /* per https service, lazily */
+	char *svc_token[CLIENT_MAX_SERVICES];    /* per service with a token */
 	uint32_t timeout_ms;
 	struct dial *dials;          /* every dial not yet finished */
 	unsigned active;
@@ -311,11 +323,30 @@ split_target(const char *target, char *host, size_t hostlen, int *port)
 	return 0;
 }
 
-/* The host:port a --service URL names (http(s)://HOST:PORT[/]); *tls_svc
- * is the service's index when it is https, else -1. */
+/* The request head on a service stream with a token: Authorization
+ * replaced by the node's bearer token (bridge_head_fn). */
+static int
+dial_set_bearer(const uint8_t *buf, size_t len, size_t *used, char **out,
+    size_t *outlen, const char **code, void *arg)
+{
+	const char *token = arg;
+	size_t n = http_head_length((const char *)buf, len);
+
+	if (n == 0)
+		return 0;
+	if (http_head_set_bearer((const char *)buf, n, token, out, outlen) != 0) {
+		*code = "bad_request_head";
+		return -1;
+	}
+	*used = n;
+	return 1;
+}
+
+/* The host:port a --service URL names (http(s)://HOST:PORT[/]); *svc is
+ * the service's index, *tls_svc the same when it is https, else -1. */
 static int
 service_target(const struct client_state *st, const char *name, char *out,
-    size_t outlen, int *tls_svc)
+    size_t outlen, int *svc, int *tls_svc)
 {
 	for (size_t i = 0; i < st->nservices; i++) {
 		const char *url = st->services[i].url, *p;
@@ -325,6 +356,7 @@ service_target(const struct client_state *st, const char *name, char *out,
 		if (p == NULL)
 			return -1;
 		snprintf(out, outlen, "%.*s", (int)strcspn(p + 3, "/"), p + 3);
+		*svc = (int)i;
 		*tls_svc = strncmp(url, "https://", 8) == 0 ? (int)i : -1;
 		return 0;
 	}
@@ -338,7 +370,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 	struct dial *x;
 	char host[256], reason[FRAME_REASON_MAX + 1];
 	struct timeval tv;
-	int port;
+	int port, svc = -1;
 
 	x = calloc(1, sizeof(*x));
 	if (x == NULL) {
@@ -366,12 +398,15 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 	if (req->service[0] != '\0') {
 		snprintf(x->target, sizeof(x->target), "service %s", req->service);
 		if (service_target(d->st, req->service, x->target, sizeof(x->target),
-		    &x->svc) != 0) {
+		    &svc, &x->svc) != 0) {
 			snprintf(reason, sizeof(reason), "no service \"%s\" on this node",
 			    req->service);
 			dial_fail(x, "unknown_service", reason);
 			return;
 		}
+		if (d->svc_token[svc] != NULL)
+			bridge_set_head_filter(x->bridge, DIAL_HEAD_MAX, dial_set_bearer,
+			    d->svc_token[svc]);
 	} else {
 		snprintf(x->target, sizeof(x->target), "%s", req->target);
 		/* Deny by default: a compromised gateway still reaches only what
@@ -406,17 +441,38 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 
 struct dialer *
 dialer_new(struct event_base *base, struct evdns_base *dns,
-    const struct client_state *st, const char *state_dir, uint32_t dial_timeout_ms)
+    const struct client_state *st, const char *state_dir, uint32_t dial_timeout_ms,
+    char *err, size_t errlen)
 {
 	struct dialer *d = calloc(1, sizeof(*d));
+	char name[64], path[4200];
 
-	if (d == NULL)
+	if (d == NULL) {
+		snprintf(err, errlen, "out of memory");
 		return NULL;
+	}
 	snprintf(d->dir, sizeof(d->dir), "%s", state_dir);
 	d->base = base;
 	d->dns = dns;
 	d->st = st;
 	d->timeout_ms = dial_timeout_ms;
+	for (size_t i = 0; i < st->nservices; i++) {
+		if (!st->services[i].token)
+			continue;
+		if (client_service_token_name(st->services[i].name, name,
+		    sizeof(name)) != 0 ||
+		    client_path(state_dir, name, path, sizeof(path)) != 0) {
+			snprintf(err, errlen, "service %s: token path too long",
+			    st->services[i].name);
+			dialer_free(d);
+			return NULL;
+		}
+		if (client_service_token_read(path, &d->svc_token[i], err,
+		    errlen) != 0) {
+			dialer_free(d);
+			return NULL;
+		}
+	}
 	return d;
 }
 
@@ -434,9 +490,14 @@ dialer_free(struct dialer *d)
 			free(x);
 		}
 	}
-	for (size_t i = 0; i < CLIENT_MAX_SERVICES; i++)
+	for (size_t i = 0; i < CLIENT_MAX_SERVICES; i++) {
 		if (d->svc_tls[i] != NULL)
 			SSL_CTX_free(d->svc_tls[i]);
+		if (d->svc_token[i] != NULL) {
+			explicit_bzero(d->svc_token[i], strlen(d->svc_token[i]));
+			free(d->svc_token[i]);
+		}
+	}
 	free(d);
 }
 

@@ -10,10 +10,16 @@
  *   unreachable      no route, or the name does not resolve
  *   timeout          no answer within the dial timeout
  *   tls              an https service failed the TLS handshake (certificate)
+ *
+ * A service with a token (join --service-token) gets the node's bearer
+ * token on the first request head of each stream; a stream that does not
+ * start with a valid head within 64 KiB is reset with the code
+ * bad_request_head, head_too_large or head_incomplete (a FIN first).
  */
 #ifndef TETHER_DIALER_H
 #define TETHER_DIALER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct event_base;
@@ -24,10 +30,11 @@ struct frame_open;
 struct client_state;
 struct dialer;
 
-/* state_dir: where join put service CAs (service-NAME-ca.crt). */
+/* state_dir: where join put service CAs (service-NAME-ca.crt) and tokens
+ * (service-NAME.token, read now).  NULL with err on failure. */
 struct dialer *dialer_new(struct event_base *base, struct evdns_base *dns,
     const struct client_state *st, const char *state_dir,
-    uint32_t dial_timeout_ms);
+    uint32_t dial_timeout_ms, char *err, size_t errlen);
 /* Aborts every dial under way; bridged streams end with their tunnel. */
 void dialer_free(struct dialer *d);
 /* The mux's on_open handler. */

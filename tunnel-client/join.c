@@ -48,6 +48,10 @@ struct join_opts {
 	char svc_ca_name[CLIENT_MAX_SERVICES][32];
 	char *svc_ca_pem[CLIENT_MAX_SERVICES];
 	size_t nsvc_ca;
+	/* --service-token NAME=FILE: read and checked at parse time */
+	char svc_tok_name[CLIENT_MAX_SERVICES][32];
+	char *svc_tok[CLIENT_MAX_SERVICES];
+	size_t nsvc_tok;
 };
 
 /* What join has written so far, so that a failure can undo it. */
@@ -58,6 +62,7 @@ struct join_undo {
 	bool wrote_token;
 	bool wrote_state;
 	size_t wrote_svc_ca;      /* the first n of join_opts' service CAs */
+	size_t wrote_svc_tok;     /* the first n of its service tokens */
 };
 
 void
@@ -66,7 +71,8 @@ client_join_usage(void)
 	fprintf(stdout,
 	    "usage: tether-client join --state-dir DIR [--node-name NAME]\n"
 	    "           [--allow HOST:PORT]... [--service NAME=URL]...\n"
-	    "           [--service-ca NAME=FILE]... < JOIN_DOCUMENT\n"
+	    "           [--service-ca NAME=FILE]... [--service-token NAME=FILE]...\n"
+	    "           < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
@@ -82,6 +88,10 @@ client_join_usage(void)
 	    "  --service-ca NAME=FILE  the CA (PEM) that service NAME's https\n"
 	    "                      certificate is verified with (copied to\n"
 	    "                      DIR/service-NAME-ca.crt); default: system CAs\n"
+	    "  --service-token NAME=FILE  a bearer token (one line, at most 8 KiB)\n"
+	    "                      the agent puts on every request to service NAME\n"
+	    "                      in place of any Authorization (copied to\n"
+	    "                      DIR/service-NAME.token, 0600)\n"
 	    "\n"
 	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
 	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
@@ -214,6 +224,55 @@ add_service_ca(struct join_opts *o, const char *arg)
 	return 0;
 }
 
+/* --service-token NAME=FILE: the bearer token the agent sends to NAME.  The
+ * file's content is never printed. */
+static int
+add_service_token(struct join_opts *o, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	char err[512], *tok = NULL;
+	size_t n;
+
+	if (eq == NULL || (n = (size_t)(eq - arg)) == 0 ||
+	    n >= sizeof(o->svc_tok_name[0]) || eq[1] == '\0')
+		return usage_error("join", "--service-token %s: want NAME=FILE", arg);
+	for (size_t i = 0; i < o->nsvc_tok; i++)
+		if (strncmp(o->svc_tok_name[i], arg, n) == 0 &&
+		    o->svc_tok_name[i][n] == '\0')
+			return usage_error("join", "--service-token %s given twice", arg);
+	if (o->nsvc_tok >= CLIENT_MAX_SERVICES)
+		return usage_error("join", "too many --service-token entries (at "
+		    "most %s)", "8");
+	if (client_service_token_read(eq + 1, &tok, err, sizeof(err)) == -1) {
+		fprintf(stderr, "tether-client join: --service-token %.*s: %s\n",
+		    (int)n, arg, err);
+		return JOIN_EXIT_USAGE;
+	}
+	memcpy(o->svc_tok_name[o->nsvc_tok], arg, n);
+	o->svc_tok_name[o->nsvc_tok][n] = '\0';
+	o->svc_tok[o->nsvc_tok++] = tok;
+	return 0;
+}
+
+/* Every --service-token names a --service (marked to use it).  Returns -1
+ * or an exit code. */
+static int
+check_service_tokens(struct join_opts *o)
+{
+	for (size_t i = 0; i < o->nsvc_tok; i++) {
+		size_t j;
+
+		for (j = 0; j < o->st.nservices; j++)
+			if (strcmp(o->st.services[j].name, o->svc_tok_name[i]) == 0)
+				break;
+		if (j == o->st.nservices)
+			return usage_error("join", "--service-token %s: no --service "
+			    "of that name", o->svc_tok_name[i]);
+		o->st.services[j].token = true;
+	}
+	return -1;
+}
+
 /* Every --service-ca names an https --service.  Returns -1 or an exit code. */
 static int
 check_service_cas(const struct join_opts *o)
@@ -242,6 +301,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "allow", required_argument, NULL, 'a' },
 		{ "service", required_argument, NULL, 's' },
 		{ "service-ca", required_argument, NULL, 'C' },
+		{ "service-token", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -269,6 +329,10 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			if ((r = add_service_ca(o, optarg)) != 0)
 				return r;
 			break;
+		case 'T':
+			if ((r = add_service_token(o, optarg)) != 0)
+				return r;
+			break;
 		case 'h':
 			client_join_usage();
 			return JOIN_EXIT_OK;
@@ -284,6 +348,8 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 	if (strlen(o->state_dir) > PATH_MAX - 64)
 		return usage_error("join", "--state-dir %s: path too long",
 		    o->state_dir);
+	if ((r = check_service_tokens(o)) != -1)
+		return r;
 	return check_service_cas(o);
 }
 
@@ -653,6 +719,10 @@ join_undo(const char *dir, const struct join_undo *u,
 		snprintf(name, sizeof(name), "service-%s-ca.crt", o->svc_ca_name[i]);
 		remove_file(dir, name);
 	}
+	for (size_t i = 0; i < u->wrote_svc_tok; i++) {
+		client_service_token_name(o->svc_tok_name[i], name, sizeof(name));
+		remove_file(dir, name);
+	}
 	if (u->wrote_state)
 		remove_file(dir, "state.json");
 	if (u->wrote_token)
@@ -739,6 +809,26 @@ join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
 			goto out;
 		u.wrote_svc_ca = i + 1;
 	}
+	/* Service tokens are secrets: 0600, as import.token. */
+	for (size_t i = 0; i < o->nsvc_tok; i++) {
+		size_t tlen = strlen(o->svc_tok[i]);
+		char *line = malloc(tlen + 2);
+
+		if (line == NULL) {
+			snprintf(err, sizeof(err), "out of memory");
+			goto out;
+		}
+		memcpy(line, o->svc_tok[i], tlen);
+		memcpy(line + tlen, "\n", 2);
+		client_service_token_name(o->svc_tok_name[i], name, sizeof(name));
+		r = write_file(dir, name, line, tlen + 1, 0600, err, sizeof(err));
+		explicit_bzero(line, tlen + 1);
+		free(line);
+		if (r == -1)
+			goto out;
+		u.wrote_svc_tok = i + 1;
+	}
+	r = -1;
 	snprintf(tok, sizeof(tok), "%s\n", doc->token);
 	r = write_file(dir, "import.token", tok, strlen(tok), 0600, err,
 	    sizeof(err));
@@ -800,9 +890,14 @@ client_join(int argc, char **argv)
 out:
 	joindoc_clear(&doc);
 	free(ca_pem);
-	if (o != NULL)
+	if (o != NULL) {
 		for (size_t i = 0; i < o->nsvc_ca; i++)
 			free(o->svc_ca_pem[i]);
+		for (size_t i = 0; i < o->nsvc_tok; i++) {
+			explicit_bzero(o->svc_tok[i], strlen(o->svc_tok[i]));
+			free(o->svc_tok[i]);
+		}
+	}
 	free(o);
 	return r;
 }

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "fileio.h"
+#include "httphead.h"
 
 #define STATE_FILE   "state.json"
 #define STATUS_FILE  "status.json"
@@ -255,6 +256,36 @@ load_services(json_t *root, struct client_state *st, char *err, size_t errlen)
 	return 0;
 }
 
+/* "service_tokens": ["NAME", ...]: services that have a token file. */
+static int
+load_service_tokens(json_t *root, struct client_state *st, char *err,
+    size_t errlen)
+{
+	json_t *arr = json_object_get(root, "service_tokens"), *v;
+	size_t i, j;
+
+	if (arr == NULL)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > CLIENT_MAX_SERVICES) {
+		snprintf(err, errlen, "service_tokens: must be a list of at most %d "
+		    "service names", CLIENT_MAX_SERVICES);
+		return -1;
+	}
+	json_array_foreach(arr, i, v) {
+		for (j = 0; j < st->nservices; j++)
+			if (json_is_string(v) &&
+			    strcmp(st->services[j].name, json_string_value(v)) == 0)
+				break;
+		if (j == st->nservices) {
+			snprintf(err, errlen, "service_tokens: entry %zu does not name "
+			    "a service", i + 1);
+			return -1;
+		}
+		st->services[j].token = true;
+	}
+	return 0;
+}
+
 static int
 state_from_json(json_t *root, struct client_state *st, char *err,
     size_t errlen)
@@ -279,7 +310,8 @@ state_from_json(json_t *root, struct client_state *st, char *err,
 		return -1;
 	}
 	if (load_allow(root, st, err, errlen) == -1 ||
-	    load_services(root, st, err, errlen) == -1)
+	    load_services(root, st, err, errlen) == -1 ||
+	    load_service_tokens(root, st, err, errlen) == -1)
 		return -1;
 	return 0;
 }
@@ -324,7 +356,7 @@ out:
 static json_t *
 state_to_json(const struct client_state *st)
 {
-	json_t *root, *allow = NULL, *services = NULL;
+	json_t *root, *allow = NULL, *services = NULL, *tokens = NULL;
 
 	root = json_pack("{s:s, s:s, s:s, s:s, s:s}",
 	    "gateway_url", st->gateway_url,
@@ -353,12 +385,68 @@ state_to_json(const struct client_state *st)
 		services = NULL;
 		goto fail;
 	}
+	services = NULL;
+	for (size_t i = 0; i < st->nservices; i++) {
+		if (!st->services[i].token)
+			continue;
+		if ((tokens == NULL && (tokens = json_array()) == NULL) ||
+		    json_array_append_new(tokens, json_string(st->services[i].name)) == -1)
+			goto fail;
+	}
+	if (tokens != NULL && json_object_set_new(root, "service_tokens", tokens) == -1) {
+		tokens = NULL;
+		goto fail;
+	}
 	return root;
 fail:
 	json_decref(allow);
 	json_decref(services);
+	json_decref(tokens);
 	json_decref(root);
 	return NULL;
+}
+
+int
+client_service_token_name(const char *name, char *out, size_t outlen)
+{
+	int n = snprintf(out, outlen, "service-%s.token", name);
+
+	return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+int
+client_service_token_read(const char *path, char **token, char *err,
+    size_t errlen)
+{
+	char *buf = NULL;
+	size_t len = 0, full;
+
+	*token = NULL;
+	if (file_read_all(path, HTTP_TOKEN_MAX + 2, &buf, &len, err, errlen) == -1)
+		return -1;
+	full = len;
+	if (len > 0 && buf[len - 1] == '\n')
+		len--;
+	if (len > 0 && buf[len - 1] == '\r')
+		len--;
+	if (len == 0)
+		snprintf(err, errlen, "%s: empty (want the token on one line)", path);
+	else if (memchr(buf, '\n', len) != NULL)
+		snprintf(err, errlen, "%s: more than one line (want the token on one "
+		    "line)", path);
+	else if (len > HTTP_TOKEN_MAX)
+		snprintf(err, errlen, "%s: longer than %d bytes", path, HTTP_TOKEN_MAX);
+	else if (!http_token_valid(buf, len))
+		snprintf(err, errlen, "%s: not printable (want visible ASCII, no "
+		    "spaces)", path);
+	else {
+		buf[len] = '\0';
+		*token = buf;
+		return 0;
+	}
+	explicit_bzero(buf, full);
+	free(buf);
+	return -1;
 }
 
 /* Serialises root and writes it atomically to DIR/name. */

@@ -2,12 +2,16 @@
  * state.h: the node's state directory, owned by tether-client.
  *
  *   DIR/state.json    (0600) what join learned: gateway_url, ca_checksum,
- *                     cluster, node, allow[], services{}, agent_id ("" until
- *                     registered).  Written last by join: its presence means
- *                     "joined".
+ *                     cluster, node, allow[], services{}, service_tokens[]
+ *                     (names of services with a token; absent if none),
+ *                     agent_id ("" until registered).  Written last by join:
+ *                     its presence means "joined".
  *   DIR/ca.crt        (0644) the gateway CA, pinned by ca_checksum at join.
  *   DIR/agent.key     (0600) this node's Ed25519 private key.
  *   DIR/import.token  (0600) the import token; deleted once registered.
+ *   DIR/service-NAME-ca.crt (0644) `join --service-ca NAME=FILE`.
+ *   DIR/service-NAME.token  (0600) `join --service-token NAME=FILE`: the
+ *                     bearer token the agent puts on NAME's requests.
  *   DIR/status.json   (0644) written by `run` on every change:
  *                     {"pid":N,"state":"active","connected":true,"last_error":""}
  *
@@ -25,6 +29,7 @@
 struct client_service {
 	char name[32];        /* "kube-api" */
 	char url[256];        /* http(s)://HOST:PORT */
+	bool token;           /* DIR/service-NAME.token is its bearer token */
 };
 
 struct client_state {
@@ -49,6 +54,17 @@ int client_state_load(const char *dir, struct client_state *st, char *err,
 /* Writes DIR/state.json atomically, 0600.  Returns 0 or -1 with err. */
 int client_state_save(const char *dir, const struct client_state *st,
     char *err, size_t errlen);
+
+/*
+ * Reads a bearer token file (join's --service-token FILE, the agent's
+ * DIR/service-NAME.token): one line of 1..8192 visible ASCII bytes, a final
+ * LF or CRLF allowed.  Returns 0 with *token (NUL-terminated; caller wipes
+ * and frees) or -1 with err, which never quotes the file's content.
+ */
+int client_service_token_read(const char *path, char **token, char *err,
+    size_t errlen);
+/* The file name of service NAME's token in the state dir. */
+int client_service_token_name(const char *name, char *out, size_t outlen);
 
 /* Writes DIR/status.json for `status` to read.  Returns 0 or -1. */
 int client_status_write(const char *dir, const char *state, bool connected,

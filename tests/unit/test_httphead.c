@@ -1,0 +1,268 @@
+/*
+ * test_httphead.c: the request-head rewrite the agent applies on streams to
+ * a service with a token (common/httphead.c): Authorization headers are
+ * replaced by the node's bearer token, never duplicated, and everything
+ * else is kept byte for byte; malformed heads and bad tokens are refused.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "httphead.h"
+
+#define TOKEN "node-secret-123"
+
+/* Rewrites head (a C string) with token and checks the result is want. */
+static void
+check_rewrite_with(const char *head, const char *token, const char *want)
+{
+	char *out = (char *)0x1;
+	size_t outlen = 99;
+
+	assert_int_equal(http_head_set_bearer(head, strlen(head), token, &out,
+	    &outlen), 0);
+	assert_non_null(out);
+	assert_int_equal(outlen, strlen(want));
+	assert_memory_equal(out, want, outlen);
+	free(out);
+}
+
+static void
+check_rewrite(const char *head, const char *want)
+{
+	check_rewrite_with(head, TOKEN, want);
+}
+
+static void
+check_refused(const char *head, size_t len, const char *token)
+{
+	char *out = (char *)0x1;
+	size_t outlen = 99;
+
+	assert_int_equal(http_head_set_bearer(head, len, token, &out, &outlen), -1);
+	assert_null(out);
+	assert_int_equal(outlen, 0);
+}
+
+/* ---- http_head_length ---- */
+
+static void
+test_length_finds_the_empty_line(void **state)
+{
+	const char *h = "GET / HTTP/1.1\r\nHost: a\r\n\r\nBODY";
+	const char *lf = "GET / HTTP/1.1\nHost: a\n\nBODY";
+
+	(void)state;
+	assert_int_equal(http_head_length(h, strlen(h)), strlen(h) - 4);
+	assert_int_equal(http_head_length(lf, strlen(lf)), strlen(lf) - 4);
+	/* Not yet whole: every prefix short of the empty line. */
+	for (size_t i = 0; i < strlen(h) - 4; i++)
+		assert_int_equal(http_head_length(h, i), 0);
+	assert_int_equal(http_head_length("", 0), 0);
+}
+
+/* ---- http_token_valid ---- */
+
+static void
+test_token_validity(void **state)
+{
+	char big[HTTP_TOKEN_MAX + 2];
+
+	(void)state;
+	assert_true(http_token_valid("abc.DEF-123_~+/=", 16));
+	assert_false(http_token_valid("", 0));
+	assert_false(http_token_valid(NULL, 3));
+	assert_false(http_token_valid("a b", 3));
+	assert_false(http_token_valid("a\r\nX: y", 7));
+	assert_false(http_token_valid("a\tb", 3));
+	assert_false(http_token_valid("a\x7f", 2));
+	assert_false(http_token_valid("a\xc3\xa9", 3));
+	memset(big, 'a', sizeof(big));
+	assert_true(http_token_valid(big, HTTP_TOKEN_MAX));
+	assert_false(http_token_valid(big, HTTP_TOKEN_MAX + 1));
+}
+
+/* ---- http_head_set_bearer ---- */
+
+static void
+test_no_authorization_adds_one_before_the_empty_line(void **state)
+{
+	(void)state;
+	check_rewrite("GET /version HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
+	    "Connection: close\r\n\r\n",
+	    "GET /version HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
+	    "Connection: close\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_request_line_only(void **state)
+{
+	(void)state;
+	check_rewrite("GET / HTTP/1.1\r\n\r\n",
+	    "GET / HTTP/1.1\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_one_authorization_is_replaced_not_duplicated(void **state)
+{
+	(void)state;
+	check_rewrite("GET /api HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer "
+	    "ttu_gateway.token\r\nAccept: */*\r\n\r\n",
+	    "GET /api HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_two_authorizations_both_removed(void **state)
+{
+	(void)state;
+	check_rewrite("POST /x HTTP/1.1\r\nAuthorization: Basic dXNlcjpwdw==\r\n"
+	    "Content-Length: 3\r\nAuthorization: Bearer other\r\n\r\n",
+	    "POST /x HTTP/1.1\r\nContent-Length: 3\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_mixed_case_names_and_no_space_after_colon(void **state)
+{
+	(void)state;
+	check_rewrite("GET / HTTP/1.1\r\nauthorization: a\r\nAUTHORIZATION:b\r\n"
+	    "AuThOrIzAtIoN:  c\r\nX-Authorization: keep\r\n"
+	    "Authorization-Extra: keep\r\nProxy-Authorization: keep\r\n\r\n",
+	    "GET / HTTP/1.1\r\nX-Authorization: keep\r\n"
+	    "Authorization-Extra: keep\r\nProxy-Authorization: keep\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_no_folding_other_headers_kept_byte_for_byte(void **state)
+{
+	(void)state;
+	/* Odd but valid spacing and values that mention Authorization. */
+	check_rewrite("GET /a?b=Authorization:%20x HTTP/1.1\r\nHost:k\r\n"
+	    "X-Note:   Authorization: Bearer fake  \r\nEmpty:\r\n\r\n",
+	    "GET /a?b=Authorization:%20x HTTP/1.1\r\nHost:k\r\n"
+	    "X-Note:   Authorization: Bearer fake  \r\nEmpty:\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_folded_authorization_removed_with_its_continuation(void **state)
+{
+	(void)state;
+	check_rewrite("GET / HTTP/1.1\r\nAuthorization: Bearer\r\n  secret\r\n"
+	    "\tmore\r\nX-Long: a\r\n b\r\n\r\n",
+	    "GET / HTTP/1.1\r\nX-Long: a\r\n b\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_bare_lf_line_ends_kept(void **state)
+{
+	(void)state;
+	check_rewrite("GET / HTTP/1.1\nHost: k\nAuthorization: x\n\n",
+	    "GET / HTTP/1.1\nHost: k\nAuthorization: Bearer " TOKEN "\r\n\n");
+}
+
+static void
+test_upgrade_head(void **state)
+{
+	(void)state;
+	check_rewrite("GET /api/v1/namespaces/d/pods/p/exec HTTP/1.1\r\n"
+	    "Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+	    "GET /api/v1/namespaces/d/pods/p/exec HTTP/1.1\r\n"
+	    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+}
+
+static void
+test_malformed_heads_refused(void **state)
+{
+	static const char *bad[] = {
+		"",                                        /* nothing */
+		"\r\n\r\n",                                /* no request line */
+		"GET\r\n\r\n",                             /* request line: no space */
+		" GET / HTTP/1.1\r\n\r\n",                 /* leading space */
+		"GET / HTTP/1.1\r\nHost k\r\n\r\n",        /* no colon */
+		"GET / HTTP/1.1\r\n: v\r\n\r\n",           /* empty name */
+		"GET / HTTP/1.1\r\nBad Name: v\r\n\r\n",   /* space in the name */
+		"GET / HTTP/1.1\r\nAuthorization : x\r\n\r\n", /* space before : */
+		"GET / HTTP/1.1\r\nAuth\"x: v\r\n\r\n",    /* not a token char */
+		"GET / HTTP/1.1\r\n folded\r\n\r\n",       /* fold with no header */
+		"GET / HTTP/1.1\r\nHost: k\r\n",           /* no empty line */
+		"GET / HTTP/1.1\r\nHost: k\r\n\r\nX",      /* bytes after the head */
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		check_refused(bad[i], strlen(bad[i]), TOKEN);
+	/* A NUL inside. */
+	check_refused("GET / HTTP/1.1\r\nA: \0b\r\n\r\n", 25, TOKEN);
+	check_refused(NULL, 0, TOKEN);
+}
+
+static void
+test_bad_tokens_refused(void **state)
+{
+	const char *h = "GET / HTTP/1.1\r\n\r\n";
+
+	(void)state;
+	check_refused(h, strlen(h), NULL);
+	check_refused(h, strlen(h), "");
+	check_refused(h, strlen(h), "a\r\nX-Injected: 1");
+	check_refused(h, strlen(h), "two words");
+}
+
+static void
+test_long_token_and_head(void **state)
+{
+	char token[HTTP_TOKEN_MAX + 1], *head, *want;
+	size_t hl;
+
+	(void)state;
+	memset(token, 'T', HTTP_TOKEN_MAX);
+	token[HTTP_TOKEN_MAX] = '\0';
+	head = malloc(70000);
+	want = malloc(80000);
+	assert_non_null(head);
+	assert_non_null(want);
+	strcpy(head, "GET / HTTP/1.1\r\nX-Big: ");
+	hl = strlen(head);
+	memset(head + hl, 'v', 60000);
+	strcpy(head + hl + 60000, "\r\nAuthorization: x\r\n\r\n");
+	strcpy(want, head);
+	strcpy(want + hl + 60000, "\r\nAuthorization: Bearer ");
+	strcat(want + hl + 60000, token);
+	strcat(want + hl + 60000, "\r\n\r\n");
+	check_rewrite_with(head, token, want);
+	free(head);
+	free(want);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_length_finds_the_empty_line),
+		cmocka_unit_test(test_token_validity),
+		cmocka_unit_test(test_no_authorization_adds_one_before_the_empty_line),
+		cmocka_unit_test(test_request_line_only),
+		cmocka_unit_test(test_one_authorization_is_replaced_not_duplicated),
+		cmocka_unit_test(test_two_authorizations_both_removed),
+		cmocka_unit_test(test_mixed_case_names_and_no_space_after_colon),
+		cmocka_unit_test(test_no_folding_other_headers_kept_byte_for_byte),
+		cmocka_unit_test(test_folded_authorization_removed_with_its_continuation),
+		cmocka_unit_test(test_bare_lf_line_ends_kept),
+		cmocka_unit_test(test_upgrade_head),
+		cmocka_unit_test(test_malformed_heads_refused),
+		cmocka_unit_test(test_bad_tokens_refused),
+		cmocka_unit_test(test_long_token_and_head),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
