@@ -30,6 +30,7 @@
 #include <openssl/crypto.h>
 
 #include "agentkey.h"
+#include "authcache.h"
 #include "dial.h"
 #include "gateway.h"
 #include "hub.h"
@@ -157,9 +158,14 @@ record_usable(const struct store_token *rec, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * cluster: non-NULL when the caller asks for one cluster; then a token
+ * proven for it moments ago is taken from the cache (*cached set) instead
+ * of the store.  The hash is compared either way.
+ */
 static int
-bearer_check(struct gateway *gw, const char *authorization,
-    struct store_token *rec, char *err, size_t errlen)
+bearer_check(struct gateway *gw, const char *authorization, const char *cluster,
+    struct store_token *rec, int *cached, char *err, size_t errlen)
 {
 	struct token t;
 	uint8_t hash[TOKEN_HASH_LEN];
@@ -180,7 +186,8 @@ bearer_check(struct gateway *gw, const char *authorization,
 		return 401;
 	}
 	token_hash(&t, hash);
-	ok = store_token_get(gw->store, t.id, rec) == STORE_OK &&
+	*cached = cluster != NULL && authcache_get(t.id, cluster, rec);
+	ok = (*cached || store_token_get(gw->store, t.id, rec) == STORE_OK) &&
 	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
 	token_clear(&t);
 	OPENSSL_cleanse(hash, sizeof(hash));
@@ -216,7 +223,10 @@ api_authenticate(struct gateway *gw, const char *authorization, char *principal,
 	struct store_token rec;
 	int status;
 
-	if ((status = bearer_check(gw, authorization, &rec, err, errlen)) != 0)
+	int cached;
+
+	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
+	    errlen)) != 0)
 		return status;
 	if (rec.kind != TOKEN_ADMIN) {
 		snprintf(err, errlen, "an admin token is required");
@@ -231,16 +241,22 @@ api_authorize_cluster(struct gateway *gw, const char *authorization,
     const char *cluster, char *principal, size_t plen, char *err, size_t errlen)
 {
 	struct store_token rec;
-	int status;
+	int status, cached = 0;
 
-	if ((status = bearer_check(gw, authorization, &rec, err, errlen)) != 0)
+	if ((status = bearer_check(gw, authorization, cluster, &rec, &cached,
+	    err, errlen)) != 0)
 		return status;
 	if (rec.kind == TOKEN_ADMIN) {
 		snprintf(principal, plen, "admin:%s", rec.id);
+		if (!cached)
+			authcache_put(rec.id, cluster, &rec);
 		return 0;
 	}
-	if ((status = scope_check(gw, &rec, cluster, err, errlen)) != 0)
-		return status;
+	if (!cached) {
+		if ((status = scope_check(gw, &rec, cluster, err, errlen)) != 0)
+			return status;
+		authcache_put(rec.id, cluster, &rec);
+	}
 	snprintf(principal, plen, "user:%s", rec.name);
 	return 0;
 }
@@ -847,6 +863,8 @@ users_revoke(struct gateway *gw, const char *name, struct api_response *r)
 	int rc;
 
 	rc = store_user_revoke(gw->store, name, &count, err, sizeof(err));
+	/* Whatever this user proved a moment ago no longer counts. */
+	authcache_clear();
 	if (rc == STORE_REFUSED) {
 		respond_error(r, 400, "%s", err);
 		return;
