@@ -8,12 +8,14 @@
  *   METHOD /<rest>?<query> HTTP/1.1
  *   the client's headers, minus Authorization (no gateway token reaches
  *   the node) and hop-by-hop headers,
- *   Connection: close, or Upgrade + Connection: Upgrade when asked
+ *   nothing (keep-alive), Connection: close when the client's connection
+ *   ends after this answer, or Upgrade + Connection: Upgrade when asked
  *
  * with the body as it arrives (same Content-Length, or chunks encoded
- * again).  "Connection: close" makes the upstream end the stream after its
- * answer, so the framing of the answer never has to be trusted to reuse a
- * stream.  The answer's head is parsed (http-parser, response mode) and
+ * again).  A stream whose answer leaves the upstream connection fit is
+ * parked on the client's connection (struct k8s_link) and adopted by its
+ * next request for the same cluster and principal; see x_park, x_retry
+ * and docs/0007.  The answer's head is parsed (http-parser, response mode) and
  * written again without Connection and Keep-Alive, because the client's
  * connection is ours to keep or close; its body is relayed byte for byte,
  * as it arrives, and parsed only to find where it ends, so that the
@@ -82,13 +84,43 @@ static const char *const x_state_names[X_ENTRIES] = {
 	[X_DONE] = "done",
 };
 
+/*
+ * One stream to an agent's kube-api service, bound to one client
+ * connection: the stream's handler argument.  It outlives the exchange
+ * that opened it when the answer leaves the upstream connection fit for
+ * another request: it is then parked on the client's connection
+ * (proxy_set_parked) and the next request of that connection for the same
+ * cluster and principal adopts it.  The flow-control accounting of the
+ * answer bytes in the client's output lives here, so bytes still queued
+ * when an exchange ends are credited as they leave.
+ */
+struct k8s_link {
+	struct mux_stream *s;         /* NULL once ended */
+	struct k8s_exchange *x;       /* the exchange using it; NULL when parked */
+	struct hconn *h;              /* the client */
+	struct evbuffer *out;         /* the client's output */
+	struct evbuffer_cb_entry *out_cb;
+	size_t out_skip;              /* bytes in the output that carry no credit */
+	size_t uncredited;            /* answer bytes in the output */
+	int fin;                      /* the agent sent FIN */
+	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
+};
+
 struct k8s_exchange {
 	struct gateway *gw;
 	struct hconn *h;              /* the client; NULL once ended */
 	struct mux_stream *agent;     /* NULL once ended */
+	struct k8s_link *link;        /* agent's link; NULL once ended */
 	enum x_state state;
 	struct evbuffer *to_agent;    /* request bytes without credit yet */
-	struct evbuffer_cb_entry *out_cb;
+	struct evbuffer *req_copy;    /* the request again, for one retry */
+	int adopted;                  /* on a parked stream */
+	int retried;
+	int upgrade_req;              /* the request asks for an upgrade */
+	int has_body;
+	int keep_up;                  /* sent without Connection: close */
+	int reusable;                 /* the answer leaves the stream fit */
+	int no_reuse;                 /* bytes past the answer */
 	int body_chunked;             /* encode the request body in chunks */
 	int in_paused;                /* the server stopped reading for us */
 	int head_method;              /* HEAD: the answer has no body */
@@ -102,8 +134,6 @@ struct k8s_exchange {
 	int rp_paused;                /* paused at the end of a head */
 	int msg_complete;
 	int close_after;              /* close the client after this answer */
-	size_t out_skip;              /* bytes in the output that carry no credit */
-	size_t uncredited;            /* answer bytes in the output */
 
 	int status;                   /* answered status, for the audit */
 	uint64_t up, down;
@@ -208,11 +238,44 @@ x_audit(const struct k8s_exchange *x)
 
 /* Stops watching the client's output and lets go of the agent's stream. */
 static void
+link_free(struct k8s_link *l, const char *reset_code)
+{
+	if (l->out_cb != NULL)
+		evbuffer_remove_cb_entry(l->out, l->out_cb);
+	if (l->s != NULL)
+		mux_stream_reset(l->s, reset_code);
+	free(l);
+}
+
+/* A parked stream ends (or is dropped): off the client's connection. */
+static void
+link_drop(struct k8s_link *l, const char *reset_code)
+{
+	if (l->h != NULL && proxy_parked(l->h) == l)
+		proxy_set_parked(l->h, NULL);
+	link_free(l, reset_code);
+}
+
+void
+k8s_parked_gone(struct k8s_link *l)
+{
+	debug("k8s: client gone, idle stream to node %s reset", l->node);
+	l->h = NULL;
+	link_free(l, "client_gone");
+}
+
+static void
 x_detach(struct k8s_exchange *x, const char *reset_code)
 {
-	if (x->out_cb != NULL && x->h != NULL)
-		evbuffer_remove_cb_entry(proxy_output(x->h), x->out_cb);
-	x->out_cb = NULL;
+	struct k8s_link *l = x->link;
+
+	if (l != NULL) {
+		x->link = NULL;
+		l->x = NULL;
+		l->s = x->agent;
+		x->agent = NULL;
+		link_free(l, reset_code);
+	}
 	if (x->agent != NULL) {
 		mux_stream_reset(x->agent, reset_code);
 		x->agent = NULL;
@@ -224,6 +287,8 @@ x_free(struct k8s_exchange *x)
 {
 	x_audit(x);
 	evbuffer_free(x->to_agent);
+	if (x->req_copy != NULL)
+		evbuffer_free(x->req_copy);
 	evbuffer_free(x->rhdrs);
 	evbuffer_free(x->rreason);
 	free(x);
@@ -253,12 +318,35 @@ x_fail(struct k8s_exchange *x, int code, const char *message)
 }
 
 /* The answer is complete (or, raw, one side ended). */
+/* The upstream connection may carry the next request: park the stream on
+ * the client's connection.  Returns 1 if parked. */
+static int
+x_park(struct k8s_exchange *x)
+{
+	struct k8s_link *l = x->link;
+	struct hconn *h = x->h;
+
+	if (l == NULL || h == NULL || x->agent == NULL || l->s != x->agent ||
+	    l->fin || x->state != X_DONE || !x->reusable || x->no_reuse ||
+	    x->upgrade_req || !x->keep_up || x->close_after ||
+	    !proxy_request_done(h) || !proxy_keep_alive(h) ||
+	    evbuffer_get_length(x->to_agent) != 0 || x->body_chunked ||
+	    proxy_parked(h) != NULL)
+		return 0;
+	x->link = NULL;
+	x->agent = NULL;
+	l->x = NULL;
+	proxy_set_parked(h, l);
+	return 1;
+}
+
 static void
 x_finish(struct k8s_exchange *x)
 {
 	struct hconn *h = x->h;
 
-	x_detach(x, "closed");
+	if (!x_park(x))
+		x_detach(x, "closed");
 	x->h = NULL;
 	if (h != NULL)
 		proxy_finish(h, !x->close_after);
@@ -359,18 +447,18 @@ k8s_client_gone(struct k8s_exchange *x)
 static void
 out_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
-	struct k8s_exchange *x = arg;
+	struct k8s_link *l = arg;
 	size_t n = info->n_deleted, skip, credit;
 
 	if (n == 0)
 		return;
-	skip = n < x->out_skip ? n : x->out_skip;
-	x->out_skip -= skip;
+	skip = n < l->out_skip ? n : l->out_skip;
+	l->out_skip -= skip;
 	n -= skip;
-	credit = n < x->uncredited ? n : x->uncredited;
-	x->uncredited -= credit;
-	if (credit > 0 && x->agent != NULL)
-		mux_stream_drained(x->agent, credit);
+	credit = n < l->uncredited ? n : l->uncredited;
+	l->uncredited -= credit;
+	if (credit > 0 && l->s != NULL)
+		mux_stream_drained(l->s, credit);
 }
 
 static void
@@ -381,7 +469,8 @@ to_client(struct k8s_exchange *x, const uint8_t *data, size_t len)
 		warn("k8s %s: out of memory relaying an answer", proxy_peer(x->h));
 		return;
 	}
-	x->uncredited += len;
+	if (x->link != NULL)
+		x->link->uncredited += len;
 	x->down += len;
 }
 
@@ -517,9 +606,13 @@ emit_head(struct k8s_exchange *x)
 	if (reason == NULL || p == NULL)
 		return -1;
 	end = p + hlen;
-	if (!info1xx)
+	if (!info1xx) {
 		x->close_after = sw || !proxy_keep_alive(x->h) ||
 		    (!x->msg_complete && needs_eof(x));
+		x->reusable = !sw && x->rp.http_major == 1 &&
+		    x->rp.http_minor >= 1 && http_should_keep_alive(&x->rp) &&
+		    !needs_eof(x);
+	}
 	before = evbuffer_get_length(out);
 	r |= evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason) < 0;
 	while (p < end) {
@@ -535,7 +628,8 @@ emit_head(struct k8s_exchange *x)
 	if (!sw && !info1xx && x->close_after)
 		r |= evbuffer_add(out, "Connection: close\r\n", 19);
 	r |= evbuffer_add(out, "\r\n", 2);
-	x->out_skip += evbuffer_get_length(out) - before;
+	if (x->link != NULL)
+		x->link->out_skip += evbuffer_get_length(out) - before;
 	x->down += evbuffer_get_length(out) - before;
 	if (!info1xx)
 		x->status = status;
@@ -614,6 +708,8 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 		len -= n;
 	}
 	/* Past the end of the answer: nothing more is relayed. */
+	if (len > 0)
+		x->no_reuse = 1;
 	credit_now += len;
 	if (credit_now > 0 && x->agent != NULL)
 		mux_stream_drained(x->agent, credit_now);
@@ -627,6 +723,8 @@ malformed:
 }
 
 /* ---- the agent's stream ---- */
+
+static int x_retry(struct k8s_exchange *x);
 
 static void
 agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
@@ -680,6 +778,8 @@ agent_fin(struct mux_stream *s, void *arg)
 	case X_DONE:
 		return;
 	default:
+		if (x_retry(x) == 0)
+			return;
 		snprintf(msg, sizeof(msg), "the %s service of node %s closed the "
 		    "connection %s", K8S_SERVICE, x->node, x->head_bytes == 0 ?
 		    "without answering" : "in the middle of its answer head");
@@ -699,17 +799,157 @@ agent_close(struct mux_stream *s, const char *code, void *arg)
 		x_finish(x);
 		return;
 	}
+	if (x_retry(x) == 0)
+		return;
 	snprintf(msg, sizeof(msg), "the stream to node %s ended: %s", x->node, code);
 	x_fail(x, 502, msg);
 }
 
-static const struct mux_stream_handlers agent_handlers = {
-	.on_opened = agent_opened,
-	.on_data = agent_data,
-	.on_writable = agent_writable,
-	.on_fin = agent_fin,
-	.on_close = agent_close,
+/* The stream's handlers: to its exchange, or, parked, the stream is
+ * dropped at the first sign of life (upstream idle timeout, agent gone). */
+static void
+link_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
+    void *arg)
+{
+	struct k8s_link *l = arg;
+
+	if (!ok)
+		l->s = NULL;
+	if (l->x != NULL)
+		agent_opened(s, ok, code, reason, l->x);
+	else if (!ok)
+		link_drop(l, "closed");
+}
+
+static void
+link_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
+{
+	struct k8s_link *l = arg;
+
+	if (l->x != NULL) {
+		agent_data(s, data, len, l->x);
+		return;
+	}
+	debug("k8s: idle stream to node %s got %zu bytes: dropped", l->node, len);
+	link_drop(l, "closed");
+}
+
+static void
+link_writable(struct mux_stream *s, void *arg)
+{
+	struct k8s_link *l = arg;
+
+	if (l->x != NULL)
+		agent_writable(s, l->x);
+}
+
+static void
+link_fin(struct mux_stream *s, void *arg)
+{
+	struct k8s_link *l = arg;
+
+	l->fin = 1;
+	if (l->x != NULL)
+		agent_fin(s, l->x);
+	else
+		link_drop(l, "closed");
+}
+
+static void
+link_close(struct mux_stream *s, const char *code, void *arg)
+{
+	struct k8s_link *l = arg;
+
+	l->s = NULL;
+	if (l->x != NULL)
+		agent_close(s, code, l->x);
+	else
+		link_drop(l, code);
+}
+
+static const struct mux_stream_handlers link_handlers = {
+	.on_opened = link_opened,
+	.on_data = link_data,
+	.on_writable = link_writable,
+	.on_fin = link_fin,
+	.on_close = link_close,
 };
+
+/* A new stream for x to the agent of session, bound to client h (the
+ * exchange's output accounting starts there).  Returns 0, or -1 with err. */
+static int
+x_open(struct k8s_exchange *x, struct session *agent, struct hconn *h,
+    char *err, size_t errlen)
+{
+	struct k8s_link *l = calloc(1, sizeof(*l));
+
+	if (l == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	l->x = x;
+	l->h = h;
+	l->out = proxy_output(h);
+	snprintf(l->principal, sizeof(l->principal), "%s", x->principal);
+	snprintf(l->cluster, sizeof(l->cluster), "%s", x->cluster);
+	snprintf(l->node, sizeof(l->node), "%s", session_node(agent));
+	l->out_cb = evbuffer_add_cb(l->out, out_drained, l);
+	if (l->out_cb == NULL) {
+		free(l);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	l->s = session_open_stream(agent, NULL, K8S_SERVICE, &link_handlers, l,
+	    err, errlen);
+	if (l->s == NULL) {
+		link_free(l, "closed");
+		return -1;
+	}
+	x->link = l;
+	x->agent = l->s;
+	snprintf(x->node, sizeof(x->node), "%s", l->node);
+	return 0;
+}
+
+/* A request written to a parked stream met an upstream that closed before
+ * answering (it timed the idle connection out meanwhile): once, and only
+ * for a request without a body whose method is idempotent, on a new
+ * stream.  Returns 0 if retried. */
+static int
+x_retry(struct k8s_exchange *x)
+{
+	struct hconn *h = x->h;
+	struct session *agent;
+	char err[512];
+	int connected = 0;
+
+	if (!x->adopted || x->retried || x->req_copy == NULL || h == NULL ||
+	    x->state != X_HEAD || x->head_bytes != 0)
+		return -1;
+	x_detach(x, "closed");
+	x->retried = 1;
+	x->adopted = 0;
+	agent = hub_pick(x->gw->hub, x->cluster, NULL, &connected);
+	if (agent == NULL)
+		return -1;
+	debug("k8s %s: idle stream closed under %s %s: retried on a new one",
+	    proxy_peer(h), x->method, x->path);
+	evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent));
+	if (evbuffer_add_buffer(x->to_agent, x->req_copy) != 0)
+		return -1;
+	http_parser_init(&x->rp, HTTP_RESPONSE);
+	x->rp.data = x;
+	evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs));
+	evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason));
+	x->rh_state = 0;
+	x->rp_paused = 0;
+	x->msg_complete = 0;
+	x->up = 0;
+	x->state = X_OPENING;
+	if (x_open(x, agent, h, err, sizeof(err)) != 0)
+		return -1;
+	return 0;
+}
 
 /* ---- the upstream request ---- */
 
@@ -771,6 +1011,9 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		if (value >= end)
 			break;
 		p = value + strlen(value) + 1;
+		if (strcasecmp(name, "Content-Length") == 0 &&
+		    strspn(value, "0 \t") != strlen(value))
+			x->has_body = 1;
 		if (request_header_dropped(name, rq->connection))
 			continue;
 		r |= evbuffer_add_printf(b, "%s: ", name) < 0;
@@ -787,7 +1030,7 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		r |= evbuffer_add(b, "Upgrade: ", 9);
 		r |= add_value(b, rq->upgrade);
 		r |= evbuffer_add(b, "\r\nConnection: Upgrade\r\n", 23);
-	} else
+	} else if (!x->keep_up)
 		r |= evbuffer_add(b, "Connection: close\r\n", 19);
 	if (rq->body_chunked)
 		r |= evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
@@ -825,6 +1068,10 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	x->rp.data = x;
 	x->head_method = strcmp(rq->method, "HEAD") == 0;
 	x->body_chunked = rq->body_chunked;
+	x->has_body = rq->body_chunked;
+	x->upgrade_req = rq->upgrade[0] != '\0' &&
+	    http_token_list_has(rq->connection, "upgrade");
+	x->keep_up = !x->upgrade_req && rq->keep_alive && proxy_keep_alive(h);
 	snprintf(x->method, sizeof(x->method), "%s", rq->method);
 	return x;
 }
@@ -850,6 +1097,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	const char *seg, *rest;
 	struct store_cluster c;
 	struct k8s_exchange *x;
+	struct k8s_link *parked;
 	struct session *agent;
 	size_t n;
 	int status, connected = 0;
@@ -894,8 +1142,21 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		refuse(h, rq, principal, cluster, 404, err);
 		return NULL;
 	}
-	agent = hub_pick(gw->hub, cluster, NULL, &connected);
-	if (agent == NULL) {
+	/* A stream parked on this connection by its last request: the same
+	 * cluster and principal reuse it, anything else drops it. */
+	parked = proxy_parked(h);
+	if (parked != NULL) {
+		proxy_set_parked(h, NULL);
+		if (parked->s == NULL || parked->fin ||
+		    strcmp(parked->cluster, cluster) != 0 ||
+		    strcmp(parked->principal, principal) != 0) {
+			link_free(parked, "closed");
+			parked = NULL;
+		}
+	}
+	agent = NULL;
+	if (parked == NULL &&
+	    (agent = hub_pick(gw->hub, cluster, NULL, &connected)) == NULL) {
 		snprintf(err, sizeof(err), "no %sagent of cluster %s is connected",
 		    connected ? "active " : "", cluster);
 		refuse(h, rq, principal, cluster, 503, err);
@@ -903,35 +1164,51 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	}
 	x = x_new(gw, h, rq);
 	if (x == NULL) {
+		if (parked != NULL)
+			link_free(parked, "closed");
 		refuse(h, rq, principal, cluster, 500, "out of memory");
 		return NULL;
 	}
 	x->h = NULL;             /* not the exchange's until the stream opens */
 	snprintf(x->principal, sizeof(x->principal), "%s", principal);
 	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
-	snprintf(x->node, sizeof(x->node), "%s", session_node(agent));
+	snprintf(x->node, sizeof(x->node), "%s",
+	    parked != NULL ? parked->node : session_node(agent));
 	log_safe(x->path, sizeof(x->path), rest, strcspn(rest, "?"));
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
 	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {
+		if (parked != NULL)
+			link_free(parked, "closed");
 		x->status = 500;
 		reply_status(h, 500, "out of memory");
 		x_free(x);
 		return NULL;
 	}
-	x->agent = session_open_stream(agent, NULL, K8S_SERVICE, &agent_handlers, x,
-	    err, sizeof(err));
-	if (x->agent == NULL) {
+	if (parked != NULL) {
+		size_t len = evbuffer_get_length(x->to_agent);
+
+		if (!x->has_body && (strcmp(rq->method, "GET") == 0 ||
+		    strcmp(rq->method, "HEAD") == 0 ||
+		    strcmp(rq->method, "OPTIONS") == 0) &&
+		    (x->req_copy = evbuffer_new()) != NULL &&
+		    evbuffer_add(x->req_copy, evbuffer_pullup(x->to_agent,
+		    (ssize_t)len), len) != 0) {
+			evbuffer_free(x->req_copy);
+			x->req_copy = NULL;
+		}
+		x->link = parked;
+		parked->x = x;
+		x->agent = parked->s;
+		x->adopted = 1;
+		x->state = X_HEAD;
+		x->h = h;
+		flush_up(x);
+		return x;
+	}
+	if (x_open(x, agent, h, err, sizeof(err)) != 0) {
 		x->status = 503;
 		reply_status(h, 503, err);
-		x_free(x);
-		return NULL;
-	}
-	x->out_cb = evbuffer_add_cb(proxy_output(h), out_drained, x);
-	if (x->out_cb == NULL) {
-		x_detach(x, "closed");
-		x->status = 500;
-		reply_status(h, 500, "out of memory");
 		x_free(x);
 		return NULL;
 	}

@@ -1,6 +1,7 @@
 /*
  * k8s.h: /k8s/clusters/ID/<rest>: HTTP requests passed through an agent's
- * tunnel to its "kube-api" service, one request per stream, so that
+ * tunnel to its "kube-api" service, a stream reused by the requests of one
+ * client connection, so that
  * kubectl works with the kubeconfig `tetherctl kubeconfig` issues
  * (docs/0007-k8s-proxy.md).
  *
@@ -49,6 +50,10 @@ int k8s_wants_body(struct k8s_exchange *x);
 /* After a 101: takes what it can of in.  Returns 0 if it took everything,
  * 1 if it is full (proxy_resume_input follows). */
 int k8s_raw_input(struct k8s_exchange *x, struct evbuffer *in);
+/* The client's connection, with an idle agent stream parked on it, ends:
+ * the stream is reset. */
+struct k8s_link;
+void k8s_parked_gone(struct k8s_link *l);
 /* The client's connection is gone (freed by the server after this). */
 void k8s_client_gone(struct k8s_exchange *x);
 

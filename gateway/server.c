@@ -125,6 +125,7 @@ struct hconn {
 	int proxy_req_done;               /* the proxied request was read whole */
 	int proxy_raw;                    /* after a 101: input is raw bytes */
 	int proxy_keep;                   /* the client allows keep-alive */
+	struct k8s_link *parked;          /* an idle agent stream (k8s.c) */
 	char ws_accept[WS_ACCEPT_LEN + 1];
 	char peer[PEER_MAX];
 };
@@ -160,6 +161,12 @@ static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
+	if (h->parked != NULL) {
+		struct k8s_link *l = h->parked;
+
+		h->parked = NULL;
+		k8s_parked_gone(l);
+	}
 	if (h->proxy != NULL) {
 		struct k8s_exchange *x = h->proxy;
 
@@ -694,6 +701,18 @@ int
 proxy_request_done(const struct hconn *h)
 {
 	return h->proxy_req_done;
+}
+
+struct k8s_link *
+proxy_parked(struct hconn *h)
+{
+	return h->parked;
+}
+
+void
+proxy_set_parked(struct hconn *h, struct k8s_link *l)
+{
+	h->parked = l;
 }
 
 int

@@ -88,6 +88,12 @@ int proxy_request_done(const struct hconn *h);
 /* 1 if the connection may carry another request after this answer, as
  * far as the client and the gateway are concerned. */
 int proxy_keep_alive(const struct hconn *h);
+/* An agent stream left idle between requests of this connection, owned
+ * by k8s.c (NULL if none); the server hands it to k8s_parked_gone when the
+ * connection ends. */
+struct k8s_link;
+struct k8s_link *proxy_parked(struct hconn *h);
+void proxy_set_parked(struct hconn *h, struct k8s_link *l);
 /* The exchange takes input again (body, or raw bytes after a 101). */
 void proxy_resume_input(struct hconn *h);
 /* After a 101: input from now on goes to k8s_raw_input as it arrives. */
