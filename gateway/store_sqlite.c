@@ -695,23 +695,34 @@ fail:
 	return STORE_ERR;
 }
 
-/* Runs a prepared query for at most one cluster row. */
+/* Steps a prepared query for at most one row of any kind: STORE_OK with
+ * *out filled, STORE_NOTFOUND, or STORE_ERR with err. */
 static int
-step_cluster(struct store *s, sqlite3_stmt *st, struct store_cluster *out,
-    char *err, size_t errlen)
+step_row(struct store *s, sqlite3_stmt *st, row_reader *read_row, const char *what,
+    void *out, char *err, size_t errlen)
 {
+	char action[64];
+
 	switch (sqlite3_step(st)) {
 	case SQLITE_ROW:
-		if (read_cluster(st, out) == -1) {
-			snprintf(err, errlen, "malformed cluster row");
+		if (read_row(st, out) == -1) {
+			snprintf(err, errlen, "malformed %s row", what);
 			return STORE_ERR;
 		}
 		return STORE_OK;
 	case SQLITE_DONE:
 		return STORE_NOTFOUND;
 	default:
-		return db_fail(s, "read cluster", err, errlen);
+		snprintf(action, sizeof(action), "read %s", what);
+		return db_fail(s, action, err, errlen);
 	}
+}
+
+static int
+step_cluster(struct store *s, sqlite3_stmt *st, struct store_cluster *out,
+    char *err, size_t errlen)
+{
+	return step_row(s, st, read_cluster_row, "cluster", out, err, errlen);
 }
 
 int
@@ -1266,23 +1277,11 @@ read_agent_row(sqlite3_stmt *st, void *out)
 	return read_agent(st, out);
 }
 
-/* Steps a prepared query for at most one agent row. */
 static int
 step_agent(struct store *s, sqlite3_stmt *st, struct store_agent *out,
     char *err, size_t errlen)
 {
-	switch (sqlite3_step(st)) {
-	case SQLITE_ROW:
-		if (read_agent(st, out) == -1) {
-			snprintf(err, errlen, "malformed agent row");
-			return STORE_ERR;
-		}
-		return STORE_OK;
-	case SQLITE_DONE:
-		return STORE_NOTFOUND;
-	default:
-		return db_fail(s, "read agent", err, errlen);
-	}
+	return step_row(s, st, read_agent_row, "agent", out, err, errlen);
 }
 
 static int
