@@ -170,3 +170,28 @@ assert_mode() { # assert_mode FILE MODE
 	m=$(stat -c %a "$1")
 	[ "$m" = "$2" ] || fail "$1 has mode $m, want $2"
 }
+
+# nginx_start NAME LINES: a private nginx (package nginx-light) in the
+# foreground, every file it writes under $T, with LINES inside its http {}
+# block (servers, log formats).  The PID joins PIDS; wait for its port.
+nginx_start() {
+	local name=$1 lines=$2
+	cat >"$T/$name.conf" <<CONF
+daemon off;
+pid $T/$name.pid;
+error_log $T/$name-error.log;
+events { worker_connections 64; }
+http {
+    default_type application/json;
+    client_body_temp_path $T/$name-body;
+    proxy_temp_path $T/$name-proxy;
+    fastcgi_temp_path $T/$name-fastcgi;
+    uwsgi_temp_path $T/$name-uwsgi;
+    scgi_temp_path $T/$name-scgi;
+$lines
+}
+CONF
+	chmod 755 "$T"   # nginx's workers do not run as root
+	nginx -c "$T/$name.conf" -p "$T" &
+	PIDS+=($!)
+}

@@ -20,27 +20,12 @@ printf '{"major":"1","minor":"28","gitVersion":"v1.28.0-tether-test"}\n' >"$T/ww
 $py -c 'import json; print(json.dumps({"kind":"PodList","apiVersion":"v1","metadata":{},
   "items":[{"metadata":{"name":"pod-%d" % i,"namespace":"default"}} for i in range(200)]}))' \
 	>"$T/www/api/v1/namespaces/default/pods"
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-pid $T/nginx.pid;
-error_log $T/nginx-error.log;
-events { worker_connections 64; }
-http {
-    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization" imp="\$http_impersonate_user"';
+nginx_start nginx "
+    log_format auth '\$request_method \$request_uri \$status auth=\"\$http_authorization\" imp=\"\$http_impersonate_user\"';
     access_log $T/nginx-access.log auth;
     log_format conn '\$connection \$request_uri';
     access_log $T/nginx-conn.log conn;
-    default_type application/json;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
-    server { listen 127.0.0.1:$web_port; root $T/www; }
-}
-CONF
-nginx -c "$T/nginx.conf" -p "$T" &
-PIDS+=($!)
+    server { listen 127.0.0.1:$web_port; root $T/www; }"
 
 # --- a python upstream: streaming answers, upgrades, request echo ---
 $py "$TETHER_SRC/tests/integration/k8s_upstream.py" "$T/py.port" &
@@ -173,26 +158,11 @@ openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
 printf 'subjectAltName=IP:127.0.0.1\n' >"$T/up.ext"
 openssl x509 -req -in "$T/up.csr" -CA "$T/upca.crt" -CAkey "$T/upca.key" -CAcreateserial \
 	-days 1 -extfile "$T/up.ext" -out "$T/up.crt" 2>/dev/null
-cat >"$T/nginx-tls.conf" <<CONF
-daemon off;
-pid $T/nginx-tls.pid;
-error_log $T/nginx-tls-error.log;
-events { worker_connections 64; }
-http {
-    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization"';
+nginx_start nginx-tls "
+    log_format auth '\$request_method \$request_uri \$status auth=\"\$http_authorization\"';
     access_log $T/nginx-access.log auth;
-    default_type application/json;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
     server { listen 127.0.0.1:$tls_port ssl; ssl_certificate $T/up.crt;
-             ssl_certificate_key $T/up.key; root $T/www; }
-}
-CONF
-nginx -c "$T/nginx-tls.conf" -p "$T" &
-PIDS+=($!)
+             ssl_certificate_key $T/up.key; root $T/www; }"
 cid4=$(cluster_create k8s-tls)
 cid5=$(cluster_create k8s-tls-untrusted)
 ctl token create --cluster "$cid4" >"$T/join4.json"

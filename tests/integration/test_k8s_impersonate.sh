@@ -4,30 +4,14 @@
 # Impersonate-* headers); admin tokens add none.
 source "$(dirname "$0")/lib.sh"
 KUBECTL=$(command -v kubectl) || fail "kubectl is not installed (config/setup.sh installs it)"
-chmod 755 "$T"   # nginx workers read $T/www
 
 web_port=$(free_port)
 mkdir -p "$T/www"
 printf '{"major":"1","minor":"28","gitVersion":"v1.28.0-tether-test"}\n' >"$T/www/version"
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-pid $T/nginx.pid;
-error_log $T/nginx-error.log;
-events { worker_connections 64; }
-http {
-    log_format imp '\$request_method \$request_uri \$status imp="\$http_impersonate_user" grp="\$http_impersonate_group"';
+nginx_start nginx "
+    log_format imp '\$request_method \$request_uri \$status imp=\"\$http_impersonate_user\" grp=\"\$http_impersonate_group\"';
     access_log $T/nginx-access.log imp;
-    default_type application/json;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
-    server { listen 127.0.0.1:$web_port; root $T/www; }
-}
-CONF
-nginx -c "$T/nginx.conf" -p "$T" &
-PIDS+=($!)
+    server { listen 127.0.0.1:$web_port; root $T/www; }"
 
 gateway_init
 gateway_start --impersonate

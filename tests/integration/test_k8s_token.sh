@@ -17,25 +17,10 @@ NODE_TOKEN=node-secret-123
 # --- an nginx serving /version, logging the Authorization header ---
 mkdir -p "$T/www"
 printf '{"major":"1","minor":"28","gitVersion":"v1.28.0-tether-token"}\n' >"$T/www/version"
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-pid $T/nginx.pid;
-error_log $T/nginx-error.log;
-events { worker_connections 64; }
-http {
-    log_format auth '\$request_method \$request_uri \$status auth="\$http_authorization"';
+nginx_start nginx "
+    log_format auth '\$request_method \$request_uri \$status auth=\"\$http_authorization\"';
     access_log $T/nginx-access.log auth;
-    default_type application/json;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
-    server { listen 127.0.0.1:$web_port; root $T/www; }
-}
-CONF
-nginx -c "$T/nginx.conf" -p "$T" &
-PIDS+=($!)
+    server { listen 127.0.0.1:$web_port; root $T/www; }"
 
 # --- a python upstream that echoes the request (headers, body length) ---
 $py "$TETHER_SRC/tests/integration/k8s_upstream.py" "$T/py.port" &

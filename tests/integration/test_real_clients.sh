@@ -41,23 +41,9 @@ on_cleanup stop_pg
 # --- a private nginx with one static file ---
 mkdir -p "$T/www"
 head -c 300000 /dev/urandom | base64 >"$T/www/index.html"
-cat >"$T/nginx.conf" <<CONF
-daemon off;
-pid $T/nginx.pid;
-error_log $T/nginx-error.log;
-events { worker_connections 64; }
-http {
+nginx_start nginx "
     access_log $T/nginx-access.log;
-    client_body_temp_path $T/nginx-body;
-    proxy_temp_path $T/nginx-proxy;
-    fastcgi_temp_path $T/nginx-fastcgi;
-    uwsgi_temp_path $T/nginx-uwsgi;
-    scgi_temp_path $T/nginx-scgi;
-    server { listen 127.0.0.1:$web_port; root $T/www; }
-}
-CONF
-nginx -c "$T/nginx.conf" -p "$T" &
-PIDS+=($!)
+    server { listen 127.0.0.1:$web_port; root $T/www; }"
 
 gateway_init
 gateway_start
