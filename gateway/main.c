@@ -27,6 +27,7 @@
 #include "hub.h"
 #include "log.h"
 #include "runtime.h"
+#include "serve_options.h"
 #include "server.h"
 #include "session.h"
 #include "store.h"
@@ -34,12 +35,10 @@
 
 #define MAX_HOSTNAMES 16
 #define SHUTDOWN_GRACE_MS 2000
-/* Long options without a one-letter code. */
-#define OPT_HTTP_TIMEOUT 1000
 
-static const char usage_text[] =
+static const char usage_head[] =
 "usage: tether-gateway init  --data-dir DIR [--hostname NAME]... [--url URL]\n"
-"       tether-gateway serve --data-dir DIR [--listen HOST:PORT] [--store URL] [options]\n"
+"       tether-gateway serve --data-dir DIR [--config FILE] [options]\n"
 "       tether-gateway --help | --version\n"
 "\n"
 "Tether's gateway: agents on nodes behind NAT dial in over one authenticated\n"
@@ -51,30 +50,23 @@ static const char usage_text[] =
 "       join documents and kubeconfigs carry (default https://127.0.0.1:8443).\n"
 "       Prints the CA checksum nodes pin.  Refuses (exit 1) if DIR is initialised.\n"
 "\n"
-"serve  serves HTTPS and the agent tunnels on one port.\n"
-"       --listen HOST:PORT          default 0.0.0.0:8443 (port 0: any free port)\n"
-"       --store URL                 default sqlite://DIR/tether.db\n"
-"       --handshake-timeout MS      tunnel handshake deadline (default 10000)\n"
-"       --max-handshakes N          unauthenticated tunnels at once (default 256)\n"
-"       --max-frame-size BYTES      largest tunnel frame (default 1048576)\n"
-"       --max-queue BYTES           bytes queued to one agent (default 8388608)\n"
-"       --verify-timeout MS         verification round trip deadline (default 10000)\n"
-"       --max-clock-skew SECONDS    allowed agent clock skew (default 60)\n"
-"       --http-timeout MS           TLS handshake plus one HTTP request, or an idle\n"
-"                                   keep-alive connection, must not take longer\n"
-"                                   (default 20000)\n"
-"       --stream-window BYTES       flow-control window per stream (default 1048576)\n"
-"       --impersonate               /k8s requests carry Impersonate-User: <gateway user>\n"
-"                                   (off by default; clients' Impersonate-* are always dropped)\n"
-"       --max-streams N             streams per agent tunnel (default 1024)\n"
-"       --stream-budget BYTES       all streams' windows together (default 268435456)\n"
-"       --log-level LEVEL           debug, info, warn, error (default info)\n"
-"       SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n"
+"serve  serves HTTPS and the agent tunnels on one port (below).\n"
+"\n";
+
+static const char usage_tail[] =
 "\n"
 "Example:\n"
 "  tether-gateway init --data-dir /var/lib/tether --hostname gw.example --url https://gw.example:8443\n"
 "  tether-gateway serve --data-dir /var/lib/tether\n"
 "  tetherctl --token-file /var/lib/tether/admin.token --cacert /var/lib/tether/ca.crt cluster list\n";
+
+static void
+usage(void)
+{
+	fputs(usage_head, stdout);
+	opts_help(&serve_command, stdout);
+	fputs(usage_tail, stdout);
+}
 
 int64_t
 gateway_now(void)
@@ -98,22 +90,6 @@ usage_error(const char *fmt, const char *arg)
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, "\nRun 'tether-gateway --help' for usage.\n");
 	exit(2);
-}
-
-static uint32_t
-parse_u32(const char *flag, const char *s, uint32_t min, uint32_t max)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
-		fprintf(stderr, "tether-gateway: %s wants a number from %u to %u, got \"%s\"\n",
-		    flag, min, max, s);
-		exit(2);
-	}
-	return (uint32_t)v;
 }
 
 /* ---- init ---- */
@@ -219,7 +195,7 @@ cmd_init(int argc, char **argv)
 				usage_error("at most 16 --hostname flags%s", "");
 			hostnames[nhost++] = optarg;
 			break;
-		case 'h': fputs(usage_text, stdout); return 0;
+		case 'h': usage(); return 0;
 		default: usage_error("init: unknown flag%s", "");
 		}
 	}
@@ -296,23 +272,6 @@ load_config(struct gateway *gw, char *err, size_t errlen)
 	return ca_checksum_pem(gw->ca_pem, gw->ca_pem_len, gw->ca_checksum, err, errlen);
 }
 
-static int
-parse_listen(const char *s, char *host, size_t hostlen, int *port)
-{
-	const char *colon = strrchr(s, ':');
-	char *end;
-	long p;
-
-	if (colon == NULL || colon == s || (size_t)(colon - s) >= hostlen)
-		return -1;
-	p = strtol(colon + 1, &end, 10);
-	if (*end != '\0' || end == colon + 1 || p < 0 || p > 65535)
-		return -1;
-	snprintf(host, hostlen, "%.*s", (int)(colon - s), s);
-	*port = (int)p;
-	return 0;
-}
-
 struct shutdown_state {
 	struct gateway *gw;
 	struct event *poll;
@@ -358,64 +317,35 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 static int
 cmd_serve(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "data-dir", required_argument, NULL, 'd' },
-		{ "listen", required_argument, NULL, 'l' },
-		{ "store", required_argument, NULL, 's' },
-		{ "handshake-timeout", required_argument, NULL, 'T' },
-		{ "max-handshakes", required_argument, NULL, 'H' },
-		{ "max-frame-size", required_argument, NULL, 'F' },
-		{ "max-queue", required_argument, NULL, 'Q' },
-		{ "verify-timeout", required_argument, NULL, 'V' },
-		{ "max-clock-skew", required_argument, NULL, 'K' },
-		{ "http-timeout", required_argument, NULL, OPT_HTTP_TIMEOUT },
-		{ "log-level", required_argument, NULL, 'L' },
-		{ "stream-window", required_argument, NULL, 'W' },
-		{ "impersonate", no_argument, NULL, 'I' },
-		{ "max-streams", required_argument, NULL, 'S' },
-		{ "stream-budget", required_argument, NULL, 'B' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct gateway gw = { .limits = GATEWAY_DEFAULT_LIMITS, .mux_config = MUX_DEFAULT_CONFIG };
-	const char *dir = NULL, *listen = "0.0.0.0:8443", *store_url = NULL;
+	const char *dir, *store_url;
 	char host[256], err[512], default_store[PATH_MAX + 16];
 	struct event *sigterm = NULL, *sigint = NULL;
 	struct shutdown_state sd = { .gw = &gw };
-	enum log_level level = LOG_LEVEL_INFO;
-	int c, port, rc = 1;
+	struct opt_set o;
+	int port, rc = 1;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd': dir = optarg; break;
-		case 'l': listen = optarg; break;
-		case 's': store_url = optarg; break;
-		case 'T': gw.limits.handshake_timeout_ms = parse_u32("--handshake-timeout", optarg, 100, 600000); break;
-		case 'H': gw.limits.max_handshakes = parse_u32("--max-handshakes", optarg, 1, 1000000); break;
-		case 'F': gw.limits.max_frame_bytes = parse_u32("--max-frame-size", optarg, 4096, 64 << 20); break;
-		case 'Q': gw.limits.max_queue_bytes = parse_u32("--max-queue", optarg, 65536, 1u << 30); break;
-		case 'V': gw.limits.verify_timeout_ms = parse_u32("--verify-timeout", optarg, 100, 600000); break;
-		case 'K': gw.limits.max_clock_skew_s = parse_u32("--max-clock-skew", optarg, 1, 86400); break;
-		case OPT_HTTP_TIMEOUT: gw.limits.http_timeout_ms = parse_u32("--http-timeout", optarg, 100, 600000); break;
-		case 'I': gw.impersonate = 1; break;
-		case 'W': gw.mux_config.window = parse_u32("--stream-window", optarg, 4096, 64 << 20); break;
-		case 'S': gw.mux_config.max_streams = parse_u32("--max-streams", optarg, 1, 1000000); break;
-		case 'B': mux_set_process_budget(parse_u32("--stream-budget", optarg, 1 << 20, 4095u << 20)); break;
-		case 'L':
-			if (log_level_parse(optarg, &level) != 0)
-				usage_error("--log-level wants debug, info, warn or error, got \"%s\"", optarg);
-			break;
-		case 'h': fputs(usage_text, stdout); return 0;
-		default: usage_error("serve: unknown flag%s", "");
-		}
+	switch (opts_parse(&serve_command, argc, argv, &o)) {
+	case OPTS_OK: break;
+	case OPTS_HELP: return 0;
+	default: return 2;
 	}
-	if (optind != argc)
-		usage_error("serve: unexpected argument \"%s\"", argv[optind]);
-	if (dir == NULL)
-		usage_error("serve: --data-dir DIR is required%s", "");
-	if (parse_listen(listen, host, sizeof(host), &port) != 0)
-		usage_error("serve: --listen wants HOST:PORT, got \"%s\"", listen);
-	log_init("gateway", level);
+	dir = opts_str(&o, SERVE_OPT_DATA_DIR);
+	store_url = opts_str(&o, SERVE_OPT_STORE);
+	/* Checked by the table already. */
+	(void)serve_parse_listen(opts_str(&o, SERVE_OPT_LISTEN), host, sizeof(host), &port);
+	gw.limits.handshake_timeout_ms = opts_num(&o, SERVE_OPT_HANDSHAKE_TIMEOUT);
+	gw.limits.max_handshakes = opts_num(&o, SERVE_OPT_MAX_HANDSHAKES);
+	gw.limits.max_frame_bytes = opts_num(&o, SERVE_OPT_MAX_FRAME_SIZE);
+	gw.limits.max_queue_bytes = opts_num(&o, SERVE_OPT_MAX_QUEUE);
+	gw.limits.verify_timeout_ms = opts_num(&o, SERVE_OPT_VERIFY_TIMEOUT);
+	gw.limits.max_clock_skew_s = opts_num(&o, SERVE_OPT_MAX_CLOCK_SKEW);
+	gw.limits.http_timeout_ms = opts_num(&o, SERVE_OPT_HTTP_TIMEOUT);
+	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
+	gw.mux_config.window = opts_num(&o, SERVE_OPT_STREAM_WINDOW);
+	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);
+	mux_set_process_budget(opts_num(&o, SERVE_OPT_STREAM_BUDGET));
+	log_init("gateway", (enum log_level)opts_num(&o, SERVE_OPT_LOG_LEVEL));
 	gw.mux_config.odd_ids = 1;
 	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);
 	if (store_url == NULL) {
@@ -468,6 +398,7 @@ out:
 	hub_free(gw.hub);
 	store_close(gw.store);
 	free(gw.ca_pem);
+	opts_free(&o);
 	return rc;
 }
 
@@ -484,7 +415,7 @@ main(int argc, char **argv)
 		usage_error("a command is required: init or serve%s", "");
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
-		fputs(usage_text, stdout);
+		usage();
 		return 0;
 	}
 	if (strcmp(argv[1], "--version") == 0) {

@@ -15,6 +15,7 @@
 #include "agent.h"
 #include "join.h"
 #include "log.h"
+#include "run_options.h"
 #include "runtime.h"
 
 static void
@@ -34,8 +35,9 @@ usage(FILE *f)
 	    "        and write DIR.  --allow lists the only targets the gateway may\n"
 	    "        open (HOST:* for every port of HOST; none by default);\n"
 	    "        --service kube-api=https://HOST:PORT names the Kubernetes API.\n"
-	    "  run --state-dir DIR [--log-level debug|info|warn|error]\n"
+	    "  run --state-dir DIR [--config FILE] [options]\n"
 	    "        connect, register on first use, keep the tunnel up, serve streams\n"
+	    "        (`tether-client run --help` lists the options)\n"
 	    "  status --state-dir DIR\n"
 	    "        print {cluster, agent_id, state, connected, gateway_url, node}\n"
 	    "        as JSON\n"
@@ -57,26 +59,6 @@ usage(FILE *f)
 	    "  tether-client run --state-dir /var/lib/tether\n");
 }
 
-static void
-run_usage(void)
-{
-	fprintf(stdout,
-	    "usage: tether-client run --state-dir DIR [--log-level LEVEL]\n"
-	    "                         [--stream-window BYTES] [--max-streams N]\n"
-	    "                         [--dial-timeout MS]\n"
-	    "\n"
-	    "Connects to the gateway DIR was joined to, registers on first use\n"
-	    "(import token -> agent key), reconnects with backoff and serves the\n"
-	    "streams the gateway opens to allowed targets.  Stops on SIGINT or\n"
-	    "SIGTERM.  LEVEL: debug, info (default), warn, error.\n"
-	    "  --stream-window BYTES  credit granted per stream (default 1048576;\n"
-	    "                         bounds the memory a stream may hold here)\n"
-	    "  --max-streams N        streams served at once (default 1024)\n"
-	    "  --dial-timeout MS      connecting to a target (default 10000)\n"
-	    "\n"
-	    "exit: 0 after a signal; 1 not joined, refused or revoked; 2 bad usage.\n");
-}
-
 static int
 usage_error(const char *cmd, const char *fmt, const char *arg)
 {
@@ -88,82 +70,25 @@ usage_error(const char *cmd, const char *fmt, const char *arg)
 	return 2;
 }
 
-/* A decimal number within [min, max].  Returns 0 or -1. */
-static int
-parse_limit(const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int
 cmd_run(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "state-dir", required_argument, NULL, 'd' },
-		{ "log-level", required_argument, NULL, 'l' },
-		{ "stream-window", required_argument, NULL, 'w' },
-		{ "max-streams", required_argument, NULL, 'm' },
-		{ "dial-timeout", required_argument, NULL, 't' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct agent_options opt = AGENT_DEFAULT_OPTIONS;
-	enum log_level level = LOG_LEVEL_INFO;
-	const char *dir = NULL;
-	int c;
+	struct opt_set o;
+	int r;
 
-	opterr = 0;
-	optind = 0;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'd':
-			dir = optarg;
-			break;
-		case 'l':
-			if (log_level_parse(optarg, &level) == -1)
-				return usage_error("run", "--log-level %s: want debug, "
-				    "info, warn or error", optarg);
-			break;
-		case 'w':
-			if (parse_limit(optarg, 4096, 64u << 20, &opt.stream_window) != 0)
-				return usage_error("run", "--stream-window %s: want "
-				    "4096 to 67108864 bytes", optarg);
-			break;
-		case 'm':
-			if (parse_limit(optarg, 1, 1000000, &opt.max_streams) != 0)
-				return usage_error("run", "--max-streams %s: want 1 to "
-				    "1000000", optarg);
-			break;
-		case 't':
-			if (parse_limit(optarg, 100, 600000, &opt.dial_timeout_ms) != 0)
-				return usage_error("run", "--dial-timeout %s: want 100 "
-				    "to 600000 ms", optarg);
-			break;
-		case 'h':
-			run_usage();
-			return 0;
-		case ':':
-			return usage_error("run", "option %s needs a value",
-			    argv[optind - 1]);
-		default:
-			return usage_error("run", "unknown option %s",
-			    argv[optind - 1]);
-		}
+	switch (opts_parse(&run_command, argc, argv, &o)) {
+	case OPTS_OK: break;
+	case OPTS_HELP: return 0;
+	default: return 2;
 	}
-	if (optind < argc)
-		return usage_error("run", "unexpected argument %s", argv[optind]);
-	if (dir == NULL || dir[0] == '\0')
-		return usage_error("run", "%s is required", "--state-dir DIR");
-	log_init("client", level);
-	return agent_run(dir, &opt);
+	opt.stream_window = opts_num(&o, RUN_OPT_STREAM_WINDOW);
+	opt.max_streams = opts_num(&o, RUN_OPT_MAX_STREAMS);
+	opt.dial_timeout_ms = opts_num(&o, RUN_OPT_DIAL_TIMEOUT);
+	log_init("client", (enum log_level)opts_num(&o, RUN_OPT_LOG_LEVEL));
+	r = agent_run(opts_str(&o, RUN_OPT_STATE_DIR), &opt);
+	opts_free(&o);
+	return r;
 }
 
 /* Keys live in this process's memory: no core dumps. */

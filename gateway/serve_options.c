@@ -1,0 +1,111 @@
+/*
+ * serve_options.c: the table of `tether-gateway serve` settings (see
+ * serve_options.h).  Every row is a flag, a config key and a --help entry.
+ */
+#include "serve_options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+
+int
+serve_parse_listen(const char *s, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	char *end;
+	long p;
+
+	if (colon == NULL || colon == s || (size_t)(colon - s) >= hostlen)
+		return -1;
+	p = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || end == colon + 1 || p < 0 || p > 65535)
+		return -1;
+	snprintf(host, hostlen, "%.*s", (int)(colon - s), s);
+	*port = (int)p;
+	return 0;
+}
+
+static int
+check_listen(const char *v, char *why, size_t whylen)
+{
+	char host[256];
+	int port;
+
+	if (serve_parse_listen(v, host, sizeof(host), &port) == 0)
+		return 0;
+	snprintf(why, whylen, "wants HOST:PORT, got \"%s\"", v);
+	return -1;
+}
+
+static int
+check_store(const char *v, char *why, size_t whylen)
+{
+	if (strncmp(v, "sqlite://", 9) == 0 || strncmp(v, "postgresql://", 13) == 0 ||
+	    strncmp(v, "postgres://", 11) == 0)
+		return 0;
+	snprintf(why, whylen, "wants sqlite://PATH or postgresql://...");
+	return -1;
+}
+
+static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
+	[SERVE_OPT_DATA_DIR] = { .name = "data-dir", .type = OPT_STRING, .arg = "DIR",
+	    .help = "the directory 'tether-gateway init' made (CA, certificate, "
+	    "gateway.json, the SQLite store)", .required = 1 },
+	[SERVE_OPT_LISTEN] = { .name = "listen", .type = OPT_STRING, .arg = "HOST:PORT",
+	    .def = "0.0.0.0:8443", .check = check_listen,
+	    .help = "HTTPS and agent tunnels on one port (port 0: any free port)" },
+	[SERVE_OPT_STORE] = { .name = "store", .type = OPT_STRING, .arg = "URL",
+	    .def_help = "sqlite://DATA_DIR/tether.db", .check = check_store,
+	    .help = "the store: sqlite://PATH or postgresql://..." },
+	[SERVE_OPT_HANDSHAKE_TIMEOUT] = { .name = "handshake-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
+	    .help = "tunnel handshake deadline" },
+	[SERVE_OPT_MAX_HANDSHAKES] = { .name = "max-handshakes", .type = OPT_U32,
+	    .arg = "N", .def = "256", .min = 1, .max = 1000000,
+	    .help = "unauthenticated tunnels at once" },
+	[SERVE_OPT_MAX_FRAME_SIZE] = { .name = "max-frame-size", .type = OPT_U32,
+	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
+	    .help = "largest tunnel frame" },
+	[SERVE_OPT_MAX_QUEUE] = { .name = "max-queue", .type = OPT_U32,
+	    .arg = "BYTES", .def = "8388608", .min = 65536, .max = 1u << 30,
+	    .help = "bytes queued to one agent" },
+	[SERVE_OPT_VERIFY_TIMEOUT] = { .name = "verify-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
+	    .help = "verification round trip deadline" },
+	[SERVE_OPT_MAX_CLOCK_SKEW] = { .name = "max-clock-skew", .type = OPT_U32,
+	    .arg = "SECONDS", .def = "60", .min = 1, .max = 86400,
+	    .help = "allowed agent clock skew" },
+	[SERVE_OPT_HTTP_TIMEOUT] = { .name = "http-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "20000", .min = 100, .max = 600000,
+	    .help = "TLS handshake plus one HTTP request, or an idle keep-alive "
+	    "connection, must not take longer" },
+	[SERVE_OPT_STREAM_WINDOW] = { .name = "stream-window", .type = OPT_U32,
+	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
+	    .help = "flow-control window per stream" },
+	[SERVE_OPT_MAX_STREAMS] = { .name = "max-streams", .type = OPT_U32,
+	    .arg = "N", .def = "1024", .min = 1, .max = 1000000,
+	    .help = "streams per agent tunnel" },
+	[SERVE_OPT_STREAM_BUDGET] = { .name = "stream-budget", .type = OPT_U32,
+	    .arg = "BYTES", .def = "268435456", .min = 1u << 20, .max = 4095u << 20,
+	    .help = "all streams' windows together" },
+	[SERVE_OPT_IMPERSONATE] = { .name = "impersonate", .type = OPT_BOOL,
+	    .def = "false",
+	    .help = "/k8s requests carry Impersonate-User: <gateway user> (clients' "
+	    "Impersonate-* headers are always dropped)" },
+	[SERVE_OPT_LOG_LEVEL] = { .name = "log-level", .type = OPT_CHOICE,
+	    .arg = "LEVEL", .def = "info", .choices = log_levels,
+	    .help = "least severe level logged" },
+};
+
+const struct opt_command serve_command = {
+	.prog = "tether-gateway serve",
+	.synopsis = "usage: tether-gateway serve --data-dir DIR [--config FILE] [options]",
+	.about =
+	    "Serves HTTPS and the agent tunnels on one port.\n",
+	.footer =
+	    "SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n",
+	.spec = serve_specs,
+	.n = SERVE_OPT_COUNT,
+};

@@ -1,0 +1,40 @@
+/*
+ * run_options.c: the table of `tether-client run` settings (see
+ * run_options.h).  Every row is a flag, a config key and a --help entry.
+ */
+#include "run_options.h"
+
+#include <stddef.h>
+
+static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+
+static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
+	[RUN_OPT_STATE_DIR] = { .name = "state-dir", .type = OPT_STRING, .arg = "DIR",
+	    .help = "the directory 'tether-client join' wrote", .required = 1 },
+	[RUN_OPT_STREAM_WINDOW] = { .name = "stream-window", .type = OPT_U32,
+	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
+	    .help = "credit granted per stream (bounds the memory a stream may "
+	    "hold here)" },
+	[RUN_OPT_MAX_STREAMS] = { .name = "max-streams", .type = OPT_U32,
+	    .arg = "N", .def = "1024", .min = 1, .max = 1000000,
+	    .help = "streams served at once" },
+	[RUN_OPT_DIAL_TIMEOUT] = { .name = "dial-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
+	    .help = "connecting to a target" },
+	[RUN_OPT_LOG_LEVEL] = { .name = "log-level", .type = OPT_CHOICE,
+	    .arg = "LEVEL", .def = "info", .choices = log_levels,
+	    .help = "least severe level logged" },
+};
+
+const struct opt_command run_command = {
+	.prog = "tether-client run",
+	.synopsis = "usage: tether-client run --state-dir DIR [--config FILE] [options]",
+	.about =
+	    "Connects to the gateway DIR was joined to, registers on first use\n"
+	    "(import token -> agent key), reconnects with backoff and serves the\n"
+	    "streams the gateway opens to allowed targets.  Stops on SIGINT or\n"
+	    "SIGTERM.\n",
+	.footer = "exit: 0 after a signal; 1 not joined, refused or revoked; 2 bad usage.\n",
+	.spec = run_specs,
+	.n = RUN_OPT_COUNT,
+};

@@ -1,0 +1,24 @@
+/*
+ * run_options.h: the settings of `tether-client run`, one table that is the
+ * flags, the keys of --config FILE and --help (common/options.h).
+ * Add a setting: a RUN_OPT_ id here, a row in run_options.c, a key in
+ * config/client.conf.example.
+ */
+#ifndef TETHER_RUN_OPTIONS_H
+#define TETHER_RUN_OPTIONS_H
+
+#include "options.h"
+
+enum run_opt {
+	RUN_OPT_STATE_DIR,
+	RUN_OPT_STREAM_WINDOW,
+	RUN_OPT_MAX_STREAMS,
+	RUN_OPT_DIAL_TIMEOUT,
+	RUN_OPT_LOG_LEVEL,
+	RUN_OPT_COUNT
+};
+
+/* The command: table, synopsis and the text around the option list. */
+extern const struct opt_command run_command;
+
+#endif
