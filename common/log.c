@@ -1,13 +1,27 @@
-/* log.c: the single place that formats and filters log lines (see log.h). */
+/*
+ * log.c: the single place that encodes, filters and writes log and audit
+ * lines (see log.h; the format is docs/0008-log-encoding.md).
+ *
+ * Cost: one line is built in a thread-local LOG_LINE_MAX buffer and written
+ * with one write(2), so lines from several processes sharing a file stay
+ * whole (up to PIPE_BUF bytes on a pipe, whole lines on an O_APPEND file).
+ */
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 static const char *log_component = "tether";
 static enum log_level log_min = LOG_LEVEL_INFO;
+static enum log_format log_fmt = LOG_FORMAT_LOGFMT;
+static int audit_fd = STDERR_FILENO;
+static char *audit_path;
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_DEBUG] = "debug",
@@ -16,6 +30,14 @@ static const char *const level_names[] = {
 	[LOG_LEVEL_ERROR] = "error",
 };
 
+static const char *const format_names[] = {
+	[LOG_FORMAT_LOGFMT] = "logfmt",
+	[LOG_FORMAT_JSON] = "json",
+};
+
+/* Room kept at the end of a line for fields_dropped=N and the newline. */
+#define LINE_TAIL 64
+
 void
 log_init(const char *component, enum log_level min_level)
 {
@@ -23,59 +45,477 @@ log_init(const char *component, enum log_level min_level)
 	log_min = min_level;
 }
 
-int
-log_level_parse(const char *name, enum log_level *out)
+void
+log_set_format(enum log_format format)
 {
-	for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
-		if (strcmp(name, level_names[i]) == 0) {
-			*out = (enum log_level)i;
-			return 0;
-		}
-	}
+	log_fmt = format;
+}
+
+const char *
+log_level_name(enum log_level level)
+{
+	return level_names[level];
+}
+
+static int
+name_index(const char *const *names, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(name, names[i]) == 0)
+			return (int)i;
 	return -1;
 }
 
-static void
-log_vline(enum log_level level, const char *func, const char *fmt, va_list ap)
+int
+log_level_parse(const char *name, enum log_level *out)
 {
-	struct timespec ts;
-	struct tm tm;
-	char stamp[32];
+	int i = name_index(level_names, 4, name);
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-	/* One fprintf per line keeps lines whole when several processes share
-	 * a terminal or a log file. */
-	char msg[2048];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	if (log_min == LOG_LEVEL_DEBUG)
-		fprintf(stderr, "%s.%03ldZ %-5s [%s] %s: %s\n", stamp,
-		    ts.tv_nsec / 1000000, level_names[level], log_component, func, msg);
-	else
-		fprintf(stderr, "%s.%03ldZ %-5s [%s] %s\n", stamp,
-		    ts.tv_nsec / 1000000, level_names[level], log_component, msg);
+	if (i < 0)
+		return -1;
+	*out = (enum log_level)i;
+	return 0;
+}
+
+int
+log_format_parse(const char *name, enum log_format *out)
+{
+	int i = name_index(format_names, 2, name);
+
+	if (i < 0)
+		return -1;
+	*out = (enum log_format)i;
+	return 0;
+}
+
+/* ---- the encoder ---- */
+
+/* An output buffer that never overflows: put() drops what does not fit
+ * (callers check room first, so nothing is dropped in practice). */
+struct lbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void
+put(struct lbuf *b, const char *s, size_t n)
+{
+	if (n > b->cap - b->len)
+		n = b->cap - b->len;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void
+puts_(struct lbuf *b, const char *s)
+{
+	put(b, s, strlen(s));
+}
+
+static void
+putc_(struct lbuf *b, char c)
+{
+	put(b, &c, 1);
+}
+
+static void
+put_hex(struct lbuf *b, const char *prefix, unsigned v, int digits)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	puts_(b, prefix);
+	for (int d = digits - 1; d >= 0; d--)
+		putc_(b, hex[(v >> (4 * d)) & 0xf]);
+}
+
+/*
+ * Length of the valid UTF-8 sequence at s (at most n bytes) and its code
+ * point, or 0 if the bytes there are not valid UTF-8 (overlong forms,
+ * surrogates and values above U+10FFFF are invalid).
+ */
+static size_t
+utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	size_t len;
+	uint32_t c, min;
+
+	if (s[0] < 0x80) {
+		*cp = s[0];
+		return 1;
+	}
+	if ((s[0] & 0xe0) == 0xc0) {
+		len = 2, c = s[0] & 0x1f, min = 0x80;
+	} else if ((s[0] & 0xf0) == 0xe0) {
+		len = 3, c = s[0] & 0x0f, min = 0x800;
+	} else if ((s[0] & 0xf8) == 0xf0) {
+		len = 4, c = s[0] & 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = (c << 6) | (s[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+/* Code points that are valid but must not appear raw in a log: C0 and C1
+ * controls, DEL, line and paragraph separators, bidirectional controls and
+ * the BOM (they can make a line look like something else on a terminal). */
+static bool
+cp_escaped(uint32_t c)
+{
+	return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0x2028 ||
+	    c == 0x2029 || c == 0x200e || c == 0x200f ||
+	    (c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069) ||
+	    c == 0xfeff;
+}
+
+/* Whether a logfmt value can be written bare: non-empty, visible ASCII,
+ * none of '"', '=' or '\\'. */
+static bool
+logfmt_bare(const char *s, size_t n)
+{
+	if (n == 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c <= 0x20 || c >= 0x7f || c == '"' || c == '=' || c == '\\')
+			return false;
+	}
+	return true;
+}
+
+/* One escaped character of a quoted value: \" \\ \n \r \t, else none. */
+static const char *
+short_escape(unsigned char c)
+{
+	switch (c) {
+	case '"': return "\\\"";
+	case '\\': return "\\\\";
+	case '\n': return "\\n";
+	case '\r': return "\\r";
+	case '\t': return "\\t";
+	default: return NULL;
+	}
+}
+
+/*
+ * A text value, quoted as the format needs.  logfmt: bare if it can be,
+ * else "..." with \" \\ \n \r \t, \uXXXX for escaped code points and \xNN
+ * for a byte that is not valid UTF-8 (so the exact bytes parse back).
+ * JSON: a JSON string; an invalid byte becomes U+FFFD (JSON text is
+ * Unicode).  At most 6 output bytes per input byte, plus the quotes.
+ */
+static void
+put_text(struct lbuf *b, enum log_format f, const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+
+	if (f == LOG_FORMAT_LOGFMT && logfmt_bare(s, n)) {
+		put(b, s, n);
+		return;
+	}
+	putc_(b, '"');
+	while (i < n) {
+		uint32_t cp;
+		size_t len = utf8_seq(u + i, n - i, &cp);
+		const char *e;
+
+		if (len == 0) {
+			if (f == LOG_FORMAT_LOGFMT)
+				put_hex(b, "\\x", u[i], 2);
+			else
+				puts_(b, "\\ufffd");
+			i++;
+			continue;
+		}
+		if (len == 1 && (e = short_escape(u[i])) != NULL)
+			puts_(b, e);
+		else if (cp_escaped(cp))
+			put_hex(b, "\\u", cp, 4);
+		else
+			put(b, s + i, len);
+		i += len;
+	}
+	putc_(b, '"');
+}
+
+/* A key: its allowed characters kept, others '_', at most 64. */
+static void
+put_key(struct lbuf *b, const char *key)
+{
+	size_t n = key != NULL ? strnlen(key, 64) : 0;
+
+	if (n == 0) {
+		putc_(b, '_');
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = key[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+
+		putc_(b, ok ? c : '_');
+	}
+}
+
+static void
+put_sep_key(struct lbuf *b, enum log_format f, const char *key, const char *suffix)
+{
+	if (f == LOG_FORMAT_JSON) {
+		puts_(b, ",\"");
+		put_key(b, key);
+		puts_(b, suffix);
+		puts_(b, "\":");
+	} else {
+		putc_(b, ' ');
+		put_key(b, key);
+		puts_(b, suffix);
+		putc_(b, '=');
+	}
+}
+
+/* Where a value of n bytes is cut: at most LOG_VALUE_MAX, never inside a
+ * UTF-8 sequence that would be valid whole. */
+static size_t
+cut_point(const char *s, size_t n)
+{
+	size_t cut;
+
+	if (n <= LOG_VALUE_MAX)
+		return n;
+	cut = LOG_VALUE_MAX;
+	for (size_t back = 0; back < 3 && cut > 0; back++) {
+		if (((unsigned char)s[cut] & 0xc0) != 0x80)
+			break;
+		cut--;
+	}
+	if (((unsigned char)s[cut] & 0xc0) == 0x80)
+		cut = LOG_VALUE_MAX; /* not a sequence anyway: cut anywhere */
+	return cut;
+}
+
+/* The worst-case size of one field: key, separators, 6 bytes per value
+ * byte, and a KEY_len=N that may follow. */
+static size_t
+field_room(const struct log_field *fl)
+{
+	size_t n = 0;
+
+	if (fl->kind == LOG_KIND_STR && fl->s != NULL)
+		n = strnlen(fl->s, LOG_VALUE_MAX + 1);
+	else if (fl->kind == LOG_KIND_BYTES)
+		n = fl->n < LOG_VALUE_MAX ? fl->n : LOG_VALUE_MAX;
+	return 2 * 64 + 16 + 6 * n + 2 + 32;
+}
+
+static void
+put_field(struct lbuf *b, enum log_format f, const struct log_field *fl)
+{
+	char num[32];
+	size_t n, cut;
+
+	put_sep_key(b, f, fl->key, "");
+	switch (fl->kind) {
+	case LOG_KIND_INT:
+		snprintf(num, sizeof(num), "%lld", fl->i);
+		puts_(b, num);
+		return;
+	case LOG_KIND_UINT:
+		snprintf(num, sizeof(num), "%llu", fl->u);
+		puts_(b, num);
+		return;
+	case LOG_KIND_STR:
+		n = fl->s != NULL ? strlen(fl->s) : 0;
+		break;
+	case LOG_KIND_BYTES:
+	default:
+		n = fl->s != NULL ? fl->n : 0;
+		break;
+	}
+	cut = cut_point(fl->s, n);
+	put_text(b, f, fl->s, cut);
+	if (cut < n) {
+		put_sep_key(b, f, fl->key, "_len");
+		snprintf(num, sizeof(num), "%zu", n);
+		puts_(b, num);
+	}
+}
+
+static void
+put_time(struct lbuf *b, const struct timespec *when)
+{
+	struct tm tm;
+	char stamp[48];
+	time_t sec = when->tv_sec;
+
+	if (gmtime_r(&sec, &tm) == NULL)
+		memset(&tm, 0, sizeof(tm));
+	snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
+	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+	    tm.tm_min, tm.tm_sec, (long)(when->tv_nsec / 1000000) % 1000);
+	puts_(b, stamp);
+}
+
+size_t
+log_encode(char *out, size_t cap, enum log_format f, const struct timespec *when,
+    const char *level, const char *component, const char *msg,
+    const struct log_field *fields, size_t nfields)
+{
+	struct lbuf b = { out, 0, cap - LINE_TAIL };
+	size_t dropped = 0;
+	char num[32];
+
+	if (f == LOG_FORMAT_JSON) {
+		puts_(&b, "{\"time\":\"");
+		put_time(&b, when);
+		puts_(&b, "\"");
+	} else {
+		puts_(&b, "time=");
+		put_time(&b, when);
+	}
+	put_sep_key(&b, f, "level", "");
+	put_text(&b, f, level, strlen(level));
+	put_sep_key(&b, f, "component", "");
+	put_text(&b, f, component, strnlen(component, 64));
+	put_sep_key(&b, f, "msg", "");
+	put_text(&b, f, msg, strnlen(msg, LOG_VALUE_MAX));
+	for (size_t i = 0; i < nfields; i++) {
+		if (field_room(&fields[i]) > b.cap - b.len) {
+			dropped++;
+			continue;
+		}
+		put_field(&b, f, &fields[i]);
+	}
+	b.cap = cap;
+	if (dropped > 0) {
+		put_sep_key(&b, f, "fields_dropped", "");
+		snprintf(num, sizeof(num), "%zu", dropped);
+		puts_(&b, num);
+	}
+	if (f == LOG_FORMAT_JSON)
+		putc_(&b, '}');
+	b.cap = cap - 1;
+	putc_(&b, '\n');
+	out[b.len] = '\0';
+	return b.len;
+}
+
+/* ---- writing ---- */
+
+static void
+write_line(int fd, const char *line, size_t len)
+{
+	while (len > 0) {
+		ssize_t w = write(fd, line, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return; /* nowhere to report it */
+		line += w;
+		len -= (size_t)w;
+	}
+}
+
+static void
+emit(int fd, const char *level, const char *msg, const struct log_field *fields,
+    size_t nfields)
+{
+	static _Thread_local char line[LOG_LINE_MAX];
+	struct timespec now;
+	size_t len;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	len = log_encode(line, sizeof(line), log_fmt, &now, level, log_component,
+	    msg, fields, nfields);
+	write_line(fd, line, len);
 }
 
 void
-log_msg(enum log_level level, const char *func, const char *fmt, ...)
+log_kv(enum log_level level, const char *msg, const struct log_field *fields,
+    size_t nfields)
 {
-	va_list ap;
-
 	if (level < log_min)
 		return;
-	va_start(ap, fmt);
-	log_vline(level, func, fmt, ap);
-	va_end(ap);
+	emit(STDERR_FILENO, level_names[level], msg, fields, nfields);
 }
 
 void
-log_fatal(const char *func, const char *fmt, ...)
+log_audit_kv(const char *event, const struct log_field *fields, size_t nfields)
 {
-	va_list ap;
+	struct log_field all[32];
+	size_t n = 0;
 
-	va_start(ap, fmt);
-	log_vline(LOG_LEVEL_ERROR, func, fmt, ap);
-	va_end(ap);
+	all[n++] = KV_S("event", event);
+	for (size_t i = 0; i < nfields && n < sizeof(all) / sizeof(all[0]); i++)
+		all[n++] = fields[i];
+	emit(audit_fd, "info", "audit", all, n);
+}
+
+void
+log_fatal_kv(const char *msg, const struct log_field *fields, size_t nfields)
+{
+	emit(STDERR_FILENO, level_names[LOG_LEVEL_ERROR], msg, fields, nfields);
 	exit(1);
+}
+
+/* ---- the audit file ---- */
+
+static int
+open_audit(const char *path, char *err, size_t errlen)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY,
+	    0640);
+
+	if (fd < 0)
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	return fd;
+}
+
+int
+log_set_audit_file(const char *path, char *err, size_t errlen)
+{
+	char *copy = NULL;
+	int fd = STDERR_FILENO;
+
+	if (path != NULL) {
+		if ((copy = strdup(path)) == NULL) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		if ((fd = open_audit(path, err, errlen)) < 0) {
+			free(copy);
+			return -1;
+		}
+	}
+	if (audit_fd != STDERR_FILENO)
+		close(audit_fd);
+	free(audit_path);
+	audit_fd = fd;
+	audit_path = copy;
+	return 0;
+}
+
+int
+log_reopen_audit_file(char *err, size_t errlen)
+{
+	int fd;
+
+	if (audit_path == NULL)
+		return 0;
+	if ((fd = open_audit(audit_path, err, errlen)) < 0)
+		return -1;
+	close(audit_fd);
+	audit_fd = fd;
+	return 0;
 }

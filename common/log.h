@@ -1,14 +1,30 @@
 /*
- * log.h: one line per event on stderr, "TIME LEVEL [component] message".
+ * log.h: the one encoder for every log and audit line (docs/0008).
  *
- * Every daemon message goes through here so that the format, the level filter
- * and the rule "secrets are never logged" live in one place.  Callers pass
- * identifiers (agent ids, token ids), never token or key material.
+ * A line is a message and typed fields:
+ *
+ *     info("stream refused", KV_S("target", target), KV_I("port", port));
+ *
+ * becomes, in logfmt (the default),
+ *
+ *     time=2026-11-24T08:54:47.123Z level=info component=gateway
+ *     msg="stream refused" target="x:1\nFORGED" port=22
+ *
+ * on one line, or the same fields as one JSON object per line
+ * (--log-format json).  The message must be a string literal (the macros
+ * refuse anything else at compile time), so a peer's bytes can only ever
+ * be a field value, and every value is quoted and escaped: each line parses
+ * back to exactly the fields that were logged, whatever bytes a peer sent.
+ * Keys are constants chosen by the code.
+ *
+ * Secrets are never logged: callers pass identifiers (agent ids, token ids),
+ * never token or key material.
  */
 #ifndef TETHER_LOG_H
 #define TETHER_LOG_H
 
-#include <stdarg.h>
+#include <stddef.h>
+#include <time.h>
 
 enum log_level {
 	LOG_LEVEL_DEBUG,
@@ -17,22 +33,95 @@ enum log_level {
 	LOG_LEVEL_ERROR,
 };
 
-/* Component name printed on every line ("gateway", "client", ...). */
+enum log_format {
+	LOG_FORMAT_LOGFMT,	/* key=value, values quoted and escaped as needed */
+	LOG_FORMAT_JSON,	/* one JSON object per line */
+};
+
+enum log_kind {
+	LOG_KIND_STR,		/* NUL-terminated text; NULL logs as "" */
+	LOG_KIND_BYTES,		/* n bytes, any values (a peer's, unterminated) */
+	LOG_KIND_INT,
+	LOG_KIND_UINT,
+};
+
+/* One field.  Build it with the KV_* macros, never by hand. */
+struct log_field {
+	const char *key;	/* [A-Za-z0-9_.-], a constant (others become '_') */
+	enum log_kind kind;
+	const char *s;		/* STR, BYTES */
+	size_t n;		/* BYTES: length of s */
+	long long i;		/* INT */
+	unsigned long long u;	/* UINT */
+};
+
+#define KV_S(k, v) ((struct log_field){ .key = (k), .kind = LOG_KIND_STR, .s = (v) })
+#define KV_B(k, p, len) ((struct log_field){ .key = (k), .kind = LOG_KIND_BYTES, \
+	.s = (const char *)(p), .n = (len) })
+#define KV_I(k, v) ((struct log_field){ .key = (k), .kind = LOG_KIND_INT, \
+	.i = (long long)(v) })
+#define KV_U(k, v) ((struct log_field){ .key = (k), .kind = LOG_KIND_UINT, \
+	.u = (unsigned long long)(v) })
+
+/* A value longer than this many bytes is cut (on a UTF-8 boundary) and the
+ * field KEY_len=ORIGINAL_LENGTH follows it. */
+#define LOG_VALUE_MAX 1024
+/* The longest line, newline included.  Fields that would not fit are left
+ * out and counted in a last field fields_dropped=N. */
+#define LOG_LINE_MAX 65536
+
+/* Component name on every line ("gateway", "client", ...) and the lowest
+ * level written.  Lines go to stderr until log_set_audit_file. */
 void log_init(const char *component, enum log_level min_level);
-/* Parses "debug", "info", "warn", "error"; returns -1 on anything else. */
+void log_set_format(enum log_format format);
+/* Parse "debug", "info", "warn", "error" / "logfmt", "json"; 0 or -1. */
 int log_level_parse(const char *name, enum log_level *out);
+int log_format_parse(const char *name, enum log_format *out);
 
-void log_msg(enum log_level level, const char *func, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Logs at error level and exits 1.  Only for start-up and broken invariants,
- * never for one peer's misbehaviour. */
-void log_fatal(const char *func, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3), noreturn));
+/* From now on audit lines go to path (created 0640, appended to) instead of
+ * stderr.  path NULL: back to stderr.  Returns 0, or -1 with err set (the
+ * previous destination stays). */
+int log_set_audit_file(const char *path, char *err, size_t errlen);
+/* Reopens the audit file by its path (logrotate moved it away): call on
+ * SIGHUP.  Returns 0 (also when there is no audit file), or -1 with err set;
+ * then the old file stays open and in use. */
+int log_reopen_audit_file(char *err, size_t errlen);
 
-#define debug(...) log_msg(LOG_LEVEL_DEBUG, __func__, __VA_ARGS__)
-#define info(...)  log_msg(LOG_LEVEL_INFO, __func__, __VA_ARGS__)
-#define warn(...)  log_msg(LOG_LEVEL_WARN, __func__, __VA_ARGS__)
-#define error(...) log_msg(LOG_LEVEL_ERROR, __func__, __VA_ARGS__)
-#define fatal(...) log_fatal(__func__, __VA_ARGS__)
+/*
+ * Encodes one line, '\n' included, into out (cap >= 256 bytes) and returns
+ * its length (< cap).  Pure: no clock, no I/O; the unit tests and the fuzz
+ * target call it directly.  level: a name from log_level_name (or "audit").
+ */
+size_t log_encode(char *out, size_t cap, enum log_format format,
+    const struct timespec *when, const char *level, const char *component,
+    const char *msg, const struct log_field *fields, size_t nfields);
+const char *log_level_name(enum log_level level);
+
+/* Writes one line if level >= the minimum.  Use the macros below. */
+void log_kv(enum log_level level, const char *msg,
+    const struct log_field *fields, size_t nfields);
+/* Writes one audit line (msg=audit event=EVENT, then the fields) to the
+ * audit destination, whatever the level. */
+void log_audit_kv(const char *event, const struct log_field *fields,
+    size_t nfields);
+/* Logs at error level and exits 1.  Only for start-up and broken
+ * invariants, never for one peer's misbehaviour. */
+void log_fatal_kv(const char *msg, const struct log_field *fields,
+    size_t nfields) __attribute__((noreturn));
+
+/* The fields of a call as (array, count); a leading empty element makes an
+ * empty list legal C. */
+#define LOG_FIELDS_(...) \
+	((const struct log_field[]){ { .key = NULL }, __VA_ARGS__ }) + 1, \
+	sizeof((const struct log_field[]){ { .key = NULL }, __VA_ARGS__ }) / \
+	    sizeof(struct log_field) - 1
+
+/* msg must be a string literal ("" msg does not compile otherwise). */
+#define debug(msg, ...) log_kv(LOG_LEVEL_DEBUG, "" msg, LOG_FIELDS_(__VA_ARGS__))
+#define info(msg, ...)  log_kv(LOG_LEVEL_INFO, "" msg, LOG_FIELDS_(__VA_ARGS__))
+#define warn(msg, ...)  log_kv(LOG_LEVEL_WARN, "" msg, LOG_FIELDS_(__VA_ARGS__))
+#define error(msg, ...) log_kv(LOG_LEVEL_ERROR, "" msg, LOG_FIELDS_(__VA_ARGS__))
+#define fatal(msg, ...) log_fatal_kv("" msg, LOG_FIELDS_(__VA_ARGS__))
+#define audit(event, ...) log_audit_kv("" event, LOG_FIELDS_(__VA_ARGS__))
 
 #endif

@@ -425,7 +425,7 @@ clusters_create(struct gateway *gw, const struct api_request *req, struct api_re
 	else if (rc != STORE_OK)
 		respond_error(r, 500, "store: %s", err);
 	else {
-		info("cluster %s created: %s", c.id, c.name);
+		info("cluster created", KV_S("cluster", c.id), KV_S("name", c.name));
 		respond_json(r, 201, cluster_json(gw, &c));
 	}
 out:
@@ -545,8 +545,8 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 		respond_error(r, 500, "cannot format the join document");
 		goto out;
 	}
-	info("import token %s created for cluster %s: %lld use(s), ttl %lld s, approval %s",
-	    rec.id, c.id, (long long)uses, (long long)ttl, approval);
+	info("import token created", KV_S("token", rec.id), KV_S("cluster", c.id),
+	    KV_I("uses", uses), KV_I("ttl_s", ttl), KV_S("approval", approval));
 	{
 		size_t n = strlen(text);
 		char *withnl = malloc(n + 2);
@@ -629,7 +629,7 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 		rc = store_agent_transition(gw->store, id, AGENT_EV_APPROVE, NULL,
 		    gateway_now(), &a, err, sizeof(err));
 		if (rc == STORE_OK) {
-			info("agent %s approved", id);
+			info("agent approved", KV_S("agent", id));
 			if (s != NULL) {
 				session_agent_changed(s, &a);
 				rc = session_verify(s, &a, err, sizeof(err));
@@ -650,7 +650,7 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 		rc = store_agent_transition(gw->store, id, AGENT_EV_REVOKE, NULL,
 		    gateway_now(), &a, err, sizeof(err));
 		if (rc == STORE_OK) {
-			info("agent %s revoked", id);
+			info("agent revoked", KV_S("agent", id));
 			if (s != NULL)
 				session_kick(s, "revoked", "agent revoked by an operator");
 		}
@@ -827,8 +827,8 @@ users_create(struct gateway *gw, const struct api_request *req, struct api_respo
 		respond_error(r, 500, "out of memory");
 		goto out;
 	}
-	info("user token %s issued to user %s for %zu cluster(s)", u.id, u.name,
-	    u.nclusters);
+	info("user token issued", KV_S("token", u.id), KV_S("user", u.name),
+	    KV_U("clusters", u.nclusters));
 	respond_secret(r, 201, "application/json", text);
 out:
 	free(text);
@@ -877,7 +877,7 @@ users_revoke(struct gateway *gw, const char *name, struct api_response *r)
 		respond_error(r, 500, "store: %s", err);
 		return;
 	}
-	info("user %s: %lld token(s) revoked", name, (long long)count);
+	info("user tokens revoked", KV_S("user", name), KV_I("tokens", count));
 	respond_json(r, 200, json_pack("{s:s, s:I}", "name", name,
 	    "revoked_tokens", (json_int_t)count));
 }
@@ -1016,8 +1016,8 @@ kubeconfig_create(struct gateway *gw, const char *cluster,
 		respond_error(r, 500, "cannot format the kubeconfig");
 		goto out;
 	}
-	info("kubeconfig for cluster %s issued to user %s (token %s)", c.id,
-	    u.name, u.id);
+	info("kubeconfig issued", KV_S("cluster", c.id), KV_S("user", u.name),
+	    KV_S("token", u.id));
 	respond_secret(r, 201, "application/yaml", text);
 out:
 	free(text);

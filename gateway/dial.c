@@ -169,13 +169,15 @@ ctl_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary, void
 	char err[200];
 
 	if (!binary || frame_decode(data, len, &f, err, sizeof(err)) != 0) {
-		warn("dial %s: %s", wsconn_peer(ws), binary ? err : "text message");
+		warn("dial: bad message", KV_S("peer", wsconn_peer(ws)),
+		    KV_S("reason", binary ? err : "text message"));
 		wsconn_close(ws, 1002, binary ? "malformed frame" : "frames are binary");
 		return;
 	}
 	if (f.type < FRAME_OPEN || mux_on_frame(c->mux, &f, err, sizeof(err)) != 0) {
-		warn("dial %s: %s", wsconn_peer(ws), f.type < FRAME_OPEN ?
-		    "only stream frames are allowed here" : err);
+		warn("dial: protocol error", KV_S("peer", wsconn_peer(ws)),
+		    KV_S("reason", f.type < FRAME_OPEN ?
+		    "only stream frames are allowed here" : err));
 		wsconn_close(ws, 1002, "protocol error");
 	}
 }

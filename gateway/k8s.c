@@ -208,20 +208,6 @@ reply_status(struct hconn *h, int code, const char *message)
 
 /* ---- the end ---- */
 
-/* For the log: printable ASCII only, cut at K8S_LOG_PATH. */
-static void
-log_safe(char *out, size_t outlen, const char *in, size_t inlen)
-{
-	size_t o = 0;
-
-	for (size_t i = 0; i < inlen && o + 1 < outlen; i++) {
-		unsigned char c = (unsigned char)in[i];
-
-		out[o++] = (c > 0x20 && c < 0x7f) ? (char)c : '?';
-	}
-	out[o] = '\0';
-}
-
 static void
 x_audit(const struct k8s_exchange *x)
 {
@@ -229,11 +215,12 @@ x_audit(const struct k8s_exchange *x)
 
 	gettimeofday(&now, NULL);
 	timersub(&now, &x->started, &took);
-	info("audit k8s who=%s cluster=%s node=%s method=%s path=%s status=%d "
-	    "bytes_up=%" PRIu64 " bytes_down=%" PRIu64 " duration_ms=%ld",
-	    x->principal[0] ? x->principal : "-", x->cluster,
-	    x->node[0] ? x->node : "-", x->method, x->path, x->status, x->up,
-	    x->down, (long)(took.tv_sec * 1000 + took.tv_usec / 1000));
+	audit("k8s", KV_S("who", x->principal[0] ? x->principal : "-"),
+	    KV_S("cluster", x->cluster), KV_S("node", x->node[0] ? x->node : "-"),
+	    KV_S("method", x->method), KV_S("path", x->path),
+	    KV_I("status", x->status), KV_U("bytes_up", x->up),
+	    KV_U("bytes_down", x->down),
+	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000));
 }
 
 /* Stops watching the client's output and lets go of the agent's stream. */
@@ -259,7 +246,7 @@ link_drop(struct k8s_link *l, const char *reset_code)
 void
 k8s_parked_gone(struct k8s_link *l)
 {
-	debug("k8s: client gone, idle stream to node %s reset", l->node);
+	debug("k8s client gone: idle stream reset", KV_S("node", l->node));
 	l->h = NULL;
 	link_free(l, "client_gone");
 }
@@ -302,16 +289,17 @@ x_fail(struct k8s_exchange *x, int code, const char *message)
 {
 	struct hconn *h = x->h;
 
-	debug("k8s %s: %s (%s)", h != NULL ? proxy_peer(h) : "-", message,
-	    x_state_names[x->state]);
+	debug("k8s exchange failed", KV_S("peer", h != NULL ? proxy_peer(h) : "-"),
+	    KV_S("reason", message), KV_S("state", x_state_names[x->state]));
 	x_detach(x, "closed");
 	x->h = NULL;
 	if (h != NULL && x->state <= X_HEAD_END) {
 		x->status = code;
 		reply_status(h, code, message);
 	} else if (h != NULL) {
-		warn("k8s %s: %s %s: answer cut short: %s", proxy_peer(h), x->method,
-		    x->path, message);
+		warn("k8s answer cut short", KV_S("peer", proxy_peer(h)),
+		    KV_S("method", x->method), KV_S("path", x->path),
+		    KV_S("reason", message));
 		proxy_abort(h);
 	}
 	x_free(x);
@@ -433,7 +421,8 @@ k8s_raw_input(struct k8s_exchange *x, struct evbuffer *in)
 void
 k8s_client_gone(struct k8s_exchange *x)
 {
-	debug("k8s %s: client gone (%s)", proxy_peer(x->h), x_state_names[x->state]);
+	debug("k8s client gone", KV_S("peer", proxy_peer(x->h)),
+	    KV_S("state", x_state_names[x->state]));
 	if (x->status == 0)
 		x->status = 499;     /* as nginx logs it: the client closed first */
 	x_detach(x, "client_gone");
@@ -466,7 +455,7 @@ to_client(struct k8s_exchange *x, const uint8_t *data, size_t len)
 {
 	if (evbuffer_add(proxy_output(x->h), data, len) != 0) {
 		/* Not credited: the stream stalls rather than lose bytes. */
-		warn("k8s %s: out of memory relaying an answer", proxy_peer(x->h));
+		warn("k8s: out of memory relaying an answer", KV_S("peer", proxy_peer(x->h)));
 		return;
 	}
 	if (x->link != NULL)
@@ -685,8 +674,8 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 				goto malformed;
 			credit_now += n;
 			if (emit_head(x) != 0) {
-				warn("k8s %s: out of memory for an answer head",
-				    proxy_peer(x->h));
+				warn("k8s: out of memory for an answer head",
+				    KV_S("peer", proxy_peer(x->h)));
 				x_fail(x, 502, "out of memory");
 				return;
 			}
@@ -830,7 +819,8 @@ link_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 		agent_data(s, data, len, l->x);
 		return;
 	}
-	debug("k8s: idle stream to node %s got %zu bytes: dropped", l->node, len);
+	debug("k8s idle stream got bytes: dropped", KV_S("node", l->node),
+	    KV_U("bytes", len));
 	link_drop(l, "closed");
 }
 
@@ -932,8 +922,9 @@ x_retry(struct k8s_exchange *x)
 	agent = hub_pick(x->gw->hub, x->cluster, NULL, &connected);
 	if (agent == NULL)
 		return -1;
-	debug("k8s %s: idle stream closed under %s %s: retried on a new one",
-	    proxy_peer(h), x->method, x->path);
+	debug("k8s idle stream closed under a request: retried on a new one",
+	    KV_S("peer", proxy_peer(h)), KV_S("method", x->method),
+	    KV_S("path", x->path));
 	evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent));
 	if (evbuffer_add_buffer(x->to_agent, x->req_copy) != 0)
 		return -1;
@@ -1081,12 +1072,11 @@ static void
 refuse(struct hconn *h, const struct http_request *rq, const char *principal,
     const char *cluster, int code, const char *message)
 {
-	char path[K8S_LOG_PATH + 1];
-
-	log_safe(path, sizeof(path), rq->path, strlen(rq->path));
-	info("audit k8s who=%s cluster=%s node=- method=%s path=%s status=%d "
-	    "bytes_up=0 bytes_down=0 duration_ms=0", principal[0] ? principal : "-",
-	    cluster[0] ? cluster : "-", rq->method, path, code);
+	audit("k8s", KV_S("who", principal[0] ? principal : "-"),
+	    KV_S("cluster", cluster[0] ? cluster : "-"), KV_S("node", "-"),
+	    KV_S("method", rq->method), KV_S("path", rq->path),
+	    KV_I("status", code), KV_U("bytes_up", 0), KV_U("bytes_down", 0),
+	    KV_I("duration_ms", 0));
 	reply_status(h, code, message);
 }
 
@@ -1129,7 +1119,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 			refuse(h, rq, principal, cluster, 404, "no such cluster");
 			return NULL;
 		}
-		log_safe(cluster, sizeof(cluster), seg, n);
+		snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
 	}
 	status = api_authorize_cluster(gw, rq->authorization, cluster, principal,
 	    sizeof(principal), err, sizeof(err));
@@ -1174,7 +1164,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
 	snprintf(x->node, sizeof(x->node), "%s",
 	    parked != NULL ? parked->node : session_node(agent));
-	log_safe(x->path, sizeof(x->path), rest, strcspn(rest, "?"));
+	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
 	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {

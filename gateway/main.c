@@ -306,12 +306,25 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 
 	if (sd->gw->stopping)
 		return;
-	info("%s: closing %zu tunnel(s) and stopping", strsignal((int)sig),
-	    hub_count(sd->gw->hub));
+	info("stopping: closing tunnels", KV_S("signal", strsignal((int)sig)),
+	    KV_U("tunnels", hub_count(sd->gw->hub)));
 	sd->gw->stopping = 1;
 	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
 	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
 	shutdown_poll(-1, 0, sd);
+}
+
+/* SIGHUP: logrotate moved the audit file away; write to a new one. */
+static void
+on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+	char err[512];
+
+	if (log_reopen_audit_file(err, sizeof(err)) != 0)
+		error("cannot reopen the audit log: still writing the old file",
+		    KV_S("err", err));
+	else
+		info("SIGHUP: audit log reopened");
 }
 
 static int
@@ -320,7 +333,7 @@ cmd_serve(int argc, char **argv)
 	struct gateway gw = { .limits = GATEWAY_DEFAULT_LIMITS, .mux_config = MUX_DEFAULT_CONFIG };
 	const char *dir, *store_url;
 	char host[256], err[512], default_store[PATH_MAX + 16];
-	struct event *sigterm = NULL, *sigint = NULL;
+	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
 	struct shutdown_state sd = { .gw = &gw };
 	struct opt_set o;
 	int port, rc = 1;
@@ -346,6 +359,12 @@ cmd_serve(int argc, char **argv)
 	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);
 	mux_set_process_budget(opts_num(&o, SERVE_OPT_STREAM_BUDGET));
 	log_init("gateway", (enum log_level)opts_num(&o, SERVE_OPT_LOG_LEVEL));
+	log_set_format((enum log_format)opts_num(&o, SERVE_OPT_LOG_FORMAT));
+	if (opts_str(&o, SERVE_OPT_AUDIT_LOG) != NULL &&
+	    log_set_audit_file(opts_str(&o, SERVE_OPT_AUDIT_LOG), err, sizeof(err)) != 0) {
+		error("cannot open the audit log", KV_S("err", err));
+		goto out;
+	}
 	gw.mux_config.odd_ids = 1;
 	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);
 	if (store_url == NULL) {
@@ -353,11 +372,11 @@ cmd_serve(int argc, char **argv)
 		store_url = default_store;
 	}
 	if (load_config(&gw, err, sizeof(err)) != 0) {
-		error("%s", err);
+		error("cannot load the data directory", KV_S("err", err));
 		goto out;
 	}
 	if (store_open(store_url, &gw.store, err, sizeof(err)) != STORE_OK) {
-		error("store %s: %s", store_url, err);
+		error("cannot open the store", KV_S("store", store_url), KV_S("err", err));
 		goto out;
 	}
 	gw.hub = hub_new();
@@ -368,20 +387,22 @@ cmd_serve(int argc, char **argv)
 	}
 	sigterm = evsignal_new(gw.base, SIGTERM, on_signal, &sd);
 	sigint = evsignal_new(gw.base, SIGINT, on_signal, &sd);
+	sighup = evsignal_new(gw.base, SIGHUP, on_sighup, NULL);
 	sd.poll = evtimer_new(gw.base, shutdown_poll, &sd);
-	if (sigterm == NULL || sigint == NULL || sd.poll == NULL ||
-	    evsignal_add(sigterm, NULL) != 0 || evsignal_add(sigint, NULL) != 0) {
+	if (sigterm == NULL || sigint == NULL || sighup == NULL || sd.poll == NULL ||
+	    evsignal_add(sigterm, NULL) != 0 || evsignal_add(sigint, NULL) != 0 ||
+	    evsignal_add(sighup, NULL) != 0) {
 		error("cannot install signal handlers");
 		goto out;
 	}
 	if (server_start(&gw, host, port, err, sizeof(err)) != 0) {
-		error("%s", err);
+		error("cannot start the server", KV_S("err", err));
 		goto out;
 	}
-	info("tether-gateway %s listening on https://%s:%d (public URL %s, store %s)",
-	    TETHER_VERSION, host, server_port(&gw), gw.url,
-	    strncmp(store_url, "sqlite://", 9) == 0 ? store_url : "(configured)");
-	info("ca_checksum %s", gw.ca_checksum);
+	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
+	    KV_S("host", host), KV_I("port", server_port(&gw)), KV_S("url", gw.url),
+	    KV_S("store", strncmp(store_url, "sqlite://", 9) == 0 ? store_url :
+	    "(configured)"), KV_S("ca_checksum", gw.ca_checksum));
 	event_base_dispatch(gw.base);
 	info("stopped");
 	rc = 0;
@@ -391,12 +412,15 @@ out:
 		event_free(sigterm);
 	if (sigint != NULL)
 		event_free(sigint);
+	if (sighup != NULL)
+		event_free(sighup);
 	if (sd.poll != NULL)
 		event_free(sd.poll);
 	if (gw.base != NULL)
 		event_base_free(gw.base);
 	hub_free(gw.hub);
 	store_close(gw.store);
+	(void)log_set_audit_file(NULL, err, sizeof(err));
 	free(gw.ca_pem);
 	opts_free(&o);
 	return rc;

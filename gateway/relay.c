@@ -52,10 +52,11 @@ relay_audit(struct relay *r)
 
 	gettimeofday(&now, NULL);
 	timersub(&now, &r->started, &took);
-	info("audit stream who=%s cluster=%s node=%s target=%s bytes_up=%" PRIu64
-	    " bytes_down=%" PRIu64 " duration_ms=%ld end=%s", r->principal,
-	    r->cluster, r->node, r->target, r->up, r->down,
-	    (long)(took.tv_sec * 1000 + took.tv_usec / 1000), r->end[0] ? r->end : "done");
+	audit("stream", KV_S("who", r->principal), KV_S("cluster", r->cluster),
+	    KV_S("node", r->node), KV_S("target", r->target), KV_U("bytes_up", r->up),
+	    KV_U("bytes_down", r->down),
+	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000),
+	    KV_S("end", r->end[0] ? r->end : "done"));
 }
 
 static void

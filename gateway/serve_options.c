@@ -9,6 +9,8 @@
 #include <string.h>
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+/* In the order of enum log_format (common/log.h). */
+static const char *const log_formats[] = { "logfmt", "json", NULL };
 
 int
 serve_parse_listen(const char *s, char *host, size_t hostlen, int *port)
@@ -97,6 +99,14 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	[SERVE_OPT_LOG_LEVEL] = { .name = "log-level", .type = OPT_CHOICE,
 	    .arg = "LEVEL", .def = "info", .choices = log_levels,
 	    .help = "least severe level logged" },
+	[SERVE_OPT_LOG_FORMAT] = { .name = "log-format", .type = OPT_CHOICE,
+	    .arg = "FORMAT", .def = "logfmt", .choices = log_formats,
+	    .help = "logfmt or json: one line per event on stderr, every value "
+	    "quoted and escaped (docs/0008)" },
+	[SERVE_OPT_AUDIT_LOG] = { .name = "audit-log", .type = OPT_STRING,
+	    .arg = "PATH", .def_help = "stderr, with the log",
+	    .help = "audit lines (streams, /k8s requests) to PATH, created 0640 and "
+	    "appended to; reopened on SIGHUP" },
 };
 
 const struct opt_command serve_command = {
@@ -105,7 +115,8 @@ const struct opt_command serve_command = {
 	.about =
 	    "Serves HTTPS and the agent tunnels on one port.\n",
 	.footer =
-	    "SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n",
+	    "SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n"
+	    "SIGHUP: reopen the --audit-log file (after logrotate moved it).\n",
 	.spec = serve_specs,
 	.n = SERVE_OPT_COUNT,
 };

@@ -144,8 +144,9 @@ static void hconn_linger(struct hconn *h);
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
 {
-	debug("http %s: %s -> %s", h->peer, hconn_state_names[h->state],
-	    hconn_state_names[next]);
+	debug("http state", KV_S("peer", h->peer),
+	    KV_S("from", hconn_state_names[h->state]),
+	    KV_S("to", hconn_state_names[next]));
 	h->state = next;
 }
 
@@ -221,7 +222,7 @@ hconn_respond(struct hconn *h, int status, const char *type, char *body,
 	    type != NULL ? type : "text/plain", len,
 	    keep_alive ? "" : "Connection: close\r\n") < 0) {
 		free(body);
-		warn("http %s: out of memory for a response: closing", h->peer);
+		warn("http: out of memory for a response: closing", KV_S("peer", h->peer));
 		hconn_end(h);
 		return;
 	}
@@ -229,7 +230,7 @@ hconn_respond(struct hconn *h, int status, const char *type, char *body,
 		free(body);
 	else if (evbuffer_add_reference(out, body, len, free_body, NULL) != 0) {
 		free(body);
-		warn("http %s: out of memory for a response: closing", h->peer);
+		warn("http: out of memory for a response: closing", KV_S("peer", h->peer));
 		hconn_end(h);
 		return;
 	}
@@ -273,7 +274,8 @@ hconn_refuse(struct hconn *h, int status, const char *reason)
 	size_t len;
 	char *body = json_error(reason, &len);
 
-	debug("http %s: %d %s", h->peer, status, reason);
+	debug("http refused", KV_S("peer", h->peer), KV_I("status", status),
+	    KV_S("reason", reason));
 	hconn_respond(h, status, "application/json", body, len, 0, 0);
 }
 
@@ -325,12 +327,12 @@ hconn_to_websocket(struct hconn *h, const char *subprotocol,
 	ws = wsconn_new(&h->srv->ws, h->bev, h->peer, handlers, arg);
 	if (ws == NULL) {
 		/* The 101 may be on its way: nothing else can be said. */
-		warn("http %s: out of memory for a WebSocket: closing", h->peer);
+		warn("http: out of memory for a WebSocket: closing", KV_S("peer", h->peer));
 		hconn_end(h);
 		return NULL;
 	}
-	debug("http %s: upgraded to WebSocket%s%s", h->peer,
-	    subprotocol != NULL ? " " : "", subprotocol != NULL ? subprotocol : "");
+	debug("http upgraded to WebSocket", KV_S("peer", h->peer),
+	    KV_S("subprotocol", subprotocol));
 	h->bev = NULL;        /* the wsconn's now */
 	hconn_end(h);
 	return ws;
@@ -360,16 +362,16 @@ conn_send(struct conn *c, const struct frame *f)
 	if (c->ws == NULL || c->closing)
 		return -1;
 	if (frame_encode(f, 0, &buf, &len) != 0) {
-		warn("tunnel %s: cannot encode a %s frame", conn_peer(c),
-		    frame_type_name(f->type));
+		warn("tunnel: cannot encode a frame", KV_S("peer", conn_peer(c)),
+		    KV_S("frame", frame_type_name(f->type)));
 		return -1;
 	}
 	queued = wsconn_pending(c->ws);
 	if (queued + len > c->gw->limits.max_queue_bytes) {
 		/* A peer that does not read loses its tunnel, not our memory. */
-		warn("tunnel %s: cannot queue %s frame (%zu bytes queued, limit %u): "
-		    "closing", conn_peer(c), frame_type_name(f->type), queued,
-		    c->gw->limits.max_queue_bytes);
+		warn("tunnel: cannot queue a frame: closing", KV_S("peer", conn_peer(c)),
+		    KV_S("frame", frame_type_name(f->type)), KV_U("queued", queued),
+		    KV_U("max_queue", c->gw->limits.max_queue_bytes));
 		free(buf);
 		c->closing = 1;
 		wsconn_close(c->ws, 1008, "send queue over its limit");
@@ -470,8 +472,8 @@ hconn_tunnel(struct hconn *h, const struct http_request *rq)
 		return;
 	}
 	if (gw->handshakes >= gw->limits.max_handshakes) {
-		warn("refusing tunnel from %s: %u handshakes under way (--max-handshakes)",
-		    h->peer, gw->handshakes);
+		warn("refusing a tunnel: too many handshakes under way (--max-handshakes)",
+		    KV_S("peer", h->peer), KV_U("handshakes", gw->handshakes));
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
 		    "retry later", gw->handshakes);
 		hconn_refuse(h, 503, reason);
@@ -490,7 +492,7 @@ hconn_tunnel(struct hconn *h, const struct http_request *rq)
 	}
 	c->session = session_new(gw, c);
 	if (c->session == NULL) {
-		warn("tunnel %s: out of memory for a session: closing", conn_peer(c));
+		warn("tunnel: out of memory for a session: closing", KV_S("peer", conn_peer(c)));
 		c->closing = 1;
 		wsconn_close(c->ws, 1011, "out of memory");
 		return;
@@ -544,7 +546,7 @@ hconn_abandon(struct hconn *h)
 {
 	struct upgrade *u = &h->upgrade;
 
-	debug("http %s: gone while its upgrade was decided", h->peer);
+	debug("http gone while its upgrade was decided", KV_S("peer", h->peer));
 	/* No upgrade_* call may reach it from here on. */
 	hconn_set_state(h, HC_DONE);
 	if (u->abandon != NULL)
@@ -610,13 +612,15 @@ hconn_api(struct hconn *h, const struct http_request *rq)
 	api_handle(h->srv->gw, &req, &resp);
 	if (resp.status < 100 || resp.status > 599) {
 		/* A bug in a route; the client still gets an answer. */
-		error("http %s: %s %s: the API answered status %d", h->peer,
-		    rq->method, rq->path, resp.status);
+		error("http: the API answered an invalid status", KV_S("peer", h->peer),
+		    KV_S("method", rq->method), KV_S("path", rq->path),
+		    KV_I("status", resp.status));
 		free(resp.body);
 		hconn_refuse(h, 500, "internal error");
 		return;
 	}
-	debug("http %s: %s %s -> %d", h->peer, rq->method, rq->path, resp.status);
+	debug("http request", KV_S("peer", h->peer), KV_S("method", rq->method),
+	    KV_S("path", rq->path), KV_I("status", resp.status));
 	hconn_respond(h, resp.status, resp.content_type, resp.body, resp.body_len,
 	    rq->keep_alive, rq->head_only);
 }
@@ -840,7 +844,8 @@ hconn_process(struct hconn *h)
 		}
 		if (res == HTTP_READ_ERROR) {
 			status = http_reader_error(h->reader, &reason);
-			info("http %s: %d: %s", h->peer, status, reason);
+			info("http request refused", KV_S("peer", h->peer),
+			    KV_I("status", status), KV_S("reason", reason));
 			hconn_refuse(h, status, reason);
 			break;
 		}
@@ -931,9 +936,11 @@ hconn_event_cb(struct bufferevent *bev, short what, void *arg)
 		return;         /* BEV_EVENT_CONNECTED: the TLS handshake is done */
 	e = bufferevent_get_openssl_error(bev);
 	if (e != 0)
-		debug("http %s: TLS: %s", h->peer, ERR_reason_error_string(e));
+		debug("http TLS error", KV_S("peer", h->peer),
+		    KV_S("err", ERR_reason_error_string(e)));
 	else if ((what & BEV_EVENT_ERROR) && h->state == HC_READING)
-		debug("http %s: %s", h->peer, strerror(EVUTIL_SOCKET_ERROR()));
+		debug("http socket error", KV_S("peer", h->peer),
+		    KV_S("err", strerror(EVUTIL_SOCKET_ERROR())));
 	if (h->state == HC_UPGRADING)
 		hconn_abandon(h);
 	hconn_free(h);
@@ -948,13 +955,13 @@ hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (h->state == HC_READING && http_reader_started(h->reader)) {
 		snprintf(reason, sizeof(reason), "request not received within %u ms",
 		    h->srv->gw->limits.http_timeout_ms);
-		info("http %s: %s", h->peer, reason);
+		info("http timeout", KV_S("peer", h->peer), KV_S("reason", reason));
 		hconn_refuse(h, 408, reason);
 		return;
 	}
 	if (h->state == HC_READING)
-		debug("http %s: idle for %u ms: closing", h->peer,
-		    h->srv->gw->limits.http_timeout_ms);
+		debug("http idle: closing", KV_S("peer", h->peer),
+		    KV_U("idle_ms", h->srv->gw->limits.http_timeout_ms));
 	hconn_free(h);
 }
 
@@ -1033,9 +1040,10 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	format_peer(sa, peer, sizeof(peer));
 	/* Frames are written whole: waiting for more only adds latency. */
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
-		debug("http %s: TCP_NODELAY: %s", peer, strerror(errno));
+		debug("http TCP_NODELAY failed", KV_S("peer", peer),
+		    KV_S("err", strerror(errno)));
 	if (hconn_new(srv, fd, peer) == NULL) {
-		warn("http %s: out of memory for a connection: closed", peer);
+		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
 		evutil_closesocket(fd);
 	}
 }
@@ -1048,8 +1056,9 @@ server_accept_error(struct evconnlistener *l, void *arg)
 
 	/* Out of descriptors or memory: the listener would report it again at
 	 * once, forever.  Pause it instead. */
-	warn("accept: %s: new connections paused for %d ms",
-	    strerror(EVUTIL_SOCKET_ERROR()), ACCEPT_RETRY_MS);
+	warn("accept failed: new connections paused",
+	    KV_S("err", strerror(EVUTIL_SOCKET_ERROR())),
+	    KV_I("pause_ms", ACCEPT_RETRY_MS));
 	evconnlistener_disable(l);
 	evtimer_add(srv->accept_retry, &tv);
 }

@@ -68,8 +68,8 @@ static void session_verify_fail(struct session *s, const char *reason);
 static void
 session_set_phase(struct session *s, enum session_phase next)
 {
-	debug("tunnel %s: %s -> %s", conn_peer(s->conn), phase_names[s->phase],
-	    phase_names[next]);
+	debug("tunnel phase", KV_S("peer", conn_peer(s->conn)),
+	    KV_S("from", phase_names[s->phase]), KV_S("to", phase_names[next]));
 	s->phase = next;
 	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
 		s->counted_handshake = 0;
@@ -95,8 +95,9 @@ session_kick(struct session *s, const char *code, const char *reason)
 void
 session_protocol_error(struct session *s, const char *code, const char *reason)
 {
-	warn("tunnel %s (%s): %s: %s", conn_peer(s->conn), phase_names[s->phase],
-	    code, reason);
+	warn("tunnel protocol error", KV_S("peer", conn_peer(s->conn)),
+	    KV_S("phase", phase_names[s->phase]), KV_S("code", code),
+	    KV_S("reason", reason));
 	session_kick(s, code, reason);
 }
 
@@ -154,7 +155,7 @@ session_new(struct gateway *gw, struct conn *c)
 	evtimer_add(s->handshake_timer, &tv);
 	s->counted_handshake = 1;
 	gw->handshakes++;
-	debug("tunnel %s: connected", conn_peer(c));
+	debug("tunnel connected", KV_S("peer", conn_peer(c)));
 	return s;
 }
 
@@ -391,7 +392,8 @@ on_register(struct session *s, const struct frame *in)
 		return;
 	}
 	if (r != STORE_OK) {
-		error("register node %s: %s", in->u.reg.node, err);
+		error("registering a node failed", KV_S("node", in->u.reg.node),
+		    KV_S("err", err));
 		session_protocol_error(s, "internal", "the gateway could not store the agent");
 		return;
 	}
@@ -400,9 +402,10 @@ on_register(struct session *s, const struct frame *in)
 		    "agent: join again with a fresh state directory");
 		return;
 	}
-	info("agent %s registered: node %s, cluster %s, token %s, state %s%s",
-	    a.id, a.node, a.cluster, s->import.id, agent_state_name(a.state),
-	    created ? "" : " (retried registration)");
+	info("agent registered", KV_S("agent", a.id), KV_S("node", a.node),
+	    KV_S("cluster", a.cluster), KV_S("token", s->import.id),
+	    KV_S("state", agent_state_name(a.state)),
+	    KV_S("retried", created ? "false" : "true"));
 	memset(&out, 0, sizeof(out));
 	out.type = FRAME_REGISTERED;
 	snprintf(out.u.registered.agent_id, sizeof(out.u.registered.agent_id), "%s", a.id);
@@ -446,7 +449,7 @@ session_verify(struct session *s, struct store_agent *out, char *err, size_t err
 	if (r != STORE_OK)
 		return r;
 	s->agent = *out;
-	info("agent %s: verifying", s->agent.id);
+	info("agent verifying", KV_S("agent", s->agent.id));
 	session_send_state(s);
 	session_start_round_trip(s);
 	return STORE_OK;
@@ -462,14 +465,16 @@ session_verify_end(struct session *s, enum agent_event ev, const char *reason)
 	evtimer_del(s->verify_timer);
 	if (store_agent_transition(s->gw->store, s->agent.id, ev, reason,
 	    gateway_now(), &a, err, sizeof(err)) != STORE_OK) {
-		warn("agent %s: verification result not recorded: %s", s->agent.id, err);
+		warn("agent verification result not recorded",
+		    KV_S("agent", s->agent.id), KV_S("err", err));
 		return;
 	}
 	s->agent = a;
 	if (ev == AGENT_EV_VERIFY_OK)
-		info("agent %s: active", a.id);
+		info("agent active", KV_S("agent", a.id));
 	else
-		warn("agent %s: verification failed: %s; back to enroll", a.id, reason);
+		warn("agent verification failed: back to enroll", KV_S("agent", a.id),
+		    KV_S("reason", reason));
 	if (s->phase == PHASE_ESTABLISHED)
 		session_send_state(s);
 }
@@ -506,8 +511,8 @@ on_verify_ok(struct session *s, const struct frame *in)
 		session_verify_fail(s, reason);
 		return;
 	}
-	debug("agent %s: verified, round trip %" PRId64 " ms, skew %" PRId64 " ms",
-	    s->agent.id, now - s->verify_sent_ms, skew);
+	debug("agent verified", KV_S("agent", s->agent.id),
+	    KV_I("round_trip_ms", now - s->verify_sent_ms), KV_I("skew_ms", skew));
 	session_verify_end(s, AGENT_EV_VERIFY_OK, NULL);
 }
 
@@ -527,7 +532,8 @@ session_welcome(struct session *s)
 	}
 	old = hub_add(s->gw->hub, s->agent.id, s->agent.cluster, s);
 	if (old != NULL) {
-		info("agent %s reconnected: closing its previous tunnel", s->agent.id);
+		info("agent reconnected: closing its previous tunnel",
+		    KV_S("agent", s->agent.id));
 		session_kick(old, "replaced", "a newer tunnel of this agent took over");
 	}
 	memset(&out, 0, sizeof(out));
@@ -537,12 +543,14 @@ session_welcome(struct session *s)
 	snprintf(out.u.welcome.state, sizeof(out.u.welcome.state), "%s",
 	    agent_state_name(s->agent.state));
 	session_send(s, &out);
-	info("agent %s connected from %s: node %s, cluster %s, state %s",
-	    s->agent.id, conn_peer(s->conn), s->agent.node, s->agent.cluster,
-	    agent_state_name(s->agent.state));
+	info("agent connected", KV_S("agent", s->agent.id),
+	    KV_S("peer", conn_peer(s->conn)), KV_S("node", s->agent.node),
+	    KV_S("cluster", s->agent.cluster),
+	    KV_S("state", agent_state_name(s->agent.state)));
 	if (s->agent.state == AGENT_ENROLL) {
 		if (session_verify(s, &a, err, sizeof(err)) != STORE_OK)
-			warn("agent %s: cannot start verification: %s", s->agent.id, err);
+			warn("agent verification cannot start",
+			    KV_S("agent", s->agent.id), KV_S("err", err));
 	} else if (s->agent.state == AGENT_VERIFYING) {
 		/* A verification cut short (gateway restart): run it again. */
 		session_start_round_trip(s);
@@ -576,8 +584,8 @@ on_established(struct session *s, const struct frame *in)
 	case FRAME_PONG:
 		return;
 	case FRAME_ERROR:
-		warn("agent %s reports: %s: %s", s->agent.id, in->u.error.code,
-		    in->u.error.reason);
+		warn("agent reports an error", KV_S("agent", s->agent.id),
+		    KV_S("code", in->u.error.code), KV_S("reason", in->u.error.reason));
 		return;
 	case FRAME_OPEN:
 	case FRAME_OPEN_OK:
@@ -645,7 +653,7 @@ session_closed(struct session *s)
 	if (s->agent.id[0] != '\0' && hub_find(s->gw->hub, s->agent.id) == s) {
 		if (s->verifying)
 			session_verify_fail(s, "agent disconnected during verification");
-		info("agent %s disconnected", s->agent.id);
+		info("agent disconnected", KV_S("agent", s->agent.id));
 		hub_remove(s->gw->hub, s->agent.id, s);
 	}
 	/* Every stream of the tunnel ends now: their clients see it at once. */

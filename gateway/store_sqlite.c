@@ -167,7 +167,7 @@ rollback(struct store *s)
 	if (sqlite3_get_autocommit(s->db))
 		return;
 	if (sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, &msg) != SQLITE_OK) {
-		error("rollback: %s", msg != NULL ? msg : sqlite3_errmsg(s->db));
+		error("store rollback failed", KV_S("err", msg != NULL ? msg : sqlite3_errmsg(s->db)));
 		sqlite3_free(msg);
 	}
 }
@@ -499,7 +499,7 @@ migrate_locked(struct store *s, char *err, size_t errlen)
 			return STORE_ERR;
 		if (record_version(s, v + 1, err, errlen) != STORE_OK)
 			return STORE_ERR;
-		info("store schema migrated to version %d", v + 1);
+		info("store schema migrated", KV_I("version", v + 1));
 	}
 	s->version = v;
 	return STORE_OK;
@@ -559,7 +559,7 @@ store_close(struct store *s)
 	/* Every statement is finalized where it is used, so this cannot be
 	 * busy; if it is, that is a leak worth hearing about. */
 	if (sqlite3_close(s->db) != SQLITE_OK)
-		error("closing the store: %s", sqlite3_errmsg(s->db));
+		error("closing the store failed", KV_S("err", sqlite3_errmsg(s->db)));
 	free(s);
 }
 
@@ -739,7 +739,7 @@ store_cluster_get(struct store *s, const char *id, struct store_cluster *out)
 	rc = step_cluster(s, st, out, err, sizeof(err));
 out:
 	if (rc == STORE_ERR)
-		error("cluster %s: %s", id, err);
+		error("store: reading a cluster failed", KV_S("cluster", id), KV_S("err", err));
 	sqlite3_finalize(st);
 	return rc;
 }
@@ -758,7 +758,7 @@ store_cluster_list(struct store *s, struct store_cluster **out, size_t *n)
 		rc = collect_rows(s, st, sizeof(**out), read_cluster_row, "cluster",
 		    (void **)out, n, err, sizeof(err));
 	if (rc != STORE_OK)
-		error("listing clusters: %s", err);
+		error("store: listing clusters failed", KV_S("err", err));
 	sqlite3_finalize(st);
 	return rc;
 }
@@ -900,7 +900,7 @@ store_token_get(struct store *s, const char *id, struct store_token *out)
 
 	rc = token_lookup(s, id, out, err, sizeof(err));
 	if (rc == STORE_ERR)
-		error("token %s: %s", id, err);
+		error("store: reading a token failed", KV_S("token", id), KV_S("err", err));
 	return rc;
 }
 
@@ -1139,7 +1139,7 @@ store_user_token_list(struct store *s, struct store_user_token **out,
 	rc = STORE_OK;
 out:
 	if (rc != STORE_OK)
-		error("listing user tokens: %s", err);
+		error("store: listing user tokens failed", KV_S("err", err));
 	free(arr);
 	sqlite3_finalize(st);
 	return rc;
@@ -1244,7 +1244,7 @@ store_token_in_cluster(struct store *s, const char *token_id,
 	}
 out:
 	if (rc == STORE_ERR)
-		error("token %s scope: %s", token_id, err);
+		error("store: reading a token's scope failed", KV_S("token", token_id), KV_S("err", err));
 	sqlite3_finalize(st);
 	return rc;
 }
@@ -1564,7 +1564,7 @@ store_agent_get(struct store *s, const char *id, struct store_agent *out)
 
 	rc = agent_lookup(s, id, out, err, sizeof(err));
 	if (rc == STORE_ERR)
-		error("agent %s: %s", id, err);
+		error("store: reading an agent failed", KV_S("agent", id), KV_S("err", err));
 	return rc;
 }
 
@@ -1589,7 +1589,7 @@ store_agent_list(struct store *s, const char *cluster,
 		    (void **)out, n, err, sizeof(err));
 	}
 	if (rc != STORE_OK)
-		error("listing agents: %s", err);
+		error("store: listing agents failed", KV_S("err", err));
 	sqlite3_finalize(st);
 	return rc;
 }

@@ -103,8 +103,8 @@ struct wsconn {
 static void
 ws_set_state(struct wsconn *c, enum ws_state next)
 {
-	debug("websocket %s: %s -> %s", c->peer, ws_state_names[c->state],
-	    ws_state_names[next]);
+	debug("websocket state", KV_S("peer", c->peer),
+	    KV_S("from", ws_state_names[c->state]), KV_S("to", ws_state_names[next]));
 	c->state = next;
 }
 
@@ -149,7 +149,7 @@ ws_abort(struct wsconn *c, const char *why)
 {
 	if (c->state == WS_CLOSED)
 		return;
-	warn("websocket %s: %s: closing", c->peer, why);
+	warn("websocket error: closing", KV_S("peer", c->peer), KV_S("reason", why));
 	if (c->state == WS_OPEN)
 		ws_set_state(c, WS_CLOSING);
 	c->discard = 1;
@@ -273,7 +273,8 @@ static void
 ws_fail(struct wsconn *c, uint16_t code, const char *why)
 {
 	if (c->state == WS_OPEN)
-		info("websocket %s: %s: closing (%u)", c->peer, why, code);
+		info("websocket closing", KV_S("peer", c->peer), KV_S("reason", why),
+		    KV_U("code", code));
 	c->discard = 1;
 	/* The stream cannot be parsed now, so the peer's close cannot be
 	 * seen: end once our close frame is out. */
@@ -312,7 +313,8 @@ ws_on_close_frame(struct wsconn *c, const uint8_t *p, size_t len)
 			return;
 		}
 	}
-	debug("websocket %s: close %u from the peer", c->peer, code);
+	debug("websocket close from the peer", KV_S("peer", c->peer),
+	    KV_U("code", code));
 	c->peer_closed = 1;
 	c->discard = 1;         /* nothing may follow a close frame */
 	if (c->state == WS_OPEN)
@@ -555,7 +557,8 @@ ws_idle(struct wsconn *c)
 		return;
 	}
 	if (c->pinged) {
-		info("websocket %s: silent for %d s: dropping", c->peer, WS_IDLE_DROP_S);
+		info("websocket silent: dropping", KV_S("peer", c->peer),
+		    KV_I("silent_s", WS_IDLE_DROP_S));
 		ws_finish(c, 0);
 		return;
 	}
@@ -581,9 +584,9 @@ ws_event_cb(struct bufferevent *bev, short what, void *arg)
 		unsigned long e = bufferevent_get_openssl_error(bev);
 
 		if (c->state == WS_OPEN)
-			debug("websocket %s: connection %s%s%s", c->peer,
-			    (what & BEV_EVENT_EOF) ? "closed by the peer" : "failed",
-			    e != 0 ? ": " : "", e != 0 ? ERR_reason_error_string(e) : "");
+			debug("websocket connection ended", KV_S("peer", c->peer),
+			    KV_S("how", (what & BEV_EVENT_EOF) ? "closed by the peer" :
+			    "failed"), KV_S("err", e != 0 ? ERR_reason_error_string(e) : ""));
 		ws_finish(c, 0);
 	}
 }

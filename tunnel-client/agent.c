@@ -97,7 +97,8 @@ static void agent_schedule_reconnect(struct agent *a);
 static void
 agent_set_phase(struct agent *a, enum tunnel_phase next)
 {
-	debug("tunnel: %s -> %s", phase_names[a->phase], phase_names[next]);
+	debug("tunnel phase", KV_S("from", phase_names[a->phase]),
+	    KV_S("to", phase_names[next]));
 	a->phase = next;
 }
 
@@ -125,7 +126,7 @@ agent_send(struct agent *a, const struct frame *f)
 	if (a->ws == NULL)
 		return;
 	if (frame_encode(f, 0, &buf, &len) != 0) {
-		error("cannot encode a %s frame", frame_type_name(f->type));
+		error("cannot encode a frame", KV_S("frame", frame_type_name(f->type)));
 		return;
 	}
 	wsclient_send(a->ws, buf, len, 1);
@@ -201,8 +202,9 @@ on_registered(struct agent *a, const struct frame *in)
 	char err[512], path[PATH_MAX];
 
 	if (strcmp(in->u.registered.cluster, a->st.cluster) != 0) {
-		error("gateway registered this node into cluster %s, but it joined %s",
-		    in->u.registered.cluster, a->st.cluster);
+		error("gateway registered this node into another cluster than it joined",
+		    KV_S("registered_cluster", in->u.registered.cluster),
+		    KV_S("cluster", a->st.cluster));
 		agent_stop(a, 1);
 		return;
 	}
@@ -214,18 +216,20 @@ on_registered(struct agent *a, const struct frame *in)
 	memcpy(a->st.agent_id, in->u.registered.agent_id,
 	    strlen(in->u.registered.agent_id) + 1);
 	if (client_state_save(a->dir, &a->st, err, sizeof(err)) != 0) {
-		error("registered as agent %s but cannot save it: %s", a->st.agent_id, err);
+		error("registered but cannot save it", KV_S("agent", a->st.agent_id),
+		    KV_S("err", err));
 		agent_stop(a, 1);
 		return;
 	}
 	client_path(a->dir, "import.token", path, sizeof(path));
 	if (unlink(path) != 0)
-		warn("cannot remove %s: remove it by hand", path);
+		warn("cannot remove the import token: remove it by hand",
+		    KV_S("path", path));
 	EVP_PKEY_free(a->import_key);
 	a->import_key = NULL;
 	OPENSSL_cleanse(a->import_id, sizeof(a->import_id));
-	info("registered as agent %s in cluster %s; reconnecting with the agent key",
-	    a->st.agent_id, a->st.cluster);
+	info("registered: reconnecting with the agent key",
+	    KV_S("agent", a->st.agent_id), KV_S("cluster", a->st.cluster));
 	a->reconnect_now = true;
 }
 
@@ -234,11 +238,13 @@ agent_follow_state(struct agent *a, const char *state, const char *last_error)
 {
 	if (strcmp(a->state, state) != 0 || strcmp(a->last_error, last_error) != 0) {
 		if (last_error[0] != '\0')
-			info("agent state: %s (%s)", state, last_error);
+			info("agent state", KV_S("state", state),
+			    KV_S("last_error", last_error));
+		else if (strcmp(state, "pending-approval") == 0)
+			info("agent state: waiting for an operator (tetherctl agent approve)",
+			    KV_S("state", state));
 		else
-			info("agent state: %s%s", state, strcmp(state, "active") == 0 ?
-			    "" : strcmp(state, "pending-approval") == 0 ?
-			    " (waiting for an operator: tetherctl agent approve)" : "");
+			info("agent state", KV_S("state", state));
 	}
 	snprintf(a->state, sizeof(a->state), "%s", state);
 	snprintf(a->last_error, sizeof(a->last_error), "%s", last_error);
@@ -250,7 +256,8 @@ on_welcome(struct agent *a, const struct frame *in)
 {
 	agent_set_phase(a, TUNNEL_ESTABLISHED);
 	a->backoff_ms = 0;
-	info("connected to %s as agent %s", a->st.gateway_url, in->u.welcome.agent_id);
+	info("connected", KV_S("gateway", a->st.gateway_url),
+	    KV_S("agent", in->u.welcome.agent_id));
 	agent_follow_state(a, in->u.welcome.state, "");
 }
 
@@ -290,7 +297,7 @@ on_error(struct agent *a, const struct frame *in)
 	const char *code = in->u.error.code, *reason = in->u.error.reason;
 
 	if (error_is_final(code)) {
-		error("gateway refused: %s (%s)", reason, code);
+		error("gateway refused", KV_S("code", code), KV_S("reason", reason));
 		snprintf(a->last_error, sizeof(a->last_error), "%s", reason);
 		if (strcmp(code, "revoked") == 0)
 			snprintf(a->state, sizeof(a->state), "revoked");
@@ -299,7 +306,7 @@ on_error(struct agent *a, const struct frame *in)
 		agent_stop(a, 1);
 		return;
 	}
-	warn("gateway closed the tunnel: %s (%s)", reason, code);
+	warn("gateway closed the tunnel", KV_S("code", code), KV_S("reason", reason));
 	if (strcmp(code, "shutdown") == 0)
 		a->backoff_ms = 0;
 }
@@ -309,7 +316,7 @@ agent_protocol_error(struct agent *a, const char *reason)
 {
 	struct frame f;
 
-	warn("protocol error from gateway: %s", reason);
+	warn("protocol error from gateway", KV_S("reason", reason));
 	frame_make_error(&f, "protocol", reason);
 	agent_send(a, &f);
 	if (a->ws != NULL)
@@ -464,10 +471,10 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 	wsclient_free(c);
 	a->ws = NULL;
 	if (a->phase == TUNNEL_CONNECTING || http_status != 101)
-		warn("%s: %s%s", a->st.gateway_url, reason,
-		    http_status > 101 ? " (the gateway refused the tunnel)" : "");
+		warn("cannot open the tunnel", KV_S("gateway", a->st.gateway_url),
+		    KV_S("reason", reason), KV_I("http_status", http_status));
 	else if (was_up)
-		warn("tunnel lost: %s", reason);
+		warn("tunnel lost", KV_S("reason", reason));
 	agent_set_phase(a, TUNNEL_DISCONNECTED);
 	agent_write_status(a);
 	if (!a->stopping)
@@ -495,10 +502,10 @@ agent_connect(evutil_socket_t fd, short what, void *arg)
 	cfg.max_message = (1 << 20) + MAX_MESSAGE_SLACK;
 	cfg.low_water = 128 * 1024;
 	agent_set_phase(a, TUNNEL_CONNECTING);
-	debug("connecting to %s", a->connect_url);
+	debug("connecting", KV_S("url", a->connect_url));
 	a->ws = wsclient_connect(a->base, &cfg, &ws_callbacks, a, err, sizeof(err));
 	if (a->ws == NULL) {
-		error("cannot connect to %s: %s", a->st.gateway_url, err);
+		error("cannot connect", KV_S("gateway", a->st.gateway_url), KV_S("err", err));
 		agent_stop(a, 1);
 	}
 }
@@ -520,7 +527,7 @@ agent_schedule_reconnect(struct agent *a)
 		    (a->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : a->backoff_ms * 2);
 		random_bytes((uint8_t *)&jitter, sizeof(jitter));
 		delay = a->backoff_ms / 2 + jitter % (a->backoff_ms / 2 + 1);
-		info("reconnecting in %u ms", delay);
+		info("reconnecting", KV_U("delay_ms", delay));
 	}
 	tv.tv_sec = delay / 1000;
 	tv.tv_usec = (delay % 1000) * 1000;
@@ -532,7 +539,7 @@ agent_on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct agent *a = arg;
 
-	info("%s: stopping", strsignal((int)sig));
+	info("stopping", KV_S("signal", strsignal((int)sig)));
 	agent_stop(a, 0);
 }
 
@@ -571,19 +578,20 @@ agent_load_credentials(struct agent *a)
 	client_path(a->dir, "agent.key", path, sizeof(path));
 	a->agent_key = agentkey_load(path, err, sizeof(err));
 	if (a->agent_key == NULL) {
-		error("%s: not joined (no agent key: %s)", a->dir, err);
+		error("not joined: no agent key", KV_S("state_dir", a->dir), KV_S("err", err));
 		return -1;
 	}
 	if (a->st.agent_id[0] != '\0')
 		return 0;
 	client_path(a->dir, "import.token", path, sizeof(path));
 	if (file_read_all(path, 1024, &text, NULL, err, sizeof(err)) != 0) {
-		error("%s: not registered and no import token to register with (%s): "
-		    "join again with a fresh token", a->dir, err);
+		error("not registered and no import token to register with: "
+		    "join again with a fresh token", KV_S("state_dir", a->dir),
+		    KV_S("err", err));
 		return -1;
 	}
 	if (token_parse(text, &t, err, sizeof(err)) != 0 || t.kind != TOKEN_IMPORT) {
-		error("%s: import.token is not an import token", path);
+		error("import.token is not an import token", KV_S("path", path));
 		goto out;
 	}
 	a->import_key = token_import_key(&t);
@@ -610,7 +618,7 @@ agent_start_loop(struct agent *a)
 	a->dialer = dialer_new(a->base, a->dns, &a->st, a->dir, a->opt.dial_timeout_ms,
 	    err, sizeof(err));
 	if (a->dialer == NULL) {
-		error("%s", err);
+		error("cannot start the dialer", KV_S("err", err));
 		return -1;
 	}
 	a->reconnect_timer = evtimer_new(a->base, agent_connect, a);
@@ -659,15 +667,16 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 	r = client_state_load(state_dir, &a.st, err, sizeof(err));
 	if (r != 0) {
 		if (r == 1)
-			error("%s is not joined: run 'tether-client join --state-dir %s' "
-			    "with a join document first", state_dir, state_dir);
+			error("not joined: run 'tether-client join --state-dir DIR' "
+			    "with a join document first", KV_S("state_dir", state_dir));
 		else
-			error("%s", err);
+			error("cannot read the state", KV_S("state_dir", state_dir),
+			    KV_S("err", err));
 		return 1;
 	}
 	if (parse_gateway_url(&a) != 0) {
-		error("%s: gateway_url \"%s\" is not https://HOST[:PORT]", state_dir,
-		    a.st.gateway_url);
+		error("gateway_url is not https://HOST[:PORT]", KV_S("state_dir", state_dir),
+		    KV_S("gateway_url", a.st.gateway_url));
 		return 1;
 	}
 	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
@@ -682,8 +691,9 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 		agent_free(&a);
 		return 1;
 	}
-	info("tether-client %s: node %s, cluster %s, gateway %s", TETHER_VERSION,
-	    a.st.node, a.st.cluster, a.st.gateway_url);
+	info("tether-client starting", KV_S("version", TETHER_VERSION),
+	    KV_S("node", a.st.node), KV_S("cluster", a.st.cluster),
+	    KV_S("gateway", a.st.gateway_url));
 	agent_write_status(&a);
 	agent_connect(-1, 0, &a);
 	event_base_dispatch(a.base);

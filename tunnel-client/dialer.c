@@ -116,10 +116,10 @@ dial_done(struct bridge *b, const struct bridge_stats *st, void *arg)
 	gettimeofday(&now, NULL);
 	timersub(&now, &x->started, &took);
 	if (strncmp(st->end, "refused:", 8) != 0)
-		info("stream %u to %s ended (%s): %llu bytes in, %llu out, %ld.%03ld s",
-		    x->stream_id, x->target, st->end,
-		    (unsigned long long)st->bytes_in, (unsigned long long)st->bytes_out,
-		    (long)took.tv_sec, (long)took.tv_usec / 1000);
+		info("stream ended", KV_U("stream", x->stream_id),
+		    KV_S("target", x->target), KV_S("end", st->end),
+		    KV_U("bytes_in", st->bytes_in), KV_U("bytes_out", st->bytes_out),
+		    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000));
 	dial_stop_connecting(x);
 	dial_unlink(x);
 	free(x);
@@ -128,7 +128,8 @@ dial_done(struct bridge *b, const struct bridge_stats *st, void *arg)
 static void
 dial_fail(struct dial *x, const char *code, const char *reason)
 {
-	info("stream %u to %s refused: %s (%s)", x->stream_id, x->target, reason, code);
+	info("stream refused", KV_U("stream", x->stream_id), KV_S("target", x->target),
+	    KV_S("code", code), KV_S("reason", reason));
 	dial_stop_connecting(x);
 	bridge_refuse(x->bridge, code, reason);   /* calls dial_done, frees x */
 }
@@ -271,7 +272,8 @@ dial_event(struct bufferevent *bev, short what, void *arg)
 		event_free(x->deadline);
 		x->deadline = NULL;
 		x->bev = NULL;
-		debug("stream %u: connected to %s", x->stream_id, x->target);
+		debug("stream connected", KV_U("stream", x->stream_id),
+		    KV_S("target", x->target));
 		bridge_attach(x->bridge, bev);
 		return;
 	}
@@ -475,7 +477,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 	tv.tv_sec = d->timeout_ms / 1000;
 	tv.tv_usec = (d->timeout_ms % 1000) * 1000;
 	evtimer_add(x->deadline, &tv);
-	debug("stream %u: dialing %s", x->stream_id, x->target);
+	debug("stream dialing", KV_U("stream", x->stream_id), KV_S("target", x->target));
 	/* May report failure synchronously through dial_event (x freed then). */
 	bufferevent_socket_connect_hostname(x->bev, d->dns, AF_UNSPEC, host, port);
 }

@@ -86,6 +86,7 @@ cmd_run(int argc, char **argv)
 	opt.max_streams = opts_num(&o, RUN_OPT_MAX_STREAMS);
 	opt.dial_timeout_ms = opts_num(&o, RUN_OPT_DIAL_TIMEOUT);
 	log_init("client", (enum log_level)opts_num(&o, RUN_OPT_LOG_LEVEL));
+	log_set_format((enum log_format)opts_num(&o, RUN_OPT_LOG_FORMAT));
 	r = agent_run(opts_str(&o, RUN_OPT_STATE_DIR), &opt);
 	opts_free(&o);
 	return r;

@@ -7,6 +7,8 @@
 #include <stddef.h>
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+/* In the order of enum log_format (common/log.h). */
+static const char *const log_formats[] = { "logfmt", "json", NULL };
 
 static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	[RUN_OPT_STATE_DIR] = { .name = "state-dir", .type = OPT_STRING, .arg = "DIR",
@@ -24,6 +26,10 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	[RUN_OPT_LOG_LEVEL] = { .name = "log-level", .type = OPT_CHOICE,
 	    .arg = "LEVEL", .def = "info", .choices = log_levels,
 	    .help = "least severe level logged" },
+	[RUN_OPT_LOG_FORMAT] = { .name = "log-format", .type = OPT_CHOICE,
+	    .arg = "FORMAT", .def = "logfmt", .choices = log_formats,
+	    .help = "logfmt or json: one line per event on stderr, every value "
+	    "quoted and escaped" },
 };
 
 const struct opt_command run_command = {

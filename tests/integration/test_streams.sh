@@ -128,7 +128,7 @@ expect_exit 1 "$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" </dev/null
 assert_contains "$T/last.err" 503
 pass "with no agent connected: 503 and exit 1"
 
-grep -q "audit stream who=admin:" "$T/gateway.log" || fail "no audit line in the gateway log"
+grep -q "msg=audit event=stream who=admin:" "$T/gateway.log" || fail "no audit line in the gateway log"
 pass "every stream leaves an audit line"
 
 kill -TERM "$fwd_pid"

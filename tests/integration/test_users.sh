@@ -83,7 +83,7 @@ expect_exit 1 as_alice user list
 assert_contains "$T/last.err" 403
 pass "the admin API refuses the user token: 403"
 
-grep -q "audit stream who=user:alice cluster=$cid_a" "$T/gateway.log" ||
+grep -q "msg=audit event=stream who=user:alice cluster=$cid_a" "$T/gateway.log" ||
 	fail "no audit line naming user:alice"
 pass "the stream's audit line names user:alice"
 
@@ -160,7 +160,7 @@ expect_exit 1 env -u TETHER_TOKEN_FILE TETHER_TOKEN="$kc_token" "$CTL" connect \
 	--cluster "$cid_b" "127.0.0.1:$echo_port" </dev/null
 assert_contains "$T/last.err" 403
 kc_id=$(printf '%s' "$kc_token" | cut -c5-20)
-grep -q "kubeconfig for cluster $cid_a issued to user alice (token $kc_id)" "$T/gateway.log" ||
+grep -q "msg=\"kubeconfig issued\" cluster=$cid_a user=alice token=$kc_id" "$T/gateway.log" ||
 	fail "no log line for the issued kubeconfig"
 grep -qF -- "${kc_token#*.}" "$T/gateway.log" && fail "the kubeconfig's secret is in the gateway log"
 pass "the kubeconfig's token is live and scoped to $cid_a only; the log names it without its secret"

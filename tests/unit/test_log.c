@@ -1,0 +1,354 @@
+/*
+ * test_log.c: the log encoder (common/log.c, docs/0008).  Every line it
+ * writes, whatever bytes a value holds, parses back (tests/unit/
+ * logfmt_parse.h for logfmt, jansson for JSON) to exactly the fields that
+ * were logged: CR, LF, quotes, backslashes, `key=value` look-alikes,
+ * invalid UTF-8, control characters and empty values cannot add a line or
+ * a field, or change one.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "logfmt_parse.h"
+
+static char line[LOG_LINE_MAX];
+static struct lp_field parsed[LP_MAX_FIELDS];
+
+/* 2026-11-24T08:54:47.123Z */
+static const struct timespec when = { 1795510487, 123456789 };
+
+static size_t
+enc(enum log_format f, const char *msg, const struct log_field *fields, size_t n)
+{
+	size_t len = log_encode(line, sizeof(line), f, &when, "info", "gateway",
+	    msg, fields, n);
+
+	assert_int_equal(strlen(line), len);
+	/* One line: the only newline is the last byte, and no CR at all. */
+	assert_true(len > 0 && line[len - 1] == '\n');
+	assert_ptr_equal(memchr(line, '\n', len), line + len - 1);
+	assert_null(memchr(line, '\r', len));
+	return len;
+}
+
+/* Parses the logfmt line; the header fields come first. */
+static int
+parse_logfmt(size_t len, const char *msg)
+{
+	int n = logfmt_parse(line, len, parsed, LP_MAX_FIELDS);
+
+	if (n < 0)
+		fail_msg("does not parse: %s", line);
+	assert_true(n >= 4);
+	assert_string_equal(parsed[0].key, "time");
+	assert_int_equal(parsed[0].len, 24);
+	assert_memory_equal(parsed[0].val, "2026-11-24T08:54:47.123Z", 24);
+	assert_string_equal(parsed[1].key, "level");
+	assert_memory_equal(parsed[1].val, "info", 4);
+	assert_string_equal(parsed[2].key, "component");
+	assert_string_equal(parsed[3].key, "msg");
+	assert_int_equal(parsed[3].len, strlen(msg));
+	assert_memory_equal(parsed[3].val, msg, parsed[3].len);
+	return n;
+}
+
+/* The value, in the bytes logged, of one field of one STR/BYTES value v. */
+static void
+check_logfmt_value(const char *v, size_t vlen)
+{
+	struct log_field f = KV_B("target", v, vlen);
+	size_t len = enc(LOG_FORMAT_LOGFMT, "m", &f, 1);
+	int n = parse_logfmt(len, "m");
+
+	assert_int_equal(n, 5);
+	assert_string_equal(parsed[4].key, "target");
+	assert_int_equal(parsed[4].len, vlen);
+	assert_memory_equal(parsed[4].val, v, vlen);
+}
+
+/* JSON: an object with exactly the fields, values as logged; bytes that
+ * are not UTF-8 become U+FFFD, which want says. */
+static void
+check_json_value(const char *v, size_t vlen, const char *want, size_t wantlen)
+{
+	struct log_field f = KV_B("target", v, vlen);
+	size_t len = enc(LOG_FORMAT_JSON, "m", &f, 1);
+	json_error_t jerr;
+	json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, &jerr);
+
+	if (o == NULL)
+		fail_msg("not JSON (%s): %s", jerr.text, line);
+	assert_int_equal(json_object_size(o), 5);
+	assert_string_equal(json_string_value(json_object_get(o, "time")),
+	    "2026-11-24T08:54:47.123Z");
+	assert_string_equal(json_string_value(json_object_get(o, "level")), "info");
+	assert_string_equal(json_string_value(json_object_get(o, "component")),
+	    "gateway");
+	assert_string_equal(json_string_value(json_object_get(o, "msg")), "m");
+	json_t *t = json_object_get(o, "target");
+	assert_true(json_is_string(t));
+	assert_int_equal(json_string_length(t), wantlen);
+	assert_memory_equal(json_string_value(t), want, wantlen);
+	json_decref(o);
+}
+
+static void
+check_both(const char *v, const char *json_want)
+{
+	check_logfmt_value(v, strlen(v));
+	if (json_want == NULL)
+		json_want = v;
+	check_json_value(v, strlen(v), json_want, strlen(json_want));
+}
+
+static void
+test_header_and_bare_values(void **state)
+{
+	const struct log_field f[] = {
+		KV_S("agent", "a1b2"), KV_I("port", -22), KV_U("bytes", 18446744073709551615ULL),
+	};
+	size_t len = enc(LOG_FORMAT_LOGFMT, "agent connected", f, 3);
+
+	assert_string_equal(line, "time=2026-11-24T08:54:47.123Z level=info "
+	    "component=gateway msg=\"agent connected\" agent=a1b2 port=-22 "
+	    "bytes=18446744073709551615\n");
+	assert_int_equal(parse_logfmt(len, "agent connected"), 7);
+	enc(LOG_FORMAT_JSON, "agent connected", f, 3);
+	assert_string_equal(line, "{\"time\":\"2026-11-24T08:54:47.123Z\","
+	    "\"level\":\"info\",\"component\":\"gateway\",\"msg\":\"agent connected\","
+	    "\"agent\":\"a1b2\",\"port\":-22,\"bytes\":18446744073709551615}\n");
+}
+
+static void
+test_forged_line_stays_one_field(void **state)
+{
+	const char *forged = "x:1\nFORGED time=2026-11-24T08:54:47.123Z level=info "
+	    "component=gateway msg=audit event=stream who=admin:x";
+	struct log_field f = KV_S("target", forged);
+	size_t len = enc(LOG_FORMAT_LOGFMT, "audit", &f, 1);
+
+	assert_non_null(strstr(line, "target=\"x:1\\nFORGED time="));
+	assert_int_equal(parse_logfmt(len, "audit"), 5);
+	check_both(forged, NULL);
+	check_both("x:1\r\nFORGED", NULL);
+	check_both("\r", NULL);
+}
+
+static void
+test_quotes_backslashes_lookalikes(void **state)
+{
+	check_both("\"", NULL);
+	check_both("\\", NULL);
+	check_both("\\\"", NULL);
+	check_both("a\" b=\"c", NULL);
+	check_both("key=value", NULL);
+	check_both("a=b c=d msg=forged", NULL);
+	check_both("=", NULL);
+	check_both(" ", NULL);
+	check_both("\\n", NULL);       /* a backslash and an n, not a newline */
+	check_both("\\x41", NULL);
+	check_both("\\u0041", NULL);
+	check_both("end\\", NULL);
+	check_both("\"}{\"level\":\"error\"", NULL);
+}
+
+static void
+test_invalid_utf8(void **state)
+{
+	check_both("\xff", "\xef\xbf\xbd");
+	check_both("a\xfe\xff" "b", "a\xef\xbf\xbd\xef\xbf\xbd" "b");
+	check_both("\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd");            /* overlong '/' */
+	check_both("\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd");            /* cut short */
+	check_both("\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); /* surrogate */
+	check_both("\xf4\x90\x80\x80",                                 /* > U+10FFFF */
+	    "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+	/* Valid UTF-8 stays as it is. */
+	check_both("h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80", NULL);
+}
+
+static void
+test_control_characters(void **state)
+{
+	struct log_field f = KV_S("v", "\x1b[2J\x07\x7f");
+
+	enc(LOG_FORMAT_LOGFMT, "m", &f, 1);
+	assert_non_null(strstr(line, "v=\"\\u001b[2J\\u0007\\u007f\""));
+	check_both("\x01\x02\x1b[31mred\x1b[0m\t\x7f", NULL);
+	check_both("\xc2\x85" "NEL", NULL);                  /* C1 control U+0085 */
+	check_both("a\xe2\x80\xa8" "b\xe2\x80\xa9", NULL);   /* U+2028, U+2029 */
+	check_both("\xe2\x80\xae" "txt.exe", NULL);          /* U+202E bidi override */
+	check_both("\xef\xbb\xbf" "bom", NULL);
+	/* No raw escape byte or bidi control is left in either format. */
+	f = KV_S("v", "\x1b\xe2\x80\xae");
+	enc(LOG_FORMAT_LOGFMT, "m", &f, 1);
+	assert_null(strchr(line, 0x1b));
+	assert_null(strstr(line, "\xe2\x80\xae"));
+	enc(LOG_FORMAT_JSON, "m", &f, 1);
+	assert_null(strchr(line, 0x1b));
+	assert_null(strstr(line, "\xe2\x80\xae"));
+}
+
+static void
+test_empty_null_and_nul(void **state)
+{
+	const struct log_field f[] = {
+		KV_S("a", ""), KV_S("b", NULL), KV_B("c", "x\0y", 3), KV_B("d", NULL, 5),
+	};
+	size_t len = enc(LOG_FORMAT_LOGFMT, "m", f, 4);
+
+	assert_non_null(strstr(line, " a=\"\" b=\"\" c=\"x\\u0000y\" d=\"\"\n"));
+	assert_int_equal(parse_logfmt(len, "m"), 8);
+	check_logfmt_value("x\0y", 3);
+	check_json_value("x\0y", 3, "x\0y", 3);
+}
+
+static void
+test_every_byte(void **state)
+{
+	char v[3];
+
+	for (int c = 0; c < 256; c++) {
+		v[0] = 'a';
+		v[1] = (char)c;
+		v[2] = 'z';
+		check_logfmt_value(v, 3);
+		if (c < 0x80)
+			check_json_value(v, 3, v, 3);
+		else
+			check_json_value(v, 3, "a\xef\xbf\xbdz", 5);
+	}
+}
+
+/* Pseudo-random values (a fixed LCG): logfmt gives back the same bytes. */
+static void
+test_random_values(void **state)
+{
+	uint32_t x = 12345;
+	char v[64];
+
+	for (int i = 0; i < 5000; i++) {
+		size_t n = (x >> 8) % sizeof(v);
+
+		for (size_t k = 0; k < n; k++) {
+			x = x * 1103515245u + 12345u;
+			v[k] = (char)(x >> 16);
+		}
+		x = x * 1103515245u + 12345u;
+		check_logfmt_value(v, n);
+	}
+}
+
+static void
+test_long_value_cut(void **state)
+{
+	char *v = malloc(5000);
+	struct log_field f;
+	size_t len;
+	int n;
+
+	assert_non_null(v);
+	memset(v, '\n', 5000);
+	f = KV_B("path", v, 5000);
+	len = enc(LOG_FORMAT_LOGFMT, "m", &f, 1);
+	n = parse_logfmt(len, "m");
+	assert_int_equal(n, 6);
+	assert_int_equal(parsed[4].len, LOG_VALUE_MAX);
+	assert_string_equal(parsed[5].key, "path_len");
+	assert_memory_equal(parsed[5].val, "5000", 4);
+	/* A cut never splits a UTF-8 sequence: U+20AC is 3 bytes. */
+	for (size_t i = 0; i + 3 <= 5000; i += 3)
+		memcpy(v + i, "\xe2\x82\xac", 3);
+	f = KV_B("path", v, 4998);
+	len = enc(LOG_FORMAT_LOGFMT, "m", &f, 1);
+	assert_int_equal(parse_logfmt(len, "m"), 6);
+	assert_int_equal(parsed[4].len, LOG_VALUE_MAX - LOG_VALUE_MAX % 3);
+	assert_null(strstr(line, "\\x"));
+	free(v);
+}
+
+static void
+test_too_many_fields_dropped(void **state)
+{
+	struct log_field f[40];
+	char *v = malloc(LOG_VALUE_MAX);
+	size_t len;
+	int n;
+
+	assert_non_null(v);
+	memset(v, 0x01, LOG_VALUE_MAX);  /* 4 bytes each once escaped */
+	for (size_t i = 0; i < 40; i++)
+		f[i] = KV_B("v", v, LOG_VALUE_MAX);
+	len = enc(LOG_FORMAT_LOGFMT, "m", f, 40);
+	assert_true(len < LOG_LINE_MAX);
+	n = parse_logfmt(len, "m");
+	assert_true(n > 5);
+	assert_string_equal(parsed[n - 1].key, "fields_dropped");
+	char dropped[8];
+	snprintf(dropped, sizeof(dropped), "%d", 40 - (n - 5));
+	assert_int_equal(parsed[n - 1].len, strlen(dropped));
+	assert_memory_equal(parsed[n - 1].val, dropped, strlen(dropped));
+	len = enc(LOG_FORMAT_JSON, "m", f, 40);
+	json_t *o = json_loadb(line, len, 0, NULL);
+	assert_non_null(o);
+	assert_true(json_is_integer(json_object_get(o, "fields_dropped")));
+	json_decref(o);
+	free(v);
+}
+
+static void
+test_keys_sanitized(void **state)
+{
+	const struct log_field f[] = { KV_S("bad key=\"x\n", "v"), KV_S("", "w") };
+	size_t len = enc(LOG_FORMAT_LOGFMT, "m", f, 2);
+
+	assert_int_equal(parse_logfmt(len, "m"), 6);
+	assert_string_equal(parsed[4].key, "bad_key__x_");
+	assert_string_equal(parsed[5].key, "_");
+}
+
+static void
+test_parse_names(void **state)
+{
+	enum log_level l;
+	enum log_format f;
+
+	assert_int_equal(log_level_parse("warn", &l), 0);
+	assert_int_equal(l, LOG_LEVEL_WARN);
+	assert_int_equal(log_level_parse("WARN", &l), -1);
+	assert_int_equal(log_format_parse("json", &f), 0);
+	assert_int_equal(f, LOG_FORMAT_JSON);
+	assert_int_equal(log_format_parse("logfmt", &f), 0);
+	assert_int_equal(f, LOG_FORMAT_LOGFMT);
+	assert_int_equal(log_format_parse("text", &f), -1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_header_and_bare_values),
+		cmocka_unit_test(test_forged_line_stays_one_field),
+		cmocka_unit_test(test_quotes_backslashes_lookalikes),
+		cmocka_unit_test(test_invalid_utf8),
+		cmocka_unit_test(test_control_characters),
+		cmocka_unit_test(test_empty_null_and_nul),
+		cmocka_unit_test(test_every_byte),
+		cmocka_unit_test(test_random_values),
+		cmocka_unit_test(test_long_value_cut),
+		cmocka_unit_test(test_too_many_fields_dropped),
+		cmocka_unit_test(test_keys_sanitized),
+		cmocka_unit_test(test_parse_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
