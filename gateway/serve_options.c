@@ -101,8 +101,8 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "least severe level logged" },
 	[SERVE_OPT_LOG_FORMAT] = { .name = "log-format", .type = OPT_CHOICE,
 	    .arg = "FORMAT", .def = "logfmt", .choices = log_formats,
-	    .help = "logfmt or json: one line per event on stderr, every value "
-	    "quoted and escaped (docs/0008)" },
+	    .help = "one line per event on stderr, every value quoted and "
+	    "escaped (docs/0008)" },
 	[SERVE_OPT_AUDIT_LOG] = { .name = "audit-log", .type = OPT_STRING,
 	    .arg = "PATH", .def_help = "stderr, with the log",
 	    .help = "audit lines (streams, /k8s requests) to PATH, created 0640 and "

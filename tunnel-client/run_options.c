@@ -28,8 +28,8 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .help = "least severe level logged" },
 	[RUN_OPT_LOG_FORMAT] = { .name = "log-format", .type = OPT_CHOICE,
 	    .arg = "FORMAT", .def = "logfmt", .choices = log_formats,
-	    .help = "logfmt or json: one line per event on stderr, every value "
-	    "quoted and escaped" },
+	    .help = "one line per event on stderr, every value quoted and "
+	    "escaped" },
 };
 
 const struct opt_command run_command = {
