@@ -35,8 +35,8 @@ GW_PID=$! PIDS+=("$GW_PID")
 GW_URL=https://127.0.0.1:$p1
 wait_until 20 "gateway listening on the file's port $p1" gateway_ready
 gateway_stop
-if grep -q 'listening on' "$T/gateway.log"; then
-	fail "log-level = warn in the file, but the info line 'listening on' was logged"
+if grep -q 'msg="tether-gateway listening"' "$T/gateway.log"; then
+	fail "log-level = warn in the file, but the info line 'tether-gateway listening' was logged"
 fi
 pass "listen and log-level from the file take effect"
 
@@ -46,7 +46,8 @@ pass "listen and log-level from the file take effect"
 GW_PID=$! PIDS+=("$GW_PID")
 GW_URL=https://127.0.0.1:$p2
 wait_until 20 "gateway listening on the flag's port $p2" gateway_ready
-assert_contains "$T/gateway.log" "listening on https://127.0.0.1:$p2"
+assert_contains "$T/gateway.log" "msg=\"tether-gateway listening\" version=$(
+	"$GATEWAY" --version | cut -d' ' -f2) host=127.0.0.1 port=$p2 "
 if curl -s --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:$p1/readyz" >/dev/null; then
 	fail "the file's port $p1 answers although --listen overrode it"
 fi
