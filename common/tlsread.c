@@ -37,18 +37,25 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	struct evbuffer *in = bufferevent_get_input(bev);
 	struct evbuffer_iovec v;
-	size_t added = 0;
+	size_t added = 0, chain;
 	int r;
 
 	if (ssl == NULL)
 		return 0;
+	/* A small limit (a connection not yet authenticated) gets a chain to
+	 * match, not 512 KiB of memory it may never fill. */
+	chain = limit + TLS_RECORD_MAX;
+	if (chain > TLS_CHAIN_SIZE)
+		chain = TLS_CHAIN_SIZE;
+	if (chain < 2 * TLS_RECORD_MAX)
+		chain = 2 * TLS_RECORD_MAX;
 	while (evbuffer_get_length(in) < limit) {
 		/* Records land back to back in big chains, so that a whole
 		 * message is usually contiguous and needs no pullup copy. */
 		if (evbuffer_reserve_space(in, TLS_RECORD_MAX, &v, 1) < 1)
 			break;
 		if (v.iov_len < 2 * TLS_RECORD_MAX &&
-		    evbuffer_reserve_space(in, TLS_CHAIN_SIZE, &v, 1) < 1)
+		    evbuffer_reserve_space(in, (ev_ssize_t)chain, &v, 1) < 1)
 			break;
 		if (v.iov_len > 4 * TLS_RECORD_MAX)
 			v.iov_len = 4 * TLS_RECORD_MAX;

@@ -16,7 +16,9 @@
 struct bufferevent;
 
 /* Reads until the input holds `limit` bytes or nothing more is ready.
- * Returns the bytes added.  A no-op for bufferevents without TLS. */
+ * Returns the bytes added.  A no-op for bufferevents without TLS.  Memory:
+ * the input grows by at most limit + 64 KiB, in chains of at most
+ * min(512 KiB, limit + 16 KiB) (at least 32 KiB). */
 size_t tls_read_available(struct bufferevent *bev, size_t limit);
 
 /*

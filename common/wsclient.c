@@ -80,6 +80,7 @@
 #define REASON_MAX          256
 #define DEFAULT_TIMEOUT_MS  10000
 #define DEFAULT_MAX_MESSAGE ((size_t)16 * 1024 * 1024)
+#define DEFAULT_MAX_QUEUE   ((size_t)8 * 1024 * 1024)
 #define CLOSE_WAIT_MS       2000          /* for the peer's close / our flush */
 #define MASK_POOL           256           /* random bytes: 64 frame masks */
 #define FRAME_HEADER_MAX    14
@@ -137,6 +138,7 @@ struct wsclient {
 	char *subprotocol;
 	char *token;
 	size_t max_message;
+	size_t max_queue;           /* output cap: past it the server is dropped */
 	size_t low_water;
 	uint32_t timeout_ms;
 
@@ -720,6 +722,14 @@ send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 	memcpy(hdr + hl, mask, 4);
 	hl += 4;
 
+	/* Every frame counts, the PONGs the server's pings ask for too: a
+	 * server that sends without reading is dropped at the cap. */
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) + hl + plen >
+	    c->max_queue) {
+		finish_with(c, 0, "%s does not read: output queue over %zu bytes",
+		    c->host, c->max_queue);
+		return -1;
+	}
 	if (reserve_output(c, hl + plen, &v) != 0)
 		return -1;
 	p = v.iov_base;
@@ -1541,6 +1551,7 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 	c->pool_off = sizeof(c->pool); /* empty: filled on first use */
 	c->input_high = INPUT_HIGH;   /* set_io_sizes sets it on the bufferevent */
 	c->max_message = cfg->max_message ? cfg->max_message : DEFAULT_MAX_MESSAGE;
+	c->max_queue = cfg->max_queue ? cfg->max_queue : DEFAULT_MAX_QUEUE;
 	c->low_water = cfg->low_water;
 	c->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms :
 	    DEFAULT_TIMEOUT_MS;

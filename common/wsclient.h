@@ -47,6 +47,9 @@ struct wsclient_config {
 	const char *ca_file;        /* PEM CA bundle to verify the server; NULL = system */
 	const char *bearer_token;   /* sent as "Authorization: Bearer ...", or NULL */
 	size_t max_message;         /* larger incoming messages are a protocol error */
+	size_t max_queue;           /* most output queued, every frame counted (PONGs
+	                             * too); a frame past it ends the connection
+	                             * (on_close, status 0).  0 = 8 MiB */
 	size_t low_water;           /* on_drain threshold, bytes (0: when empty) */
 	uint32_t connect_timeout_ms;/* TCP + TLS + upgrade; 0 = 10000 */
 };
@@ -60,7 +63,8 @@ struct wsclient *wsclient_connect(struct event_base *base,
     void *arg, char *err, size_t errlen);
 
 /* Sends one message made of the iovecs concatenated (e.g. a DATA frame's
- * header and its payload), masked.  Returns 0, or -1 if not open. */
+ * header and its payload), masked.  Returns 0, or -1 if not open or if it
+ * would pass max_queue (the connection is then ending). */
 int wsclient_sendv(struct wsclient *c, const struct iovec *iov, int iovcnt,
     int binary);
 int wsclient_send(struct wsclient *c, const uint8_t *data, size_t len, int binary);

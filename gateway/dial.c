@@ -236,6 +236,9 @@ ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
 		return;
 	}
 	wsconn_set_max_message(c->ws, gw->limits.max_frame_bytes);
+	/* DATA stops at tx_high_water; OPEN_FAIL, RESET and PONG answers to a
+	 * client that does not read pile up to this, then it is dropped. */
+	wsconn_set_max_queue(c->ws, gw->limits.max_queue_bytes);
 	wsconn_set_low_water(c->ws, cfg.tx_high_water / 2);
 }
 

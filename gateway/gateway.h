@@ -26,7 +26,8 @@ struct gateway_limits {
 	uint32_t max_handshakes;        /* unauthenticated tunnels at once */
 	uint32_t max_frame_bytes;       /* largest frame after authentication */
 	uint32_t max_handshake_frame;   /* largest frame before authentication */
-	uint32_t max_queue_bytes;       /* bytes queued to one slow agent */
+	uint32_t max_queue_bytes;       /* output queued to one peer (tunnel, dial) */
+	uint32_t max_handshake_queue;   /* the same before authentication */
 	uint32_t verify_timeout_ms;     /* VERIFY -> VERIFY_OK round trip */
 	uint32_t max_clock_skew_s;      /* agent clock vs gateway clock */
 	uint32_t max_body_bytes;        /* admin API request body */
@@ -39,6 +40,7 @@ struct gateway_limits {
 	.max_frame_bytes = 1 << 20, \
 	.max_handshake_frame = 4096, \
 	.max_queue_bytes = 8 << 20, \
+	.max_handshake_queue = 64 << 10, \
 	.verify_timeout_ms = 10000, \
 	.max_clock_skew_s = 60, \
 	.max_body_bytes = 65536, \

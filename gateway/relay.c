@@ -378,6 +378,11 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 			return;
 		}
 		wsconn_set_low_water(r->ws, 256 * 1024);
+		/* The node's bytes go straight to the socket, bounded by the
+		 * stream's window (credit returns as they drain); PONGs to a
+		 * client that does not read count on top, up to --max-queue. */
+		wsconn_set_max_queue(r->ws, (size_t)r->gw->mux_config.window +
+		    r->gw->limits.max_queue_bytes);
 		return;
 	}
 	if (r->cs == NULL || mux_stream_accept(r->cs, &cs_handlers, r) != 0) {

@@ -72,7 +72,8 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "largest tunnel frame" },
 	[SERVE_OPT_MAX_QUEUE] = { .name = "max-queue", .type = OPT_U32,
 	    .arg = "BYTES", .def = "8388608", .min = 65536, .max = 1u << 30,
-	    .help = "bytes queued to one agent" },
+	    .help = "output queued to one peer (tunnel, dial), replies included; "
+	    "past it the peer is dropped" },
 	[SERVE_OPT_VERIFY_TIMEOUT] = { .name = "verify-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
 	    .help = "verification round trip deadline" },

@@ -356,7 +356,7 @@ int
 conn_send(struct conn *c, const struct frame *f)
 {
 	uint8_t *buf;
-	size_t len, queued;
+	size_t len;
 	int r;
 
 	if (c->ws == NULL || c->closing)
@@ -366,19 +366,11 @@ conn_send(struct conn *c, const struct frame *f)
 		    KV_S("frame", frame_type_name(f->type)));
 		return -1;
 	}
-	queued = wsconn_pending(c->ws);
-	if (queued + len > c->gw->limits.max_queue_bytes) {
-		/* A peer that does not read loses its tunnel, not our memory. */
-		warn("tunnel: cannot queue a frame: closing", KV_S("peer", conn_peer(c)),
-		    KV_S("frame", frame_type_name(f->type)), KV_U("queued", queued),
-		    KV_U("max_queue", c->gw->limits.max_queue_bytes));
-		free(buf);
-		c->closing = 1;
-		wsconn_close(c->ws, 1008, "send queue over its limit");
-		return -1;
-	}
+	/* Over the output cap (session_max_queue) the wsconn drops the peer. */
 	r = wsconn_send(c->ws, buf, len, 1);
 	free(buf);
+	if (r != 0)
+		c->closing = 1;
 	return r;
 }
 
@@ -406,8 +398,11 @@ conn_on_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary,
 		return;
 	}
 	session_on_message(c->session, data, len);
-	/* The limit grows once the agent is authenticated. */
-	wsconn_set_max_message(ws, session_max_message(c->session));
+	/* The limits grow once the agent is authenticated. */
+	if (c->session != NULL) {
+		wsconn_set_max_message(ws, session_max_message(c->session));
+		wsconn_set_max_queue(ws, session_max_queue(c->session));
+	}
 }
 
 static void
@@ -498,6 +493,7 @@ hconn_tunnel(struct hconn *h, const struct http_request *rq)
 		return;
 	}
 	wsconn_set_max_message(c->ws, session_max_message(c->session));
+	wsconn_set_max_queue(c->ws, session_max_queue(c->session));
 	/* Streams blocked on a full tunnel resume at half their high water. */
 	wsconn_set_low_water(c->ws, gw->mux_config.tx_high_water / 2);
 }

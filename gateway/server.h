@@ -33,8 +33,9 @@ void server_stop(struct gateway *gw);
 
 /*
  * Queues one frame to the agent.  Returns 0, or -1 when the frame cannot be
- * encoded or the connection's queue is over its limit (the connection is
- * then closed: a peer that does not read loses its tunnel, not our memory).
+ * encoded or would pass the connection's output cap (session_max_queue; the
+ * connection is then dropped: a peer that does not read loses its tunnel,
+ * not our memory).
  */
 int conn_send(struct conn *c, const struct frame *f);
 /* Closes the connection once queued frames are written.  The session is

@@ -167,6 +167,15 @@ session_max_message(const struct session *s)
 	return s->gw->limits.max_handshake_frame;
 }
 
+size_t
+session_max_queue(const struct session *s)
+{
+	/* The multiplexer exists from WELCOME on: authenticated. */
+	if (s->mux != NULL)
+		return s->gw->limits.max_queue_bytes;
+	return s->gw->limits.max_handshake_queue;
+}
+
 static void
 session_send(struct session *s, const struct frame *f)
 {

@@ -32,6 +32,10 @@ void session_protocol_error(struct session *s, const char *code, const char *rea
 void session_closed(struct session *s);
 /* Largest message accepted now: small until authenticated. */
 size_t session_max_message(const struct session *s);
+/* Most output the tunnel may queue now, every frame counted (PONG, ERROR,
+ * OPEN_FAIL included): --max-queue once authenticated, the small
+ * max_handshake_queue before. */
+size_t session_max_queue(const struct session *s);
 
 /*
  * Operator actions on an established session (admin API).  The caller has

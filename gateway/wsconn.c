@@ -12,6 +12,9 @@
  *
  * Output is a frame header and the caller's bytes, copied once into the
  * bufferevent's output; how much is queued there is the backpressure.
+ * Every frame counts against one cap (wsconn_set_max_queue), the ones we
+ * write on our own for the peer's input (PONG) too: a frame that would
+ * pass it ends the connection at once (docs/0009-peer-queue-caps.md).
  *
  * States:
  *   OPEN     messages both ways
@@ -46,6 +49,8 @@
 
 #define WS_HEADER_MAX        14          /* 2 + 8 (length) + 4 (mask) */
 #define WS_DEFAULT_MAX       (1u << 20)  /* until wsconn_set_max_message */
+#define WS_DEFAULT_QUEUE     (64u << 10) /* until wsconn_set_max_queue */
+#define WS_INPUT_MIN         (64u << 10) /* smallest read high-water mark */
 #define WS_IDLE_PING_S       30          /* silence before we ping */
 #define WS_IDLE_DROP_S       70          /* silence before we give up */
 #define WS_CLOSE_TIMEOUT_MS  5000        /* close frame out, peer's close in */
@@ -83,6 +88,7 @@ struct wsconn {
 	void *arg;
 	enum ws_state state;
 	size_t max_message;
+	size_t max_queue;                 /* output cap: more and the peer is dropped */
 	size_t low_water;
 
 	uint8_t *rx;                      /* owned: a fragmented message so far */
@@ -113,6 +119,16 @@ seconds(struct timeval *tv, long s)
 {
 	tv->tv_sec = s;
 	tv->tv_usec = 0;
+}
+
+/* The read high-water mark for messages of up to max_message bytes: four
+ * of them, at least 64 KiB (TLS gets whole records), at most 4 MiB. */
+static size_t
+input_mark(size_t max_message)
+{
+	size_t mark = max_message < (1u << 20) ? 4 * max_message : 4u << 20;
+
+	return mark < WS_INPUT_MIN ? WS_INPUT_MIN : mark;
 }
 
 /* ---- the end ---- */
@@ -170,6 +186,17 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
+	/* Whatever the frame (our data, or a PONG, ERROR, OPEN_FAIL the peer's
+	 * own input made us write): a peer that does not read is dropped at
+	 * the cap, before it costs more memory. */
+	if (evbuffer_get_length(out) + sizeof(hdr) + len > c->max_queue) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "output queue over %zu bytes (the peer "
+		    "does not read)", c->max_queue);
+		ws_abort(c, why);
+		return -1;
+	}
 	hdr[0] = (uint8_t)(0x80 | opcode);
 	if (len < 126) {
 		hdr[1] = (uint8_t)len;
@@ -629,6 +656,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	c->arg = arg;
 	c->state = WS_OPEN;
 	c->max_message = WS_DEFAULT_MAX;
+	c->max_queue = WS_DEFAULT_QUEUE;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	bufferevent_setcb(bev, ws_read_cb, ws_write_cb, ws_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
@@ -636,7 +664,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	 * tunnel carries many streams' bulk data. */
 	bufferevent_set_max_single_read(bev, 1 << 20);
 	bufferevent_set_max_single_write(bev, 1 << 20);
-	tls_tune_input(bev, 4u << 20);
+	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
 	seconds(&tv, WS_IDLE_PING_S);
 	bufferevent_set_timeouts(bev, &tv, NULL);
@@ -684,7 +712,17 @@ wsconn_set_low_water(struct wsconn *c, size_t bytes)
 void
 wsconn_set_max_message(struct wsconn *c, size_t bytes)
 {
+	if (c->max_message == bytes)
+		return;
 	c->max_message = bytes;
+	if (c->state == WS_OPEN)
+		tls_tune_input(c->bev, input_mark(bytes));
+}
+
+void
+wsconn_set_max_queue(struct wsconn *c, size_t bytes)
+{
+	c->max_queue = bytes;
 }
 
 const char *

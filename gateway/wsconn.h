@@ -33,7 +33,8 @@ struct wsconn_handlers {
 };
 
 /* Sends one message (iovecs concatenated, unmasked).  Returns 0, or -1 if
- * the connection is closing. */
+ * the connection is closing or the message would pass the output cap
+ * (wsconn_set_max_queue; the connection is then being dropped). */
 int wsconn_sendv(struct wsconn *c, const struct iovec *iov, int iovcnt, int binary);
 int wsconn_send(struct wsconn *c, const uint8_t *data, size_t len, int binary);
 /* Bytes queued for the socket, not yet written. */
@@ -49,6 +50,11 @@ void wsconn_close(struct wsconn *c, uint16_t code, const char *reason);
 const char *wsconn_peer(const struct wsconn *c);
 /* Largest message accepted from now on (larger: close with 1009). */
 void wsconn_set_max_message(struct wsconn *c, size_t bytes);
+/* Most bytes the output may hold (default 64 KiB).  A frame that would
+ * queue more, whoever sent it (the owner, or a PONG we owe the peer), is
+ * refused and the connection dropped at once, without a close frame: a
+ * peer that sends without reading costs at most this much output. */
+void wsconn_set_max_queue(struct wsconn *c, size_t bytes);
 
 /* ---- for server.c: making and ending connections ---- */
 

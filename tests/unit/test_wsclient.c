@@ -351,6 +351,7 @@ struct client {
 	int free_in_open;
 	int paused_now;
 	int msgs_while_paused;
+	size_t max_queue;          /* wsclient_config.max_queue (0: default) */
 };
 
 static struct server srv;
@@ -630,6 +631,7 @@ run_client(const char *path, const char *subprotocol, size_t max_message,
 	cfg.bearer_token = "tok123";
 	cfg.max_message = max_message;
 	cfg.low_water = low_water;
+	cfg.max_queue = cli.max_queue;
 	cfg.connect_timeout_ms = 3000;
 	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
 	if (cli.c == NULL)
@@ -698,6 +700,30 @@ test_client_messages(void **state)
 	assert_int_equal(cli.closed, 1);
 	assert_int_equal(cli.status, 101);
 	assert_string_equal(cli.reason, "bye now");
+}
+
+/* A server that pings without reading: the PONGs it earns count against
+ * the client's output cap, and the client hangs up once they reach it. */
+static void
+script_ping_flood(struct server *s)
+{
+	uint8_t payload[125];
+
+	memset(payload, 'p', sizeof(payload));
+	bufferevent_disable(s->bev, EV_READ);
+	for (int i = 0; i < 200000; i++)     /* 25 MiB of pings */
+		server_frame(1, 0x9, payload, sizeof(payload));
+}
+
+static void
+test_client_ping_flood(void **state)
+{
+	srv.after_upgrade = script_ping_flood;
+	cli.max_queue = 64 * 1024;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.closed, 1);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "does not read: output queue over 65536 bytes"));
 }
 
 /* A message bigger than the input's high-water mark (4 MiB) must still
@@ -1241,6 +1267,7 @@ main(void)
 		cmocka_unit_test(test_mask_pieces),
 		cmocka_unit_test_setup_teardown(test_client_messages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_huge_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_ping_flood, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_send, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_close_unanswered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_json, setup, teardown),
