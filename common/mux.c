@@ -15,6 +15,8 @@
 #include <sys/queue.h>
 
 #include "flow.h"
+#include "mux_metrics.h"
+#include "prom.h"
 
 enum stream_state {
 	STREAM_OPENING,     /* we sent OPEN, no answer yet */
@@ -34,6 +36,7 @@ struct mux_stream {
 	uint32_t id;
 	enum stream_state state;
 	unsigned blocked;          /* BLK_* */
+	double blocked_since;      /* prom_now() when blocked became non-zero */
 	int fin_sent, fin_received;
 	int committed;             /* holds cfg.window of the process budget */
 	struct flow flow;
@@ -108,6 +111,37 @@ stream_find(struct mux *m, uint32_t id)
 	return s;
 }
 
+/* ---- metrics (cfg.counted) ---- */
+
+static void
+stream_block(struct mux_stream *s, unsigned bit)
+{
+	if (s->blocked == 0 && s->mux->cfg.counted)
+		s->blocked_since = prom_now();
+	s->blocked |= bit;
+}
+
+static void
+stream_unblock(struct mux_stream *s, unsigned bit)
+{
+	unsigned was = s->blocked;
+
+	s->blocked &= ~bit;
+	if (was != 0 && s->blocked == 0 && s->mux->cfg.counted)
+		mux_metrics_blocked(prom_now() - s->blocked_since);
+}
+
+/* A stream became open (result NULL) or was refused with result. */
+static void
+count_opened(struct mux *m, const char *result)
+{
+	if (!m->cfg.counted)
+		return;
+	mux_metrics_opened(result != NULL ? result : "ok");
+	if (result == NULL)
+		mux_metrics_open_delta(1);
+}
+
 /* Unlinks s, returns its budget and parks it for freeing.  Idempotent. */
 static void
 stream_end(struct mux_stream *s)
@@ -117,10 +151,11 @@ stream_end(struct mux_stream *s)
 
 	if (s->state == STREAM_CLOSED)
 		return;
-	if (s->blocked & BLK_TRANSPORT) {
+	if (s->blocked & BLK_TRANSPORT)
 		TAILQ_REMOVE(&m->waitq, s, waiting);
-		s->blocked &= ~BLK_TRANSPORT;
-	}
+	stream_unblock(s, BLK_TRANSPORT | BLK_CREDIT);
+	if (s->state == STREAM_OPEN && m->cfg.counted)
+		mux_metrics_open_delta(-1);
 	for (pp = &m->streams; *pp != NULL; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -237,8 +272,10 @@ mux_open(struct mux *m, const char *target, const char *service,
 	struct mux_stream *s;
 	struct frame f;
 
-	if (m->nstreams >= m->cfg.max_streams || budget_take(m->cfg.window) != 0)
+	if (m->nstreams >= m->cfg.max_streams || budget_take(m->cfg.window) != 0) {
+		count_opened(m, m->nstreams >= m->cfg.max_streams ? "too_many_streams" : "busy");
 		return NULL;
+	}
 	s = calloc(1, sizeof(*s));
 	if (s == NULL) {
 		process_committed -= m->cfg.window;
@@ -288,6 +325,7 @@ mux_stream_accept(struct mux_stream *s, const struct mux_stream_handlers *h, voi
 		s->arg = arg;
 	}
 	s->state = STREAM_OPEN;
+	count_opened(m, NULL);
 	flow_init(&s->flow, m->cfg.window, s->peer_window);
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_OPEN_OK;
@@ -320,6 +358,7 @@ mux_stream_refuse(struct mux_stream *s, const char *code, const char *reason)
 	snprintf(f.u.open_fail.code, sizeof(f.u.open_fail.code), "%s", code);
 	snprintf(f.u.open_fail.reason, sizeof(f.u.open_fail.reason), "%s", reason);
 	send_frame(m, &f);
+	count_opened(m, code);
 	s->h = NULL;
 	stream_end(s);
 	mux_gc(m);
@@ -340,12 +379,12 @@ mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
 		if (pending >= m->cfg.tx_high_water) {
 			if (!(s->blocked & BLK_TRANSPORT))
 				TAILQ_INSERT_TAIL(&m->waitq, s, waiting);
-			s->blocked |= BLK_TRANSPORT;
+			stream_block(s, BLK_TRANSPORT);
 			break;
 		}
 		n = flow_tx_allowed(&s->flow, len - total);
 		if (n == 0) {
-			s->blocked |= BLK_CREDIT;
+			stream_block(s, BLK_CREDIT);
 			break;
 		}
 		if (n > m->cfg.max_payload)
@@ -359,6 +398,8 @@ mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
 		flow_tx_sent(&s->flow, n);
 		total += n;
 	}
+	if (total > 0 && m->cfg.counted)
+		mux_metrics_bytes(1, total);
 	return total;
 }
 
@@ -445,6 +486,7 @@ on_open(struct mux *m, const struct frame *f, char *err, size_t errlen)
 		snprintf(out.u.open_fail.reason, sizeof(out.u.open_fail.reason),
 		    "the tunnel already carries %u streams", m->cfg.max_streams);
 		send_frame(m, &out);
+		count_opened(m, "too_many_streams");
 		return 0;
 	}
 	s = calloc(1, sizeof(*s));
@@ -472,6 +514,7 @@ on_open_answer(struct mux_stream *s, const struct frame *f)
 	}
 	if (f->type == FRAME_OPEN_OK) {
 		s->state = STREAM_OPEN;
+		count_opened(s->mux, NULL);
 		s->flow.tx_credit = f->u.open_ok_window;
 		s->h->on_opened(s, 1, NULL, NULL, s->arg);
 		return;
@@ -481,6 +524,7 @@ on_open_answer(struct mux_stream *s, const struct frame *f)
 	void *arg = s->arg;
 	s->h = NULL;
 	stream_end(s);
+	count_opened(s->mux, f->u.open_fail.code);
 	h->on_opened(s, 0, f->u.open_fail.code, f->u.open_fail.reason, arg);
 }
 
@@ -496,6 +540,8 @@ on_data(struct mux_stream *s, const struct frame *f)
 		stream_fail(s, "flow_control");
 		return;
 	}
+	if (f->u.data.len > 0 && s->mux->cfg.counted)
+		mux_metrics_bytes(0, f->u.data.len);
 	if (f->u.data.len > 0)
 		s->h->on_data(s, f->u.data.payload, f->u.data.len, s->arg);
 }
@@ -510,7 +556,7 @@ on_window(struct mux_stream *s, const struct frame *f)
 		return;
 	}
 	if (s->blocked & BLK_CREDIT) {
-		s->blocked &= ~BLK_CREDIT;
+		stream_unblock(s, BLK_CREDIT);
 		if (s->h->on_writable != NULL)
 			s->h->on_writable(s, s->arg);
 	}
@@ -582,7 +628,7 @@ mux_on_drain(struct mux *m)
 	while ((s = TAILQ_FIRST(&m->waitq)) != NULL &&
 	    m->io->pending(m->io_arg) < m->cfg.tx_high_water) {
 		TAILQ_REMOVE(&m->waitq, s, waiting);
-		s->blocked &= ~BLK_TRANSPORT;
+		stream_unblock(s, BLK_TRANSPORT);
 		if (s->state == STREAM_OPEN && s->h->on_writable != NULL)
 			s->h->on_writable(s, s->arg);
 	}
@@ -608,6 +654,7 @@ mux_free(struct mux *m)
 			void *arg = s->arg;
 			s->h = NULL;
 			stream_end(s);
+			count_opened(m, "tunnel_lost");
 			h->on_opened(s, 0, "tunnel_lost", "the tunnel closed", arg);
 			continue;
 		}

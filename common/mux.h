@@ -40,6 +40,7 @@ struct mux_config {
 	size_t max_payload;         /* largest DATA payload sent */
 	size_t tx_high_water;       /* feed DATA only while transport pending < this */
 	int odd_ids;                /* 1 on the gateway side of the WebSocket */
+	int counted;                /* feeds the stream metrics (mux_metrics.h) */
 };
 
 #define MUX_DEFAULT_CONFIG { \

@@ -15,6 +15,8 @@
  *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
  *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
  *
+ *   GET  /metrics                                              -> Prometheus text (metrics.h)
+ *
  * Only admin tokens reach these routes; a user token gets 403.  User
  * tokens reach clusters they are scoped to, through the dial endpoint
  * (api_authorize_cluster).
@@ -36,6 +38,8 @@
 #include "hub.h"
 #include "joindoc.h"
 #include "log.h"
+#include "metrics.h"
+#include "prom_http.h"
 #include "server.h"
 #include "session.h"
 #include "store.h"
@@ -1026,6 +1030,16 @@ out:
 	json_decref(body);
 }
 
+/* ---- metrics ---- */
+
+static void
+metrics_respond(struct gateway *gw, struct api_response *r)
+{
+	r->body = metrics_render(gw, &r->body_len);
+	r->status = r->body != NULL ? 200 : 500;
+	r->content_type = PROM_CONTENT_TYPE;
+}
+
 /* ---- routing ---- */
 
 /* Splits "/v1/a/b/c" into at most max segments (pointers into buf). */
@@ -1099,6 +1113,9 @@ api_handle(struct gateway *gw, const struct api_request *req, struct api_respons
 	} else if (strcmp(req->path, "/v1/connect") == 0) {
 		respond_error(r, 400, "/v1/connect takes a WebSocket upgrade with "
 		    "subprotocol %s", "tether.v1");
+	} else if (strcmp(req->path, "/metrics") == 0 && strcmp(req->method, "GET") == 0) {
+		if (admin_authorized(gw, req, r))
+			metrics_respond(gw, r);
 	} else if (strncmp(req->path, "/v1/", 4) == 0) {
 		if (admin_authorized(gw, req, r))
 			admin_route(gw, req, r);

@@ -223,6 +223,7 @@ ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
 	snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
 	snprintf(c->node, sizeof(c->node), "%s", node);
 	cfg.odd_ids = 1;
+	cfg.counted = 0;      /* its streams are counted in the agents' tunnels */
 	c->mux = mux_new(&cfg, &ctl_io, c, &ctl_mux_handlers, c);
 	if (c->mux == NULL) {
 		free(c);

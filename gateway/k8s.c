@@ -55,6 +55,7 @@
 #include "http.h"
 #include "hub.h"
 #include "log.h"
+#include "metrics.h"
 #include "mux.h"
 #include "server.h"
 #include "session.h"
@@ -221,6 +222,7 @@ x_audit(const struct k8s_exchange *x)
 	    KV_I("status", x->status), KV_U("bytes_up", x->up),
 	    KV_U("bytes_down", x->down),
 	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000));
+	metrics_k8s_request(x->status, took.tv_sec + took.tv_usec / 1e6);
 }
 
 /* Stops watching the client's output and lets go of the agent's stream. */
@@ -1077,6 +1079,7 @@ refuse(struct hconn *h, const struct http_request *rq, const char *principal,
 	    KV_S("method", rq->method), KV_S("path", rq->path),
 	    KV_I("status", code), KV_U("bytes_up", 0), KV_U("bytes_down", 0),
 	    KV_I("duration_ms", 0));
+	metrics_k8s_request(code, 0);
 	reply_status(h, code, message);
 }
 

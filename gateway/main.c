@@ -26,6 +26,8 @@
 #include "gateway.h"
 #include "hub.h"
 #include "log.h"
+#include "metrics.h"
+#include "prom_http.h"
 #include "runtime.h"
 #include "serve_options.h"
 #include "server.h"
@@ -336,6 +338,8 @@ cmd_serve(int argc, char **argv)
 	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
 	struct shutdown_state sd = { .gw = &gw };
 	struct opt_set o;
+	const char *metrics_listen;
+	struct prom_http *metrics_http = NULL;
 	int port, rc = 1;
 
 	switch (opts_parse(&serve_command, argc, argv, &o)) {
@@ -345,6 +349,7 @@ cmd_serve(int argc, char **argv)
 	}
 	dir = opts_str(&o, SERVE_OPT_DATA_DIR);
 	store_url = opts_str(&o, SERVE_OPT_STORE);
+	metrics_listen = opts_str(&o, SERVE_OPT_METRICS_LISTEN);
 	/* Checked by the table already. */
 	(void)serve_parse_listen(opts_str(&o, SERVE_OPT_LISTEN), host, sizeof(host), &port);
 	gw.limits.handshake_timeout_ms = opts_num(&o, SERVE_OPT_HANDSHAKE_TIMEOUT);
@@ -366,6 +371,7 @@ cmd_serve(int argc, char **argv)
 		goto out;
 	}
 	gw.mux_config.odd_ids = 1;
+	gw.mux_config.counted = 1;   /* agent tunnels feed the stream metrics */
 	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);
 	if (store_url == NULL) {
 		snprintf(default_store, sizeof(default_store), "sqlite://%s/tether.db", dir);
@@ -377,6 +383,10 @@ cmd_serve(int argc, char **argv)
 	}
 	if (store_open(store_url, &gw.store, err, sizeof(err)) != STORE_OK) {
 		error("cannot open the store", KV_S("store", store_url), KV_S("err", err));
+		goto out;
+	}
+	if (metrics_init(&gw, err, sizeof(err)) != 0) {
+		error("cannot start the metrics", KV_S("err", err));
 		goto out;
 	}
 	gw.hub = hub_new();
@@ -403,10 +413,21 @@ cmd_serve(int argc, char **argv)
 	    KV_S("host", host), KV_I("port", server_port(&gw)), KV_S("url", gw.url),
 	    KV_S("store", strncmp(store_url, "sqlite://", 9) == 0 ? store_url :
 	    "(configured)"), KV_S("ca_checksum", gw.ca_checksum));
+	if (metrics_listen != NULL) {
+		metrics_http = prom_http_start(gw.base, metrics_listen, metrics_render,
+		    &gw, err, sizeof(err));
+		if (metrics_http == NULL) {
+			error("cannot serve the metrics", KV_S("err", err));
+			goto out;
+		}
+		info("metrics listening", KV_S("url_path", "/metrics"),
+		    KV_S("listen", metrics_listen), KV_I("port", prom_http_port(metrics_http)));
+	}
 	event_base_dispatch(gw.base);
 	info("stopped");
 	rc = 0;
 out:
+	prom_http_free(metrics_http);
 	server_stop(&gw);
 	if (sigterm != NULL)
 		event_free(sigterm);

@@ -108,6 +108,10 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "PATH", .def_help = "stderr, with the log",
 	    .help = "audit lines (streams, /k8s requests) to PATH, created 0640 and "
 	    "appended to; reopened on SIGHUP" },
+	[SERVE_OPT_METRICS_LISTEN] = { .name = "metrics-listen", .type = OPT_STRING,
+	    .arg = "HOST:PORT", .def_help = "off: not served", .check = check_listen,
+	    .help = "also serve Prometheus /metrics there, plain HTTP without a "
+	    "token (the main port serves /metrics to admin tokens)" },
 };
 
 const struct opt_command serve_command = {

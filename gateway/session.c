@@ -22,6 +22,7 @@
 #include "gateway.h"
 #include "hub.h"
 #include "log.h"
+#include "metrics.h"
 #include "mux.h"
 #include "server.h"
 #include "store.h"
@@ -98,6 +99,8 @@ session_protocol_error(struct session *s, const char *code, const char *reason)
 	warn("tunnel protocol error", KV_S("peer", conn_peer(s->conn)),
 	    KV_S("phase", phase_names[s->phase]), KV_S("code", code),
 	    KV_S("reason", reason));
+	if (s->counted_handshake)
+		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, code);
 	session_kick(s, code, reason);
 }
 
@@ -274,6 +277,7 @@ auth_import(struct session *s, const struct frame *in)
 		    "token_expired" : "token_used_up", reason);
 		return;
 	}
+	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_AWAIT_REGISTER);
 }
 
@@ -415,6 +419,7 @@ on_register(struct session *s, const struct frame *in)
 	    KV_S("cluster", a.cluster), KV_S("token", s->import.id),
 	    KV_S("state", agent_state_name(a.state)),
 	    KV_S("retried", created ? "false" : "true"));
+	metrics_handshake(1, "ok");
 	memset(&out, 0, sizeof(out));
 	out.type = FRAME_REGISTERED;
 	snprintf(out.u.registered.agent_id, sizeof(out.u.registered.agent_id), "%s", a.id);
@@ -533,6 +538,7 @@ session_welcome(struct session *s)
 	struct store_agent a;
 	char err[STORE_ERROR_MAX + 1];
 
+	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
 	s->mux = mux_new(&s->gw->mux_config, &tunnel_io, s, &tunnel_mux_handlers, s);
 	if (s->mux == NULL) {
@@ -668,8 +674,10 @@ session_closed(struct session *s)
 	/* Every stream of the tunnel ends now: their clients see it at once. */
 	mux_free(s->mux);
 	s->mux = NULL;
-	if (s->counted_handshake)
+	if (s->counted_handshake) {
+		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "closed");
 		s->gw->handshakes--;
+	}
 	event_free(s->handshake_timer);
 	event_free(s->verify_timer);
 	OPENSSL_cleanse(s, sizeof(*s));

@@ -21,6 +21,7 @@
 
 #include "agentkey.h"
 #include "log.h"
+#include "metrics.h"
 #include "store.h"
 
 /* Declared in store.c too (no private header yet); keep them in step. */
@@ -626,6 +627,7 @@ store_cluster_create(struct store *s, const char *name, int64_t now,
 	struct store_cluster c;
 	bool collided = true;
 	int attempt, rc = STORE_ERR;
+	METRICS_STORE_TIMED();
 
 	if (!name_valid(name))
 		return refuse_name("cluster", err, errlen);
@@ -731,6 +733,7 @@ store_cluster_get(struct store *s, const char *id, struct store_cluster *out)
 	char err[STORE_ERROR_MAX + 1];
 	sqlite3_stmt *st = NULL;
 	int rc = STORE_ERR;
+	METRICS_STORE_TIMED();
 
 	if (prepare(s, "SELECT " CLUSTER_COLS " FROM clusters WHERE id = ?",
 	    &st, err, sizeof(err)) != STORE_OK)
@@ -750,6 +753,7 @@ store_cluster_list(struct store *s, struct store_cluster **out, size_t *n)
 	char err[STORE_ERROR_MAX + 1];
 	sqlite3_stmt *st = NULL;
 	int rc = STORE_ERR;
+	METRICS_STORE_TIMED();
 
 	*out = NULL;
 	*n = 0;
@@ -852,6 +856,7 @@ store_token_insert(struct store *s, const struct store_token *t,
 {
 	sqlite3_stmt *st = NULL;
 	int rc;
+	METRICS_STORE_TIMED();
 
 	if ((rc = token_check(t, err, errlen)) != STORE_OK)
 		return rc;
@@ -897,6 +902,7 @@ store_token_get(struct store *s, const char *id, struct store_token *out)
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
+	METRICS_STORE_TIMED();
 
 	rc = token_lookup(s, id, out, err, sizeof(err));
 	if (rc == STORE_ERR)
@@ -1034,6 +1040,7 @@ store_user_token_create(struct store *s, const struct store_token *t,
 {
 	struct store_user_token u;
 	int rc;
+	METRICS_STORE_TIMED();
 
 	if ((rc = user_token_check(t, nclusters, err, errlen)) != STORE_OK)
 		return rc;
@@ -1116,6 +1123,7 @@ store_user_token_list(struct store *s, struct store_user_token **out,
 	sqlite3_stmt *st = NULL;
 	size_t cap = 0, count = 0;
 	int rc = STORE_ERR, step;
+	METRICS_STORE_TIMED();
 
 	*out = NULL;
 	*n = 0;
@@ -1204,6 +1212,7 @@ store_user_revoke(struct store *s, const char *name, int64_t *count,
 {
 	int64_t n = 0;
 	int rc;
+	METRICS_STORE_TIMED();
 
 	if (!store_user_name_valid(name)) {
 		snprintf(err, errlen, "invalid user name: use 1 to %d characters "
@@ -1225,6 +1234,7 @@ store_token_in_cluster(struct store *s, const char *token_id,
 	char err[STORE_ERROR_MAX + 1];
 	sqlite3_stmt *st = NULL;
 	int rc = STORE_ERR;
+	METRICS_STORE_TIMED();
 
 	if (prepare(s, "SELECT 1 FROM token_clusters WHERE token_id = ? AND "
 	    "cluster_id = ?", &st, err, sizeof(err)) != STORE_OK)
@@ -1535,6 +1545,7 @@ store_agent_register(struct store *s, const char *token_id,
 	struct store_agent a;
 	bool made = false;
 	int rc;
+	METRICS_STORE_TIMED();
 
 	if (!name_valid(node))
 		return refuse_name("node", err, errlen);
@@ -1548,6 +1559,8 @@ store_agent_register(struct store *s, const char *token_id,
 	    errlen);
 	if ((rc = finish(s, rc, err, errlen)) != STORE_OK)
 		return rc;
+	if (made)
+		metrics_agent_moved(-1, (int)a.state);
 	/* Only a committed result is handed out. */
 	if (out != NULL)
 		*out = a;
@@ -1561,6 +1574,7 @@ store_agent_get(struct store *s, const char *id, struct store_agent *out)
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
+	METRICS_STORE_TIMED();
 
 	rc = agent_lookup(s, id, out, err, sizeof(err));
 	if (rc == STORE_ERR)
@@ -1575,6 +1589,7 @@ store_agent_list(struct store *s, const char *cluster,
 	char err[STORE_ERROR_MAX + 1];
 	sqlite3_stmt *st = NULL;
 	int rc = STORE_ERR;
+	METRICS_STORE_TIMED();
 
 	*out = NULL;
 	*n = 0;
@@ -1639,10 +1654,11 @@ out:
 	return rc;
 }
 
+/* *from: the state before (for the metrics, once committed). */
 static int
 transition_locked(struct store *s, const char *id, enum agent_event ev,
-    const char *last_error, int64_t now, struct store_agent *a, char *err,
-    size_t errlen)
+    const char *last_error, int64_t now, struct store_agent *a,
+    enum agent_state *from, char *err, size_t errlen)
 {
 	enum agent_state next;
 	char msg[STORE_ERROR_MAX + 1];
@@ -1653,6 +1669,7 @@ transition_locked(struct store *s, const char *id, enum agent_event ev,
 	if (agent_state_next(a->state, ev, &next, err, errlen) == -1)
 		return STORE_REFUSED;
 	next_error(a, ev, last_error, msg);
+	*from = a->state;
 	a->state = next;
 	memcpy(a->last_error, msg, sizeof(a->last_error));
 	a->updated_at = now;
@@ -1665,13 +1682,16 @@ store_agent_transition(struct store *s, const char *id,
     struct store_agent *out, char *err, size_t errlen)
 {
 	struct store_agent a;
+	enum agent_state from = AGENT_STATE_ENTRIES;
 	int rc;
+	METRICS_STORE_TIMED();
 
 	if (begin(s, err, errlen) != STORE_OK)
 		return STORE_ERR;
-	rc = transition_locked(s, id, ev, last_error, now, &a, err, errlen);
+	rc = transition_locked(s, id, ev, last_error, now, &a, &from, err, errlen);
 	if ((rc = finish(s, rc, err, errlen)) != STORE_OK)
 		return rc;
+	metrics_agent_moved((int)from, (int)a.state);
 	if (out != NULL)
 		*out = a;
 	return STORE_OK;

@@ -29,12 +29,14 @@
 #include <event2/event.h>
 #include <openssl/crypto.h>
 
+#include "agent_metrics.h"
 #include "agentkey.h"
 #include "dialer.h"
 #include "fileio.h"
 #include "frame.h"
 #include "log.h"
 #include "mux.h"
+#include "prom_http.h"
 #include "runtime.h"
 #include "state.h"
 #include "token.h"
@@ -82,6 +84,7 @@ struct agent {
 	struct dialer *dialer;
 	struct event *reconnect_timer;
 	struct event *sigterm, *sigint;
+	struct prom_http *metrics;    /* --metrics-listen, or NULL */
 
 	enum tunnel_phase phase;
 	uint32_t backoff_ms;
@@ -100,6 +103,7 @@ agent_set_phase(struct agent *a, enum tunnel_phase next)
 	debug("tunnel phase", KV_S("from", phase_names[a->phase]),
 	    KV_S("to", phase_names[next]));
 	a->phase = next;
+	agent_metrics_connected(next == TUNNEL_ESTABLISHED);
 }
 
 static void
@@ -201,6 +205,7 @@ on_registered(struct agent *a, const struct frame *in)
 {
 	char err[512], path[PATH_MAX];
 
+	agent_metrics_handshake("ok");
 	if (strcmp(in->u.registered.cluster, a->st.cluster) != 0) {
 		error("gateway registered this node into another cluster than it joined",
 		    KV_S("registered_cluster", in->u.registered.cluster),
@@ -254,6 +259,7 @@ agent_follow_state(struct agent *a, const char *state, const char *last_error)
 static void
 on_welcome(struct agent *a, const struct frame *in)
 {
+	agent_metrics_handshake("ok");
 	agent_set_phase(a, TUNNEL_ESTABLISHED);
 	a->backoff_ms = 0;
 	info("connected", KV_S("gateway", a->st.gateway_url),
@@ -295,6 +301,9 @@ static void
 on_error(struct agent *a, const struct frame *in)
 {
 	const char *code = in->u.error.code, *reason = in->u.error.reason;
+
+	if (a->phase != TUNNEL_ESTABLISHED)
+		agent_metrics_handshake(code);
 
 	if (error_is_final(code)) {
 		error("gateway refused", KV_S("code", code), KV_S("reason", reason));
@@ -429,6 +438,7 @@ ws_open(struct wsclient *c, void *arg)
 	cfg.odd_ids = 0;
 	cfg.window = a->opt.stream_window;
 	cfg.max_streams = a->opt.max_streams;
+	cfg.counted = 1;
 	a->mux = mux_new(&cfg, &tunnel_io, a, &agent_mux_handlers, a);
 	if (a->mux == NULL) {
 		error("out of memory");
@@ -636,6 +646,7 @@ agent_free(struct agent *a)
 {
 	mux_free(a->mux);
 	a->mux = NULL;
+	prom_http_free(a->metrics);
 	dialer_free(a->dialer);
 	if (a->ws != NULL)
 		wsclient_free(a->ws);
@@ -694,6 +705,17 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 	info("tether-client starting", KV_S("version", TETHER_VERSION),
 	    KV_S("node", a.st.node), KV_S("cluster", a.st.cluster),
 	    KV_S("gateway", a.st.gateway_url));
+	if (opt->metrics_listen != NULL) {
+		a.metrics = prom_http_start(a.base, opt->metrics_listen,
+		    agent_metrics_render, NULL, err, sizeof(err));
+		if (a.metrics == NULL) {
+			error("cannot serve the metrics", KV_S("err", err));
+			agent_free(&a);
+			return 1;
+		}
+		info("metrics listening", KV_S("url_path", "/metrics"),
+		    KV_S("listen", opt->metrics_listen), KV_I("port", prom_http_port(a.metrics)));
+	}
 	agent_write_status(&a);
 	agent_connect(-1, 0, &a);
 	event_base_dispatch(a.base);

@@ -16,12 +16,14 @@ struct agent_options {
 	uint32_t stream_window;     /* credit granted per stream, bytes */
 	uint32_t max_streams;       /* streams open at once */
 	uint32_t dial_timeout_ms;   /* connecting to a target */
+	const char *metrics_listen; /* serve /metrics there (plain HTTP), or NULL */
 };
 
 #define AGENT_DEFAULT_OPTIONS { \
 	.stream_window = 1 << 20, \
 	.max_streams = 1024, \
 	.dial_timeout_ms = 10000, \
+	.metrics_listen = NULL, \
 }
 
 /*

@@ -85,6 +85,7 @@ cmd_run(int argc, char **argv)
 	opt.stream_window = opts_num(&o, RUN_OPT_STREAM_WINDOW);
 	opt.max_streams = opts_num(&o, RUN_OPT_MAX_STREAMS);
 	opt.dial_timeout_ms = opts_num(&o, RUN_OPT_DIAL_TIMEOUT);
+	opt.metrics_listen = opts_str(&o, RUN_OPT_METRICS_LISTEN);
 	log_init("client", (enum log_level)opts_num(&o, RUN_OPT_LOG_LEVEL));
 	log_set_format((enum log_format)opts_num(&o, RUN_OPT_LOG_FORMAT));
 	r = agent_run(opts_str(&o, RUN_OPT_STATE_DIR), &opt);

@@ -30,6 +30,9 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .arg = "FORMAT", .def = "logfmt", .choices = log_formats,
 	    .help = "one line per event on stderr, every value quoted and "
 	    "escaped" },
+	[RUN_OPT_METRICS_LISTEN] = { .name = "metrics-listen", .type = OPT_STRING,
+	    .arg = "HOST:PORT", .def_help = "off: not served",
+	    .help = "serve Prometheus /metrics there, plain HTTP without a token" },
 };
 
 const struct opt_command run_command = {

@@ -1,0 +1,146 @@
+/*
+ * metrics.c: the gateway's metric families and the hooks that count into
+ * them (see metrics.h).  Apart from the hub and the store, so that the
+ * store links without the rest of the gateway (unit tests).
+ */
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_state.h"
+#include "gateway.h"
+#include "store.h"
+
+static const char *const no_values[] = { NULL };
+static const char *const version_values[] = { TETHER_VERSION, NULL };
+static const char *const state_values[] = {
+	"pending-approval", "enroll", "verifying", "active", "revoked", NULL
+};
+static const char *const ok_values[] = { "ok", NULL };
+/* Seconds: 1 ms to 10 s for proxied requests, 50 us to 1 s for the store. */
+static const double k8s_bounds[] = {
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
+};
+static const double store_bounds[] = {
+	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+	0.05, 0.1, 0.25, 1
+};
+
+static struct prom_metric build_info = {
+	.name = "tether_build_info", .kind = PROM_GAUGE,
+	.help = "Always 1; the version of this tether-gateway.",
+	.label = "version", .preset = version_values,
+};
+static struct prom_metric agents = {
+	.name = "tether_agents", .kind = PROM_GAUGE,
+	.help = "Registered agents by state, connected or not.",
+	.label = "state", .preset = state_values,
+};
+static struct prom_metric tunnels = {
+	.name = "tether_tunnels_connected", .kind = PROM_GAUGE,
+	.help = "Agent tunnels authenticated and connected.",
+};
+static struct prom_metric handshaking = {
+	.name = "tether_handshakes_in_progress", .kind = PROM_GAUGE,
+	.help = "Tunnels connected but not yet authenticated.",
+};
+static struct prom_metric handshakes = {
+	.name = "tether_handshakes_total", .kind = PROM_COUNTER,
+	.help = "Tunnel handshakes ended, by result (ok or the refusal's code).",
+	.label = "result", .preset = ok_values,
+};
+static struct prom_metric registrations = {
+	.name = "tether_registrations_total", .kind = PROM_COUNTER,
+	.help = "Registrations with an import token, by result.",
+	.label = "result", .preset = ok_values,
+};
+static struct prom_metric k8s_requests = {
+	.name = "tether_k8s_requests_total", .kind = PROM_COUNTER,
+	.help = "Requests to /k8s answered, by HTTP status code.",
+	.label = "code", .preset = no_values,
+};
+static struct prom_metric k8s_duration = {
+	.name = "tether_k8s_request_duration_seconds", .kind = PROM_HISTOGRAM,
+	.help = "Time from a /k8s request's head to the end of its answer.",
+	.bounds = k8s_bounds, .nbounds = sizeof(k8s_bounds) / sizeof(k8s_bounds[0]),
+};
+static struct prom_metric store_duration = {
+	.name = "tether_store_duration_seconds", .kind = PROM_HISTOGRAM,
+	.help = "Time of each store call, by call.",
+	.label = "op", .preset = no_values,
+	.bounds = store_bounds, .nbounds = sizeof(store_bounds) / sizeof(store_bounds[0]),
+};
+
+static struct prom_metric *const families[] = {
+	&build_info, &agents, &tunnels, &handshaking, &handshakes, &registrations,
+	&k8s_requests, &k8s_duration, &store_duration,
+};
+
+int
+metrics_init(struct gateway *gw, char *err, size_t errlen)
+{
+	struct store_agent *as = NULL;
+	size_t n = 0;
+
+	prom_set(&build_info, TETHER_VERSION, 1);
+	for (size_t i = 0; i < AGENT_STATE_ENTRIES; i++)
+		prom_set(&agents, agent_state_name((enum agent_state)i), 0);
+	if (store_agent_list(gw->store, NULL, &as, &n) != STORE_OK) {
+		snprintf(err, errlen, "metrics: cannot count the agents in the store");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		metrics_agent_moved(-1, (int)as[i].state);
+	free(as);
+	return 0;
+}
+
+void
+metrics_agent_moved(int from, int to)
+{
+	if (from == to)
+		return;
+	if (from >= 0 && from < AGENT_STATE_ENTRIES)
+		prom_add(&agents, agent_state_name((enum agent_state)from), -1);
+	if (to >= 0 && to < AGENT_STATE_ENTRIES)
+		prom_add(&agents, agent_state_name((enum agent_state)to), 1);
+}
+
+void
+metrics_handshake(int registering, const char *result)
+{
+	prom_inc(registering ? &registrations : &handshakes, result);
+}
+
+void
+metrics_k8s_request(int status, double seconds)
+{
+	char code[8];
+
+	/* A status is 100..599 (the family caps the values it keeps anyway). */
+	snprintf(code, sizeof(code), "%d", status >= 100 && status <= 599 ? status : 0);
+	prom_inc(&k8s_requests, code);
+	prom_observe(&k8s_duration, NULL, seconds);
+}
+
+void
+metrics_store_done(struct metrics_timer *t)
+{
+	const char *op = t->op;
+
+	if (strncmp(op, "store_", 6) == 0)
+		op += 6;
+	prom_observe(&store_duration, op, prom_now() - t->start);
+}
+
+size_t
+metrics_families(struct prom_metric *const **out, size_t tunnels_now,
+    size_t handshakes_now)
+{
+	prom_set(&tunnels, NULL, (double)tunnels_now);
+	prom_set(&handshaking, NULL, (double)handshakes_now);
+	*out = families;
+	return sizeof(families) / sizeof(families[0]);
+}

@@ -1,0 +1,66 @@
+/*
+ * metrics.h: the gateway's Prometheus metrics: what it counts, the hooks
+ * the rest of the gateway calls (each O(1)), and the exposition served at
+ * /metrics (admin token, main port) and on --metrics-listen (plain HTTP).
+ *
+ *   tether_build_info{version}                   1
+ *   tether_agents{state}                         agents by state (all of them,
+ *                                                connected or not; kept in
+ *                                                memory, seeded from the store)
+ *   tether_tunnels_connected                     authenticated agent tunnels
+ *   tether_handshakes_in_progress                tunnels not yet authenticated
+ *   tether_handshakes_total{result}              ok, or the refusal's code
+ *   tether_registrations_total{result}           ok, register_refused, ...
+ *   tether_k8s_requests_total{code}              /k8s answers by HTTP status
+ *   tether_k8s_request_duration_seconds          histogram
+ *   tether_store_duration_seconds{op}            histogram, per store call
+ *   the stream metrics (mux_metrics.h) and the process metrics (prom.h).
+ */
+#ifndef TETHER_GATEWAY_METRICS_H
+#define TETHER_GATEWAY_METRICS_H
+
+#include <stddef.h>
+
+#include "prom.h"
+
+struct gateway;
+
+/* Seeds tether_agents from the store (once, at start).  Returns 0, or -1
+ * with err. */
+int metrics_init(struct gateway *gw, char *err, size_t errlen);
+
+/* An agent moved from one state to another (enum agent_state; -1: it did
+ * not exist before). */
+void metrics_agent_moved(int from, int to);
+
+/* A tunnel's handshake ended (registering 0) or its registration did
+ * (registering 1): result "ok" or a code of ours (a bounded set). */
+void metrics_handshake(int registering, const char *result);
+
+/* A /k8s request was answered with status after seconds. */
+void metrics_k8s_request(int status, double seconds);
+
+/*
+ * Times the store call it is declared in, until it returns:
+ * tether_store_duration_seconds{op="<function name without store_>"}.
+ */
+struct metrics_timer {
+	const char *op;
+	double start;
+};
+void metrics_store_done(struct metrics_timer *t);
+#define METRICS_STORE_TIMED() \
+	struct metrics_timer metrics_timer_ \
+	    __attribute__((cleanup(metrics_store_done))) = { __func__, prom_now() }
+
+/* The gateway's families, with the two gauges read from elsewhere set
+ * (tether_tunnels_connected, tether_handshakes_in_progress).  Returns
+ * their count. */
+size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
+    size_t handshakes_now);
+
+/* The exposition text (metrics_render.c), malloc'd, with *len; NULL when out of memory.  The
+ * signature is prom_render_fn's (arg: the gateway). */
+char *metrics_render(void *gw, size_t *len);
+
+#endif
