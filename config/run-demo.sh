@@ -26,6 +26,10 @@ if [ ! -f "$gw_dir/gateway.json" ]; then
 	"$bin/tether-gateway" init --data-dir "$gw_dir" --url "$url"
 fi
 
+# label NAME: prefixes each line with NAME.  It ignores Ctrl-C and ends when
+# its writer does, so the gateway's and the agent's last lines still show.
+label() { trap '' INT TERM; exec sed -u "s/^/$1 | /"; }
+
 pids=()
 stop() {
 	trap - INT TERM EXIT
@@ -35,7 +39,7 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-"$bin/tether-gateway" serve --data-dir "$gw_dir" --listen "$listen" > >(sed -u 's/^/gateway | /') 2>&1 &
+"$bin/tether-gateway" serve --data-dir "$gw_dir" --listen "$listen" > >(label 'gateway') 2>&1 &
 pids+=($!)
 for _ in $(seq 1 200); do
 	curl -sf --cacert "$gw_dir/ca.crt" "$url/readyz" >/dev/null 2>&1 && break
@@ -67,7 +71,7 @@ if [ ! -s "$var/kubeconfig" ]; then
 	(umask 077 && ctl kubeconfig --cluster "$cluster" --user demo >"$var/kubeconfig.tmp" &&
 		mv "$var/kubeconfig.tmp" "$var/kubeconfig")
 fi
-"$bin/tether-client" run --state-dir "$node_dir" > >(sed -u 's/^/client  | /') 2>&1 &
+"$bin/tether-client" run --state-dir "$node_dir" > >(label 'client ') 2>&1 &
 pids+=($!)
 
 for _ in $(seq 1 200); do
