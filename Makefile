@@ -10,7 +10,7 @@ JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
-.PHONY: all setup build build-asan test unit integration fuzz fuzz-smoke run bench bench-throughput clean
+.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run bench bench-throughput clean
 
 all: build
 
@@ -39,6 +39,11 @@ test: build build-asan build-fuzz
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j2
 	@$(MAKE) --no-print-directory fuzz-run SECONDS=$(FUZZ_SECONDS)
+
+# The two commands on a fresh Debian 12 root filesystem (debootstrap, chroot),
+# from the current commit; needs root.  tests/fresh/run.sh says how.
+test-fresh:
+	@bash tests/fresh/run.sh
 
 unit: build-asan
 	cd build/asan && ctest --output-on-failure -L unit
