@@ -471,7 +471,7 @@ bridge_attach(struct bridge *b, struct bufferevent *bev)
 		goto out;
 	}
 	bridge_setup_socket(b, bev);
-	if (mux_stream_accept(b->s, NULL, NULL) != 0) {
+	if (mux_stream_accept(b->s, NULL, NULL, NULL) != 0) {
 		b->s = NULL;
 		bridge_finish(b, "refused:busy");
 		r = -1;
@@ -511,7 +511,7 @@ bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
 	b->on_done = on_done;
 	b->on_opened = on_opened;
 	b->arg = arg;
-	b->s = mux_open(m, target, NULL, &bridge_stream_handlers, b);
+	b->s = mux_open(m, NULL, target, NULL, &bridge_stream_handlers, b);
 	if (b->s == NULL) {
 		free(b);
 		return NULL;

@@ -14,6 +14,7 @@
 
 #include <sys/queue.h>
 
+#include "budget.h"
 #include "flow.h"
 #include "mux_metrics.h"
 #include "prom.h"
@@ -38,7 +39,7 @@ struct mux_stream {
 	unsigned blocked;          /* BLK_* */
 	double blocked_since;      /* prom_now() when blocked became non-zero */
 	int fin_sent, fin_received;
-	int committed;             /* holds cfg.window of the process budget */
+	struct budget_charge charge; /* its receive window, in the budget */
 	struct flow flow;
 	uint32_t peer_window;      /* credit the peer granted in OPEN (accepting side) */
 	const struct mux_stream_handlers *h;
@@ -47,6 +48,9 @@ struct mux_stream {
 
 struct mux {
 	struct mux_config cfg;
+	struct budget *budget;     /* cfg.budget, or the process default */
+	struct budget_account account; /* this tunnel's share of it */
+	const char *refusal;       /* why the last open or accept was refused */
 	const struct mux_io *io;
 	void *io_arg;
 	const struct mux_handlers *h;
@@ -61,13 +65,17 @@ struct mux {
 	int depth;                 /* mux calls on the stack */
 };
 
-static size_t process_budget = 256u << 20;
-static size_t process_committed;
+/* The budget of multiplexers configured without one (the agent's,
+ * tetherctl's): the whole process, no reserve, no shares. */
+static struct budget process_budget = {
+	.total = 256u << 20,
+	.min_window = 16u << 10,
+};
 
 void
 mux_set_process_budget(size_t bytes)
 {
-	process_budget = bytes;
+	process_budget.total = bytes;
 }
 
 struct mux *
@@ -79,6 +87,8 @@ mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
 	if (m == NULL)
 		return NULL;
 	m->cfg = *cfg;
+	m->budget = cfg->budget != NULL ? cfg->budget : &process_budget;
+	m->account.limit = m->budget->tunnel_share;
 	m->io = io;
 	m->io_arg = io_arg;
 	m->h = h;
@@ -162,9 +172,7 @@ stream_end(struct mux_stream *s)
 			break;
 		}
 	}
-	if (s->committed)
-		process_committed -= s->mux->cfg.window;
-	s->committed = 0;
+	budget_release(m->budget, &s->charge);
 	s->state = STREAM_CLOSED;
 	m->nstreams--;
 	s->next = m->zombies;
@@ -254,41 +262,41 @@ send_window(struct mux_stream *s)
 	send_frame(s->mux, &f);
 }
 
-static int
-budget_take(uint32_t window)
-{
-	if (process_committed + window > process_budget)
-		return -1;
-	process_committed += window;
-	return 0;
-}
-
 /* ---- the public stream calls ---- */
 
 struct mux_stream *
-mux_open(struct mux *m, const char *target, const char *service,
-    const struct mux_stream_handlers *h, void *arg)
+mux_open(struct mux *m, struct budget_account *who, const char *target,
+    const char *service, const struct mux_stream_handlers *h, void *arg)
 {
+	struct budget_charge charge;
+	enum budget_refusal why;
 	struct mux_stream *s;
 	struct frame f;
 
-	if (m->nstreams >= m->cfg.max_streams || budget_take(m->cfg.window) != 0) {
-		count_opened(m, m->nstreams >= m->cfg.max_streams ? "too_many_streams" : "busy");
+	if (m->nstreams >= m->cfg.max_streams) {
+		count_opened(m, "too_many_streams");
+		m->refusal = "the tunnel is at its stream limit";
+		return NULL;
+	}
+	if (budget_take(m->budget, &m->account, who, m->cfg.window, &charge, &why) == 0) {
+		count_opened(m, "busy");
+		m->refusal = budget_refusal_str(why);
 		return NULL;
 	}
 	s = calloc(1, sizeof(*s));
 	if (s == NULL) {
-		process_committed -= m->cfg.window;
+		budget_release(m->budget, &charge);
+		m->refusal = "out of memory";
 		return NULL;
 	}
 	s->mux = m;
-	s->committed = 1;
+	s->charge = charge;
 	s->id = m->next_id;
 	m->next_id += 2;
 	s->state = STREAM_OPENING;
 	s->h = h;
 	s->arg = arg;
-	flow_init(&s->flow, m->cfg.window, 0);
+	flow_init(&s->flow, charge.bytes, 0);
 	s->next = m->streams;
 	m->streams = s;
 	m->nstreams++;
@@ -298,39 +306,49 @@ mux_open(struct mux *m, const char *target, const char *service,
 	f.stream_id = s->id;
 	snprintf(f.u.open.target, sizeof(f.u.open.target), "%s", target ? target : "");
 	snprintf(f.u.open.service, sizeof(f.u.open.service), "%s", service ? service : "");
-	f.u.open.window = m->cfg.window;
+	f.u.open.window = charge.bytes;
 	if (send_frame(m, &f) != 0) {
 		stream_end(s);
 		mux_gc(m);
+		m->refusal = "the tunnel is closing";
 		return NULL;
 	}
 	return s;
 }
 
+const char *
+mux_refusal(const struct mux *m)
+{
+	return m->refusal != NULL ? m->refusal : "not refused";
+}
+
 int
-mux_stream_accept(struct mux_stream *s, const struct mux_stream_handlers *h, void *arg)
+mux_stream_accept(struct mux_stream *s, struct budget_account *who,
+    const struct mux_stream_handlers *h, void *arg)
 {
 	struct mux *m = s->mux;
+	enum budget_refusal why;
 	struct frame f;
 
 	if (s->state != STREAM_ACCEPTING)
 		return -1;
-	if (budget_take(m->cfg.window) != 0) {
-		mux_stream_refuse(s, "busy", "the stream memory budget is spent");
+	if (budget_take(m->budget, &m->account, who, m->cfg.window, &s->charge,
+	    &why) == 0) {
+		m->refusal = budget_refusal_str(why);
+		mux_stream_refuse(s, "busy", m->refusal);
 		return -1;
 	}
-	s->committed = 1;
 	if (h != NULL) {
 		s->h = h;
 		s->arg = arg;
 	}
 	s->state = STREAM_OPEN;
 	count_opened(m, NULL);
-	flow_init(&s->flow, m->cfg.window, s->peer_window);
+	flow_init(&s->flow, s->charge.bytes, s->peer_window);
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_OPEN_OK;
 	f.stream_id = s->id;
-	f.u.open_ok_window = m->cfg.window;
+	f.u.open_ok_window = s->charge.bytes;
 	send_frame(m, &f);
 	return 0;
 }

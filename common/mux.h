@@ -31,16 +31,23 @@
 
 #include "frame.h"
 
+struct budget;
+struct budget_account;
 struct mux;
 struct mux_stream;
 
 struct mux_config {
-	uint32_t window;            /* credit granted to the peer per stream */
+	uint32_t window;            /* credit granted to the peer per stream (the
+	                             * most: less when the budget is under pressure) */
 	uint32_t max_streams;       /* streams open at once in this tunnel */
 	size_t max_payload;         /* largest DATA payload sent */
 	size_t tx_high_water;       /* feed DATA only while transport pending < this */
 	int odd_ids;                /* 1 on the gateway side of the WebSocket */
 	int counted;                /* feeds the stream metrics (mux_metrics.h) */
+	/* The stream memory budget the receive windows are charged to, and
+	 * whose tunnel_share this multiplexer gets (budget.h); NULL: the
+	 * process-wide default (mux_set_process_budget), with no shares. */
+	struct budget *budget;
 };
 
 #define MUX_DEFAULT_CONFIG { \
@@ -49,6 +56,7 @@ struct mux_config {
 	.max_payload = 128 * 1024, \
 	.tx_high_water = 256 * 1024, \
 	.odd_ids = 0, \
+	.budget = NULL, \
 }
 
 struct mux_io {
@@ -99,19 +107,28 @@ int mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
 /* The transport drained below tx_high_water: streams blocked on it resume. */
 void mux_on_drain(struct mux *m);
 
-/* Opens a stream to target ("host:port") or service; NULL when the tunnel's
- * stream limit or the process budget is reached. */
-struct mux_stream *mux_open(struct mux *m, const char *target, const char *service,
-    const struct mux_stream_handlers *h, void *arg);
+/*
+ * Opens a stream to target ("host:port") or service, its receive window
+ * charged to the budget, this tunnel's share and who's share (a principal's
+ * account, or NULL); the window is cfg.window or smaller under pressure.
+ * NULL when the tunnel's stream limit or a share is reached: mux_refusal
+ * says which.
+ */
+struct mux_stream *mux_open(struct mux *m, struct budget_account *who,
+    const char *target, const char *service, const struct mux_stream_handlers *h,
+    void *arg);
+/* Why the last mux_open or mux_stream_accept of m refused. */
+const char *mux_refusal(const struct mux *m);
 /* Registers handlers while the answer to the peer's OPEN is pending (say,
  * while the target is dialed): on_close then reports a peer RESET or a lost
  * tunnel in the meantime. */
 void mux_stream_hold(struct mux_stream *s, const struct mux_stream_handlers *h,
     void *arg);
-/* Answers the peer's OPEN (h NULL: keep the held handlers).  accept returns
- * 0, or -1 if the budget refuses (the stream is then refused and gone). */
-int mux_stream_accept(struct mux_stream *s, const struct mux_stream_handlers *h,
-    void *arg);
+/* Answers the peer's OPEN (h NULL: keep the held handlers), the window
+ * charged as in mux_open.  accept returns 0, or -1 if the budget refuses
+ * (the stream is then refused with "busy" and gone). */
+int mux_stream_accept(struct mux_stream *s, struct budget_account *who,
+    const struct mux_stream_handlers *h, void *arg);
 void mux_stream_refuse(struct mux_stream *s, const char *code, const char *reason);
 
 /* Sends up to len bytes; returns how many were taken (0 when blocked; then
@@ -129,8 +146,9 @@ size_t mux_stream_count(const struct mux *m);
 /* Bytes received on s and not yet drained (bounded by the window). */
 size_t mux_stream_buffered(const struct mux_stream *s);
 
-/* Cap on the receive windows committed by all streams of the process
- * (default 256 MiB): beyond it new streams are refused with "busy". */
+/* Cap on the receive windows of the streams of every multiplexer made
+ * without a budget of its own (default 256 MiB): windows shrink past half
+ * of it, and new streams are refused with "busy" when it is spent. */
 void mux_set_process_budget(size_t bytes);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
 #include "ca.h"
 #include "mux.h"
 
@@ -19,6 +20,7 @@ struct event_base;
 struct server;
 struct store;
 struct hub;
+struct share;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
 struct gateway_limits {
@@ -53,7 +55,9 @@ struct gateway {
 	struct store *store;
 	struct hub *hub;
 	struct gateway_limits limits;
-	struct mux_config mux_config;   /* streams in agent tunnels */
+	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */
+	struct budget budget;           /* every stream's window, fairly shared */
+	struct share *shares;           /* principals' accounts in it (shares.c) */
 	char data_dir[4096];
 	char url[256];                  /* public URL for join documents */
 	char ca_checksum[CA_CHECKSUM_MAX];

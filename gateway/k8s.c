@@ -891,8 +891,8 @@ x_open(struct k8s_exchange *x, struct session *agent, struct hconn *h,
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	l->s = session_open_stream(agent, NULL, K8S_SERVICE, &link_handlers, l,
-	    err, errlen);
+	l->s = session_open_stream(agent, l->principal, NULL, K8S_SERVICE,
+	    &link_handlers, l, err, errlen);
 	if (l->s == NULL) {
 		link_free(l, "closed");
 		return -1;

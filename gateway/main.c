@@ -31,6 +31,7 @@
 #include "runtime.h"
 #include "serve_options.h"
 #include "server.h"
+#include "shares.h"
 #include "session.h"
 #include "store.h"
 #include "token.h"
@@ -362,7 +363,16 @@ cmd_serve(int argc, char **argv)
 	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
 	gw.mux_config.window = opts_num(&o, SERVE_OPT_STREAM_WINDOW);
 	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);
-	mux_set_process_budget(opts_num(&o, SERVE_OPT_STREAM_BUDGET));
+	gw.budget.total = opts_num(&o, SERVE_OPT_STREAM_BUDGET);
+	gw.budget.reserve = opts_num(&o, SERVE_OPT_ADMIN_RESERVE);
+	gw.budget.tunnel_share = opts_num(&o, SERVE_OPT_TUNNEL_SHARE);
+	gw.budget.principal_share = opts_num(&o, SERVE_OPT_PRINCIPAL_SHARE);
+	gw.budget.min_window = opts_num(&o, SERVE_OPT_MIN_STREAM_WINDOW);
+	if (gw.budget.reserve >= gw.budget.total) {
+		opts_free(&o);
+		usage_error("serve: --admin-reserve must be less than --stream-budget%s", "");
+	}
+	gw.mux_config.budget = &gw.budget;
 	log_init("gateway", (enum log_level)opts_num(&o, SERVE_OPT_LOG_LEVEL));
 	log_set_format((enum log_format)opts_num(&o, SERVE_OPT_LOG_FORMAT));
 	if (opts_str(&o, SERVE_OPT_AUDIT_LOG) != NULL &&
@@ -440,6 +450,7 @@ out:
 	if (gw.base != NULL)
 		event_base_free(gw.base);
 	hub_free(gw.hub);
+	shares_free_all(&gw);
 	store_close(gw.store);
 	(void)log_set_audit_file(NULL, err, sizeof(err));
 	free(gw.ca_pem);

@@ -22,6 +22,7 @@
 #include "mux.h"
 #include "server.h"
 #include "session.h"
+#include "shares.h"
 #include "wsconn.h"
 
 enum client_kind { CLIENT_RAW, CLIENT_STREAM };
@@ -385,7 +386,10 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 		    r->gw->limits.max_queue_bytes);
 		return;
 	}
-	if (r->cs == NULL || mux_stream_accept(r->cs, &cs_handlers, r) != 0) {
+	/* The client's side of the stream is charged to the same principal,
+	 * and to the forward connection's own share. */
+	if (r->cs == NULL || mux_stream_accept(r->cs,
+	    shares_principal(r->gw, r->principal), &cs_handlers, r) != 0) {
 		r->cs = NULL;
 		relay_note_end(r, "client_gone");
 		mux_stream_reset(s, "client_gone");
@@ -434,8 +438,8 @@ relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
 		return;
 	}
 	r->upgrade = u;
-	r->agent = session_open_stream(agent, who->target, NULL, &agent_handlers, r,
-	    err, sizeof(err));
+	r->agent = session_open_stream(agent, who->principal, who->target, NULL,
+	    &agent_handlers, r, err, sizeof(err));
 	if (r->agent == NULL) {
 		upgrade_refuse(u, 503, err);
 		r->upgrade = NULL;
@@ -459,8 +463,8 @@ relay_start_stream(struct gateway *gw, struct session *agent, struct mux_stream 
 	}
 	r->cs = cs;
 	mux_stream_hold(cs, &cs_handlers, r);
-	r->agent = session_open_stream(agent, who->target, NULL, &agent_handlers, r,
-	    err, sizeof(err));
+	r->agent = session_open_stream(agent, who->principal, who->target, NULL,
+	    &agent_handlers, r, err, sizeof(err));
 	if (r->agent == NULL) {
 		mux_stream_refuse(cs, "busy", err);
 		r->cs = NULL;

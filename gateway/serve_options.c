@@ -92,7 +92,24 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "streams per agent tunnel" },
 	[SERVE_OPT_STREAM_BUDGET] = { .name = "stream-budget", .type = OPT_U32,
 	    .arg = "BYTES", .def = "268435456", .min = 1u << 20, .max = 4095u << 20,
-	    .help = "all streams' windows together" },
+	    .help = "all streams' windows together; past half of a budget or share, "
+	    "new streams get smaller windows" },
+	[SERVE_OPT_ADMIN_RESERVE] = { .name = "admin-reserve", .type = OPT_U32,
+	    .arg = "BYTES", .def = "33554432", .min = 0, .max = 4095u << 20,
+	    .help = "of the stream budget, for streams of admin tokens only "
+	    "(less than --stream-budget)" },
+	[SERVE_OPT_TUNNEL_SHARE] = { .name = "tunnel-share", .type = OPT_U32,
+	    .arg = "BYTES", .def = "134217728", .min = 1u << 20, .max = 4095u << 20,
+	    .help = "most of the stream budget the streams of one agent tunnel or "
+	    "one forward connection may hold" },
+	[SERVE_OPT_PRINCIPAL_SHARE] = { .name = "principal-share", .type = OPT_U32,
+	    .arg = "BYTES", .def = "67108864", .min = 1u << 20, .max = 4095u << 20,
+	    .help = "most of the stream budget the streams of one user (or one admin "
+	    "token) may hold" },
+	[SERVE_OPT_MIN_STREAM_WINDOW] = { .name = "min-stream-window", .type = OPT_U32,
+	    .arg = "BYTES", .def = "16384", .min = 4096, .max = 64u << 20,
+	    .help = "smallest window a stream gets under pressure; a stream is "
+	    "refused (busy) only when not even this much is left" },
 	[SERVE_OPT_IMPERSONATE] = { .name = "impersonate", .type = OPT_BOOL,
 	    .def = "false",
 	    .help = "/k8s requests carry Impersonate-User: <gateway user> (clients' "

@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "mux.h"
 #include "server.h"
+#include "shares.h"
 #include "store.h"
 #include "token.h"
 #include "wsconn.h"
@@ -319,9 +320,11 @@ static const struct mux_handlers tunnel_mux_handlers = {
 };
 
 struct mux_stream *
-session_open_stream(struct session *s, const char *target, const char *service,
-    const struct mux_stream_handlers *h, void *arg, char *err, size_t errlen)
+session_open_stream(struct session *s, const char *principal, const char *target,
+    const char *service, const struct mux_stream_handlers *h, void *arg,
+    char *err, size_t errlen)
 {
+	struct budget_account *who;
 	struct mux_stream *st;
 
 	if (s->phase != PHASE_ESTABLISHED || s->mux == NULL ||
@@ -329,9 +332,17 @@ session_open_stream(struct session *s, const char *target, const char *service,
 		snprintf(err, errlen, "agent %s is not active", s->agent.id);
 		return NULL;
 	}
-	st = mux_open(s->mux, target, service, h, arg);
-	if (st == NULL)
-		snprintf(err, errlen, "agent %s is at its stream limit", s->agent.id);
+	who = shares_principal(s->gw, principal);
+	if (who == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	st = mux_open(s->mux, who, target, service, h, arg);
+	if (st == NULL) {
+		snprintf(err, errlen, "agent %s: %s", s->agent.id, mux_refusal(s->mux));
+		info("stream refused", KV_S("who", principal), KV_S("agent", s->agent.id),
+		    KV_S("reason", mux_refusal(s->mux)));
+	}
 	return st;
 }
 

@@ -57,12 +57,14 @@ int session_is_active(const struct session *s);
 struct mux_stream;
 struct mux_stream_handlers;
 /*
- * Opens a stream to target (HOST:PORT) or service on the agent.  NULL with
- * a reason in err when the agent is not active or its tunnel is at its
- * stream limit.
+ * Opens a stream to target (HOST:PORT) or service on the agent for
+ * principal ("user:NAME", "admin:TOKEN_ID"), its window charged to the
+ * stream budget, this tunnel's share and the principal's (shares.h).  NULL
+ * with a reason in err when the agent is not active, its tunnel is at its
+ * stream limit or a share is spent.
  */
-struct mux_stream *session_open_stream(struct session *s, const char *target,
-    const char *service, const struct mux_stream_handlers *h, void *arg,
-    char *err, size_t errlen);
+struct mux_stream *session_open_stream(struct session *s, const char *principal,
+    const char *target, const char *service, const struct mux_stream_handlers *h,
+    void *arg, char *err, size_t errlen);
 
 #endif

@@ -360,7 +360,7 @@ m_open(struct mux *m, struct mux_stream *s, const struct frame_open *req, void *
 		c->auto_drain = p->auto_drain;
 		if (p->rxcap)
 			ctx_want_bytes(c, p->rxcap);
-		p->accept_result = mux_stream_accept(s, &handlers, c);
+		p->accept_result = mux_stream_accept(s, NULL, &handlers, c);
 		if (p->accept_result != 0)
 			c->s = NULL;
 		break;
@@ -533,7 +533,7 @@ open_from(struct peer *p, const char *target)
 {
 	struct sctx *c = ctx_new(p);
 
-	c->s = mux_open(p->m, target, NULL, &handlers, c);
+	c->s = mux_open(p->m, NULL, target, NULL, &handlers, c);
 	assert_non_null(c->s);
 	return c;
 }
@@ -595,7 +595,7 @@ test_open_accept_calls_on_opened_with_windows(void **state)
 	wire(64 * KiB, 32 * KiB);
 	B.policy = ACCEPT;
 	a = ctx_new(&A);
-	a->s = mux_open(A.m, "db.internal:5432", NULL, &handlers, a);
+	a->s = mux_open(A.m, NULL, "db.internal:5432", NULL, &handlers, a);
 	assert_non_null(a->s);
 	assert_int_equal(A.sent[FRAME_OPEN], 1);
 	assert_int_equal(mux_stream_count(A.m), 1);
@@ -637,7 +637,7 @@ test_open_by_service_name_reaches_peer(void **state)
 	wire(64 * KiB, 64 * KiB);
 	B.policy = DEFER;
 	a = ctx_new(&A);
-	a->s = mux_open(A.m, NULL, "kube-api", &handlers, a);
+	a->s = mux_open(A.m, NULL, NULL, "kube-api", &handlers, a);
 	assert_non_null(a->s);
 	deliver(&A, 1);
 	assert_string_equal(B.last_req.target, "");
@@ -645,7 +645,7 @@ test_open_by_service_name_reaches_peer(void **state)
 	/* Answer later, from outside any callback. */
 	struct sctx *b = ctx_new(&B);
 	b->s = B.incoming[0];
-	assert_int_equal(mux_stream_accept(b->s, &handlers, b), 0);
+	assert_int_equal(mux_stream_accept(b->s, NULL, &handlers, b), 0);
 	settle();
 	assert_int_equal(a->opened_ok, 1);
 	assert_totals(1, 0, 0, 0);
@@ -689,9 +689,9 @@ test_held_stream_accepted_later_keeps_held_handlers(void **state)
 	settle();
 	assert_int_equal(a->opened_ok, 0);   /* B is "dialing" */
 	b = last_incoming(&B);
-	assert_int_equal(mux_stream_accept(b->s, NULL, NULL), 0);
+	assert_int_equal(mux_stream_accept(b->s, NULL, NULL, NULL), 0);
 	/* Answering twice is refused. */
-	assert_int_equal(mux_stream_accept(b->s, NULL, NULL), -1);
+	assert_int_equal(mux_stream_accept(b->s, NULL, NULL, NULL), -1);
 	settle();
 	assert_int_equal(a->opened_ok, 1);
 	assert_int_equal(mux_stream_send(a->s, (const uint8_t *)"hello", 5), 5);
@@ -1480,7 +1480,7 @@ test_max_streams_refuses_with_too_many_streams(void **state)
 	assert_int_equal(mux_stream_count(B.m), 2);
 	/* B itself cannot open a third either. */
 	struct sctx *c = ctx_new(&B);
-	assert_null(mux_open(B.m, "y:1", NULL, &handlers, c));
+	assert_null(mux_open(B.m, NULL, "y:1", NULL, &handlers, c));
 	/* Once one ends there is room again. */
 	mux_stream_reset(a[0]->s, "cancelled");
 	a[0]->s = NULL;
@@ -1502,11 +1502,13 @@ test_process_budget_refuses_open_and_accept_with_busy(void **state)
 	mux_set_process_budget(128 * KiB);
 	open_pair(&a1, &b1);                  /* A's and B's window: 128 KiB */
 	a2 = ctx_new(&A);
-	assert_null(mux_open(A.m, "x:1", NULL, &handlers, a2));
+	assert_null(mux_open(A.m, NULL, "x:1", NULL, &handlers, a2));
 	assert_int_equal(A.sent[FRAME_OPEN], 1);
 
-	/* B asks A; A's accept would commit beyond the budget. */
-	mux_set_process_budget(192 * KiB);    /* B's open fits, A's accept not */
+	/* B asks A; A's accept would commit beyond the budget.  16 KiB free:
+	 * B's open gets the smallest window (16 KiB, windows shrink before
+	 * streams are refused), and then nothing is left for A's accept. */
+	mux_set_process_budget(144 * KiB);
 	A.policy = ACCEPT;
 	struct sctx *b2 = open_from(&B, "y:1");
 	settle();
@@ -1539,11 +1541,11 @@ test_open_fails_cleanly_when_transport_refuses(void **state)
 	mux_set_process_budget(64 * KiB);
 	A.fail_sendv = 1;
 	c = ctx_new(&A);
-	assert_null(mux_open(A.m, "x:1", NULL, &handlers, c));
+	assert_null(mux_open(A.m, NULL, "x:1", NULL, &handlers, c));
 	assert_int_equal(mux_stream_count(A.m), 0);
 	A.fail_sendv = 0;
 	/* The failed open gave its budget back. */
-	c->s = mux_open(A.m, "x:1", NULL, &handlers, c);
+	c->s = mux_open(A.m, NULL, "x:1", NULL, &handlers, c);
 	assert_non_null(c->s);
 	assert_totals(0, 0, 0, 0);
 }

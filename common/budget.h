@@ -1,0 +1,90 @@
+/*
+ * budget.h: the stream memory budget and its fair shares, as pure
+ * arithmetic (docs/0006-streams.md, "Fair shares").
+ *
+ * Every stream commits a receive window: the most its peer may send that we
+ * may have to hold.  All windows of the process together stay within
+ * `total`; each tunnel (one multiplexer) and each principal (a user, an
+ * admin token) within its share; the last `reserve` bytes of the total are
+ * for admin principals only, so an operator can still get in when users
+ * have spent the rest.
+ *
+ * Under pressure windows shrink before streams are refused.  For each of
+ * the three pools a stream draws on (the process, its tunnel, its
+ * principal) with limit L of which `used` is taken:
+ *
+ *   free >= L/2:  the full window
+ *   free <  L/2:  window * free / (L/2)   (shrinking to 0 as the pool fills)
+ *
+ * The stream gets the smallest of the three, never more than any pool's
+ * free bytes, and at least min_window: it is refused only when some pool
+ * has less than min_window left.  So a pool hands out full windows until it
+ * is half used, then ever smaller ones, and holds many small streams before
+ * it refuses the next one.
+ *
+ * Costs: a budget and an account are a few words; every call is O(1).
+ */
+#ifndef TETHER_BUDGET_H
+#define TETHER_BUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One tunnel's or one principal's share. */
+struct budget_account {
+	size_t used;             /* bytes of windows charged to it now */
+	size_t limit;            /* its share; 0: no share of its own (no limit) */
+	int admin;               /* a principal that may use the admin reserve */
+};
+
+struct budget {
+	size_t total;            /* all windows of the process together */
+	size_t reserve;          /* of total: for admin principals only */
+	size_t tunnel_share;     /* limit of each tunnel's account */
+	size_t principal_share;  /* limit of each principal's account */
+	uint32_t min_window;     /* smallest window granted under pressure */
+	size_t used;             /* bytes of windows charged now */
+};
+
+#define BUDGET_DEFAULT { \
+	.total = 256u << 20, \
+	.reserve = 32u << 20, \
+	.tunnel_share = 128u << 20, \
+	.principal_share = 64u << 20, \
+	.min_window = 16u << 10, \
+}
+
+/* What one stream holds; released exactly once. */
+struct budget_charge {
+	struct budget_account *tunnel;     /* may be NULL */
+	struct budget_account *principal;  /* may be NULL */
+	uint32_t bytes;                    /* 0: nothing held */
+};
+
+enum budget_refusal {
+	BUDGET_OK,
+	BUDGET_TOTAL,        /* the process's budget (or all but the reserve) is spent */
+	BUDGET_TUNNEL,       /* the tunnel's share is spent */
+	BUDGET_PRINCIPAL,    /* the principal's share is spent */
+	BUDGET_ENTRIES       /* must be last */
+};
+
+/*
+ * The window a new stream would get now: want, or less under pressure (see
+ * above); 0 when it must be refused, with the pool that refuses in *why.
+ * tunnel and principal may be NULL (no share to respect).
+ */
+uint32_t budget_window(const struct budget *b, const struct budget_account *tunnel,
+    const struct budget_account *principal, uint32_t want, enum budget_refusal *why);
+/* The same, and charges the window to the process, the tunnel and the
+ * principal, recorded in *c.  Returns the window, or 0 (nothing charged,
+ * c->bytes 0). */
+uint32_t budget_take(struct budget *b, struct budget_account *tunnel,
+    struct budget_account *principal, uint32_t want, struct budget_charge *c,
+    enum budget_refusal *why);
+/* Gives back what c holds.  Idempotent (c->bytes becomes 0). */
+void budget_release(struct budget *b, struct budget_charge *c);
+/* A reason for a refusal, for OPEN_FAIL and logs. */
+const char *budget_refusal_str(enum budget_refusal why);
+
+#endif
