@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 int
@@ -63,4 +64,56 @@ host_valid(const char *s, size_t n)
 	if (n > 0 && s[0] == '[')
 		return host_ipv6_bracketed(s, n, NULL);
 	return host_dns_or_ipv4_valid(s, n);
+}
+
+unsigned int
+port_parse(const char *s, size_t n)
+{
+	unsigned int v = 0;
+
+	if (n == 0 || n > 5 || s[0] == '0')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return 0;
+		v = v * 10 + (unsigned int)(s[i] - '0');
+	}
+	return v <= 65535 ? v : 0;
+}
+
+int
+target_parse(const char *s, size_t n, size_t *host_len, unsigned int *port,
+    char *why, size_t whylen)
+{
+	const char *colon = NULL;
+	unsigned int p;
+
+	for (size_t i = n; i > 0; i--) {
+		if (s[i - 1] == ':') {
+			colon = s + i - 1;
+			break;
+		}
+	}
+	if (n == 0 || colon == NULL || colon == s) {
+		snprintf(why, whylen, "want HOST:PORT");
+		return -1;
+	}
+	/* "[::1]:22": the colon must follow the closing bracket. */
+	if (s[0] == '[' && colon[-1] != ']') {
+		snprintf(why, whylen, "want HOST:PORT with an IPv6 host in brackets");
+		return -1;
+	}
+	if (!host_valid(s, (size_t)(colon - s))) {
+		snprintf(why, whylen, "the host is not a DNS name, an IPv4 address "
+		    "or a bracketed IPv6 address");
+		return -1;
+	}
+	p = port_parse(colon + 1, n - (size_t)(colon - s) - 1);
+	if (p == 0) {
+		snprintf(why, whylen, "the port must be a number from 1 to 65535");
+		return -1;
+	}
+	*host_len = (size_t)(colon - s);
+	*port = p;
+	return 0;
 }

@@ -32,6 +32,7 @@
 #include <openssl/crypto.h>
 
 #include "agentkey.h"
+#include "apibody.h"
 #include "authcache.h"
 #include "dial.h"
 #include "gateway.h"
@@ -45,10 +46,6 @@
 #include "store.h"
 #include "token.h"
 
-#define TTL_DEFAULT  (24 * 3600)
-#define TTL_MIN      1
-#define TTL_MAX      (366 * 24 * 3600)
-#define USES_MAX     1000000
 
 static void
 respond_text(struct api_response *r, int status, const char *type, const char *text,
@@ -270,25 +267,17 @@ api_user_token_cluster(struct gateway *gw, const char *authorization,
     char *cluster, size_t clen)
 {
 	char id[TOKEN_ID_LEN + 1];
-	struct store_user_token *ts = NULL;
-	size_t n = 0;
-	int found = -1;
+	struct store_user_token u;
 
+	/* Only the presented token's record is read (by id): the secret is
+	 * checked afterwards, by api_authorize_cluster. */
 	if (api_bearer_id(authorization, id) != 0 ||
 	    strncmp(authorization + 7, "ttu_", 4) != 0 ||
-	    store_user_token_list(gw->store, &ts, &n) != STORE_OK)
+	    store_user_token_get(gw->store, id, &u) != STORE_OK ||
+	    u.nclusters != 1)
 		return -1;
-	for (size_t i = 0; i < n; i++) {
-		if (strcmp(ts[i].id, id) != 0)
-			continue;
-		if (ts[i].nclusters == 1) {
-			snprintf(cluster, clen, "%s", ts[i].clusters[0]);
-			found = 0;
-		}
-		break;
-	}
-	free(ts);
-	return found;
+	snprintf(cluster, clen, "%s", u.clusters[0]);
+	return 0;
 }
 
 int
@@ -339,67 +328,20 @@ admin_authorized(struct gateway *gw, const struct api_request *req,
 	return 0;
 }
 
-/*
- * Parses the body as a JSON object whose keys are all in `allowed`
- * (NULL-terminated).  Returns the object or NULL after responding 400/413.
- */
-static json_t *
-body_object(const struct api_request *req, const char *const *allowed,
-    struct api_response *r)
-{
-	json_error_t jerr;
-	json_t *v;
-	const char *key;
-	json_t *val;
-
-	if (req->body_too_large) {
-		respond_error(r, 413, "request body too large");
-		return NULL;
-	}
-	if (req->body_len == 0)
-		return json_object();
-	v = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-	if (v == NULL) {
-		respond_error(r, 400, "invalid JSON body: %s (line %d, column %d)",
-		    jerr.text, jerr.line, jerr.column);
-		return NULL;
-	}
-	if (!json_is_object(v)) {
-		json_decref(v);
-		respond_error(r, 400, "request body must be a JSON object");
-		return NULL;
-	}
-	json_object_foreach(v, key, val) {
-		size_t i;
-		for (i = 0; allowed[i] != NULL; i++)
-			if (strcmp(allowed[i], key) == 0)
-				break;
-		if (allowed[i] == NULL) {
-			respond_error(r, 400, "unknown field \"%s\"", key);
-			json_decref(v);
-			return NULL;
-		}
-	}
-	return v;
-}
-
-/* Value of key in "a=b&c=d", copied into out; 0 if found. */
+/* Parses the request's body as kind wants (apibody.c).  1 with *b filled
+ * (the caller frees it with api_body_free), or 0 after responding 400/413. */
 static int
-query_get(const char *query, const char *key, char *out, size_t outlen)
+body_parsed(enum api_body_kind kind, const struct api_request *req,
+    struct api_body *b, struct api_response *r)
 {
-	size_t klen = strlen(key);
-	const char *p = query;
+	char why[256];
+	int status = api_body_parse(kind, req->body, req->body_len,
+	    req->body_too_large, b, why, sizeof(why));
 
-	while (p != NULL && *p != '\0') {
-		const char *end = strchr(p, '&');
-		size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-		if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
-			snprintf(out, outlen, "%.*s", (int)(n - klen - 1), p + klen + 1);
-			return 0;
-		}
-		p = end != NULL ? end + 1 : NULL;
-	}
-	return -1;
+	if (status == 0)
+		return 1;
+	respond_error(r, status, "%s", why);
+	return 0;
 }
 
 /* ---- clusters ---- */
@@ -407,20 +349,15 @@ query_get(const char *query, const char *key, char *out, size_t outlen)
 static void
 clusters_create(struct gateway *gw, const struct api_request *req, struct api_response *r)
 {
-	static const char *const allowed[] = { "name", NULL };
 	struct store_cluster c;
+	struct api_body b;
 	char err[STORE_ERROR_MAX + 1] = "";
-	json_t *body = body_object(req, allowed, r);
 	const char *name;
 	int rc;
 
-	if (body == NULL)
+	if (!body_parsed(API_BODY_CLUSTER, req, &b, r))
 		return;
-	name = json_string_value(json_object_get(body, "name"));
-	if (name == NULL) {
-		respond_error(r, 400, "field \"name\" (a string) is required");
-		goto out;
-	}
+	name = b.name;
 	rc = store_cluster_create(gw->store, name, gateway_now(), &c, err, sizeof(err));
 	if (rc == STORE_CONFLICT)
 		respond_error(r, 409, "cluster name \"%s\" is taken", name);
@@ -432,8 +369,7 @@ clusters_create(struct gateway *gw, const struct api_request *req, struct api_re
 		info("cluster created", KV_S("cluster", c.id), KV_S("name", c.name));
 		respond_json(r, 201, cluster_json(gw, &c));
 	}
-out:
-	json_decref(body);
+	api_body_free(&b);
 }
 
 static void
@@ -466,60 +402,25 @@ clusters_get(struct gateway *gw, const char *id, struct api_response *r)
 	respond_json(r, 200, cluster_json(gw, &c));
 }
 
-/* Reads an optional integer field within [min, max]; 0 on success. */
-static int
-int_field(json_t *body, const char *key, json_int_t def, json_int_t min,
-    json_int_t max, json_int_t *out, struct api_response *r)
-{
-	json_t *v = json_object_get(body, key);
-
-	if (v == NULL) {
-		*out = def;
-		return 0;
-	}
-	if (!json_is_integer(v) || json_integer_value(v) < min ||
-	    json_integer_value(v) > max) {
-		respond_error(r, 400, "field \"%s\" must be an integer from %lld to %lld",
-		    key, (long long)min, (long long)max);
-		return -1;
-	}
-	*out = json_integer_value(v);
-	return 0;
-}
-
 static void
 tokens_create(struct gateway *gw, const char *cluster, const struct api_request *req,
     struct api_response *r)
 {
-	static const char *const allowed[] = { "ttl_seconds", "uses", "approval", NULL };
 	struct store_cluster c;
 	struct store_token rec;
 	struct token t;
 	struct joindoc doc;
+	struct api_body b;
 	EVP_PKEY *key = NULL;
-	json_int_t ttl, uses;
-	const char *approval = "auto";
 	char err[STORE_ERROR_MAX + 1] = "", *text = NULL;
-	json_t *body = body_object(req, allowed, r), *v;
 
 	memset(&t, 0, sizeof(t));
 	memset(&doc, 0, sizeof(doc));
-	if (body == NULL)
+	if (!body_parsed(API_BODY_TOKENS, req, &b, r))
 		return;
 	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
 		respond_error(r, 404, "no cluster %s", cluster);
 		goto out;
-	}
-	if (int_field(body, "ttl_seconds", TTL_DEFAULT, TTL_MIN, TTL_MAX, &ttl, r) != 0 ||
-	    int_field(body, "uses", 1, 1, USES_MAX, &uses, r) != 0)
-		goto out;
-	if ((v = json_object_get(body, "approval")) != NULL) {
-		approval = json_string_value(v);
-		if (approval == NULL || (strcmp(approval, "auto") != 0 &&
-		    strcmp(approval, "manual") != 0)) {
-			respond_error(r, 400, "field \"approval\" must be \"auto\" or \"manual\"");
-			goto out;
-		}
 	}
 	memset(&rec, 0, sizeof(rec));
 	if (token_generate(TOKEN_IMPORT, &t) != 0 ||
@@ -532,9 +433,9 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 	rec.kind = TOKEN_IMPORT;
 	snprintf(rec.cluster, sizeof(rec.cluster), "%s", c.id);
 	rec.created_at = gateway_now();
-	rec.expires_at = rec.created_at + ttl;
-	rec.uses_left = uses;
-	rec.approval_manual = strcmp(approval, "manual") == 0;
+	rec.expires_at = rec.created_at + b.ttl_seconds;
+	rec.uses_left = b.uses;
+	rec.approval_manual = b.approval_manual;
 	if (store_token_insert(gw->store, &rec, err, sizeof(err)) != STORE_OK) {
 		respond_error(r, 500, "store: %s", err);
 		goto out;
@@ -550,7 +451,8 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 		goto out;
 	}
 	info("import token created", KV_S("token", rec.id), KV_S("cluster", c.id),
-	    KV_I("uses", uses), KV_I("ttl_s", ttl), KV_S("approval", approval));
+	    KV_I("uses", b.uses), KV_I("ttl_s", b.ttl_seconds),
+	    KV_S("approval", b.approval_manual ? "manual" : "auto"));
 	{
 		size_t n = strlen(text);
 		char *withnl = malloc(n + 2);
@@ -570,7 +472,7 @@ out:
 	EVP_PKEY_free(key);
 	token_clear(&t);
 	joindoc_clear(&doc);
-	json_decref(body);
+	api_body_free(&b);
 }
 
 /* ---- agents ---- */
@@ -585,7 +487,13 @@ agents_list(struct gateway *gw, const struct api_request *req, struct api_respon
 	size_t n = 0;
 	json_t *arr;
 
-	if (query_get(req->query, "cluster", cluster, sizeof(cluster)) == 0) {
+	switch (api_query_param(req->query, "cluster", cluster, sizeof(cluster))) {
+	case -1:
+		break;
+	case -2:
+		respond_error(r, 400, "query parameter cluster: given twice or too long");
+		return;
+	default:
 		if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
 			respond_error(r, 404, "no cluster %s", cluster);
 			return;
@@ -671,8 +579,6 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 }
 
 /* ---- users and kubeconfigs ---- */
-
-#define KUBECONFIG_DEFAULT_USER "kubectl"
 
 static json_t *
 user_clusters_json(const struct store_user_token *u)
@@ -767,59 +673,20 @@ respond_secret(struct api_response *r, int status, const char *type, char *text)
 	OPENSSL_cleanse(text, strlen(text));
 }
 
-/*
- * The "clusters" field: a non-empty array of strings, at most
- * STORE_TOKEN_CLUSTERS_MAX.  Fills ids (pointers into body).  Returns the
- * count, or 0 after responding 400.
- */
-static size_t
-clusters_field(json_t *body, const char **ids, struct api_response *r)
-{
-	json_t *arr = json_object_get(body, "clusters"), *v;
-	size_t i, n;
-
-	if (!json_is_array(arr) || (n = json_array_size(arr)) == 0) {
-		respond_error(r, 400, "field \"clusters\" (a non-empty array of "
-		    "cluster ids) is required");
-		return 0;
-	}
-	if (n > STORE_TOKEN_CLUSTERS_MAX) {
-		respond_error(r, 400, "field \"clusters\": at most %d clusters per token",
-		    STORE_TOKEN_CLUSTERS_MAX);
-		return 0;
-	}
-	json_array_foreach(arr, i, v) {
-		if ((ids[i] = json_string_value(v)) == NULL) {
-			respond_error(r, 400, "field \"clusters\" must hold strings (cluster ids)");
-			return 0;
-		}
-	}
-	return n;
-}
-
 static void
 users_create(struct gateway *gw, const struct api_request *req, struct api_response *r)
 {
-	static const char *const allowed[] = { "name", "clusters", NULL };
-	const char *ids[STORE_TOKEN_CLUSTERS_MAX];
 	struct store_user_token u;
 	struct token t;
+	struct api_body b;
 	char tokstr[TOKEN_STR_MAX], *text = NULL;
-	json_t *body = body_object(req, allowed, r), *out;
-	const char *name;
-	size_t n;
+	json_t *out;
 
 	memset(&t, 0, sizeof(t));
 	memset(tokstr, 0, sizeof(tokstr));
-	if (body == NULL)
+	if (!body_parsed(API_BODY_USER, req, &b, r))
 		return;
-	if ((name = json_string_value(json_object_get(body, "name"))) == NULL) {
-		respond_error(r, 400, "field \"name\" (a string) is required");
-		goto out;
-	}
-	if ((n = clusters_field(body, ids, r)) == 0)
-		goto out;
-	if (user_issue(gw, name, ids, n, &t, &u, r) != 0)
+	if (user_issue(gw, b.name, b.clusters, b.nclusters, &t, &u, r) != 0)
 		goto out;
 	token_format(&t, tokstr);
 	out = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", u.name,
@@ -838,7 +705,7 @@ out:
 	free(text);
 	OPENSSL_cleanse(tokstr, sizeof(tokstr));
 	token_clear(&t);
-	json_decref(body);
+	api_body_free(&b);
 }
 
 static void
@@ -989,29 +856,23 @@ static void
 kubeconfig_create(struct gateway *gw, const char *cluster,
     const struct api_request *req, struct api_response *r)
 {
-	static const char *const allowed[] = { "user", NULL };
 	struct store_cluster c;
 	struct store_user_token u;
 	struct token t;
+	struct api_body b;
 	char tokstr[TOKEN_STR_MAX], *text = NULL;
-	const char *user = KUBECONFIG_DEFAULT_USER, *ids[1];
-	json_t *body = body_object(req, allowed, r), *v;
+	const char *ids[1];
 
 	memset(&t, 0, sizeof(t));
 	memset(tokstr, 0, sizeof(tokstr));
-	if (body == NULL)
+	if (!body_parsed(API_BODY_KUBECONFIG, req, &b, r))
 		return;
-	if ((v = json_object_get(body, "user")) != NULL &&
-	    (user = json_string_value(v)) == NULL) {
-		respond_error(r, 400, "field \"user\" must be a string");
-		goto out;
-	}
 	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
 		respond_error(r, 404, "no cluster %s", cluster);
 		goto out;
 	}
 	ids[0] = c.id;
-	if (user_issue(gw, user, ids, 1, &t, &u, r) != 0)
+	if (user_issue(gw, b.user, ids, 1, &t, &u, r) != 0)
 		goto out;
 	token_format(&t, tokstr);
 	if ((text = kubeconfig_format(gw, c.id, u.name, tokstr)) == NULL) {
@@ -1024,10 +885,13 @@ kubeconfig_create(struct gateway *gw, const char *cluster,
 	    KV_S("token", u.id));
 	respond_secret(r, 201, "application/yaml", text);
 out:
-	free(text);
+	if (text != NULL) {
+		OPENSSL_cleanse(text, strlen(text));
+		free(text);
+	}
 	OPENSSL_cleanse(tokstr, sizeof(tokstr));
 	token_clear(&t);
-	json_decref(body);
+	api_body_free(&b);
 }
 
 /* ---- metrics ---- */

@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "api.h"
+#include "apibody.h"
 #include "frame.h"
 #include "gateway.h"
+#include "hostname.h"
 #include "hub.h"
 #include "log.h"
 #include "mux.h"
@@ -44,21 +46,24 @@ dial_matches(const char *path)
 	return p != NULL && p > path + 13 && strcmp(p, "/dial") == 0;
 }
 
-static void
-query_value(const char *query, const char *key, char *out, size_t outlen)
+/*
+ * A target a client asks for, checked where it enters (the agent checks it
+ * again against its allowlist): HOST:PORT with a valid host and a port from
+ * 1 to 65535.  0, or -1 with the reason in why (without the target: the
+ * caller's message must not echo a peer's bytes into a log or a terminal).
+ */
+static int
+target_check(const char *target, char *why, size_t whylen)
 {
-	size_t klen = strlen(key);
+	char reason[128];
+	size_t hlen;
+	unsigned int port;
 
-	out[0] = '\0';
-	for (const char *p = query; p != NULL && *p != '\0';) {
-		const char *end = strchr(p, '&');
-		size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-		if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
-			snprintf(out, outlen, "%.*s", (int)(n - klen - 1), p + klen + 1);
-			return;
-		}
-		p = end != NULL ? end + 1 : NULL;
-	}
+	if (target_parse(target, strlen(target), &hlen, &port, reason,
+	    sizeof(reason)) == 0)
+		return 0;
+	snprintf(why, whylen, "bad target: %s", reason);
+	return -1;
 }
 
 static int
@@ -140,6 +145,10 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 
 	if (req->target[0] == '\0') {
 		mux_stream_refuse(cs, "not_allowed", "services are reached through their own endpoints");
+		return;
+	}
+	if (target_check(req->target, reason, sizeof(reason)) != 0) {
+		mux_stream_refuse(cs, "bad_target", reason);
 		return;
 	}
 	/* The connection may outlive its token: a revoked user stops here. */
@@ -272,7 +281,10 @@ dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *
 		upgrade_refuse(u, 404, err);
 		return;
 	}
-	query_value(req->query, "node", node, sizeof(node));
+	if (api_query_param(req->query, "node", node, sizeof(node)) == -2) {
+		upgrade_refuse(u, 400, "query parameter node: given twice or too long");
+		return;
+	}
 	if (node[0] != '\0' && !node_known(gw, cluster, node)) {
 		snprintf(err, sizeof(err), "no node %s in cluster %s", node, cluster);
 		upgrade_refuse(u, 404, err);
@@ -284,9 +296,16 @@ dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *
 		ctl_start(gw, u, principal, token_id, cluster, node);
 		return;
 	}
-	query_value(req->query, "target", target, sizeof(target));
-	if (target[0] == '\0' || strchr(target, ':') == NULL) {
+	switch (api_query_param(req->query, "target", target, sizeof(target))) {
+	case -1:
 		upgrade_refuse(u, 400, "query parameter target=HOST:PORT is required");
+		return;
+	case -2:
+		upgrade_refuse(u, 400, "query parameter target: given twice or too long");
+		return;
+	}
+	if (target_check(target, err, sizeof(err)) != 0) {
+		upgrade_refuse(u, 400, err);
 		return;
 	}
 	agent = pick_agent(gw, cluster, node, &status, err, sizeof(err));

@@ -42,6 +42,7 @@ struct relay {
 	uint64_t up, down;             /* bytes client->agent, agent->client */
 	struct timeval started;
 	char principal[96], cluster[32], node[64], target[256], end[64];
+	char reason[256];              /* the agent's OPEN_FAIL reason, for the audit */
 };
 
 /* ---- ending ---- */
@@ -57,7 +58,7 @@ relay_audit(struct relay *r)
 	    KV_S("node", r->node), KV_S("target", r->target), KV_U("bytes_up", r->up),
 	    KV_U("bytes_down", r->down),
 	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000),
-	    KV_S("end", r->end[0] ? r->end : "done"));
+	    KV_S("end", r->end[0] ? r->end : "done"), KV_S("reason", r->reason));
 }
 
 static void
@@ -358,6 +359,7 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 		r->agent = NULL;
 		snprintf(msg, sizeof(msg), "node %s: %s (%s)", r->node, reason, code);
 		snprintf(r->end, sizeof(r->end), "refused:%s", code);
+		snprintf(r->reason, sizeof(r->reason), "%s", reason);
 		if (r->kind == CLIENT_RAW && r->upgrade != NULL) {
 			upgrade_refuse(r->upgrade, 502, msg);
 			r->upgrade = NULL;

@@ -121,6 +121,10 @@ int store_user_token_create(struct store *s, const struct store_token *t,
  * in the order they were given. */
 int store_user_token_list(struct store *s, struct store_user_token **out,
     size_t *n);
+/* The user token with this id (one indexed lookup, whatever the number of
+ * tokens), revoked or not: STORE_OK, STORE_NOTFOUND or STORE_ERR. */
+int store_user_token_get(struct store *s, const char *id,
+    struct store_user_token *out);
 
 /*
  * Revokes every user token issued to name, in one transaction; *count is

@@ -1114,9 +1114,11 @@ add_user_row(sqlite3_stmt *st, struct store_user_token **arr, size_t *cap,
 	return STORE_OK;
 }
 
-int
-store_user_token_list(struct store *s, struct store_user_token **out,
-    size_t *n)
+/* User tokens with their clusters: all of them, or the one with id (the
+ * primary key: at most one row of tokens) when id is non-NULL. */
+static int
+user_tokens_select(struct store *s, const char *id,
+    struct store_user_token **out, size_t *n)
 {
 	char err[STORE_ERROR_MAX + 1];
 	struct store_user_token *arr = NULL;
@@ -1127,11 +1129,17 @@ store_user_token_list(struct store *s, struct store_user_token **out,
 
 	*out = NULL;
 	*n = 0;
-	if (prepare(s, "SELECT " USER_TOKEN_COLS ", c.cluster_id "
+	if (prepare(s, id == NULL ?
+	    "SELECT " USER_TOKEN_COLS ", c.cluster_id "
 	    "FROM tokens t LEFT JOIN token_clusters c ON c.token_id = t.id "
-	    "WHERE t.kind = 'user' ORDER BY t.created_at, t.rowid, c.rowid",
+	    "WHERE t.kind = 'user' ORDER BY t.created_at, t.rowid, c.rowid" :
+	    "SELECT " USER_TOKEN_COLS ", c.cluster_id "
+	    "FROM tokens t LEFT JOIN token_clusters c ON c.token_id = t.id "
+	    "WHERE t.kind = 'user' AND t.id = ? ORDER BY c.rowid",
 	    &st, err, sizeof(err)) != STORE_OK)
 		goto out;
+	if (id != NULL)
+		bind_text(st, 1, id);
 	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
 		if (add_user_row(st, &arr, &cap, &count, err, sizeof(err)) !=
 		    STORE_OK)
@@ -1147,10 +1155,33 @@ store_user_token_list(struct store *s, struct store_user_token **out,
 	rc = STORE_OK;
 out:
 	if (rc != STORE_OK)
-		error("store: listing user tokens failed", KV_S("err", err));
+		error("store: reading user tokens failed", KV_S("err", err));
 	free(arr);
 	sqlite3_finalize(st);
 	return rc;
+}
+
+int
+store_user_token_list(struct store *s, struct store_user_token **out,
+    size_t *n)
+{
+	return user_tokens_select(s, NULL, out, n);
+}
+
+int
+store_user_token_get(struct store *s, const char *id,
+    struct store_user_token *out)
+{
+	struct store_user_token *arr;
+	size_t n;
+	int rc;
+
+	if ((rc = user_tokens_select(s, id, &arr, &n)) != STORE_OK)
+		return rc;
+	if (n == 1)
+		*out = arr[0];
+	free(arr);
+	return n == 1 ? STORE_OK : STORE_NOTFOUND;
 }
 
 /* How many user tokens name was ever issued. */

@@ -47,6 +47,7 @@
 #include "bridge.h"
 #include "fileio.h"
 #include "frame.h"
+#include "hostname.h"
 #include "httphead.h"
 #include "log.h"
 #include "mux.h"
@@ -301,28 +302,27 @@ dial_timeout(evutil_socket_t fd, short what, void *arg)
 	dial_fail(x, "timeout", reason);
 }
 
-/* Splits "host:port" / "[v6]:port".  Returns 0 or -1. */
+/* Splits "host:port" / "[v6]:port" (checked by target_parse) into the
+ * host to resolve, without brackets, and the port.  Returns 0 or -1 with
+ * the reason in why. */
 static int
-split_target(const char *target, char *host, size_t hostlen, int *port)
+split_target(const char *target, char *host, size_t hostlen, int *port,
+    char *why, size_t whylen)
 {
-	const char *colon = strrchr(target, ':');
-	const char *h = target;
 	size_t n;
-	char *end;
-	long p;
+	unsigned int p;
+	const char *h = target;
 
-	if (colon == NULL)
+	if (target_parse(target, strlen(target), &n, &p, why, whylen) != 0)
 		return -1;
-	n = (size_t)(colon - target);
-	if (n >= 2 && target[0] == '[' && target[n - 1] == ']') {
-		h = target + 1;
+	if (target[0] == '[') {
+		h++;
 		n -= 2;
 	}
-	if (n == 0 || n >= hostlen)
+	if (n >= hostlen) {
+		snprintf(why, whylen, "the host is too long");
 		return -1;
-	p = strtol(colon + 1, &end, 10);
-	if (*end != '\0' || p < 1 || p > 65535)
-		return -1;
+	}
 	memcpy(host, h, n);
 	host[n] = '\0';
 	*port = (int)p;
@@ -411,7 +411,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 {
 	struct dialer *d = arg;
 	struct dial *x;
-	char host[256], reason[FRAME_REASON_MAX + 1];
+	char host[256], reason[FRAME_REASON_MAX + 1], why[128];
 	struct timeval tv;
 	int port, svc = -1;
 
@@ -461,9 +461,9 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 			return;
 		}
 	}
-	if (split_target(x->target, host, sizeof(host), &port) != 0) {
-		snprintf(reason, sizeof(reason), "bad target \"%s\": want HOST:PORT", x->target);
-		dial_fail(x, "unreachable", reason);
+	if (split_target(x->target, host, sizeof(host), &port, why, sizeof(why)) != 0) {
+		snprintf(reason, sizeof(reason), "bad target: %s", why);
+		dial_fail(x, "bad_target", reason);
 		return;
 	}
 	snprintf(x->host, sizeof(x->host), "%s", host);

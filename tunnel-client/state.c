@@ -34,23 +34,6 @@ client_path(const char *dir, const char *name, char *out, size_t outlen)
 
 /* --- validators --- */
 
-/* Decimal 1..65535, no sign, no leading zero; n bytes.  Returns the port
- * or 0. */
-static unsigned int
-port_parse(const char *s, size_t n)
-{
-	unsigned int v = 0;
-
-	if (n == 0 || n > 5 || s[0] == '0')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		if (!isdigit((unsigned char)s[i]))
-			return 0;
-		v = v * 10 + (unsigned int)(s[i] - '0');
-	}
-	return v <= 65535 ? v : 0;
-}
-
 /* Splits "HOST:PORT" at the last ':' (IPv6 hosts are bracketed). */
 static const char *
 split_host_port(const char *s)
@@ -150,22 +133,19 @@ host_equal(const char *a, size_t alen, const char *b, size_t blen)
 int
 client_allow_match(const struct client_state *st, const char *host_port)
 {
-	const char *colon;
 	unsigned int port;
+	size_t hlen;
+	char why[128];
 
-	if ((colon = split_host_port(host_port)) == NULL)
-		return 0;
-	if (!host_valid(host_port, (size_t)(colon - host_port)))
-		return 0;
-	if ((port = port_parse(colon + 1, strlen(colon + 1))) == 0)
+	if (target_parse(host_port, strlen(host_port), &hlen, &port, why,
+	    sizeof(why)) != 0)
 		return 0;
 	for (size_t i = 0; i < st->nallow; i++) {
 		const char *e = st->allow[i], *ec = split_host_port(e);
 
 		if (ec == NULL)
 			continue;
-		if (!host_equal(e, (size_t)(ec - e), host_port,
-		    (size_t)(colon - host_port)))
+		if (!host_equal(e, (size_t)(ec - e), host_port, hlen))
 			continue;
 		if (strcmp(ec + 1, "*") == 0 ||
 		    port_parse(ec + 1, strlen(ec + 1)) == port)

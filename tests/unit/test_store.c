@@ -480,6 +480,28 @@ test_user_tokens(void **state)
 	assert_string_equal(list[1].clusters[0], c.id);
 	assert_string_equal(list[2].name, "bob");
 	free(list);
+
+	/* One token by its id, with its clusters in order; nothing else. */
+	memset(&u, 0, sizeof(u));
+	assert_int_equal(store_user_token_get(f->s, "1111111111111111", &u), STORE_OK);
+	assert_string_equal(u.name, "alice@example.com");
+	assert_int_equal(u.nclusters, 2);
+	assert_string_equal(u.clusters[0], b.id);
+	assert_string_equal(u.clusters[1], a.id);
+	assert_int_equal(store_user_token_get(f->s, "3333333333333333", &u), STORE_OK);
+	assert_string_equal(u.name, "bob");
+	assert_int_equal(u.nclusters, 1);
+	assert_int_equal(store_user_token_get(f->s, "ffffffffffffffff", &u),
+	    STORE_NOTFOUND);
+	/* An admin token's id is not a user token. */
+	memset(&t, 0, sizeof(t));
+	snprintf(t.id, sizeof(t.id), "4444444444444444");
+	t.kind = TOKEN_ADMIN;
+	snprintf(t.name, sizeof(t.name), "admin");
+	t.uses_left = -1;
+	assert_int_equal(store_token_insert(f->s, &t, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_user_token_get(f->s, "4444444444444444", &u),
+	    STORE_NOTFOUND);
 }
 
 static void
