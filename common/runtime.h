@@ -5,7 +5,8 @@
 #define TETHER_RUNTIME_H
 
 /*
- * Ignores SIGPIPE (a peer that goes away is an error return, not death) and
+ * Ignores SIGPIPE (a peer that goes away is an error return, not death),
+ * makes jansson wipe every block it frees (JSON carries tokens), and
  * tunes malloc for bulk streams: buffers of 128 KiB to 1 MiB come and go for
  * every message, and glibc's defaults would map and unmap (or trim and
  * regrow) them each time, paying a page fault per 4 KiB.

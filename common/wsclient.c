@@ -263,7 +263,10 @@ destroy(struct wsclient *c)
 	free(c->host_header);
 	free(c->resource);
 	free(c->subprotocol);
-	free(c->token);
+	if (c->token != NULL) {
+		OPENSSL_cleanse(c->token, strlen(c->token));
+		free(c->token);
+	}
 	free(c->frag);
 	OPENSSL_cleanse(c->pool, sizeof(c->pool));
 	free(c);

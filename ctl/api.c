@@ -22,6 +22,18 @@ struct body {
 	bool too_big;
 };
 
+/* Answers may hold secrets (tokens, kubeconfigs): every copy is wiped
+ * before its memory is freed, so the buffer grows by copy, not realloc. */
+static void
+body_wipe(struct body *b)
+{
+	if (b->buf != NULL) {
+		explicit_bzero(b->buf, b->len);
+		free(b->buf);
+	}
+	memset(b, 0, sizeof(*b));
+}
+
 static size_t
 body_write(char *ptr, size_t size, size_t nmemb, void *arg)
 {
@@ -33,8 +45,13 @@ body_write(char *ptr, size_t size, size_t nmemb, void *arg)
 		b->too_big = true;
 		return 0;
 	}
-	if ((nb = realloc(b->buf, b->len + n + 1)) == NULL)
+	if ((nb = malloc(b->len + n + 1)) == NULL)
 		return 0;
+	if (b->buf != NULL) {
+		memcpy(nb, b->buf, b->len);
+		explicit_bzero(b->buf, b->len);
+		free(b->buf);
+	}
 	b->buf = nb;
 	memcpy(b->buf + b->len, ptr, n);
 	b->len += n;
@@ -107,6 +124,15 @@ report_http_error(long code, const struct body *b)
 	json_decref(root);
 }
 
+/* Frees a header list, wiping each header first (one holds the token). */
+static void
+headers_free(struct curl_slist *h)
+{
+	for (struct curl_slist *p = h; p != NULL; p = p->next)
+		explicit_bzero(p->data, strlen(p->data));
+	curl_slist_free_all(h);
+}
+
 static struct curl_slist *
 make_headers(const struct api *a, bool has_body)
 {
@@ -133,7 +159,7 @@ make_headers(const struct api *a, bool has_body)
 	return h;
 fail:
 	explicit_bzero(auth, sizeof(auth));
-	curl_slist_free_all(h);
+	headers_free(h);
 	return NULL;
 }
 
@@ -181,8 +207,11 @@ perform(const struct api *a, const char *method, const char *path,
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-	if (a->cacert != NULL)
+	if (a->cacert != NULL) {
+		/* Only this CA: not also the system's CA directory (as join). */
 		curl_easy_setopt(c, CURLOPT_CAINFO, a->cacert);
+		curl_easy_setopt(c, CURLOPT_CAPATH, NULL);
+	}
 	if (strcmp(method, "POST") == 0) {
 		curl_easy_setopt(c, CURLOPT_POST, 1L);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text != NULL ? text : "");
@@ -213,13 +242,14 @@ perform(const struct api *a, const char *method, const char *path,
 	}
 	r = CTL_EXIT_OK;
 out:
-	if (r != CTL_EXIT_OK) {
-		free(b->buf);
-		memset(b, 0, sizeof(*b));
-	}
-	curl_slist_free_all(headers);
+	if (r != CTL_EXIT_OK)
+		body_wipe(b);
+	headers_free(headers);
 	curl_easy_cleanup(c);
-	free(text);
+	if (text != NULL) {
+		explicit_bzero(text, strlen(text));
+		free(text);
+	}
 	return r;
 }
 
@@ -261,7 +291,7 @@ api_call(const struct api *a, const char *method, const char *path,
 		    "JSON\n", method, path);
 		r = CTL_EXIT_SERVER;
 	}
-	free(b.buf);
+	body_wipe(&b);
 	return r;
 }
 

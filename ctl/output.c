@@ -21,6 +21,7 @@ output_json(json_t *v)
 	    JSON_ENCODE_ANY)) == NULL)
 		return -1;
 	printf("%s\n", text);
+	explicit_bzero(text, strlen(text));   /* a join document, a new token */
 	free(text);
 	return 0;
 }

@@ -194,9 +194,12 @@ hconn_end(struct hconn *h)
 
 /* ---- answers ---- */
 
+/* Answers may hold secrets (a new token, a kubeconfig): wiped, then freed. */
 static void
 free_body(const void *data, size_t len, void *arg)
 {
+	if (data != NULL)
+		OPENSSL_cleanse((void *)data, len);
 	free((void *)data);
 }
 
@@ -221,15 +224,15 @@ hconn_respond(struct hconn *h, int status, const char *type, char *body,
 	    "%s\r\n", status, http_status_str((enum http_status)status),
 	    type != NULL ? type : "text/plain", len,
 	    keep_alive ? "" : "Connection: close\r\n") < 0) {
-		free(body);
+		free_body(body, len, NULL);
 		warn("http: out of memory for a response: closing", KV_S("peer", h->peer));
 		hconn_end(h);
 		return;
 	}
 	if (head_only || len == 0)
-		free(body);
+		free_body(body, len, NULL);
 	else if (evbuffer_add_reference(out, body, len, free_body, NULL) != 0) {
-		free(body);
+		free_body(body, len, NULL);
 		warn("http: out of memory for a response: closing", KV_S("peer", h->peer));
 		hconn_end(h);
 		return;
@@ -611,7 +614,7 @@ hconn_api(struct hconn *h, const struct http_request *rq)
 		error("http: the API answered an invalid status", KV_S("peer", h->peer),
 		    KV_S("method", rq->method), KV_S("path", rq->path),
 		    KV_I("status", resp.status));
-		free(resp.body);
+		free_body(resp.body, resp.body_len, NULL);
 		hconn_refuse(h, 500, "internal error");
 		return;
 	}
