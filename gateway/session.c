@@ -340,7 +340,7 @@ session_open_stream(struct session *s, const char *principal, const char *target
 	st = mux_open(s->mux, who, target, service, h, arg);
 	if (st == NULL) {
 		snprintf(err, errlen, "agent %s: %s", s->agent.id, mux_refusal(s->mux));
-		info("stream refused", KV_S("who", principal), KV_S("agent", s->agent.id),
+		debug("stream refused", KV_S("who", principal), KV_S("agent", s->agent.id),
 		    KV_S("reason", mux_refusal(s->mux)));
 	}
 	return st;

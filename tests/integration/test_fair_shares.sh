@@ -62,7 +62,7 @@ held=$(cat "$T/held")
 log "alice holds $held idle streams of 300 tried"
 [ "$held" -ge 50 ] || fail "alice got only $held streams: her share should allow about 100"
 [ "$held" -lt 300 ] || fail "alice holds all 300 streams: no share held her back"
-assert_contains "$T/gateway.log" "share of the stream memory budget of this user or token is spent"
+assert_contains "$T/forward.log" "share of the stream memory budget of this user or token is spent"
 pass "alice holds $held idle streams; the rest were refused at her share"
 
 [ "$(printf 'hello-bob' | env -u TETHER_TOKEN_FILE TETHER_TOKEN="$bob" "$CTL" connect \
