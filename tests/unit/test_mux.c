@@ -1531,6 +1531,30 @@ test_process_budget_refuses_open_and_accept_with_busy(void **state)
 	assert_totals(2, 1, 2, 2);
 }
 
+/* Past half of the budget a new stream's OPEN announces a smaller window,
+ * down to the 16 KiB minimum, and only then are streams refused. */
+static void
+test_windows_shrink_under_pressure_before_refusal(void **state)
+{
+	struct sctx *a1, *b1, *c;
+	struct frame f;
+
+	(void)state;
+	wire(64 * KiB, 64 * KiB);
+	mux_set_process_budget(192 * KiB);
+	open_pair(&a1, &b1);                  /* 128 KiB: two full windows */
+	c = open_from(&A, "x:1");             /* 64 KiB free of 192: 2/3 of 64 */
+	free(take_frame(&A, &f));
+	assert_int_equal(f.type, FRAME_OPEN);
+	assert_int_equal(f.u.open.window, 64 * KiB * 64 / 96);
+	c = open_from(&A, "x:2");             /* 21.3 KiB free: the minimum */
+	free(take_frame(&A, &f));
+	assert_int_equal(f.u.open.window, 16 * KiB);
+	c = ctx_new(&A);                      /* 5.3 KiB free: refused */
+	assert_null(mux_open(A.m, NULL, "x:3", NULL, &handlers, c));
+	assert_string_equal(mux_refusal(A.m), "the stream memory budget is spent");
+}
+
 static void
 test_open_fails_cleanly_when_transport_refuses(void **state)
 {
@@ -1586,6 +1610,7 @@ main(void)
 		T(test_max_streams_refuses_with_too_many_streams),
 		T(test_process_budget_refuses_open_and_accept_with_busy),
 		T(test_open_fails_cleanly_when_transport_refuses),
+		T(test_windows_shrink_under_pressure_before_refusal),
 #undef T
 	};
 
