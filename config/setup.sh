@@ -21,7 +21,7 @@ packages=(
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev libsystemd-dev systemd tinyproxy
 	openssl curl jq sqlite3 procps iproute2
-	python3 python3-websockets
+	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
 	prometheus chromium
 )
