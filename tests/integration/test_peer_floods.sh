@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peers that send without reading (docs/0009-peer-queue-caps.md): PING
-# floods before authentication on /v1/connect and on dial connections, an
-# OPEN flood from a registered agent still pending approval, an OPEN flood
+# floods before authentication on /v1/connect and on dial connections, OPEN
+# and PING floods from a registered agent still pending approval, an OPEN flood
 # from a forward client, and pipelined HTTP requests whose answers are never
 # read.  Each flooding connection is dropped at its output cap, the
 # gateway's peak RSS stays within the documented bound, and an agent of
@@ -76,13 +76,16 @@ floods_closed
 assert_contains "$T/gateway.log" "output queue over 65536 bytes"
 pass "8 unauthenticated PING floods: each dropped at the 64 KiB handshake cap; connects went on"
 
-# 2. The pending agent authenticates and floods OPEN (every one refused).
-flood open-agent agent-open "wss://127.0.0.1:$GW_PORT/v1/connect" \
-	--key "$T/pending/agent.key" --agent-id "$pending_id" --node pending
-connect_ok || fail "a connect failed during the OPEN flood of a pending agent"
-floods_closed
+# 2. The pending agent authenticates and floods OPEN (every one refused),
+#    then PING frames (every one answered with PONG).
+for mode in agent-open agent-ping; do
+	flood "$mode" "$mode" "wss://127.0.0.1:$GW_PORT/v1/connect" \
+		--key "$T/pending/agent.key" --agent-id "$pending_id" --node pending
+	connect_ok || fail "a connect failed during the $mode flood of a pending agent"
+	floods_closed
+done
 assert_contains "$T/gateway.log" "output queue over $MAX_QUEUE bytes"
-pass "OPEN flood from an agent pending approval: dropped at --max-queue"
+pass "OPEN and PING floods from an agent pending approval: dropped at --max-queue"
 
 # 3. A forward client (tether.v1 on the dial endpoint) floods OPEN, and
 #    dial clients, multiplexed and raw, flood PING.

@@ -254,15 +254,18 @@ batch(const char *mode, uint32_t *next_id, uint8_t *out, size_t cap, int *count)
 			f.type = FRAME_OPEN;
 			f.stream_id = *next_id;
 			*next_id += 2;
-			/* A forward client may not name a service: refused at
-			 * once, no agent is asked. */
-			if (strcmp(mode, "agent-open") == 0)
+			if (strcmp(mode, "agent-ping") == 0) {
+				f.type = FRAME_PING;       /* answered with PONG */
+				f.stream_id = 0;
+				f.u.ping.seq = *next_id;
+			} else if (strcmp(mode, "agent-open") == 0)
 				snprintf(f.u.open.target, sizeof(f.u.open.target), "x:1");
-			else
+			else   /* a forward client may not name a service:
+				* refused at once, no agent is asked */
 				snprintf(f.u.open.service, sizeof(f.u.open.service), "x");
 			f.u.open.window = 65536;
 			if (frame_encode(&f, 0, &buf, &len) != 0)
-				die("cannot encode OPEN");
+				die("cannot encode a frame");
 			n += ws_frame(out + n, 0x2, buf, len);
 			free(buf);
 		}
@@ -345,10 +348,10 @@ main(int argc, char **argv)
 		die("usage: peerflood --cacert FILE ... MODE URL");
 	mode = argv[optind];
 	if (strcmp(mode, "ping") != 0 && strcmp(mode, "agent-open") != 0 &&
-	    strcmp(mode, "forward-open") != 0)
-		die("MODE is ping, agent-open or forward-open");
-	if (strcmp(mode, "agent-open") == 0 && (key == NULL || id == NULL || node == NULL))
-		die("agent-open needs --key, --agent-id and --node");
+	    strcmp(mode, "agent-ping") != 0 && strcmp(mode, "forward-open") != 0)
+		die("MODE is ping, agent-open, agent-ping or forward-open");
+	if (strncmp(mode, "agent-", 6) == 0 && (key == NULL || id == NULL || node == NULL))
+		die("agent modes need --key, --agent-id and --node");
 	signal(SIGPIPE, SIG_IGN);
 	parse_url(argv[optind + 1], host, sizeof(host), port, sizeof(port), &path);
 	ctx = SSL_CTX_new(TLS_client_method());
@@ -362,7 +365,7 @@ main(int argc, char **argv)
 	if (SSL_connect(p.ssl) != 1)
 		die("TLS handshake failed");
 	upgrade(&p, host, port, path, token, proto);
-	if (strcmp(mode, "agent-open") == 0)
+	if (strncmp(mode, "agent-", 6) == 0)
 		agent_handshake(&p, key, id, node);
 	flood(&p, mode, seconds, max_mib << 20);
 	SSL_free(p.ssl);
