@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "prom_http.h"
 #include "runtime.h"
+#include "sdnotify.h"
 #include "serve_options.h"
 #include "server.h"
 #include "shares.h"
@@ -312,6 +313,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	info("stopping: closing tunnels", KV_S("signal", strsignal((int)sig)),
 	    KV_U("tunnels", hub_count(sd->gw->hub)));
 	sd->gw->stopping = 1;
+	sdnotify_stopping();
 	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
 	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
 	shutdown_poll(-1, 0, sd);
@@ -433,6 +435,11 @@ cmd_serve(int argc, char **argv)
 		info("metrics listening", KV_S("url_path", "/metrics"),
 		    KV_S("listen", metrics_listen), KV_I("port", prom_http_port(metrics_http)));
 	}
+	if (sdnotify_watchdog_start(gw.base) != 0) {
+		error("cannot start the systemd watchdog timer");
+		goto out;
+	}
+	sdnotify_ready("serving");
 	event_base_dispatch(gw.base);
 	info("stopped");
 	rc = 0;
@@ -447,6 +454,7 @@ out:
 		event_free(sighup);
 	if (sd.poll != NULL)
 		event_free(sd.poll);
+	sdnotify_watchdog_stop();
 	if (gw.base != NULL)
 		event_base_free(gw.base);
 	hub_free(gw.hub);

@@ -38,6 +38,7 @@
 #include "mux.h"
 #include "prom_http.h"
 #include "runtime.h"
+#include "sdnotify.h"
 #include "state.h"
 #include "token.h"
 #include "wsclient.h"
@@ -111,6 +112,9 @@ agent_write_status(struct agent *a)
 {
 	client_status_write(a->dir, a->state, a->phase == TUNNEL_ESTABLISHED,
 	    a->last_error);
+	sdnotify_status("agent %s, tunnel %s%s%s", a->state,
+	    a->phase == TUNNEL_ESTABLISHED ? "up" : "down",
+	    a->last_error[0] != '\0' ? ": " : "", a->last_error);
 }
 
 static void
@@ -550,6 +554,7 @@ agent_on_signal(evutil_socket_t sig, short what, void *arg)
 	struct agent *a = arg;
 
 	info("stopping", KV_S("signal", strsignal((int)sig)));
+	sdnotify_stopping();
 	agent_stop(a, 0);
 }
 
@@ -658,6 +663,7 @@ agent_free(struct agent *a)
 		event_free(a->sigint);
 	if (a->dns != NULL)
 		evdns_base_free(a->dns, 0);
+	sdnotify_watchdog_stop();
 	if (a->base != NULL)
 		event_base_free(a->base);
 	EVP_PKEY_free(a->agent_key);
@@ -717,6 +723,12 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 		    KV_S("listen", opt->metrics_listen), KV_I("port", prom_http_port(a.metrics)));
 	}
 	agent_write_status(&a);
+	if (sdnotify_watchdog_start(a.base) != 0) {
+		error("cannot start the systemd watchdog timer");
+		agent_free(&a);
+		return 1;
+	}
+	sdnotify_ready("connecting");
 	agent_connect(-1, 0, &a);
 	event_base_dispatch(a.base);
 	a.phase = TUNNEL_DISCONNECTED;
