@@ -1,5 +1,6 @@
 /*
- * httphead.c: request-head helpers (see httphead.h).
+ * httphead.c: helpers for HTTP heads as raw bytes (see httphead.h): the
+ * agent's bearer rewrite and the framing rules of every passed-on head.
  */
 #include "httphead.h"
 
@@ -42,12 +43,46 @@ is_tchar(unsigned char c)
 	    (c >= 'A' && c <= 'Z') || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
+/* 1 if the header line's name (name bytes before the colon) is one the
+ * rewrite drops: the rewrite writes its own. */
+static int
+rewrite_drops(const char *name, size_t n)
+{
+	return (n == 13 && strncasecmp(name, "authorization", 13) == 0) ||
+	    (n == 10 && strncasecmp(name, "connection", 10) == 0) ||
+	    (n == 10 && strncasecmp(name, "keep-alive", 10) == 0);
+}
+
+/* Appends what the rewrite adds before the empty line. */
+static size_t
+rewrite_tail(char *buf, const char *token, size_t toklen, int upgrade)
+{
+	static const char close[] = "Connection: close\r\n";
+	static const char upclose[] = "Connection: Upgrade, close\r\n";
+	size_t n = 0;
+
+	memcpy(buf + n, BEARER_PREFIX, sizeof(BEARER_PREFIX) - 1);
+	n += sizeof(BEARER_PREFIX) - 1;
+	memcpy(buf + n, token, toklen);
+	n += toklen;
+	memcpy(buf + n, "\r\n", 2);
+	n += 2;
+	if (upgrade) {
+		memcpy(buf + n, upclose, sizeof(upclose) - 1);
+		n += sizeof(upclose) - 1;
+	} else {
+		memcpy(buf + n, close, sizeof(close) - 1);
+		n += sizeof(close) - 1;
+	}
+	return n;
+}
+
 int
 http_head_set_bearer(const char *head, size_t len, const char *token,
     char **out, size_t *outlen)
 {
 	size_t toklen, pos, cap, n = 0;
-	int first = 1, have_header = 0, drop = 0;
+	int first = 1, have_header = 0, drop = 0, upgrade = 0;
 	char *buf;
 
 	*out = NULL;
@@ -57,7 +92,8 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
 	if (head == NULL || len == 0 || http_head_length(head, len) != len ||
 	    memchr(head, '\0', len) != NULL)
 		return -1;
-	cap = len + sizeof(BEARER_PREFIX) - 1 + toklen + 2;
+	cap = len + sizeof(BEARER_PREFIX) - 1 + toklen + 2 +
+	    sizeof("Connection: Upgrade, close\r\n");
 	if ((buf = malloc(cap)) == NULL)
 		return -1;
 	for (pos = 0; pos < len;) {
@@ -78,12 +114,7 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
 			first = 0;
 		} else if (body == 0) {
 			/* The empty line: always the last (http_head_length). */
-			memcpy(buf + n, BEARER_PREFIX, sizeof(BEARER_PREFIX) - 1);
-			n += sizeof(BEARER_PREFIX) - 1;
-			memcpy(buf + n, token, toklen);
-			n += toklen;
-			memcpy(buf + n, "\r\n", 2);
-			n += 2;
+			n += rewrite_tail(buf + n, token, toklen, upgrade);
 		} else if (line[0] == ' ' || line[0] == '\t') {
 			/* obs-fold: part of the header before it. */
 			if (!have_header)
@@ -98,7 +129,9 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
 				if (!is_tchar((unsigned char)*p))
 					goto bad;
 			have_header = 1;
-			drop = colon - line == 13 && strncasecmp(line, "authorization", 13) == 0;
+			if (colon - line == 7 && strncasecmp(line, "upgrade", 7) == 0)
+				upgrade = 1;
+			drop = rewrite_drops(line, (size_t)(colon - line));
 			if (drop)
 				continue;
 		}
@@ -110,5 +143,160 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
 	return 0;
 bad:
 	free(buf);
+	return -1;
+}
+
+/* Trims SP and HT from both ends of [*p, *p + *n). */
+static void
+trim_ows(const char **p, size_t *n)
+{
+	while (*n > 0 && (**p == ' ' || **p == '\t')) {
+		(*p)++;
+		(*n)--;
+	}
+	while (*n > 0 && ((*p)[*n - 1] == ' ' || (*p)[*n - 1] == '\t'))
+		(*n)--;
+}
+
+/* The first byte of line[0..n) that no line may hold, as a reason; NULL
+ * if none. */
+static const char *
+bad_byte(const char *line, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)line[i];
+
+		if (c == '\r')
+			return "a bare CR";
+		if (c == '\0')
+			return "a NUL byte";
+		if ((c < 0x20 && c != '\t') || c == 0x7f)
+			return "a control byte";
+	}
+	return NULL;
+}
+
+/* 1 if the header name (n bytes) is Content-Length or Transfer-Encoding. */
+static int
+is_framing(const char *name, size_t n)
+{
+	return (n == 14 && strncasecmp(name, "content-length", 14) == 0) ||
+	    (n == 17 && strncasecmp(name, "transfer-encoding", 17) == 0);
+}
+
+/* One header line (without its CRLF): name, colon, value. */
+static int
+check_field(const char *line, size_t n, struct http_framing *f, int *te,
+    const char **why)
+{
+	const char *colon = memchr(line, ':', n), *v;
+	size_t name, vn;
+
+	if (line[0] == ' ' || line[0] == '\t') {
+		*why = "an obs-fold (a header line starting with a space or tab)";
+		return -1;
+	}
+	if (colon == NULL || colon == line) {
+		*why = "a header line without a name and a colon";
+		return -1;
+	}
+	name = (size_t)(colon - line);
+	for (size_t i = 0; i < name; i++)
+		if (!is_tchar((unsigned char)line[i])) {
+			*why = "a header name that is not a token";
+			return -1;
+		}
+	v = colon + 1;
+	vn = n - name - 1;
+	if (is_framing(line, name) && memchr(v, '\t', vn) != NULL) {
+		/* Next hops differ on tabs around these values. */
+		*why = "a tab in Content-Length or Transfer-Encoding";
+		return -1;
+	}
+	trim_ows(&v, &vn);
+	if (name == 14 && strncasecmp(line, "content-length", 14) == 0) {
+		if (f->has_length) {
+			*why = "more than one Content-Length";
+			return -1;
+		}
+		if (vn == 0 || vn > HTTP_LENGTH_DIGITS) {
+			*why = "a Content-Length that is not a number";
+			return -1;
+		}
+		f->length = 0;
+		for (size_t i = 0; i < vn; i++) {
+			if (v[i] < '0' || v[i] > '9') {
+				*why = "a Content-Length that is not a number";
+				return -1;
+			}
+			f->length = f->length * 10 + (uint64_t)(v[i] - '0');
+		}
+		f->has_length = 1;
+	} else if (name == 17 && strncasecmp(line, "transfer-encoding", 17) == 0) {
+		if (*te) {
+			*why = "more than one Transfer-Encoding";
+			return -1;
+		}
+		*te = 1;
+		if (vn != 7 || strncasecmp(v, "chunked", 7) != 0) {
+			*why = "a Transfer-Encoding other than chunked";
+			return -1;
+		}
+		f->chunked = 1;
+	} else if (name == 7 && strncasecmp(line, "upgrade", 7) == 0)
+		f->upgrade = 1;
+	return 0;
+}
+
+int
+http_head_check(const char *head, size_t len, struct http_framing *f,
+    const char **why)
+{
+	size_t pos = 0;
+	int start = 1, te = 0;
+	const char *bad;
+
+	memset(f, 0, sizeof(*f));
+	while (pos < len) {
+		const char *line = head + pos;
+		const char *nl = memchr(line, '\n', len - pos);
+		size_t n;
+
+		if (nl == NULL) {
+			*why = "no empty line at the end of the head";
+			return -1;
+		}
+		if (nl == line || nl[-1] != '\r') {
+			*why = "a bare LF";
+			return -1;
+		}
+		n = (size_t)(nl - line) - 1;
+		pos += n + 2;
+		if ((bad = bad_byte(line, n)) != NULL) {
+			*why = bad;
+			return -1;
+		}
+		if (start) {
+			/* Empty lines before the start line are ignored
+			 * (RFC 9112, 2.2); the gateway never passes them on. */
+			start = n == 0;
+			continue;
+		}
+		if (n == 0) {
+			if (pos != len) {
+				*why = "bytes after the empty line";
+				return -1;
+			}
+			if (f->has_length && f->chunked) {
+				*why = "both Content-Length and Transfer-Encoding";
+				return -1;
+			}
+			*why = NULL;
+			return 0;
+		}
+		if (check_field(line, n, f, &te, why) != 0)
+			return -1;
+	}
+	*why = "no empty line at the end of the head";
 	return -1;
 }

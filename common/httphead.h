@@ -4,16 +4,21 @@
  * The agent uses them on streams to a service that has a token of its own
  * (`join --service-token NAME=FILE`): the first request head of each stream
  * gets `Authorization: Bearer TOKEN` in place of any Authorization it
- * carried.  No I/O, no logging: a token never leaves these functions except
+ * carried, and `Connection: close`, so that no second request follows.  No I/O, no logging: a token never leaves these functions except
  * in the rewritten head.
  *
  * Lines end with CRLF or a bare LF (both are kept as they are); the head
  * ends with an empty line.
+ *
+ * http_head_check is the one set of framing rules for every head the
+ * gateway passes on: a client's request to /k8s/clusters/ID and the
+ * node's answer to it (docs/0007).
  */
 #ifndef TETHER_HTTPHEAD_H
 #define TETHER_HTTPHEAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Bounds of a token: 1..HTTP_TOKEN_MAX visible ASCII bytes (0x21..0x7e). */
 #define HTTP_TOKEN_MAX 8192
@@ -30,9 +35,13 @@ int http_token_valid(const char *token, size_t len);
 
 /*
  * Rewrites one complete request head (exactly len bytes, ending with its
- * empty line): every Authorization header is removed (any case, with its
- * obsolete continuation lines), and `Authorization: Bearer TOKEN` CRLF is
- * added just before the empty line.  Everything else is kept byte for byte.
+ * empty line) for a service with a token of its own, so that the upstream
+ * connection carries this one request only: every Authorization,
+ * Connection and Keep-Alive header is removed (any case, with its obsolete
+ * continuation lines), and `Authorization: Bearer TOKEN` CRLF then
+ * `Connection: close` CRLF (`Connection: Upgrade, close` when the head has
+ * an Upgrade header) are added just before the empty line.  Everything
+ * else is kept byte for byte.
  *
  * Returns 0 with *out (malloc'd, caller frees; not NUL-terminated, *outlen
  * bytes), or -1 when the head is malformed (no request line, a header line
@@ -42,5 +51,34 @@ int http_token_valid(const char *token, size_t len);
  */
 int http_head_set_bearer(const char *head, size_t len, const char *token,
     char **out, size_t *outlen);
+
+/* What a head says about the body after it (http_head_check). */
+struct http_framing {
+	int chunked;            /* Transfer-Encoding: chunked */
+	int has_length;         /* a Content-Length header */
+	uint64_t length;        /* its value */
+	int upgrade;            /* an Upgrade header */
+};
+
+/* Longest Content-Length value accepted (digits): no overflow. */
+#define HTTP_LENGTH_DIGITS 18
+
+/*
+ * Checks that one complete head (exactly len bytes: start line, header
+ * lines, the empty line) frames its message in one way only:
+ *   - every line ends with CRLF: no bare CR or LF, and no NUL or other
+ *     control byte (HT is allowed in values) anywhere;
+ *   - no obs-fold (a header line that starts with SP or HT);
+ *   - each header line is a token, a colon, then the value;
+ *   - at most one Content-Length, its value digits only (1 to
+ *     HTTP_LENGTH_DIGITS of them, around optional spaces);
+ *   - no tab in a Content-Length or Transfer-Encoding value;
+ *   - Transfer-Encoding at most once, and exactly "chunked" (any case);
+ *   - not both Content-Length and Transfer-Encoding.
+ * Returns 0 with *f filled, or -1 with *why (a static string saying which
+ * rule the head broke).  Costs one pass over the head; no allocation.
+ */
+int http_head_check(const char *head, size_t len, struct http_framing *f,
+    const char **why);
 
 #endif

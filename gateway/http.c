@@ -12,6 +12,11 @@
  * parser, so that http_parser_execute stops right after the request and the
  * caller answers it before reading the next one.
  *
+ * The head is also kept as read (bounded the same way) and, once
+ * complete, must frame the request in one way only (http_head_check,
+ * common/httphead.h): a head http-parser would read one way and a next hop
+ * another is refused (400) before anything acts on it.
+ *
  * Every header is also kept whole, as "name\0value\0" pairs (bounded by
  * the head limit), so that a request passed on (http_reader_stream) can be
  * written again; the body of such a request goes to its sink piece by
@@ -27,6 +32,8 @@
 #include <strings.h>
 
 #include <http_parser.h>
+
+#include "httphead.h"
 
 /* A growing NUL-terminated string. */
 struct str {
@@ -79,6 +86,8 @@ struct http_reader {
 	char *path, *query;              /* decoded at the end of the head */
 	struct str body;
 	struct str all;                  /* every header, "name\0value\0" */
+	struct str raw;                  /* the head as read (<= HTTP_HEAD_MAX + 1) */
+	struct http_framing framing;     /* what the head says (check_framing) */
 	int all_state;                   /* 0 none yet, 1 in a name, 2 in a value */
 
 	/* Passed-on requests (http_reader_stream); kept across resets. */
@@ -96,6 +105,7 @@ struct http_reader {
 	int want_continue;               /* Expect: 100-continue, not yet taken */
 	int complete;                    /* on_message_complete ran */
 	int cut;                         /* stopped at the body limit */
+	int too_large;                   /* the head announced a body over it */
 	int err_status;                  /* an error found by us, not the parser */
 	char err_reason[160];
 
@@ -379,13 +389,11 @@ on_headers_complete(http_parser *p)
 		r->streaming = has_body;
 	}
 	if (has_body && !r->streamed && !(p->flags & F_CHUNKED) &&
-	    p->content_length > r->max_body) {
-		/* Refused before a byte of it is read: answer 413 and close. */
-		r->req.body_too_large = 1;
-		r->cut = 1;
-		return -1;
-	}
-	if (has_body && p->http_minor >= 1 &&
+	    p->content_length > r->max_body)
+		/* Refused before a byte of it is read (413, close), once the
+		 * head is checked (reader_execute). */
+		r->too_large = 1;
+	else if (has_body && p->http_minor >= 1 &&
 	    http_token_list_has(str_or_empty(&r->hdr[HDR_EXPECT]), "100-continue"))
 		r->want_continue = 1;
 	/* Stop here so that http_reader_feed can count the head's bytes. */
@@ -450,6 +458,7 @@ reader_clear(struct http_reader *r)
 		str_free(&r->hdr[i]);
 	str_free(&r->body);
 	str_free(&r->all);
+	str_free(&r->raw);
 	free(r->path);
 	free(r->query);
 	r->path = r->query = NULL;
@@ -521,6 +530,8 @@ reader_finish(struct http_reader *r)
 	q->headers = str_or_empty(&r->all);
 	q->headers_len = r->all.len;
 	q->body_chunked = (r->parser.flags & F_CHUNKED) != 0;
+	q->has_length = r->framing.has_length;
+	q->content_length = r->framing.length;
 }
 
 int
@@ -543,6 +554,23 @@ head_too_large(struct http_reader *r)
 	reader_fail(r, 431, reason);
 }
 
+/* The whole head is in r->raw: refuse ambiguous framing (httphead.h),
+ * even where http-parser would pick one reading of it. */
+static void
+check_framing(struct http_reader *r)
+{
+	struct http_framing f;
+	const char *why;
+	char reason[160];
+
+	if (http_head_check(r->raw.p, r->raw.len, &f, &why) == 0) {
+		r->framing = f;
+		return;
+	}
+	snprintf(reason, sizeof(reason), "ambiguous request framing: %s", why);
+	reader_fail(r, 400, reason);
+}
+
 /*
  * Runs the parser over data[0..len); returns the bytes it took.  *head_end
  * is 1 if it stopped at the end of the head (it may have taken 0 bytes then).
@@ -554,18 +582,63 @@ reader_execute(struct http_reader *r, const char *data, size_t len, int *head_en
 	int in_head = !r->head_done;
 
 	n = http_parser_execute(&r->parser, &settings, data, len);
-	if (in_head)
+	if (in_head) {
 		r->head_bytes += n;
+		if (str_append(&r->raw, data, n) != 0)
+			reader_fail(r, 500, "out of memory");
+	}
 	*head_end = r->head_paused;
 	if (r->head_paused) {
 		r->head_paused = 0;
 		http_parser_pause(&r->parser, 0);
+		/* Paused on the head's last byte, not yet taken: with it, the
+		 * head must frame the request in one way only. */
+		if (n >= len)
+			reader_fail(r, 400, "malformed request");
+		else if (str_append(&r->raw, data + n, 1) != 0)
+			reader_fail(r, 500, "out of memory");
+		else
+			check_framing(r);
+		if (r->too_large && r->err_status == 0) {
+			r->req.body_too_large = 1;
+			r->cut = 1;
+		}
 	}
 	return n;
 }
 
+/* A refused request: was it one to pass on?  Its path, from as much of the
+ * target as was read, says (the refusal is then answered the way the
+ * proxy answers). */
+static void
+error_target(struct http_reader *r)
+{
+	if (r->stream_match == NULL || r->url.len == 0)
+		return;
+	if (r->path == NULL)
+		(void)split_url(r);      /* err_status is set: nothing changes */
+	if (r->path != NULL && r->stream_match(r->path))
+		r->streamed = 1;
+	reader_finish(r);
+}
+
+static size_t reader_feed(struct http_reader *r, const char *data, size_t len,
+    enum http_read_result *res);
+
 size_t
 http_reader_feed(struct http_reader *r, const char *data, size_t len,
+    enum http_read_result *res)
+{
+	int failed = r->err_status != 0;
+	size_t n = reader_feed(r, data, len, res);
+
+	if (*res == HTTP_READ_ERROR && !failed && r->err_status != 0)
+		error_target(r);
+	return n;
+}
+
+static size_t
+reader_feed(struct http_reader *r, const char *data, size_t len,
     enum http_read_result *res)
 {
 	size_t total = 0;
@@ -642,6 +715,12 @@ http_reader_error(const struct http_reader *r, const char **reason)
 {
 	*reason = r->err_reason;
 	return r->err_status;
+}
+
+int
+http_reader_streamed(const struct http_reader *r)
+{
+	return r->streamed;
 }
 
 int

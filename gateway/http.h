@@ -61,6 +61,8 @@ struct http_request {
 	const char *headers;         /* every header: "name\0value\0" pairs */
 	size_t headers_len;
 	int body_chunked;            /* Transfer-Encoding: chunked */
+	int has_length;              /* Content-Length (one, digits only) */
+	unsigned long long content_length;   /* its value */
 };
 
 struct http_reader;
@@ -83,6 +85,14 @@ const struct http_request *http_reader_request(const struct http_reader *r);
 
 /* After HTTP_READ_ERROR: the status to answer (400, 431) and why. */
 int http_reader_error(const struct http_reader *r, const char **reason);
+
+/*
+ * 1 if the request being read is one passed on (http_reader_stream's match
+ * accepted its path).  Also after HTTP_READ_ERROR, when enough of the
+ * target was read to tell: http_reader_request then holds its method and
+ * path, so the refusal can be answered and audited as the proxy does.
+ */
+int http_reader_streamed(const struct http_reader *r);
 
 /* 1 if any byte of a request has been read since the last reset. */
 int http_reader_started(const struct http_reader *r);

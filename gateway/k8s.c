@@ -7,12 +7,14 @@
  *
  *   METHOD /<rest>?<query> HTTP/1.1
  *   the client's headers, minus Authorization (no gateway token reaches
- *   the node) and hop-by-hop headers,
+ *   the node), Impersonate-*, the framing and hop-by-hop headers,
  *   nothing (keep-alive), Connection: close when the client's connection
- *   ends after this answer, or Upgrade + Connection: Upgrade when asked
+ *   ends after this answer, or Upgrade + Connection: Upgrade when asked,
+ *   the framing the reader parsed (Content-Length, or chunked)
  *
- * with the body as it arrives (same Content-Length, or chunks encoded
- * again).  A stream whose answer leaves the upstream connection fit is
+ * with the body as it arrives (chunks encoded again).  The reader has
+ * refused any head with two readings (http_head_check); answer heads are
+ * held to the same rules.  A stream whose answer leaves the upstream connection fit is
  * parked on the client's connection (struct k8s_link) and adopted by its
  * next request for the same cluster and principal; see x_park, x_retry
  * and docs/0007.  The answer's head is parsed (http-parser, response mode) and
@@ -27,9 +29,10 @@
  *      |                  |                               `--101--> RAW --either side ends--> DONE
  *      `--OPEN_FAIL: 502  `--closed, malformed: 502
  *
- * Flow control: bytes of the answer are credited to the agent's stream
- * only as they leave the client's output buffer (an evbuffer callback), so
- * the gateway holds at most one window of answer per exchange; toward the
+ * Flow control: bytes of the answer, heads (1xx too) included, are
+ * credited to the agent's stream only as they leave the client's output
+ * buffer (an evbuffer callback), so the gateway holds at most one window
+ * of answer per exchange; toward the
  * agent at most K8S_UP_HIGH bytes wait, then the client is not read.
  *
  * Buffer ownership: the exchange owns to_agent and the answer-head
@@ -53,6 +56,7 @@
 #include "api.h"
 #include "gateway.h"
 #include "http.h"
+#include "httphead.h"
 #include "hub.h"
 #include "log.h"
 #include "metrics.h"
@@ -130,6 +134,7 @@ struct k8s_exchange {
 	http_parser rp;
 	struct evbuffer *rhdrs;       /* "name\0value\0" pairs */
 	struct evbuffer *rreason;     /* the reason phrase */
+	struct evbuffer *rraw;        /* the head as received (<= HTTP_HEAD_MAX + 1) */
 	int rh_state;                 /* 0 none, 1 in a name, 2 in a value */
 	size_t head_bytes;
 	int rp_paused;                /* paused at the end of a head */
@@ -177,6 +182,7 @@ status_reason(int code)
 	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
 	case 404: return "NotFound";
+	case 413: return "RequestEntityTooLarge";
 	case 502: return "BadGateway";
 	case 503: return "ServiceUnavailable";
 	default: return "InternalError";
@@ -280,6 +286,7 @@ x_free(struct k8s_exchange *x)
 		evbuffer_free(x->req_copy);
 	evbuffer_free(x->rhdrs);
 	evbuffer_free(x->rreason);
+	evbuffer_free(x->rraw);
 	free(x);
 }
 
@@ -579,9 +586,31 @@ needs_eof(const struct k8s_exchange *x)
 	return x->rp.content_length == ULLONG_MAX;
 }
 
-/* Writes the answer's head again to the client, and chooses what follows. */
+/*
+ * The head's credit: the head_bytes it took from the stream come back as
+ * the written bytes leave the client's output, like answer bytes (a 1xx
+ * head too: a node that sends them forever to a client that never reads
+ * is held to one window).  Rewritten bytes beyond head_bytes carry none;
+ * head_bytes beyond the written ones are credited now (*credit_now).
+ */
+static void
+head_credit(struct k8s_exchange *x, size_t written, size_t *credit_now)
+{
+	size_t c = written < x->head_bytes ? written : x->head_bytes;
+
+	if (x->link == NULL) {
+		*credit_now += x->head_bytes;
+		return;
+	}
+	x->link->uncredited += c;
+	x->link->out_skip += written - c;
+	*credit_now += x->head_bytes - c;
+}
+
+/* Writes the answer's head again to the client, and chooses what follows.
+ * *credit_now: credit for the agent's stream that is due now. */
 static int
-emit_head(struct k8s_exchange *x)
+emit_head(struct k8s_exchange *x, size_t *credit_now)
 {
 	struct evbuffer *out = proxy_output(x->h);
 	int status = x->rp.status_code, r = 0;
@@ -619,8 +648,7 @@ emit_head(struct k8s_exchange *x)
 	if (!sw && !info1xx && x->close_after)
 		r |= evbuffer_add(out, "Connection: close\r\n", 19);
 	r |= evbuffer_add(out, "\r\n", 2);
-	if (x->link != NULL)
-		x->link->out_skip += evbuffer_get_length(out) - before;
+	head_credit(x, evbuffer_get_length(out) - before, credit_now);
 	x->down += evbuffer_get_length(out) - before;
 	if (!info1xx)
 		x->status = status;
@@ -640,22 +668,47 @@ emit_head(struct k8s_exchange *x)
 	return 0;
 }
 
+/* The whole answer head is in rraw: it must frame the answer in one way
+ * only (httphead.h), as a client's request must.  Returns 0, or -1 with
+ * the reason in why. */
+static int
+check_answer_head(struct k8s_exchange *x, const char **why)
+{
+	size_t len = evbuffer_get_length(x->rraw);
+	const char *raw = (const char *)evbuffer_pullup(x->rraw, (ssize_t)len);
+	struct http_framing f;
+
+	if (raw == NULL) {
+		*why = "out of memory";
+		return -1;
+	}
+	if (http_head_check(raw, len, &f, why) != 0)
+		return -1;
+	evbuffer_drain(x->rraw, len);
+	return 0;
+}
+
 /* Answer bytes from the agent. */
 static void
 resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 {
 	char msg[256];
 	const char *why = NULL;
-	size_t n, credit_now = 0;
+	size_t n, take, credit_now = 0;
 
 	while (len > 0 && x->h != NULL && x->state != X_DONE) {
 		switch (x->state) {
 		case X_HEAD:
-			n = rp_execute(x, data, len, &why);
+			/* At most one byte past the limit is ever held. */
+			take = HTTP_HEAD_MAX + 1 - x->head_bytes;
+			n = rp_execute(x, data, len < take ? len : take, &why);
 			if (n == (size_t)-1)
 				goto malformed;
+			if (evbuffer_add(x->rraw, data, n) != 0) {
+				x_fail(x, 502, "out of memory");
+				return;
+			}
 			x->head_bytes += n;
-			credit_now += n;
 			if (x->rp_paused) {
 				x->rp_paused = 0;
 				x->state = X_HEAD_END;
@@ -674,8 +727,19 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 			n = rp_execute(x, data, 1, &why);
 			if (n == (size_t)-1)
 				goto malformed;
-			credit_now += n;
-			if (emit_head(x) != 0) {
+			x->head_bytes += n;
+			if (evbuffer_add(x->rraw, data, n) != 0) {
+				x_fail(x, 502, "out of memory");
+				return;
+			}
+			if (check_answer_head(x, &why) != 0) {
+				snprintf(msg, sizeof(msg), "the %s service of node %s "
+				    "answered an ambiguous head: %s", K8S_SERVICE,
+				    x->node, why);
+				x_fail(x, 502, msg);
+				return;
+			}
+			if (emit_head(x, &credit_now) != 0) {
 				warn("k8s: out of memory for an answer head",
 				    KV_S("peer", proxy_peer(x->h)));
 				x_fail(x, 502, "out of memory");
@@ -934,6 +998,7 @@ x_retry(struct k8s_exchange *x)
 	x->rp.data = x;
 	evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs));
 	evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason));
+	evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw));
 	x->rh_state = 0;
 	x->rp_paused = 0;
 	x->msg_complete = 0;
@@ -946,13 +1011,20 @@ x_retry(struct k8s_exchange *x)
 
 /* ---- the upstream request ---- */
 
-/* Hop-by-hop request headers, and ours to set: never passed on. */
+/*
+ * Request headers never passed on: hop-by-hop ones, and the ones the
+ * gateway writes itself (framing from what it parsed, Upgrade and
+ * Connection, who the request acts as).  Checked in this order, so the
+ * client's Connection can only drop more: never Host, never the framing
+ * (written by us anyway), and it cannot make Authorization or
+ * Impersonate-* pass.
+ */
 static int
 request_header_dropped(const char *name, const char *connection)
 {
 	static const char *const drop[] = { "Authorization", "Connection",
-	    "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
-	    "Expect", NULL };
+	    "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Content-Length",
+	    "Upgrade", "Expect", NULL };
 
 	for (int i = 0; drop[i] != NULL; i++)
 		if (strcasecmp(name, drop[i]) == 0)
@@ -963,7 +1035,9 @@ request_header_dropped(const char *name, const char *connection)
 	 * (the node's API server trusts the node's own credential). */
 	if (strncasecmp(name, "Impersonate-", 12) == 0)
 		return 1;
-	/* Headers the client named in Connection are hop-by-hop too. */
+	if (strcasecmp(name, "Host") == 0)
+		return 0;
+	/* Other headers the client named in Connection are hop-by-hop too. */
 	return http_token_list_has(connection, name);
 }
 
@@ -1004,9 +1078,6 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		if (value >= end)
 			break;
 		p = value + strlen(value) + 1;
-		if (strcasecmp(name, "Content-Length") == 0 &&
-		    strspn(value, "0 \t") != strlen(value))
-			x->has_body = 1;
 		if (request_header_dropped(name, rq->connection))
 			continue;
 		r |= evbuffer_add_printf(b, "%s: ", name) < 0;
@@ -1025,8 +1096,12 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		r |= evbuffer_add(b, "\r\nConnection: Upgrade\r\n", 23);
 	} else if (!x->keep_up)
 		r |= evbuffer_add(b, "Connection: close\r\n", 19);
+	/* The framing of the bytes we send, from what the reader parsed. */
 	if (rq->body_chunked)
 		r |= evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
+	else if (rq->has_length)
+		r |= evbuffer_add_printf(b, "Content-Length: %llu\r\n",
+		    rq->content_length) < 0;
 	r |= evbuffer_add(b, "\r\n", 2);
 	return r != 0 ? -1 : 0;
 }
@@ -1046,13 +1121,17 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	x->to_agent = evbuffer_new();
 	x->rhdrs = evbuffer_new();
 	x->rreason = evbuffer_new();
-	if (x->to_agent == NULL || x->rhdrs == NULL || x->rreason == NULL) {
+	x->rraw = evbuffer_new();
+	if (x->to_agent == NULL || x->rhdrs == NULL || x->rreason == NULL ||
+	    x->rraw == NULL) {
 		if (x->to_agent != NULL)
 			evbuffer_free(x->to_agent);
 		if (x->rhdrs != NULL)
 			evbuffer_free(x->rhdrs);
 		if (x->rreason != NULL)
 			evbuffer_free(x->rreason);
+		if (x->rraw != NULL)
+			evbuffer_free(x->rraw);
 		free(x);
 		return NULL;
 	}
@@ -1061,7 +1140,8 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	x->rp.data = x;
 	x->head_method = strcmp(rq->method, "HEAD") == 0;
 	x->body_chunked = rq->body_chunked;
-	x->has_body = rq->body_chunked;
+	x->has_body = rq->body_chunked ||
+	    (rq->has_length && rq->content_length > 0);
 	x->upgrade_req = rq->upgrade[0] != '\0' &&
 	    http_token_list_has(rq->connection, "upgrade");
 	x->keep_up = !x->upgrade_req && rq->keep_alive && proxy_keep_alive(h);
@@ -1069,10 +1149,10 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	return x;
 }
 
-/* Refusals before an exchange exists: a Status and an audit line. */
+/* The audit line of a request refused before an exchange exists. */
 static void
-refuse(struct hconn *h, const struct http_request *rq, const char *principal,
-    const char *cluster, int code, const char *message)
+audit_refusal(const struct http_request *rq, const char *principal,
+    const char *cluster, int code)
 {
 	audit("k8s", KV_S("who", principal[0] ? principal : "-"),
 	    KV_S("cluster", cluster[0] ? cluster : "-"), KV_S("node", "-"),
@@ -1080,7 +1160,34 @@ refuse(struct hconn *h, const struct http_request *rq, const char *principal,
 	    KV_I("status", code), KV_U("bytes_up", 0), KV_U("bytes_down", 0),
 	    KV_I("duration_ms", 0));
 	metrics_k8s_request(code, 0);
+}
+
+/* Refusals before an exchange exists: a Status and an audit line. */
+static void
+refuse(struct hconn *h, const struct http_request *rq, const char *principal,
+    const char *cluster, int code, const char *message)
+{
+	audit_refusal(rq, principal, cluster, code);
 	reply_status(h, code, message);
+}
+
+void
+k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
+    int status, const char *reason)
+{
+	char cluster[STORE_ID_MAX + 1] = "";
+	const char *seg;
+	size_t len;
+	char *body;
+
+	if (strncmp(rq->path, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) == 0) {
+		seg = rq->path + strlen(K8S_CLUSTERS);
+		snprintf(cluster, sizeof(cluster), "%.*s",
+		    (int)strcspn(seg, "/"), seg);
+	}
+	audit_refusal(rq, "", cluster, status);
+	body = status_json(status, reason, &len);
+	proxy_refuse(h, status, body, len);
 }
 
 struct k8s_exchange *

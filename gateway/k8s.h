@@ -41,6 +41,14 @@ int k8s_matches(const char *path);
  */
 struct k8s_exchange *k8s_start(struct gateway *gw, struct hconn *h,
     const struct http_request *rq);
+/*
+ * A request for a path this proxies that the reader refused (status and
+ * reason from http_reader_error: ambiguous framing, malformed, too large):
+ * answered with a Status (then the connection closes) and audited.  rq
+ * holds what was read of it (method, path).
+ */
+void k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
+    int status, const char *reason);
 /* A piece of the decoded request body, and its end. */
 void k8s_body(struct k8s_exchange *x, const char *data, size_t len);
 void k8s_body_end(struct k8s_exchange *x);

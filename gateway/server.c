@@ -775,6 +775,12 @@ proxy_finish(struct hconn *h, int keep_alive)
 }
 
 void
+proxy_refuse(struct hconn *h, int status, char *body, size_t len)
+{
+	hconn_respond(h, status, "application/json", body, len, 0, 0);
+}
+
+void
 proxy_abort(struct hconn *h)
 {
 	h->proxy = NULL;
@@ -845,7 +851,12 @@ hconn_process(struct hconn *h)
 			status = http_reader_error(h->reader, &reason);
 			info("http request refused", KV_S("peer", h->peer),
 			    KV_I("status", status), KV_S("reason", reason));
-			hconn_refuse(h, status, reason);
+			if (h->state == HC_READING &&
+			    http_reader_streamed(h->reader))
+				k8s_refuse_unreadable(h,
+				    http_reader_request(h->reader), status, reason);
+			else
+				hconn_refuse(h, status, reason);
 			break;
 		}
 		if (res == HTTP_READ_HEAD)

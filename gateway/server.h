@@ -106,5 +106,8 @@ void proxy_reply(struct hconn *h, int status, char *body, size_t len);
 void proxy_finish(struct hconn *h, int keep_alive);
 /* The answer cannot be completed: drop the connection now. */
 void proxy_abort(struct hconn *h);
+/* A passed-on request the reader refused (no exchange exists): answers
+ * status with a JSON body (malloc'd, taken) and closes. */
+void proxy_refuse(struct hconn *h, int status, char *body, size_t len);
 
 #endif

@@ -16,10 +16,12 @@
  * the first request head the stream carries has its Authorization headers
  * replaced by `Authorization: Bearer TOKEN` (httphead.h) before it enters
  * the socket; the rest of the stream passes unchanged.  The gateway may
- * send several requests on one stream (docs/0007), so a head without a
- * Connection header (keep-alive) gets `Connection: close` too: the
- * upstream closes after the answer, the stream ends, and no second
- * request ever passes without the token.  The
+ * send several requests on one stream (docs/0007), so that head's
+ * Connection headers, whatever they said, become `Connection: close`
+ * (`Upgrade, close` for an upgrade): the upstream reads no second request
+ * on the connection, the stream ends with the answer (the gateway parks
+ * no stream whose answer closes), and no request passes without the
+ * token.  The
  * token is read from DIR/service-NAME.token at start and never logged.
  *
  *   CONNECTING --TCP up--> (https) HANDSHAKING --TLS up--> bridged
@@ -33,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -329,23 +330,6 @@ split_target(const char *target, char *host, size_t hostlen, int *port,
 	return 0;
 }
 
-/* 1 if the head (request line, headers, empty line) has a Connection
- * header. */
-static int
-head_has_connection(const char *h, size_t len)
-{
-	for (size_t pos = 0; pos < len;) {
-		const char *nl = memchr(h + pos, '\n', len - pos);
-
-		if (nl == NULL)
-			break;
-		pos = (size_t)(nl - h) + 1;
-		if (len - pos >= 11 && strncasecmp(h + pos, "connection:", 11) == 0)
-			return 1;
-	}
-	return 0;
-}
-
 /* The request head on a service stream with a token: Authorization
  * replaced by the node's bearer token (bridge_head_fn). */
 static int
@@ -360,26 +344,6 @@ dial_set_bearer(const uint8_t *buf, size_t len, size_t *used, char **out,
 	if (http_head_set_bearer((const char *)buf, n, token, out, outlen) != 0) {
 		*code = "bad_request_head";
 		return -1;
-	}
-	/* Only this head gets the token: a head without Connection (the
-	 * gateway asking to keep the upstream connection) is made to close
-	 * it, so the stream carries no second request without the token. */
-	if (!head_has_connection(*out, *outlen)) {
-		char *b = realloc(*out, *outlen + 19);
-		size_t at;
-
-		if (b == NULL) {
-			free(*out);
-			*out = NULL;
-			*code = "bad_request_head";
-			return -1;
-		}
-		at = *outlen >= 4 && memcmp(b + *outlen - 4, "\r\n\r\n", 4) == 0 ?
-		    *outlen - 2 : *outlen - 1;
-		memmove(b + at + 19, b + at, *outlen - at);
-		memcpy(b + at, "Connection: close\r\n", 19);
-		*out = b;
-		*outlen += 19;
 	}
 	*used = n;
 	return 1;

@@ -1,8 +1,10 @@
 /*
- * test_httphead.c: the request-head rewrite the agent applies on streams to
- * a service with a token (common/httphead.c): Authorization headers are
- * replaced by the node's bearer token, never duplicated, and everything
- * else is kept byte for byte; malformed heads and bad tokens are refused.
+ * test_httphead.c: common/httphead.c.  The request-head rewrite the agent
+ * applies on streams to a service with a token: Authorization headers are
+ * replaced by the node's bearer token, never duplicated, Connection and
+ * Keep-Alive by `Connection: close`, and everything else is kept byte for
+ * byte; malformed heads and bad tokens are refused.  The framing rules of
+ * http_head_check: every ambiguous head is refused with its reason.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include "httphead.h"
 
 #define TOKEN "node-secret-123"
+#define CLOSE "Connection: close\r\n"
 
 /* Rewrites head (a C string) with token and checks the result is want. */
 static void
@@ -96,7 +99,7 @@ test_no_authorization_adds_one_before_the_empty_line(void **state)
 	check_rewrite("GET /version HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
 	    "Connection: close\r\n\r\n",
 	    "GET /version HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
-	    "Connection: close\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -104,7 +107,7 @@ test_request_line_only(void **state)
 {
 	(void)state;
 	check_rewrite("GET / HTTP/1.1\r\n\r\n",
-	    "GET / HTTP/1.1\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
+	    "GET / HTTP/1.1\r\nAuthorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -114,7 +117,7 @@ test_one_authorization_is_replaced_not_duplicated(void **state)
 	check_rewrite("GET /api HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer "
 	    "ttu_gateway.token\r\nAccept: */*\r\n\r\n",
 	    "GET /api HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -124,7 +127,7 @@ test_two_authorizations_both_removed(void **state)
 	check_rewrite("POST /x HTTP/1.1\r\nAuthorization: Basic dXNlcjpwdw==\r\n"
 	    "Content-Length: 3\r\nAuthorization: Bearer other\r\n\r\n",
 	    "POST /x HTTP/1.1\r\nContent-Length: 3\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -136,7 +139,7 @@ test_mixed_case_names_and_no_space_after_colon(void **state)
 	    "Authorization-Extra: keep\r\nProxy-Authorization: keep\r\n\r\n",
 	    "GET / HTTP/1.1\r\nX-Authorization: keep\r\n"
 	    "Authorization-Extra: keep\r\nProxy-Authorization: keep\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -148,7 +151,7 @@ test_no_folding_other_headers_kept_byte_for_byte(void **state)
 	    "X-Note:   Authorization: Bearer fake  \r\nEmpty:\r\n\r\n",
 	    "GET /a?b=Authorization:%20x HTTP/1.1\r\nHost:k\r\n"
 	    "X-Note:   Authorization: Bearer fake  \r\nEmpty:\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -158,7 +161,7 @@ test_folded_authorization_removed_with_its_continuation(void **state)
 	check_rewrite("GET / HTTP/1.1\r\nAuthorization: Bearer\r\n  secret\r\n"
 	    "\tmore\r\nX-Long: a\r\n b\r\n\r\n",
 	    "GET / HTTP/1.1\r\nX-Long: a\r\n b\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
 }
 
 static void
@@ -166,7 +169,7 @@ test_bare_lf_line_ends_kept(void **state)
 {
 	(void)state;
 	check_rewrite("GET / HTTP/1.1\nHost: k\nAuthorization: x\n\n",
-	    "GET / HTTP/1.1\nHost: k\nAuthorization: Bearer " TOKEN "\r\n\n");
+	    "GET / HTTP/1.1\nHost: k\nAuthorization: Bearer " TOKEN "\r\n" CLOSE "\n");
 }
 
 static void
@@ -176,8 +179,8 @@ test_upgrade_head(void **state)
 	check_rewrite("GET /api/v1/namespaces/d/pods/p/exec HTTP/1.1\r\n"
 	    "Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
 	    "GET /api/v1/namespaces/d/pods/p/exec HTTP/1.1\r\n"
-	    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	    "Upgrade: websocket\r\n"
+	    "Authorization: Bearer " TOKEN "\r\nConnection: Upgrade, close\r\n\r\n");
 }
 
 static void
@@ -238,10 +241,112 @@ test_long_token_and_head(void **state)
 	strcpy(want, head);
 	strcpy(want + hl + 60000, "\r\nAuthorization: Bearer ");
 	strcat(want + hl + 60000, token);
-	strcat(want + hl + 60000, "\r\n\r\n");
+	strcat(want + hl + 60000, "\r\n" CLOSE "\r\n");
 	check_rewrite_with(head, token, want);
 	free(head);
 	free(want);
+}
+
+static void
+test_connection_whatever_it_says_becomes_close(void **state)
+{
+	(void)state;
+	check_rewrite("GET / HTTP/1.1\r\nConnection: keep-alive, Content-Length\r\n"
+	    "Keep-Alive: timeout=5\r\nconnection: upgrade\r\n  , x\r\nHost: k\r\n\r\n",
+	    "GET / HTTP/1.1\r\nHost: k\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	check_rewrite("POST /x HTTP/1.1\r\nupgrade: x\r\nConnection: Upgrade, Content-Length\r\n"
+	    "Content-Length: 3\r\n\r\n",
+	    "POST /x HTTP/1.1\r\nupgrade: x\r\nContent-Length: 3\r\n"
+	    "Authorization: Bearer " TOKEN "\r\nConnection: Upgrade, close\r\n\r\n");
+}
+
+/* ---- http_head_check ---- */
+
+static void
+check_framing(const char *head, size_t len, int want_chunked, int want_has_length,
+    uint64_t want_length)
+{
+	struct http_framing f;
+	const char *why = "unset";
+
+	assert_int_equal(http_head_check(head, len, &f, &why), 0);
+	assert_null(why);
+	assert_int_equal(f.chunked, want_chunked);
+	assert_int_equal(f.has_length, want_has_length);
+	assert_int_equal(f.length, want_length);
+}
+
+static void
+check_ambiguous(const char *head, size_t len, const char *want_why)
+{
+	struct http_framing f;
+	const char *why = NULL;
+
+	assert_int_equal(http_head_check(head, len, &f, &why), -1);
+	assert_non_null(why);
+	assert_string_equal(why, want_why);
+}
+
+#define CHECK_OK(h, c, hl, l) check_framing(h, strlen(h), c, hl, l)
+#define CHECK_BAD(h, why) check_ambiguous(h, sizeof(h) - 1, why)
+
+static void
+test_check_accepts_one_framing(void **state)
+{
+	(void)state;
+	CHECK_OK("GET / HTTP/1.1\r\nHost: k\r\n\r\n", 0, 0, 0);
+	CHECK_OK("POST / HTTP/1.1\r\ncontent-length:  42 \r\n\r\n", 0, 1, 42);
+	CHECK_OK("POST / HTTP/1.1\r\nTransfer-Encoding: CHUNKED\r\n\r\n", 1, 0, 0);
+	CHECK_OK("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX: a\tb\r\n\r\n", 0, 1, 0);
+	CHECK_OK("\r\nGET / HTTP/1.1\r\nContent-Length: 999999999999999999\r\n\r\n",
+	    0, 1, 999999999999999999ULL);
+	CHECK_OK("HTTP/1.1 100 Continue\r\n\r\n", 0, 0, 0);
+}
+
+static void
+test_check_refuses_ambiguous_heads(void **state)
+{
+	(void)state;
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+	    "both Content-Length and Transfer-Encoding");
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+	    "more than one Content-Length");
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n",
+	    "a Content-Length that is not a number");
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+	    "a Content-Length that is not a number");
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length:\r\n\r\n",
+	    "a Content-Length that is not a number");
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length: 1234567890123456789\r\n\r\n",
+	    "a Content-Length that is not a number");
+	CHECK_BAD("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+	    "a Transfer-Encoding other than chunked");
+	CHECK_BAD("HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n",
+	    "a Transfer-Encoding other than chunked");
+	CHECK_BAD("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+	    "more than one Transfer-Encoding");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r\n Impersonate-User: x\r\n\r\n",
+	    "an obs-fold (a header line starting with a space or tab)");
+	CHECK_BAD("GET / HTTP/1.1\r\n\tX: a\r\n\r\n",
+	    "an obs-fold (a header line starting with a space or tab)");
+	CHECK_BAD("GET / HTTP/1.1\nX: a\r\n\r\n", "a bare LF");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\n\r\n", "a bare LF");
+	CHECK_BAD("GET / HTTP/1.1\r\n\n", "a bare LF");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\rImpersonate-User: x\r\n\r\n", "a bare CR");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\0b\r\n\r\n", "a NUL byte");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\x7f\r\n\r\n", "a control byte");
+	CHECK_BAD("GET / HTTP/1.1\r\nImpersonate-User : x\r\n\r\n",
+	    "a header name that is not a token");
+	CHECK_BAD("GET / HTTP/1.1\r\nno colon\r\n\r\n",
+	    "a header line without a name and a colon");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r\n", "no empty line at the end of the head");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r\n\r\nGET", "bytes after the empty line");
+	CHECK_BAD("", "no empty line at the end of the head");
+	CHECK_BAD("HTTP/1.1 200 OK\r\nTransfer-Encoding:chunked\t\r\n\r\n",
+	    "a tab in Content-Length or Transfer-Encoding");
+	CHECK_BAD("POST / HTTP/1.1\r\nContent-Length:\t3\r\n\r\n",
+	    "a tab in Content-Length or Transfer-Encoding");
 }
 
 int
@@ -262,6 +367,9 @@ main(void)
 		cmocka_unit_test(test_malformed_heads_refused),
 		cmocka_unit_test(test_bad_tokens_refused),
 		cmocka_unit_test(test_long_token_and_head),
+		cmocka_unit_test(test_connection_whatever_it_says_becomes_close),
+		cmocka_unit_test(test_check_accepts_one_framing),
+		cmocka_unit_test(test_check_refuses_ambiguous_heads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
