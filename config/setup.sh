@@ -23,7 +23,7 @@ packages=(
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
-	prometheus chromium
+	prometheus chromium libnss3-tools
 )
 
 missing=()

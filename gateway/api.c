@@ -16,6 +16,8 @@
  *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
  *
  *   GET  /metrics                                              -> Prometheus text (metrics.h)
+ *   GET  /v1/status    (admin or user token)                   -> the status page's view (ui.c)
+ *   GET  /ui/          (no token: the page asks for one)       -> the status page (ui.c)
  *
  * Only admin tokens reach these routes; a user token gets 403.  User
  * tokens reach clusters they are scoped to, through the dial endpoint
@@ -45,6 +47,7 @@
 #include "session.h"
 #include "store.h"
 #include "token.h"
+#include "ui.h"
 
 
 static void
@@ -101,6 +104,18 @@ respond_error(struct api_response *r, int status, const char *fmt, ...)
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
 	respond_json(r, status, json_pack("{s:s}", "error", reason));
+}
+
+void
+api_respond_json(struct api_response *r, int status, json_t *v)
+{
+	respond_json(r, status, v);
+}
+
+void
+api_respond_error(struct api_response *r, int status, const char *reason)
+{
+	respond_error(r, status, "%s", reason);
 }
 
 /* ---- records as JSON ---- */
@@ -259,6 +274,42 @@ api_authorize_cluster(struct gateway *gw, const char *authorization,
 		authcache_put(rec.id, cluster, &rec);
 	}
 	snprintf(principal, plen, "user:%s", rec.name);
+	return 0;
+}
+
+int
+api_viewer(struct gateway *gw, const char *authorization, char *principal,
+    size_t plen, int *admin, char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
+    char *err, size_t errlen)
+{
+	struct store_token rec;
+	struct store_user_token *ts = NULL;
+	size_t n = 0;
+	int status, cached = 0;
+
+	*admin = 0;
+	*nclusters = 0;
+	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
+	    errlen)) != 0)
+		return status;
+	if (rec.kind == TOKEN_ADMIN) {
+		snprintf(principal, plen, "admin:%s", rec.id);
+		*admin = 1;
+		return 0;
+	}
+	snprintf(principal, plen, "user:%s", rec.name);
+	if (store_user_token_list(gw->store, &ts, &n) != STORE_OK) {
+		snprintf(err, errlen, "store: cannot read the token's clusters");
+		return 500;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(ts[i].id, rec.id) != 0)
+			continue;
+		for (size_t j = 0; j < ts[i].nclusters && j < STORE_TOKEN_CLUSTERS_MAX; j++)
+			memcpy(clusters[(*nclusters)++], ts[i].clusters[j], STORE_ID_MAX + 1);
+		break;
+	}
+	free(ts);
 	return 0;
 }
 
@@ -980,6 +1031,10 @@ api_handle(struct gateway *gw, const struct api_request *req, struct api_respons
 	} else if (strcmp(req->path, "/metrics") == 0 && strcmp(req->method, "GET") == 0) {
 		if (admin_authorized(gw, req, r))
 			metrics_respond(gw, r);
+	} else if (strcmp(req->path, "/v1/status") == 0 && strcmp(req->method, "GET") == 0) {
+		ui_status(gw, req, r);
+	} else if (strcmp(req->path, "/ui") == 0 || strncmp(req->path, "/ui/", 4) == 0) {
+		ui_asset(req, r);
 	} else if (strncmp(req->path, "/v1/", 4) == 0) {
 		if (admin_authorized(gw, req, r))
 			admin_route(gw, req, r);

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "store.h"
 #include "token.h"
 
 struct gateway;
@@ -30,10 +31,18 @@ struct api_response {
 	const char *content_type;    /* static string */
 	char *body;                  /* malloc'd; the server frees it */
 	size_t body_len;
+	const char *headers;         /* more header lines, "Name: value\r\n"...
+	                                (static), or NULL */
 };
 
 void api_handle(struct gateway *gw, const struct api_request *req,
     struct api_response *resp);
+
+/* Answers with v as one line of JSON (v taken; NULL: 500), or with
+ * {"error": reason}.  For routes kept in other files (ui.c). */
+struct json_t;
+void api_respond_json(struct api_response *r, int status, struct json_t *v);
+void api_respond_error(struct api_response *r, int status, const char *reason);
 
 /*
  * Checks a bearer token ("Bearer ...") for the admin API: it must be a
@@ -79,6 +88,17 @@ int api_bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1]);
  */
 int api_recheck_cluster(struct gateway *gw, const char *token_id,
     const char *cluster, char *err, size_t errlen);
+
+/*
+ * Who may look at what, for read-only views open to any token holder (the
+ * status page, GET /v1/status): an admin token sees every cluster (*admin
+ * 1); a user token the clusters it is scoped to, copied into clusters
+ * (*nclusters of them, at most STORE_TOKEN_CLUSTERS_MAX).  Returns 0 and
+ * the principal, or 401 (as api_authenticate) or 500, with a reason.
+ */
+int api_viewer(struct gateway *gw, const char *authorization, char *principal,
+    size_t plen, int *admin, char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
+    char *err, size_t errlen);
 
 /* A WebSocket upgrade on a path other than /v1/connect (see server.h:
  * struct upgrade).  Must lead to upgrade_accept or upgrade_refuse. */

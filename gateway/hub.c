@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HUB_BUCKETS 1024
 #define HUB_ID_MAX 32
@@ -21,6 +22,7 @@ struct hub_entry {
 	char agent_id[HUB_ID_MAX];
 	char cluster[HUB_ID_MAX];
 	struct session *session;
+	int64_t since;             /* Unix seconds: when this tunnel came up */
 };
 
 struct hub {
@@ -80,6 +82,7 @@ hub_add(struct hub *h, const char *agent_id, const char *cluster, struct session
 	if (e != NULL) {
 		old = e->session;
 		e->session = s;
+		e->since = (int64_t)time(NULL);
 		return old;
 	}
 	e = calloc(1, sizeof(*e));
@@ -88,6 +91,7 @@ hub_add(struct hub *h, const char *agent_id, const char *cluster, struct session
 	snprintf(e->agent_id, sizeof(e->agent_id), "%s", agent_id);
 	snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
 	e->session = s;
+	e->since = (int64_t)time(NULL);
 	b = hub_bucket(agent_id);
 	e->next = h->buckets[b];
 	h->buckets[b] = e;
@@ -119,6 +123,14 @@ hub_find(struct hub *h, const char *agent_id)
 	struct hub_entry *e = hub_lookup(h, agent_id);
 
 	return e != NULL ? e->session : NULL;
+}
+
+int64_t
+hub_connected_since(struct hub *h, const char *agent_id)
+{
+	struct hub_entry *e = hub_lookup(h, agent_id);
+
+	return e != NULL ? e->since : 0;
 }
 
 size_t

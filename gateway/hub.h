@@ -9,6 +9,7 @@
 #define TETHER_HUB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct hub;
 struct session;
@@ -23,6 +24,9 @@ struct session *hub_add(struct hub *h, const char *agent_id, const char *cluster
 /* Removes s if it is the entry for agent_id (a replaced session is not). */
 void hub_remove(struct hub *h, const char *agent_id, struct session *s);
 struct session *hub_find(struct hub *h, const char *agent_id);
+/* When agent_id's current tunnel was established (Unix seconds), or 0 if
+ * it is not connected. */
+int64_t hub_connected_since(struct hub *h, const char *agent_id);
 /* Connected agents of one cluster. */
 size_t hub_count_cluster(struct hub *h, const char *cluster);
 size_t hub_count(struct hub *h);

@@ -18,6 +18,7 @@
 #include <event2/buffer.h>
 
 #include "gateway.h"
+#include "livestreams.h"
 #include "log.h"
 #include "mux.h"
 #include "server.h"
@@ -43,6 +44,7 @@ struct relay {
 	struct timeval started;
 	char principal[96], cluster[32], node[64], target[256], end[64];
 	char reason[256];              /* the agent's OPEN_FAIL reason, for the audit */
+	struct live_stream live;       /* listed for the status page while it lives */
 };
 
 /* ---- ending ---- */
@@ -75,6 +77,7 @@ relay_maybe_free(struct relay *r)
 	if (r->agent != NULL || r->ws != NULL || r->cs != NULL || r->upgrade != NULL)
 		return;
 	relay_audit(r);
+	live_stream_remove(&r->live);
 	evbuffer_free(r->to_agent);
 	evbuffer_free(r->to_client);
 	free(r);
@@ -425,6 +428,11 @@ relay_new(struct gateway *gw, struct session *agent, const struct relay_who *who
 	snprintf(r->cluster, sizeof(r->cluster), "%s", who->cluster);
 	snprintf(r->node, sizeof(r->node), "%s", session_node(agent));
 	snprintf(r->target, sizeof(r->target), "%s", who->target);
+	r->live = (struct live_stream){ .kind = kind == CLIENT_RAW ? "connect" : "forward",
+	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
+	    .target = r->target, .up = &r->up, .down = &r->down,
+	    .started = r->started.tv_sec };
+	live_stream_add(&r->live);
 	return r;
 }
 

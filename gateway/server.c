@@ -205,11 +205,12 @@ free_body(const void *data, size_t len, void *arg)
 
 /*
  * Queues one response and takes body (malloc'd, may be NULL).  keep_alive:
- * read the next request after it; else close once it is written.
+ * read the next request after it; else close once it is written.  headers:
+ * more header lines ("Name: value\r\n"...), or NULL.
  */
 static void
 hconn_respond(struct hconn *h, int status, const char *type, char *body,
-    size_t len, int keep_alive, int head_only)
+    size_t len, int keep_alive, int head_only, const char *headers)
 {
 	struct evbuffer *out = bufferevent_get_output(h->bev);
 	struct gateway *gw = h->srv->gw;
@@ -221,8 +222,8 @@ hconn_respond(struct hconn *h, int status, const char *type, char *body,
 	    "Content-Type: %s\r\n"
 	    "Content-Length: %zu\r\n"
 	    "Cache-Control: no-store\r\n"
-	    "%s\r\n", status, http_status_str((enum http_status)status),
-	    type != NULL ? type : "text/plain", len,
+	    "%s%s\r\n", status, http_status_str((enum http_status)status),
+	    type != NULL ? type : "text/plain", len, headers != NULL ? headers : "",
 	    keep_alive ? "" : "Connection: close\r\n") < 0) {
 		free_body(body, len, NULL);
 		warn("http: out of memory for a response: closing", KV_S("peer", h->peer));
@@ -279,7 +280,7 @@ hconn_refuse(struct hconn *h, int status, const char *reason)
 
 	debug("http refused", KV_S("peer", h->peer), KV_I("status", status),
 	    KV_S("reason", reason));
-	hconn_respond(h, status, "application/json", body, len, 0, 0);
+	hconn_respond(h, status, "application/json", body, len, 0, 0, NULL);
 }
 
 /* ---- WebSocket handshake ---- */
@@ -621,7 +622,7 @@ hconn_api(struct hconn *h, const struct http_request *rq)
 	debug("http request", KV_S("peer", h->peer), KV_S("method", rq->method),
 	    KV_S("path", rq->path), KV_I("status", resp.status));
 	hconn_respond(h, resp.status, resp.content_type, resp.body, resp.body_len,
-	    rq->keep_alive, rq->head_only);
+	    rq->keep_alive, rq->head_only, resp.headers);
 }
 
 /* ---- proxied requests (k8s.c) ---- */
@@ -750,7 +751,7 @@ proxy_reply(struct hconn *h, int status, char *body, size_t len)
 
 	hconn_proxy_detach(h);
 	hconn_set_state(h, HC_READING);
-	hconn_respond(h, status, "application/json", body, len, keep, 0);
+	hconn_respond(h, status, "application/json", body, len, keep, 0, NULL);
 	if (keep && h->state == HC_READING)
 		hconn_kick_read(h);      /* a pipelined request may wait */
 }

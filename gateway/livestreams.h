@@ -1,0 +1,32 @@
+/*
+ * livestreams.h: the operator streams open right now (connect and forward),
+ * for the status page (GET /v1/status).
+ *
+ * A relay embeds one struct live_stream, points it at its own fields and
+ * enters it while it lives: adding and removing are O(1) (a doubly linked
+ * list); listing is O(streams).  One list per process.
+ */
+#ifndef TETHER_LIVESTREAMS_H
+#define TETHER_LIVESTREAMS_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+struct live_stream {
+	TAILQ_ENTRY(live_stream) link;
+	int listed;                  /* in the list now */
+	const char *kind;            /* "connect" or "forward" */
+	const char *principal;       /* "admin:<token id>" or "user:<name>" */
+	const char *cluster, *node, *target;
+	const uint64_t *up, *down;   /* bytes client->agent, agent->client so far */
+	int64_t started;             /* Unix seconds */
+};
+
+/* Enters ls (its fields must stay valid until live_stream_remove). */
+void live_stream_add(struct live_stream *ls);
+/* Leaves the list; idempotent. */
+void live_stream_remove(struct live_stream *ls);
+/* Calls fn for every live stream, oldest first (fn may not add or remove). */
+void live_stream_foreach(void (*fn)(const struct live_stream *, void *), void *arg);
+
+#endif

@@ -1,0 +1,245 @@
+/*
+ * ui.c: the status page's files and its view, GET /v1/status (see ui.h).
+ */
+#include "ui.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "api.h"
+#include "gateway.h"
+#include "hub.h"
+#include "joindoc.h"
+#include "livestreams.h"
+#include "store.h"
+#include "ui_assets.h"
+
+/* Everything from the gateway itself; no inline script or style, no
+ * frames, no form submissions (the sign-in form is handled by ui.js). */
+#define UI_HEADERS \
+	"Content-Security-Policy: default-src 'self'; script-src 'self'; " \
+	"style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; " \
+	"form-action 'none'; frame-ancestors 'none'\r\n" \
+	"X-Content-Type-Options: nosniff\r\n" \
+	"X-Frame-Options: DENY\r\n" \
+	"Referrer-Policy: no-referrer\r\n"
+
+static const char *
+content_type(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+
+	if (dot != NULL && strcmp(dot, ".html") == 0)
+		return "text/html; charset=utf-8";
+	if (dot != NULL && strcmp(dot, ".css") == 0)
+		return "text/css; charset=utf-8";
+	if (dot != NULL && strcmp(dot, ".js") == 0)
+		return "text/javascript; charset=utf-8";
+	return "application/octet-stream";
+}
+
+static void
+respond_file(const struct ui_file *f, struct api_response *r)
+{
+	r->body = malloc(f->len + 1);
+	if (r->body == NULL)
+		return;                /* api_handle answers 500 */
+	memcpy(r->body, f->data, f->len);
+	r->body[f->len] = '\0';
+	r->body_len = f->len;
+	r->status = 200;
+	r->content_type = content_type(f->name);
+	r->headers = UI_HEADERS;
+}
+
+void
+ui_asset(const struct api_request *req, struct api_response *r)
+{
+	const char *name;
+
+	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
+		api_respond_error(r, 405, "the status page is read with GET");
+		return;
+	}
+	if (strcmp(req->path, "/ui") == 0) {
+		api_respond_error(r, 301, "the status page is at /ui/");
+		r->headers = "Location: /ui/\r\n";
+		return;
+	}
+	name = req->path + 4;      /* after "/ui/" */
+	if (*name == '\0')
+		name = "index.html";
+	for (size_t i = 0; i < ui_nfiles; i++) {
+		if (strcmp(ui_files[i].name, name) == 0) {
+			respond_file(&ui_files[i], r);
+			return;
+		}
+	}
+	api_respond_error(r, 404, "no such file in the status page");
+}
+
+/* ---- GET /v1/status ---- */
+
+struct viewer {
+	int admin;
+	char principal[96];
+	size_t nclusters;
+	char clusters[STORE_TOKEN_CLUSTERS_MAX][STORE_ID_MAX + 1];
+};
+
+static int
+viewer_sees(const struct viewer *v, const char *cluster)
+{
+	if (v->admin)
+		return 1;
+	for (size_t i = 0; i < v->nclusters; i++)
+		if (strcmp(v->clusters[i], cluster) == 0)
+			return 1;
+	return 0;
+}
+
+static json_t *
+time_or_null(int64_t t)
+{
+	char buf[32];
+
+	if (t == 0)
+		return json_null();
+	rfc3339_format(t, buf);
+	return json_string(buf);
+}
+
+/* Appends the agents of one cluster (NULL: all), counting the connected
+ * ones per cluster into counts.  Returns 0 or -1 (store). */
+static int
+add_agents(struct gateway *gw, const char *cluster, json_t *arr, json_t *counts)
+{
+	struct store_agent *as = NULL;
+	size_t n = 0;
+
+	if (store_agent_list(gw->store, cluster, &as, &n) != STORE_OK)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		int64_t since = hub_connected_since(gw->hub, as[i].id);
+		json_t *c = json_object_get(counts, as[i].cluster);
+		json_int_t all = json_integer_value(json_array_get(c, 0));
+		json_int_t up = json_integer_value(json_array_get(c, 1));
+
+		json_object_set_new(counts, as[i].cluster,
+		    json_pack("[I,I]", all + 1, up + (since != 0)));
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o}",
+		    "id", as[i].id, "cluster", as[i].cluster, "node", as[i].node,
+		    "state", agent_state_name(as[i].state), "last_error", as[i].last_error,
+		    "connected", since != 0, "connected_since", time_or_null(since),
+		    "updated_at", time_or_null(as[i].updated_at)));
+	}
+	free(as);
+	return 0;
+}
+
+static json_t *
+cluster_row(const struct store_cluster *c, json_t *counts)
+{
+	json_t *n = json_object_get(counts, c->id);
+
+	return json_pack("{s:s, s:s, s:I, s:I}", "id", c->id, "name", c->name,
+	    "agents", json_integer_value(json_array_get(n, 0)),
+	    "agents_connected", json_integer_value(json_array_get(n, 1)));
+}
+
+/* Clusters and their agents, as the viewer may see them.  0 or -1. */
+static int
+add_clusters(struct gateway *gw, const struct viewer *v, json_t *out)
+{
+	json_t *clusters = json_array(), *agents = json_array(), *counts = json_object();
+	struct store_cluster *cs = NULL, one;
+	size_t n = 0;
+	int r = -1;
+
+	if (v->admin) {
+		if (store_cluster_list(gw->store, &cs, &n) != STORE_OK ||
+		    add_agents(gw, NULL, agents, counts) != 0)
+			goto out;
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(clusters, cluster_row(&cs[i], counts));
+	} else {
+		for (size_t i = 0; i < v->nclusters; i++) {
+			if (store_cluster_get(gw->store, v->clusters[i], &one) != STORE_OK)
+				continue;      /* scoped to a cluster that is gone */
+			if (add_agents(gw, one.id, agents, counts) != 0)
+				goto out;
+			json_array_append_new(clusters, cluster_row(&one, counts));
+		}
+	}
+	json_object_set(out, "clusters", clusters);
+	json_object_set(out, "agents", agents);
+	r = 0;
+out:
+	free(cs);
+	json_decref(clusters);
+	json_decref(agents);
+	json_decref(counts);
+	return r;
+}
+
+struct stream_walk {
+	const struct viewer *v;
+	json_t *arr;
+	int64_t now;
+};
+
+static void
+add_stream(const struct live_stream *ls, void *arg)
+{
+	struct stream_walk *w = arg;
+	char started[32];
+	const char *who = ls->principal;
+
+	if (!viewer_sees(w->v, ls->cluster))
+		return;
+	/* A user sees who opened a stream only when it was that user. */
+	if (!w->v->admin && strcmp(who, w->v->principal) != 0)
+		who = "(another user)";
+	rfc3339_format(ls->started, started);
+	json_array_append_new(w->arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:I}",
+	    "kind", ls->kind, "who", who, "cluster", ls->cluster, "node", ls->node,
+	    "target", ls->target, "bytes_up", (json_int_t)*ls->up,
+	    "bytes_down", (json_int_t)*ls->down, "started_at", started,
+	    "age_seconds", (json_int_t)(w->now - ls->started)));
+}
+
+void
+ui_status(struct gateway *gw, const struct api_request *req, struct api_response *r)
+{
+	struct viewer *v = calloc(1, sizeof(*v));
+	struct stream_walk w;
+	char err[192];
+	json_t *out;
+	int status;
+
+	if (v == NULL)
+		return;                /* api_handle answers 500 */
+	status = api_viewer(gw, req->authorization, v->principal, sizeof(v->principal),
+	    &v->admin, v->clusters, &v->nclusters, err, sizeof(err));
+	if (status != 0) {
+		api_respond_error(r, status, err);
+		free(v);
+		return;
+	}
+	out = json_pack("{s:s, s:b, s:o}", "principal", v->principal, "admin", v->admin,
+	    "time", time_or_null(gateway_now()));
+	if (out == NULL || add_clusters(gw, v, out) != 0) {
+		json_decref(out);
+		api_respond_error(r, 500, "store: cannot read clusters and agents");
+		free(v);
+		return;
+	}
+	w = (struct stream_walk){ .v = v, .arr = json_array(), .now = gateway_now() };
+	live_stream_foreach(add_stream, &w);
+	json_object_set_new(out, "streams", w.arr);
+	api_respond_json(r, 200, out);
+	free(v);
+}
