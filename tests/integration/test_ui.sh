@@ -122,9 +122,14 @@ pass "no token or a bad one: the sign-in form, with the gateway's reason"
 
 # --- live: a revoke shows up without a reload (DevTools) ------------------
 DP=$(free_port)
-chrome live --remote-debugging-port="$DP" --window-size=1280,900 "$page#token=$admin_token" \
-	>/dev/null &
-PIDS+=($!)
+# In its own process group, so that the cleanup ends Chromium and all its
+# helper processes, and waits for them, before the profile is removed.
+setsid chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+	--disable-background-networking --disable-component-update --disable-sync \
+	--user-data-dir="$T/chrome-live" --remote-debugging-port="$DP" --window-size=1280,900 \
+	"$page#token=$admin_token" >/dev/null 2>>"$T/chromium.log" &
+live_pgid=$!
+on_cleanup 'kill -- -$live_pgid 2>/dev/null; for _ in $(seq 100); do pgrep -g $live_pgid >/dev/null || break; sleep 0.1; done'
 wait_until 30 "Chromium DevTools on $DP" curl -sf "http://127.0.0.1:$DP/json/list"
 cdp() { $py "$TETHER_SRC/tests/integration/cdp.py" "$DP" "$@"; }
 row_state="document.querySelector('tr[data-agent-id=\"$n2\"]')?.dataset.state ?? null"
