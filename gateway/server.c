@@ -778,7 +778,7 @@ proxy_finish(struct hconn *h, int keep_alive)
 void
 proxy_refuse(struct hconn *h, int status, char *body, size_t len)
 {
-	hconn_respond(h, status, "application/json", body, len, 0, 0);
+	hconn_respond(h, status, "application/json", body, len, 0, 0, NULL);
 }
 
 void
