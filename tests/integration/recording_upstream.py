@@ -11,6 +11,10 @@ servers do), and each request found is one JSON line in DIR/requests.jsonl:
 line of its own.  Every request gets a 200 with a small JSON body; the
 connection is kept unless the request said "Connection: close".
 
+A request for /ambiguous-answer/NAME is answered with the head ANSWERS[NAME],
+one whose framing could be read two ways (or a malformed 1xx before a good
+answer), then the connection is closed.
+
 With "continue": every request is answered with "HTTP/1.1 100 Continue"
 heads, forever.  DIR/sent holds the bytes written so far (updated every
 MiB); DIR/state becomes "blocked" when a write has waited 3 s (the peer
@@ -38,6 +42,19 @@ def write_atomic(name, text):
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, os.path.join(DIR, name))
+
+
+# Answer heads that frame a body in two ways: the gateway must refuse them.
+ANSWERS = {
+    "cl_and_te": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "two_cl": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+    "te_gzip": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+    "obs_fold": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a\r\n b\r\n\r\nhello",
+    "bare_lf": b"HTTP/1.1 200 OK\nContent-Length: 5\n\nhello",
+    "bad_1xx": b"HTTP/1.1 100 Continue\r\nX: a\r\n b\r\n\r\n"
+               b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+}
 
 
 class Recorder:
@@ -120,6 +137,9 @@ class Handler(socketserver.BaseRequestHandler):
                                         "body_len": body_len}) + "\n")
             if CONTINUE:
                 self.flood()
+                return
+            if target.startswith("/ambiguous-answer/"):
+                self.request.sendall(ANSWERS[target.split("/")[2]])
                 return
             body = json.dumps({"ok": True, "target": target}).encode()
             close = "close" in hd.get("connection", "").lower()

@@ -15,7 +15,7 @@ import sys
 import time
 from urllib.parse import urlparse
 
-url, cafile, token, prefix, case = sys.argv[1:6]
+url, cafile, token, prefix, case = sys.argv[1:6]   # case: a name below, or get:/REST
 u = urlparse(url)
 P = prefix.encode()
 AUTH = b"Authorization: Bearer " + token.encode() + b"\r\n"
@@ -141,7 +141,10 @@ if case == "noread":
         time.sleep(3600)
 
 raw, s = connect()
-s.sendall(CASES[case])
+if case.startswith("get:"):
+    s.sendall(req(b"GET", case[4:].encode(), []))
+else:
+    s.sendall(CASES[case])
 status, body = read_answer(s)
 s.close()
 out = {"status": status, "kind": None, "code": None, "message": None}

@@ -110,6 +110,16 @@ got=$(upstream_requests plain)
 [ "$got" = "$want" ] || fail "a refused request reached the upstream: $(tail -n +$((want + 1)) "$T/plain/requests.jsonl")"
 pass "$(echo $refused | wc -w) ambiguous heads (CL+TE, 2 CLs, bad CL, TE not chunked, obs-fold, bare CR/LF, NUL, space before colon): 400 Status each, none reached the upstream"
 
+# --- answer heads from the node: the same rules, 502 Status ---
+answers="cl_and_te two_cl te_gzip obs_fold bare_lf bad_1xx"
+for a in $answers; do
+	send "$cid" "get:/ambiguous-answer/$a"
+	jq -e '.status == 502 and .kind == "Status" and .code == 502 and
+		(.message | test("ambiguous head|malformed HTTP"))' "$T/answer" >/dev/null ||
+		fail "an ambiguous answer head ($a): want a 502 Status, got $(cat "$T/answer")"
+done
+pass "$(echo $answers | wc -w) ambiguous answer heads from the node (CL+TE, 2 CLs, TE not chunked, obs-fold, bare LF, a 1xx with an obs-fold): 502 Status each"
+
 # --- a --service-token service: one request per upstream connection, the node's token only ---
 tok_cases="cl_in_connection te_in_connection upgrade_connection_cl impersonate_mixed_case"
 pass_each "$cid2" tok $tok_cases

@@ -3,7 +3,9 @@
  * http_reader_stream), which the /k8s/ proxy relies on: a matching request
  * with a body is reported at its head, its decoded body goes to the sink
  * whatever its size, then the request completes; headers are kept whole;
- * the result never depends on how the input was split into reads.
+ * the result never depends on how the input was split into reads; the
+ * framing it reports is the parsed one, and heads with two readings are
+ * refused (400) and marked as passed-on requests.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -161,6 +163,84 @@ test_other_paths_keep_the_body_limit(void **state)
 	http_reader_free(r);
 }
 
+/* Feeds req one byte at a time; returns the first result that is not
+ * HTTP_READ_MORE (or HTTP_READ_MORE if none). */
+static enum http_read_result
+feed_bytewise(struct http_reader *r, const char *req, size_t len)
+{
+	enum http_read_result res = HTTP_READ_MORE;
+
+	for (size_t off = 0; off < len; ) {
+		size_t n = http_reader_feed(r, req + off, 1, &res);
+
+		if (res != HTTP_READ_MORE)
+			return res;
+		off += n;
+	}
+	return res;
+}
+
+static void
+test_streamed_length_is_reported_not_copied(void **state)
+{
+	static const char req[] = "POST /k8s/clusters/c-1/api HTTP/1.1\r\n"
+	    "Connection: keep-alive, Content-Length\r\nContent-Length:  3 \r\n\r\nabc";
+	struct http_reader *r = http_reader_new(4);
+	struct sinkbuf b = { .len = 0 };
+	enum http_read_result res;
+
+	(void)state;
+	assert_int_equal(http_reader_stream(r, match_k8s, sink, &b), 0);
+	res = feed_bytewise(r, req, strlen(req));
+	assert_int_equal(res, HTTP_READ_HEAD);
+	assert_int_equal(http_reader_request(r)->has_length, 1);
+	assert_int_equal(http_reader_request(r)->content_length, 3);
+	assert_int_equal(http_reader_request(r)->body_chunked, 0);
+	http_reader_free(r);
+}
+
+/* Every ambiguous head is refused whole, with a 400 that says why, however
+ * it was split; on a passed-on path the reader says so and keeps the
+ * method and path for the refusal's Status and audit line. */
+static void
+test_ambiguous_heads_refused(void **state)
+{
+	static const char *const heads[] = {
+		"POST /k8s/clusters/c-1/x HTTP/1.1\r\nContent-Length: 3\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n",
+		"POST /k8s/clusters/c-1/x HTTP/1.1\r\nContent-Length: 3\r\n"
+		    "Content-Length: 3\r\n\r\n",
+		"POST /k8s/clusters/c-1/x HTTP/1.1\r\nContent-Length: 3x\r\n\r\n",
+		"POST /k8s/clusters/c-1/x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+		"GET /k8s/clusters/c-1/x HTTP/1.1\r\nX: a\r\n Impersonate-User: x\r\n\r\n",
+		"GET /k8s/clusters/c-1/x HTTP/1.1\nX: a\n\n",
+		"GET /k8s/clusters/c-1/x HTTP/1.1\r\nX: a\rb\r\n\r\n",
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		for (int split = 0; split < 2; split++) {
+			struct http_reader *r = http_reader_new(4);
+			struct sinkbuf b = { .len = 0 };
+			enum http_read_result res;
+			const char *reason;
+
+			assert_int_equal(http_reader_stream(r, match_k8s, sink, &b), 0);
+			if (split)
+				res = feed_bytewise(r, heads[i], strlen(heads[i]));
+			else
+				http_reader_feed(r, heads[i], strlen(heads[i]), &res);
+			assert_int_equal(res, HTTP_READ_ERROR);
+			assert_int_equal(http_reader_error(r, &reason), 400);
+			assert_true(reason[0] != '\0');
+			assert_int_equal(http_reader_streamed(r), 1);
+			assert_string_equal(http_reader_request(r)->path, "/k8s/clusters/c-1/x");
+			assert_int_equal(b.len, 0);
+			http_reader_free(r);
+		}
+	}
+}
+
 int
 main(void)
 {
@@ -168,6 +248,8 @@ main(void)
 		cmocka_unit_test(test_streamed_body_goes_to_the_sink_however_split),
 		cmocka_unit_test(test_streamed_request_without_body_is_one_request),
 		cmocka_unit_test(test_other_paths_keep_the_body_limit),
+		cmocka_unit_test(test_streamed_length_is_reported_not_copied),
+		cmocka_unit_test(test_ambiguous_heads_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
