@@ -4,6 +4,7 @@
  * arguments, the admin API call each makes and how its answer is printed.
  */
 #include "ctl.h"
+#include "joincmd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -18,6 +19,7 @@
 #define DEFAULT_TTL_SECONDS (24 * 3600)
 #define MAX_TTL_SECONDS     (INT64_C(10) * 366 * 24 * 3600)
 #define MAX_USES            1000000
+#define MAX_JOIN_ARGS       64      /* --allow/--service values passed on, x2 */
 
 static const struct column cluster_columns[] = {
 	{ "ID", "id" },
@@ -92,7 +94,9 @@ help_token(void)
 {
 	printf(
 	    "usage: tetherctl token create --cluster ID [--ttl DURATION] [--uses N]\n"
-	    "           [--approval auto|manual]\n"
+	    "           [--approval auto|manual] [--format json|command]\n"
+	    "           [--allow HOST:PORT]... [--service NAME=URL]...\n"
+	    "           [--node-name NAME]\n"
 	    "\n"
 	    "Creates an import token and prints the join document, one line of\n"
 	    "JSON, that `tether-client join` reads on the node.  The token is\n"
@@ -105,11 +109,25 @@ help_token(void)
 	    "                      gateway's)\n"
 	    "  --approval MODE     auto (default), or manual: new agents wait in\n"
 	    "                      pending-approval until `tetherctl agent approve`\n"
+	    "  --format FORMAT     json (default): the join document; command: one\n"
+	    "                      shell command to paste as root on the node, which\n"
+	    "                      carries the document and the CA checksum, runs\n"
+	    "                      `tether-client join` (state in\n"
+	    "                      $TETHER_STATE_DIR, default " JOINCMD_STATE_DIR ")\n"
+	    "                      and then `systemctl enable --now " JOINCMD_UNIT "`\n"
+	    "  --allow HOST:PORT   with --format command: passed on to join;\n"
+	    "                      repeatable\n"
+	    "  --service NAME=URL  with --format command: passed on to join;\n"
+	    "                      repeatable\n"
+	    "  --node-name NAME    with --format command: passed on to join\n"
+	    "                      (default there: the node's host name)\n"
 	    "\n"
-	    "example:\n"
+	    "examples:\n"
 	    "  tetherctl token create --cluster c-0123456789ab --ttl 1h |\n"
-	    "    ssh node1 tether-client join --state-dir /var/lib/tether \\\n"
-	    "      --allow 127.0.0.1:22\n");
+	    "    ssh node1 tether-client join --state-dir /var/lib/tether/client \\\n"
+	    "      --allow 127.0.0.1:22\n"
+	    "  tetherctl token create --cluster c-0123456789ab --format command \\\n"
+	    "    --allow 127.0.0.1:22\n");
 }
 
 static void
@@ -389,6 +407,39 @@ parse_uses(const char *s, int64_t *out)
 	return 0;
 }
 
+/* Prints the join document resp as --format asked: the document as is, one
+ * line in every output mode (it is meant to be piped into `tether-client
+ * join`), or the registration command (joincmd.h).  Returns an exit code. */
+static int
+token_print(json_t *resp, bool command, char *const *join_args, size_t nargs)
+{
+	char *line;
+
+	if (!command) {
+		if (output_json(resp) == -1) {
+			fprintf(stderr, "tetherctl: cannot print the join document\n");
+			return CTL_EXIT_SERVER;
+		}
+		if (isatty(STDOUT_FILENO))
+			fprintf(stderr, "tetherctl: feed this document to "
+			    "`tether-client join --state-dir DIR` on the node; it "
+			    "holds a secret shown only this once\n");
+		return CTL_EXIT_OK;
+	}
+	if ((line = joincmd_format(resp, join_args, nargs)) == NULL) {
+		fprintf(stderr, "tetherctl: cannot format the registration command "
+		    "(no ca_checksum in the server's answer, or out of memory)\n");
+		return CTL_EXIT_SERVER;
+	}
+	printf("%s\n", line);
+	if (isatty(STDOUT_FILENO))
+		fprintf(stderr, "tetherctl: paste this command as root on the node; "
+		    "it holds a secret shown only this once\n");
+	explicit_bzero(line, strlen(line));
+	free(line);
+	return CTL_EXIT_OK;
+}
+
 static int
 token_create(struct ctl *c, int argc, char **argv)
 {
@@ -397,10 +448,17 @@ token_create(struct ctl *c, int argc, char **argv)
 		{ "ttl", required_argument, NULL, 't' },
 		{ "uses", required_argument, NULL, 'u' },
 		{ "approval", required_argument, NULL, 'a' },
+		{ "format", required_argument, NULL, 'f' },
+		{ "allow", required_argument, NULL, 'A' },
+		{ "service", required_argument, NULL, 'S' },
+		{ "node-name", required_argument, NULL, 'N' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *cluster = NULL, *approval = "auto";
 	int64_t ttl = DEFAULT_TTL_SECONDS, uses = -1;
+	char *join_args[MAX_JOIN_ARGS];
+	size_t nargs = 0;
+	bool command = false;
 	char path[512];
 	json_t *body = NULL, *resp = NULL;
 	char *id = NULL;
@@ -429,6 +487,22 @@ token_create(struct ctl *c, int argc, char **argv)
 				    "auto or manual", optarg);
 			approval = optarg;
 			break;
+		case 'f':
+			if (strcmp(optarg, "json") != 0 && strcmp(optarg, "command") != 0)
+				return ctl_usage_error("token", "--format %s: want "
+				    "json or command", optarg);
+			command = strcmp(optarg, "command") == 0;
+			break;
+		case 'A':
+		case 'S':
+		case 'N':
+			if (nargs + 2 > MAX_JOIN_ARGS)
+				return ctl_usage_error("token", "at most %d --allow, "
+				    "--service and --node-name flags", MAX_JOIN_ARGS / 2);
+			join_args[nargs++] = ch == 'A' ? "--allow" :
+			    ch == 'S' ? "--service" : "--node-name";
+			join_args[nargs++] = optarg;
+			break;
 		default:
 			return getopt_error("token", ch, argv);
 		}
@@ -438,6 +512,9 @@ token_create(struct ctl *c, int argc, char **argv)
 		    argv[optind]);
 	if (cluster == NULL || cluster[0] == '\0')
 		return ctl_usage_error("token", "--cluster ID is required");
+	if (nargs > 0 && !command)
+		return ctl_usage_error("token", "--allow, --service and --node-name "
+		    "go with --format command (with a document, give them to join)");
 	if ((r = ctl_ready(c)) != CTL_EXIT_OK)
 		return r;
 	r = CTL_EXIT_SERVER;
@@ -462,18 +539,7 @@ token_create(struct ctl *c, int argc, char **argv)
 		r = CTL_EXIT_SERVER;
 		goto out;
 	}
-	/* The join document as is, one line, in every output mode: it is
-	 * meant to be piped into `tether-client join`. */
-	if (output_json(resp) == -1) {
-		fprintf(stderr, "tetherctl: cannot print the join document\n");
-		r = CTL_EXIT_SERVER;
-		goto out;
-	}
-	if (isatty(STDOUT_FILENO))
-		fprintf(stderr, "tetherctl: feed this document to `tether-client "
-		    "join --state-dir DIR` on the node; it holds a secret shown "
-		    "only this once\n");
-	r = CTL_EXIT_OK;
+	r = token_print(resp, command, join_args, nargs);
 out:
 	json_decref(resp);
 	json_decref(body);

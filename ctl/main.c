@@ -35,7 +35,10 @@ usage(FILE *f)
 	    "  cluster create NAME           create a cluster\n"
 	    "  cluster list                  list clusters\n"
 	    "  token create --cluster ID [--ttl 24h] [--uses N] [--approval auto|manual]\n"
-	    "                                print a join document for new nodes\n"
+	    "           [--format json|command] [--allow HOST:PORT]...\n"
+	    "           [--service NAME=URL]... [--node-name NAME]\n"
+	    "                                print a join document for new nodes, or\n"
+	    "                                the command that registers a node\n"
 	    "  agent list [--cluster ID]     list agents\n"
 	    "  agent approve|verify|revoke ID\n"
 	    "                                change an agent's state\n"
@@ -72,7 +75,7 @@ usage(FILE *f)
 	    "  export TETHER_TOKEN_FILE=var/admin.token TETHER_CACERT=var/ca.crt\n"
 	    "  tetherctl cluster create edge\n"
 	    "  tetherctl token create --cluster c-0123456789ab |\n"
-	    "    ssh node1 tether-client join --state-dir /var/lib/tether "
+	    "    ssh node1 tether-client join --state-dir /var/lib/tether/client "
 	    "--allow 127.0.0.1:22\n"
 	    "  tetherctl agent list\n");
 }

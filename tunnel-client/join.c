@@ -43,6 +43,7 @@
 struct join_opts {
 	const char *state_dir;
 	const char *node_name;
+	const char *ca_checksum;  /* --ca-checksum, or NULL */
 	struct client_state st;   /* allow[] and services[] from the flags */
 	/* --service-ca NAME=FILE: read at parse time, written with the rest */
 	char svc_ca_name[CLIENT_MAX_SERVICES][32];
@@ -72,7 +73,7 @@ client_join_usage(void)
 	    "usage: tether-client join --state-dir DIR [--node-name NAME]\n"
 	    "           [--allow HOST:PORT]... [--service NAME=URL]...\n"
 	    "           [--service-ca NAME=FILE]... [--service-token NAME=FILE]...\n"
-	    "           < JOIN_DOCUMENT\n"
+	    "           [--ca-checksum sha256:HEX] < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
@@ -92,6 +93,10 @@ client_join_usage(void)
 	    "                      the agent puts on every request to service NAME\n"
 	    "                      in place of any Authorization (copied to\n"
 	    "                      DIR/service-NAME.token, 0600)\n"
+	    "  --ca-checksum sha256:HEX  the CA checksum the operator expects; the\n"
+	    "                      document's must be the same (the registration\n"
+	    "                      command of `tetherctl token create --format\n"
+	    "                      command` passes it)\n"
 	    "\n"
 	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
 	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
@@ -302,6 +307,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "service", required_argument, NULL, 's' },
 		{ "service-ca", required_argument, NULL, 'C' },
 		{ "service-token", required_argument, NULL, 'T' },
+		{ "ca-checksum", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -332,6 +338,12 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		case 'T':
 			if ((r = add_service_token(o, optarg)) != 0)
 				return r;
+			break;
+		case 'K':
+			if (ca_checksum_valid(optarg) != 0)
+				return usage_error("join", "--ca-checksum %s: want "
+				    "sha256: and 64 lowercase hex digits", optarg);
+			o->ca_checksum = optarg;
 			break;
 		case 'h':
 			client_join_usage();
@@ -647,6 +659,19 @@ out:
 	return res;
 }
 
+/* --ca-checksum, when given, must name the same CA as the document: the
+ * registration command carries both, so an edit to either is caught before
+ * the gateway is contacted.  Returns -1 to continue, or an exit code. */
+static int
+join_check_expected_ca(const struct join_opts *o, const struct joindoc *doc)
+{
+	if (o->ca_checksum == NULL || strcmp(o->ca_checksum, doc->ca_checksum) == 0)
+		return -1;
+	fprintf(stderr, "tether-client join: CA checksum mismatch: --ca-checksum "
+	    "says %s, the document says %s\n", o->ca_checksum, doc->ca_checksum);
+	return JOIN_EXIT_GATEWAY;
+}
+
 /* Fetches and pins the gateway's CA.  Returns -1 with *ca_pem set (caller
  * frees), or an exit code. */
 static int
@@ -868,6 +893,8 @@ client_join(int argc, char **argv)
 	if ((r = join_node_name(o, o->st.node, sizeof(o->st.node))) != -1)
 		goto out;
 	if ((r = join_read_doc(&doc)) != -1)
+		goto out;
+	if ((r = join_check_expected_ca(o, &doc)) != -1)
 		goto out;
 	if ((r = join_check_dir(o->state_dir, &doc, &replace)) != -1)
 		goto out;
