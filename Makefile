@@ -10,7 +10,7 @@ JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
-.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run bench bench-throughput clean
+.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run bench bench-throughput deb clean
 
 all: build
 
@@ -18,7 +18,7 @@ setup:
 	@bash config/setup.sh
 
 build/release/Makefile: CMakeLists.txt | setup
-	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
 
 build: setup build/release/Makefile
 	cmake --build build/release -j$(JOBS)
@@ -67,6 +67,16 @@ bench: build
 
 bench-throughput: build
 	@bash tests/bench/throughput.sh
+
+# The Debian package, from the release build (cmake/Install.cmake says what
+# goes where), checked with lintian: any error or warning fails.
+deb: build
+	@cmake -S . -B build/release -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
+	@rm -f build/deb/tether_*.deb
+	cd build/release && cpack -G DEB -B $(CURDIR)/build/deb >/dev/null
+	@rm -rf build/deb/_CPack_Packages
+	lintian --fail-on error,warning --pedantic -I build/deb/tether_*.deb
+	@ls build/deb/tether_*.deb
 
 clean:
 	rm -rf build

@@ -24,6 +24,7 @@ packages=(
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
 	prometheus chromium libnss3-tools
+	man-db groff-base mandoc lintian adduser dpkg-dev file
 )
 
 missing=()
