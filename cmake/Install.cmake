@@ -6,9 +6,11 @@
 #   /usr/share/man/man{1,5,8}    the man pages (man/), gzip -9n
 #   /etc/tether                  gateway.conf, client.conf (from config/*.conf.example)
 #   /usr/lib/systemd/system      tether-gateway.service, tether-client.service
-#   /var/lib/tether              state: gateway/ (data dir), client/ (state dir)
+#   /usr/lib/sysusers.d          tether.conf: the users tether and tether-client
+#   /var/lib/tether              the gateway's data dir (its unit's StateDirectory)
+#   /var/lib/tether-client       the node's state dir (likewise)
 #   /usr/share/doc/tether        interface.md, copyright, changelog
-# docs/0012-packaging.md says why CPack and how the package is laid out.
+# docs/0013-packaging.md says why CPack and how the package is laid out.
 include(GNUInstallDirs)
 
 set(TETHER_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING
@@ -65,15 +67,25 @@ foreach(prog gateway client)
   endif()
 endforeach()
 
-# systemd units, once config/systemd/ has them.
+# systemd units and the services' users (sysusers.d), once config/systemd/
+# has them; the port-443 drop-in is an example for the administrator.
 foreach(unit tether-gateway.service tether-client.service)
   if(EXISTS ${CMAKE_SOURCE_DIR}/config/systemd/${unit})
     install(FILES config/systemd/${unit} DESTINATION ${TETHER_SYSTEMD_UNITDIR})
   endif()
 endforeach()
+if(EXISTS ${CMAKE_SOURCE_DIR}/config/systemd/tether.sysusers.conf)
+  install(FILES config/systemd/tether.sysusers.conf RENAME tether.conf
+    DESTINATION lib/sysusers.d)
+endif()
+if(EXISTS ${CMAKE_SOURCE_DIR}/config/systemd/tether-gateway-port443.conf)
+  install(FILES config/systemd/tether-gateway-port443.conf
+    DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+endif()
 
-# State: the package's postinst gives these to the tether user (0750).
+# State: the package's postinst gives these to the services' users (0700).
 install(DIRECTORY DESTINATION ${CMAKE_INSTALL_FULL_LOCALSTATEDIR}/lib/tether)
+install(DIRECTORY DESTINATION ${CMAKE_INSTALL_FULL_LOCALSTATEDIR}/lib/tether-client)
 
 # --- the Debian package (make deb) ---
 set(CPACK_GENERATOR DEB)

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-/* tetherctl's exit codes (CONTRACT.md). */
+/* tetherctl's exit codes (docs/interface.md). */
 #define CTL_EXIT_OK          0
 #define CTL_EXIT_SERVER      1  /* the server refused or failed */
 #define CTL_EXIT_USAGE       2  /* bad usage */

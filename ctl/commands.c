@@ -124,7 +124,7 @@ help_token(void)
 	    "\n"
 	    "examples:\n"
 	    "  tetherctl token create --cluster c-0123456789ab --ttl 1h |\n"
-	    "    ssh node1 tether-client join --state-dir /var/lib/tether/client \\\n"
+	    "    ssh node1 tether-client join --state-dir /var/lib/tether-client \\\n"
 	    "      --allow 127.0.0.1:22\n"
 	    "  tetherctl token create --cluster c-0123456789ab --format command \\\n"
 	    "    --allow 127.0.0.1:22\n");

@@ -8,7 +8,7 @@
  * systemd unit:
  *
  *   printf %s 'eyJ...' | base64 -d | tether-client join
- *     --state-dir "${TETHER_STATE_DIR:-/var/lib/tether/client}"
+ *     --state-dir "${TETHER_STATE_DIR:-/var/lib/tether-client}"
  *     --ca-checksum 'sha256:...' [--allow '...']...
  *     && systemctl enable --now tether-client
  *
@@ -23,7 +23,7 @@
 #include <jansson.h>
 
 /* Where the packaged tether-client.service keeps its state. */
-#define JOINCMD_STATE_DIR "/var/lib/tether/client"
+#define JOINCMD_STATE_DIR "/var/lib/tether-client"
 /* The agent's systemd unit. */
 #define JOINCMD_UNIT      "tether-client"
 

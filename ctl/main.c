@@ -75,7 +75,7 @@ usage(FILE *f)
 	    "  export TETHER_TOKEN_FILE=var/admin.token TETHER_CACERT=var/ca.crt\n"
 	    "  tetherctl cluster create edge\n"
 	    "  tetherctl token create --cluster c-0123456789ab |\n"
-	    "    ssh node1 tether-client join --state-dir /var/lib/tether/client "
+	    "    ssh node1 tether-client join --state-dir /var/lib/tether-client "
 	    "--allow 127.0.0.1:22\n"
 	    "  tetherctl agent list\n");
 }

@@ -53,7 +53,7 @@ static const int transitions[AGENT_STATE_ENTRIES][AGENT_EV_ENTRIES] = {
 	},
 };
 
-/* Wire and CLI names, as in CONTRACT.md. */
+/* Wire and CLI names, as in docs/interface.md. */
 static const char *const state_names[AGENT_STATE_ENTRIES] = {
 	[AGENT_PENDING_APPROVAL] = "pending-approval",
 	[AGENT_ENROLL]           = "enroll",

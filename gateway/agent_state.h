@@ -33,7 +33,7 @@ enum agent_event {
 	AGENT_EV_ENTRIES       /* must be last */
 };
 
-/* "pending-approval", "enroll", ... as in CONTRACT.md. */
+/* "pending-approval", "enroll", ... as in docs/interface.md. */
 const char *agent_state_name(enum agent_state s);
 const char *agent_event_name(enum agent_event ev);
 /* Returns 0 and *out, or -1 for an unknown name. */

@@ -7,7 +7,7 @@
 #ifndef TETHER_CLIENT_JOIN_H
 #define TETHER_CLIENT_JOIN_H
 
-/* Exit codes of `join` (CONTRACT.md). */
+/* Exit codes of `join` (docs/interface.md). */
 #define JOIN_EXIT_OK          0
 #define JOIN_EXIT_FAIL        1  /* a local failure: cannot write DIR, ... */
 #define JOIN_EXIT_USAGE       2  /* invalid document or arguments */

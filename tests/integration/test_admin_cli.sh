@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The admin API's errors (JSON with a reason, the right status) seen with
-# curl, and the CLIs' help, versions and exit codes as CONTRACT.md lists them.
+# curl, and the CLIs' help, versions and exit codes as docs/interface.md lists them.
 source "$(dirname "$0")/lib.sh"
 
 for b in "$GATEWAY" "$CLIENT" "$CTL"; do

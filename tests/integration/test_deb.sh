@@ -61,10 +61,11 @@ for page in tether-gateway.8 tether-client.8 tetherctl.1 tether.conf.5; do
 	man -w "${page%.*}" 2>/dev/null | grep -q "/usr/share/man/man${page##*.}/$page.gz" ||
 		fail "man page $page is not installed"
 done
-getent passwd tether >/dev/null || fail "no tether user after install"
-for d in /var/lib/tether /var/lib/tether/gateway /var/lib/tether/client; do
-	[ "$(stat -c '%U:%G %a' "$d")" = "tether:tether 750" ] ||
-		fail "$d: $(stat -c '%U:%G %a' "$d"), want tether:tether 750"
+for u in tether:/var/lib/tether tether-client:/var/lib/tether-client; do
+	user=${u%%:*} dir=${u#*:}
+	getent passwd "$user" >/dev/null || fail "no $user user after install"
+	[ "$(stat -c '%U:%G %a' "$dir")" = "$user:$user 700" ] ||
+		fail "$dir: $(stat -c '%U:%G %a' "$dir"), want $user:$user 700"
 done
 for f in "$TETHER_SRC"/config/systemd/*.service; do
 	[ -f "$f" ] || continue
@@ -76,13 +77,17 @@ for p in gateway client; do
 	dpkg-query -W -f='${Conffiles}\n' tether | grep -q "/etc/tether/$p.conf " ||
 		fail "/etc/tether/$p.conf is not a conffile"
 done
-pass "man pages, tether user, state directories (tether:tether 0750), units and conffiles"
+if [ -f "$TETHER_SRC/config/systemd/tether.sysusers.conf" ]; then
+	cmp -s "$TETHER_SRC/config/systemd/tether.sysusers.conf" /usr/lib/sysusers.d/tether.conf ||
+		fail "/usr/lib/sysusers.d/tether.conf is not installed"
+fi
+pass "man pages, users tether and tether-client, their state directories (0700), units and conffiles"
 
 port=$(free_port)
-runuser -u tether -- /usr/bin/tether-gateway init --data-dir /var/lib/tether/gateway \
+runuser -u tether -- /usr/bin/tether-gateway init --data-dir /var/lib/tether \
 	--url "https://127.0.0.1:$port" >"$T/init.out" 2>&1 ||
-	{ cat "$T/init.out" >&2; fail "the tether user cannot init /var/lib/tether/gateway"; }
-[ "$(stat -c %U /var/lib/tether/gateway/admin.token)" = tether ] ||
+	{ cat "$T/init.out" >&2; fail "the tether user cannot init /var/lib/tether"; }
+[ "$(stat -c %U /var/lib/tether/admin.token)" = tether ] ||
 	fail "admin.token is not the tether user's"
 pass "the tether user initialises the gateway's data dir"
 
@@ -90,7 +95,7 @@ dpkg_run --purge tether || fail "dpkg --purge tether"
 dpkg-query -W -f='${Status}' tether 2>/dev/null | grep -q installed &&
 	fail "tether still installed after purge"
 for f in /usr/bin/tether-gateway /usr/bin/tether-client /usr/bin/tetherctl \
-	/usr/share/man/man8/tether-gateway.8.gz /var/lib/tether /etc/tether \
+	/usr/share/man/man8/tether-gateway.8.gz /var/lib/tether /var/lib/tether-client /etc/tether \
 	/usr/share/doc/tether; do
 	[ ! -e "$f" ] || fail "$f is still there after dpkg --purge"
 done

@@ -82,10 +82,10 @@ man_keys() {
 		sed -n '/^\.TP/{n;p;}' | sed 's/\\-/-/g; s/^\.B //' | sort -u
 }
 
-# example_keys FILE: every key of an example file, set or commented out.
+# example_keys FILE: the keys an example file sets (key = value lines).
 example_keys() {
-	grep -oE '^[#;]?[[:space:]]*[a-z][a-z0-9-]*[[:space:]]*=' "$1" |
-		sed -E 's/^[#;]?[[:space:]]*//; s/[[:space:]]*=$//' | sort -u
+	grep -oE '^[a-z][a-z0-9-]*[[:space:]]*=' "$1" |
+		sed -E 's/[[:space:]]*=$//' | sort -u
 }
 
 checked=0
@@ -106,3 +106,11 @@ if [ "$checked" -gt 0 ]; then
 else
 	log "no config/*.conf.example yet: tether.conf(5) keys not compared"
 fi
+
+# The product documents itself: README, docs/ and the man pages link only to
+# files in this repository.
+if grep -rnE '\.\./shared|\]\(\.\./' "$TETHER_SRC/README.md" "$TETHER_SRC/docs" "$TETHER_SRC/man" >"$T/outside.txt"; then
+	cat "$T/outside.txt" >&2
+	fail "README, docs/ or man/ point outside the repository (above)"
+fi
+pass "README, docs/ and man/ point at nothing outside the repository"
