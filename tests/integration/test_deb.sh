@@ -2,9 +2,9 @@
 # The Debian package: built from the release build with CPack (as `make deb`
 # does; or TETHER_DEB=FILE takes a built one), lintian-clean (no error, no
 # warning), installed with `dpkg -i`: the binaries run from /usr/bin, the
-# man pages, the tether user and its state directories are there, and the
-# user can initialise a gateway data dir; then `dpkg --purge` leaves none
-# of it.  This installs into the real /usr, so runs are serialised by a
+# man pages, the users tether and tether-client and their state directories
+# are there, and tether can initialise a gateway data dir; then `dpkg
+# --purge` leaves none of it.  This installs into the real /usr, so runs are serialised by a
 # lock and the package is purged however the test ends.
 source "$(dirname "$0")/lib.sh"
 
