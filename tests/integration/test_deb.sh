@@ -21,6 +21,28 @@ if [ -z "$deb" ]; then
 	deb=$(ls "$T"/deb/tether_*.deb)
 fi
 [ -f "$deb" ] || fail "no package at $deb"
+if [ -z "${TETHER_DEB:-}" ]; then
+	# cmake --install with the same rules, staged: the usual places (prefix /usr,
+	# as the Makefile configures build/release).
+	DESTDIR=$T/stage cmake --install "$release" >"$T/install.log" 2>&1 ||
+		{ cat "$T/install.log" >&2; fail "cmake --install failed"; }
+	for f in usr/bin/tether-gateway usr/bin/tether-client usr/bin/tetherctl \
+		usr/share/man/man1/tetherctl.1.gz usr/share/man/man5/tether.conf.5.gz \
+		usr/share/man/man8/tether-gateway.8.gz usr/share/man/man8/tether-client.8.gz \
+		usr/share/doc/tether/interface.md var/lib/tether var/lib/tether-client; do
+		[ -e "$T/stage/$f" ] || fail "cmake --install did not install /$f"
+	done
+	for p in gateway client; do
+		[ ! -f "$TETHER_SRC/config/$p.conf.example" ] || [ -f "$T/stage/etc/tether/$p.conf" ] ||
+			fail "cmake --install did not install /etc/tether/$p.conf"
+	done
+	for f in "$TETHER_SRC"/config/systemd/*.service; do
+		[ -f "$f" ] || continue
+		[ -f "$T/stage/usr/lib/systemd/system/$(basename "$f")" ] ||
+			fail "cmake --install did not install /usr/lib/systemd/system/$(basename "$f")"
+	done
+	pass "cmake --install (DESTDIR): /usr/bin, /usr/share/man, /etc/tether, /usr/lib/systemd/system, /var/lib"
+fi
 pass "package: $(basename "$deb") ($(stat -c %s "$deb") bytes)"
 
 # lintian prints nothing for a clean package (overrides are shown as O:).
