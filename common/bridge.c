@@ -47,6 +47,7 @@ struct bridge {
 	void *arg;
 	/* head filter (bridge_set_head_filter) */
 	bridge_head_fn *head_fn;
+	bridge_tail_fn *tail_fn;
 	void *head_arg;
 	size_t head_max;
 	struct evbuffer *head;       /* stream bytes held until a whole head */
@@ -165,6 +166,28 @@ bridge_reject(struct bridge *b, const char *code)
 	bridge_finish(b, end);
 }
 
+/* Stream bytes after the head: what the tail filter lets pass goes to the
+ * socket; if it refuses the rest, the stream is reset.  Returns 0, or -1
+ * if the bridge was finished. */
+static int
+bridge_tail_write(struct bridge *b, const uint8_t *data, size_t len)
+{
+	const char *code = "rejected";
+	size_t n = len;
+
+	if (b->tail_fn != NULL)
+		n = b->tail_fn(data, len, &code, b->head_arg);
+	if (n > len)
+		n = len;
+	if (n > 0)
+		bufferevent_write(b->bev, data, n);
+	if (n < len) {
+		bridge_reject(b, code);
+		return -1;
+	}
+	return 0;
+}
+
 /* Stream bytes while the head filter waits for a whole head. */
 static void
 bridge_head_feed(struct bridge *b, const uint8_t *data, size_t len)
@@ -209,15 +232,16 @@ bridge_head_feed(struct bridge *b, const uint8_t *data, size_t len)
 		free(out);
 	}
 	evbuffer_drain(b->head, used);
-	if (evbuffer_get_length(b->head) > 0)
-		bufferevent_write_buffer(b->bev, b->head);
-	evbuffer_free(b->head);
-	b->head = NULL;
 	if (outlen == 0 && used > 0 && b->s != NULL) {
 		b->stats.bytes_out += used;
 		b->head_credit = 0;
 		mux_stream_drained(b->s, used);
 	}
+	have = evbuffer_get_length(b->head);
+	if (have > 0 && bridge_tail_write(b, evbuffer_pullup(b->head, -1), have) != 0)
+		return;                  /* finished: b->head freed with it */
+	evbuffer_free(b->head);
+	b->head = NULL;
 }
 
 /* ---- stream handlers ---- */
@@ -249,9 +273,12 @@ st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 
 	if (b->state != BRIDGE_OPEN || b->wr_shut)
 		return;
-	if (b->head_fn != NULL && !b->head_done) {
+	if (b->head_fn != NULL) {
 		bridge_enter(b);
-		bridge_head_feed(b, data, len);
+		if (!b->head_done)
+			bridge_head_feed(b, data, len);
+		else
+			(void)bridge_tail_write(b, data, len);
 		bridge_leave(b);
 		return;
 	}
@@ -446,8 +473,10 @@ bridge_accepting(struct mux_stream *s, bridge_done_fn *on_done, void *arg)
 }
 
 void
-bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn, void *arg)
+bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn,
+    bridge_tail_fn *tail, void *arg)
 {
+	b->tail_fn = tail;
 	b->head_fn = fn;
 	b->head_arg = arg;
 	b->head_max = max;

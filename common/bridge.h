@@ -63,11 +63,17 @@ int bridge_pending(const struct bridge *b);
  *   not hold a whole head yet, -1 with *code to reset the stream.
  * Without a whole head in max bytes the stream is reset "head_too_large";
  * a FIN before one, "head_incomplete".  Set it before bridge_attach.
+ *   tail (may be NULL: everything passes) sees every stream byte after the
+ *   head, in order: tail(data, len, &code, arg) returns how many of them
+ *   may pass (<= len); fewer than len resets the stream with *code once
+ *   those have been written.
  */
 typedef int bridge_head_fn(const uint8_t *buf, size_t len, size_t *used,
     char **out, size_t *outlen, const char **code, void *arg);
+typedef size_t bridge_tail_fn(const uint8_t *data, size_t len,
+    const char **code, void *arg);
 void bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn,
-    void *arg);
+    bridge_tail_fn *tail, void *arg);
 
 /*
  * Opening side (tetherctl forward): opens a stream to target over m for the

@@ -300,3 +300,130 @@ http_head_check(const char *head, size_t len, struct http_framing *f,
 	*why = "no empty line at the end of the head";
 	return -1;
 }
+
+/* States of struct http_body_end. */
+enum {
+	BE_LENGTH,          /* counting down a length */
+	BE_SIZE,            /* a chunk-size line: hex digits */
+	BE_EXT,             /* ... its extension, up to CR */
+	BE_SIZE_LF,         /* ... its LF */
+	BE_DATA,            /* chunk data */
+	BE_DATA_CR,         /* the CRLF after it */
+	BE_DATA_LF,
+	BE_TRAILER,         /* the start of a trailer line or the last CRLF */
+	BE_TRAILER_LINE,    /* in a trailer line, up to CR */
+	BE_TRAILER_LF,      /* ... its LF */
+	BE_LAST_LF,         /* the LF of the last CRLF */
+	BE_DONE
+};
+
+void
+http_body_end_init(struct http_body_end *e, const struct http_framing *f)
+{
+	memset(e, 0, sizeof(*e));
+	if (f->chunked)
+		e->state = BE_SIZE;
+	else if (f->has_length && f->length > 0) {
+		e->state = BE_LENGTH;
+		e->left = f->length;
+	} else
+		e->state = BE_DONE;
+}
+
+static int
+hexdigit(unsigned char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* One byte of chunk framing (not data); -1 if malformed. */
+static int
+body_end_step(struct http_body_end *e, unsigned char c)
+{
+	int h;
+
+	if (++e->line > HTTP_CHUNK_LINE_MAX)
+		return -1;
+	switch (e->state) {
+	case BE_SIZE:
+		if ((h = hexdigit(c)) >= 0) {
+			if (e->line > 15)
+				return -1;
+			e->left = e->left * 16 + (uint64_t)h;
+			return 0;
+		}
+		if (e->line == 1 || (c != ';' && c != '\r'))
+			return -1;
+		e->state = c == ';' ? BE_EXT : BE_SIZE_LF;
+		return 0;
+	case BE_EXT:
+		if (c == '\r')
+			e->state = BE_SIZE_LF;
+		else if (c == '\n')
+			return -1;
+		return 0;
+	case BE_SIZE_LF:
+		if (c != '\n')
+			return -1;
+		e->line = 0;
+		e->state = e->left > 0 ? BE_DATA : BE_TRAILER;
+		return 0;
+	case BE_DATA_CR:
+		e->state = BE_DATA_LF;
+		return c == '\r' ? 0 : -1;
+	case BE_DATA_LF:
+		e->line = 0;
+		e->state = BE_SIZE;
+		return c == '\n' ? 0 : -1;
+	case BE_TRAILER:
+		if (c == '\n')
+			return -1;
+		e->state = c == '\r' ? BE_LAST_LF : BE_TRAILER_LINE;
+		return 0;
+	case BE_TRAILER_LINE:
+		if (c == '\r')
+			e->state = BE_TRAILER_LF;
+		else if (c == '\n')
+			return -1;
+		return 0;
+	case BE_TRAILER_LF:
+		e->line = 0;
+		e->state = BE_TRAILER;
+		return c == '\n' ? 0 : -1;
+	case BE_LAST_LF:
+		e->state = BE_DONE;
+		return c == '\n' ? 0 : -1;
+	default:
+		return -1;
+	}
+}
+
+size_t
+http_body_end_feed(struct http_body_end *e, const char *data, size_t len,
+    int *done)
+{
+	size_t i = 0;
+
+	while (i < len && e->state != BE_DONE) {
+		if (e->state == BE_LENGTH || e->state == BE_DATA) {
+			uint64_t n = len - i < e->left ? len - i : e->left;
+
+			i += (size_t)n;
+			e->left -= n;
+			if (e->left == 0)
+				e->state = e->state == BE_LENGTH ? BE_DONE : BE_DATA_CR;
+			continue;
+		}
+		if (body_end_step(e, (unsigned char)data[i]) != 0)
+			return (size_t)-1;
+		i++;
+	}
+	*done = e->state == BE_DONE;
+	return i;
+}

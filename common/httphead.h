@@ -60,6 +60,9 @@ struct http_framing {
 	int upgrade;            /* an Upgrade header */
 };
 
+/* Longest chunk-size line (with extensions) or trailer line accepted. */
+#define HTTP_CHUNK_LINE_MAX 16384
+
 /* Longest Content-Length value accepted (digits): no overflow. */
 #define HTTP_LENGTH_DIGITS 18
 
@@ -80,5 +83,31 @@ struct http_framing {
  */
 int http_head_check(const char *head, size_t len, struct http_framing *f,
     const char **why);
+
+/*
+ * Where a request's body ends, found as its bytes arrive (the agent's
+ * one-request rule for a service with a token): a length counts down,
+ * chunks are followed through their sizes, extensions and trailers.  No
+ * allocation; a few words of state.
+ */
+struct http_body_end {
+	int state;              /* internal */
+	uint64_t left;          /* bytes left: of the body, or of a chunk */
+	size_t line;            /* bytes of the current size or trailer line */
+};
+
+/* Starts at the first byte after a head that f describes. */
+void http_body_end_init(struct http_body_end *e, const struct http_framing *f);
+
+/*
+ * Takes data[0..len) and returns how many of its bytes belong to the body
+ * (<= len): fewer than len only when the body ends inside data.  *done is
+ * 1 once the body's last byte was taken (at once for a body of length 0
+ * or none).  Returns (size_t)-1 when chunk framing is malformed (a size
+ * that is not hex or over 15 digits, a missing CRLF, a size or trailer
+ * line over HTTP_CHUNK_LINE_MAX bytes).
+ */
+size_t http_body_end_feed(struct http_body_end *e, const char *data,
+    size_t len, int *done);
 
 #endif

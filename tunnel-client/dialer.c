@@ -20,8 +20,11 @@
  * Connection headers, whatever they said, become `Connection: close`
  * (`Upgrade, close` for an upgrade): the upstream reads no second request
  * on the connection, the stream ends with the answer (the gateway parks
- * no stream whose answer closes), and no request passes without the
- * token.  The
+ * no stream whose answer closes).  And whatever the upstream does, the
+ * stream passes the bytes of that one request only (its framing, read
+ * from the head, says where it ends; an upgrade's raw bytes excepted):
+ * a second request resets the stream, so none passes without the token.
+ * The
  * token is read from DIR/service-NAME.token at start and never logged.
  *
  *   CONNECTING --TCP up--> (https) HANDSHAKING --TLS up--> bridged
@@ -81,6 +84,10 @@ struct dial {
 	char host[256];              /* for SNI and the certificate check */
 	uint32_t stream_id;
 	struct timeval started;
+	/* A service with a token (dial_set_bearer, dial_one_request): */
+	const char *token;
+	struct http_body_end body;   /* where the one request's body ends */
+	int upgrade;                 /* it asks for an upgrade: raw bytes may follow */
 };
 
 static void
@@ -331,22 +338,52 @@ split_target(const char *target, char *host, size_t hostlen, int *port,
 }
 
 /* The request head on a service stream with a token: Authorization
- * replaced by the node's bearer token (bridge_head_fn). */
+ * replaced by the node's bearer token, Connection by close (bridge_head_fn);
+ * its framing says where the one request the stream may carry ends. */
 static int
 dial_set_bearer(const uint8_t *buf, size_t len, size_t *used, char **out,
     size_t *outlen, const char **code, void *arg)
 {
-	const char *token = arg;
+	struct dial *x = arg;
 	size_t n = http_head_length((const char *)buf, len);
+	struct http_framing f;
+	const char *why;
 
 	if (n == 0)
 		return 0;
-	if (http_head_set_bearer((const char *)buf, n, token, out, outlen) != 0) {
+	if (http_head_check((const char *)buf, n, &f, &why) != 0 ||
+	    http_head_set_bearer((const char *)buf, n, x->token, out, outlen) != 0) {
 		*code = "bad_request_head";
 		return -1;
 	}
+	http_body_end_init(&x->body, &f);
+	x->upgrade = f.upgrade;
 	*used = n;
 	return 1;
+}
+
+/* Stream bytes after that head (bridge_tail_fn): its body, and nothing
+ * more unless it asked for an upgrade (after a 101 the bytes are the new
+ * protocol's; without one the gateway sends none).  Another request on
+ * the stream resets it "one_request_only", whether or not the upstream
+ * honoured Connection: close. */
+static size_t
+dial_one_request(const uint8_t *data, size_t len, const char **code, void *arg)
+{
+	struct dial *x = arg;
+	size_t n;
+	int done;
+
+	if (x->upgrade)
+		return len;
+	n = http_body_end_feed(&x->body, (const char *)data, len, &done);
+	if (n == (size_t)-1) {
+		*code = "bad_request_body";
+		return 0;
+	}
+	if (n < len)
+		*code = "one_request_only";
+	return n;
 }
 
 /* The host:port a --service URL names (http(s)://HOST:PORT[/]); *svc is
@@ -411,9 +448,11 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 			dial_fail(x, "unknown_service", reason);
 			return;
 		}
-		if (d->svc_token[svc] != NULL)
+		if (d->svc_token[svc] != NULL) {
+			x->token = d->svc_token[svc];
 			bridge_set_head_filter(x->bridge, DIAL_HEAD_MAX, dial_set_bearer,
-			    d->svc_token[svc]);
+			    dial_one_request, x);
+		}
 	} else {
 		snprintf(x->target, sizeof(x->target), "%s", req->target);
 		/* Deny by default: a compromised gateway still reaches only what

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""recording_upstream.py PORTFILE DIR [continue]: an HTTP/1.1 upstream that
+"""recording_upstream.py PORTFILE DIR [continue|keep]: an HTTP/1.1 upstream that
 records every byte it receives, for test_k8s_smuggling.sh.
 
 Each connection's bytes go to DIR/conn-N.bin, as they arrive.  The bytes are
@@ -14,6 +14,9 @@ connection is kept unless the request said "Connection: close".
 A request for /ambiguous-answer/NAME is answered with the head ANSWERS[NAME],
 one whose framing could be read two ways (or a malformed 1xx before a good
 answer), then the connection is closed.
+
+With "keep": "Connection: close" is ignored (never answered, the connection
+kept): an upstream that does not honour it.
 
 With "continue": every request is answered with "HTTP/1.1 100 Continue"
 heads, forever.  DIR/sent holds the bytes written so far (updated every
@@ -32,6 +35,7 @@ import threading
 
 DIR = sys.argv[2]
 CONTINUE = len(sys.argv) > 3 and sys.argv[3] == "continue"
+KEEP = len(sys.argv) > 3 and sys.argv[3] == "keep"
 CONTINUE_MAX = 128 << 20
 counter = itertools.count(1)
 lock = threading.Lock()
@@ -142,7 +146,7 @@ class Handler(socketserver.BaseRequestHandler):
                 self.request.sendall(ANSWERS[target.split("/")[2]])
                 return
             body = json.dumps({"ok": True, "target": target}).encode()
-            close = "close" in hd.get("connection", "").lower()
+            close = "close" in hd.get("connection", "").lower() and not KEEP
             self.request.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n%s\r\n" % (

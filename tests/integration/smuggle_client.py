@@ -15,7 +15,7 @@ import sys
 import time
 from urllib.parse import urlparse
 
-url, cafile, token, prefix, case = sys.argv[1:6]   # case: a name below, or get:/REST
+url, cafile, token, prefix, case = sys.argv[1:6]   # case: a name below, get:/REST, twice:/REST
 u = urlparse(url)
 P = prefix.encode()
 AUTH = b"Authorization: Bearer " + token.encode() + b"\r\n"
@@ -141,6 +141,13 @@ if case == "noread":
         time.sleep(3600)
 
 raw, s = connect()
+if case.startswith("twice:"):
+    # Two GETs on one keep-alive connection; the first answer is checked.
+    s.sendall(req(b"GET", case[6:].encode() + b"?first=1", []))
+    status, body = read_answer(s)
+    if status != 200:
+        raise SystemExit("first request: %d %r" % (status, body[:200]))
+    case = "get:" + case[6:] + "?second=1"
 if case.startswith("get:"):
     s.sendall(req(b"GET", case[4:].encode(), []))
 else:

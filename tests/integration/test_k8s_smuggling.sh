@@ -23,7 +23,7 @@ start_upstream() { # start_upstream NAME [continue]: sets UP_PORT
 }
 start_upstream plain
 plain_port=$UP_PORT
-start_upstream tok
+start_upstream tok keep      # ignores Connection: close
 tok_port=$UP_PORT
 start_upstream flood continue
 flood_port=$UP_PORT
@@ -123,7 +123,14 @@ pass "$(echo $answers | wc -w) ambiguous answer heads from the node (CL+TE, 2 CL
 # --- a --service-token service: one request per upstream connection, the node's token only ---
 tok_cases="cl_in_connection te_in_connection upgrade_connection_cl impersonate_mixed_case"
 pass_each "$cid2" tok $tok_cases
-tok_sent=$(echo $tok_cases | wc -w)
+# Two requests on one client connection: the gateway may send the second
+# on the same stream (this upstream keeps its connection); the agent lets
+# no second request through it.
+send "$cid2" "twice:/api/v1/namespaces"
+jq -e '.status == 200' "$T/answer" >/dev/null || fail "token service, two requests: $(cat "$T/answer")"
+tok_sent=$(($(echo $tok_cases | wc -w) + 2))
+sent=$((sent + 1))
+wait_until 10 "the token upstream read $tok_sent requests" bash -c "[ \$(wc -l <'$T/tok/requests.jsonl') -ge $tok_sent ]"
 wait_until 10 "audit lines" bash -c "[ \$(grep -c 'msg=audit event=k8s' '$T/gateway.log') -ge $sent ]"
 got=$(upstream_requests tok)
 [ "$got" = "$tok_sent" ] || fail "$tok_sent requests became $got on the token service: $(cat "$T/tok/requests.jsonl")"
@@ -134,7 +141,7 @@ jq -e -s --arg want "Bearer $NODE_TOKEN" 'all(.[]; [.headers[] | select(.[0] | a
 jq -e -s 'all(.[]; [.headers[] | select(.[0] | ascii_downcase == "connection") | .[1] | ascii_downcase] |
 	length == 1 and (.[0] | split(",") | map(gsub(" "; "")) | index("close") != null))' \
 	"$T/tok/requests.jsonl" >/dev/null || fail "a token request without Connection: close: $(cat "$T/tok/requests.jsonl")"
-pass "--service-token: $tok_sent smuggling attempts are $got requests on $got connections, each with Connection: close and only the node's token"
+pass "--service-token (an upstream that ignores Connection: close): $tok_sent requests (smuggling attempts, two on one client connection) are $got requests on $got connections, each with Connection: close and only the node's token"
 
 # --- one audit line per request ---
 wait_until 10 "audit lines" bash -c "[ \$(grep -c 'msg=audit event=k8s' '$T/gateway.log') -ge $sent ]"

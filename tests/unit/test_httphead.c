@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -349,6 +350,71 @@ test_check_refuses_ambiguous_heads(void **state)
 	    "a tab in Content-Length or Transfer-Encoding");
 }
 
+/* ---- http_body_end ---- */
+
+/* Feeds body_and_more (a C string) whole and byte by byte: both must find
+ * the body's end after want bytes (or refuse it when want is -1). */
+static void
+check_body_end(const char *head, const char *body_and_more, long want)
+{
+	struct http_framing f;
+	struct http_body_end e;
+	const char *why;
+	size_t len = strlen(body_and_more), n, total = 0;
+	int done = 0;
+
+	assert_int_equal(http_head_check(head, strlen(head), &f, &why), 0);
+	http_body_end_init(&e, &f);
+	n = http_body_end_feed(&e, body_and_more, len, &done);
+	if (want < 0) {
+		assert_true(n == (size_t)-1);
+	} else {
+		assert_int_equal(n, (size_t)want);
+		assert_int_equal(done, 1);
+	}
+	http_body_end_init(&e, &f);
+	done = 0;
+	for (size_t i = 0; i < len && !done; i++) {
+		n = http_body_end_feed(&e, body_and_more + i, 1, &done);
+		if (n == (size_t)-1) {
+			assert_true(want < 0);
+			return;
+		}
+		total += n;
+	}
+	assert_true(want >= 0);
+	assert_int_equal(total, (size_t)want);
+	assert_int_equal(done, 1);
+}
+
+static void
+test_body_end_found_for_each_framing(void **state)
+{
+	static const char cl[] = "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n";
+	static const char te[] = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+	static const char none[] = "GET / HTTP/1.1\r\nHost: k\r\n\r\n";
+	static const char next[] = "GET /api/v1/secrets HTTP/1.1\r\n\r\n";
+	char buf[256];
+
+	(void)state;
+	snprintf(buf, sizeof(buf), "hello%s", next);
+	check_body_end(cl, buf, 5);
+	check_body_end(none, next, 0);
+	snprintf(buf, sizeof(buf), "5\r\nhello\r\nA;ext=1\r\n0123456789\r\n0\r\n\r\n%s", next);
+	check_body_end(te, buf, (long)(strlen(buf) - strlen(next)));
+	snprintf(buf, sizeof(buf), "0\r\nX-Trailer: a\r\n\r\n%s", next);
+	check_body_end(te, buf, (long)(strlen(buf) - strlen(next)));
+	/* A request hidden in chunk data is data, not a request. */
+	snprintf(buf, sizeof(buf), "%zx\r\n%s\r\n0\r\n\r\nX", strlen(next), next);
+	check_body_end(te, buf, (long)strlen(buf) - 1);
+	check_body_end(te, "g\r\n", -1);                 /* not hex */
+	check_body_end(te, "\r\n", -1);                  /* no size */
+	check_body_end(te, "5\nhello", -1);               /* bare LF */
+	check_body_end(te, "5\r\nhelloXY", -1);          /* no CRLF after data */
+	check_body_end(te, "1000000000000000\r\n", -1);  /* 16 hex digits */
+	check_body_end(te, "0\r\n\n", -1);               /* bare LF at the end */
+}
+
 int
 main(void)
 {
@@ -370,6 +436,7 @@ main(void)
 		cmocka_unit_test(test_connection_whatever_it_says_becomes_close),
 		cmocka_unit_test(test_check_accepts_one_framing),
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
+		cmocka_unit_test(test_body_end_found_for_each_framing),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
