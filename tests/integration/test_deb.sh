@@ -113,6 +113,16 @@ runuser -u tether -- /usr/bin/tether-gateway init --data-dir /var/lib/tether \
 	fail "admin.token is not the tether user's"
 pass "the tether user initialises the gateway's data dir"
 
+# Installing over it (postinst configure with the old version, as an
+# upgrade does) keeps the state and its owner.
+sum=$(sha256sum /var/lib/tether/admin.token)
+dpkg_run -i "$deb" || fail "dpkg -i over the installed package"
+[ "$(sha256sum /var/lib/tether/admin.token)" = "$sum" ] ||
+	fail "reinstalling changed /var/lib/tether/admin.token"
+[ "$(stat -c '%U %a' /var/lib/tether)" = "tether 700" ] ||
+	fail "reinstalling changed /var/lib/tether: $(stat -c '%U %a' /var/lib/tether)"
+pass "installing over it keeps the gateway's data dir"
+
 dpkg_run --purge tether || fail "dpkg --purge tether"
 dpkg-query -W -f='${Status}' tether 2>/dev/null | grep -q installed &&
 	fail "tether still installed after purge"
