@@ -29,7 +29,10 @@ packages=(
 
 missing=()
 for p in "${packages[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+	# A package whose triggers are pending (man-db's while another dpkg
+	# run installs man pages, e.g. the package test) is installed too.
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+		grep -qE 'install ok (installed|triggers-pending|triggers-awaited)'; then
 		missing+=("$p")
 	fi
 done
@@ -38,7 +41,7 @@ apt_updated=0
 apt_update() {
 	if [ "$apt_updated" -eq 0 ]; then
 		log "apt-get update"
-		"${sudo_cmd[@]}" apt-get update -qq
+		"${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
 		apt_updated=1
 	fi
 }
@@ -46,7 +49,7 @@ apt_update() {
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
 	log "installing: ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -o DPkg::Lock::Timeout=600 -y -qq \
 		--no-install-recommends "${missing[@]}" >/dev/null
 fi
 
@@ -56,7 +59,7 @@ fi
 if ! command -v kubectl >/dev/null 2>&1; then
 	apt_update
 	log "installing: kubernetes-client (kubectl)"
-	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -o DPkg::Lock::Timeout=600 -y -qq \
 		--no-install-recommends kubernetes-client >/dev/null
 fi
 
