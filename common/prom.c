@@ -222,6 +222,25 @@ prom_write(FILE *out, struct prom_metric *const *ms, size_t n)
 	return r ? -1 : 0;
 }
 
+char *
+prom_text(const struct prom_list *lists, size_t nlists, size_t *len)
+{
+	char *text = NULL;
+	FILE *f = open_memstream(&text, len);
+	int r = 0;
+
+	if (f == NULL)
+		return NULL;
+	for (size_t i = 0; i < nlists; i++)
+		r |= prom_write(f, lists[i].ms, lists[i].n);
+	r |= prom_write_process(f);
+	if (fclose(f) != 0 || r != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
 /* ---- process metrics ---- */
 
 double

@@ -68,6 +68,16 @@ int prom_write(FILE *out, struct prom_metric *const *ms, size_t n);
  */
 int prom_write_process(FILE *out);
 
+/* Some families, for prom_text. */
+struct prom_list {
+	struct prom_metric *const *ms;
+	size_t n;
+};
+
+/* A whole scrape: the families of each list in turn, then the process
+ * metrics.  Malloc'd, with *len; NULL when out of memory. */
+char *prom_text(const struct prom_list *lists, size_t nlists, size_t *len);
+
 /* Seconds on a monotonic clock, for durations. */
 double prom_now(void);
 

@@ -17,6 +17,8 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
+#include "netaddr.h"
+
 #define HEADERS_MAX   8192
 #define IDLE_SECONDS  10
 
@@ -63,56 +65,6 @@ on_request(struct evhttp_request *req, void *arg)
 	evhttp_send_reply(req, 200, "OK", out);
 }
 
-static int
-bound_port(evutil_socket_t fd)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-		return -1;
-	if (ss.ss_family == AF_INET6)
-		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
-
-/* "IPv4:PORT" or "[IPv6]:PORT", port 0 allowed.  Returns 0 or -1. */
-static int
-parse_addr(const char *addr, struct sockaddr_storage *ss, int *sslen)
-{
-	const char *colon = strrchr(addr, ':');
-	char host[64], *end;
-	size_t n;
-	long port;
-
-	if (colon == NULL || colon == addr || (n = (size_t)(colon - addr)) >= sizeof(host))
-		return -1;
-	port = strtol(colon + 1, &end, 10);
-	if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535)
-		return -1;
-	if (addr[0] == '[' && addr[n - 1] == ']') {
-		memcpy(host, addr + 1, n - 2);
-		host[n - 2] = '\0';
-	} else {
-		memcpy(host, addr, n);
-		host[n] = '\0';
-	}
-	memset(ss, 0, sizeof(*ss));
-	if (evutil_inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
-		((struct sockaddr_in *)ss)->sin_family = AF_INET;
-		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-		*sslen = sizeof(struct sockaddr_in);
-		return 0;
-	}
-	if (evutil_inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
-		((struct sockaddr_in6 *)ss)->sin6_family = AF_INET6;
-		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-		*sslen = sizeof(struct sockaddr_in6);
-		return 0;
-	}
-	return -1;
-}
-
 struct prom_http *
 prom_http_start(struct event_base *base, const char *addr, prom_render_fn *render,
     void *arg, char *err, size_t errlen)
@@ -129,7 +81,7 @@ prom_http_start(struct event_base *base, const char *addr, prom_render_fn *rende
 	}
 	p->render = render;
 	p->arg = arg;
-	if (parse_addr(addr, &ss, &sslen) != 0) {
+	if (netaddr_parse(addr, &ss, &sslen) != 0) {
 		snprintf(err, errlen, "--metrics-listen wants IPv4:PORT or [IPv6]:PORT, "
 		    "got \"%s\"", addr);
 		goto fail;
@@ -145,7 +97,7 @@ prom_http_start(struct event_base *base, const char *addr, prom_render_fn *rende
 		snprintf(err, errlen, "cannot serve HTTP on %s", addr);
 		goto fail;
 	}
-	p->port = bound_port(evconnlistener_get_fd(l));
+	p->port = netaddr_bound_port(evconnlistener_get_fd(l));
 	evhttp_set_allowed_methods(p->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
 	evhttp_set_max_headers_size(p->http, HEADERS_MAX);
 	evhttp_set_max_body_size(p->http, 0);

@@ -27,6 +27,7 @@
 #include "hub.h"
 #include "log.h"
 #include "metrics.h"
+#include "netaddr.h"
 #include "prom_http.h"
 #include "runtime.h"
 #include "sdnotify.h"
@@ -354,7 +355,7 @@ cmd_serve(int argc, char **argv)
 	store_url = opts_str(&o, SERVE_OPT_STORE);
 	metrics_listen = opts_str(&o, SERVE_OPT_METRICS_LISTEN);
 	/* Checked by the table already. */
-	(void)serve_parse_listen(opts_str(&o, SERVE_OPT_LISTEN), host, sizeof(host), &port);
+	(void)netaddr_split(opts_str(&o, SERVE_OPT_LISTEN), host, sizeof(host), &port);
 	gw.limits.handshake_timeout_ms = opts_num(&o, SERVE_OPT_HANDSHAKE_TIMEOUT);
 	gw.limits.max_handshakes = opts_num(&o, SERVE_OPT_MAX_HANDSHAKES);
 	gw.limits.max_frame_bytes = opts_num(&o, SERVE_OPT_MAX_FRAME_SIZE);

@@ -5,9 +5,6 @@
  */
 #include "metrics.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-
 #include "gateway.h"
 #include "hub.h"
 #include "mux_metrics.h"
@@ -16,22 +13,10 @@ char *
 metrics_render(void *arg, size_t *len)
 {
 	struct gateway *gw = arg;
-	struct prom_metric *const *own, *const *mux;
-	size_t nown = metrics_families(&own, gw->hub != NULL ? hub_count(gw->hub) : 0,
-	    gw->handshakes);
-	size_t nmux = mux_metrics_families(&mux);
-	char *text = NULL;
-	FILE *f;
-	int r;
+	struct prom_list lists[2];
 
-	if ((f = open_memstream(&text, len)) == NULL)
-		return NULL;
-	r = prom_write(f, own, nown);
-	r |= prom_write(f, mux, nmux);
-	r |= prom_write_process(f);
-	if (fclose(f) != 0 || r != 0) {
-		free(text);
-		return NULL;
-	}
-	return text;
+	lists[0].n = metrics_families(&lists[0].ms,
+	    gw->hub != NULL ? hub_count(gw->hub) : 0, gw->handshakes);
+	lists[1].n = mux_metrics_families(&lists[1].ms);
+	return prom_text(lists, 2, len);
 }

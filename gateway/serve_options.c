@@ -8,38 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "netaddr.h"
+
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 /* In the order of enum log_format (common/log.h). */
 static const char *const log_formats[] = { "logfmt", "json", NULL };
-
-int
-serve_parse_listen(const char *s, char *host, size_t hostlen, int *port)
-{
-	const char *colon = strrchr(s, ':');
-	char *end;
-	long p;
-
-	if (colon == NULL || colon == s || (size_t)(colon - s) >= hostlen)
-		return -1;
-	p = strtol(colon + 1, &end, 10);
-	if (*end != '\0' || end == colon + 1 || p < 0 || p > 65535)
-		return -1;
-	snprintf(host, hostlen, "%.*s", (int)(colon - s), s);
-	*port = (int)p;
-	return 0;
-}
-
-static int
-check_listen(const char *v, char *why, size_t whylen)
-{
-	char host[256];
-	int port;
-
-	if (serve_parse_listen(v, host, sizeof(host), &port) == 0)
-		return 0;
-	snprintf(why, whylen, "wants HOST:PORT, got \"%s\"", v);
-	return -1;
-}
 
 static int
 check_store(const char *v, char *why, size_t whylen)
@@ -56,7 +29,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "the directory 'tether-gateway init' made (CA, certificate, "
 	    "gateway.json, the SQLite store)", .required = 1 },
 	[SERVE_OPT_LISTEN] = { .name = "listen", .type = OPT_STRING, .arg = "HOST:PORT",
-	    .def = "0.0.0.0:8443", .check = check_listen,
+	    .def = "0.0.0.0:8443", .check = netaddr_check,
 	    .help = "HTTPS and agent tunnels on one port (port 0: any free port)" },
 	[SERVE_OPT_STORE] = { .name = "store", .type = OPT_STRING, .arg = "URL",
 	    .def_help = "sqlite://DATA_DIR/tether.db", .check = check_store,
@@ -126,7 +99,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "audit lines (streams, /k8s requests) to PATH, created 0640 and "
 	    "appended to; reopened on SIGHUP" },
 	[SERVE_OPT_METRICS_LISTEN] = { .name = "metrics-listen", .type = OPT_STRING,
-	    .arg = "HOST:PORT", .def_help = "off: not served", .check = check_listen,
+	    .arg = "HOST:PORT", .def_help = "off: not served", .check = netaddr_check,
 	    .help = "also serve Prometheus /metrics there, plain HTTP without a "
 	    "token (the main port serves /metrics to admin tokens)" },
 };

@@ -40,10 +40,5 @@ enum serve_opt {
 /* The command: table, synopsis and the text around the option list. */
 extern const struct opt_command serve_command;
 
-/*
- * Splits "HOST:PORT" (port 0 to 65535; the host may be [IPv6]).  0, or -1
- * when s is not of that form.
- */
-int serve_parse_listen(const char *s, char *host, size_t hostlen, int *port);
 
 #endif

@@ -59,6 +59,7 @@
 #include "http.h"
 #include "k8s.h"
 #include "log.h"
+#include "netaddr.h"
 #include "session.h"
 #include "wsconn.h"
 
@@ -1155,53 +1156,6 @@ fail:
 
 /* ---- start and stop ---- */
 
-/* host: an IPv4 or IPv6 literal, the latter with or without brackets. */
-static int
-listen_address(const char *host, int port, struct sockaddr_storage *ss,
-    int *sslen)
-{
-	char h[INET6_ADDRSTRLEN + 2];
-	size_t n = strlen(host);
-	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-
-	if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
-		host++;
-		n -= 2;
-	}
-	if (n >= sizeof(h))
-		return -1;
-	memcpy(h, host, n);
-	h[n] = '\0';
-	memset(ss, 0, sizeof(*ss));
-	if (evutil_inet_pton(AF_INET, h, &s4->sin_addr) == 1) {
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons((uint16_t)port);
-		*sslen = sizeof(*s4);
-		return 0;
-	}
-	if (evutil_inet_pton(AF_INET6, h, &s6->sin6_addr) == 1) {
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((uint16_t)port);
-		*sslen = sizeof(*s6);
-		return 0;
-	}
-	return -1;
-}
-
-static int
-bound_port(evutil_socket_t fd)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-		return -1;
-	if (ss.ss_family == AF_INET6)
-		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
-
 int
 server_start(struct gateway *gw, const char *host, int port, char *err, size_t errlen)
 {
@@ -1217,7 +1171,7 @@ server_start(struct gateway *gw, const char *host, int port, char *err, size_t e
 	LIST_INIT(&srv->http);
 	LIST_INIT(&srv->ws);
 	gw->server = srv;
-	if (listen_address(host, port, &ss, &sslen) != 0) {
+	if (netaddr_literal(host, port, &ss, &sslen) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: not an IPv4 or IPv6 address",
 		    host);
 		goto fail;
@@ -1239,7 +1193,7 @@ server_start(struct gateway *gw, const char *host, int port, char *err, size_t e
 		goto fail;
 	}
 	evconnlistener_set_error_cb(srv->listener, server_accept_error);
-	srv->port = bound_port(evconnlistener_get_fd(srv->listener));
+	srv->port = netaddr_bound_port(evconnlistener_get_fd(srv->listener));
 	return 0;
 fail:
 	server_stop(gw);

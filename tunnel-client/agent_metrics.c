@@ -3,8 +3,6 @@
  */
 #include "agent_metrics.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "mux_metrics.h"
@@ -53,22 +51,10 @@ agent_metrics_handshake(const char *result)
 char *
 agent_metrics_render(void *arg, size_t *len)
 {
-	struct prom_metric *const own[] = { &build_info, &connected, &handshakes };
-	struct prom_metric *const *mux;
-	size_t nmux = mux_metrics_families(&mux);
-	char *text = NULL;
-	FILE *f;
-	int r;
+	static struct prom_metric *const own[] = { &build_info, &connected, &handshakes };
+	struct prom_list lists[2] = { { own, sizeof(own) / sizeof(own[0]) } };
 
 	prom_set(&build_info, TETHER_VERSION, 1);
-	if ((f = open_memstream(&text, len)) == NULL)
-		return NULL;
-	r = prom_write(f, own, sizeof(own) / sizeof(own[0]));
-	r |= prom_write(f, mux, nmux);
-	r |= prom_write_process(f);
-	if (fclose(f) != 0 || r != 0) {
-		free(text);
-		return NULL;
-	}
-	return text;
+	lists[1].n = mux_metrics_families(&lists[1].ms);
+	return prom_text(lists, 2, len);
 }

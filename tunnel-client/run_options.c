@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "netaddr.h"
+
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 /* In the order of enum log_format (common/log.h). */
 static const char *const log_formats[] = { "logfmt", "json", NULL };
@@ -31,7 +33,7 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .help = "one line per event on stderr, every value quoted and "
 	    "escaped" },
 	[RUN_OPT_METRICS_LISTEN] = { .name = "metrics-listen", .type = OPT_STRING,
-	    .arg = "HOST:PORT", .def_help = "off: not served",
+	    .arg = "HOST:PORT", .def_help = "off: not served", .check = netaddr_check,
 	    .help = "serve Prometheus /metrics there, plain HTTP without a token" },
 };
 
