@@ -37,7 +37,8 @@ user_token=$(ctl user create viewer --cluster "$alpha" | jq -er .token)
 # A live stream: tetherctl connect held open by a FIFO nobody writes to yet.
 mkfifo "$T/in"
 "$CTL" connect --cluster "$alpha" --node n1 "127.0.0.1:$echo_port" <"$T/in" >/dev/null &
-PIDS+=($!)
+connect_pid=$!
+PIDS+=("$connect_pid")
 exec 7>"$T/in"
 on_cleanup 'exec 7>&-'
 printf 'hello, tether' >&7
@@ -150,6 +151,14 @@ cdp print "getComputedStyle(document.getElementById('signout')).display + ' ' +
 [ "$(cat "$T/print.out")" = '"none table"' ] || fail "print media: $(cat "$T/print.out")"
 pass "print media hides the controls and keeps the tables"
 
+# The stream ends before the gateway stops (processes started since hold
+# the FIFO open too, so end the client itself).
 exec 7>&-
+kill "$connect_pid"
+no_stream() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin_token" \
+		"$GW_URL/v1/status" | jq -e '.streams | length == 0' >/dev/null
+}
+wait_until 20 "the stream gone from /v1/status" no_stream
 gateway_stop
 pass "status page"
