@@ -330,8 +330,8 @@ http_body_end_init(struct http_body_end *e, const struct http_framing *f)
 		e->state = BE_DONE;
 }
 
-static int
-hexdigit(unsigned char c)
+int
+http_hexdigit(unsigned char c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -352,7 +352,7 @@ body_end_step(struct http_body_end *e, unsigned char c)
 		return -1;
 	switch (e->state) {
 	case BE_SIZE:
-		if ((h = hexdigit(c)) >= 0) {
+		if ((h = http_hexdigit(c)) >= 0) {
 			if (e->line > 15)
 				return -1;
 			e->left = e->left * 16 + (uint64_t)h;

@@ -148,18 +148,6 @@ str_or_empty(const struct str *s)
 	return s->p != NULL ? s->p : "";
 }
 
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /*
  * A malloc'd, percent-decoded copy of in[0..len); '+' becomes a space when
  * plus_is_space (query strings).  NULL for a malformed escape or an encoded
@@ -178,8 +166,8 @@ pct_decode(const char *in, size_t len, int plus_is_space)
 
 			if (len - i < 3)
 				goto bad;
-			hi = hexval((unsigned char)in[i + 1]);
-			lo = hexval((unsigned char)in[i + 2]);
+			hi = http_hexdigit((unsigned char)in[i + 1]);
+			lo = http_hexdigit((unsigned char)in[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				goto bad;
 			*o++ = (char)(hi << 4 | lo);
