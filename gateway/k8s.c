@@ -58,6 +58,7 @@
 #include "http.h"
 #include "httphead.h"
 #include "hub.h"
+#include "livestreams.h"
 #include "log.h"
 #include "metrics.h"
 #include "mux.h"
@@ -146,6 +147,7 @@ struct k8s_exchange {
 	struct timeval started;
 	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
 	char method[24], path[K8S_LOG_PATH + 1];
+	struct live_stream live;      /* listed for the status page while it lives */
 };
 
 /* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID. */
@@ -281,6 +283,7 @@ static void
 x_free(struct k8s_exchange *x)
 {
 	x_audit(x);
+	live_stream_remove(&x->live);
 	evbuffer_free(x->to_agent);
 	if (x->req_copy != NULL)
 		evbuffer_free(x->req_copy);
@@ -1277,6 +1280,10 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
+	x->live = (struct live_stream){ .kind = "k8s", .principal = x->principal,
+	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
+	    .down = &x->down, .started = x->started.tv_sec };
+	live_stream_add(&x->live);
 	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {
 		if (parked != NULL)
 			link_free(parked, "closed");

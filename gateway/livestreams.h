@@ -1,9 +1,9 @@
 /*
- * livestreams.h: the operator streams open right now (connect and forward),
- * for the status page (GET /v1/status).
+ * livestreams.h: the operator streams open right now (connect, forward and
+ * /k8s requests), for the status page (GET /v1/status).
  *
- * A relay embeds one struct live_stream, points it at its own fields and
- * enters it while it lives: adding and removing are O(1) (a doubly linked
+ * A relay or a /k8s exchange embeds one struct live_stream, points it at
+ * its own fields and enters it while it lives: adding and removing are O(1) (a doubly linked
  * list); listing is O(streams).  One list per process.
  */
 #ifndef TETHER_LIVESTREAMS_H
@@ -15,9 +15,9 @@
 struct live_stream {
 	TAILQ_ENTRY(live_stream) link;
 	int listed;                  /* in the list now */
-	const char *kind;            /* "connect" or "forward" */
+	const char *kind;            /* "connect", "forward" or "k8s" */
 	const char *principal;       /* "admin:<token id>" or "user:<name>" */
-	const char *cluster, *node, *target;
+	const char *cluster, *node, *target;   /* target: HOST:PORT, or a /k8s path */
 	const uint64_t *up, *down;   /* bytes client->agent, agent->client so far */
 	int64_t started;             /* Unix seconds */
 };

@@ -14,7 +14,9 @@ py=/usr/bin/python3
 SHOTS=$(cd "$TETHER_BIN/.." && pwd)
 $py "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
 PIDS+=($!)
-wait_until 10 "echo server" test -s "$T/echo.port"
+$py "$TETHER_SRC/tests/integration/k8s_upstream.py" "$T/kube.port" &
+PIDS+=($!)
+wait_until 10 "echo server and kube-api upstream" test -s "$T/echo.port" -a -s "$T/kube.port"
 echo_port=$(cat "$T/echo.port")
 
 gateway_init
@@ -23,8 +25,9 @@ alpha=$(cluster_create alpha)
 beta=$(cluster_create beta)
 ctl token create --cluster "$alpha" --uses 2 >"$T/alpha.json"
 ctl token create --cluster "$beta" >"$T/beta.json"
-join_node n1 "$T/alpha.json" --allow "127.0.0.1:$echo_port" >/dev/null
-join_node n2 "$T/alpha.json" >/dev/null
+join_node n1 "$T/alpha.json" --allow "127.0.0.1:$echo_port" \
+	--service "kube-api=http://127.0.0.1:$(cat "$T/kube.port")" >/dev/null
+join_node n2 "$T/alpha.json" --service "kube-api=http://127.0.0.1:$(cat "$T/kube.port")" >/dev/null
 join_node n3 "$T/beta.json" >/dev/null
 client_start n1
 client_start n2
@@ -48,6 +51,38 @@ live_stream() {
 		.[0].bytes_up == 13 and .[0].bytes_down == 13' >/dev/null
 }
 wait_until 10 "the stream and its bytes listed by /v1/status" live_stream
+
+# A /k8s exchange is listed too while it lasts: an upgraded one (101, then
+# bytes both ways) held open until $T/k8s.done exists.
+$py - "$GW_URL/k8s/clusters/$alpha/exec" "$GW_DIR/ca.crt" "$admin_token" "$T/k8s.done" <<'PY' &
+import os, socket, ssl, sys, time
+from urllib.parse import urlsplit
+url, ca, token, done = sys.argv[1:5]
+u = urlsplit(url)
+s = ssl.create_default_context(cafile=ca).wrap_socket(
+    socket.create_connection((u.hostname, u.port), timeout=30), server_hostname=u.hostname)
+s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+           "Connection: Upgrade\r\nUpgrade: tether-echo\r\n\r\n" % (u.path, u.netloc, token)).encode())
+head = s.recv(4096)
+assert head.startswith(b"HTTP/1.1 101"), head
+while not os.path.exists(done):
+    time.sleep(0.05)
+s.close()
+PY
+PIDS+=($!)
+k8s_listed() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin_token" \
+		"$GW_URL/v1/status" | jq -e '[.streams[] | select(.kind == "k8s" and
+		.target == "/exec" and (.node == "n1" or .node == "n2"))] | length == 1' >/dev/null
+}
+wait_until 20 "the /k8s exchange listed by /v1/status" k8s_listed
+touch "$T/k8s.done"
+k8s_gone() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin_token" \
+		"$GW_URL/v1/status" | jq -e '[.streams[] | select(.kind == "k8s")] | length == 0' >/dev/null
+}
+wait_until 20 "the /k8s exchange gone from /v1/status" k8s_gone
+pass "a /k8s exchange is listed while it lasts"
 
 # --- the answers: strict CSP, no inline script or style ------------------
 curl -sfD "$T/ui.headers" --cacert "$GW_DIR/ca.crt" "$GW_URL/ui/" >"$T/index.html"
