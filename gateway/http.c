@@ -551,6 +551,11 @@ check_framing(struct http_reader *r)
 	const char *why;
 	char reason[160];
 
+	/* HTTP/0.9 has no headers: http-parser reads it without framing. */
+	if (r->parser.http_major != 1) {
+		reader_fail(r, 400, "malformed request: HTTP version other than 1.x");
+		return;
+	}
 	if (http_head_check(r->raw.p, r->raw.len, &f, &why) == 0) {
 		r->framing = f;
 		return;

@@ -685,6 +685,10 @@ check_answer_head(struct k8s_exchange *x, const char **why)
 		*why = "out of memory";
 		return -1;
 	}
+	if (x->rp.http_major != 1) {
+		*why = "an HTTP version other than 1.x";
+		return -1;
+	}
 	if (http_head_check(raw, len, &f, why) != 0)
 		return -1;
 	evbuffer_drain(x->rraw, len);
