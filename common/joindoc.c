@@ -9,6 +9,7 @@
  */
 #include "joindoc.h"
 #include "hostname.h"
+#include "printable.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -218,11 +219,9 @@ rfc3339_format(int64_t t, char out[32])
 static void
 key_for_message(const char *key, char *out, size_t outlen)
 {
-	size_t i;
+	size_t n = strnlen(key, 32);
 
-	for (i = 0; key[i] != '\0' && i + 1 < outlen && i < 32; i++)
-		out[i] = isprint((unsigned char)key[i]) ? key[i] : '?';
-	out[i] = '\0';
+	text_printable(out, outlen, key, n);
 }
 
 /* A parse failure from jansson, described without quoting the input. */

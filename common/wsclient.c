@@ -44,6 +44,7 @@
  */
 #include "wsclient.h"
 #include "wshead.h"
+#include "printable.h"
 #include "tlsread.h"
 
 #include <ctype.h>
@@ -302,7 +303,7 @@ set_final(struct wsclient *c, int status, const char *fmt, ...)
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	c->final_status = status;
-	ws_sanitize(c->final_reason, sizeof(c->final_reason), buf, strlen(buf));
+	text_printable(c->final_reason, sizeof(c->final_reason), buf, strlen(buf));
 }
 
 /* Ends the connection now and reports the recorded status from the loop. */
@@ -1122,7 +1123,7 @@ control_frame(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
 	text[0] = '\0';
 	if (plen >= 2) {
 		code = (uint16_t)(payload[0] << 8 | payload[1]);
-		ws_sanitize(text, sizeof(text), (const char *)payload + 2, plen - 2);
+		text_printable(text, sizeof(text), (const char *)payload + 2, plen - 2);
 	}
 	if (text[0] != '\0')
 		set_final(c, 101, "%s", text);

@@ -1,5 +1,6 @@
 /* wshead.c: the client's reading of an upgrade answer (see wshead.h). */
 #include "wshead.h"
+#include "printable.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,22 +11,6 @@
 #include <strings.h>
 
 #include <jansson.h>
-
-void
-ws_sanitize(char *dst, size_t dstlen, const char *src, size_t srclen)
-{
-	size_t n = 0;
-
-	if (dstlen == 0)
-		return;
-	for (size_t i = 0; i < srclen && n + 1 < dstlen; i++) {
-		unsigned char ch = (unsigned char)src[i];
-		dst[n++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-	}
-	while (n > 0 && dst[n - 1] == ' ')
-		n--;
-	dst[n] = '\0';
-}
 
 static char *
 trim(char *s)
@@ -97,7 +82,7 @@ ws_response_parse_head(char *head, struct ws_response_head *h, char *status_line
 	next = head;
 	line = strsep(&next, "\n");
 	line[strcspn(line, "\r")] = '\0';
-	ws_sanitize(status_line, sllen, line, strlen(line));
+	text_printable(status_line, sllen, line, strlen(line));
 	if (strncmp(line, "HTTP/1.", 7) != 0 || strlen(line) < 12 ||
 	    line[8] != ' ' || !isdigit((unsigned char)line[9]) ||
 	    !isdigit((unsigned char)line[10]) || !isdigit((unsigned char)line[11]) ||
@@ -175,7 +160,7 @@ ws_refusal_reason(const char *body, size_t len, const char *status_line,
 	if (len > 0 && (doc = json_loadb(body, len, 0, &jerr)) != NULL) {
 		e = json_is_object(doc) ? json_object_get(doc, "error") : NULL;
 		if (json_is_string(e) && json_string_length(e) > 0) {
-			ws_sanitize(out, outlen, json_string_value(e),
+			text_printable(out, outlen, json_string_value(e),
 			    json_string_length(e));
 			json_decref(doc);
 			return;
@@ -188,7 +173,7 @@ ws_refusal_reason(const char *body, size_t len, const char *status_line,
 	while (end < len && body[end] != '\r' && body[end] != '\n')
 		end++;
 	if (end > start)
-		ws_sanitize(out, outlen, body + start, end - start);
+		text_printable(out, outlen, body + start, end - start);
 	else
 		snprintf(out, outlen, "%s", status_line);
 }

@@ -42,8 +42,5 @@ size_t ws_dechunk(char *body, size_t len, int *complete);
 void ws_refusal_reason(const char *body, size_t len, const char *status_line,
     char *out, size_t outlen);
 
-/* Copies src into dst as printable ASCII ('?' for anything else), without
- * trailing spaces, always NUL-terminated. */
-void ws_sanitize(char *dst, size_t dstlen, const char *src, size_t srclen);
 
 #endif

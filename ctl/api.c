@@ -12,6 +12,8 @@
 
 #include <curl/curl.h>
 
+#include "printable.h"
+
 #define API_CONNECT_TIMEOUT_S 10L
 #define API_TIMEOUT_S         60L
 #define API_MAX_BODY          (16 * 1024 * 1024)
@@ -59,21 +61,6 @@ body_write(char *ptr, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-/* Copies s into out with anything unprintable replaced, so that a server's
- * message cannot drive the terminal. */
-static void
-sanitize(const char *s, char *out, size_t outlen)
-{
-	size_t i;
-
-	for (i = 0; s[i] != '\0' && i + 1 < outlen; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		out[i] = (c >= 0x20 && c != 0x7f) ? (char)c : '?';
-	}
-	out[i] = '\0';
-}
-
 /* Errors that mean "reached something, but could not trust it". */
 static bool
 is_trust_error(CURLcode rc)
@@ -117,7 +104,9 @@ report_http_error(long code, const struct body *b)
 		root = json_loadb(b->buf, b->len, 0, &jerr);
 	if (root != NULL && json_is_object(root) &&
 	    (e = json_object_get(root, "error")) != NULL && json_is_string(e)) {
-		sanitize(json_string_value(e), reason, sizeof(reason));
+		/* A server's message must not drive the terminal. */
+		text_printable(reason, sizeof(reason), json_string_value(e),
+		    json_string_length(e));
 		fprintf(stderr, "tetherctl: %s (HTTP %ld)\n", reason, code);
 	} else
 		fprintf(stderr, "tetherctl: the server answered HTTP %ld\n", code);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "joindoc.h"
+#include "printable.h"
 
 #define CELL_MAX 256
 
@@ -56,12 +57,7 @@ cell_list(json_t *arr, char out[CELL_MAX])
 		}
 		o += (size_t)n;
 	}
-	for (i = 0; out[i] != '\0'; i++) {
-		unsigned char c = (unsigned char)out[i];
-
-		if (c < 0x20 || c == 0x7f)
-			out[i] = '?';
-	}
+	text_printable(out, CELL_MAX, out, strlen(out));
 	if (out[0] == '\0')
 		snprintf(out, CELL_MAX, "-");
 }
@@ -72,7 +68,6 @@ cell_text(json_t *row, const char *key, char out[CELL_MAX])
 {
 	json_t *v = json_object_get(row, key);
 	const char *s;
-	size_t i;
 
 	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
 	case JSON_STRING:
@@ -81,12 +76,7 @@ cell_text(json_t *row, const char *key, char out[CELL_MAX])
 			snprintf(out, CELL_MAX, "-");
 			return;
 		}
-		for (i = 0; s[i] != '\0' && i + 1 < CELL_MAX; i++) {
-			unsigned char c = (unsigned char)s[i];
-
-			out[i] = (c >= 0x20 && c != 0x7f) ? (char)c : '?';
-		}
-		out[i] = '\0';
+		text_printable(out, CELL_MAX, s, json_string_length(v));
 		return;
 	case JSON_INTEGER:
 		if (ends_with(key, "_at")) {
