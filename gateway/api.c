@@ -283,8 +283,7 @@ api_viewer(struct gateway *gw, const char *authorization, char *principal,
     char *err, size_t errlen)
 {
 	struct store_token rec;
-	struct store_user_token *ts = NULL;
-	size_t n = 0;
+	struct store_user_token *u;
 	int status, cached = 0;
 
 	*admin = 0;
@@ -298,18 +297,16 @@ api_viewer(struct gateway *gw, const char *authorization, char *principal,
 		return 0;
 	}
 	snprintf(principal, plen, "user:%s", rec.name);
-	if (store_user_token_list(gw->store, &ts, &n) != STORE_OK) {
+	/* One indexed lookup; the record is large (64 cluster ids). */
+	if ((u = malloc(sizeof(*u))) == NULL ||
+	    store_user_token_get(gw->store, rec.id, u) != STORE_OK) {
+		free(u);
 		snprintf(err, errlen, "store: cannot read the token's clusters");
 		return 500;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (strcmp(ts[i].id, rec.id) != 0)
-			continue;
-		for (size_t j = 0; j < ts[i].nclusters && j < STORE_TOKEN_CLUSTERS_MAX; j++)
-			memcpy(clusters[(*nclusters)++], ts[i].clusters[j], STORE_ID_MAX + 1);
-		break;
-	}
-	free(ts);
+	for (size_t j = 0; j < u->nclusters && j < STORE_TOKEN_CLUSTERS_MAX; j++)
+		memcpy(clusters[(*nclusters)++], u->clusters[j], STORE_ID_MAX + 1);
+	free(u);
 	return 0;
 }
 
