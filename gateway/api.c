@@ -42,6 +42,7 @@
 #include "joindoc.h"
 #include "log.h"
 #include "metrics.h"
+#include "printable.h"
 #include "prom_http.h"
 #include "server.h"
 #include "session.h"
@@ -100,10 +101,18 @@ respond_error(struct api_response *r, int status, const char *fmt, ...)
 	char reason[512];
 	va_list ap;
 
+	json_t *v;
+
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
-	respond_json(r, status, json_pack("{s:s}", "error", reason));
+	/* JSON text is UTF-8: a reason that echoes a client's invalid bytes
+	 * (an id in the path) is sent with those bytes as '?'. */
+	if ((v = json_pack("{s:s}", "error", reason)) == NULL) {
+		text_printable(reason, sizeof(reason), reason, strlen(reason));
+		v = json_pack("{s:s}", "error", reason);
+	}
+	respond_json(r, status, v);
 }
 
 void

@@ -58,6 +58,9 @@ jq -e -s 'length > 10 and all(.result | startswith("OPEN_FAIL bad_target: bad ta
 	"$T/report-forward.jsonl" >/dev/null ||
 	fail "a hostile forward target was not refused: $(cat "$T/report-forward.jsonl")"
 pass "targets that are not HOST:PORT: 400 on the dial endpoint, OPEN_FAIL bad_target on forward"
+jq -e -s 'all(.result != 500 and .result != 0)' "$T/report-http.jsonl" >/dev/null ||
+	fail "a hostile path or body got a 500 or no answer: $(jq -c 'select(.result == 500 or .result == 0)' "$T/report-http.jsonl")"
+pass "hostile paths, queries and bodies: each a 4xx (or the proxied 502), never a 500"
 
 gateway_stop
 mv "$T/gateway.log" "$T/gateway-logfmt.log"
