@@ -31,6 +31,11 @@
 #                         last/ (logs of the last run)
 #   TETHER_FRESH_TIMEOUT  seconds `make test` may take (default 3600)
 #   TETHER_FRESH_KEEP=1   keep the run's root filesystem (for debugging)
+#   TETHER_FRESH_TMPFS_GB the run's root filesystem is a tmpfs of at most
+#                         this size (default 12), in the namespace: no disk
+#                         syncs, nothing to delete.  On disk (runs/) instead
+#                         when memory is short (available < size + 4 GiB),
+#                         with TETHER_FRESH_KEEP=1, or when set to 0.
 #
 # Internal: `run.sh --inside RUNDIR` is the part that runs in the namespace.
 set -euo pipefail
@@ -41,6 +46,7 @@ top=$(cd "$here/../.." && pwd)
 cache=$(realpath -m "${TETHER_FRESH_CACHE:-/var/cache/tether-fresh}")
 make_timeout=${TETHER_FRESH_TIMEOUT:-3600}
 keep=${TETHER_FRESH_KEEP:-0}
+tmpfs_gb=${TETHER_FRESH_TMPFS_GB:-12}
 suite=bookworm
 arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 extra_packages=(git make ca-certificates)   # what a fresh machine needs (README)
@@ -260,6 +266,9 @@ inside() {
 	[ -f "$base" ] || build_base "$base"
 	local t0=$SECONDS
 	mkdir -p "$root"
+	if [ "$on_tmpfs" = 1 ]; then
+		mount -t tmpfs -o "size=${tmpfs_gb}g,mode=755" tmpfs "$root"
+	fi
 	tar -C "$root" --numeric-owner -xzf "$base"
 	mount_chroot "$root"
 	configure_chroot "$root"
@@ -284,8 +293,10 @@ inside() {
 	say "make run checked in $(elapsed $((SECONDS - t0)))"
 	# Busy only if a process still runs in the chroot: the caller reports it,
 	# and the mounts go with the namespace when its last process ends.
-	umount -R "$root/var/cache/apt/archives" "$root/run" "$root/dev" "$root/sys" "$root/proc" ||
-		say "could not unmount everything under $root (still in use)"
+	{
+		umount -R "$root/var/cache/apt/archives" "$root/run" "$root/dev" "$root/sys" "$root/proc" &&
+			{ [ "$on_tmpfs" = 0 ] || umount "$root"; }
+	} || say "could not unmount everything under $root (still in use)"
 }
 
 # --- outside: checks, then the namespace, then the clean-up ------------------
@@ -330,6 +341,7 @@ preflight() {
 	fi
 	case $cache/ in "$top"/*) cannot "TETHER_FRESH_CACHE ($cache) must be outside the clone ($top)" ;; esac
 	[[ $make_timeout =~ ^[0-9]+$ ]] || cannot "TETHER_FRESH_TIMEOUT must be whole seconds, got '$make_timeout'"
+	[[ $tmpfs_gb =~ ^[0-9]+$ ]] || cannot "TETHER_FRESH_TMPFS_GB must be whole GiB, got '$tmpfs_gb'"
 
 	head=$(git -c safe.directory='*' -C "$top" rev-parse --verify HEAD) ||
 		cannot "$top is not a git clone with a commit"
@@ -346,6 +358,20 @@ preflight() {
 	say "mirror $mirror ($suite, $components); cache $cache"
 }
 
+# choose_root_fs: on_tmpfs=1 when the run's root can be a tmpfs (see the
+# header), else 0.
+choose_root_fs() {
+	local avail_gb
+	avail_gb=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo)
+	on_tmpfs=0
+	if [ "$tmpfs_gb" -gt 0 ] && [ "$keep" != 1 ] && [ "$avail_gb" -ge $((tmpfs_gb + 4)) ]; then
+		on_tmpfs=1
+		say "root filesystem: a tmpfs of at most $tmpfs_gb GiB ($avail_gb GiB of memory available)"
+	else
+		say "root filesystem: on disk under $cache/runs ($avail_gb GiB of memory available)"
+	fi
+}
+
 main() {
 	preflight
 	mkdir -p "$cache/debs" "$cache/runs" "$cache/last"
@@ -356,6 +382,7 @@ main() {
 		say "waiting for another make test-fresh on this machine to finish"
 		flock 8
 	fi
+	choose_root_fs
 	local r
 	for r in "$cache"/runs/run.*; do     # roots left by interrupted runs
 		[ -d "$r" ] || continue
@@ -363,7 +390,7 @@ main() {
 	done
 	local run t0=$SECONDS rc=0
 	run=$(realpath "$(mktemp -d "$cache/runs/run.XXXXXX")")
-	export head mirror components
+	export head mirror components on_tmpfs
 	unshare --mount --propagation private -- bash "$self" --inside "$run" || rc=$?
 	local pids
 	pids=$(leftovers "$run/root")
