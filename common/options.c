@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include <ini.h>
+#include <openssl/crypto.h>
 
 #define HELP_COLUMN 30
 #define HELP_WIDTH 79
@@ -121,6 +122,8 @@ set_value(struct opt_set *set, size_t id, const char *text, enum opt_source src,
 		snprintf(why, whylen, "out of memory");
 		return -1;
 	}
+	if (v->text != NULL)
+		OPENSSL_cleanse(v->text, strlen(v->text));
 	free(v->text);
 	v->text = copy;
 	v->num = num;
@@ -392,8 +395,12 @@ void
 opts_free(struct opt_set *set)
 {
 	if (set->v != NULL) {
-		for (size_t i = 0; i < set->cmd->n; i++)
+		for (size_t i = 0; i < set->cmd->n; i++) {
+			/* Values may be secrets (a proxy URL's password). */
+			if (set->v[i].text != NULL)
+				OPENSSL_cleanse(set->v[i].text, strlen(set->v[i].text));
 			free(set->v[i].text);
+		}
 		free(set->v);
 	}
 	free(set->config_path);

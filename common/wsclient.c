@@ -45,7 +45,9 @@
 #include "wsclient.h"
 #include "wshead.h"
 #include "printable.h"
+#include "proxy.h"
 #include "tlsread.h"
+#include "url.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -77,6 +79,7 @@
 
 #define WS_GUID             "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define HEAD_MAX            (16 * 1024)   /* upgrade response head */
+#define PROXY_HEAD_MAX      (8 * 1024)    /* a proxy's answer to CONNECT */
 #define BODY_MAX            (8 * 1024)    /* refusal body we read for a reason */
 #define REASON_MAX          256
 #define DEFAULT_TIMEOUT_MS  10000
@@ -102,7 +105,8 @@ enum ws_opcode {
 };
 
 enum state {
-	ST_CONNECTING, /* DNS, TCP, TLS */
+	ST_CONNECTING, /* DNS, TCP, TLS (to the proxy, or through its tunnel) */
+	ST_PROXY,      /* CONNECT sent, reading the proxy's answer */
 	ST_UPGRADING,  /* request sent, reading the response head */
 	ST_REFUSED,    /* not 101: reading the body for a reason */
 	ST_OPEN,
@@ -136,6 +140,15 @@ struct wsclient {
 	int port;
 	int tls;
 	int host_is_ip;
+	/* Where TCP goes: the server, or the proxy while there is one. */
+	const char *dial_host;
+	int dial_port;
+	int dial_is_ip;
+	/* An HTTP CONNECT proxy (NULL: none).  Costs ~3 KiB when set. */
+	struct url *proxy;
+	SSL_CTX *proxy_ssl_ctx;     /* https:// proxy */
+	char proxy_name[300];       /* scheme://host:port, no credentials */
+	int via_tunnel;             /* the proxy said 2xx: bytes go to the server */
 	char *subprotocol;
 	char *token;
 	size_t max_message;
@@ -260,6 +273,12 @@ destroy(struct wsclient *c)
 		evdns_base_free(c->dns, 0);
 	if (c->ssl_ctx != NULL)
 		SSL_CTX_free(c->ssl_ctx);
+	if (c->proxy_ssl_ctx != NULL)
+		SSL_CTX_free(c->proxy_ssl_ctx);
+	if (c->proxy != NULL) {
+		url_clear(c->proxy);
+		free(c->proxy);
+	}
 	free(c->host);
 	free(c->host_header);
 	free(c->resource);
@@ -546,29 +565,30 @@ fail:
 	return NULL;
 }
 
-/* An SSL for one connection: SNI for names, and the name or address the
- * certificate must carry. */
+/* An SSL for one connection to host: SNI for names, and the name or
+ * address the certificate must carry. */
 static SSL *
-tls_session(struct wsclient *c, char *err, size_t errlen)
+tls_session_for(SSL_CTX *ctx, const char *host, int host_is_ip, char *err,
+    size_t errlen)
 {
 	X509_VERIFY_PARAM *vp;
 	char why[320];
 	SSL *ssl;
 	int ok;
 
-	if ((ssl = SSL_new(c->ssl_ctx)) == NULL) {
+	if ((ssl = SSL_new(ctx)) == NULL) {
 		openssl_reason(why, sizeof(why), "cannot create a TLS session");
 		errf(err, errlen, "%s", why);
 		return NULL;
 	}
 	vp = SSL_get0_param(ssl);
-	if (c->host_is_ip)
-		ok = X509_VERIFY_PARAM_set1_ip_asc(vp, c->host) == 1;
+	if (host_is_ip)
+		ok = X509_VERIFY_PARAM_set1_ip_asc(vp, host) == 1;
 	else {
 		X509_VERIFY_PARAM_set_hostflags(vp,
 		    X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-		ok = X509_VERIFY_PARAM_set1_host(vp, c->host, 0) == 1 &&
-		    SSL_set_tlsext_host_name(ssl, c->host) == 1;
+		ok = X509_VERIFY_PARAM_set1_host(vp, host, 0) == 1 &&
+		    SSL_set_tlsext_host_name(ssl, host) == 1;
 	}
 	if (!ok) {
 		openssl_reason(why, sizeof(why), "cannot set the TLS peer name");
@@ -579,6 +599,20 @@ tls_session(struct wsclient *c, char *err, size_t errlen)
 	return ssl;
 }
 
+/* The SSL for the server itself (through a proxy's tunnel or not). */
+static SSL *
+tls_session(struct wsclient *c, char *err, size_t errlen)
+{
+	return tls_session_for(c->ssl_ctx, c->host, c->host_is_ip, err, errlen);
+}
+
+/* Is the peer of the transport now the proxy (not yet the server)? */
+static int
+at_proxy(const struct wsclient *c)
+{
+	return c->proxy != NULL && !c->via_tunnel;
+}
+
 /* Why the transport failed, as precisely as the layers below tell us. */
 static void
 transport_error(struct wsclient *c, short what, char *buf, size_t len)
@@ -587,7 +621,11 @@ transport_error(struct wsclient *c, short what, char *buf, size_t len)
 	unsigned long e, last = 0;
 	SSL *ssl;
 
-	if (c->tls) {
+	const char *peer = at_proxy(c) ? c->dial_host : c->host;
+	int peer_port = at_proxy(c) ? c->dial_port : c->port;
+	const char *what_peer = at_proxy(c) ? "proxy " : "";
+
+	if (at_proxy(c) ? c->proxy_ssl_ctx != NULL : c->tls) {
 		/* libevent queues OpenSSL's error codes, and also bare
 		 * SSL_get_error() kinds (no library) for socket errors:
 		 * those say less than errno, so skip them. */
@@ -596,16 +634,16 @@ transport_error(struct wsclient *c, short what, char *buf, size_t len)
 				last = e;
 		ssl = bufferevent_openssl_get_ssl(c->bev);
 		if (ssl != NULL && SSL_get_verify_result(ssl) != X509_V_OK) {
-			snprintf(buf, len, "TLS certificate verify failed for %s: %s",
-			    c->host, X509_verify_cert_error_string(
+			snprintf(buf, len, "TLS certificate verify failed for %s%s: %s",
+			    what_peer, peer, X509_verify_cert_error_string(
 			    SSL_get_verify_result(ssl)));
 			return;
 		}
 		if (last != 0) {
 			char ebuf[256];
 			ERR_error_string_n(last, ebuf, sizeof(ebuf));
-			snprintf(buf, len, "TLS error with %.64s:%d: %.160s",
-			    c->host, c->port, ebuf);
+			snprintf(buf, len, "TLS error with %s%.64s:%d: %.160s",
+			    what_peer, peer, peer_port, ebuf);
 			return;
 		}
 	}
@@ -615,12 +653,13 @@ transport_error(struct wsclient *c, short what, char *buf, size_t len)
 	    saved_errno != EAGAIN && saved_errno != EINTR)
 		what = BEV_EVENT_ERROR;
 	if ((what & BEV_EVENT_EOF) || saved_errno == 0)
-		snprintf(buf, len, "connection to %s:%d closed by the server%s",
-		    c->host, c->port, c->state == ST_CONNECTING && c->tls ?
+		snprintf(buf, len, "connection to %s%s:%d closed by the %s%s",
+		    what_peer, peer, peer_port, at_proxy(c) ? "proxy" : "server",
+		    c->state == ST_CONNECTING && c->tls ?
 		    " during the TLS handshake" : "");
 	else
-		snprintf(buf, len, "%s %s:%d: %s", c->state == ST_CONNECTING ?
-		    "cannot connect to" : "connection to", c->host, c->port,
+		snprintf(buf, len, "%s %s%s:%d: %s", c->state == ST_CONNECTING ?
+		    "cannot connect to" : "connection to", what_peer, peer, peer_port,
 		    evutil_socket_error_to_string(saved_errno));
 }
 
@@ -999,6 +1038,129 @@ read_head(struct wsclient *c)
 	return 0;
 }
 
+/* ---- through an HTTP CONNECT proxy --------------------------------------- */
+
+static void set_io_sizes(struct bufferevent *bev);
+static void on_connected(struct wsclient *c);
+static void read_cb(struct bufferevent *bev, void *arg);
+static void write_cb(struct bufferevent *bev, void *arg);
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* Connected to the proxy: ask it for a tunnel to the server. */
+static void
+send_connect(struct wsclient *c)
+{
+	size_t len;
+	char *req = proxy_connect_request(c->proxy, c->host, (unsigned int)c->port, &len);
+	int r;
+
+	if (req == NULL) {
+		finish_with(c, 0, "out of memory");
+		return;
+	}
+	r = bufferevent_write(c->bev, req, len);
+	OPENSSL_cleanse(req, len);
+	free(req);
+	if (r != 0) {
+		finish_with(c, 0, "cannot queue the CONNECT request");
+		return;
+	}
+	c->state = ST_PROXY;
+}
+
+/*
+ * The proxy granted the tunnel: from here on the socket carries the
+ * server's bytes.  wss:// starts TLS with the server on the same socket (an
+ * http:// proxy) or inside the proxy's TLS (an https:// proxy, a filter);
+ * then BEV_EVENT_CONNECTED leads to the upgrade as without a proxy.
+ */
+static void
+enter_tunnel(struct wsclient *c)
+{
+	struct bufferevent *old = c->bev, *bev;
+	char err[REASON_MAX];
+	evutil_socket_t fd;
+	SSL *ssl;
+
+	c->via_tunnel = 1;
+	c->state = ST_CONNECTING;
+	if (!c->tls) {
+		on_connected(c);
+		return;
+	}
+	if ((ssl = tls_session(c, err, sizeof(err))) == NULL) {
+		finish_with(c, 0, "%s", err);
+		return;
+	}
+	if (c->proxy_ssl_ctx != NULL) {
+		/* The filter owns old (BEV_OPT_CLOSE_ON_FREE) and ssl. */
+		bev = bufferevent_openssl_filter_new(c->base, old, ssl,
+		    BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+	} else {
+		/* The socket moves to a TLS bufferevent; old lets go of it
+		 * (setfd -1: freeing it then closes nothing). */
+		fd = bufferevent_getfd(old);
+		bufferevent_setfd(old, -1);
+		bufferevent_free(old);
+		bev = bufferevent_openssl_socket_new(c->base, fd, ssl,
+		    BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+		if (bev == NULL)
+			evutil_closesocket(fd);
+	}
+	c->bev = bev;
+	if (bev == NULL) {
+		SSL_free(ssl);
+		finish_with(c, 0, "cannot start TLS through the proxy");
+		return;
+	}
+	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	set_io_sizes(bev);
+	bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);
+	if (bufferevent_enable(bev, EV_READ | EV_WRITE) != 0)
+		finish_with(c, 0, "cannot enable the bufferevent");
+}
+
+/* Reads the proxy's answer to CONNECT: at most PROXY_HEAD_MAX bytes. */
+static void
+read_proxy_head(struct wsclient *c)
+{
+	struct evbuffer *in = input_of(c);
+	struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+	struct ws_response_head h;
+	char head[PROXY_HEAD_MAX + 1];
+	size_t n;
+
+	if (end.pos < 0 || (size_t)end.pos + 4 > PROXY_HEAD_MAX) {
+		if (evbuffer_get_length(in) >= PROXY_HEAD_MAX || end.pos >= 0)
+			finish_with(c, 0, "proxy %s: answer to CONNECT is over %d "
+			    "bytes", c->proxy_name, PROXY_HEAD_MAX);
+		return;
+	}
+	n = (size_t)end.pos + 4;
+	if (evbuffer_remove(in, head, n) != (int)n) {
+		finish_with(c, 0, "cannot read the proxy's answer");
+		return;
+	}
+	head[n] = '\0';
+	if (ws_response_parse_head(head, &h, c->status_line, sizeof(c->status_line)) != 0) {
+		finish_with(c, 0, "proxy %s sent a malformed answer to CONNECT: %s",
+		    c->proxy_name, c->status_line);
+		return;
+	}
+	if (h.status < 200 || h.status > 299) {
+		finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s",
+		    c->proxy_name, c->host, c->port, c->status_line);
+		return;
+	}
+	if (evbuffer_get_length(in) > 0) {
+		/* The server speaks only after our ClientHello or upgrade. */
+		finish_with(c, 0, "proxy %s sent bytes after its answer to CONNECT",
+		    c->proxy_name);
+		return;
+	}
+	enter_tunnel(c);
+}
+
 /* ---- receiving frames --------------------------------------------------- */
 
 /*
@@ -1217,6 +1379,9 @@ process_input(struct wsclient *c)
 {
 	while (!gone(c)) {
 		switch (c->state) {
+		case ST_PROXY:
+			read_proxy_head(c);
+			return;
 		case ST_UPGRADING:
 			if (read_head(c) != 1)
 				return;
@@ -1255,6 +1420,9 @@ handle_eof(struct wsclient *c)
 		break;
 	case ST_UPGRADING:
 		finish_with(c, 0, "%s during the WebSocket upgrade", c->eof_reason);
+		break;
+	case ST_PROXY:
+		finish_with(c, 0, "%s before answering CONNECT", c->eof_reason);
 		break;
 	case ST_REFUSED:
 		refused_done(c);
@@ -1322,7 +1490,9 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 
 	enter(c);
 	if (what & BEV_EVENT_CONNECTED) {
-		if (c->state == ST_CONNECTING)
+		if (c->state == ST_CONNECTING && at_proxy(c))
+			send_connect(c);
+		else if (c->state == ST_CONNECTING)
 			on_connected(c);
 	} else if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
 		transport_error(c, what, why, sizeof(why));
@@ -1348,8 +1518,13 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	enter(c);
 	switch (c->state) {
 	case ST_CONNECTING:
-		finish_with(c, 0, "timed out after %u ms connecting to %s:%d",
-		    c->timeout_ms, c->host, c->port);
+		finish_with(c, 0, "timed out after %u ms connecting to %s:%d%s%s",
+		    c->timeout_ms, c->host, c->port, c->proxy != NULL ? " through proxy " : "",
+		    c->proxy != NULL ? c->proxy_name : "");
+		break;
+	case ST_PROXY:
+		finish_with(c, 0, "timed out after %u ms waiting for proxy %s to "
+		    "answer CONNECT", c->timeout_ms, c->proxy_name);
 		break;
 	case ST_UPGRADING:
 		finish_with(c, 0, "timed out after %u ms waiting for the "
@@ -1411,7 +1586,8 @@ connect_to(struct wsclient *c, const struct sockaddr *sa, socklen_t salen)
 	 * here: either way finish() defers on_close to the loop. */
 	if (bufferevent_socket_connect(c->bev, (struct sockaddr *)sa,
 	    (int)salen) != 0 && c->state == ST_CONNECTING)
-		finish_with(c, 0, "cannot connect to %s:%d: %s", c->host, c->port,
+		finish_with(c, 0, "cannot connect to %s%s:%d: %s",
+		    at_proxy(c) ? "proxy " : "", c->dial_host, c->dial_port,
 		    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 }
 
@@ -1434,7 +1610,8 @@ lookup_done(int result, struct evutil_addrinfo *ai, void *arg)
 	if (result == EVUTIL_EAI_CANCEL || c->state != ST_CONNECTING)
 		; /* finish() cancelled it: on_close is already on its way */
 	else if (result != 0 || ai == NULL)
-		finish_with(c, 0, "cannot resolve %s: %s", c->host,
+		finish_with(c, 0, "cannot resolve %s%s: %s", at_proxy(c) ? "proxy " : "",
+		    c->dial_host,
 		    result != 0 ? evutil_gai_strerror(result) : "no address");
 	else
 		connect_to(c, ai->ai_addr, (socklen_t)ai->ai_addrlen);
@@ -1451,24 +1628,24 @@ start_connect(struct wsclient *c, char *err, size_t errlen)
 	struct evutil_addrinfo hints;
 	char port[8];
 
-	if (c->host_is_ip) {
+	if (c->dial_is_ip) {
 		struct sockaddr_storage ss;
 		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
 		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
 		socklen_t sl;
 
 		memset(&ss, 0, sizeof(ss));
-		if (inet_pton(AF_INET, c->host, &sin->sin_addr) == 1) {
+		if (inet_pton(AF_INET, c->dial_host, &sin->sin_addr) == 1) {
 			sin->sin_family = AF_INET;
-			sin->sin_port = htons((uint16_t)c->port);
+			sin->sin_port = htons((uint16_t)c->dial_port);
 			sl = sizeof(*sin);
 		} else {
-			if (inet_pton(AF_INET6, c->host, &sin6->sin6_addr) != 1) {
-				errf(err, errlen, "bad address %s", c->host);
+			if (inet_pton(AF_INET6, c->dial_host, &sin6->sin6_addr) != 1) {
+				errf(err, errlen, "bad address %s", c->dial_host);
 				return -1;
 			}
 			sin6->sin6_family = AF_INET6;
-			sin6->sin6_port = htons((uint16_t)c->port);
+			sin6->sin6_port = htons((uint16_t)c->dial_port);
 			sl = sizeof(*sin6);
 		}
 		connect_to(c, (struct sockaddr *)&ss, sl);
@@ -1485,10 +1662,10 @@ start_connect(struct wsclient *c, char *err, size_t errlen)
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
 	hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
-	snprintf(port, sizeof(port), "%d", c->port);
+	snprintf(port, sizeof(port), "%d", c->dial_port);
 	/* NULL if lookup_done already ran inside this call (a name from
 	 * /etc/hosts, or an immediate failure); else it is in flight. */
-	req = evdns_getaddrinfo(c->dns, c->host, port, &hints, lookup_done, c);
+	req = evdns_getaddrinfo(c->dns, c->dial_host, port, &hints, lookup_done, c);
 	c->lookup = req;
 	return 0;
 }
@@ -1509,7 +1686,18 @@ make_transport(struct wsclient *c, char *err, size_t errlen)
 	struct bufferevent *bev;
 	SSL *ssl;
 
-	if (!c->tls) {
+	if (c->proxy != NULL && c->proxy_ssl_ctx != NULL) {
+		ssl = tls_session_for(c->proxy_ssl_ctx, c->dial_host, c->dial_is_ip,
+		    err, errlen);
+		if (ssl == NULL)
+			return NULL;
+		bev = bufferevent_openssl_socket_new(c->base, -1, ssl,
+		    BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+		if (bev == NULL)
+			errf(err, errlen, "cannot create a TLS bufferevent");
+		return bev;
+	}
+	if (!c->tls || c->proxy != NULL) {
 		bev = bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
 		if (bev == NULL)
 			errf(err, errlen, "cannot create a bufferevent");
@@ -1531,6 +1719,36 @@ make_transport(struct wsclient *c, char *err, size_t errlen)
 	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
 	set_io_sizes(bev);
 	return bev;
+}
+
+/* Parses the proxy URL; TCP (and maybe TLS) will go to the proxy. */
+static int
+set_proxy(struct wsclient *c, const struct wsclient_config *cfg, char *err,
+    size_t errlen)
+{
+	char why[200];
+
+	if ((c->proxy = malloc(sizeof(*c->proxy))) == NULL) {
+		errf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (url_parse(cfg->proxy_url, proxy_url_schemes, c->proxy, why, sizeof(why)) != 0) {
+		errf(err, errlen, "proxy URL: %s", why);
+		return -1;
+	}
+	url_display(c->proxy, c->proxy_name, sizeof(c->proxy_name));
+	if (strcmp(c->proxy->scheme, "https") == 0 &&
+	    (c->proxy_ssl_ctx = tls_context(cfg->proxy_ca_file, err, errlen)) == NULL)
+		return -1;
+	c->dial_host = c->proxy->host;
+	c->dial_port = (int)c->proxy->port;
+	{
+		struct in_addr a4;
+
+		c->dial_is_ip = c->proxy->host_is_ipv6 ||
+		    inet_pton(AF_INET, c->proxy->host, &a4) == 1;
+	}
+	return 0;
 }
 
 struct wsclient *
@@ -1574,6 +1792,11 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 		goto fail;
 	}
 	if (c->tls && (c->ssl_ctx = tls_context(cfg->ca_file, err, errlen)) == NULL)
+		goto fail;
+	c->dial_host = c->host;
+	c->dial_port = c->port;
+	c->dial_is_ip = c->host_is_ip;
+	if (cfg->proxy_url != NULL && set_proxy(c, cfg, err, errlen) != 0)
 		goto fail;
 	c->timer = evtimer_new(base, timer_cb, c);
 	c->defer = event_new(base, -1, 0, defer_cb, c);

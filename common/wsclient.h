@@ -52,6 +52,11 @@ struct wsclient_config {
 	                             * (on_close, status 0).  0 = 8 MiB */
 	size_t low_water;           /* on_drain threshold, bytes (0: when empty) */
 	uint32_t connect_timeout_ms;/* TCP + TLS + upgrade; 0 = 10000 */
+	/* An HTTP CONNECT proxy, http[s]://[user[:password]@]host[:port]
+	 * (common/url.h), or NULL.  The timeout covers the proxy too; a
+	 * refusal ends in on_close with status 0 and the proxy's status line. */
+	const char *proxy_url;
+	const char *proxy_ca_file;  /* PEM CAs for an https:// proxy; NULL = system */
 };
 
 /*

@@ -36,11 +36,13 @@
 #include "frame.h"
 #include "log.h"
 #include "mux.h"
+#include "proxy.h"
 #include "prom_http.h"
 #include "runtime.h"
 #include "sdnotify.h"
 #include "state.h"
 #include "token.h"
+#include "url.h"
 #include "wsclient.h"
 
 #define BACKOFF_MIN_MS   500
@@ -515,6 +517,8 @@ agent_connect(evutil_socket_t fd, short what, void *arg)
 	cfg.ca_file = a->ca_path;
 	cfg.max_message = (1 << 20) + MAX_MESSAGE_SLACK;
 	cfg.low_water = 128 * 1024;
+	cfg.proxy_url = a->opt.proxy_url;
+	cfg.proxy_ca_file = a->opt.proxy_ca_file;
 	agent_set_phase(a, TUNNEL_CONNECTING);
 	debug("connecting", KV_S("url", a->connect_url));
 	a->ws = wsclient_connect(a->base, &cfg, &ws_callbacks, a, err, sizeof(err));
@@ -559,6 +563,29 @@ agent_on_signal(evutil_socket_t sig, short what, void *arg)
 }
 
 /* ---- start-up ---- */
+
+/* Drops the proxy when NO_PROXY covers the gateway; says which way it goes. */
+static void
+agent_choose_proxy(struct agent *a)
+{
+	struct url u;
+	char why[256], shown[300];
+
+	if (a->opt.proxy_url == NULL)
+		return;
+	if (no_proxy_match(a->opt.no_proxy, a->gw_host)) {
+		info("gateway host is in no-proxy: connecting directly",
+		    KV_S("host", a->gw_host));
+		a->opt.proxy_url = NULL;
+		return;
+	}
+	if (url_parse(a->opt.proxy_url, proxy_url_schemes, &u, why, sizeof(why)) == 0)
+		url_display(&u, shown, sizeof(shown));
+	else
+		snprintf(shown, sizeof(shown), "(invalid: %s)", why);
+	url_clear(&u);
+	info("connecting through an HTTP CONNECT proxy", KV_S("proxy", shown));
+}
 
 static int
 parse_gateway_url(struct agent *a)
@@ -723,6 +750,7 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 		    KV_S("listen", opt->metrics_listen), KV_I("port", prom_http_port(a.metrics)));
 	}
 	agent_write_status(&a);
+	agent_choose_proxy(&a);
 	if (sdnotify_watchdog_start(a.base) != 0) {
 		error("cannot start the systemd watchdog timer");
 		agent_free(&a);

@@ -17,6 +17,9 @@ struct agent_options {
 	uint32_t max_streams;       /* streams open at once */
 	uint32_t dial_timeout_ms;   /* connecting to a target */
 	const char *metrics_listen; /* serve /metrics there (plain HTTP), or NULL */
+	const char *proxy_url;      /* HTTP CONNECT proxy (common/url.h), or NULL */
+	const char *no_proxy;       /* hosts reached directly (common/proxy.h), or NULL */
+	const char *proxy_ca_file;  /* CAs for an https:// proxy, or NULL: the system's */
 };
 
 #define AGENT_DEFAULT_OPTIONS { \
@@ -24,6 +27,9 @@ struct agent_options {
 	.max_streams = 1024, \
 	.dial_timeout_ms = 10000, \
 	.metrics_listen = NULL, \
+	.proxy_url = NULL, \
+	.no_proxy = NULL, \
+	.proxy_ca_file = NULL, \
 }
 
 /*

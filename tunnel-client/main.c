@@ -15,7 +15,9 @@
 #include "agent.h"
 #include "join.h"
 #include "log.h"
+#include "proxy.h"
 #include "run_options.h"
+#include "url.h"
 #include "runtime.h"
 
 static void
@@ -70,6 +72,51 @@ usage_error(const char *cmd, const char *fmt, const char *arg)
 	return 2;
 }
 
+/* The first of the environment variables names that is set and not empty. */
+static const char *
+env_first(const char *a, const char *b, const char **which)
+{
+	const char *v = getenv(a);
+
+	*which = a;
+	if (v == NULL || v[0] == '\0') {
+		v = getenv(b);
+		*which = b;
+	}
+	return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/* The proxy: --proxy / the proxy key, else https_proxy / HTTPS_PROXY; the
+ * same for NO_PROXY.  0, or -1 after saying what is wrong. */
+static int
+proxy_settings(const struct opt_set *o, struct agent_options *opt)
+{
+	const char *which = NULL;
+	char why[256];
+
+	opt->proxy_url = opts_str(o, RUN_OPT_PROXY);
+	if (opt->proxy_url == NULL) {
+		opt->proxy_url = env_first("https_proxy", "HTTPS_PROXY", &which);
+		if (opt->proxy_url != NULL) {
+			struct url u;
+			int r = url_parse(opt->proxy_url, proxy_url_schemes, &u, why,
+			    sizeof(why));
+
+			url_clear(&u);
+			if (r != 0) {
+				fprintf(stderr, "tether-client run: environment variable "
+				    "%s: %s\n", which, why);
+				return -1;
+			}
+		}
+	}
+	opt->no_proxy = opts_str(o, RUN_OPT_NO_PROXY);
+	if (opt->no_proxy == NULL)
+		opt->no_proxy = env_first("no_proxy", "NO_PROXY", &which);
+	opt->proxy_ca_file = opts_str(o, RUN_OPT_PROXY_CACERT);
+	return 0;
+}
+
 static int
 cmd_run(int argc, char **argv)
 {
@@ -86,6 +133,10 @@ cmd_run(int argc, char **argv)
 	opt.max_streams = opts_num(&o, RUN_OPT_MAX_STREAMS);
 	opt.dial_timeout_ms = opts_num(&o, RUN_OPT_DIAL_TIMEOUT);
 	opt.metrics_listen = opts_str(&o, RUN_OPT_METRICS_LISTEN);
+	if (proxy_settings(&o, &opt) != 0) {
+		opts_free(&o);
+		return 2;
+	}
 	log_init("client", (enum log_level)opts_num(&o, RUN_OPT_LOG_LEVEL));
 	log_set_format((enum log_format)opts_num(&o, RUN_OPT_LOG_FORMAT));
 	r = agent_run(opts_str(&o, RUN_OPT_STATE_DIR), &opt);

@@ -5,12 +5,26 @@
 #include "run_options.h"
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "proxy.h"
+#include "url.h"
 
 #include "netaddr.h"
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 /* In the order of enum log_format (common/log.h). */
 static const char *const log_formats[] = { "logfmt", "json", NULL };
+
+static int
+check_proxy(const char *v, char *why, size_t whylen)
+{
+	struct url u;
+	int r = url_parse(v, proxy_url_schemes, &u, why, whylen);
+
+	url_clear(&u);
+	return r;
+}
 
 static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	[RUN_OPT_STATE_DIR] = { .name = "state-dir", .type = OPT_STRING, .arg = "DIR",
@@ -35,6 +49,19 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	[RUN_OPT_METRICS_LISTEN] = { .name = "metrics-listen", .type = OPT_STRING,
 	    .arg = "HOST:PORT", .def_help = "off: not served", .check = netaddr_check,
 	    .help = "serve Prometheus /metrics there, plain HTTP without a token" },
+	[RUN_OPT_PROXY] = { .name = "proxy", .type = OPT_STRING, .arg = "URL",
+	    .check = check_proxy, .def_help = "$https_proxy or $HTTPS_PROXY",
+	    .help = "reach the gateway through this HTTP CONNECT proxy: "
+	    "http[s]://[USER:PASSWORD@]HOST[:PORT] (percent-encode special "
+	    "characters of USER and PASSWORD)" },
+	[RUN_OPT_NO_PROXY] = { .name = "no-proxy", .type = OPT_STRING, .arg = "LIST",
+	    .def_help = "$no_proxy or $NO_PROXY",
+	    .help = "gateway hosts reached without the proxy: names (example.com "
+	    "covers its subdomains, as .example.com does), addresses, CIDR blocks, "
+	    "or *, separated by commas" },
+	[RUN_OPT_PROXY_CACERT] = { .name = "proxy-cacert", .type = OPT_STRING,
+	    .arg = "FILE", .def_help = "the system's CAs",
+	    .help = "PEM CA certificates that verify an https:// proxy" },
 };
 
 const struct opt_command run_command = {

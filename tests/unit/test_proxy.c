@@ -1,0 +1,162 @@
+/*
+ * test_proxy.c: the proxy URL parser (common/url.c), NO_PROXY matching and
+ * the CONNECT request (common/proxy.c).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy.h"
+#include "url.h"
+
+static void
+parse_ok(const char *s, struct url *u)
+{
+	char why[256] = "";
+
+	if (url_parse(s, proxy_url_schemes, u, why, sizeof(why)) != 0)
+		fail_msg("%s: %s", s, why);
+}
+
+static void
+parse_bad(const char *s, const char *want)
+{
+	struct url u;
+	char why[256] = "";
+
+	assert_int_equal(url_parse(s, proxy_url_schemes, &u, why, sizeof(why)), -1);
+	if (strstr(why, want) == NULL)
+		fail_msg("%s: reason \"%s\" lacks \"%s\"", s, why, want);
+}
+
+static void
+test_url_parse(void **state)
+{
+	struct url u;
+	char disp[300];
+
+	parse_ok("http://proxy.example.com:3128", &u);
+	assert_string_equal(u.scheme, "http");
+	assert_string_equal(u.host, "proxy.example.com");
+	assert_int_equal(u.port, 3128);
+	assert_int_equal(u.has_userinfo, 0);
+	assert_string_equal(u.path, "/");
+
+	parse_ok("HTTPS://proxy.example.com/", &u);
+	assert_string_equal(u.scheme, "https");
+	assert_int_equal(u.port, 443);
+
+	parse_ok("http://proxy:80", &u);
+	assert_int_equal(u.port, 80);
+
+	/* Percent-decoded user information; the last '@' ends it. */
+	parse_ok("http://us%40er:p%3Ass@w@10.0.0.1:8080/x?y=1", &u);
+	assert_int_equal(u.has_userinfo, 1);
+	assert_string_equal(u.user, "us@er");
+	assert_string_equal(u.password, "p:ss@w");
+	assert_string_equal(u.host, "10.0.0.1");
+	assert_string_equal(u.path, "/x?y=1");
+
+	parse_ok("http://alice@[::1]:3128", &u);
+	assert_string_equal(u.user, "alice");
+	assert_string_equal(u.password, "");
+	assert_string_equal(u.host, "::1");
+	assert_int_equal(u.host_is_ipv6, 1);
+	url_display(&u, disp, sizeof(disp));
+	assert_string_equal(disp, "http://[::1]:3128");
+	url_clear(&u);
+	assert_string_equal(u.password, "");
+
+	parse_bad("socks5://proxy:1080", "unsupported scheme");
+	parse_bad("proxy:3128", "scheme://");
+	parse_bad("http://", "host");
+	parse_bad("http://proxy:0", "bad port");
+	parse_bad("http://proxy:65536", "bad port");
+	parse_bad("http://proxy:31x", "bad port");
+	parse_bad("http://pro xy:3128", "space");
+	parse_bad("http://proxy\r\n:3128", "control");
+	parse_bad("http://proxy#frag", "fragment");
+	parse_bad("http://a:b%0d@proxy", "control");
+	parse_bad("http://a:b%4@proxy", "escape");
+	parse_bad("http://a:b%@proxy", "escape");
+	parse_bad("http://[::1:3128", "unterminated");
+	parse_bad("http://[::1]x:3128", "garbage");
+	parse_bad("http://bad_host!:3128", "host");
+}
+
+static void
+test_no_proxy(void **state)
+{
+	assert_true(no_proxy_match("*", "anything.example"));
+	assert_true(no_proxy_match("localhost, example.com", "example.com"));
+	assert_true(no_proxy_match("example.com", "gw.example.com"));
+	assert_true(no_proxy_match("example.com", "GW.Example.COM."));
+	assert_true(no_proxy_match(".example.com", "gw.example.com"));
+	assert_true(no_proxy_match(".example.com", "example.com"));
+	assert_true(no_proxy_match("*.example.com", "a.b.example.com"));
+	assert_false(no_proxy_match("example.com", "notexample.com"));
+	assert_false(no_proxy_match("example.com", "example.com.evil"));
+	assert_false(no_proxy_match("gw.example.com", "example.com"));
+	assert_true(no_proxy_match("example.com:8443", "gw.example.com"));
+	assert_true(no_proxy_match("10.0.0.0/8", "10.200.3.4"));
+	assert_false(no_proxy_match("10.0.0.0/8", "11.0.0.1"));
+	assert_true(no_proxy_match("192.168.1.0/23", "192.168.0.9"));
+	assert_false(no_proxy_match("192.168.1.0/24", "192.168.0.9"));
+	assert_true(no_proxy_match("0.0.0.0/0", "203.0.113.9"));
+	assert_false(no_proxy_match("10.0.0.0/8", "gw.example.com"));
+	assert_false(no_proxy_match("10.0.0.0/33", "10.0.0.1"));
+	assert_true(no_proxy_match("fd00::/8", "fd12::1"));
+	assert_false(no_proxy_match("fd00::/8", "fe80::1"));
+	assert_false(no_proxy_match("fd00::/8", "10.0.0.1"));
+	assert_true(no_proxy_match("127.0.0.1", "127.0.0.1"));
+	assert_false(no_proxy_match("127.0.0.1", "127.0.0.2"));
+	assert_true(no_proxy_match("[::1]", "::1"));
+	assert_true(no_proxy_match("::1", "::1"));
+	assert_true(no_proxy_match(" a.test ,\t b.test ", "b.test"));
+	assert_false(no_proxy_match("", "example.com"));
+	assert_false(no_proxy_match(",,, ,", "example.com"));
+	assert_false(no_proxy_match(NULL, "example.com"));
+	assert_false(no_proxy_match(".", "example.com"));
+}
+
+static void
+test_connect_request(void **state)
+{
+	struct url u;
+	size_t len;
+	char *req;
+
+	parse_ok("http://proxy:3128", &u);
+	req = proxy_connect_request(&u, "gw.example.com", 8443, &len);
+	assert_non_null(req);
+	assert_string_equal(req, "CONNECT gw.example.com:8443 HTTP/1.1\r\n"
+	    "Host: gw.example.com:8443\r\n\r\n");
+	assert_int_equal(len, strlen(req));
+	free(req);
+
+	/* Aladdin:open sesame, RFC 7617's example. */
+	parse_ok("http://Aladdin:open%20sesame@proxy:3128", &u);
+	req = proxy_connect_request(&u, "::1", 443, &len);
+	assert_non_null(req);
+	assert_string_equal(req, "CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n"
+	    "Proxy-Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n\r\n");
+	free(req);
+	url_clear(&u);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_url_parse),
+		cmocka_unit_test(test_no_proxy),
+		cmocka_unit_test(test_connect_request),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
