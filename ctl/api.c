@@ -12,54 +12,12 @@
 
 #include <curl/curl.h>
 
+#include "httpbody.h"
 #include "printable.h"
 
 #define API_CONNECT_TIMEOUT_S 10L
 #define API_TIMEOUT_S         60L
 #define API_MAX_BODY          (16 * 1024 * 1024)
-
-struct body {
-	char *buf;
-	size_t len;
-	bool too_big;
-};
-
-/* Answers may hold secrets (tokens, kubeconfigs): every copy is wiped
- * before its memory is freed, so the buffer grows by copy, not realloc. */
-static void
-body_wipe(struct body *b)
-{
-	if (b->buf != NULL) {
-		explicit_bzero(b->buf, b->len);
-		free(b->buf);
-	}
-	memset(b, 0, sizeof(*b));
-}
-
-static size_t
-body_write(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-	struct body *b = arg;
-	size_t n = size * nmemb;
-	char *nb;
-
-	if (n > API_MAX_BODY - b->len) {
-		b->too_big = true;
-		return 0;
-	}
-	if ((nb = malloc(b->len + n + 1)) == NULL)
-		return 0;
-	if (b->buf != NULL) {
-		memcpy(nb, b->buf, b->len);
-		explicit_bzero(b->buf, b->len);
-		free(b->buf);
-	}
-	b->buf = nb;
-	memcpy(b->buf + b->len, ptr, n);
-	b->len += n;
-	b->buf[b->len] = '\0';
-	return n;
-}
 
 /* Errors that mean "reached something, but could not trust it". */
 static bool
@@ -94,7 +52,7 @@ report_curl_error(const struct api *a, CURLcode rc, const char *cerr)
 
 /* A non-2xx answer: the server's {"error":...} if it sent one. */
 static void
-report_http_error(long code, const struct body *b)
+report_http_error(long code, const struct httpbody *b)
 {
 	json_t *root = NULL, *e;
 	json_error_t jerr;
@@ -158,7 +116,7 @@ fail:
  */
 static int
 perform(const struct api *a, const char *method, const char *path,
-    json_t *body, struct body *b)
+    json_t *body, struct httpbody *b)
 {
 	char url[API_SERVER_MAX + 2048], cerr[CURL_ERROR_SIZE];
 	struct curl_slist *headers = NULL;
@@ -169,6 +127,7 @@ perform(const struct api *a, const char *method, const char *path,
 	int r = CTL_EXIT_SERVER, n;
 
 	memset(b, 0, sizeof(*b));
+	b->max = API_MAX_BODY;
 	cerr[0] = '\0';
 	n = snprintf(url, sizeof(url), "%s%s", a->server, path);
 	if (n < 0 || (size_t)n >= sizeof(url)) {
@@ -194,7 +153,7 @@ perform(const struct api *a, const char *method, const char *path,
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "tetherctl/" TETHER_VERSION);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, httpbody_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
 	if (a->cacert != NULL) {
 		/* Only this CA: not also the system's CA directory (as join). */
@@ -232,7 +191,7 @@ perform(const struct api *a, const char *method, const char *path,
 	r = CTL_EXIT_OK;
 out:
 	if (r != CTL_EXIT_OK)
-		body_wipe(b);
+		httpbody_wipe(b);
 	headers_free(headers);
 	curl_easy_cleanup(c);
 	if (text != NULL) {
@@ -246,7 +205,7 @@ int
 api_call_raw(const struct api *a, const char *method, const char *path,
     json_t *body, char **out, size_t *outlen)
 {
-	struct body b;
+	struct httpbody b;
 	int r;
 
 	*out = NULL;
@@ -267,7 +226,7 @@ api_call(const struct api *a, const char *method, const char *path,
     json_t *body, json_t **out)
 {
 	json_error_t jerr;
-	struct body b;
+	struct httpbody b;
 	int r;
 
 	*out = NULL;
@@ -280,7 +239,7 @@ api_call(const struct api *a, const char *method, const char *path,
 		    "JSON\n", method, path);
 		r = CTL_EXIT_SERVER;
 	}
-	body_wipe(&b);
+	httpbody_wipe(&b);
 	return r;
 }
 

@@ -21,7 +21,7 @@
  *
  * Only admin tokens reach these routes; a user token gets 403.  User
  * tokens reach clusters they are scoped to, through the dial endpoint
- * (api_authorize_cluster).
+ * (access.h).
  */
 #include "api.h"
 
@@ -33,9 +33,9 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 
+#include "access.h"
 #include "agentkey.h"
 #include "apibody.h"
-#include "authcache.h"
 #include "dial.h"
 #include "gateway.h"
 #include "hub.h"
@@ -159,216 +159,6 @@ agent_json(struct gateway *gw, const struct store_agent *a)
 
 /* ---- request helpers ---- */
 
-/*
- * Checks a bearer token (admin or user) against its record: the kinds
- * agree, the hash matches (in constant time), and it is neither revoked nor
- * expired.  Returns 0 with *rec filled, or 401 with a reason that never
- * repeats the secret.  Revoked and expired are only said to whoever proved
- * they hold the secret.
- */
-/* 0 if a verified token's record is live, else 401 with why. */
-static int
-record_usable(const struct store_token *rec, char *err, size_t errlen)
-{
-	const char *why;
-
-	if (rec->revoked) {
-		snprintf(err, errlen, "token %s is revoked", rec->id);
-		return 401;
-	}
-	if ((why = token_unusable_reason(rec->expires_at, -1, gateway_now())) != NULL) {
-		snprintf(err, errlen, "token %s is %s", rec->id, why);
-		return 401;
-	}
-	return 0;
-}
-
-/*
- * cluster: non-NULL when the caller asks for one cluster; then a token
- * proven for it moments ago is taken from the cache (*cached set) instead
- * of the store.  The hash is compared either way.
- */
-static int
-bearer_check(struct gateway *gw, const char *authorization, const char *cluster,
-    struct store_token *rec, int *cached, char *err, size_t errlen)
-{
-	struct token t;
-	uint8_t hash[TOKEN_HASH_LEN];
-	char perr[128];
-	int ok;
-
-	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0) {
-		snprintf(err, errlen, "missing token: send 'Authorization: Bearer TOKEN'");
-		return 401;
-	}
-	if (token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0) {
-		snprintf(err, errlen, "invalid token: %s", perr);
-		return 401;
-	}
-	if (t.kind == TOKEN_IMPORT) {
-		token_clear(&t);
-		snprintf(err, errlen, "an import token only registers a node");
-		return 401;
-	}
-	token_hash(&t, hash);
-	*cached = cluster != NULL && authcache_get(t.id, cluster, rec);
-	ok = (*cached || store_token_get(gw->store, t.id, rec) == STORE_OK) &&
-	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
-	token_clear(&t);
-	OPENSSL_cleanse(hash, sizeof(hash));
-	if (!ok) {
-		snprintf(err, errlen, "invalid token");
-		return 401;
-	}
-	return record_usable(rec, err, errlen);
-}
-
-/* For a user token: whether it reaches cluster (0, 403 or 500). */
-static int
-scope_check(struct gateway *gw, const struct store_token *rec,
-    const char *cluster, char *err, size_t errlen)
-{
-	switch (store_token_in_cluster(gw->store, rec->id, cluster)) {
-	case STORE_OK:
-		return 0;
-	case STORE_NOTFOUND:
-		snprintf(err, errlen, "the token of user %s (%s) is not scoped to "
-		    "cluster %s", rec->name, rec->id, cluster);
-		return 403;
-	default:
-		snprintf(err, errlen, "store: cannot check the token's clusters");
-		return 500;
-	}
-}
-
-int
-api_authenticate(struct gateway *gw, const char *authorization, char *principal,
-    size_t plen, char *err, size_t errlen)
-{
-	struct store_token rec;
-	int status;
-
-	int cached;
-
-	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
-	    errlen)) != 0)
-		return status;
-	if (rec.kind != TOKEN_ADMIN) {
-		snprintf(err, errlen, "an admin token is required");
-		return 403;
-	}
-	snprintf(principal, plen, "admin:%s", rec.id);
-	return 0;
-}
-
-int
-api_authorize_cluster(struct gateway *gw, const char *authorization,
-    const char *cluster, char *principal, size_t plen, char *err, size_t errlen)
-{
-	struct store_token rec;
-	int status, cached = 0;
-
-	if ((status = bearer_check(gw, authorization, cluster, &rec, &cached,
-	    err, errlen)) != 0)
-		return status;
-	if (rec.kind == TOKEN_ADMIN) {
-		snprintf(principal, plen, "admin:%s", rec.id);
-		if (!cached)
-			authcache_put(rec.id, cluster, &rec);
-		return 0;
-	}
-	if (!cached) {
-		if ((status = scope_check(gw, &rec, cluster, err, errlen)) != 0)
-			return status;
-		authcache_put(rec.id, cluster, &rec);
-	}
-	snprintf(principal, plen, "user:%s", rec.name);
-	return 0;
-}
-
-int
-api_viewer(struct gateway *gw, const char *authorization, char *principal,
-    size_t plen, int *admin, char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
-    char *err, size_t errlen)
-{
-	struct store_token rec;
-	struct store_user_token *u;
-	int status, cached = 0;
-
-	*admin = 0;
-	*nclusters = 0;
-	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
-	    errlen)) != 0)
-		return status;
-	if (rec.kind == TOKEN_ADMIN) {
-		snprintf(principal, plen, "admin:%s", rec.id);
-		*admin = 1;
-		return 0;
-	}
-	snprintf(principal, plen, "user:%s", rec.name);
-	/* One indexed lookup; the record is large (64 cluster ids). */
-	if ((u = malloc(sizeof(*u))) == NULL ||
-	    store_user_token_get(gw->store, rec.id, u) != STORE_OK) {
-		free(u);
-		snprintf(err, errlen, "store: cannot read the token's clusters");
-		return 500;
-	}
-	for (size_t j = 0; j < u->nclusters && j < STORE_TOKEN_CLUSTERS_MAX; j++)
-		memcpy(clusters[(*nclusters)++], u->clusters[j], STORE_ID_MAX + 1);
-	free(u);
-	return 0;
-}
-
-int
-api_user_token_cluster(struct gateway *gw, const char *authorization,
-    char *cluster, size_t clen)
-{
-	char id[TOKEN_ID_LEN + 1];
-	struct store_user_token u;
-
-	/* Only the presented token's record is read (by id): the secret is
-	 * checked afterwards, by api_authorize_cluster. */
-	if (api_bearer_id(authorization, id) != 0 ||
-	    strncmp(authorization + 7, "ttu_", 4) != 0 ||
-	    store_user_token_get(gw->store, id, &u) != STORE_OK ||
-	    u.nclusters != 1)
-		return -1;
-	snprintf(cluster, clen, "%s", u.clusters[0]);
-	return 0;
-}
-
-int
-api_bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1])
-{
-	struct token t;
-	char perr[128];
-
-	id[0] = '\0';
-	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0 ||
-	    token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0)
-		return -1;
-	snprintf(id, TOKEN_ID_LEN + 1, "%s", t.id);
-	token_clear(&t);
-	return 0;
-}
-
-int
-api_recheck_cluster(struct gateway *gw, const char *token_id,
-    const char *cluster, char *err, size_t errlen)
-{
-	struct store_token rec;
-	int status;
-
-	if (store_token_get(gw->store, token_id, &rec) != STORE_OK ||
-	    rec.kind == TOKEN_IMPORT) {
-		snprintf(err, errlen, "invalid token");
-		return 401;
-	}
-	if ((status = record_usable(&rec, err, errlen)) != 0)
-		return status;
-	return rec.kind == TOKEN_ADMIN ? 0 : scope_check(gw, &rec, cluster, err, errlen);
-}
-
 static int
 admin_authorized(struct gateway *gw, const struct api_request *req,
     struct api_response *r)
@@ -376,7 +166,7 @@ admin_authorized(struct gateway *gw, const struct api_request *req,
 	char principal[64], err[192];
 	int status;
 
-	status = api_authenticate(gw, req->authorization, principal,
+	status = access_admin(gw, req->authorization, principal,
 	    sizeof(principal), err, sizeof(err));
 	if (status == 0)
 		return 1;
@@ -792,7 +582,7 @@ users_revoke(struct gateway *gw, const char *name, struct api_response *r)
 
 	rc = store_user_revoke(gw->store, name, &count, err, sizeof(err));
 	/* Whatever this user proved a moment ago no longer counts. */
-	authcache_clear();
+	access_revoked();
 	if (rc == STORE_REFUSED) {
 		respond_error(r, 400, "%s", err);
 		return;

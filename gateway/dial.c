@@ -10,12 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "api.h"
 #include "apibody.h"
 #include "frame.h"
 #include "gateway.h"
 #include "hostname.h"
-#include "hub.h"
+#include "http.h"
 #include "log.h"
 #include "mux.h"
 #include "relay.h"
@@ -29,10 +30,7 @@ struct ctlconn {
 	struct gateway *gw;
 	struct wsconn *ws;
 	struct mux *mux;
-	char principal[96];
-	char token_id[TOKEN_ID_LEN + 1];  /* checked again for every stream */
-	char cluster[STORE_ID_MAX + 1];
-	char node[STORE_NAME_MAX + 1];   /* "" = any agent of the cluster */
+	struct access_grant grant;       /* checked again for every stream */
 };
 
 int
@@ -64,54 +62,6 @@ target_check(const char *target, char *why, size_t whylen)
 		return 0;
 	snprintf(why, whylen, "bad target: %s", reason);
 	return -1;
-}
-
-static int
-offers_tether(const char *offered)
-{
-	char copy[256], *save = NULL;
-
-	snprintf(copy, sizeof(copy), "%s", offered);
-	for (char *p = strtok_r(copy, ", ", &save); p != NULL; p = strtok_r(NULL, ", ", &save))
-		if (strcmp(p, TETHER_SUBPROTOCOL) == 0)
-			return 1;
-	return 0;
-}
-
-/* 1 if node names a registered, unrevoked agent of cluster. */
-static int
-node_known(struct gateway *gw, const char *cluster, const char *node)
-{
-	struct store_agent *as = NULL;
-	size_t n = 0;
-	int found = 0;
-
-	if (store_agent_list(gw->store, cluster, &as, &n) != STORE_OK)
-		return 0;
-	for (size_t i = 0; i < n && !found; i++)
-		found = strcmp(as[i].node, node) == 0 && as[i].state != AGENT_REVOKED;
-	free(as);
-	return found;
-}
-
-/* The agent to use, or NULL with status and reason set. */
-static struct session *
-pick_agent(struct gateway *gw, const char *cluster, const char *node, int *status,
-    char *reason, size_t rlen)
-{
-	struct session *s;
-	int connected;
-
-	s = hub_pick(gw->hub, cluster, node[0] ? node : NULL, &connected);
-	if (s != NULL)
-		return s;
-	*status = 503;
-	if (node[0] != '\0')
-		snprintf(reason, rlen, "node %s of cluster %s is %s", node, cluster,
-		    connected ? "connected but not active" : "not connected");
-	else
-		snprintf(reason, rlen, "no active agent of cluster %s is connected", cluster);
-	return NULL;
 }
 
 /* ---- tether.v1 connections ---- */
@@ -152,18 +102,17 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 		return;
 	}
 	/* The connection may outlive its token: a revoked user stops here. */
-	if (api_recheck_cluster(c->gw, c->token_id, c->cluster, reason,
-	    sizeof(reason)) != 0) {
+	if (access_recheck(c->gw, &c->grant, reason, sizeof(reason)) != 0) {
 		mux_stream_refuse(cs, "unauthorized", reason);
 		return;
 	}
-	agent = pick_agent(c->gw, c->cluster, c->node, &status, reason, sizeof(reason));
+	agent = access_pick(c->gw, &c->grant, &status, reason, sizeof(reason));
 	if (agent == NULL) {
 		mux_stream_refuse(cs, "no_agent", reason);
 		return;
 	}
-	who.principal = c->principal;
-	who.cluster = c->cluster;
+	who.principal = c->grant.principal;
+	who.cluster = c->grant.cluster;
 	who.target = req->target;
 	relay_start_stream(c->gw, agent, cs, &who);
 }
@@ -216,8 +165,7 @@ static const struct wsconn_handlers ctl_ws_handlers = {
 };
 
 static void
-ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
-    const char *token_id, const char *cluster, const char *node)
+ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 {
 	struct ctlconn *c = calloc(1, sizeof(*c));
 	struct mux_config cfg = gw->mux_config;
@@ -227,10 +175,7 @@ ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
 		return;
 	}
 	c->gw = gw;
-	snprintf(c->principal, sizeof(c->principal), "%s", principal);
-	snprintf(c->token_id, sizeof(c->token_id), "%s", token_id);
-	snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
-	snprintf(c->node, sizeof(c->node), "%s", node);
+	c->grant = *g;
 	cfg.odd_ids = 1;
 	cfg.counted = 0;      /* its streams are counted in the agents' tunnels */
 	c->mux = mux_new(&cfg, &ctl_io, c, &ctl_mux_handlers, c);
@@ -257,43 +202,30 @@ ctl_start(struct gateway *gw, struct upgrade *u, const char *principal,
 void
 dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u)
 {
-	char principal[96], err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
-	char node[STORE_NAME_MAX + 1], token_id[TOKEN_ID_LEN + 1];
-	struct store_cluster c;
+	char err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	struct access_grant g;
 	struct session *agent;
 	struct relay_who who;
-	int status;
+	int status, node_bad;
 
 	/* dial_matches vouched for the shape.  A segment too long for an id
 	 * is cut, and no cluster id is that long, so it stays unknown. */
 	snprintf(cluster, sizeof(cluster), "%.*s",
 	    (int)(strchr(req->path + 13, '/') - (req->path + 13)), req->path + 13);
-	/* Who first: whether a cluster exists is only told to a token that
-	 * may reach it (an admin's, or a user's scoped to it). */
-	status = api_authorize_cluster(gw, req->authorization, cluster, principal,
-	    sizeof(principal), err, sizeof(err));
+	node_bad = api_query_param(req->query, "node", node, sizeof(node)) == -2;
+	status = access_cluster(gw, req->authorization, cluster,
+	    node_bad ? NULL : node, &g, err, sizeof(err));
 	if (status != 0) {
 		upgrade_refuse(u, status, err);
 		return;
 	}
-	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-		snprintf(err, sizeof(err), "no cluster %s", cluster);
-		upgrade_refuse(u, 404, err);
-		return;
-	}
-	if (api_query_param(req->query, "node", node, sizeof(node)) == -2) {
+	if (node_bad) {
 		upgrade_refuse(u, 400, "query parameter node: given twice or too long");
 		return;
 	}
-	if (node[0] != '\0' && !node_known(gw, cluster, node)) {
-		snprintf(err, sizeof(err), "no node %s in cluster %s", node, cluster);
-		upgrade_refuse(u, 404, err);
-		return;
-	}
-	if (offers_tether(upgrade_offered_protocols(u))) {
-		/* Authorized above, so it parses. */
-		api_bearer_id(req->authorization, token_id);
-		ctl_start(gw, u, principal, token_id, cluster, node);
+	if (http_token_list_has(upgrade_offered_protocols(u), TETHER_SUBPROTOCOL)) {
+		ctl_start(gw, u, &g);
 		return;
 	}
 	switch (api_query_param(req->query, "target", target, sizeof(target))) {
@@ -308,13 +240,13 @@ dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *
 		upgrade_refuse(u, 400, err);
 		return;
 	}
-	agent = pick_agent(gw, cluster, node, &status, err, sizeof(err));
+	agent = access_pick(gw, &g, &status, err, sizeof(err));
 	if (agent == NULL) {
 		upgrade_refuse(u, status, err);
 		return;
 	}
-	who.principal = principal;
-	who.cluster = cluster;
+	who.principal = g.principal;
+	who.cluster = g.cluster;
 	who.target = target;
 	relay_start_raw(gw, agent, u, &who);
 }

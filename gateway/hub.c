@@ -1,8 +1,11 @@
 /*
  * hub.c: connected agents by id (see hub.h).
  *
- * A hash table with chaining: 1000s of agents, looked up on every admin
- * call that reports "connected" and on every stream open later.
+ * Two hash tables with chaining over the same entries: by agent id (every
+ * admin call that reports "connected", every session that enters or
+ * leaves) and by cluster (every dial and /k8s request picks an agent of
+ * one cluster).  Each lookup costs O(entries in one chain): about 1 by id,
+ * about the cluster's agents by cluster, with 1000s of agents.
  */
 #include "hub.h"
 
@@ -18,7 +21,8 @@
 #define HUB_ID_MAX 32
 
 struct hub_entry {
-	struct hub_entry *next;
+	struct hub_entry *next;    /* same id bucket */
+	struct hub_entry *cnext;   /* same cluster bucket */
 	char agent_id[HUB_ID_MAX];
 	char cluster[HUB_ID_MAX];
 	struct session *session;
@@ -26,7 +30,8 @@ struct hub_entry {
 };
 
 struct hub {
-	struct hub_entry *buckets[HUB_BUCKETS];
+	struct hub_entry *buckets[HUB_BUCKETS];    /* by agent id */
+	struct hub_entry *cbuckets[HUB_BUCKETS];   /* by cluster */
 	size_t count;
 	unsigned rotor;            /* spreads hub_pick over a cluster's agents */
 };
@@ -95,6 +100,9 @@ hub_add(struct hub *h, const char *agent_id, const char *cluster, struct session
 	b = hub_bucket(agent_id);
 	e->next = h->buckets[b];
 	h->buckets[b] = e;
+	b = hub_bucket(e->cluster);
+	e->cnext = h->cbuckets[b];
+	h->cbuckets[b] = e;
 	h->count++;
 	return NULL;
 }
@@ -111,6 +119,10 @@ hub_remove(struct hub *h, const char *agent_id, struct session *s)
 		if (e->session != s)
 			return;
 		*pp = e->next;
+		for (pp = &h->cbuckets[hub_bucket(e->cluster)]; *pp != e;
+		    pp = &(*pp)->cnext)
+			;
+		*pp = e->cnext;
 		free(e);
 		h->count--;
 		return;
@@ -138,10 +150,10 @@ hub_count_cluster(struct hub *h, const char *cluster)
 {
 	size_t n = 0;
 
-	for (size_t i = 0; i < HUB_BUCKETS; i++)
-		for (struct hub_entry *e = h->buckets[i]; e != NULL; e = e->next)
-			if (strcmp(e->cluster, cluster) == 0)
-				n++;
+	for (struct hub_entry *e = h->cbuckets[hub_bucket(cluster)]; e != NULL;
+	    e = e->cnext)
+		if (strcmp(e->cluster, cluster) == 0)
+			n++;
 	return n;
 }
 
@@ -159,38 +171,42 @@ hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg)
 			fn(e->session, arg);
 }
 
+/* 1 if e is an agent of cluster (of node, when non-NULL). */
+static int
+hub_matches(const struct hub_entry *e, const char *cluster, const char *node)
+{
+	return strcmp(e->cluster, cluster) == 0 &&
+	    (node == NULL || strcmp(session_node(e->session), node) == 0);
+}
+
 struct session *
 hub_pick(struct hub *h, const char *cluster, const char *node, int *connected)
 {
-	struct session *first = NULL, *chosen = NULL;
+	struct hub_entry *chain = h->cbuckets[hub_bucket(cluster)];
+	struct session *first = NULL;
 	size_t nactive = 0, want;
 
 	if (connected != NULL)
 		*connected = 0;
-	for (int pass = 0; pass < 2 && chosen == NULL; pass++) {
-		size_t seen = 0;
-		want = pass == 1 && nactive > 0 ? h->rotor++ % nactive : 0;
-		for (size_t i = 0; i < HUB_BUCKETS && chosen == NULL; i++) {
-			for (struct hub_entry *e = h->buckets[i]; e != NULL; e = e->next) {
-				if (strcmp(e->cluster, cluster) != 0 ||
-				    (node != NULL && strcmp(session_node(e->session), node) != 0))
-					continue;
-				if (connected != NULL)
-					*connected = 1;
-				if (!session_is_active(e->session))
-					continue;
-				if (pass == 0) {
-					if (first == NULL)
-						first = e->session;
-					nactive++;
-				} else if (seen++ == want) {
-					chosen = e->session;
-					break;
-				}
-			}
-		}
-		if (pass == 0 && nactive <= 1)
-			return first;
+	/* Two walks of one cluster's chain: count the active agents, then
+	 * take the rotor's turn among them. */
+	for (struct hub_entry *e = chain; e != NULL; e = e->cnext) {
+		if (!hub_matches(e, cluster, node))
+			continue;
+		if (connected != NULL)
+			*connected = 1;
+		if (!session_is_active(e->session))
+			continue;
+		if (first == NULL)
+			first = e->session;
+		nactive++;
 	}
-	return chosen;
+	if (nactive <= 1)
+		return first;
+	want = h->rotor++ % nactive;
+	for (struct hub_entry *e = chain; e != NULL; e = e->cnext)
+		if (hub_matches(e, cluster, node) && session_is_active(e->session) &&
+		    want-- == 0)
+			return e->session;
+	return NULL;
 }

@@ -27,14 +27,15 @@ struct session *hub_find(struct hub *h, const char *agent_id);
 /* When agent_id's current tunnel was established (Unix seconds), or 0 if
  * it is not connected. */
 int64_t hub_connected_since(struct hub *h, const char *agent_id);
-/* Connected agents of one cluster. */
+/* Connected agents of one cluster.  O(agents of the cluster). */
 size_t hub_count_cluster(struct hub *h, const char *cluster);
 size_t hub_count(struct hub *h);
 
 /*
  * An active session of cluster (of node, when node is non-NULL), rotating
  * among several; NULL if none.  *connected (optional) tells whether any
- * matching agent is connected at all, active or not.
+ * matching agent is connected at all, active or not.  O(agents of the
+ * cluster): called on every dial, forwarded stream and /k8s request.
  */
 struct session *hub_pick(struct hub *h, const char *cluster, const char *node,
     int *connected);

@@ -53,11 +53,10 @@
 #include <http_parser.h>
 #include <jansson.h>
 
-#include "api.h"
+#include "access.h"
 #include "gateway.h"
 #include "http.h"
 #include "httphead.h"
-#include "hub.h"
 #include "livestreams.h"
 #include "log.h"
 #include "metrics.h"
@@ -982,9 +981,10 @@ static int
 x_retry(struct k8s_exchange *x)
 {
 	struct hconn *h = x->h;
+	struct access_grant g = { .node = "" };
 	struct session *agent;
 	char err[512];
-	int connected = 0;
+	int status;
 
 	if (!x->adopted || x->retried || x->req_copy == NULL || h == NULL ||
 	    x->state != X_HEAD || x->head_bytes != 0)
@@ -992,7 +992,9 @@ x_retry(struct k8s_exchange *x)
 	x_detach(x, "closed");
 	x->retried = 1;
 	x->adopted = 0;
-	agent = hub_pick(x->gw->hub, x->cluster, NULL, &connected);
+	snprintf(g.principal, sizeof(g.principal), "%s", x->principal);
+	snprintf(g.cluster, sizeof(g.cluster), "%s", x->cluster);
+	agent = access_pick(x->gw, &g, &status, err, sizeof(err));
 	if (agent == NULL)
 		return -1;
 	debug("k8s idle stream closed under a request: retried on a new one",
@@ -1200,14 +1202,15 @@ k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
 struct k8s_exchange *
 k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 {
-	char cluster[STORE_ID_MAX + 1] = "", principal[96] = "", err[512];
+	char cluster[STORE_ID_MAX + 1] = "", err[512];
 	const char *seg, *rest;
-	struct store_cluster c;
+	struct access_grant g = { .principal = "" };
 	struct k8s_exchange *x;
 	struct k8s_link *parked;
 	struct session *agent;
+	const char *principal = g.principal;
 	size_t n;
-	int status, connected = 0;
+	int status;
 
 	/* The raw target: the rest is passed on exactly as the client sent it. */
 	if (!k8s_matches(rq->path) || rq->target[0] != '/') {
@@ -1216,7 +1219,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	}
 	if (k8s_root_path(rq->path)) {
 		rest = rq->target;
-		if (api_user_token_cluster(gw, rq->authorization, cluster,
+		if (access_sole_cluster(gw, rq->authorization, cluster,
 		    sizeof(cluster)) != 0) {
 			snprintf(err, sizeof(err), "no route %s %.200s: a cluster's "
 			    "Kubernetes API is at %sID/ (or send a user token scoped "
@@ -1238,15 +1241,10 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		}
 		snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
 	}
-	status = api_authorize_cluster(gw, rq->authorization, cluster, principal,
-	    sizeof(principal), err, sizeof(err));
+	status = access_cluster(gw, rq->authorization, cluster, NULL, &g, err,
+	    sizeof(err));
 	if (status != 0) {
 		refuse(h, rq, principal, cluster, status, err);
-		return NULL;
-	}
-	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-		snprintf(err, sizeof(err), "no cluster %s", cluster);
-		refuse(h, rq, principal, cluster, 404, err);
 		return NULL;
 	}
 	/* A stream parked on this connection by its last request: the same
@@ -1263,10 +1261,8 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	}
 	agent = NULL;
 	if (parked == NULL &&
-	    (agent = hub_pick(gw->hub, cluster, NULL, &connected)) == NULL) {
-		snprintf(err, sizeof(err), "no %sagent of cluster %s is connected",
-		    connected ? "active " : "", cluster);
-		refuse(h, rq, principal, cluster, 503, err);
+	    (agent = access_pick(gw, &g, &status, err, sizeof(err))) == NULL) {
+		refuse(h, rq, principal, cluster, status, err);
 		return NULL;
 	}
 	x = x_new(gw, h, rq);

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -71,21 +70,6 @@ usage(void)
 	fputs(usage_head, stdout);
 	opts_help(&serve_command, stdout);
 	fputs(usage_tail, stdout);
-}
-
-int64_t
-gateway_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
-int64_t
-gateway_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void __attribute__((noreturn))

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "access.h"
 #include "api.h"
 #include "gateway.h"
 #include "hub.h"
@@ -222,7 +223,7 @@ ui_status(struct gateway *gw, const struct api_request *req, struct api_response
 
 	if (v == NULL)
 		return;                /* api_handle answers 500 */
-	status = api_viewer(gw, req->authorization, v->principal, sizeof(v->principal),
+	status = access_viewer(gw, req->authorization, v->principal, sizeof(v->principal),
 	    &v->admin, v->clusters, &v->nclusters, err, sizeof(err));
 	if (status != 0) {
 		api_respond_error(r, status, err);

@@ -34,6 +34,7 @@
 #include "agentkey.h"
 #include "ca.h"
 #include "fileio.h"
+#include "httpbody.h"
 #include "joindoc.h"
 #include "state.h"
 
@@ -530,32 +531,6 @@ join_check_dir(const char *dir, const struct joindoc *doc, bool *replace)
 
 /* --- the gateway --- */
 
-struct body {
-	char *buf;
-	size_t len;
-	size_t max;
-	bool too_big;
-};
-
-static size_t
-body_write(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-	struct body *b = arg;
-	size_t n = size * nmemb;
-	char *nb;
-
-	if (n > b->max - b->len) {
-		b->too_big = true;
-		return 0;
-	}
-	if ((nb = realloc(b->buf, b->len + n + 1)) == NULL)
-		return 0;
-	b->buf = nb;
-	memcpy(b->buf + b->len, ptr, n);
-	b->len += n;
-	b->buf[b->len] = '\0';
-	return n;
-}
 
 /*
  * GET base+path.  ca_pem NULL: no TLS verification (the answer is checked
@@ -564,7 +539,7 @@ body_write(char *ptr, size_t size, size_t nmemb, void *arg)
  */
 static int
 gateway_get(const char *base, const char *path, const char *ca_pem,
-    struct body *b, char *err, size_t errlen)
+    struct httpbody *b, char *err, size_t errlen)
 {
 	char url[JOINDOC_URL_MAX + 64], cerr[CURL_ERROR_SIZE];
 	struct curl_blob blob;
@@ -590,7 +565,7 @@ gateway_get(const char *base, const char *path, const char *ca_pem,
 	    (curl_off_t)GATEWAY_MAX_BODY);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "tether-client/" TETHER_VERSION);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, httpbody_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
 	if (ca_pem == NULL) {
 		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
@@ -622,10 +597,8 @@ gateway_get(const char *base, const char *path, const char *ca_pem,
 	}
 	r = 0;
 out:
-	if (r == -1) {
-		free(b->buf);
-		memset(b, 0, sizeof(*b));
-	}
+	if (r == -1)
+		httpbody_wipe(b);
 	curl_easy_cleanup(c);
 	return r;
 }
@@ -678,7 +651,7 @@ static int
 join_fetch_ca(const struct joindoc *doc, char **ca_pem)
 {
 	char err[CURL_ERROR_SIZE + 128], sum[CA_CHECKSUM_MAX];
-	struct body b;
+	struct httpbody b;
 	char *pem = NULL;
 	int r = JOIN_EXIT_GATEWAY;
 
@@ -704,8 +677,7 @@ join_fetch_ca(const struct joindoc *doc, char **ca_pem)
 		    "says %s, gateway presents %s\n", doc->ca_checksum, sum);
 		goto out;
 	}
-	free(b.buf);
-	b.buf = NULL;
+	httpbody_wipe(&b);
 	if (gateway_get(doc->gateway_url, "/healthz", pem, &b, err,
 	    sizeof(err)) == -1) {
 		fprintf(stderr, "tether-client join: gateway %s does not verify "
@@ -716,7 +688,7 @@ join_fetch_ca(const struct joindoc *doc, char **ca_pem)
 	pem = NULL;
 	r = -1;
 out:
-	free(b.buf);
+	httpbody_wipe(&b);
 	free(pem);
 	return r;
 }

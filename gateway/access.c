@@ -1,0 +1,378 @@
+/*
+ * access.c: who may do what, and which agent they reach (see access.h).
+ *
+ * Three parts, top down: the cache of proven (token, cluster) pairs, the
+ * bearer and scope checks, and the calls routes make.  Nothing here knows
+ * a transport: routes pass an Authorization header in and get a status,
+ * a reason and (for access_pick) a session out.
+ */
+#include "access.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+
+#include "gateway.h"
+#include "hub.h"
+#include "session.h"
+
+/* ---- the cache of proven tokens ---- */
+
+/*
+ * Every /k8s request and every dial would otherwise cost two store queries
+ * (the token's record, then its scope); under load that was a quarter of
+ * the gateway's CPU.  An entry remembers that token ID was good for
+ * CLUSTER, with the token's record.  Direct-mapped: a collision replaces
+ * the older entry.
+ */
+#define CACHE_SLOTS 512
+
+struct cache_entry {
+	char token_id[TOKEN_ID_LEN + 1];
+	char cluster[STORE_ID_MAX + 1];
+	struct store_token rec;
+	int64_t until_ms;            /* 0: empty */
+};
+
+static struct cache_entry cache[CACHE_SLOTS];
+
+static int64_t
+monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct cache_entry *
+cache_slot(const char *token_id, const char *cluster)
+{
+	uint32_t h = 2166136261u;  /* FNV-1a over "id\0cluster" */
+
+	for (const char *p = token_id; *p != '\0'; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	h = (h ^ 0) * 16777619u;
+	for (const char *p = cluster; *p != '\0'; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	return &cache[h % CACHE_SLOTS];
+}
+
+/* 1 and *rec if (token_id, cluster) was proven within the TTL, else 0. */
+static int
+cache_get(const char *token_id, const char *cluster, struct store_token *rec)
+{
+	struct cache_entry *e = cache_slot(token_id, cluster);
+
+	if (e->until_ms == 0 || e->until_ms < monotonic_ms() ||
+	    strcmp(e->token_id, token_id) != 0 || strcmp(e->cluster, cluster) != 0)
+		return 0;
+	*rec = e->rec;
+	return 1;
+}
+
+static void
+cache_put(const char *token_id, const char *cluster, const struct store_token *rec)
+{
+	struct cache_entry *e = cache_slot(token_id, cluster);
+
+	if (strlen(token_id) > TOKEN_ID_LEN || strlen(cluster) > STORE_ID_MAX)
+		return;
+	snprintf(e->token_id, sizeof(e->token_id), "%s", token_id);
+	snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
+	e->rec = *rec;
+	e->until_ms = monotonic_ms() + ACCESS_CACHE_TTL_MS;
+}
+
+void
+access_revoked(void)
+{
+	OPENSSL_cleanse(cache, sizeof(cache));
+}
+
+/* ---- bearer tokens and their scope ---- */
+
+/* 0 if a verified token's record is live, else 401 with why.  Revoked and
+ * expired are only said to whoever proved they hold the secret. */
+static int
+record_usable(const struct store_token *rec, char *err, size_t errlen)
+{
+	const char *why;
+
+	if (rec->revoked) {
+		snprintf(err, errlen, "token %s is revoked", rec->id);
+		return 401;
+	}
+	if ((why = token_unusable_reason(rec->expires_at, -1, gateway_now())) != NULL) {
+		snprintf(err, errlen, "token %s is %s", rec->id, why);
+		return 401;
+	}
+	return 0;
+}
+
+/*
+ * Checks a bearer token (admin or user) against its record: the kinds
+ * agree, the hash matches (in constant time), and it is neither revoked nor
+ * expired.  Returns 0 with *rec filled, or 401 with a reason that never
+ * repeats the secret.
+ *
+ * cluster: non-NULL when the caller asks for one cluster; then a token
+ * proven for it moments ago is taken from the cache (*cached set) instead
+ * of the store.  The hash is compared either way.
+ */
+static int
+bearer_check(struct gateway *gw, const char *authorization, const char *cluster,
+    struct store_token *rec, int *cached, char *err, size_t errlen)
+{
+	struct token t;
+	uint8_t hash[TOKEN_HASH_LEN];
+	char perr[128];
+	int ok;
+
+	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0) {
+		snprintf(err, errlen, "missing token: send 'Authorization: Bearer TOKEN'");
+		return 401;
+	}
+	if (token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0) {
+		snprintf(err, errlen, "invalid token: %s", perr);
+		return 401;
+	}
+	if (t.kind == TOKEN_IMPORT) {
+		token_clear(&t);
+		snprintf(err, errlen, "an import token only registers a node");
+		return 401;
+	}
+	token_hash(&t, hash);
+	*cached = cluster != NULL && cache_get(t.id, cluster, rec);
+	ok = (*cached || store_token_get(gw->store, t.id, rec) == STORE_OK) &&
+	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
+	token_clear(&t);
+	OPENSSL_cleanse(hash, sizeof(hash));
+	if (!ok) {
+		snprintf(err, errlen, "invalid token");
+		return 401;
+	}
+	return record_usable(rec, err, errlen);
+}
+
+/* For a user token: whether it reaches cluster (0, 403 or 500). */
+static int
+scope_check(struct gateway *gw, const struct store_token *rec,
+    const char *cluster, char *err, size_t errlen)
+{
+	switch (store_token_in_cluster(gw->store, rec->id, cluster)) {
+	case STORE_OK:
+		return 0;
+	case STORE_NOTFOUND:
+		snprintf(err, errlen, "the token of user %s (%s) is not scoped to "
+		    "cluster %s", rec->name, rec->id, cluster);
+		return 403;
+	default:
+		snprintf(err, errlen, "store: cannot check the token's clusters");
+		return 500;
+	}
+}
+
+int
+access_admin(struct gateway *gw, const char *authorization, char *principal,
+    size_t plen, char *err, size_t errlen)
+{
+	struct store_token rec;
+	int status, cached;
+
+	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
+	    errlen)) != 0)
+		return status;
+	if (rec.kind != TOKEN_ADMIN) {
+		snprintf(err, errlen, "an admin token is required");
+		return 403;
+	}
+	snprintf(principal, plen, "admin:%s", rec.id);
+	return 0;
+}
+
+/* Whether authorization reaches cluster (the token and its scope, not
+ * whether the cluster exists).  0 with g's principal and token id, or
+ * 401/403/500. */
+static int
+token_reaches(struct gateway *gw, const char *authorization,
+    const char *cluster, struct access_grant *g, char *err, size_t errlen)
+{
+	struct store_token rec;
+	int status, cached = 0;
+
+	if ((status = bearer_check(gw, authorization, cluster, &rec, &cached,
+	    err, errlen)) != 0)
+		return status;
+	snprintf(g->token_id, sizeof(g->token_id), "%s", rec.id);
+	if (rec.kind == TOKEN_ADMIN) {
+		snprintf(g->principal, sizeof(g->principal), "admin:%s", rec.id);
+		if (!cached)
+			cache_put(rec.id, cluster, &rec);
+		return 0;
+	}
+	if (!cached) {
+		if ((status = scope_check(gw, &rec, cluster, err, errlen)) != 0)
+			return status;
+		cache_put(rec.id, cluster, &rec);
+	}
+	snprintf(g->principal, sizeof(g->principal), "user:%s", rec.name);
+	return 0;
+}
+
+int
+access_viewer(struct gateway *gw, const char *authorization, char *principal,
+    size_t plen, int *admin, char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
+    char *err, size_t errlen)
+{
+	struct store_token rec;
+	struct store_user_token *u;
+	int status, cached = 0;
+
+	*admin = 0;
+	*nclusters = 0;
+	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
+	    errlen)) != 0)
+		return status;
+	if (rec.kind == TOKEN_ADMIN) {
+		snprintf(principal, plen, "admin:%s", rec.id);
+		*admin = 1;
+		return 0;
+	}
+	snprintf(principal, plen, "user:%s", rec.name);
+	/* One indexed lookup; the record is large (64 cluster ids). */
+	if ((u = malloc(sizeof(*u))) == NULL ||
+	    store_user_token_get(gw->store, rec.id, u) != STORE_OK) {
+		free(u);
+		snprintf(err, errlen, "store: cannot read the token's clusters");
+		return 500;
+	}
+	for (size_t j = 0; j < u->nclusters && j < STORE_TOKEN_CLUSTERS_MAX; j++)
+		memcpy(clusters[(*nclusters)++], u->clusters[j], STORE_ID_MAX + 1);
+	free(u);
+	return 0;
+}
+
+/* The id of the bearer token in authorization, or -1 if there is none. */
+static int
+bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1])
+{
+	struct token t;
+	char perr[128];
+
+	id[0] = '\0';
+	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0 ||
+	    token_parse(authorization + 7, &t, perr, sizeof(perr)) != 0)
+		return -1;
+	snprintf(id, TOKEN_ID_LEN + 1, "%s", t.id);
+	token_clear(&t);
+	return 0;
+}
+
+int
+access_sole_cluster(struct gateway *gw, const char *authorization,
+    char *cluster, size_t clen)
+{
+	char id[TOKEN_ID_LEN + 1];
+	struct store_user_token u;
+
+	/* Only the presented token's record is read (by id): the secret is
+	 * checked afterwards, by access_cluster. */
+	if (bearer_id(authorization, id) != 0 ||
+	    strncmp(authorization + 7, "ttu_", 4) != 0 ||
+	    store_user_token_get(gw->store, id, &u) != STORE_OK ||
+	    u.nclusters != 1)
+		return -1;
+	snprintf(cluster, clen, "%s", u.clusters[0]);
+	return 0;
+}
+
+int
+access_recheck(struct gateway *gw, const struct access_grant *g, char *err,
+    size_t errlen)
+{
+	struct store_token rec;
+	int status;
+
+	if (store_token_get(gw->store, g->token_id, &rec) != STORE_OK ||
+	    rec.kind == TOKEN_IMPORT) {
+		snprintf(err, errlen, "invalid token");
+		return 401;
+	}
+	if ((status = record_usable(&rec, err, errlen)) != 0)
+		return status;
+	return rec.kind == TOKEN_ADMIN ? 0 :
+	    scope_check(gw, &rec, g->cluster, err, errlen);
+}
+
+
+/* ---- the calls routes make ---- */
+
+/* 1 if node names a registered, unrevoked agent of cluster. */
+static int
+node_known(struct gateway *gw, const char *cluster, const char *node)
+{
+	struct store_agent *as = NULL;
+	size_t n = 0;
+	int found = 0;
+
+	if (store_agent_list(gw->store, cluster, &as, &n) != STORE_OK)
+		return 0;
+	for (size_t i = 0; i < n && !found; i++)
+		found = strcmp(as[i].node, node) == 0 && as[i].state != AGENT_REVOKED;
+	free(as);
+	return found;
+}
+
+int
+access_cluster(struct gateway *gw, const char *authorization,
+    const char *cluster, const char *node, struct access_grant *g,
+    char *err, size_t errlen)
+{
+	struct store_cluster c;
+	int status;
+
+	memset(g, 0, sizeof(*g));
+	snprintf(g->cluster, sizeof(g->cluster), "%s", cluster);
+	if (node != NULL)
+		snprintf(g->node, sizeof(g->node), "%s", node);
+	/* Who first: whether a cluster exists is only told to a token that
+	 * may reach it (an admin's, or a user's scoped to it). */
+	if ((status = token_reaches(gw, authorization, g->cluster, g, err,
+	    errlen)) != 0)
+		return status;
+	if (store_cluster_get(gw->store, g->cluster, &c) != STORE_OK) {
+		snprintf(err, errlen, "no cluster %s", g->cluster);
+		return 404;
+	}
+	if (g->node[0] != '\0' && !node_known(gw, g->cluster, g->node)) {
+		snprintf(err, errlen, "no node %s in cluster %s", g->node, g->cluster);
+		return 404;
+	}
+	return 0;
+}
+
+struct session *
+access_pick(struct gateway *gw, const struct access_grant *g, int *status,
+    char *err, size_t errlen)
+{
+	struct session *s;
+	int connected;
+
+	s = hub_pick(gw->hub, g->cluster, g->node[0] != '\0' ? g->node : NULL,
+	    &connected);
+	if (s != NULL)
+		return s;
+	*status = 503;
+	if (g->node[0] != '\0')
+		snprintf(err, errlen, "node %s of cluster %s is %s", g->node,
+		    g->cluster, connected ? "connected but not active" : "not connected");
+	else
+		snprintf(err, errlen, "no %sagent of cluster %s is connected",
+		    connected ? "active " : "", g->cluster);
+	return NULL;
+}

@@ -1,0 +1,110 @@
+/*
+ * access.h: who may do what on the gateway, and which agent they reach.
+ *
+ * The one owner of: bearer-token checks (admin and user tokens), a user
+ * token's scope (its clusters), the cache of tokens proven for a cluster
+ * moments ago, and the "pick an agent" step every path to an agent takes
+ * (dial, tetherctl forward, the k8s proxy).  Routes call down into this
+ * file and never decide access themselves; the replica work adds "the
+ * agent is on a peer" here, in access_pick, and nowhere else.
+ *
+ * Every refusal is an HTTP status with a reason that never repeats a
+ * secret: 401 (missing, malformed, unknown, revoked or expired token), 403
+ * (a valid token that does not reach this), 404 (no such cluster or node,
+ * told only to a token that may reach it), 500 (the store failed), 503 (no
+ * connected active agent).
+ *
+ * Cost: one store read of the token (by id) and one of its scope per
+ * check, except when (token, cluster) was proven within ACCESS_CACHE_TTL_MS
+ * (a 512-slot direct-mapped table, ~300 KB); the secret is hashed and
+ * compared in constant time on every call either way.  access_pick is
+ * O(agents of the cluster) (hub.h).
+ */
+#ifndef TETHER_ACCESS_H
+#define TETHER_ACCESS_H
+
+#include <stddef.h>
+
+#include "store.h"
+#include "token.h"
+
+struct gateway;
+struct session;
+
+/* How long a (token, cluster) pair proven once is taken on trust (the
+ * secret is still compared): any revocation through this gateway clears
+ * the cache at once; other replicas sharing the store see it within this. */
+#define ACCESS_CACHE_TTL_MS 2000
+
+/* Who is asking for which cluster, once access_cluster said yes. */
+struct access_grant {
+	char principal[96];                /* "admin:<token id>" or "user:<name>" */
+	char token_id[TOKEN_ID_LEN + 1];   /* public: may be logged and kept */
+	char cluster[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];     /* "" = any agent of the cluster */
+};
+
+/*
+ * The admin API: authorization ("Bearer ...") must be a live admin token.
+ * Returns 0 and who it is ("admin:<token id>"), or 401, or 403 for a valid
+ * token of another kind ("an admin token is required"), with a reason.
+ */
+int access_admin(struct gateway *gw, const char *authorization,
+    char *principal, size_t plen, char *err, size_t errlen);
+
+/*
+ * Something done in one cluster (dial, forward, /k8s): an admin token
+ * reaches every cluster, a user token only the clusters it is scoped to;
+ * then the cluster must exist (404, said only to a token that may reach
+ * it, so an unknown cluster and one out of scope look the same to a user
+ * token: 403) and, if node is non-empty, name a registered, unrevoked
+ * agent of it (404).  cluster is taken as given: a name too long for an id
+ * is simply unknown.  Returns 0 with *g filled, or 401/403/404/500 and a
+ * reason.
+ */
+int access_cluster(struct gateway *gw, const char *authorization,
+    const char *cluster, const char *node, struct access_grant *g,
+    char *err, size_t errlen);
+
+/*
+ * For a connection that outlives its request (tetherctl forward): whether
+ * g's token, by id, still reaches g's cluster (not revoked or expired
+ * since, still scoped).  Returns 0, or 401/403/500 with a reason.
+ */
+int access_recheck(struct gateway *gw, const struct access_grant *g,
+    char *err, size_t errlen);
+
+/*
+ * The agent g reaches: a connected, active agent of g->cluster (of
+ * g->node, if set), rotating among several.  NULL with *status 503 and a
+ * reason when there is none.  The session is valid until the loop runs
+ * again.
+ */
+struct session *access_pick(struct gateway *gw, const struct access_grant *g,
+    int *status, char *err, size_t errlen);
+
+/*
+ * The Kubernetes API's root paths (/version, /api...) carry no cluster:
+ * if authorization holds a user token (found by id; the secret is checked
+ * afterwards, by access_cluster) scoped to exactly one cluster, copies it
+ * and returns 0; else -1.
+ */
+int access_sole_cluster(struct gateway *gw, const char *authorization,
+    char *cluster, size_t clen);
+
+/*
+ * Read-only views open to any token holder (GET /v1/status): an admin
+ * token sees every cluster (*admin 1); a user token the clusters it is
+ * scoped to, copied into clusters (*nclusters of them, at most
+ * STORE_TOKEN_CLUSTERS_MAX).  Returns 0 and the principal, or 401 or 500,
+ * with a reason.
+ */
+int access_viewer(struct gateway *gw, const char *authorization,
+    char *principal, size_t plen, int *admin,
+    char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
+    char *err, size_t errlen);
+
+/* Tokens were revoked: nothing proven before counts any more. */
+void access_revoked(void);
+
+#endif
