@@ -185,8 +185,12 @@ access_admin(struct gateway *gw, const char *authorization, char *principal,
 	int status, cached;
 
 	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
-	    errlen)) != 0)
+	    errlen)) != 0) {
+		if (strncmp(err, "missing", 7) == 0)
+			snprintf(err, errlen, "missing admin token: send "
+			    "'Authorization: Bearer TOKEN'");
 		return status;
+	}
 	if (rec.kind != TOKEN_ADMIN) {
 		snprintf(err, errlen, "an admin token is required");
 		return 403;

@@ -16,7 +16,7 @@
  *
  * Cost: one store read of the token (by id) and one of its scope per
  * check, except when (token, cluster) was proven within ACCESS_CACHE_TTL_MS
- * (a 512-slot direct-mapped table, ~300 KB); the secret is hashed and
+ * (a 512-slot direct-mapped table of token records); the secret is hashed and
  * compared in constant time on every call either way.  access_pick is
  * O(agents of the cluster) (hub.h).
  */
@@ -46,8 +46,9 @@ struct access_grant {
 
 /*
  * The admin API: authorization ("Bearer ...") must be a live admin token.
- * Returns 0 and who it is ("admin:<token id>"), or 401, or 403 for a valid
- * token of another kind ("an admin token is required"), with a reason.
+ * Returns 0 and who it is ("admin:<token id>"), or 401 (a missing token:
+ * "missing admin token: ..."), or 403 for a valid token of another kind
+ * ("an admin token is required"), with a reason.
  */
 int access_admin(struct gateway *gw, const char *authorization,
     char *principal, size_t plen, char *err, size_t errlen);

@@ -15,9 +15,8 @@
  *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
  *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
  *
- *   GET  /metrics                                              -> Prometheus text (metrics.h)
- *   GET  /v1/status    (admin or user token)                   -> the status page's view (ui.c)
- *   GET  /ui/          (no token: the page asks for one)       -> the status page (ui.c)
+ * (/metrics, /v1/status and /ui/ are routes of their own: metrics_render.c,
+ * ui.c; /v1/connect is the tunnel's, tunnel.c; dial is dial.c's.)
  *
  * Only admin tokens reach these routes; a user token gets 403.  User
  * tokens reach clusters they are scoped to, through the dial endpoint
@@ -36,96 +35,14 @@
 #include "access.h"
 #include "agentkey.h"
 #include "apibody.h"
-#include "dial.h"
 #include "gateway.h"
 #include "hub.h"
 #include "joindoc.h"
 #include "log.h"
-#include "metrics.h"
-#include "printable.h"
-#include "prom_http.h"
-#include "server.h"
+#include "route.h"
 #include "session.h"
 #include "store.h"
 #include "token.h"
-#include "ui.h"
-
-
-static void
-respond_text(struct api_response *r, int status, const char *type, const char *text,
-    size_t len)
-{
-	r->status = status;
-	r->content_type = type;
-	r->body = malloc(len + 1);
-	if (r->body == NULL) {
-		r->body_len = 0;
-		return;
-	}
-	memcpy(r->body, text, len);
-	r->body[len] = '\0';
-	r->body_len = len;
-}
-
-/* Takes ownership of v. */
-static void
-respond_json(struct api_response *r, int status, json_t *v)
-{
-	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-
-	json_decref(v);
-	if (s == NULL) {
-		respond_text(r, 500, "application/json", "{\"error\":\"out of memory\"}\n", 26);
-		return;
-	}
-	/* One line per response: the JSON and a newline, as curl users expect. */
-	respond_text(r, status, "application/json", s, strlen(s));
-	free(s);
-	if (r->body != NULL) {
-		char *p = realloc(r->body, r->body_len + 2);
-		if (p != NULL) {
-			p[r->body_len++] = '\n';
-			p[r->body_len] = '\0';
-			r->body = p;
-		}
-	}
-}
-
-static void
-respond_error(struct api_response *r, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-respond_error(struct api_response *r, int status, const char *fmt, ...)
-{
-	char reason[512];
-	va_list ap;
-
-	json_t *v;
-
-	va_start(ap, fmt);
-	vsnprintf(reason, sizeof(reason), fmt, ap);
-	va_end(ap);
-	/* JSON text is UTF-8: a reason that echoes a client's invalid bytes
-	 * (an id in the path) is sent with those bytes as '?'. */
-	if ((v = json_pack("{s:s}", "error", reason)) == NULL) {
-		text_printable(reason, sizeof(reason), reason, strlen(reason));
-		v = json_pack("{s:s}", "error", reason);
-	}
-	respond_json(r, status, v);
-}
-
-void
-api_respond_json(struct api_response *r, int status, json_t *v)
-{
-	respond_json(r, status, v);
-}
-
-void
-api_respond_error(struct api_response *r, int status, const char *reason)
-{
-	respond_error(r, status, "%s", reason);
-}
 
 /* ---- records as JSON ---- */
 
@@ -160,8 +77,8 @@ agent_json(struct gateway *gw, const struct store_agent *a)
 /* ---- request helpers ---- */
 
 static int
-admin_authorized(struct gateway *gw, const struct api_request *req,
-    struct api_response *r)
+admin_authorized(struct gateway *gw, const struct route_request *req,
+    struct route_response *r)
 {
 	char principal[64], err[192];
 	int status;
@@ -170,16 +87,15 @@ admin_authorized(struct gateway *gw, const struct api_request *req,
 	    sizeof(principal), err, sizeof(err));
 	if (status == 0)
 		return 1;
-	respond_error(r, status, "%s", strncmp(err, "missing", 7) == 0 ?
-	    "missing admin token: send 'Authorization: Bearer TOKEN'" : err);
+	route_respond_error(r, status, "%s", err);
 	return 0;
 }
 
 /* Parses the request's body as kind wants (apibody.c).  1 with *b filled
  * (the caller frees it with api_body_free), or 0 after responding 400/413. */
 static int
-body_parsed(enum api_body_kind kind, const struct api_request *req,
-    struct api_body *b, struct api_response *r)
+body_parsed(enum api_body_kind kind, const struct route_request *req,
+    struct api_body *b, struct route_response *r)
 {
 	char why[256];
 	int status = api_body_parse(kind, req->body, req->body_len,
@@ -187,14 +103,14 @@ body_parsed(enum api_body_kind kind, const struct api_request *req,
 
 	if (status == 0)
 		return 1;
-	respond_error(r, status, "%s", why);
+	route_respond_error(r, status, "%s", why);
 	return 0;
 }
 
 /* ---- clusters ---- */
 
 static void
-clusters_create(struct gateway *gw, const struct api_request *req, struct api_response *r)
+clusters_create(struct gateway *gw, const struct route_request *req, struct route_response *r)
 {
 	struct store_cluster c;
 	struct api_body b;
@@ -207,51 +123,51 @@ clusters_create(struct gateway *gw, const struct api_request *req, struct api_re
 	name = b.name;
 	rc = store_cluster_create(gw->store, name, gateway_now(), &c, err, sizeof(err));
 	if (rc == STORE_CONFLICT)
-		respond_error(r, 409, "cluster name \"%s\" is taken", name);
+		route_respond_error(r, 409, "cluster name \"%s\" is taken", name);
 	else if (rc == STORE_REFUSED)
-		respond_error(r, 400, "%s", err);
+		route_respond_error(r, 400, "%s", err);
 	else if (rc != STORE_OK)
-		respond_error(r, 500, "store: %s", err);
+		route_respond_error(r, 500, "store: %s", err);
 	else {
 		info("cluster created", KV_S("cluster", c.id), KV_S("name", c.name));
-		respond_json(r, 201, cluster_json(gw, &c));
+		route_respond_json(r, 201, cluster_json(gw, &c));
 	}
 	api_body_free(&b);
 }
 
 static void
-clusters_list(struct gateway *gw, struct api_response *r)
+clusters_list(struct gateway *gw, struct route_response *r)
 {
 	struct store_cluster *cs = NULL;
 	size_t n = 0;
 	json_t *arr;
 
 	if (store_cluster_list(gw->store, &cs, &n) != STORE_OK) {
-		respond_error(r, 500, "store: cannot list clusters");
+		route_respond_error(r, 500, "store: cannot list clusters");
 		return;
 	}
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, cluster_json(gw, &cs[i]));
 	free(cs);
-	respond_json(r, 200, arr);
+	route_respond_json(r, 200, arr);
 }
 
 static void
-clusters_get(struct gateway *gw, const char *id, struct api_response *r)
+clusters_get(struct gateway *gw, const char *id, struct route_response *r)
 {
 	struct store_cluster c;
 
 	if (store_cluster_get(gw->store, id, &c) != STORE_OK) {
-		respond_error(r, 404, "no cluster %s", id);
+		route_respond_error(r, 404, "no cluster %s", id);
 		return;
 	}
-	respond_json(r, 200, cluster_json(gw, &c));
+	route_respond_json(r, 200, cluster_json(gw, &c));
 }
 
 static void
-tokens_create(struct gateway *gw, const char *cluster, const struct api_request *req,
-    struct api_response *r)
+tokens_create(struct gateway *gw, const char *cluster, const struct route_request *req,
+    struct route_response *r)
 {
 	struct store_cluster c;
 	struct store_token rec;
@@ -266,14 +182,14 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 	if (!body_parsed(API_BODY_TOKENS, req, &b, r))
 		return;
 	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-		respond_error(r, 404, "no cluster %s", cluster);
+		route_respond_error(r, 404, "no cluster %s", cluster);
 		goto out;
 	}
 	memset(&rec, 0, sizeof(rec));
 	if (token_generate(TOKEN_IMPORT, &t) != 0 ||
 	    (key = token_import_key(&t)) == NULL ||
 	    agentkey_public(key, rec.verifier) != 0) {
-		respond_error(r, 500, "cannot generate a token");
+		route_respond_error(r, 500, "cannot generate a token");
 		goto out;
 	}
 	snprintf(rec.id, sizeof(rec.id), "%s", t.id);
@@ -284,7 +200,7 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 	rec.uses_left = b.uses;
 	rec.approval_manual = b.approval_manual;
 	if (store_token_insert(gw->store, &rec, err, sizeof(err)) != STORE_OK) {
-		respond_error(r, 500, "store: %s", err);
+		route_respond_error(r, 500, "store: %s", err);
 		goto out;
 	}
 	snprintf(doc.gateway_url, sizeof(doc.gateway_url), "%s", gw->url);
@@ -294,7 +210,7 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 	doc.expires_at = rec.expires_at;
 	text = joindoc_format(&doc);
 	if (text == NULL) {
-		respond_error(r, 500, "cannot format the join document");
+		route_respond_error(r, 500, "cannot format the join document");
 		goto out;
 	}
 	info("import token created", KV_S("token", rec.id), KV_S("cluster", c.id),
@@ -306,7 +222,7 @@ tokens_create(struct gateway *gw, const char *cluster, const struct api_request 
 		if (withnl != NULL) {
 			memcpy(withnl, text, n);
 			withnl[n] = '\n';
-			respond_text(r, 201, "application/json", withnl, n + 1);
+			route_respond_text(r, 201, "application/json", withnl, n + 1);
 			OPENSSL_cleanse(withnl, n + 1);
 			free(withnl);
 		}
@@ -325,7 +241,7 @@ out:
 /* ---- agents ---- */
 
 static void
-agents_list(struct gateway *gw, const struct api_request *req, struct api_response *r)
+agents_list(struct gateway *gw, const struct route_request *req, struct route_response *r)
 {
 	struct store_agent *as = NULL;
 	struct store_cluster c;
@@ -338,42 +254,42 @@ agents_list(struct gateway *gw, const struct api_request *req, struct api_respon
 	case -1:
 		break;
 	case -2:
-		respond_error(r, 400, "query parameter cluster: given twice or too long");
+		route_respond_error(r, 400, "query parameter cluster: given twice or too long");
 		return;
 	default:
 		if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-			respond_error(r, 404, "no cluster %s", cluster);
+			route_respond_error(r, 404, "no cluster %s", cluster);
 			return;
 		}
 		filter = cluster;
 	}
 	if (store_agent_list(gw->store, filter, &as, &n) != STORE_OK) {
-		respond_error(r, 500, "store: cannot list agents");
+		route_respond_error(r, 500, "store: cannot list agents");
 		return;
 	}
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, agent_json(gw, &as[i]));
 	free(as);
-	respond_json(r, 200, arr);
+	route_respond_json(r, 200, arr);
 }
 
 static void
-agents_get(struct gateway *gw, const char *id, struct api_response *r)
+agents_get(struct gateway *gw, const char *id, struct route_response *r)
 {
 	struct store_agent a;
 
 	if (store_agent_get(gw->store, id, &a) != STORE_OK) {
-		respond_error(r, 404, "no agent %s", id);
+		route_respond_error(r, 404, "no agent %s", id);
 		return;
 	}
-	respond_json(r, 200, agent_json(gw, &a));
+	route_respond_json(r, 200, agent_json(gw, &a));
 }
 
 /* approve, verify, revoke: persist first, then tell the connected agent. */
 static void
 agents_action(struct gateway *gw, const char *id, const char *action,
-    struct api_response *r)
+    struct route_response *r)
 {
 	struct store_agent a;
 	struct session *s = hub_find(gw->hub, id);
@@ -381,7 +297,7 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 	int rc;
 
 	if (store_agent_get(gw->store, id, &a) != STORE_OK) {
-		respond_error(r, 404, "no agent %s", id);
+		route_respond_error(r, 404, "no agent %s", id);
 		return;
 	}
 	if (strcmp(action, "approve") == 0) {
@@ -414,15 +330,15 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 				session_kick(s, "revoked", "agent revoked by an operator");
 		}
 	} else {
-		respond_error(r, 404, "no action \"%s\": use approve, verify or revoke", action);
+		route_respond_error(r, 404, "no action \"%s\": use approve, verify or revoke", action);
 		return;
 	}
 	if (rc == STORE_REFUSED)
-		respond_error(r, 409, "%s", err);
+		route_respond_error(r, 409, "%s", err);
 	else if (rc != STORE_OK)
-		respond_error(r, 500, "store: %s", err);
+		route_respond_error(r, 500, "store: %s", err);
 	else
-		respond_json(r, 200, agent_json(gw, &a));
+		route_respond_json(r, 200, agent_json(gw, &a));
 }
 
 /* ---- users and kubeconfigs ---- */
@@ -457,20 +373,20 @@ user_json(const struct store_user_token *u)
 static int
 user_issue(struct gateway *gw, const char *name, const char *const *clusters,
     size_t nclusters, struct token *t, struct store_user_token *u,
-    struct api_response *r)
+    struct route_response *r)
 {
 	struct store_token rec;
 	char err[STORE_ERROR_MAX + 1] = "";
 	int rc;
 
 	if (!store_user_name_valid(name)) {
-		respond_error(r, 400, "invalid user name: use 1 to %d characters of "
+		route_respond_error(r, 400, "invalid user name: use 1 to %d characters of "
 		    "A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
 		return -1;
 	}
 	memset(&rec, 0, sizeof(rec));
 	if (token_generate(TOKEN_USER, t) != 0) {
-		respond_error(r, 500, "cannot generate a token");
+		route_respond_error(r, 500, "cannot generate a token");
 		return -1;
 	}
 	snprintf(rec.id, sizeof(rec.id), "%s", t->id);
@@ -486,13 +402,13 @@ user_issue(struct gateway *gw, const char *name, const char *const *clusters,
 	case STORE_OK:
 		return 0;
 	case STORE_REFUSED:
-		respond_error(r, 400, "%s", err);
+		route_respond_error(r, 400, "%s", err);
 		break;
 	case STORE_NOTFOUND:
-		respond_error(r, 404, "%s", err);
+		route_respond_error(r, 404, "%s", err);
 		break;
 	default:
-		respond_error(r, 500, "store: %s", err);
+		route_respond_error(r, 500, "store: %s", err);
 		break;
 	}
 	token_clear(t);
@@ -502,7 +418,7 @@ user_issue(struct gateway *gw, const char *name, const char *const *clusters,
 /* Sends text that holds a secret, ending it with a newline as every
  * answer does, then wipes the caller's copy. */
 static void
-respond_secret(struct api_response *r, int status, const char *type, char *text)
+respond_secret(struct route_response *r, int status, const char *type, char *text)
 {
 	size_t n = strlen(text);
 	int nl = n == 0 || text[n - 1] != '\n';
@@ -521,7 +437,7 @@ respond_secret(struct api_response *r, int status, const char *type, char *text)
 }
 
 static void
-users_create(struct gateway *gw, const struct api_request *req, struct api_response *r)
+users_create(struct gateway *gw, const struct route_request *req, struct route_response *r)
 {
 	struct store_user_token u;
 	struct token t;
@@ -542,7 +458,7 @@ users_create(struct gateway *gw, const struct api_request *req, struct api_respo
 	text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
 	json_decref(out);
 	if (text == NULL) {
-		respond_error(r, 500, "out of memory");
+		route_respond_error(r, 500, "out of memory");
 		goto out;
 	}
 	info("user token issued", KV_S("token", u.id), KV_S("user", u.name),
@@ -556,25 +472,25 @@ out:
 }
 
 static void
-users_list(struct gateway *gw, struct api_response *r)
+users_list(struct gateway *gw, struct route_response *r)
 {
 	struct store_user_token *us = NULL;
 	size_t n = 0;
 	json_t *arr;
 
 	if (store_user_token_list(gw->store, &us, &n) != STORE_OK) {
-		respond_error(r, 500, "store: cannot list user tokens");
+		route_respond_error(r, 500, "store: cannot list user tokens");
 		return;
 	}
 	arr = json_array();
 	for (size_t i = 0; arr != NULL && i < n; i++)
 		json_array_append_new(arr, user_json(&us[i]));
 	free(us);
-	respond_json(r, 200, arr);
+	route_respond_json(r, 200, arr);
 }
 
 static void
-users_revoke(struct gateway *gw, const char *name, struct api_response *r)
+users_revoke(struct gateway *gw, const char *name, struct route_response *r)
 {
 	char err[STORE_ERROR_MAX + 1] = "";
 	int64_t count = 0;
@@ -584,19 +500,19 @@ users_revoke(struct gateway *gw, const char *name, struct api_response *r)
 	/* Whatever this user proved a moment ago no longer counts. */
 	access_revoked();
 	if (rc == STORE_REFUSED) {
-		respond_error(r, 400, "%s", err);
+		route_respond_error(r, 400, "%s", err);
 		return;
 	}
 	if (rc == STORE_NOTFOUND) {
-		respond_error(r, 404, "%s", err);
+		route_respond_error(r, 404, "%s", err);
 		return;
 	}
 	if (rc != STORE_OK) {
-		respond_error(r, 500, "store: %s", err);
+		route_respond_error(r, 500, "store: %s", err);
 		return;
 	}
 	info("user tokens revoked", KV_S("user", name), KV_I("tokens", count));
-	respond_json(r, 200, json_pack("{s:s, s:I}", "name", name,
+	route_respond_json(r, 200, json_pack("{s:s, s:I}", "name", name,
 	    "revoked_tokens", (json_int_t)count));
 }
 
@@ -701,7 +617,7 @@ out:
 
 static void
 kubeconfig_create(struct gateway *gw, const char *cluster,
-    const struct api_request *req, struct api_response *r)
+    const struct route_request *req, struct route_response *r)
 {
 	struct store_cluster c;
 	struct store_user_token u;
@@ -715,7 +631,7 @@ kubeconfig_create(struct gateway *gw, const char *cluster,
 	if (!body_parsed(API_BODY_KUBECONFIG, req, &b, r))
 		return;
 	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-		respond_error(r, 404, "no cluster %s", cluster);
+		route_respond_error(r, 404, "no cluster %s", cluster);
 		goto out;
 	}
 	ids[0] = c.id;
@@ -725,7 +641,7 @@ kubeconfig_create(struct gateway *gw, const char *cluster,
 	if ((text = kubeconfig_format(gw, c.id, u.name, tokstr)) == NULL) {
 		/* The token exists but nobody holds it: harmless, and revoked
 		 * with the user's others. */
-		respond_error(r, 500, "cannot format the kubeconfig");
+		route_respond_error(r, 500, "cannot format the kubeconfig");
 		goto out;
 	}
 	info("kubeconfig issued", KV_S("cluster", c.id), KV_S("user", u.name),
@@ -739,16 +655,6 @@ out:
 	OPENSSL_cleanse(tokstr, sizeof(tokstr));
 	token_clear(&t);
 	api_body_free(&b);
-}
-
-/* ---- metrics ---- */
-
-static void
-metrics_respond(struct gateway *gw, struct api_response *r)
-{
-	r->body = metrics_render(gw, &r->body_len);
-	r->status = r->body != NULL ? 200 : 500;
-	r->content_type = PROM_CONTENT_TYPE;
 }
 
 /* ---- routing ---- */
@@ -769,7 +675,7 @@ split_path(char *buf, char **seg, size_t max)
 }
 
 static void
-admin_route(struct gateway *gw, const struct api_request *req, struct api_response *r)
+admin_route(struct gateway *gw, const struct route_request *req, struct route_response *r)
 {
 	char buf[512];
 	char *seg[6];
@@ -805,51 +711,33 @@ admin_route(struct gateway *gw, const struct api_request *req, struct api_respon
 		if (n == 4 && post)
 			return agents_action(gw, seg[2], seg[3], r);
 	}
-	respond_error(r, 404, "no route %s %s", req->method, req->path);
+	route_respond_error(r, 404, "no route %s %s", req->method, req->path);
 }
 
-void
-api_handle(struct gateway *gw, const struct api_request *req, struct api_response *r)
+static void
+api_handle(struct gateway *gw, const struct route_request *req,
+    struct route_response *r)
 {
 	memset(r, 0, sizeof(*r));
 	if (strcmp(req->path, "/healthz") == 0) {
-		respond_text(r, 200, "text/plain", "ok\n", 3);
+		route_respond_text(r, 200, "text/plain", "ok\n", 3);
 	} else if (strcmp(req->path, "/readyz") == 0) {
 		if (gw->stopping)
-			respond_text(r, 503, "text/plain", "stopping\n", 9);
+			route_respond_text(r, 503, "text/plain", "stopping\n", 9);
 		else
-			respond_text(r, 200, "text/plain", "ready\n", 6);
+			route_respond_text(r, 200, "text/plain", "ready\n", 6);
 	} else if (strcmp(req->path, "/v1/ca") == 0 && strcmp(req->method, "GET") == 0) {
-		respond_text(r, 200, "application/x-pem-file", gw->ca_pem, gw->ca_pem_len);
-	} else if (strcmp(req->path, "/v1/connect") == 0) {
-		respond_error(r, 400, "/v1/connect takes a WebSocket upgrade with "
-		    "subprotocol %s", "tether.v1");
-	} else if (strcmp(req->path, "/metrics") == 0 && strcmp(req->method, "GET") == 0) {
-		if (admin_authorized(gw, req, r))
-			metrics_respond(gw, r);
-	} else if (strcmp(req->path, "/v1/status") == 0 && strcmp(req->method, "GET") == 0) {
-		ui_status(gw, req, r);
-	} else if (strcmp(req->path, "/ui") == 0 || strncmp(req->path, "/ui/", 4) == 0) {
-		ui_asset(req, r);
+		route_respond_text(r, 200, "application/x-pem-file", gw->ca_pem,
+		    gw->ca_pem_len);
 	} else if (strncmp(req->path, "/v1/", 4) == 0) {
 		if (admin_authorized(gw, req, r))
 			admin_route(gw, req, r);
 	} else {
-		respond_error(r, 404, "no route %s %s", req->method, req->path);
+		route_respond_error(r, 404, "no route %s %s", req->method, req->path);
 	}
-	if (r->body == NULL)
-		respond_text(r, 500, "text/plain", "out of memory\n", 14);
 }
 
-void
-api_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u)
-{
-	char reason[600];
-
-	if (dial_matches(req->path)) {
-		dial_upgrade(gw, req, u);
-		return;
-	}
-	snprintf(reason, sizeof(reason), "no WebSocket endpoint at %s", req->path);
-	upgrade_refuse(u, 404, reason);
-}
+const struct route api_route = {
+	.name = "api",
+	.request = api_handle,
+};

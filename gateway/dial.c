@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "access.h"
-#include "api.h"
 #include "apibody.h"
 #include "frame.h"
 #include "gateway.h"
@@ -20,8 +19,8 @@
 #include "log.h"
 #include "mux.h"
 #include "relay.h"
+#include "route.h"
 #include "server.h"
-#include "session.h"
 #include "store.h"
 #include "wsconn.h"
 
@@ -33,7 +32,7 @@ struct ctlconn {
 	struct access_grant grant;       /* checked again for every stream */
 };
 
-int
+static int
 dial_matches(const char *path)
 {
 	const char *p;
@@ -199,8 +198,8 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 
 /* ---- the endpoint ---- */
 
-void
-dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u)
+static void
+dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade *u)
 {
 	char err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
 	char node[STORE_NAME_MAX + 1];
@@ -250,3 +249,9 @@ dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *
 	who.target = target;
 	relay_start_raw(gw, agent, u, &who);
 }
+
+const struct route dial_route = {
+	.name = "dial",
+	.matches = dial_matches,
+	.upgrade = dial_upgrade,
+};

@@ -16,12 +16,9 @@
 #ifndef TETHER_DIAL_H
 #define TETHER_DIAL_H
 
-struct gateway;
-struct api_request;
-struct upgrade;
+struct route;
 
-/* 1 if path is /v1/clusters/ID/dial. */
-int dial_matches(const char *path);
-void dial_upgrade(struct gateway *gw, const struct api_request *req, struct upgrade *u);
+/* The route (route.h): upgrades on /v1/clusters/ID/dial. */
+extern const struct route dial_route;
 
 #endif

@@ -9,8 +9,6 @@
  */
 #include "hub.h"
 
-#include "session.h"
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +28,7 @@ struct hub_entry {
 };
 
 struct hub {
+	const struct hub_ops *ops;
 	struct hub_entry *buckets[HUB_BUCKETS];    /* by agent id */
 	struct hub_entry *cbuckets[HUB_BUCKETS];   /* by cluster */
 	size_t count;
@@ -47,9 +46,13 @@ hub_bucket(const char *id)
 }
 
 struct hub *
-hub_new(void)
+hub_new(const struct hub_ops *ops)
 {
-	return calloc(1, sizeof(struct hub));
+	struct hub *h = calloc(1, sizeof(struct hub));
+
+	if (h != NULL)
+		h->ops = ops;
+	return h;
 }
 
 void
@@ -173,10 +176,11 @@ hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg)
 
 /* 1 if e is an agent of cluster (of node, when non-NULL). */
 static int
-hub_matches(const struct hub_entry *e, const char *cluster, const char *node)
+hub_matches(const struct hub *h, const struct hub_entry *e, const char *cluster,
+    const char *node)
 {
 	return strcmp(e->cluster, cluster) == 0 &&
-	    (node == NULL || strcmp(session_node(e->session), node) == 0);
+	    (node == NULL || strcmp(h->ops->node(e->session), node) == 0);
 }
 
 struct session *
@@ -191,11 +195,11 @@ hub_pick(struct hub *h, const char *cluster, const char *node, int *connected)
 	/* Two walks of one cluster's chain: count the active agents, then
 	 * take the rotor's turn among them. */
 	for (struct hub_entry *e = chain; e != NULL; e = e->cnext) {
-		if (!hub_matches(e, cluster, node))
+		if (!hub_matches(h, e, cluster, node))
 			continue;
 		if (connected != NULL)
 			*connected = 1;
-		if (!session_is_active(e->session))
+		if (!h->ops->is_active(e->session))
 			continue;
 		if (first == NULL)
 			first = e->session;
@@ -205,7 +209,7 @@ hub_pick(struct hub *h, const char *cluster, const char *node, int *connected)
 		return first;
 	want = h->rotor++ % nactive;
 	for (struct hub_entry *e = chain; e != NULL; e = e->cnext)
-		if (hub_matches(e, cluster, node) && session_is_active(e->session) &&
+		if (hub_matches(h, e, cluster, node) && h->ops->is_active(e->session) &&
 		    want-- == 0)
 			return e->session;
 	return NULL;

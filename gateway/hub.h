@@ -14,7 +14,14 @@
 struct hub;
 struct session;
 
-struct hub *hub_new(void);
+/* What the hub asks of the sessions it holds (kept, not copied): the
+ * agent's node name, and whether it may carry streams now. */
+struct hub_ops {
+	const char *(*node)(const struct session *s);
+	int (*is_active)(const struct session *s);
+};
+
+struct hub *hub_new(const struct hub_ops *ops);
 /* The hub must be empty (every session removed) before it is freed. */
 void hub_free(struct hub *h);
 

@@ -61,6 +61,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mux.h"
+#include "route.h"
 #include "server.h"
 #include "session.h"
 #include "store.h"
@@ -94,7 +95,7 @@ static const char *const x_state_names[X_ENTRIES] = {
  * connection: the stream's handler argument.  It outlives the exchange
  * that opened it when the answer leaves the upstream connection fit for
  * another request: it is then parked on the client's connection
- * (proxy_set_parked) and the next request of that connection for the same
+ * (exchange_keep) and the next request of that connection for the same
  * cluster and principal adopts it.  The flow-control accounting of the
  * answer bytes in the client's output lives here, so bytes still queued
  * when an exchange ends are credited as they leave.
@@ -166,7 +167,7 @@ k8s_root_path(const char *path)
 	return 0;
 }
 
-int
+static int
 k8s_matches(const char *path)
 {
 	return strncmp(path, K8S_PREFIX, strlen(K8S_PREFIX)) == 0 ||
@@ -211,7 +212,7 @@ reply_status(struct hconn *h, int code, const char *message)
 	size_t len;
 	char *body = status_json(code, message, &len);
 
-	proxy_reply(h, code, body, len);
+	exchange_reply(h, code, body, len);
 }
 
 /* ---- the end ---- */
@@ -247,14 +248,18 @@ link_free(struct k8s_link *l, const char *reset_code)
 static void
 link_drop(struct k8s_link *l, const char *reset_code)
 {
-	if (l->h != NULL && proxy_parked(l->h) == l)
-		proxy_set_parked(l->h, NULL);
+	if (l->h != NULL && exchange_kept(l->h) == l)
+		exchange_take_kept(l->h);
 	link_free(l, reset_code);
 }
 
-void
-k8s_parked_gone(struct k8s_link *l)
+/* The client's connection, with this idle stream kept on it, ends
+ * (server.h: exchange_keep's free_fn): the stream is reset. */
+static void
+parked_gone(void *arg)
 {
+	struct k8s_link *l = arg;
+
 	debug("k8s client gone: idle stream reset", KV_S("node", l->node));
 	l->h = NULL;
 	link_free(l, "client_gone");
@@ -300,7 +305,7 @@ x_fail(struct k8s_exchange *x, int code, const char *message)
 {
 	struct hconn *h = x->h;
 
-	debug("k8s exchange failed", KV_S("peer", h != NULL ? proxy_peer(h) : "-"),
+	debug("k8s exchange failed", KV_S("peer", h != NULL ? exchange_peer(h) : "-"),
 	    KV_S("reason", message), KV_S("state", x_state_names[x->state]));
 	x_detach(x, "closed");
 	x->h = NULL;
@@ -308,10 +313,10 @@ x_fail(struct k8s_exchange *x, int code, const char *message)
 		x->status = code;
 		reply_status(h, code, message);
 	} else if (h != NULL) {
-		warn("k8s answer cut short", KV_S("peer", proxy_peer(h)),
+		warn("k8s answer cut short", KV_S("peer", exchange_peer(h)),
 		    KV_S("method", x->method), KV_S("path", x->path),
 		    KV_S("reason", message));
-		proxy_abort(h);
+		exchange_abort(h);
 	}
 	x_free(x);
 }
@@ -328,14 +333,14 @@ x_park(struct k8s_exchange *x)
 	if (l == NULL || h == NULL || x->agent == NULL || l->s != x->agent ||
 	    l->fin || x->state != X_DONE || !x->reusable || x->no_reuse ||
 	    x->upgrade_req || !x->keep_up || x->close_after ||
-	    !proxy_request_done(h) || !proxy_keep_alive(h) ||
+	    !exchange_request_done(h) || !exchange_keep_alive(h) ||
 	    evbuffer_get_length(x->to_agent) != 0 || x->body_chunked ||
-	    proxy_parked(h) != NULL)
+	    exchange_kept(h) != NULL)
 		return 0;
 	x->link = NULL;
 	x->agent = NULL;
 	l->x = NULL;
-	proxy_set_parked(h, l);
+	exchange_keep(h, l, parked_gone);
 	return 1;
 }
 
@@ -348,7 +353,7 @@ x_finish(struct k8s_exchange *x)
 		x_detach(x, "closed");
 	x->h = NULL;
 	if (h != NULL)
-		proxy_finish(h, !x->close_after);
+		exchange_finish(h, !x->close_after);
 	x_free(x);
 }
 
@@ -376,22 +381,25 @@ flush_up(struct k8s_exchange *x)
 	if (x->in_paused && x->h != NULL &&
 	    evbuffer_get_length(x->to_agent) < K8S_UP_HIGH) {
 		x->in_paused = 0;
-		proxy_resume_input(x->h);
+		exchange_resume_input(x->h);
 	}
 }
 
-int
-k8s_wants_body(struct k8s_exchange *x)
+static int
+k8s_wants_body(void *arg)
 {
+	struct k8s_exchange *x = arg;
+
 	if (evbuffer_get_length(x->to_agent) < K8S_UP_HIGH)
 		return 1;
 	x->in_paused = 1;
 	return 0;
 }
 
-void
-k8s_body(struct k8s_exchange *x, const char *data, size_t len)
+static void
+k8s_body(void *arg, const char *data, size_t len)
 {
+	struct k8s_exchange *x = arg;
 	int r = 0;
 
 	if (len == 0)
@@ -406,18 +414,21 @@ k8s_body(struct k8s_exchange *x, const char *data, size_t len)
 	flush_up(x);
 }
 
-void
-k8s_body_end(struct k8s_exchange *x)
+static void
+k8s_body_end(void *arg)
 {
+	struct k8s_exchange *x = arg;
+
 	if (x->body_chunked && evbuffer_add(x->to_agent, "0\r\n\r\n", 5) != 0)
 		warn("k8s: out of memory for a request body");
 	x->body_chunked = 0;
 	flush_up(x);
 }
 
-int
-k8s_raw_input(struct k8s_exchange *x, struct evbuffer *in)
+static int
+k8s_raw_input(void *arg, struct evbuffer *in)
 {
+	struct k8s_exchange *x = arg;
 	size_t queued = evbuffer_get_length(x->to_agent);
 
 	if (queued < K8S_UP_HIGH)
@@ -429,10 +440,12 @@ k8s_raw_input(struct k8s_exchange *x, struct evbuffer *in)
 	return 1;
 }
 
-void
-k8s_client_gone(struct k8s_exchange *x)
+static void
+k8s_client_gone(void *arg)
 {
-	debug("k8s client gone", KV_S("peer", proxy_peer(x->h)),
+	struct k8s_exchange *x = arg;
+
+	debug("k8s client gone", KV_S("peer", exchange_peer(x->h)),
 	    KV_S("state", x_state_names[x->state]));
 	if (x->status == 0)
 		x->status = 499;     /* as nginx logs it: the client closed first */
@@ -464,9 +477,9 @@ out_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg
 static void
 to_client(struct k8s_exchange *x, const uint8_t *data, size_t len)
 {
-	if (evbuffer_add(proxy_output(x->h), data, len) != 0) {
+	if (evbuffer_add(exchange_output(x->h), data, len) != 0) {
 		/* Not credited: the stream stalls rather than lose bytes. */
-		warn("k8s: out of memory relaying an answer", KV_S("peer", proxy_peer(x->h)));
+		warn("k8s: out of memory relaying an answer", KV_S("peer", exchange_peer(x->h)));
 		return;
 	}
 	if (x->link != NULL)
@@ -614,7 +627,7 @@ head_credit(struct k8s_exchange *x, size_t written, size_t *credit_now)
 static int
 emit_head(struct k8s_exchange *x, size_t *credit_now)
 {
-	struct evbuffer *out = proxy_output(x->h);
+	struct evbuffer *out = exchange_output(x->h);
 	int status = x->rp.status_code, r = 0;
 	int sw = status == 101, info1xx = status / 100 == 1 && !sw;
 	size_t hlen = evbuffer_get_length(x->rhdrs), rlen, before;
@@ -629,7 +642,7 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 		return -1;
 	end = p + hlen;
 	if (!info1xx) {
-		x->close_after = sw || !proxy_keep_alive(x->h) ||
+		x->close_after = sw || !exchange_keep_alive(x->h) ||
 		    (!x->msg_complete && needs_eof(x));
 		x->reusable = !sw && x->rp.http_major == 1 &&
 		    x->rp.http_minor >= 1 && http_should_keep_alive(&x->rp) &&
@@ -664,7 +677,7 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 		x->state = X_HEAD;
 	} else if (sw) {
 		x->state = X_RAW;
-		proxy_go_raw(x->h);
+		exchange_go_raw(x->h);
 	} else
 		x->state = x->msg_complete ? X_DONE : X_BODY;
 	return 0;
@@ -747,7 +760,7 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 			}
 			if (emit_head(x, &credit_now) != 0) {
 				warn("k8s: out of memory for an answer head",
-				    KV_S("peer", proxy_peer(x->h)));
+				    KV_S("peer", exchange_peer(x->h)));
 				x_fail(x, 502, "out of memory");
 				return;
 			}
@@ -951,7 +964,7 @@ x_open(struct k8s_exchange *x, struct session *agent, struct hconn *h,
 	}
 	l->x = x;
 	l->h = h;
-	l->out = proxy_output(h);
+	l->out = exchange_output(h);
 	snprintf(l->principal, sizeof(l->principal), "%s", x->principal);
 	snprintf(l->cluster, sizeof(l->cluster), "%s", x->cluster);
 	snprintf(l->node, sizeof(l->node), "%s", session_node(agent));
@@ -998,7 +1011,7 @@ x_retry(struct k8s_exchange *x)
 	if (agent == NULL)
 		return -1;
 	debug("k8s idle stream closed under a request: retried on a new one",
-	    KV_S("peer", proxy_peer(h)), KV_S("method", x->method),
+	    KV_S("peer", exchange_peer(h)), KV_S("method", x->method),
 	    KV_S("path", x->path));
 	evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent));
 	if (evbuffer_add_buffer(x->to_agent, x->req_copy) != 0)
@@ -1153,7 +1166,7 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	    (rq->has_length && rq->content_length > 0);
 	x->upgrade_req = rq->upgrade[0] != '\0' &&
 	    http_token_list_has(rq->connection, "upgrade");
-	x->keep_up = !x->upgrade_req && rq->keep_alive && proxy_keep_alive(h);
+	x->keep_up = !x->upgrade_req && rq->keep_alive && exchange_keep_alive(h);
 	snprintf(x->method, sizeof(x->method), "%s", rq->method);
 	return x;
 }
@@ -1180,7 +1193,7 @@ refuse(struct hconn *h, const struct http_request *rq, const char *principal,
 	reply_status(h, code, message);
 }
 
-void
+static void
 k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
     int status, const char *reason)
 {
@@ -1196,10 +1209,10 @@ k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
 	}
 	audit_refusal(rq, "", cluster, status);
 	body = status_json(status, reason, &len);
-	proxy_refuse(h, status, body, len);
+	exchange_refuse(h, status, body, len);
 }
 
-struct k8s_exchange *
+static void *
 k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 {
 	char cluster[STORE_ID_MAX + 1] = "", err[512];
@@ -1249,9 +1262,8 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	}
 	/* A stream parked on this connection by its last request: the same
 	 * cluster and principal reuse it, anything else drops it. */
-	parked = proxy_parked(h);
+	parked = exchange_take_kept(h);
 	if (parked != NULL) {
-		proxy_set_parked(h, NULL);
 		if (parked->s == NULL || parked->fin ||
 		    strcmp(parked->cluster, cluster) != 0 ||
 		    strcmp(parked->principal, principal) != 0) {
@@ -1322,3 +1334,19 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	x->h = h;
 	return x;
 }
+
+static const struct route_exchange k8s_exchange_ops = {
+	.start = k8s_start,
+	.unreadable = k8s_refuse_unreadable,
+	.body = k8s_body,
+	.body_end = k8s_body_end,
+	.wants_body = k8s_wants_body,
+	.raw_input = k8s_raw_input,
+	.client_gone = k8s_client_gone,
+};
+
+const struct route k8s_route = {
+	.name = "k8s",
+	.matches = k8s_matches,
+	.exchange = &k8s_exchange_ops,
+};

@@ -20,14 +20,18 @@
 #include <openssl/crypto.h>
 
 #include "agentkey.h"
+#include "api.h"
 #include "ca.h"
+#include "dial.h"
 #include "fileio.h"
 #include "gateway.h"
 #include "hub.h"
+#include "k8s.h"
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
 #include "prom_http.h"
+#include "route.h"
 #include "runtime.h"
 #include "sdnotify.h"
 #include "serve_options.h"
@@ -36,9 +40,48 @@
 #include "session.h"
 #include "store.h"
 #include "token.h"
+#include "tunnel.h"
+#include "ui.h"
 
 #define MAX_HOSTNAMES 16
 #define SHUTDOWN_GRACE_MS 2000
+
+/*
+ * The routes of the one listening port, in the order the server tries
+ * them (route.h): the named paths first, the admin API (every other path)
+ * last.  The transport knows none of them by name.
+ */
+static const struct route *const routes[] = {
+	&tunnel_route,         /* /v1/connect: agent tunnels */
+	&k8s_route,            /* /k8s/..., /version, /api...: an exchange */
+	&dial_route,           /* /v1/clusters/ID/dial: upgrades */
+	&ui_route,             /* /ui/, /v1/status */
+	&metrics_route,        /* /metrics */
+	&api_route,            /* everything else */
+	NULL
+};
+
+/* tether_agents starts from the agents already in the store.  0 or -1. */
+static int
+metrics_seed(struct gateway *gw)
+{
+	struct store_agent *as = NULL;
+	size_t n = 0;
+
+	metrics_init();
+	if (store_agent_list(gw->store, NULL, &as, &n) != STORE_OK)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		metrics_agent_moved(-1, (int)as[i].state);
+	free(as);
+	return 0;
+}
+
+/* What the hub asks of a session (hub.h), so that it needs no session.c. */
+static const struct hub_ops hub_ops = {
+	.node = session_node,
+	.is_active = session_is_active,
+};
 
 static const char usage_head[] =
 "usage: tether-gateway init  --data-dir DIR [--hostname NAME]... [--url URL]\n"
@@ -382,11 +425,12 @@ cmd_serve(int argc, char **argv)
 		error("cannot open the store", KV_S("store", store_url), KV_S("err", err));
 		goto out;
 	}
-	if (metrics_init(&gw, err, sizeof(err)) != 0) {
-		error("cannot start the metrics", KV_S("err", err));
+	if (metrics_seed(&gw) != 0) {
+		error("cannot start the metrics",
+		    KV_S("err", "cannot count the agents in the store"));
 		goto out;
 	}
-	gw.hub = hub_new();
+	gw.hub = hub_new(&hub_ops);
 	gw.base = runtime_event_base();
 	if (gw.hub == NULL || gw.base == NULL) {
 		error("out of memory");
@@ -402,7 +446,7 @@ cmd_serve(int argc, char **argv)
 		error("cannot install signal handlers");
 		goto out;
 	}
-	if (server_start(&gw, host, port, err, sizeof(err)) != 0) {
+	if (server_start(&gw, routes, host, port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		goto out;
 	}

@@ -1,7 +1,8 @@
 /*
  * metrics.c: the gateway's metric families and the hooks that count into
  * them (see metrics.h).  Apart from the hub and the store, so that the
- * store links without the rest of the gateway (unit tests).
+ * store links without the rest of the gateway (unit tests): it reads
+ * neither (main.c seeds the agent counts; metrics_render.c reads the hub).
  */
 #include "metrics.h"
 
@@ -10,8 +11,6 @@
 #include <string.h>
 
 #include "agent_state.h"
-#include "gateway.h"
-#include "store.h"
 
 static const char *const no_values[] = { NULL };
 static const char *const version_values[] = { TETHER_VERSION, NULL };
@@ -78,23 +77,12 @@ static struct prom_metric *const families[] = {
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
-int
-metrics_init(struct gateway *gw, char *err, size_t errlen)
+void
+metrics_init(void)
 {
-	struct store_agent *as = NULL;
-	size_t n = 0;
-
 	prom_set(&build_info, TETHER_VERSION, 1);
 	for (size_t i = 0; i < AGENT_STATE_ENTRIES; i++)
 		prom_set(&agents, agent_state_name((enum agent_state)i), 0);
-	if (store_agent_list(gw->store, NULL, &as, &n) != STORE_OK) {
-		snprintf(err, errlen, "metrics: cannot count the agents in the store");
-		return -1;
-	}
-	for (size_t i = 0; i < n; i++)
-		metrics_agent_moved(-1, (int)as[i].state);
-	free(as);
-	return 0;
 }
 
 void

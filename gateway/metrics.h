@@ -25,9 +25,10 @@
 
 struct gateway;
 
-/* Seeds tether_agents from the store (once, at start).  Returns 0, or -1
- * with err. */
-int metrics_init(struct gateway *gw, char *err, size_t errlen);
+/* Sets the build info and every tether_agents state to 0 (once, at start);
+ * the caller then seeds the agents already in the store with
+ * metrics_agent_moved(-1, state), so that this file reads no store. */
+void metrics_init(void);
 
 /* An agent moved from one state to another (enum agent_state; -1: it did
  * not exist before). */
@@ -62,5 +63,9 @@ size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
 /* The exposition text (metrics_render.c), malloc'd, with *len; NULL when out of memory.  The
  * signature is prom_render_fn's (arg: the gateway). */
 char *metrics_render(void *gw, size_t *len);
+
+/* GET /metrics on the main port, for admin tokens (route.h). */
+struct route;
+extern const struct route metrics_route;
 
 #endif

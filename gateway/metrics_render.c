@@ -1,13 +1,19 @@
 /*
  * metrics_render.c: the gateway's /metrics text: its own families (with
  * the gauges read from the hub in O(1)), the stream metrics and the
- * process metrics.
+ * process metrics; and GET /metrics on the main port as a route (route.h),
+ * for admin tokens.
  */
 #include "metrics.h"
 
+#include <string.h>
+
+#include "access.h"
 #include "gateway.h"
 #include "hub.h"
 #include "mux_metrics.h"
+#include "prom_http.h"
+#include "route.h"
 
 char *
 metrics_render(void *arg, size_t *len)
@@ -20,3 +26,38 @@ metrics_render(void *arg, size_t *len)
 	lists[1].n = mux_metrics_families(&lists[1].ms);
 	return prom_text(lists, 2, len);
 }
+
+static int
+metrics_matches(const char *path)
+{
+	return strcmp(path, "/metrics") == 0;
+}
+
+static void
+metrics_request(struct gateway *gw, const struct route_request *req,
+    struct route_response *r)
+{
+	char principal[64], err[192];
+	int status;
+
+	memset(r, 0, sizeof(*r));
+	if (strcmp(req->method, "GET") != 0) {
+		route_respond_error(r, 405, "/metrics is read with GET");
+		return;
+	}
+	status = access_admin(gw, req->authorization, principal,
+	    sizeof(principal), err, sizeof(err));
+	if (status != 0) {
+		route_respond_error(r, status, "%s", err);
+		return;
+	}
+	r->body = metrics_render(gw, &r->body_len);
+	r->status = r->body != NULL ? 200 : 500;
+	r->content_type = PROM_CONTENT_TYPE;
+}
+
+const struct route metrics_route = {
+	.name = "metrics",
+	.matches = metrics_matches,
+	.request = metrics_request,
+};

@@ -1,23 +1,20 @@
 /*
  * server.c: the gateway's one listening port (see server.h): TLS on
- * libevent bufferevents, HTTP/1.1 requests (http.c) to the admin API, and
- * WebSocket upgrades, which become agent tunnels (/v1/connect) or are
- * decided by the API layer (any other path).
+ * libevent bufferevents, HTTP/1.1 requests (http.c) and WebSocket
+ * handshakes, each handed to the route registered for its path (route.h).
  *
  * A connection starts as a struct hconn speaking HTTP:
  *
  *   READING --request--> answered: READING again (keep-alive)
  *      |                     or CLOSING --written--> LINGERING --EOF/2 s--> freed
- *      |--upgrade, other path--> UPGRADING --upgrade_accept--> handed over
- *      |                             \------upgrade_refuse--> CLOSING
- *      `--upgrade, /v1/connect--> handed over to a wsconn (wsconn.c)
- *      `--/k8s/... head--> PROXYING --proxy_finish--> READING or CLOSING
- *                             (k8s.c)  \--proxy_abort / client gone--> freed
+ *      |--upgrade--> UPGRADING --upgrade_accept--> handed over to a wsconn
+ *      |                  \------upgrade_refuse--> CLOSING
+ *      `--exchange head--> EXCHANGING --exchange_finish--> READING or CLOSING
+ *                             \--exchange_abort / client gone--> freed
  *
  * Handing over moves the bufferevent (socket, SSL, buffered input) to a
- * struct wsconn and frees the hconn, so an idle tunnel carries nothing of
- * HTTP.  A tunnel is a struct conn: its wsconn plus the session (session.c)
- * it carries.
+ * struct wsconn (wsconn.c) and frees the hconn, so an idle WebSocket (an
+ * agent tunnel, tunnel.c) carries nothing of HTTP.
  *
  * Every bufferevent is made with BEV_OPT_DEFER_CALLBACKS: adding to an
  * output buffer may write to the socket at once, and without deferral a
@@ -30,6 +27,7 @@
  */
 #include "server.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -53,14 +51,11 @@
 #include <openssl/sha.h>
 #include <openssl/ssl.h>
 
-#include "api.h"
-#include "frame.h"
 #include "gateway.h"
 #include "http.h"
-#include "k8s.h"
 #include "log.h"
 #include "netaddr.h"
-#include "session.h"
+#include "route.h"
 #include "wsconn.h"
 
 #define LISTEN_BACKLOG      1024
@@ -79,6 +74,8 @@ struct hconn;
 
 struct server {
 	struct gateway *gw;
+	const struct route *const *routes;  /* NULL-terminated, in order */
+	const struct route *exchange;       /* the one route with that shape */
 	SSL_CTX *ssl_ctx;
 	struct evconnlistener *listener;
 	struct event *accept_retry;       /* re-enables the listener */
@@ -89,10 +86,10 @@ struct server {
 
 enum hconn_state {
 	HC_READING,       /* reading a request, or idle between two */
-	HC_UPGRADING,     /* api_upgrade deciding: input parked, not parsed */
+	HC_UPGRADING,     /* a route deciding an upgrade: input parked */
 	HC_CLOSING,       /* the last answer is queued: write it */
 	HC_LINGERING,     /* close_notify sent: drop input until EOF or deadline */
-	HC_PROXYING,      /* a /k8s/ exchange (k8s.c) owns the connection */
+	HC_EXCHANGING,    /* an exchange (its route's) owns the connection */
 	HC_DONE,          /* handed over or ended: freed as the stack unwinds */
 	HC_ENTRIES        /* must be last */
 };
@@ -102,7 +99,7 @@ static const char *const hconn_state_names[HC_ENTRIES] = {
 	[HC_UPGRADING] = "upgrading",
 	[HC_CLOSING] = "closing",
 	[HC_LINGERING] = "lingering",
-	[HC_PROXYING] = "proxying",
+	[HC_EXCHANGING] = "exchanging",
 	[HC_DONE] = "done",
 };
 
@@ -122,21 +119,14 @@ struct hconn {
 	enum hconn_state state;
 	int busy;                         /* inside hconn_process: do not free */
 	int read_blocked;                 /* output over HTTP_OUTPUT_HIGH */
-	struct k8s_exchange *proxy;       /* HC_PROXYING, until it ends */
-	int proxy_req_done;               /* the proxied request was read whole */
-	int proxy_raw;                    /* after a 101: input is raw bytes */
-	int proxy_keep;                   /* the client allows keep-alive */
-	struct k8s_link *parked;          /* an idle agent stream (k8s.c) */
+	void *x;                          /* HC_EXCHANGING: the route's exchange */
+	int x_req_done;                   /* its request was read whole */
+	int x_raw;                        /* after a 101: input is raw bytes */
+	int x_keep;                       /* the client allows keep-alive */
+	void *kept;                       /* a route's state between exchanges */
+	void (*kept_free)(void *);
 	char ws_accept[WS_ACCEPT_LEN + 1];
 	char peer[PEER_MAX];
-};
-
-/* An agent tunnel: the transport of one session. */
-struct conn {
-	struct gateway *gw;
-	struct wsconn *ws;                /* NULL once closed */
-	struct session *session;          /* NULL once closed */
-	int closing;
 };
 
 static void hconn_process(struct hconn *h);
@@ -163,17 +153,17 @@ static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
-	if (h->parked != NULL) {
-		struct k8s_link *l = h->parked;
+	if (h->kept != NULL) {
+		void *kept = h->kept;
 
-		h->parked = NULL;
-		k8s_parked_gone(l);
+		h->kept = NULL;
+		h->kept_free(kept);
 	}
-	if (h->proxy != NULL) {
-		struct k8s_exchange *x = h->proxy;
+	if (h->x != NULL) {
+		void *x = h->x;
 
-		h->proxy = NULL;
-		k8s_client_gone(x);
+		h->x = NULL;
+		h->srv->exchange->exchange->client_gone(x);
 	}
 	if (h->bev != NULL)
 		bufferevent_free(h->bev);
@@ -343,172 +333,18 @@ hconn_to_websocket(struct hconn *h, const char *subprotocol,
 	return ws;
 }
 
-/* ---- agent tunnels ---- */
-
-const char *
-conn_peer(const struct conn *c)
-{
-	return c->ws != NULL ? wsconn_peer(c->ws) : "(closed)";
-}
-
-struct wsconn *
-conn_ws(struct conn *c)
-{
-	return c->ws;
-}
-
-int
-conn_send(struct conn *c, const struct frame *f)
-{
-	uint8_t *buf;
-	size_t len;
-	int r;
-
-	if (c->ws == NULL || c->closing)
-		return -1;
-	if (frame_encode(f, 0, &buf, &len) != 0) {
-		warn("tunnel: cannot encode a frame", KV_S("peer", conn_peer(c)),
-		    KV_S("frame", frame_type_name(f->type)));
-		return -1;
-	}
-	/* Over the output cap (session_max_queue) the wsconn drops the peer. */
-	r = wsconn_send(c->ws, buf, len, 1);
-	free(buf);
-	if (r != 0)
-		c->closing = 1;
-	return r;
-}
-
-void
-conn_close(struct conn *c)
-{
-	if (c->ws == NULL || c->closing)
-		return;
-	c->closing = 1;
-	/* Queued after every frame already sent: they go out first. */
-	wsconn_close(c->ws, 1000, NULL);
-}
-
-static void
-conn_on_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary,
-    void *arg)
-{
-	struct conn *c = arg;
-
-	if (c->session == NULL || c->closing)
-		return;
-	if (!binary) {
-		session_protocol_error(c->session, "protocol",
-		    "text messages are not part of tether.v1; frames are binary");
-		return;
-	}
-	session_on_message(c->session, data, len);
-	/* The limits grow once the agent is authenticated. */
-	if (c->session != NULL) {
-		wsconn_set_max_message(ws, session_max_message(c->session));
-		wsconn_set_max_queue(ws, session_max_queue(c->session));
-	}
-}
-
-static void
-conn_on_too_large(struct wsconn *ws, size_t limit, void *arg)
-{
-	struct conn *c = arg;
-	char reason[96];
-
-	if (c->session == NULL || c->closing)
-		return;
-	snprintf(reason, sizeof(reason), "frame larger than %zu bytes", limit);
-	session_protocol_error(c->session, "frame_too_large", reason);
-}
-
-static void
-conn_on_drain(struct wsconn *ws, void *arg)
-{
-	struct conn *c = arg;
-
-	if (c->session != NULL)
-		session_on_drain(c->session);
-}
-
-static void
-conn_on_close(struct wsconn *ws, void *arg)
-{
-	struct conn *c = arg;
-	struct session *s = c->session;
-
-	/* c->ws stays set during session_closed: ending the session's streams
-	 * may still try to send, which the closed wsconn refuses. */
-	c->session = NULL;
-	c->closing = 1;
-	if (s != NULL)
-		session_closed(s);
-	c->ws = NULL;
-	free(c);
-}
-
-static const struct wsconn_handlers conn_handlers = {
-	.on_message = conn_on_message,
-	.on_drain = conn_on_drain,
-	.on_close = conn_on_close,
-	.on_too_large = conn_on_too_large,
-};
-
-/* /v1/connect with tether.v1: a new tunnel, if the gateway takes one. */
-static void
-hconn_tunnel(struct hconn *h, const struct http_request *rq)
-{
-	struct gateway *gw = h->srv->gw;
-	char reason[128];
-	struct conn *c;
-
-	if (!http_token_list_has(rq->ws_protocol, TETHER_SUBPROTOCOL)) {
-		hconn_refuse(h, 400, "/v1/connect needs the WebSocket subprotocol "
-		    TETHER_SUBPROTOCOL " (Sec-WebSocket-Protocol)");
-		return;
-	}
-	if (gw->stopping) {
-		hconn_refuse(h, 503, "the gateway is shutting down");
-		return;
-	}
-	if (gw->handshakes >= gw->limits.max_handshakes) {
-		warn("refusing a tunnel: too many handshakes under way (--max-handshakes)",
-		    KV_S("peer", h->peer), KV_U("handshakes", gw->handshakes));
-		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
-		    "retry later", gw->handshakes);
-		hconn_refuse(h, 503, reason);
-		return;
-	}
-	c = calloc(1, sizeof(*c));
-	if (c == NULL) {
-		hconn_refuse(h, 500, "out of memory");
-		return;
-	}
-	c->gw = gw;
-	c->ws = hconn_to_websocket(h, TETHER_SUBPROTOCOL, &conn_handlers, c);
-	if (c->ws == NULL) {
-		free(c);
-		return;
-	}
-	c->session = session_new(gw, c);
-	if (c->session == NULL) {
-		warn("tunnel: out of memory for a session: closing", KV_S("peer", conn_peer(c)));
-		c->closing = 1;
-		wsconn_close(c->ws, 1011, "out of memory");
-		return;
-	}
-	wsconn_set_max_message(c->ws, session_max_message(c->session));
-	wsconn_set_max_queue(c->ws, session_max_queue(c->session));
-	/* Streams blocked on a full tunnel resume at half their high water. */
-	wsconn_set_low_water(c->ws, gw->mux_config.tx_high_water / 2);
-}
-
-/* ---- deferred upgrades (server.h) ---- */
+/* ---- upgrades (server.h) ---- */
 
 const char *
 upgrade_offered_protocols(const struct upgrade *u)
 {
 	return http_reader_request(u->h->reader)->ws_protocol;
+}
+
+const char *
+upgrade_peer(const struct upgrade *u)
+{
+	return u->h->peer;
 }
 
 void
@@ -554,22 +390,51 @@ hconn_abandon(struct hconn *h)
 		u->abandon(u->abandon_arg);
 }
 
-/* An upgrade on another path: the API layer decides, now or later. */
-static void
-hconn_defer_upgrade(struct hconn *h, const struct http_request *rq)
+/* The first route of the table with that shape that takes path, or NULL. */
+static const struct route *
+route_find(const struct server *srv, const char *path, int shape)
 {
-	struct api_request req = {
+	for (const struct route *const *r = srv->routes; *r != NULL; r++) {
+		int has = shape == 'r' ? (*r)->request != NULL :
+		    shape == 'u' ? (*r)->upgrade != NULL : (*r)->exchange != NULL;
+
+		if (has && ((*r)->matches == NULL || (*r)->matches(path)))
+			return *r;
+	}
+	return NULL;
+}
+
+/* The one exchange route's matches(), for the reader (http_reader_stream). */
+static int
+no_exchange(const char *path)
+{
+	return 0;
+}
+
+/* A valid upgrade: its route decides, now or later. */
+static void
+hconn_route_upgrade(struct hconn *h, const struct http_request *rq)
+{
+	const struct route *r = route_find(h->srv, rq->path, 'u');
+	struct route_request req = {
 		.method = rq->method, .path = rq->path, .query = rq->query,
 		.authorization = rq->authorization,
 	};
+	char reason[600];
 
+	if (r == NULL) {
+		snprintf(reason, sizeof(reason), "no WebSocket endpoint at %s",
+		    rq->path);
+		hconn_refuse(h, 404, reason);
+		return;
+	}
 	h->upgrade.h = h;
 	hconn_set_state(h, HC_UPGRADING);
 	evtimer_del(h->timer);
 	/* Stop taking input, but keep reading up to a little so that a client
 	 * that hangs up is noticed (EOF) and its upgrade abandoned. */
 	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
-	api_upgrade(h->srv->gw, &req, &h->upgrade);
+	r->upgrade(h->srv->gw, &req, &h->upgrade);
 }
 
 /* A request that asks for a WebSocket: valid?  Then where to. */
@@ -592,30 +457,37 @@ hconn_upgrade(struct hconn *h, const struct http_request *rq)
 		hconn_refuse(h, 400, "Sec-WebSocket-Key must be 16 bytes in base64");
 		return;
 	}
-	if (strcmp(rq->path, "/v1/connect") == 0)
-		hconn_tunnel(h, rq);
-	else
-		hconn_defer_upgrade(h, rq);
+	hconn_route_upgrade(h, rq);
 }
 
 /* ---- HTTP requests ---- */
 
 static void
-hconn_api(struct hconn *h, const struct http_request *rq)
+hconn_request(struct hconn *h, const struct http_request *rq)
 {
-	struct api_request req = {
+	const struct route *r = route_find(h->srv, rq->path, 'r');
+	struct route_request req = {
 		.method = rq->method, .path = rq->path, .query = rq->query,
 		.authorization = rq->authorization, .body = rq->body,
 		.body_len = rq->body_len, .body_too_large = rq->body_too_large,
 	};
-	struct api_response resp = { 0 };
+	struct route_response resp = { 0 };
 
-	api_handle(h->srv->gw, &req, &resp);
+	if (r == NULL) {
+		hconn_refuse(h, 404, "no route");
+		return;
+	}
+	r->request(h->srv->gw, &req, &resp);
+	if (resp.body == NULL) {
+		hconn_respond(h, 500, "text/plain", strdup("out of memory\n"), 14,
+		    0, 0, NULL);
+		return;
+	}
 	if (resp.status < 100 || resp.status > 599) {
 		/* A bug in a route; the client still gets an answer. */
-		error("http: the API answered an invalid status", KV_S("peer", h->peer),
-		    KV_S("method", rq->method), KV_S("path", rq->path),
-		    KV_I("status", resp.status));
+		error("http: a route answered an invalid status", KV_S("peer", h->peer),
+		    KV_S("route", r->name), KV_S("method", rq->method),
+		    KV_S("path", rq->path), KV_I("status", resp.status));
 		free_body(resp.body, resp.body_len, NULL);
 		hconn_refuse(h, 500, "internal error");
 		return;
@@ -626,9 +498,9 @@ hconn_api(struct hconn *h, const struct http_request *rq)
 	    rq->keep_alive, rq->head_only, resp.headers);
 }
 
-/* ---- proxied requests (k8s.c) ---- */
+/* ---- exchanges (route.h, server.h) ---- */
 
-static void hconn_proxy_park(struct hconn *h);
+static void hconn_exchange_body_done(struct hconn *h);
 
 /* Runs the read callback soon (deferred), whatever is buffered. */
 static void
@@ -639,25 +511,27 @@ hconn_kick_read(struct hconn *h)
 	    BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
-/* A /k8s/ request's head is read (request_done: and its body, if any). */
+/* An exchange route's request head is read (request_done: and its body,
+ * if any). */
 static void
-hconn_proxy_start(struct hconn *h, const struct http_request *rq, int request_done)
+hconn_exchange_start(struct hconn *h, const struct http_request *rq,
+    int request_done)
 {
-	struct k8s_exchange *x;
+	void *x;
 
-	hconn_set_state(h, HC_PROXYING);
+	hconn_set_state(h, HC_EXCHANGING);
 	evtimer_del(h->timer);       /* watches and exec sessions last */
-	h->proxy = NULL;
-	h->proxy_req_done = request_done;
-	h->proxy_raw = 0;
-	h->proxy_keep = rq->keep_alive;
-	x = k8s_start(h->srv->gw, h, rq);
-	/* NULL: answered already (proxy_reply), the state says what next. */
+	h->x = NULL;
+	h->x_req_done = request_done;
+	h->x_raw = 0;
+	h->x_keep = rq->keep_alive;
+	x = h->srv->exchange->exchange->start(h->srv->gw, h, rq);
+	/* NULL: answered already (exchange_reply), the state says what next. */
 	if (x == NULL)
 		return;
-	h->proxy = x;
+	h->x = x;
 	if (request_done)
-		hconn_proxy_park(h);
+		hconn_exchange_body_done(h);
 }
 
 static void
@@ -665,92 +539,103 @@ hconn_body_sink(void *arg, const char *data, size_t len)
 {
 	struct hconn *h = arg;
 
-	if (h->state == HC_PROXYING && h->proxy != NULL)
-		k8s_body(h->proxy, data, len);
+	if (h->state == HC_EXCHANGING && h->x != NULL)
+		h->srv->exchange->exchange->body(h->x, data, len);
 }
 
 /* The request is read whole: park further input (the next request) but
  * keep reading a little, so that a client that hangs up is noticed. */
 static void
-hconn_proxy_park(struct hconn *h)
+hconn_exchange_body_done(struct hconn *h)
 {
-	h->proxy_req_done = 1;
+	h->x_req_done = 1;
 	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
-	if (h->proxy != NULL)
-		k8s_body_end(h->proxy);
+	if (h->x != NULL)
+		h->srv->exchange->exchange->body_end(h->x);
 }
 
-/* Leaves HC_PROXYING; the exchange is detached. */
+/* Leaves HC_EXCHANGING; the exchange is detached. */
 static void
-hconn_proxy_detach(struct hconn *h)
+hconn_exchange_detach(struct hconn *h)
 {
-	h->proxy = NULL;
-	h->proxy_raw = 0;
+	h->x = NULL;
+	h->x_raw = 0;
 	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
 	bufferevent_enable(h->bev, EV_READ);
 }
 
 struct evbuffer *
-proxy_output(struct hconn *h)
+exchange_output(struct hconn *h)
 {
 	return bufferevent_get_output(h->bev);
 }
 
 const char *
-proxy_peer(const struct hconn *h)
+exchange_peer(const struct hconn *h)
 {
 	return h->peer;
 }
 
 int
-proxy_request_done(const struct hconn *h)
+exchange_request_done(const struct hconn *h)
 {
-	return h->proxy_req_done;
-}
-
-struct k8s_link *
-proxy_parked(struct hconn *h)
-{
-	return h->parked;
+	return h->x_req_done;
 }
 
 void
-proxy_set_parked(struct hconn *h, struct k8s_link *l)
+exchange_keep(struct hconn *h, void *state, void (*free_fn)(void *state))
 {
-	h->parked = l;
+	assert(h->kept == NULL);
+	h->kept = state;
+	h->kept_free = free_fn;
+}
+
+void *
+exchange_kept(const struct hconn *h)
+{
+	return h->kept;
+}
+
+void *
+exchange_take_kept(struct hconn *h)
+{
+	void *kept = h->kept;
+
+	h->kept = NULL;
+	return kept;
 }
 
 int
-proxy_keep_alive(const struct hconn *h)
+exchange_keep_alive(const struct hconn *h)
 {
-	return h->proxy_keep && !h->srv->gw->stopping;
+	return h->x_keep && !h->srv->gw->stopping;
 }
 
 void
-proxy_resume_input(struct hconn *h)
+exchange_resume_input(struct hconn *h)
 {
-	if (h->state != HC_PROXYING)
+	if (h->state != HC_EXCHANGING)
 		return;
 	/* Deferred: never inside the caller. */
 	hconn_kick_read(h);
 }
 
 void
-proxy_go_raw(struct hconn *h)
+exchange_go_raw(struct hconn *h)
 {
-	if (h->state != HC_PROXYING)
+	if (h->state != HC_EXCHANGING)
 		return;
-	h->proxy_raw = 1;
+	h->x_raw = 1;
 	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
-	proxy_resume_input(h);
+	exchange_resume_input(h);
 }
 
 void
-proxy_reply(struct hconn *h, int status, char *body, size_t len)
+exchange_reply(struct hconn *h, int status, char *body, size_t len)
 {
-	int keep = h->proxy_req_done && proxy_keep_alive(h);
+	int keep = h->x_req_done && exchange_keep_alive(h);
 
-	hconn_proxy_detach(h);
+	hconn_exchange_detach(h);
 	hconn_set_state(h, HC_READING);
 	hconn_respond(h, status, "application/json", body, len, keep, 0, NULL);
 	if (keep && h->state == HC_READING)
@@ -758,12 +643,12 @@ proxy_reply(struct hconn *h, int status, char *body, size_t len)
 }
 
 void
-proxy_finish(struct hconn *h, int keep_alive)
+exchange_finish(struct hconn *h, int keep_alive)
 {
 	struct evbuffer *out = bufferevent_get_output(h->bev);
 
-	hconn_proxy_detach(h);
-	if (keep_alive && h->proxy_req_done && proxy_keep_alive(h)) {
+	hconn_exchange_detach(h);
+	if (keep_alive && h->x_req_done && exchange_keep_alive(h)) {
 		hconn_set_state(h, HC_READING);
 		http_reader_reset(h->reader);
 		hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
@@ -777,15 +662,15 @@ proxy_finish(struct hconn *h, int keep_alive)
 }
 
 void
-proxy_refuse(struct hconn *h, int status, char *body, size_t len)
+exchange_refuse(struct hconn *h, int status, char *body, size_t len)
 {
 	hconn_respond(h, status, "application/json", body, len, 0, 0, NULL);
 }
 
 void
-proxy_abort(struct hconn *h)
+exchange_abort(struct hconn *h)
 {
-	h->proxy = NULL;
+	h->x = NULL;
 	hconn_end(h);
 }
 
@@ -796,25 +681,22 @@ hconn_dispatch(struct hconn *h)
 {
 	const struct http_request *rq = http_reader_request(h->reader);
 
-	if (k8s_matches(rq->path))
-		hconn_proxy_start(h, rq, 1);
+	if (h->srv->exchange != NULL && h->srv->exchange->matches(rq->path))
+		hconn_exchange_start(h, rq, 1);
 	else if (http_token_list_has(rq->upgrade, "websocket"))
 		hconn_upgrade(h, rq);
-	else if (strcmp(rq->path, "/v1/connect") == 0)
-		hconn_refuse(h, 400, "/v1/connect takes a WebSocket upgrade with "
-		    "subprotocol " TETHER_SUBPROTOCOL);
 	else
-		hconn_api(h, rq);
+		hconn_request(h, rq);
 }
 
-/* Input to parse: a request, or the body of a proxied one it wants now. */
+/* Input to parse: a request, or the body of an exchange's that it wants now. */
 static int
 hconn_wants_input(struct hconn *h)
 {
 	if (h->state == HC_READING)
 		return 1;
-	return h->state == HC_PROXYING && !h->proxy_req_done && !h->proxy_raw &&
-	    h->proxy != NULL && k8s_wants_body(h->proxy);
+	return h->state == HC_EXCHANGING && !h->x_req_done && !h->x_raw &&
+	    h->x != NULL && h->srv->exchange->exchange->wants_body(h->x);
 }
 
 /* Parses and answers requests while the state allows. */
@@ -855,23 +737,23 @@ hconn_process(struct hconn *h)
 			    KV_I("status", status), KV_S("reason", reason));
 			if (h->state == HC_READING &&
 			    http_reader_streamed(h->reader))
-				k8s_refuse_unreadable(h,
+				h->srv->exchange->exchange->unreadable(h,
 				    http_reader_request(h->reader), status, reason);
 			else
 				hconn_refuse(h, status, reason);
 			break;
 		}
 		if (res == HTTP_READ_HEAD)
-			hconn_proxy_start(h, http_reader_request(h->reader), 0);
-		else if (res == HTTP_READ_REQUEST && h->state == HC_PROXYING)
-			hconn_proxy_park(h);
+			hconn_exchange_start(h, http_reader_request(h->reader), 0);
+		else if (res == HTTP_READ_REQUEST && h->state == HC_EXCHANGING)
+			hconn_exchange_body_done(h);
 		else if (res == HTTP_READ_REQUEST)
 			hconn_dispatch(h);
 	}
 	/* A proxied body the exchange cannot take yet: stop reading until
-	 * proxy_resume_input. */
-	if (h->state == HC_PROXYING && !h->proxy_req_done && !h->proxy_raw &&
-	    h->proxy != NULL && !k8s_wants_body(h->proxy))
+	 * exchange_resume_input. */
+	if (h->state == HC_EXCHANGING && !h->x_req_done && !h->x_raw &&
+	    h->x != NULL && !h->srv->exchange->exchange->wants_body(h->x))
 		bufferevent_disable(h->bev, EV_READ);
 	h->busy--;
 	if (h->state == HC_DONE && h->busy == 0)
@@ -908,11 +790,12 @@ hconn_read_cb(struct bufferevent *bev, void *arg)
 		break;
 	case HC_UPGRADING:
 		break;         /* parked until the upgrade is decided */
-	case HC_PROXYING:
-		if (h->proxy_raw && h->proxy != NULL) {
-			if (k8s_raw_input(h->proxy, bufferevent_get_input(bev)) != 0)
+	case HC_EXCHANGING:
+		if (h->x_raw && h->x != NULL) {
+			if (h->srv->exchange->exchange->raw_input(h->x,
+			    bufferevent_get_input(bev)) != 0)
 				bufferevent_disable(bev, EV_READ);
-		} else if (!h->proxy_req_done)
+		} else if (!h->x_req_done)
 			hconn_process(h);
 		break;         /* else: parked until the answer is complete */
 	default:
@@ -1015,7 +898,8 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer)
 	h->timer = evtimer_new(base, hconn_timer_cb, h);
 	ssl = SSL_new(srv->ssl_ctx);
 	if (h->reader == NULL || h->timer == NULL || ssl == NULL ||
-	    http_reader_stream(h->reader, k8s_matches, hconn_body_sink, h) != 0)
+	    http_reader_stream(h->reader, srv->exchange != NULL ?
+	    srv->exchange->matches : no_exchange, hconn_body_sink, h) != 0)
 		goto fail;
 	/* On failure this frees ssl (BEV_OPT_CLOSE_ON_FREE), not the socket. */
 	h->bev = bufferevent_openssl_socket_new(base, fd, ssl,
@@ -1157,7 +1041,8 @@ fail:
 /* ---- start and stop ---- */
 
 int
-server_start(struct gateway *gw, const char *host, int port, char *err, size_t errlen)
+server_start(struct gateway *gw, const struct route *const *routes,
+    const char *host, int port, char *err, size_t errlen)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
 	struct sockaddr_storage ss;
@@ -1168,6 +1053,14 @@ server_start(struct gateway *gw, const char *host, int port, char *err, size_t e
 		return -1;
 	}
 	srv->gw = gw;
+	srv->routes = routes;
+	for (const struct route *const *r = routes; *r != NULL; r++) {
+		/* The reader knows one predicate: one exchange route. */
+		assert((*r)->exchange == NULL || srv->exchange == NULL);
+		assert((*r)->exchange == NULL || (*r)->matches != NULL);
+		if ((*r)->exchange != NULL)
+			srv->exchange = *r;
+	}
 	LIST_INIT(&srv->http);
 	LIST_INIT(&srv->ws);
 	gw->server = srv;
@@ -1224,7 +1117,7 @@ server_stop(struct gateway *gw)
 			hconn_abandon(h);
 		hconn_free(h);
 	}
-	/* Each tunnel's session is closed (session_closed) through on_close. */
+	/* Every WebSocket gets its on_close (a tunnel ends its session there). */
 	wsconn_destroy_all(&srv->ws);
 	if (srv->ssl_ctx != NULL)
 		SSL_CTX_free(srv->ssl_ctx);

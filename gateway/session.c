@@ -24,11 +24,9 @@
 #include "log.h"
 #include "metrics.h"
 #include "mux.h"
-#include "server.h"
 #include "shares.h"
 #include "store.h"
 #include "token.h"
-#include "wsconn.h"
 
 enum session_phase {
 	PHASE_AWAIT_HELLO,     /* nothing accepted but HELLO */
@@ -49,7 +47,8 @@ static const char *const phase_names[PHASE_ENTRIES] = {
 
 struct session {
 	struct gateway *gw;
-	struct conn *conn;
+	const struct session_transport *io;   /* the tunnel (tunnel.c) */
+	void *t;                              /* io's argument */
 	enum session_phase phase;
 	int counted_handshake;        /* counted in gw->handshakes */
 	uint32_t version;             /* negotiated protocol version */
@@ -67,10 +66,16 @@ struct session {
 
 static void session_verify_fail(struct session *s, const char *reason);
 
+static const char *
+tr_peer(const struct session *s)
+{
+	return s->io->peer(s->t);
+}
+
 static void
 session_set_phase(struct session *s, enum session_phase next)
 {
-	debug("tunnel phase", KV_S("peer", conn_peer(s->conn)),
+	debug("tunnel phase", KV_S("peer", tr_peer(s)),
 	    KV_S("from", phase_names[s->phase]), KV_S("to", phase_names[next]));
 	s->phase = next;
 	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
@@ -89,15 +94,15 @@ session_kick(struct session *s, const char *code, const char *reason)
 	if (s->phase == PHASE_CLOSING)
 		return;
 	frame_make_error(&f, code, reason);
-	conn_send(s->conn, &f);
+	s->io->send(s->t, &f);
 	session_set_phase(s, PHASE_CLOSING);
-	conn_close(s->conn);
+	s->io->close(s->t);
 }
 
 void
 session_protocol_error(struct session *s, const char *code, const char *reason)
 {
-	warn("tunnel protocol error", KV_S("peer", conn_peer(s->conn)),
+	warn("tunnel protocol error", KV_S("peer", tr_peer(s)),
 	    KV_S("phase", phase_names[s->phase]), KV_S("code", code),
 	    KV_S("reason", reason));
 	if (s->counted_handshake)
@@ -135,7 +140,7 @@ ms_to_timeval(uint32_t ms, struct timeval *tv)
 }
 
 struct session *
-session_new(struct gateway *gw, struct conn *c)
+session_new(struct gateway *gw, const struct session_transport *io, void *t)
 {
 	struct session *s = calloc(1, sizeof(*s));
 	struct timeval tv;
@@ -143,7 +148,8 @@ session_new(struct gateway *gw, struct conn *c)
 	if (s == NULL)
 		return NULL;
 	s->gw = gw;
-	s->conn = c;
+	s->io = io;
+	s->t = t;
 	s->phase = PHASE_AWAIT_HELLO;
 	s->handshake_timer = evtimer_new(gw->base, session_handshake_timeout, s);
 	s->verify_timer = evtimer_new(gw->base, session_verify_timeout, s);
@@ -159,7 +165,7 @@ session_new(struct gateway *gw, struct conn *c)
 	evtimer_add(s->handshake_timer, &tv);
 	s->counted_handshake = 1;
 	gw->handshakes++;
-	debug("tunnel connected", KV_S("peer", conn_peer(c)));
+	debug("tunnel connected", KV_S("peer", io->peer(t)));
 	return s;
 }
 
@@ -183,7 +189,7 @@ session_max_queue(const struct session *s)
 static void
 session_send(struct session *s, const struct frame *f)
 {
-	conn_send(s->conn, f);
+	s->io->send(s->t, f);
 }
 
 static void
@@ -291,7 +297,7 @@ tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
 {
 	struct session *s = io;
 
-	return wsconn_sendv(conn_ws(s->conn), iov, iovcnt, 1);
+	return s->io->sendv(s->t, iov, iovcnt);
 }
 
 static size_t
@@ -299,7 +305,7 @@ tunnel_pending(void *io)
 {
 	struct session *s = io;
 
-	return wsconn_pending(conn_ws(s->conn));
+	return s->io->pending(s->t);
 }
 
 static const struct mux_io tunnel_io = {
@@ -438,7 +444,7 @@ on_register(struct session *s, const struct frame *in)
 	session_send(s, &out);
 	/* The import token did its one job: the agent reconnects as itself. */
 	session_set_phase(s, PHASE_CLOSING);
-	conn_close(s->conn);
+	s->io->close(s->t);
 }
 
 /* ---- established: verification and state ---- */
@@ -570,7 +576,7 @@ session_welcome(struct session *s)
 	    agent_state_name(s->agent.state));
 	session_send(s, &out);
 	info("agent connected", KV_S("agent", s->agent.id),
-	    KV_S("peer", conn_peer(s->conn)), KV_S("node", s->agent.node),
+	    KV_S("peer", tr_peer(s)), KV_S("node", s->agent.node),
 	    KV_S("cluster", s->agent.cluster),
 	    KV_S("state", agent_state_name(s->agent.state)));
 	if (s->agent.state == AGENT_ENROLL) {

@@ -9,8 +9,10 @@
  *                                  \                         |REGISTER
  *                                   \--AUTH(agent)--> ESTABLISHED   REGISTERED, close
  *
- * A session is owned by its conn (server.c): created when the WebSocket is
- * established, freed by session_closed when it goes away.
+ * A session is owned by its tunnel (tunnel.c): created when the WebSocket
+ * is established, freed by session_closed when it goes away.  It reaches
+ * the tunnel only through the struct session_transport it was given, so
+ * this file knows no WebSocket and no server.
  */
 #ifndef TETHER_SESSION_H
 #define TETHER_SESSION_H
@@ -19,11 +21,30 @@
 #include <stdint.h>
 
 struct gateway;
-struct conn;
 struct session;
 struct store_agent;
+struct frame;
+struct iovec;
 
-struct session *session_new(struct gateway *gw, struct conn *c);
+/* What a session may do to its tunnel; t is the tunnel. */
+struct session_transport {
+	/* Queues one frame.  0, or -1 when it cannot be encoded or would pass
+	 * the output cap (session_max_queue; the tunnel is then dropped). */
+	int (*send)(void *t, const struct frame *f);
+	/* Closes once queued frames are written; session_closed follows
+	 * later, never from inside this call. */
+	void (*close)(void *t);
+	/* Remote address for logs. */
+	const char *(*peer)(const void *t);
+	/* The stream multiplexer's bulk path (mux.h: struct mux_io). */
+	int (*sendv)(void *t, const struct iovec *iov, int iovcnt);
+	size_t (*pending)(void *t);
+};
+
+/* A new session on tunnel t (io is kept, not copied).  NULL when out of
+ * memory. */
+struct session *session_new(struct gateway *gw, const struct session_transport *io,
+    void *t);
 /* One complete WebSocket message (a frame, not yet decoded). */
 void session_on_message(struct session *s, const uint8_t *buf, size_t len);
 /* A text message or an oversized one: a protocol error for this tunnel. */

@@ -10,11 +10,11 @@
 #include <jansson.h>
 
 #include "access.h"
-#include "api.h"
 #include "gateway.h"
 #include "hub.h"
 #include "joindoc.h"
 #include "livestreams.h"
+#include "route.h"
 #include "store.h"
 #include "ui_assets.h"
 
@@ -43,11 +43,11 @@ content_type(const char *name)
 }
 
 static void
-respond_file(const struct ui_file *f, struct api_response *r)
+respond_file(const struct ui_file *f, struct route_response *r)
 {
 	r->body = malloc(f->len + 1);
 	if (r->body == NULL)
-		return;                /* api_handle answers 500 */
+		return;                /* the server answers 500 */
 	memcpy(r->body, f->data, f->len);
 	r->body[f->len] = '\0';
 	r->body_len = f->len;
@@ -56,17 +56,17 @@ respond_file(const struct ui_file *f, struct api_response *r)
 	r->headers = UI_HEADERS;
 }
 
-void
-ui_asset(const struct api_request *req, struct api_response *r)
+static void
+ui_asset(const struct route_request *req, struct route_response *r)
 {
 	const char *name;
 
 	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
-		api_respond_error(r, 405, "the status page is read with GET");
+		route_respond_error(r, 405, "the status page is read with GET");
 		return;
 	}
 	if (strcmp(req->path, "/ui") == 0) {
-		api_respond_error(r, 301, "the status page is at /ui/");
+		route_respond_error(r, 301, "the status page is at /ui/");
 		r->headers = "Location: /ui/\r\n";
 		return;
 	}
@@ -79,7 +79,7 @@ ui_asset(const struct api_request *req, struct api_response *r)
 			return;
 		}
 	}
-	api_respond_error(r, 404, "no such file in the status page");
+	route_respond_error(r, 404, "no such file in the status page");
 }
 
 /* ---- GET /v1/status ---- */
@@ -212,8 +212,8 @@ add_stream(const struct live_stream *ls, void *arg)
 	    "age_seconds", (json_int_t)(w->now - ls->started)));
 }
 
-void
-ui_status(struct gateway *gw, const struct api_request *req, struct api_response *r)
+static void
+ui_status(struct gateway *gw, const struct route_request *req, struct route_response *r)
 {
 	struct viewer *v = calloc(1, sizeof(*v));
 	struct stream_walk w;
@@ -222,11 +222,11 @@ ui_status(struct gateway *gw, const struct api_request *req, struct api_response
 	int status;
 
 	if (v == NULL)
-		return;                /* api_handle answers 500 */
+		return;                /* the server answers 500 */
 	status = access_viewer(gw, req->authorization, v->principal, sizeof(v->principal),
 	    &v->admin, v->clusters, &v->nclusters, err, sizeof(err));
 	if (status != 0) {
-		api_respond_error(r, status, err);
+		route_respond_error(r, status, "%s", err);
 		free(v);
 		return;
 	}
@@ -234,13 +234,39 @@ ui_status(struct gateway *gw, const struct api_request *req, struct api_response
 	    "time", time_or_null(gateway_now()));
 	if (out == NULL || add_clusters(gw, v, out) != 0) {
 		json_decref(out);
-		api_respond_error(r, 500, "store: cannot read clusters and agents");
+		route_respond_error(r, 500, "store: cannot read clusters and agents");
 		free(v);
 		return;
 	}
 	w = (struct stream_walk){ .v = v, .arr = json_array(), .now = gateway_now() };
 	live_stream_foreach(add_stream, &w);
 	json_object_set_new(out, "streams", w.arr);
-	api_respond_json(r, 200, out);
+	route_respond_json(r, 200, out);
 	free(v);
 }
+
+static int
+ui_matches(const char *path)
+{
+	return strcmp(path, "/ui") == 0 || strncmp(path, "/ui/", 4) == 0 ||
+	    strcmp(path, "/v1/status") == 0;
+}
+
+static void
+ui_request(struct gateway *gw, const struct route_request *req,
+    struct route_response *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (strcmp(req->path, "/v1/status") != 0)
+		ui_asset(req, r);
+	else if (strcmp(req->method, "GET") == 0)
+		ui_status(gw, req, r);
+	else
+		route_respond_error(r, 405, "/v1/status is read with GET");
+}
+
+const struct route ui_route = {
+	.name = "ui",
+	.matches = ui_matches,
+	.request = ui_request,
+};

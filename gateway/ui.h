@@ -12,23 +12,20 @@
 #ifndef TETHER_UI_H
 #define TETHER_UI_H
 
-struct gateway;
-struct api_request;
-struct api_response;
-
-/* GET /ui -> 301 /ui/; /ui/ and /ui/FILE -> the embedded files; else 404. */
-void ui_asset(const struct api_request *req, struct api_response *r);
+struct route;
 
 /*
- * GET /v1/status with an admin token (every cluster) or a user token (the
- * clusters it is scoped to): {"principal", "admin", "time", "clusters":
- * [{id, name, agents, agents_connected}], "agents": [{id, cluster, node,
- * state, last_error, connected, connected_since, updated_at}], "streams":
- * [{kind, who, cluster, node, target, bytes_up, bytes_down, started_at,
+ * The status page's route (route.h): GET /ui -> 301 /ui/; /ui/ and
+ * /ui/FILE -> the embedded files, else 404; and its view, GET /v1/status
+ * with an admin token (every cluster) or a user token (the clusters it is
+ * scoped to): {"principal", "admin", "time", "clusters": [{id, name,
+ * agents, agents_connected}], "agents": [{id, cluster, node, state,
+ * last_error, connected, connected_since, updated_at}], "streams": [{kind,
+ * who, cluster, node, target, bytes_up, bytes_down, started_at,
  * age_seconds}]}.  A user sees the principal of its own streams only.
- * Cost: one read of the agents of the clusters shown, O(agents), per call.
+ * Cost of /v1/status: one read of the agents of the clusters shown,
+ * O(agents), per call.  Another method than GET: 405.
  */
-void ui_status(struct gateway *gw, const struct api_request *req,
-    struct api_response *r);
+extern const struct route ui_route;
 
 #endif

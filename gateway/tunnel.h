@@ -1,0 +1,19 @@
+/*
+ * tunnel.h: the agent tunnel endpoint, GET /v1/connect upgraded to a
+ * WebSocket with subprotocol tether.v1.
+ *
+ * A route (route.h): the server hands over a valid upgrade; if the gateway
+ * takes another tunnel (not stopping, fewer than --max-handshakes still
+ * authenticating) the WebSocket is accepted and carries one session
+ * (session.c), which reaches it through a struct session_transport.
+ * Nothing else in the gateway knows about tunnels.  A plain request on
+ * /v1/connect gets 400.
+ */
+#ifndef TETHER_TUNNEL_H
+#define TETHER_TUNNEL_H
+
+struct route;
+
+extern const struct route tunnel_route;
+
+#endif
