@@ -90,7 +90,7 @@ enum hconn_state {
 	HC_CLOSING,       /* the last answer is queued: write it */
 	HC_LINGERING,     /* close_notify sent: drop input until EOF or deadline */
 	HC_EXCHANGING,    /* an exchange (its route's) owns the connection */
-	HC_DONE,          /* handed over or ended: freed as the stack unwinds */
+	HC_DONE,          /* handed over or ended: freed by its timer, soon */
 	HC_ENTRIES        /* must be last */
 };
 
@@ -117,7 +117,6 @@ struct hconn {
 	struct http_reader *reader;
 	struct upgrade upgrade;           /* HC_UPGRADING */
 	enum hconn_state state;
-	int busy;                         /* inside hconn_process: do not free */
 	int read_blocked;                 /* output over HTTP_OUTPUT_HIGH */
 	void *x;                          /* HC_EXCHANGING: the route's exchange */
 	int x_req_done;                   /* its request was read whole */
@@ -172,15 +171,23 @@ hconn_free(struct hconn *h)
 	free(h);
 }
 
-/* Ends the connection now, or as soon as hconn_process unwinds. */
+/*
+ * Ends the connection from the loop (docs/0015-lifecycle.md): it is marked
+ * HC_DONE, hears nothing more from its bufferevent, and its timer, made
+ * active now, frees it once every call on the stack has returned.  Safe
+ * anywhere, any number of times.
+ */
 static void
 hconn_end(struct hconn *h)
 {
-	if (h->busy > 0) {
-		hconn_set_state(h, HC_DONE);
+	if (h->state == HC_DONE)
 		return;
+	hconn_set_state(h, HC_DONE);
+	if (h->bev != NULL) {
+		bufferevent_setcb(h->bev, NULL, NULL, NULL, NULL);
+		bufferevent_disable(h->bev, EV_READ | EV_WRITE);
 	}
-	hconn_free(h);
+	event_active(h->timer, EV_TIMEOUT, 1);
 }
 
 /* ---- answers ---- */
@@ -360,6 +367,8 @@ upgrade_accept(struct upgrade *u, const char *subprotocol,
 {
 	struct hconn *h = u->h;
 
+	/* server.h: exactly one of accept or refuse, never after abandon. */
+	assert(h->state == HC_UPGRADING);
 	if (h->state != HC_UPGRADING)
 		return NULL;
 	return hconn_to_websocket(h, subprotocol, handlers, arg);
@@ -370,6 +379,7 @@ upgrade_refuse(struct upgrade *u, int status, const char *reason)
 {
 	struct hconn *h = u->h;
 
+	assert(h->state == HC_UPGRADING);
 	if (h->state != HC_UPGRADING)
 		return;
 	/* Unpark: the lingering close reads (and drops) what comes. */
@@ -635,6 +645,8 @@ exchange_reply(struct hconn *h, int status, char *body, size_t len)
 {
 	int keep = h->x_req_done && exchange_keep_alive(h);
 
+	/* server.h: one end per exchange, while it owns the connection. */
+	assert(h->state == HC_EXCHANGING);
 	hconn_exchange_detach(h);
 	hconn_set_state(h, HC_READING);
 	hconn_respond(h, status, "application/json", body, len, keep, 0, NULL);
@@ -647,6 +659,7 @@ exchange_finish(struct hconn *h, int keep_alive)
 {
 	struct evbuffer *out = bufferevent_get_output(h->bev);
 
+	assert(h->state == HC_EXCHANGING);
 	hconn_exchange_detach(h);
 	if (keep_alive && h->x_req_done && exchange_keep_alive(h)) {
 		hconn_set_state(h, HC_READING);
@@ -670,6 +683,7 @@ exchange_refuse(struct hconn *h, int status, char *body, size_t len)
 void
 exchange_abort(struct hconn *h)
 {
+	assert(h->state == HC_EXCHANGING);
 	h->x = NULL;
 	hconn_end(h);
 }
@@ -706,7 +720,6 @@ hconn_process(struct hconn *h)
 	struct evbuffer *in = bufferevent_get_input(h->bev);
 	struct evbuffer *out = bufferevent_get_output(h->bev);
 
-	h->busy++;
 	while (hconn_wants_input(h) && evbuffer_get_length(in) > 0) {
 		struct evbuffer_iovec v;
 		enum http_read_result res;
@@ -755,9 +768,6 @@ hconn_process(struct hconn *h)
 	if (h->state == HC_EXCHANGING && !h->x_req_done && !h->x_raw &&
 	    h->x != NULL && !h->srv->exchange->exchange->wants_body(h->x))
 		bufferevent_disable(h->bev, EV_READ);
-	h->busy--;
-	if (h->state == HC_DONE && h->busy == 0)
-		hconn_free(h);
 }
 
 /* The last answer is written: close_notify, FIN, then wait for the
@@ -847,6 +857,10 @@ hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct hconn *h = arg;
 	char reason[96];
 
+	if (h->state == HC_DONE) {
+		hconn_free(h);             /* hconn_end: the deferred end */
+		return;
+	}
 	if (h->state == HC_READING && http_reader_started(h->reader)) {
 		snprintf(reason, sizeof(reason), "request not received within %u ms",
 		    h->srv->gw->limits.http_timeout_ms);

@@ -23,12 +23,12 @@
  *            passed, the connection ends
  *   CLOSED   on_close is running; the struct is freed right after
  *
- * on_close runs only from the event loop's own callbacks (read, write,
- * event, timer) or wsconn_destroy_all, never inside a call the owner made:
- * a call that must end the connection at once (out of memory) arms the
- * timer to fire immediately instead.  Nothing in the input path frees the
- * connection either; it sets `finish` and the callback that started the
- * work ends the connection when the stack has unwound.
+ * on_close runs only from the event loop's own callbacks (write, event,
+ * timer) or wsconn_destroy_all, never inside a call the owner made or
+ * inside the input path (docs/0015-lifecycle.md): whatever decides the
+ * connection must end while something of it may be on the stack (out of
+ * memory, the close handshake completed while parsing) marks it and makes
+ * its timer active (ws_end_soon); the timer's callback ends it.
  */
 #include "wsconn.h"
 #include "tlsread.h"
@@ -102,7 +102,7 @@ struct wsconn {
 	int discard;                      /* input is no longer parsed */
 	int close_flushed;                /* our close frame is written */
 	int peer_closed;                  /* the peer's close frame arrived */
-	int finish;                       /* end when the stack unwinds */
+	int finish;                       /* ending: the timer is active */
 	char peer[64];
 };
 
@@ -157,6 +157,17 @@ ws_finish(struct wsconn *c, int graceful)
 	event_free(c->timer);
 	free(c->rx);
 	free(c);
+}
+
+/* The close handshake is complete: end from the loop (the timer), with
+ * close_notify, once the stack has unwound.  Stops the input path. */
+static void
+ws_end_soon(struct wsconn *c)
+{
+	if (c->finish || c->state == WS_CLOSED)
+		return;
+	c->finish = 1;
+	event_active(c->timer, EV_TIMEOUT, 1);
 }
 
 /* Ends the connection from the loop, soon: safe inside an owner's call. */
@@ -309,7 +320,7 @@ ws_fail(struct wsconn *c, uint16_t code, const char *why)
 	if (c->state == WS_OPEN)
 		ws_start_close(c, code, why);
 	else if (c->close_flushed)
-		c->finish = 1;
+		ws_end_soon(c);
 }
 
 /* ---- receiving ---- */
@@ -347,7 +358,7 @@ ws_on_close_frame(struct wsconn *c, const uint8_t *p, size_t len)
 	if (c->state == WS_OPEN)
 		ws_start_close(c, (uint16_t)code, NULL);   /* echo its code */
 	else if (c->close_flushed)
-		c->finish = 1;
+		ws_end_soon(c);
 }
 
 /* Appends a fragment; delivers the message on the last one. */
@@ -553,8 +564,6 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 	/* Take every record that is ready now, not one per loop iteration. */
 	tls_read_available(bev, c->max_message + 16);
 	ws_process(c);
-	if (c->finish)
-		ws_finish(c, 1);
 }
 
 static void
@@ -624,15 +633,14 @@ ws_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct wsconn *c = arg;
 
 	if (c->state != WS_OPEN) {
-		/* The close deadline passed, or an abort. */
-		ws_finish(c, 0);
+		/* The close handshake completed (graceful), the close deadline
+		 * passed, or an abort. */
+		ws_finish(c, c->finish);
 		return;
 	}
 	if (!c->paused)
 		tls_read_available(c->bev, c->max_message + 16);
 	ws_process(c);
-	if (c->finish)
-		ws_finish(c, 1);
 }
 
 /* ---- setup and settings ---- */
