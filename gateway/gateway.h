@@ -34,6 +34,8 @@ struct gateway_limits {
 	uint32_t max_clock_skew_s;      /* agent clock vs gateway clock */
 	uint32_t max_body_bytes;        /* admin API request body */
 	uint32_t http_timeout_ms;       /* TLS handshake + request, or keep-alive idle */
+	uint32_t ping_interval_ms;      /* WebSocket silence before the gateway pings */
+	uint32_t ping_timeout_ms;       /* no answer to that ping: the peer is dropped */
 };
 
 #define GATEWAY_DEFAULT_LIMITS { \
@@ -47,6 +49,8 @@ struct gateway_limits {
 	.max_clock_skew_s = 60, \
 	.max_body_bytes = 65536, \
 	.http_timeout_ms = 20000, \
+	.ping_interval_ms = 20000, \
+	.ping_timeout_ms = 30000, \
 }
 
 struct gateway {

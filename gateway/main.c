@@ -390,6 +390,8 @@ cmd_serve(int argc, char **argv)
 	gw.limits.verify_timeout_ms = opts_num(&o, SERVE_OPT_VERIFY_TIMEOUT);
 	gw.limits.max_clock_skew_s = opts_num(&o, SERVE_OPT_MAX_CLOCK_SKEW);
 	gw.limits.http_timeout_ms = opts_num(&o, SERVE_OPT_HTTP_TIMEOUT);
+	gw.limits.ping_interval_ms = opts_num(&o, SERVE_OPT_PING_INTERVAL);
+	gw.limits.ping_timeout_ms = opts_num(&o, SERVE_OPT_PING_TIMEOUT);
 	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
 	gw.mux_config.window = opts_num(&o, SERVE_OPT_STREAM_WINDOW);
 	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);

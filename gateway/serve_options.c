@@ -57,6 +57,14 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "MS", .def = "20000", .min = 100, .max = 600000,
 	    .help = "TLS handshake plus one HTTP request, or an idle keep-alive "
 	    "connection, must not take longer" },
+	[SERVE_OPT_PING_INTERVAL] = { .name = "ping-interval", .type = OPT_U32,
+	    .arg = "MS", .def = "20000", .min = 100, .max = 600000,
+	    .help = "a WebSocket (agent tunnel, connect, forward) silent this long "
+	    "is pinged" },
+	[SERVE_OPT_PING_TIMEOUT] = { .name = "ping-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "30000", .min = 100, .max = 600000,
+	    .help = "and dropped if nothing answers within this (its streams end "
+	    "with an error)" },
 	[SERVE_OPT_STREAM_WINDOW] = { .name = "stream-window", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "flow-control window per stream" },

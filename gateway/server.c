@@ -333,6 +333,8 @@ hconn_to_websocket(struct hconn *h, const char *subprotocol,
 		hconn_end(h);
 		return NULL;
 	}
+	wsconn_set_keepalive(ws, h->srv->gw->limits.ping_interval_ms,
+	    h->srv->gw->limits.ping_timeout_ms);
 	debug("http upgraded to WebSocket", KV_S("peer", h->peer),
 	    KV_S("subprotocol", subprotocol));
 	h->bev = NULL;        /* the wsconn's now */

@@ -51,8 +51,8 @@
 #define WS_DEFAULT_MAX       (1u << 20)  /* until wsconn_set_max_message */
 #define WS_DEFAULT_QUEUE     (64u << 10) /* until wsconn_set_max_queue */
 #define WS_INPUT_MIN         (64u << 10) /* smallest read high-water mark */
-#define WS_IDLE_PING_S       30          /* silence before we ping */
-#define WS_IDLE_DROP_S       70          /* silence before we give up */
+#define WS_PING_INTERVAL_MS  20000       /* silence before we ping (until set) */
+#define WS_PING_TIMEOUT_MS   30000       /* then no answer before we give up */
 #define WS_CLOSE_TIMEOUT_MS  5000        /* close frame out, peer's close in */
 #define WS_CLOSE_REASON_MAX  123         /* a control frame's 125 minus the code */
 
@@ -97,6 +97,8 @@ struct wsconn {
 	int rx_skip;                      /* that message is over the limit: drop it */
 	uint64_t skip;                    /* payload bytes of this frame to drop */
 
+	uint32_t ping_interval_ms;        /* silence before we ping */
+	uint32_t ping_timeout_ms;         /* a ping unanswered this long: drop */
 	int paused;                       /* owner asked: no messages, no reading */
 	int pinged;                       /* silence: a ping is out */
 	int discard;                      /* input is no longer parsed */
@@ -115,10 +117,10 @@ ws_set_state(struct wsconn *c, enum ws_state next)
 }
 
 static void
-seconds(struct timeval *tv, long s)
+millis(struct timeval *tv, uint32_t ms)
 {
-	tv->tv_sec = s;
-	tv->tv_usec = 0;
+	tv->tv_sec = ms / 1000;
+	tv->tv_usec = (long)(ms % 1000) * 1000;
 }
 
 /* The read high-water mark for messages of up to max_message bytes: four
@@ -558,7 +560,7 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 	if (c->pinged) {
 		/* It answered (or said something): the silence is over. */
 		c->pinged = 0;
-		seconds(&tv, WS_IDLE_PING_S);
+		millis(&tv, c->ping_interval_ms);
 		bufferevent_set_timeouts(bev, &tv, NULL);
 	}
 	/* Take every record that is ready now, not one per loop iteration. */
@@ -593,15 +595,15 @@ ws_idle(struct wsconn *c)
 		return;
 	}
 	if (c->pinged) {
-		info("websocket silent: dropping", KV_S("peer", c->peer),
-		    KV_I("silent_s", WS_IDLE_DROP_S));
+		info("websocket: no answer to a ping: dropping", KV_S("peer", c->peer),
+		    KV_U("ping_timeout_ms", c->ping_timeout_ms));
 		ws_finish(c, 0);
 		return;
 	}
 	c->pinged = 1;
 	if (ws_put_frame(c, OP_PING, NULL, 0) != 0)
 		return;
-	seconds(&tv, WS_IDLE_DROP_S - WS_IDLE_PING_S);
+	millis(&tv, c->ping_timeout_ms);
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 	/* A timeout turns reading off: on again, to hear the pong. */
 	bufferevent_enable(c->bev, EV_READ);
@@ -665,6 +667,8 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	c->state = WS_OPEN;
 	c->max_message = WS_DEFAULT_MAX;
 	c->max_queue = WS_DEFAULT_QUEUE;
+	c->ping_interval_ms = WS_PING_INTERVAL_MS;
+	c->ping_timeout_ms = WS_PING_TIMEOUT_MS;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
 	bufferevent_setcb(bev, ws_read_cb, ws_write_cb, ws_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
@@ -674,7 +678,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	bufferevent_set_max_single_write(bev, 1 << 20);
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
-	seconds(&tv, WS_IDLE_PING_S);
+	millis(&tv, c->ping_interval_ms);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	LIST_INSERT_HEAD(all, c, link);
@@ -715,6 +719,19 @@ wsconn_set_low_water(struct wsconn *c, size_t bytes)
 	c->low_water = bytes;
 	if (c->state == WS_OPEN)
 		bufferevent_setwatermark(c->bev, EV_WRITE, bytes, 0);
+}
+
+void
+wsconn_set_keepalive(struct wsconn *c, uint32_t interval_ms, uint32_t timeout_ms)
+{
+	struct timeval tv;
+
+	c->ping_interval_ms = interval_ms;
+	c->ping_timeout_ms = timeout_ms;
+	if (c->state != WS_OPEN)
+		return;
+	millis(&tv, c->pinged ? timeout_ms : interval_ms);
+	bufferevent_set_timeouts(c->bev, &tv, NULL);
 }
 
 void

@@ -41,6 +41,10 @@ int wsconn_send(struct wsconn *c, const uint8_t *data, size_t len, int binary);
 size_t wsconn_pending(const struct wsconn *c);
 /* Stops/resumes reading messages (backpressure). */
 void wsconn_pause_reading(struct wsconn *c, int paused);
+/* Keepalive: after interval_ms with nothing from the peer a ping goes out,
+ * and if nothing at all arrives within timeout_ms after it the connection
+ * is dropped (on_close follows from the loop).  Defaults 20 s and 30 s. */
+void wsconn_set_keepalive(struct wsconn *c, uint32_t interval_ms, uint32_t timeout_ms);
 /* Sets the on_drain threshold (default 0: when the output is empty). */
 void wsconn_set_low_water(struct wsconn *c, size_t bytes);
 /* Sends a close frame after what is queued, then closes; on_close follows

@@ -13,6 +13,12 @@
  * agent, no common version) ends the process with exit 1 and the gateway's
  * reason; anything else (network loss, gateway restart) is retried with
  * exponential backoff and jitter, capped near 30 s.
+ *
+ * Keepalive: a tunnel silent for --ping-interval gets a PING (once it is
+ * established; before that the silence is only timed), and one that stays
+ * silent for --ping-timeout after it is closed and dialled again.  A stopped
+ * gateway or a path that died without a RST is noticed this way, not only
+ * when TCP gives up hours later.
  */
 #include "agent.h"
 
@@ -86,8 +92,12 @@ struct agent {
 	struct mux *mux;              /* its streams, once established */
 	struct dialer *dialer;
 	struct event *reconnect_timer;
+	struct event *keepalive;      /* the next ping or drop deadline */
 	struct event *sigterm, *sigint;
 	struct prom_http *metrics;    /* --metrics-listen, or NULL */
+	int64_t last_rx_ms;           /* monotonic: the gateway's last message */
+	int64_t ping_ms;              /* monotonic: the silence clock started; 0 none */
+	uint32_t ping_seq;
 
 	enum tunnel_phase phase;
 	uint32_t backoff_ms;
@@ -392,6 +402,77 @@ agent_on_message(struct agent *a, const uint8_t *buf, size_t len)
 	agent_protocol_error(a, reason);
 }
 
+/* ---- keepalive ---- */
+
+static int64_t
+monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+keepalive_arm(struct agent *a, int64_t in_ms)
+{
+	struct timeval tv;
+
+	if (in_ms < 0)
+		in_ms = 0;
+	tv.tv_sec = (time_t)(in_ms / 1000);
+	tv.tv_usec = (suseconds_t)(in_ms % 1000) * 1000;
+	evtimer_add(a->keepalive, &tv);
+}
+
+/* Something arrived from the gateway: the silence, and any ping, is over. */
+static void
+keepalive_heard(struct agent *a)
+{
+	a->last_rx_ms = monotonic_ms();
+	a->ping_ms = 0;
+}
+
+/* Fires at the next deadline (messages only move the deadlines, so it may
+ * fire early and re-arm): silence past the interval sends a PING, silence
+ * past the timeout after that drops the tunnel. */
+static void
+agent_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	int64_t now = monotonic_ms(), due;
+
+	if (a->ws == NULL || a->phase == TUNNEL_DISCONNECTED ||
+	    a->phase == TUNNEL_CONNECTING)
+		return;
+	if (a->ping_ms != 0) {
+		due = a->ping_ms + a->opt.ping_timeout_ms;
+		if (now >= due) {
+			warn("tunnel: nothing from the gateway for %u ms after a "
+			    "ping: dropping it and reconnecting",
+			    a->opt.ping_timeout_ms);
+			a->ping_ms = 0;
+			/* on_close follows once the close frame is out or
+			 * the wait for the gateway's answer ends. */
+			wsclient_close(a->ws, 1001, "ping timeout");
+			return;
+		}
+	} else {
+		due = a->last_rx_ms + a->opt.ping_interval_ms;
+		if (now >= due) {
+			a->ping_ms = now;
+			due = now + a->opt.ping_timeout_ms;
+			if (a->phase == TUNNEL_ESTABLISHED) {
+				struct frame ping = { .type = FRAME_PING };
+
+				ping.u.ping.seq = ++a->ping_seq;
+				agent_send(a, &ping);
+			}
+		}
+	}
+	keepalive_arm(a, due - now);
+}
+
 /* ---- the tunnel's transport ---- */
 
 static int
@@ -451,6 +532,8 @@ ws_open(struct wsclient *c, void *arg)
 		wsclient_close(c, 1011, "out of memory");
 		return;
 	}
+	keepalive_heard(a);
+	keepalive_arm(a, a->opt.ping_interval_ms);
 	agent_send_hello(a);
 }
 
@@ -459,6 +542,7 @@ ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void
 {
 	struct agent *a = arg;
 
+	keepalive_heard(a);
 	if (!binary) {
 		agent_protocol_error(a, "text message on the tunnel");
 		return;
@@ -481,6 +565,7 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 	struct agent *a = arg;
 	bool was_up = a->phase == TUNNEL_ESTABLISHED;
 
+	evtimer_del(a->keepalive);
 	/* Every stream of the tunnel ends with it. */
 	mux_free(a->mux);
 	a->mux = NULL;
@@ -664,9 +749,11 @@ agent_start_loop(struct agent *a)
 		return -1;
 	}
 	a->reconnect_timer = evtimer_new(a->base, agent_connect, a);
+	a->keepalive = evtimer_new(a->base, agent_keepalive, a);
 	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
 	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);
 	if (a->dns == NULL || a->dialer == NULL || a->reconnect_timer == NULL ||
+	    a->keepalive == NULL ||
 	    a->sigterm == NULL || a->sigint == NULL ||
 	    evsignal_add(a->sigterm, NULL) != 0 || evsignal_add(a->sigint, NULL) != 0)
 		return -1;
@@ -684,6 +771,8 @@ agent_free(struct agent *a)
 		wsclient_free(a->ws);
 	if (a->reconnect_timer != NULL)
 		event_free(a->reconnect_timer);
+	if (a->keepalive != NULL)
+		event_free(a->keepalive);
 	if (a->sigterm != NULL)
 		event_free(a->sigterm);
 	if (a->sigint != NULL)

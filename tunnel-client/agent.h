@@ -4,7 +4,8 @@
  * Connects with the credential in the state directory (registering first
  * when only an import token is there), keeps the tunnel up with exponential
  * backoff and jitter, follows the state the gateway assigns, and exits on
- * SIGINT/SIGTERM.
+ * SIGINT/SIGTERM.  A tunnel that stays silent past the ping timeout (a
+ * stopped gateway, a dead path that sends no RST) is dropped and redialled.
  */
 #ifndef TETHER_AGENT_H
 #define TETHER_AGENT_H
@@ -20,6 +21,8 @@ struct agent_options {
 	const char *proxy_url;      /* HTTP CONNECT proxy (common/url.h), or NULL */
 	const char *no_proxy;       /* hosts reached directly (common/proxy.h), or NULL */
 	const char *proxy_ca_file;  /* CAs for an https:// proxy, or NULL: the system's */
+	uint32_t ping_interval_ms;  /* tunnel silence before the agent pings */
+	uint32_t ping_timeout_ms;   /* then silence before it drops and redials */
 };
 
 #define AGENT_DEFAULT_OPTIONS { \
@@ -30,6 +33,8 @@ struct agent_options {
 	.proxy_url = NULL, \
 	.no_proxy = NULL, \
 	.proxy_ca_file = NULL, \
+	.ping_interval_ms = 20000, \
+	.ping_timeout_ms = 30000, \
 }
 
 /*

@@ -133,6 +133,8 @@ cmd_run(int argc, char **argv)
 	opt.max_streams = opts_num(&o, RUN_OPT_MAX_STREAMS);
 	opt.dial_timeout_ms = opts_num(&o, RUN_OPT_DIAL_TIMEOUT);
 	opt.metrics_listen = opts_str(&o, RUN_OPT_METRICS_LISTEN);
+	opt.ping_interval_ms = opts_num(&o, RUN_OPT_PING_INTERVAL);
+	opt.ping_timeout_ms = opts_num(&o, RUN_OPT_PING_TIMEOUT);
 	if (proxy_settings(&o, &opt) != 0) {
 		opts_free(&o);
 		return 2;
