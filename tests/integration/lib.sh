@@ -119,9 +119,10 @@ join_node() {
 	"$CLIENT" join --state-dir "$T/$name" --node-name "$name" "$@" <"$doc"
 }
 
-# client_start NAME: runs the agent of $T/NAME in the background; sets CLIENT_PID.
+# client_start NAME [run flags]: runs the agent of $T/NAME in the
+# background; sets CLIENT_PID.
 client_start() {
-	"$CLIENT" run --state-dir "$T/$1" >>"$T/client-$1.log" 2>&1 &
+	"$CLIENT" run --state-dir "$T/$1" "${@:2}" >>"$T/client-$1.log" 2>&1 &
 	CLIENT_PID=$!
 	PIDS+=("$CLIENT_PID")
 }
