@@ -1,6 +1,7 @@
 /* fileio.c: bounded reads and atomic durable writes (see fileio.h). */
 #include "fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -128,6 +129,37 @@ fail:
 	free(buf);
 	fclose(f);
 	return -1;
+}
+
+/* "NAME.tmp.XXXXXX", mkstemp's six characters at the end. */
+static int
+is_atomic_temp(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 11 && memcmp(name + n - 11, ".tmp.", 5) == 0 &&
+	    strchr(name + n - 6, '.') == NULL && strchr(name + n - 6, '/') == NULL;
+}
+
+int
+file_sweep_temps(const char *dir)
+{
+	char path[4096];
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		if (!is_atomic_temp(e->d_name))
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) <
+		    (int)sizeof(path) && unlink(path) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
 }
 
 int

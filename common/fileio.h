@@ -26,6 +26,15 @@ int file_write_atomic(const char *path, const void *data, size_t len,
 int file_read_all(const char *path, size_t max, char **out, size_t *outlen,
     char *err, size_t errlen);
 
+/*
+ * Removes what file_write_atomic leaves behind when its process dies between
+ * creating the temporary file and renaming it: entries of dir named
+ * "NAME.tmp.XXXXXX".  Only a process that owns dir, with no writer of its
+ * own running, may call it.  Returns how many it removed, or -1 if dir
+ * cannot be read.
+ */
+int file_sweep_temps(const char *dir);
+
 /* Creates dir (one level) with mode if missing.  Returns 0 or -1 with err. */
 int dir_ensure(const char *dir, mode_t mode, char *err, size_t errlen);
 

@@ -276,12 +276,15 @@ auth_import(struct session *s, const struct frame *in)
 		session_protocol_error(s, "token_revoked", "import token revoked");
 		return;
 	}
-	why = token_unusable_reason(s->import.expires_at, s->import.uses_left, gateway_now());
+	/* Expiry only: the use count is the register transaction's to check,
+	 * since a node whose REGISTERED was lost (the gateway or the node died
+	 * after the commit) retries with the same key, spends no use, and must
+	 * get its agent back even when that used the token up. */
+	why = token_unusable_reason(s->import.expires_at, -1, gateway_now());
 	if (why != NULL) {
 		char reason[64];
 		snprintf(reason, sizeof(reason), "import token %s", why);
-		session_protocol_error(s, strcmp(why, "expired") == 0 ?
-		    "token_expired" : "token_used_up", reason);
+		session_protocol_error(s, "token_expired", reason);
 		return;
 	}
 	metrics_handshake(0, "ok");

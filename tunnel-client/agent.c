@@ -812,6 +812,8 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 		    KV_S("gateway_url", a.st.gateway_url));
 		return 1;
 	}
+	/* An agent killed while writing status.json left a temporary file. */
+	file_sweep_temps(state_dir);
 	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
 	snprintf(a.connect_url, sizeof(a.connect_url), "wss://%s/v1/connect",
 	    a.st.gateway_url + strlen("https://"));

@@ -7,7 +7,10 @@
  * ca_checksum, and a second request (GET /healthz) must verify against that
  * CA.  Only then is DIR written, state.json last since its presence means
  * "joined"; on any failure what was written is removed again.  The import
- * token is never printed or logged.
+ * token is never printed or logged.  A node key already in DIR (from a join
+ * or a first `run` killed half way) is kept, so that the gateway, which may
+ * have registered it, recognises the retry; temporary files such a kill left
+ * are removed.
  */
 #include "join.h"
 
@@ -746,16 +749,28 @@ write_file(const char *dir, const char *name, const void *data, size_t len,
 	return file_write_atomic(path, data, len, mode, err, errlen);
 }
 
+/*
+ * The node's key: kept if DIR already holds one (a join or a first `run`
+ * that did not finish: the gateway may have registered that key, and a
+ * retry with it gets the same agent back instead of a record that blocks
+ * the node name), else generated.  *kept says which.  Returns 0 or -1.
+ */
 static int
-write_key(const char *dir, char *err, size_t errlen)
+write_key(const char *dir, bool *kept, char *err, size_t errlen)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], lerr[256];
 	EVP_PKEY *key;
 	int r;
 
+	*kept = false;
 	if (client_path(dir, "agent.key", path, sizeof(path)) == -1) {
 		snprintf(err, errlen, "%s: path too long", dir);
 		return -1;
+	}
+	if (file_exists(path) && (key = agentkey_load(path, lerr, sizeof(lerr))) != NULL) {
+		EVP_PKEY_free(key);
+		*kept = true;
+		return 0;
 	}
 	if ((key = agentkey_generate()) == NULL) {
 		snprintf(err, errlen, "cannot generate the agent key");
@@ -776,6 +791,7 @@ join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
 	struct join_undo u;
 	char err[512], tok[sizeof(doc->token) + 1];
 	struct stat sb;
+	bool kept_key;
 	int r = -1;
 
 	memset(&u, 0, sizeof(u));
@@ -791,9 +807,11 @@ join_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
 		remove_file(dir, "state.json");
 		remove_file(dir, "status.json");
 	}
-	if (write_key(dir, err, sizeof(err)) == -1)
+	/* A join or an agent killed half way left its temporary files. */
+	file_sweep_temps(dir);
+	if (write_key(dir, &kept_key, err, sizeof(err)) == -1)
 		goto out;
-	u.wrote_key = true;
+	u.wrote_key = !kept_key;
 	if (write_file(dir, "ca.crt", ca_pem, strlen(ca_pem), 0644, err,
 	    sizeof(err)) == -1)
 		goto out;
