@@ -44,6 +44,14 @@
 #include "store.h"
 #include "token.h"
 
+/* A store failure: 503 when it was for want of space (the same request can
+ * succeed once there is some), else 500; the JSON error says which. */
+static void
+respond_store_error(struct route_response *r, int rc, const char *err)
+{
+	route_respond_error(r, rc == STORE_FULL ? 503 : 500, "store: %s", err);
+}
+
 /* ---- records as JSON ---- */
 
 static json_t *
@@ -127,7 +135,7 @@ clusters_create(struct gateway *gw, const struct route_request *req, struct rout
 	else if (rc == STORE_REFUSED)
 		route_respond_error(r, 400, "%s", err);
 	else if (rc != STORE_OK)
-		route_respond_error(r, 500, "store: %s", err);
+		respond_store_error(r, rc, err);
 	else {
 		info("cluster created", KV_S("cluster", c.id), KV_S("name", c.name));
 		route_respond_json(r, 201, cluster_json(gw, &c));
@@ -176,6 +184,7 @@ tokens_create(struct gateway *gw, const char *cluster, const struct route_reques
 	struct api_body b;
 	EVP_PKEY *key = NULL;
 	char err[STORE_ERROR_MAX + 1] = "", *text = NULL;
+	int rc;
 
 	memset(&t, 0, sizeof(t));
 	memset(&doc, 0, sizeof(doc));
@@ -199,8 +208,8 @@ tokens_create(struct gateway *gw, const char *cluster, const struct route_reques
 	rec.expires_at = rec.created_at + b.ttl_seconds;
 	rec.uses_left = b.uses;
 	rec.approval_manual = b.approval_manual;
-	if (store_token_insert(gw->store, &rec, err, sizeof(err)) != STORE_OK) {
-		route_respond_error(r, 500, "store: %s", err);
+	if ((rc = store_token_insert(gw->store, &rec, err, sizeof(err))) != STORE_OK) {
+		respond_store_error(r, rc, err);
 		goto out;
 	}
 	snprintf(doc.gateway_url, sizeof(doc.gateway_url), "%s", gw->url);
@@ -336,7 +345,7 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 	if (rc == STORE_REFUSED)
 		route_respond_error(r, 409, "%s", err);
 	else if (rc != STORE_OK)
-		route_respond_error(r, 500, "store: %s", err);
+		respond_store_error(r, rc, err);
 	else
 		route_respond_json(r, 200, agent_json(gw, &a));
 }
@@ -408,7 +417,7 @@ user_issue(struct gateway *gw, const char *name, const char *const *clusters,
 		route_respond_error(r, 404, "%s", err);
 		break;
 	default:
-		route_respond_error(r, 500, "store: %s", err);
+		respond_store_error(r, rc, err);
 		break;
 	}
 	token_clear(t);
@@ -508,7 +517,7 @@ users_revoke(struct gateway *gw, const char *name, struct route_response *r)
 		return;
 	}
 	if (rc != STORE_OK) {
-		route_respond_error(r, 500, "store: %s", err);
+		respond_store_error(r, rc, err);
 		return;
 	}
 	info("user tokens revoked", KV_S("user", name), KV_I("tokens", count));

@@ -110,6 +110,24 @@ session_protocol_error(struct session *s, const char *code, const char *reason)
 	session_kick(s, code, reason);
 }
 
+/*
+ * The store could not write what this session needed (a registration, an
+ * agent's state): the agent is told why and reconnects with backoff, which
+ * tries again, so a full disk delays agents and loses none.
+ */
+static void
+session_store_failed(struct session *s, const char *what, int rc,
+    const char *err)
+{
+	char reason[160];
+
+	error("tunnel: cannot store", KV_S("peer", tr_peer(s)),
+	    KV_S("what", what), KV_S("node", s->hello.node), KV_S("err", err));
+	snprintf(reason, sizeof(reason), "the gateway could not store %s%s", what,
+	    rc == STORE_FULL ? ": its storage is full; try again later" : "");
+	session_kick(s, "unavailable", reason);
+}
+
 static void
 session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 {
@@ -425,9 +443,7 @@ on_register(struct session *s, const struct frame *in)
 		return;
 	}
 	if (r != STORE_OK) {
-		error("registering a node failed", KV_S("node", in->u.reg.node),
-		    KV_S("err", err));
-		session_protocol_error(s, "internal", "the gateway could not store the agent");
+		session_store_failed(s, "the registration", r, err);
 		return;
 	}
 	if (a.state == AGENT_REVOKED) {
@@ -494,13 +510,14 @@ session_verify_end(struct session *s, enum agent_event ev, const char *reason)
 {
 	struct store_agent a;
 	char err[STORE_ERROR_MAX + 1] = "";
+	int r;
 
 	s->verifying = false;
 	evtimer_del(s->verify_timer);
-	if (store_agent_transition(s->gw->store, s->agent.id, ev, reason,
-	    gateway_now(), &a, err, sizeof(err)) != STORE_OK) {
-		warn("agent verification result not recorded",
-		    KV_S("agent", s->agent.id), KV_S("err", err));
+	r = store_agent_transition(s->gw->store, s->agent.id, ev, reason,
+	    gateway_now(), &a, err, sizeof(err));
+	if (r != STORE_OK) {
+		session_store_failed(s, "the verification result", r, err);
 		return;
 	}
 	s->agent = a;
@@ -583,9 +600,10 @@ session_welcome(struct session *s)
 	    KV_S("cluster", s->agent.cluster),
 	    KV_S("state", agent_state_name(s->agent.state)));
 	if (s->agent.state == AGENT_ENROLL) {
-		if (session_verify(s, &a, err, sizeof(err)) != STORE_OK)
-			warn("agent verification cannot start",
-			    KV_S("agent", s->agent.id), KV_S("err", err));
+		int r = session_verify(s, &a, err, sizeof(err));
+
+		if (r != STORE_OK)
+			session_store_failed(s, "the start of verification", r, err);
 	} else if (s->agent.state == AGENT_VERIFYING) {
 		/* A verification cut short (gateway restart): run it again. */
 		session_start_round_trip(s);

@@ -34,6 +34,8 @@ enum store_result {
 	STORE_NOTFOUND = -2,  /* no such record */
 	STORE_CONFLICT = -3,  /* unique name taken */
 	STORE_REFUSED = -4,   /* a rule said no; err says why */
+	STORE_FULL = -5,      /* no space left to write; nothing was changed,
+	                       * the same call may succeed once there is */
 };
 
 struct store;

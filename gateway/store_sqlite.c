@@ -117,11 +117,28 @@ static const char *const token_kinds[] = {
 
 /* ---- small helpers ---------------------------------------------------- */
 
+/* STORE_FULL when SQLite could not write for want of space (SQLITE_FULL,
+ * or an I/O error whose cause was ENOSPC), else STORE_ERR. */
+static int
+failure_code(struct store *s)
+{
+	int ext = sqlite3_extended_errcode(s->db);
+
+	if ((ext & 0xff) == SQLITE_FULL)
+		return STORE_FULL;
+	if ((ext & 0xff) == SQLITE_IOERR && sqlite3_system_errno(s->db) == ENOSPC)
+		return STORE_FULL;
+	return STORE_ERR;
+}
+
 static int
 db_fail(struct store *s, const char *what, char *err, size_t errlen)
 {
-	snprintf(err, errlen, "%s: %s", what, sqlite3_errmsg(s->db));
-	return STORE_ERR;
+	int rc = failure_code(s);
+
+	snprintf(err, errlen, "%s: %s%s", what, sqlite3_errmsg(s->db),
+	    rc == STORE_FULL ? " (no space left for the store)" : "");
+	return rc;
 }
 
 /* Runs constant SQL (no values in it: those are always bound). */
@@ -132,10 +149,13 @@ exec_sql(struct store *s, const char *sql, const char *what, char *err,
 	char *msg = NULL;
 
 	if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-		snprintf(err, errlen, "%s: %s", what,
-		    msg != NULL ? msg : sqlite3_errmsg(s->db));
+		int rc = failure_code(s);
+
+		snprintf(err, errlen, "%s: %s%s", what,
+		    msg != NULL ? msg : sqlite3_errmsg(s->db),
+		    rc == STORE_FULL ? " (no space left for the store)" : "");
 		sqlite3_free(msg);
-		return STORE_ERR;
+		return rc;
 	}
 	return STORE_OK;
 }
@@ -181,9 +201,9 @@ finish(struct store *s, int rc, char *err, size_t errlen)
 		rollback(s);
 		return rc;
 	}
-	if (exec_sql(s, "COMMIT", "commit", err, errlen) != STORE_OK) {
+	if ((rc = exec_sql(s, "COMMIT", "commit", err, errlen)) != STORE_OK) {
 		rollback(s);
-		return STORE_ERR;
+		return rc;
 	}
 	return STORE_OK;
 }
@@ -612,7 +632,7 @@ insert_cluster(struct store *s, const struct store_cluster *c, bool *collided,
 		*collided = true;
 		/* FALLTHROUGH */
 	default:
-		db_fail(s, "insert cluster", err, errlen);
+		rc = db_fail(s, "insert cluster", err, errlen);
 		break;
 	}
 out:
@@ -889,7 +909,7 @@ store_token_insert(struct store *s, const struct store_token *t,
 		rc = STORE_REFUSED;
 		break;
 	default:
-		db_fail(s, "insert token", err, errlen);
+		rc = db_fail(s, "insert token", err, errlen);
 		break;
 	}
 out:
@@ -993,7 +1013,7 @@ insert_scope(struct store *s, const char *token_id, const char *cluster,
 	bind_text(st, 1, token_id);
 	bind_text(st, 2, cluster);
 	if (sqlite3_step(st) != SQLITE_DONE) {
-		db_fail(s, "insert token scope", err, errlen);
+		rc = db_fail(s, "insert token scope", err, errlen);
 		goto out;
 	}
 	*added = sqlite3_changes(s->db) == 1;
@@ -1227,7 +1247,7 @@ user_revoke_locked(struct store *s, const char *name, int64_t *count,
 		goto out;
 	bind_text(st, 1, name);
 	if (sqlite3_step(st) != SQLITE_DONE) {
-		db_fail(s, "revoke user tokens", err, errlen);
+		rc = db_fail(s, "revoke user tokens", err, errlen);
 		goto out;
 	}
 	*count = sqlite3_changes(s->db);
@@ -1416,7 +1436,7 @@ insert_agent(struct store *s, const struct store_agent *a, bool *collided,
 	if (sqlite3_step(st) != SQLITE_DONE) {
 		*collided = sqlite3_extended_errcode(s->db) ==
 		    SQLITE_CONSTRAINT_PRIMARYKEY;
-		db_fail(s, "insert agent", err, errlen);
+		rc = db_fail(s, "insert agent", err, errlen);
 		goto out;
 	}
 	rc = STORE_OK;
@@ -1440,7 +1460,7 @@ consume_use(struct store *s, const struct store_token *t, char *err,
 		goto out;
 	bind_text(st, 1, t->id);
 	if (sqlite3_step(st) != SQLITE_DONE) {
-		db_fail(s, "consume token use", err, errlen);
+		rc = db_fail(s, "consume token use", err, errlen);
 		goto out;
 	}
 	/* The row was read in this same transaction, so this cannot miss. */
@@ -1676,7 +1696,7 @@ update_agent_state(struct store *s, const struct store_agent *a, char *err,
 	sqlite3_bind_int64(st, 3, a->updated_at);
 	bind_text(st, 4, a->id);
 	if (sqlite3_step(st) != SQLITE_DONE) {
-		db_fail(s, "update agent", err, errlen);
+		rc = db_fail(s, "update agent", err, errlen);
 		goto out;
 	}
 	rc = STORE_OK;
