@@ -17,7 +17,7 @@ source "$(dirname "$0")/lib.sh"
 
 KILLS=${KILLS:-5}
 STREAM_BYTES=${STREAM_BYTES:-1048576}
-NODES_PER_TOKEN=3
+NODES_PER_TOKEN=${NODES_PER_TOKEN:-3}
 
 gateway_init
 gateway_start
@@ -54,11 +54,14 @@ stream_worker() {
 		rc=0
 		timeout 60 "$CTL" connect --cluster "$cid" --node s0 \
 			"127.0.0.1:$echo_port" <"$T/w$w.in" >"$T/w$w.out" \
-			2>>"$T/w$w.err" || rc=$?
+			2>"$T/w$w.err" || rc=$?
 		if [ "$rc" -eq 124 ]; then
 			echo hung
 		elif [ "$rc" -ne 0 ]; then
-			echo errored
+			# Cut once open ("stream to ... ended: ..."), or never
+			# opened (the gateway was down or had no agent yet).
+			if grep -q "ended:" "$T/w$w.err"; then echo "errored cut"; else echo "errored refused"; fi
+			sleep 0.1   # pacing, not readiness: no busy loop while it is down
 		elif cmp -s "$T/w$w.in" "$T/w$w.out"; then
 			echo completed
 		else
@@ -146,12 +149,14 @@ total=$(q "SELECT count(*) FROM agents")
 cat "$T"/streams-*.txt >"$T/streams.txt"
 completed=$(grep -c '^completed' "$T/streams.txt" || true)
 errored=$(grep -c '^errored' "$T/streams.txt" || true)
+cut=$(grep -c '^errored cut' "$T/streams.txt" || true)
 bad=$(grep -c -v -e '^completed' -e '^errored' "$T/streams.txt" || true)
 retried=$(grep -hc "retried registration" "$T/gateway.log" || true)
 echo "counts: kills=$kills registrations_attempted=${#nodes[@]}" \
 	"registrations_succeeded=$(q "SELECT count(*) FROM agents WHERE node <> 's0'")" \
 	"registrations_retried=$retried streams_attempted=$(wc -l <"$T/streams.txt")" \
-	"streams_completed=$completed streams_errored=$errored streams_truncated_or_hung=$bad" \
+	"streams_completed=$completed streams_errored=$errored (cut_mid_stream=$cut refused_at_open=$((errored - cut)))" \
+	"streams_truncated_or_hung=$bad" \
 	"integrity=$integrity"
 [ "$bad" -eq 0 ] || fail "streams that lost data silently or hung: $(grep -v -e '^completed' -e '^errored' "$T/streams.txt" | head -5)"
 [ "$completed" -gt 0 ] || fail "no stream completed at all"
