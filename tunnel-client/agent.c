@@ -448,9 +448,9 @@ agent_keepalive(evutil_socket_t fd, short what, void *arg)
 	if (a->ping_ms != 0) {
 		due = a->ping_ms + a->opt.ping_timeout_ms;
 		if (now >= due) {
-			warn("tunnel: nothing from the gateway for %u ms after a "
-			    "ping: dropping it and reconnecting",
-			    a->opt.ping_timeout_ms);
+			warn("tunnel: no answer to a ping: dropping it and "
+			    "reconnecting", KV_U("ping_timeout_ms",
+			    a->opt.ping_timeout_ms));
 			a->ping_ms = 0;
 			/* on_close follows once the close frame is out or
 			 * the wait for the gateway's answer ends. */

@@ -79,7 +79,7 @@ client_start n2
 n2=$CLIENT_PID
 wait_until 30 "n2's registration refused for want of space" \
 	grep -q "its storage is full" "$T/client-n2.log"
-pass "registration on a full disk: $(grep -m1 "its storage is full" "$T/client-n2.log" | sed 's/^.*\] //')"
+pass "registration on a full disk: $(grep -m1 "its storage is full" "$T/client-n2.log" | sed 's/^.*msg=/msg=/')"
 
 # A crash while full: the gateway starts again and serves what needs no write.
 kill -KILL "$GW_PID"

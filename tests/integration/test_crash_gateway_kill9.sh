@@ -151,7 +151,7 @@ completed=$(grep -c '^completed' "$T/streams.txt" || true)
 errored=$(grep -c '^errored' "$T/streams.txt" || true)
 cut=$(grep -c '^errored cut' "$T/streams.txt" || true)
 bad=$(grep -c -v -e '^completed' -e '^errored' "$T/streams.txt" || true)
-retried=$(grep -hc "retried registration" "$T/gateway.log" || true)
+retried=$(grep -hc 'msg="agent registered".*retried=true' "$T/gateway.log" || true)
 echo "counts: kills=$kills registrations_attempted=${#nodes[@]}" \
 	"registrations_succeeded=$(q "SELECT count(*) FROM agents WHERE node <> 's0'")" \
 	"registrations_retried=$retried streams_attempted=$(wc -l <"$T/streams.txt")" \

@@ -33,12 +33,12 @@ wait_until 30 "n1 active" agent_is n1 active
 kill -STOP "$GW_PID"
 stopped+=("$GW_PID")
 wait_until 20 "the agent notices the silent gateway" \
-	grep -q "nothing from the gateway for 700 ms after a ping" "$T/client-n1.log"
+	grep -q 'msg="tunnel: no answer to a ping: dropping it and reconnecting" ping_timeout_ms=700' "$T/client-n1.log"
 wait_until 20 "the agent's status says disconnected" \
 	jq -e '.connected == false' "$T/n1/status.json"
 kill -CONT "$GW_PID"
 wait_until 40 "n1 reconnected and active after SIGCONT" agent_is n1 active
-[ "$(grep -c "connected to $GW_URL" "$T/client-n1.log")" -ge 2 ] ||
+[ "$(grep -c "msg=connected gateway=$GW_URL" "$T/client-n1.log")" -ge 2 ] ||
 	fail "the agent did not connect a second time"
 pass "a stopped gateway is noticed by the agent's keepalive; it reconnects after SIGCONT"
 
@@ -60,7 +60,8 @@ wait "$cpid" || rc=$?
 exec 7>&-
 [ "$rc" -ne 0 ] || fail "tetherctl connect exited 0 although its agent was dropped"
 assert_contains "$T/connect.err" "stream to 127.0.0.1:$echo_port ended"
-assert_contains "$T/gateway.log" "no answer to a ping within 700 ms: dropping"
+assert_contains "$T/gateway.log" 'msg="websocket: no answer to a ping: dropping"'
+assert_contains "$T/gateway.log" "ping_timeout_ms=700"
 [ "$(ctl agent list | jq -r '.[0].connected')" = false ] ||
 	fail "the gateway still lists the stopped agent as connected"
 pass "a stopped agent is dropped by the gateway's keepalive; its stream's client exits $rc: $(cat "$T/connect.err")"
