@@ -32,6 +32,14 @@ runtime_init(void)
 	mallopt(M_TRIM_THRESHOLD, 32 << 20);
 }
 
+struct timeval
+runtime_ms_timeval(uint32_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	return tv;
+}
+
 struct event_base *
 runtime_event_base(void)
 {

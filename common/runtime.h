@@ -21,4 +21,10 @@ struct event_base;
  */
 struct event_base *runtime_event_base(void);
 
+#include <stdint.h>
+#include <sys/time.h>
+
+/* ms milliseconds as the struct timeval libevent's timers take. */
+struct timeval runtime_ms_timeval(uint32_t ms);
+
 #endif

@@ -46,6 +46,7 @@
 #include "wshead.h"
 #include "printable.h"
 #include "proxy.h"
+#include "runtime.h"
 #include "tlsread.h"
 #include "url.h"
 
@@ -232,7 +233,7 @@ defer(struct wsclient *c, unsigned what)
 static void
 arm_timer(struct wsclient *c, uint32_t ms)
 {
-	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	struct timeval tv = runtime_ms_timeval(ms);
 
 	evtimer_add(c->timer, &tv);
 }

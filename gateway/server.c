@@ -56,6 +56,7 @@
 #include "log.h"
 #include "netaddr.h"
 #include "route.h"
+#include "runtime.h"
 #include "wsconn.h"
 
 #define LISTEN_BACKLOG      1024
@@ -143,7 +144,7 @@ hconn_set_state(struct hconn *h, enum hconn_state next)
 static void
 hconn_arm(struct hconn *h, uint32_t ms)
 {
-	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	struct timeval tv = runtime_ms_timeval(ms);
 
 	evtimer_add(h->timer, &tv);
 }

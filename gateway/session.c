@@ -24,6 +24,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mux.h"
+#include "runtime.h"
 #include "shares.h"
 #include "store.h"
 #include "token.h"
@@ -150,13 +151,6 @@ session_verify_timeout(evutil_socket_t fd, short what, void *arg)
 	session_verify_fail(s, reason);
 }
 
-static void
-ms_to_timeval(uint32_t ms, struct timeval *tv)
-{
-	tv->tv_sec = ms / 1000;
-	tv->tv_usec = (ms % 1000) * 1000;
-}
-
 struct session *
 session_new(struct gateway *gw, const struct session_transport *io, void *t)
 {
@@ -179,7 +173,7 @@ session_new(struct gateway *gw, const struct session_transport *io, void *t)
 		free(s);
 		return NULL;
 	}
-	ms_to_timeval(gw->limits.handshake_timeout_ms, &tv);
+	tv = runtime_ms_timeval(gw->limits.handshake_timeout_ms);
 	evtimer_add(s->handshake_timer, &tv);
 	s->counted_handshake = 1;
 	gw->handshakes++;
@@ -485,7 +479,7 @@ session_start_round_trip(struct session *s)
 	f.u.verify.time_ms = s->verify_sent_ms;
 	s->verifying = true;
 	session_send(s, &f);
-	ms_to_timeval(s->gw->limits.verify_timeout_ms, &tv);
+	tv = runtime_ms_timeval(s->gw->limits.verify_timeout_ms);
 	evtimer_add(s->verify_timer, &tv);
 }
 

@@ -45,6 +45,7 @@
 #include <openssl/ssl.h>
 
 #include "log.h"
+#include "runtime.h"
 #include "wsclient.h"
 
 #define WS_HEADER_MAX        14          /* 2 + 8 (length) + 4 (mask) */
@@ -114,13 +115,6 @@ ws_set_state(struct wsconn *c, enum ws_state next)
 	debug("websocket state", KV_S("peer", c->peer),
 	    KV_S("from", ws_state_names[c->state]), KV_S("to", ws_state_names[next]));
 	c->state = next;
-}
-
-static void
-millis(struct timeval *tv, uint32_t ms)
-{
-	tv->tv_sec = ms / 1000;
-	tv->tv_usec = (long)(ms % 1000) * 1000;
 }
 
 /* The read high-water mark for messages of up to max_message bytes: four
@@ -295,8 +289,7 @@ ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
 	bufferevent_setwatermark(c->bev, EV_READ | EV_WRITE, 0, 0);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	event_del(c->timer);
-	tv.tv_sec = WS_CLOSE_TIMEOUT_MS / 1000;
-	tv.tv_usec = (WS_CLOSE_TIMEOUT_MS % 1000) * 1000;
+	tv = runtime_ms_timeval(WS_CLOSE_TIMEOUT_MS);
 	event_add(c->timer, &tv);
 }
 
@@ -560,7 +553,7 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 	if (c->pinged) {
 		/* It answered (or said something): the silence is over. */
 		c->pinged = 0;
-		millis(&tv, c->ping_interval_ms);
+		tv = runtime_ms_timeval(c->ping_interval_ms);
 		bufferevent_set_timeouts(bev, &tv, NULL);
 	}
 	/* Take every record that is ready now, not one per loop iteration. */
@@ -603,7 +596,7 @@ ws_idle(struct wsconn *c)
 	c->pinged = 1;
 	if (ws_put_frame(c, OP_PING, NULL, 0) != 0)
 		return;
-	millis(&tv, c->ping_timeout_ms);
+	tv = runtime_ms_timeval(c->ping_timeout_ms);
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 	/* A timeout turns reading off: on again, to hear the pong. */
 	bufferevent_enable(c->bev, EV_READ);
@@ -678,7 +671,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	bufferevent_set_max_single_write(bev, 1 << 20);
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
-	millis(&tv, c->ping_interval_ms);
+	tv = runtime_ms_timeval(c->ping_interval_ms);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	LIST_INSERT_HEAD(all, c, link);
@@ -730,7 +723,7 @@ wsconn_set_keepalive(struct wsconn *c, uint32_t interval_ms, uint32_t timeout_ms
 	c->ping_timeout_ms = timeout_ms;
 	if (c->state != WS_OPEN)
 		return;
-	millis(&tv, c->pinged ? timeout_ms : interval_ms);
+	tv = runtime_ms_timeval(c->pinged ? timeout_ms : interval_ms);
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 }
 

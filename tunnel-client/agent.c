@@ -416,12 +416,8 @@ monotonic_ms(void)
 static void
 keepalive_arm(struct agent *a, int64_t in_ms)
 {
-	struct timeval tv;
+	struct timeval tv = runtime_ms_timeval(in_ms < 0 ? 0 : (uint32_t)in_ms);
 
-	if (in_ms < 0)
-		in_ms = 0;
-	tv.tv_sec = (time_t)(in_ms / 1000);
-	tv.tv_usec = (suseconds_t)(in_ms % 1000) * 1000;
 	evtimer_add(a->keepalive, &tv);
 }
 
@@ -632,8 +628,7 @@ agent_schedule_reconnect(struct agent *a)
 		delay = a->backoff_ms / 2 + jitter % (a->backoff_ms / 2 + 1);
 		info("reconnecting", KV_U("delay_ms", delay));
 	}
-	tv.tv_sec = delay / 1000;
-	tv.tv_usec = (delay % 1000) * 1000;
+	tv = runtime_ms_timeval(delay);
 	evtimer_add(a->reconnect_timer, &tv);
 }
 

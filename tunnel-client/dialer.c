@@ -55,6 +55,7 @@
 #include "httphead.h"
 #include "log.h"
 #include "mux.h"
+#include "runtime.h"
 #include "state.h"
 
 /* The largest request head a token service's stream may start with. */
@@ -477,8 +478,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 		return;
 	}
 	bufferevent_setcb(x->bev, NULL, NULL, dial_event, x);
-	tv.tv_sec = d->timeout_ms / 1000;
-	tv.tv_usec = (d->timeout_ms % 1000) * 1000;
+	tv = runtime_ms_timeval(d->timeout_ms);
 	evtimer_add(x->deadline, &tv);
 	debug("stream dialing", KV_U("stream", x->stream_id), KV_S("target", x->target));
 	/* May report failure synchronously through dial_event (x freed then). */
