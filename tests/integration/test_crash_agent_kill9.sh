@@ -62,14 +62,19 @@ for n in r1 r2; do
 		fail "$n: state.json names an agent although the kill came before it was saved"
 done
 client_start r1
+r1_pid=$CLIENT_PID
 join_node r2 "$T/r2.json" >/dev/null || fail "r2: join again after the killed run failed"
 no_temps "$T/r2"
 client_start r2
+r2_pid=$CLIENT_PID
 for n in r1 r2; do
 	wait_until 30 "$n active" agent_is "$n" active
 	[ "$(records_of "$n")" -eq 1 ] || fail "$n has $(records_of "$n") agent records"
-	no_temps "$T/$n"
 done
+# Stopped first: a running agent may be writing status.json at that moment.
+client_stop "$r1_pid"
+client_stop "$r2_pid"
+for n in r1 r2; do no_temps "$T/$n"; done
 assert_contains "$T/gateway.log" "retried=true"
 pass "a first run killed after the gateway registered it: run again, or join again and run, gets the same agent; one record per node"
 

@@ -32,7 +32,9 @@ echo_port=$(cat "$T/echo.port")
 # The stream node: joined and active before the first kill.
 ctl token create --cluster "$cid" >"$T/s0.json"
 join_node s0 "$T/s0.json" --allow "127.0.0.1:$echo_port" >/dev/null
+declare -A agent_pid
 client_start s0
+agent_pid[s0]=$CLIENT_PID
 wait_until 30 "s0 active" agent_is s0 active
 
 # Two multi-use tokens; their nodes join and register while the gateway dies.
@@ -97,6 +99,7 @@ for k in $(seq 1 "$KILLS"); do
 			n=${nodes[$next]}
 			join_retry "$n" "$T/tok-${n:0:1}.json"
 			client_start "$n"
+			agent_pid[$n]=$CLIENT_PID
 			next=$((next + 1))
 		fi
 	done
@@ -111,6 +114,7 @@ while [ "$next" -lt "${#nodes[@]}" ]; do
 	n=${nodes[$next]}
 	join_retry "$n" "$T/tok-${n:0:1}.json"
 	client_start "$n"
+	agent_pid[$n]=$CLIENT_PID
 	next=$((next + 1))
 done
 
@@ -119,6 +123,9 @@ for n in s0 "${nodes[@]}"; do
 done
 touch "$T/stop"
 for pid in "${workers[@]}"; do wait "$pid"; done
+# Stopped (exit 0, no leaks) before their state directories are looked at:
+# a running agent may be writing status.json at that moment.
+for n in "${!agent_pid[@]}"; do client_stop "${agent_pid[$n]}"; done
 gateway_stop
 
 db=$GW_DIR/tether.db
