@@ -43,6 +43,7 @@
  * (every Tether program does, at start-up).
  */
 #include "wsclient.h"
+#include "wsframe.h"
 #include "wshead.h"
 #include "printable.h"
 #include "proxy.h"
@@ -78,7 +79,6 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#define WS_GUID             "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define HEAD_MAX            (16 * 1024)   /* upgrade response head */
 #define PROXY_HEAD_MAX      (8 * 1024)    /* a proxy's answer to CONNECT */
 #define BODY_MAX            (8 * 1024)    /* refusal body we read for a reason */
@@ -88,7 +88,6 @@
 #define DEFAULT_MAX_QUEUE   ((size_t)8 * 1024 * 1024)
 #define CLOSE_WAIT_MS       2000          /* for the peer's close / our flush */
 #define MASK_POOL           256           /* random bytes: 64 frame masks */
-#define FRAME_HEADER_MAX    14
 #define CLOSE_REASON_MAX    123           /* 125 minus the status code */
 /* Output chunk for a backlog: 256 KiB with libevent's chain header (its
  * allocations are powers of two), shared by the messages queued in it. */
@@ -100,10 +99,6 @@
 #define TLS13_CIPHERS \
 	"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
-enum ws_opcode {
-	OP_CONT = 0x0, OP_TEXT = 0x1, OP_BINARY = 0x2,
-	OP_CLOSE = 0x8, OP_PING = 0x9, OP_PONG = 0xa,
-};
 
 enum state {
 	ST_CONNECTING, /* DNS, TCP, TLS (to the proxy, or through its tunnel) */
@@ -681,17 +676,6 @@ mask_key(struct wsclient *c, uint8_t mask[4])
 	return 0;
 }
 
-static void
-accept_value(const char *key, char out[32])
-{
-	unsigned char sha[SHA_DIGEST_LENGTH];
-	char buf[128];
-
-	snprintf(buf, sizeof(buf), "%s%s", key, WS_GUID);
-	SHA1((const unsigned char *)buf, strlen(buf), sha);
-	EVP_EncodeBlock((unsigned char *)out, sha, sizeof(sha)); /* 28 chars */
-}
-
 /* ---- sending ------------------------------------------------------------ */
 
 /*
@@ -730,7 +714,7 @@ reserve_output(struct wsclient *c, size_t len, struct evbuffer_iovec *v)
 static int
 send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 {
-	uint8_t hdr[FRAME_HEADER_MAX], mask[4], *p;
+	uint8_t hdr[WS_HEADER_MAX], mask[4], *p;
 	struct evbuffer_iovec v;
 	size_t plen = 0, hl, phase = 0;
 
@@ -741,30 +725,14 @@ send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 			return -1;
 		plen += iov[i].iov_len;
 	}
-	if ((opcode & 0x8) && plen > 125)
+	if ((opcode & WS_OP_CONTROL) && plen > 125)
 		return -1;
-	if (plen > SIZE_MAX - FRAME_HEADER_MAX)
+	if (plen > SIZE_MAX - WS_HEADER_MAX)
 		return -1;
 
-	hdr[0] = (uint8_t)(0x80 | opcode);
-	if (plen < 126) {
-		hdr[1] = (uint8_t)(0x80 | plen);
-		hl = 2;
-	} else if (plen <= 0xffff) {
-		hdr[1] = 0x80 | 126;
-		hdr[2] = (uint8_t)(plen >> 8);
-		hdr[3] = (uint8_t)plen;
-		hl = 4;
-	} else {
-		hdr[1] = 0x80 | 127;
-		for (int i = 0; i < 8; i++)
-			hdr[2 + i] = (uint8_t)((uint64_t)plen >> (56 - 8 * i));
-		hl = 10;
-	}
 	if (mask_key(c, mask) != 0)
 		return -1;
-	memcpy(hdr + hl, mask, 4);
-	hl += 4;
+	hl = ws_header_put(hdr, opcode, plen, mask);
 
 	/* Every frame counts, the PONGs the server's pings ask for too: a
 	 * server that sends without reading is dropped at the cap. */
@@ -804,7 +772,7 @@ send_close(struct wsclient *c, uint16_t code, const char *reason)
 	iov.iov_base = buf;
 	/* 1005 means "no code": it is never sent, so send an empty body. */
 	iov.iov_len = code == 1005 ? 0 : 2 + rlen;
-	return send_frame(c, OP_CLOSE, &iov, 1);
+	return send_frame(c, WS_OP_CLOSE, &iov, 1);
 }
 
 /* Our last frame is queued: stop reading, close once it is written (or
@@ -935,15 +903,15 @@ read_body(struct wsclient *c)
 static int
 check_upgrade(struct wsclient *c, const struct ws_response_head *h)
 {
-	char want[32];
+	char want[WS_ACCEPT_LEN + 1];
 
 	if (!h->upgrade_ok || !h->connection_ok) {
 		finish_with(c, 0, "server %s answered 101 without "
 		    "\"Upgrade: websocket\" and \"Connection: Upgrade\"", c->host);
 		return -1;
 	}
-	accept_value(c->key, want);
-	if (!h->have_accept || strcmp(h->accept, want) != 0) {
+	if (ws_accept_key(c->key, want) != 0 || !h->have_accept ||
+	    strcmp(h->accept, want) != 0) {
 		finish_with(c, 0, "server %s sent a wrong Sec-WebSocket-Accept",
 		    c->host);
 		return -1;
@@ -1193,7 +1161,7 @@ deliver(struct wsclient *c, const uint8_t *data, size_t len, int opcode)
 {
 	if (c->state != ST_OPEN || c->cb.on_message == NULL)
 		return 0; /* closing: the caller asked for no more */
-	c->cb.on_message(c, data, len, opcode == OP_BINARY, c->arg);
+	c->cb.on_message(c, data, len, opcode == WS_OP_BINARY, c->arg);
 	return gone(c) ? -1 : 0;
 }
 
@@ -1207,7 +1175,7 @@ fragment(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
 	size_t len;
 	int opcode, r;
 
-	if (h->opcode != OP_CONT)
+	if (h->opcode != WS_OP_CONT)
 		c->frag_opcode = h->opcode;
 	if (need > c->frag_cap) {
 		size_t cap = c->frag_cap < 4096 ? 4096 : c->frag_cap;
@@ -1261,19 +1229,19 @@ control_frame(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
 		return -1;
 	}
 	switch (h->opcode) {
-	case OP_PING:
+	case WS_OP_PING:
 		if (c->state != ST_OPEN)
 			return 1; /* no frames after our close */
 		iov.iov_base = payload;
 		iov.iov_len = plen;
-		if (send_frame(c, OP_PONG, &iov, 1) != 0) {
+		if (send_frame(c, WS_OP_PONG, &iov, 1) != 0) {
 			protocol_error(c, 1011, "cannot queue a pong");
 			return -1;
 		}
 		return 1;
-	case OP_PONG:
+	case WS_OP_PONG:
 		return 1; /* we send no pings: nothing to match */
-	case OP_CLOSE:
+	case WS_OP_CLOSE:
 		break;
 	default:
 		return 1;
@@ -1320,7 +1288,7 @@ read_frame(struct wsclient *c)
 
 	if (avail < 2)
 		return 0;
-	n = avail < FRAME_HEADER_MAX ? avail : FRAME_HEADER_MAX;
+	n = avail < WS_HEADER_MAX ? avail : WS_HEADER_MAX;
 	if ((p = evbuffer_pullup(in, (ev_ssize_t)n)) == NULL) {
 		protocol_error(c, 1011, "out of memory");
 		return -1;
@@ -1333,18 +1301,18 @@ read_frame(struct wsclient *c)
 	if (hl == 0)
 		return 0;
 
-	if (!(h.opcode & 0x8)) {
-		if (h.opcode == OP_CONT && c->frag_opcode == 0) {
+	if (!(h.opcode & WS_OP_CONTROL)) {
+		if (h.opcode == WS_OP_CONT && c->frag_opcode == 0) {
 			protocol_error(c, 1002, "continuation frame with no "
 			    "message to continue");
 			return -1;
 		}
-		if (h.opcode != OP_CONT && c->frag_opcode != 0) {
+		if (h.opcode != WS_OP_CONT && c->frag_opcode != 0) {
 			protocol_error(c, 1002, "new message inside a "
 			    "fragmented one");
 			return -1;
 		}
-		sofar = h.opcode == OP_CONT ? c->frag_len : 0;
+		sofar = h.opcode == WS_OP_CONT ? c->frag_len : 0;
 		if (h.payload_len > c->max_message - sofar) {
 			protocol_error(c, 1009, "message over %zu bytes",
 			    c->max_message);
@@ -1357,9 +1325,9 @@ read_frame(struct wsclient *c)
 		return 0;
 	}
 
-	if (h.opcode & 0x8)
+	if (h.opcode & WS_OP_CONTROL)
 		return control_frame(c, &h, (size_t)hl);
-	if (h.opcode == OP_CONT || !h.fin)
+	if (h.opcode == WS_OP_CONT || !h.fin)
 		return fragment(c, &h, (size_t)hl);
 
 	/* A whole message in one frame: no copy unless the buffer must
@@ -1827,7 +1795,7 @@ wsclient_sendv(struct wsclient *c, const struct iovec *iov, int iovcnt,
 {
 	if (c == NULL || c->dead || c->state != ST_OPEN)
 		return -1;
-	return send_frame(c, binary ? OP_BINARY : OP_TEXT, iov, iovcnt) == 0 ?
+	return send_frame(c, binary ? WS_OP_BINARY : WS_OP_TEXT, iov, iovcnt) == 0 ?
 	    0 : -1;
 }
 

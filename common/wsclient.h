@@ -86,29 +86,4 @@ void wsclient_close(struct wsclient *c, uint16_t code, const char *reason);
 /* Frees everything; no callback is made after this.  Safe inside on_close. */
 void wsclient_free(struct wsclient *c);
 
-/*
- * The frame-header parser, exposed for tests and fuzzing: parses a frame
- * header at buf[0..len).  Returns the header length and fills the fields, 0
- * if more bytes are needed, or -1 on a protocol error (reserved bits, bad
- * opcode, a masked frame from the server, a control frame over 125 bytes or
- * fragmented, a 64-bit length with the top bit set) with a reason in err.
- */
-struct ws_frame_header {
-	int fin;
-	int opcode;          /* 0 continuation, 1 text, 2 binary, 8 close, 9 ping, 10 pong */
-	int masked;
-	uint8_t mask[4];
-	uint64_t payload_len;
-};
-int ws_parse_header(const uint8_t *buf, size_t len, int expect_masked,
-    struct ws_frame_header *h, char *err, size_t errlen);
-
-/* XORs data with the 4-byte mask starting at mask offset `phase`, 8 bytes
- * at a time.  Returns the next phase. */
-size_t ws_mask(uint8_t *data, size_t len, const uint8_t mask[4], size_t phase);
-/* The same while copying: dst = src XOR mask, in one pass (dst may equal
- * src, but the two must not otherwise overlap).  Returns the next phase. */
-size_t ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len,
-    const uint8_t mask[4], size_t phase);
-
 #endif

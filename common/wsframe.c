@@ -1,6 +1,6 @@
 /*
- * wsframe.c: the WebSocket (RFC 6455) frame-header parser and the payload
- * masking used by wsclient.c (declared in wsclient.h).
+ * wsframe.c: what both ends of a WebSocket share (see wsframe.h): the
+ * accept key, the frame header written and parsed, and payload masking.
  *
  * Kept apart from wsclient.c because it depends on nothing but libc: the
  * fuzz build (which links no libevent) compiles it, and the unit tests call
@@ -12,7 +12,10 @@
  * bytes at a time on a 64-bit copy of the mask (memcpy keeps unaligned
  * pointers legal, and compilers turn it into plain loads and stores).
  */
-#include "wsclient.h"
+#include "wsframe.h"
+
+#include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,8 +42,8 @@ static int
 opcode_known(int opcode)
 {
 	switch (opcode) {
-	case 0x0: case 0x1: case 0x2: /* continuation, text, binary */
-	case 0x8: case 0x9: case 0xa: /* close, ping, pong */
+	case WS_OP_CONT: case WS_OP_TEXT: case WS_OP_BINARY:
+	case WS_OP_CLOSE: case WS_OP_PING: case WS_OP_PONG:
 		return 1;
 	default:
 		return 0;
@@ -71,7 +74,7 @@ ws_parse_header(const uint8_t *buf, size_t len, int expect_masked,
 		    buf[0] & 0x70);
 	if (!opcode_known(opcode))
 		return header_error(err, errlen, "unknown opcode 0x%x", opcode);
-	if ((opcode & 0x8) && !fin)
+	if ((opcode & WS_OP_CONTROL) && !fin)
 		return header_error(err, errlen,
 		    "fragmented control frame (opcode 0x%x)", opcode);
 	if (len < 2)
@@ -83,7 +86,7 @@ ws_parse_header(const uint8_t *buf, size_t len, int expect_masked,
 		return header_error(err, errlen, "masked frame from the server");
 	if (!masked && expect_masked)
 		return header_error(err, errlen, "unmasked frame from the client");
-	if ((opcode & 0x8) && len7 > 125)
+	if ((opcode & WS_OP_CONTROL) && len7 > 125)
 		return header_error(err, errlen,
 		    "control frame (opcode 0x%x) longer than 125 bytes", opcode);
 
@@ -160,4 +163,49 @@ size_t
 ws_mask(uint8_t *data, size_t len, const uint8_t mask[4], size_t phase)
 {
 	return ws_mask_copy(data, data, len, mask, phase);
+}
+
+int
+ws_accept_key(const char *key, char out[WS_ACCEPT_LEN + 1])
+{
+	unsigned char raw[18 + 3], digest[SHA_DIGEST_LENGTH];
+	char buf[WS_KEY_LEN + sizeof(WS_GUID)];
+
+	if (strlen(key) != WS_KEY_LEN || strcmp(key + 22, "==") != 0 ||
+	    EVP_DecodeBlock(raw, (const unsigned char *)key, WS_KEY_LEN) != 18)
+		return -1;
+	memcpy(buf, key, WS_KEY_LEN);
+	memcpy(buf + WS_KEY_LEN, WS_GUID, sizeof(WS_GUID));
+	SHA1((const unsigned char *)buf, strlen(buf), digest);
+	EVP_EncodeBlock((unsigned char *)out, digest, sizeof(digest));
+	return 0;
+}
+
+size_t
+ws_header_put(uint8_t hdr[WS_HEADER_MAX], int opcode, uint64_t len,
+    const uint8_t mask[4])
+{
+	uint8_t maskbit = mask != NULL ? 0x80 : 0;
+	size_t n;
+
+	hdr[0] = (uint8_t)(0x80 | opcode);
+	if (len < 126) {
+		hdr[1] = (uint8_t)(maskbit | len);
+		n = 2;
+	} else if (len <= 0xffff) {
+		hdr[1] = maskbit | 126;
+		hdr[2] = (uint8_t)(len >> 8);
+		hdr[3] = (uint8_t)len;
+		n = 4;
+	} else {
+		hdr[1] = maskbit | 127;
+		for (int i = 0; i < 8; i++)
+			hdr[2 + i] = (uint8_t)(len >> (56 - 8 * i));
+		n = 10;
+	}
+	if (mask != NULL) {
+		memcpy(hdr + n, mask, 4);
+		n += 4;
+	}
+	return n;
 }

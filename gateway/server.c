@@ -58,6 +58,7 @@
 #include "route.h"
 #include "runtime.h"
 #include "wsconn.h"
+#include "wsframe.h"
 
 #define LISTEN_BACKLOG      1024
 #define ACCEPT_RETRY_MS     1000     /* after accept failed (out of fds) */
@@ -65,8 +66,6 @@
 #define HTTP_LINGER_MS      2000     /* after the last answer: wait for EOF */
 #define UPGRADE_PARK_MAX    4096     /* input held while an upgrade is decided */
 #define PEER_MAX            64
-#define WS_ACCEPT_LEN       28       /* base64 of a SHA-1 */
-#define WS_GUID             "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define TLS13_CIPHERSUITES  "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:" \
                             "TLS_CHACHA20_POLY1305_SHA256"
 #define TLS12_CIPHERS       "ECDHE+AESGCM:ECDHE+CHACHA20"
@@ -283,26 +282,6 @@ hconn_refuse(struct hconn *h, int status, const char *reason)
 }
 
 /* ---- WebSocket handshake ---- */
-
-/*
- * Sec-WebSocket-Accept for key into out (WS_ACCEPT_LEN + 1 bytes).  Returns
- * -1 unless key is the base64 of 16 bytes, as RFC 6455 requires.
- */
-static int
-ws_accept_key(const char *key, char *out)
-{
-	unsigned char raw[18 + 3], digest[SHA_DIGEST_LENGTH];
-	char buf[24 + sizeof(WS_GUID)];
-
-	if (strlen(key) != 24 || strcmp(key + 22, "==") != 0 ||
-	    EVP_DecodeBlock(raw, (const unsigned char *)key, 24) != 18)
-		return -1;
-	memcpy(buf, key, 24);
-	memcpy(buf + 24, WS_GUID, sizeof(WS_GUID));
-	SHA1((const unsigned char *)buf, strlen(buf), digest);
-	EVP_EncodeBlock((unsigned char *)out, digest, sizeof(digest));
-	return 0;
-}
 
 /*
  * Answers 101 and hands the connection to a new wsconn; the hconn ends.

@@ -46,7 +46,7 @@
 
 #include "log.h"
 #include "runtime.h"
-#include "wsclient.h"
+#include "wsframe.h"
 
 #define WS_HEADER_MAX        14          /* 2 + 8 (length) + 4 (mask) */
 #define WS_DEFAULT_MAX       (1u << 20)  /* until wsconn_set_max_message */
@@ -56,15 +56,6 @@
 #define WS_PING_TIMEOUT_MS   30000       /* then no answer before we give up */
 #define WS_CLOSE_TIMEOUT_MS  5000        /* close frame out, peer's close in */
 #define WS_CLOSE_REASON_MAX  123         /* a control frame's 125 minus the code */
-
-enum ws_opcode {
-	OP_CONT = 0x0,
-	OP_TEXT = 0x1,
-	OP_BINARY = 0x2,
-	OP_CLOSE = 0x8,
-	OP_PING = 0x9,
-	OP_PONG = 0xa,
-};
 
 enum ws_state {
 	WS_OPEN,
@@ -187,7 +178,7 @@ static int
 ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 {
 	struct evbuffer *out = bufferevent_get_output(c->bev);
-	uint8_t hdr[10];
+	uint8_t hdr[WS_HEADER_MAX];
 	uint64_t len = 0;
 	size_t n;
 
@@ -196,28 +187,14 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 	/* Whatever the frame (our data, or a PONG, ERROR, OPEN_FAIL the peer's
 	 * own input made us write): a peer that does not read is dropped at
 	 * the cap, before it costs more memory. */
-	if (evbuffer_get_length(out) + sizeof(hdr) + len > c->max_queue) {
+	n = ws_header_put(hdr, opcode, len, NULL);
+	if (evbuffer_get_length(out) + n + len > c->max_queue) {
 		char why[96];
 
 		snprintf(why, sizeof(why), "output queue over %zu bytes (the peer "
 		    "does not read)", c->max_queue);
 		ws_abort(c, why);
 		return -1;
-	}
-	hdr[0] = (uint8_t)(0x80 | opcode);
-	if (len < 126) {
-		hdr[1] = (uint8_t)len;
-		n = 2;
-	} else if (len <= 0xffff) {
-		hdr[1] = 126;
-		hdr[2] = (uint8_t)(len >> 8);
-		hdr[3] = (uint8_t)len;
-		n = 4;
-	} else {
-		hdr[1] = 127;
-		for (int i = 0; i < 8; i++)
-			hdr[2 + i] = (uint8_t)(len >> (56 - 8 * i));
-		n = 10;
 	}
 	/* Room for the whole frame first, so that a failure leaves no half
 	 * frame in the stream. */
@@ -240,7 +217,7 @@ wsconn_sendv(struct wsconn *c, const struct iovec *iov, int iovcnt, int binary)
 {
 	if (c->state != WS_OPEN)
 		return -1;
-	return ws_put_frame(c, binary ? OP_BINARY : OP_TEXT, iov, iovcnt);
+	return ws_put_frame(c, binary ? WS_OP_BINARY : WS_OP_TEXT, iov, iovcnt);
 }
 
 int
@@ -275,7 +252,7 @@ ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
 	iov.iov_base = payload;
 	/* Code 0 stands for "no code": the peer's close carried none. */
 	iov.iov_len = code != 0 ? 2 + rlen : 0;
-	if (ws_put_frame(c, OP_CLOSE, &iov, 1) != 0)
+	if (ws_put_frame(c, WS_OP_CLOSE, &iov, 1) != 0)
 		return;        /* aborting already */
 	ws_set_state(c, WS_CLOSING);
 	free(c->rx);
@@ -376,7 +353,7 @@ ws_on_fragment(struct wsconn *c, const struct ws_frame_header *h,
 	if (!h->fin)
 		return;
 	if (c->h.on_message != NULL)
-		c->h.on_message(c, c->rx, c->rx_len, c->rx_opcode == OP_BINARY, c->arg);
+		c->h.on_message(c, c->rx, c->rx_len, c->rx_opcode == WS_OP_BINARY, c->arg);
 	/* Fragmented messages are rare: give the memory back. */
 	free(c->rx);
 	c->rx = NULL;
@@ -392,13 +369,13 @@ ws_on_frame(struct wsconn *c, const struct ws_frame_header *h,
 	struct iovec iov = { (void *)p, len };
 
 	switch (h->opcode) {
-	case OP_PING:
+	case WS_OP_PING:
 		if (c->state == WS_OPEN)
-			ws_put_frame(c, OP_PONG, &iov, 1);
+			ws_put_frame(c, WS_OP_PONG, &iov, 1);
 		return;
-	case OP_PONG:
+	case WS_OP_PONG:
 		return;
-	case OP_CLOSE:
+	case WS_OP_CLOSE:
 		ws_on_close_frame(c, p, len);
 		return;
 	default:
@@ -406,12 +383,12 @@ ws_on_frame(struct wsconn *c, const struct ws_frame_header *h,
 	}
 	if (c->state != WS_OPEN)
 		return;
-	if (h->opcode != OP_CONT && h->fin) {
+	if (h->opcode != WS_OP_CONT && h->fin) {
 		if (c->h.on_message != NULL)
-			c->h.on_message(c, p, len, h->opcode == OP_BINARY, c->arg);
+			c->h.on_message(c, p, len, h->opcode == WS_OP_BINARY, c->arg);
 		return;
 	}
-	if (h->opcode != OP_CONT)
+	if (h->opcode != WS_OP_CONT)
 		c->rx_opcode = h->opcode;
 	ws_on_fragment(c, h, p, len);
 }
@@ -430,11 +407,11 @@ ws_check_data(struct wsconn *c, const struct ws_frame_header *h)
 		c->skip = h->payload_len;          /* closing: data is dropped */
 		return 0;
 	}
-	if (h->opcode == OP_CONT && c->rx_opcode == 0) {
+	if (h->opcode == WS_OP_CONT && c->rx_opcode == 0) {
 		ws_fail(c, 1002, "continuation frame outside a fragmented message");
 		return 0;
 	}
-	if (h->opcode != OP_CONT && c->rx_opcode != 0) {
+	if (h->opcode != WS_OP_CONT && c->rx_opcode != 0) {
 		ws_fail(c, 1002, "new message inside a fragmented one");
 		return 0;
 	}
@@ -444,7 +421,7 @@ ws_check_data(struct wsconn *c, const struct ws_frame_header *h)
 			c->rx_skip = c->rx_opcode = 0;
 		return 0;
 	}
-	total = (h->opcode == OP_CONT ? c->rx_len : 0) + h->payload_len;
+	total = (h->opcode == WS_OP_CONT ? c->rx_len : 0) + h->payload_len;
 	if (total <= c->max_message)
 		return 1;
 	if (c->h.on_too_large == NULL) {
@@ -456,7 +433,7 @@ ws_check_data(struct wsconn *c, const struct ws_frame_header *h)
 	c->skip = h->payload_len;
 	if (!h->fin) {
 		c->rx_skip = 1;
-		if (h->opcode != OP_CONT)
+		if (h->opcode != WS_OP_CONT)
 			c->rx_opcode = h->opcode;
 	} else
 		c->rx_opcode = 0;
@@ -505,7 +482,7 @@ ws_next_frame(struct wsconn *c, struct evbuffer *in)
 	}
 	if (hl == 0)
 		return STEP_WAIT;
-	if (!(h.opcode & 0x8) && !ws_check_data(c, &h)) {
+	if (!(h.opcode & WS_OP_CONTROL) && !ws_check_data(c, &h)) {
 		if (c->discard)
 			return STEP_WAIT;
 		evbuffer_drain(in, (size_t)hl);    /* skipping its payload */
@@ -594,7 +571,7 @@ ws_idle(struct wsconn *c)
 		return;
 	}
 	c->pinged = 1;
-	if (ws_put_frame(c, OP_PING, NULL, 0) != 0)
+	if (ws_put_frame(c, WS_OP_PING, NULL, 0) != 0)
 		return;
 	tv = runtime_ms_timeval(c->ping_timeout_ms);
 	bufferevent_set_timeouts(c->bev, &tv, NULL);

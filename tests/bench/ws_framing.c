@@ -20,6 +20,7 @@
 #include <wslay/wslay.h>
 
 #include "wsclient.h"
+#include "wsframe.h"
 
 #define MSG   (128 * 1024)
 #define TOTAL (4ull << 30)   /* bytes per measurement */

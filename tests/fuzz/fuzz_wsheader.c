@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "wsclient.h"
+#include "wsframe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -42,6 +42,7 @@
 #include <openssl/ssl.h>
 
 #include "wsclient.h"
+#include "wsframe.h"
 
 #define GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define QUEUE_HIGH (4u << 20) /* keep this much queued for the socket */

@@ -35,6 +35,7 @@
 #include <openssl/sha.h>
 
 #include "wsclient.h"
+#include "wsframe.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
