@@ -14,6 +14,7 @@ fi
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
+# libpq-dev: nothing links libpq yet; the PostgreSQL store (next) will.
 packages=(
 	build-essential cmake pkg-config
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
