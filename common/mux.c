@@ -1,8 +1,10 @@
 /*
  * mux.c: streams inside one tunnel (see mux.h).
  *
- * Streams live on one list per multiplexer.  A stream that ends is unlinked
- * at once (so no frame reaches it again) and parked on a zombie list; the
+ * Streams live on one list per multiplexer and in a hash table by id (the
+ * lookup every DATA, WINDOW, FIN and RESET frame makes).  A stream that
+ * ends is unlinked from both at once (so no frame reaches it again) and
+ * parked on a zombie list; the
  * zombies are freed when the outermost mux call returns, so a handler may
  * end a stream from inside a callback that still holds it.
  */
@@ -14,10 +16,14 @@
 
 #include <sys/queue.h>
 
+#include <openssl/rand.h>
+
 #include "budget.h"
 #include "flow.h"
 #include "mux_metrics.h"
 #include "prom.h"
+
+#define MUX_BUCKETS_MIN 16u
 
 enum stream_state {
 	STREAM_OPENING,     /* we sent OPEN, no answer yet */
@@ -31,7 +37,9 @@ enum stream_state {
 #define BLK_TRANSPORT 0x2  /* the transport holds tx_high_water bytes */
 
 struct mux_stream {
-	struct mux_stream *next;
+	LIST_ENTRY(mux_stream) link;     /* on mux.streams while not closed */
+	struct mux_stream *hnext;        /* its chain in mux.buckets */
+	struct mux_stream *next;         /* on mux.zombies once closed */
 	TAILQ_ENTRY(mux_stream) waiting; /* on mux.waitq while BLK_TRANSPORT */
 	struct mux *mux;
 	uint32_t id;
@@ -55,7 +63,16 @@ struct mux {
 	void *io_arg;
 	const struct mux_handlers *h;
 	void *arg;
-	struct mux_stream *streams;
+	/* Every stream not closed, to walk them all: O(1) link and unlink. */
+	LIST_HEAD(, mux_stream) streams;
+	/* The same streams by id: a chained hash table of nbuckets (a power of
+	 * two, 16 at first, doubled when nstreams would pass it, never shrunk:
+	 * 8 bytes a bucket, 8 KiB at 1024 streams).  Ids are mixed with a
+	 * random seed, so a peer that picks its stream ids cannot pile them
+	 * into one chain: a lookup is O(1) expected, O(nstreams) at worst. */
+	struct mux_stream **buckets;
+	uint32_t nbuckets;
+	uint32_t seed;
 	struct mux_stream *zombies;
 	/* Streams blocked on the transport, in the order they blocked: room
 	 * goes to them first come, first served, so that no stream starves. */
@@ -95,6 +112,17 @@ mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
 	m->arg = arg;
 	m->next_id = cfg->odd_ids ? 1 : 2;
 	TAILQ_INIT(&m->waitq);
+	LIST_INIT(&m->streams);
+	m->nbuckets = MUX_BUCKETS_MIN;
+	m->buckets = calloc(m->nbuckets, sizeof(*m->buckets));
+	if (m->buckets == NULL) {
+		free(m);
+		return NULL;
+	}
+	/* Without a seed the table still works; it only loses its guard
+	 * against chosen ids. */
+	if (RAND_bytes((unsigned char *)&m->seed, sizeof(m->seed)) != 1)
+		m->seed = 0x9e3779b9u;
 	return m;
 }
 
@@ -111,14 +139,87 @@ mux_gc(struct mux *m)
 	}
 }
 
+/* The bucket of id: the seeded id through murmur3's 32-bit finaliser. */
+static uint32_t
+stream_bucket(const struct mux *m, uint32_t id)
+{
+	uint32_t h = id ^ m->seed;
+
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h & (m->nbuckets - 1);
+}
+
 static struct mux_stream *
 stream_find(struct mux *m, uint32_t id)
 {
 	struct mux_stream *s;
 
-	for (s = m->streams; s != NULL && s->id != id; s = s->next)
+	for (s = m->buckets[stream_bucket(m, id)]; s != NULL && s->id != id;
+	    s = s->hnext)
 		;
 	return s;
+}
+
+/* Doubles the table.  On no memory the old one stays (chains get longer,
+ * lookups stay right). */
+static void
+buckets_grow(struct mux *m)
+{
+	struct mux_stream **old = m->buckets, *s;
+	uint32_t oldn = m->nbuckets;
+
+	if (oldn > UINT32_MAX / 2 ||
+	    (m->buckets = calloc((size_t)oldn * 2, sizeof(*m->buckets))) == NULL) {
+		m->buckets = old;
+		return;
+	}
+	m->nbuckets = oldn * 2;
+	for (uint32_t i = 0; i < oldn; i++) {
+		while ((s = old[i]) != NULL) {
+			uint32_t b = stream_bucket(m, s->id);
+
+			old[i] = s->hnext;
+			s->hnext = m->buckets[b];
+			m->buckets[b] = s;
+		}
+	}
+	free(old);
+}
+
+/* Puts a new stream on the list and in the table. */
+static void
+stream_link(struct mux *m, struct mux_stream *s)
+{
+	uint32_t b;
+
+	if (m->nstreams + 1 > m->nbuckets)
+		buckets_grow(m);
+	b = stream_bucket(m, s->id);
+	s->hnext = m->buckets[b];
+	m->buckets[b] = s;
+	LIST_INSERT_HEAD(&m->streams, s, link);
+	m->nstreams++;
+}
+
+/* Takes s off the list and out of the table. */
+static void
+stream_unlink(struct mux *m, struct mux_stream *s)
+{
+	struct mux_stream **pp;
+
+	for (pp = &m->buckets[stream_bucket(m, s->id)]; *pp != NULL;
+	    pp = &(*pp)->hnext) {
+		if (*pp == s) {
+			*pp = s->hnext;
+			break;
+		}
+	}
+	LIST_REMOVE(s, link);
+	m->nstreams--;
 }
 
 /* ---- metrics (cfg.counted) ---- */
@@ -157,7 +258,6 @@ static void
 stream_end(struct mux_stream *s)
 {
 	struct mux *m = s->mux;
-	struct mux_stream **pp;
 
 	if (s->state == STREAM_CLOSED)
 		return;
@@ -166,15 +266,9 @@ stream_end(struct mux_stream *s)
 	stream_unblock(s, BLK_TRANSPORT | BLK_CREDIT);
 	if (s->state == STREAM_OPEN && m->cfg.counted)
 		mux_metrics_open_delta(-1);
-	for (pp = &m->streams; *pp != NULL; pp = &(*pp)->next) {
-		if (*pp == s) {
-			*pp = s->next;
-			break;
-		}
-	}
+	stream_unlink(m, s);
 	budget_release(m->budget, &s->charge);
 	s->state = STREAM_CLOSED;
-	m->nstreams--;
 	s->next = m->zombies;
 	m->zombies = s;
 }
@@ -297,9 +391,7 @@ mux_open(struct mux *m, struct budget_account *who, const char *target,
 	s->h = h;
 	s->arg = arg;
 	flow_init(&s->flow, charge.bytes, 0);
-	s->next = m->streams;
-	m->streams = s;
-	m->nstreams++;
+	stream_link(m, s);
 
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_OPEN;
@@ -516,9 +608,7 @@ on_open(struct mux *m, const struct frame *f, char *err, size_t errlen)
 	s->id = f->stream_id;
 	s->state = STREAM_ACCEPTING;
 	s->peer_window = f->u.open.window;
-	s->next = m->streams;
-	m->streams = s;
-	m->nstreams++;
+	stream_link(m, s);
 	m->h->on_open(m, s, &f->u.open, m->arg);
 	return 0;
 }
@@ -660,8 +750,8 @@ mux_free(struct mux *m)
 	if (m == NULL)
 		return;
 	m->depth++;
-	while (m->streams != NULL) {
-		struct mux_stream *s = m->streams;
+	while (!LIST_EMPTY(&m->streams)) {
+		struct mux_stream *s = LIST_FIRST(&m->streams);
 		if (s->state == STREAM_ACCEPTING && s->h == NULL) {
 			stream_end(s);
 			continue;
@@ -680,5 +770,6 @@ mux_free(struct mux *m)
 	}
 	m->depth--;
 	mux_gc(m);
+	free(m->buckets);
 	free(m);
 }

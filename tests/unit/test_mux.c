@@ -127,7 +127,7 @@ static struct {
 	int opened_ok, opened_fail, data_calls, writable, fin, close, open_req;
 } tot;
 
-#define MAX_CTX 256
+#define MAX_CTX 2100  /* 1024 streams each way and some */
 
 enum open_policy {
 	ACCEPT,     /* mux_stream_accept from on_open */
@@ -1574,12 +1574,82 @@ test_open_fails_cleanly_when_transport_refuses(void **state)
 	assert_totals(0, 0, 0, 0);
 }
 
+/* ---- many streams: every frame finds its own stream ---- */
+
+/* Sends n bytes of pattern (starting at off) on c, all at once. */
+static void
+send_n(struct sctx *c, size_t off, size_t n)
+{
+	assert_int_equal(mux_stream_send(c->s, pattern + off, n), n);
+}
+
+static void
+test_many_streams_each_frame_reaches_its_own_stream(void **state)
+{
+	enum { N = 1024 };
+	static struct sctx *a[N], *b[N];
+
+	(void)state;
+	fill_pattern(7);
+	wire(16 * KiB, 16 * KiB);
+	assert_int_equal(A.cfg.max_streams, N);
+	B.policy = ACCEPT;
+	B.auto_drain = 1;
+	for (int i = 0; i < N; i++) {
+		a[i] = open_from(&A, "db:5432");
+		a[i]->auto_drain = 1;
+	}
+	settle();
+	assert_int_equal(mux_stream_count(A.m), N);
+	assert_int_equal(mux_stream_count(B.m), N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(a[i]->opened_ok, 1);
+		b[i] = B.incoming_ctx[i];
+		assert_non_null(b[i]);
+	}
+	/* A tunnel full: the next OPEN is refused, the rest carry on. */
+	assert_null(mux_open(A.m, NULL, "db:5432", NULL, &handlers, ctx_new(&A)));
+
+	/* Each stream its own length, both ways, sent in opposite orders. */
+	for (int i = 0; i < N; i++) {
+		send_n(a[N - 1 - i], 0, (size_t)(N - 1 - i) % 200 + 1);
+		send_n(b[i], 0, (size_t)i % 300 + 1);
+	}
+	settle();
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(b[i]->rx, (size_t)i % 200 + 1);
+		assert_int_equal(a[i]->rx, (size_t)i % 300 + 1);
+	}
+
+	/* Every other stream reset: the rest still find theirs. */
+	for (int i = 0; i < N; i += 2) {
+		mux_stream_reset(a[i]->s, "test");
+		a[i]->s = NULL;
+	}
+	settle();
+	assert_int_equal(mux_stream_count(A.m), N / 2);
+	assert_int_equal(mux_stream_count(B.m), N / 2);
+	for (int i = 1; i < N; i += 2)
+		send_n(a[i], 0, 7);
+	settle();
+	for (int i = 0; i < N; i++) {
+		if (i % 2 == 0) {
+			assert_int_equal(b[i]->close, 1);
+			assert_string_equal(b[i]->close_code, "test");
+			assert_int_equal(b[i]->rx, (size_t)i % 200 + 1);
+		} else
+			assert_int_equal(b[i]->rx, (size_t)i % 200 + 1 + 7);
+	}
+	assert_totals(N, 0, 0, N / 2);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 		T(test_open_accept_calls_on_opened_with_windows),
+		T(test_many_streams_each_frame_reaches_its_own_stream),
 		T(test_open_by_service_name_reaches_peer),
 		T(test_refuse_calls_on_opened_with_code_and_no_on_close),
 		T(test_held_stream_accepted_later_keeps_held_handlers),
