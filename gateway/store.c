@@ -10,14 +10,7 @@
 #include <string.h>
 
 #include "store.h"
-
-/*
- * Implemented in store_sqlite.c.  Declared here rather than in store.h
- * because it is not for callers: they go through store_open.  Keep the two
- * declarations in step.
- */
-int store_sqlite_open(const char *path, struct store **out, char *err,
-    size_t errlen);
+#include "store_backend.h"
 
 #define SQLITE_SCHEME   "sqlite://"
 #define POSTGRES_SCHEME "postgres://"

@@ -23,10 +23,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "store.h"
+#include "store_backend.h"
 
-/* Declared in store.c too (no private header yet); keep them in step. */
-int store_sqlite_open(const char *path, struct store **out, char *err,
-    size_t errlen);
 
 #define BUSY_TIMEOUT_MS 5000
 #define ID_RANDOM_BYTES 6     /* 12 hex characters after the prefix */
