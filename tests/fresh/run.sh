@@ -153,7 +153,10 @@ CONF
 	printf '#!/bin/sh\n# tests/fresh/run.sh: no daemon starts in this chroot\nexit 101\n' \
 		>"$root/usr/sbin/policy-rc.d"
 	chmod 755 "$root/usr/sbin/policy-rc.d"
-	printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+	# A second name for 127.0.0.1, as an installed machine has its own
+	# name: test_wsclient's hostname-mismatch case needs one, and would
+	# otherwise be skipped here.
+	printf '127.0.0.1\tlocalhost\n127.0.0.1\ttether-fresh\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 	cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 	chroot_sources "$root"
 }
