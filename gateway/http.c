@@ -517,7 +517,9 @@ reader_finish(struct http_reader *r)
 	q->target = str_or_empty(&r->url);
 	q->headers = str_or_empty(&r->all);
 	q->headers_len = r->all.len;
-	q->body_chunked = (r->parser.flags & F_CHUNKED) != 0;
+	/* The head's framing, as checked: http-parser's own flag also follows
+	 * a Transfer-Encoding in the trailers (found by fuzz_http_request). */
+	q->body_chunked = r->framing.chunked;
 	q->has_length = r->framing.has_length;
 	q->content_length = r->framing.length;
 }
