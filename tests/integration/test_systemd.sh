@@ -108,14 +108,18 @@ stop_traced() { # stop_traced STRACE_PID: SIGTERM to the daemon, its exit status
 }
 TRACE_USER=nobody
 chmod 711 "$T"
+# The unprivileged user runs copies: the build tree may sit under a
+# directory it cannot enter (a clone in /root, as on a fresh machine).
+mkdir -m 755 "$T/traced-bin"
+install -m 755 "$GATEWAY" "$CLIENT" "$T/traced-bin/"
 chown -R "$TRACE_USER" "$GW_DIR"
-traced gateway-traced "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT"
+traced gateway-traced "$T/traced-bin/tether-gateway" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT"
 gw_traced=$TRACED_PID
 wait_until 30 "traced gateway ready" gateway_ready
 ctl token create --cluster "$cid" >"$T/join2.json"
 join_node n2 "$T/join2.json" --allow "127.0.0.1:$echo_port" >/dev/null
 chown -R "$TRACE_USER" "$T/n2"
-traced client-traced "$CLIENT" run --state-dir "$T/n2"
+traced client-traced "$T/traced-bin/tether-client" run --state-dir "$T/n2"
 client_traced=$TRACED_PID
 wait_until 30 "traced agent active" agent_is n2 active
 out=$(printf 'ping' | "$CTL" connect --cluster "$cid" --node n2 "127.0.0.1:$echo_port") ||
