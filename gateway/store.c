@@ -1,14 +1,25 @@
 /*
- * store.c: picks the store backend from the URL given to store_open.
+ * store.c: the store's rules (store.h), written once for every backend.
  *
- * Only the scheme is looked at here; each backend owns the rest of its URL.
- * SQLite is the one backend today.  PostgreSQL is reserved: its URL is
- * recognised so that an operator gets a clear "not yet" rather than
- * "unknown scheme".
+ * store_open picks the backend from the URL's scheme (each backend owns
+ * the rest of its URL) and migrates the schema (store_schema.c).  Every
+ * other call here runs statements through the backend's one runner
+ * (store_backend.h): SQL with '?' placeholders, typed parameters, a row
+ * callback reading typed columns.  Every value reaches SQL as a parameter.
+ *
+ * Rules that read then write (register, transition, user revoke, user token
+ * create) run in a transaction whose reads lock what they decide on
+ * (STORE_STMT_LOCK): SQLite takes its write lock at BEGIN, PostgreSQL locks
+ * the rows, so two gateways cannot both see "one use left" and both spend
+ * it.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "agentkey.h"
+#include "log.h"
+#include "metrics.h"
 #include "store.h"
 #include "store_backend.h"
 
@@ -16,22 +27,321 @@
 #define POSTGRES_SCHEME "postgres://"
 #define POSTGRESQL_SCHEME "postgresql://"
 
+#define ID_RANDOM_BYTES 6     /* 12 hex characters after the prefix */
+#define ID_ATTEMPTS     3     /* fresh ids tried when one collides */
+
+#define CLUSTER_COLS "id, name, created_at"
+#define TOKEN_COLS "id, kind, cluster_id, name, verifier, expires_at, " \
+	"uses_left, approval_manual, revoked, created_at"
+#define AGENT_COLS "id, cluster_id, node, pubkey, state, last_error, " \
+	"token_id, created_at, updated_at"
+
+/* Stored as words rather than enum values so the database reads on its own
+ * and a reordered enum cannot silently change meaning. */
+static const char *const token_kinds[] = {
+	[TOKEN_ADMIN] = "admin",
+	[TOKEN_IMPORT] = "import",
+	[TOKEN_USER] = "user",
+};
+
+#define TOKEN_KINDS ((int)(sizeof(token_kinds) / sizeof(token_kinds[0])))
+
+/* ---- running statements ------------------------------------------------- */
+
+static int
+run(struct store *s, const struct store_stmt *q, store_row_fn *fn, void *arg,
+    struct store_outcome *out, char *err, size_t errlen)
+{
+	return s->be->run(s, q, fn, arg, out, err, errlen);
+}
+
+static int
+col_text(const struct store_row *r, int col, char *dst, size_t dstlen)
+{
+	return r->be->col_text(r, col, dst, dstlen);
+}
+
+static int64_t
+col_int(const struct store_row *r, int col)
+{
+	return r->be->col_int(r, col);
+}
+
+static int
+col_key(const struct store_row *r, int col, uint8_t dst[32])
+{
+	return r->be->col_key(r, col, dst);
+}
+
+/* The first row of a query, read by its reader into out. */
+struct one_row {
+	store_row_fn *read;
+	void *out;
+	bool found;
+};
+
+static int
+take_first(const struct store_row *row, void *arg)
+{
+	struct one_row *o = arg;
+
+	if (o->found)
+		return 0;
+	o->found = true;
+	return o->read(row, o->out);
+}
+
+/* Runs q for at most one row: STORE_OK with *out filled by read,
+ * STORE_NOTFOUND, or STORE_ERR/STORE_FULL with err. */
+static int
+query_one(struct store *s, const struct store_stmt *q, store_row_fn *read,
+    void *out, char *err, size_t errlen)
+{
+	struct one_row o = { .read = read, .out = out };
+	int rc;
+
+	if ((rc = run(s, q, take_first, &o, NULL, err, errlen)) != STORE_OK)
+		return rc;
+	return o.found ? STORE_OK : STORE_NOTFOUND;
+}
+
+static int
+ignore_row(const struct store_row *row, void *arg)
+{
+	(void)row;
+	(void)arg;
+	return 0;
+}
+
+/* Whether q has a row: STORE_OK, STORE_NOTFOUND or a failure. */
+static int
+query_exists(struct store *s, const struct store_stmt *q, char *err,
+    size_t errlen)
+{
+	return query_one(s, q, ignore_row, NULL, err, errlen);
+}
+
+/* Runs a statement that writes; *changes (may be NULL) the rows it
+ * touched, *v (may be NULL) the constraint a failure ran into. */
+static int
+write_stmt(struct store *s, const struct store_stmt *q, int64_t *changes,
+    enum store_violation *v, char *err, size_t errlen)
+{
+	struct store_outcome o;
+	int rc = run(s, q, NULL, NULL, &o, err, errlen);
+
+	if (changes != NULL)
+		*changes = o.changes;
+	if (v != NULL)
+		*v = o.violation;
+	return rc;
+}
+
+/* Doubles *cap when n reached it.  Returns 0 or -1 (out of memory). */
+static int
+grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	size_t ncap;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap == 0 ? 8 : *cap * 2;
+	if ((p = reallocarray(*arr, ncap, elem)) == NULL)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* Every row of a query read into a growing array of elem-sized records. */
+struct all_rows {
+	store_row_fn *read;
+	size_t elem;
+	unsigned char *arr;
+	size_t cap, count;
+	bool oom;
+};
+
+static int
+take_each(const struct store_row *row, void *arg)
+{
+	struct all_rows *a = arg;
+
+	if (grow((void **)&a->arr, &a->cap, a->count, a->elem) == -1) {
+		a->oom = true;
+		return -1;
+	}
+	if (a->read(row, a->arr + a->count * a->elem) == -1)
+		return -1;
+	a->count++;
+	return 0;
+}
+
+/*
+ * Runs q, reading every row into a new array (*out, caller frees; *n
+ * records).  Returns STORE_OK, or a failure with err and nothing allocated.
+ */
+static int
+query_all(struct store *s, const struct store_stmt *q, size_t elem,
+    store_row_fn *read, void **out, size_t *n, char *err, size_t errlen)
+{
+	struct all_rows a = { .read = read, .elem = elem };
+	int rc;
+
+	rc = run(s, q, take_each, &a, NULL, err, errlen);
+	if (rc != STORE_OK) {
+		if (a.oom)
+			snprintf(err, errlen, "%s: out of memory", q->what);
+		free(a.arr);
+		return rc;
+	}
+	/* An empty answer still hands out an array, as callers free it. */
+	if (a.arr == NULL && (a.arr = calloc(1, elem)) == NULL) {
+		snprintf(err, errlen, "%s: out of memory", q->what);
+		return STORE_ERR;
+	}
+	*out = a.arr;
+	*n = a.count;
+	return STORE_OK;
+}
+
+int
+store_finish(struct store *s, int rc, char *err, size_t errlen)
+{
+	if (rc != STORE_OK) {
+		s->be->rollback(s);
+		return rc;
+	}
+	if ((rc = s->be->commit(s, err, errlen)) != STORE_OK) {
+		s->be->rollback(s);
+		return rc;
+	}
+	return STORE_OK;
+}
+
+static int
+begin(struct store *s, char *err, size_t errlen)
+{
+	return s->be->begin(s, false, err, errlen);
+}
+
+/* ---- small helpers ---------------------------------------------------- */
+
+/* Length of s clipped to max bytes without splitting a UTF-8 sequence. */
+static size_t
+clip_utf8(const char *s, size_t max)
+{
+	size_t len = strlen(s);
+
+	if (len <= max)
+		return len;
+	len = max;
+	while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+		len--;
+	return len;
+}
+
+/* "c-" or "a-" and 12 lowercase hex characters from the CSPRNG. */
+static int
+make_id(const char *prefix, char out[STORE_ID_MAX + 1], char *err,
+    size_t errlen)
+{
+	char hex[2 * ID_RANDOM_BYTES + 1];
+
+	if (random_hex(hex, ID_RANDOM_BYTES) == -1) {
+		snprintf(err, errlen, "cannot draw a random id");
+		return STORE_ERR;
+	}
+	snprintf(out, STORE_ID_MAX + 1, "%s%s", prefix, hex);
+	return STORE_OK;
+}
+
+/*
+ * Cluster and node names end up in URLs (/k8s/clusters/NAME), kubeconfig
+ * entries and log lines, so they are kept to a plain, safe alphabet.
+ */
+#define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" \
+	"0123456789._-"
+#define USER_NAME_CHARS NAME_CHARS "@"
+
+static int
+name_in(const char *name, const char *alphabet)
+{
+	size_t len;
+
+	if (name == NULL)
+		return 0;
+	len = strlen(name);
+	if (len == 0 || len > STORE_NAME_MAX)
+		return 0;
+	return strspn(name, alphabet) == len;
+}
+
+static int
+name_valid(const char *name)
+{
+	return name_in(name, NAME_CHARS);
+}
+
+/* User names may also hold '@', so that an e-mail address is one; they
+ * never reach a URL path unescaped. */
+int
+store_user_name_valid(const char *name)
+{
+	return name_in(name, USER_NAME_CHARS);
+}
+
+static int
+refuse_name(const char *what, char *err, size_t errlen)
+{
+	/* The bad name is not echoed: it may hold control characters. */
+	snprintf(err, errlen, "invalid %s name: use 1 to %d characters of "
+	    "A-Z a-z 0-9 . _ -", what, STORE_NAME_MAX);
+	return STORE_REFUSED;
+}
+
+static int
+refuse_user_name(char *err, size_t errlen)
+{
+	/* As refuse_name: the bad name is not echoed. */
+	snprintf(err, errlen, "invalid user name: use 1 to %d characters "
+	    "of A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
+	return STORE_REFUSED;
+}
+
+static int
+token_kind_parse(const char *name, enum token_kind *out)
+{
+	int i;
+
+	for (i = 0; i < TOKEN_KINDS; i++) {
+		if (token_kinds[i] != NULL && strcmp(name, token_kinds[i]) == 0) {
+			*out = (enum token_kind)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
 static int
 has_prefix(const char *s, const char *prefix)
 {
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-int
-store_open(const char *url, struct store **out, char *err, size_t errlen)
+/* Connects the backend the URL names; the schema is not touched yet. */
+static int
+connect_backend(const char *url, struct store *s, char *err, size_t errlen)
 {
-	*out = NULL;
 	if (url == NULL || *url == '\0') {
 		snprintf(err, errlen, "no store URL given");
 		return STORE_ERR;
 	}
 	if (has_prefix(url, SQLITE_SCHEME))
-		return store_sqlite_open(url + strlen(SQLITE_SCHEME), out, err,
+		return store_sqlite_connect(url + strlen(SQLITE_SCHEME), s, err,
 		    errlen);
 	if (has_prefix(url, POSTGRES_SCHEME) ||
 	    has_prefix(url, POSTGRESQL_SCHEME)) {
@@ -42,4 +352,949 @@ store_open(const char *url, struct store **out, char *err, size_t errlen)
 	snprintf(err, errlen, "unsupported store URL scheme \"%.*s\" "
 	    "(expected sqlite://PATH)", (int)strcspn(url, ":/"), url);
 	return STORE_ERR;
+}
+
+int
+store_open(const char *url, struct store **out, char *err, size_t errlen)
+{
+	struct store *s;
+
+	*out = NULL;
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return STORE_ERR;
+	}
+	if (connect_backend(url, s, err, errlen) != STORE_OK ||
+	    store_schema_migrate(s, err, errlen) != STORE_OK) {
+		store_close(s);
+		return STORE_ERR;
+	}
+	*out = s;
+	return STORE_OK;
+}
+
+void
+store_close(struct store *s)
+{
+	if (s == NULL)
+		return;
+	if (s->be != NULL)
+		s->be->close(s);
+	free(s);
+}
+
+int
+store_schema_version(struct store *s)
+{
+	return s->version;
+}
+
+/* ---- clusters ----------------------------------------------------------- */
+
+static int
+read_cluster(const struct store_row *row, void *out)
+{
+	struct store_cluster *c = out;
+
+	memset(c, 0, sizeof(*c));
+	if (col_text(row, 0, c->id, sizeof(c->id)) == -1 ||
+	    col_text(row, 1, c->name, sizeof(c->name)) == -1)
+		return -1;
+	c->created_at = col_int(row, 2);
+	return 0;
+}
+
+/* One attempt at inserting a cluster; *collided says the random id was
+ * taken, the one failure worth another try. */
+static int
+insert_cluster(struct store *s, const struct store_cluster *c, bool *collided,
+    char *err, size_t errlen)
+{
+	enum store_violation v;
+	int rc;
+
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "INSERT INTO clusters (id, name, created_at) VALUES (?, ?, ?)",
+	    .what = "insert cluster",
+	    PARAMS(P_TEXT(c->id), P_TEXT(c->name), P_INT(c->created_at)) },
+	    NULL, &v, err, errlen);
+	*collided = rc != STORE_OK && v == STORE_V_PRIMARY_KEY;
+	if (rc != STORE_OK && v == STORE_V_UNIQUE) {
+		snprintf(err, errlen, "cluster %s already exists", c->name);
+		return STORE_CONFLICT;
+	}
+	return rc;
+}
+
+int
+store_cluster_create(struct store *s, const char *name, int64_t now,
+    struct store_cluster *out, char *err, size_t errlen)
+{
+	struct store_cluster c;
+	bool collided = true;
+	int attempt, rc = STORE_ERR;
+	METRICS_STORE_TIMED();
+
+	if (!name_valid(name))
+		return refuse_name("cluster", err, errlen);
+	memset(&c, 0, sizeof(c));
+	snprintf(c.name, sizeof(c.name), "%s", name);
+	c.created_at = now;
+	for (attempt = 0; attempt < ID_ATTEMPTS && collided; attempt++) {
+		if (make_id("c-", c.id, err, errlen) != STORE_OK)
+			return STORE_ERR;
+		rc = insert_cluster(s, &c, &collided, err, errlen);
+	}
+	if (rc == STORE_OK && out != NULL)
+		*out = c;
+	return rc;
+}
+
+int
+store_cluster_get(struct store *s, const char *id, struct store_cluster *out)
+{
+	char err[STORE_ERROR_MAX + 1];
+	int rc;
+	METRICS_STORE_TIMED();
+
+	rc = query_one(s, &(struct store_stmt){
+	    .sql = "SELECT " CLUSTER_COLS " FROM clusters WHERE id = ?",
+	    .what = "read cluster", PARAMS(P_TEXT(id)) }, read_cluster, out,
+	    err, sizeof(err));
+	if (rc == STORE_ERR)
+		error("store: reading a cluster failed", KV_S("cluster", id), KV_S("err", err));
+	return rc;
+}
+
+int
+store_cluster_list(struct store *s, struct store_cluster **out, size_t *n)
+{
+	char err[STORE_ERROR_MAX + 1];
+	int rc;
+	METRICS_STORE_TIMED();
+
+	*out = NULL;
+	*n = 0;
+	rc = query_all(s, &(struct store_stmt){
+	    .sql = "SELECT " CLUSTER_COLS " FROM clusters "
+	    "ORDER BY created_at, rowid", .what = "read cluster" },
+	    sizeof(**out), read_cluster, (void **)out, n, err, sizeof(err));
+	if (rc != STORE_OK)
+		error("store: listing clusters failed", KV_S("err", err));
+	return rc;
+}
+
+/* ---- tokens ------------------------------------------------------------- */
+
+static int
+read_token(const struct store_row *row, void *out)
+{
+	struct store_token *t = out;
+	char kind[16];
+
+	memset(t, 0, sizeof(*t));
+	if (col_text(row, 0, t->id, sizeof(t->id)) == -1 ||
+	    col_text(row, 1, kind, sizeof(kind)) == -1 ||
+	    token_kind_parse(kind, &t->kind) == -1 ||
+	    col_text(row, 2, t->cluster, sizeof(t->cluster)) == -1 ||
+	    col_text(row, 3, t->name, sizeof(t->name)) == -1 ||
+	    col_key(row, 4, t->verifier) == -1)
+		return -1;
+	t->expires_at = col_int(row, 5);
+	t->uses_left = col_int(row, 6);
+	t->approval_manual = col_int(row, 7) != 0;
+	t->revoked = col_int(row, 8) != 0;
+	t->created_at = col_int(row, 9);
+	return 0;
+}
+
+/* Looks a token up, with err for callers that report it; flags
+ * STORE_STMT_LOCK holds the row until the transaction ends. */
+static int
+token_lookup(struct store *s, const char *id, unsigned flags,
+    struct store_token *out, char *err, size_t errlen)
+{
+	return query_one(s, &(struct store_stmt){
+	    .sql = "SELECT " TOKEN_COLS " FROM tokens WHERE id = ?",
+	    .what = "read token", .flags = flags, PARAMS(P_TEXT(id)) },
+	    read_token, out, err, errlen);
+}
+
+/* Refuses records that the schema would refuse less clearly. */
+static int
+token_check(const struct store_token *t, char *err, size_t errlen)
+{
+	if ((unsigned)t->kind >= (unsigned)TOKEN_KINDS ||
+	    token_kinds[t->kind] == NULL) {
+		snprintf(err, errlen, "unknown token kind %d", (int)t->kind);
+		return STORE_REFUSED;
+	}
+	/* The struct's strings must be terminated within their arrays. */
+	if (strnlen(t->id, sizeof(t->id)) == 0 ||
+	    strnlen(t->id, sizeof(t->id)) == sizeof(t->id) ||
+	    strnlen(t->cluster, sizeof(t->cluster)) == sizeof(t->cluster) ||
+	    strnlen(t->name, sizeof(t->name)) == sizeof(t->name)) {
+		snprintf(err, errlen, "malformed token record");
+		return STORE_REFUSED;
+	}
+	if (t->kind == TOKEN_IMPORT && t->cluster[0] == '\0') {
+		snprintf(err, errlen, "an import token needs a cluster");
+		return STORE_REFUSED;
+	}
+	if (t->uses_left < -1) {
+		snprintf(err, errlen, "uses left must be -1 (unlimited) or more");
+		return STORE_REFUSED;
+	}
+	return STORE_OK;
+}
+
+int
+store_token_insert(struct store *s, const struct store_token *t,
+    char *err, size_t errlen)
+{
+	enum store_violation v;
+	int rc;
+	METRICS_STORE_TIMED();
+
+	if ((rc = token_check(t, err, errlen)) != STORE_OK)
+		return rc;
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "INSERT INTO tokens (" TOKEN_COLS ") "
+	    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", .what = "insert token",
+	    PARAMS(P_TEXT(t->id), P_TEXT(token_kinds[t->kind]),
+	    P_TEXT_OR_NULL(t->cluster), P_TEXT(t->name), P_KEY(t->verifier),
+	    P_INT(t->expires_at), P_INT(t->uses_left),
+	    P_INT(t->approval_manual ? 1 : 0), P_INT(t->revoked ? 1 : 0),
+	    P_INT(t->created_at)) }, NULL, &v, err, errlen);
+	if (rc == STORE_OK)
+		return STORE_OK;
+	switch (v) {
+	case STORE_V_PRIMARY_KEY:
+		snprintf(err, errlen, "token %s already exists", t->id);
+		return STORE_CONFLICT;
+	case STORE_V_FOREIGN_KEY:
+		snprintf(err, errlen, "no cluster %s", t->cluster);
+		return STORE_REFUSED;
+	default:
+		return rc;
+	}
+}
+
+int
+store_token_get(struct store *s, const char *id, struct store_token *out)
+{
+	char err[STORE_ERROR_MAX + 1];
+	int rc;
+	METRICS_STORE_TIMED();
+
+	rc = token_lookup(s, id, 0, out, err, sizeof(err));
+	if (rc == STORE_ERR)
+		error("store: reading a token failed", KV_S("token", id), KV_S("err", err));
+	return rc;
+}
+
+/* ---- user tokens -------------------------------------------------------- */
+
+#define USER_TOKEN_COLS "t.id, t.name, t.expires_at, t.revoked, t.created_at"
+
+static int
+user_token_check(const struct store_token *t, size_t nclusters, char *err,
+    size_t errlen)
+{
+	int rc;
+
+	if ((rc = token_check(t, err, errlen)) != STORE_OK)
+		return rc;
+	if (t->kind != TOKEN_USER) {
+		snprintf(err, errlen, "not a user token");
+		return STORE_REFUSED;
+	}
+	if (!store_user_name_valid(t->name))
+		return refuse_user_name(err, errlen);
+	if (t->cluster[0] != '\0') {
+		snprintf(err, errlen, "a user token reaches clusters through its "
+		    "cluster list only");
+		return STORE_REFUSED;
+	}
+	if (nclusters == 0) {
+		snprintf(err, errlen, "a user token needs at least one cluster");
+		return STORE_REFUSED;
+	}
+	if (nclusters > STORE_TOKEN_CLUSTERS_MAX) {
+		snprintf(err, errlen, "a user token may name at most %d clusters",
+		    STORE_TOKEN_CLUSTERS_MAX);
+		return STORE_REFUSED;
+	}
+	return STORE_OK;
+}
+
+/* STORE_OK if the cluster exists, STORE_NOTFOUND (err) if not. */
+static int
+cluster_exists(struct store *s, const char *id, char *err, size_t errlen)
+{
+	int rc;
+
+	rc = query_exists(s, &(struct store_stmt){
+	    .sql = "SELECT 1 FROM clusters WHERE id = ?", .what = "read cluster",
+	    PARAMS(P_TEXT(id)) }, err, errlen);
+	if (rc == STORE_NOTFOUND)
+		snprintf(err, errlen, "no cluster %.*s", STORE_ID_MAX, id);
+	return rc;
+}
+
+/* Adds one scope row; *added is false when the pair was already there. */
+static int
+insert_scope(struct store *s, const char *token_id, const char *cluster,
+    bool *added, char *err, size_t errlen)
+{
+	int64_t changes = 0;
+	int rc;
+
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "INSERT INTO token_clusters (token_id, cluster_id) "
+	    "VALUES (?, ?) ON CONFLICT DO NOTHING", .what = "insert token scope",
+	    PARAMS(P_TEXT(token_id), P_TEXT(cluster)) }, &changes, NULL, err,
+	    errlen);
+	*added = rc == STORE_OK && changes == 1;
+	return rc;
+}
+
+static int
+user_token_create_locked(struct store *s, const struct store_token *t,
+    const char *const *clusters, size_t nclusters,
+    struct store_user_token *u, char *err, size_t errlen)
+{
+	bool added;
+	size_t i;
+	int rc;
+
+	if ((rc = store_token_insert(s, t, err, errlen)) != STORE_OK)
+		return rc;
+	for (i = 0; i < nclusters; i++) {
+		if (clusters[i] == NULL) {
+			snprintf(err, errlen, "no cluster (null)");
+			return STORE_NOTFOUND;
+		}
+		if ((rc = cluster_exists(s, clusters[i], err, errlen)) !=
+		    STORE_OK)
+			return rc;
+		if ((rc = insert_scope(s, t->id, clusters[i], &added, err,
+		    errlen)) != STORE_OK)
+			return rc;
+		/* It exists, so it fits. */
+		if (added)
+			snprintf(u->clusters[u->nclusters++],
+			    sizeof(u->clusters[0]), "%s", clusters[i]);
+	}
+	return STORE_OK;
+}
+
+int
+store_user_token_create(struct store *s, const struct store_token *t,
+    const char *const *clusters, size_t nclusters,
+    struct store_user_token *out, char *err, size_t errlen)
+{
+	struct store_user_token u;
+	int rc;
+	METRICS_STORE_TIMED();
+
+	if ((rc = user_token_check(t, nclusters, err, errlen)) != STORE_OK)
+		return rc;
+	/* Built aside: *out is written only once the transaction commits. */
+	memset(&u, 0, sizeof(u));
+	snprintf(u.id, sizeof(u.id), "%s", t->id);
+	snprintf(u.name, sizeof(u.name), "%s", t->name);
+	u.expires_at = t->expires_at;
+	u.revoked = t->revoked;
+	u.created_at = t->created_at;
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = user_token_create_locked(s, t, clusters, nclusters, &u, err,
+	    errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) == STORE_OK && out != NULL)
+		*out = u;
+	return rc;
+}
+
+/* The user tokens a list query has read so far. */
+struct user_rows {
+	struct store_user_token *arr;
+	size_t cap, count;
+	char err[STORE_ERROR_MAX + 1];
+};
+
+/* Fills u's token columns from a row of the list query (clusters apart). */
+static int
+read_user_token(const struct store_row *row, struct store_user_token *u)
+{
+	memset(u, 0, sizeof(*u));
+	if (col_text(row, 0, u->id, sizeof(u->id)) == -1 ||
+	    col_text(row, 1, u->name, sizeof(u->name)) == -1)
+		return -1;
+	u->expires_at = col_int(row, 2);
+	u->revoked = col_int(row, 3) != 0;
+	u->created_at = col_int(row, 4);
+	return 0;
+}
+
+/*
+ * Adds one row of the list query: a new token when its id differs from the
+ * last one's, and its cluster (NULL for a token with none, which only a
+ * database edited by hand holds).
+ */
+static int
+add_user_row(const struct store_row *row, void *arg)
+{
+	struct user_rows *r = arg;
+	struct store_user_token *u;
+	char id[TOKEN_ID_LEN + 1];
+
+	if (row->be->col_null(row, 0) ||
+	    col_text(row, 0, id, sizeof(id)) == -1) {
+		snprintf(r->err, sizeof(r->err), "malformed user token row");
+		return -1;
+	}
+	if (r->count == 0 || strcmp(r->arr[r->count - 1].id, id) != 0) {
+		if (grow((void **)&r->arr, &r->cap, r->count,
+		    sizeof(*r->arr)) == -1) {
+			snprintf(r->err, sizeof(r->err), "out of memory");
+			return -1;
+		}
+		if (read_user_token(row, &r->arr[r->count]) == -1) {
+			snprintf(r->err, sizeof(r->err),
+			    "malformed user token row");
+			return -1;
+		}
+		r->count++;
+	}
+	u = &r->arr[r->count - 1];
+	if (row->be->col_null(row, 5))
+		return 0;
+	if (u->nclusters == STORE_TOKEN_CLUSTERS_MAX ||
+	    col_text(row, 5, u->clusters[u->nclusters],
+	    sizeof(u->clusters[0])) == -1) {
+		snprintf(r->err, sizeof(r->err),
+		    "user token %s: malformed scope", u->id);
+		return -1;
+	}
+	u->nclusters++;
+	return 0;
+}
+
+/* User tokens with their clusters: all of them, or the one with id (the
+ * primary key: at most one row of tokens) when id is non-NULL. */
+static int
+user_tokens_select(struct store *s, const char *id,
+    struct store_user_token **out, size_t *n)
+{
+	char err[STORE_ERROR_MAX + 1];
+	struct user_rows r = { .count = 0 };
+	int rc;
+	METRICS_STORE_TIMED();
+
+	*out = NULL;
+	*n = 0;
+	r.err[0] = '\0';
+	if (id == NULL)
+		rc = run(s, &(struct store_stmt){
+		    .sql = "SELECT " USER_TOKEN_COLS ", c.cluster_id "
+		    "FROM tokens t LEFT JOIN token_clusters c "
+		    "ON c.token_id = t.id WHERE t.kind = 'user' "
+		    "ORDER BY t.created_at, t.rowid, c.rowid",
+		    .what = "read user tokens" }, add_user_row, &r, NULL, err,
+		    sizeof(err));
+	else
+		rc = run(s, &(struct store_stmt){
+		    .sql = "SELECT " USER_TOKEN_COLS ", c.cluster_id "
+		    "FROM tokens t LEFT JOIN token_clusters c "
+		    "ON c.token_id = t.id WHERE t.kind = 'user' AND t.id = ? "
+		    "ORDER BY c.rowid", .what = "read user tokens",
+		    PARAMS(P_TEXT(id)) }, add_user_row, &r, NULL, err,
+		    sizeof(err));
+	if (rc != STORE_OK) {
+		error("store: reading user tokens failed",
+		    KV_S("err", r.err[0] != '\0' ? r.err : err));
+		free(r.arr);
+		return rc;
+	}
+	*out = r.arr;
+	*n = r.count;
+	return STORE_OK;
+}
+
+int
+store_user_token_list(struct store *s, struct store_user_token **out,
+    size_t *n)
+{
+	return user_tokens_select(s, NULL, out, n);
+}
+
+int
+store_user_token_get(struct store *s, const char *id,
+    struct store_user_token *out)
+{
+	struct store_user_token *arr;
+	size_t n;
+	int rc;
+
+	if ((rc = user_tokens_select(s, id, &arr, &n)) != STORE_OK)
+		return rc;
+	if (n == 1)
+		*out = arr[0];
+	free(arr);
+	return n == 1 ? STORE_OK : STORE_NOTFOUND;
+}
+
+static int
+read_int(const struct store_row *row, void *out)
+{
+	*(int64_t *)out = col_int(row, 0);
+	return 0;
+}
+
+static int
+user_revoke_locked(struct store *s, const char *name, int64_t *count,
+    char *err, size_t errlen)
+{
+	int64_t total = 0;
+	int rc;
+
+	rc = query_one(s, &(struct store_stmt){
+	    .sql = "SELECT count(*) FROM tokens WHERE kind = 'user' AND name = ?",
+	    .what = "count user tokens", PARAMS(P_TEXT(name)) }, read_int,
+	    &total, err, errlen);
+	if (rc != STORE_OK)
+		return rc == STORE_NOTFOUND ? STORE_ERR : rc;
+	if (total == 0) {
+		snprintf(err, errlen, "user %s has no tokens", name);
+		return STORE_NOTFOUND;
+	}
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE tokens SET revoked = 1 WHERE kind = 'user' AND "
+	    "name = ? AND revoked = 0", .what = "revoke user tokens",
+	    PARAMS(P_TEXT(name)) }, count, NULL, err, errlen);
+}
+
+int
+store_user_revoke(struct store *s, const char *name, int64_t *count,
+    char *err, size_t errlen)
+{
+	int64_t n = 0;
+	int rc;
+	METRICS_STORE_TIMED();
+
+	if (!store_user_name_valid(name))
+		return refuse_user_name(err, errlen);
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = user_revoke_locked(s, name, &n, err, errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) == STORE_OK && count != NULL)
+		*count = n;
+	return rc;
+}
+
+int
+store_token_in_cluster(struct store *s, const char *token_id,
+    const char *cluster)
+{
+	char err[STORE_ERROR_MAX + 1];
+	int rc;
+	METRICS_STORE_TIMED();
+
+	rc = query_exists(s, &(struct store_stmt){
+	    .sql = "SELECT 1 FROM token_clusters WHERE token_id = ? AND "
+	    "cluster_id = ?", .what = "read token scope",
+	    PARAMS(P_TEXT(token_id), P_TEXT(cluster)) }, err, sizeof(err));
+	if (rc == STORE_ERR || rc == STORE_FULL) {
+		error("store: reading a token's scope failed", KV_S("token", token_id), KV_S("err", err));
+		return STORE_ERR;
+	}
+	return rc;
+}
+
+/* ---- agents ------------------------------------------------------------- */
+
+static int
+read_agent(const struct store_row *row, void *out)
+{
+	struct store_agent *a = out;
+	char state[32];
+
+	memset(a, 0, sizeof(*a));
+	if (col_text(row, 0, a->id, sizeof(a->id)) == -1 ||
+	    col_text(row, 1, a->cluster, sizeof(a->cluster)) == -1 ||
+	    col_text(row, 2, a->node, sizeof(a->node)) == -1 ||
+	    col_key(row, 3, a->pubkey) == -1 ||
+	    col_text(row, 4, state, sizeof(state)) == -1 ||
+	    agent_state_parse(state, &a->state) == -1 ||
+	    col_text(row, 5, a->last_error, sizeof(a->last_error)) == -1 ||
+	    col_text(row, 6, a->token_id, sizeof(a->token_id)) == -1)
+		return -1;
+	a->created_at = col_int(row, 7);
+	a->updated_at = col_int(row, 8);
+	return 0;
+}
+
+/* flags STORE_STMT_LOCK holds the row until the transaction ends. */
+static int
+agent_lookup(struct store *s, const char *id, unsigned flags,
+    struct store_agent *out, char *err, size_t errlen)
+{
+	int rc;
+
+	rc = query_one(s, &(struct store_stmt){
+	    .sql = "SELECT " AGENT_COLS " FROM agents WHERE id = ?",
+	    .what = "read agent", .flags = flags, PARAMS(P_TEXT(id)) },
+	    read_agent, out, err, errlen);
+	if (rc == STORE_NOTFOUND)
+		snprintf(err, errlen, "no agent %s", id);
+	return rc;
+}
+
+/*
+ * The agent a retried registration left behind: same cluster, node and key.
+ * A live one is preferred; a revoked one is still returned, so a node
+ * retrying with a revoked key learns that rather than getting a fresh,
+ * unrevoked agent under the same key.
+ */
+static int
+find_same_key(struct store *s, const char *cluster, const char *node,
+    const uint8_t pubkey[32], struct store_agent *out, char *err,
+    size_t errlen)
+{
+	return query_one(s, &(struct store_stmt){
+	    .sql = "SELECT " AGENT_COLS " FROM agents "
+	    "WHERE cluster_id = ? AND node = ? AND pubkey = ? "
+	    "ORDER BY state = 'revoked', created_at DESC, rowid DESC LIMIT 1",
+	    .what = "read agent",
+	    PARAMS(P_TEXT(cluster), P_TEXT(node), P_KEY(pubkey)) },
+	    read_agent, out, err, errlen);
+}
+
+/* The node's live (not revoked) agent; the unique index allows one. */
+static int
+find_live(struct store *s, const char *cluster, const char *node,
+    struct store_agent *out, char *err, size_t errlen)
+{
+	return query_one(s, &(struct store_stmt){
+	    .sql = "SELECT " AGENT_COLS " FROM agents "
+	    "WHERE cluster_id = ? AND node = ? AND state <> 'revoked'",
+	    .what = "read agent", PARAMS(P_TEXT(cluster), P_TEXT(node)) },
+	    read_agent, out, err, errlen);
+}
+
+/*
+ * One attempt at inserting the agent; *collided as for insert_cluster.  A
+ * taken id inserts nothing rather than failing, so that a backend whose
+ * failed statement spoils the transaction (PostgreSQL) can try again.
+ */
+static int
+insert_agent(struct store *s, const struct store_agent *a, bool *collided,
+    char *err, size_t errlen)
+{
+	int64_t changes = 0;
+	int rc;
+
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "INSERT INTO agents (" AGENT_COLS ") "
+	    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+	    .what = "insert agent",
+	    PARAMS(P_TEXT(a->id), P_TEXT(a->cluster), P_TEXT(a->node),
+	    P_KEY(a->pubkey), P_TEXT(agent_state_name(a->state)),
+	    P_TEXT(a->last_error), P_TEXT(a->token_id), P_INT(a->created_at),
+	    P_INT(a->updated_at)) }, &changes, NULL, err, errlen);
+	*collided = rc == STORE_OK && changes == 0;
+	if (*collided) {
+		snprintf(err, errlen, "insert agent: no free agent id");
+		return STORE_ERR;
+	}
+	return rc;
+}
+
+/* Spends one use of a limited token; unlimited ones (-1) are left alone. */
+static int
+consume_use(struct store *s, const struct store_token *t, char *err,
+    size_t errlen)
+{
+	int64_t changes = 0;
+	int rc;
+
+	if (t->uses_left < 0)
+		return STORE_OK;
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE tokens SET uses_left = uses_left - 1 "
+	    "WHERE id = ? AND uses_left > 0", .what = "consume token use",
+	    PARAMS(P_TEXT(t->id)) }, &changes, NULL, err, errlen);
+	if (rc != STORE_OK)
+		return rc;
+	/* The row was read and locked in this same transaction, so this
+	 * cannot miss; if it does, nothing is spent twice. */
+	if (changes != 1) {
+		snprintf(err, errlen, "import token used up");
+		return STORE_REFUSED;
+	}
+	return STORE_OK;
+}
+
+/* The token rules that hold even for a retry: it must be a live import
+ * token.  Use counts are checked later, as a retry spends none.  The token
+ * row stays locked until the transaction ends. */
+static int
+check_import_token(struct store *s, const char *token_id, int64_t now,
+    struct store_token *t, char *err, size_t errlen)
+{
+	const char *why;
+	int rc;
+
+	rc = token_lookup(s, token_id, STORE_STMT_LOCK, t, err, errlen);
+	if (rc == STORE_NOTFOUND) {
+		snprintf(err, errlen, "unknown import token");
+		return STORE_REFUSED;
+	}
+	if (rc != STORE_OK)
+		return rc;
+	if (t->kind != TOKEN_IMPORT) {
+		snprintf(err, errlen, "not an import token");
+		return STORE_REFUSED;
+	}
+	if (t->revoked) {
+		snprintf(err, errlen, "import token revoked");
+		return STORE_REFUSED;
+	}
+	/* Expiry alone: uses_left -1 keeps the use count out of it. */
+	if ((why = token_unusable_reason(t->expires_at, -1, now)) != NULL) {
+		snprintf(err, errlen, "import token %s", why);
+		return STORE_REFUSED;
+	}
+	return STORE_OK;
+}
+
+static int
+refuse_taken(struct store *s, const struct store_agent *live, char *err,
+    size_t errlen)
+{
+	struct store_cluster c;
+
+	/* The name is what the operator knows the cluster by. */
+	if (store_cluster_get(s, live->cluster, &c) != STORE_OK)
+		snprintf(c.name, sizeof(c.name), "%s", live->cluster);
+	snprintf(err, errlen, "node %s is already registered in cluster %s "
+	    "as agent %s", live->node, c.name, live->id);
+	return STORE_REFUSED;
+}
+
+static int
+new_agent(struct store *s, const struct store_token *t, const char *node,
+    const uint8_t pubkey[32], int64_t now, struct store_agent *a,
+    char *err, size_t errlen)
+{
+	bool collided = true;
+	int attempt, rc = STORE_ERR;
+
+	memset(a, 0, sizeof(*a));
+	snprintf(a->cluster, sizeof(a->cluster), "%s", t->cluster);
+	snprintf(a->node, sizeof(a->node), "%s", node);
+	memcpy(a->pubkey, pubkey, sizeof(a->pubkey));
+	a->state = t->approval_manual ? AGENT_PENDING_APPROVAL : AGENT_ENROLL;
+	snprintf(a->token_id, sizeof(a->token_id), "%s", t->id);
+	a->created_at = a->updated_at = now;
+	for (attempt = 0; attempt < ID_ATTEMPTS && collided; attempt++) {
+		if (make_id("a-", a->id, err, errlen) != STORE_OK)
+			return STORE_ERR;
+		rc = insert_agent(s, a, &collided, err, errlen);
+	}
+	return rc;
+}
+
+static int
+register_locked(struct store *s, const char *token_id, const char *node,
+    const uint8_t pubkey[32], int64_t now, struct store_agent *out,
+    bool *created, char *err, size_t errlen)
+{
+	struct store_token t;
+	struct store_agent found;
+	const char *why;
+	int rc;
+
+	if ((rc = check_import_token(s, token_id, now, &t, err, errlen)) !=
+	    STORE_OK)
+		return rc;
+
+	/* A retry (the REGISTERED reply was lost): same answer, no use spent. */
+	rc = find_same_key(s, t.cluster, node, pubkey, &found, err, errlen);
+	if (rc == STORE_OK) {
+		*out = found;
+		*created = false;
+		return STORE_OK;
+	}
+	if (rc != STORE_NOTFOUND)
+		return rc;
+
+	if ((why = token_unusable_reason(0, t.uses_left, now)) != NULL) {
+		snprintf(err, errlen, "import token %s", why);
+		return STORE_REFUSED;
+	}
+
+	rc = find_live(s, t.cluster, node, &found, err, errlen);
+	if (rc == STORE_OK)
+		return refuse_taken(s, &found, err, errlen);
+	if (rc != STORE_NOTFOUND)
+		return rc;
+
+	if ((rc = new_agent(s, &t, node, pubkey, now, out, err, errlen)) !=
+	    STORE_OK)
+		return rc;
+	if ((rc = consume_use(s, &t, err, errlen)) != STORE_OK)
+		return rc;
+	*created = true;
+	return STORE_OK;
+}
+
+int
+store_agent_register(struct store *s, const char *token_id,
+    const char *node, const uint8_t pubkey[32], int64_t now,
+    struct store_agent *out, bool *created, char *err, size_t errlen)
+{
+	struct store_agent a;
+	bool made = false;
+	int rc;
+	METRICS_STORE_TIMED();
+
+	if (!name_valid(node))
+		return refuse_name("node", err, errlen);
+	if (token_id == NULL || *token_id == '\0') {
+		snprintf(err, errlen, "unknown import token");
+		return STORE_REFUSED;
+	}
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = register_locked(s, token_id, node, pubkey, now, &a, &made, err,
+	    errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
+		return rc;
+	if (made)
+		metrics_agent_moved(-1, (int)a.state);
+	/* Only a committed result is handed out. */
+	if (out != NULL)
+		*out = a;
+	if (created != NULL)
+		*created = made;
+	return STORE_OK;
+}
+
+int
+store_agent_get(struct store *s, const char *id, struct store_agent *out)
+{
+	char err[STORE_ERROR_MAX + 1];
+	int rc;
+	METRICS_STORE_TIMED();
+
+	rc = agent_lookup(s, id, 0, out, err, sizeof(err));
+	if (rc == STORE_ERR)
+		error("store: reading an agent failed", KV_S("agent", id), KV_S("err", err));
+	return rc;
+}
+
+int
+store_agent_list(struct store *s, const char *cluster,
+    struct store_agent **out, size_t *n)
+{
+	char err[STORE_ERROR_MAX + 1];
+	int rc;
+	METRICS_STORE_TIMED();
+
+	*out = NULL;
+	*n = 0;
+	if (cluster != NULL)
+		rc = query_all(s, &(struct store_stmt){
+		    .sql = "SELECT " AGENT_COLS " FROM agents "
+		    "WHERE cluster_id = ? ORDER BY created_at, rowid",
+		    .what = "read agent", PARAMS(P_TEXT(cluster)) },
+		    sizeof(**out), read_agent, (void **)out, n, err,
+		    sizeof(err));
+	else
+		rc = query_all(s, &(struct store_stmt){
+		    .sql = "SELECT " AGENT_COLS " FROM agents "
+		    "ORDER BY created_at, rowid", .what = "read agent" },
+		    sizeof(**out), read_agent, (void **)out, n, err,
+		    sizeof(err));
+	if (rc != STORE_OK)
+		error("store: listing agents failed", KV_S("err", err));
+	return rc;
+}
+
+/* The last_error an event leaves behind (see store.h). */
+static void
+next_error(const struct store_agent *a, enum agent_event ev,
+    const char *given, char out[STORE_ERROR_MAX + 1])
+{
+	const char *e;
+
+	if (ev == AGENT_EV_VERIFY_OK)
+		e = "";
+	else if (given != NULL)
+		e = given;
+	else if (ev == AGENT_EV_VERIFY_FAIL)
+		e = "verification failed";  /* a failure always says so */
+	else
+		e = a->last_error;
+	/* Clip rather than refuse: the transition matters more than the
+	 * tail of a message. */
+	snprintf(out, STORE_ERROR_MAX + 1, "%.*s",
+	    (int)clip_utf8(e, STORE_ERROR_MAX), e);
+}
+
+static int
+update_agent_state(struct store *s, const struct store_agent *a, char *err,
+    size_t errlen)
+{
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET state = ?, last_error = ?, "
+	    "updated_at = ? WHERE id = ?", .what = "update agent",
+	    PARAMS(P_TEXT(agent_state_name(a->state)), P_TEXT(a->last_error),
+	    P_INT(a->updated_at), P_TEXT(a->id)) }, NULL, NULL, err, errlen);
+}
+
+/* *from: the state before (for the metrics, once committed). */
+static int
+transition_locked(struct store *s, const char *id, enum agent_event ev,
+    const char *last_error, int64_t now, struct store_agent *a,
+    enum agent_state *from, char *err, size_t errlen)
+{
+	enum agent_state next;
+	char msg[STORE_ERROR_MAX + 1];
+	int rc;
+
+	if ((rc = agent_lookup(s, id, STORE_STMT_LOCK, a, err, errlen)) !=
+	    STORE_OK)
+		return rc;
+	if (agent_state_next(a->state, ev, &next, err, errlen) == -1)
+		return STORE_REFUSED;
+	next_error(a, ev, last_error, msg);
+	*from = a->state;
+	a->state = next;
+	memcpy(a->last_error, msg, sizeof(a->last_error));
+	a->updated_at = now;
+	return update_agent_state(s, a, err, errlen);
+}
+
+int
+store_agent_transition(struct store *s, const char *id,
+    enum agent_event ev, const char *last_error, int64_t now,
+    struct store_agent *out, char *err, size_t errlen)
+{
+	struct store_agent a;
+	enum agent_state from = AGENT_STATE_ENTRIES;
+	int rc;
+	METRICS_STORE_TIMED();
+
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = transition_locked(s, id, ev, last_error, now, &a, &from, err, errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
+		return rc;
+	metrics_agent_moved((int)from, (int)a.state);
+	if (out != NULL)
+		*out = a;
+	return STORE_OK;
 }

@@ -1,21 +1,165 @@
 /*
- * store_backend.h: what store.c (which picks a backend from the store URL)
- * needs from each backend.  Private to gateway/store*.c: callers go
- * through store.h's store_open.
+ * store_backend.h: the private interface between store.c (the store's
+ * rules, backend-neutral) and each backend (store_sqlite.c, store_pg.c).
+ * Private to gateway/store*.c: everyone else goes through store.h.
+ *
+ * A backend does one thing: run a statement.  A statement is SQL text with
+ * '?' placeholders, typed parameters and a row callback that reads typed
+ * columns through the backend's accessors.  Transactions are three more
+ * calls (begin, commit, rollback), and the schema is one definition
+ * (store_schema.c) that each backend's dialect spells.
  */
 #ifndef TETHER_STORE_BACKEND_H
 #define TETHER_STORE_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store.h"
 
+/* ---- statements ---------------------------------------------------------- */
+
+enum store_ptype {
+	SP_TEXT,          /* NUL-terminated text */
+	SP_TEXT_OR_NULL,  /* "" or NULL is bound as SQL NULL */
+	SP_INT,           /* 64-bit integer */
+	SP_KEY,           /* a 32-byte blob (key, verifier) */
+};
+
+/* One parameter, bound to the next '?' in order. */
+struct store_param {
+	enum store_ptype type;
+	const char *text;
+	int64_t i;
+	const uint8_t *key;
+};
+
+#define P_TEXT(s)         { .type = SP_TEXT, .text = (s) }
+#define P_TEXT_OR_NULL(s) { .type = SP_TEXT_OR_NULL, .text = (s) }
+#define P_INT(v)          { .type = SP_INT, .i = (int64_t)(v) }
+#define P_KEY(k)          { .type = SP_KEY, .key = (k) }
+/* Inside a struct store_stmt initializer: .params and .nparams at once. */
+#define PARAMS(...) \
+	.params = (const struct store_param[]){ __VA_ARGS__ }, \
+	.nparams = sizeof((const struct store_param[]){ __VA_ARGS__ }) / \
+	    sizeof(struct store_param)
+
+#define STORE_STMT_LOCK 0x1  /* lock the rows read until the transaction
+                              * ends (PostgreSQL: FOR UPDATE; SQLite's
+                              * BEGIN IMMEDIATE already holds the lock) */
+
+struct store_stmt {
+	const char *sql;      /* constant text, '?' placeholders, no '?' else */
+	const char *what;     /* for errors: "read agent", "insert token" */
+	const struct store_param *params;
+	size_t nparams;
+	unsigned flags;       /* STORE_STMT_* */
+};
+
+/* A constraint a failed write ran into (struct store_outcome). */
+enum store_violation {
+	STORE_V_NONE = 0,
+	STORE_V_PRIMARY_KEY,
+	STORE_V_UNIQUE,       /* a unique constraint other than the primary key */
+	STORE_V_FOREIGN_KEY,
+	STORE_V_OTHER,        /* a CHECK or NOT NULL */
+};
+
+struct store_outcome {
+	int64_t changes;      /* rows inserted, updated or deleted */
+	enum store_violation violation;
+};
+
+/* The row being read: columns are read through the backend's accessors
+ * (store_col_* in store.c).  Valid only inside the row callback. */
+struct store_row {
+	const struct store_backend *be;
+	void *impl;
+	int index;            /* backend's row number, if it needs one */
+};
+
+/* Reads one row.  Returns 0, or -1 for a malformed row (the statement then
+ * fails with "malformed ... row"). */
+typedef int store_row_fn(const struct store_row *row, void *arg);
+
+/* ---- the backend --------------------------------------------------------- */
+
+/* How a backend spells the parts of the schema that differ (store_schema.c
+ * expands them in the one definition of every migration). */
+struct store_dialect {
+	const char *integer;     /* a 64-bit integer column */
+	const char *blob;        /* a byte string column */
+	const char *table_end;   /* what closes CREATE TABLE */
+	const char *rowid;       /* an insertion-order column "rowid", or "" if
+	                          * the engine has one built in */
+};
+
+struct store_backend {
+	const char *name;                 /* "sqlite", "postgres" */
+	const struct store_dialect *dialect;
+	/*
+	 * Runs one statement; fn (may be NULL) is called for each row, in order.
+	 * Returns STORE_OK, or STORE_ERR / STORE_FULL with err ("what: reason").
+	 * out (may be NULL) gets the changes and, on failure, the violation.
+	 */
+	int (*run)(struct store *s, const struct store_stmt *q, store_row_fn *fn,
+	    void *arg, struct store_outcome *out, char *err, size_t errlen);
+	/* Runs constant SQL, possibly several statements (the migrations). */
+	int (*exec)(struct store *s, const char *sql, const char *what,
+	    char *err, size_t errlen);
+	/*
+	 * Begins a transaction in which rules read then write: a backend either
+	 * serializes writers (SQLite) or the rules lock the rows they read
+	 * (STORE_STMT_LOCK).  migrating: the one that applies migrations, which
+	 * several processes may start at once; it must let only one at a time in.
+	 */
+	int (*begin)(struct store *s, bool migrating, char *err, size_t errlen);
+	int (*commit)(struct store *s, char *err, size_t errlen);
+	void (*rollback)(struct store *s);    /* logs its own failure */
+	/* Column accessors; col counts from 0. */
+	bool (*col_null)(const struct store_row *r, int col);
+	int64_t (*col_int)(const struct store_row *r, int col);
+	/* Copies text into dst (dstlen incl. the NUL); -1 if it does not fit. */
+	int (*col_text)(const struct store_row *r, int col, char *dst,
+	    size_t dstlen);
+	/* Copies a 32-byte blob; -1 if it is not 32 bytes. */
+	int (*col_key)(const struct store_row *r, int col, uint8_t dst[32]);
+	/* Frees the connection and s->impl (not s). */
+	void (*close)(struct store *s);
+};
+
+/* What every backend shares; impl is the backend's own connection. */
+struct store {
+	const struct store_backend *be;
+	void *impl;
+	int version;          /* schema version after migration */
+};
+
 /*
- * The SQLite backend (store_sqlite.c): opens or creates the database at
- * path (":memory:" for a private in-memory one), 0600, WAL mode, schema
- * migrated.  STORE_OK with *out set, or STORE_ERR with a reason in err.
+ * Opens a backend connection into s (s->be and s->impl set) from the rest
+ * of the store URL (after the scheme).  The schema is not touched: store.c
+ * migrates once the connection is up.  STORE_OK, or STORE_ERR with err.
  */
-int store_sqlite_open(const char *path, struct store **out, char *err,
+int store_sqlite_connect(const char *path, struct store *s, char *err,
     size_t errlen);
+
+/*
+ * Ends the transaction begun with be->begin: commits when rc is STORE_OK,
+ * else rolls back.  Returns the final result (a failed commit's).
+ */
+int store_finish(struct store *s, int rc, char *err, size_t errlen);
+
+/* ---- the schema (store_schema.c) ---------------------------------------- */
+
+/* The version the migrations bring a database to. */
+int store_schema_latest(void);
+
+/*
+ * Brings s's schema up to store_schema_latest() in one transaction opened
+ * with begin(migrating): several processes starting at once migrate one
+ * after the other, the later ones finding nothing to do.  Sets s->version.
+ */
+int store_schema_migrate(struct store *s, char *err, size_t errlen);
 
 #endif
