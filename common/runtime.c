@@ -1,9 +1,11 @@
 /* runtime.c: process-wide settings (see runtime.h). */
 #include "runtime.h"
 
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <event2/event.h>
 #include <jansson.h>
@@ -30,6 +32,29 @@ runtime_init(void)
 	 * memory is still bounded by the flow-control windows. */
 	mallopt(M_MMAP_THRESHOLD, 8 << 20);
 	mallopt(M_TRIM_THRESHOLD, 32 << 20);
+}
+
+static long
+rlim_long(rlim_t v)
+{
+	return v == RLIM_INFINITY || v > (rlim_t)LONG_MAX ? LONG_MAX : (long)v;
+}
+
+long
+runtime_raise_nofile(long *was)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return -1;
+	if (was != NULL)
+		*was = rlim_long(rl.rlim_cur);
+	if (rl.rlim_cur != rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
+			return -1;
+	}
+	return rlim_long(rl.rlim_cur);
 }
 
 struct timeval

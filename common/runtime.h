@@ -24,6 +24,15 @@ struct event_base *runtime_event_base(void);
 #include <stdint.h>
 #include <sys/time.h>
 
+/*
+ * Raises the soft open-files limit (RLIMIT_NOFILE) to the hard one: every
+ * tunnel, stream and dial is a descriptor, and the usual soft limit (1024)
+ * caps a gateway at about a thousand agents.  Returns the soft limit now in
+ * force (LONG_MAX when unlimited, -1 when it cannot be read); *was gets the
+ * soft limit before (may be NULL).  The caller says what the limit means.
+ */
+long runtime_raise_nofile(long *was);
+
 /* ms milliseconds as the struct timeval libevent's timers take. */
 struct timeval runtime_ms_timeval(uint32_t ms);
 

@@ -360,6 +360,38 @@ on_sighup(evutil_socket_t sig, short what, void *arg)
 		info("SIGHUP: audit log reopened");
 }
 
+/* Descriptors kept for what is not a tunnel: the listener, the store, the
+ * logs, the metrics listener, DNS, the signal pipe. */
+#define FD_RESERVE 64
+
+/*
+ * Raises the open-files limit to the hard one and says in one line what it
+ * holds: every tunnel and every stream to a dial or forward client is a
+ * descriptor.  A warning when it cannot even hold the handshakes the
+ * admission limits let in at once.
+ */
+static void
+serve_fd_limit(const struct gateway *gw)
+{
+	long was, now = runtime_raise_nofile(&was);
+	long room = now > FD_RESERVE ? now - FD_RESERVE : 0;
+
+	if (now < 0) {
+		warn("cannot read the open-files limit (RLIMIT_NOFILE)");
+		return;
+	}
+	if (room < (long)gw->limits.max_handshakes)
+		warn("open-files limit too low for --max-handshakes: raise the hard "
+		    "limit (LimitNOFILE= in the unit, limits.conf)",
+		    KV_I("limit", now), KV_I("soft_was", was),
+		    KV_U("max_handshakes", gw->limits.max_handshakes),
+		    KV_I("tunnels_at_most", room));
+	else
+		info("open-files limit raised to the hard limit: each tunnel and "
+		    "each dialled stream takes one", KV_I("limit", now),
+		    KV_I("soft_was", was), KV_I("tunnels_at_most", room));
+}
+
 static int
 cmd_serve(int argc, char **argv)
 {
@@ -412,6 +444,7 @@ cmd_serve(int argc, char **argv)
 		error("cannot open the audit log", KV_S("err", err));
 		goto out;
 	}
+	serve_fd_limit(&gw);
 	gw.mux_config.odd_ids = 1;
 	gw.mux_config.counted = 1;   /* agent tunnels feed the stream metrics */
 	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);

@@ -1,0 +1,699 @@
+/*
+ * agent_tunnel.c: one agent's tunnel to the gateway (see agent_tunnel.h):
+ * the handshake state machine, keepalive, the multiplexer and the redial
+ * with backoff and jitter.  Nothing here touches the disk or the process:
+ * what must outlive the tunnel goes through the hooks.
+ *
+ * Keepalive: a tunnel silent for ping_interval gets a PING (once it is
+ * established; before that the silence is only timed), and one that stays
+ * silent for ping_timeout after it is closed and dialled again.  A stopped
+ * gateway or a path that died without a RST is noticed this way, not only
+ * when TCP gives up hours later.  Each tunnel has its own timer in
+ * libevent's min-heap: nothing walks every tunnel.
+ */
+#include "agent_tunnel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "agent_metrics.h"
+#include "agentkey.h"
+#include "log.h"
+#include "mux.h"
+#include "runtime.h"
+#include "wsclient.h"
+
+#define MAX_MESSAGE_SLACK 4096   /* frame overhead beyond the largest DATA */
+
+enum tunnel_phase {
+	TUNNEL_DISCONNECTED,     /* no connection; a reconnect may be scheduled */
+	TUNNEL_CONNECTING,       /* TCP/TLS/WebSocket handshake under way */
+	TUNNEL_AWAIT_CHALLENGE,  /* HELLO sent */
+	TUNNEL_AWAIT_REGISTERED, /* AUTH + REGISTER sent with the import token */
+	TUNNEL_AWAIT_WELCOME,    /* AUTH sent with the agent key */
+	TUNNEL_ESTABLISHED,      /* authenticated; following the agent's state */
+	TUNNEL_ENTRIES           /* must be last */
+};
+
+static const char *const phase_names[TUNNEL_ENTRIES] = {
+	[TUNNEL_DISCONNECTED] = "disconnected",
+	[TUNNEL_CONNECTING] = "connecting",
+	[TUNNEL_AWAIT_CHALLENGE] = "await-challenge",
+	[TUNNEL_AWAIT_REGISTERED] = "await-registered",
+	[TUNNEL_AWAIT_WELCOME] = "await-welcome",
+	[TUNNEL_ESTABLISHED] = "established",
+};
+
+struct agent_tunnel {
+	struct agent_tunnel_config cfg;  /* its strings are not used: copies below */
+	char *connect_url, *gateway_url, *ca_file;  /* owned */
+	char node[FRAME_NODE_MAX + 1];
+	char cluster[FRAME_ID_MAX + 1];
+	char agent_id[FRAME_ID_MAX + 1];
+	char import_id[TOKEN_ID_LEN + 1];
+
+	struct event_base *base;
+	struct wsclient *ws;          /* the tunnel, while connected or connecting */
+	struct mux *mux;              /* its streams, once connected */
+	struct event *reconnect_timer;
+	struct event *keepalive;      /* the next ping or drop deadline */
+	int64_t last_rx_ms;           /* monotonic: the gateway's last message */
+	int64_t ping_ms;              /* monotonic: the silence clock started; 0 none */
+	uint32_t ping_seq;
+	uint32_t dials;
+
+	enum tunnel_phase phase;
+	uint32_t backoff_ms;
+	bool reconnect_now;           /* after REGISTERED: no backoff */
+	bool stopped;
+	char state[64];               /* the agent state the gateway last sent */
+	char last_error[FRAME_REASON_MAX + 1];
+};
+
+static void tunnel_schedule_reconnect(struct agent_tunnel *t);
+
+static bool
+tunnel_importing(const struct agent_tunnel *t)
+{
+	return t->agent_id[0] == '\0';
+}
+
+static void
+tunnel_set_phase(struct agent_tunnel *t, enum tunnel_phase next)
+{
+	debug("tunnel phase", KV_S("from", phase_names[t->phase]),
+	    KV_S("to", phase_names[next]));
+	t->phase = next;
+	agent_metrics_connected(next == TUNNEL_ESTABLISHED);
+}
+
+static void
+tunnel_report(struct agent_tunnel *t)
+{
+	t->cfg.hooks->status(t->cfg.arg, t->state, t->phase == TUNNEL_ESTABLISHED,
+	    t->last_error);
+}
+
+static void
+tunnel_stop(struct agent_tunnel *t, int code)
+{
+	if (t->stopped)
+		return;
+	t->stopped = true;
+	evtimer_del(t->reconnect_timer);
+	t->cfg.hooks->stopped(t->cfg.arg, code);
+}
+
+static void
+tunnel_send(struct agent_tunnel *t, const struct frame *f)
+{
+	uint8_t *buf;
+	size_t len;
+
+	if (t->ws == NULL)
+		return;
+	if (frame_encode(f, 0, &buf, &len) != 0) {
+		error("cannot encode a frame", KV_S("frame", frame_type_name(f->type)));
+		return;
+	}
+	wsclient_send(t->ws, buf, len, 1);
+	free(buf);
+}
+
+/* ---- handshake ---- */
+
+static void
+tunnel_send_hello(struct agent_tunnel *t)
+{
+	struct frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_HELLO;
+	f.u.hello.versions[0] = TETHER_PROTOCOL_VERSION;
+	f.u.hello.nversions = 1;
+	snprintf(f.u.hello.node, sizeof(f.u.hello.node), "%s", t->node);
+	f.u.hello.cred = tunnel_importing(t) ? FRAME_CRED_IMPORT : FRAME_CRED_AGENT;
+	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "%s",
+	    tunnel_importing(t) ? t->import_id : t->agent_id);
+	tunnel_send(t, &f);
+	tunnel_set_phase(t, TUNNEL_AWAIT_CHALLENGE);
+}
+
+static void
+on_challenge(struct agent_tunnel *t, const struct frame *in)
+{
+	bool import = tunnel_importing(t);
+	int cred = import ? FRAME_CRED_IMPORT : FRAME_CRED_AGENT;
+	const char *id = import ? t->import_id : t->agent_id;
+	uint8_t msg[AUTH_TRANSCRIPT_MAX];
+	struct frame f;
+	size_t len;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_AUTH;
+	len = auth_transcript(msg, sizeof(msg), in->u.challenge.version, cred, id,
+	    t->node, in->u.challenge.nonce);
+	if (len == 0 || agentkey_sign(import ? t->cfg.import_key : t->cfg.agent_key,
+	    msg, len, f.u.auth.sig) != 0) {
+		error("cannot sign the challenge");
+		tunnel_stop(t, 1);
+		return;
+	}
+	tunnel_send(t, &f);
+	if (!import) {
+		tunnel_set_phase(t, TUNNEL_AWAIT_WELCOME);
+		return;
+	}
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_REGISTER;
+	if (agentkey_public(t->cfg.agent_key, f.u.reg.pubkey) != 0) {
+		error("cannot read the agent's public key");
+		tunnel_stop(t, 1);
+		return;
+	}
+	snprintf(f.u.reg.node, sizeof(f.u.reg.node), "%s", t->node);
+	gethostname(f.u.reg.hostname, sizeof(f.u.reg.hostname) - 1);
+	snprintf(f.u.reg.client_version, sizeof(f.u.reg.client_version), "%s", TETHER_VERSION);
+	tunnel_send(t, &f);
+	tunnel_set_phase(t, TUNNEL_AWAIT_REGISTERED);
+}
+
+/* The credential swap: the owner keeps the agent id, then the tunnel
+ * forgets the import token and redials with the agent key. */
+static void
+on_registered(struct agent_tunnel *t, const struct frame *in)
+{
+	agent_metrics_handshake("ok");
+	if (strcmp(in->u.registered.cluster, t->cluster) != 0) {
+		error("gateway registered this node into another cluster than it joined",
+		    KV_S("registered_cluster", in->u.registered.cluster),
+		    KV_S("cluster", t->cluster));
+		tunnel_stop(t, 1);
+		return;
+	}
+	if (in->u.registered.agent_id[0] == '\0' ||
+	    strlen(in->u.registered.agent_id) >= sizeof(t->agent_id)) {
+		error("gateway assigned an empty or over-long agent id");
+		tunnel_stop(t, 1);
+		return;
+	}
+	if (t->cfg.hooks->registered(t->cfg.arg, in->u.registered.agent_id) != 0) {
+		tunnel_stop(t, 1);
+		return;
+	}
+	snprintf(t->agent_id, sizeof(t->agent_id), "%s", in->u.registered.agent_id);
+	t->cfg.import_key = NULL;
+	OPENSSL_cleanse(t->import_id, sizeof(t->import_id));
+	info("registered: reconnecting with the agent key",
+	    KV_S("agent", t->agent_id), KV_S("cluster", t->cluster));
+	t->reconnect_now = true;
+}
+
+static void
+tunnel_follow_state(struct agent_tunnel *t, const char *state, const char *last_error)
+{
+	if (strcmp(t->state, state) != 0 || strcmp(t->last_error, last_error) != 0) {
+		if (last_error[0] != '\0')
+			info("agent state", KV_S("state", state),
+			    KV_S("last_error", last_error));
+		else if (strcmp(state, "pending-approval") == 0)
+			info("agent state: waiting for an operator (tetherctl agent approve)",
+			    KV_S("state", state));
+		else
+			info("agent state", KV_S("state", state));
+	}
+	snprintf(t->state, sizeof(t->state), "%s", state);
+	snprintf(t->last_error, sizeof(t->last_error), "%s", last_error);
+	tunnel_report(t);
+}
+
+static void
+on_welcome(struct agent_tunnel *t, const struct frame *in)
+{
+	agent_metrics_handshake("ok");
+	tunnel_set_phase(t, TUNNEL_ESTABLISHED);
+	t->backoff_ms = 0;
+	info("connected", KV_S("gateway", t->gateway_url),
+	    KV_S("agent", in->u.welcome.agent_id));
+	tunnel_follow_state(t, in->u.welcome.state, "");
+}
+
+static void
+on_verify(struct agent_tunnel *t, const struct frame *in)
+{
+	struct frame f;
+	struct timespec ts;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_VERIFY_OK;
+	memcpy(f.u.verify.nonce, in->u.verify.nonce, sizeof(f.u.verify.nonce));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	f.u.verify.time_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	f.u.verify.version = TETHER_PROTOCOL_VERSION;
+	tunnel_send(t, &f);
+}
+
+/* Refusals that no retry can fix. */
+static bool
+error_is_final(const char *code)
+{
+	static const char *const final_codes[] = {
+		"token_unknown", "token_expired", "token_used_up", "token_revoked",
+		"register_refused", "auth_refused", "revoked", "version", NULL
+	};
+
+	for (size_t i = 0; final_codes[i] != NULL; i++)
+		if (strcmp(code, final_codes[i]) == 0)
+			return true;
+	return false;
+}
+
+static void
+on_error(struct agent_tunnel *t, const struct frame *in)
+{
+	const char *code = in->u.error.code, *reason = in->u.error.reason;
+
+	if (t->phase != TUNNEL_ESTABLISHED)
+		agent_metrics_handshake(code);
+
+	if (error_is_final(code)) {
+		error("gateway refused", KV_S("code", code), KV_S("reason", reason));
+		snprintf(t->last_error, sizeof(t->last_error), "%s", reason);
+		if (strcmp(code, "revoked") == 0)
+			snprintf(t->state, sizeof(t->state), "revoked");
+		tunnel_set_phase(t, TUNNEL_DISCONNECTED);
+		tunnel_report(t);
+		tunnel_stop(t, 1);
+		return;
+	}
+	warn("gateway closed the tunnel", KV_S("code", code), KV_S("reason", reason));
+	if (strcmp(code, "shutdown") == 0)
+		t->backoff_ms = 0;
+}
+
+static void
+tunnel_protocol_error(struct agent_tunnel *t, const char *reason)
+{
+	struct frame f;
+
+	warn("protocol error from gateway", KV_S("reason", reason));
+	frame_make_error(&f, "protocol", reason);
+	tunnel_send(t, &f);
+	if (t->ws != NULL)
+		wsclient_close(t->ws, 1002, "protocol error");
+}
+
+static void
+on_established_frame(struct agent_tunnel *t, const struct frame *f)
+{
+	char err[160];
+
+	if (f->type == FRAME_STATE) {
+		tunnel_follow_state(t, f->u.state.state, f->u.state.last_error);
+	} else if (f->type == FRAME_VERIFY) {
+		on_verify(t, f);
+	} else if (f->type == FRAME_PING) {
+		struct frame pong = { .type = FRAME_PONG };
+
+		pong.u.ping.seq = f->u.ping.seq;
+		tunnel_send(t, &pong);
+	} else if (f->type == FRAME_PONG) {
+		if (t->cfg.hooks->pong != NULL)
+			t->cfg.hooks->pong(t->cfg.arg, f->u.ping.seq);
+	} else if (mux_on_frame(t->mux, f, err, sizeof(err)) != 0) {
+		tunnel_protocol_error(t, err);
+	}
+}
+
+static void
+tunnel_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
+{
+	struct frame f;
+	char err[160], reason[200];
+
+	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+		snprintf(reason, sizeof(reason), "malformed frame: %s", err);
+		tunnel_protocol_error(t, reason);
+		return;
+	}
+	if (f.type == FRAME_ERROR) {
+		on_error(t, &f);
+		return;
+	}
+	if (t->phase == TUNNEL_AWAIT_CHALLENGE && f.type == FRAME_CHALLENGE)
+		return on_challenge(t, &f);
+	if (t->phase == TUNNEL_AWAIT_REGISTERED && f.type == FRAME_REGISTERED)
+		return on_registered(t, &f);
+	if (t->phase == TUNNEL_AWAIT_WELCOME && f.type == FRAME_WELCOME)
+		return on_welcome(t, &f);
+	if (t->phase == TUNNEL_ESTABLISHED && (f.type == FRAME_STATE ||
+	    f.type == FRAME_VERIFY || f.type == FRAME_PING || f.type == FRAME_PONG ||
+	    (f.type >= FRAME_OPEN && t->mux != NULL)))
+		return on_established_frame(t, &f);
+	snprintf(reason, sizeof(reason), "unexpected %s frame in phase %s",
+	    frame_type_name(f.type), phase_names[t->phase]);
+	tunnel_protocol_error(t, reason);
+}
+
+/* ---- keepalive ---- */
+
+static int64_t
+monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+keepalive_arm(struct agent_tunnel *t, int64_t in_ms)
+{
+	struct timeval tv = runtime_ms_timeval(in_ms < 0 ? 0 : (uint32_t)in_ms);
+
+	evtimer_add(t->keepalive, &tv);
+}
+
+/* Something arrived from the gateway: the silence, and any ping, is over. */
+static void
+keepalive_heard(struct agent_tunnel *t)
+{
+	t->last_rx_ms = monotonic_ms();
+	t->ping_ms = 0;
+}
+
+/* Fires at the next deadline (messages only move the deadlines, so it may
+ * fire early and re-arm): silence past the interval sends a PING, silence
+ * past the timeout after that drops the tunnel. */
+static void
+tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_tunnel *t = arg;
+	int64_t now = monotonic_ms(), due;
+
+	if (t->ws == NULL || t->phase == TUNNEL_DISCONNECTED ||
+	    t->phase == TUNNEL_CONNECTING)
+		return;
+	if (t->ping_ms != 0) {
+		due = t->ping_ms + t->cfg.ping_timeout_ms;
+		if (now >= due) {
+			warn("tunnel: no answer to a ping: dropping it and "
+			    "reconnecting", KV_U("ping_timeout_ms",
+			    t->cfg.ping_timeout_ms));
+			t->ping_ms = 0;
+			/* on_close follows once the close frame is out or
+			 * the wait for the gateway's answer ends. */
+			wsclient_close(t->ws, 1001, "ping timeout");
+			return;
+		}
+	} else {
+		due = t->last_rx_ms + t->cfg.ping_interval_ms;
+		if (now >= due) {
+			t->ping_ms = now;
+			due = now + t->cfg.ping_timeout_ms;
+			if (t->phase == TUNNEL_ESTABLISHED) {
+				struct frame ping = { .type = FRAME_PING };
+
+				ping.u.ping.seq = ++t->ping_seq;
+				tunnel_send(t, &ping);
+			}
+		}
+	}
+	keepalive_arm(t, due - now);
+}
+
+/* ---- the WebSocket ---- */
+
+static int
+tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
+{
+	struct agent_tunnel *t = io;
+
+	return t->ws != NULL ? wsclient_sendv(t->ws, iov, iovcnt, 1) : -1;
+}
+
+static size_t
+tunnel_pending(void *io)
+{
+	struct agent_tunnel *t = io;
+
+	return t->ws != NULL ? wsclient_pending(t->ws) : 0;
+}
+
+static const struct mux_io tunnel_io = {
+	.sendv = tunnel_sendv,
+	.pending = tunnel_pending,
+};
+
+/* Until the agent is active it starts no services and carries no stream. */
+static void
+tunnel_stream_open(struct mux *m, struct mux_stream *s, const struct frame_open *req,
+    void *arg)
+{
+	struct agent_tunnel *t = arg;
+	char reason[96];
+
+	if (strcmp(t->state, "active") != 0) {
+		snprintf(reason, sizeof(reason), "agent is %s, not active", t->state);
+		mux_stream_refuse(s, "not_active", reason);
+		return;
+	}
+	t->cfg.hooks->on_open(m, s, req, t->cfg.arg);
+}
+
+static const struct mux_handlers tunnel_mux_handlers = {
+	.on_open = tunnel_stream_open,
+};
+
+static void
+ws_open(struct wsclient *c, void *arg)
+{
+	struct agent_tunnel *t = arg;
+	struct mux_config cfg = MUX_DEFAULT_CONFIG;
+
+	cfg.odd_ids = 0;
+	cfg.window = t->cfg.stream_window;
+	cfg.max_streams = t->cfg.max_streams;
+	cfg.counted = 1;
+	t->mux = mux_new(&cfg, &tunnel_io, t, &tunnel_mux_handlers, t);
+	if (t->mux == NULL) {
+		error("out of memory");
+		wsclient_close(c, 1011, "out of memory");
+		return;
+	}
+	keepalive_heard(t);
+	keepalive_arm(t, t->cfg.ping_interval_ms);
+	tunnel_send_hello(t);
+}
+
+static void
+ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void *arg)
+{
+	struct agent_tunnel *t = arg;
+
+	keepalive_heard(t);
+	if (!binary) {
+		tunnel_protocol_error(t, "text message on the tunnel");
+		return;
+	}
+	tunnel_on_message(t, data, len);
+}
+
+static void
+ws_drain(struct wsclient *c, void *arg)
+{
+	struct agent_tunnel *t = arg;
+
+	if (t->mux != NULL)
+		mux_on_drain(t->mux);
+}
+
+static void
+ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
+{
+	struct agent_tunnel *t = arg;
+	bool was_up = t->phase == TUNNEL_ESTABLISHED;
+
+	evtimer_del(t->keepalive);
+	/* Every stream of the tunnel ends with it. */
+	mux_free(t->mux);
+	t->mux = NULL;
+	wsclient_free(c);
+	t->ws = NULL;
+	if (t->phase == TUNNEL_CONNECTING || http_status != 101)
+		warn("cannot open the tunnel", KV_S("gateway", t->gateway_url),
+		    KV_S("reason", reason), KV_I("http_status", http_status));
+	else if (was_up)
+		warn("tunnel lost", KV_S("reason", reason));
+	tunnel_set_phase(t, TUNNEL_DISCONNECTED);
+	tunnel_report(t);
+	if (!t->stopped)
+		tunnel_schedule_reconnect(t);
+}
+
+static const struct wsclient_callbacks ws_callbacks = {
+	.on_open = ws_open,
+	.on_message = ws_message,
+	.on_drain = ws_drain,
+	.on_close = ws_close,
+};
+
+static int
+tunnel_dial(struct agent_tunnel *t)
+{
+	struct wsclient_config cfg;
+	char err[256];
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.url = t->connect_url;
+	cfg.subprotocol = TETHER_SUBPROTOCOL;
+	cfg.ca_file = t->ca_file;
+	cfg.max_message = (1 << 20) + MAX_MESSAGE_SLACK;
+	cfg.low_water = 128 * 1024;
+	cfg.proxy_url = t->cfg.proxy_url;
+	cfg.proxy_ca_file = t->cfg.proxy_ca_file;
+	tunnel_set_phase(t, TUNNEL_CONNECTING);
+	debug("connecting", KV_S("url", t->connect_url));
+	t->dials++;
+	t->ws = wsclient_connect(t->base, &cfg, &ws_callbacks, t, err, sizeof(err));
+	if (t->ws == NULL) {
+		error("cannot connect", KV_S("gateway", t->gateway_url), KV_S("err", err));
+		tunnel_set_phase(t, TUNNEL_DISCONNECTED);
+		tunnel_stop(t, 1);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+tunnel_on_reconnect(evutil_socket_t fd, short what, void *arg)
+{
+	(void)tunnel_dial(arg);
+}
+
+/* Exponential backoff with jitter: the delay doubles up to
+ * AGENT_BACKOFF_MAX_MS and each wait is drawn from [delay/2, delay] so that
+ * agents cut off together do not all come back in the same instant. */
+static void
+tunnel_schedule_reconnect(struct agent_tunnel *t)
+{
+	struct timeval tv;
+	uint32_t delay, jitter = 0;
+
+	if (t->reconnect_now) {
+		t->reconnect_now = false;
+		delay = 0;
+	} else {
+		t->backoff_ms = t->backoff_ms == 0 ? AGENT_BACKOFF_MIN_MS :
+		    (t->backoff_ms * 2 > AGENT_BACKOFF_MAX_MS ? AGENT_BACKOFF_MAX_MS :
+		    t->backoff_ms * 2);
+		random_bytes((uint8_t *)&jitter, sizeof(jitter));
+		delay = t->backoff_ms / 2 + jitter % (t->backoff_ms / 2 + 1);
+		info("reconnecting", KV_U("delay_ms", delay));
+	}
+	tv = runtime_ms_timeval(delay);
+	evtimer_add(t->reconnect_timer, &tv);
+}
+
+/* ---- the interface ---- */
+
+struct agent_tunnel *
+agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
+{
+	struct agent_tunnel *t = calloc(1, sizeof(*t));
+
+	if (t == NULL)
+		return NULL;
+	t->cfg = *cfg;
+	t->base = base;
+	t->connect_url = strdup(cfg->connect_url);
+	t->gateway_url = strdup(cfg->gateway_url);
+	t->ca_file = strdup(cfg->ca_file);
+	snprintf(t->node, sizeof(t->node), "%s", cfg->node);
+	snprintf(t->cluster, sizeof(t->cluster), "%s", cfg->cluster);
+	snprintf(t->agent_id, sizeof(t->agent_id), "%s", cfg->agent_id);
+	snprintf(t->import_id, sizeof(t->import_id), "%s",
+	    cfg->import_id != NULL ? cfg->import_id : "");
+	snprintf(t->state, sizeof(t->state), "unknown");
+	t->reconnect_timer = evtimer_new(base, tunnel_on_reconnect, t);
+	t->keepalive = evtimer_new(base, tunnel_keepalive, t);
+	if (t->reconnect_timer == NULL || t->keepalive == NULL ||
+	    t->connect_url == NULL || t->gateway_url == NULL || t->ca_file == NULL) {
+		agent_tunnel_free(t);
+		return NULL;
+	}
+	return t;
+}
+
+int
+agent_tunnel_start(struct agent_tunnel *t)
+{
+	return tunnel_dial(t);
+}
+
+void
+agent_tunnel_free(struct agent_tunnel *t)
+{
+	if (t == NULL)
+		return;
+	mux_free(t->mux);
+	if (t->ws != NULL)
+		wsclient_free(t->ws);
+	if (t->reconnect_timer != NULL)
+		event_free(t->reconnect_timer);
+	if (t->keepalive != NULL)
+		event_free(t->keepalive);
+	OPENSSL_cleanse(t->import_id, sizeof(t->import_id));
+	free(t->connect_url);
+	free(t->gateway_url);
+	free(t->ca_file);
+	free(t);
+}
+
+int
+agent_tunnel_ping(struct agent_tunnel *t, uint32_t seq)
+{
+	struct frame ping = { .type = FRAME_PING };
+
+	if (t->phase != TUNNEL_ESTABLISHED || t->ws == NULL)
+		return -1;
+	ping.u.ping.seq = seq;
+	tunnel_send(t, &ping);
+	return 0;
+}
+
+void
+agent_tunnel_drop(struct agent_tunnel *t)
+{
+	if (t->ws != NULL)
+		wsclient_close(t->ws, 1001, "dropped");
+}
+
+bool
+agent_tunnel_established(const struct agent_tunnel *t)
+{
+	return t->phase == TUNNEL_ESTABLISHED;
+}
+
+const char *
+agent_tunnel_state(const struct agent_tunnel *t)
+{
+	return t->state;
+}
+
+uint32_t
+agent_tunnel_dials(const struct agent_tunnel *t)
+{
+	return t->dials;
+}
+
+struct mux *
+agent_tunnel_mux(const struct agent_tunnel *t)
+{
+	return t->phase == TUNNEL_ESTABLISHED ? t->mux : NULL;
+}

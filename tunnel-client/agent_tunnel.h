@@ -1,0 +1,112 @@
+/*
+ * agent_tunnel.h: one agent's tunnel to the gateway, on a loop it is given:
+ * the handshake (HELLO, CHALLENGE, AUTH and REGISTER or WELCOME), VERIFY,
+ * the agent state, keepalive pings, the streams' multiplexer, and redialling
+ * with exponential backoff and jitter.
+ *
+ * `tether-client run` (agent.c) drives one of these and keeps what it
+ * learns in the state directory; the swarm load generator
+ * (tests/bench/swarm.c) drives thousands on one loop and keeps it in
+ * memory.  The protocol lives only here.
+ *
+ * Handshake states:
+ *
+ *   DISCONNECTED --connect--> AWAIT_CHALLENGE --CHALLENGE/AUTH-->
+ *     import token:  AWAIT_REGISTERED --REGISTERED--> (hooks.registered) DISCONNECTED
+ *     agent key:     AWAIT_WELCOME --WELCOME--> ESTABLISHED
+ *
+ * A refusal the gateway calls final (bad, expired or used-up token, revoked
+ * agent, no common version) stops the tunnel (hooks.stopped with 1);
+ * anything else (network loss, gateway restart) is retried with backoff.
+ *
+ * Cost: one struct agent_tunnel (~700 bytes) and two timers per tunnel, plus
+ * the WebSocket client (its TLS connection) and the multiplexer while
+ * connected.
+ */
+#ifndef TETHER_AGENT_TUNNEL_H
+#define TETHER_AGENT_TUNNEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+#include "frame.h"
+#include "token.h"
+
+#define AGENT_BACKOFF_MIN_MS 500
+#define AGENT_BACKOFF_MAX_MS 30000
+
+struct event_base;
+struct mux;
+struct mux_stream;
+struct agent_tunnel;
+
+struct agent_tunnel_hooks {
+	/* REGISTERED: the gateway made this node agent agent_id (in the
+	 * cluster the tunnel was given).  Keep it; return 0 to reconnect with
+	 * the agent key at once, or -1 to stop (hooks.stopped follows). */
+	int (*registered)(void *arg, const char *agent_id);
+	/* The agent state, the tunnel's connectedness or the last error
+	 * changed (also called when nothing changed; cheap to repeat). */
+	void (*status)(void *arg, const char *state, bool connected,
+	    const char *last_error);
+	/* The tunnel stopped for good: 1 after a final refusal or an error no
+	 * retry fixes.  It will not redial; free it with agent_tunnel_free,
+	 * but not from inside this hook. */
+	void (*stopped)(void *arg, int code);
+	/* The gateway opens a stream and the agent is active: answer with
+	 * mux_stream_accept or mux_stream_refuse (mux.h). */
+	void (*on_open)(struct mux *m, struct mux_stream *s,
+	    const struct frame_open *req, void *arg);
+	/* Optional: the gateway answered our agent_tunnel_ping(seq). */
+	void (*pong)(void *arg, uint32_t seq);
+};
+
+struct agent_tunnel_config {
+	const char *connect_url;    /* wss://HOST:PORT/v1/connect */
+	const char *gateway_url;    /* https://HOST:PORT, for log lines */
+	const char *ca_file;        /* the gateway's CA (PEM) */
+	const char *node;
+	const char *cluster;        /* the cluster the node joined */
+	const char *agent_id;       /* "" until registered */
+	EVP_PKEY *agent_key;        /* this node's Ed25519 key (not owned) */
+	EVP_PKEY *import_key;       /* from the import token until registered,
+	                             * else NULL (not owned) */
+	const char *import_id;      /* the import token's id, or "" */
+	const char *proxy_url;      /* HTTP CONNECT proxy, or NULL */
+	const char *proxy_ca_file;
+	uint32_t stream_window;
+	uint32_t max_streams;
+	uint32_t ping_interval_ms;  /* silence before the agent pings */
+	uint32_t ping_timeout_ms;   /* then silence before it redials */
+	const struct agent_tunnel_hooks *hooks;
+	void *arg;                  /* given to every hook */
+};
+
+/* A tunnel on base, not yet dialling; the strings are copied, the keys
+ * borrowed.  NULL on allocation failure. */
+struct agent_tunnel *agent_tunnel_new(struct event_base *base,
+    const struct agent_tunnel_config *cfg);
+/* Dials now (later dials follow by themselves).  Returns 0, or -1 when the
+ * URL or the CA file is unusable (then hooks.stopped has been called). */
+int agent_tunnel_start(struct agent_tunnel *t);
+/* Closes the connection if any; no hook is called after this. */
+void agent_tunnel_free(struct agent_tunnel *t);
+
+/* Sends a PING with seq if established; hooks.pong follows.  0 or -1. */
+int agent_tunnel_ping(struct agent_tunnel *t, uint32_t seq);
+/* Closes the connection as if the gateway had dropped it: the tunnel
+ * redials with backoff. */
+void agent_tunnel_drop(struct agent_tunnel *t);
+
+/* Established (authenticated, following the agent state). */
+bool agent_tunnel_established(const struct agent_tunnel *t);
+/* The agent state the gateway last sent ("unknown" before any). */
+const char *agent_tunnel_state(const struct agent_tunnel *t);
+/* Connections dialled so far. */
+uint32_t agent_tunnel_dials(const struct agent_tunnel *t);
+/* The tunnel's multiplexer while established, else NULL. */
+struct mux *agent_tunnel_mux(const struct agent_tunnel *t);
+
+#endif
