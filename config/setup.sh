@@ -14,7 +14,8 @@ fi
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-# libpq-dev: nothing links libpq yet; the PostgreSQL store (next) will.
+# libpq-dev: the PostgreSQL store (gateway/store_pg.c); postgresql: the
+# private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
 packages=(
 	build-essential cmake pkg-config
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev

@@ -85,6 +85,7 @@ static const struct hub_ops hub_ops = {
 
 static const char usage_head[] =
 "usage: tether-gateway init  --data-dir DIR [--hostname NAME]... [--url URL]\n"
+"                            [--store URL]\n"
 "       tether-gateway serve --data-dir DIR [--config FILE] [options]\n"
 "       tether-gateway --help | --version\n"
 "\n"
@@ -96,6 +97,9 @@ static const char usage_head[] =
 "       admin.token (0600, the first admin token).  --url is the public URL that\n"
 "       join documents and kubeconfigs carry (default https://127.0.0.1:8443).\n"
 "       Prints the CA checksum nodes pin.  Refuses (exit 1) if DIR is initialised.\n"
+"       --store postgres://USER@HOST:PORT/DB prepares that database (schema,\n"
+"       the first admin token) instead of DIR/tether.db: several replicas share\n"
+"       it, each with a copy of ca.crt, server.crt, server.key and gateway.json.\n"
 "\n"
 "serve  serves HTTPS and the agent tunnels on one port (below).\n"
 "\n";
@@ -208,10 +212,11 @@ cmd_init(int argc, char **argv)
 		{ "data-dir", required_argument, NULL, 'd' },
 		{ "hostname", required_argument, NULL, 'n' },
 		{ "url", required_argument, NULL, 'u' },
+		{ "store", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *dir = NULL, *url = "https://127.0.0.1:8443";
+	const char *dir = NULL, *url = "https://127.0.0.1:8443", *store = NULL;
 	const char *hostnames[MAX_HOSTNAMES];
 	size_t nhost = 0;
 	char err[512], path[PATH_MAX], checksum[CA_CHECKSUM_MAX], store_url[PATH_MAX + 16];
@@ -222,6 +227,7 @@ cmd_init(int argc, char **argv)
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'u': url = optarg; break;
+		case 's': store = optarg; break;
 		case 'n':
 			if (nhost == MAX_HOSTNAMES)
 				usage_error("at most 16 --hostname flags%s", "");
@@ -250,7 +256,10 @@ cmd_init(int argc, char **argv)
 		goto fail;
 	if (ca_create(dir, hostnames, nhost, err, sizeof(err)) != 0)
 		goto fail;
-	snprintf(store_url, sizeof(store_url), "sqlite://%s/tether.db", dir);
+	if (store != NULL)
+		snprintf(store_url, sizeof(store_url), "%s", store);
+	else
+		snprintf(store_url, sizeof(store_url), "sqlite://%s/tether.db", dir);
 	if (store_open(store_url, &st, err, sizeof(err)) != STORE_OK)
 		goto fail;
 	if (init_admin_token(dir, st, err, sizeof(err)) != 0 ||

@@ -343,14 +343,14 @@ connect_backend(const char *url, struct store *s, char *err, size_t errlen)
 	if (has_prefix(url, SQLITE_SCHEME))
 		return store_sqlite_connect(url + strlen(SQLITE_SCHEME), s, err,
 		    errlen);
+	/* libpq reads the whole URL, scheme included. */
 	if (has_prefix(url, POSTGRES_SCHEME) ||
-	    has_prefix(url, POSTGRESQL_SCHEME)) {
-		snprintf(err, errlen, "PostgreSQL store not yet supported");
-		return STORE_ERR;
-	}
+	    has_prefix(url, POSTGRESQL_SCHEME))
+		return store_pg_connect(url, s, err, errlen);
 	/* Print only the scheme: a URL may carry a password. */
 	snprintf(err, errlen, "unsupported store URL scheme \"%.*s\" "
-	    "(expected sqlite://PATH)", (int)strcspn(url, ":/"), url);
+	    "(expected sqlite://PATH or postgres://USER@HOST:PORT/DB)",
+	    (int)strcspn(url, ":/"), url);
 	return STORE_ERR;
 }
 

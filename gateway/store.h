@@ -2,13 +2,13 @@
  * store.h: the gateway's persistent state, one interface over its backends.
  *
  * store_open picks the backend from the URL: "sqlite://PATH" (embedded,
- * WAL mode) today; "postgres://..." is reserved for shared state between
- * replicas.  Every backend keeps a schema version and applies migrations in
- * order at open, so a newer gateway upgrades an older database in place.
+ * WAL mode, the default) or "postgres://USER@HOST:PORT/DB" (one database
+ * shared by several gateway replicas; "postgresql://" too).  Every backend
+ * has the same schema and applies migrations in order at open, one process
+ * at a time, so a newer gateway upgrades an older database in place
+ * (store_schema.c; docs/0016).
  *
- * Calls are synchronous.  SQLite on local disk answers in microseconds, which
- * is why the gateway may call it from its event loop; a remote backend must
- * not be added without making these calls asynchronous.
+ * Calls are synchronous: they return when the database has answered.
  *
  * Records are plain structs with fixed-size strings; list calls return an
  * array the caller frees with free().

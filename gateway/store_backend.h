@@ -143,6 +143,10 @@ struct store {
  */
 int store_sqlite_connect(const char *path, struct store *s, char *err,
     size_t errlen);
+/* The PostgreSQL backend (store_pg.c): url is the whole postgres:// or
+ * postgresql:// URL, as libpq reads it. */
+int store_pg_connect(const char *url, struct store *s, char *err,
+    size_t errlen);
 
 /*
  * Ends the transaction begun with be->begin: commits when rc is STORE_OK,

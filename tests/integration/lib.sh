@@ -196,3 +196,47 @@ CONF
 	nginx -c "$T/$name.conf" -p "$T" &
 	PIDS+=($!)
 }
+
+# pg_start: a private PostgreSQL (Debian's postgresql package) on a free
+# loopback port, its cluster and socket under $T/pg, trust authentication on
+# loopback only, an empty database "tether".  Sets PG_PORT and PG_URL
+# (postgres://postgres@127.0.0.1:PORT/tether); stopped at exit.
+# initdb and postgres refuse to run as root: as root they run as postgres.
+pg_start() {
+	local bin
+	bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+	PG_BIN=$bin
+	PG_PORT=$(free_port)
+	PG_DIR=$T/pg
+	PG_AS=()
+	mkdir -p "$PG_DIR"
+	if [ "$(id -u)" = 0 ]; then
+		chmod 711 "$T"   # the postgres user reaches $T/pg, nothing else
+		chown postgres "$PG_DIR"
+		PG_AS=(runuser -u postgres --)
+	fi
+	"${PG_AS[@]}" "$bin/initdb" -D "$PG_DIR/db" -A trust -U postgres \
+		>"$T/pg-initdb.log" 2>&1 || fail "initdb failed (see pg-initdb.log)"
+	on_cleanup pg_stop
+	pg_ctl_start
+	psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+		-c 'CREATE DATABASE tether' || fail "cannot create the database"
+	PG_URL=postgres://postgres@127.0.0.1:$PG_PORT/tether
+}
+
+# pg_ctl_start: (re)starts the cluster pg_start made; waits until it accepts.
+pg_ctl_start() {
+	"${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/db" -w -t 60 -l "$PG_DIR/log" \
+		-o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start \
+		>/dev/null || { cat "$PG_DIR/log" >&2; fail "PostgreSQL did not start"; }
+}
+
+pg_stop() {
+	[ -f "$PG_DIR/db/postmaster.pid" ] || return 0
+	"${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/db" -m fast -w stop >/dev/null
+}
+
+# pg_query SQL: one value from the test's database (unaligned, no header).
+pg_query() {
+	psql -X -qAt -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether -c "$1"
+}

@@ -1,8 +1,14 @@
 /*
- * test_store.c: the SQLite store against a real database file in a temp
- * directory: opening and migrating (a schema-1 database upgraded in place),
- * clusters, tokens, user tokens and their scopes, the register rules,
- * persisted transitions and a second connection on the same file.
+ * test_store.c: the store against a real database: opening and migrating
+ * (a schema-1 database upgraded in place), clusters, tokens, user tokens and
+ * their scopes, the register rules, persisted transitions, a second
+ * connection, and several connections registering and migrating at once.
+ *
+ * By default on SQLite, a database file in a temp directory per test.  With
+ * TETHER_TEST_PG_URL=postgres://... (test_store_postgres.sh starts a private
+ * PostgreSQL and sets it) the same tests run on PostgreSQL, the schema
+ * dropped before each; the few that are about SQLite's files and locks
+ * are skipped there.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
 #include <sqlite3.h>
 
 #include "log.h"
@@ -26,6 +33,9 @@
 
 #define NOW 1700000000
 #define SCHEMA_NOW 2      /* the schema version this gateway migrates to */
+
+/* The PostgreSQL database the tests run on, or NULL for SQLite. */
+static const char *pg_url;
 
 struct fixture {
 	char dir[64];
@@ -35,6 +45,55 @@ struct fixture {
 };
 
 /* ---- helpers ------------------------------------------------------------ */
+
+static void
+quiet(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* Runs sql on a PostgreSQL connection of our own; the answer's first
+ * value as an integer (0 when there is none), or -1 on a failure. */
+static int64_t
+pg_sql(const char *sql)
+{
+	PGconn *c = PQconnectdb(pg_url);
+	PGresult *r;
+	int64_t v = -1;
+
+	if (PQstatus(c) == CONNECTION_OK) {
+		PQsetNoticeProcessor(c, quiet, NULL);
+		r = PQexec(c, sql);
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0)
+			v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+		else if (PQresultStatus(r) == PGRES_TUPLES_OK ||
+		    PQresultStatus(r) == PGRES_COMMAND_OK)
+			v = 0;
+		else
+			fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+		PQclear(r);
+	} else {
+		fprintf(stderr, "%s", PQerrorMessage(c));
+	}
+	PQfinish(c);
+	return v;
+}
+
+/* An empty database for the next test. */
+static int
+pg_reset(void)
+{
+	return pg_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public") ==
+	    -1 ? -1 : 0;
+}
+
+static void
+sqlite_only(void)
+{
+	if (pg_url != NULL)
+		skip();
+}
 
 static int
 setup(void **state)
@@ -51,6 +110,13 @@ setup(void **state)
 	}
 	snprintf(f->path, sizeof(f->path), "%s/tether.db", f->dir);
 	snprintf(f->url, sizeof(f->url), "sqlite://%s", f->path);
+	if (pg_url != NULL) {
+		if (pg_reset() != 0) {
+			free(f);
+			return -1;
+		}
+		snprintf(f->url, sizeof(f->url), "%s", pg_url);
+	}
 	if (store_open(f->url, &f->s, err, sizeof(err)) != STORE_OK) {
 		fprintf(stderr, "store_open: %s\n", err);
 		free(f);
@@ -220,6 +286,12 @@ do_transition(struct store *s, const char *id, enum agent_event ev,
 static int64_t
 raw_int(const char *path, const char *sql)
 {
+	if (pg_url != NULL) {
+		int64_t v = pg_sql(sql);
+
+		assert_true(v >= 0);
+		return v;
+	}
 	sqlite3 *db = NULL;
 	sqlite3_stmt *st = NULL;
 	int64_t v;
@@ -245,13 +317,15 @@ test_open_creates_and_migrates(void **state)
 	char wal[160];
 
 	assert_int_equal(store_schema_version(f->s), SCHEMA_NOW);
-	assert_int_equal(stat(f->path, &st), 0);
-	assert_int_equal(st.st_mode & 0777, 0600);
 	make_cluster(f, "keepme", &c);
-	/* SQLite gives the WAL the database file's mode. */
-	snprintf(wal, sizeof(wal), "%s-wal", f->path);
-	assert_int_equal(stat(wal, &st), 0);
-	assert_int_equal(st.st_mode & 0777, 0600);
+	if (pg_url == NULL) {
+		assert_int_equal(stat(f->path, &st), 0);
+		assert_int_equal(st.st_mode & 0777, 0600);
+		/* SQLite gives the WAL the database file's mode. */
+		snprintf(wal, sizeof(wal), "%s-wal", f->path);
+		assert_int_equal(stat(wal, &st), 0);
+		assert_int_equal(st.st_mode & 0777, 0600);
+	}
 
 	reopen(f);
 	assert_int_equal(store_schema_version(f->s), SCHEMA_NOW);
@@ -260,8 +334,9 @@ test_open_creates_and_migrates(void **state)
 	/* Each migration ran once, not once per open. */
 	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"),
 	    SCHEMA_NOW);
-	assert_int_equal(raw_int(f->path,
-	    "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+	if (pg_url == NULL)
+		assert_int_equal(raw_int(f->path,
+		    "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
 }
 
 static void
@@ -271,10 +346,13 @@ test_open_bad_urls(void **state)
 	char err[STORE_ERROR_MAX + 1], url[256];
 	struct store *s = (struct store *)1;
 
-	assert_int_equal(store_open("postgres://u:pw@db/tether", &s, err,
-	    sizeof(err)), STORE_ERR);
+	/* Nothing listens on port 1: refused at once, the password not
+	 * echoed. */
+	assert_int_equal(store_open("postgres://u:pw@127.0.0.1:1/tether", &s,
+	    err, sizeof(err)), STORE_ERR);
 	assert_null(s);
-	assert_string_equal(err, "PostgreSQL store not yet supported");
+	assert_non_null(strstr(err, "cannot connect to PostgreSQL"));
+	assert_null(strstr(err, "pw"));
 
 	assert_int_equal(store_open("mysql://u:secret@db", &s, err, sizeof(err)),
 	    STORE_ERR);
@@ -295,10 +373,15 @@ test_newer_schema_refused(void **state)
 	char err[STORE_ERROR_MAX + 1];
 	sqlite3 *db;
 
-	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(db, "INSERT INTO schema_version "
-	    "VALUES (99, 0)", NULL, NULL, NULL), SQLITE_OK);
-	sqlite3_close(db);
+	if (pg_url != NULL) {
+		assert_int_equal(pg_sql("INSERT INTO schema_version "
+		    "VALUES (99, 0)"), 0);
+	} else {
+		assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+		assert_int_equal(sqlite3_exec(db, "INSERT INTO schema_version "
+		    "VALUES (99, 0)", NULL, NULL, NULL), SQLITE_OK);
+		sqlite3_close(db);
+	}
 
 	store_close(f->s);
 	assert_int_equal(store_open(f->url, &f->s, err, sizeof(err)), STORE_ERR);
@@ -372,6 +455,7 @@ test_migrates_v1_in_place(void **state)
 	struct store *s = NULL;
 	sqlite3 *db;
 
+	sqlite_only();
 	snprintf(path, sizeof(path), "%s/v1.db", f->dir);
 	snprintf(url, sizeof(url), "sqlite://%s", path);
 	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
@@ -1134,6 +1218,7 @@ test_waits_for_lock(void **state)
 	struct timespec t0, t1;
 	pthread_t th;
 
+	sqlite_only();
 	assert_int_equal(pthread_barrier_init(&h.locked, NULL, 2), 0);
 	assert_int_equal(pthread_create(&th, NULL, hold_lock, &h), 0);
 	pthread_barrier_wait(&h.locked);
@@ -1145,6 +1230,151 @@ test_waits_for_lock(void **state)
 	    (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 200);
 	pthread_join(th, NULL);
 	pthread_barrier_destroy(&h.locked);
+}
+
+/* ---- several connections at once --------------------------------------- */
+
+#define RACERS     4     /* connections, each on its own thread */
+#define RACE_TRIES 5     /* registrations each, every one a new node */
+#define RACE_USES  7     /* fewer than RACERS * RACE_TRIES */
+
+struct racer {
+	const char *url;
+	int id;
+	pthread_barrier_t *go;
+	int created, refused, failed;
+};
+
+/* Registers RACE_TRIES new nodes with the shared token, all racers at once. */
+static void *
+race_register(void *arg)
+{
+	struct racer *r = arg;
+	char err[STORE_ERROR_MAX + 1], node[32];
+	struct store *s = NULL;
+	struct store_agent a;
+	bool created;
+	int i, rc;
+
+	if (store_open(r->url, &s, err, sizeof(err)) != STORE_OK) {
+		r->failed = RACE_TRIES;
+		pthread_barrier_wait(r->go);
+		return NULL;
+	}
+	pthread_barrier_wait(r->go);
+	for (i = 0; i < RACE_TRIES; i++) {
+		snprintf(node, sizeof(node), "r%d-n%d", r->id, i);
+		rc = store_agent_register(s, "racetokenracetok", node,
+		    (const uint8_t[32]){ (uint8_t)(r->id * 16 + i + 1) }, NOW,
+		    &a, &created, err, sizeof(err));
+		if (rc == STORE_OK && created)
+			r->created++;
+		else if (rc == STORE_REFUSED && strcmp(err,
+		    "import token used up") == 0)
+			r->refused++;
+		else
+			r->failed++;
+	}
+	store_close(s);
+	return NULL;
+}
+
+/* One limited token spent from several connections at once: exactly its
+ * uses become agents, the rest are refused as used up. */
+static void
+test_register_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent *list;
+	struct racer r[RACERS];
+	pthread_t th[RACERS];
+	pthread_barrier_t go;
+	int i, created = 0, refused = 0, failed = 0;
+	size_t n;
+
+	make_import(f, "racetokenracetok", RACE_USES, false, &c);
+	assert_int_equal(pthread_barrier_init(&go, NULL, RACERS), 0);
+	for (i = 0; i < RACERS; i++) {
+		r[i] = (struct racer){ .url = f->url, .id = i, .go = &go };
+		assert_int_equal(pthread_create(&th[i], NULL, race_register,
+		    &r[i]), 0);
+	}
+	for (i = 0; i < RACERS; i++) {
+		pthread_join(th[i], NULL);
+		created += r[i].created;
+		refused += r[i].refused;
+		failed += r[i].failed;
+	}
+	pthread_barrier_destroy(&go);
+	assert_int_equal(failed, 0);
+	assert_int_equal(created, RACE_USES);
+	assert_int_equal(refused, RACERS * RACE_TRIES - RACE_USES);
+	assert_int_equal(uses_of(f, "racetokenracetok"), 0);
+	assert_int_equal(store_agent_list(f->s, c.id, &list, &n), STORE_OK);
+	assert_int_equal(n, RACE_USES);
+	free(list);
+}
+
+struct opener {
+	const char *url;
+	pthread_barrier_t *go;
+	int rc, version;
+	char err[STORE_ERROR_MAX + 1];
+};
+
+static void *
+race_open(void *arg)
+{
+	struct opener *o = arg;
+	struct store *s = NULL;
+
+	pthread_barrier_wait(o->go);
+	o->rc = store_open(o->url, &s, o->err, sizeof(o->err));
+	if (s != NULL)
+		o->version = store_schema_version(s);
+	store_close(s);
+	return NULL;
+}
+
+/* Several gateways opening an empty database at once: every one opens,
+ * and each migration is applied once. */
+static void
+test_open_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct opener o[RACERS];
+	pthread_t th[RACERS];
+	pthread_barrier_t go;
+	char url[192];
+	int i;
+
+	if (pg_url != NULL) {
+		store_close(f->s);
+		f->s = NULL;
+		assert_int_equal(pg_reset(), 0);
+		snprintf(url, sizeof(url), "%s", pg_url);
+	} else {
+		snprintf(url, sizeof(url), "sqlite://%s/race.db", f->dir);
+	}
+	assert_int_equal(pthread_barrier_init(&go, NULL, RACERS), 0);
+	for (i = 0; i < RACERS; i++) {
+		o[i] = (struct opener){ .url = url, .go = &go };
+		assert_int_equal(pthread_create(&th[i], NULL, race_open, &o[i]),
+		    0);
+	}
+	for (i = 0; i < RACERS; i++) {
+		pthread_join(th[i], NULL);
+		if (o[i].rc != STORE_OK)
+			fprintf(stderr, "open %d: %s\n", i, o[i].err);
+		assert_int_equal(o[i].rc, STORE_OK);
+		assert_int_equal(o[i].version, SCHEMA_NOW);
+	}
+	pthread_barrier_destroy(&go);
+	assert_int_equal(raw_int(url + strlen("sqlite://"),
+	    "SELECT count(*) FROM schema_version"), SCHEMA_NOW);
+	if (pg_url != NULL)
+		reopen(f);
 }
 
 int
@@ -1174,9 +1404,14 @@ main(void)
 		T(test_list_many),
 		T(test_second_connection),
 		T(test_waits_for_lock),
+		T(test_register_concurrent),
+		T(test_open_concurrent),
 #undef T
 	};
 
+	pg_url = getenv("TETHER_TEST_PG_URL");
+	if (pg_url != NULL && *pg_url == '\0')
+		pg_url = NULL;
 	/* Keep the output to the test results. */
 	log_init("test", LOG_LEVEL_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,425 @@
+/*
+ * store_pg.c: the PostgreSQL backend of the store (store_backend.h), for
+ * several gateway replicas sharing one database.  Runs statements with
+ * libpq on one connection per struct store.
+ *
+ * The URL (postgres://USER@HOST:PORT/DB or postgresql://...) goes to libpq
+ * as it is, so every libpq URL parameter works (sslmode, a password from
+ * ~/.pgpass or PGPASSWORD).  '?' placeholders become $1, $2, ...; text and
+ * integers are sent as text, keys as binary bytea; answers come back as
+ * text (bytea in hex).
+ *
+ * Concurrency: READ COMMITTED transactions in which the rules lock the rows
+ * they decide on (STORE_STMT_LOCK adds FOR UPDATE): two replicas spending
+ * the same import token queue on its row, the second reading what the first
+ * committed.  Migrations run under a transaction-scoped advisory lock, so
+ * replicas starting at once migrate one after the other.
+ *
+ * Calls block until the server answers (docs/0016 says how the event loop
+ * is kept from waiting on them).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "log.h"
+#include "store_backend.h"
+
+#define PG(s) ((PGconn *)(s)->impl)
+#define RES(r) ((const PGresult *)(r)->impl)
+
+#define CONNECT_TIMEOUT_S "10"
+#define MAX_PARAMS 16
+#define MAX_SQL 2048
+/* pg_advisory_xact_lock's key for migrations: "tether" plus a 1. */
+#define MIGRATE_LOCK_SQL "SELECT pg_advisory_xact_lock(127978173456641)"
+#define FOR_UPDATE " FOR UPDATE"
+
+/* SQLSTATEs the rules care about. */
+#define SQLSTATE_UNIQUE      "23505"
+#define SQLSTATE_FOREIGN_KEY "23503"
+#define SQLSTATE_INTEGRITY   "23"      /* class: any other constraint */
+#define SQLSTATE_DISK_FULL   "53100"
+
+/* ---- failures ------------------------------------------------------------ */
+
+/* The first line of a libpq message (they end in newlines, some have two). */
+static void
+message(char *err, size_t errlen, const char *what, const char *msg)
+{
+	size_t len = strcspn(msg, "\n");
+
+	snprintf(err, errlen, "%s: %.*s", what, (int)len, msg);
+}
+
+static enum store_violation
+violation(const PGresult *res)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *cons = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
+	size_t len;
+
+	if (state == NULL)
+		return STORE_V_NONE;
+	if (strcmp(state, SQLSTATE_UNIQUE) == 0) {
+		/* PostgreSQL names a primary key TABLE_pkey. */
+		len = cons != NULL ? strlen(cons) : 0;
+		if (len >= 5 && strcmp(cons + len - 5, "_pkey") == 0)
+			return STORE_V_PRIMARY_KEY;
+		return STORE_V_UNIQUE;
+	}
+	if (strcmp(state, SQLSTATE_FOREIGN_KEY) == 0)
+		return STORE_V_FOREIGN_KEY;
+	if (strncmp(state, SQLSTATE_INTEGRITY, 2) == 0)
+		return STORE_V_OTHER;
+	return STORE_V_NONE;
+}
+
+/* A failed result (or none) as STORE_ERR / STORE_FULL with err. */
+static int
+res_fail(struct store *s, const PGresult *res, const char *what, char *err,
+    size_t errlen)
+{
+	const char *state = res != NULL ?
+	    PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	message(err, errlen, what, res != NULL && *PQresultErrorMessage(res) ?
+	    PQresultErrorMessage(res) : PQerrorMessage(PG(s)));
+	if (state != NULL && strcmp(state, SQLSTATE_DISK_FULL) == 0) {
+		size_t n = strlen(err);
+
+		snprintf(err + n, errlen - n, " (no space left for the store)");
+		return STORE_FULL;
+	}
+	return STORE_ERR;
+}
+
+static bool
+res_ok(const PGresult *res)
+{
+	ExecStatusType st = PQresultStatus(res);
+
+	return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+/*
+ * A connection the server dropped (a restart) is reset before the next
+ * statement, outside a transaction only: inside one, the transaction is
+ * lost with the connection and its statement must fail.
+ */
+static void
+revive(struct store *s)
+{
+	if (PQstatus(PG(s)) != CONNECTION_BAD)
+		return;
+	warn("store connection lost; reconnecting",
+	    KV_S("err", PQerrorMessage(PG(s))));
+	PQreset(PG(s));
+}
+
+/* ---- statements ---------------------------------------------------------- */
+
+/* q's SQL with $1, $2, ... for '?' and FOR UPDATE when asked. */
+static int
+pg_sql(const struct store_stmt *q, char *out, size_t outlen)
+{
+	size_t o = 0, n = 0;
+	const char *p;
+	int w;
+
+	for (p = q->sql; *p != '\0'; p++) {
+		if (*p == '?')
+			w = snprintf(out + o, outlen - o, "$%zu", ++n);
+		else
+			w = snprintf(out + o, outlen - o, "%c", *p);
+		if (w < 0 || (size_t)w >= outlen - o)
+			return -1;
+		o += (size_t)w;
+	}
+	if ((q->flags & STORE_STMT_LOCK) != 0) {
+		w = snprintf(out + o, outlen - o, "%s", FOR_UPDATE);
+		if (w < 0 || (size_t)w >= outlen - o)
+			return -1;
+	}
+	return n == q->nparams ? 0 : -1;
+}
+
+/* The values of q's parameters in libpq's form; ints are written into
+ * nums.  Text and integers as text, keys as binary. */
+static void
+pg_params(const struct store_stmt *q, const char **values, int *lengths,
+    int *formats, char nums[][24])
+{
+	size_t i;
+
+	for (i = 0; i < q->nparams; i++) {
+		const struct store_param *p = &q->params[i];
+
+		lengths[i] = 0;
+		formats[i] = 0;
+		switch (p->type) {
+		case SP_TEXT_OR_NULL:
+			values[i] = (p->text == NULL || *p->text == '\0') ?
+			    NULL : p->text;
+			break;
+		case SP_TEXT:
+			values[i] = p->text;
+			break;
+		case SP_INT:
+			snprintf(nums[i], sizeof(nums[i]), "%lld",
+			    (long long)p->i);
+			values[i] = nums[i];
+			break;
+		case SP_KEY:
+			values[i] = (const char *)p->key;
+			lengths[i] = 32;
+			formats[i] = 1;
+			break;
+		}
+	}
+}
+
+static int
+each_row(struct store *s, const PGresult *res, const struct store_stmt *q,
+    store_row_fn *fn, void *arg, char *err, size_t errlen)
+{
+	struct store_row row = { .be = s->be, .impl = (void *)res };
+	int rows = PQntuples(res);
+
+	for (row.index = 0; fn != NULL && row.index < rows; row.index++) {
+		if (fn(&row, arg) == -1) {
+			snprintf(err, errlen, "%s: malformed row", q->what);
+			return STORE_ERR;
+		}
+	}
+	return STORE_OK;
+}
+
+static int
+pg_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
+    void *arg, struct store_outcome *out, char *err, size_t errlen)
+{
+	const char *values[MAX_PARAMS];
+	int lengths[MAX_PARAMS], formats[MAX_PARAMS];
+	char nums[MAX_PARAMS][24], sql[MAX_SQL];
+	PGresult *res;
+	int rc;
+
+	if (out != NULL)
+		*out = (struct store_outcome){ 0 };
+	if (q->nparams > MAX_PARAMS || pg_sql(q, sql, sizeof(sql)) == -1) {
+		snprintf(err, errlen, "%s: statement does not fit", q->what);
+		return STORE_ERR;
+	}
+	pg_params(q, values, lengths, formats, nums);
+	if (PQtransactionStatus(PG(s)) == PQTRANS_IDLE ||
+	    PQtransactionStatus(PG(s)) == PQTRANS_UNKNOWN)
+		revive(s);
+	res = PQexecParams(PG(s), sql, (int)q->nparams, NULL, values, lengths,
+	    formats, 0);
+	if (res == NULL || !res_ok(res)) {
+		if (out != NULL && res != NULL)
+			out->violation = violation(res);
+		rc = res_fail(s, res, q->what, err, errlen);
+		PQclear(res);
+		return rc;
+	}
+	if (out != NULL)
+		out->changes = strtoll(PQcmdTuples(res), NULL, 10);
+	rc = each_row(s, res, q, fn, arg, err, errlen);
+	PQclear(res);
+	return rc;
+}
+
+/* Runs constant SQL, possibly several statements (the migrations). */
+static int
+pg_exec(struct store *s, const char *sql, const char *what, char *err,
+    size_t errlen)
+{
+	PGresult *res;
+	int rc = STORE_OK;
+
+	if (PQtransactionStatus(PG(s)) == PQTRANS_IDLE ||
+	    PQtransactionStatus(PG(s)) == PQTRANS_UNKNOWN)
+		revive(s);
+	res = PQexec(PG(s), sql);
+	if (res == NULL || !res_ok(res))
+		rc = res_fail(s, res, what, err, errlen);
+	PQclear(res);
+	return rc;
+}
+
+static int
+pg_begin(struct store *s, bool migrating, char *err, size_t errlen)
+{
+	int rc;
+
+	if ((rc = pg_exec(s, "BEGIN", "begin transaction", err, errlen)) !=
+	    STORE_OK)
+		return rc;
+	if (migrating && (rc = pg_exec(s, MIGRATE_LOCK_SQL, "lock migrations",
+	    err, errlen)) != STORE_OK)
+		return rc;
+	return STORE_OK;
+}
+
+static void
+pg_rollback(struct store *s)
+{
+	PGresult *res;
+
+	if (PQtransactionStatus(PG(s)) == PQTRANS_IDLE)
+		return;
+	res = PQexec(PG(s), "ROLLBACK");
+	if (res == NULL || !res_ok(res))
+		error("store rollback failed",
+		    KV_S("err", PQerrorMessage(PG(s))));
+	PQclear(res);
+}
+
+/* COMMIT of a transaction a failed statement spoiled answers ROLLBACK,
+ * not an error: that is a failure here. */
+static int
+pg_commit(struct store *s, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(PG(s), "COMMIT");
+	int rc = STORE_OK;
+
+	if (res == NULL || !res_ok(res))
+		rc = res_fail(s, res, "commit", err, errlen);
+	else if (strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+		snprintf(err, errlen, "commit: the transaction was rolled back");
+		rc = STORE_ERR;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/* ---- columns ------------------------------------------------------------- */
+
+static bool
+pg_col_null(const struct store_row *r, int col)
+{
+	return PQgetisnull(RES(r), r->index, col) != 0;
+}
+
+static int64_t
+pg_col_int(const struct store_row *r, int col)
+{
+	return strtoll(PQgetvalue(RES(r), r->index, col), NULL, 10);
+}
+
+/* NULL reads as ""; -1 if the text does not fit. */
+static int
+pg_col_text(const struct store_row *r, int col, char *dst, size_t dstlen)
+{
+	int len = PQgetlength(RES(r), r->index, col);
+
+	if (len < 0 || (size_t)len >= dstlen)
+		return -1;
+	memcpy(dst, PQgetvalue(RES(r), r->index, col), (size_t)len);
+	dst[len] = '\0';
+	return 0;
+}
+
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* bytea in hex output: "\x" and 64 hex digits. */
+static int
+pg_col_key(const struct store_row *r, int col, uint8_t dst[32])
+{
+	const char *v = PQgetvalue(RES(r), r->index, col);
+	int i, hi, lo;
+
+	if (PQgetisnull(RES(r), r->index, col) ||
+	    PQgetlength(RES(r), r->index, col) != 66 ||
+	    v[0] != '\\' || v[1] != 'x')
+		return -1;
+	for (i = 0; i < 32; i++) {
+		if ((hi = hexval(v[2 + 2 * i])) == -1 ||
+		    (lo = hexval(v[3 + 2 * i])) == -1)
+			return -1;
+		dst[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+static void
+pg_close(struct store *s)
+{
+	if (s->impl != NULL)
+		PQfinish(PG(s));
+	s->impl = NULL;
+}
+
+static const struct store_dialect pg_dialect = {
+	.integer = "BIGINT",
+	.blob = "BYTEA",
+	.table_end = ")",
+	.rowid = "rowid BIGSERIAL NOT NULL,",
+};
+
+static const struct store_backend pg_backend = {
+	.name = "postgres",
+	.dialect = &pg_dialect,
+	.run = pg_run,
+	.exec = pg_exec,
+	.begin = pg_begin,
+	.commit = pg_commit,
+	.rollback = pg_rollback,
+	.col_null = pg_col_null,
+	.col_int = pg_col_int,
+	.col_text = pg_col_text,
+	.col_key = pg_col_key,
+	.close = pg_close,
+};
+
+/* ---- connecting ---------------------------------------------------------- */
+
+/* NOTICEs ("relation already exists, skipping") are not for the log. */
+static void
+quiet(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+int
+store_pg_connect(const char *url, struct store *s, char *err, size_t errlen)
+{
+	/* The URL comes last, so that what it sets wins over the defaults. */
+	const char *const keys[] = { "connect_timeout", "application_name",
+	    "dbname", NULL };
+	const char *const values[] = { CONNECT_TIMEOUT_S, "tether-gateway",
+	    url, NULL };
+	PGconn *conn;
+
+	s->be = &pg_backend;
+	conn = PQconnectdbParams(keys, values, 1);
+	if (conn == NULL) {
+		snprintf(err, errlen, "cannot connect to PostgreSQL: out of memory");
+		return STORE_ERR;
+	}
+	s->impl = conn;
+	if (PQstatus(conn) != CONNECTION_OK) {
+		/* libpq's reason names host and port, never the password. */
+		message(err, errlen, "cannot connect to PostgreSQL",
+		    PQerrorMessage(conn));
+		return STORE_ERR;
+	}
+	PQsetNoticeProcessor(conn, quiet, NULL);
+	return STORE_OK;
+}
