@@ -65,6 +65,14 @@ runtime_ms_timeval(uint32_t ms)
 	return tv;
 }
 
+void
+runtime_drain(struct event_base *base)
+{
+	for (int pass = 0; pass < 16 &&
+	    event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE) > 0; pass++)
+		event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
 struct event_base *
 runtime_event_base(void)
 {

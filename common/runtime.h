@@ -21,6 +21,23 @@ struct event_base;
  */
 struct event_base *runtime_event_base(void);
 
+/*
+ * Runs what base still has queued, after its loop has stopped and the
+ * owner has ended its objects: call it before event_base_free.  An object
+ * ended on the loop is freed by its own active event (docs/0015: a
+ * bridge, a multiplexer's ended streams, a WebSocket client); and
+ * bufferevent_free only drops our reference: a deferred callback already
+ * queued for the bufferevent (BEV_OPT_DEFER_CALLBACKS; say its peer's last
+ * bytes were read in the loop pass that ended with the loop's break) holds
+ * another, and the bufferevent, its SSL and its socket are freed when that
+ * callback has run, then by the finalizers it queues.  The loop has
+ * stopped, so without this pass none of that happens and event_base_free
+ * drops the callbacks: the memory leaks.  Never blocks: only callbacks
+ * already active run (and timers already due), at most 16 passes; an
+ * object freed this way queues nothing new once its callbacks ran.
+ */
+void runtime_drain(struct event_base *base);
+
 #include <stdint.h>
 #include <sys/time.h>
 

@@ -392,6 +392,7 @@ cmd_connect(struct ctl *c, int argc, char **argv)
 		bufferevent_free(cs.in);
 	if (cs.out != NULL)
 		bufferevent_free(cs.out);
+	runtime_drain(cs.base);   /* the client's memory goes from the loop */
 	event_base_free(cs.base);
 	return r;
 }
@@ -661,6 +662,7 @@ cmd_forward(struct ctl *c, int argc, char **argv)
 		evconnlistener_free(fs.listener);
 	event_free(fs.sigint);
 	event_free(fs.sigterm);
+	runtime_drain(fs.base);   /* ended bridges, streams and client go now */
 	event_base_free(fs.base);
 	return fs.exit_code < 0 ? CTL_EXIT_SERVER : fs.exit_code;
 }

@@ -1095,25 +1095,6 @@ server_port(struct gateway *gw)
 	return gw->server != NULL ? gw->server->port : -1;
 }
 
-/*
- * Runs what the loop still has queued, after the connections were freed.
- * bufferevent_free only drops our reference: a deferred callback already
- * queued for the bufferevent (BEV_OPT_DEFER_CALLBACKS; say its peer's last
- * bytes were read in the loop pass that ended with the loop's break) holds
- * another, and the bufferevent, its SSL and its socket are freed when that
- * callback has run, then by the finalizers it queues.  The loop has
- * stopped, so without this pass that never happens and event_base_free
- * drops the callback: the TLS connection leaks.  Bounded: a freed
- * bufferevent queues nothing new once its callbacks ran.
- */
-static void
-server_drain_deferred(struct event_base *base)
-{
-	for (int pass = 0; pass < 16 &&
-	    event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE) > 0; pass++)
-		event_base_loop(base, EVLOOP_NONBLOCK);
-}
-
 void
 server_stop(struct gateway *gw)
 {
@@ -1134,7 +1115,8 @@ server_stop(struct gateway *gw)
 	}
 	/* Every WebSocket gets its on_close (a tunnel ends its session there). */
 	wsconn_destroy_all(&srv->ws);
-	server_drain_deferred(gw->base);
+	/* What the loop still holds of them goes too (runtime.h). */
+	runtime_drain(gw->base);
 	if (srv->ssl_ctx != NULL)
 		SSL_CTX_free(srv->ssl_ctx);
 	free(srv);

@@ -316,8 +316,11 @@ agent_free(struct agent *a)
 	if (a->dns != NULL)
 		evdns_base_free(a->dns, 0);
 	sdnotify_watchdog_stop();
-	if (a->base != NULL)
+	if (a->base != NULL) {
+		/* What was ended above is freed by its own events. */
+		runtime_drain(a->base);
 		event_base_free(a->base);
+	}
 	EVP_PKEY_free(a->agent_key);
 	EVP_PKEY_free(a->import_key);
 }

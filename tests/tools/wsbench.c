@@ -41,6 +41,7 @@
 #include <openssl/sha.h>
 #include <openssl/ssl.h>
 
+#include "runtime.h"
 #include "wsclient.h"
 #include "wsframe.h"
 
@@ -421,6 +422,7 @@ run_client(const char *url, const char *cacert)
 	if (k.status != 101)
 		fprintf(stderr, "wsbench: closed with %d %s\n", k.status, k.reason);
 	free(k.payload);
+	runtime_drain(k.base);   /* the freed client's memory goes from the loop */
 	event_base_free(k.base);
 	return k.status == 101 ? 0 : 1;
 }

@@ -27,6 +27,7 @@
 
 #include <event2/event.h>
 
+#include "runtime.h"
 #include "wsclient.h"
 
 struct probe {
@@ -201,6 +202,7 @@ main(int argc, char **argv)
 	}
 	event_base_dispatch(p.base);
 	free(p.msg);
+	runtime_drain(p.base);   /* the freed client's memory goes from the loop */
 	event_base_free(p.base);
 	if (!p.closed) {
 		fprintf(stderr, "wsprobe: the loop ended without on_close\n");

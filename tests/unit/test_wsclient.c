@@ -34,6 +34,7 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
+#include "runtime.h"
 #include "wsclient.h"
 #include "wsframe.h"
 
@@ -613,6 +614,7 @@ teardown(void **state)
 	if (srv.bev != NULL)
 		bufferevent_free(srv.bev);
 	evconnlistener_free(srv.lis);
+	runtime_drain(srv.base);   /* a freed client's memory goes from the loop */
 	event_base_free(srv.base);
 	return 0;
 }
