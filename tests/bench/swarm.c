@@ -551,8 +551,10 @@ swarm_free(struct swarm *sw)
 	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
 		if (evs[i] != NULL)
 			event_free(evs[i]);
-	if (sw->base != NULL)
+	if (sw->base != NULL) {
+		runtime_drain(sw->base);   /* the tunnels' clients go from the loop */
 		event_base_free(sw->base);
+	}
 	EVP_PKEY_free(sw->import_key);
 	token_clear(&sw->token);
 	joindoc_clear(&sw->doc);
