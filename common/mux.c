@@ -3,19 +3,23 @@
  *
  * Streams live on one list per multiplexer and in a hash table by id (the
  * lookup every DATA, WINDOW, FIN and RESET frame makes).  A stream that
- * ends is unlinked from both at once (so no frame reaches it again) and
- * parked on a zombie list; the
- * zombies are freed when the outermost mux call returns, so a handler may
- * end a stream from inside a callback that still holds it.
+ * ends is unlinked from both at once (so no frame reaches it again), marked
+ * STREAM_CLOSED and put on the closed list; the mux's own event, made
+ * active then, frees the closed streams from the loop, once every call on
+ * the stack has returned (docs/0015: an end is always deferred to the
+ * loop).  So a handler may end a stream from inside a callback that still
+ * holds it, and no call counts itself.
  */
 #include "mux.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sys/queue.h>
 
+#include <event2/event.h>
 #include <openssl/rand.h>
 
 #include "budget.h"
@@ -29,7 +33,7 @@ enum stream_state {
 	STREAM_OPENING,     /* we sent OPEN, no answer yet */
 	STREAM_ACCEPTING,   /* peer sent OPEN, we have not answered */
 	STREAM_OPEN,        /* data may flow (subject to FIN) */
-	STREAM_CLOSED,      /* ended; on the zombie list */
+	STREAM_CLOSED,      /* ended; on the closed list until the loop frees it */
 };
 
 /* Why mux_stream_send could not take everything: on_writable follows. */
@@ -39,7 +43,7 @@ enum stream_state {
 struct mux_stream {
 	LIST_ENTRY(mux_stream) link;     /* on mux.streams while not closed */
 	struct mux_stream *hnext;        /* its chain in mux.buckets */
-	struct mux_stream *next;         /* on mux.zombies once closed */
+	struct mux_stream *next;         /* on mux.closed once closed */
 	TAILQ_ENTRY(mux_stream) waiting; /* on mux.waitq while BLK_TRANSPORT */
 	struct mux *mux;
 	uint32_t id;
@@ -73,13 +77,15 @@ struct mux {
 	struct mux_stream **buckets;
 	uint32_t nbuckets;
 	uint32_t seed;
-	struct mux_stream *zombies;
+	/* Ended streams not yet freed: reap (an event of the loop, active
+	 * while the list is not empty) frees them, or mux_free does. */
+	struct mux_stream *closed;
+	struct event *reap;
 	/* Streams blocked on the transport, in the order they blocked: room
 	 * goes to them first come, first served, so that no stream starves. */
 	TAILQ_HEAD(, mux_stream) waitq;
 	size_t nstreams;
 	uint32_t next_id;
-	int depth;                 /* mux calls on the stack */
 };
 
 /* The budget of multiplexers configured without one (the agent's,
@@ -95,12 +101,16 @@ mux_set_process_budget(size_t bytes)
 	process_budget.total = bytes;
 }
 
+static void mux_reap(evutil_socket_t fd, short what, void *arg);
+
 struct mux *
-mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
-    const struct mux_handlers *h, void *arg)
+mux_new(struct event_base *base, const struct mux_config *cfg,
+    const struct mux_io *io, void *io_arg, const struct mux_handlers *h,
+    void *arg)
 {
 	struct mux *m = calloc(1, sizeof(*m));
 
+	assert(base != NULL);
 	if (m == NULL)
 		return NULL;
 	m->cfg = *cfg;
@@ -115,7 +125,11 @@ mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
 	LIST_INIT(&m->streams);
 	m->nbuckets = MUX_BUCKETS_MIN;
 	m->buckets = calloc(m->nbuckets, sizeof(*m->buckets));
-	if (m->buckets == NULL) {
+	m->reap = event_new(base, -1, 0, mux_reap, m);
+	if (m->buckets == NULL || m->reap == NULL) {
+		if (m->reap != NULL)
+			event_free(m->reap);
+		free(m->buckets);
 		free(m);
 		return NULL;
 	}
@@ -126,17 +140,26 @@ mux_new(const struct mux_config *cfg, const struct mux_io *io, void *io_arg,
 	return m;
 }
 
+/* Frees the closed streams. */
 static void
-mux_gc(struct mux *m)
+mux_free_closed(struct mux *m)
 {
 	struct mux_stream *s;
 
-	if (m->depth > 0)
-		return;
-	while ((s = m->zombies) != NULL) {
-		m->zombies = s->next;
+	while ((s = m->closed) != NULL) {
+		assert(s->state == STREAM_CLOSED);
+		m->closed = s->next;
 		free(s);
 	}
+}
+
+/* The loop's callback: nothing of a closed stream is on the stack now. */
+static void
+mux_reap(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	mux_free_closed(arg);
 }
 
 /* The bucket of id: the seeded id through murmur3's 32-bit finaliser. */
@@ -161,6 +184,7 @@ stream_find(struct mux *m, uint32_t id)
 	for (s = m->buckets[stream_bucket(m, id)]; s != NULL && s->id != id;
 	    s = s->hnext)
 		;
+	assert(s == NULL || s->state != STREAM_CLOSED);
 	return s;
 }
 
@@ -196,6 +220,8 @@ stream_link(struct mux *m, struct mux_stream *s)
 {
 	uint32_t b;
 
+	/* mux.h: stream ids never collide. */
+	assert(stream_find(m, s->id) == NULL);
 	if (m->nstreams + 1 > m->nbuckets)
 		buckets_grow(m);
 	b = stream_bucket(m, s->id);
@@ -253,14 +279,14 @@ count_opened(struct mux *m, const char *result)
 		mux_metrics_open_delta(1);
 }
 
-/* Unlinks s, returns its budget and parks it for freeing.  Idempotent. */
+/* Unlinks s, returns its budget, marks it closed and has the loop free it
+ * (the deferred end).  Once per stream. */
 static void
 stream_end(struct mux_stream *s)
 {
 	struct mux *m = s->mux;
 
-	if (s->state == STREAM_CLOSED)
-		return;
+	assert(s->state != STREAM_CLOSED);
 	if (s->blocked & BLK_TRANSPORT)
 		TAILQ_REMOVE(&m->waitq, s, waiting);
 	stream_unblock(s, BLK_TRANSPORT | BLK_CREDIT);
@@ -269,10 +295,13 @@ stream_end(struct mux_stream *s)
 	stream_unlink(m, s);
 	budget_release(m->budget, &s->charge);
 	s->state = STREAM_CLOSED;
-	s->next = m->zombies;
-	m->zombies = s;
+	s->next = m->closed;
+	m->closed = s;
+	event_active(m->reap, EV_TIMEOUT, 1);
 }
 
+/* Ends s and makes its on_close: mux.h, exactly once per stream the peer
+ * or the tunnel ends (stream_end asserts it was not ended before). */
 static void
 stream_close_notify(struct mux_stream *s, const char *code)
 {
@@ -291,12 +320,10 @@ static void send_reset(struct mux *m, uint32_t id, const char *code);
  * FIN, ...): RESET it, and tell our own handler too (on_close with the same
  * code) -- unlike mux_stream_reset, nobody on our side asked for this, and
  * its owner would otherwise keep a pointer to a freed stream.  Only called
- * from mux_on_frame, so the stream outlives the callback. */
+ * on a stream mux_on_frame found, so not ended yet (stream_end asserts it). */
 static void
 stream_fail(struct mux_stream *s, const char *code)
 {
-	if (s->state == STREAM_CLOSED)
-		return;
 	send_reset(s->mux, s->id, code);
 	stream_close_notify(s, code);
 }
@@ -401,7 +428,6 @@ mux_open(struct mux *m, struct budget_account *who, const char *target,
 	f.u.open.window = charge.bytes;
 	if (send_frame(m, &f) != 0) {
 		stream_end(s);
-		mux_gc(m);
 		m->refusal = "the tunnel is closing";
 		return NULL;
 	}
@@ -471,7 +497,6 @@ mux_stream_refuse(struct mux_stream *s, const char *code, const char *reason)
 	count_opened(m, code);
 	s->h = NULL;
 	stream_end(s);
-	mux_gc(m);
 }
 
 size_t
@@ -522,12 +547,8 @@ mux_stream_fin(struct mux_stream *s)
 		return;
 	s->fin_sent = 1;
 	send_simple(m, FRAME_FIN, s->id);
-	if (s->fin_received) {
-		m->depth++;
+	if (s->fin_received)
 		stream_close_notify(s, "done");
-		m->depth--;
-		mux_gc(m);
-	}
 }
 
 void
@@ -536,10 +557,9 @@ mux_stream_reset(struct mux_stream *s, const char *code)
 	struct mux *m = s->mux;
 
 	if (s->state == STREAM_CLOSED)
-		return;
+		return;  /* ended earlier in this call stack: a no-op (mux.h) */
 	send_reset(m, s->id, code);
 	stream_end(s);
-	mux_gc(m);
 }
 
 void
@@ -555,6 +575,12 @@ uint32_t
 mux_stream_id(const struct mux_stream *s)
 {
 	return s->id;
+}
+
+struct event_base *
+mux_stream_base(const struct mux_stream *s)
+{
+	return event_get_base(s->mux->reap);
 }
 
 size_t
@@ -690,14 +716,11 @@ mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
 	struct mux_stream *s;
 	int r = 0;
 
-	m->depth++;
-	if (f->type == FRAME_OPEN) {
-		r = on_open(m, f, err, errlen);
-		goto out;
-	}
+	if (f->type == FRAME_OPEN)
+		return on_open(m, f, err, errlen);
 	s = stream_find(m, f->stream_id);
 	if (s == NULL)
-		goto out; /* a frame in flight for a stream already reset: harmless */
+		return 0; /* a frame in flight for a stream already reset: harmless */
 	switch (f->type) {
 	case FRAME_OPEN_OK:
 	case FRAME_OPEN_FAIL:
@@ -719,9 +742,6 @@ mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
 		snprintf(err, errlen, "%s is not a stream frame", frame_type_name(f->type));
 		r = -1;
 	}
-out:
-	m->depth--;
-	mux_gc(m);
 	return r;
 }
 
@@ -730,7 +750,6 @@ mux_on_drain(struct mux *m)
 {
 	struct mux_stream *s;
 
-	m->depth++;
 	/* Each woken stream leaves the queue first; if it blocks again it
 	 * joins the tail, behind the others: round robin. */
 	while ((s = TAILQ_FIRST(&m->waitq)) != NULL &&
@@ -740,8 +759,6 @@ mux_on_drain(struct mux *m)
 		if (s->state == STREAM_OPEN && s->h->on_writable != NULL)
 			s->h->on_writable(s, s->arg);
 	}
-	m->depth--;
-	mux_gc(m);
 }
 
 void
@@ -749,7 +766,6 @@ mux_free(struct mux *m)
 {
 	if (m == NULL)
 		return;
-	m->depth++;
 	while (!LIST_EMPTY(&m->streams)) {
 		struct mux_stream *s = LIST_FIRST(&m->streams);
 		if (s->state == STREAM_ACCEPTING && s->h == NULL) {
@@ -768,8 +784,10 @@ mux_free(struct mux *m)
 		}
 		stream_close_notify(s, "tunnel_lost");
 	}
-	m->depth--;
-	mux_gc(m);
+	/* The owner ends the tunnel from a callback of its own transport, not
+	 * from inside a mux call: the closed streams may go now. */
+	mux_free_closed(m);
+	event_free(m->reap);
 	free(m->buckets);
 	free(m);
 }

@@ -20,7 +20,14 @@
  * Stream life: opening -> open -> (FIN each way) -> closed, or RESET at any
  * time.  on_close runs exactly once for every stream the peer or the tunnel
  * ends; a stream ended by our own mux_stream_reset/refuse gets no on_close.
- * Either way the stream must not be used after that.
+ * Either way the stream must not be used once the calls on the stack have
+ * returned: the multiplexer's own event frees ended streams from the loop
+ * (docs/0015).  Until then its memory stays valid and mux_stream_* calls on
+ * it do nothing, so a handler may end a stream inside any callback.
+ *
+ * Invariants asserted (sanitizer build): a stream ends once (one on_close
+ * at most); stream ids never collide; no frame reaches an ended stream;
+ * only ended streams wait to be freed.
  */
 #ifndef TETHER_MUX_H
 #define TETHER_MUX_H
@@ -33,6 +40,7 @@
 
 struct budget;
 struct budget_account;
+struct event_base;
 struct mux;
 struct mux_stream;
 
@@ -92,9 +100,14 @@ struct mux_handlers {
 	    const struct frame_open *req, void *arg);
 };
 
-struct mux *mux_new(const struct mux_config *cfg, const struct mux_io *io,
-    void *io_arg, const struct mux_handlers *h, void *arg);
-/* Ends every stream (on_close "tunnel_lost") and frees the multiplexer. */
+/* A multiplexer on base (its event frees ended streams; base is required).
+ * NULL on no memory.  Costs one struct mux, a 16-bucket table and an event. */
+struct mux *mux_new(struct event_base *base, const struct mux_config *cfg,
+    const struct mux_io *io, void *io_arg, const struct mux_handlers *h,
+    void *arg);
+/* Ends every stream (on_close "tunnel_lost") and frees the multiplexer and
+ * its ended streams at once.  Its owner calls it from a callback of its own
+ * (the transport's close), never from inside a mux call or handler. */
 void mux_free(struct mux *m);
 
 /*
@@ -142,6 +155,9 @@ void mux_stream_reset(struct mux_stream *s, const char *code);
 void mux_stream_drained(struct mux_stream *s, size_t n);
 
 uint32_t mux_stream_id(const struct mux_stream *s);
+/* The loop the stream's multiplexer runs on (for a stream's owner that
+ * defers its own end, as bridge.c does). */
+struct event_base *mux_stream_base(const struct mux_stream *s);
 size_t mux_stream_count(const struct mux *m);
 /* Bytes received on s and not yet drained (bounded by the window). */
 size_t mux_stream_buffered(const struct mux_stream *s);

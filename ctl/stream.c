@@ -510,7 +510,7 @@ fwd_open(struct wsclient *c, void *arg)
 	struct mux_config cfg = MUX_DEFAULT_CONFIG;
 
 	cfg.odd_ids = 0;
-	fs->mux = mux_new(&cfg, &fwd_io, fs, &fwd_mux_handlers, fs);
+	fs->mux = mux_new(fs->base, &cfg, &fwd_io, fs, &fwd_mux_handlers, fs);
 	if (fs->mux == NULL || fwd_listen(fs) != 0) {
 		fs->exit_code = CTL_EXIT_SERVER;
 		wsclient_close(c, 1000, "cannot listen");

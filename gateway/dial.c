@@ -177,7 +177,7 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 	c->grant = *g;
 	cfg.odd_ids = 1;
 	cfg.counted = 0;      /* its streams are counted in the agents' tunnels */
-	c->mux = mux_new(&cfg, &ctl_io, c, &ctl_mux_handlers, c);
+	c->mux = mux_new(gw->base, &cfg, &ctl_io, c, &ctl_mux_handlers, c);
 	if (c->mux == NULL) {
 		free(c);
 		upgrade_refuse(u, 500, "out of memory");

@@ -571,7 +571,8 @@ session_welcome(struct session *s)
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
-	s->mux = mux_new(&s->gw->mux_config, &tunnel_io, s, &tunnel_mux_handlers, s);
+	s->mux = mux_new(s->gw->base, &s->gw->mux_config, &tunnel_io, s,
+	    &tunnel_mux_handlers, s);
 	if (s->mux == NULL) {
 		session_protocol_error(s, "internal", "out of memory");
 		return;

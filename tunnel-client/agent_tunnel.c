@@ -480,7 +480,7 @@ ws_open(struct wsclient *c, void *arg)
 	cfg.window = t->cfg.stream_window;
 	cfg.max_streams = t->cfg.max_streams;
 	cfg.counted = 1;
-	t->mux = mux_new(&cfg, &tunnel_io, t, &tunnel_mux_handlers, t);
+	t->mux = mux_new(t->base, &cfg, &tunnel_io, t, &tunnel_mux_handlers, t);
 	if (t->mux == NULL) {
 		error("out of memory");
 		wsclient_close(c, 1011, "out of memory");

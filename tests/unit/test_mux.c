@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "frame.h"
 #include "mux.h"
 
@@ -395,6 +397,9 @@ config(int odd_ids, uint32_t window)
 	return cfg;
 }
 
+/* The loop whose events free the streams that ended (mux.h). */
+static struct event_base *loop;
+
 /* A is the gateway side (odd ids), B the dialing side (even ids). */
 static void
 wire_cfg(const struct mux_config *ca, const struct mux_config *cb)
@@ -405,8 +410,8 @@ wire_cfg(const struct mux_config *ca, const struct mux_config *cb)
 	B.cfg = *cb;
 	A.other = &B;
 	B.other = &A;
-	A.m = mux_new(&A.cfg, &io, &A, &mux_handlers, &A);
-	B.m = mux_new(&B.cfg, &io, &B, &mux_handlers, &B);
+	A.m = mux_new(loop, &A.cfg, &io, &A, &mux_handlers, &A);
+	B.m = mux_new(loop, &B.cfg, &io, &B, &mux_handlers, &B);
 	assert_non_null(A.m);
 	assert_non_null(B.m);
 }
@@ -436,6 +441,8 @@ setup(void **state)
 	memset(ctx_pool, 0, sizeof(ctx_pool));
 	nctx = 0;
 	mux_set_process_budget(DEFAULT_BUDGET);
+	loop = event_base_new();
+	assert_non_null(loop);
 	return 0;
 }
 
@@ -452,6 +459,8 @@ teardown(void **state)
 	for (int i = 0; i < nctx; i++)
 		free(ctx_pool[i].rxbuf);
 	mux_set_process_budget(DEFAULT_BUDGET);
+	event_base_free(loop);
+	loop = NULL;
 	return 0;
 }
 
@@ -1300,6 +1309,38 @@ test_reset_inside_on_data_is_safe(void **state)
 	assert_totals(1, 0, 0, 1);
 }
 
+/* docs/0015: an ended stream is freed by the multiplexer's event, on the
+ * loop, after the handler that ended it has returned; the loop running
+ * between frames does not disturb the streams still open. */
+static void
+test_ended_streams_are_freed_by_the_loop(void **state)
+{
+	struct sctx *a, *b, *a2, *b2;
+
+	(void)state;
+	wire(64 * KiB, 64 * KiB);
+	open_pair(&a, &b);
+	open_pair(&a2, &b2);
+	b->reset_in_data = "enough";
+	assert_int_equal(mux_stream_send(a->s, pattern, 100), 100);
+	settle();
+	assert_int_equal(a->close, 1);
+	assert_int_equal(mux_stream_count(A.m), 1);
+	assert_int_equal(mux_stream_count(B.m), 1);
+	/* Each side's ended stream waits for its multiplexer's event; the
+	 * memory goes when the loop runs it (ASan: no leak, no reuse). */
+	assert_int_equal(event_base_get_num_events(loop, EVENT_BASE_COUNT_ACTIVE), 2);
+	assert_true(event_base_loop(loop, EVLOOP_NONBLOCK) >= 0);
+	assert_int_equal(event_base_get_num_events(loop, EVENT_BASE_COUNT_ACTIVE), 0);
+	assert_int_equal(mux_stream_send(a2->s, pattern, 100), 100);
+	mux_stream_fin(a2->s);
+	settle();
+	assert_int_equal(b2->rx, 100);
+	assert_int_equal(b2->fin, 1);
+	assert_true(event_base_loop(loop, EVLOOP_NONBLOCK) >= 0);
+	assert_int_equal(a2->close + b2->close, 0);
+}
+
 static void
 test_fin_inside_on_data_then_peer_fin_closes_once(void **state)
 {
@@ -1672,6 +1713,7 @@ main(void)
 		T(test_peer_reset_while_held_calls_on_close),
 		T(test_reset_inside_on_data_is_safe),
 		T(test_fin_inside_on_data_then_peer_fin_closes_once),
+		T(test_ended_streams_are_freed_by_the_loop),
 		T(test_mux_free_reports_tunnel_lost_to_every_stream),
 		T(test_stream_ids_odd_on_odd_side_even_on_other),
 		T(test_open_with_wrong_parity_is_a_tunnel_error),
