@@ -1,13 +1,17 @@
 /*
  * bridge.c: a tunnel stream joined to a TCP connection (see bridge.h).
  *
- * Re-entrancy: stream calls can end the stream synchronously (a FIN that
- * completes both directions), and libevent callbacks can arrive for a
- * bridge that has just finished; every entry point counts itself in
- * `depth`, and the bridge is freed only when the outermost one returns.
+ * Life: stream calls can end the stream synchronously (a FIN that
+ * completes both directions), so the bridge may finish inside any of its
+ * entry points.  bridge_finish marks it BRIDGE_DONE, drops the stream and
+ * the socket (so no callback reaches it again), reports on_done, and makes
+ * the bridge's own event active; the loop runs it once every call on the
+ * stack has returned, and it frees the bridge (docs/0015: an end is always
+ * deferred to the loop).  No entry point counts itself.
  */
 #include "bridge.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +32,7 @@ enum bridge_state {
 	BRIDGE_PENDING,   /* accepting: the caller is dialing */
 	BRIDGE_OPENING,   /* opening: OPEN sent, waiting for the answer */
 	BRIDGE_OPEN,      /* bytes flow */
-	BRIDGE_DONE,      /* finished; freed when no entry point is running */
+	BRIDGE_DONE,      /* finished; reap frees it from the loop */
 };
 
 struct bridge {
@@ -39,7 +43,7 @@ struct bridge {
 	int fin_sent;                /* ...and we told the peer */
 	int peer_fin;                /* the peer will send no more */
 	int wr_shut;                 /* shutdown(SHUT_WR) done */
-	int depth;
+	struct event *reap;          /* active once DONE: frees the bridge */
 	struct bridge_stats stats;
 	char end[48];
 	bridge_done_fn *on_done;
@@ -57,20 +61,6 @@ struct bridge {
 };
 
 static void bridge_finish(struct bridge *b, const char *end);
-
-static void
-bridge_enter(struct bridge *b)
-{
-	b->depth++;
-}
-
-static void
-bridge_leave(struct bridge *b)
-{
-	if (--b->depth > 0 || b->state != BRIDGE_DONE)
-		return;
-	free(b);
-}
 
 /* ---- socket -> stream ---- */
 
@@ -252,9 +242,10 @@ st_opened(struct mux_stream *s, int ok, const char *code, const char *reason, vo
 	struct bridge *b = arg;
 	char end[48];
 
-	bridge_enter(b);
 	if (b->on_opened != NULL)
 		b->on_opened(b, ok, code, reason, b->arg);
+	if (b->state == BRIDGE_DONE)
+		return;  /* on_opened aborted it */
 	if (ok) {
 		b->state = BRIDGE_OPEN;
 		bridge_pump_in(b);
@@ -263,7 +254,6 @@ st_opened(struct mux_stream *s, int ok, const char *code, const char *reason, vo
 		snprintf(end, sizeof(end), "refused:%s", code);
 		bridge_finish(b, end);
 	}
-	bridge_leave(b);
 }
 
 static void
@@ -274,12 +264,10 @@ st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 	if (b->state != BRIDGE_OPEN || b->wr_shut)
 		return;
 	if (b->head_fn != NULL) {
-		bridge_enter(b);
 		if (!b->head_done)
 			bridge_head_feed(b, data, len);
 		else
 			(void)bridge_tail_write(b, data, len);
-		bridge_leave(b);
 		return;
 	}
 	bufferevent_write(b->bev, data, len);
@@ -288,11 +276,7 @@ st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 static void
 st_writable(struct mux_stream *s, void *arg)
 {
-	struct bridge *b = arg;
-
-	bridge_enter(b);
-	bridge_pump_in(b);
-	bridge_leave(b);
+	bridge_pump_in(arg);
 }
 
 static void
@@ -300,13 +284,11 @@ st_fin(struct mux_stream *s, void *arg)
 {
 	struct bridge *b = arg;
 
-	bridge_enter(b);
 	b->peer_fin = 1;
 	if (b->head_fn != NULL && !b->head_done && b->state == BRIDGE_OPEN)
 		bridge_reject(b, "head_incomplete");
 	else if (b->bev != NULL)
 		bridge_maybe_shutdown(b);
-	bridge_leave(b);
 }
 
 static void
@@ -315,7 +297,6 @@ st_close(struct mux_stream *s, const char *code, void *arg)
 	struct bridge *b = arg;
 	char end[48];
 
-	bridge_enter(b);
 	b->s = NULL;
 	if (strcmp(code, "done") == 0 && b->bev != NULL && !b->wr_shut) {
 		/* Both FINs are exchanged but our output may still be flushing:
@@ -328,7 +309,6 @@ st_close(struct mux_stream *s, const char *code, void *arg)
 		    "" : "reset:", code);
 		bridge_finish(b, end);
 	}
-	bridge_leave(b);
 }
 
 static const struct mux_stream_handlers bridge_stream_handlers = {
@@ -382,21 +362,15 @@ sock_read(struct bufferevent *bev, void *arg)
 {
 	struct bridge *b = arg;
 
-	bridge_enter(b);
 	if (b->state == BRIDGE_OPEN && !b->sock_eof)
 		sock_read_more(b);
 	bridge_pump_in(b);
-	bridge_leave(b);
 }
 
 static void
 sock_write(struct bufferevent *bev, void *arg)
 {
-	struct bridge *b = arg;
-
-	bridge_enter(b);
-	bridge_maybe_shutdown(b);
-	bridge_leave(b);
+	bridge_maybe_shutdown(arg);
 }
 
 static void
@@ -404,7 +378,6 @@ sock_event(struct bufferevent *bev, short what, void *arg)
 {
 	struct bridge *b = arg;
 
-	bridge_enter(b);
 	if (what & BEV_EVENT_EOF) {
 		b->sock_eof = 1;
 		bufferevent_disable(bev, EV_READ);
@@ -416,7 +389,6 @@ sock_event(struct bufferevent *bev, short what, void *arg)
 		}
 		bridge_finish(b, "socket_error");
 	}
-	bridge_leave(b);
 }
 
 static void
@@ -433,6 +405,37 @@ bridge_setup_socket(struct bridge *b, struct bufferevent *bev)
 
 /* ---- life cycle ---- */
 
+/* The loop's callback: nothing of the bridge is on the stack any more. */
+static void
+bridge_reap(evutil_socket_t fd, short what, void *arg)
+{
+	struct bridge *b = arg;
+
+	(void)fd;
+	(void)what;
+	assert(b->state == BRIDGE_DONE && b->s == NULL && b->bev == NULL);
+	event_free(b->reap);
+	free(b);
+}
+
+/* A bridge in its first state, its reap event on base.  NULL on no memory. */
+static struct bridge *
+bridge_new(struct event_base *base, enum bridge_state state)
+{
+	struct bridge *b = calloc(1, sizeof(*b));
+
+	if (b == NULL)
+		return NULL;
+	if ((b->reap = event_new(base, -1, 0, bridge_reap, b)) == NULL) {
+		free(b);
+		return NULL;
+	}
+	b->state = state;
+	return b;
+}
+
+/* Ends the bridge once: drops the stream and the socket, reports on_done,
+ * and leaves the freeing to the loop (bridge_reap). */
 static void
 bridge_finish(struct bridge *b, const char *end)
 {
@@ -446,6 +449,10 @@ bridge_finish(struct bridge *b, const char *end)
 		b->s = NULL;
 	}
 	if (b->bev != NULL) {
+		/* The output buffer may outlive the bufferevent for a while:
+		 * its drain callback must not reach the freed bridge. */
+		evbuffer_remove_cb(bufferevent_get_output(b->bev),
+		    bridge_output_drained, b);
 		bufferevent_free(b->bev);
 		b->bev = NULL;
 	}
@@ -453,6 +460,7 @@ bridge_finish(struct bridge *b, const char *end)
 		evbuffer_free(b->head);
 		b->head = NULL;
 	}
+	event_active(b->reap, EV_TIMEOUT, 1);
 	if (b->on_done != NULL)
 		b->on_done(b, &b->stats, b->arg);
 }
@@ -460,11 +468,10 @@ bridge_finish(struct bridge *b, const char *end)
 struct bridge *
 bridge_accepting(struct mux_stream *s, bridge_done_fn *on_done, void *arg)
 {
-	struct bridge *b = calloc(1, sizeof(*b));
+	struct bridge *b = bridge_new(mux_stream_base(s), BRIDGE_PENDING);
 
 	if (b == NULL)
 		return NULL;
-	b->state = BRIDGE_PENDING;
 	b->s = s;
 	b->on_done = on_done;
 	b->arg = arg;
@@ -476,6 +483,8 @@ void
 bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn,
     bridge_tail_fn *tail, void *arg)
 {
+	/* bridge.h: set before bridge_attach. */
+	assert(b->state == BRIDGE_PENDING && b->bev == NULL);
 	b->tail_fn = tail;
 	b->head_fn = fn;
 	b->head_arg = arg;
@@ -491,26 +500,21 @@ bridge_pending(const struct bridge *b)
 int
 bridge_attach(struct bridge *b, struct bufferevent *bev)
 {
-	int r = 0;
-
-	bridge_enter(b);
+	/* bridge.h: not used after on_done. */
+	assert(b->state != BRIDGE_DONE);
 	if (b->state != BRIDGE_PENDING || b->s == NULL) {
 		bufferevent_free(bev);
-		r = -1;
-		goto out;
+		return -1;
 	}
 	bridge_setup_socket(b, bev);
 	if (mux_stream_accept(b->s, NULL, NULL, NULL) != 0) {
 		b->s = NULL;
 		bridge_finish(b, "refused:busy");
-		r = -1;
-		goto out;
+		return -1;
 	}
 	b->state = BRIDGE_OPEN;
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
-out:
-	bridge_leave(b);
-	return r;
+	return 0;
 }
 
 void
@@ -518,30 +522,29 @@ bridge_refuse(struct bridge *b, const char *code, const char *reason)
 {
 	char end[48];
 
-	bridge_enter(b);
+	assert(b->state != BRIDGE_DONE);   /* bridge.h: not used after on_done */
 	if (b->state == BRIDGE_PENDING && b->s != NULL) {
 		mux_stream_refuse(b->s, code, reason);
 		b->s = NULL;
 	}
 	snprintf(end, sizeof(end), "refused:%s", code);
 	bridge_finish(b, end);
-	bridge_leave(b);
 }
 
 struct bridge *
 bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
     bridge_opened_fn *on_opened, bridge_done_fn *on_done, void *arg)
 {
-	struct bridge *b = calloc(1, sizeof(*b));
+	struct bridge *b = bridge_new(bufferevent_get_base(bev), BRIDGE_OPENING);
 
 	if (b == NULL)
 		return NULL;
-	b->state = BRIDGE_OPENING;
 	b->on_done = on_done;
 	b->on_opened = on_opened;
 	b->arg = arg;
 	b->s = mux_open(m, NULL, target, NULL, &bridge_stream_handlers, b);
 	if (b->s == NULL) {
+		event_free(b->reap);
 		free(b);
 		return NULL;
 	}
@@ -554,7 +557,7 @@ bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
 void
 bridge_abort(struct bridge *b, const char *code)
 {
-	bridge_enter(b);
+	assert(b->state != BRIDGE_DONE);   /* bridge.h: not used after on_done */
 	if (b->s != NULL) {
 		if (b->state == BRIDGE_PENDING)
 			mux_stream_refuse(b->s, code, "cancelled");
@@ -563,5 +566,4 @@ bridge_abort(struct bridge *b, const char *code)
 		b->s = NULL;
 	}
 	bridge_finish(b, code);
-	bridge_leave(b);
 }

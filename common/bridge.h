@@ -9,9 +9,16 @@
  * shutdown(SHUT_WR) once everything before it is written, and EOF on the
  * socket becomes a FIN, so half-closed connections work both ways.
  *
- * The bridge owns the bufferevent (and its socket) once attached, and frees
+ * The bridge owns the bufferevent (and its socket) once attached, and ends
  * itself when both directions are done or the stream is reset; on_done then
- * reports how it ended, once.
+ * reports how it ended, once.  After on_done the bridge must not be used;
+ * its memory is freed by its own event on the loop (docs/0015), so on_done
+ * may run inside any bridge call.
+ *
+ * Invariants asserted (sanitizer build): no bridge_attach, bridge_refuse
+ * or bridge_abort after on_done; the head filter is set before
+ * bridge_attach; a bridge is freed only once done, its stream and socket
+ * dropped.  Costs one struct bridge and one event per stream.
  */
 #ifndef TETHER_BRIDGE_H
 #define TETHER_BRIDGE_H
