@@ -20,18 +20,19 @@
  * TCP, TLS and the upgrade; after a close frame it bounds the wait for the
  * peer.
  *
- * Callback discipline, because wsclient_free may be called from inside any
- * callback:
- *  - every libevent entry point brackets its work with enter()/leave(); a
- *    wsclient_free made inside only marks the client dead and drops the
- *    transport, and leave() frees the memory once the outermost entry point
- *    is done with it (or, if a DNS lookup is being cancelled, once its
- *    callback has come back: until then the memory stays, no callbacks);
+ * Callback discipline (docs/0015: an end is always deferred to the loop),
+ * because wsclient_free may be called from inside any callback:
+ *  - wsclient_free only marks the client dead, drops the transport and
+ *    makes the deferred event active (DEFER_FREE); the loop runs it once
+ *    every call on the stack has returned, and it frees the memory (or, if
+ *    a DNS lookup is being cancelled, once the lookup's callback has come
+ *    back: until then the memory stays, no callbacks).  No entry point
+ *    counts itself;
  *  - after every user callback the code checks gone() before touching the
  *    bufferevent again;
  *  - on_close is never made from inside an API call or a bufferevent
  *    callback: finish() drops the transport, records the status and reason,
- *    and a deferred event reports them, exactly once.
+ *    and the deferred event reports them, exactly once (asserted).
  *
  * on_close statuses: the HTTP status of a refused upgrade; 101 once the
  * closing handshake happened (a close frame from the server, or our own
@@ -51,6 +52,7 @@
 #include "tlsread.h"
 #include "url.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -115,7 +117,7 @@ enum state {
 #define DEFER_CLOSE 0x1 /* report on_close */
 #define DEFER_READ  0x2 /* process input already buffered (after a resume) */
 #define DEFER_EOF   0x4 /* the transport ended: drain input, then finish */
-#define DEFER_FREE  0x8 /* a freed client's lookup has ended: free it */
+#define DEFER_FREE  0x8 /* wsclient_free was called: free the memory */
 
 struct wsclient {
 	struct event_base *base;
@@ -168,7 +170,6 @@ struct wsclient {
 	int eof;                    /* the transport ended; see DEFER_EOF */
 	char eof_reason[REASON_MAX];
 
-	int depth;                  /* nesting of libevent entry points */
 	int dead;                   /* wsclient_free was called */
 	int close_reported;
 	unsigned deferred;          /* DEFER_* */
@@ -286,19 +287,6 @@ destroy(struct wsclient *c)
 	free(c->frag);
 	OPENSSL_cleanse(c->pool, sizeof(c->pool));
 	free(c);
-}
-
-static void
-enter(struct wsclient *c)
-{
-	c->depth++;
-}
-
-static void
-leave(struct wsclient *c)
-{
-	if (--c->depth == 0 && c->dead)
-		destroy(c);
 }
 
 /* Records what on_close will say (unless it is already decided). */
@@ -941,6 +929,7 @@ open_connection(struct wsclient *c)
 	if (c->paused)
 		bufferevent_disable(c->bev, EV_READ);
 	if (c->cb.on_open != NULL) {
+		assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */
 		c->cb.on_open(c, c->arg);
 		if (gone(c))
 			return -1;
@@ -1161,6 +1150,7 @@ deliver(struct wsclient *c, const uint8_t *data, size_t len, int opcode)
 {
 	if (c->state != ST_OPEN || c->cb.on_message == NULL)
 		return 0; /* closing: the caller asked for no more */
+	assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */
 	c->cb.on_message(c, data, len, opcode == WS_OP_BINARY, c->arg);
 	return gone(c) ? -1 : 0;
 }
@@ -1430,11 +1420,9 @@ read_cb(struct bufferevent *bev, void *arg)
 {
 	struct wsclient *c = arg;
 
-	enter(c);
 	if (c->state == ST_OPEN)
 		tls_read_available(bev, c->max_message + 16);
 	process_input(c);
-	leave(c);
 }
 
 static void
@@ -1442,13 +1430,13 @@ write_cb(struct bufferevent *bev, void *arg)
 {
 	struct wsclient *c = arg;
 
-	enter(c);
 	if (c->state == ST_FLUSHING) {
 		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
 			finish(c);
-	} else if (c->state == ST_OPEN && c->cb.on_drain != NULL)
+	} else if (c->state == ST_OPEN && c->cb.on_drain != NULL) {
+		assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */
 		c->cb.on_drain(c, c->arg);
-	leave(c);
+	}
 }
 
 static void
@@ -1457,7 +1445,6 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 	struct wsclient *c = arg;
 	char why[REASON_MAX];
 
-	enter(c);
 	if (what & BEV_EVENT_CONNECTED) {
 		if (c->state == ST_CONNECTING && at_proxy(c))
 			send_connect(c);
@@ -1476,7 +1463,6 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 			defer(c, DEFER_EOF);
 		}
 	}
-	leave(c);
 }
 
 static void
@@ -1484,7 +1470,6 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct wsclient *c = arg;
 
-	enter(c);
 	switch (c->state) {
 	case ST_CONNECTING:
 		finish_with(c, 0, "timed out after %u ms connecting to %s:%d%s%s",
@@ -1509,7 +1494,6 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 	default:
 		break;
 	}
-	leave(c);
 }
 
 static void
@@ -1521,18 +1505,18 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 	c->deferred = 0;
 	if (c->dead) {
 		/* No callbacks after wsclient_free; memory goes once nothing
-		 * (an entry point, a lookup) still refers to it. */
-		if ((todo & DEFER_FREE) && c->depth == 0 && c->lookup == NULL)
+		 * (a lookup being cancelled) still refers to it: lookup_done
+		 * asks again. */
+		if ((todo & DEFER_FREE) && c->lookup == NULL)
 			destroy(c);
 		return;
 	}
-	enter(c);
 	if (todo & DEFER_CLOSE) {
-		if (!c->close_reported && c->cb.on_close != NULL) {
-			c->close_reported = 1;
-			c->cb.on_close(c, c->final_status, c->final_reason, c->arg);
-		}
+		/* wsclient.h: on_close exactly once (finish() asks once). */
+		assert(!c->close_reported);
 		c->close_reported = 1;
+		if (c->cb.on_close != NULL)
+			c->cb.on_close(c, c->final_status, c->final_reason, c->arg);
 	} else if (!gone(c) && (todo & (DEFER_READ | DEFER_EOF))) {
 		if (c->eof)
 			handle_eof(c);
@@ -1543,7 +1527,6 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 			process_input(c);
 		}
 	}
-	leave(c);
 }
 
 /* ---- the API ------------------------------------------------------------ */
@@ -1575,7 +1558,6 @@ lookup_done(int result, struct evutil_addrinfo *ai, void *arg)
 		defer(c, DEFER_FREE);
 		return;
 	}
-	enter(c);
 	if (result == EVUTIL_EAI_CANCEL || c->state != ST_CONNECTING)
 		; /* finish() cancelled it: on_close is already on its way */
 	else if (result != 0 || ai == NULL)
@@ -1586,7 +1568,6 @@ lookup_done(int result, struct evutil_addrinfo *ai, void *arg)
 		connect_to(c, ai->ai_addr, (socklen_t)ai->ai_addrlen);
 	if (ai != NULL)
 		evutil_freeaddrinfo(ai);
-	leave(c);
 }
 
 /* Starts TCP (and TLS): by address for literals, through evdns for names. */
@@ -1876,13 +1857,11 @@ wsclient_close(struct wsclient *c, uint16_t code, const char *reason)
 void
 wsclient_free(struct wsclient *c)
 {
-	if (c == NULL || c->dead)
+	if (c == NULL)
 		return;
+	assert(!c->dead);   /* wsclient.h: freed once */
 	c->dead = 1;
-	if (c->depth > 0) {
-		/* Inside one of our callbacks: the entry point frees. */
-		drop_transport(c);
-		return;
-	}
-	destroy(c);
+	/* Maybe inside one of our callbacks: the loop frees (defer_cb). */
+	drop_transport(c);
+	defer(c, DEFER_FREE);
 }

@@ -11,6 +11,13 @@
  * Life cycle: wsclient_connect -> on_open (101 accepted) -> on_message... ->
  * on_close exactly once (after which the caller must call wsclient_free,
  * and may do so from inside on_close).  Every callback runs on the loop.
+ * wsclient_free ends the client at once (no callback after it) and its
+ * memory goes from the loop, after the calls on the stack have returned
+ * (docs/0015): an owner that frees it after its loop has stopped runs
+ * runtime_drain (runtime.h) before event_base_free.
+ *
+ * Invariants asserted (sanitizer build): on_close at most once; no
+ * callback after wsclient_free; wsclient_free once per client.
  */
 #ifndef TETHER_WSCLIENT_H
 #define TETHER_WSCLIENT_H
@@ -83,7 +90,8 @@ void wsclient_pause_reading(struct wsclient *c, int paused);
 /* Sends a close frame, then closes; on_close follows. */
 void wsclient_close(struct wsclient *c, uint16_t code, const char *reason);
 
-/* Frees everything; no callback is made after this.  Safe inside on_close. */
+/* Ends the client: no callback is made after this, and its memory is
+ * freed from the loop.  Safe inside any callback; once per client. */
 void wsclient_free(struct wsclient *c);
 
 #endif
