@@ -21,6 +21,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 
 #include "mux.h"
@@ -44,6 +45,7 @@ struct bridge {
 	int peer_fin;                /* the peer will send no more */
 	int wr_shut;                 /* shutdown(SHUT_WR) done */
 	struct event *reap;          /* active once DONE: frees the bridge */
+	int plain;                   /* bev is a bare socket: bytes may go to it directly */
 	struct bridge_stats stats;
 	char end[48];
 	bridge_done_fn *on_done;
@@ -234,6 +236,32 @@ bridge_head_feed(struct bridge *b, const uint8_t *data, size_t len)
 	b->head = NULL;
 }
 
+/* Stream bytes for the socket (no head filter).  On a bare socket (not
+ * TLS, not a filter), while nothing waits in the output buffer they go
+ * straight to it: no copy into the
+ * buffer, no loop iteration before they leave, and their credit goes back
+ * at once.  What the socket does not take waits in the output buffer; an
+ * error is left for the bufferevent's own write to find. */
+static void
+bridge_write(struct bridge *b, const uint8_t *data, size_t len)
+{
+	evutil_socket_t fd = bufferevent_getfd(b->bev);
+	ssize_t n = 0;
+
+	if (b->plain && fd >= 0 && evbuffer_get_length(bufferevent_get_output(b->bev)) == 0) {
+		n = send(fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0)
+			n = 0;
+	}
+	if ((size_t)n < len)
+		bufferevent_write(b->bev, data + n, len - (size_t)n);
+	if (n > 0) {
+		b->stats.bytes_out += (uint64_t)n;
+		if (b->s != NULL)
+			mux_stream_drained(b->s, (size_t)n);
+	}
+}
+
 /* ---- stream handlers ---- */
 
 static void
@@ -270,7 +298,7 @@ st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 			(void)bridge_tail_write(b, data, len);
 		return;
 	}
-	bufferevent_write(b->bev, data, len);
+	bridge_write(b, data, len);
 }
 
 static void
@@ -362,7 +390,9 @@ sock_read(struct bufferevent *bev, void *arg)
 {
 	struct bridge *b = arg;
 
-	if (b->state == BRIDGE_OPEN && !b->sock_eof)
+	/* Only a bare socket: under TLS (an https upstream's filter) the fd
+	 * carries records, which only the TLS layer may read. */
+	if (b->state == BRIDGE_OPEN && !b->sock_eof && b->plain)
 		sock_read_more(b);
 	bridge_pump_in(b);
 }
@@ -395,6 +425,8 @@ static void
 bridge_setup_socket(struct bridge *b, struct bufferevent *bev)
 {
 	b->bev = bev;
+	b->plain = bufferevent_get_underlying(bev) == NULL &&
+	    bufferevent_openssl_get_ssl(bev) == NULL;
 	bufferevent_set_max_single_read(bev, BRIDGE_READ_MAX);
 	bufferevent_set_max_single_write(bev, BRIDGE_READ_MAX);
 	/* Bound what is read ahead of the stream's credit. */

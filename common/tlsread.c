@@ -1,26 +1,176 @@
 /* tlsread.c: drain ready TLS records into a bufferevent's input (see tlsread.h). */
 #include "tlsread.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #define TLS_RECORD_MAX 16384
 #define TLS_CHAIN_SIZE (512 * 1024)
-#define TLS_READ_AHEAD (128 * 1024)  /* bytes OpenSSL may take per read() */
+#define TLS_READ_AHEAD (256 * 1024)  /* bytes taken from the socket per read() */
+
+/*
+ * The read side: a BIO in place of OpenSSL's socket BIO as the SSL's read
+ * BIO.  OpenSSL asks for a record's header, then its body; each ask is
+ * served from one buffer that a single read(2) of up to TLS_READ_AHEAD
+ * fills.  (OpenSSL's own read-ahead does the same but moves the unread
+ * rest of its buffer to the front before every record: with a large
+ * buffer that is many copies of each byte.)  The buffer exists only while
+ * it holds bytes.  Bytes it holds raise no socket event: see tlsread.h.
+ */
+struct tls_rbatch {
+	int fd;
+	int eof;                 /* read(2) returned 0 */
+	uint8_t *buf;            /* TLS_READ_AHEAD bytes, or NULL */
+	size_t start, end;       /* buf[start..end) not yet given to OpenSSL */
+};
+
+static BIO_METHOD *rbatch_method;
+
+static int
+rbatch_read(BIO *bio, char *out, int outl)
+{
+	struct tls_rbatch *t = BIO_get_data(bio);
+	size_t n;
+	ssize_t r;
+
+	BIO_clear_retry_flags(bio);
+	if (outl <= 0)
+		return 0;
+	if (t->start == t->end) {
+		if (t->eof)
+			return 0;
+		if (t->buf == NULL && (t->buf = malloc(TLS_READ_AHEAD)) == NULL)
+			return -1;
+		t->start = t->end = 0;
+		do
+			r = read(t->fd, t->buf, TLS_READ_AHEAD);
+		while (r < 0 && errno == EINTR);
+		if (r == 0) {
+			t->eof = 1;
+			return 0;
+		}
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				BIO_set_retry_read(bio);
+				free(t->buf);    /* idle: hold no buffer */
+				t->buf = NULL;
+			}
+			return -1;
+		}
+		t->end = (size_t)r;
+	}
+	n = t->end - t->start;
+	if (n > (size_t)outl)
+		n = (size_t)outl;
+	memcpy(out, t->buf + t->start, n);
+	t->start += n;
+	return (int)n;
+}
+
+static long
+rbatch_ctrl(BIO *bio, int cmd, long num, void *ptr)
+{
+	struct tls_rbatch *t = BIO_get_data(bio);
+
+	switch (cmd) {
+	case BIO_C_GET_FD:
+		if (ptr != NULL)
+			*(int *)ptr = t->fd;
+		return t->fd;
+	case BIO_CTRL_GET_CLOSE:
+		return BIO_get_shutdown(bio);
+	case BIO_CTRL_SET_CLOSE:
+		BIO_set_shutdown(bio, (int)num);
+		return 1;
+	case BIO_CTRL_EOF:
+		return t->eof && t->start == t->end;
+	case BIO_CTRL_PENDING:
+		return (long)(t->end - t->start);
+	case BIO_CTRL_FLUSH:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static int
+rbatch_destroy(BIO *bio)
+{
+	struct tls_rbatch *t = BIO_get_data(bio);
+
+	if (t != NULL) {
+		free(t->buf);
+		free(t);
+		BIO_set_data(bio, NULL);
+	}
+	return 1;
+}
+
+/* The method, made once (the process's one event loop thread). */
+static BIO_METHOD *
+rbatch_method_get(void)
+{
+	BIO_METHOD *m;
+
+	if (rbatch_method != NULL)
+		return rbatch_method;
+	m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK |
+	    BIO_TYPE_DESCRIPTOR, "tether batched socket reads");
+	if (m == NULL || BIO_meth_set_read(m, rbatch_read) != 1 ||
+	    BIO_meth_set_ctrl(m, rbatch_ctrl) != 1 ||
+	    BIO_meth_set_destroy(m, rbatch_destroy) != 1) {
+		BIO_meth_free(m);
+		return NULL;
+	}
+	rbatch_method = m;
+	return m;
+}
 
 void
 tls_read_ahead(struct bufferevent *bev)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	BIO_METHOD *m = rbatch_method_get();
+	struct tls_rbatch *t;
+	BIO *old, *bio;
+	int fd;
 
 	if (ssl == NULL)
 		return;
-	SSL_set_default_read_buffer_len(ssl, TLS_READ_AHEAD);
-	SSL_set_read_ahead(ssl, 1);
+	/* OpenSSL's buffers exist only while they hold bytes: an idle
+	 * connection holds neither. */
+	SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
+	old = SSL_get_rbio(ssl);
+	if (m == NULL || old == NULL || BIO_method_type(old) != BIO_TYPE_SOCKET ||
+	    (fd = (int)BIO_get_fd(old, NULL)) < 0) {
+		/* Not on a socket (an https proxy's filter): OpenSSL's own
+		 * read-ahead, one record's buffer. */
+		SSL_set_read_ahead(ssl, 1);
+		return;
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return;
+	if ((bio = BIO_new(m)) == NULL) {
+		free(t);
+		return;
+	}
+	t->fd = fd;
+	BIO_set_data(bio, t);
+	BIO_set_shutdown(bio, 0);
+	BIO_set_init(bio, 1);
+	/* Drops the socket BIO's read reference (it never closes the fd). */
+	SSL_set0_rbio(ssl, bio);
 }
 
 void

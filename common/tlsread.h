@@ -22,11 +22,15 @@ struct bufferevent;
 size_t tls_read_available(struct bufferevent *bev, size_t limit);
 
 /*
- * Lets OpenSSL read many records per read() instead of two reads per record
- * (header, then body).  Only for a connection whose every reader drains
- * OpenSSL with tls_read_available whenever it reads or resumes (the
- * WebSocket phase of wsconn and wsclient): records read ahead raise no
- * socket event of their own.
+ * Lets OpenSSL take many records per read() (up to 256 KiB) instead of two
+ * reads per record (header, then body), through a read BIO of our own on
+ * the socket (OpenSSL's read-ahead on a filter).  Only for a connection
+ * whose every reader drains OpenSSL with tls_read_available whenever it
+ * reads or resumes (the WebSocket phase of wsconn and wsclient): records
+ * read ahead raise no socket event of their own.  Memory: that buffer, and
+ * OpenSSL's read buffer and write buffer (one record each), exist only
+ * while they hold bytes (SSL_MODE_RELEASE_BUFFERS): an idle connection
+ * holds none of them.
  */
 void tls_read_ahead(struct bufferevent *bev);
 

@@ -50,6 +50,7 @@
 #include "proxy.h"
 #include "runtime.h"
 #include "tlsread.h"
+#include "tlswrite.h"
 #include "url.h"
 
 #include <assert.h>
@@ -763,6 +764,15 @@ send_close(struct wsclient *c, uint16_t code, const char *reason)
 	return send_frame(c, WS_OP_CLOSE, &iov, 1);
 }
 
+/* Everything queued has reached the kernel: the output buffer and the
+ * sealed records the batching BIO holds (tlswrite.h). */
+static int
+all_written(struct wsclient *c)
+{
+	return evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+	    tls_write_pending(c->bev) == 0;
+}
+
 /* Our last frame is queued: stop reading, close once it is written (or
  * after CLOSE_WAIT_MS if the peer does not read it). */
 static void
@@ -770,7 +780,7 @@ flush_and_finish(struct wsclient *c)
 {
 	c->state = ST_FLUSHING;
 	bufferevent_disable(c->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+	if (all_written(c)) {
 		finish(c);
 		return;
 	}
@@ -924,8 +934,10 @@ open_connection(struct wsclient *c)
 	c->state = ST_OPEN;
 	evtimer_del(c->timer);
 	bufferevent_setwatermark(c->bev, EV_WRITE, c->low_water, 0);
-	/* From now on every read drains OpenSSL (read_cb, DEFER_READ). */
+	/* From now on every read drains OpenSSL (read_cb, DEFER_READ), and
+	 * sealed records leave in batches. */
 	tls_read_ahead(c->bev);
+	tls_write_batch(c->bev);
 	if (c->paused)
 		bufferevent_disable(c->bev, EV_READ);
 	if (c->cb.on_open != NULL) {
@@ -1431,7 +1443,7 @@ write_cb(struct bufferevent *bev, void *arg)
 	struct wsclient *c = arg;
 
 	if (c->state == ST_FLUSHING) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		if (all_written(c))
 			finish(c);
 	} else if (c->state == ST_OPEN && c->cb.on_drain != NULL) {
 		assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */

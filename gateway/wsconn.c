@@ -11,7 +11,8 @@
  * large frame is not parsed again for every record of it.
  *
  * Output is a frame header and the caller's bytes, copied once into the
- * bufferevent's output; how much is queued there is the backpressure.
+ * bufferevent's output in one commit; how much is queued there is the
+ * backpressure.  Sealed records leave in batches (tlswrite.h).
  * Every frame counts against one cap (wsconn_set_max_queue), the ones we
  * write on our own for the peer's input (PONG) too: a frame that would
  * pass it ends the connection at once (docs/0009-peer-queue-caps.md).
@@ -32,6 +33,7 @@
  */
 #include "wsconn.h"
 #include "tlsread.h"
+#include "tlswrite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,7 +180,8 @@ static int
 ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 {
 	struct evbuffer *out = bufferevent_get_output(c->bev);
-	uint8_t hdr[WS_HEADER_MAX];
+	struct evbuffer_iovec v;
+	uint8_t hdr[WS_HEADER_MAX], *p;
 	uint64_t len = 0;
 	size_t n;
 
@@ -196,20 +199,28 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 		ws_abort(c, why);
 		return -1;
 	}
-	/* Room for the whole frame first, so that a failure leaves no half
-	 * frame in the stream. */
-	if (evbuffer_expand(out, n + len) != 0)
-		goto oom;
-	if (evbuffer_add(out, hdr, n) != 0)
-		goto oom;
-	for (int i = 0; i < iovcnt; i++)
-		if (iov[i].iov_len > 0 &&
-		    evbuffer_add(out, iov[i].iov_base, iov[i].iov_len) != 0)
-			goto oom;
+	/* The whole frame in one piece of space, committed at once: a
+	 * failure leaves no half frame in the stream, and the TLS layer sees
+	 * one frame (one SSL_write), not a small record for its header. */
+	if (evbuffer_reserve_space(out, (ev_ssize_t)(n + len), &v, 1) != 1 ||
+	    v.iov_len < n + len) {
+		ws_abort(c, "out of memory for output");
+		return -1;
+	}
+	p = v.iov_base;
+	memcpy(p, hdr, n);
+	p += n;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > 0)
+			memcpy(p, iov[i].iov_base, iov[i].iov_len);
+		p += iov[i].iov_len;
+	}
+	v.iov_len = n + (size_t)len;
+	if (evbuffer_commit_space(out, &v, 1) != 0) {
+		ws_abort(c, "out of memory for output");
+		return -1;
+	}
 	return 0;
-oom:
-	ws_abort(c, "out of memory for output");
-	return -1;
 }
 
 int
@@ -548,7 +559,8 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 			c->h.on_drain(c, c->arg);
 		return;
 	}
-	if (c->state != WS_CLOSING || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+	if (c->state != WS_CLOSING || evbuffer_get_length(bufferevent_get_output(bev)) > 0 ||
+	    tls_write_pending(bev) > 0)
 		return;
 	c->close_flushed = 1;
 	if (c->peer_closed)
@@ -648,6 +660,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	bufferevent_set_max_single_write(bev, 1 << 20);
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
+	tls_write_batch(bev);
 	tv = runtime_ms_timeval(c->ping_interval_ms);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);

@@ -1,0 +1,286 @@
+/*
+ * tlswrite.c: TLS records gathered into large socket writes (see tlswrite.h).
+ *
+ * The BIO sits where OpenSSL's socket BIO was, as the SSL's write BIO only
+ * (reads still go through the socket BIO).  A record OpenSSL writes is
+ * copied to the end of the buffer; the first one of a batch makes the
+ * flush event active, so the batch goes out in one send(2) once the loop
+ * has run the callbacks that are ready.  A write that does not fit flushes
+ * first; if the socket will not take the buffer, OpenSSL is told to retry
+ * (it keeps the record and tries again when libevent sees the socket
+ * writable), and the flush event waits for the socket to be writable.
+ *
+ * libevent closes the socket through the write BIO's fd (BIO_get_fd)
+ * before SSL_free frees the BIO: the BIO answers with the fd and never
+ * closes it itself.
+ */
+#include "tlswrite.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+
+struct tls_batch {
+	int fd;
+	struct bufferevent *bev;   /* whose write callback hears "all written" */
+	/* EV_WRITE|EV_PERSIST on fd: made active for the batch's flush, and
+	 * added (armed) only while the socket refuses bytes. */
+	struct event *ev;
+	int armed;
+	int scheduled;             /* made active, its callback not yet run */
+	int failed;                /* errno of a failed send: the end */
+	uint8_t *buf;              /* TLS_WRITE_BATCH_MAX bytes; NULL while empty */
+	size_t start, end;         /* buf[start..end) waits for the kernel */
+};
+
+static BIO_METHOD *batch_method;
+static int batch_type;            /* its BIO type, for BIO_method_type */
+
+/* Writes what the socket takes.  Returns 0, or -1 on an error other than
+ * would-block (kept in failed; what was held is dropped). */
+static int
+batch_send(struct tls_batch *t)
+{
+	ssize_t n;
+
+	while (t->start < t->end) {
+		n = send(t->fd, t->buf + t->start, t->end - t->start, MSG_NOSIGNAL);
+		if (n > 0) {
+			t->start += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		t->failed = n < 0 ? errno : EPIPE;
+		t->start = t->end;
+	}
+	t->start = t->end = 0;
+	return t->failed != 0 ? -1 : 0;
+}
+
+static void
+batch_arm(struct tls_batch *t, int on)
+{
+	if (on && !t->armed && event_add(t->ev, NULL) == 0)
+		t->armed = 1;
+	else if (!on && t->armed) {
+		event_del(t->ev);
+		t->armed = 0;
+	}
+}
+
+/*
+ * Everything is written: the owner's write callback runs if its output is
+ * empty too, called from here (we are in the loop, not inside the owner).
+ * Not through bufferevent_trigger: between bufferevent_free and the
+ * bufferevent's destruction (which frees this BIO) a deferred callback
+ * would take a reference to a bufferevent already being finalised and
+ * finalise it twice.  bufferevent_free clears the callbacks, so a freed
+ * bufferevent's owner is not called.
+ */
+static void
+batch_tell_owner(struct tls_batch *t)
+{
+	bufferevent_data_cb writecb = NULL;
+	void *arg = NULL;
+
+	if (evbuffer_get_length(bufferevent_get_output(t->bev)) > 0)
+		return;
+	bufferevent_getcb(t->bev, NULL, &writecb, NULL, &arg);
+	if (writecb != NULL)
+		writecb(t->bev, arg);
+}
+
+/* The flush: the batch made active, or the socket writable again. */
+static void
+batch_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tls_batch *t = arg;
+
+	(void)fd;
+	(void)what;
+	t->scheduled = 0;
+	if (batch_send(t) != 0) {
+		batch_arm(t, 0);
+		/* No SSL_write may come to see the error: let the read side
+		 * end the connection. */
+		shutdown(t->fd, SHUT_RDWR);
+		return;
+	}
+	if (t->start < t->end) {
+		batch_arm(t, 1);
+		return;
+	}
+	batch_arm(t, 0);
+	free(t->buf);
+	t->buf = NULL;
+	batch_tell_owner(t);
+}
+
+static int
+batch_write(BIO *bio, const char *data, int len)
+{
+	struct tls_batch *t = BIO_get_data(bio);
+	size_t n, room;
+
+	BIO_clear_retry_flags(bio);
+	if (len <= 0)
+		return 0;
+	if (t->failed != 0) {
+		errno = t->failed;
+		return -1;
+	}
+	n = (size_t)len;
+	if (t->end + n > TLS_WRITE_BATCH_MAX) {
+		if (batch_send(t) != 0) {
+			errno = t->failed;
+			return -1;
+		}
+		if (t->start > 0) {
+			memmove(t->buf, t->buf + t->start, t->end - t->start);
+			t->end -= t->start;
+			t->start = 0;
+		}
+	}
+	room = TLS_WRITE_BATCH_MAX - t->end;
+	if (room == 0) {
+		/* The socket is full: OpenSSL keeps the record and retries. */
+		batch_arm(t, 1);
+		BIO_set_retry_write(bio);
+		return -1;
+	}
+	if (t->buf == NULL && (t->buf = malloc(TLS_WRITE_BATCH_MAX)) == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (n > room)
+		n = room;     /* OpenSSL writes the rest of the record later */
+	memcpy(t->buf + t->end, data, n);
+	t->end += n;
+	if (!t->scheduled && !t->armed) {
+		t->scheduled = 1;
+		event_active(t->ev, EV_WRITE, 1);
+	}
+	return (int)n;
+}
+
+static long
+batch_ctrl(BIO *bio, int cmd, long num, void *ptr)
+{
+	struct tls_batch *t = BIO_get_data(bio);
+
+	switch (cmd) {
+	case BIO_C_GET_FD:
+		if (ptr != NULL)
+			*(int *)ptr = t->fd;
+		return t->fd;
+	case BIO_CTRL_GET_CLOSE:
+		return BIO_get_shutdown(bio);
+	case BIO_CTRL_SET_CLOSE:
+		BIO_set_shutdown(bio, (int)num);
+		return 1;
+	case BIO_CTRL_WPENDING:
+		return (long)(t->end - t->start);
+	case BIO_CTRL_FLUSH:
+		/* OpenSSL flushes after an alert (close_notify): out now, as
+		 * far as the socket takes it. */
+		if (batch_send(t) != 0)
+			return 0;
+		if (t->start < t->end)
+			batch_arm(t, 1);
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static int
+batch_destroy(BIO *bio)
+{
+	struct tls_batch *t = BIO_get_data(bio);
+
+	if (t != NULL) {
+		event_free(t->ev);
+		free(t->buf);
+		free(t);
+		BIO_set_data(bio, NULL);
+	}
+	return 1;
+}
+
+/* The method, made once (the process's one event loop thread). */
+static BIO_METHOD *
+batch_method_get(void)
+{
+	BIO_METHOD *m;
+
+	if (batch_method != NULL)
+		return batch_method;
+	batch_type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
+	m = BIO_meth_new(batch_type, "tether batched socket writes");
+	if (m == NULL || BIO_meth_set_write(m, batch_write) != 1 ||
+	    BIO_meth_set_ctrl(m, batch_ctrl) != 1 ||
+	    BIO_meth_set_destroy(m, batch_destroy) != 1) {
+		BIO_meth_free(m);
+		return NULL;
+	}
+	batch_method = m;
+	return m;
+}
+
+int
+tls_write_batch(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	BIO_METHOD *m = batch_method_get();
+	struct tls_batch *t;
+	BIO *old, *bio;
+	int fd;
+
+	if (ssl == NULL || m == NULL)
+		return 0;
+	old = SSL_get_wbio(ssl);
+	if (old == NULL || BIO_method_type(old) != BIO_TYPE_SOCKET ||
+	    (fd = (int)BIO_get_fd(old, NULL)) < 0)
+		return 0;
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return 0;
+	t->fd = fd;
+	t->bev = bev;
+	t->ev = event_new(bufferevent_get_base(bev), fd, EV_WRITE | EV_PERSIST,
+	    batch_cb, t);
+	if (t->ev == NULL || (bio = BIO_new(m)) == NULL) {
+		if (t->ev != NULL)
+			event_free(t->ev);
+		free(t);
+		return 0;
+	}
+	BIO_set_data(bio, t);
+	BIO_set_shutdown(bio, 0);
+	BIO_set_init(bio, 1);
+	/* Drops the socket BIO's write reference; it stays the read BIO. */
+	SSL_set0_wbio(ssl, bio);
+	return 1;
+}
+
+size_t
+tls_write_pending(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	BIO *bio = ssl != NULL ? SSL_get_wbio(ssl) : NULL;
+
+	if (bio == NULL || batch_method == NULL || BIO_method_type(bio) != batch_type)
+		return 0;
+	return (size_t)BIO_wpending(bio);
+}

@@ -1,0 +1,44 @@
+/*
+ * tlswrite.h: a TLS connection's records gathered into large socket writes.
+ *
+ * OpenSSL hands every record (16 KiB at most) to its socket BIO as soon as
+ * it is sealed, so a tunnel moving bulk data makes one write(2) per record:
+ * on a machine where a syscall is dear that costs more than the crypto.
+ * tls_write_batch puts a BIO in front of the socket that keeps sealed
+ * records in one buffer and writes them with one send(2) from the event
+ * loop, after the callbacks that produced them have run (or at once when
+ * the buffer is full).  Records are never reordered, split across calls or
+ * held past the loop iteration that made them, unless the socket refuses
+ * them: then the rest waits for the socket to be writable again.
+ *
+ * Only for the WebSocket phase of a TLS bufferevent on a socket (wsconn,
+ * wsclient); a bufferevent whose TLS runs over another bufferevent (an
+ * https proxy's filter) is left as it is.
+ */
+#ifndef TETHER_TLSWRITE_H
+#define TETHER_TLSWRITE_H
+
+#include <stddef.h>
+
+struct bufferevent;
+
+/* Records written but not yet taken by the kernel: at most this. */
+#define TLS_WRITE_BATCH_MAX (256u * 1024u)
+
+/*
+ * Installs the batching write BIO on bev (a TLS bufferevent made on a
+ * socket, handshake done).  Returns 1 if installed, 0 if bev is not such a
+ * bufferevent (no TLS, a filter) or has it already.  Memory: a 256 KiB
+ * buffer while records wait, none while idle; one event.  When the socket
+ * takes the last of them and bev's output is empty, bev's write callback
+ * runs (from the loop), so an owner waiting for "all written" learns it.  A write error shuts the socket down both ways: bev's next read
+ * reports the end.
+ */
+int tls_write_batch(struct bufferevent *bev);
+
+/* Sealed records bev holds that the kernel has not taken (0 without the
+ * batching BIO).  "Everything is written" is an empty output buffer and
+ * this at 0. */
+size_t tls_write_pending(struct bufferevent *bev);
+
+#endif
