@@ -57,9 +57,17 @@ struct bridge {
 	void *head_arg;
 	size_t head_max;
 	struct evbuffer *head;       /* stream bytes held until a whole head */
-	int head_done;
-	size_t head_skip;            /* rewritten head still in the output buffer */
-	size_t head_credit;          /* stream bytes it replaced: credited after it */
+	int head_done;               /* in a message's body (the tail filter's) */
+	unsigned messages;           /* heads rewritten so far */
+	/* Rewritten heads still in the output buffer, oldest first: each
+	 * after `ahead` unchanged bytes, `skip` bytes long, standing for
+	 * `credit` stream bytes that are credited once all of it has left.
+	 * plain_tail: unchanged bytes written after the newest of them. */
+	struct bridge_out_head {
+		size_t ahead, skip, credit;
+	} heads[BRIDGE_HEADS_MAX];
+	unsigned nheads;
+	size_t plain_tail;
 };
 
 static void bridge_finish(struct bridge *b, const char *end);
@@ -122,26 +130,35 @@ static void
 bridge_output_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
 	struct bridge *b = arg;
-	size_t n = info->n_deleted, k;
+	size_t n = info->n_deleted, credit = 0, k;
+	struct bridge_out_head *h;
 
 	if (n == 0 || b->state == BRIDGE_DONE)
 		return;
-	if (b->head_skip > 0) {
-		/* The rewritten head leaves first (FIFO): once all of it has,
-		 * the stream bytes it stood for are drained. */
-		k = n < b->head_skip ? n : b->head_skip;
-		b->head_skip -= k;
+	/* FIFO: unchanged bytes are credited as they leave, a rewritten head
+	 * once the whole of it has left, for the stream bytes it stood for. */
+	while (n > 0 && b->nheads > 0) {
+		h = &b->heads[0];
+		k = n < h->ahead ? n : h->ahead;
+		h->ahead -= k;
+		credit += k;
 		n -= k;
-		if (b->head_skip == 0) {
-			n += b->head_credit;
-			b->head_credit = 0;
-		}
+		k = n < h->skip ? n : h->skip;
+		h->skip -= k;
+		n -= k;
+		if (h->ahead > 0 || h->skip > 0)
+			break;
+		credit += h->credit;
+		memmove(&b->heads[0], &b->heads[1], --b->nheads * sizeof(b->heads[0]));
+		if (b->nheads == 0)
+			b->plain_tail = 0;   /* now ordinary bytes, as they leave */
 	}
-	if (n == 0)
+	credit += n;
+	if (credit == 0)
 		return;
-	b->stats.bytes_out += n;
+	b->stats.bytes_out += credit;
 	if (b->s != NULL)
-		mux_stream_drained(b->s, n);
+		mux_stream_drained(b->s, credit);
 }
 
 /* The head filter refused the stream: reset it with code. */
@@ -158,44 +175,91 @@ bridge_reject(struct bridge *b, const char *code)
 	bridge_finish(b, end);
 }
 
-/* Stream bytes after the head: what the tail filter lets pass goes to the
- * socket; if it refuses the rest, the stream is reset.  Returns 0, or -1
- * if the bridge was finished. */
-static int
-bridge_tail_write(struct bridge *b, const uint8_t *data, size_t len)
+/* Writes n unchanged stream bytes to the socket, behind any rewritten
+ * head still waiting there. */
+static void
+bridge_out_plain(struct bridge *b, const uint8_t *data, size_t n)
 {
-	const char *code = "rejected";
-	size_t n = len;
+	if (n == 0)
+		return;
+	if (b->nheads > 0)
+		b->plain_tail += n;
+	bufferevent_write(b->bev, data, n);
+}
 
-	if (b->tail_fn != NULL)
-		n = b->tail_fn(data, len, &code, b->head_arg);
-	if (n > len)
-		n = len;
-	if (n > 0)
-		bufferevent_write(b->bev, data, n);
-	if (n < len) {
-		bridge_reject(b, code);
-		return -1;
+/* Writes a rewritten head (outlen bytes standing for used stream bytes).
+ * Returns 0, or -1 if too many heads wait in the output already. */
+static int
+bridge_out_head(struct bridge *b, const char *out, size_t outlen, size_t used)
+{
+	struct bridge_out_head *h;
+
+	if (outlen == 0) {
+		/* Nothing to wait for: the bytes it stood for are drained. */
+		b->stats.bytes_out += used;
+		if (used > 0 && b->s != NULL)
+			mux_stream_drained(b->s, used);
+		return 0;
 	}
+	if (b->nheads == BRIDGE_HEADS_MAX)
+		return -1;
+	h = &b->heads[b->nheads];
+	h->ahead = b->nheads == 0 ?
+	    evbuffer_get_length(bufferevent_get_output(b->bev)) : b->plain_tail;
+	h->skip = outlen;
+	h->credit = used;
+	b->nheads++;
+	b->plain_tail = 0;
+	bufferevent_write(b->bev, out, outlen);
 	return 0;
 }
 
-/* Stream bytes while the head filter waits for a whole head. */
-static void
-bridge_head_feed(struct bridge *b, const uint8_t *data, size_t len)
+/* In a message's body: what the tail filter lets pass goes to the socket;
+ * when it says the message ended, the next bytes are a new head.  Returns
+ * how many of data it took, or (size_t)-1 if it refused the rest (the
+ * stream is then reset). */
+static size_t
+bridge_body(struct bridge *b, const uint8_t *data, size_t len)
+{
+	const char *code = "rejected";
+	size_t n = len;
+	int done = 0;
+
+	if (b->tail_fn != NULL)
+		n = b->tail_fn(data, len, &done, &code, b->head_arg);
+	if (n > len)
+		n = len;
+	bridge_out_plain(b, data, n);
+	if (done) {
+		b->head_done = 0;
+		return n;
+	}
+	if (n < len) {
+		bridge_reject(b, code);
+		return (size_t)-1;
+	}
+	return n;
+}
+
+/* Waiting for a whole head: data joins the held bytes; once a head is
+ * there, its rewrite goes to the socket.  Returns how many of data it took
+ * (the bytes after the head are given back), or (size_t)-1 if the stream
+ * was reset. */
+static size_t
+bridge_head(struct bridge *b, const uint8_t *data, size_t len)
 {
 	const char *code = "bad_request_head";
-	size_t have, used = 0, outlen = 0;
+	size_t have, used = 0, outlen = 0, rest;
 	char *out = NULL;
 	int r;
 
 	if (b->head == NULL && (b->head = evbuffer_new()) == NULL) {
 		bridge_reject(b, "internal");
-		return;
+		return (size_t)-1;
 	}
 	if (evbuffer_add(b->head, data, len) != 0) {
 		bridge_reject(b, "internal");
-		return;
+		return (size_t)-1;
 	}
 	have = evbuffer_get_length(b->head);
 	r = b->head_fn(evbuffer_pullup(b->head, -1), have, &used, &out, &outlen,
@@ -204,36 +268,49 @@ bridge_head_feed(struct bridge *b, const uint8_t *data, size_t len)
 		r = -1;
 		code = "head_too_large";
 	}
-	if (r != 0 && r != 1) {
-		if (out != NULL) {
-			explicit_bzero(out, outlen);
-			free(out);
-		}
-		bridge_reject(b, code);
-		return;
+	if (r == 1 && (used > have || bridge_out_head(b, out, outlen, used) != 0)) {
+		r = -1;
+		code = "too_many_requests_waiting";
 	}
-	if (r == 0)
-		return;
-	b->head_done = 1;
-	b->head_skip = outlen;
-	b->head_credit = used;
-	if (outlen > 0)
-		bufferevent_write(b->bev, out, outlen);
 	if (out != NULL) {
 		explicit_bzero(out, outlen);
 		free(out);
 	}
-	evbuffer_drain(b->head, used);
-	if (outlen == 0 && used > 0 && b->s != NULL) {
-		b->stats.bytes_out += used;
-		b->head_credit = 0;
-		mux_stream_drained(b->s, used);
+	if (r != 0 && r != 1) {
+		bridge_reject(b, code);
+		return (size_t)-1;
 	}
-	have = evbuffer_get_length(b->head);
-	if (have > 0 && bridge_tail_write(b, evbuffer_pullup(b->head, -1), have) != 0)
-		return;                  /* finished: b->head freed with it */
-	evbuffer_free(b->head);
-	b->head = NULL;
+	if (r == 0)
+		return len;
+	/* The head ended within data (it was not whole before): what follows
+	 * it is not held but handed back. */
+	rest = have - used;
+	if (rest > len) {
+		/* Held bytes held a whole head already: cannot be (head_fn
+		 * saw them); refuse rather than lose bytes. */
+		bridge_reject(b, "internal");
+		return (size_t)-1;
+	}
+	evbuffer_drain(b->head, have);
+	b->head_done = 1;
+	b->messages++;
+	return len - rest;
+}
+
+/* Stream bytes through the head filter: heads rewritten, bodies passed,
+ * for as many messages as they hold. */
+static void
+bridge_filter(struct bridge *b, const uint8_t *data, size_t len)
+{
+	size_t n;
+
+	while (len > 0 && b->state == BRIDGE_OPEN && b->s != NULL) {
+		n = b->head_done ? bridge_body(b, data, len) : bridge_head(b, data, len);
+		if (n == (size_t)-1)
+			return;
+		data += n;
+		len -= n;
+	}
 }
 
 /* Stream bytes for the socket (no head filter).  On a bare socket (not
@@ -292,10 +369,7 @@ st_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 	if (b->state != BRIDGE_OPEN || b->wr_shut)
 		return;
 	if (b->head_fn != NULL) {
-		if (!b->head_done)
-			bridge_head_feed(b, data, len);
-		else
-			(void)bridge_tail_write(b, data, len);
+		bridge_filter(b, data, len);
 		return;
 	}
 	bridge_write(b, data, len);
@@ -313,7 +387,10 @@ st_fin(struct mux_stream *s, void *arg)
 	struct bridge *b = arg;
 
 	b->peer_fin = 1;
-	if (b->head_fn != NULL && !b->head_done && b->state == BRIDGE_OPEN)
+	/* The end of the stream must not cut a head (nor come before the
+	 * first); after a whole message it is the end of the requests. */
+	if (b->head_fn != NULL && !b->head_done && b->state == BRIDGE_OPEN &&
+	    (b->messages == 0 || (b->head != NULL && evbuffer_get_length(b->head) > 0)))
 		bridge_reject(b, "head_incomplete");
 	else if (b->bev != NULL)
 		bridge_maybe_shutdown(b);

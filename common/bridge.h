@@ -59,25 +59,32 @@ void bridge_refuse(struct bridge *b, const char *code, const char *reason);
 int bridge_pending(const struct bridge *b);
 
 /*
- * Head filter (agent: a service with a token of its own).  The first bytes
- * the stream carries toward the socket are held, at most max of them,
- * until fn finds a whole head in them; what fn returns is written to the
- * socket in its place and everything after passes through unchanged.
- * Credit for the held bytes goes back to the peer once the rewritten head
- * has left the socket's output buffer, so flow control stays exact.
+ * Head filter (agent: a service with a token of its own).  The stream
+ * carries HTTP requests one after another, each a head and a body; every
+ * head is held (at most max bytes of it) until fn finds it whole, and what
+ * fn returns is written to the socket in its place; the body after it
+ * passes through the tail filter unchanged.
+ * Credit for a head's held bytes goes back to the peer once its rewrite
+ * has left the socket's output buffer (at most BRIDGE_HEADS_MAX rewritten
+ * heads may wait there; one more resets the stream
+ * "too_many_requests_waiting"), so flow control stays exact.
  *   fn(buf, len, ...) returns 1 with *used (the head's length in buf) and
  *   *out and *outlen (malloc'd; the bridge wipes and frees it), 0 when buf does
  *   not hold a whole head yet, -1 with *code to reset the stream.
  * Without a whole head in max bytes the stream is reset "head_too_large";
- * a FIN before one, "head_incomplete".  Set it before bridge_attach.
- *   tail (may be NULL: everything passes) sees every stream byte after the
- *   head, in order: tail(data, len, &code, arg) returns how many of them
- *   may pass (<= len); fewer than len resets the stream with *code once
- *   those have been written.
+ * a FIN inside a head, or before the first one, "head_incomplete".  Set it
+ * before bridge_attach.
+ *   tail (may be NULL: after the first head everything passes) sees every
+ *   stream byte after a head, in order: tail(data, len, &done, &code, arg)
+ *   returns how many of them belong to the message (<= len) and sets
+ *   *done when the message ended with them: the next bytes are a new head.
+ *   Fewer than len without *done resets the stream with *code once those
+ *   have been written.
  */
+#define BRIDGE_HEADS_MAX 8   /* rewritten heads waiting in the output */
 typedef int bridge_head_fn(const uint8_t *buf, size_t len, size_t *used,
     char **out, size_t *outlen, const char **code, void *arg);
-typedef size_t bridge_tail_fn(const uint8_t *data, size_t len,
+typedef size_t bridge_tail_fn(const uint8_t *data, size_t len, int *done,
     const char **code, void *arg);
 void bridge_set_head_filter(struct bridge *b, size_t max, bridge_head_fn *fn,
     bridge_tail_fn *tail, void *arg);

@@ -53,9 +53,33 @@ rewrite_drops(const char *name, size_t n)
 	    (n == 10 && strncasecmp(name, "keep-alive", 10) == 0);
 }
 
-/* Appends what the rewrite adds before the empty line. */
+/* 1 if the header value v[0..n) lists the token tok (comma-separated,
+ * any case, around optional spaces and tabs). */
+static int
+value_lists(const char *v, size_t n, const char *tok)
+{
+	size_t toklen = strlen(tok), i = 0, start, end;
+
+	while (i < n) {
+		while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+			i++;
+		start = i;
+		while (i < n && v[i] != ',')
+			i++;
+		end = i;
+		while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+			end--;
+		if (end - start == toklen && strncasecmp(v + start, tok, toklen) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Appends what the rewrite adds before the empty line: the bearer token,
+ * then Connection: close when the head asked to close, Upgrade, close
+ * for an upgrade, nothing to keep the connection. */
 static size_t
-rewrite_tail(char *buf, const char *token, size_t toklen, int upgrade)
+rewrite_tail(char *buf, const char *token, size_t toklen, int upgrade, int close_asked)
 {
 	static const char close[] = "Connection: close\r\n";
 	static const char upclose[] = "Connection: Upgrade, close\r\n";
@@ -70,7 +94,7 @@ rewrite_tail(char *buf, const char *token, size_t toklen, int upgrade)
 	if (upgrade) {
 		memcpy(buf + n, upclose, sizeof(upclose) - 1);
 		n += sizeof(upclose) - 1;
-	} else {
+	} else if (close_asked) {
 		memcpy(buf + n, close, sizeof(close) - 1);
 		n += sizeof(close) - 1;
 	}
@@ -82,7 +106,7 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
     char **out, size_t *outlen)
 {
 	size_t toklen, pos, cap, n = 0;
-	int first = 1, have_header = 0, drop = 0, upgrade = 0;
+	int first = 1, have_header = 0, drop = 0, upgrade = 0, close_asked = 0;
 	char *buf;
 
 	*out = NULL;
@@ -114,7 +138,7 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
 			first = 0;
 		} else if (body == 0) {
 			/* The empty line: always the last (http_head_length). */
-			n += rewrite_tail(buf + n, token, toklen, upgrade);
+			n += rewrite_tail(buf + n, token, toklen, upgrade, close_asked);
 		} else if (line[0] == ' ' || line[0] == '\t') {
 			/* obs-fold: part of the header before it. */
 			if (!have_header)
@@ -131,6 +155,9 @@ http_head_set_bearer(const char *head, size_t len, const char *token,
 			have_header = 1;
 			if (colon - line == 7 && strncasecmp(line, "upgrade", 7) == 0)
 				upgrade = 1;
+			if (colon - line == 10 && strncasecmp(line, "connection", 10) == 0 &&
+			    value_lists(colon + 1, body - (size_t)(colon + 1 - line), "close"))
+				close_asked = 1;
 			drop = rewrite_drops(line, (size_t)(colon - line));
 			if (drop)
 				continue;

@@ -2,9 +2,10 @@
  * httphead.h: pure helpers for an HTTP/1.x request head as raw bytes.
  *
  * The agent uses them on streams to a service that has a token of its own
- * (`join --service-token NAME=FILE`): the first request head of each stream
+ * (`join --service-token NAME=FILE`): every request head of the stream
  * gets `Authorization: Bearer TOKEN` in place of any Authorization it
- * carried, and `Connection: close`, so that no second request follows.  No I/O, no logging: a token never leaves these functions except
+ * carried, and its framing says where its body ends and the next head
+ * begins.  No I/O, no logging: a token never leaves these functions except
  * in the rewritten head.
  *
  * Lines end with CRLF or a bare LF (both are kept as they are); the head
@@ -38,13 +39,14 @@ int http_token_valid(const char *token, size_t len);
 
 /*
  * Rewrites one complete request head (exactly len bytes, ending with its
- * empty line) for a service with a token of its own, so that the upstream
- * connection carries this one request only: every Authorization,
+ * empty line) for a service with a token of its own: every Authorization,
  * Connection and Keep-Alive header is removed (any case, with its obsolete
- * continuation lines), and `Authorization: Bearer TOKEN` CRLF then
- * `Connection: close` CRLF (`Connection: Upgrade, close` when the head has
- * an Upgrade header) are added just before the empty line.  Everything
- * else is kept byte for byte.
+ * continuation lines), and `Authorization: Bearer TOKEN` CRLF is added just
+ * before the empty line, then `Connection: Upgrade, close` CRLF when the
+ * head has an Upgrade header, else `Connection: close` CRLF when one of its
+ * Connection headers listed `close`, else nothing (the connection may carry
+ * the next request, which gets the same rewrite).  Everything else is kept
+ * byte for byte.
  *
  * Returns 0 with *out (malloc'd, caller frees; not NUL-terminated, *outlen
  * bytes), or -1 when the head is malformed (no request line, a header line
@@ -89,7 +91,8 @@ int http_head_check(const char *head, size_t len, struct http_framing *f,
 
 /*
  * Where a request's body ends, found as its bytes arrive (the agent's
- * one-request rule for a service with a token): a length counts down,
+ * rule for a service with a token: each request's body, then its next
+ * head): a length counts down,
  * chunks are followed through their sizes, extensions and trailers.  No
  * allocation; a few words of state.
  */

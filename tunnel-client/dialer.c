@@ -13,19 +13,16 @@
  * OPEN_FAIL ("tls") with the reason, not a stream that dies.
  *
  * A service joined with --service-token gets a head filter on its bridge:
- * the first request head the stream carries has its Authorization headers
+ * every request head the stream carries has its Authorization headers
  * replaced by `Authorization: Bearer TOKEN` (httphead.h) before it enters
- * the socket; the rest of the stream passes unchanged.  The gateway may
- * send several requests on one stream (docs/0007), so that head's
- * Connection headers, whatever they said, become `Connection: close`
- * (`Upgrade, close` for an upgrade): the upstream reads no second request
- * on the connection, the stream ends with the answer (the gateway parks
- * no stream whose answer closes).  And whatever the upstream does, the
- * stream passes the bytes of that one request only (its framing, read
- * from the head, says where it ends; an upgrade's raw bytes excepted):
- * a second request resets the stream, so none passes without the token.
- * The
- * token is read from DIR/service-NAME.token at start and never logged.
+ * the socket, and its framing (checked: one reading only) says where its
+ * body ends; the bytes after that must be the next request's head, which
+ * gets the same rewrite.  So the gateway may send the requests of one
+ * client connection on one stream (docs/0007) and the upstream connection
+ * carries them all, each with the node's token and no other credential.
+ * After a head that asks for an upgrade the bytes are the new protocol's
+ * (after a 101; without one the gateway sends none) and pass as they are.
+ * The token is read from DIR/service-NAME.token at start and never logged.
  *
  *   CONNECTING --TCP up--> (https) HANDSHAKING --TLS up--> bridged
  *       \--error/deadline: OPEN_FAIL  \--error/deadline: OPEN_FAIL
@@ -85,9 +82,9 @@ struct dial {
 	char host[256];              /* for SNI and the certificate check */
 	uint32_t stream_id;
 	struct timeval started;
-	/* A service with a token (dial_set_bearer, dial_one_request): */
+	/* A service with a token (dial_set_bearer, dial_request_body): */
 	const char *token;
-	struct http_body_end body;   /* where the one request's body ends */
+	struct http_body_end body;   /* where the current request's body ends */
 	int upgrade;                 /* it asks for an upgrade: raw bytes may follow */
 };
 
@@ -338,9 +335,9 @@ split_target(const char *target, char *host, size_t hostlen, int *port,
 	return 0;
 }
 
-/* The request head on a service stream with a token: Authorization
- * replaced by the node's bearer token, Connection by close (bridge_head_fn);
- * its framing says where the one request the stream may carry ends. */
+/* A request head on a service stream with a token (bridge_head_fn):
+ * Authorization replaced by the node's bearer token; its framing says where
+ * its body ends. */
 static int
 dial_set_bearer(const uint8_t *buf, size_t len, size_t *used, char **out,
     size_t *outlen, const char **code, void *arg)
@@ -363,27 +360,27 @@ dial_set_bearer(const uint8_t *buf, size_t len, size_t *used, char **out,
 	return 1;
 }
 
-/* Stream bytes after that head (bridge_tail_fn): its body, and nothing
- * more unless it asked for an upgrade (after a 101 the bytes are the new
- * protocol's; without one the gateway sends none).  Another request on
- * the stream resets it "one_request_only", whether or not the upstream
- * honoured Connection: close. */
+/* Stream bytes after a head (bridge_tail_fn): its body, as its framing
+ * says; once the body ends, the next bytes are the next request's head.
+ * After an upgrade everything passes (the new protocol's bytes, after a
+ * 101; without one the gateway sends none).  Malformed chunk framing
+ * resets the stream "bad_request_body". */
 static size_t
-dial_one_request(const uint8_t *data, size_t len, const char **code, void *arg)
+dial_request_body(const uint8_t *data, size_t len, int *done, const char **code,
+    void *arg)
 {
 	struct dial *x = arg;
 	size_t n;
-	int done;
 
+	*done = 0;
 	if (x->upgrade)
 		return len;
-	n = http_body_end_feed(&x->body, (const char *)data, len, &done);
+	n = http_body_end_feed(&x->body, (const char *)data, len, done);
 	if (n == (size_t)-1) {
+		*done = 0;
 		*code = "bad_request_body";
 		return 0;
 	}
-	if (n < len)
-		*code = "one_request_only";
 	return n;
 }
 
@@ -452,7 +449,7 @@ dialer_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req
 		if (d->svc_token[svc] != NULL) {
 			x->token = d->svc_token[svc];
 			bridge_set_head_filter(x->bridge, DIAL_HEAD_MAX, dial_set_bearer,
-			    dial_one_request, x);
+			    dial_request_body, x);
 		}
 	} else {
 		snprintf(x->target, sizeof(x->target), "%s", req->target);

@@ -2,8 +2,9 @@
  * test_httphead.c: common/httphead.c.  The request-head rewrite the agent
  * applies on streams to a service with a token: Authorization headers are
  * replaced by the node's bearer token, never duplicated, Connection and
- * Keep-Alive by `Connection: close`, and everything else is kept byte for
- * byte; malformed heads and bad tokens are refused.  The framing rules of
+ * Keep-Alive dropped (`Connection: close` again only when the head asked
+ * to close, `Upgrade, close` for an upgrade), and everything else is kept
+ * byte for byte; malformed heads and bad tokens are refused.  The framing rules of
  * http_head_check: every ambiguous head is refused with its reason.
  */
 #include <stdarg.h>
@@ -108,7 +109,7 @@ test_request_line_only(void **state)
 {
 	(void)state;
 	check_rewrite("GET / HTTP/1.1\r\n\r\n",
-	    "GET / HTTP/1.1\r\nAuthorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	    "GET / HTTP/1.1\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
 }
 
 static void
@@ -118,7 +119,7 @@ test_one_authorization_is_replaced_not_duplicated(void **state)
 	check_rewrite("GET /api HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer "
 	    "ttu_gateway.token\r\nAccept: */*\r\n\r\n",
 	    "GET /api HTTP/1.1\r\nHost: k\r\nAccept: */*\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
 }
 
 static void
@@ -128,7 +129,7 @@ test_two_authorizations_both_removed(void **state)
 	check_rewrite("POST /x HTTP/1.1\r\nAuthorization: Basic dXNlcjpwdw==\r\n"
 	    "Content-Length: 3\r\nAuthorization: Bearer other\r\n\r\n",
 	    "POST /x HTTP/1.1\r\nContent-Length: 3\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
 }
 
 static void
@@ -140,7 +141,7 @@ test_mixed_case_names_and_no_space_after_colon(void **state)
 	    "Authorization-Extra: keep\r\nProxy-Authorization: keep\r\n\r\n",
 	    "GET / HTTP/1.1\r\nX-Authorization: keep\r\n"
 	    "Authorization-Extra: keep\r\nProxy-Authorization: keep\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
 }
 
 static void
@@ -152,7 +153,7 @@ test_no_folding_other_headers_kept_byte_for_byte(void **state)
 	    "X-Note:   Authorization: Bearer fake  \r\nEmpty:\r\n\r\n",
 	    "GET /a?b=Authorization:%20x HTTP/1.1\r\nHost:k\r\n"
 	    "X-Note:   Authorization: Bearer fake  \r\nEmpty:\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
 }
 
 static void
@@ -162,7 +163,7 @@ test_folded_authorization_removed_with_its_continuation(void **state)
 	check_rewrite("GET / HTTP/1.1\r\nAuthorization: Bearer\r\n  secret\r\n"
 	    "\tmore\r\nX-Long: a\r\n b\r\n\r\n",
 	    "GET / HTTP/1.1\r\nX-Long: a\r\n b\r\n"
-	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
 }
 
 static void
@@ -170,7 +171,7 @@ test_bare_lf_line_ends_kept(void **state)
 {
 	(void)state;
 	check_rewrite("GET / HTTP/1.1\nHost: k\nAuthorization: x\n\n",
-	    "GET / HTTP/1.1\nHost: k\nAuthorization: Bearer " TOKEN "\r\n" CLOSE "\n");
+	    "GET / HTTP/1.1\nHost: k\nAuthorization: Bearer " TOKEN "\r\n\n");
 }
 
 static void
@@ -242,20 +243,30 @@ test_long_token_and_head(void **state)
 	strcpy(want, head);
 	strcpy(want + hl + 60000, "\r\nAuthorization: Bearer ");
 	strcat(want + hl + 60000, token);
-	strcat(want + hl + 60000, "\r\n" CLOSE "\r\n");
+	strcat(want + hl + 60000, "\r\n\r\n");
 	check_rewrite_with(head, token, want);
 	free(head);
 	free(want);
 }
 
 static void
-test_connection_whatever_it_says_becomes_close(void **state)
+test_connection_dropped_close_only_when_asked(void **state)
 {
 	(void)state;
+	/* Whatever Connection names (here Content-Length) goes with it; no
+	 * close asked: the connection may carry the next request. */
 	check_rewrite("GET / HTTP/1.1\r\nConnection: keep-alive, Content-Length\r\n"
 	    "Keep-Alive: timeout=5\r\nconnection: upgrade\r\n  , x\r\nHost: k\r\n\r\n",
 	    "GET / HTTP/1.1\r\nHost: k\r\n"
+	    "Authorization: Bearer " TOKEN "\r\n\r\n");
+	/* close in a list, any case, around spaces: one Connection: close. */
+	check_rewrite("GET / HTTP/1.1\r\nConnection: x-foo , CLOSE\t\r\nConnection: close\r\n"
+	    "Host: k\r\n\r\n",
+	    "GET / HTTP/1.1\r\nHost: k\r\n"
 	    "Authorization: Bearer " TOKEN "\r\n" CLOSE "\r\n");
+	/* A token that only contains "close" is not close. */
+	check_rewrite("GET / HTTP/1.1\r\nConnection: closed, xclose\r\n\r\n",
+	    "GET / HTTP/1.1\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
 	check_rewrite("POST /x HTTP/1.1\r\nupgrade: x\r\nConnection: Upgrade, Content-Length\r\n"
 	    "Content-Length: 3\r\n\r\n",
 	    "POST /x HTTP/1.1\r\nupgrade: x\r\nContent-Length: 3\r\n"
@@ -433,7 +444,7 @@ main(void)
 		cmocka_unit_test(test_malformed_heads_refused),
 		cmocka_unit_test(test_bad_tokens_refused),
 		cmocka_unit_test(test_long_token_and_head),
-		cmocka_unit_test(test_connection_whatever_it_says_becomes_close),
+		cmocka_unit_test(test_connection_dropped_close_only_when_asked),
 		cmocka_unit_test(test_check_accepts_one_framing),
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
 		cmocka_unit_test(test_body_end_found_for_each_framing),
