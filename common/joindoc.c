@@ -8,10 +8,9 @@
  * error ("near '\"tti_...'"), so they are replaced by our own.
  */
 #include "joindoc.h"
-#include "hostname.h"
 #include "printable.h"
+#include "url.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,82 +72,31 @@ token_shape_valid(const char *s, size_t maxlen)
 	return 1;
 }
 
-/* Decimal 1..65535 without sign or leading zero; n bytes of s. */
-static int
-port_valid(const char *s, size_t n)
-{
-	unsigned long v = 0;
-
-	if (n == 0 || n > 5 || s[0] == '0')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		if (!isdigit((unsigned char)s[i]))
-			return 0;
-		v = v * 10 + (unsigned long)(s[i] - '0');
-	}
-	return v >= 1 && v <= 65535;
-}
+static const char *const gateway_url_schemes[] = { "https", NULL };
 
 /*
- * https://HOST[:PORT][/] into out without the trailing '/'.  Returns 0 or -1
- * with a reason.
+ * https://HOST[:PORT][/] (url_parse's rules, an origin, no user
+ * information) into out, normalised and without the trailing '/'.
+ * Returns 0, or -1 with the reason in why (whylen bytes).
  */
 static int
-gateway_url_check(const char *url, char *out, size_t outlen, const char **why)
+gateway_url_check(const char *text, char *out, size_t outlen, char *why,
+    size_t whylen)
 {
-	const char *host, *end, *colon = NULL;
-	size_t len = strlen(url);
+	struct url u;
+	int r = -1;
 
-	if (strncmp(url, "https://", 8) != 0) {
-		*why = "must start with https://";
+	if (url_parse(text, gateway_url_schemes, &u, why, whylen) != 0)
 		return -1;
-	}
-	if (len > 0 && url[len - 1] == '/')
-		len--;
-	if (len >= outlen) {
-		*why = "too long";
-		return -1;
-	}
-	host = url + 8;
-	end = url + len;
-	if (host < end && *host == '[') {
-		const char *rb = memchr(host, ']', (size_t)(end - host));
-
-		if (rb == NULL || !host_ipv6_bracketed(host, (size_t)(rb - host) + 1, NULL)) {
-			*why = "has an invalid IPv6 address";
-			return -1;
-		}
-		if (rb + 1 < end) {
-			if (rb[1] != ':') {
-				*why = "must be https://HOST[:PORT] with no path";
-				return -1;
-			}
-			colon = rb + 1;
-		}
-	} else {
-		for (const char *p = host; p < end; p++) {
-			if (*p == '/' || *p == '?' || *p == '#' || *p == '@') {
-				*why = "must be https://HOST[:PORT] with no path";
-				return -1;
-			}
-			if (*p == ':') {
-				colon = p;
-				break;
-			}
-		}
-		if (!host_dns_or_ipv4_valid(host,
-		    (size_t)((colon != NULL ? colon : end) - host))) {
-			*why = "has an invalid host name";
-			return -1;
-		}
-	}
-	if (colon != NULL && !port_valid(colon + 1, (size_t)(end - colon - 1))) {
-		*why = "has an invalid port (want 1..65535, no path)";
-		return -1;
-	}
-	memcpy(out, url, len);
-	out[len] = '\0';
-	return 0;
+	if (u.has_userinfo || !url_is_origin(&u))
+		snprintf(why, whylen, "must be https://HOST[:PORT] with no user, "
+		    "path or query");
+	else if (url_origin(&u, out, outlen) < 0)
+		snprintf(why, whylen, "too long");
+	else
+		r = 0;
+	url_clear(&u);
+	return r;
 }
 
 static int
@@ -327,12 +275,13 @@ check_keys(json_t *root, char *err, size_t errlen)
 static int
 fill_doc(json_t *root, struct joindoc *doc, char *err, size_t errlen)
 {
-	const char *s, *why = NULL;
+	const char *s;
+	char why[160];
 
 	if ((s = get_string(root, "gateway_url", err, errlen)) == NULL)
 		return -1;
 	if (gateway_url_check(s, doc->gateway_url, sizeof(doc->gateway_url),
-	    &why) == -1) {
+	    why, sizeof(why)) == -1) {
 		snprintf(err, errlen, "gateway_url: %s", why);
 		return -1;
 	}

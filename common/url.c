@@ -3,6 +3,7 @@
  */
 #include "url.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,14 @@ static const struct {
 } default_ports[] = {
 	{ "http", 80 }, { "https", 443 }, { "ws", 80 }, { "wss", 443 },
 };
+
+static int
+host_is_ipv4(const char *host)
+{
+	struct in_addr a;
+
+	return inet_pton(AF_INET, host, &a) == 1;
+}
 
 static int
 hexval(int c)
@@ -149,7 +158,9 @@ parse_hostport(const char *p, size_t n, struct url *u, char *why, size_t whylen)
 			snprintf(why, whylen, "bad port");
 			return -1;
 		}
+		u->port_given = 1;
 	}
+	u->host_is_ip = u->host_is_ipv6 || host_is_ipv4(u->host);
 	return 0;
 }
 
@@ -216,4 +227,41 @@ url_display(const struct url *u, char *buf, size_t len)
 {
 	snprintf(buf, len, "%s://%s%s%s:%u", u->scheme, u->host_is_ipv6 ? "[" : "",
 	    u->host, u->host_is_ipv6 ? "]" : "", u->port);
+}
+
+int
+url_is_origin(const struct url *u)
+{
+	return strcmp(u->path, "/") == 0;
+}
+
+int
+url_authority(const struct url *u, char *buf, size_t len)
+{
+	char port[8] = "";
+	int n;
+
+	if (u->port_given)
+		snprintf(port, sizeof(port), ":%u", u->port);
+	n = snprintf(buf, len, "%s%s%s%s", u->host_is_ipv6 ? "[" : "", u->host,
+	    u->host_is_ipv6 ? "]" : "", port);
+	if (n < 0 || (size_t)n >= len) {
+		if (len > 0)
+			buf[0] = '\0';
+		return -1;
+	}
+	return n;
+}
+
+int
+url_origin(const struct url *u, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s://", u->scheme);
+
+	if (n < 0 || (size_t)n >= len || url_authority(u, buf + n, len - (size_t)n) < 0) {
+		if (len > 0)
+			buf[0] = '\0';
+		return -1;
+	}
+	return (int)strlen(buf);
 }

@@ -1,7 +1,11 @@
 /*
- * url.h: the one parser for the URLs Tether takes from its users (issue 8
- * wants every ad-hoc one moved here): scheme://[user[:password]@]host[:port][/path][?query].
- * Used for the agent's HTTP proxy URL (--proxy, HTTPS_PROXY).
+ * url.h: the one URL parser.  Every URL Tether reads goes through
+ * url_parse: scheme://[user[:password]@]host[:port][/path][?query].
+ * Its users: the agent's HTTP proxy URL (--proxy, HTTPS_PROXY), the join
+ * document's gateway_url, the gateway's --url (and gateway.json), the
+ * agent's gateway URL (state.json) and the WebSocket client's wss:// or
+ * ws:// URL.  A caller that wants less (no user information, an origin
+ * only) checks the parsed fields: url_is_origin, has_userinfo.
  */
 #ifndef TETHER_URL_H
 #define TETHER_URL_H
@@ -23,7 +27,9 @@ struct url {
 	int has_userinfo;		/* an '@' was there */
 	char host[URL_HOST_MAX + 1];	/* without brackets */
 	int host_is_ipv6;		/* was [bracketed] */
+	int host_is_ip;			/* an IPv4 or IPv6 literal, not a name */
 	unsigned int port;		/* explicit, or the scheme's default */
+	int port_given;			/* the URL names the port */
 	char path[URL_MAX];		/* path and query, "/" when absent */
 };
 
@@ -44,5 +50,20 @@ void url_clear(struct url *u);
 
 /* "scheme://host:port" without user information, for messages. */
 void url_display(const struct url *u, char *buf, size_t len);
+
+/* 1 if u is an origin: no path beyond "/", no query (user information is
+ * the caller's to refuse through has_userinfo). */
+int url_is_origin(const struct url *u);
+
+/*
+ * The authority as it goes into a Host header: host (IPv6 in brackets),
+ * then ":port" only if the URL named one.  Returns the length written, or
+ * -1 if len is too small (buf then holds "").
+ */
+int url_authority(const struct url *u, char *buf, size_t len);
+
+/* "scheme://" and url_authority: the origin, normalised (lower-case
+ * scheme).  Returns the length, or -1 if len is too small. */
+int url_origin(const struct url *u, char *buf, size_t len);
 
 #endif

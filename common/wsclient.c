@@ -340,137 +340,42 @@ finish_with(struct wsclient *c, int status, const char *fmt, ...)
 
 /* ---- URL and configuration ---------------------------------------------- */
 
-static int
-host_char_ok(char ch)
-{
-	return isalnum((unsigned char)ch) || ch == '-' || ch == '.' || ch == '_';
-}
+static const char *const ws_url_schemes[] = { "wss", "ws", NULL };
 
-/* Parses wss://HOST[:PORT]/PATH?QUERY or ws://..., HOST possibly [IPv6]. */
+/* Parses wss://HOST[:PORT]/PATH?QUERY or ws://... (url_parse's rules, no
+ * user information) into the client's host, port, resource, Host header. */
 static int
 parse_url(struct wsclient *c, const char *url, char *err, size_t errlen)
 {
-	const char *p, *auth_end, *host, *host_end, *port_str = NULL;
-	struct in6_addr a6;
-	struct in_addr a4;
-	size_t hostlen;
-	char *endp;
-	long port;
+	char why[160], authority[URL_HOST_MAX + 16];
+	struct url u;
+	int r = -1;
 
-	if (strncasecmp(url, "wss://", 6) == 0) {
-		c->tls = 1;
-		c->port = 443;
-		p = url + 6;
-	} else if (strncasecmp(url, "ws://", 5) == 0) {
-		c->tls = 0;
-		c->port = 80;
-		p = url + 5;
-	} else {
-		errf(err, errlen, "URL must start with wss:// or ws://: %s", url);
-		return -1;
+	if (url_parse(url, ws_url_schemes, &u, why, sizeof(why)) != 0) {
+		errf(err, errlen, "the URL: %s", why);
+		goto out;
 	}
-	auth_end = p + strcspn(p, "/?#");
-	if (memchr(p, '@', (size_t)(auth_end - p)) != NULL) {
+	if (u.has_userinfo) {
 		errf(err, errlen, "user information in a URL is not supported");
-		return -1;
+		goto out;
 	}
-	if (*p == '[') {
-		host = p + 1;
-		host_end = memchr(host, ']', (size_t)(auth_end - host));
-		if (host_end == NULL) {
-			errf(err, errlen, "unterminated [IPv6] host in URL");
-			return -1;
-		}
-		if (host_end + 1 < auth_end) {
-			if (host_end[1] != ':') {
-				errf(err, errlen, "garbage after ] in URL host");
-				return -1;
-			}
-			port_str = host_end + 2;
-		}
-	} else {
-		host = p;
-		host_end = memchr(p, ':', (size_t)(auth_end - p));
-		if (host_end != NULL)
-			port_str = host_end + 1;
-		else
-			host_end = auth_end;
+	c->tls = strcmp(u.scheme, "wss") == 0;
+	c->port = (int)u.port;
+	c->host_is_ip = u.host_is_ip;
+	if (url_authority(&u, authority, sizeof(authority)) < 0) {
+		errf(err, errlen, "the URL's host is too long");
+		goto out;
 	}
-	hostlen = (size_t)(host_end - host);
-	if (hostlen == 0 || hostlen > 253) {
-		errf(err, errlen, "URL has an empty or over-long host");
-		return -1;
+	if ((c->host = strdup(u.host)) == NULL ||
+	    (c->resource = strdup(u.path)) == NULL ||
+	    (c->host_header = strdup(authority)) == NULL) {
+		errf(err, errlen, "out of memory");
+		goto out;
 	}
-	if (port_str != NULL) {
-		if (port_str == auth_end || !isdigit((unsigned char)*port_str)) {
-			errf(err, errlen, "URL has a bad port");
-			return -1;
-		}
-		errno = 0;
-		port = strtol(port_str, &endp, 10);
-		if (errno != 0 || endp != auth_end || port < 1 || port > 65535) {
-			errf(err, errlen, "URL has a bad port");
-			return -1;
-		}
-		c->port = (int)port;
-	}
-	if ((c->host = strndup(host, hostlen)) == NULL)
-		goto oom;
-	if (*p == '[') {
-		if (inet_pton(AF_INET6, c->host, &a6) != 1) {
-			errf(err, errlen, "URL host [%s] is not an IPv6 address", c->host);
-			return -1;
-		}
-		c->host_is_ip = 1;
-	} else if (inet_pton(AF_INET, c->host, &a4) == 1)
-		c->host_is_ip = 1;
-	else {
-		/* The name goes into the Host header and SNI: no room for
-		 * anything that could break a header line. */
-		for (size_t i = 0; i < hostlen; i++) {
-			if (!host_char_ok(c->host[i])) {
-				errf(err, errlen, "URL host has a bad character");
-				return -1;
-			}
-		}
-	}
-
-	/* The resource: path and query, never the fragment. */
-	{
-		const char *r = auth_end;
-		size_t rlen = strcspn(r, "#");
-
-		for (size_t i = 0; i < rlen; i++) {
-			unsigned char ch = (unsigned char)r[i];
-			if (ch <= 0x20 || ch >= 0x7f) {
-				errf(err, errlen, "URL path has a space or "
-				    "control character (percent-encode it)");
-				return -1;
-			}
-		}
-		if (asprintf(&c->resource, "%s%.*s", (rlen == 0 || *r == '?') ?
-		    "/" : "", (int)rlen, r) < 0) {
-			c->resource = NULL;
-			goto oom;
-		}
-	}
-	{
-		int dflt = c->port == (c->tls ? 443 : 80);
-		int v6 = strchr(c->host, ':') != NULL;
-		char portbuf[8] = "";
-
-		if (!dflt)
-			snprintf(portbuf, sizeof(portbuf), ":%d", c->port);
-		if (asprintf(&c->host_header, "%s%s%s%s", v6 ? "[" : "", c->host,
-		    v6 ? "]" : "", portbuf) < 0) {
-			c->host_header = NULL;
-			goto oom;
-		}
-	}
-	return 0;
-oom:
-	errf(err, errlen, "out of memory");
-	return -1;
+	r = 0;
+out:
+	url_clear(&u);
+	return r;
 }
 
 /* A value that goes into a request header: printable, no CR/LF. */
@@ -1704,12 +1609,7 @@ set_proxy(struct wsclient *c, const struct wsclient_config *cfg, char *err,
 		return -1;
 	c->dial_host = c->proxy->host;
 	c->dial_port = (int)c->proxy->port;
-	{
-		struct in_addr a4;
-
-		c->dial_is_ip = c->proxy->host_is_ipv6 ||
-		    inet_pton(AF_INET, c->proxy->host, &a4) == 1;
-	}
+	c->dial_is_ip = c->proxy->host_is_ip;
 	return 0;
 }
 

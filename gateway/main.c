@@ -40,6 +40,7 @@
 #include "session.h"
 #include "store.h"
 #include "token.h"
+#include "url.h"
 #include "tunnel.h"
 #include "ui.h"
 
@@ -198,11 +199,32 @@ init_undo(const char *dir)
 	}
 }
 
+static const char *const public_url_schemes[] = { "https", NULL };
+
+/*
+ * The public URL: https://HOST[:PORT] (url_parse's rules; an origin, no
+ * user information, at most one trailing '/'), normalised into out
+ * (outlen bytes, at most 199 characters).  0, or -1 with the reason.
+ */
 static int
-url_valid(const char *url)
+public_url_check(const char *url, char *out, size_t outlen, char *why,
+    size_t whylen)
 {
-	return strncmp(url, "https://", 8) == 0 && url[8] != '\0' &&
-	    strlen(url) < 200 && strchr(url + 8, '/') == NULL;
+	struct url u;
+	int r = -1;
+
+	if (url_parse(url, public_url_schemes, &u, why, whylen) != 0)
+		return -1;
+	if (outlen > 200)
+		outlen = 200;
+	if (u.has_userinfo || !url_is_origin(&u))
+		snprintf(why, whylen, "has a user, path or query");
+	else if (url_origin(&u, out, outlen) < 0)
+		snprintf(why, whylen, "is too long");
+	else
+		r = 0;
+	url_clear(&u);
+	return r;
 }
 
 static int
@@ -220,6 +242,7 @@ cmd_init(int argc, char **argv)
 	const char *hostnames[MAX_HOSTNAMES];
 	size_t nhost = 0;
 	char err[512], path[PATH_MAX], checksum[CA_CHECKSUM_MAX], store_url[PATH_MAX + 16];
+	char public_url[256], why[160];
 	struct store *st = NULL;
 	int c;
 
@@ -241,8 +264,13 @@ cmd_init(int argc, char **argv)
 		usage_error("init: unexpected argument \"%s\"", argv[optind]);
 	if (dir == NULL)
 		usage_error("init: --data-dir DIR is required%s", "");
-	if (!url_valid(url))
-		usage_error("init: --url must be https://HOST[:PORT] without a path, got \"%s\"", url);
+	if (public_url_check(url, public_url, sizeof(public_url), why,
+	    sizeof(why)) != 0) {
+		snprintf(err, sizeof(err), "\"%.200s\" %s", url, why);
+		usage_error("init: --url must be https://HOST[:PORT] without a path: %s",
+		    err);
+	}
+	url = public_url;
 	snprintf(path, sizeof(path), "%s/gateway.json", dir);
 	for (size_t i = 0; init_files[i] != NULL; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, init_files[i]);
@@ -290,6 +318,7 @@ load_config(struct gateway *gw, char *err, size_t errlen)
 	json_error_t jerr;
 	json_t *v;
 	const char *url;
+	char why[160];
 
 	snprintf(path, sizeof(path), "%s/gateway.json", gw->data_dir);
 	v = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -299,12 +328,17 @@ load_config(struct gateway *gw, char *err, size_t errlen)
 		return -1;
 	}
 	url = json_string_value(json_object_get(v, "url"));
-	if (url == NULL || !url_valid(url)) {
+	if (url == NULL) {
 		snprintf(err, errlen, "%s: \"url\" must be https://HOST[:PORT]", path);
 		json_decref(v);
 		return -1;
 	}
-	snprintf(gw->url, sizeof(gw->url), "%s", url);
+	if (public_url_check(url, gw->url, sizeof(gw->url), why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: \"url\" must be https://HOST[:PORT]: %s",
+		    path, why);
+		json_decref(v);
+		return -1;
+	}
 	json_decref(v);
 
 	snprintf(path, sizeof(path), "%s/ca.crt", gw->data_dir);

@@ -42,8 +42,7 @@ struct agent {
 	EVP_PKEY *agent_key;          /* this node's Ed25519 key */
 	EVP_PKEY *import_key;         /* derived from the import token, until registered */
 	char import_id[TOKEN_ID_LEN + 1];
-	char gw_host[256];
-	int gw_port;
+	char gw_host[URL_HOST_MAX + 1]; /* matched against NO_PROXY */
 	char ca_path[PATH_MAX];
 	char connect_url[300];        /* wss://HOST:PORT/v1/connect */
 
@@ -171,27 +170,34 @@ agent_choose_proxy(struct agent *a)
 	info("connecting through an HTTP CONNECT proxy", KV_S("proxy", shown));
 }
 
-static int
-parse_gateway_url(struct agent *a)
-{
-	const char *p = a->st.gateway_url + strlen("https://");
-	const char *colon, *end;
+static const char *const gateway_url_schemes[] = { "https", NULL };
 
-	if (strncmp(a->st.gateway_url, "https://", 8) != 0)
+/*
+ * From the gateway URL in the state (https://HOST[:PORT], url_parse's
+ * rules): the host that NO_PROXY is matched against, and the tunnel's URL,
+ * wss://HOST[:PORT]/v1/connect.  0, or -1 with the reason in why.
+ */
+static int
+connect_url_make(struct agent *a, char *why, size_t whylen)
+{
+	char authority[URL_HOST_MAX + 16];
+	struct url u;
+	int r = -1;
+
+	if (url_parse(a->st.gateway_url, gateway_url_schemes, &u, why, whylen) != 0)
 		return -1;
-	if (*p == '[') {
-		end = strchr(p, ']');
-		if (end == NULL)
-			return -1;
-		snprintf(a->gw_host, sizeof(a->gw_host), "%.*s", (int)(end - p - 1), p + 1);
-		colon = end[1] == ':' ? end + 1 : NULL;
-	} else {
-		colon = strchr(p, ':');
-		snprintf(a->gw_host, sizeof(a->gw_host), "%.*s",
-		    (int)(colon != NULL ? (size_t)(colon - p) : strcspn(p, "/")), p);
+	if (u.has_userinfo || !url_is_origin(&u))
+		snprintf(why, whylen, "has a user, path or query");
+	else if (url_authority(&u, authority, sizeof(authority)) < 0 ||
+	    (size_t)snprintf(a->connect_url, sizeof(a->connect_url),
+	    "wss://%s/v1/connect", authority) >= sizeof(a->connect_url))
+		snprintf(why, whylen, "too long");
+	else {
+		snprintf(a->gw_host, sizeof(a->gw_host), "%s", u.host);
+		r = 0;
 	}
-	a->gw_port = colon != NULL ? atoi(colon + 1) : 443;
-	return a->gw_port > 0 && a->gw_port < 65536 && a->gw_host[0] ? 0 : -1;
+	url_clear(&u);
+	return r;
 }
 
 static int
@@ -346,16 +352,14 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 			    KV_S("err", err));
 		return 1;
 	}
-	if (parse_gateway_url(&a) != 0) {
+	if (connect_url_make(&a, err, sizeof(err)) != 0) {
 		error("gateway_url is not https://HOST[:PORT]", KV_S("state_dir", state_dir),
-		    KV_S("gateway_url", a.st.gateway_url));
+		    KV_S("gateway_url", a.st.gateway_url), KV_S("err", err));
 		return 1;
 	}
 	/* An agent killed while writing status.json left a temporary file. */
 	file_sweep_temps(state_dir);
 	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
-	snprintf(a.connect_url, sizeof(a.connect_url), "wss://%s/v1/connect",
-	    a.st.gateway_url + strlen("https://"));
 	if (agent_load_credentials(&a) != 0) {
 		agent_free(&a);
 		return 1;

@@ -31,6 +31,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		host = s;
 	if (url_parse(s, proxy_url_schemes, &u, why, sizeof(why)) == 0) {
 		/* What parses must build a request without CR/LF injection. */
+		char origin[URL_MAX + 32];
+
+		/* The origin it writes parses back to the same host and port. */
+		if (url_origin(&u, origin, sizeof(origin)) > 0) {
+			struct url back;
+
+			if (url_parse(origin, proxy_url_schemes, &back, why,
+			    sizeof(why)) != 0 || strcmp(back.host, u.host) != 0 ||
+			    back.port != u.port || !url_is_origin(&back))
+				abort();
+			url_clear(&back);
+		}
 		req = proxy_connect_request(&u, u.host, u.port, &len);
 		if (req != NULL) {
 			if (strstr(req, "\r\n\r\n") != req + len - 4)

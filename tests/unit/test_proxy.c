@@ -1,6 +1,7 @@
 /*
- * test_proxy.c: the proxy URL parser (common/url.c), NO_PROXY matching and
- * the CONNECT request (common/proxy.c).
+ * test_proxy.c: the one URL parser (common/url.c) with the proxy's schemes
+ * and with the gateway's (https, wss, ws), NO_PROXY matching and the
+ * CONNECT request (common/proxy.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -89,6 +90,56 @@ test_url_parse(void **state)
 	parse_bad("http://bad_host!:3128", "host");
 }
 
+/* What the gateway URL, the WebSocket client and the agent read. */
+static void
+test_url_origin(void **state)
+{
+	static const char *const https[] = { "https", NULL };
+	static const char *const ws[] = { "wss", "ws", NULL };
+	char why[256] = "", buf[300];
+	struct url u;
+
+	(void)state;
+	assert_int_equal(url_parse("HTTPS://Gw.example:8443/", https, &u, why,
+	    sizeof(why)), 0);
+	assert_int_equal(u.port_given, 1);
+	assert_int_equal(u.host_is_ip, 0);
+	assert_int_equal(url_is_origin(&u), 1);
+	assert_int_equal(url_origin(&u, buf, sizeof(buf)), 22);
+	assert_string_equal(buf, "https://Gw.example:8443");
+
+	/* No port named: none written; the scheme's default is the port. */
+	assert_int_equal(url_parse("https://[::1]", https, &u, why, sizeof(why)), 0);
+	assert_int_equal(u.port_given, 0);
+	assert_int_equal(u.port, 443);
+	assert_int_equal(u.host_is_ip, 1);
+	assert_int_equal(url_authority(&u, buf, sizeof(buf)), 5);
+	assert_string_equal(buf, "[::1]");
+	assert_int_equal(url_authority(&u, buf, 5), -1);
+	assert_string_equal(buf, "");
+
+	assert_int_equal(url_parse("https://10.1.2.3:9/x", https, &u, why,
+	    sizeof(why)), 0);
+	assert_int_equal(u.host_is_ip, 1);
+	assert_int_equal(url_is_origin(&u), 0);
+	assert_int_equal(url_parse("https://h?q", https, &u, why, sizeof(why)), 0);
+	assert_int_equal(url_is_origin(&u), 0);
+
+	assert_int_equal(url_parse("wss://gw:8443/v1/connect?x=1", ws, &u, why,
+	    sizeof(why)), 0);
+	assert_string_equal(u.scheme, "wss");
+	assert_string_equal(u.path, "/v1/connect?x=1");
+	assert_int_equal(url_parse("ws://gw?x", ws, &u, why, sizeof(why)), 0);
+	assert_int_equal(u.port, 80);
+	assert_string_equal(u.path, "/?x");
+
+	assert_int_equal(url_parse("http://gw", https, &u, why, sizeof(why)), -1);
+	assert_non_null(strstr(why, "unsupported scheme"));
+	assert_int_equal(url_parse("https://gw:99999", https, &u, why, sizeof(why)), -1);
+	assert_non_null(strstr(why, "bad port"));
+	url_clear(&u);
+}
+
 static void
 test_no_proxy(void **state)
 {
@@ -154,6 +205,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_url_parse),
+		cmocka_unit_test(test_url_origin),
 		cmocka_unit_test(test_no_proxy),
 		cmocka_unit_test(test_connect_request),
 	};
