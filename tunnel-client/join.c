@@ -1,5 +1,5 @@
 /*
- * join.c: `tether-client join` and `tether-client status` (see join.h).
+ * join.c: `tether-client join` (see join.h).
  *
  * join checks everything before it writes anything: the flags, the join
  * document (shape and expiry), what DIR already holds, then the gateway: its
@@ -35,6 +35,7 @@
 #include <openssl/x509.h>
 
 #include "agentkey.h"
+#include "cli.h"
 #include "ca.h"
 #include "fileio.h"
 #include "httpbody.h"
@@ -111,55 +112,20 @@ client_join_usage(void)
 	    "    tether-client join --state-dir /var/lib/tether --allow 127.0.0.1:22\n");
 }
 
-void
-client_status_usage(void)
-{
-	fprintf(stdout,
-	    "usage: tether-client status --state-dir DIR\n"
-	    "\n"
-	    "Prints one JSON object: cluster, agent_id, state, connected,\n"
-	    "gateway_url, node, last_error.  state is \"not-registered\" before\n"
-	    "the first `run`, \"not-running\" when no agent is running, else the\n"
-	    "state the gateway assigned (pending-approval, enroll, verifying,\n"
-	    "active, revoked).\n"
-	    "\n"
-	    "exit: 0 ok; 1 DIR is not joined or unreadable; 2 bad usage.\n");
-}
-
-static int
-usage_error(const char *cmd, const char *fmt, const char *arg)
-{
-	fprintf(stderr, "tether-client %s: ", cmd);
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'tether-client %s --help'.\n", cmd);
-	return JOIN_EXIT_USAGE;
-}
-
-/* Reports getopt's '?' or ':' for argv. */
-static int
-getopt_error(const char *cmd, int c, char **argv)
-{
-	const char *arg = argv[optind - 1];
-
-	if (c == ':')
-		return usage_error(cmd, "option %s needs a value", arg);
-	return usage_error(cmd, "unknown option %s", arg);
-}
-
 /* --- flags --- */
 
 static int
 add_allow(struct client_state *st, const char *entry)
 {
 	if (!client_allow_valid(entry))
-		return usage_error("join", "--allow %s: want HOST:PORT or HOST:* "
+		return client_usage_error("join", "--allow %s: want HOST:PORT or HOST:* "
 		    "(HOST a name, an IPv4 address or [IPv6], PORT 1..65535)", entry);
 	for (size_t i = 0; i < st->nallow; i++) {
 		if (strcmp(st->allow[i], entry) == 0)
 			return 0;
 	}
 	if (st->nallow >= CLIENT_MAX_ALLOW)
-		return usage_error("join", "too many --allow entries (at most %s)",
+		return client_usage_error("join", "too many --allow entries (at most %s)",
 		    "64");
 	snprintf(st->allow[st->nallow++], sizeof(st->allow[0]), "%s", entry);
 	return 0;
@@ -175,22 +141,22 @@ add_service(struct client_state *st, const char *arg)
 
 	if (eq == NULL || (n = (size_t)(eq - arg)) >= sizeof(name) ||
 	    strlen(eq + 1) >= sizeof(url))
-		return usage_error("join", "--service %s: want NAME=URL", arg);
+		return client_usage_error("join", "--service %s: want NAME=URL", arg);
 	memcpy(name, arg, n);
 	name[n] = '\0';
 	snprintf(url, sizeof(url), "%s", eq + 1);
 	if (!client_service_valid(name, url))
-		return usage_error("join", "--service %s: want NAME=http(s)://"
+		return client_usage_error("join", "--service %s: want NAME=http(s)://"
 		    "HOST:PORT with NAME 1..31 of a-z 0-9 -", arg);
 	ulen = strlen(url);
 	if (ulen > 0 && url[ulen - 1] == '/')
 		url[ulen - 1] = '\0';
 	for (size_t i = 0; i < st->nservices; i++) {
 		if (strcmp(st->services[i].name, name) == 0)
-			return usage_error("join", "--service %s given twice", name);
+			return client_usage_error("join", "--service %s given twice", name);
 	}
 	if (st->nservices >= CLIENT_MAX_SERVICES)
-		return usage_error("join", "too many --service entries (at most %s)",
+		return client_usage_error("join", "too many --service entries (at most %s)",
 		    "8");
 	snprintf(st->services[st->nservices].name, sizeof(st->services[0].name),
 	    "%s", name);
@@ -210,13 +176,13 @@ add_service_ca(struct join_opts *o, const char *arg)
 
 	if (eq == NULL || (n = (size_t)(eq - arg)) == 0 ||
 	    n >= sizeof(o->svc_ca_name[0]) || eq[1] == '\0')
-		return usage_error("join", "--service-ca %s: want NAME=FILE", arg);
+		return client_usage_error("join", "--service-ca %s: want NAME=FILE", arg);
 	for (size_t i = 0; i < o->nsvc_ca; i++)
 		if (strncmp(o->svc_ca_name[i], arg, n) == 0 &&
 		    o->svc_ca_name[i][n] == '\0')
-			return usage_error("join", "--service-ca %s given twice", arg);
+			return client_usage_error("join", "--service-ca %s given twice", arg);
 	if (o->nsvc_ca >= CLIENT_MAX_SERVICES)
-		return usage_error("join", "too many --service-ca entries (at most %s)",
+		return client_usage_error("join", "too many --service-ca entries (at most %s)",
 		    "8");
 	if (file_read_all(eq + 1, 1 << 20, &pem, &len, err, sizeof(err)) == -1) {
 		fprintf(stderr, "tether-client join: --service-ca %s: %s\n", arg, err);
@@ -224,7 +190,7 @@ add_service_ca(struct join_opts *o, const char *arg)
 	}
 	if (strstr(pem, "-----BEGIN CERTIFICATE-----") == NULL) {
 		free(pem);
-		return usage_error("join", "--service-ca %s: not a PEM certificate",
+		return client_usage_error("join", "--service-ca %s: not a PEM certificate",
 		    arg);
 	}
 	memcpy(o->svc_ca_name[o->nsvc_ca], arg, n);
@@ -244,13 +210,13 @@ add_service_token(struct join_opts *o, const char *arg)
 
 	if (eq == NULL || (n = (size_t)(eq - arg)) == 0 ||
 	    n >= sizeof(o->svc_tok_name[0]) || eq[1] == '\0')
-		return usage_error("join", "--service-token %s: want NAME=FILE", arg);
+		return client_usage_error("join", "--service-token %s: want NAME=FILE", arg);
 	for (size_t i = 0; i < o->nsvc_tok; i++)
 		if (strncmp(o->svc_tok_name[i], arg, n) == 0 &&
 		    o->svc_tok_name[i][n] == '\0')
-			return usage_error("join", "--service-token %s given twice", arg);
+			return client_usage_error("join", "--service-token %s given twice", arg);
 	if (o->nsvc_tok >= CLIENT_MAX_SERVICES)
-		return usage_error("join", "too many --service-token entries (at "
+		return client_usage_error("join", "too many --service-token entries (at "
 		    "most %s)", "8");
 	if (client_service_token_read(eq + 1, &tok, err, sizeof(err)) == -1) {
 		fprintf(stderr, "tether-client join: --service-token %.*s: %s\n",
@@ -275,7 +241,7 @@ check_service_tokens(struct join_opts *o)
 			if (strcmp(o->st.services[j].name, o->svc_tok_name[i]) == 0)
 				break;
 		if (j == o->st.nservices)
-			return usage_error("join", "--service-token %s: no --service "
+			return client_usage_error("join", "--service-token %s: no --service "
 			    "of that name", o->svc_tok_name[i]);
 		o->st.services[j].token = true;
 	}
@@ -294,7 +260,7 @@ check_service_cas(const struct join_opts *o)
 				break;
 		if (j == o->st.nservices ||
 		    strncmp(o->st.services[j].url, "https://", 8) != 0)
-			return usage_error("join", "--service-ca %s: no https "
+			return client_usage_error("join", "--service-ca %s: no https "
 			    "--service of that name", o->svc_ca_name[i]);
 	}
 	return -1;
@@ -345,7 +311,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			break;
 		case 'K':
 			if (ca_checksum_valid(optarg) != 0)
-				return usage_error("join", "--ca-checksum %s: want "
+				return client_usage_error("join", "--ca-checksum %s: want "
 				    "sha256: and 64 lowercase hex digits", optarg);
 			o->ca_checksum = optarg;
 			break;
@@ -353,16 +319,16 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			client_join_usage();
 			return JOIN_EXIT_OK;
 		default:
-			return getopt_error("join", c, argv);
+			return client_getopt_error("join", c, argv);
 		}
 	}
 	if (optind < argc)
-		return usage_error("join", "unexpected argument %s (the join "
+		return client_usage_error("join", "unexpected argument %s (the join "
 		    "document is read from stdin)", argv[optind]);
 	if (o->state_dir == NULL || o->state_dir[0] == '\0')
-		return usage_error("join", "%s is required", "--state-dir DIR");
+		return client_usage_error("join", "%s is required", "--state-dir DIR");
 	if (strlen(o->state_dir) > PATH_MAX - 64)
-		return usage_error("join", "--state-dir %s: path too long",
+		return client_usage_error("join", "--state-dir %s: path too long",
 		    o->state_dir);
 	if ((r = check_service_tokens(o)) != -1)
 		return r;
@@ -377,7 +343,7 @@ join_node_name(const struct join_opts *o, char *out, size_t outlen)
 
 	if (o->node_name != NULL) {
 		if (!client_node_name_valid(o->node_name))
-			return usage_error("join", "--node-name %s: want 1..63 of "
+			return client_usage_error("join", "--node-name %s: want 1..63 of "
 			    "A-Z a-z 0-9 . _ -, not starting with - or .", o->node_name);
 		snprintf(out, outlen, "%s", o->node_name);
 		return -1;
@@ -389,11 +355,11 @@ join_node_name(const struct join_opts *o, char *out, size_t outlen)
 	}
 	host[sizeof(host) - 1] = '\0';
 	if (!client_node_name_valid(host))
-		return usage_error("join", "the host name %s is not a valid node "
+		return client_usage_error("join", "the host name %s is not a valid node "
 		    "name; pass --node-name NAME", host);
 	/* Valid names are at most 63 bytes, so this always fits. */
 	if (strlen(host) >= outlen)
-		return usage_error("join", "the host name %s is too long; pass "
+		return client_usage_error("join", "the host name %s is too long; pass "
 		    "--node-name NAME", host);
 	memcpy(out, host, strlen(host) + 1);
 	return -1;
@@ -505,9 +471,9 @@ join_check_dir(const char *dir, const struct joindoc *doc, bool *replace)
 
 	*replace = false;
 	if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-		return usage_error("join", "--state-dir %s is not a directory", dir);
+		return client_usage_error("join", "--state-dir %s is not a directory", dir);
 	if (stat(dir, &sb) == -1 && errno == ENOENT && !parent_is_dir(dir))
-		return usage_error("join", "--state-dir %s: its parent directory "
+		return client_usage_error("join", "--state-dir %s: its parent directory "
 		    "does not exist (join creates one level only)", dir);
 	r = client_state_load(dir, &old, err, sizeof(err));
 	if (r == 1)
@@ -917,128 +883,4 @@ out:
 	}
 	free(o);
 	return r;
-}
-
-/* --- status --- */
-
-struct agent_status {
-	bool present;
-	bool running;
-	bool connected;
-	char state[32];
-	char last_error[256];
-};
-
-static void
-read_status(const char *dir, struct agent_status *as)
-{
-	char path[PATH_MAX], err[256];
-	json_t *root = NULL, *v;
-	json_error_t jerr;
-	char *buf = NULL;
-	size_t len;
-	json_int_t pid;
-
-	memset(as, 0, sizeof(*as));
-	if (client_path(dir, "status.json", path, sizeof(path)) == -1 ||
-	    !file_exists(path))
-		return;
-	if (file_read_all(path, 64 * 1024, &buf, &len, err, sizeof(err)) == -1 ||
-	    (root = json_loadb(buf, len, 0, &jerr)) == NULL ||
-	    !json_is_object(root))
-		goto out;
-	as->present = true;
-	if ((v = json_object_get(root, "pid")) != NULL && json_is_integer(v) &&
-	    (pid = json_integer_value(v)) > 0 && pid <= INT_MAX &&
-	    (kill((pid_t)pid, 0) == 0 || errno == EPERM))
-		as->running = true;
-	if ((v = json_object_get(root, "connected")) != NULL && json_is_true(v))
-		as->connected = true;
-	if ((v = json_object_get(root, "state")) != NULL && json_is_string(v))
-		snprintf(as->state, sizeof(as->state), "%s", json_string_value(v));
-	if ((v = json_object_get(root, "last_error")) != NULL &&
-	    json_is_string(v))
-		snprintf(as->last_error, sizeof(as->last_error), "%s",
-		    json_string_value(v));
-out:
-	json_decref(root);
-	free(buf);
-}
-
-static int
-status_print(const struct client_state *st, const struct agent_status *as)
-{
-	const char *state;
-	json_t *root;
-	char *text;
-
-	if (as->running && as->state[0] != '\0')
-		state = as->state;
-	else if (st->agent_id[0] == '\0')
-		state = "not-registered";
-	else
-		state = "not-running";
-	root = json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:s}",
-	    "cluster", st->cluster,
-	    "agent_id", st->agent_id,
-	    "state", state,
-	    "connected", as->running && as->connected,
-	    "gateway_url", st->gateway_url,
-	    "node", st->node,
-	    "last_error", as->last_error);
-	if (root == NULL ||
-	    (text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL) {
-		json_decref(root);
-		fprintf(stderr, "tether-client status: cannot format the status\n");
-		return 1;
-	}
-	printf("%s\n", text);
-	free(text);
-	json_decref(root);
-	return 0;
-}
-
-int
-client_status(int argc, char **argv)
-{
-	static const struct option longopts[] = {
-		{ "state-dir", required_argument, NULL, 'd' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct client_state st;
-	struct agent_status as;
-	const char *dir = NULL;
-	char err[512];
-	int c, r;
-
-	opterr = 0;
-	optind = 0;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'd':
-			dir = optarg;
-			break;
-		case 'h':
-			client_status_usage();
-			return 0;
-		default:
-			return getopt_error("status", c, argv);
-		}
-	}
-	if (optind < argc)
-		return usage_error("status", "unexpected argument %s", argv[optind]);
-	if (dir == NULL || dir[0] == '\0')
-		return usage_error("status", "%s is required", "--state-dir DIR");
-	r = client_state_load(dir, &st, err, sizeof(err));
-	if (r == 1) {
-		fprintf(stderr, "tether-client status: %s is not joined\n", dir);
-		return 1;
-	}
-	if (r == -1) {
-		fprintf(stderr, "tether-client status: %s\n", err);
-		return 1;
-	}
-	read_status(dir, &as);
-	return status_print(&st, &as);
 }

@@ -1,8 +1,6 @@
 /*
- * join.h: the tether-client commands that work on the state directory
- * without a tunnel: `join` (validate a join document, pin the gateway's CA,
- * write the state directory) and `status` (report what state.json and the
- * running agent's status.json say).
+ * join.h: `tether-client join`: validate a join document, pin the
+ * gateway's CA, write the state directory (status.h reads it back).
  */
 #ifndef TETHER_CLIENT_JOIN_H
 #define TETHER_CLIENT_JOIN_H
@@ -17,10 +15,5 @@
 /* `tether-client join ...`; argv[0] is "join".  Returns the exit code. */
 int client_join(int argc, char **argv);
 void client_join_usage(void);
-
-/* `tether-client status ...`; argv[0] is "status".  Returns the exit code:
- * 0, 1 if DIR is not joined or unreadable, 2 on bad usage. */
-int client_status(int argc, char **argv);
-void client_status_usage(void);
 
 #endif

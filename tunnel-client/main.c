@@ -1,6 +1,6 @@
 /*
  * main.c: tether-client's entry point: global set-up and dispatch to the
- * subcommands join, run and status (join.c, agent.c).
+ * subcommands join, run and status (join.c, agent.c, status.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -13,7 +13,9 @@
 #include <curl/curl.h>
 
 #include "agent.h"
+#include "cli.h"
 #include "join.h"
+#include "status.h"
 #include "log.h"
 #include "proxy.h"
 #include "run_options.h"
@@ -59,17 +61,6 @@ usage(FILE *f)
 	    "  tetherctl token create --cluster c-0123456789ab |\n"
 	    "    tether-client join --state-dir /var/lib/tether --allow 127.0.0.1:22\n"
 	    "  tether-client run --state-dir /var/lib/tether\n");
-}
-
-static int
-usage_error(const char *cmd, const char *fmt, const char *arg)
-{
-	fprintf(stderr, "tether-client%s%s: ", cmd != NULL ? " " : "",
-	    cmd != NULL ? cmd : "");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'tether-client%s%s --help'.\n",
-	    cmd != NULL ? " " : "", cmd != NULL ? cmd : "");
-	return 2;
 }
 
 /* The first of the environment variables names that is set and not empty. */
@@ -188,7 +179,7 @@ main(int argc, char **argv)
 	else if (strcmp(cmd, "status") == 0)
 		r = client_status(argc - 1, argv + 1);
 	else
-		r = usage_error(NULL, "unknown command %s", cmd);
+		r = client_usage_error(NULL, "unknown command %s", cmd);
 	curl_global_cleanup();
 	return r;
 }
