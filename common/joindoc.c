@@ -86,6 +86,11 @@ gateway_url_check(const char *text, char *out, size_t outlen, char *why,
 	struct url u;
 	int r = -1;
 
+	/* Tether writes the document itself, with the scheme in lower case. */
+	if (strncmp(text, "https://", 8) != 0) {
+		snprintf(why, whylen, "must start with https://");
+		return -1;
+	}
 	if (url_parse(text, gateway_url_schemes, &u, why, whylen) != 0)
 		return -1;
 	if (u.has_userinfo || !url_is_origin(&u))

@@ -343,16 +343,23 @@ finish_with(struct wsclient *c, int status, const char *fmt, ...)
 static const char *const ws_url_schemes[] = { "wss", "ws", NULL };
 
 /* Parses wss://HOST[:PORT]/PATH?QUERY or ws://... (url_parse's rules, no
- * user information) into the client's host, port, resource, Host header. */
+ * user information; a #fragment is dropped, as a browser does) into the
+ * client's host, port, resource and Host header. */
 static int
 parse_url(struct wsclient *c, const char *url, char *err, size_t errlen)
 {
-	char why[160], authority[URL_HOST_MAX + 16];
+	char why[160], authority[URL_HOST_MAX + 16], *text;
 	struct url u;
 	int r = -1;
 
-	if (url_parse(url, ws_url_schemes, &u, why, sizeof(why)) != 0) {
-		errf(err, errlen, "the URL: %s", why);
+	if ((text = strndup(url, strcspn(url, "#"))) == NULL) {
+		errf(err, errlen, "out of memory");
+		return -1;
+	}
+	memset(&u, 0, sizeof(u));
+	if (url_parse(text, ws_url_schemes, &u, why, sizeof(why)) != 0) {
+		errf(err, errlen, "URL must be wss://HOST[:PORT]/PATH or ws://...: %s",
+		    why);
 		goto out;
 	}
 	if (u.has_userinfo) {
@@ -375,6 +382,7 @@ parse_url(struct wsclient *c, const char *url, char *err, size_t errlen)
 	r = 0;
 out:
 	url_clear(&u);
+	free(text);
 	return r;
 }
 

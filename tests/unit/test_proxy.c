@@ -105,7 +105,7 @@ test_url_origin(void **state)
 	assert_int_equal(u.port_given, 1);
 	assert_int_equal(u.host_is_ip, 0);
 	assert_int_equal(url_is_origin(&u), 1);
-	assert_int_equal(url_origin(&u, buf, sizeof(buf)), 22);
+	assert_int_equal(url_origin(&u, buf, sizeof(buf)), 23);
 	assert_string_equal(buf, "https://Gw.example:8443");
 
 	/* No port named: none written; the scheme's default is the port. */
