@@ -44,7 +44,6 @@ struct agent {
 	char import_id[TOKEN_ID_LEN + 1];
 	char gw_host[URL_HOST_MAX + 1]; /* matched against NO_PROXY */
 	char ca_path[PATH_MAX];
-	char connect_url[300];        /* wss://HOST:PORT/v1/connect */
 
 	struct event_base *base;
 	struct evdns_base *dns;
@@ -170,36 +169,6 @@ agent_choose_proxy(struct agent *a)
 	info("connecting through an HTTP CONNECT proxy", KV_S("proxy", shown));
 }
 
-static const char *const gateway_url_schemes[] = { "https", NULL };
-
-/*
- * From the gateway URL in the state (https://HOST[:PORT], url_parse's
- * rules): the host that NO_PROXY is matched against, and the tunnel's URL,
- * wss://HOST[:PORT]/v1/connect.  0, or -1 with the reason in why.
- */
-static int
-connect_url_make(struct agent *a, char *why, size_t whylen)
-{
-	char authority[URL_HOST_MAX + 16];
-	struct url u;
-	int r = -1;
-
-	if (url_parse(a->st.gateway_url, gateway_url_schemes, &u, why, whylen) != 0)
-		return -1;
-	if (u.has_userinfo || !url_is_origin(&u))
-		snprintf(why, whylen, "has a user, path or query");
-	else if (url_authority(&u, authority, sizeof(authority)) < 0 ||
-	    (size_t)snprintf(a->connect_url, sizeof(a->connect_url),
-	    "wss://%s/v1/connect", authority) >= sizeof(a->connect_url))
-		snprintf(why, whylen, "too long");
-	else {
-		snprintf(a->gw_host, sizeof(a->gw_host), "%s", u.host);
-		r = 0;
-	}
-	url_clear(&u);
-	return r;
-}
-
 static int
 agent_load_credentials(struct agent *a)
 {
@@ -281,7 +250,6 @@ static int
 agent_start_tunnel(struct agent *a)
 {
 	struct agent_tunnel_config cfg = {
-		.connect_url = a->connect_url,
 		.gateway_url = a->st.gateway_url,
 		.ca_file = a->ca_path,
 		.node = a->st.node,
@@ -335,7 +303,7 @@ int
 agent_run(const char *state_dir, const struct agent_options *opt)
 {
 	struct agent a;
-	char err[512];
+	char err[512], connect_url[URL_MAX];
 	int r;
 
 	memset(&a, 0, sizeof(a));
@@ -352,7 +320,8 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 			    KV_S("err", err));
 		return 1;
 	}
-	if (connect_url_make(&a, err, sizeof(err)) != 0) {
+	if (agent_tunnel_url(a.st.gateway_url, connect_url, sizeof(connect_url),
+	    a.gw_host, sizeof(a.gw_host), err, sizeof(err)) != 0) {
 		error("gateway_url is not https://HOST[:PORT]", KV_S("state_dir", state_dir),
 		    KV_S("gateway_url", a.st.gateway_url), KV_S("err", err));
 		return 1;

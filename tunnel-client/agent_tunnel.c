@@ -12,6 +12,7 @@
  * libevent's min-heap: nothing walks every tunnel.
  */
 #include "agent_tunnel.h"
+#include "url.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -602,16 +603,46 @@ tunnel_schedule_reconnect(struct agent_tunnel *t)
 
 /* ---- the interface ---- */
 
+static const char *const gateway_url_schemes[] = { "https", NULL };
+
+int
+agent_tunnel_url(const char *gateway_url, char *connect_url, size_t len,
+    char *host, size_t hostlen, char *why, size_t whylen)
+{
+	char authority[URL_HOST_MAX + 16];
+	struct url u;
+	int r = -1;
+
+	if (url_parse(gateway_url, gateway_url_schemes, &u, why, whylen) != 0)
+		return -1;
+	if (u.has_userinfo || !url_is_origin(&u))
+		snprintf(why, whylen, "has a user, path or query");
+	else if (url_authority(&u, authority, sizeof(authority)) < 0 ||
+	    (size_t)snprintf(connect_url, len, "wss://%s/v1/connect",
+	    authority) >= len)
+		snprintf(why, whylen, "too long");
+	else {
+		if (host != NULL)
+			snprintf(host, hostlen, "%s", u.host);
+		r = 0;
+	}
+	url_clear(&u);
+	return r;
+}
+
 struct agent_tunnel *
 agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
 {
 	struct agent_tunnel *t = calloc(1, sizeof(*t));
+	char url[URL_MAX], why[160];
 
 	if (t == NULL)
 		return NULL;
 	t->cfg = *cfg;
 	t->base = base;
-	t->connect_url = strdup(cfg->connect_url);
+	if (agent_tunnel_url(cfg->gateway_url, url, sizeof(url), NULL, 0, why,
+	    sizeof(why)) == 0)
+		t->connect_url = strdup(url);
 	t->gateway_url = strdup(cfg->gateway_url);
 	t->ca_file = strdup(cfg->ca_file);
 	snprintf(t->node, sizeof(t->node), "%s", cfg->node);

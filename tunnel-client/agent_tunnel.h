@@ -64,8 +64,7 @@ struct agent_tunnel_hooks {
 };
 
 struct agent_tunnel_config {
-	const char *connect_url;    /* wss://HOST:PORT/v1/connect */
-	const char *gateway_url;    /* https://HOST:PORT, for log lines */
+	const char *gateway_url;    /* https://HOST[:PORT] (agent_tunnel_url) */
 	const char *ca_file;        /* the gateway's CA (PEM) */
 	const char *node;
 	const char *cluster;        /* the cluster the node joined */
@@ -84,8 +83,18 @@ struct agent_tunnel_config {
 	void *arg;                  /* given to every hook */
 };
 
+/*
+ * The tunnel's URL, wss://HOST[:PORT]/v1/connect, into connect_url (len
+ * bytes), from the gateway's URL: https://HOST[:PORT], an origin by
+ * common/url.c's rules.  host (hostlen bytes, or NULL) receives HOST, for
+ * NO_PROXY.  0, or -1 with the reason in why.
+ */
+int agent_tunnel_url(const char *gateway_url, char *connect_url, size_t len,
+    char *host, size_t hostlen, char *why, size_t whylen);
+
 /* A tunnel on base, not yet dialling; the strings are copied, the keys
- * borrowed.  NULL on allocation failure. */
+ * borrowed.  NULL on allocation failure or a gateway URL that
+ * agent_tunnel_url refuses (check it first to say why). */
 struct agent_tunnel *agent_tunnel_new(struct event_base *base,
     const struct agent_tunnel_config *cfg);
 /* Dials now (later dials follow by themselves).  Returns 0, or -1 when the

@@ -47,6 +47,7 @@
 #include <openssl/crypto.h>
 
 #include "agent_tunnel.h"
+#include "url.h"
 #include "agentkey.h"
 #include "fileio.h"
 #include "joindoc.h"
@@ -90,7 +91,6 @@ struct swarm {
 	struct joindoc doc;
 	struct token token;
 	EVP_PKEY *import_key;
-	char connect_url[300];
 	const char *ca_file, *prefix;
 	uint32_t ping_interval_ms, ping_timeout_ms;
 	struct event *starter, *reporter, *prober, *stopper, *sigterm, *sigint;
@@ -263,7 +263,6 @@ static int
 swarm_start_one(struct swarm *sw, struct swarm_agent *a, uint32_t index)
 {
 	struct agent_tunnel_config cfg = {
-		.connect_url = sw->connect_url,
 		.gateway_url = sw->doc.gateway_url,
 		.ca_file = sw->ca_file,
 		.node = a->node,
@@ -417,7 +416,7 @@ parse_u32(const char *s, const char *what)
 static void
 swarm_load_join(struct swarm *sw, const char *path)
 {
-	char err[512], *text = NULL;
+	char err[512], connect_url[URL_MAX], *text = NULL;
 	size_t len;
 
 	if (file_read_all(path, JOINDOC_MAX_BYTES, &text, &len, err, sizeof(err)) != 0 ||
@@ -433,10 +432,9 @@ swarm_load_join(struct swarm *sw, const char *path)
 		fprintf(stderr, "tether-swarm: %s: not an import token\n", path);
 		exit(2);
 	}
-	if (strncmp(sw->doc.gateway_url, "https://", 8) != 0)
-		usage("the join document's gateway_url is not https://");
-	snprintf(sw->connect_url, sizeof(sw->connect_url), "wss://%s/v1/connect",
-	    sw->doc.gateway_url + 8);
+	if (agent_tunnel_url(sw->doc.gateway_url, connect_url,
+	    sizeof(connect_url), NULL, 0, err, sizeof(err)) != 0)
+		usage("the join document's gateway_url is not https://HOST[:PORT]");
 }
 
 /* The open-files limit raised to the hard one; exits if N cannot fit. */
