@@ -75,4 +75,15 @@ expect_exit 3 "$CTL" --cacert /etc/ssl/certs/ca-certificates.crt cluster list
 expect_exit 2 env -u TETHER_TOKEN_FILE "$CTL" cluster list
 pass "tetherctl: unreachable or untrusted server exits 3; no token exits 2"
 
+# --server goes through the one URL parser: an origin, https only.
+expect_exit 2 "$CTL" --server "http://127.0.0.1:$GW_PORT" cluster list
+assert_contains "$T/last.err" "unsupported scheme"
+expect_exit 2 "$CTL" --server "https://127.0.0.1:$GW_PORT/v1" cluster list
+assert_contains "$T/last.err" "path or query"
+expect_exit 2 "$CTL" --server "https://127.0.0.1:99999" cluster list
+assert_contains "$T/last.err" "bad port"
+ctl --server "HTTPS://127.0.0.1:$GW_PORT/" cluster list | jq -e 'length == 1' >/dev/null ||
+	fail "an upper-case scheme and a trailing / are the same server"
+pass "tetherctl: --server refusals say why (scheme, path, port)"
+
 gateway_stop
