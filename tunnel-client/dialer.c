@@ -391,15 +391,14 @@ service_target(const struct client_state *st, const char *name, char *out,
     size_t outlen, int *svc, int *tls_svc)
 {
 	for (size_t i = 0; i < st->nservices; i++) {
-		const char *url = st->services[i].url, *p;
+		int tls;
+
 		if (strcmp(st->services[i].name, name) != 0)
 			continue;
-		p = strstr(url, "://");
-		if (p == NULL)
+		if (client_service_url(st->services[i].url, out, outlen, &tls) != 0)
 			return -1;
-		snprintf(out, outlen, "%.*s", (int)strcspn(p + 3, "/"), p + 3);
 		*svc = (int)i;
-		*tls_svc = strncmp(url, "https://", 8) == 0 ? (int)i : -1;
+		*tls_svc = tls ? (int)i : -1;
 		return 0;
 	}
 	return -1;

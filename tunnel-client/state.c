@@ -4,6 +4,7 @@
  * allowlist entries and service URLs that join and run share.
  */
 #include "state.h"
+#include "url.h"
 #include "hostname.h"
 
 #include <arpa/inet.h>
@@ -65,11 +66,32 @@ client_allow_valid(const char *entry)
 	return port_parse(colon + 1, strlen(colon + 1)) != 0;
 }
 
+static const char *const service_url_schemes[] = { "http", "https", NULL };
+
+int
+client_service_url(const char *url, char *target, size_t targetlen, int *tls)
+{
+	char why[160];
+	struct url u;
+	int r = -1;
+
+	if (strlen(url) < sizeof(((struct client_service *)0)->url) &&
+	    url_parse(url, service_url_schemes, &u, why, sizeof(why)) == 0 &&
+	    !u.has_userinfo && url_is_origin(&u) && u.port_given &&
+	    url_authority(&u, target, targetlen) > 0) {
+		*tls = strcmp(u.scheme, "https") == 0;
+		r = 0;
+	}
+	url_clear(&u);
+	return r;
+}
+
 int
 client_service_valid(const char *name, const char *url)
 {
-	const char *host, *colon, *end;
-	size_t len, n = strlen(name);
+	char target[URL_HOST_MAX + 16];
+	size_t n = strlen(name);
+	int tls;
 
 	if (n == 0 || n > 31)
 		return 0;
@@ -78,27 +100,7 @@ client_service_valid(const char *name, const char *url)
 		    !isdigit((unsigned char)name[i]) && name[i] != '-')
 			return 0;
 	}
-	len = strlen(url);
-	if (len >= sizeof(((struct client_service *)0)->url))
-		return 0;
-	if (strncmp(url, "http://", 7) == 0)
-		host = url + 7;
-	else if (strncmp(url, "https://", 8) == 0)
-		host = url + 8;
-	else
-		return 0;
-	end = url + len;
-	if (end > host && end[-1] == '/')
-		end--;
-	/* HOST:PORT with the port required; find the last ':' in range. */
-	for (colon = end; colon > host && colon[-1] != ':'; colon--)
-		;
-	if (colon == host)
-		return 0;
-	colon--;
-	if (!host_valid(host, (size_t)(colon - host)))
-		return 0;
-	return port_parse(colon + 1, (size_t)(end - colon - 1)) != 0;
+	return client_service_url(url, target, sizeof(target), &tls) == 0;
 }
 
 int

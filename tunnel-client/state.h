@@ -73,6 +73,12 @@ int client_status_write(const char *dir, const char *state, bool connected,
 /* Validators shared by join's flags and run's allowlist checks. */
 int client_allow_valid(const char *entry);           /* HOST:PORT | HOST:* */
 int client_service_valid(const char *name, const char *url);
+
+/* A service URL, http(s)://HOST:PORT[/] (common/url.c's rules; the port
+ * named, no user, path or query): its dial target HOST:PORT (IPv6 in
+ * brackets) into target, and whether it is https into *tls.  0, or -1. */
+int client_service_url(const char *url, char *target, size_t targetlen,
+    int *tls);
 /* 1 if "host:port" is allowed by the list, 0 if not. */
 int client_allow_match(const struct client_state *st, const char *host_port);
 /* Node names: 1..63 of [A-Za-z0-9._-], not starting with '-' or '.'. */

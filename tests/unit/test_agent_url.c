@@ -1,6 +1,8 @@
 /*
- * test_agent_url.c: the agent's tunnel URL (agent_tunnel_url), which
- * tether-client run and the swarm derive from the gateway URL they joined.
+ * test_agent_url.c: the URLs the agent reads, all through common/url.c:
+ * its tunnel URL (agent_tunnel_url), which tether-client run and the swarm
+ * derive from the gateway URL they joined, and the services of join
+ * --service NAME=URL (client_service_url, client_service_valid).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "agent_tunnel.h"
+#include "state.h"
 
 static void
 test_good(void **state)
@@ -61,12 +64,42 @@ test_bad(void **state)
 	assert_non_null(strstr(why, "too long"));
 }
 
+static void
+test_service(void **state)
+{
+	char target[300];
+	int tls = -1;
+
+	(void)state;
+	assert_int_equal(client_service_url("https://10.0.0.5:6443/", target,
+	    sizeof(target), &tls), 0);
+	assert_string_equal(target, "10.0.0.5:6443");
+	assert_int_equal(tls, 1);
+	assert_int_equal(client_service_url("http://[::1]:8080", target,
+	    sizeof(target), &tls), 0);
+	assert_string_equal(target, "[::1]:8080");
+	assert_int_equal(tls, 0);
+	assert_int_equal(client_service_valid("kube-api", "https://k8s.local:443"), 1);
+
+	/* The port must be named; no path, query, user or other scheme. */
+	assert_int_equal(client_service_valid("api", "https://k8s.local"), 0);
+	assert_int_equal(client_service_valid("api", "https://k8s.local:6443/x"), 0);
+	assert_int_equal(client_service_valid("api", "https://k8s.local:6443?a"), 0);
+	assert_int_equal(client_service_valid("api", "https://u@k8s.local:6443"), 0);
+	assert_int_equal(client_service_valid("api", "ftp://k8s.local:21"), 0);
+	assert_int_equal(client_service_valid("api", "https://k8s.local:0"), 0);
+	/* The name: 1..31 of a-z 0-9 -. */
+	assert_int_equal(client_service_valid("API", "https://k8s.local:6443"), 0);
+	assert_int_equal(client_service_valid("", "https://k8s.local:6443"), 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_good),
 		cmocka_unit_test(test_bad),
+		cmocka_unit_test(test_service),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
