@@ -19,6 +19,7 @@
 struct event_base;
 struct server;
 struct store;
+struct store_worker;
 struct hub;
 struct share;
 
@@ -56,7 +57,8 @@ struct gateway_limits {
 struct gateway {
 	struct event_base *base;
 	struct server *server;          /* the listening port (server.c) */
-	struct store *store;
+	struct store *store;            /* the loop's connection (admin API, access) */
+	struct store_worker *storew;    /* the store thread (agent sessions) */
 	struct hub *hub;
 	struct gateway_limits limits;
 	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */

@@ -39,6 +39,7 @@
 #include "shares.h"
 #include "session.h"
 #include "store.h"
+#include "store_worker.h"
 #include "token.h"
 #include "url.h"
 #include "tunnel.h"
@@ -46,6 +47,10 @@
 
 #define MAX_HOSTNAMES 16
 #define SHUTDOWN_GRACE_MS 2000
+/* Store calls of agent sessions waiting for the store thread; past it a
+ * handshake is answered "unavailable" and the agent retries.  A handshake
+ * has one call out at a time, and --max-handshakes (256) bound them. */
+#define STORE_QUEUE_CAP 4096
 
 /*
  * The routes of the one listening port, in the order the server tries
@@ -514,6 +519,11 @@ cmd_serve(int argc, char **argv)
 		error("out of memory");
 		goto out;
 	}
+	if (store_worker_start(gw.base, store_url, STORE_QUEUE_CAP, &gw.storew,
+	    err, sizeof(err)) != 0) {
+		error("cannot start the store thread", KV_S("err", err));
+		goto out;
+	}
 	sigterm = evsignal_new(gw.base, SIGTERM, on_signal, &sd);
 	sigint = evsignal_new(gw.base, SIGINT, on_signal, &sd);
 	sighup = evsignal_new(gw.base, SIGHUP, on_sighup, NULL);
@@ -553,6 +563,9 @@ cmd_serve(int argc, char **argv)
 out:
 	prom_http_free(metrics_http);
 	server_stop(&gw);
+	/* After the sessions (their last state changes are queued), before
+	 * the loop that its eventfd watch belongs to. */
+	store_worker_stop(gw.storew);
 	if (sigterm != NULL)
 		event_free(sigterm);
 	if (sigint != NULL)

@@ -6,11 +6,17 @@
  */
 #include "metrics.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent_state.h"
+
+/* The store thread (store_worker.c) moves agents and times its calls:
+ * tether_agents and tether_store_duration_seconds are written under this
+ * lock, and every family is read under it (metrics_lock). */
+static pthread_mutex_t metrics_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const no_values[] = { NULL };
 static const char *const version_values[] = { TETHER_VERSION, NULL };
@@ -90,10 +96,24 @@ metrics_agent_moved(int from, int to)
 {
 	if (from == to)
 		return;
+	pthread_mutex_lock(&metrics_mu);
 	if (from >= 0 && from < AGENT_STATE_ENTRIES)
 		prom_add(&agents, agent_state_name((enum agent_state)from), -1);
 	if (to >= 0 && to < AGENT_STATE_ENTRIES)
 		prom_add(&agents, agent_state_name((enum agent_state)to), 1);
+	pthread_mutex_unlock(&metrics_mu);
+}
+
+void
+metrics_lock(void)
+{
+	pthread_mutex_lock(&metrics_mu);
+}
+
+void
+metrics_unlock(void)
+{
+	pthread_mutex_unlock(&metrics_mu);
 }
 
 void
@@ -120,7 +140,11 @@ metrics_store_done(struct metrics_timer *t)
 
 	if (strncmp(op, "store_", 6) == 0)
 		op += 6;
-	prom_observe(&store_duration, op, prom_now() - t->start);
+	double seconds = prom_now() - t->start;
+
+	pthread_mutex_lock(&metrics_mu);
+	prom_observe(&store_duration, op, seconds);
+	pthread_mutex_unlock(&metrics_mu);
 }
 
 size_t

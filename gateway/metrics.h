@@ -34,6 +34,11 @@ void metrics_init(void);
  * not exist before). */
 void metrics_agent_moved(int from, int to);
 
+/* Held while the families are read (metrics_render): the store thread
+ * writes tether_agents and tether_store_duration_seconds. */
+void metrics_lock(void);
+void metrics_unlock(void);
+
 /* A tunnel's handshake ended (registering 0) or its registration did
  * (registering 1): result "ok" or a code of ours (a bounded set). */
 void metrics_handshake(int registering, const char *result);

@@ -20,11 +20,15 @@ metrics_render(void *arg, size_t *len)
 {
 	struct gateway *gw = arg;
 	struct prom_list lists[2];
+	char *text;
 
+	metrics_lock();
 	lists[0].n = metrics_families(&lists[0].ms,
 	    gw->hub != NULL ? hub_count(gw->hub) : 0, gw->handshakes);
 	lists[1].n = mux_metrics_families(&lists[1].ms);
-	return prom_text(lists, 2, len);
+	text = prom_text(lists, 2, len);
+	metrics_unlock();
+	return text;
 }
 
 static int

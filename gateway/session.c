@@ -5,6 +5,11 @@
  * Each phase has its own handler and accepts only its own frame type; the
  * single setter session_set_phase logs every change.  Store transitions
  * (agent states) are persisted before the agent is told of them.
+ *
+ * Every store call goes to the store thread (store_worker.h) and the
+ * handshake continues in the job's continuation, so a slow database never
+ * holds up the loop.  While a handshake job is out, the one frame an agent
+ * may send ahead (REGISTER right after AUTH) is held and handled after it.
  */
 #include "session.h"
 
@@ -27,6 +32,7 @@
 #include "runtime.h"
 #include "shares.h"
 #include "store.h"
+#include "store_worker.h"
 #include "token.h"
 
 enum session_phase {
@@ -46,6 +52,8 @@ static const char *const phase_names[PHASE_ENTRIES] = {
 	[PHASE_CLOSING] = "closing",
 };
 
+struct session_job;
+
 struct session {
 	struct gateway *gw;
 	const struct session_transport *io;   /* the tunnel (tunnel.c) */
@@ -63,6 +71,42 @@ struct session {
 	bool verifying;               /* a VERIFY is outstanding */
 	uint8_t verify_nonce[FRAME_VERIFY_NONCE_LEN];
 	int64_t verify_sent_ms;
+	struct session_job *job;      /* the store call it waits for, or NULL */
+	uint8_t *held;                /* a frame that came while it waits */
+	size_t held_len;
+	bool closed;                  /* session_closed runs: it is going away */
+};
+
+/* What a session asks of the store thread. */
+enum job_kind {
+	JOB_TOKEN_GET,         /* in: id; out: token */
+	JOB_AGENT_GET,         /* in: id; out: agent */
+	JOB_REGISTER,          /* in: id (the import token), node, pubkey */
+	JOB_TRANSITION,        /* in: id (the agent), ev, reason; out: agent */
+};
+
+/*
+ * One store call and its continuation.  The store thread reads the inputs
+ * and writes the results; the loop calls then(s, job) with them, unless the
+ * session went first (s NULL: the job is only freed).
+ */
+struct session_job {
+	struct session *s;
+	void (*then)(struct session *s, struct session_job *j);
+	enum job_kind kind;
+	char id[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	uint8_t pubkey[32];
+	uint8_t sig[FRAME_SIG_LEN];   /* AUTH's signature, checked in then */
+	enum agent_event ev;
+	char reason[STORE_ERROR_MAX + 1];
+	bool has_reason;
+	int64_t now;
+	int rc;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_token token;
+	struct store_agent agent;
+	bool created;
 };
 
 static void session_verify_fail(struct session *s, const char *reason);
@@ -218,6 +262,98 @@ session_send_state(struct session *s)
 	session_send(s, &f);
 }
 
+/* ---- store calls, on the store thread ---- */
+
+static void
+job_work(struct store *st, void *arg)
+{
+	struct session_job *j = arg;
+
+	switch (j->kind) {
+	case JOB_TOKEN_GET:
+		j->rc = store_token_get(st, j->id, &j->token);
+		break;
+	case JOB_AGENT_GET:
+		j->rc = store_agent_get(st, j->id, &j->agent);
+		break;
+	case JOB_REGISTER:
+		j->rc = store_agent_register(st, j->id, j->node, j->pubkey, j->now,
+		    &j->agent, &j->created, j->err, sizeof(j->err));
+		break;
+	case JOB_TRANSITION:
+		j->rc = store_agent_transition(st, j->id, j->ev,
+		    j->has_reason ? j->reason : NULL, j->now, &j->agent, j->err,
+		    sizeof(j->err));
+		break;
+	}
+}
+
+static void session_release_held(struct session *s);
+
+static void
+job_done(void *arg)
+{
+	struct session_job *j = arg;
+	struct session *s = j->s;
+
+	if (s != NULL) {
+		s->job = NULL;
+		j->then(s, j);
+		session_release_held(s);
+	}
+	OPENSSL_cleanse(j, sizeof(*j));
+	free(j);
+}
+
+static struct session_job *
+job_new(enum job_kind kind, const char *id)
+{
+	struct session_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL)
+		return NULL;
+	j->kind = kind;
+	j->rc = STORE_ERR;        /* what a job that never ran reports */
+	snprintf(j->err, sizeof(j->err), "the gateway is stopping");
+	snprintf(j->id, sizeof(j->id), "%s", id);
+	j->now = gateway_now();
+	return j;
+}
+
+static void session_store_failed(struct session *s, const char *what, int rc,
+    const char *err);
+
+/*
+ * Sends j to the store thread; then(s, j) follows on the loop.  s NULL: no
+ * one waits (the session is closing), the call is made all the same.  On a
+ * full queue the session is told to come back later.
+ */
+static void
+job_submit(struct gateway *gw, struct session *s, struct session_job *j,
+    void (*then)(struct session *, struct session_job *), const char *what)
+{
+	if (j == NULL) {
+		if (s != NULL)
+			session_store_failed(s, what, STORE_ERR, "out of memory");
+		return;
+	}
+	j->s = s;
+	j->then = then;
+	if (store_worker_submit(gw->storew, job_work, job_done, j) == -1) {
+		OPENSSL_cleanse(j, sizeof(*j));
+		free(j);
+		if (s != NULL)
+			session_store_failed(s, what, STORE_ERR,
+			    "too many store calls waiting");
+		else
+			error("tunnel: store queue full; a state change was lost",
+			    KV_S("what", what));
+		return;
+	}
+	if (s != NULL)
+		s->job = j;
+}
+
 /* ---- phase handlers ---- */
 
 static uint32_t
@@ -270,17 +406,30 @@ session_check_sig(struct session *s, const uint8_t pub[32], const uint8_t sig[64
 	return len > 0 && agentkey_verify(pub, msg, len, sig);
 }
 
+static void auth_import_found(struct session *s, struct session_job *j);
+
 static void
 auth_import(struct session *s, const struct frame *in)
 {
+	struct session_job *j = job_new(JOB_TOKEN_GET, s->hello.id);
+
+	if (j != NULL)
+		memcpy(j->sig, in->u.auth.sig, sizeof(j->sig));
+	job_submit(s->gw, s, j, auth_import_found, "the token lookup");
+}
+
+static void
+auth_import_found(struct session *s, struct session_job *j)
+{
 	const char *why;
 
-	if (store_token_get(s->gw->store, s->hello.id, &s->import) != STORE_OK ||
-	    s->import.kind != TOKEN_IMPORT) {
+	if (j->rc == STORE_OK)
+		s->import = j->token;
+	if (j->rc != STORE_OK || s->import.kind != TOKEN_IMPORT) {
 		session_protocol_error(s, "token_unknown", "unknown import token");
 		return;
 	}
-	if (!session_check_sig(s, s->import.verifier, in->u.auth.sig)) {
+	if (!session_check_sig(s, s->import.verifier, j->sig)) {
 		session_protocol_error(s, "auth_refused", "import token proof does not verify");
 		return;
 	}
@@ -386,14 +535,27 @@ session_is_active(const struct session *s)
 	return s->phase == PHASE_ESTABLISHED && s->agent.state == AGENT_ACTIVE;
 }
 
+static void auth_agent_found(struct session *s, struct session_job *j);
+
 static void
 auth_agent(struct session *s, const struct frame *in)
 {
-	if (store_agent_get(s->gw->store, s->hello.id, &s->agent) != STORE_OK) {
+	struct session_job *j = job_new(JOB_AGENT_GET, s->hello.id);
+
+	if (j != NULL)
+		memcpy(j->sig, in->u.auth.sig, sizeof(j->sig));
+	job_submit(s->gw, s, j, auth_agent_found, "the agent lookup");
+}
+
+static void
+auth_agent_found(struct session *s, struct session_job *j)
+{
+	if (j->rc != STORE_OK) {
 		session_protocol_error(s, "auth_refused", "unknown agent");
 		return;
 	}
-	if (!session_check_sig(s, s->agent.pubkey, in->u.auth.sig)) {
+	s->agent = j->agent;
+	if (!session_check_sig(s, s->agent.pubkey, j->sig)) {
 		session_protocol_error(s, "auth_refused", "agent signature does not verify");
 		return;
 	}
@@ -417,27 +579,38 @@ on_auth(struct session *s, const struct frame *in)
 		auth_agent(s, in);
 }
 
+static void on_registered(struct session *s, struct session_job *j);
+
 static void
 on_register(struct session *s, const struct frame *in)
 {
-	struct frame out;
-	struct store_agent a;
-	bool created = false;
-	char err[STORE_ERROR_MAX + 1] = "";
-	int r;
+	struct session_job *j;
 
 	if (strcmp(in->u.reg.node, s->hello.node) != 0) {
 		session_protocol_error(s, "protocol", "REGISTER node differs from HELLO");
 		return;
 	}
-	r = store_agent_register(s->gw->store, s->import.id, in->u.reg.node,
-	    in->u.reg.pubkey, gateway_now(), &a, &created, err, sizeof(err));
-	if (r == STORE_REFUSED) {
-		session_protocol_error(s, "register_refused", err);
+	if ((j = job_new(JOB_REGISTER, s->import.id)) != NULL) {
+		snprintf(j->node, sizeof(j->node), "%s", in->u.reg.node);
+		memcpy(j->pubkey, in->u.reg.pubkey, sizeof(j->pubkey));
+	}
+	job_submit(s->gw, s, j, on_registered, "the registration");
+}
+
+static void
+on_registered(struct session *s, struct session_job *j)
+{
+	struct frame out;
+	const struct store_agent *ap = &j->agent;
+	const struct store_agent a = *ap;
+	bool created = j->created;
+
+	if (j->rc == STORE_REFUSED) {
+		session_protocol_error(s, "register_refused", j->err);
 		return;
 	}
-	if (r != STORE_OK) {
-		session_store_failed(s, "the registration", r, err);
+	if (j->rc != STORE_OK) {
+		session_store_failed(s, "the registration", j->rc, j->err);
 		return;
 	}
 	if (a.state == AGENT_REVOKED) {
@@ -483,6 +656,16 @@ session_start_round_trip(struct session *s)
 	evtimer_add(s->verify_timer, &tv);
 }
 
+/* The agent is verifying (committed): tell it, and send the VERIFY. */
+static void
+session_verifying(struct session *s, const struct store_agent *a)
+{
+	s->agent = *a;
+	info("agent verifying", KV_S("agent", s->agent.id));
+	session_send_state(s);
+	session_start_round_trip(s);
+}
+
 int
 session_verify(struct session *s, struct store_agent *out, char *err, size_t errlen)
 {
@@ -492,26 +675,61 @@ session_verify(struct session *s, struct store_agent *out, char *err, size_t err
 	    gateway_now(), out, err, errlen);
 	if (r != STORE_OK)
 		return r;
-	s->agent = *out;
-	info("agent verifying", KV_S("agent", s->agent.id));
-	session_send_state(s);
-	session_start_round_trip(s);
+	session_verifying(s, out);
 	return STORE_OK;
 }
 
 static void
+session_verify_started(struct session *s, struct session_job *j)
+{
+	if (j->rc != STORE_OK) {
+		session_store_failed(s, "the start of verification", j->rc, j->err);
+		return;
+	}
+	session_verifying(s, &j->agent);
+}
+
+/* A transition of s's agent on the store thread; then(s, j) follows.
+ * closing: s is going away, nothing follows. */
+static void
+session_transition(struct session *s, enum agent_event ev, const char *reason,
+    void (*then)(struct session *, struct session_job *), bool closing,
+    const char *what)
+{
+	struct session_job *j = job_new(JOB_TRANSITION, s->agent.id);
+
+	if (j != NULL) {
+		j->ev = ev;
+		if (reason != NULL) {
+			snprintf(j->reason, sizeof(j->reason), "%s", reason);
+			j->has_reason = true;
+		}
+	}
+	job_submit(s->gw, closing ? NULL : s, j, then, what);
+}
+
+static void session_verify_ended(struct session *s, struct session_job *j);
+
+static void
 session_verify_end(struct session *s, enum agent_event ev, const char *reason)
 {
-	struct store_agent a;
-	char err[STORE_ERROR_MAX + 1] = "";
-	int r;
-
 	s->verifying = false;
 	evtimer_del(s->verify_timer);
-	r = store_agent_transition(s->gw->store, s->agent.id, ev, reason,
-	    gateway_now(), &a, err, sizeof(err));
-	if (r != STORE_OK) {
-		session_store_failed(s, "the verification result", r, err);
+	/* A session closing during verification fails it, but waits for
+	 * nothing: it is freed right after. */
+	session_transition(s, ev, reason, session_verify_ended, s->closed,
+	    "the verification result");
+}
+
+static void
+session_verify_ended(struct session *s, struct session_job *j)
+{
+	const struct store_agent a = j->agent;
+	enum agent_event ev = j->ev;
+	const char *reason = j->reason;
+
+	if (j->rc != STORE_OK) {
+		session_store_failed(s, "the verification result", j->rc, j->err);
 		return;
 	}
 	s->agent = a;
@@ -566,8 +784,6 @@ session_welcome(struct session *s)
 {
 	struct frame out;
 	struct session *old;
-	struct store_agent a;
-	char err[STORE_ERROR_MAX + 1];
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
@@ -595,10 +811,8 @@ session_welcome(struct session *s)
 	    KV_S("cluster", s->agent.cluster),
 	    KV_S("state", agent_state_name(s->agent.state)));
 	if (s->agent.state == AGENT_ENROLL) {
-		int r = session_verify(s, &a, err, sizeof(err));
-
-		if (r != STORE_OK)
-			session_store_failed(s, "the start of verification", r, err);
+		session_transition(s, AGENT_EV_VERIFY, NULL, session_verify_started,
+		    false, "the start of verification");
 	} else if (s->agent.state == AGENT_VERIFYING) {
 		/* A verification cut short (gateway restart): run it again. */
 		session_start_round_trip(s);
@@ -669,6 +883,41 @@ static void (*const phase_handlers[PHASE_ENTRIES])(struct session *, const struc
 	[PHASE_ESTABLISHED] = on_established,
 };
 
+/*
+ * Keeps a handshake frame that came while the session waits for the store
+ * (REGISTER right after AUTH): one, no longer than a handshake frame.
+ * Returns 0, or -1 after refusing the session.
+ */
+static int
+session_hold(struct session *s, const uint8_t *buf, size_t len)
+{
+	if (s->held != NULL) {
+		session_protocol_error(s, "out_of_phase",
+		    "a second frame before the gateway answered the first");
+		return -1;
+	}
+	if ((s->held = malloc(len > 0 ? len : 1)) == NULL) {
+		session_protocol_error(s, "internal", "out of memory");
+		return -1;
+	}
+	memcpy(s->held, buf, len);
+	s->held_len = len;
+	return 0;
+}
+
+/* Handles the held frame, now that the store has answered. */
+static void
+session_release_held(struct session *s)
+{
+	uint8_t *buf = s->held;
+
+	if (buf == NULL || s->job != NULL)
+		return;
+	s->held = NULL;
+	session_on_message(s, buf, s->held_len);
+	free(buf);
+}
+
 void
 session_on_message(struct session *s, const uint8_t *buf, size_t len)
 {
@@ -678,6 +927,10 @@ session_on_message(struct session *s, const uint8_t *buf, size_t len)
 
 	if (s->phase == PHASE_CLOSING)
 		return;
+	if (s->job != NULL && s->phase != PHASE_ESTABLISHED) {
+		(void)session_hold(s, buf, len);
+		return;
+	}
 	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
 		snprintf(reason, sizeof(reason), "malformed frame: %s", err);
 		session_protocol_error(s, "malformed", reason);
@@ -698,6 +951,13 @@ session_closed(struct session *s)
 {
 	/* Only the hub's current session speaks for the agent: a replaced one
 	 * must not fail the verification its successor is running. */
+	s->closed = true;
+	/* A store call still out finishes without it. */
+	if (s->job != NULL)
+		s->job->s = NULL;
+	s->job = NULL;
+	free(s->held);
+	s->held = NULL;
 	if (s->agent.id[0] != '\0' && hub_find(s->gw->hub, s->agent.id) == s) {
 		if (s->verifying)
 			session_verify_fail(s, "agent disconnected during verification");

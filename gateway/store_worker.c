@@ -1,0 +1,253 @@
+/*
+ * store_worker.c: the store thread (see store_worker.h).
+ *
+ * Two lists under one mutex: jobs to run (the thread waits on a condition
+ * variable for them) and jobs run (the loop is woken through an eventfd and
+ * calls their done callbacks).  The thread never calls into libevent.
+ */
+#include "store_worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+
+struct store_job {
+	struct store_job *next;
+	store_work_fn *work;
+	store_done_fn *done;
+	void *arg;
+};
+
+/* A singly linked FIFO; O(1) push and pop. */
+struct job_list {
+	struct store_job *head, *tail;
+	size_t len;
+};
+
+struct store_worker {
+	struct store *store;       /* the thread's own connection */
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t wake;
+	struct job_list todo;      /* under mu */
+	struct job_list done;      /* under mu */
+	bool running;              /* the thread is running a job (under mu) */
+	bool stopping;             /* under mu */
+	size_t cap;
+	int efd;                   /* eventfd: done has jobs */
+	struct event *ev;
+	bool thread_started;
+};
+
+static void
+list_push(struct job_list *l, struct store_job *j)
+{
+	j->next = NULL;
+	if (l->tail != NULL)
+		l->tail->next = j;
+	else
+		l->head = j;
+	l->tail = j;
+	l->len++;
+}
+
+static struct store_job *
+list_pop(struct job_list *l)
+{
+	struct store_job *j = l->head;
+
+	if (j == NULL)
+		return NULL;
+	l->head = j->next;
+	if (l->head == NULL)
+		l->tail = NULL;
+	l->len--;
+	return j;
+}
+
+/* Takes the whole list, leaving it empty. */
+static struct job_list
+list_take(struct job_list *l)
+{
+	struct job_list all = *l;
+
+	*l = (struct job_list){ 0 };
+	return all;
+}
+
+static void
+notify_loop(struct store_worker *w)
+{
+	uint64_t one = 1;
+
+	/* An eventfd write fails only when the counter would overflow, and
+	 * then the loop has a wake-up pending anyway. */
+	while (write(w->efd, &one, sizeof(one)) == -1 && errno == EINTR)
+		;
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct store_worker *w = arg;
+	struct store_job *j;
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (w->todo.head == NULL && !w->stopping)
+			pthread_cond_wait(&w->wake, &w->mu);
+		/* Stopping drains what was queued: the last state changes of
+		 * sessions closed at shutdown. */
+		if (w->todo.head == NULL)
+			break;
+		j = list_pop(&w->todo);
+		w->running = true;
+		pthread_mutex_unlock(&w->mu);
+		j->work(w->store, j->arg);
+		pthread_mutex_lock(&w->mu);
+		w->running = false;
+		list_push(&w->done, j);
+		notify_loop(w);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Calls done for every job in l, in order, and frees the nodes. */
+static void
+finish_all(struct job_list l)
+{
+	struct store_job *j;
+
+	while ((j = list_pop(&l)) != NULL) {
+		j->done(j->arg);
+		free(j);
+	}
+}
+
+static void
+on_done(evutil_socket_t fd, short what, void *arg)
+{
+	struct store_worker *w = arg;
+	struct job_list ready;
+	uint64_t n;
+
+	(void)what;
+	if (read(fd, &n, sizeof(n)) == -1 && errno != EAGAIN)
+		warn("store worker: reading its eventfd failed",
+		    KV_S("err", strerror(errno)));
+	pthread_mutex_lock(&w->mu);
+	ready = list_take(&w->done);
+	pthread_mutex_unlock(&w->mu);
+	finish_all(ready);
+}
+
+int
+store_worker_start(struct event_base *base, const char *url, size_t cap,
+    struct store_worker **out, char *err, size_t errlen)
+{
+	struct store_worker *w;
+	int rc;
+
+	*out = NULL;
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	w->cap = cap;
+	w->efd = -1;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->wake, NULL);
+	if (store_open(url, &w->store, err, errlen) != STORE_OK)
+		goto fail;
+	if ((w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	w->ev = event_new(base, w->efd, EV_READ | EV_PERSIST, on_done, w);
+	if (w->ev == NULL || event_add(w->ev, NULL) != 0) {
+		snprintf(err, errlen, "cannot watch the store worker's eventfd");
+		goto fail;
+	}
+	if ((rc = pthread_create(&w->thread, NULL, worker_main, w)) != 0) {
+		snprintf(err, errlen, "cannot start the store thread: %s",
+		    strerror(rc));
+		goto fail;
+	}
+	w->thread_started = true;
+	*out = w;
+	return 0;
+fail:
+	store_worker_stop(w);
+	return -1;
+}
+
+int
+store_worker_submit(struct store_worker *w, store_work_fn *work,
+    store_done_fn *done, void *arg)
+{
+	struct store_job *j;
+
+	pthread_mutex_lock(&w->mu);
+	if (w->todo.len >= w->cap || w->stopping) {
+		pthread_mutex_unlock(&w->mu);
+		return -1;
+	}
+	pthread_mutex_unlock(&w->mu);
+	if ((j = calloc(1, sizeof(*j))) == NULL)
+		return -1;
+	j->work = work;
+	j->done = done;
+	j->arg = arg;
+	pthread_mutex_lock(&w->mu);
+	list_push(&w->todo, j);
+	pthread_cond_signal(&w->wake);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+size_t
+store_worker_pending(const struct store_worker *w)
+{
+	size_t n;
+
+	pthread_mutex_lock((pthread_mutex_t *)&w->mu);
+	n = w->todo.len + (w->running ? 1 : 0) + w->done.len;
+	pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
+	return n;
+}
+
+void
+store_worker_stop(struct store_worker *w)
+{
+	if (w == NULL)
+		return;
+	if (w->thread_started) {
+		pthread_mutex_lock(&w->mu);
+		w->stopping = true;
+		pthread_cond_signal(&w->wake);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->thread, NULL);
+	}
+	/* The thread ran every job (or never started: none ran). */
+	finish_all(list_take(&w->done));
+	finish_all(list_take(&w->todo));
+	if (w->ev != NULL)
+		event_free(w->ev);
+	if (w->efd != -1)
+		close(w->efd);
+	store_close(w->store);
+	pthread_cond_destroy(&w->wake);
+	pthread_mutex_destroy(&w->mu);
+	free(w);
+}

@@ -1,0 +1,57 @@
+/*
+ * store_worker.h: store calls off the event loop.  One thread with its own
+ * store connection runs jobs in the order they were submitted and posts
+ * each result back to the loop, so that a database answering in
+ * milliseconds (PostgreSQL across a network), or stalling, never holds up
+ * tunnels, streams and pings (docs/0016).
+ *
+ * A job is two functions and an argument the caller owns: work(store, arg)
+ * runs on the store thread and may only touch arg and the store; done(arg)
+ * runs later on the loop, and frees arg.  To cancel (the session that asked
+ * went away), the caller clears what done would reach through arg; the job
+ * still runs and done is still called, once.
+ *
+ * Costs: one thread, one store connection, one eventfd; at most cap jobs
+ * waiting (a submit past it is refused), each a small node.
+ */
+#ifndef TETHER_STORE_WORKER_H
+#define TETHER_STORE_WORKER_H
+
+#include <stddef.h>
+
+#include "store.h"
+
+struct event_base;
+struct store_worker;
+
+typedef void store_work_fn(struct store *s, void *arg);
+typedef void store_done_fn(void *arg);
+
+/*
+ * Opens the thread's own connection to url (the store is already migrated
+ * by the loop's) and starts the thread; done callbacks run on base.
+ * Returns 0, or -1 with err.
+ */
+int store_worker_start(struct event_base *base, const char *url, size_t cap,
+    struct store_worker **out, char *err, size_t errlen);
+
+/*
+ * Queues a job.  Returns 0, or -1 when cap jobs are already waiting (or
+ * out of memory): nothing was queued and done will not be called.
+ * Loop thread only.
+ */
+int store_worker_submit(struct store_worker *w, store_work_fn *work,
+    store_done_fn *done, void *arg);
+
+/* Jobs queued or running (loop thread). */
+size_t store_worker_pending(const struct store_worker *w);
+
+/*
+ * Lets the thread run every job queued so far (the last state changes of
+ * sessions closed at shutdown), stops it, then calls done for each job, in
+ * order.  Closes the connection and frees w.  Loop thread, once the loop
+ * has stopped (done runs here, not from the loop).  NULL is allowed.
+ */
+void store_worker_stop(struct store_worker *w);
+
+#endif

@@ -1,0 +1,222 @@
+/*
+ * test_store_worker.c: the store thread (gateway/store_worker.c) on a real
+ * SQLite file: jobs run on another thread in the order they were queued,
+ * their done callbacks run on the loop's thread, a full queue refuses, and
+ * stopping runs what was queued before calling every done.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "log.h"
+#include "store.h"
+#include "store_worker.h"
+
+#define JOBS 20
+
+struct fixture {
+	char dir[64];
+	char url[160];
+	struct event_base *base;
+	struct store_worker *w;
+};
+
+struct job {
+	int seq;
+	const char *name;        /* the cluster it creates */
+	pthread_t worked_on;
+	int rc;
+	sem_t *started;          /* posted when the work starts, when set */
+	sem_t *gate;             /* the work waits on it, when set */
+};
+
+static int done_order[JOBS + 4];
+static int ndone;
+static pthread_t loop_thread;
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char err[STORE_ERROR_MAX + 1];
+	struct store *s;
+
+	snprintf(f->dir, sizeof(f->dir), "/tmp/tether-worker-XXXXXX");
+	if (f == NULL || mkdtemp(f->dir) == NULL)
+		return -1;
+	snprintf(f->url, sizeof(f->url), "sqlite://%s/tether.db", f->dir);
+	/* Migrated first, as the gateway's own connection does. */
+	if (store_open(f->url, &s, err, sizeof(err)) != STORE_OK)
+		return -1;
+	store_close(s);
+	f->base = event_base_new();
+	ndone = 0;
+	loop_thread = pthread_self();
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+	char p[256];
+
+	store_worker_stop(f->w);
+	event_base_free(f->base);
+	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
+	if (system(p) != 0)
+		return -1;
+	free(f);
+	return 0;
+}
+
+static void
+work(struct store *s, void *arg)
+{
+	struct job *j = arg;
+	char err[STORE_ERROR_MAX + 1];
+
+	if (j->started != NULL)
+		sem_post(j->started);
+	if (j->gate != NULL)
+		sem_wait(j->gate);
+	j->worked_on = pthread_self();
+	j->rc = store_cluster_create(s, j->name, 1700000000, NULL, err,
+	    sizeof(err));
+}
+
+static void
+done(void *arg)
+{
+	struct job *j = arg;
+
+	assert_true(pthread_equal(pthread_self(), loop_thread));
+	done_order[ndone++] = j->seq;
+}
+
+static void
+start(struct fixture *f, size_t cap)
+{
+	char err[STORE_ERROR_MAX + 1];
+
+	assert_int_equal(store_worker_start(f->base, f->url, cap, &f->w, err,
+	    sizeof(err)), 0);
+}
+
+/* Runs the loop until want done callbacks have run. */
+static void
+run_until(struct fixture *f, int want)
+{
+	while (ndone < want)
+		assert_int_equal(event_base_loop(f->base, EVLOOP_ONCE), 0);
+}
+
+static void
+test_order_and_threads(void **state)
+{
+	struct fixture *f = *state;
+	struct job jobs[JOBS];
+	char names[JOBS][16];
+	int i;
+
+	start(f, JOBS);
+	for (i = 0; i < JOBS; i++) {
+		snprintf(names[i], sizeof(names[i]), "c%d", i);
+		jobs[i] = (struct job){ .seq = i, .name = names[i] };
+		assert_int_equal(store_worker_submit(f->w, work, done, &jobs[i]),
+		    0);
+	}
+	run_until(f, JOBS);
+	for (i = 0; i < JOBS; i++) {
+		assert_int_equal(done_order[i], i);
+		assert_int_equal(jobs[i].rc, STORE_OK);
+		assert_false(pthread_equal(jobs[i].worked_on, loop_thread));
+	}
+	/* Same name twice: the store's rule holds on the thread too. */
+	jobs[0].seq = JOBS;
+	assert_int_equal(store_worker_submit(f->w, work, done, &jobs[0]), 0);
+	run_until(f, JOBS + 1);
+	assert_int_equal(jobs[0].rc, STORE_CONFLICT);
+	assert_int_equal(store_worker_pending(f->w), 0);
+}
+
+static void
+test_cap(void **state)
+{
+	struct fixture *f = *state;
+	struct job a = { .seq = 0, .name = "a" }, b = { .seq = 1, .name = "b" },
+	    c = { .seq = 2, .name = "c" }, d = { .seq = 3, .name = "d" };
+	sem_t gate, started;
+
+	sem_init(&gate, 0, 0);
+	sem_init(&started, 0, 0);
+	a.gate = &gate;
+	a.started = &started;
+	start(f, 2);
+	assert_int_equal(store_worker_submit(f->w, work, done, &a), 0);
+	/* a is off the queue once the thread runs it. */
+	sem_wait(&started);
+	assert_int_equal(store_worker_pending(f->w), 1);
+	assert_int_equal(store_worker_submit(f->w, work, done, &b), 0);
+	assert_int_equal(store_worker_submit(f->w, work, done, &c), 0);
+	/* Two waiting: the third is refused, and its done never runs. */
+	assert_int_equal(store_worker_submit(f->w, work, done, &d), -1);
+	sem_post(&gate);
+	run_until(f, 3);
+	assert_int_equal(done_order[0], 0);
+	assert_int_equal(done_order[2], 2);
+	sem_destroy(&gate);
+	sem_destroy(&started);
+}
+
+static void
+test_stop_drains(void **state)
+{
+	struct fixture *f = *state;
+	struct job jobs[4];
+	char names[4][16];
+	int i;
+
+	start(f, 8);
+	for (i = 0; i < 4; i++) {
+		snprintf(names[i], sizeof(names[i]), "s%d", i);
+		jobs[i] = (struct job){ .seq = i, .name = names[i] };
+		assert_int_equal(store_worker_submit(f->w, work, done, &jobs[i]),
+		    0);
+	}
+	/* No loop runs: stop itself runs the jobs and their done calls. */
+	store_worker_stop(f->w);
+	f->w = NULL;
+	assert_int_equal(ndone, 4);
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(done_order[i], i);
+		assert_int_equal(jobs[i].rc, STORE_OK);
+	}
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_order_and_threads, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_drains, setup,
+		    teardown),
+	};
+
+	log_init("test", LOG_LEVEL_WARN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
