@@ -365,7 +365,9 @@ store_open(const char *url, struct store **out, char *err, size_t errlen)
 		return STORE_ERR;
 	}
 	if (connect_backend(url, s, err, errlen) != STORE_OK ||
-	    store_schema_migrate(s, err, errlen) != STORE_OK) {
+	    s->be->begin(s, true, err, errlen) != STORE_OK ||
+	    store_finish(s, store_schema_migrate(s, err, errlen), err,
+	    errlen) != STORE_OK) {
 		store_close(s);
 		return STORE_ERR;
 	}

@@ -160,9 +160,11 @@ int store_finish(struct store *s, int rc, char *err, size_t errlen);
 int store_schema_latest(void);
 
 /*
- * Brings s's schema up to store_schema_latest() in one transaction opened
- * with begin(migrating): several processes starting at once migrate one
- * after the other, the later ones finding nothing to do.  Sets s->version.
+ * Brings s's schema up to store_schema_latest() inside the transaction the
+ * caller (store_open) opened with be->begin(migrating) and ends with
+ * store_finish, so a failed migration leaves the database as it was and
+ * several processes starting at once migrate one after the other, the
+ * later ones finding nothing to do.  Sets s->version.
  */
 int store_schema_migrate(struct store *s, char *err, size_t errlen);
 

@@ -209,10 +209,8 @@ record_version(struct store *s, int version, char *err, size_t errlen)
 	    err, errlen);
 }
 
-/* Brings the schema up to SCHEMA_VERSION inside store_schema_migrate's
- * transaction, so a failed migration leaves the database as it was. */
-static int
-migrate_locked(struct store *s, char *err, size_t errlen)
+int
+store_schema_migrate(struct store *s, char *err, size_t errlen)
 {
 	char what[64];
 	int v, rc;
@@ -240,14 +238,4 @@ migrate_locked(struct store *s, char *err, size_t errlen)
 	}
 	s->version = v;
 	return STORE_OK;
-}
-
-int
-store_schema_migrate(struct store *s, char *err, size_t errlen)
-{
-	int rc;
-
-	if ((rc = s->be->begin(s, true, err, errlen)) != STORE_OK)
-		return rc;
-	return store_finish(s, migrate_locked(s, err, errlen), err, errlen);
 }
