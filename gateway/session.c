@@ -456,27 +456,6 @@ static void session_welcome(struct session *s);
 
 /* ---- streams ---- */
 
-static int
-tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
-{
-	struct session *s = io;
-
-	return s->io->sendv(s->t, iov, iovcnt);
-}
-
-static size_t
-tunnel_pending(void *io)
-{
-	struct session *s = io;
-
-	return s->io->pending(s->t);
-}
-
-static const struct mux_io tunnel_io = {
-	.sendv = tunnel_sendv,
-	.pending = tunnel_pending,
-};
-
 /* Streams are opened by the gateway only. */
 static void
 agent_open_refused(struct mux *m, struct mux_stream *st, const struct frame_open *req,
@@ -787,7 +766,7 @@ session_welcome(struct session *s)
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
-	s->mux = mux_new(s->gw->base, &s->gw->mux_config, &tunnel_io, s,
+	s->mux = mux_new(s->gw->base, &s->gw->mux_config, s->io->bulk, s->t,
 	    &tunnel_mux_handlers, s);
 	if (s->mux == NULL) {
 		session_protocol_error(s, "internal", "out of memory");

@@ -21,10 +21,10 @@
 #include <stdint.h>
 
 struct gateway;
+struct mux_io;
 struct session;
 struct store_agent;
 struct frame;
-struct iovec;
 
 /* What a session may do to its tunnel; t is the tunnel. */
 struct session_transport {
@@ -36,9 +36,10 @@ struct session_transport {
 	void (*close)(void *t);
 	/* Remote address for logs. */
 	const char *(*peer)(const void *t);
-	/* The stream multiplexer's bulk path (mux.h: struct mux_io). */
-	int (*sendv)(void *t, const struct iovec *iov, int iovcnt);
-	size_t (*pending)(void *t);
+	/* The stream multiplexer's bulk path, called with t: the session
+	 * hands it to its mux as it is, so a stream's frames go from the mux
+	 * to the tunnel without coming back through session.c. */
+	const struct mux_io *bulk;
 };
 
 /* A new session on tunnel t (io is kept, not copied).  NULL when out of

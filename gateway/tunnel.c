@@ -18,6 +18,7 @@
 #include "gateway.h"
 #include "http.h"
 #include "log.h"
+#include "mux.h"
 #include "route.h"
 #include "server.h"
 #include "session.h"
@@ -93,12 +94,17 @@ tunnel_pending(void *arg)
 	return c->ws != NULL ? wsconn_pending(c->ws) : 0;
 }
 
+/* The session's multiplexer writes its frames here directly. */
+static const struct mux_io tunnel_bulk = {
+	.sendv = tunnel_sendv,
+	.pending = tunnel_pending,
+};
+
 static const struct session_transport tunnel_transport = {
 	.send = tunnel_send,
 	.close = tunnel_close,
 	.peer = tunnel_peer,
-	.sendv = tunnel_sendv,
-	.pending = tunnel_pending,
+	.bulk = &tunnel_bulk,
 };
 
 /* ---- the WebSocket's events ---- */
