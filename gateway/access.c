@@ -200,31 +200,28 @@ access_admin(struct gateway *gw, const char *authorization, char *principal,
 }
 
 /* Whether authorization reaches cluster (the token and its scope, not
- * whether the cluster exists).  0 with g's principal and token id, or
- * 401/403/500. */
+ * whether the cluster exists).  0 with g's principal and token id, *rec
+ * and *cached (the pair came from the cache: the cluster existed when it
+ * was put there), or 401/403/500. */
 static int
 token_reaches(struct gateway *gw, const char *authorization,
-    const char *cluster, struct access_grant *g, char *err, size_t errlen)
+    const char *cluster, struct access_grant *g, struct store_token *rec,
+    int *cached, char *err, size_t errlen)
 {
-	struct store_token rec;
-	int status, cached = 0;
+	int status;
 
-	if ((status = bearer_check(gw, authorization, cluster, &rec, &cached,
+	*cached = 0;
+	if ((status = bearer_check(gw, authorization, cluster, rec, cached,
 	    err, errlen)) != 0)
 		return status;
-	snprintf(g->token_id, sizeof(g->token_id), "%s", rec.id);
-	if (rec.kind == TOKEN_ADMIN) {
-		snprintf(g->principal, sizeof(g->principal), "admin:%s", rec.id);
-		if (!cached)
-			cache_put(rec.id, cluster, &rec);
+	snprintf(g->token_id, sizeof(g->token_id), "%s", rec->id);
+	if (rec->kind == TOKEN_ADMIN) {
+		snprintf(g->principal, sizeof(g->principal), "admin:%s", rec->id);
 		return 0;
 	}
-	if (!cached) {
-		if ((status = scope_check(gw, &rec, cluster, err, errlen)) != 0)
-			return status;
-		cache_put(rec.id, cluster, &rec);
-	}
-	snprintf(g->principal, sizeof(g->principal), "user:%s", rec.name);
+	if (!*cached && (status = scope_check(gw, rec, cluster, err, errlen)) != 0)
+		return status;
+	snprintf(g->principal, sizeof(g->principal), "user:%s", rec->name);
 	return 0;
 }
 
@@ -338,7 +335,8 @@ access_cluster(struct gateway *gw, const char *authorization,
     char *err, size_t errlen)
 {
 	struct store_cluster c;
-	int status;
+	struct store_token rec;
+	int status, cached;
 
 	memset(g, 0, sizeof(*g));
 	snprintf(g->cluster, sizeof(g->cluster), "%s", cluster);
@@ -346,12 +344,17 @@ access_cluster(struct gateway *gw, const char *authorization,
 		snprintf(g->node, sizeof(g->node), "%s", node);
 	/* Who first: whether a cluster exists is only told to a token that
 	 * may reach it (an admin's, or a user's scoped to it). */
-	if ((status = token_reaches(gw, authorization, g->cluster, g, err,
-	    errlen)) != 0)
+	if ((status = token_reaches(gw, authorization, g->cluster, g, &rec,
+	    &cached, err, errlen)) != 0)
 		return status;
-	if (store_cluster_get(gw->store, g->cluster, &c) != STORE_OK) {
-		snprintf(err, errlen, "no cluster %s", g->cluster);
-		return 404;
+	/* A pair is cached only once its cluster was found, and clusters are
+	 * never deleted: a cached pair needs no store read at all. */
+	if (!cached) {
+		if (store_cluster_get(gw->store, g->cluster, &c) != STORE_OK) {
+			snprintf(err, errlen, "no cluster %s", g->cluster);
+			return 404;
+		}
+		cache_put(rec.id, g->cluster, &rec);
 	}
 	if (g->node[0] != '\0' && !node_known(gw, g->cluster, g->node)) {
 		snprintf(err, errlen, "no node %s in cluster %s", g->node, g->cluster);

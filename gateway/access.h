@@ -14,9 +14,10 @@
  * told only to a token that may reach it), 500 (the store failed), 503 (no
  * connected active agent).
  *
- * Cost: one store read of the token (by id) and one of its scope per
- * check, except when (token, cluster) was proven within ACCESS_CACHE_TTL_MS
- * (a 512-slot direct-mapped table of token records); the secret is hashed and
+ * Cost: one store read of the token (by id), one of its scope and one of
+ * the cluster per check, except when (token, cluster) was proven, cluster
+ * found, within ACCESS_CACHE_TTL_MS (a 512-slot direct-mapped table of
+ * token records): then none; the secret is hashed and
  * compared in constant time on every call either way.  access_pick is
  * O(agents of the cluster) (hub.h).
  */

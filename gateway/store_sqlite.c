@@ -25,7 +25,28 @@
 #define BUSY_TIMEOUT_MS 5000
 #define MEMORY_PATH     ":memory:"
 
-#define DB(s) ((sqlite3 *)(s)->impl)
+#define STMT_CACHE 32             /* prepared statements kept per connection */
+
+/*
+ * A connection (struct store's impl): the database and the statements
+ * already prepared, so that a query run again (the cluster check of every
+ * proxied request) is not parsed and planned again.  A cached statement is
+ * reset as soon as it has run (no read transaction stays open), and found
+ * by its SQL text (the pointer first, then the text, so that SQL built in
+ * a reused buffer never runs the wrong statement).  Costs 32 pointers and
+ * SQLite's memory for at most 32 statements.
+ */
+struct sqlite_conn {
+	sqlite3 *db;
+	struct {
+		const char *sql;          /* the caller's text (compared by pointer, then text) */
+		sqlite3_stmt *st;
+		int busy;                 /* stepping: a nested run prepares its own */
+	} cache[STMT_CACHE];
+	unsigned next;                /* the entry replaced next, round robin */
+};
+
+#define DB(s) (((struct sqlite_conn *)(s)->impl)->db)
 #define ST(r) ((sqlite3_stmt *)(r)->impl)
 
 /* ---- failures ------------------------------------------------------------ */
@@ -120,27 +141,82 @@ step_all(struct store *s, sqlite3_stmt *st, const struct store_stmt *q,
 	return STORE_OK;
 }
 
+/* The cache entry holding sql's statement, or -1. */
+static int
+stmt_find(struct sqlite_conn *c, const char *sql)
+{
+	for (int i = 0; i < STMT_CACHE; i++)
+		if (c->cache[i].st != NULL && c->cache[i].sql == sql &&
+		    strcmp(sqlite3_sql(c->cache[i].st), sql) == 0)
+			return i;
+	return -1;
+}
+
+/* A statement for sql: the cached one (*slot its entry, marked busy), or
+ * a new one, cached when it can be (*slot -1: the caller finalizes it). */
+static int
+stmt_get(struct sqlite_conn *c, const char *sql, sqlite3_stmt **st, int *slot)
+{
+	int i = stmt_find(c, sql);
+
+	*slot = -1;
+	if (i >= 0 && !c->cache[i].busy) {
+		*st = c->cache[i].st;
+		c->cache[i].busy = 1;
+		*slot = i;
+		return SQLITE_OK;
+	}
+	if (sqlite3_prepare_v3(c->db, sql, -1, i >= 0 ? 0 : SQLITE_PREPARE_PERSISTENT,
+	    st, NULL) != SQLITE_OK)
+		return SQLITE_ERROR;
+	if (i >= 0)
+		return SQLITE_OK;      /* nested run of a busy statement: its own */
+	i = (int)(c->next++ % STMT_CACHE);
+	if (c->cache[i].busy)
+		return SQLITE_OK;      /* every entry busy: not cached */
+	sqlite3_finalize(c->cache[i].st);
+	c->cache[i].sql = sql;
+	c->cache[i].st = *st;
+	c->cache[i].busy = 1;
+	*slot = i;
+	return SQLITE_OK;
+}
+
+/* Done with a statement from stmt_get. */
+static void
+stmt_put(struct sqlite_conn *c, sqlite3_stmt *st, int slot)
+{
+	if (slot < 0) {
+		sqlite3_finalize(st);
+		return;
+	}
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	c->cache[slot].busy = 0;
+}
+
 static int
 sqlite_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
     void *arg, struct store_outcome *out, char *err, size_t errlen)
 {
+	struct sqlite_conn *c = s->impl;
 	sqlite3_stmt *st = NULL;
 	size_t i;
-	int rc;
+	int rc, slot;
 
 	if (out != NULL)
 		*out = (struct store_outcome){ 0 };
-	if (sqlite3_prepare_v2(DB(s), q->sql, -1, &st, NULL) != SQLITE_OK)
+	if (stmt_get(c, q->sql, &st, &slot) != SQLITE_OK)
 		return db_fail(DB(s), q->what, NULL, err, errlen);
 	for (i = 0; i < q->nparams; i++) {
 		if (bind_one(st, (int)i + 1, &q->params[i]) != SQLITE_OK) {
 			rc = db_fail(DB(s), q->what, NULL, err, errlen);
-			sqlite3_finalize(st);
+			stmt_put(c, st, slot);
 			return rc;
 		}
 	}
 	rc = step_all(s, st, q, fn, arg, out, err, errlen);
-	sqlite3_finalize(st);
+	stmt_put(c, st, slot);
 	return rc;
 }
 
@@ -238,11 +314,17 @@ sqlite_col_key(const struct store_row *r, int col, uint8_t dst[32])
 static void
 sqlite_close(struct store *s)
 {
-	/* Every statement is finalized where it is run, so this cannot be
-	 * busy; if it is, that is a leak worth hearing about. */
-	if (s->impl != NULL && sqlite3_close(DB(s)) != SQLITE_OK)
-		error("closing the store failed",
-		    KV_S("err", sqlite3_errmsg(DB(s))));
+	struct sqlite_conn *c = s->impl;
+
+	if (c == NULL)
+		return;
+	for (int i = 0; i < STMT_CACHE; i++)
+		sqlite3_finalize(c->cache[i].st);
+	/* Every other statement is finalized where it is run, so this
+	 * cannot be busy; if it is, that is a leak worth hearing about. */
+	if (c->db != NULL && sqlite3_close(c->db) != SQLITE_OK)
+		error("closing the store failed", KV_S("err", sqlite3_errmsg(c->db)));
+	free(c);
 	s->impl = NULL;
 }
 
@@ -353,6 +435,7 @@ int
 store_sqlite_connect(const char *path, struct store *s, char *err,
     size_t errlen)
 {
+	struct sqlite_conn *c;
 	sqlite3 *db = NULL;
 
 	s->be = &sqlite_backend;
@@ -369,6 +452,12 @@ store_sqlite_connect(const char *path, struct store *s, char *err,
 		sqlite3_close(db);
 		return STORE_ERR;
 	}
-	s->impl = db;
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		snprintf(err, errlen, "cannot open %s: out of memory", path);
+		sqlite3_close(db);
+		return STORE_ERR;
+	}
+	c->db = db;
+	s->impl = c;
 	return configure(s, path, err, errlen);
 }
