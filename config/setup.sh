@@ -16,6 +16,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 
 # libpq-dev: the PostgreSQL store (gateway/store_pg.c); postgresql: the
 # private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
+# linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
 packages=(
 	build-essential cmake pkg-config
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
@@ -25,6 +26,7 @@ packages=(
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
+	linux-perf
 	prometheus chromium libnss3-tools
 	man-db groff-base mandoc lintian adduser dpkg-dev file
 )

@@ -7,11 +7,15 @@
 # between paths hold even where the absolute figures move between runs.
 #
 # One upstream, an nginx serving a small static JSON (/version), reached
-# three ways by the same wrk command (keep-alive, wrk's default):
+# four ways by the same wrk command (keep-alive, wrk's default):
 #   tether  wrk -> https://127.0.0.1:GW/k8s/clusters/ID/version with a
 #           user token (tetherctl kubeconfig) -> tether-gateway serve ->
-#           one stream per request -> tether-client run (--service
+#           a tunnel stream per client connection, reused across its
+#           requests -> tether-client run (--service
 #           kube-api=http://127.0.0.1:UP) -> upstream
+#   tether-token  the same through a second node joined with
+#           --service-token kube-api=FILE: the agent puts the node's token
+#           on every request (docs/0007)
 #   nginx   wrk -> https://127.0.0.1:PX/version -> nginx TLS reverse proxy
 #           (self-signed P-256 certificate made by openssl req now;
 #           proxy_pass to an upstream block with keepalive) -> upstream
@@ -19,7 +23,8 @@
 # The two nginx run one worker each, as the gateway and the agent are one
 # event loop each.  Reported per path: requests/s, p50/p90/p99 latency,
 # errors (non-2xx, socket errors), and the relays' CPU ms per 1000
-# requests; then the ratios tether/nginx for requests/s and p99.
+# requests; then the ratios tether/nginx and tether-token/nginx for
+# requests/s and p99.
 #
 # usage: tests/bench/k8s_proxy.sh
 #   TETHER_BIN          tether-gateway, tether-client, tetherctl
@@ -280,21 +285,51 @@ TETHER_URL=$GW_URL/k8s/clusters/$CID/version
 wait_until 20 "GET /version through the gateway" \
 	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN" "$TETHER_URL"
 
+# The same service on a second node joined with --service-token: the agent
+# puts the node's token on every request (docs/0007).
+CID2=$(ctl cluster create bench-k8s-token | jq -er .id) || die "cluster create failed"
+ctl token create --cluster "$CID2" >"$W/join2.json" || die "token create failed"
+printf 'bench-node-token-%s\n' "$RANDOM$RANDOM" >"$W/node.token"
+"$CLIENT" join --state-dir "$W/node2" --node-name node2 \
+	--service "kube-api=http://127.0.0.1:$UP_PORT" --service-token "kube-api=$W/node.token" \
+	<"$W/join2.json" >"$W/logs/join2.log" 2>&1 || die "join with --service-token failed: $(cat "$W/logs/join2.log")"
+start agent2.log "$CLIENT" run --state-dir "$W/node2"
+AGENT2_PID=$LAST_PID
+agent2_active() {
+	local id
+	id=$(jq -er '.agent_id | select(. != "")' "$W/node2/state.json") || return 1
+	ctl agent list | jq -e --arg id "$id" \
+		'.[] | select(.id == $id and .state == "active" and .connected == true)' >/dev/null
+}
+wait_until 30 "the --service-token agent connected and active" agent2_active
+"$CTL" kubeconfig --cluster "$CID2" --user bench2 >"$W/kc2.yaml" || die "tetherctl kubeconfig failed"
+USER_TOKEN2=$(awk '$1 == "token:" { print $2; exit }' "$W/kc2.yaml" | tr -d '"')
+[ -n "$USER_TOKEN2" ] || die "no token in the second kubeconfig"
+TOKEN_URL=$GW_URL/k8s/clusters/$CID2/version
+wait_until 20 "GET /version through the --service-token node" \
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN2" "$TOKEN_URL"
+
 # Every path answers the same body.
 curl -sf "http://127.0.0.1:$UP_PORT/version" >"$W/want"
 curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN" "$TETHER_URL" >"$W/got-tether"
 curl -sf --cacert "$W/nginx-px/proxy.crt" "https://127.0.0.1:$PX_PORT/version" >"$W/got-nginx"
 cmp -s "$W/want" "$W/got-tether" || die "the gateway's answer differs from the upstream's"
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN2" "$TOKEN_URL" >"$W/got-token"
+cmp -s "$W/want" "$W/got-token" || die "the --service-token node's answer differs from the upstream's"
 cmp -s "$W/want" "$W/got-nginx" || die "the nginx proxy's answer differs from the upstream's"
 
 # --- measurements --------------------------------------------------------------
 
-PATHS=(tether nginx direct)
-declare -A URL HDR RELAYS CMDS RPS P50 P90 P99 ERRS CPU REQS
+PATHS=(tether tether-token nginx direct)
+declare -A URL HDR RELAYS CMDS RPS P50 P90 P99 ERRS CPU REQS AUTH
 URL[tether]=$TETHER_URL
+URL[tether-token]=$TOKEN_URL
+AUTH[tether]=$USER_TOKEN
+AUTH[tether-token]=$USER_TOKEN2
 URL[nginx]=https://127.0.0.1:$PX_PORT/version
 URL[direct]=http://127.0.0.1:$UP_PORT/version
 RELAYS[tether]="$GW_PID $AGENT_PID"
+RELAYS[tether-token]="$GW_PID $AGENT2_PID"
 RELAYS[nginx]=$PX_PID
 RELAYS[direct]=
 # shellcheck disable=SC2206
@@ -313,15 +348,15 @@ to_ms() {
 run_wrk() { # run_wrk PATH OUT [wrk options...]: wrk on PATH's URL
 	local p=$1 out=$2
 	shift 2
-	if [ "$p" = tether ]; then
-		fg_run "$out" wrk "$@" -H "Authorization: Bearer $USER_TOKEN" "${URL[$p]}"
+	if [ -n "${AUTH[$p]:-}" ]; then
+		fg_run "$out" wrk "$@" -H "Authorization: Bearer ${AUTH[$p]}" "${URL[$p]}"
 	else
 		fg_run "$out" wrk "$@" "${URL[$p]}"
 	fi
 }
 
 for p in "${PATHS[@]}"; do
-	if [ "$p" = tether ]; then
+	if [ -n "${AUTH[$p]:-}" ]; then
 		CMDS[$p]="${WRK[*]} -H \"Authorization: Bearer <user token>\" ${URL[$p]}"
 	else
 		CMDS[$p]="${WRK[*]} ${URL[$p]}"
@@ -362,6 +397,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else pri
 RPS_RATIO=$(ratio "${RPS[tether]}" "${RPS[nginx]}")
 P99_RATIO=$(ratio "${P99[tether]}" "${P99[nginx]}")
 RPS_RATIO_DIRECT=$(ratio "${RPS[tether]}" "${RPS[direct]}")
+RPS_RATIO_TOKEN=$(ratio "${RPS[tether-token]}" "${RPS[nginx]}")
+P99_RATIO_TOKEN=$(ratio "${P99[tether-token]}" "${P99[nginx]}")
 
 kernel=$(uname -sr)
 cpus=$(nproc)
@@ -388,20 +425,22 @@ elapsed=$((SECONDS - T_START))
 	echo "  upstream: nginx (1 worker, access_log off) serving $(wc -c <"$W/www/version")-byte /version"
 	echo "  paths:"
 	echo "    tether  wrk -> $GW_CMD -> tether-client run (--service kube-api=http://127.0.0.1:$UP_PORT) -> upstream"
+	echo "    tether-token  the same through a second node joined with --service-token kube-api=FILE (the node's token on every request)"
 	echo "    nginx   wrk -> nginx (1 worker) listen ssl, proxy_pass to upstream{keepalive 32}, HTTP/1.1 -> upstream"
 	echo "    direct  wrk -> upstream"
 	echo "  commands (after a ${WARMUP}s warm-up each, one after the other):"
 	for p in "${PATHS[@]}"; do
-		printf '    %-7s %s\n' "$p" "${CMDS[$p]}"
+		printf '    %-12s %s\n' "$p" "${CMDS[$p]}"
 	done
 	echo
-	printf '  %-7s %12s %10s %10s %10s %10s %14s  %s\n' path requests/s p50_ms p90_ms p99_ms requests "relay_cpu_ms/1k" errors
+	printf '  %-12s %12s %10s %10s %10s %10s %14s  %s\n' path requests/s p50_ms p90_ms p99_ms requests "relay_cpu_ms/1k" errors
 	for p in "${PATHS[@]}"; do
-		printf '  %-7s %12s %10s %10s %10s %10s %14s  %s\n' "$p" "${RPS[$p]}" "${P50[$p]}" \
+		printf '  %-12s %12s %10s %10s %10s %10s %14s  %s\n' "$p" "${RPS[$p]}" "${P50[$p]}" \
 			"${P90[$p]}" "${P99[$p]}" "${REQS[$p]}" "${CPU[$p]}" "${ERRS[$p]}"
 	done
 	echo
 	echo "  tether/nginx: requests/s x$RPS_RATIO, p99 x$P99_RATIO   (tether/direct requests/s x$RPS_RATIO_DIRECT)"
+	echo "  tether-token/nginx: requests/s x$RPS_RATIO_TOKEN, p99 x$P99_RATIO_TOKEN"
 	echo "  relay CPU: tether = gateway + agent; nginx = the proxy's master + worker (CPU ms per 1000 requests)"
 	echo
 	echo "Markdown:"
@@ -412,6 +451,7 @@ elapsed=$((SECONDS - T_START))
 		echo "| $p | ${RPS[$p]} | ${P50[$p]} | ${P99[$p]} | ${CPU[$p]} |"
 	done
 	echo "| **tether / nginx** | **x$RPS_RATIO** | | **x$P99_RATIO** | |"
+	echo "| **tether-token / nginx** | **x$RPS_RATIO_TOKEN** | | **x$P99_RATIO_TOKEN** | |"
 	echo
 	echo "($cpus CPUs, ${cpu_model:-unknown}, $kernel; \`${WRK[*]}\`, keep-alive; one run)"
 }
