@@ -463,6 +463,12 @@ fail:
 	return NULL;
 }
 
+SSL_CTX *
+wsclient_tls_context(const char *ca_file, char *err, size_t errlen)
+{
+	return tls_context(ca_file, err, errlen);
+}
+
 /* An SSL for one connection to host: SNI for names, and the name or
  * address the certificate must carry. */
 static SSL *
@@ -1661,7 +1667,13 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 		errf(err, errlen, "out of memory");
 		goto fail;
 	}
-	if (c->tls && (c->ssl_ctx = tls_context(cfg->ca_file, err, errlen)) == NULL)
+	if (c->tls && cfg->tls_ctx != NULL) {
+		if (SSL_CTX_up_ref(cfg->tls_ctx) != 1) {
+			errf(err, errlen, "cannot share the TLS context");
+			goto fail;
+		}
+		c->ssl_ctx = cfg->tls_ctx;
+	} else if (c->tls && (c->ssl_ctx = tls_context(cfg->ca_file, err, errlen)) == NULL)
 		goto fail;
 	c->dial_host = c->host;
 	c->dial_port = c->port;

@@ -415,8 +415,8 @@ on_sighup(evutil_socket_t sig, short what, void *arg)
 /*
  * Raises the open-files limit to the hard one and says in one line what it
  * holds: every tunnel and every stream to a dial or forward client is a
- * descriptor.  A warning when it cannot even hold the handshakes the
- * admission limits let in at once.
+ * descriptor.  A warning when it cannot even hold the connections the
+ * admission limits let in at once (handshaking, TLS and waiting for TLS).
  */
 static void
 serve_fd_limit(const struct gateway *gw)
@@ -428,11 +428,15 @@ serve_fd_limit(const struct gateway *gw)
 		warn("cannot read the open-files limit (RLIMIT_NOFILE)");
 		return;
 	}
-	if (room < (long)gw->limits.max_handshakes)
-		warn("open-files limit too low for --max-handshakes: raise the hard "
-		    "limit (LimitNOFILE= in the unit, limits.conf)",
+	if (room < (long)gw->limits.max_handshakes + (long)gw->limits.max_tls_handshakes +
+	    (long)gw->limits.max_tls_queue)
+		warn("open-files limit too low for --max-handshakes, "
+		    "--max-tls-handshakes and --max-tls-queue together: raise the "
+		    "hard limit (LimitNOFILE= in the unit, limits.conf)",
 		    KV_I("limit", now), KV_I("soft_was", was),
 		    KV_U("max_handshakes", gw->limits.max_handshakes),
+		    KV_U("max_tls_handshakes", gw->limits.max_tls_handshakes),
+		    KV_U("max_tls_queue", gw->limits.max_tls_queue),
 		    KV_I("tunnels_at_most", room));
 	else
 		info("open-files limit raised to the hard limit: each tunnel and "
@@ -465,6 +469,8 @@ cmd_serve(int argc, char **argv)
 	(void)netaddr_split(opts_str(&o, SERVE_OPT_LISTEN), host, sizeof(host), &port);
 	gw.limits.handshake_timeout_ms = opts_num(&o, SERVE_OPT_HANDSHAKE_TIMEOUT);
 	gw.limits.max_handshakes = opts_num(&o, SERVE_OPT_MAX_HANDSHAKES);
+	gw.limits.max_tls_handshakes = opts_num(&o, SERVE_OPT_MAX_TLS_HANDSHAKES);
+	gw.limits.max_tls_queue = opts_num(&o, SERVE_OPT_MAX_TLS_QUEUE);
 	gw.limits.max_frame_bytes = opts_num(&o, SERVE_OPT_MAX_FRAME_SIZE);
 	gw.limits.max_queue_bytes = opts_num(&o, SERVE_OPT_MAX_QUEUE);
 	gw.limits.verify_timeout_ms = opts_num(&o, SERVE_OPT_VERIFY_TIMEOUT);
@@ -575,6 +581,8 @@ out:
 	if (sd.poll != NULL)
 		event_free(sd.poll);
 	sdnotify_watchdog_stop();
+	if (gw.trim_timer != NULL)
+		event_free(gw.trim_timer);
 	if (gw.base != NULL)
 		event_base_free(gw.base);
 	hub_free(gw.hub);

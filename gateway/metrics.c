@@ -51,6 +51,18 @@ static struct prom_metric handshaking = {
 	.name = "tether_handshakes_in_progress", .kind = PROM_GAUGE,
 	.help = "Tunnels connected but not yet authenticated.",
 };
+static struct prom_metric tls_handshaking = {
+	.name = "tether_tls_handshakes_in_progress", .kind = PROM_GAUGE,
+	.help = "TLS handshakes under way (at most --max-tls-handshakes).",
+};
+static struct prom_metric tls_waiting = {
+	.name = "tether_tls_waiting", .kind = PROM_GAUGE,
+	.help = "Accepted connections waiting for a TLS handshake slot.",
+};
+static struct prom_metric tls_shed = {
+	.name = "tether_tls_shed_total", .kind = PROM_COUNTER,
+	.help = "Connections closed unread after waiting past --handshake-timeout.",
+};
 static struct prom_metric handshakes = {
 	.name = "tether_handshakes_total", .kind = PROM_COUNTER,
 	.help = "Tunnel handshakes ended, by result (ok or the refusal's code).",
@@ -79,7 +91,8 @@ static struct prom_metric store_duration = {
 };
 
 static struct prom_metric *const families[] = {
-	&build_info, &agents, &tunnels, &handshaking, &handshakes, &registrations,
+	&build_info, &agents, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
+	&tls_shed, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
@@ -145,6 +158,14 @@ metrics_store_done(struct metrics_timer *t)
 	pthread_mutex_lock(&metrics_mu);
 	prom_observe(&store_duration, op, seconds);
 	pthread_mutex_unlock(&metrics_mu);
+}
+
+void
+metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed)
+{
+	prom_set(&tls_handshaking, NULL, (double)in_progress);
+	prom_set(&tls_waiting, NULL, (double)waiting);
+	prom_set(&tls_shed, NULL, (double)shed);
 }
 
 size_t

@@ -20,6 +20,7 @@
 #define TETHER_GATEWAY_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "prom.h"
 
@@ -64,6 +65,10 @@ void metrics_store_done(struct metrics_timer *t);
  * their count. */
 size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
     size_t handshakes_now);
+
+/* The TLS admission's gauges and counter, set before each exposition
+ * (server_tls_admission). */
+void metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed);
 
 /* The exposition text (metrics_render.c), malloc'd, with *len; NULL when out of memory.  The
  * signature is prom_render_fn's (arg: the gateway). */

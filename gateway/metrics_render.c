@@ -14,15 +14,20 @@
 #include "mux_metrics.h"
 #include "prom_http.h"
 #include "route.h"
+#include "server.h"
 
 char *
 metrics_render(void *arg, size_t *len)
 {
 	struct gateway *gw = arg;
 	struct prom_list lists[2];
+	uint32_t tls_handshaking, tls_waiting;
+	uint64_t tls_shed;
 	char *text;
 
+	server_tls_admission(gw, &tls_handshaking, &tls_waiting, &tls_shed);
 	metrics_lock();
+	metrics_tls_admission(tls_handshaking, tls_waiting, tls_shed);
 	lists[0].n = metrics_families(&lists[0].ms,
 	    gw->hub != NULL ? hub_count(gw->hub) : 0, gw->handshakes);
 	lists[1].n = mux_metrics_families(&lists[1].ms);

@@ -39,7 +39,17 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "tunnel handshake deadline" },
 	[SERVE_OPT_MAX_HANDSHAKES] = { .name = "max-handshakes", .type = OPT_U32,
 	    .arg = "N", .def = "256", .min = 1, .max = 1000000,
-	    .help = "unauthenticated tunnels at once" },
+	    .help = "unauthenticated tunnels at once; past it an upgrade gets 503 "
+	    "and the agent retries with backoff" },
+	[SERVE_OPT_MAX_TLS_HANDSHAKES] = { .name = "max-tls-handshakes", .type = OPT_U32,
+	    .arg = "N", .def = "32", .min = 1, .max = 1000000,
+	    .help = "TLS handshakes under way at once; connections accepted past "
+	    "it wait, unread, for a free slot" },
+	[SERVE_OPT_MAX_TLS_QUEUE] = { .name = "max-tls-queue", .type = OPT_U32,
+	    .arg = "N", .def = "4096", .min = 1, .max = 1000000,
+	    .help = "connections waiting for a TLS handshake slot; past it new "
+	    "ones wait in the kernel's listen backlog, and one that waited longer "
+	    "than --handshake-timeout is closed unread" },
 	[SERVE_OPT_MAX_FRAME_SIZE] = { .name = "max-frame-size", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "largest tunnel frame" },

@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -72,6 +73,14 @@
 
 struct hconn;
 
+/* An accepted connection waiting for a TLS handshake slot
+ * (--max-tls-handshakes): only its descriptor, no TLS state yet. */
+struct tls_waiter {
+	evutil_socket_t fd;
+	int64_t since_ms;                 /* monotonic: when it was accepted */
+	char peer[PEER_MAX];
+};
+
 struct server {
 	struct gateway *gw;
 	const struct route *const *routes;  /* NULL-terminated, in order */
@@ -82,6 +91,15 @@ struct server {
 	LIST_HEAD(hconn_list, hconn) http;
 	struct wsconn_list ws;
 	int port;
+	/* Admission (docs/0018): at most max_tls_handshakes TLS handshakes
+	 * at once; the connections accepted past that wait in a ring of
+	 * max_tls_queue (cost: ~80 bytes a slot), and past that in the
+	 * kernel's listen backlog (the listener is paused). */
+	uint32_t tls_handshakes;
+	struct tls_waiter *queue;
+	uint32_t qhead, qlen;
+	int listener_paused;              /* by a full queue */
+	uint64_t shed;                    /* waited past the handshake timeout */
 };
 
 enum hconn_state {
@@ -122,6 +140,7 @@ struct hconn {
 	int x_req_done;                   /* its request was read whole */
 	int x_raw;                        /* after a 101: input is raw bytes */
 	int x_keep;                       /* the client allows keep-alive */
+	int tls_counted;                  /* in srv->tls_handshakes */
 	void *kept;                       /* a route's state between exchanges */
 	void (*kept_free)(void *);
 	char ws_accept[WS_ACCEPT_LEN + 1];
@@ -130,6 +149,7 @@ struct hconn {
 
 static void hconn_process(struct hconn *h);
 static void hconn_linger(struct hconn *h);
+static void tls_slot_free(struct hconn *h);
 
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
@@ -152,6 +172,8 @@ static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
+	if (h->tls_counted)
+		tls_slot_free(h);
 	if (h->kept != NULL) {
 		void *kept = h->kept;
 
@@ -819,8 +841,12 @@ hconn_event_cb(struct bufferevent *bev, short what, void *arg)
 	struct hconn *h = arg;
 	unsigned long e;
 
-	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)))
-		return;         /* BEV_EVENT_CONNECTED: the TLS handshake is done */
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))) {
+		/* BEV_EVENT_CONNECTED: the TLS handshake is done */
+		if (h->tls_counted)
+			tls_slot_free(h);
+		return;
+	}
 	e = bufferevent_get_openssl_error(bev);
 	if (e != 0)
 		debug("http TLS error", KV_S("peer", h->peer),
@@ -921,6 +947,92 @@ fail:
 	return NULL;
 }
 
+static int64_t
+monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Starts the TLS handshake of an accepted connection (it takes a slot). */
+static void
+tls_start(struct server *srv, evutil_socket_t fd, const char *peer)
+{
+	struct hconn *h = hconn_new(srv, fd, peer);
+
+	if (h == NULL) {
+		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
+		evutil_closesocket(fd);
+		return;
+	}
+	h->tls_counted = 1;
+	srv->tls_handshakes++;
+}
+
+/* A TLS handshake ended (done, failed or its connection gone): the oldest
+ * waiting connection takes the slot.  One that waited past the handshake
+ * timeout is closed unread: its client (wsclient's own deadline is 10 s)
+ * has given up and backs off.  Cost: O(1) per connection started. */
+static void
+tls_slot_free(struct hconn *h)
+{
+	struct server *srv = h->srv;
+	struct gateway *gw = srv->gw;
+	uint32_t cap = gw->limits.max_tls_queue;
+	int64_t now = monotonic_ms();
+
+	h->tls_counted = 0;
+	srv->tls_handshakes--;
+	while (srv->qlen > 0 && srv->tls_handshakes < gw->limits.max_tls_handshakes &&
+	    !gw->stopping) {
+		struct tls_waiter w = srv->queue[srv->qhead];
+
+		srv->qhead = (srv->qhead + 1) % cap;
+		srv->qlen--;
+		if (now - w.since_ms > (int64_t)gw->limits.handshake_timeout_ms) {
+			srv->shed++;
+			debug("http: waited too long for a TLS slot: closed",
+			    KV_S("peer", w.peer));
+			evutil_closesocket(w.fd);
+			continue;
+		}
+		tls_start(srv, w.fd, w.peer);
+	}
+	if (srv->listener_paused && srv->listener != NULL && srv->qlen <= cap / 2) {
+		srv->listener_paused = 0;
+		evconnlistener_enable(srv->listener);
+		info("TLS admission queue below half: accepting again",
+		    KV_U("queued", srv->qlen), KV_U("shed_total", srv->shed));
+	}
+}
+
+/* No slot free: the connection waits, unencrypted and unread. */
+static void
+tls_wait(struct server *srv, evutil_socket_t fd, const char *peer)
+{
+	uint32_t cap = srv->gw->limits.max_tls_queue;
+	struct tls_waiter *w;
+
+	if (srv->qlen >= cap) {   /* only after an accept retry: pause again */
+		evutil_closesocket(fd);
+		srv->shed++;
+		return;
+	}
+	w = &srv->queue[(srv->qhead + srv->qlen) % cap];
+	w->fd = fd;
+	w->since_ms = monotonic_ms();
+	snprintf(w->peer, sizeof(w->peer), "%s", peer);
+	if (++srv->qlen == cap && !srv->listener_paused) {
+		srv->listener_paused = 1;
+		evconnlistener_disable(srv->listener);
+		warn("TLS admission queue full (--max-tls-queue): new connections "
+		    "wait in the listen backlog", KV_U("queued", srv->qlen),
+		    KV_U("tls_handshakes", srv->tls_handshakes));
+	}
+}
+
 static void
 server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
     int salen, void *arg)
@@ -934,10 +1046,10 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
 		debug("http TCP_NODELAY failed", KV_S("peer", peer),
 		    KV_S("err", strerror(errno)));
-	if (hconn_new(srv, fd, peer) == NULL) {
-		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
-		evutil_closesocket(fd);
-	}
+	if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes && srv->qlen == 0)
+		tls_start(srv, fd, peer);
+	else
+		tls_wait(srv, fd, peer);
 }
 
 static void
@@ -960,7 +1072,8 @@ server_accept_retry(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
 
-	evconnlistener_enable(srv->listener);
+	if (!srv->listener_paused)
+		evconnlistener_enable(srv->listener);
 }
 
 /* ---- TLS ---- */
@@ -1069,7 +1182,8 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	if (srv->ssl_ctx == NULL)
 		goto fail;
 	srv->accept_retry = evtimer_new(gw->base, server_accept_retry, srv);
-	if (srv->accept_retry == NULL) {
+	srv->queue = calloc(gw->limits.max_tls_queue, sizeof(*srv->queue));
+	if (srv->accept_retry == NULL || srv->queue == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -1089,6 +1203,17 @@ fail:
 	return -1;
 }
 
+void
+server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
+    uint32_t *waiting, uint64_t *shed)
+{
+	const struct server *srv = gw->server;
+
+	*handshaking = srv != NULL ? srv->tls_handshakes : 0;
+	*waiting = srv != NULL ? srv->qlen : 0;
+	*shed = srv != NULL ? srv->shed : 0;
+}
+
 int
 server_port(struct gateway *gw)
 {
@@ -1104,8 +1229,15 @@ server_stop(struct gateway *gw)
 		return;
 	if (srv->listener != NULL)
 		evconnlistener_free(srv->listener);
+	srv->listener = NULL;
 	if (srv->accept_retry != NULL)
 		event_free(srv->accept_retry);
+	for (; srv->qlen > 0; srv->qlen--) {
+		evutil_closesocket(srv->queue[srv->qhead].fd);
+		srv->qhead = (srv->qhead + 1) % srv->gw->limits.max_tls_queue;
+	}
+	free(srv->queue);
+	srv->queue = NULL;
 	while (!LIST_EMPTY(&srv->http)) {
 		struct hconn *h = LIST_FIRST(&srv->http);
 

@@ -126,6 +126,7 @@ session_set_phase(struct session *s, enum session_phase next)
 	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
 		s->counted_handshake = 0;
 		s->gw->handshakes--;
+		gateway_handshake_ended(s->gw);
 		if (s->handshake_timer != NULL)
 			evtimer_del(s->handshake_timer);
 	}
@@ -949,6 +950,7 @@ session_closed(struct session *s)
 	if (s->counted_handshake) {
 		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "closed");
 		s->gw->handshakes--;
+		gateway_handshake_ended(s->gw);
 	}
 	event_free(s->handshake_timer);
 	event_free(s->verify_timer);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <openssl/ssl.h>
 
 #include "agent_metrics.h"
 #include "agentkey.h"
@@ -53,6 +54,7 @@ static const char *const phase_names[TUNNEL_ENTRIES] = {
 struct agent_tunnel {
 	struct agent_tunnel_config cfg;  /* its strings are not used: copies below */
 	char *connect_url, *gateway_url, *ca_file;  /* owned */
+	SSL_CTX *tls_ctx;             /* one reference, shared by every dial */
 	char node[FRAME_NODE_MAX + 1];
 	char cluster[FRAME_ID_MAX + 1];
 	char agent_id[FRAME_ID_MAX + 1];
@@ -554,6 +556,7 @@ tunnel_dial(struct agent_tunnel *t)
 	cfg.url = t->connect_url;
 	cfg.subprotocol = TETHER_SUBPROTOCOL;
 	cfg.ca_file = t->ca_file;
+	cfg.tls_ctx = t->tls_ctx;
 	cfg.max_message = (1 << 20) + MAX_MESSAGE_SLACK;
 	cfg.low_water = 128 * 1024;
 	cfg.proxy_url = t->cfg.proxy_url;
@@ -651,6 +654,8 @@ agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
 	snprintf(t->import_id, sizeof(t->import_id), "%s",
 	    cfg->import_id != NULL ? cfg->import_id : "");
 	snprintf(t->state, sizeof(t->state), "unknown");
+	if (cfg->tls_ctx != NULL && SSL_CTX_up_ref(cfg->tls_ctx) == 1)
+		t->tls_ctx = cfg->tls_ctx;
 	t->reconnect_timer = evtimer_new(base, tunnel_on_reconnect, t);
 	t->keepalive = evtimer_new(base, tunnel_keepalive, t);
 	if (t->reconnect_timer == NULL || t->keepalive == NULL ||
@@ -664,6 +669,14 @@ agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
 int
 agent_tunnel_start(struct agent_tunnel *t)
 {
+	char err[320];
+
+	if (t->tls_ctx == NULL &&
+	    (t->tls_ctx = wsclient_tls_context(t->ca_file, err, sizeof(err))) == NULL) {
+		error("cannot set up TLS", KV_S("gateway", t->gateway_url), KV_S("err", err));
+		tunnel_stop(t, 1);
+		return -1;
+	}
 	return tunnel_dial(t);
 }
 
@@ -680,6 +693,7 @@ agent_tunnel_free(struct agent_tunnel *t)
 	if (t->keepalive != NULL)
 		event_free(t->keepalive);
 	OPENSSL_cleanse(t->import_id, sizeof(t->import_id));
+	SSL_CTX_free(t->tls_ctx);
 	free(t->connect_url);
 	free(t->gateway_url);
 	free(t->ca_file);

@@ -38,6 +38,7 @@
 #define AGENT_BACKOFF_MAX_MS 30000
 
 struct event_base;
+struct ssl_ctx_st;
 struct mux;
 struct mux_stream;
 struct agent_tunnel;
@@ -66,6 +67,10 @@ struct agent_tunnel_hooks {
 struct agent_tunnel_config {
 	const char *gateway_url;    /* https://HOST[:PORT] (agent_tunnel_url) */
 	const char *ca_file;        /* the gateway's CA (PEM) */
+	/* A TLS context for ca_file (wsclient_tls_context) shared with other
+	 * tunnels (a reference is taken), or NULL: the tunnel makes its own
+	 * at start and keeps it for every redial. */
+	struct ssl_ctx_st *tls_ctx;
 	const char *node;
 	const char *cluster;        /* the cluster the node joined */
 	const char *agent_id;       /* "" until registered */

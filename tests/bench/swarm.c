@@ -45,6 +45,7 @@
 
 #include <event2/event.h>
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
 
 #include "agent_tunnel.h"
 #include "url.h"
@@ -55,6 +56,7 @@
 #include "mux.h"
 #include "runtime.h"
 #include "token.h"
+#include "wsclient.h"
 
 #define PROBE_EVERY_MS  100
 #define PROBE_SAMPLES   1024          /* round trips kept per report */
@@ -91,6 +93,7 @@ struct swarm {
 	struct joindoc doc;
 	struct token token;
 	EVP_PKEY *import_key;
+	SSL_CTX *tls_ctx;             /* one for every agent: verifies the gateway */
 	const char *ca_file, *prefix;
 	uint32_t ping_interval_ms, ping_timeout_ms;
 	struct event *starter, *reporter, *prober, *stopper, *sigterm, *sigint;
@@ -265,6 +268,7 @@ swarm_start_one(struct swarm *sw, struct swarm_agent *a, uint32_t index)
 	struct agent_tunnel_config cfg = {
 		.gateway_url = sw->doc.gateway_url,
 		.ca_file = sw->ca_file,
+		.tls_ctx = sw->tls_ctx,
 		.node = a->node,
 		.cluster = sw->doc.cluster,
 		.agent_id = "",
@@ -554,6 +558,7 @@ swarm_free(struct swarm *sw)
 		event_base_free(sw->base);
 	}
 	EVP_PKEY_free(sw->import_key);
+	SSL_CTX_free(sw->tls_ctx);
 	token_clear(&sw->token);
 	joindoc_clear(&sw->doc);
 }
@@ -562,13 +567,18 @@ int
 main(int argc, char **argv)
 {
 	static struct swarm sw;
+	char err[320];
 
 	runtime_init();
 	swarm_parse(&sw, argc, argv);
 	swarm_check_fds(sw.n);
 	sw.agents = calloc(sw.n, sizeof(*sw.agents));
 	sw.base = runtime_event_base();
-	if (sw.agents == NULL || sw.base == NULL || swarm_events(&sw) != 0) {
+	sw.tls_ctx = wsclient_tls_context(sw.ca_file, err, sizeof(err));
+	if (sw.tls_ctx == NULL)
+		fprintf(stderr, "tether-swarm: %s\n", err);
+	if (sw.agents == NULL || sw.base == NULL || sw.tls_ctx == NULL ||
+	    swarm_events(&sw) != 0) {
 		fprintf(stderr, "tether-swarm: cannot set up the loop\n");
 		swarm_free(&sw);
 		return 2;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The open-files limit: the gateway raises its soft limit to the hard one at
 # start and says so in one line with the tunnels it can hold; with a hard
-# limit too low for --max-handshakes it warns, naming the flag.
+# limit too low for the admission limits (--max-handshakes,
+# --max-tls-handshakes, --max-tls-queue) it warns, naming them.
 source "$(dirname "$0")/lib.sh"
 
 gateway_init
@@ -23,7 +24,7 @@ wait_until 20 "gateway stopped" bash -c "! kill -0 $GW_PID"
 (ulimit -n 200 && gateway_start --max-handshakes 256)
 GW_PID=$(ss -Hltnp "sport = :$GW_PORT" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
 PIDS+=("$GW_PID")
-grep -q 'level=warn .*msg="open-files limit too low for --max-handshakes.*limit=200 .*max_handshakes=256 tunnels_at_most=136' \
+grep -q 'level=warn .*msg="open-files limit too low for --max-handshakes.*limit=200 .*max_handshakes=256 max_tls_handshakes=32 max_tls_queue=4096 tunnels_at_most=136' \
 	"$T/gateway.log" || fail "no warning about a hard limit of 200"
 pass "a hard limit of 200 is too low for --max-handshakes 256: warned"
 kill -TERM "$GW_PID"
