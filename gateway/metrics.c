@@ -61,7 +61,7 @@ static struct prom_metric tls_waiting = {
 };
 static struct prom_metric tls_shed = {
 	.name = "tether_tls_shed_total", .kind = PROM_COUNTER,
-	.help = "Connections closed unread after waiting past --handshake-timeout.",
+	.help = "Connections closed unread: their client closed while waiting for a TLS slot, or they waited over half of --handshake-timeout.",
 };
 static struct prom_metric handshakes = {
 	.name = "tether_handshakes_total", .kind = PROM_COUNTER,

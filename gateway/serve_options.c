@@ -48,8 +48,8 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	[SERVE_OPT_MAX_TLS_QUEUE] = { .name = "max-tls-queue", .type = OPT_U32,
 	    .arg = "N", .def = "4096", .min = 1, .max = 1000000,
 	    .help = "connections waiting for a TLS handshake slot; past it new "
-	    "ones wait in the kernel's listen backlog, and one that waited longer "
-	    "than --handshake-timeout is closed unread" },
+	    "ones wait in the kernel's listen backlog; one whose client closed, or "
+	    "that waited over half of --handshake-timeout, is closed unread" },
 	[SERVE_OPT_MAX_FRAME_SIZE] = { .name = "max-frame-size", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "largest tunnel frame" },

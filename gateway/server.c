@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -971,10 +972,23 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer)
 	srv->tls_handshakes++;
 }
 
+/* Has the client of a waiting connection given up (closed its end)?  Its
+ * ClientHello may still be unread: without this check the gateway would
+ * pay a whole handshake for nobody. */
+static int
+tls_waiter_gone(evutil_socket_t fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* A TLS handshake ended (done, failed or its connection gone): the oldest
- * waiting connection takes the slot.  One that waited past the handshake
- * timeout is closed unread: its client (wsclient's own deadline is 10 s)
- * has given up and backs off.  Cost: O(1) per connection started. */
+ * waiting connection takes the slot.  One whose client closed, or that
+ * waited more than half of --handshake-timeout (an agent gives up on the
+ * whole TCP + TLS + upgrade after 10 s), is closed unread: it would cost
+ * a handshake and most likely not finish in time.  Its client backs off
+ * with jitter.  Cost: one poll() per connection taken from the queue. */
 static void
 tls_slot_free(struct hconn *h)
 {
@@ -991,9 +1005,10 @@ tls_slot_free(struct hconn *h)
 
 		srv->qhead = (srv->qhead + 1) % cap;
 		srv->qlen--;
-		if (now - w.since_ms > (int64_t)gw->limits.handshake_timeout_ms) {
+		if (now - w.since_ms > (int64_t)gw->limits.handshake_timeout_ms / 2 ||
+		    tls_waiter_gone(w.fd)) {
 			srv->shed++;
-			debug("http: waited too long for a TLS slot: closed",
+			debug("http: gave up or waited too long for a TLS slot: closed",
 			    KV_S("peer", w.peer));
 			evutil_closesocket(w.fd);
 			continue;

@@ -27,8 +27,8 @@ int server_start(struct gateway *gw, const struct route *const *routes,
     const char *host, int port, char *err, size_t errlen);
 /* The port actually bound (useful with port 0). */
 /* The TLS admission's state (docs/0018): handshakes under way, accepted
- * connections waiting for a slot, and those closed unread after waiting
- * past --handshake-timeout (since start).  Zeros before server_start. */
+ * connections waiting for a slot, and those closed unread (client gone or
+ * waited over half of --handshake-timeout) since start.  Zeros before server_start. */
 void server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
     uint32_t *waiting, uint64_t *shed);
 int server_port(struct gateway *gw);

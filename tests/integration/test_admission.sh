@@ -3,8 +3,9 @@
 # holds the one slot (TCP open, no ClientHello) makes the next one wait,
 # unread, in the queue (--max-tls-queue 1), and the one after that in the
 # kernel's listen backlog (the listener paused, said in the log); when the
-# slot frees, both are served.  A connection that waited past
-# --handshake-timeout is closed unread and counted as shed.
+# slot frees, both are served.  A connection that waited past half of
+# --handshake-timeout, or whose client closed, is closed unread and
+# counted as shed.
 source "$(dirname "$0")/lib.sh"
 
 gateway_init
@@ -51,7 +52,21 @@ sleep 0.3   # past --handshake-timeout: this is the deadline under test
 release
 rc=0
 wait "$C" || rc=$?
-[ "$rc" -ne 0 ] || fail "a connection that waited past --handshake-timeout was served"
+[ "$rc" -ne 0 ] || fail "a connection that waited past half of --handshake-timeout was served"
 wait_until 10 "it is counted as shed" metric tether_tls_shed_total 1
-pass "a connection that waited past --handshake-timeout is closed unread and counted"
+pass "a connection that waited past half of --handshake-timeout is closed unread and counted"
 gateway_stop
+
+# A client that gave up while waiting is not handshaken for nothing.
+gateway_start --max-tls-handshakes 1 --metrics-listen "127.0.0.1:$MP"
+hold
+wait_until 10 "the held connection takes the slot" metric tether_tls_handshakes_in_progress 1
+rc=0
+curl -sf --cacert "$GW_DIR/ca.crt" --max-time 1 "$GW_URL/readyz" >/dev/null || rc=$?
+[ "$rc" -eq 28 ] || fail "curl should time out waiting for a slot, exited $rc"
+release
+wait_until 10 "the closed waiter is shed" metric tether_tls_shed_total 1
+metric tether_tls_handshakes_in_progress 0 || fail "a handshake started for a client that had closed"
+pass "a waiting connection whose client closed is closed unread, no handshake"
+gateway_stop
+
