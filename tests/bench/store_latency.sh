@@ -10,17 +10,20 @@
 #   - two connected agents (tether-swarm --probe): probe-1 sends a tunnel
 #     PING every 100 ms, probe-2's streams echo;
 #   then, quiet and while BENCH_AGENTS (default 30) new agents register at
-#   once through the same gateway (a second tether-swarm, one multi-use
+#   once through the same gateway (another tether-swarm, one multi-use
 #   token), it measures the probe's ping round trips (p50 of the intervals'
-#   p50s, the largest p99 and max) and the throughput of BENCH_MIB (default
-#   64) MiB echoed through probe-2 (tetherctl connect), repeated
+#   p50s, the largest p99 and max; no stream meanwhile), and then, quiet
+#   and while as many other agents register, the throughput of BENCH_MIB
+#   (default 64) MiB echoed through probe-2 (tetherctl connect), repeated
 #   while the registrations last.
 # Then registrations per second (BENCH_REG_AGENTS agents, default 100, all
 # at once, until every one is active) on SQLite, on PostgreSQL on loopback,
 # and on PostgreSQL behind the delay.
 #
 # usage: flock /work/bench.lock bash tests/bench/store_latency.sh
-#   TETHER_BIN  default build/release/bin (tether-gateway, tetherctl, tether-swarm)
+#   TETHER_BIN     default build/release/bin (tether-gateway, tetherctl, tether-swarm)
+#   BENCH_GATEWAY  another tether-gateway to measure (e.g. an older build)
+#   BENCH_REGS=0   part 1 only
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -30,6 +33,8 @@ export ASAN_OPTIONS=
 source "$SRC/tests/integration/lib.sh"
 TEST_NAME=store_latency
 SWARM=$TETHER_BIN/tether-swarm
+# Another gateway build to compare (e.g. one whose store calls block).
+GATEWAY=${BENCH_GATEWAY:-$GATEWAY}
 DELAY_MS=${BENCH_DELAY_MS:-20}
 AGENTS=${BENCH_AGENTS:-30}
 REG_AGENTS=${BENCH_REG_AGENTS:-100}
@@ -116,38 +121,49 @@ probe_stats() {
 gw_start slow "$SLOW"
 CID=$(cluster_create bench)
 swarm_start probe 2 --probe
-wait_until 60 "the probe agent active" grep -q '^swarm all_active' "$T/probe.out"
-sleep 2   # a few probe intervals of a quiet gateway
+wait_until 60 "the probe agents active" grep -q '^swarm all_active' "$T/probe.out"
+sleep 2
 
+# register NAME: $AGENTS agents register at once; returns when all are
+# active; with "echo", echoes through probe-2 meanwhile (into load_mibs).
+register() {
+	local name=$1 t0
+	t0=$(now_ms)
+	swarm_start "$name" "$AGENTS"
+	while ! grep -q '^swarm all_active' "$T/$name.out"; do
+		if [ "${2:-}" = echo ]; then load_mibs+=("$(echo_mibs)"); else sleep 0.2; fi
+		[ $(( $(now_ms) - t0 )) -le 600000 ] || fail "registrations did not finish in 600 s"
+		kill -0 "$SW_PID" 2>/dev/null || fail "the registering swarm exited (see $name.log)"
+	done
+	reg_ms=$(( $(now_ms) - t0 ))
+	kill -TERM "$SW_PID"; wait "$SW_PID" || true
+}
+
+# Pings alone (no stream), quiet then while agents register.
 mark=$(wc -l <"$T/probe.out")
+sleep 5
+ping_quiet=$(probe_stats "$mark")
+mark=$(wc -l <"$T/probe.out")
+register rega
+ping_load=$(probe_stats "$mark")
+rate_ping="$(echo "scale=1; $AGENTS * 1000 / $reg_ms" | bc)/s"
+
+# Streams, quiet then while other agents register.
 quiet_mibs=()
-for _ in 1 2 3; do quiet_mibs+=("$(echo_mibs)"); done
-sleep 3
-quiet=$(probe_stats "$mark")
-
-mark=$(wc -l <"$T/probe.out")
-t0=$(now_ms)
-swarm_start reg "$AGENTS"
-REG_PID=$SW_PID
+for _ in 1 2 3 4 5; do quiet_mibs+=("$(echo_mibs)"); done
 load_mibs=()
-while ! grep -q '^swarm all_active' "$T/reg.out"; do
-	load_mibs+=("$(echo_mibs)")
-	if [ $(( $(now_ms) - t0 )) -gt 300000 ]; then fail "registrations did not finish in 300 s"; fi
-	kill -0 "$REG_PID" 2>/dev/null || fail "the registering swarm exited (see reg.log)"
-done
-reg_ms=$(( $(now_ms) - t0 ))
-load=$(probe_stats "$mark")
-kill -TERM "$REG_PID"; wait "$REG_PID" || true
+register regb echo
+rate_echo="$(echo "scale=1; $AGENTS * 1000 / $reg_ms" | bc)/s"
 
 mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
 echo
-echo "## connected agent, store ${DELAY_MS} ms away (each way)"
-echo "| phase | echo MiB/s (runs) | ping round trip |"
+echo "## connected agents, store ${DELAY_MS} ms away (each way), gateway $GATEWAY"
+echo "| | quiet | while $AGENTS agents register |"
 echo "|---|---|---|"
-echo "| quiet | $(mean "${quiet_mibs[@]}") (${#quiet_mibs[@]}) | $quiet |"
-echo "| $AGENTS agents registering ($(echo "scale=1; $AGENTS * 1000 / $reg_ms" | bc)/s, ${reg_ms} ms) | $(mean "${load_mibs[@]}") (${#load_mibs[@]}) | $load |"
-kill -TERM "$SW_PID" 2>/dev/null || true
+echo "| probe-1 tunnel ping round trip | $ping_quiet | $ping_load ($rate_ping) |"
+echo "| ${MIB} MiB echoed through probe-2, MiB/s (runs) | $(mean "${quiet_mibs[@]}") (${#quiet_mibs[@]}) | $(mean "${load_mibs[@]}") (${#load_mibs[@]}; $rate_echo) |"
 gw_stop
+[ "${BENCH_REGS:-1}" = 1 ] || exit 0
 
 # ---- 2. registrations per second --------------------------------------------
 echo
