@@ -1159,6 +1159,8 @@ control_frame(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
 			protocol_error(c, 1011, "cannot queue a pong");
 			return -1;
 		}
+		if (c->cb.on_ping != NULL)
+			c->cb.on_ping(c, c->arg);
 		return 1;
 	case WS_OP_PONG:
 		return 1; /* we send no pings: nothing to match */

@@ -47,6 +47,10 @@ struct wsclient_callbacks {
 	 */
 	void (*on_close)(struct wsclient *c, int http_status, const char *reason,
 	    void *arg);
+	/* Optional (NULL: not told): the server pinged (a WebSocket ping;
+	 * the pong is sent already).  A keepalive may count it as hearing
+	 * from the server, so that both ends do not ping a quiet link. */
+	void (*on_ping)(struct wsclient *c, void *arg);
 };
 
 struct wsclient_config {

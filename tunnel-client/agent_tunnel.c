@@ -507,6 +507,15 @@ ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void
 	tunnel_on_message(t, data, len);
 }
 
+/* The gateway's own keepalive ping proves it alive as well as a message:
+ * the agent's ping then waits for another interval of silence, so a quiet
+ * tunnel carries one ping exchange per interval, not one from each end. */
+static void
+ws_ping(struct wsclient *c, void *arg)
+{
+	keepalive_heard(arg);
+}
+
 static void
 ws_drain(struct wsclient *c, void *arg)
 {
@@ -542,6 +551,7 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 static const struct wsclient_callbacks ws_callbacks = {
 	.on_open = ws_open,
 	.on_message = ws_message,
+	.on_ping = ws_ping,
 	.on_drain = ws_drain,
 	.on_close = ws_close,
 };

@@ -392,7 +392,7 @@ static int
 run_client(const char *url, const char *cacert)
 {
 	struct wsclient_callbacks cb = { client_open, client_message,
-	    client_drain, client_close };
+	    client_drain, client_close, NULL };
 	struct wsclient_config cfg = { 0 };
 	struct client k = { 0 };
 	unsigned long long bytes;

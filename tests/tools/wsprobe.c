@@ -161,7 +161,7 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct wsclient_config cfg = { 0 };
-	struct wsclient_callbacks cb = { on_open, on_message, NULL, on_close };
+	struct wsclient_callbacks cb = { on_open, on_message, NULL, on_close, NULL };
 	struct probe p = { 0 };
 	struct wsclient *c;
 	char err[512];

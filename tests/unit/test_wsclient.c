@@ -347,6 +347,7 @@ struct client {
 	int binary[32];
 	uint8_t *msgs[32];
 	int drains;
+	int pings;                   /* on_ping calls */
 	int free_in_message;       /* wsclient_free in the first on_message */
 	int pause_in_open;
 	int close_in_open;
@@ -565,6 +566,12 @@ on_drain(struct wsclient *c, void *arg)
 }
 
 static void
+on_ping(struct wsclient *c, void *arg)
+{
+	cli.pings++;
+}
+
+static void
 on_close(struct wsclient *c, int status, const char *reason, void *arg)
 {
 	assert_int_equal(cli.closed, 0);
@@ -578,7 +585,7 @@ on_close(struct wsclient *c, int status, const char *reason, void *arg)
 }
 
 static const struct wsclient_callbacks callbacks = {
-	on_open, on_message, on_drain, on_close,
+	on_open, on_message, on_drain, on_close, on_ping,
 };
 
 static int
@@ -691,7 +698,9 @@ test_client_messages(void **state)
 	assert_true(cli.binary[2]);
 	assert_int_equal(cli.lens[3], 0);
 
-	/* The pong echoed the ping; the close was echoed with its code. */
+	/* The pong echoed the ping (on_ping told of it once, the pong not);
+	 * the close was echoed with its code. */
+	assert_int_equal(cli.pings, 1);
 	assert_int_equal(srv.nframes, 2);
 	assert_int_equal(srv.frames[0].opcode, 0xa);
 	assert_int_equal(srv.frames[0].len, 13);
