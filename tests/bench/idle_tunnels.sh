@@ -14,7 +14,7 @@
 # tunnel silent for 20 s, the defaults).
 #
 # usage: tests/bench/idle_tunnels.sh [COUNTS...]   (run it under
-#        flock /work/bench.lock on a shared machine)
+#        flock(1) on a shared machine, one benchmark at a time)
 #   TETHER_BIN          directory with the binaries (default build/release/bin)
 #   BENCH_RATE          agents each swarm starts per second (default 400)
 #   BENCH_PING_WINDOW   seconds of the idle CPU window (default 20)

@@ -19,7 +19,7 @@
 #     upgrades --max-handshakes answered 503.
 #
 # usage: tests/bench/reconnect_storm.sh [N]        (default 10000; run it
-#        under flock /work/bench.lock on a shared machine)
+#        under flock(1) on a shared machine, one benchmark at a time)
 #   TETHER_BIN       directory with the binaries (default build/release/bin)
 #   BENCH_RATE       agents started per second for the first registration
 #                    (default 400; the storm itself is all at once)

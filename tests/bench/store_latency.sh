@@ -20,7 +20,7 @@
 # at once, until every one is active) on SQLite, on PostgreSQL on loopback,
 # and on PostgreSQL behind the delay.
 #
-# usage: flock /work/bench.lock bash tests/bench/store_latency.sh
+# usage: bash tests/bench/store_latency.sh
 #   TETHER_BIN     default build/release/bin (tether-gateway, tetherctl, tether-swarm)
 #   BENCH_GATEWAY  another tether-gateway to measure (e.g. an older build)
 #   BENCH_REGS=0   part 1 only
