@@ -121,6 +121,11 @@ static const struct field ping_keys[] = {
 	NUM("seq", F_U64, u.ping.seq, 0),
 };
 
+static const struct field reconnect_keys[] = {
+	STR("reason", u.reconnect.reason, 0),
+	NUM("jitter_ms", F_U32, u.reconnect.jitter_ms, 0),
+};
+
 /* Both optional here; check_open wants exactly one of them. */
 static const struct field open_keys[] = {
 	STR("target", u.open.target, F_OPTIONAL),
@@ -185,6 +190,7 @@ static const struct frame_desc descs[] = {
 	[FRAME_ERROR] = CONTROL("ERROR", error_keys),
 	[FRAME_PING] = CONTROL("PING", ping_keys),
 	[FRAME_PONG] = CONTROL("PONG", ping_keys),
+	[FRAME_RECONNECT] = CONTROL("RECONNECT", reconnect_keys),
 	[FRAME_OPEN] = { "OPEN", stream_map_args, 2, open_keys, NELEM(open_keys), check_open },
 	[FRAME_OPEN_OK] = { "OPEN_OK", stream_map_args, 2, open_ok_keys, NELEM(open_ok_keys), NULL },
 	[FRAME_OPEN_FAIL] = { "OPEN_FAIL", stream_map_args, 2, open_fail_keys, NELEM(open_fail_keys), NULL },

@@ -18,6 +18,7 @@
  *   ERROR       [10, {"code":str, "reason":str}]
  *   PING        [11, {"seq":int}]
  *   PONG        [12, {"seq":int}]
+ *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
  *   OPEN        [20, stream_id, {"target":str, "service":str, "window":int}]
  *   OPEN_OK     [21, stream_id, {"window":int}]
  *   OPEN_FAIL   [22, stream_id, {"code":str, "reason":str}]
@@ -70,6 +71,7 @@ enum frame_type {
 	FRAME_ERROR = 10,
 	FRAME_PING = 11,
 	FRAME_PONG = 12,
+	FRAME_RECONNECT = 13,
 	FRAME_OPEN = 20,
 	FRAME_OPEN_OK = 21,
 	FRAME_OPEN_FAIL = 22,
@@ -140,6 +142,16 @@ struct frame_ping {
 	uint64_t seq;
 };
 
+/*
+ * RECONNECT: the gateway is draining (SIGTERM).  The agent waits a random
+ * delay in [0, jitter_ms], then dials a new tunnel (through the balancer, to
+ * another replica) and keeps this one only until its streams have ended.
+ */
+struct frame_reconnect {
+	char reason[FRAME_REASON_MAX + 1];  /* for the log, may be "" */
+	uint32_t jitter_ms;
+};
+
 struct frame_open {
 	char target[FRAME_TARGET_MAX + 1];  /* "host:port", or "" with service */
 	char service[FRAME_ID_MAX + 1];     /* e.g. "kube-api", or "" */
@@ -170,6 +182,7 @@ struct frame {
 		struct frame_verify verify;       /* VERIFY and VERIFY_OK */
 		struct frame_error error;
 		struct frame_ping ping;           /* PING and PONG */
+		struct frame_reconnect reconnect;
 		struct frame_open open;
 		uint32_t open_ok_window;          /* OPEN_OK */
 		struct frame_open_fail open_fail;

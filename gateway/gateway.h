@@ -75,7 +75,9 @@ struct gateway {
 	size_t ca_pem_len;
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	struct event *trim_timer;       /* gateway_handshake_ended; freed by main.c */
-	int stopping;                   /* SIGTERM received: refuse new work */
+	int stopping;                   /* SIGTERM received: draining, refuse new tunnels */
+	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
+	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 };
 

@@ -352,11 +352,23 @@ load_config(struct gateway *gw, char *err, size_t errlen)
 	return ca_checksum_pem(gw->ca_pem, gw->ca_pem_len, gw->ca_checksum, err, errlen);
 }
 
+/*
+ * Shutdown is a drain (docs/0017): SIGTERM sets gw->stopping (/readyz 503,
+ * new tunnels refused), tells every agent to reconnect elsewhere, and waits
+ * until no tunnel is left or --drain-timeout is over; then what is left is
+ * kicked and gets SHUTDOWN_GRACE_MS to close.  A second signal ends the
+ * drain at once.
+ */
 struct shutdown_state {
 	struct gateway *gw;
 	struct event *poll;
-	int64_t deadline_ms;
+	int64_t drain_deadline_ms;    /* the drain ends (tunnels are kicked) */
+	int64_t deadline_ms;          /* kicked: the loop stops at the latest */
+	int kicked;
 };
+
+#define DRAIN_JITTER_MAX_MS 5000
+#define SHUTDOWN_POLL_MS 20
 
 static void
 kick_for_shutdown(struct session *s, void *arg)
@@ -364,15 +376,40 @@ kick_for_shutdown(struct session *s, void *arg)
 	session_kick(s, "shutdown", "gateway shutting down");
 }
 
-/* Waits for kicked tunnels to close, at most SHUTDOWN_GRACE_MS. */
+static void
+drain_session(struct session *s, void *arg)
+{
+	struct gateway *gw = arg;
+
+	session_drain(s, "gateway draining", gw->drain_jitter_ms);
+}
+
+static void
+shutdown_kick(struct shutdown_state *sd)
+{
+	if (hub_count(sd->gw->hub) > 0)
+		info("drain over: closing the tunnels left",
+		    KV_U("tunnels", hub_count(sd->gw->hub)));
+	sd->kicked = 1;
+	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
+	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
+}
+
+/* Waits for the tunnels to leave: the drain, then at most SHUTDOWN_GRACE_MS. */
 static void
 shutdown_poll(evutil_socket_t fd, short what, void *arg)
 {
 	struct shutdown_state *sd = arg;
-	struct timeval tv = { 0, 20000 };
+	struct timeval tv = runtime_ms_timeval(SHUTDOWN_POLL_MS);
+	int64_t now = gateway_now_ms();
 
-	if ((hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0) ||
-	    gateway_now_ms() >= sd->deadline_ms) {
+	if (hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0) {
+		event_base_loopbreak(sd->gw->base);
+		return;
+	}
+	if (!sd->kicked && now >= sd->drain_deadline_ms)
+		shutdown_kick(sd);
+	if (sd->kicked && now >= sd->deadline_ms) {
 		event_base_loopbreak(sd->gw->base);
 		return;
 	}
@@ -383,15 +420,27 @@ static void
 on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct shutdown_state *sd = arg;
+	struct gateway *gw = sd->gw;
+	uint32_t jitter = gw->drain_timeout_ms / 4;
 
-	if (sd->gw->stopping)
+	if (gw->stopping) {
+		if (!sd->kicked) {
+			info("second signal: ending the drain now");
+			shutdown_kick(sd);
+		}
 		return;
-	info("stopping: closing tunnels", KV_S("signal", strsignal((int)sig)),
-	    KV_U("tunnels", hub_count(sd->gw->hub)));
-	sd->gw->stopping = 1;
+	}
+	gw->drain_jitter_ms = jitter < DRAIN_JITTER_MAX_MS ? jitter : DRAIN_JITTER_MAX_MS;
+	info("stopping: draining", KV_S("signal", strsignal((int)sig)),
+	    KV_U("tunnels", hub_count(gw->hub)),
+	    KV_U("drain_timeout_ms", gw->drain_timeout_ms));
+	gw->stopping = 1;
 	sdnotify_stopping();
-	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
-	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
+	sd->drain_deadline_ms = gateway_now_ms() + gw->drain_timeout_ms;
+	if (gw->drain_timeout_ms == 0)
+		shutdown_kick(sd);
+	else
+		hub_foreach(gw->hub, drain_session, gw);
 	shutdown_poll(-1, 0, sd);
 }
 
@@ -478,6 +527,7 @@ cmd_serve(int argc, char **argv)
 	gw.limits.http_timeout_ms = opts_num(&o, SERVE_OPT_HTTP_TIMEOUT);
 	gw.limits.ping_interval_ms = opts_num(&o, SERVE_OPT_PING_INTERVAL);
 	gw.limits.ping_timeout_ms = opts_num(&o, SERVE_OPT_PING_TIMEOUT);
+	gw.drain_timeout_ms = opts_num(&o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
 	gw.mux_config.window = opts_num(&o, SERVE_OPT_STREAM_WINDOW);
 	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);

@@ -75,6 +75,10 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "MS", .def = "30000", .min = 100, .max = 600000,
 	    .help = "and dropped if nothing answers within this (its streams end "
 	    "with an error)" },
+	[SERVE_OPT_DRAIN_TIMEOUT] = { .name = "drain-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "25000", .min = 0, .max = 3600000,
+	    .help = "after SIGTERM, streams in flight get this long to finish "
+	    "while agents move to another replica (0: close at once)" },
 	[SERVE_OPT_STREAM_WINDOW] = { .name = "stream-window", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "flow-control window per stream" },
@@ -128,7 +132,9 @@ const struct opt_command serve_command = {
 	.about =
 	    "Serves HTTPS and the agent tunnels on one port.\n",
 	.footer =
-	    "SIGTERM or SIGINT: stop accepting, close tunnels, exit 0.\n"
+	    "SIGTERM or SIGINT: drain: /readyz answers 503, no new tunnel is\n"
+	    "accepted, agents are told to reconnect elsewhere, streams in flight\n"
+	    "get --drain-timeout to finish; then the rest is closed, exit 0.\n"
 	    "SIGHUP: reopen the --audit-log file (after logrotate moved it).\n",
 	.spec = serve_specs,
 	.n = SERVE_OPT_COUNT,

@@ -146,6 +146,22 @@ session_kick(struct session *s, const char *code, const char *reason)
 }
 
 void
+session_drain(struct session *s, const char *reason, uint32_t jitter_ms)
+{
+	struct frame f;
+
+	if (s->phase != PHASE_ESTABLISHED)
+		return;
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_RECONNECT;
+	snprintf(f.u.reconnect.reason, sizeof(f.u.reconnect.reason), "%s", reason);
+	f.u.reconnect.jitter_ms = jitter_ms;
+	s->io->send(s->t, &f);
+	info("drain: agent told to reconnect elsewhere", KV_S("agent", s->agent.id),
+	    KV_U("streams", mux_stream_count(s->mux)), KV_U("jitter_ms", jitter_ms));
+}
+
+void
 session_protocol_error(struct session *s, const char *code, const char *reason)
 {
 	warn("tunnel protocol error", KV_S("peer", tr_peer(s)),
@@ -797,6 +813,8 @@ session_welcome(struct session *s)
 		/* A verification cut short (gateway restart): run it again. */
 		session_start_round_trip(s);
 	}
+	if (s->gw->stopping)
+		session_drain(s, "gateway draining", s->gw->drain_jitter_ms);
 }
 
 void

@@ -70,6 +70,13 @@ int session_verify(struct session *s, struct store_agent *out, char *err, size_t
 /* Sends ERROR(code, reason) and closes the tunnel. */
 void session_kick(struct session *s, const char *code, const char *reason);
 
+/*
+ * The gateway is draining: tells an established agent to move (RECONNECT
+ * with reason and jitter_ms); its streams in flight carry on.  A session
+ * that is still in its handshake gets it once established.  No-op otherwise.
+ */
+void session_drain(struct session *s, const char *reason, uint32_t jitter_ms);
+
 /* The tunnel's transport has room again (streams blocked on it resume). */
 void session_on_drain(struct session *s);
 /* The agent's node name, and whether it may carry streams now. */

@@ -10,6 +10,14 @@
  * gateway or a path that died without a RST is noticed this way, not only
  * when TCP gives up hours later.  Each tunnel has its own timer in
  * libevent's min-heap: nothing walks every tunnel.
+ *
+ * Drain (docs/0017): a gateway that is shutting down sends RECONNECT.  After
+ * a random delay in [0, jitter_ms] the agent dials a new connection
+ * (through the balancer, to another replica).  A connection with no stream
+ * is simply closed first; one with streams in flight is retired instead: it
+ * keeps carrying them (and answering pings) until the last one ends or the
+ * gateway closes it, while the new connection takes the new streams.  At
+ * most one connection is retired at a time.
  */
 #include "agent_tunnel.h"
 #include "url.h"
@@ -63,6 +71,10 @@ struct agent_tunnel {
 	struct event_base *base;
 	struct wsclient *ws;          /* the tunnel, while connected or connecting */
 	struct mux *mux;              /* its streams, once connected */
+	struct wsclient *old_ws;      /* a retired connection finishing its streams */
+	struct mux *old_mux;          /* its streams */
+	struct event *move_timer;     /* RECONNECT's jittered delay */
+	struct event *retire_poll;    /* closes the retired connection once idle */
 	struct event *reconnect_timer;
 	struct event *keepalive;      /* the next ping or drop deadline */
 	int64_t last_rx_ms;           /* monotonic: the gateway's last message */
@@ -79,6 +91,7 @@ struct agent_tunnel {
 };
 
 static void tunnel_schedule_reconnect(struct agent_tunnel *t);
+static int tunnel_dial(struct agent_tunnel *t);
 
 static bool
 tunnel_importing(const struct agent_tunnel *t)
@@ -112,20 +125,27 @@ tunnel_stop(struct agent_tunnel *t, int code)
 	t->cfg.hooks->stopped(t->cfg.arg, code);
 }
 
+/* Sends f on ws (the current connection or a retired one). */
 static void
-tunnel_send(struct agent_tunnel *t, const struct frame *f)
+ws_send_frame(struct wsclient *ws, const struct frame *f)
 {
 	uint8_t *buf;
 	size_t len;
 
-	if (t->ws == NULL)
+	if (ws == NULL)
 		return;
 	if (frame_encode(f, 0, &buf, &len) != 0) {
 		error("cannot encode a frame", KV_S("frame", frame_type_name(f->type)));
 		return;
 	}
-	wsclient_send(t->ws, buf, len, 1);
+	wsclient_send(ws, buf, len, 1);
 	free(buf);
+}
+
+static void
+tunnel_send(struct agent_tunnel *t, const struct frame *f)
+{
+	ws_send_frame(t->ws, f);
 }
 
 /* ---- handshake ---- */
@@ -299,6 +319,121 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 		t->backoff_ms = 0;
 }
 
+/* ---- drain: moving to another replica ---- */
+
+#define RETIRE_POLL_MS 200
+
+static void
+on_reconnect(struct agent_tunnel *t, const struct frame *in)
+{
+	uint32_t r = 0, delay;
+	struct timeval tv;
+
+	if (evtimer_pending(t->move_timer, NULL))
+		return;
+	random_bytes((uint8_t *)&r, sizeof(r));
+	delay = in->u.reconnect.jitter_ms == 0 ? 0 :
+	    r % (in->u.reconnect.jitter_ms + 1);
+	info("gateway asks to reconnect elsewhere", KV_S("reason",
+	    in->u.reconnect.reason), KV_U("delay_ms", delay),
+	    KV_U("streams", t->mux != NULL ? mux_stream_count(t->mux) : 0));
+	tv = runtime_ms_timeval(delay);
+	evtimer_add(t->move_timer, &tv);
+}
+
+static void
+retire_poll_arm(struct agent_tunnel *t)
+{
+	struct timeval tv = runtime_ms_timeval(RETIRE_POLL_MS);
+
+	evtimer_add(t->retire_poll, &tv);
+}
+
+/* The retired connection closes once its last stream has ended. */
+static void
+tunnel_retire_poll(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_tunnel *t = arg;
+
+	if (t->old_ws == NULL)
+		return;
+	if (t->old_mux == NULL || mux_stream_count(t->old_mux) == 0) {
+		info("previous tunnel: its streams are done: closing it");
+		wsclient_close(t->old_ws, 1000, "moved");
+		return;
+	}
+	retire_poll_arm(t);
+}
+
+static void
+tunnel_free_retired(struct agent_tunnel *t)
+{
+	mux_free(t->old_mux);   /* streams left: "tunnel_lost" */
+	t->old_mux = NULL;
+	if (t->old_ws != NULL)
+		wsclient_free(t->old_ws);
+	t->old_ws = NULL;
+	evtimer_del(t->retire_poll);
+}
+
+/* RECONNECT's delay is over: close or retire the connection, dial anew. */
+static void
+tunnel_move(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_tunnel *t = arg;
+
+	if (t->ws == NULL || t->phase != TUNNEL_ESTABLISHED || t->stopped)
+		return;   /* already reconnecting */
+	if (t->mux == NULL || mux_stream_count(t->mux) == 0) {
+		t->reconnect_now = true;
+		wsclient_close(t->ws, 1000, "reconnecting elsewhere");
+		return;
+	}
+	/* A connection retired before is dropped: at most one is kept. */
+	tunnel_free_retired(t);
+	info("reconnecting elsewhere; the streams in flight stay on the "
+	    "previous tunnel", KV_U("streams", mux_stream_count(t->mux)));
+	t->old_ws = t->ws;
+	t->old_mux = t->mux;
+	t->ws = NULL;
+	t->mux = NULL;
+	evtimer_del(t->keepalive);
+	tunnel_set_phase(t, TUNNEL_DISCONNECTED);
+	tunnel_report(t);
+	retire_poll_arm(t);
+	t->backoff_ms = 0;
+	(void)tunnel_dial(t);
+}
+
+/* The retired connection carries only its streams' frames and pings. */
+static void
+old_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
+{
+	struct frame f;
+	char err[160];
+
+	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+		warn("previous tunnel: malformed frame: closing it", KV_S("err", err));
+		wsclient_close(t->old_ws, 1002, "protocol error");
+		return;
+	}
+	if (f.type == FRAME_PING) {
+		struct frame pong = { .type = FRAME_PONG };
+
+		pong.u.ping.seq = f.u.ping.seq;
+		ws_send_frame(t->old_ws, &pong);
+	} else if (f.type >= FRAME_OPEN && t->old_mux != NULL) {
+		if (mux_on_frame(t->old_mux, &f, err, sizeof(err)) != 0) {
+			warn("previous tunnel: protocol error: closing it",
+			    KV_S("err", err));
+			wsclient_close(t->old_ws, 1002, "protocol error");
+		}
+	} else if (f.type == FRAME_ERROR) {
+		info("previous tunnel: gateway closes it", KV_S("code", f.u.error.code),
+		    KV_S("reason", f.u.error.reason));
+	}
+}
+
 static void
 tunnel_protocol_error(struct agent_tunnel *t, const char *reason)
 {
@@ -328,6 +463,8 @@ on_established_frame(struct agent_tunnel *t, const struct frame *f)
 	} else if (f->type == FRAME_PONG) {
 		if (t->cfg.hooks->pong != NULL)
 			t->cfg.hooks->pong(t->cfg.arg, f->u.ping.seq);
+	} else if (f->type == FRAME_RECONNECT) {
+		on_reconnect(t, f);
 	} else if (mux_on_frame(t->mux, f, err, sizeof(err)) != 0) {
 		tunnel_protocol_error(t, err);
 	}
@@ -356,6 +493,7 @@ tunnel_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 		return on_welcome(t, &f);
 	if (t->phase == TUNNEL_ESTABLISHED && (f.type == FRAME_STATE ||
 	    f.type == FRAME_VERIFY || f.type == FRAME_PING || f.type == FRAME_PONG ||
+	    f.type == FRAME_RECONNECT ||
 	    (f.type >= FRAME_OPEN && t->mux != NULL)))
 		return on_established_frame(t, &f);
 	snprintf(reason, sizeof(reason), "unexpected %s frame in phase %s",
@@ -432,20 +570,18 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the WebSocket ---- */
 
+/* A multiplexer sends on its own WebSocket (io), which outlives it:
+ * ws_close and agent_tunnel_free free the multiplexer first. */
 static int
 tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
 {
-	struct agent_tunnel *t = io;
-
-	return t->ws != NULL ? wsclient_sendv(t->ws, iov, iovcnt, 1) : -1;
+	return wsclient_sendv(io, iov, iovcnt, 1);
 }
 
 static size_t
 tunnel_pending(void *io)
 {
-	struct agent_tunnel *t = io;
-
-	return t->ws != NULL ? wsclient_pending(t->ws) : 0;
+	return wsclient_pending(io);
 }
 
 static const struct mux_io tunnel_io = {
@@ -483,7 +619,7 @@ ws_open(struct wsclient *c, void *arg)
 	cfg.window = t->cfg.stream_window;
 	cfg.max_streams = t->cfg.max_streams;
 	cfg.counted = 1;
-	t->mux = mux_new(t->base, &cfg, &tunnel_io, t, &tunnel_mux_handlers, t);
+	t->mux = mux_new(t->base, &cfg, &tunnel_io, c, &tunnel_mux_handlers, t);
 	if (t->mux == NULL) {
 		error("out of memory");
 		wsclient_close(c, 1011, "out of memory");
@@ -499,6 +635,11 @@ ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void
 {
 	struct agent_tunnel *t = arg;
 
+	if (c == t->old_ws) {
+		if (binary)
+			old_on_message(t, data, len);
+		return;
+	}
 	keepalive_heard(t);
 	if (!binary) {
 		tunnel_protocol_error(t, "text message on the tunnel");
@@ -521,8 +662,12 @@ ws_drain(struct wsclient *c, void *arg)
 {
 	struct agent_tunnel *t = arg;
 
-	if (t->mux != NULL)
+	if (c == t->old_ws) {
+		if (t->old_mux != NULL)
+			mux_on_drain(t->old_mux);
+	} else if (c == t->ws && t->mux != NULL) {
 		mux_on_drain(t->mux);
+	}
 }
 
 static void
@@ -531,6 +676,11 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 	struct agent_tunnel *t = arg;
 	bool was_up = t->phase == TUNNEL_ESTABLISHED;
 
+	if (c == t->old_ws) {
+		info("previous tunnel closed", KV_S("reason", reason));
+		tunnel_free_retired(t);
+		return;
+	}
 	evtimer_del(t->keepalive);
 	/* Every stream of the tunnel ends with it. */
 	mux_free(t->mux);
@@ -668,7 +818,10 @@ agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
 		t->tls_ctx = cfg->tls_ctx;
 	t->reconnect_timer = evtimer_new(base, tunnel_on_reconnect, t);
 	t->keepalive = evtimer_new(base, tunnel_keepalive, t);
+	t->move_timer = evtimer_new(base, tunnel_move, t);
+	t->retire_poll = evtimer_new(base, tunnel_retire_poll, t);
 	if (t->reconnect_timer == NULL || t->keepalive == NULL ||
+	    t->move_timer == NULL || t->retire_poll == NULL ||
 	    t->connect_url == NULL || t->gateway_url == NULL || t->ca_file == NULL) {
 		agent_tunnel_free(t);
 		return NULL;
@@ -698,10 +851,16 @@ agent_tunnel_free(struct agent_tunnel *t)
 	mux_free(t->mux);
 	if (t->ws != NULL)
 		wsclient_free(t->ws);
+	if (t->retire_poll != NULL)
+		tunnel_free_retired(t);
 	if (t->reconnect_timer != NULL)
 		event_free(t->reconnect_timer);
 	if (t->keepalive != NULL)
 		event_free(t->keepalive);
+	if (t->move_timer != NULL)
+		event_free(t->move_timer);
+	if (t->retire_poll != NULL)
+		event_free(t->retire_poll);
 	OPENSSL_cleanse(t->import_id, sizeof(t->import_id));
 	SSL_CTX_free(t->tls_ctx);
 	free(t->connect_url);

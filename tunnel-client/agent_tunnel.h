@@ -19,9 +19,10 @@
  * agent, no common version) stops the tunnel (hooks.stopped with 1);
  * anything else (network loss, gateway restart) is retried with backoff.
  *
- * Cost: one struct agent_tunnel (~700 bytes) and two timers per tunnel, plus
+ * Cost: one struct agent_tunnel (~700 bytes) and four timers per tunnel, plus
  * the WebSocket client (its TLS connection) and the multiplexer while
- * connected.
+ * connected; during a gateway's drain, at most one more of each (the
+ * retired connection, docs/0017).
  */
 #ifndef TETHER_AGENT_TUNNEL_H
 #define TETHER_AGENT_TUNNEL_H

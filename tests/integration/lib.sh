@@ -91,8 +91,11 @@ gateway_ready() {
 }
 
 # gateway_start [extra serve flags]: starts serve and waits for /readyz.
+# SIGTERM closes at once (--drain-timeout $GW_DRAIN_TIMEOUT, default 0)
+# unless the test gives its own --drain-timeout (test_drain).
 gateway_start() {
-	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" "$@" \
+	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
+		--drain-timeout "${GW_DRAIN_TIMEOUT:-0}" "$@" \
 		>>"$T/gateway.log" 2>&1 &
 	GW_PID=$!
 	PIDS+=("$GW_PID")

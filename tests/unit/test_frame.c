@@ -27,7 +27,7 @@
 static const enum frame_type all_types[] = {
 	FRAME_HELLO, FRAME_CHALLENGE, FRAME_AUTH, FRAME_REGISTER,
 	FRAME_REGISTERED, FRAME_WELCOME, FRAME_STATE, FRAME_VERIFY,
-	FRAME_VERIFY_OK, FRAME_ERROR, FRAME_PING, FRAME_PONG, FRAME_OPEN,
+	FRAME_VERIFY_OK, FRAME_ERROR, FRAME_PING, FRAME_PONG, FRAME_RECONNECT, FRAME_OPEN,
 	FRAME_OPEN_OK, FRAME_OPEN_FAIL, FRAME_DATA, FRAME_WINDOW, FRAME_FIN,
 	FRAME_RESET,
 };
@@ -100,6 +100,10 @@ sample(enum frame_type type, struct frame *f)
 	case FRAME_PING:
 	case FRAME_PONG:
 		f->u.ping.seq = 0x1122334455667788ULL;
+		break;
+	case FRAME_RECONNECT:
+		strcpy(f->u.reconnect.reason, "gateway draining");
+		f->u.reconnect.jitter_ms = 5000;
 		break;
 	case FRAME_OPEN:
 		f->stream_id = 5;
@@ -411,7 +415,7 @@ static const struct edit edits[] = {
 	EL(FRAME_HELLO, 0, NEG(-1), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, FLT(1.0), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, UINT(0), "unknown frame type 0"),
-	EL(FRAME_HELLO, 0, UINT(13), "unknown frame type 13"),
+	EL(FRAME_HELLO, 0, UINT(14), "unknown frame type 14"),
 	EL(FRAME_HELLO, 0, UINT(19), "unknown frame type 19"),
 	EL(FRAME_HELLO, 0, UINT(27), "unknown frame type 27"),
 	EL(FRAME_HELLO, 0, UINT(UINT64_MAX), "unknown frame type 18446744073709551615"),
@@ -455,6 +459,8 @@ static const struct edit edits[] = {
 	MISSING(FRAME_ERROR, "reason", "ERROR: missing key \"reason\""),
 	MISSING(FRAME_PING, "seq", "PING: missing key \"seq\""),
 	MISSING(FRAME_PONG, "seq", "PONG: missing key \"seq\""),
+	MISSING(FRAME_RECONNECT, "reason", "RECONNECT: missing key \"reason\""),
+	MISSING(FRAME_RECONNECT, "jitter_ms", "RECONNECT: missing key \"jitter_ms\""),
 	MISSING(FRAME_OPEN, "window", "OPEN: missing key \"window\""),
 	MISSING(FRAME_OPEN_OK, "window", "OPEN_OK: missing key \"window\""),
 	MISSING(FRAME_OPEN_FAIL, "code", "OPEN_FAIL: missing key \"code\""),
@@ -1004,8 +1010,8 @@ test_encode_rejects(void **state)
 	sample(FRAME_PING, &f);
 	f.type = (enum frame_type)0;
 	expect_encode_fail(&f, "type 0");
-	f.type = (enum frame_type)13;
-	expect_encode_fail(&f, "type 13");
+	f.type = (enum frame_type)14;
+	expect_encode_fail(&f, "type 14");
 	f.type = (enum frame_type)27;
 	expect_encode_fail(&f, "type 27");
 	f.type = (enum frame_type)-1;
@@ -1104,7 +1110,8 @@ test_type_names(void **state)
 	assert_string_equal(frame_type_name(FRAME_DATA), "DATA");
 	assert_string_equal(frame_type_name(FRAME_RESET), "RESET");
 	assert_string_equal(frame_type_name(0), "UNKNOWN");
-	assert_string_equal(frame_type_name(13), "UNKNOWN");
+	assert_string_equal(frame_type_name(FRAME_RECONNECT), "RECONNECT");
+	assert_string_equal(frame_type_name(14), "UNKNOWN");
 	assert_string_equal(frame_type_name(19), "UNKNOWN");
 	assert_string_equal(frame_type_name(27), "UNKNOWN");
 	assert_string_equal(frame_type_name(-1), "UNKNOWN");
