@@ -299,7 +299,13 @@ parse_argv(struct opt_set *set, int argc, char **argv)
 		} else if (c >= OPT_VAL_BASE && (size_t)(c - OPT_VAL_BASE) < cmd->n) {
 			size_t id = (size_t)(c - OPT_VAL_BASE);
 			const char *text = optarg != NULL ? optarg : "true";
+			char joined[OPT_VALUE_MAX + 2];
 
+			if (cmd->spec[id].repeat && set->v[id].source == OPT_FROM_FLAG) {
+				snprintf(joined, sizeof(joined), "%s,%s",
+				    set->v[id].text, text);
+				text = joined;
+			}
 			if (set_value(set, id, text, OPT_FROM_FLAG, why, sizeof(why)) != 0) {
 				fprintf(stderr, "%s: --%s: %s\n", cmd->prog,
 				    cmd->spec[id].name, why);

@@ -48,6 +48,8 @@ struct opt_spec {
 	const char *const *choices;	/* OPT_CHOICE, NULL-terminated */
 	opt_check_fn check;	/* OPT_STRING, or NULL */
 	int required;		/* must be set by flag or key */
+	int repeat;		/* OPT_STRING: the flag may be given again, the
+				 * values joined with ','; a key takes the list */
 };
 
 /* A command: its table and the text around the generated option list. */

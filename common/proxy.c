@@ -14,6 +14,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "netaddr.h"
+
 #define ENTRY_MAX 256
 
 const char *const proxy_url_schemes[] = { "http", "https", NULL };
@@ -40,35 +42,19 @@ parse_ip(const char *s, unsigned char addr[16], int *family)
 	return -1;
 }
 
-static int
-prefix_equal(const unsigned char *a, const unsigned char *b, unsigned int bits)
-{
-	unsigned int bytes = bits / 8, rest = bits % 8;
-
-	if (memcmp(a, b, bytes) != 0)
-		return 0;
-	if (rest == 0)
-		return 1;
-	return ((a[bytes] ^ b[bytes]) & (0xff00u >> rest) & 0xff) == 0;
-}
-
-/* entry is "ADDR/BITS". */
+/* entry is "ADDR/BITS" (netaddr.h's networks). */
 static int
 cidr_match(const char *entry, const char *host)
 {
-	char addr_text[ENTRY_MAX], *end;
-	const char *slash = strchr(entry, '/');
-	unsigned char net[16], ip[16];
-	int nf, hf;
-	unsigned long bits;
+	struct cidr net;
+	unsigned char ip[16];
+	char why[128];
+	int hf;
 
-	snprintf(addr_text, sizeof(addr_text), "%.*s", (int)(slash - entry), entry);
-	bits = strtoul(slash + 1, &end, 10);
-	if (*end != '\0' || end == slash + 1 || parse_ip(addr_text, net, &nf) != 0 ||
-	    parse_ip(host, ip, &hf) != 0 || nf != hf ||
-	    bits > (nf == AF_INET ? 32u : 128u))
+	if (cidr_parse(entry, strlen(entry), &net, why, sizeof(why)) != 0 ||
+	    parse_ip(host, ip, &hf) != 0)
 		return 0;
-	return prefix_equal(net, ip, (unsigned int)bits);
+	return cidr_contains(&net, hf, ip);
 }
 
 static int

@@ -1,7 +1,8 @@
 /*
  * proxyv2.h: the PROXY protocol version 2 header a load balancer puts in
  * front of a connection to say whose connection it is (haproxy's
- * send-proxy-v2), and the list of sources trusted to send one.
+ * send-proxy-v2).  The sources trusted to send one are a struct cidr_list
+ * (netaddr.h).
  *
  * The header is untrusted bytes: the parser reads only the 16-byte fixed
  * part and the address block it announces, refuses a block longer than
@@ -38,30 +39,5 @@ struct proxy_v2 {
  */
 int proxy_v2_parse(const uint8_t *buf, size_t len, struct proxy_v2 *out,
     size_t *need, char *err, size_t errlen);
-
-/* One trusted source: an IPv4 or IPv6 network. */
-struct cidr {
-	int family;          /* AF_INET or AF_INET6 */
-	uint8_t addr[16];    /* network bytes, host bits zero */
-	unsigned bits;       /* prefix length */
-};
-
-#define CIDR_LIST_MAX 32
-
-/* Sources trusted to send PROXY headers (--trusted-proxy).  Fixed size. */
-struct cidr_list {
-	struct cidr net[CIDR_LIST_MAX];
-	size_t n;
-};
-
-/*
- * Parses "CIDR[,CIDR...]" (each an address or ADDRESS/BITS; spaces around
- * commas allowed) into *out.  0, or -1 with why.
- */
-int cidr_list_parse(const char *s, struct cidr_list *out, char *why, size_t whylen);
-/* An option check (options.h's opt_check_fn) for such a list. */
-int cidr_list_check(const char *v, char *why, size_t whylen);
-/* 1 if sa (AF_INET, AF_INET6, IPv4-mapped IPv6 too) is in one of them. */
-int cidr_list_match(const struct cidr_list *l, const struct sockaddr *sa);
 
 #endif

@@ -26,7 +26,7 @@ packages=(
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
-	linux-perf
+	linux-perf haproxy
 	prometheus chromium libnss3-tools
 	man-db groff-base mandoc lintian adduser dpkg-dev file
 )

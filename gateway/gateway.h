@@ -15,6 +15,7 @@
 #include "budget.h"
 #include "ca.h"
 #include "mux.h"
+#include "netaddr.h"
 
 struct event_base;
 struct server;
@@ -79,6 +80,7 @@ struct gateway {
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
+	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
 };
 
 /*

@@ -316,8 +316,9 @@ fail:
 
 /* ---- serve ---- */
 
+/* public_ca: --public-ca, or NULL for the data directory's ca.crt. */
 static int
-load_config(struct gateway *gw, char *err, size_t errlen)
+load_config(struct gateway *gw, const char *public_ca, char *err, size_t errlen)
 {
 	char path[PATH_MAX + 64];
 	json_error_t jerr;
@@ -346,7 +347,10 @@ load_config(struct gateway *gw, char *err, size_t errlen)
 	}
 	json_decref(v);
 
-	snprintf(path, sizeof(path), "%s/ca.crt", gw->data_dir);
+	if (public_ca != NULL)
+		snprintf(path, sizeof(path), "%s", public_ca);
+	else
+		snprintf(path, sizeof(path), "%s/ca.crt", gw->data_dir);
 	if (file_read_all(path, 65536, &gw->ca_pem, &gw->ca_pem_len, err, errlen) != 0)
 		return -1;
 	return ca_checksum_pem(gw->ca_pem, gw->ca_pem_len, gw->ca_checksum, err, errlen);
@@ -556,7 +560,13 @@ cmd_serve(int argc, char **argv)
 		snprintf(default_store, sizeof(default_store), "sqlite://%s/tether.db", dir);
 		store_url = default_store;
 	}
-	if (load_config(&gw, err, sizeof(err)) != 0) {
+	if (opts_str(&o, SERVE_OPT_TRUSTED_PROXY) != NULL &&
+	    cidr_list_parse(opts_str(&o, SERVE_OPT_TRUSTED_PROXY), &gw.trusted_proxies,
+	    err, sizeof(err)) != 0) {
+		error("bad --trusted-proxy", KV_S("err", err));   /* checked already */
+		goto out;
+	}
+	if (load_config(&gw, opts_str(&o, SERVE_OPT_PUBLIC_CA), err, sizeof(err)) != 0) {
 		error("cannot load the data directory", KV_S("err", err));
 		goto out;
 	}
@@ -593,6 +603,20 @@ cmd_serve(int argc, char **argv)
 	if (server_start(&gw, routes, host, port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		goto out;
+	}
+	if (opts_str(&o, SERVE_OPT_PLAIN_LISTEN) != NULL) {
+		char phost[256];
+		int pport;
+
+		(void)netaddr_split(opts_str(&o, SERVE_OPT_PLAIN_LISTEN), phost,
+		    sizeof(phost), &pport);
+		if (server_listen_plain(&gw, phost, pport, err, sizeof(err)) != 0) {
+			error("cannot start the plain HTTP listener", KV_S("err", err));
+			goto out;
+		}
+		info("plain HTTP listening for a TLS-terminating balancer",
+		    KV_S("host", phost), KV_I("port", server_plain_port(&gw)),
+		    KV_U("trusted_proxies", gw.trusted_proxies.n));
 	}
 	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
 	    KV_S("host", host), KV_I("port", server_port(&gw)), KV_S("url", gw.url),

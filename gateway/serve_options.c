@@ -31,6 +31,20 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	[SERVE_OPT_LISTEN] = { .name = "listen", .type = OPT_STRING, .arg = "HOST:PORT",
 	    .def = "0.0.0.0:8443", .check = netaddr_check,
 	    .help = "HTTPS and agent tunnels on one port (port 0: any free port)" },
+	[SERVE_OPT_PLAIN_LISTEN] = { .name = "plain-listen", .type = OPT_STRING,
+	    .arg = "HOST:PORT", .def_help = "off: TLS only", .check = netaddr_check,
+	    .help = "also serve plain HTTP (no TLS) there, for a load balancer "
+	    "that terminates TLS; only --trusted-proxy sources may connect" },
+	[SERVE_OPT_TRUSTED_PROXY] = { .name = "trusted-proxy", .type = OPT_STRING,
+	    .arg = "CIDR", .def_help = "none: no PROXY header taken", .check = cidr_list_check, .repeat = 1,
+	    .help = "a load balancer's source network, trusted to send a PROXY "
+	    "protocol v2 header with the client's address (repeatable, or "
+	    "comma-separated; a header from any other source is refused)" },
+	[SERVE_OPT_PUBLIC_CA] = { .name = "public-ca", .type = OPT_STRING,
+	    .arg = "FILE", .def_help = "DATA_DIR/ca.crt",
+	    .help = "the CA of the certificate clients see at the public URL (a "
+	    "TLS-terminating balancer's): served at /v1/ca, its checksum in join "
+	    "documents and kubeconfigs" },
 	[SERVE_OPT_STORE] = { .name = "store", .type = OPT_STRING, .arg = "URL",
 	    .def_help = "sqlite://DATA_DIR/tether.db", .check = check_store,
 	    .help = "the store: sqlite://PATH or postgresql://..." },

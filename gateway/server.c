@@ -21,6 +21,15 @@
  * write error would run the event callback (and free the connection) inside
  * whatever call queued the bytes.
  *
+ * Before TLS or HTTP, a connection may carry a PROXY protocol v2 header
+ * (docs/0017): with --trusted-proxy set, every accepted socket first
+ * becomes a struct preface that peeks at its first byte.  No header (the
+ * first byte is not the signature's): it is handed to a hconn untouched.  A
+ * header from a trusted source is read (exactly its length, at most
+ * PROXY_V2_MAX bytes) and its client address becomes the connection's
+ * peer; from any other source it is refused.  The --plain-listen port
+ * speaks HTTP without TLS and takes connections from trusted sources only.
+ *
  * Buffer ownership: a hconn owns its bufferevent, its timer and its reader
  * (the request being read, bounded by HTTP_HEAD_MAX and max_body_bytes); a
  * response body is handed to the output buffer by reference and freed by it.
@@ -57,6 +66,7 @@
 #include "http.h"
 #include "log.h"
 #include "netaddr.h"
+#include "proxyv2.h"
 #include "route.h"
 #include "runtime.h"
 #include "wsconn.h"
@@ -73,6 +83,7 @@
 #define TLS12_CIPHERS       "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 struct hconn;
+struct preface;
 
 /* An accepted connection waiting for a TLS handshake slot
  * (--max-tls-handshakes): only its descriptor, no TLS state yet. */
@@ -88,8 +99,10 @@ struct server {
 	const struct route *exchange;       /* the one route with that shape */
 	SSL_CTX *ssl_ctx;
 	struct evconnlistener *listener;
-	struct event *accept_retry;       /* re-enables the listener */
+	struct evconnlistener *plain;     /* --plain-listen, or NULL */
+	struct event *accept_retry;       /* re-enables the listeners */
 	LIST_HEAD(hconn_list, hconn) http;
+	LIST_HEAD(preface_list, preface) prefaces;
 	struct wsconn_list ws;
 	int port;
 	/* Admission (docs/0018): at most max_tls_handshakes TLS handshakes
@@ -101,6 +114,22 @@ struct server {
 	uint32_t qhead, qlen;
 	int listener_paused;              /* by a full queue */
 	uint64_t shed;                    /* waited past the handshake timeout */
+	int plain_port;
+};
+
+/* An accepted socket before TLS/HTTP: a PROXY header may come first.
+ * Memory: ~1.2 KiB, only until the header is read or found absent. */
+struct preface {
+	LIST_ENTRY(preface) link;         /* in server.prefaces */
+	struct server *srv;
+	evutil_socket_t fd;
+	struct event *ev;                 /* readable, or the deadline */
+	int plain;                        /* from the --plain-listen port */
+	int trusted;                      /* the source is a --trusted-proxy */
+	int64_t deadline_ms;              /* the whole header by then */
+	size_t have;                      /* header bytes read so far */
+	uint8_t buf[PROXY_V2_MAX];
+	char peer[PEER_MAX];
 };
 
 enum hconn_state {
@@ -825,10 +854,15 @@ hconn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct hconn *h = arg;
 
-	if (h->state == HC_CLOSING) {
+	/* A plain socket's write callback may be one queued (deferred) before
+	 * the answer was: linger only once the answer is really out. */
+	if (h->state == HC_CLOSING &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
 		hconn_linger(h);
 		return;
 	}
+	if (h->state == HC_CLOSING)
+		return;
 	if (h->state == HC_READING && h->read_blocked) {
 		h->read_blocked = 0;
 		bufferevent_enable(bev, EV_READ);
@@ -904,13 +938,14 @@ format_peer(const struct sockaddr *sa, char *out, size_t outlen)
 		snprintf(out, outlen, "?");
 }
 
-/* A new TLS connection in HC_READING.  Returns NULL (fd still ours) on failure. */
+/* A new connection in HC_READING, TLS unless plain.  Returns NULL (fd
+ * still ours) on failure. */
 static struct hconn *
-hconn_new(struct server *srv, evutil_socket_t fd, const char *peer)
+hconn_new(struct server *srv, evutil_socket_t fd, const char *peer, int plain)
 {
 	struct event_base *base = srv->gw->base;
 	struct hconn *h = calloc(1, sizeof(*h));
-	SSL *ssl;
+	SSL *ssl = NULL;
 
 	if (h == NULL)
 		return NULL;
@@ -919,19 +954,30 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer)
 	snprintf(h->peer, sizeof(h->peer), "%s", peer);
 	h->reader = http_reader_new(srv->gw->limits.max_body_bytes);
 	h->timer = evtimer_new(base, hconn_timer_cb, h);
-	ssl = SSL_new(srv->ssl_ctx);
-	if (h->reader == NULL || h->timer == NULL || ssl == NULL ||
+	if (!plain)
+		ssl = SSL_new(srv->ssl_ctx);
+	if (h->reader == NULL || h->timer == NULL || (!plain && ssl == NULL) ||
 	    http_reader_stream(h->reader, srv->exchange != NULL ?
 	    srv->exchange->matches : no_exchange, hconn_body_sink, h) != 0)
 		goto fail;
-	/* On failure this frees ssl (BEV_OPT_CLOSE_ON_FREE), not the socket. */
-	h->bev = bufferevent_openssl_socket_new(base, fd, ssl,
-	    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-	ssl = NULL;
-	if (h->bev == NULL)
-		goto fail;
-	/* Clients often close without close_notify: that is an EOF, not an error. */
-	bufferevent_openssl_set_allow_dirty_shutdown(h->bev, 1);
+	if (plain) {
+		/* On failure the socket is not closed (still the caller's). */
+		h->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE |
+		    BEV_OPT_DEFER_CALLBACKS);
+		if (h->bev == NULL)
+			goto fail;
+	} else {
+		/* On failure this frees ssl (BEV_OPT_CLOSE_ON_FREE), not the socket. */
+		h->bev = bufferevent_openssl_socket_new(base, fd, ssl,
+		    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE |
+		    BEV_OPT_DEFER_CALLBACKS);
+		ssl = NULL;
+		if (h->bev == NULL)
+			goto fail;
+		/* Clients often close without close_notify: that is an EOF, not
+		 * an error. */
+		bufferevent_openssl_set_allow_dirty_shutdown(h->bev, 1);
+	}
 	bufferevent_setcb(h->bev, hconn_read_cb, hconn_write_cb, hconn_event_cb, h);
 	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
 	/* The TLS handshake and the first request share the deadline. */
@@ -961,7 +1007,7 @@ monotonic_ms(void)
 static void
 tls_start(struct server *srv, evutil_socket_t fd, const char *peer)
 {
-	struct hconn *h = hconn_new(srv, fd, peer);
+	struct hconn *h = hconn_new(srv, fd, peer, 0);
 
 	if (h == NULL) {
 		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
@@ -1048,23 +1094,165 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer)
 	}
 }
 
+/* An accepted connection (its PROXY header, if any, read) goes on: plain
+ * HTTP at once, TLS through admission (a slot now, or the queue). */
+static void
+conn_start(struct server *srv, evutil_socket_t fd, const char *peer, int plain)
+{
+	if (plain) {
+		if (hconn_new(srv, fd, peer, 1) == NULL) {
+			warn("http: out of memory for a connection: closed",
+			    KV_S("peer", peer));
+			evutil_closesocket(fd);
+		}
+	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
+	    srv->qlen == 0) {
+		tls_start(srv, fd, peer);
+	} else {
+		tls_wait(srv, fd, peer);
+	}
+}
+
+/* The socket goes on as TLS (or plain) HTTP with this peer; pf no longer
+ * owns it. */
+static void
+preface_hand_over(struct preface *pf)
+{
+	conn_start(pf->srv, pf->fd, pf->peer, pf->plain);
+	pf->fd = -1;
+}
+
+static void
+preface_free(struct preface *pf)
+{
+	LIST_REMOVE(pf, link);
+	if (pf->fd >= 0)
+		evutil_closesocket(pf->fd);
+	event_free(pf->ev);
+	free(pf);
+}
+
+static void
+preface_refuse(struct preface *pf, const char *reason)
+{
+	warn("connection refused", KV_S("peer", pf->peer), KV_S("reason", reason));
+	preface_free(pf);
+}
+
+/* 1: done (handed over or refused, pf freed); 0: wait for more bytes. */
+static int
+preface_step(struct preface *pf)
+{
+	struct proxy_v2 p;
+	char err[128];
+	size_t need = PROXY_V2_HEAD_LEN;
+	uint8_t first;
+	ssize_t n;
+	int r;
+
+	if (pf->have == 0) {
+		n = recv(pf->fd, &first, 1, MSG_PEEK);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return 0;
+		if (n <= 0) {
+			preface_free(pf);       /* gone before saying anything */
+			return 1;
+		}
+		if (first != PROXY_V2_FIRST_BYTE) {
+			preface_hand_over(pf);
+			preface_free(pf);
+			return 1;
+		}
+		if (!pf->trusted) {
+			preface_refuse(pf, "a PROXY protocol header from a source "
+			    "that is not a --trusted-proxy");
+			return 1;
+		}
+	}
+	for (;;) {
+		r = proxy_v2_parse(pf->buf, pf->have, &p, &need, err, sizeof(err));
+		if (r != 0 || pf->have == need)
+			break;
+		/* Exactly the header's bytes: what follows is the client's. */
+		n = recv(pf->fd, pf->buf + pf->have, need - pf->have, 0);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return 0;
+		if (n <= 0) {
+			preface_refuse(pf, "closed inside its PROXY header");
+			return 1;
+		}
+		pf->have += (size_t)n;
+	}
+	if (r < 0) {
+		preface_refuse(pf, err);
+		return 1;
+	}
+	if (!p.local)
+		format_peer((struct sockaddr *)&p.src, pf->peer, sizeof(pf->peer));
+	preface_hand_over(pf);
+	preface_free(pf);
+	return 1;
+}
+
+static void
+preface_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct preface *pf = arg;
+
+	if (what & EV_TIMEOUT) {
+		preface_refuse(pf, "nothing received within --http-timeout");
+		return;
+	}
+	if (preface_step(pf) == 0) {
+		int64_t left = pf->deadline_ms - gateway_now_ms();
+		struct timeval tv = runtime_ms_timeval(left > 0 ? (uint32_t)left : 0);
+
+		event_add(pf->ev, &tv);
+	}
+}
+
 static void
 server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
     int salen, void *arg)
 {
 	struct server *srv = arg;
+	const struct cidr_list *trusted = &srv->gw->trusted_proxies;
+	struct timeval tv = runtime_ms_timeval(srv->gw->limits.http_timeout_ms);
 	char peer[PEER_MAX];
-	int one = 1;
+	struct preface *pf;
+	int one = 1, plain = l == srv->plain;
 
 	format_peer(sa, peer, sizeof(peer));
 	/* Frames are written whole: waiting for more only adds latency. */
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
 		debug("http TCP_NODELAY failed", KV_S("peer", peer),
 		    KV_S("err", strerror(errno)));
-	if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes && srv->qlen == 0)
-		tls_start(srv, fd, peer);
-	else
-		tls_wait(srv, fd, peer);
+	if (trusted->n == 0) {
+		conn_start(srv, fd, peer, 0);
+		return;
+	}
+	pf = calloc(1, sizeof(*pf));
+	if (pf == NULL || (pf->ev = event_new(srv->gw->base, fd, EV_READ,
+	    preface_cb, pf)) == NULL) {
+		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
+		free(pf);
+		evutil_closesocket(fd);
+		return;
+	}
+	pf->srv = srv;
+	pf->fd = fd;
+	pf->plain = plain;
+	pf->trusted = cidr_list_match(trusted, sa);
+	snprintf(pf->peer, sizeof(pf->peer), "%s", peer);
+	LIST_INSERT_HEAD(&srv->prefaces, pf, link);
+	if (plain && !pf->trusted) {
+		preface_refuse(pf, "the plain HTTP port (--plain-listen) takes "
+		    "only --trusted-proxy sources");
+		return;
+	}
+	/* One deadline for the whole header, not one per read. */
+	pf->deadline_ms = gateway_now_ms() + srv->gw->limits.http_timeout_ms;
+	event_add(pf->ev, &tv);
 }
 
 static void
@@ -1089,6 +1277,8 @@ server_accept_retry(evutil_socket_t fd, short what, void *arg)
 
 	if (!srv->listener_paused)
 		evconnlistener_enable(srv->listener);
+	if (srv->plain != NULL)
+		evconnlistener_enable(srv->plain);
 }
 
 /* ---- TLS ---- */
@@ -1164,13 +1354,36 @@ fail:
 
 /* ---- start and stop ---- */
 
+/* A listener on host:port feeding server_accept.  NULL with err. */
+static struct evconnlistener *
+listen_on(struct server *srv, const char *host, int port, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	struct evconnlistener *l;
+	int sslen;
+
+	if (netaddr_literal(host, port, &ss, &sslen) != 0) {
+		snprintf(err, errlen, "cannot listen on %s: not an IPv4 or IPv6 address",
+		    host);
+		return NULL;
+	}
+	l = evconnlistener_new_bind(srv->gw->base, server_accept, srv,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+	    LISTEN_BACKLOG, (struct sockaddr *)&ss, sslen);
+	if (l == NULL) {
+		snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
+		    strerror(errno));
+		return NULL;
+	}
+	evconnlistener_set_error_cb(l, server_accept_error);
+	return l;
+}
+
 int
 server_start(struct gateway *gw, const struct route *const *routes,
     const char *host, int port, char *err, size_t errlen)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
-	struct sockaddr_storage ss;
-	int sslen;
 
 	if (srv == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -1186,13 +1399,9 @@ server_start(struct gateway *gw, const struct route *const *routes,
 			srv->exchange = *r;
 	}
 	LIST_INIT(&srv->http);
+	LIST_INIT(&srv->prefaces);
 	LIST_INIT(&srv->ws);
 	gw->server = srv;
-	if (netaddr_literal(host, port, &ss, &sslen) != 0) {
-		snprintf(err, errlen, "cannot listen on %s: not an IPv4 or IPv6 address",
-		    host);
-		goto fail;
-	}
 	srv->ssl_ctx = tls_context(gw->data_dir, err, errlen);
 	if (srv->ssl_ctx == NULL)
 		goto fail;
@@ -1202,15 +1411,9 @@ server_start(struct gateway *gw, const struct route *const *routes,
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	srv->listener = evconnlistener_new_bind(gw->base, server_accept, srv,
-	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-	    LISTEN_BACKLOG, (struct sockaddr *)&ss, sslen);
-	if (srv->listener == NULL) {
-		snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
-		    strerror(errno));
+	srv->listener = listen_on(srv, host, port, err, errlen);
+	if (srv->listener == NULL)
 		goto fail;
-	}
-	evconnlistener_set_error_cb(srv->listener, server_accept_error);
 	srv->port = netaddr_bound_port(evconnlistener_get_fd(srv->listener));
 	return 0;
 fail:
@@ -1235,6 +1438,31 @@ server_port(struct gateway *gw)
 	return gw->server != NULL ? gw->server->port : -1;
 }
 
+int
+server_listen_plain(struct gateway *gw, const char *host, int port, char *err,
+    size_t errlen)
+{
+	struct server *srv = gw->server;
+
+	if (gw->trusted_proxies.n == 0) {
+		snprintf(err, errlen, "--plain-listen needs --trusted-proxy: the "
+		    "plain port takes only the balancer's connections");
+		return -1;
+	}
+	srv->plain = listen_on(srv, host, port, err, errlen);
+	if (srv->plain == NULL)
+		return -1;
+	srv->plain_port = netaddr_bound_port(evconnlistener_get_fd(srv->plain));
+	return 0;
+}
+
+int
+server_plain_port(struct gateway *gw)
+{
+	return gw->server != NULL && gw->server->plain != NULL ?
+	    gw->server->plain_port : -1;
+}
+
 void
 server_stop(struct gateway *gw)
 {
@@ -1245,6 +1473,11 @@ server_stop(struct gateway *gw)
 	if (srv->listener != NULL)
 		evconnlistener_free(srv->listener);
 	srv->listener = NULL;
+	if (srv->plain != NULL)
+		evconnlistener_free(srv->plain);
+	srv->plain = NULL;
+	while (!LIST_EMPTY(&srv->prefaces))
+		preface_free(LIST_FIRST(&srv->prefaces));
 	if (srv->accept_retry != NULL)
 		event_free(srv->accept_retry);
 	for (; srv->qlen > 0; srv->qlen--) {

@@ -32,6 +32,16 @@ int server_start(struct gateway *gw, const struct route *const *routes,
 void server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
     uint32_t *waiting, uint64_t *shed);
 int server_port(struct gateway *gw);
+/*
+ * After server_start: also listens on host:port for plain HTTP (no TLS),
+ * for a load balancer that terminates TLS.  Only sources in
+ * gw->trusted_proxies may connect there (refused: -1 with err when there
+ * are none).  Returns 0 or -1 with err.
+ */
+int server_listen_plain(struct gateway *gw, const char *host, int port, char *err,
+    size_t errlen);
+/* The plain port bound, or -1 when there is none. */
+int server_plain_port(struct gateway *gw);
 /* Closes the listener and frees every connection (WebSockets get their
  * on_close, pending upgrades their abandon callback, exchanges their
  * route's client_gone).  Idempotent. */

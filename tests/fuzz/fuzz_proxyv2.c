@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "netaddr.h"
 #include "proxyv2.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,6 +1,6 @@
 /*
- * test_proxyv2.c: the PROXY v2 header parser and trusted source lists
- * (common/proxyv2.c): TCP4 and TCP6 headers with and without TLVs, LOCAL,
+ * test_proxyv2.c: the PROXY v2 header parser (common/proxyv2.c) and the
+ * networks of --trusted-proxy (common/netaddr.c): TCP4 and TCP6 headers with and without TLVs, LOCAL,
  * headers arriving byte by byte, and every refusal with its reason.
  */
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <string.h>
 
+#include "netaddr.h"
 #include "proxyv2.h"
 
 /* Builds a header: ver/cmd byte, family byte, body of blen bytes. */
