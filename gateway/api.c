@@ -8,6 +8,8 @@
  *   GET  /v1/clusters/ID                                       -> cluster
  *   POST /v1/clusters/ID/tokens        {"ttl_seconds","uses","approval"} -> 201 join document
  *   GET  /v1/agents[?cluster=ID]                               -> [agent]
+ *        (an agent's "replica": the replica holding its tunnel, from the
+ *        store's presence records (docs/0017); null when none does)
  *   GET  /v1/agents/ID                                         -> agent
  *   POST /v1/agents/ID/approve|verify|revoke                   -> agent
  *   POST /v1/users                     {"name","clusters"}     -> 201 user token (secret shown once)
@@ -71,15 +73,71 @@ cluster_json(struct gateway *gw, const struct store_cluster *c)
 	    "created_at", time_json(c->created_at));
 }
 
-static json_t *
-agent_json(struct gateway *gw, const struct store_agent *a)
+static int
+presence_cmp(const void *a, const void *b)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o}",
+	return strcmp(((const struct store_presence *)a)->agent_id,
+	    ((const struct store_presence *)b)->agent_id);
+}
+
+/* Every live presence record, sorted by agent id (one store query; caller
+ * frees).  NULL and *n 0 when the store fails: replicas then show null. */
+static struct store_presence *
+presence_sorted(struct gateway *gw, size_t *n)
+{
+	struct store_presence *ps = NULL;
+	char err[STORE_ERROR_MAX + 1];
+
+	*n = 0;
+	if (store_presence_list(gw->store, gateway_now_ms(), &ps, n, err,
+	    sizeof(err)) != STORE_OK) {
+		warn("api: cannot read presence", KV_S("err", err));
+		*n = 0;
+		return NULL;
+	}
+	qsort(ps, *n, sizeof(*ps), presence_cmp);
+	return ps;
+}
+
+/* The replica holding agent_id's tunnel, or NULL. */
+static const char *
+presence_replica(const struct store_presence *ps, size_t n, const char *agent_id)
+{
+	struct store_presence key;
+	const struct store_presence *p;
+
+	snprintf(key.agent_id, sizeof(key.agent_id), "%s", agent_id);
+	p = n > 0 ? bsearch(&key, ps, n, sizeof(*ps), presence_cmp) : NULL;
+	return p != NULL ? p->replica : NULL;
+}
+
+/* replica: from presence_replica; this replica's own hub counts too. */
+static json_t *
+agent_json(struct gateway *gw, const struct store_agent *a, const char *replica)
+{
+	int here = hub_find(gw->hub, a->id) != NULL;
+
+	if (here)
+		replica = gw->replica_id;
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}",
 	    "id", a->id, "cluster", a->cluster, "node", a->node,
 	    "state", agent_state_name(a->state), "last_error", a->last_error,
-	    "connected", hub_find(gw->hub, a->id) != NULL,
+	    "connected", here || replica != NULL,
+	    "replica", replica != NULL ? json_string(replica) : json_null(),
 	    "created_at", time_json(a->created_at),
 	    "updated_at", time_json(a->updated_at));
+}
+
+/* agent_json with a presence lookup of its own (one agent). */
+static json_t *
+agent_json_one(struct gateway *gw, const struct store_agent *a)
+{
+	size_t n;
+	struct store_presence *ps = presence_sorted(gw, &n);
+	json_t *v = agent_json(gw, a, presence_replica(ps, n, a->id));
+
+	free(ps);
+	return v;
 }
 
 /* ---- request helpers ---- */
@@ -253,10 +311,11 @@ static void
 agents_list(struct gateway *gw, const struct route_request *req, struct route_response *r)
 {
 	struct store_agent *as = NULL;
+	struct store_presence *ps;
 	struct store_cluster c;
 	char cluster[STORE_ID_MAX + 1];
 	const char *filter = NULL;
-	size_t n = 0;
+	size_t n = 0, np;
 	json_t *arr;
 
 	switch (api_query_param(req->query, "cluster", cluster, sizeof(cluster))) {
@@ -276,9 +335,12 @@ agents_list(struct gateway *gw, const struct route_request *req, struct route_re
 		route_respond_error(r, 500, "store: cannot list agents");
 		return;
 	}
+	ps = presence_sorted(gw, &np);
 	arr = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, agent_json(gw, &as[i]));
+		json_array_append_new(arr, agent_json(gw, &as[i],
+		    presence_replica(ps, np, as[i].id)));
+	free(ps);
 	free(as);
 	route_respond_json(r, 200, arr);
 }
@@ -292,7 +354,7 @@ agents_get(struct gateway *gw, const char *id, struct route_response *r)
 		route_respond_error(r, 404, "no agent %s", id);
 		return;
 	}
-	route_respond_json(r, 200, agent_json(gw, &a));
+	route_respond_json(r, 200, agent_json_one(gw, &a));
 }
 
 /* approve, verify, revoke: persist first, then tell the connected agent. */
@@ -347,7 +409,7 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 	else if (rc != STORE_OK)
 		respond_store_error(r, rc, err);
 	else
-		route_respond_json(r, 200, agent_json(gw, &a));
+		route_respond_json(r, 200, agent_json_one(gw, &a));
 }
 
 /* ---- users and kubeconfigs ---- */

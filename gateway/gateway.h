@@ -23,6 +23,7 @@ struct store;
 struct store_worker;
 struct hub;
 struct share;
+struct presence;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
 struct gateway_limits {
@@ -81,6 +82,9 @@ struct gateway {
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
+	char replica_id[64];            /* --replica-id (default: the host name) */
+	char peer_url[256];             /* --peer-url, or "" */
+	struct presence *presence;      /* the lease and tunnel records (presence.c) */
 };
 
 /*

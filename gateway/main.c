@@ -30,6 +30,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
+#include "presence.h"
 #include "prom_http.h"
 #include "route.h"
 #include "runtime.h"
@@ -533,6 +534,15 @@ cmd_serve(int argc, char **argv)
 	gw.limits.ping_timeout_ms = opts_num(&o, SERVE_OPT_PING_TIMEOUT);
 	gw.drain_timeout_ms = opts_num(&o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
+	if (opts_str(&o, SERVE_OPT_REPLICA_ID) != NULL)
+		snprintf(gw.replica_id, sizeof(gw.replica_id), "%s",
+		    opts_str(&o, SERVE_OPT_REPLICA_ID));
+	else if (gethostname(gw.replica_id, sizeof(gw.replica_id) - 1) != 0 ||
+	    gw.replica_id[0] == '\0')
+		snprintf(gw.replica_id, sizeof(gw.replica_id), "gateway");
+	if (opts_str(&o, SERVE_OPT_PEER_URL) != NULL)
+		snprintf(gw.peer_url, sizeof(gw.peer_url), "%s",
+		    opts_str(&o, SERVE_OPT_PEER_URL));
 	gw.mux_config.window = opts_num(&o, SERVE_OPT_STREAM_WINDOW);
 	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);
 	gw.budget.total = opts_num(&o, SERVE_OPT_STREAM_BUDGET);
@@ -600,6 +610,11 @@ cmd_serve(int argc, char **argv)
 		error("cannot install signal handlers");
 		goto out;
 	}
+	if (presence_start(&gw, err, sizeof(err)) != 0) {
+		error("cannot take this replica's lease in the store",
+		    KV_S("replica", gw.replica_id), KV_S("err", err));
+		goto out;
+	}
 	if (server_start(&gw, routes, host, port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		goto out;
@@ -621,7 +636,8 @@ cmd_serve(int argc, char **argv)
 	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
 	    KV_S("host", host), KV_I("port", server_port(&gw)), KV_S("url", gw.url),
 	    KV_S("store", strncmp(store_url, "sqlite://", 9) == 0 ? store_url :
-	    "(configured)"), KV_S("ca_checksum", gw.ca_checksum));
+	    "(configured)"), KV_S("ca_checksum", gw.ca_checksum),
+	    KV_S("replica", gw.replica_id));
 	if (metrics_listen != NULL) {
 		metrics_http = prom_http_start(gw.base, metrics_listen, metrics_render,
 		    &gw, err, sizeof(err));
@@ -642,6 +658,8 @@ cmd_serve(int argc, char **argv)
 	rc = 0;
 out:
 	prom_http_free(metrics_http);
+	/* First: one statement forgets every tunnel here, not one per tunnel. */
+	presence_stop(&gw);
 	server_stop(&gw);
 	/* After the sessions (their last state changes are queued), before
 	 * the loop that its eventfd watch belongs to. */

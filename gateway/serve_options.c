@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "netaddr.h"
+#include "url.h"
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 /* In the order of enum log_format (common/log.h). */
@@ -22,6 +23,39 @@ check_store(const char *v, char *why, size_t whylen)
 		return 0;
 	snprintf(why, whylen, "wants sqlite://PATH or postgresql://...");
 	return -1;
+}
+
+/* Replica ids name rows and log lines: a host name's alphabet. */
+static int
+check_replica_id(const char *v, char *why, size_t whylen)
+{
+	size_t len = strlen(v);
+
+	if (len >= 1 && len <= 63 && strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "abcdefghijklmnopqrstuvwxyz0123456789._-") == len)
+		return 0;
+	snprintf(why, whylen, "wants 1 to 63 characters of A-Z a-z 0-9 . _ -");
+	return -1;
+}
+
+static int
+check_peer_url(const char *v, char *why, size_t whylen)
+{
+	static const char *const https[] = { "https", NULL };
+	struct url u;
+	int ok;
+
+	if (strlen(v) > 255) {
+		snprintf(why, whylen, "longer than 255 bytes");
+		return -1;
+	}
+	if (url_parse(v, https, &u, why, whylen) != 0)
+		return -1;
+	ok = !u.has_userinfo && strcmp(u.path, "/") == 0;
+	url_clear(&u);
+	if (!ok)
+		snprintf(why, whylen, "wants https://HOST[:PORT] without user or path");
+	return ok ? 0 : -1;
 }
 
 static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
@@ -45,6 +79,14 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "the CA of the certificate clients see at the public URL (a "
 	    "TLS-terminating balancer's): served at /v1/ca, its checksum in join "
 	    "documents and kubeconfigs" },
+	[SERVE_OPT_REPLICA_ID] = { .name = "replica-id", .type = OPT_STRING,
+	    .arg = "ID", .def_help = "the host name", .check = check_replica_id,
+	    .help = "this replica's name among those sharing the store; its "
+	    "agents' tunnels are recorded against it (docs/0017)" },
+	[SERVE_OPT_PEER_URL] = { .name = "peer-url", .type = OPT_STRING,
+	    .arg = "URL", .def_help = "none: not recorded", .check = check_peer_url,
+	    .help = "https://HOST:PORT where the other replicas reach this one, "
+	    "recorded with its lease" },
 	[SERVE_OPT_STORE] = { .name = "store", .type = OPT_STRING, .arg = "URL",
 	    .def_help = "sqlite://DATA_DIR/tether.db", .check = check_store,
 	    .help = "the store: sqlite://PATH or postgresql://..." },

@@ -29,6 +29,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mux.h"
+#include "presence.h"
 #include "runtime.h"
 #include "shares.h"
 #include "store.h"
@@ -795,6 +796,7 @@ session_welcome(struct session *s)
 		    KV_S("agent", s->agent.id));
 		session_kick(old, "replaced", "a newer tunnel of this agent took over");
 	}
+	presence_tunnel_up(s->gw, s->agent.id);
 	memset(&out, 0, sizeof(out));
 	out.type = FRAME_WELCOME;
 	snprintf(out.u.welcome.agent_id, sizeof(out.u.welcome.agent_id), "%s", s->agent.id);
@@ -961,6 +963,7 @@ session_closed(struct session *s)
 			session_verify_fail(s, "agent disconnected during verification");
 		info("agent disconnected", KV_S("agent", s->agent.id));
 		hub_remove(s->gw->hub, s->agent.id, s);
+		presence_tunnel_down(s->gw, s->agent.id);
 	}
 	/* Every stream of the tunnel ends now: their clients see it at once. */
 	mux_free(s->mux);

@@ -1300,3 +1300,98 @@ store_agent_transition(struct store *s, const char *id,
 		*out = a;
 	return STORE_OK;
 }
+
+/* ---- presence -------------------------------------------------------------- */
+
+int
+store_replica_renew(struct store *s, const char *replica, const char *peer_url,
+    int64_t lease_until_ms, char *err, size_t errlen)
+{
+	const struct store_stmt q = {
+		.sql = "INSERT INTO replicas (id, peer_url, lease_until) VALUES (?, ?, ?)"
+		    " ON CONFLICT (id) DO UPDATE SET peer_url = excluded.peer_url,"
+		    " lease_until = excluded.lease_until",
+		.what = "renew replica lease",
+		PARAMS(P_TEXT(replica), P_TEXT(peer_url), P_INT(lease_until_ms)),
+	};
+
+	return write_stmt(s, &q, NULL, NULL, err, errlen);
+}
+
+int
+store_replica_drop(struct store *s, const char *replica, char *err, size_t errlen)
+{
+	const struct store_stmt tunnels = {
+		.sql = "DELETE FROM tunnels WHERE replica_id = ?",
+		.what = "forget replica tunnels",
+		PARAMS(P_TEXT(replica)),
+	};
+	const struct store_stmt lease = {
+		.sql = "DELETE FROM replicas WHERE id = ?",
+		.what = "drop replica lease",
+		PARAMS(P_TEXT(replica)),
+	};
+	int rc;
+
+	if ((rc = begin(s, err, errlen)) != STORE_OK)
+		return rc;
+	rc = write_stmt(s, &tunnels, NULL, NULL, err, errlen);
+	if (rc == STORE_OK)
+		rc = write_stmt(s, &lease, NULL, NULL, err, errlen);
+	return store_finish(s, rc, err, errlen);
+}
+
+int
+store_tunnel_record(struct store *s, const char *agent_id, const char *replica,
+    int64_t now_ms, char *err, size_t errlen)
+{
+	const struct store_stmt q = {
+		.sql = "INSERT INTO tunnels (agent_id, replica_id, since) VALUES (?, ?, ?)"
+		    " ON CONFLICT (agent_id) DO UPDATE SET replica_id = excluded.replica_id,"
+		    " since = excluded.since",
+		.what = "record tunnel",
+		PARAMS(P_TEXT(agent_id), P_TEXT(replica), P_INT(now_ms)),
+	};
+
+	return write_stmt(s, &q, NULL, NULL, err, errlen);
+}
+
+int
+store_tunnel_forget(struct store *s, const char *agent_id, const char *replica,
+    char *err, size_t errlen)
+{
+	const struct store_stmt q = {
+		.sql = "DELETE FROM tunnels WHERE agent_id = ? AND replica_id = ?",
+		.what = "forget tunnel",
+		PARAMS(P_TEXT(agent_id), P_TEXT(replica)),
+	};
+
+	return write_stmt(s, &q, NULL, NULL, err, errlen);
+}
+
+static int
+read_presence(const struct store_row *r, void *out)
+{
+	struct store_presence *p = out;
+
+	if (col_text(r, 0, p->agent_id, sizeof(p->agent_id)) == -1 ||
+	    col_text(r, 1, p->replica, sizeof(p->replica)) == -1)
+		return -1;
+	return 0;
+}
+
+int
+store_presence_list(struct store *s, int64_t now_ms, struct store_presence **out,
+    size_t *n, char *err, size_t errlen)
+{
+	const struct store_stmt q = {
+		.sql = "SELECT t.agent_id, t.replica_id FROM tunnels t"
+		    " JOIN replicas r ON r.id = t.replica_id"
+		    " WHERE r.lease_until > ?",
+		.what = "list presence",
+		PARAMS(P_INT(now_ms)),
+	};
+
+	return query_all(s, &q, sizeof(**out), read_presence, (void **)out, n,
+	    err, errlen);
+}

@@ -173,4 +173,33 @@ int store_agent_transition(struct store *s, const char *id,
     enum agent_event ev, const char *last_error, int64_t now,
     struct store_agent *out, char *err, size_t errlen);
 
+/* ---- presence (gateway/presence.h, docs/0017) ---- */
+
+#define STORE_REPLICA_MAX  63     /* replica ids: [A-Za-z0-9._-] */
+#define STORE_PEER_URL_MAX 255
+
+/* One agent's tunnel and the replica that holds it. */
+struct store_presence {
+	char agent_id[STORE_ID_MAX + 1];
+	char replica[STORE_REPLICA_MAX + 1];
+};
+
+/* Takes or extends replica's lease until lease_until_ms (Unix ms) and
+ * records its peer URL ("" if none). */
+int store_replica_renew(struct store *s, const char *replica, const char *peer_url,
+    int64_t lease_until_ms, char *err, size_t errlen);
+/* Gives replica's lease up and forgets every tunnel recorded against it. */
+int store_replica_drop(struct store *s, const char *replica, char *err, size_t errlen);
+/* Records that replica holds agent_id's tunnel (replacing any record). */
+int store_tunnel_record(struct store *s, const char *agent_id, const char *replica,
+    int64_t now_ms, char *err, size_t errlen);
+/* Forgets agent_id's tunnel if replica is the one recorded (a newer tunnel
+ * on another replica stays). */
+int store_tunnel_forget(struct store *s, const char *agent_id, const char *replica,
+    char *err, size_t errlen);
+/* The tunnels whose replica's lease runs past now_ms, in no order (*out:
+ * caller frees, *n records).  One query. */
+int store_presence_list(struct store *s, int64_t now_ms,
+    struct store_presence **out, size_t *n, char *err, size_t errlen);
+
 #endif

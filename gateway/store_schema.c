@@ -81,6 +81,22 @@ static const char *const migrations[] = {
 	"{END};"
 	"CREATE INDEX token_clusters_by_cluster ON token_clusters (cluster_id);"
 	"CREATE INDEX tokens_by_user ON tokens (name) WHERE kind = 'user';",
+
+	/* 3: presence (docs/0017).  A replica's lease, renewed every few
+	 * seconds, and the agents whose tunnels it holds.  A tunnel row
+	 * counts only while its replica's lease runs: a replica killed with
+	 * its rows in place drops out when its lease ends. */
+	"CREATE TABLE replicas ("
+	"  id          TEXT NOT NULL PRIMARY KEY,"
+	"  peer_url    TEXT NOT NULL DEFAULT '',"
+	"  lease_until {INT} NOT NULL"
+	"{END};"
+	"CREATE TABLE tunnels ("
+	"  agent_id   TEXT NOT NULL PRIMARY KEY,"
+	"  replica_id TEXT NOT NULL,"
+	"  since      {INT} NOT NULL"
+	"{END};"
+	"CREATE INDEX tunnels_by_replica ON tunnels (replica_id);",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -32,7 +32,7 @@
 #include "store.h"
 
 #define NOW 1700000000
-#define SCHEMA_NOW 2      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 3      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -1377,6 +1377,62 @@ test_open_concurrent(void **state)
 		reopen(f);
 }
 
+/* Presence: leases, tunnel records, and what a reader sees as time goes. */
+static void
+test_presence(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_presence *ps;
+	const int64_t t0 = (int64_t)NOW * 1000;
+	size_t n;
+
+	assert_int_equal(store_replica_renew(f->s, "r1", "https://10.0.0.1:8443",
+	    t0 + 6000, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_renew(f->s, "r2", "", t0 + 6000, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, "a-1", "r1", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, "a-2", "r2", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_presence_list(f->s, t0 + 1000, &ps, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 2);
+	free(ps);
+
+	/* The agent moves to r2: one record, r2's; r1 forgetting it later
+	 * (its old tunnel closing) leaves r2's record alone. */
+	assert_int_equal(store_tunnel_record(f->s, "a-1", "r2", t0 + 10, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_forget(f->s, "a-1", "r1", err, sizeof(err)),
+	    STORE_OK);
+	/* r2 renews, r1 does not (killed): past r1's lease only r2 counts. */
+	assert_int_equal(store_replica_renew(f->s, "r2", "", t0 + 9000, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, "a-3", "r1", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_presence_list(f->s, t0 + 7000, &ps, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(ps[i].replica, "r2");
+	free(ps);
+
+	/* A clean stop drops the lease and every record of the replica. */
+	assert_int_equal(store_replica_drop(f->s, "r2", err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_presence_list(f->s, t0 + 1000, &ps, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 1);   /* a-3 on r1, whose lease runs at t0 + 1 s */
+	assert_string_equal(ps[0].agent_id, "a-3");
+	free(ps);
+	assert_int_equal(store_tunnel_forget(f->s, "a-3", "r1", err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_presence_list(f->s, t0, &ps, &n, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(n, 0);
+	free(ps);
+}
+
 int
 main(void)
 {
@@ -1406,6 +1462,7 @@ main(void)
 		T(test_waits_for_lock),
 		T(test_register_concurrent),
 		T(test_open_concurrent),
+		T(test_presence),
 #undef T
 	};
 

@@ -1,0 +1,34 @@
+/*
+ * presence.h: which replica holds which agent's tunnel (docs/0017).
+ *
+ * Each replica has an id (--replica-id, default the host name), the URL its
+ * peers reach it at (--peer-url) and a lease in the store that it renews
+ * every PRESENCE_RENEW_MS; a replica that stops renewing (kill -9, a hung
+ * host) is gone from presence once its lease ends, PRESENCE_LEASE_MS
+ * later.  Each established tunnel is recorded against its replica when it
+ * is established and forgotten when it closes.  Store calls: one per
+ * renewal, one per tunnel up and down; none on the stream path.
+ */
+#ifndef TETHER_PRESENCE_H
+#define TETHER_PRESENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PRESENCE_RENEW_MS 2000
+#define PRESENCE_LEASE_MS 6000
+
+struct gateway;
+
+/* Takes the lease (gw->replica_id, gw->peer_url) and starts renewing it on
+ * gw->base.  0, or -1 with err (the store refused: start-up fails). */
+int presence_start(struct gateway *gw, char *err, size_t errlen);
+/* Stops renewing and gives the lease and its tunnel records up (a clean
+ * exit: the agents are gone from this replica at once).  Idempotent. */
+void presence_stop(struct gateway *gw);
+/* An agent's tunnel was established here / closed here.  A store failure
+ * is logged, not fatal: the lease keeps presence honest within its length. */
+void presence_tunnel_up(struct gateway *gw, const char *agent_id);
+void presence_tunnel_down(struct gateway *gw, const char *agent_id);
+
+#endif

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Presence (docs/0017): two gateway replicas on one private PostgreSQL behind
+# Debian's haproxy (TCP, TLS passed through, round robin, health checks).
+# - each replica takes a lease (its --replica-id, by default the host name,
+#   and its --peer-url); the agent's tunnel is recorded against the replica
+#   that holds it, and `tetherctl agent list -o json` shows it as "replica";
+# - kill -9 of that replica, the agent held stopped: the other replica
+#   reports the agent gone (replica null, not connected) once the dead
+#   replica's lease has ended, within seconds;
+# - the agent, let go, reconnects through haproxy to the live replica, which
+#   then holds it;
+# - SIGTERM gives the lease and the tunnel records up at once.
+source "$(dirname "$0")/lib.sh"
+
+command -v haproxy >/dev/null || fail "haproxy is not installed (config/setup.sh)"
+PING=(--ping-interval 300 --ping-timeout 1000)
+pg_start
+LB_PORT=$(free_port)
+LB_URL=https://127.0.0.1:$LB_PORT
+gateway_init --store "$PG_URL" --url "$LB_URL"
+
+declare -a RPORT RPID
+replica_start() { # replica_start N [serve flags]
+	local d=$T/r$1
+	mkdir -p -m 700 "$d"
+	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
+		"$GW_DIR/gateway.json" "$d/"
+	RPORT[$1]=${RPORT[$1]:-$(free_port)}
+	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \
+		--store "$PG_URL" --peer-url "https://127.0.0.1:${RPORT[$1]}" \
+		--drain-timeout 0 "${PING[@]}" "${@:2}" >>"$T/replica$1.log" 2>&1 &
+	RPID[$1]=$!
+	PIDS+=("${RPID[$1]}")
+}
+replica_ready() {
+	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
+}
+on() { # on N CTL-ARGS...: tetherctl -o json against replica N directly
+	TETHER_SERVER=https://127.0.0.1:${RPORT[$1]} ctl "${@:2}"
+}
+
+replica_start 1 --replica-id r1
+replica_start 2
+for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
+host=$(hostname)
+assert_contains "$T/replica2.log" "replica=$host"
+declare -A NAME=([1]=r1 [2]=$host)
+[ "$(pg_query "SELECT count(*) FROM replicas WHERE (id = 'r1' AND peer_url = 'https://127.0.0.1:${RPORT[1]}') OR (id = '$host' AND peer_url = 'https://127.0.0.1:${RPORT[2]}')")" = 2 ] ||
+	fail "the replicas' leases are not in the store: $(pg_query 'SELECT id, peer_url FROM replicas')"
+pass "each replica holds a lease: r1 (--replica-id) and $host (the host name by default)"
+
+cat >"$T/haproxy.cfg" <<CFG
+global
+	maxconn 256
+defaults
+	mode tcp
+	timeout connect 2s
+	timeout client 60s
+	timeout server 60s
+	retries 3
+	option redispatch
+frontend fe
+	bind 127.0.0.1:$LB_PORT
+	default_backend replicas
+backend replicas
+	balance roundrobin
+	server r1 127.0.0.1:${RPORT[1]} check inter 300 fall 1 rise 1
+	server r2 127.0.0.1:${RPORT[2]} check inter 300 fall 1 rise 1
+CFG
+haproxy -db -f "$T/haproxy.cfg" >>"$T/haproxy.log" 2>&1 &
+PIDS+=($!)
+lb_ready() { curl -sf --cacert "$GW_DIR/ca.crt" "$LB_URL/readyz"; }
+wait_until 20 "haproxy in front of the replicas" lb_ready
+export TETHER_SERVER=$LB_URL
+
+cid=$(cluster_create presence)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" >/dev/null
+client_start n1 "${PING[@]}"
+agent=$CLIENT_PID
+wait_until 30 "n1 active" agent_is n1 active
+id=$(jq -r .agent_id "$T/n1/state.json")
+holder_name() { on "$1" agent list | jq -r --arg id "$id" '.[] | select(.id == $id) | .replica'; }
+holder=
+for i in 1 2; do
+	[ "$(pg_query "SELECT replica_id FROM tunnels WHERE agent_id = '$id'")" = "${NAME[$i]}" ] && holder=$i
+done
+[ -n "$holder" ] || fail "the tunnel is not recorded against a replica: $(pg_query 'SELECT * FROM tunnels')"
+other=$((3 - holder))
+# Both replicas say the same, whichever is asked.
+for i in 1 2; do
+	[ "$(holder_name "$i")" = "${NAME[$holder]}" ] ||
+		fail "replica $i says replica=$(holder_name "$i"), want ${NAME[$holder]}"
+done
+on "$other" agent list | jq -e --arg id "$id" '.[] | select(.id == $id) | .connected == true' >/dev/null ||
+	fail "the other replica does not list the agent as connected"
+pass "the agent's tunnel is recorded against ${NAME[$holder]}; agent list -o json on either replica shows replica=${NAME[$holder]}"
+
+# --- kill -9 the holder, the agent held still ---
+kill -STOP "$agent"
+on_cleanup "kill -CONT $agent 2>/dev/null"
+kill -KILL "${RPID[$holder]}"
+wait "${RPID[$holder]}" 2>/dev/null || true
+killed_at=$SECONDS
+gone() { on "$other" agent list | jq -e --arg id "$id" '.[] | select(.id == $id) | .replica == null and .connected == false' >/dev/null; }
+wait_until 30 "the dead replica's lease ends" gone
+pass "kill -9 of ${NAME[$holder]}: its lease ended and the agent shows as gone after $((SECONDS - killed_at)) s (lease 6 s)"
+
+kill -CONT "$agent"
+rehomed() { [ "$(holder_name "$other")" = "${NAME[$other]}" ]; }
+wait_until 40 "the agent re-homed on ${NAME[$other]}" rehomed
+on "$other" agent list | jq -e --arg id "$id" '.[] | select(.id == $id) | .state == "active" and .connected == true' >/dev/null ||
+	fail "the re-homed agent is not active and connected"
+pass "the agent reconnected through haproxy to ${NAME[$other]}, which holds it now"
+
+# --- a clean stop gives the lease up at once ---
+kill -TERM "${RPID[$other]}"
+rc=0
+wait "${RPID[$other]}" || rc=$?
+[ "$rc" -eq 0 ] || fail "replica $other exited $rc after SIGTERM"
+[ "$(pg_query "SELECT count(*) FROM replicas WHERE id = '${NAME[$other]}'")" = 0 ] &&
+	[ "$(pg_query "SELECT count(*) FROM tunnels WHERE replica_id = '${NAME[$other]}'")" = 0 ] ||
+	fail "SIGTERM left the lease or the tunnel records of ${NAME[$other]}"
+pass "SIGTERM gives the replica's lease and tunnel records up"
+client_stop "$agent"
