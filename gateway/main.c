@@ -611,8 +611,8 @@ cmd_serve(int argc, char **argv)
 		goto out;
 	}
 	if (presence_start(&gw, err, sizeof(err)) != 0) {
-		error("cannot take this replica's lease in the store",
-		    KV_S("replica", gw.replica_id), KV_S("err", err));
+		error("cannot start presence", KV_S("replica", gw.replica_id),
+		    KV_S("err", err));
 		goto out;
 	}
 	if (server_start(&gw, routes, host, port, err, sizeof(err)) != 0) {

@@ -19,13 +19,6 @@ struct presence {
 	int failing;               /* the last renewal failed (logged once) */
 };
 
-static int
-presence_renew_now(struct gateway *gw, char *err, size_t errlen)
-{
-	return store_replica_renew(gw->store, gw->replica_id, gw->peer_url,
-	    gateway_now_ms() + PRESENCE_LEASE_MS, err, errlen);
-}
-
 static void
 presence_renew(evutil_socket_t fd, short what, void *arg)
 {
@@ -34,7 +27,8 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv = runtime_ms_timeval(PRESENCE_RENEW_MS);
 	char err[STORE_ERROR_MAX + 1];
 
-	if (presence_renew_now(gw, err, sizeof(err)) != STORE_OK) {
+	if (store_replica_renew(gw->store, gw->replica_id, gw->peer_url,
+	    gateway_now_ms() + PRESENCE_LEASE_MS, err, sizeof(err)) != STORE_OK) {
 		if (!p->failing)
 			warn("presence: cannot renew this replica's lease: other "
 			    "replicas will see its agents as gone",
@@ -51,7 +45,6 @@ int
 presence_start(struct gateway *gw, char *err, size_t errlen)
 {
 	struct presence *p = calloc(1, sizeof(*p));
-	struct timeval tv = runtime_ms_timeval(PRESENCE_RENEW_MS);
 
 	if (p == NULL || (p->renew = evtimer_new(gw->base, presence_renew, gw)) == NULL) {
 		free(p);
@@ -59,11 +52,9 @@ presence_start(struct gateway *gw, char *err, size_t errlen)
 		return -1;
 	}
 	gw->presence = p;
-	if (presence_renew_now(gw, err, errlen) != STORE_OK) {
-		presence_stop(gw);
-		return -1;
-	}
-	evtimer_add(p->renew, &tv);
+	/* A store that cannot take the lease now (a full disk) does not stop
+	 * the gateway: it serves what needs no write and the renewals retry. */
+	presence_renew(-1, 0, gw);
 	return 0;
 }
 

@@ -21,7 +21,8 @@
 struct gateway;
 
 /* Takes the lease (gw->replica_id, gw->peer_url) and starts renewing it on
- * gw->base.  0, or -1 with err (the store refused: start-up fails). */
+ * gw->base.  A store that refuses now (a full disk) is logged and retried
+ * at each renewal.  0, or -1 with err when out of memory. */
 int presence_start(struct gateway *gw, char *err, size_t errlen);
 /* Stops renewing and gives the lease and its tunnel records up (a clean
  * exit: the agents are gone from this replica at once).  Idempotent. */
