@@ -1,6 +1,9 @@
 /*
  * presence.c: this replica's lease and its tunnels' records in the store
- * (see presence.h).
+ * (see presence.h).  Every store call is a job on the store thread
+ * (store_worker.h): the loop never waits for the database.  The thread runs
+ * jobs in order, so a tunnel's record and its removal, and the renewals and
+ * the final drop, reach the store in the order they were asked for.
  */
 #include "presence.h"
 
@@ -13,11 +16,117 @@
 #include "log.h"
 #include "runtime.h"
 #include "store.h"
+#include "store_worker.h"
 
 struct presence {
 	struct event *renew;       /* every PRESENCE_RENEW_MS */
+	int renewing;              /* a renewal is queued: the next one waits */
 	int failing;               /* the last renewal failed (logged once) */
 };
+
+enum pjob_kind { PJ_RENEW, PJ_DROP, PJ_UP, PJ_DOWN };
+
+/* One store call.  Holds copies: the thread reads nothing else. */
+struct pjob {
+	enum pjob_kind kind;
+	struct gateway *gw;        /* for done, on the loop only */
+	char replica[sizeof(((struct gateway *)0)->replica_id)];
+	char peer_url[sizeof(((struct gateway *)0)->peer_url)];
+	char agent_id[STORE_ID_MAX + 1];
+	int64_t ms;                /* lease end (RENEW) or since (UP) */
+	int rc;
+	char err[STORE_ERROR_MAX + 1];
+};
+
+static void
+pjob_work(struct store *st, void *arg)
+{
+	struct pjob *j = arg;
+
+	switch (j->kind) {
+	case PJ_RENEW:
+		j->rc = store_replica_renew(st, j->replica, j->peer_url, j->ms,
+		    j->err, sizeof(j->err));
+		break;
+	case PJ_DROP:
+		j->rc = store_replica_drop(st, j->replica, j->err, sizeof(j->err));
+		break;
+	case PJ_UP:
+		j->rc = store_tunnel_record(st, j->agent_id, j->replica, j->ms,
+		    j->err, sizeof(j->err));
+		break;
+	case PJ_DOWN:
+		j->rc = store_tunnel_forget(st, j->agent_id, j->replica, j->err,
+		    sizeof(j->err));
+		break;
+	}
+}
+
+static void
+renew_done(struct gateway *gw, const struct pjob *j)
+{
+	struct presence *p = gw->presence;
+
+	if (p == NULL)
+		return;       /* stopped meanwhile */
+	p->renewing = 0;
+	if (j->rc != STORE_OK) {
+		if (!p->failing)
+			warn("presence: cannot renew this replica's lease: other "
+			    "replicas will see its agents as gone",
+			    KV_S("replica", j->replica), KV_S("err", j->err));
+		p->failing = 1;
+	} else if (p->failing) {
+		info("presence: lease renewed again", KV_S("replica", j->replica));
+		p->failing = 0;
+	}
+}
+
+static void
+pjob_done(void *arg)
+{
+	struct pjob *j = arg;
+
+	if (j->kind == PJ_RENEW)
+		renew_done(j->gw, j);
+	else if (j->rc != STORE_OK && j->kind == PJ_DROP)
+		warn("presence: cannot give up this replica's lease: it ends by "
+		    "itself", KV_S("replica", j->replica), KV_S("err", j->err));
+	else if (j->rc != STORE_OK && j->kind == PJ_UP)
+		warn("presence: cannot record the tunnel", KV_S("agent", j->agent_id),
+		    KV_S("err", j->err));
+	else if (j->rc != STORE_OK)
+		warn("presence: cannot forget the tunnel", KV_S("agent", j->agent_id),
+		    KV_S("err", j->err));
+	free(j);
+}
+
+/* Queues a call; 0, or -1 (logged) when the store queue is full. */
+static int
+pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64_t ms)
+{
+	struct pjob *j = calloc(1, sizeof(*j));
+
+	if (j == NULL) {
+		warn("presence: out of memory for a store call");
+		return -1;
+	}
+	j->kind = kind;
+	j->gw = gw;
+	j->ms = ms;
+	j->rc = STORE_ERR;
+	snprintf(j->err, sizeof(j->err), "the gateway is stopping");
+	snprintf(j->replica, sizeof(j->replica), "%s", gw->replica_id);
+	snprintf(j->peer_url, sizeof(j->peer_url), "%s", gw->peer_url);
+	snprintf(j->agent_id, sizeof(j->agent_id), "%s", agent_id != NULL ? agent_id : "");
+	if (store_worker_submit(gw->storew, pjob_work, pjob_done, j) != 0) {
+		warn("presence: store queue full: a presence update is lost",
+		    KV_S("replica", gw->replica_id));
+		free(j);
+		return -1;
+	}
+	return 0;
+}
 
 static void
 presence_renew(evutil_socket_t fd, short what, void *arg)
@@ -25,19 +134,11 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 	struct gateway *gw = arg;
 	struct presence *p = gw->presence;
 	struct timeval tv = runtime_ms_timeval(PRESENCE_RENEW_MS);
-	char err[STORE_ERROR_MAX + 1];
 
-	if (store_replica_renew(gw->store, gw->replica_id, gw->peer_url,
-	    gateway_now_ms() + PRESENCE_LEASE_MS, err, sizeof(err)) != STORE_OK) {
-		if (!p->failing)
-			warn("presence: cannot renew this replica's lease: other "
-			    "replicas will see its agents as gone",
-			    KV_S("replica", gw->replica_id), KV_S("err", err));
-		p->failing = 1;
-	} else if (p->failing) {
-		info("presence: lease renewed again", KV_S("replica", gw->replica_id));
-		p->failing = 0;
-	}
+	/* A store that stalls gets one renewal at a time, not a backlog. */
+	if (!p->renewing && pjob_submit(gw, PJ_RENEW, NULL,
+	    gateway_now_ms() + PRESENCE_LEASE_MS) == 0)
+		p->renewing = 1;
 	evtimer_add(p->renew, &tv);
 }
 
@@ -62,40 +163,26 @@ void
 presence_stop(struct gateway *gw)
 {
 	struct presence *p = gw->presence;
-	char err[STORE_ERROR_MAX + 1];
 
 	if (p == NULL)
 		return;
 	event_free(p->renew);
 	free(p);
 	gw->presence = NULL;
-	if (store_replica_drop(gw->store, gw->replica_id, err, sizeof(err)) != STORE_OK)
-		warn("presence: cannot give up this replica's lease: it ends by "
-		    "itself", KV_S("replica", gw->replica_id), KV_S("err", err));
+	/* After whatever is queued: no renewal can bring the lease back. */
+	(void)pjob_submit(gw, PJ_DROP, NULL, 0);
 }
 
 void
 presence_tunnel_up(struct gateway *gw, const char *agent_id)
 {
-	char err[STORE_ERROR_MAX + 1];
-
-	if (gw->presence == NULL)
-		return;
-	if (store_tunnel_record(gw->store, agent_id, gw->replica_id,
-	    gateway_now_ms(), err, sizeof(err)) != STORE_OK)
-		warn("presence: cannot record the tunnel", KV_S("agent", agent_id),
-		    KV_S("err", err));
+	if (gw->presence != NULL)
+		(void)pjob_submit(gw, PJ_UP, agent_id, gateway_now_ms());
 }
 
 void
 presence_tunnel_down(struct gateway *gw, const char *agent_id)
 {
-	char err[STORE_ERROR_MAX + 1];
-
-	if (gw->presence == NULL)
-		return;
-	if (store_tunnel_forget(gw->store, agent_id, gw->replica_id, err,
-	    sizeof(err)) != STORE_OK)
-		warn("presence: cannot forget the tunnel", KV_S("agent", agent_id),
-		    KV_S("err", err));
+	if (gw->presence != NULL)
+		(void)pjob_submit(gw, PJ_DOWN, agent_id, 0);
 }

@@ -7,7 +7,9 @@
  * host) is gone from presence once its lease ends, PRESENCE_LEASE_MS
  * later.  Each established tunnel is recorded against its replica when it
  * is established and forgotten when it closes.  Store calls: one per
- * renewal, one per tunnel up and down; none on the stream path.
+ * renewal, one per tunnel up and down, each a job on the store thread
+ * (store_worker.h), so the loop never waits on them; none on the stream
+ * path.
  */
 #ifndef TETHER_PRESENCE_H
 #define TETHER_PRESENCE_H
@@ -24,11 +26,12 @@ struct gateway;
  * gw->base.  A store that refuses now (a full disk) is logged and retried
  * at each renewal.  0, or -1 with err when out of memory. */
 int presence_start(struct gateway *gw, char *err, size_t errlen);
-/* Stops renewing and gives the lease and its tunnel records up (a clean
- * exit: the agents are gone from this replica at once).  Idempotent. */
+/* Stops renewing and queues giving the lease and its tunnel records up (a
+ * clean exit: the agents are gone from this replica at once), after every
+ * job queued before; store_worker_stop runs it.  Idempotent. */
 void presence_stop(struct gateway *gw);
-/* An agent's tunnel was established here / closed here.  A store failure
- * is logged, not fatal: the lease keeps presence honest within its length. */
+/* An agent's tunnel was established here / closed here (queued; a store
+ * failure is logged, not fatal). */
 void presence_tunnel_up(struct gateway *gw, const char *agent_id);
 void presence_tunnel_down(struct gateway *gw, const char *agent_id);
 
