@@ -654,7 +654,10 @@ ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void
 static void
 ws_ping(struct wsclient *c, void *arg)
 {
-	keepalive_heard(arg);
+	struct agent_tunnel *t = arg;
+
+	if (c == t->ws)      /* a retired connection's pings prove nothing */
+		keepalive_heard(t);
 }
 
 static void
