@@ -86,3 +86,12 @@ runtime_event_base(void)
 	event_config_free(cfg);
 	return base;
 }
+
+int64_t
+runtime_monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

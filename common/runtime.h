@@ -53,4 +53,8 @@ long runtime_raise_nofile(long *was);
 /* ms milliseconds as the struct timeval libevent's timers take. */
 struct timeval runtime_ms_timeval(uint32_t ms);
 
+/* Milliseconds on CLOCK_MONOTONIC: for deadlines and ages, never for
+ * times shown or stored (a wall-clock step does not move it). */
+int64_t runtime_monotonic_ms(void);
+
 #endif

@@ -18,6 +18,7 @@
 
 #include "gateway.h"
 #include "hub.h"
+#include "runtime.h"
 #include "session.h"
 
 /* ---- the cache of proven tokens ---- */
@@ -40,15 +41,6 @@ struct cache_entry {
 
 static struct cache_entry cache[CACHE_SLOTS];
 
-static int64_t
-monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct cache_entry *
 cache_slot(const char *token_id, const char *cluster)
 {
@@ -68,7 +60,7 @@ cache_get(const char *token_id, const char *cluster, struct store_token *rec)
 {
 	struct cache_entry *e = cache_slot(token_id, cluster);
 
-	if (e->until_ms == 0 || e->until_ms < monotonic_ms() ||
+	if (e->until_ms == 0 || e->until_ms < runtime_monotonic_ms() ||
 	    strcmp(e->token_id, token_id) != 0 || strcmp(e->cluster, cluster) != 0)
 		return 0;
 	*rec = e->rec;
@@ -85,7 +77,7 @@ cache_put(const char *token_id, const char *cluster, const struct store_token *r
 	snprintf(e->token_id, sizeof(e->token_id), "%s", token_id);
 	snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
 	e->rec = *rec;
-	e->until_ms = monotonic_ms() + ACCESS_CACHE_TTL_MS;
+	e->until_ms = runtime_monotonic_ms() + ACCESS_CACHE_TTL_MS;
 }
 
 void

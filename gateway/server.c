@@ -994,15 +994,6 @@ fail:
 	return NULL;
 }
 
-static int64_t
-monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Starts the TLS handshake of an accepted connection (it takes a slot). */
 static void
 tls_start(struct server *srv, evutil_socket_t fd, const char *peer)
@@ -1041,7 +1032,7 @@ tls_slot_free(struct hconn *h)
 	struct server *srv = h->srv;
 	struct gateway *gw = srv->gw;
 	uint32_t cap = gw->limits.max_tls_queue;
-	int64_t now = monotonic_ms();
+	int64_t now = runtime_monotonic_ms();
 
 	h->tls_counted = 0;
 	srv->tls_handshakes--;
@@ -1083,7 +1074,7 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer)
 	}
 	w = &srv->queue[(srv->qhead + srv->qlen) % cap];
 	w->fd = fd;
-	w->since_ms = monotonic_ms();
+	w->since_ms = runtime_monotonic_ms();
 	snprintf(w->peer, sizeof(w->peer), "%s", peer);
 	if (++srv->qlen == cap && !srv->listener_paused) {
 		srv->listener_paused = 1;
@@ -1204,7 +1195,7 @@ preface_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (preface_step(pf) == 0) {
-		int64_t left = pf->deadline_ms - gateway_now_ms();
+		int64_t left = pf->deadline_ms - runtime_monotonic_ms();
 		struct timeval tv = runtime_ms_timeval(left > 0 ? (uint32_t)left : 0);
 
 		event_add(pf->ev, &tv);
@@ -1251,7 +1242,7 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		return;
 	}
 	/* One deadline for the whole header, not one per read. */
-	pf->deadline_ms = gateway_now_ms() + srv->gw->limits.http_timeout_ms;
+	pf->deadline_ms = runtime_monotonic_ms() + srv->gw->limits.http_timeout_ms;
 	event_add(pf->ev, &tv);
 }
 

@@ -503,15 +503,6 @@ tunnel_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 
 /* ---- keepalive ---- */
 
-static int64_t
-monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void
 keepalive_arm(struct agent_tunnel *t, int64_t in_ms)
 {
@@ -524,7 +515,7 @@ keepalive_arm(struct agent_tunnel *t, int64_t in_ms)
 static void
 keepalive_heard(struct agent_tunnel *t)
 {
-	t->last_rx_ms = monotonic_ms();
+	t->last_rx_ms = runtime_monotonic_ms();
 	t->ping_ms = 0;
 }
 
@@ -535,7 +526,7 @@ static void
 tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_tunnel *t = arg;
-	int64_t now = monotonic_ms(), due;
+	int64_t now = runtime_monotonic_ms(), due;
 
 	if (t->ws == NULL || t->phase == TUNNEL_DISCONNECTED ||
 	    t->phase == TUNNEL_CONNECTING)
