@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <openssl/crypto.h>
 
 #define BEARER_PREFIX "Authorization: Bearer "
 
@@ -357,18 +358,6 @@ http_body_end_init(struct http_body_end *e, const struct http_framing *f)
 		e->state = BE_DONE;
 }
 
-int
-http_hexdigit(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* One byte of chunk framing (not data); -1 if malformed. */
 static int
 body_end_step(struct http_body_end *e, unsigned char c)
@@ -379,7 +368,7 @@ body_end_step(struct http_body_end *e, unsigned char c)
 		return -1;
 	switch (e->state) {
 	case BE_SIZE:
-		if ((h = http_hexdigit(c)) >= 0) {
+		if ((h = OPENSSL_hexchar2int(c)) >= 0) {
 			if (e->line > 15)
 				return -1;
 			e->left = e->left * 16 + (uint64_t)h;

@@ -31,9 +31,6 @@
  */
 size_t http_head_length(const char *buf, size_t len);
 
-/* The value of a hex digit (0-9, a-f, A-F), or -1. */
-int http_hexdigit(unsigned char c);
-
 /* 1 if token (len bytes) may be sent as a bearer token, else 0. */
 int http_token_valid(const char *token, size_t len);
 

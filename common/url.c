@@ -28,17 +28,6 @@ host_is_ipv4(const char *host)
 	return inet_pton(AF_INET, host, &a) == 1;
 }
 
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = tolower(c);
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 /* Percent-decodes n bytes of s into out (outlen bytes with the NUL). */
 static int
 decode(const char *s, size_t n, char *out, size_t outlen, char *why, size_t whylen)
@@ -49,8 +38,8 @@ decode(const char *s, size_t n, char *out, size_t outlen, char *why, size_t whyl
 		int c = (unsigned char)s[i];
 
 		if (c == '%') {
-			int hi = i + 2 < n ? hexval((unsigned char)s[i + 1]) : -1;
-			int lo = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
+			int hi = i + 2 < n ? OPENSSL_hexchar2int((unsigned char)s[i + 1]) : -1;
+			int lo = i + 2 < n ? OPENSSL_hexchar2int((unsigned char)s[i + 2]) : -1;
 
 			if (hi < 0 || lo < 0) {
 				snprintf(why, whylen, "bad %%-escape in the user information");

@@ -32,6 +32,7 @@
 #include <strings.h>
 
 #include <http_parser.h>
+#include <openssl/crypto.h>
 
 #include "httphead.h"
 
@@ -166,8 +167,8 @@ pct_decode(const char *in, size_t len, int plus_is_space)
 
 			if (len - i < 3)
 				goto bad;
-			hi = http_hexdigit((unsigned char)in[i + 1]);
-			lo = http_hexdigit((unsigned char)in[i + 2]);
+			hi = OPENSSL_hexchar2int((unsigned char)in[i + 1]);
+			lo = OPENSSL_hexchar2int((unsigned char)in[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				goto bad;
 			*o++ = (char)(hi << 4 | lo);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include <libpq-fe.h>
+#include <openssl/crypto.h>
 
 #include "log.h"
 #include "store_backend.h"
@@ -325,18 +326,6 @@ pg_col_text(const struct store_row *r, int col, char *dst, size_t dstlen)
 	return 0;
 }
 
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* bytea in hex output: "\x" and 64 hex digits. */
 static int
 pg_col_key(const struct store_row *r, int col, uint8_t dst[32])
@@ -349,8 +338,8 @@ pg_col_key(const struct store_row *r, int col, uint8_t dst[32])
 	    v[0] != '\\' || v[1] != 'x')
 		return -1;
 	for (i = 0; i < 32; i++) {
-		if ((hi = hexval(v[2 + 2 * i])) == -1 ||
-		    (lo = hexval(v[3 + 2 * i])) == -1)
+		if ((hi = OPENSSL_hexchar2int((unsigned char)v[2 + 2 * i])) == -1 ||
+		    (lo = OPENSSL_hexchar2int((unsigned char)v[3 + 2 * i])) == -1)
 			return -1;
 		dst[i] = (uint8_t)(hi << 4 | lo);
 	}

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <openssl/crypto.h>
 
 #include "runtime.h"
 #include "wsclient.h"
@@ -51,17 +52,6 @@ usage(void)
 	exit(2);
 }
 
-static int
-hexval(int ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	ch = tolower(ch);
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	return -1;
-}
-
 static uint8_t *
 unhex(const char *s, size_t *len)
 {
@@ -73,8 +63,8 @@ unhex(const char *s, size_t *len)
 	if ((out = malloc(n / 2 + 1)) == NULL)
 		return NULL;
 	for (size_t i = 0; i < n / 2; i++) {
-		int hi = hexval((unsigned char)s[2 * i]);
-		int lo = hexval((unsigned char)s[2 * i + 1]);
+		int hi = OPENSSL_hexchar2int((unsigned char)s[2 * i]);
+		int lo = OPENSSL_hexchar2int((unsigned char)s[2 * i + 1]);
 		if (hi < 0 || lo < 0) {
 			free(out);
 			return NULL;
