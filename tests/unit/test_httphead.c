@@ -338,6 +338,12 @@ test_check_refuses_ambiguous_heads(void **state)
 	    "a Transfer-Encoding other than chunked");
 	CHECK_BAD("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
 	    "more than one Transfer-Encoding");
+	/* http-parser reads these as a Transfer-Encoding that undoes chunked. */
+	CHECK_BAD("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+	    "transfer-encodingx: y\r\n\r\n",
+	    "a header name that extends Transfer-Encoding");
+	CHECK_BAD("POST / HTTP/1.1\r\nTransfer-Encoding-Foo: chunked\r\n\r\n",
+	    "a header name that extends Transfer-Encoding");
 	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r\n Impersonate-User: x\r\n\r\n",
 	    "an obs-fold (a header line starting with a space or tab)");
 	CHECK_BAD("GET / HTTP/1.1\r\n\tX: a\r\n\r\n",
