@@ -146,6 +146,20 @@ agent_id_of() { # agent_id_of NODE
 	jq -er .agent_id "$T/$1/state.json"
 }
 
+# held_connect CLUSTER NODE TARGET OUT [ERR]: `tetherctl connect` to TARGET
+# through NODE, its input the FIFO $T/in held open on fd 7 (write with >&7,
+# end the input with `exec 7>&-`), its output in OUT and its errors appended
+# to ERR (default /dev/null).  Sets HELD_PID.
+held_connect() {
+	local cid=$1 node=$2 target=$3 out=$4 err=${5:-/dev/null}
+	rm -f "$T/in"
+	mkfifo "$T/in"
+	"$CTL" connect --cluster "$cid" --node "$node" "$target" <"$T/in" >"$out" 2>>"$err" &
+	HELD_PID=$!
+	PIDS+=("$HELD_PID")
+	exec 7>"$T/in"
+}
+
 agent_is() { # agent_is NODE STATE: registered, connected and in STATE
 	local id
 	id=$(jq -er '.agent_id | select(. != "")' "$T/$1/state.json") || return 1

@@ -43,12 +43,8 @@ wait_until 40 "n1 reconnected and active after SIGCONT" agent_is n1 active
 pass "a stopped gateway is noticed by the agent's keepalive; it reconnects after SIGCONT"
 
 # --- the agent stops, with a stream open ---
-mkfifo "$T/in"
-"$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" \
-	<"$T/in" >"$T/out" 2>"$T/connect.err" &
-cpid=$!
-PIDS+=("$cpid")
-exec 7>"$T/in"
+held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/out" "$T/connect.err"
+cpid=$HELD_PID
 echo "before the stop" >&7
 wait_until 20 "the echo through the stream" grep -q "before the stop" "$T/out"
 

@@ -35,12 +35,8 @@ wait_until 30 "n1 active" agent_is n1 active
 [ "$(readyz_code)" = 200 ] || fail "/readyz is not 200 before the drain"
 
 # --- 1. a stream that finishes within the drain timeout ---
-mkfifo "$T/in"
-"$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" \
-	<"$T/in" >"$T/out" 2>"$T/connect.err" &
-cpid=$!
-PIDS+=("$cpid")
-exec 7>"$T/in"
+held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/out" "$T/connect.err"
+cpid=$HELD_PID
 echo "before the drain" >&7
 wait_until 20 "echo before the drain" grep -q "before the drain" "$T/out"
 
@@ -81,13 +77,8 @@ wait_until 40 "n1 back on the new gateway by itself" agent_is n1 active
 pass "the agent reconnected to the new gateway"
 
 # --- 2. a stream that outlives the drain timeout is cut at its end ---
-rm -f "$T/in"
-mkfifo "$T/in"
-"$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" \
-	<"$T/in" >"$T/out2" 2>"$T/connect2.err" &
-cpid=$!
-PIDS+=("$cpid")
-exec 7>"$T/in"
+held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/out2" "$T/connect2.err"
+cpid=$HELD_PID
 echo "held" >&7
 wait_until 20 "echo of the held stream" grep -q held "$T/out2"
 gateway_stop

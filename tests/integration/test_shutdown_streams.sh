@@ -52,13 +52,9 @@ for round in $(seq 1 "$ROUNDS"); do
 	round_pids=()
 
 	# 1. tetherctl connect, its input a FIFO nobody closes.
-	rm -f "$T/in" "$T/connect.out" "$T/raw.ready"
-	mkfifo "$T/in"
-	"$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" \
-		<"$T/in" >"$T/connect.out" 2>>"$T/connect.log" &
-	round_pids+=($!)
-	PIDS+=($!)
-	exec 7>"$T/in"
+	rm -f "$T/connect.out" "$T/raw.ready"
+	held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/connect.out" "$T/connect.log"
+	round_pids+=("$HELD_PID")
 	printf 'held' >&7
 	wait_until 20 "connect echoed (round $round)" grep -q held "$T/connect.out"
 

@@ -38,10 +38,7 @@ admin_token=$(cat "$GW_DIR/admin.token")
 user_token=$(ctl user create viewer --cluster "$alpha" | jq -er .token)
 
 # A live stream: tetherctl connect held open by a FIFO nobody writes to yet.
-mkfifo "$T/in"
-"$CTL" connect --cluster "$alpha" --node n1 "127.0.0.1:$echo_port" <"$T/in" >/dev/null &
-PIDS+=($!)
-exec 7>"$T/in"
+held_connect "$alpha" n1 "127.0.0.1:$echo_port" /dev/null
 on_cleanup 'exec 7>&-'
 printf 'hello, tether' >&7
 live_stream() {
