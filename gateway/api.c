@@ -41,6 +41,7 @@
 #include "hub.h"
 #include "joindoc.h"
 #include "log.h"
+#include "notices.h"
 #include "route.h"
 #include "session.h"
 #include "store.h"
@@ -357,7 +358,20 @@ agents_get(struct gateway *gw, const char *id, struct route_response *r)
 	route_respond_json(r, 200, agent_json_one(gw, &a));
 }
 
-/* approve, verify, revoke: persist first, then tell the connected agent. */
+/* Whether a live replica's lease holds agent_id's tunnel (one store read). */
+static int
+held_elsewhere(struct gateway *gw, const char *agent_id)
+{
+	size_t n;
+	struct store_presence *ps = presence_sorted(gw, &n);
+	int held = presence_replica(ps, n, agent_id) != NULL;
+
+	free(ps);
+	return held;
+}
+
+/* approve, verify, revoke: persist first, then tell the connected agent;
+ * another replica holding it hears the change and acts (notices.h). */
 static void
 agents_action(struct gateway *gw, const char *id, const char *action,
     struct route_response *r)
@@ -387,7 +401,9 @@ agents_action(struct gateway *gw, const char *id, const char *action,
 		else {
 			rc = store_agent_transition(gw->store, id, AGENT_EV_VERIFY, NULL,
 			    gateway_now(), &a, err, sizeof(err));
-			if (rc == STORE_OK)
+			/* Held by another replica: it hears the change and runs
+			 * the round trip (docs/0021). */
+			if (rc == STORE_OK && !held_elsewhere(gw, id))
 				rc = store_agent_transition(gw->store, id,
 				    AGENT_EV_VERIFY_FAIL, "agent is not connected",
 				    gateway_now(), &a, err, sizeof(err));
@@ -785,6 +801,24 @@ admin_route(struct gateway *gw, const struct route_request *req, struct route_re
 	route_respond_error(r, 404, "no route %s %s", req->method, req->path);
 }
 
+/* 503 while draining or while the store is out of reach (docs/0021). */
+static void
+readyz(struct gateway *gw, struct route_response *r)
+{
+	char why[384], body[416];
+	int n;
+
+	if (gw->stopping) {
+		route_respond_text(r, 503, "text/plain", "stopping\n", 9);
+	} else if (notices_store_problem(gw, why, sizeof(why)) != NULL) {
+		n = snprintf(body, sizeof(body), "store unreachable: %s\n", why);
+		route_respond_text(r, 503, "text/plain", body,
+		    n < (int)sizeof(body) ? (size_t)n : sizeof(body) - 1);
+	} else {
+		route_respond_text(r, 200, "text/plain", "ready\n", 6);
+	}
+}
+
 static void
 api_handle(struct gateway *gw, const struct route_request *req,
     struct route_response *r)
@@ -793,10 +827,7 @@ api_handle(struct gateway *gw, const struct route_request *req,
 	if (strcmp(req->path, "/healthz") == 0) {
 		route_respond_text(r, 200, "text/plain", "ok\n", 3);
 	} else if (strcmp(req->path, "/readyz") == 0) {
-		if (gw->stopping)
-			route_respond_text(r, 503, "text/plain", "stopping\n", 9);
-		else
-			route_respond_text(r, 200, "text/plain", "ready\n", 6);
+		readyz(gw, r);
 	} else if (strcmp(req->path, "/v1/ca") == 0 && strcmp(req->method, "GET") == 0) {
 		route_respond_text(r, 200, "application/x-pem-file", gw->ca_pem,
 		    gw->ca_pem_len);

@@ -24,6 +24,7 @@ struct store_worker;
 struct hub;
 struct share;
 struct presence;
+struct notices;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
 struct gateway_limits {
@@ -85,6 +86,7 @@ struct gateway {
 	char replica_id[64];            /* --replica-id (default: the host name) */
 	char peer_url[256];             /* --peer-url, or "" */
 	struct presence *presence;      /* the lease and tunnel records (presence.c) */
+	struct notices *notices;        /* other replicas' changes, heard (notices.c) */
 };
 
 /*

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
+#include "notices.h"
 #include "presence.h"
 #include "prom_http.h"
 #include "route.h"
@@ -615,6 +616,10 @@ cmd_serve(int argc, char **argv)
 		    KV_S("err", err));
 		goto out;
 	}
+	if (notices_start(&gw, store_url, err, sizeof(err)) != 0) {
+		error("cannot start hearing other replicas", KV_S("err", err));
+		goto out;
+	}
 	if (server_start(&gw, routes, host, port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		goto out;
@@ -658,6 +663,7 @@ cmd_serve(int argc, char **argv)
 	rc = 0;
 out:
 	prom_http_free(metrics_http);
+	notices_stop(&gw);
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(&gw);
 	server_stop(&gw);

@@ -21,7 +21,10 @@
 struct presence {
 	struct event *renew;       /* every PRESENCE_RENEW_MS */
 	int renewing;              /* a renewal is queued: the next one waits */
+	int64_t renew_queued_ms;   /* monotonic: when that renewal was queued */
 	int failing;               /* the last renewal failed (logged once) */
+	int unreachable;           /* ... and not for a full disk: the store is down */
+	char problem[STORE_ERROR_MAX + 1];  /* why, while unreachable */
 };
 
 enum pjob_kind { PJ_RENEW, PJ_DROP, PJ_UP, PJ_DOWN };
@@ -70,6 +73,10 @@ renew_done(struct gateway *gw, const struct pjob *j)
 	if (p == NULL)
 		return;       /* stopped meanwhile */
 	p->renewing = 0;
+	/* A full disk still answers (reads work); anything else is a store
+	 * this replica cannot reach (/readyz says so, docs/0021). */
+	p->unreachable = j->rc != STORE_OK && j->rc != STORE_FULL;
+	snprintf(p->problem, sizeof(p->problem), "%s", j->err);
 	if (j->rc != STORE_OK) {
 		if (!p->failing)
 			warn("presence: cannot renew this replica's lease: other "
@@ -137,8 +144,10 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 
 	/* A store that stalls gets one renewal at a time, not a backlog. */
 	if (!p->renewing && pjob_submit(gw, PJ_RENEW, NULL,
-	    gateway_now_ms() + PRESENCE_LEASE_MS) == 0)
+	    gateway_now_ms() + PRESENCE_LEASE_MS) == 0) {
 		p->renewing = 1;
+		p->renew_queued_ms = runtime_monotonic_ms();
+	}
 	evtimer_add(p->renew, &tv);
 }
 
@@ -185,4 +194,17 @@ presence_tunnel_down(struct gateway *gw, const char *agent_id)
 {
 	if (gw->presence != NULL)
 		(void)pjob_submit(gw, PJ_DOWN, agent_id, 0);
+}
+
+const char *
+presence_problem(struct gateway *gw)
+{
+	struct presence *p = gw->presence;
+
+	if (p == NULL)
+		return NULL;
+	if (p->renewing &&
+	    runtime_monotonic_ms() - p->renew_queued_ms > PRESENCE_LEASE_MS)
+		return "the store has not answered a lease renewal for a whole lease";
+	return p->unreachable ? p->problem : NULL;
 }

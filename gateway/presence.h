@@ -30,6 +30,10 @@ int presence_start(struct gateway *gw, char *err, size_t errlen);
  * clean exit: the agents are gone from this replica at once), after every
  * job queued before; store_worker_stop runs it.  Idempotent. */
 void presence_stop(struct gateway *gw);
+/* NULL while the lease renews; else why the store is out of reach (the
+ * last renewal failed, not for a full disk, or has not been answered
+ * within PRESENCE_LEASE_MS).  Valid until the loop runs again. */
+const char *presence_problem(struct gateway *gw);
 /* An agent's tunnel was established here / closed here (queued; a store
  * failure is logged, not fatal). */
 void presence_tunnel_up(struct gateway *gw, const char *agent_id);

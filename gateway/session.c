@@ -526,6 +526,12 @@ session_node(const struct session *s)
 	return s->agent.node;
 }
 
+const char *
+session_agent_id(const struct session *s)
+{
+	return s->agent.id;
+}
+
 int
 session_is_active(const struct session *s)
 {
@@ -826,6 +832,38 @@ session_agent_changed(struct session *s, const struct store_agent *a)
 		return;
 	s->agent = *a;
 	session_send_state(s);
+}
+
+void
+session_record_changed(struct session *s, const struct store_agent *a)
+{
+	enum agent_state was = s->agent.state;
+
+	if (s->phase != PHASE_ESTABLISHED || a->state == was)
+		return;
+	if (a->state == AGENT_REVOKED) {
+		info("agent revoked in the store: closing its tunnel",
+		    KV_S("agent", a->id));
+		session_kick(s, "revoked", "agent revoked by an operator");
+		return;
+	}
+	/* A store call of this session is out: its answer brings the record
+	 * it needs, and a verification under way decides for itself. */
+	if (s->job != NULL || s->verifying)
+		return;
+	info("agent changed in the store", KV_S("agent", a->id),
+	    KV_S("from", agent_state_name(was)),
+	    KV_S("to", agent_state_name(a->state)));
+	if (a->state == AGENT_VERIFYING) {
+		/* Verification asked for on another replica: it runs here. */
+		session_verifying(s, a);
+		return;
+	}
+	session_agent_changed(s, a);
+	if (was == AGENT_PENDING_APPROVAL && a->state == AGENT_ENROLL)
+		/* Approved on another replica: verify, as approve does here. */
+		session_transition(s, AGENT_EV_VERIFY, NULL, session_verify_started,
+		    false, "the start of verification");
 }
 
 static void

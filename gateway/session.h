@@ -67,6 +67,15 @@ void session_agent_changed(struct session *s, const struct store_agent *a);
 /* Starts verification (persisting enroll|active -> verifying).  Returns the
  * store result; *out holds the new record. */
 int session_verify(struct session *s, struct store_agent *out, char *err, size_t errlen);
+/*
+ * The agent's record changed in the store, here or on another replica
+ * (heard through the store, docs/0021); a is the record as read since.  A
+ * revoked agent's tunnel closes; an agent approved elsewhere is told and
+ * verified, as approve does here; a verification started elsewhere runs
+ * here; another new state is told to the agent.  Nothing when a says what
+ * the session already knows (its own change, heard back).
+ */
+void session_record_changed(struct session *s, const struct store_agent *a);
 /* Sends ERROR(code, reason) and closes the tunnel. */
 void session_kick(struct session *s, const char *code, const char *reason);
 
@@ -81,6 +90,8 @@ void session_drain(struct session *s, const char *reason, uint32_t jitter_ms);
 void session_on_drain(struct session *s);
 /* The agent's node name, and whether it may carry streams now. */
 const char *session_node(const struct session *s);
+/* The agent's id ("" before it is known). */
+const char *session_agent_id(const struct session *s);
 int session_is_active(const struct session *s);
 
 struct mux_stream;

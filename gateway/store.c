@@ -344,14 +344,20 @@ connect_backend(const char *url, struct store *s, char *err, size_t errlen)
 		return store_sqlite_connect(url + strlen(SQLITE_SCHEME), s, err,
 		    errlen);
 	/* libpq reads the whole URL, scheme included. */
-	if (has_prefix(url, POSTGRES_SCHEME) ||
-	    has_prefix(url, POSTGRESQL_SCHEME))
+	if (store_url_is_postgres(url))
 		return store_pg_connect(url, s, err, errlen);
 	/* Print only the scheme: a URL may carry a password. */
 	snprintf(err, errlen, "unsupported store URL scheme \"%.*s\" "
 	    "(expected sqlite://PATH or postgres://USER@HOST:PORT/DB)",
 	    (int)strcspn(url, ":/"), url);
 	return STORE_ERR;
+}
+
+bool
+store_url_is_postgres(const char *url)
+{
+	return has_prefix(url, POSTGRES_SCHEME) ||
+	    has_prefix(url, POSTGRESQL_SCHEME);
 }
 
 int

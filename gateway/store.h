@@ -85,6 +85,8 @@ struct store_agent {
 /* Opens (creating and migrating as needed).  Returns STORE_OK or STORE_ERR
  * with err; *out is NULL on failure. */
 int store_open(const char *url, struct store **out, char *err, size_t errlen);
+/* Whether url names a PostgreSQL store (shared by replicas), not SQLite. */
+bool store_url_is_postgres(const char *url);
 void store_close(struct store *s);
 /* The schema version the open database is at. */
 int store_schema_version(struct store *s);

@@ -93,6 +93,8 @@ struct store_dialect {
 	const char *table_end;   /* what closes CREATE TABLE */
 	const char *rowid;       /* an insertion-order column "rowid", or "" if
 	                          * the engine has one built in */
+	const char *notify;      /* triggers announcing changes to other
+	                          * replicas (docs/0021), or "" */
 };
 
 struct store_backend {
@@ -147,6 +149,9 @@ int store_sqlite_connect(const char *path, struct store *s, char *err,
  * postgresql:// URL, as libpq reads it. */
 int store_pg_connect(const char *url, struct store *s, char *err,
     size_t errlen);
+/* The PostgreSQL channel the schema's triggers notify on and every replica
+ * listens to (store_listen.h, docs/0021). */
+#define STORE_PG_CHANNEL "tether"
 
 /*
  * Ends the transaction begun with be->begin: commits when rc is STORE_OK,

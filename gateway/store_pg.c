@@ -16,7 +16,10 @@
  * replicas starting at once migrate one after the other.
  *
  * Calls block until the server answers (docs/0016 says how the event loop
- * is kept from waiting on them).
+ * is kept from waiting on them).  A connection the server dropped is
+ * re-opened before a later statement, at most once per
+ * RECONNECT_INTERVAL_MS and for at most CONNECT_TIMEOUT_S (docs/0021):
+ * while the server is down, statements fail at once in between.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,12 +30,24 @@
 #include <openssl/crypto.h>
 
 #include "log.h"
+#include "runtime.h"
 #include "store_backend.h"
 
-#define PG(s) ((PGconn *)(s)->impl)
+/* A struct store's connection and when it may next be re-opened. */
+struct pg {
+	PGconn *conn;
+	int64_t next_reset_ms;     /* monotonic; 0: at once */
+	bool lost_logged;          /* "connection lost" said once per outage */
+};
+
+#define PGS(s) ((struct pg *)(s)->impl)
+#define PG(s) (PGS(s)->conn)
 #define RES(r) ((const PGresult *)(r)->impl)
 
-#define CONNECT_TIMEOUT_S "10"
+/* libpq's smallest useful value is 2 s; a reconnect on the event loop's
+ * connection holds the loop this long at worst (a host that drops SYNs). */
+#define CONNECT_TIMEOUT_S "3"
+#define RECONNECT_INTERVAL_MS 2000
 #define MAX_PARAMS 16
 #define MAX_SQL 2048
 /* pg_advisory_xact_lock's key for migrations: "tether" plus a 1. */
@@ -114,14 +129,62 @@ res_ok(const PGresult *res)
 static void
 revive(struct store *s)
 {
-	if (PQstatus(PG(s)) != CONNECTION_BAD)
+	struct pg *p = PGS(s);
+	int64_t now = runtime_monotonic_ms();
+
+	if (PQstatus(p->conn) != CONNECTION_BAD || now < p->next_reset_ms)
 		return;
-	warn("store connection lost; reconnecting",
-	    KV_S("err", PQerrorMessage(PG(s))));
-	PQreset(PG(s));
+	if (!p->lost_logged)
+		warn("store connection lost; reconnecting",
+		    KV_S("err", PQerrorMessage(p->conn)));
+	p->lost_logged = true;
+	PQreset(p->conn);
+	/* Counted from the end of the attempt: a server that drops SYNs holds
+	 * the caller CONNECT_TIMEOUT_S, then leaves it alone for the interval. */
+	p->next_reset_ms = runtime_monotonic_ms() + RECONNECT_INTERVAL_MS;
+	if (PQstatus(p->conn) == CONNECTION_OK) {
+		info("store connection re-opened");
+		p->lost_logged = false;
+		p->next_reset_ms = 0;
+	}
 }
 
 /* ---- statements ---------------------------------------------------------- */
+
+/* A statement's parameters in libpq's form. */
+struct pg_params {
+	int n;
+	const char *const *values;
+	const int *lengths, *formats;
+};
+
+/*
+ * Runs sql with p (NULL: constant SQL, possibly several statements).
+ * Outside a transaction, a connection known to be lost is re-opened first
+ * (revive); one found lost only by this statement (the first after a
+ * server restart) is re-opened and the statement run once more if it may
+ * run twice (again: a read, BEGIN).  The result, or NULL (out of memory).
+ */
+static PGresult *
+pg_send(struct store *s, const char *sql, const struct pg_params *p, bool again)
+{
+	PGTransactionStatusType ts = PQtransactionStatus(PG(s));
+	bool outside = ts == PQTRANS_IDLE || ts == PQTRANS_UNKNOWN;
+	PGresult *res = NULL;
+	int tries;
+
+	for (tries = 0; tries < (outside && again ? 2 : 1); tries++) {
+		if (outside)
+			revive(s);
+		PQclear(res);
+		res = p == NULL ? PQexec(PG(s), sql) : PQexecParams(PG(s), sql,
+		    p->n, NULL, p->values, p->lengths, p->formats, 0);
+		if ((res != NULL && res_ok(res)) ||
+		    PQstatus(PG(s)) != CONNECTION_BAD)
+			break;
+	}
+	return res;
+}
 
 /* q's SQL with $1, $2, ... for '?' and FOR UPDATE when asked. */
 static int
@@ -216,11 +279,8 @@ pg_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
 		return STORE_ERR;
 	}
 	pg_params(q, values, lengths, formats, nums);
-	if (PQtransactionStatus(PG(s)) == PQTRANS_IDLE ||
-	    PQtransactionStatus(PG(s)) == PQTRANS_UNKNOWN)
-		revive(s);
-	res = PQexecParams(PG(s), sql, (int)q->nparams, NULL, values, lengths,
-	    formats, 0);
+	res = pg_send(s, sql, &(struct pg_params){ (int)q->nparams, values,
+	    lengths, formats }, strncmp(q->sql, "SELECT", 6) == 0);
 	if (res == NULL || !res_ok(res)) {
 		if (out != NULL && res != NULL)
 			out->violation = violation(res);
@@ -243,10 +303,7 @@ pg_exec(struct store *s, const char *sql, const char *what, char *err,
 	PGresult *res;
 	int rc = STORE_OK;
 
-	if (PQtransactionStatus(PG(s)) == PQTRANS_IDLE ||
-	    PQtransactionStatus(PG(s)) == PQTRANS_UNKNOWN)
-		revive(s);
-	res = PQexec(PG(s), sql);
+	res = pg_send(s, sql, NULL, strcmp(sql, "BEGIN") == 0);
 	if (res == NULL || !res_ok(res))
 		rc = res_fail(s, res, what, err, errlen);
 	PQclear(res);
@@ -349,8 +406,10 @@ pg_col_key(const struct store_row *r, int col, uint8_t dst[32])
 static void
 pg_close(struct store *s)
 {
-	if (s->impl != NULL)
+	if (s->impl != NULL) {
 		PQfinish(PG(s));
+		free(s->impl);
+	}
 	s->impl = NULL;
 }
 
@@ -359,6 +418,25 @@ static const struct store_dialect pg_dialect = {
 	.blob = "BYTEA",
 	.table_end = ")",
 	.rowid = "rowid BIGSERIAL NOT NULL,",
+	/* In the changing transaction: delivered at its commit, to every
+	 * replica listening (store_listen.c), never for a rollback. */
+	.notify =
+	"CREATE FUNCTION tether_agent_changed() RETURNS trigger"
+	"  LANGUAGE plpgsql AS $$ BEGIN"
+	"    PERFORM pg_notify('" STORE_PG_CHANNEL "', 'agent:' || NEW.id);"
+	"    RETURN NULL;"
+	"  END $$;"
+	"CREATE TRIGGER agents_changed AFTER UPDATE OF state ON agents"
+	"  FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)"
+	"  EXECUTE FUNCTION tether_agent_changed();"
+	"CREATE FUNCTION tether_token_revoked() RETURNS trigger"
+	"  LANGUAGE plpgsql AS $$ BEGIN"
+	"    PERFORM pg_notify('" STORE_PG_CHANNEL "', 'token:' || NEW.id);"
+	"    RETURN NULL;"
+	"  END $$;"
+	"CREATE TRIGGER tokens_revoked AFTER UPDATE OF revoked ON tokens"
+	"  FOR EACH ROW WHEN (OLD.revoked IS DISTINCT FROM NEW.revoked)"
+	"  EXECUTE FUNCTION tether_token_revoked();",
 };
 
 static const struct store_backend pg_backend = {
@@ -394,15 +472,18 @@ store_pg_connect(const char *url, struct store *s, char *err, size_t errlen)
 	    "dbname", NULL };
 	const char *const values[] = { CONNECT_TIMEOUT_S, "tether-gateway",
 	    url, NULL };
+	struct pg *p = calloc(1, sizeof(*p));
 	PGconn *conn;
 
 	s->be = &pg_backend;
-	conn = PQconnectdbParams(keys, values, 1);
+	conn = p != NULL ? PQconnectdbParams(keys, values, 1) : NULL;
 	if (conn == NULL) {
+		free(p);
 		snprintf(err, errlen, "cannot connect to PostgreSQL: out of memory");
 		return STORE_ERR;
 	}
-	s->impl = conn;
+	p->conn = conn;
+	s->impl = p;
 	if (PQstatus(conn) != CONNECTION_OK) {
 		/* libpq's reason names host and port, never the password. */
 		message(err, errlen, "cannot connect to PostgreSQL",

@@ -9,6 +9,9 @@
  *   {END}   what closes CREATE TABLE  (") STRICT", ")")
  *   {ROWID} an insertion-order column named rowid (SQLite has one built in;
  *           PostgreSQL gets "rowid BIGSERIAL NOT NULL,")
+ *   {NOTIFY} the triggers that tell other replicas of a change (docs/0021;
+ *           PostgreSQL: pg_notify on the channel "tether" in the changing
+ *           transaction; SQLite: nothing, it serves a single gateway)
  * Everything else (partial indexes, CHECKs, foreign keys) is SQL both
  * engines read the same.
  */
@@ -97,6 +100,10 @@ static const char *const migrations[] = {
 	"  since      {INT} NOT NULL"
 	"{END};"
 	"CREATE INDEX tunnels_by_replica ON tunnels (replica_id);",
+
+	/* 4: cluster-wide effects (docs/0021): an agent's state or a token's
+	 * revocation, changed by any replica, is announced to all of them. */
+	"{NOTIFY}",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -126,6 +133,7 @@ marker_word(const struct store_dialect *d, const char *p, size_t *mlen)
 		{ "{BLOB}", offsetof(struct store_dialect, blob) },
 		{ "{END}", offsetof(struct store_dialect, table_end) },
 		{ "{ROWID}", offsetof(struct store_dialect, rowid) },
+		{ "{NOTIFY}", offsetof(struct store_dialect, notify) },
 	};
 	size_t i;
 

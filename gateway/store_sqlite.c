@@ -333,6 +333,7 @@ static const struct store_dialect sqlite_dialect = {
 	.blob = "BLOB",
 	.table_end = ") STRICT",
 	.rowid = "",
+	.notify = "",     /* one gateway: nobody else to tell */
 };
 
 static const struct store_backend sqlite_backend = {

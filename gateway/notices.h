@@ -1,0 +1,40 @@
+/*
+ * notices.h: cluster-wide effects (docs/0021).  What any replica changes
+ * in a shared PostgreSQL store takes effect here within a second: a token
+ * revoked anywhere empties this replica's cache of proven tokens
+ * (access_revoked); an agent whose state changed anywhere and whose tunnel
+ * this replica holds is re-read (on the store thread) and acted on
+ * (session_record_changed: a revoked agent's tunnel closes, an approval or
+ * a verification reaches the agent).  Heard through store_listen.h; after
+ * the listener was down (a store restart), anything may have been missed:
+ * the token cache is emptied and every agent held here is re-read.
+ *
+ * Also the store's health for /readyz: whether this replica reaches its
+ * store (the listener, the lease renewals of presence.h).
+ *
+ * Costs: per notice about a token, one emptying of the 512-slot cache; per
+ * notice about an agent held here, one store read (a job on the store
+ * thread); after a reconnect, one job reading every agent held here
+ * (O(agents held) reads, one record each in memory until done).  Nothing
+ * for a SQLite store (a single gateway).
+ */
+#ifndef TETHER_NOTICES_H
+#define TETHER_NOTICES_H
+
+#include <stddef.h>
+
+struct gateway;
+
+/* Starts hearing url's store on gw->base (gw->storew must run).  0, or -1
+ * with err (out of memory). */
+int notices_start(struct gateway *gw, const char *url, char *err, size_t errlen);
+
+/* Stops hearing; re-reads still out are only freed when they end.
+ * Idempotent. */
+void notices_stop(struct gateway *gw);
+
+/* NULL while this replica reaches its store; else why not, for /readyz
+ * ("the store listener: connection lost: ..."), written into buf. */
+const char *notices_store_problem(struct gateway *gw, char *buf, size_t buflen);
+
+#endif
