@@ -645,13 +645,15 @@ bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
     bridge_opened_fn *on_opened, bridge_done_fn *on_done, void *arg)
 {
 	struct bridge *b = bridge_new(bufferevent_get_base(bev), BRIDGE_OPENING);
+	struct frame_open req;
 
 	if (b == NULL)
 		return NULL;
+	frame_open_init(&req, target, NULL);
 	b->on_done = on_done;
 	b->on_opened = on_opened;
 	b->arg = arg;
-	b->s = mux_open(m, NULL, target, NULL, &bridge_stream_handlers, b);
+	b->s = mux_open(m, NULL, &req, &bridge_stream_handlers, b);
 	if (b->s == NULL) {
 		event_free(b->reap);
 		free(b);

@@ -46,6 +46,7 @@ enum field_flag {
 	F_NONZERO = 1 << 2,
 	F_NODE = 1 << 3,       /* node name syntax, see node_name_ok */
 	F_POSITIONAL = 1 << 4, /* an array element: its name is only for messages */
+	F_OMIT_EMPTY = 1 << 5, /* with F_OPTIONAL: not encoded when "" */
 };
 
 struct field {
@@ -131,6 +132,8 @@ static const struct field open_keys[] = {
 	STR("target", u.open.target, F_OPTIONAL),
 	STR("service", u.open.service, F_OPTIONAL),
 	NUM("window", F_U32, u.open.window, 0),
+	STR("agent", u.open.agent, F_OPTIONAL | F_OMIT_EMPTY),
+	STR("principal", u.open.principal, F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 static const struct field open_ok_keys[] = {
@@ -758,6 +761,24 @@ frame_decode(const uint8_t *buf, size_t len, struct frame *f, char *err,
 
 /* ---- encoding ---- */
 
+/* An F_OMIT_EMPTY string that is "" is left out of the map. */
+static int
+enc_omitted(const struct field *fld, const struct frame *f)
+{
+	return (fld->flags & F_OMIT_EMPTY) && fld->kind == F_STR &&
+	    CFIELD(f, fld, char)[0] == '\0';
+}
+
+static uint32_t
+enc_key_count(const struct frame_desc *d, const struct frame *f)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < d->nkeys; i++)
+		n += !enc_omitted(&d->keys[i], f);
+	return n;
+}
+
 static int
 enc_field(msgpack_packer *pk, const struct frame_desc *d,
     const struct field *fld, const struct frame *f)
@@ -793,8 +814,10 @@ enc_field(msgpack_packer *pk, const struct frame_desc *d,
 		data = CFIELD(f, fld, struct frame_data);
 		return msgpack_pack_bin_with_body(pk, data->payload, data->len);
 	case F_MAP:
-		rc = msgpack_pack_map(pk, d->nkeys);
+		rc = msgpack_pack_map(pk, enc_key_count(d, f));
 		for (size_t i = 0; i < d->nkeys; i++) {
+			if (enc_omitted(&d->keys[i], f))
+				continue;
 			s = d->keys[i].name;
 			rc |= msgpack_pack_str_with_body(pk, s, strlen(s));
 			rc |= enc_field(pk, d, &d->keys[i], f);
@@ -907,4 +930,12 @@ frame_make_error(struct frame *f, const char *code, const char *reason)
 	    code != NULL && code[0] != '\0' ? code : "error");
 	snprintf(f->u.error.reason, sizeof(f->u.error.reason), "%s",
 	    reason != NULL ? reason : "");
+}
+
+void
+frame_open_init(struct frame_open *o, const char *target, const char *service)
+{
+	memset(o, 0, sizeof(*o));
+	snprintf(o->target, sizeof(o->target), "%s", target != NULL ? target : "");
+	snprintf(o->service, sizeof(o->service), "%s", service != NULL ? service : "");
 }

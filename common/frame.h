@@ -19,7 +19,10 @@
  *   PING        [11, {"seq":int}]
  *   PONG        [12, {"seq":int}]
  *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
- *   OPEN        [20, stream_id, {"target":str, "service":str, "window":int}]
+ *   OPEN        [20, stream_id, {"target":str, "service":str, "window":int,
+ *                                "agent":str, "principal":str}]
+ *               ("agent" and "principal": only on a link between two gateway
+ *               replicas, docs/0020; absent when empty, ignored by agents)
  *   OPEN_OK     [21, stream_id, {"window":int}]
  *   OPEN_FAIL   [22, stream_id, {"code":str, "reason":str}]
  *   DATA        [23, stream_id, bin]
@@ -52,6 +55,7 @@
 #define FRAME_CODE_MAX       31
 #define FRAME_REASON_MAX     255
 #define FRAME_TARGET_MAX     255  /* "host:port" or a service name */
+#define FRAME_PRINCIPAL_MAX  127  /* "user:NAME", "admin:TOKEN_ID" */
 #define FRAME_NONCE_LEN      32   /* CHALLENGE nonce */
 #define FRAME_VERIFY_NONCE_LEN 16
 #define FRAME_PUBKEY_LEN     32   /* Ed25519 public key */
@@ -156,6 +160,10 @@ struct frame_open {
 	char target[FRAME_TARGET_MAX + 1];  /* "host:port", or "" with service */
 	char service[FRAME_ID_MAX + 1];     /* e.g. "kube-api", or "" */
 	uint32_t window;                    /* initial credit granted to the peer */
+	/* Peer links only (docs/0020), "" otherwise: the agent whose tunnel
+	 * the far replica holds, and who asks for the stream. */
+	char agent[FRAME_ID_MAX + 1];
+	char principal[FRAME_PRINCIPAL_MAX + 1];
 };
 
 struct frame_open_fail {
@@ -223,5 +231,10 @@ const char *frame_type_name(int type);
 
 /* Convenience builders for the frames every phase sends on failure. */
 void frame_make_error(struct frame *f, const char *code, const char *reason);
+
+/* Fills an OPEN's request: target or service (NULL: ""), agent and
+ * principal empty, window 0.  Strings are cut at the fields' sizes (callers
+ * check lengths first: an OPEN with a cut name would go elsewhere). */
+void frame_open_init(struct frame_open *o, const char *target, const char *service);
 
 #endif

@@ -386,8 +386,8 @@ send_window(struct mux_stream *s)
 /* ---- the public stream calls ---- */
 
 struct mux_stream *
-mux_open(struct mux *m, struct budget_account *who, const char *target,
-    const char *service, const struct mux_stream_handlers *h, void *arg)
+mux_open(struct mux *m, struct budget_account *who, const struct frame_open *req,
+    const struct mux_stream_handlers *h, void *arg)
 {
 	struct budget_charge charge;
 	enum budget_refusal why;
@@ -423,8 +423,7 @@ mux_open(struct mux *m, struct budget_account *who, const char *target,
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_OPEN;
 	f.stream_id = s->id;
-	snprintf(f.u.open.target, sizeof(f.u.open.target), "%s", target ? target : "");
-	snprintf(f.u.open.service, sizeof(f.u.open.service), "%s", service ? service : "");
+	f.u.open = *req;
 	f.u.open.window = charge.bytes;
 	if (send_frame(m, &f) != 0) {
 		stream_end(s);

@@ -121,15 +121,15 @@ int mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
 void mux_on_drain(struct mux *m);
 
 /*
- * Opens a stream to target ("host:port") or service, its receive window
- * charged to the budget, this tunnel's share and who's share (a principal's
- * account, or NULL); the window is cfg.window or smaller under pressure.
- * NULL when the tunnel's stream limit or a share is reached: mux_refusal
- * says which.
+ * Opens a stream as req says: its target ("host:port") or service, and on
+ * a link between replicas its agent and principal (frame.h); req->window
+ * is ignored.  The receive window is charged to the budget, this tunnel's
+ * share and who's share (a principal's account, or NULL); it is cfg.window
+ * or smaller under pressure.  NULL when the tunnel's stream limit or a
+ * share is reached: mux_refusal says which.
  */
 struct mux_stream *mux_open(struct mux *m, struct budget_account *who,
-    const char *target, const char *service, const struct mux_stream_handlers *h,
-    void *arg);
+    const struct frame_open *req, const struct mux_stream_handlers *h, void *arg);
 /* Why the last mux_open or mux_stream_accept of m refused. */
 const char *mux_refusal(const struct mux *m);
 /* Registers handlers while the answer to the peer's OPEN is pending (say,

@@ -88,7 +88,7 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 {
 	struct ctlconn *c = arg;
 	struct session *agent;
-	struct relay_who who;
+	struct relay_who who = { 0 };
 	char reason[256];
 	int status;
 
@@ -205,7 +205,7 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 	char node[STORE_NAME_MAX + 1];
 	struct access_grant g;
 	struct session *agent;
-	struct relay_who who;
+	struct relay_who who = { 0 };
 	int status, node_bad;
 
 	/* dial_matches vouched for the shape.  A segment too long for an id

@@ -43,6 +43,7 @@ struct relay {
 	uint64_t up, down;             /* bytes client->agent, agent->client */
 	struct timeval started;
 	char principal[96], cluster[32], node[64], target[256], end[64];
+	char replica[64], via[64];     /* relay_who's, "" when none */
 	char reason[256];              /* the agent's OPEN_FAIL reason, for the audit */
 	struct live_stream live;       /* listed for the status page while it lives */
 };
@@ -57,7 +58,8 @@ relay_audit(struct relay *r)
 	gettimeofday(&now, NULL);
 	timersub(&now, &r->started, &took);
 	audit("stream", KV_S("who", r->principal), KV_S("cluster", r->cluster),
-	    KV_S("node", r->node), KV_S("target", r->target), KV_U("bytes_up", r->up),
+	    KV_S("node", r->node), KV_S("target", r->target),
+	    KV_S("replica", r->replica), KV_S("via", r->via), KV_U("bytes_up", r->up),
 	    KV_U("bytes_down", r->down),
 	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000),
 	    KV_S("end", r->end[0] ? r->end : "done"), KV_S("reason", r->reason));
@@ -428,6 +430,9 @@ relay_new(struct gateway *gw, struct session *agent, const struct relay_who *who
 	snprintf(r->cluster, sizeof(r->cluster), "%s", who->cluster);
 	snprintf(r->node, sizeof(r->node), "%s", session_node(agent));
 	snprintf(r->target, sizeof(r->target), "%s", who->target);
+	snprintf(r->replica, sizeof(r->replica), "%s", who->replica != NULL ?
+	    who->replica : "");
+	snprintf(r->via, sizeof(r->via), "%s", who->via != NULL ? who->via : "");
 	r->live = (struct live_stream){ .kind = kind == CLIENT_RAW ? "connect" : "forward",
 	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
 	    .target = r->target, .up = &r->up, .down = &r->down,

@@ -24,6 +24,12 @@ struct relay_who {
 	const char *principal;   /* "admin:<token id>" or "user:<name>" */
 	const char *cluster;
 	const char *target;
+	/* Peer links (docs/0020), for the audit line; NULL or "" otherwise:
+	 * replica, on the replica the request reached, names the one holding
+	 * the agent's tunnel; via, on that holding replica, names the replica
+	 * that asked over its peer link. */
+	const char *replica;
+	const char *via;
 };
 
 /*

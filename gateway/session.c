@@ -493,6 +493,7 @@ session_open_stream(struct session *s, const char *principal, const char *target
 {
 	struct budget_account *who;
 	struct mux_stream *st;
+	struct frame_open req;
 
 	if (s->phase != PHASE_ESTABLISHED || s->mux == NULL ||
 	    s->agent.state != AGENT_ACTIVE) {
@@ -504,7 +505,8 @@ session_open_stream(struct session *s, const char *principal, const char *target
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	st = mux_open(s->mux, who, target, service, h, arg);
+	frame_open_init(&req, target, service);
+	st = mux_open(s->mux, who, &req, h, arg);
 	if (st == NULL) {
 		snprintf(err, errlen, "agent %s: %s", s->agent.id, mux_refusal(s->mux));
 		debug("stream refused", KV_S("who", principal), KV_S("agent", s->agent.id),

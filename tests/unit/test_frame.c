@@ -256,6 +256,13 @@ test_roundtrip_variants(void **state)
 	roundtrip(&f);
 	memset(f.u.open.service, 's', FRAME_ID_MAX);
 	roundtrip(&f);
+	/* A peer link's OPEN (docs/0020): agent and principal, longest too. */
+	strcpy(f.u.open.agent, "a-0123456789abcdef");
+	strcpy(f.u.open.principal, "user:alice");
+	roundtrip(&f);
+	memset(f.u.open.agent, 'a', FRAME_ID_MAX);
+	memset(f.u.open.principal, 'p', FRAME_PRINCIPAL_MAX);
+	roundtrip(&f);
 
 	sample(FRAME_ERROR, &f);
 	CLEAR(f.u.error.reason);
@@ -295,6 +302,17 @@ test_golden_bytes(void **state)
 	static const uint8_t window[] = { 0x93, 0x18, 0x05, 0xcd, 0x10, 0x00 };
 	static const uint8_t ping[] = { 0x92, 0x0b, 0x81, 0xa3, 's', 'e', 'q', 0x01 };
 	static const uint8_t reset[] = { 0x93, 0x1a, 0xcc, 0x80, 0xa2, 'n', 'o' };
+	/* An agent's OPEN carries no "agent"/"principal" keys (docs/0020). */
+	static const uint8_t open[] = { 0x93, 0x14, 0x03, 0x83,
+	    0xa6, 't', 'a', 'r', 'g', 'e', 't', 0xa3, 'x', ':', '1',
+	    0xa7, 's', 'e', 'r', 'v', 'i', 'c', 'e', 0xa0,
+	    0xa6, 'w', 'i', 'n', 'd', 'o', 'w', 0x07 };
+	static const uint8_t open_peer[] = { 0x93, 0x14, 0x03, 0x85,
+	    0xa6, 't', 'a', 'r', 'g', 'e', 't', 0xa3, 'x', ':', '1',
+	    0xa7, 's', 'e', 'r', 'v', 'i', 'c', 'e', 0xa0,
+	    0xa6, 'w', 'i', 'n', 'd', 'o', 'w', 0x07,
+	    0xa5, 'a', 'g', 'e', 'n', 't', 0xa1, 'a',
+	    0xa9, 'p', 'r', 'i', 'n', 'c', 'i', 'p', 'a', 'l', 0xa6, 'u', 's', 'e', 'r', ':', 'b' };
 	struct frame f;
 	uint8_t *out;
 	size_t len;
@@ -330,6 +348,23 @@ test_golden_bytes(void **state)
 	out = encode_ok(&f, &len);
 	assert_int_equal(len, sizeof(reset));
 	assert_memory_equal(out, reset, len);
+	free(out);
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_OPEN;
+	f.stream_id = 3;
+	frame_open_init(&f.u.open, "x:1", NULL);
+	f.u.open.window = 7;
+	out = encode_ok(&f, &len);
+	assert_int_equal(len, sizeof(open));
+	assert_memory_equal(out, open, len);
+	free(out);
+
+	strcpy(f.u.open.agent, "a");
+	strcpy(f.u.open.principal, "user:b");
+	out = encode_ok(&f, &len);
+	assert_int_equal(len, sizeof(open_peer));
+	assert_memory_equal(out, open_peer, len);
 	free(out);
 }
 
@@ -595,6 +630,11 @@ static const struct edit edits[] = {
 	KEY(FRAME_OPEN, "window", NEG(-1), "OPEN: \"window\" is negative"),
 	KEY(FRAME_OPEN, "window", UINT(1ULL << 32), "OPEN: \"window\" is out of range"),
 	KEY(FRAME_OPEN, "window", UINT(0), NULL),
+	{ FRAME_OPEN, ADD, "agent", 0, STR("a-1"), NULL },
+	{ FRAME_OPEN, ADD, "agent", 0, LONG(64), "OPEN: \"agent\" is too long (64 > 63 bytes)" },
+	{ FRAME_OPEN, ADD, "agent", 0, UINT(1), "OPEN: \"agent\" is not a string" },
+	{ FRAME_OPEN, ADD, "principal", 0, LONG(127), NULL },
+	{ FRAME_OPEN, ADD, "principal", 0, LONG(128), "OPEN: \"principal\" is too long (128 > 127 bytes)" },
 	KEY(FRAME_OPEN_OK, "window", STR("big"), "OPEN_OK: \"window\" is not an integer"),
 	KEY(FRAME_OPEN_FAIL, "code", STR(""), "OPEN_FAIL: \"code\" is empty"),
 	KEY(FRAME_OPEN_FAIL, "reason", LONG(256), "OPEN_FAIL: \"reason\" is too long"),

@@ -33,6 +33,16 @@
 
 /* ---- randomness (fixed seeds) ---- */
 
+/* An OPEN request for mux_open (it copies it). */
+static const struct frame_open *
+open_req(const char *target, const char *service)
+{
+	static struct frame_open req;
+
+	frame_open_init(&req, target, service);
+	return &req;
+}
+
 static uint64_t rng_state;
 
 static uint64_t
@@ -542,7 +552,7 @@ open_from(struct peer *p, const char *target)
 {
 	struct sctx *c = ctx_new(p);
 
-	c->s = mux_open(p->m, NULL, target, NULL, &handlers, c);
+	c->s = mux_open(p->m, NULL, open_req(target, NULL), &handlers, c);
 	assert_non_null(c->s);
 	return c;
 }
@@ -604,7 +614,7 @@ test_open_accept_calls_on_opened_with_windows(void **state)
 	wire(64 * KiB, 32 * KiB);
 	B.policy = ACCEPT;
 	a = ctx_new(&A);
-	a->s = mux_open(A.m, NULL, "db.internal:5432", NULL, &handlers, a);
+	a->s = mux_open(A.m, NULL, open_req("db.internal:5432", NULL), &handlers, a);
 	assert_non_null(a->s);
 	assert_int_equal(A.sent[FRAME_OPEN], 1);
 	assert_int_equal(mux_stream_count(A.m), 1);
@@ -646,7 +656,7 @@ test_open_by_service_name_reaches_peer(void **state)
 	wire(64 * KiB, 64 * KiB);
 	B.policy = DEFER;
 	a = ctx_new(&A);
-	a->s = mux_open(A.m, NULL, NULL, "kube-api", &handlers, a);
+	a->s = mux_open(A.m, NULL, open_req(NULL, "kube-api"), &handlers, a);
 	assert_non_null(a->s);
 	deliver(&A, 1);
 	assert_string_equal(B.last_req.target, "");
@@ -1521,7 +1531,7 @@ test_max_streams_refuses_with_too_many_streams(void **state)
 	assert_int_equal(mux_stream_count(B.m), 2);
 	/* B itself cannot open a third either. */
 	struct sctx *c = ctx_new(&B);
-	assert_null(mux_open(B.m, NULL, "y:1", NULL, &handlers, c));
+	assert_null(mux_open(B.m, NULL, open_req("y:1", NULL), &handlers, c));
 	/* Once one ends there is room again. */
 	mux_stream_reset(a[0]->s, "cancelled");
 	a[0]->s = NULL;
@@ -1543,7 +1553,7 @@ test_process_budget_refuses_open_and_accept_with_busy(void **state)
 	mux_set_process_budget(128 * KiB);
 	open_pair(&a1, &b1);                  /* A's and B's window: 128 KiB */
 	a2 = ctx_new(&A);
-	assert_null(mux_open(A.m, NULL, "x:1", NULL, &handlers, a2));
+	assert_null(mux_open(A.m, NULL, open_req("x:1", NULL), &handlers, a2));
 	assert_int_equal(A.sent[FRAME_OPEN], 1);
 
 	/* B asks A; A's accept would commit beyond the budget.  16 KiB free:
@@ -1592,7 +1602,7 @@ test_windows_shrink_under_pressure_before_refusal(void **state)
 	free(take_frame(&A, &f));
 	assert_int_equal(f.u.open.window, 16 * KiB);
 	c = ctx_new(&A);                      /* 5.3 KiB free: refused */
-	assert_null(mux_open(A.m, NULL, "x:3", NULL, &handlers, c));
+	assert_null(mux_open(A.m, NULL, open_req("x:3", NULL), &handlers, c));
 	assert_string_equal(mux_refusal(A.m), "the stream memory budget is spent");
 }
 
@@ -1606,11 +1616,11 @@ test_open_fails_cleanly_when_transport_refuses(void **state)
 	mux_set_process_budget(64 * KiB);
 	A.fail_sendv = 1;
 	c = ctx_new(&A);
-	assert_null(mux_open(A.m, NULL, "x:1", NULL, &handlers, c));
+	assert_null(mux_open(A.m, NULL, open_req("x:1", NULL), &handlers, c));
 	assert_int_equal(mux_stream_count(A.m), 0);
 	A.fail_sendv = 0;
 	/* The failed open gave its budget back. */
-	c->s = mux_open(A.m, NULL, "x:1", NULL, &handlers, c);
+	c->s = mux_open(A.m, NULL, open_req("x:1", NULL), &handlers, c);
 	assert_non_null(c->s);
 	assert_totals(0, 0, 0, 0);
 }
@@ -1649,7 +1659,7 @@ test_many_streams_each_frame_reaches_its_own_stream(void **state)
 		assert_non_null(b[i]);
 	}
 	/* A tunnel full: the next OPEN is refused, the rest carry on. */
-	assert_null(mux_open(A.m, NULL, "db:5432", NULL, &handlers, ctx_new(&A)));
+	assert_null(mux_open(A.m, NULL, open_req("db:5432", NULL), &handlers, ctx_new(&A)));
 
 	/* Each stream its own length, both ways, sent in opposite orders. */
 	for (int i = 0; i < N; i++) {
