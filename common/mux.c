@@ -763,6 +763,12 @@ mux_on_drain(struct mux *m)
 void
 mux_free(struct mux *m)
 {
+	mux_free_as(m, "tunnel_lost", "the tunnel closed");
+}
+
+void
+mux_free_as(struct mux *m, const char *code, const char *reason)
+{
 	if (m == NULL)
 		return;
 	while (!LIST_EMPTY(&m->streams)) {
@@ -778,7 +784,7 @@ mux_free(struct mux *m)
 			s->h = NULL;
 			stream_end(s);
 			count_opened(m, "tunnel_lost");
-			h->on_opened(s, 0, "tunnel_lost", "the tunnel closed", arg);
+			h->on_opened(s, 0, code, reason, arg);
 			continue;
 		}
 		stream_close_notify(s, "tunnel_lost");

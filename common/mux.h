@@ -109,6 +109,10 @@ struct mux *mux_new(struct event_base *base, const struct mux_config *cfg,
  * its ended streams at once.  Its owner calls it from a callback of its own
  * (the transport's close), never from inside a mux call or handler. */
 void mux_free(struct mux *m);
+/* The same, but the streams still waiting for the peer's answer to their
+ * OPEN are refused with code and reason (a link that never came up:
+ * "peer_unreachable" and why). */
+void mux_free_as(struct mux *m, const char *code, const char *reason);
 
 /*
  * A stream frame (OPEN .. RESET) from the peer.  Returns 0, or -1 with a

@@ -150,6 +150,7 @@ struct wsclient {
 	int via_tunnel;             /* the proxy said 2xx: bytes go to the server */
 	char *subprotocol;
 	char *token;
+	char *header;                 /* wsclient_config.header, or NULL */
 	size_t max_message;
 	size_t max_queue;           /* output cap: past it the server is dropped */
 	size_t low_water;
@@ -281,6 +282,7 @@ destroy(struct wsclient *c)
 	free(c->host_header);
 	free(c->resource);
 	free(c->subprotocol);
+	free(c->header);
 	if (c->token != NULL) {
 		OPENSSL_cleanse(c->token, strlen(c->token));
 		free(c->token);
@@ -755,6 +757,8 @@ send_upgrade(struct wsclient *c)
 		return -1;
 	if (c->token != NULL &&
 	    evbuffer_add_printf(out, "Authorization: Bearer %s\r\n", c->token) < 0)
+		return -1;
+	if (c->header != NULL && evbuffer_add_printf(out, "%s\r\n", c->header) < 0)
 		return -1;
 	return evbuffer_add(out, "\r\n", 2);
 }
@@ -1659,13 +1663,16 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 	if (parse_url(c, cfg->url, err, errlen) != 0)
 		goto fail;
 	if ((cfg->subprotocol != NULL && !header_value_ok(cfg->subprotocol)) ||
-	    (cfg->bearer_token != NULL && !header_value_ok(cfg->bearer_token))) {
+	    (cfg->bearer_token != NULL && !header_value_ok(cfg->bearer_token)) ||
+	    (cfg->header != NULL && (!header_value_ok(cfg->header) ||
+	    strchr(cfg->header, ':') == NULL))) {
 		errf(err, errlen, "subprotocol or token has a character that "
 		    "cannot go in an HTTP header");
 		goto fail;
 	}
 	if (dup_opt(&c->subprotocol, cfg->subprotocol) != 0 ||
-	    dup_opt(&c->token, cfg->bearer_token) != 0) {
+	    dup_opt(&c->token, cfg->bearer_token) != 0 ||
+	    dup_opt(&c->header, cfg->header) != 0) {
 		errf(err, errlen, "out of memory");
 		goto fail;
 	}

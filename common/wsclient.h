@@ -63,6 +63,8 @@ struct wsclient_config {
 	 * same gateway (redials, the swarm's agents) share one.  NULL: own. */
 	struct ssl_ctx_st *tls_ctx;
 	const char *bearer_token;   /* sent as "Authorization: Bearer ...", or NULL */
+	const char *header;         /* one more request header, "Name: value"
+	                             * (a replica's Tether-Replica), or NULL */
 	size_t max_message;         /* larger incoming messages are a protocol error */
 	size_t max_queue;           /* most output queued, every frame counted (PONGs
 	                             * too); a frame past it ends the connection

@@ -24,6 +24,7 @@ struct store_worker;
 struct hub;
 struct share;
 struct presence;
+struct peers;
 struct notices;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
@@ -86,6 +87,8 @@ struct gateway {
 	char replica_id[64];            /* --replica-id (default: the host name) */
 	char peer_url[256];             /* --peer-url, or "" */
 	struct presence *presence;      /* the lease and tunnel records (presence.c) */
+	struct peers *peers;            /* links to other replicas (peer.c), made on
+	                                 * first use */
 	struct notices *notices;        /* other replicas' changes, heard (notices.c) */
 };
 

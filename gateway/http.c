@@ -52,6 +52,7 @@ enum hdr {
 	HDR_WS_VERSION,
 	HDR_WS_PROTOCOL,
 	HDR_EXPECT,
+	HDR_REPLICA,
 	HDR_ENTRIES          /* must be last */
 };
 
@@ -67,6 +68,7 @@ static const struct {
 	[HDR_WS_VERSION] = { "Sec-WebSocket-Version", 0 },
 	[HDR_WS_PROTOCOL] = { "Sec-WebSocket-Protocol", 1 },
 	[HDR_EXPECT] = { "Expect", 1 },
+	[HDR_REPLICA] = { "Tether-Replica", 0 },
 };
 
 /* Longer than any name above: a longer name is some other header. */
@@ -507,6 +509,7 @@ reader_finish(struct http_reader *r)
 	q->ws_key = str_or_empty(&r->hdr[HDR_WS_KEY]);
 	q->ws_version = str_or_empty(&r->hdr[HDR_WS_VERSION]);
 	q->ws_protocol = str_or_empty(&r->hdr[HDR_WS_PROTOCOL]);
+	q->replica = str_or_empty(&r->hdr[HDR_REPLICA]);
 	q->body = r->body.len > 0 ? r->body.p : NULL;
 	q->body_len = r->body.len;
 	/* A cut request leaves unread body bytes: the stream is lost.  HTTP/1.0

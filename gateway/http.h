@@ -44,6 +44,8 @@ struct http_request {
 	const char *ws_key;          /* Sec-WebSocket-Key */
 	const char *ws_version;      /* Sec-WebSocket-Version */
 	const char *ws_protocol;     /* Sec-WebSocket-Protocol headers, joined */
+	const char *replica;         /* Tether-Replica: a peer link's dialing
+	                                replica (docs/0020) */
 	const char *body;            /* NULL when body_len is 0 */
 	size_t body_len;
 	/*

@@ -33,6 +33,7 @@
 #include "notices.h"
 #include "presence.h"
 #include "prom_http.h"
+#include "peer.h"
 #include "route.h"
 #include "runtime.h"
 #include "sdnotify.h"
@@ -61,6 +62,7 @@
  */
 static const struct route *const routes[] = {
 	&tunnel_route,         /* /v1/connect: agent tunnels */
+	&peer_route,           /* /v1/peer: links from other replicas */
 	&k8s_route,            /* /k8s/..., /version, /api...: an exchange */
 	&dial_route,           /* /v1/clusters/ID/dial: upgrades */
 	&ui_route,             /* /ui/, /v1/status */
@@ -638,6 +640,19 @@ cmd_serve(int argc, char **argv)
 		    KV_S("host", phost), KV_I("port", server_plain_port(&gw)),
 		    KV_U("trusted_proxies", gw.trusted_proxies.n));
 	}
+	if (opts_str(&o, SERVE_OPT_PEER_LISTEN) != NULL) {
+		char phost[256];
+		int pport;
+
+		(void)netaddr_split(opts_str(&o, SERVE_OPT_PEER_LISTEN), phost,
+		    sizeof(phost), &pport);
+		if (server_listen_mtls(&gw, phost, pport, err, sizeof(err)) != 0) {
+			error("cannot start the peer listener", KV_S("err", err));
+			goto out;
+		}
+		info("peer links listening (replicas' certificates only)",
+		    KV_S("host", phost), KV_I("port", server_mtls_port(&gw)));
+	}
 	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
 	    KV_S("host", host), KV_I("port", server_port(&gw)), KV_S("url", gw.url),
 	    KV_S("store", strncmp(store_url, "sqlite://", 9) == 0 ? store_url :
@@ -667,6 +682,8 @@ out:
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(&gw);
 	server_stop(&gw);
+	/* After the accepted links ended with the server's connections. */
+	peer_shutdown(&gw);
 	/* After the sessions (their last state changes are queued), before
 	 * the loop that its eventfd watch belongs to. */
 	store_worker_stop(gw.storew);

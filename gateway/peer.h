@@ -25,4 +25,15 @@ struct mux_stream *peer_open_stream(struct gateway *gw, const char *replica, con
     const char *agent_id, const char *principal, const char *target, const char *service,
     const struct mux_stream_handlers *h, void *arg, char *err, size_t errlen);
 
+/* The peer endpoint, GET /v1/peer (a route, route.h): a WebSocket with
+ * subprotocol tether.peer.v1 from another replica only (tlspeer.h), its id
+ * in the Tether-Replica header.  Also the only route of --peer-listen. */
+struct route;
+extern const struct route peer_route;
+
+/* Ends every link (their streams end as in a link failure) and frees the
+ * registry.  After server_stop (the accepted links end with it), before
+ * the loop is freed. */
+void peer_shutdown(struct gateway *gw);
+
 #endif

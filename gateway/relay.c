@@ -478,7 +478,8 @@ relay_start_stream(struct gateway *gw, struct session *agent, struct mux_stream 
 	}
 	r->cs = cs;
 	mux_stream_hold(cs, &cs_handlers, r);
-	r->agent = session_open_stream(agent, who->principal, who->target, NULL,
+	r->agent = session_open_stream(agent, who->principal,
+	    who->service != NULL ? NULL : who->target, who->service,
 	    &agent_handlers, r, err, sizeof(err));
 	if (r->agent == NULL) {
 		mux_stream_refuse(cs, "busy", err);

@@ -24,6 +24,9 @@ struct relay_who {
 	const char *principal;   /* "admin:<token id>" or "user:<name>" */
 	const char *cluster;
 	const char *target;
+	/* relay_start_stream only: a service of the agent ("kube-api") to
+	 * open instead of target (which then names it for the audit), or NULL. */
+	const char *service;
 	/* Peer links (docs/0020), for the audit line; NULL or "" otherwise:
 	 * replica, on the replica the request reached, names the one holding
 	 * the agent's tunnel; via, on that holding replica, names the replica

@@ -41,6 +41,9 @@ struct route_request {
 	const char *body;            /* may be NULL when body_len is 0 */
 	size_t body_len;
 	int body_too_large;          /* the body exceeded the limit and was cut */
+	const char *replica;         /* the Tether-Replica header, or "" */
+	int from_replica;            /* 1: the client proved a gateway replica's
+	                                certificate over TLS (tlspeer.h) */
 };
 
 struct route_response {
@@ -91,6 +94,9 @@ struct route {
 	void (*upgrade)(struct gateway *gw, const struct route_request *req,
 	    struct upgrade *u);
 	const struct route_exchange *exchange;
+	/* Also served on the mutual-TLS port (--peer-listen), where only
+	 * routes marked so are. */
+	int mtls_port;
 };
 
 /* Answers for request routes.  route_respond_text copies text;

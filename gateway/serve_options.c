@@ -87,6 +87,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "URL", .def_help = "none: not recorded", .check = check_peer_url,
 	    .help = "https://HOST:PORT where the other replicas reach this one, "
 	    "recorded with its lease" },
+	[SERVE_OPT_PEER_LISTEN] = { .name = "peer-listen", .type = OPT_STRING,
+	    .arg = "HOST:PORT", .def_help = "off: peers use the main port", .check = netaddr_check,
+	    .help = "also serve the peer endpoint (links from the other replicas, "
+	    "docs/0020) there, alone, requiring a replica's certificate at the TLS "
+	    "handshake; --peer-url then names this port" },
 	[SERVE_OPT_STORE] = { .name = "store", .type = OPT_STRING, .arg = "URL",
 	    .def_help = "sqlite://DATA_DIR/tether.db", .check = check_store,
 	    .help = "the store: sqlite://PATH or postgresql://..." },

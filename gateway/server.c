@@ -29,6 +29,10 @@
  * PROXY_V2_MAX bytes) and its client address becomes the connection's
  * peer; from any other source it is refused.  The --plain-listen port
  * speaks HTTP without TLS and takes connections from trusted sources only.
+ * The mutual-TLS port (--peer-listen, docs/0020) requires a replica's
+ * certificate at the handshake (tlspeer.h) and serves only the routes
+ * marked mtls_port; the main port asks for a certificate but takes any
+ * answer, and tells the routes whether a replica's came.
  *
  * Buffer ownership: a hconn owns its bufferevent, its timer and its reader
  * (the request being read, bounded by HTTP_HEAD_MAX and max_body_bytes); a
@@ -69,6 +73,7 @@
 #include "proxyv2.h"
 #include "route.h"
 #include "runtime.h"
+#include "tlspeer.h"
 #include "wsconn.h"
 #include "wsframe.h"
 
@@ -85,11 +90,19 @@
 struct hconn;
 struct preface;
 
+/* Which listener a connection came from. */
+enum conn_port {
+	PORT_TLS,         /* the main port */
+	PORT_PLAIN,       /* --plain-listen: plain HTTP from trusted proxies */
+	PORT_MTLS,        /* --peer-listen: replicas only, mtls_port routes */
+};
+
 /* An accepted connection waiting for a TLS handshake slot
  * (--max-tls-handshakes): only its descriptor, no TLS state yet. */
 struct tls_waiter {
 	evutil_socket_t fd;
 	int64_t since_ms;                 /* monotonic: when it was accepted */
+	enum conn_port port;              /* PORT_TLS or PORT_MTLS */
 	char peer[PEER_MAX];
 };
 
@@ -98,8 +111,10 @@ struct server {
 	const struct route *const *routes;  /* NULL-terminated, in order */
 	const struct route *exchange;       /* the one route with that shape */
 	SSL_CTX *ssl_ctx;
+	SSL_CTX *mtls_ctx;                /* --peer-listen's, or NULL */
 	struct evconnlistener *listener;
 	struct evconnlistener *plain;     /* --plain-listen, or NULL */
+	struct evconnlistener *mtls;      /* --peer-listen, or NULL */
 	struct event *accept_retry;       /* re-enables the listeners */
 	LIST_HEAD(hconn_list, hconn) http;
 	LIST_HEAD(preface_list, preface) prefaces;
@@ -115,6 +130,7 @@ struct server {
 	int listener_paused;              /* by a full queue */
 	uint64_t shed;                    /* waited past the handshake timeout */
 	int plain_port;
+	int mtls_port;
 };
 
 /* An accepted socket before TLS/HTTP: a PROXY header may come first.
@@ -124,7 +140,7 @@ struct preface {
 	struct server *srv;
 	evutil_socket_t fd;
 	struct event *ev;                 /* readable, or the deadline */
-	int plain;                        /* from the --plain-listen port */
+	enum conn_port port;              /* the listener it came from */
 	int trusted;                      /* the source is a --trusted-proxy */
 	int64_t deadline_ms;              /* the whole header by then */
 	size_t have;                      /* header bytes read so far */
@@ -171,6 +187,7 @@ struct hconn {
 	int x_raw;                        /* after a 101: input is raw bytes */
 	int x_keep;                       /* the client allows keep-alive */
 	int tls_counted;                  /* in srv->tls_handshakes */
+	enum conn_port port;              /* the listener it came from */
 	void *kept;                       /* a route's state between exchanges */
 	void (*kept_free)(void *);
 	char ws_accept[WS_ACCEPT_LEN + 1];
@@ -434,14 +451,18 @@ hconn_abandon(struct hconn *h)
 		u->abandon(u->abandon_arg);
 }
 
-/* The first route of the table with that shape that takes path, or NULL. */
+/* The first route of the table with that shape that takes path, or NULL.
+ * The mutual-TLS port serves only routes marked for it. */
 static const struct route *
-route_find(const struct server *srv, const char *path, int shape)
+route_find(const struct server *srv, const char *path, int shape,
+    enum conn_port port)
 {
 	for (const struct route *const *r = srv->routes; *r != NULL; r++) {
 		int has = shape == 'r' ? (*r)->request != NULL :
 		    shape == 'u' ? (*r)->upgrade != NULL : (*r)->exchange != NULL;
 
+		if (port == PORT_MTLS && !(*r)->mtls_port)
+			continue;
 		if (has && ((*r)->matches == NULL || (*r)->matches(path)))
 			return *r;
 	}
@@ -455,14 +476,23 @@ no_exchange(const char *path)
 	return 0;
 }
 
+/* 1 if the client proved a replica's certificate (tlspeer.h). */
+static int
+hconn_from_replica(struct hconn *h)
+{
+	return h->port != PORT_PLAIN && h->bev != NULL &&
+	    tlspeer_is_replica(bufferevent_openssl_get_ssl(h->bev));
+}
+
 /* A valid upgrade: its route decides, now or later. */
 static void
 hconn_route_upgrade(struct hconn *h, const struct http_request *rq)
 {
-	const struct route *r = route_find(h->srv, rq->path, 'u');
+	const struct route *r = route_find(h->srv, rq->path, 'u', h->port);
 	struct route_request req = {
 		.method = rq->method, .path = rq->path, .query = rq->query,
-		.authorization = rq->authorization,
+		.authorization = rq->authorization, .replica = rq->replica,
+		.from_replica = hconn_from_replica(h),
 	};
 	char reason[600];
 
@@ -509,11 +539,12 @@ hconn_upgrade(struct hconn *h, const struct http_request *rq)
 static void
 hconn_request(struct hconn *h, const struct http_request *rq)
 {
-	const struct route *r = route_find(h->srv, rq->path, 'r');
+	const struct route *r = route_find(h->srv, rq->path, 'r', h->port);
 	struct route_request req = {
 		.method = rq->method, .path = rq->path, .query = rq->query,
 		.authorization = rq->authorization, .body = rq->body,
 		.body_len = rq->body_len, .body_too_large = rq->body_too_large,
+		.replica = rq->replica, .from_replica = hconn_from_replica(h),
 	};
 	struct route_response resp = { 0 };
 
@@ -938,11 +969,13 @@ format_peer(const struct sockaddr *sa, char *out, size_t outlen)
 		snprintf(out, outlen, "?");
 }
 
-/* A new connection in HC_READING, TLS unless plain.  Returns NULL (fd
- * still ours) on failure. */
+/* A new connection in HC_READING, TLS unless from the plain port.
+ * Returns NULL (fd still ours) on failure. */
 static struct hconn *
-hconn_new(struct server *srv, evutil_socket_t fd, const char *peer, int plain)
+hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
+    enum conn_port port)
 {
+	int plain = port == PORT_PLAIN;
 	struct event_base *base = srv->gw->base;
 	struct hconn *h = calloc(1, sizeof(*h));
 	SSL *ssl = NULL;
@@ -950,12 +983,13 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer, int plain)
 	if (h == NULL)
 		return NULL;
 	h->srv = srv;
+	h->port = port;
 	h->state = HC_READING;
 	snprintf(h->peer, sizeof(h->peer), "%s", peer);
 	h->reader = http_reader_new(srv->gw->limits.max_body_bytes);
 	h->timer = evtimer_new(base, hconn_timer_cb, h);
 	if (!plain)
-		ssl = SSL_new(srv->ssl_ctx);
+		ssl = SSL_new(port == PORT_MTLS ? srv->mtls_ctx : srv->ssl_ctx);
 	if (h->reader == NULL || h->timer == NULL || (!plain && ssl == NULL) ||
 	    http_reader_stream(h->reader, srv->exchange != NULL ?
 	    srv->exchange->matches : no_exchange, hconn_body_sink, h) != 0)
@@ -996,9 +1030,10 @@ fail:
 
 /* Starts the TLS handshake of an accepted connection (it takes a slot). */
 static void
-tls_start(struct server *srv, evutil_socket_t fd, const char *peer)
+tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
+    enum conn_port port)
 {
-	struct hconn *h = hconn_new(srv, fd, peer, 0);
+	struct hconn *h = hconn_new(srv, fd, peer, port);
 
 	if (h == NULL) {
 		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
@@ -1050,7 +1085,7 @@ tls_slot_free(struct hconn *h)
 			evutil_closesocket(w.fd);
 			continue;
 		}
-		tls_start(srv, w.fd, w.peer);
+		tls_start(srv, w.fd, w.peer, w.port);
 	}
 	if (srv->listener_paused && srv->listener != NULL && srv->qlen <= cap / 2) {
 		srv->listener_paused = 0;
@@ -1062,7 +1097,8 @@ tls_slot_free(struct hconn *h)
 
 /* No slot free: the connection waits, unencrypted and unread. */
 static void
-tls_wait(struct server *srv, evutil_socket_t fd, const char *peer)
+tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
+    enum conn_port port)
 {
 	uint32_t cap = srv->gw->limits.max_tls_queue;
 	struct tls_waiter *w;
@@ -1075,6 +1111,7 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer)
 	w = &srv->queue[(srv->qhead + srv->qlen) % cap];
 	w->fd = fd;
 	w->since_ms = runtime_monotonic_ms();
+	w->port = port;
 	snprintf(w->peer, sizeof(w->peer), "%s", peer);
 	if (++srv->qlen == cap && !srv->listener_paused) {
 		srv->listener_paused = 1;
@@ -1088,19 +1125,20 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer)
 /* An accepted connection (its PROXY header, if any, read) goes on: plain
  * HTTP at once, TLS through admission (a slot now, or the queue). */
 static void
-conn_start(struct server *srv, evutil_socket_t fd, const char *peer, int plain)
+conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
+    enum conn_port port)
 {
-	if (plain) {
-		if (hconn_new(srv, fd, peer, 1) == NULL) {
+	if (port == PORT_PLAIN) {
+		if (hconn_new(srv, fd, peer, PORT_PLAIN) == NULL) {
 			warn("http: out of memory for a connection: closed",
 			    KV_S("peer", peer));
 			evutil_closesocket(fd);
 		}
 	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
 	    srv->qlen == 0) {
-		tls_start(srv, fd, peer);
+		tls_start(srv, fd, peer, port);
 	} else {
-		tls_wait(srv, fd, peer);
+		tls_wait(srv, fd, peer, port);
 	}
 }
 
@@ -1109,7 +1147,7 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer, int plain)
 static void
 preface_hand_over(struct preface *pf)
 {
-	conn_start(pf->srv, pf->fd, pf->peer, pf->plain);
+	conn_start(pf->srv, pf->fd, pf->peer, pf->port);
 	pf->fd = -1;
 }
 
@@ -1211,7 +1249,9 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	struct timeval tv = runtime_ms_timeval(srv->gw->limits.http_timeout_ms);
 	char peer[PEER_MAX];
 	struct preface *pf;
-	int one = 1, plain = l == srv->plain;
+	int one = 1;
+	enum conn_port port = l == srv->plain ? PORT_PLAIN :
+	    l == srv->mtls ? PORT_MTLS : PORT_TLS;
 
 	format_peer(sa, peer, sizeof(peer));
 	/* Frames are written whole: waiting for more only adds latency. */
@@ -1219,7 +1259,7 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		debug("http TCP_NODELAY failed", KV_S("peer", peer),
 		    KV_S("err", strerror(errno)));
 	if (trusted->n == 0) {
-		conn_start(srv, fd, peer, 0);
+		conn_start(srv, fd, peer, port);
 		return;
 	}
 	pf = calloc(1, sizeof(*pf));
@@ -1232,11 +1272,11 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	}
 	pf->srv = srv;
 	pf->fd = fd;
-	pf->plain = plain;
+	pf->port = port;
 	pf->trusted = cidr_list_match(trusted, sa);
 	snprintf(pf->peer, sizeof(pf->peer), "%s", peer);
 	LIST_INSERT_HEAD(&srv->prefaces, pf, link);
-	if (plain && !pf->trusted) {
+	if (port == PORT_PLAIN && !pf->trusted) {
 		preface_refuse(pf, "the plain HTTP port (--plain-listen) takes "
 		    "only --trusted-proxy sources");
 		return;
@@ -1270,6 +1310,8 @@ server_accept_retry(evutil_socket_t fd, short what, void *arg)
 		evconnlistener_enable(srv->listener);
 	if (srv->plain != NULL)
 		evconnlistener_enable(srv->plain);
+	if (srv->mtls != NULL)
+		evconnlistener_enable(srv->mtls);
 }
 
 /* ---- TLS ---- */
@@ -1302,7 +1344,7 @@ tls_error(char *err, size_t errlen, const char *what, const char *path)
 }
 
 static SSL_CTX *
-tls_context(const char *dir, char *err, size_t errlen)
+tls_context(const char *dir, enum tlspeer_mode mode, char *err, size_t errlen)
 {
 	char cert[4200], key[4200];
 	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
@@ -1337,6 +1379,8 @@ tls_context(const char *dir, char *err, size_t errlen)
 		tls_error(err, errlen, "private key", key);
 		goto fail;
 	}
+	if (tlspeer_setup(ctx, dir, mode, err, errlen) != 0)
+		goto fail;
 	return ctx;
 fail:
 	SSL_CTX_free(ctx);
@@ -1393,7 +1437,7 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	LIST_INIT(&srv->prefaces);
 	LIST_INIT(&srv->ws);
 	gw->server = srv;
-	srv->ssl_ctx = tls_context(gw->data_dir, err, errlen);
+	srv->ssl_ctx = tls_context(gw->data_dir, TLSPEER_ASK, err, errlen);
 	if (srv->ssl_ctx == NULL)
 		goto fail;
 	srv->accept_retry = evtimer_new(gw->base, server_accept_retry, srv);
@@ -1448,6 +1492,29 @@ server_listen_plain(struct gateway *gw, const char *host, int port, char *err,
 }
 
 int
+server_listen_mtls(struct gateway *gw, const char *host, int port, char *err,
+    size_t errlen)
+{
+	struct server *srv = gw->server;
+
+	srv->mtls_ctx = tls_context(gw->data_dir, TLSPEER_REQUIRE, err, errlen);
+	if (srv->mtls_ctx == NULL)
+		return -1;
+	srv->mtls = listen_on(srv, host, port, err, errlen);
+	if (srv->mtls == NULL)
+		return -1;
+	srv->mtls_port = netaddr_bound_port(evconnlistener_get_fd(srv->mtls));
+	return 0;
+}
+
+int
+server_mtls_port(struct gateway *gw)
+{
+	return gw->server != NULL && gw->server->mtls != NULL ?
+	    gw->server->mtls_port : -1;
+}
+
+int
 server_plain_port(struct gateway *gw)
 {
 	return gw->server != NULL && gw->server->plain != NULL ?
@@ -1467,6 +1534,9 @@ server_stop(struct gateway *gw)
 	if (srv->plain != NULL)
 		evconnlistener_free(srv->plain);
 	srv->plain = NULL;
+	if (srv->mtls != NULL)
+		evconnlistener_free(srv->mtls);
+	srv->mtls = NULL;
 	while (!LIST_EMPTY(&srv->prefaces))
 		preface_free(LIST_FIRST(&srv->prefaces));
 	if (srv->accept_retry != NULL)
@@ -1490,6 +1560,8 @@ server_stop(struct gateway *gw)
 	runtime_drain(gw->base);
 	if (srv->ssl_ctx != NULL)
 		SSL_CTX_free(srv->ssl_ctx);
+	if (srv->mtls_ctx != NULL)
+		SSL_CTX_free(srv->mtls_ctx);
 	free(srv);
 	gw->server = NULL;
 }

@@ -40,6 +40,16 @@ int server_port(struct gateway *gw);
  */
 int server_listen_plain(struct gateway *gw, const char *host, int port, char *err,
     size_t errlen);
+/*
+ * After server_start: also listens on host:port (--peer-listen) for other
+ * replicas only: the TLS handshake requires a replica's certificate
+ * (tlspeer.h), and only routes marked mtls_port are served there.  Returns
+ * 0 or -1 with err.
+ */
+int server_listen_mtls(struct gateway *gw, const char *host, int port, char *err,
+    size_t errlen);
+/* The mutual-TLS port bound, or -1 when there is none. */
+int server_mtls_port(struct gateway *gw);
 /* The plain port bound, or -1 when there is none. */
 int server_plain_port(struct gateway *gw);
 /* Closes the listener and frees every connection (WebSockets get their

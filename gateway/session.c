@@ -529,6 +529,12 @@ session_node(const struct session *s)
 }
 
 const char *
+session_cluster(const struct session *s)
+{
+	return s->agent.cluster;
+}
+
+const char *
 session_agent_id(const struct session *s)
 {
 	return s->agent.id;

@@ -90,6 +90,8 @@ void session_drain(struct session *s, const char *reason, uint32_t jitter_ms);
 void session_on_drain(struct session *s);
 /* The agent's node name, and whether it may carry streams now. */
 const char *session_node(const struct session *s);
+/* The agent's cluster id (established sessions; "" before). */
+const char *session_cluster(const struct session *s);
 /* The agent's id ("" before it is known). */
 const char *session_agent_id(const struct session *s);
 int session_is_active(const struct session *s);

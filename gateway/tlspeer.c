@@ -1,0 +1,123 @@
+/*
+ * tlspeer.c: the TLS rule by which replicas recognise each other (see
+ * tlspeer.h): a certificate chaining to ca.crt whose public key is ours.
+ */
+#include "tlspeer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#define SESSION_ID_CONTEXT "tether-gateway"
+
+/* Per SSL in TLSPEER_ASK mode: set when any check of the chain failed
+ * (the callback lets the handshake go on, tlspeer_is_replica says no). */
+static int bad_chain_index = -1;
+
+/* The leaf's public key is the one in the certificate this SSL presents
+ * itself (our server.crt). */
+static int
+leaf_is_ours(const SSL *ssl, X509 *leaf)
+{
+	X509 *own = SSL_get_certificate(ssl);
+
+	return leaf != NULL && own != NULL &&
+	    EVP_PKEY_eq(X509_get0_pubkey(leaf), X509_get0_pubkey(own)) == 1;
+}
+
+static SSL *
+ssl_of(X509_STORE_CTX *x)
+{
+	return X509_STORE_CTX_get_ex_data(x, SSL_get_ex_data_X509_STORE_CTX_idx());
+}
+
+/* TLSPEER_ASK: never fails the handshake; remembers a failed check. */
+static int
+verify_ask(int ok, X509_STORE_CTX *x)
+{
+	SSL *ssl = ssl_of(x);
+
+	if (ssl != NULL && (!ok || (X509_STORE_CTX_get_error_depth(x) == 0 &&
+	    !leaf_is_ours(ssl, X509_STORE_CTX_get_current_cert(x)))))
+		SSL_set_ex_data(ssl, bad_chain_index, (void *)(uintptr_t)1);
+	return 1;
+}
+
+/* TLSPEER_REQUIRE: the chain must verify and the leaf's key be ours.  The
+ * name in the certificate is not checked (a replica's peer URL may name any
+ * of its addresses): the key is what only replicas hold. */
+static int
+verify_require(int ok, X509_STORE_CTX *x)
+{
+	SSL *ssl = ssl_of(x);
+	int depth = X509_STORE_CTX_get_error_depth(x);
+	int e = X509_STORE_CTX_get_error(x);
+
+	if (!ok) {
+		if (depth != 0 || (e != X509_V_ERR_HOSTNAME_MISMATCH &&
+		    e != X509_V_ERR_IP_ADDRESS_MISMATCH))
+			return 0;
+		X509_STORE_CTX_set_error(x, X509_V_OK);
+	}
+	if (depth == 0 && (ssl == NULL ||
+	    !leaf_is_ours(ssl, X509_STORE_CTX_get_current_cert(x)))) {
+		X509_STORE_CTX_set_error(x, X509_V_ERR_APPLICATION_VERIFICATION);
+		return 0;
+	}
+	return 1;
+}
+
+int
+tlspeer_setup(SSL_CTX *ctx, const char *data_dir, enum tlspeer_mode mode,
+    char *err, size_t errlen)
+{
+	char ca[4200];
+	unsigned long e;
+
+	if (bad_chain_index < 0 &&
+	    (bad_chain_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL)) < 0) {
+		snprintf(err, errlen, "TLS: no ex_data index");
+		return -1;
+	}
+	snprintf(ca, sizeof(ca), "%s/ca.crt", data_dir);
+	if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
+		e = ERR_get_error();
+		ERR_clear_error();
+		snprintf(err, errlen, "cannot load %s: %s", ca,
+		    e != 0 ? ERR_reason_error_string(e) : "unknown error");
+		return -1;
+	}
+	/* server.crt says serverAuth only; the key is what identifies a
+	 * replica on either end, whatever the certificate's purpose. */
+	if (SSL_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1 ||
+	    SSL_CTX_set_session_id_context(ctx, (const unsigned char *)SESSION_ID_CONTEXT,
+	    sizeof(SESSION_ID_CONTEXT) - 1) != 1) {
+		ERR_clear_error();
+		snprintf(err, errlen, "TLS: cannot set the peer verification");
+		return -1;
+	}
+	if (mode == TLSPEER_ASK)
+		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_ask);
+	else
+		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+		    verify_require);
+	return 0;
+}
+
+int
+tlspeer_is_replica(const SSL *ssl)
+{
+	X509 *peer;
+
+	if (ssl == NULL || (peer = SSL_get0_peer_certificate(ssl)) == NULL)
+		return 0;
+	if (SSL_get_verify_result(ssl) != X509_V_OK)
+		return 0;
+	if (bad_chain_index >= 0 && SSL_get_ex_data(ssl, bad_chain_index) != NULL)
+		return 0;
+	return leaf_is_ours(ssl, peer);
+}
