@@ -114,10 +114,12 @@ record_usable(const struct store_token *rec, char *err, size_t errlen)
  *
  * cluster: non-NULL when the caller asks for one cluster; then a token
  * proven for it moments ago is taken from the cache (*cached set) instead
- * of the store.  The hash is compared either way.
+ * of the store, and the call must be on the loop (the cache is the
+ * loop's).  With cluster NULL it touches only st: any thread.  The hash
+ * is compared either way.
  */
 static int
-bearer_check(struct gateway *gw, const char *authorization, const char *cluster,
+bearer_check(struct store *st, const char *authorization, const char *cluster,
     struct store_token *rec, int *cached, char *err, size_t errlen)
 {
 	struct token t;
@@ -140,7 +142,7 @@ bearer_check(struct gateway *gw, const char *authorization, const char *cluster,
 	}
 	token_hash(&t, hash);
 	*cached = cluster != NULL && cache_get(t.id, cluster, rec);
-	ok = (*cached || store_token_get(gw->store, t.id, rec) == STORE_OK) &&
+	ok = (*cached || store_token_get(st, t.id, rec) == STORE_OK) &&
 	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
 	token_clear(&t);
 	OPENSSL_cleanse(hash, sizeof(hash));
@@ -170,13 +172,13 @@ scope_check(struct gateway *gw, const struct store_token *rec,
 }
 
 int
-access_admin(struct gateway *gw, const char *authorization, char *principal,
+access_admin(struct store *st, const char *authorization, char *principal,
     size_t plen, char *err, size_t errlen)
 {
 	struct store_token rec;
 	int status, cached;
 
-	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
+	if ((status = bearer_check(st, authorization, NULL, &rec, &cached, err,
 	    errlen)) != 0) {
 		if (strncmp(err, "missing", 7) == 0)
 			snprintf(err, errlen, "missing admin token: send "
@@ -203,7 +205,7 @@ token_reaches(struct gateway *gw, const char *authorization,
 	int status;
 
 	*cached = 0;
-	if ((status = bearer_check(gw, authorization, cluster, rec, cached,
+	if ((status = bearer_check(gw->store, authorization, cluster, rec, cached,
 	    err, errlen)) != 0)
 		return status;
 	snprintf(g->token_id, sizeof(g->token_id), "%s", rec->id);
@@ -218,7 +220,7 @@ token_reaches(struct gateway *gw, const char *authorization,
 }
 
 int
-access_viewer(struct gateway *gw, const char *authorization, char *principal,
+access_viewer(struct store *st, const char *authorization, char *principal,
     size_t plen, int *admin, char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
     char *err, size_t errlen)
 {
@@ -228,7 +230,7 @@ access_viewer(struct gateway *gw, const char *authorization, char *principal,
 
 	*admin = 0;
 	*nclusters = 0;
-	if ((status = bearer_check(gw, authorization, NULL, &rec, &cached, err,
+	if ((status = bearer_check(st, authorization, NULL, &rec, &cached, err,
 	    errlen)) != 0)
 		return status;
 	if (rec.kind == TOKEN_ADMIN) {
@@ -239,7 +241,7 @@ access_viewer(struct gateway *gw, const char *authorization, char *principal,
 	snprintf(principal, plen, "user:%s", rec.name);
 	/* One indexed lookup; the record is large (64 cluster ids). */
 	if ((u = malloc(sizeof(*u))) == NULL ||
-	    store_user_token_get(gw->store, rec.id, u) != STORE_OK) {
+	    store_user_token_get(st, rec.id, u) != STORE_OK) {
 		free(u);
 		snprintf(err, errlen, "store: cannot read the token's clusters");
 		return 500;

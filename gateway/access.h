@@ -49,9 +49,10 @@ struct access_grant {
  * The admin API: authorization ("Bearer ...") must be a live admin token.
  * Returns 0 and who it is ("admin:<token id>"), or 401 (a missing token:
  * "missing admin token: ..."), or 403 for a valid token of another kind
- * ("an admin token is required"), with a reason.
+ * ("an admin token is required"), with a reason.  Reads only st (no
+ * cache): made for the store thread (store_request.h).
  */
-int access_admin(struct gateway *gw, const char *authorization,
+int access_admin(struct store *st, const char *authorization,
     char *principal, size_t plen, char *err, size_t errlen);
 
 /*
@@ -99,9 +100,9 @@ int access_sole_cluster(struct gateway *gw, const char *authorization,
  * token sees every cluster (*admin 1); a user token the clusters it is
  * scoped to, copied into clusters (*nclusters of them, at most
  * STORE_TOKEN_CLUSTERS_MAX).  Returns 0 and the principal, or 401 or 500,
- * with a reason.
+ * with a reason.  Reads only st (no cache): made for the store thread.
  */
-int access_viewer(struct gateway *gw, const char *authorization,
+int access_viewer(struct store *st, const char *authorization,
     char *principal, size_t plen, int *admin,
     char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
     char *err, size_t errlen);

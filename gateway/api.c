@@ -45,7 +45,105 @@
 #include "route.h"
 #include "session.h"
 #include "store.h"
+#include "store_request.h"
 #include "token.h"
+
+/* ---- one admin request, in two parts ---- */
+
+struct api_job;
+
+/*
+ * One admin endpoint (docs/0022): its store part runs on the store thread
+ * (store_request.h: its own connection; it reads the job's inputs and
+ * writes its results, nothing else), its effects part on the loop once the
+ * store part is done: hub lookups, what sessions are told, the cache of
+ * proven tokens, and the answer.  body: the kind of JSON body it takes
+ * plus one, or 0 for none.
+ */
+struct api_handler {
+	int body;
+	void (*store)(struct store *st, struct api_job *j);
+	void (*effects)(struct gateway *gw, struct api_job *j,
+	    struct route_response *r);
+};
+
+/*
+ * An admin request on its way: what the loop copied of the request (the
+ * request itself lives only during the route's call), then what the store
+ * part found.  Wiped when freed (for some endpoints it holds a new
+ * secret).  Cost: ~6 KiB while it is out (a user token's
+ * record holds 64 cluster ids), at most STORE_REQUEST_MAX of them.
+ */
+struct api_job {
+	const struct api_handler *h;
+	/* in */
+	char method[16];
+	char path[512];
+	char id[128];                        /* the path's cluster, agent or user */
+	char action[64];                     /* POST /v1/agents/ID/ACTION */
+	char filter[STORE_ID_MAX + 1];       /* GET /v1/agents?cluster= ("": all) */
+	int held;                            /* the agent's tunnel is here (hub) */
+	struct api_body b;
+	int refuse_status;                   /* a bad body or query (400, 413), */
+	char refuse_why[256];                /* told after the admin check */
+	/* out */
+	int auth_status;                     /* access_admin's */
+	char auth_err[192];
+	int rc;                              /* the store part's result */
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster c;
+	struct store_agent a;
+	struct store_agent approved;         /* approve: before the VERIFY */
+	int verifying;                       /* approve: a VERIFY followed */
+	void *rows;                          /* a list read: clusters, agents, users */
+	size_t n;
+	struct store_presence *ps;           /* live presence, sorted by agent */
+	size_t np;
+	struct store_token rec;              /* a new token's record */
+	struct token t;                      /* a new token's secret */
+	struct store_user_token u;           /* a new user token */
+	int64_t count;                       /* users revoke: tokens revoked */
+};
+
+static void
+api_job_free(void *arg)
+{
+	struct api_job *j = arg;
+
+	api_body_free(&j->b);
+	free(j->rows);
+	free(j->ps);
+	token_clear(&j->t);
+	OPENSSL_cleanse(j, sizeof(*j));
+	free(j);
+}
+
+/* On the store thread: who asks, then the endpoint's own store part. */
+static void
+api_job_store(struct store *st, const char *authorization, void *arg)
+{
+	struct api_job *j = arg;
+	char principal[64];
+
+	j->auth_status = access_admin(st, authorization, principal,
+	    sizeof(principal), j->auth_err, sizeof(j->auth_err));
+	if (j->auth_status == 0 && j->refuse_status == 0 && j->h->store != NULL)
+		j->h->store(st, j);
+}
+
+/* On the loop: refusals first, in the order the checks were made. */
+static void
+api_job_effects(struct gateway *gw, void *arg, struct route_response *r)
+{
+	struct api_job *j = arg;
+
+	if (j->auth_status != 0)
+		route_respond_error(r, j->auth_status, "%s", j->auth_err);
+	else if (j->refuse_status != 0)
+		route_respond_error(r, j->refuse_status, "%s", j->refuse_why);
+	else
+		j->h->effects(gw, j, r);
+}
 
 /* A store failure: 503 when it was for want of space (the same request can
  * succeed once there is some), else 500; the JSON error says which. */
@@ -55,7 +153,7 @@ respond_store_error(struct route_response *r, int rc, const char *err)
 	route_respond_error(r, rc == STORE_FULL ? 503 : 500, "store: %s", err);
 }
 
-/* ---- records as JSON ---- */
+/* ---- records as JSON (on the loop: they read the hub) ---- */
 
 static json_t *
 time_json(int64_t t)
@@ -81,45 +179,46 @@ presence_cmp(const void *a, const void *b)
 	    ((const struct store_presence *)b)->agent_id);
 }
 
-/* Every live presence record, sorted by agent id (one store query; caller
- * frees).  NULL and *n 0 when the store fails: replicas then show null. */
-static struct store_presence *
-presence_sorted(struct gateway *gw, size_t *n)
+/* Store part: every live presence record into j->ps, sorted by agent id.
+ * None when the store fails: replicas then show null. */
+static void
+presence_read(struct store *st, struct api_job *j)
 {
-	struct store_presence *ps = NULL;
 	char err[STORE_ERROR_MAX + 1];
 
-	*n = 0;
-	if (store_presence_list(gw->store, gateway_now_ms(), &ps, n, err,
+	j->np = 0;
+	if (store_presence_list(st, gateway_now_ms(), &j->ps, &j->np, err,
 	    sizeof(err)) != STORE_OK) {
 		warn("api: cannot read presence", KV_S("err", err));
-		*n = 0;
-		return NULL;
+		free(j->ps);
+		j->ps = NULL;
+		j->np = 0;
+		return;
 	}
-	qsort(ps, *n, sizeof(*ps), presence_cmp);
-	return ps;
+	qsort(j->ps, j->np, sizeof(*j->ps), presence_cmp);
 }
 
 /* The replica holding agent_id's tunnel, or NULL. */
 static const char *
-presence_replica(const struct store_presence *ps, size_t n, const char *agent_id)
+presence_replica(const struct api_job *j, const char *agent_id)
 {
 	struct store_presence key;
 	const struct store_presence *p;
 
 	snprintf(key.agent_id, sizeof(key.agent_id), "%s", agent_id);
-	p = n > 0 ? bsearch(&key, ps, n, sizeof(*ps), presence_cmp) : NULL;
+	p = j->np > 0 ? bsearch(&key, j->ps, j->np, sizeof(*j->ps),
+	    presence_cmp) : NULL;
 	return p != NULL ? p->replica : NULL;
 }
 
-/* replica: from presence_replica; this replica's own hub counts too. */
+/* An agent, its replica from j's presence; this replica's own hub counts
+ * too. */
 static json_t *
-agent_json(struct gateway *gw, const struct store_agent *a, const char *replica)
+agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent *a)
 {
 	int here = hub_find(gw->hub, a->id) != NULL;
+	const char *replica = here ? gw->replica_id : presence_replica(j, a->id);
 
-	if (here)
-		replica = gw->replica_id;
 	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}",
 	    "id", a->id, "cluster", a->cluster, "node", a->node,
 	    "state", agent_state_name(a->state), "last_error", a->last_error,
@@ -129,303 +228,301 @@ agent_json(struct gateway *gw, const struct store_agent *a, const char *replica)
 	    "updated_at", time_json(a->updated_at));
 }
 
-/* agent_json with a presence lookup of its own (one agent). */
-static json_t *
-agent_json_one(struct gateway *gw, const struct store_agent *a)
-{
-	size_t n;
-	struct store_presence *ps = presence_sorted(gw, &n);
-	json_t *v = agent_json(gw, a, presence_replica(ps, n, a->id));
-
-	free(ps);
-	return v;
-}
-
-/* ---- request helpers ---- */
-
-static int
-admin_authorized(struct gateway *gw, const struct route_request *req,
-    struct route_response *r)
-{
-	char principal[64], err[192];
-	int status;
-
-	status = access_admin(gw, req->authorization, principal,
-	    sizeof(principal), err, sizeof(err));
-	if (status == 0)
-		return 1;
-	route_respond_error(r, status, "%s", err);
-	return 0;
-}
-
-/* Parses the request's body as kind wants (apibody.c).  1 with *b filled
- * (the caller frees it with api_body_free), or 0 after responding 400/413. */
-static int
-body_parsed(enum api_body_kind kind, const struct route_request *req,
-    struct api_body *b, struct route_response *r)
-{
-	char why[256];
-	int status = api_body_parse(kind, req->body, req->body_len,
-	    req->body_too_large, b, why, sizeof(why));
-
-	if (status == 0)
-		return 1;
-	route_respond_error(r, status, "%s", why);
-	return 0;
-}
-
 /* ---- clusters ---- */
 
 static void
-clusters_create(struct gateway *gw, const struct route_request *req, struct route_response *r)
+clusters_create_store(struct store *st, struct api_job *j)
 {
-	struct store_cluster c;
-	struct api_body b;
-	char err[STORE_ERROR_MAX + 1] = "";
-	const char *name;
-	int rc;
-
-	if (!body_parsed(API_BODY_CLUSTER, req, &b, r))
-		return;
-	name = b.name;
-	rc = store_cluster_create(gw->store, name, gateway_now(), &c, err, sizeof(err));
-	if (rc == STORE_CONFLICT)
-		route_respond_error(r, 409, "cluster name \"%s\" is taken", name);
-	else if (rc == STORE_REFUSED)
-		route_respond_error(r, 400, "%s", err);
-	else if (rc != STORE_OK)
-		respond_store_error(r, rc, err);
-	else {
-		info("cluster created", KV_S("cluster", c.id), KV_S("name", c.name));
-		route_respond_json(r, 201, cluster_json(gw, &c));
-	}
-	api_body_free(&b);
+	j->rc = store_cluster_create(st, j->b.name, gateway_now(), &j->c,
+	    j->err, sizeof(j->err));
 }
 
 static void
-clusters_list(struct gateway *gw, struct route_response *r)
+clusters_create_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	if (j->rc == STORE_CONFLICT)
+		route_respond_error(r, 409, "cluster name \"%s\" is taken", j->b.name);
+	else if (j->rc == STORE_REFUSED)
+		route_respond_error(r, 400, "%s", j->err);
+	else if (j->rc != STORE_OK)
+		respond_store_error(r, j->rc, j->err);
+	else {
+		info("cluster created", KV_S("cluster", j->c.id),
+		    KV_S("name", j->c.name));
+		route_respond_json(r, 201, cluster_json(gw, &j->c));
+	}
+}
+
+static void
+clusters_list_store(struct store *st, struct api_job *j)
 {
 	struct store_cluster *cs = NULL;
-	size_t n = 0;
+
+	j->rc = store_cluster_list(st, &cs, &j->n);
+	j->rows = cs;
+}
+
+static void
+clusters_list_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	const struct store_cluster *cs = j->rows;
 	json_t *arr;
 
-	if (store_cluster_list(gw->store, &cs, &n) != STORE_OK) {
+	if (j->rc != STORE_OK) {
 		route_respond_error(r, 500, "store: cannot list clusters");
 		return;
 	}
 	arr = json_array();
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < j->n; i++)
 		json_array_append_new(arr, cluster_json(gw, &cs[i]));
-	free(cs);
 	route_respond_json(r, 200, arr);
 }
 
 static void
-clusters_get(struct gateway *gw, const char *id, struct route_response *r)
+cluster_get_store(struct store *st, struct api_job *j)
 {
-	struct store_cluster c;
-
-	if (store_cluster_get(gw->store, id, &c) != STORE_OK) {
-		route_respond_error(r, 404, "no cluster %s", id);
-		return;
-	}
-	route_respond_json(r, 200, cluster_json(gw, &c));
+	j->rc = store_cluster_get(st, j->id, &j->c);
 }
 
 static void
-tokens_create(struct gateway *gw, const char *cluster, const struct route_request *req,
+cluster_get_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
-	struct store_cluster c;
-	struct store_token rec;
-	struct token t;
-	struct joindoc doc;
-	struct api_body b;
-	EVP_PKEY *key = NULL;
-	char err[STORE_ERROR_MAX + 1] = "", *text = NULL;
-	int rc;
+	if (j->rc != STORE_OK)
+		route_respond_error(r, 404, "no cluster %s", j->id);
+	else
+		route_respond_json(r, 200, cluster_json(gw, &j->c));
+}
 
-	memset(&t, 0, sizeof(t));
-	memset(&doc, 0, sizeof(doc));
-	if (!body_parsed(API_BODY_TOKENS, req, &b, r))
+/* A new import token for cluster j->c, its secret in j->t. */
+static void
+tokens_create_store(struct store *st, struct api_job *j)
+{
+	EVP_PKEY *key = NULL;
+
+	if ((j->rc = store_cluster_get(st, j->id, &j->c)) != STORE_OK)
 		return;
-	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-		route_respond_error(r, 404, "no cluster %s", cluster);
-		goto out;
-	}
-	memset(&rec, 0, sizeof(rec));
-	if (token_generate(TOKEN_IMPORT, &t) != 0 ||
-	    (key = token_import_key(&t)) == NULL ||
-	    agentkey_public(key, rec.verifier) != 0) {
-		route_respond_error(r, 500, "cannot generate a token");
-		goto out;
-	}
-	snprintf(rec.id, sizeof(rec.id), "%s", t.id);
-	rec.kind = TOKEN_IMPORT;
-	snprintf(rec.cluster, sizeof(rec.cluster), "%s", c.id);
-	rec.created_at = gateway_now();
-	rec.expires_at = rec.created_at + b.ttl_seconds;
-	rec.uses_left = b.uses;
-	rec.approval_manual = b.approval_manual;
-	if ((rc = store_token_insert(gw->store, &rec, err, sizeof(err))) != STORE_OK) {
-		respond_store_error(r, rc, err);
-		goto out;
-	}
-	snprintf(doc.gateway_url, sizeof(doc.gateway_url), "%s", gw->url);
-	snprintf(doc.ca_checksum, sizeof(doc.ca_checksum), "%s", gw->ca_checksum);
-	snprintf(doc.cluster, sizeof(doc.cluster), "%s", c.id);
-	token_format(&t, doc.token);
-	doc.expires_at = rec.expires_at;
-	text = joindoc_format(&doc);
-	if (text == NULL) {
-		route_respond_error(r, 500, "cannot format the join document");
-		goto out;
-	}
-	info("import token created", KV_S("token", rec.id), KV_S("cluster", c.id),
-	    KV_I("uses", b.uses), KV_I("ttl_s", b.ttl_seconds),
-	    KV_S("approval", b.approval_manual ? "manual" : "auto"));
-	{
-		size_t n = strlen(text);
-		char *withnl = malloc(n + 2);
-		if (withnl != NULL) {
-			memcpy(withnl, text, n);
-			withnl[n] = '\n';
-			route_respond_text(r, 201, "application/json", withnl, n + 1);
-			OPENSSL_cleanse(withnl, n + 1);
-			free(withnl);
-		}
-	}
-out:
-	if (text != NULL) {
-		OPENSSL_cleanse(text, strlen(text));
-		free(text);
+	memset(&j->rec, 0, sizeof(j->rec));
+	if (token_generate(TOKEN_IMPORT, &j->t) != 0 ||
+	    (key = token_import_key(&j->t)) == NULL ||
+	    agentkey_public(key, j->rec.verifier) != 0) {
+		EVP_PKEY_free(key);
+		j->rc = STORE_ERR;
+		snprintf(j->err, sizeof(j->err), "cannot generate a token");
+		return;
 	}
 	EVP_PKEY_free(key);
-	token_clear(&t);
+	snprintf(j->rec.id, sizeof(j->rec.id), "%s", j->t.id);
+	j->rec.kind = TOKEN_IMPORT;
+	snprintf(j->rec.cluster, sizeof(j->rec.cluster), "%s", j->c.id);
+	j->rec.created_at = gateway_now();
+	j->rec.expires_at = j->rec.created_at + j->b.ttl_seconds;
+	j->rec.uses_left = j->b.uses;
+	j->rec.approval_manual = j->b.approval_manual;
+	j->rc = store_token_insert(st, &j->rec, j->err, sizeof(j->err));
+}
+
+static void respond_secret(struct route_response *r, int status, const char *type,
+    char *text);
+
+static void
+tokens_create_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	struct joindoc doc;
+	char *text;
+
+	if (j->rc == STORE_NOTFOUND) {
+		route_respond_error(r, 404, "no cluster %s", j->id);
+		return;
+	}
+	if (j->rc != STORE_OK) {
+		respond_store_error(r, j->rc, j->err);
+		return;
+	}
+	memset(&doc, 0, sizeof(doc));
+	snprintf(doc.gateway_url, sizeof(doc.gateway_url), "%s", gw->url);
+	snprintf(doc.ca_checksum, sizeof(doc.ca_checksum), "%s", gw->ca_checksum);
+	snprintf(doc.cluster, sizeof(doc.cluster), "%s", j->c.id);
+	token_format(&j->t, doc.token);
+	doc.expires_at = j->rec.expires_at;
+	text = joindoc_format(&doc);
 	joindoc_clear(&doc);
-	api_body_free(&b);
+	if (text == NULL) {
+		route_respond_error(r, 500, "cannot format the join document");
+		return;
+	}
+	info("import token created", KV_S("token", j->rec.id),
+	    KV_S("cluster", j->c.id), KV_I("uses", j->b.uses),
+	    KV_I("ttl_s", j->b.ttl_seconds),
+	    KV_S("approval", j->b.approval_manual ? "manual" : "auto"));
+	respond_secret(r, 201, "application/json", text);
+	free(text);
 }
 
 /* ---- agents ---- */
 
 static void
-agents_list(struct gateway *gw, const struct route_request *req, struct route_response *r)
+agents_list_store(struct store *st, struct api_job *j)
 {
 	struct store_agent *as = NULL;
-	struct store_presence *ps;
-	struct store_cluster c;
-	char cluster[STORE_ID_MAX + 1];
-	const char *filter = NULL;
-	size_t n = 0, np;
+
+	if (j->filter[0] != '\0' &&
+	    (j->rc = store_cluster_get(st, j->filter, &j->c)) != STORE_OK)
+		return;
+	j->rc = store_agent_list(st, j->filter[0] != '\0' ? j->filter : NULL,
+	    &as, &j->n);
+	j->rows = as;
+	if (j->rc == STORE_OK)
+		presence_read(st, j);
+}
+
+static void
+agents_list_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	const struct store_agent *as = j->rows;
 	json_t *arr;
 
-	switch (api_query_param(req->query, "cluster", cluster, sizeof(cluster))) {
-	case -1:
-		break;
-	case -2:
-		route_respond_error(r, 400, "query parameter cluster: given twice or too long");
+	if (j->rc == STORE_NOTFOUND && j->filter[0] != '\0') {
+		route_respond_error(r, 404, "no cluster %s", j->filter);
 		return;
-	default:
-		if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-			route_respond_error(r, 404, "no cluster %s", cluster);
-			return;
-		}
-		filter = cluster;
 	}
-	if (store_agent_list(gw->store, filter, &as, &n) != STORE_OK) {
+	if (j->rc != STORE_OK) {
 		route_respond_error(r, 500, "store: cannot list agents");
 		return;
 	}
-	ps = presence_sorted(gw, &np);
 	arr = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, agent_json(gw, &as[i],
-		    presence_replica(ps, np, as[i].id)));
-	free(ps);
-	free(as);
+	for (size_t i = 0; i < j->n; i++)
+		json_array_append_new(arr, agent_json(gw, j, &as[i]));
 	route_respond_json(r, 200, arr);
 }
 
 static void
-agents_get(struct gateway *gw, const char *id, struct route_response *r)
+agent_get_store(struct store *st, struct api_job *j)
 {
-	struct store_agent a;
-
-	if (store_agent_get(gw->store, id, &a) != STORE_OK) {
-		route_respond_error(r, 404, "no agent %s", id);
-		return;
-	}
-	route_respond_json(r, 200, agent_json_one(gw, &a));
+	if ((j->rc = store_agent_get(st, j->id, &j->a)) == STORE_OK)
+		presence_read(st, j);
 }
 
-/* Whether a live replica's lease holds agent_id's tunnel (one store read). */
-static int
-held_elsewhere(struct gateway *gw, const char *agent_id)
-{
-	size_t n;
-	struct store_presence *ps = presence_sorted(gw, &n);
-	int held = presence_replica(ps, n, agent_id) != NULL;
-
-	free(ps);
-	return held;
-}
-
-/* approve, verify, revoke: persist first, then tell the connected agent;
- * another replica holding it hears the change and acts (notices.h). */
 static void
-agents_action(struct gateway *gw, const char *id, const char *action,
+agent_get_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
-	struct store_agent a;
-	struct session *s = hub_find(gw->hub, id);
-	char err[STORE_ERROR_MAX + 1] = "";
-	int rc;
+	if (j->rc != STORE_OK)
+		route_respond_error(r, 404, "no agent %s", j->id);
+	else
+		route_respond_json(r, 200, agent_json(gw, j, &j->a));
+}
 
-	if (store_agent_get(gw->store, id, &a) != STORE_OK) {
-		route_respond_error(r, 404, "no agent %s", id);
+/* j->a through event ev (reason: VERIFY_FAIL's, or NULL). */
+static int
+agent_transition(struct store *st, struct api_job *j, enum agent_event ev,
+    const char *reason)
+{
+	return j->rc = store_agent_transition(st, j->id, ev, reason,
+	    gateway_now(), &j->a, j->err, sizeof(j->err));
+}
+
+/* Whether a live replica's lease holds j->id's tunnel (from j's presence). */
+static int
+held_elsewhere(const struct api_job *j)
+{
+	return presence_replica(j, j->id) != NULL;
+}
+
+/*
+ * approve, verify, revoke: persist first (here), then tell the connected
+ * agent (agents_action_effects); another replica holding it hears the
+ * change and acts (notices.h).  j->held: the agent's tunnel was here when
+ * the request came, so its VERIFY round trip runs here.
+ */
+static void
+agents_action_store(struct store *st, struct api_job *j)
+{
+	if ((j->rc = store_agent_get(st, j->id, &j->a)) != STORE_OK) {
+		j->rc = STORE_NOTFOUND;
 		return;
 	}
-	if (strcmp(action, "approve") == 0) {
-		rc = store_agent_transition(gw->store, id, AGENT_EV_APPROVE, NULL,
-		    gateway_now(), &a, err, sizeof(err));
-		if (rc == STORE_OK) {
-			info("agent approved", KV_S("agent", id));
-			if (s != NULL) {
-				session_agent_changed(s, &a);
-				rc = session_verify(s, &a, err, sizeof(err));
-			}
+	if (strcmp(j->action, "approve") == 0) {
+		if (agent_transition(st, j, AGENT_EV_APPROVE, NULL) == STORE_OK &&
+		    j->held) {
+			j->approved = j->a;
+			j->verifying = 1;
+			agent_transition(st, j, AGENT_EV_VERIFY, NULL);
 		}
-	} else if (strcmp(action, "verify") == 0) {
-		if (s != NULL)
-			rc = session_verify(s, &a, err, sizeof(err));
-		else {
-			rc = store_agent_transition(gw->store, id, AGENT_EV_VERIFY, NULL,
-			    gateway_now(), &a, err, sizeof(err));
+	} else if (strcmp(j->action, "verify") == 0) {
+		if (agent_transition(st, j, AGENT_EV_VERIFY, NULL) == STORE_OK &&
+		    !j->held) {
 			/* Held by another replica: it hears the change and runs
 			 * the round trip (docs/0021). */
-			if (rc == STORE_OK && !held_elsewhere(gw, id))
-				rc = store_agent_transition(gw->store, id,
-				    AGENT_EV_VERIFY_FAIL, "agent is not connected",
-				    gateway_now(), &a, err, sizeof(err));
+			presence_read(st, j);
+			if (!held_elsewhere(j))
+				agent_transition(st, j, AGENT_EV_VERIFY_FAIL,
+				    "agent is not connected");
 		}
-	} else if (strcmp(action, "revoke") == 0) {
-		rc = store_agent_transition(gw->store, id, AGENT_EV_REVOKE, NULL,
-		    gateway_now(), &a, err, sizeof(err));
-		if (rc == STORE_OK) {
-			info("agent revoked", KV_S("agent", id));
-			if (s != NULL)
-				session_kick(s, "revoked", "agent revoked by an operator");
-		}
+	} else if (strcmp(j->action, "revoke") == 0) {
+		agent_transition(st, j, AGENT_EV_REVOKE, NULL);
 	} else {
-		route_respond_error(r, 404, "no action \"%s\": use approve, verify or revoke", action);
 		return;
 	}
-	if (rc == STORE_REFUSED)
-		route_respond_error(r, 409, "%s", err);
-	else if (rc != STORE_OK)
-		respond_store_error(r, rc, err);
+	free(j->ps);
+	j->ps = NULL;
+	presence_read(st, j);
+}
+
+/* Tells the agent's session here, if it is still here: a session that
+ * left meanwhile was told nothing (a verifying agent runs its round trip
+ * when it connects again). */
+static void
+agents_action_tell(struct gateway *gw, struct api_job *j)
+{
+	struct session *s = hub_find(gw->hub, j->id);
+
+	if (strcmp(j->action, "approve") == 0) {
+		info("agent approved", KV_S("agent", j->id));
+		if (s != NULL && j->verifying) {
+			session_agent_changed(s, &j->approved);
+			if (j->rc == STORE_OK)
+				session_verifying(s, &j->a);
+		}
+	} else if (strcmp(j->action, "verify") == 0) {
+		if (s != NULL && j->held)
+			session_verifying(s, &j->a);
+	} else if (strcmp(j->action, "revoke") == 0) {
+		info("agent revoked", KV_S("agent", j->id));
+		if (s != NULL)
+			session_kick(s, "revoked", "agent revoked by an operator");
+	}
+}
+
+static void
+agents_action_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	int known = strcmp(j->action, "approve") == 0 ||
+	    strcmp(j->action, "verify") == 0 || strcmp(j->action, "revoke") == 0;
+
+	if (j->rc == STORE_NOTFOUND) {
+		route_respond_error(r, 404, "no agent %s", j->id);
+		return;
+	}
+	if (!known) {
+		route_respond_error(r, 404, "no action \"%s\": use approve, verify "
+		    "or revoke", j->action);
+		return;
+	}
+	/* An approve whose VERIFY failed still approved: tell it. */
+	if (j->rc == STORE_OK || j->verifying)
+		agents_action_tell(gw, j);
+	if (j->rc == STORE_REFUSED)
+		route_respond_error(r, 409, "%s", j->err);
+	else if (j->rc != STORE_OK)
+		respond_store_error(r, j->rc, j->err);
 	else
-		route_respond_json(r, 200, agent_json_one(gw, &a));
+		route_respond_json(r, 200, agent_json(gw, j, &j->a));
 }
 
 /* ---- users and kubeconfigs ---- */
@@ -453,53 +550,60 @@ user_json(const struct store_user_token *u)
 }
 
 /*
- * Issues a user token to name, scoped to clusters: *t holds the secret
- * (the caller clears it) and *u the stored record.  Returns 0, or -1 after
- * responding (400 bad name or list, 404 unknown cluster, 500).
+ * Store part: issues a user token to name, scoped to clusters: j->t holds
+ * the secret and j->u the stored record.  j->rc: STORE_OK, or
+ * STORE_REFUSED (a bad name or list), STORE_NOTFOUND (an unknown cluster)
+ * or another failure, with j->err.
  */
-static int
-user_issue(struct gateway *gw, const char *name, const char *const *clusters,
-    size_t nclusters, struct token *t, struct store_user_token *u,
-    struct route_response *r)
+static void
+user_issue(struct store *st, struct api_job *j, const char *name,
+    const char *const *clusters, size_t nclusters)
 {
 	struct store_token rec;
-	char err[STORE_ERROR_MAX + 1] = "";
-	int rc;
 
 	if (!store_user_name_valid(name)) {
-		route_respond_error(r, 400, "invalid user name: use 1 to %d characters of "
-		    "A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
-		return -1;
+		j->rc = STORE_REFUSED;
+		snprintf(j->err, sizeof(j->err), "invalid user name: use 1 to %d "
+		    "characters of A-Z a-z 0-9 . _ @ -", STORE_NAME_MAX);
+		return;
 	}
 	memset(&rec, 0, sizeof(rec));
-	if (token_generate(TOKEN_USER, t) != 0) {
-		route_respond_error(r, 500, "cannot generate a token");
-		return -1;
+	if (token_generate(TOKEN_USER, &j->t) != 0) {
+		j->rc = STORE_ERR;
+		snprintf(j->err, sizeof(j->err), "cannot generate a token");
+		return;
 	}
-	snprintf(rec.id, sizeof(rec.id), "%s", t->id);
+	snprintf(rec.id, sizeof(rec.id), "%s", j->t.id);
 	rec.kind = TOKEN_USER;
 	snprintf(rec.name, sizeof(rec.name), "%s", name);
-	token_hash(t, rec.verifier);
+	token_hash(&j->t, rec.verifier);
 	rec.uses_left = -1;
 	rec.created_at = gateway_now();
-	rc = store_user_token_create(gw->store, &rec, clusters, nclusters, u,
-	    err, sizeof(err));
+	j->rc = store_user_token_create(st, &rec, clusters, nclusters, &j->u,
+	    j->err, sizeof(j->err));
 	OPENSSL_cleanse(rec.verifier, sizeof(rec.verifier));
-	switch (rc) {
+	if (j->rc != STORE_OK)
+		token_clear(&j->t);
+}
+
+/* Answers user_issue's failure: 1 if it failed, else 0. */
+static int
+user_issue_failed(const struct api_job *j, struct route_response *r)
+{
+	switch (j->rc) {
 	case STORE_OK:
 		return 0;
 	case STORE_REFUSED:
-		route_respond_error(r, 400, "%s", err);
+		route_respond_error(r, 400, "%s", j->err);
 		break;
 	case STORE_NOTFOUND:
-		route_respond_error(r, 404, "%s", err);
+		route_respond_error(r, 404, "%s", j->err);
 		break;
 	default:
-		respond_store_error(r, rc, err);
+		respond_store_error(r, j->rc, j->err);
 		break;
 	}
-	token_clear(t);
-	return -1;
+	return 1;
 }
 
 /* Sends text that holds a secret, ending it with a newline as every
@@ -524,83 +628,90 @@ respond_secret(struct route_response *r, int status, const char *type, char *tex
 }
 
 static void
-users_create(struct gateway *gw, const struct route_request *req, struct route_response *r)
+users_create_store(struct store *st, struct api_job *j)
 {
-	struct store_user_token u;
-	struct token t;
-	struct api_body b;
-	char tokstr[TOKEN_STR_MAX], *text = NULL;
+	user_issue(st, j, j->b.name, j->b.clusters, j->b.nclusters);
+}
+
+static void
+users_create_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	char tokstr[TOKEN_STR_MAX], *text;
 	json_t *out;
 
-	memset(&t, 0, sizeof(t));
-	memset(tokstr, 0, sizeof(tokstr));
-	if (!body_parsed(API_BODY_USER, req, &b, r))
+	(void)gw;
+	if (user_issue_failed(j, r))
 		return;
-	if (user_issue(gw, b.name, b.clusters, b.nclusters, &t, &u, r) != 0)
-		goto out;
-	token_format(&t, tokstr);
-	out = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", u.name,
-	    "token_id", u.id, "token", tokstr, "clusters", user_clusters_json(&u),
-	    "created_at", time_json(u.created_at));
+	token_format(&j->t, tokstr);
+	out = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", j->u.name,
+	    "token_id", j->u.id, "token", tokstr, "clusters",
+	    user_clusters_json(&j->u), "created_at", time_json(j->u.created_at));
+	OPENSSL_cleanse(tokstr, sizeof(tokstr));
 	text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
 	json_decref(out);
 	if (text == NULL) {
 		route_respond_error(r, 500, "out of memory");
-		goto out;
+		return;
 	}
-	info("user token issued", KV_S("token", u.id), KV_S("user", u.name),
-	    KV_U("clusters", u.nclusters));
+	info("user token issued", KV_S("token", j->u.id), KV_S("user", j->u.name),
+	    KV_U("clusters", j->u.nclusters));
 	respond_secret(r, 201, "application/json", text);
-out:
 	free(text);
-	OPENSSL_cleanse(tokstr, sizeof(tokstr));
-	token_clear(&t);
-	api_body_free(&b);
 }
 
 static void
-users_list(struct gateway *gw, struct route_response *r)
+users_list_store(struct store *st, struct api_job *j)
 {
 	struct store_user_token *us = NULL;
-	size_t n = 0;
+
+	j->rc = store_user_token_list(st, &us, &j->n);
+	j->rows = us;
+}
+
+static void
+users_list_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	const struct store_user_token *us = j->rows;
 	json_t *arr;
 
-	if (store_user_token_list(gw->store, &us, &n) != STORE_OK) {
+	(void)gw;
+	if (j->rc != STORE_OK) {
 		route_respond_error(r, 500, "store: cannot list user tokens");
 		return;
 	}
 	arr = json_array();
-	for (size_t i = 0; arr != NULL && i < n; i++)
+	for (size_t i = 0; arr != NULL && i < j->n; i++)
 		json_array_append_new(arr, user_json(&us[i]));
-	free(us);
 	route_respond_json(r, 200, arr);
 }
 
 static void
-users_revoke(struct gateway *gw, const char *name, struct route_response *r)
+users_revoke_store(struct store *st, struct api_job *j)
 {
-	char err[STORE_ERROR_MAX + 1] = "";
-	int64_t count = 0;
-	int rc;
+	j->rc = store_user_revoke(st, j->id, &j->count, j->err, sizeof(j->err));
+}
 
-	rc = store_user_revoke(gw->store, name, &count, err, sizeof(err));
+static void
+users_revoke_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	(void)gw;
 	/* Whatever this user proved a moment ago no longer counts. */
 	access_revoked();
-	if (rc == STORE_REFUSED) {
-		route_respond_error(r, 400, "%s", err);
-		return;
+	if (j->rc == STORE_REFUSED)
+		route_respond_error(r, 400, "%s", j->err);
+	else if (j->rc == STORE_NOTFOUND)
+		route_respond_error(r, 404, "%s", j->err);
+	else if (j->rc != STORE_OK)
+		respond_store_error(r, j->rc, j->err);
+	else {
+		info("user tokens revoked", KV_S("user", j->id),
+		    KV_I("tokens", j->count));
+		route_respond_json(r, 200, json_pack("{s:s, s:I}", "name", j->id,
+		    "revoked_tokens", (json_int_t)j->count));
 	}
-	if (rc == STORE_NOTFOUND) {
-		route_respond_error(r, 404, "%s", err);
-		return;
-	}
-	if (rc != STORE_OK) {
-		respond_store_error(r, rc, err);
-		return;
-	}
-	info("user tokens revoked", KV_S("user", name), KV_I("tokens", count));
-	route_respond_json(r, 200, json_pack("{s:s, s:I}", "name", name,
-	    "revoked_tokens", (json_int_t)count));
 }
 
 /*
@@ -703,45 +814,40 @@ out:
 }
 
 static void
-kubeconfig_create(struct gateway *gw, const char *cluster,
-    const struct route_request *req, struct route_response *r)
+kubeconfig_create_store(struct store *st, struct api_job *j)
 {
-	struct store_cluster c;
-	struct store_user_token u;
-	struct token t;
-	struct api_body b;
-	char tokstr[TOKEN_STR_MAX], *text = NULL;
 	const char *ids[1];
 
-	memset(&t, 0, sizeof(t));
-	memset(tokstr, 0, sizeof(tokstr));
-	if (!body_parsed(API_BODY_KUBECONFIG, req, &b, r))
+	if (store_cluster_get(st, j->id, &j->c) != STORE_OK) {
+		j->rc = STORE_NOTFOUND;
+		snprintf(j->err, sizeof(j->err), "no cluster %s", j->id);
 		return;
-	if (store_cluster_get(gw->store, cluster, &c) != STORE_OK) {
-		route_respond_error(r, 404, "no cluster %s", cluster);
-		goto out;
 	}
-	ids[0] = c.id;
-	if (user_issue(gw, b.user, ids, 1, &t, &u, r) != 0)
-		goto out;
-	token_format(&t, tokstr);
-	if ((text = kubeconfig_format(gw, c.id, u.name, tokstr)) == NULL) {
+	ids[0] = j->c.id;
+	user_issue(st, j, j->b.user, ids, 1);
+}
+
+static void
+kubeconfig_create_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	char tokstr[TOKEN_STR_MAX], *text;
+
+	if (user_issue_failed(j, r))
+		return;
+	token_format(&j->t, tokstr);
+	text = kubeconfig_format(gw, j->c.id, j->u.name, tokstr);
+	OPENSSL_cleanse(tokstr, sizeof(tokstr));
+	if (text == NULL) {
 		/* The token exists but nobody holds it: harmless, and revoked
 		 * with the user's others. */
 		route_respond_error(r, 500, "cannot format the kubeconfig");
-		goto out;
+		return;
 	}
-	info("kubeconfig issued", KV_S("cluster", c.id), KV_S("user", u.name),
-	    KV_S("token", u.id));
+	info("kubeconfig issued", KV_S("cluster", j->c.id), KV_S("user", j->u.name),
+	    KV_S("token", j->u.id));
 	respond_secret(r, 201, "application/yaml", text);
-out:
-	if (text != NULL) {
-		OPENSSL_cleanse(text, strlen(text));
-		free(text);
-	}
-	OPENSSL_cleanse(tokstr, sizeof(tokstr));
-	token_clear(&t);
-	api_body_free(&b);
+	free(text);
 }
 
 /* ---- routing ---- */
@@ -762,43 +868,107 @@ split_path(char *buf, char **seg, size_t max)
 }
 
 static void
-admin_route(struct gateway *gw, const struct route_request *req, struct route_response *r)
+no_route_effects(struct gateway *gw, struct api_job *j, struct route_response *r)
 {
+	(void)gw;
+	route_respond_error(r, 404, "no route %s %s", j->method, j->path);
+}
+
+static const struct api_handler
+    h_none = { 0, NULL, no_route_effects },
+    h_clusters_create = { API_BODY_CLUSTER + 1, clusters_create_store,
+	clusters_create_effects },
+    h_clusters_list = { 0, clusters_list_store, clusters_list_effects },
+    h_cluster_get = { 0, cluster_get_store, cluster_get_effects },
+    h_tokens_create = { API_BODY_TOKENS + 1, tokens_create_store,
+	tokens_create_effects },
+    h_kubeconfig_create = { API_BODY_KUBECONFIG + 1, kubeconfig_create_store,
+	kubeconfig_create_effects },
+    h_users_create = { API_BODY_USER + 1, users_create_store,
+	users_create_effects },
+    h_users_list = { 0, users_list_store, users_list_effects },
+    h_users_revoke = { 0, users_revoke_store, users_revoke_effects },
+    h_agents_list = { 0, agents_list_store, agents_list_effects },
+    h_agent_get = { 0, agent_get_store, agent_get_effects },
+    h_agents_action = { 0, agents_action_store, agents_action_effects };
+
+/* The endpoint for method and the path's segments (seg[0] is "v1"), with
+ * the path's id and action copied into j; &h_none if there is none. */
+static const struct api_handler *
+admin_handler(struct api_job *j, char **seg, size_t n, int get, int post)
+{
+	if (n >= 3)
+		snprintf(j->id, sizeof(j->id), "%s", seg[2]);
+	if (n >= 4)
+		snprintf(j->action, sizeof(j->action), "%s", seg[3]);
+	if (n >= 2 && strcmp(seg[1], "clusters") == 0) {
+		if (n == 2)
+			return post ? &h_clusters_create : get ? &h_clusters_list : &h_none;
+		if (n == 3 && get)
+			return &h_cluster_get;
+		if (n == 4 && post && strcmp(seg[3], "tokens") == 0)
+			return &h_tokens_create;
+		if (n == 4 && post && strcmp(seg[3], "kubeconfig") == 0)
+			return &h_kubeconfig_create;
+	} else if (n >= 2 && strcmp(seg[1], "users") == 0) {
+		if (n == 2)
+			return post ? &h_users_create : get ? &h_users_list : &h_none;
+		if (n == 4 && post && strcmp(seg[3], "revoke") == 0)
+			return &h_users_revoke;
+	} else if (n >= 2 && strcmp(seg[1], "agents") == 0) {
+		if (n == 2 && get)
+			return &h_agents_list;
+		if (n == 3 && get)
+			return &h_agent_get;
+		if (n == 4 && post)
+			return &h_agents_action;
+	}
+	return &h_none;
+}
+
+/* What the loop reads of the request before the store: the body, the
+ * query, and whether an agent acted on is held here. */
+static void
+admin_prepare(struct gateway *gw, struct api_job *j,
+    const struct route_request *req)
+{
+	if (j->h->body != 0) {
+		j->refuse_status = api_body_parse((enum api_body_kind)(j->h->body - 1),
+		    req->body, req->body_len, req->body_too_large, &j->b,
+		    j->refuse_why, sizeof(j->refuse_why));
+	} else if (j->h == &h_agents_list && api_query_param(req->query,
+	    "cluster", j->filter, sizeof(j->filter)) == -2) {
+		j->refuse_status = 400;
+		snprintf(j->refuse_why, sizeof(j->refuse_why),
+		    "query parameter cluster: given twice or too long");
+	} else if (j->h == &h_agents_action) {
+		j->held = hub_find(gw->hub, j->id) != NULL;
+	}
+}
+
+/* An admin request: copied into a job whose store part runs on the store
+ * thread (the admin check first), and answered from its effects part. */
+static void
+admin_request(struct gateway *gw, const struct route_request *req,
+    struct route_response *r)
+{
+	struct api_job *j = calloc(1, sizeof(*j));
 	char buf[512];
 	char *seg[6];
 	size_t n;
-	int get = strcmp(req->method, "GET") == 0, post = strcmp(req->method, "POST") == 0;
 
+	if (j == NULL) {
+		route_respond_error(r, 500, "out of memory");
+		return;
+	}
+	snprintf(j->method, sizeof(j->method), "%s", req->method);
+	snprintf(j->path, sizeof(j->path), "%s", req->path);
 	snprintf(buf, sizeof(buf), "%s", req->path);
 	n = split_path(buf, seg, 5);
-	/* seg[0] is "v1" */
-	if (n >= 2 && strcmp(seg[1], "clusters") == 0) {
-		if (n == 2 && post)
-			return clusters_create(gw, req, r);
-		if (n == 2 && get)
-			return clusters_list(gw, r);
-		if (n == 3 && get)
-			return clusters_get(gw, seg[2], r);
-		if (n == 4 && post && strcmp(seg[3], "tokens") == 0)
-			return tokens_create(gw, seg[2], req, r);
-		if (n == 4 && post && strcmp(seg[3], "kubeconfig") == 0)
-			return kubeconfig_create(gw, seg[2], req, r);
-	} else if (n >= 2 && strcmp(seg[1], "users") == 0) {
-		if (n == 2 && post)
-			return users_create(gw, req, r);
-		if (n == 2 && get)
-			return users_list(gw, r);
-		if (n == 4 && post && strcmp(seg[3], "revoke") == 0)
-			return users_revoke(gw, seg[2], r);
-	} else if (n >= 2 && strcmp(seg[1], "agents") == 0) {
-		if (n == 2 && get)
-			return agents_list(gw, req, r);
-		if (n == 3 && get)
-			return agents_get(gw, seg[2], r);
-		if (n == 4 && post)
-			return agents_action(gw, seg[2], seg[3], r);
-	}
-	route_respond_error(r, 404, "no route %s %s", req->method, req->path);
+	j->h = admin_handler(j, seg, n, strcmp(req->method, "GET") == 0,
+	    strcmp(req->method, "POST") == 0);
+	admin_prepare(gw, j, req);
+	store_request(gw, req, r, api_job_store, api_job_effects, api_job_free, j);
 }
 
 /* 503 while draining or while the store is out of reach (docs/0021). */
@@ -832,8 +1002,7 @@ api_handle(struct gateway *gw, const struct route_request *req,
 		route_respond_text(r, 200, "application/x-pem-file", gw->ca_pem,
 		    gw->ca_pem_len);
 	} else if (strncmp(req->path, "/v1/", 4) == 0) {
-		if (admin_authorized(gw, req, r))
-			admin_route(gw, req, r);
+		admin_request(gw, req, r);
 	} else {
 		route_respond_error(r, 404, "no route %s %s", req->method, req->path);
 	}

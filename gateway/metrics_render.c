@@ -2,10 +2,11 @@
  * metrics_render.c: the gateway's /metrics text: its own families (with
  * the gauges read from the hub in O(1)), the stream metrics and the
  * process metrics; and GET /metrics on the main port as a route (route.h),
- * for admin tokens.
+ * for admin tokens (checked on the store thread: store_request.h).
  */
 #include "metrics.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "access.h"
@@ -15,6 +16,7 @@
 #include "prom_http.h"
 #include "route.h"
 #include "server.h"
+#include "store_request.h"
 
 char *
 metrics_render(void *arg, size_t *len)
@@ -42,27 +44,53 @@ metrics_matches(const char *path)
 	return strcmp(path, "/metrics") == 0;
 }
 
+/* GET /metrics: the admin check on the store thread, the text on the loop
+ * (store_request.h). */
+struct metrics_ask {
+	int status;                  /* access_admin's */
+	char err[192];
+};
+
+static void
+metrics_check(struct store *st, const char *authorization, void *arg)
+{
+	struct metrics_ask *m = arg;
+	char principal[64];
+
+	m->status = access_admin(st, authorization, principal,
+	    sizeof(principal), m->err, sizeof(m->err));
+}
+
+static void
+metrics_answer(struct gateway *gw, void *arg, struct route_response *r)
+{
+	struct metrics_ask *m = arg;
+
+	if (m->status != 0) {
+		route_respond_error(r, m->status, "%s", m->err);
+		return;
+	}
+	r->body = metrics_render(gw, &r->body_len);
+	r->status = r->body != NULL ? 200 : 500;
+	r->content_type = PROM_CONTENT_TYPE;
+}
+
 static void
 metrics_request(struct gateway *gw, const struct route_request *req,
     struct route_response *r)
 {
-	char principal[64], err[192];
-	int status;
+	struct metrics_ask *m;
 
 	memset(r, 0, sizeof(*r));
 	if (strcmp(req->method, "GET") != 0) {
 		route_respond_error(r, 405, "/metrics is read with GET");
 		return;
 	}
-	status = access_admin(gw, req->authorization, principal,
-	    sizeof(principal), err, sizeof(err));
-	if (status != 0) {
-		route_respond_error(r, status, "%s", err);
+	if ((m = calloc(1, sizeof(*m))) == NULL) {
+		route_respond_error(r, 500, "out of memory");
 		return;
 	}
-	r->body = metrics_render(gw, &r->body_len);
-	r->status = r->body != NULL ? 200 : 500;
-	r->content_type = PROM_CONTENT_TYPE;
+	store_request(gw, req, r, metrics_check, metrics_answer, free, m);
 }
 
 const struct route metrics_route = {

@@ -6,8 +6,11 @@
  * each route registers a struct route (main.c builds the table), and the
  * server hands it what it matched, in one of three shapes:
  *
- *   request   a whole request (bounded body), answered at once as a
- *             function: struct route_request in, struct route_response out;
+ *   request   a whole request (bounded body), answered as a function:
+ *             struct route_request in, struct route_response out; or, when
+ *             the answer needs the store thread, later: the route takes a
+ *             ticket with reply_later during its call and answers with
+ *             reply_send (server.h: "Replies later");
  *   upgrade   a valid WebSocket handshake, decided now or later with
  *             exactly one of upgrade_accept or upgrade_refuse (server.h);
  *   exchange  a request handed over as soon as its head is read, which
@@ -44,6 +47,7 @@ struct route_request {
 	const char *replica;         /* the Tether-Replica header, or "" */
 	int from_replica;            /* 1: the client proved a gateway replica's
 	                                certificate over TLS (tlspeer.h) */
+	struct hconn *conn;          /* the transport's, for reply_later only */
 };
 
 struct route_response {
@@ -89,6 +93,8 @@ struct route_exchange {
 struct route {
 	const char *name;                       /* for logs */
 	int (*matches)(const char *path);       /* NULL: every path */
+	/* req is valid during the call only (copy what a later answer needs).
+	 * Fills resp, or takes a ticket (reply_later) and leaves resp alone. */
 	void (*request)(struct gateway *gw, const struct route_request *req,
 	    struct route_response *resp);
 	void (*upgrade)(struct gateway *gw, const struct route_request *req,

@@ -7,6 +7,8 @@
  *
  *   READING --request--> answered: READING again (keep-alive)
  *      |                     or CLOSING --written--> LINGERING --EOF/2 s--> freed
+ *      |--request, answered later--> REPLYING --reply_send--> as answered
+ *      |                  \------http timeout--> 504, CLOSING
  *      |--upgrade--> UPGRADING --upgrade_accept--> handed over to a wsconn
  *      |                  \------upgrade_refuse--> CLOSING
  *      `--exchange head--> EXCHANGING --exchange_finish--> READING or CLOSING
@@ -154,6 +156,7 @@ enum hconn_state {
 	HC_CLOSING,       /* the last answer is queued: write it */
 	HC_LINGERING,     /* close_notify sent: drop input until EOF or deadline */
 	HC_EXCHANGING,    /* an exchange (its route's) owns the connection */
+	HC_REPLYING,      /* a request route answers later: input parked */
 	HC_DONE,          /* handed over or ended: freed by its timer, soon */
 	HC_ENTRIES        /* must be last */
 };
@@ -164,6 +167,7 @@ static const char *const hconn_state_names[HC_ENTRIES] = {
 	[HC_CLOSING] = "closing",
 	[HC_LINGERING] = "lingering",
 	[HC_EXCHANGING] = "exchanging",
+	[HC_REPLYING] = "replying",
 	[HC_DONE] = "done",
 };
 
@@ -173,6 +177,13 @@ struct upgrade {
 	void *abandon_arg;
 };
 
+/* A request's answer to come (server.h: "Replies later"): the route's
+ * until reply_send; h is NULL once the connection cannot take it. */
+struct reply {
+	struct hconn *h;
+	const struct route *route;        /* for logs */
+};
+
 struct hconn {
 	LIST_ENTRY(hconn) link;           /* in server.http */
 	struct server *srv;
@@ -180,6 +191,8 @@ struct hconn {
 	struct event *timer;              /* request, flush or linger deadline */
 	struct http_reader *reader;
 	struct upgrade upgrade;           /* HC_UPGRADING */
+	struct reply *reply;              /* HC_REPLYING: the route holds it */
+	unsigned replies;                 /* tickets taken, ever (hconn_request) */
 	enum hconn_state state;
 	int read_blocked;                 /* output over HTTP_OUTPUT_HIGH */
 	void *x;                          /* HC_EXCHANGING: the route's exchange */
@@ -195,6 +208,7 @@ struct hconn {
 };
 
 static void hconn_process(struct hconn *h);
+static void hconn_kick_read(struct hconn *h);
 static void hconn_linger(struct hconn *h);
 static void tls_slot_free(struct hconn *h);
 
@@ -215,10 +229,24 @@ hconn_arm(struct hconn *h, uint32_t ms)
 	evtimer_add(h->timer, &tv);
 }
 
+/* The connection will not carry the answer it waits for: the ticket stays
+ * the route's, and reply_send only frees it. */
+static void
+hconn_drop_reply(struct hconn *h)
+{
+	if (h->reply == NULL)
+		return;
+	debug("http: the answer to come is dropped", KV_S("peer", h->peer),
+	    KV_S("route", h->reply->route->name));
+	h->reply->h = NULL;
+	h->reply = NULL;
+}
+
 static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
+	hconn_drop_reply(h);
 	if (h->tls_counted)
 		tls_slot_free(h);
 	if (h->kept != NULL) {
@@ -251,6 +279,7 @@ hconn_end(struct hconn *h)
 {
 	if (h->state == HC_DONE)
 		return;
+	hconn_drop_reply(h);
 	hconn_set_state(h, HC_DONE);
 	if (h->bev != NULL) {
 		bufferevent_setcb(h->bev, NULL, NULL, NULL, NULL);
@@ -536,6 +565,31 @@ hconn_upgrade(struct hconn *h, const struct http_request *rq)
 
 /* ---- HTTP requests ---- */
 
+/* Writes a request route's answer (resp's body is taken) for rq. */
+static void
+hconn_answer(struct hconn *h, const struct route *r,
+    const struct http_request *rq, struct route_response *resp)
+{
+	if (resp->body == NULL) {
+		hconn_respond(h, 500, "text/plain", strdup("out of memory\n"), 14,
+		    0, 0, NULL);
+		return;
+	}
+	if (resp->status < 100 || resp->status > 599) {
+		/* A bug in a route; the client still gets an answer. */
+		error("http: a route answered an invalid status", KV_S("peer", h->peer),
+		    KV_S("route", r->name), KV_S("method", rq->method),
+		    KV_S("path", rq->path), KV_I("status", resp->status));
+		free_body(resp->body, resp->body_len, NULL);
+		hconn_refuse(h, 500, "internal error");
+		return;
+	}
+	debug("http request", KV_S("peer", h->peer), KV_S("method", rq->method),
+	    KV_S("path", rq->path), KV_I("status", resp->status));
+	hconn_respond(h, resp->status, resp->content_type, resp->body,
+	    resp->body_len, rq->keep_alive, rq->head_only, resp->headers);
+}
+
 static void
 hconn_request(struct hconn *h, const struct http_request *rq)
 {
@@ -545,32 +599,73 @@ hconn_request(struct hconn *h, const struct http_request *rq)
 		.authorization = rq->authorization, .body = rq->body,
 		.body_len = rq->body_len, .body_too_large = rq->body_too_large,
 		.replica = rq->replica, .from_replica = hconn_from_replica(h),
+		.conn = h,
 	};
 	struct route_response resp = { 0 };
+	unsigned replies = h->replies;
 
 	if (r == NULL) {
 		hconn_refuse(h, 404, "no route");
 		return;
 	}
 	r->request(h->srv->gw, &req, &resp);
-	if (resp.body == NULL) {
-		hconn_respond(h, 500, "text/plain", strdup("out of memory\n"), 14,
-		    0, 0, NULL);
-		return;
-	}
-	if (resp.status < 100 || resp.status > 599) {
-		/* A bug in a route; the client still gets an answer. */
-		error("http: a route answered an invalid status", KV_S("peer", h->peer),
-		    KV_S("route", r->name), KV_S("method", rq->method),
-		    KV_S("path", rq->path), KV_I("status", resp.status));
+	if (h->replies != replies) {
+		/* The ticket answers, now or later (reply_send). */
 		free_body(resp.body, resp.body_len, NULL);
-		hconn_refuse(h, 500, "internal error");
 		return;
 	}
-	debug("http request", KV_S("peer", h->peer), KV_S("method", rq->method),
-	    KV_S("path", rq->path), KV_I("status", resp.status));
-	hconn_respond(h, resp.status, resp.content_type, resp.body, resp.body_len,
-	    rq->keep_alive, rq->head_only, resp.headers);
+	hconn_answer(h, r, rq, &resp);
+}
+
+/* ---- replies later (server.h) ---- */
+
+struct reply *
+reply_later(const struct route_request *req)
+{
+	struct hconn *h = req->conn;
+	struct reply *t;
+
+	/* server.h: one ticket, during the route's request call. */
+	assert(h->state == HC_READING && h->reply == NULL);
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return NULL;
+	t->h = h;
+	t->route = route_find(h->srv, req->path, 'r', h->port);
+	h->reply = t;
+	h->replies++;
+	hconn_set_state(h, HC_REPLYING);
+	/* Stop taking input, but keep reading up to a little so that a client
+	 * that hangs up is noticed (EOF) and the answer dropped. */
+	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
+	hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
+	return t;
+}
+
+int
+reply_client_gone(const struct reply *t)
+{
+	return t->h == NULL;
+}
+
+void
+reply_send(struct reply *t, struct route_response *resp)
+{
+	struct hconn *h = t->h;
+	const struct route *r = t->route;
+
+	if (h == NULL) {
+		free_body(resp->body, resp->body_len, NULL);
+		free(t);
+		return;
+	}
+	assert(h->state == HC_REPLYING && h->reply == t);
+	h->reply = NULL;
+	free(t);
+	hconn_set_state(h, HC_READING);
+	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	hconn_answer(h, r, http_reader_request(h->reader), resp);
+	if (h->state == HC_READING)
+		hconn_kick_read(h);      /* a pipelined request may wait */
 }
 
 /* ---- exchanges (route.h, server.h) ---- */
@@ -864,7 +959,8 @@ hconn_read_cb(struct bufferevent *bev, void *arg)
 		hconn_process(h);
 		break;
 	case HC_UPGRADING:
-		break;         /* parked until the upgrade is decided */
+	case HC_REPLYING:
+		break;         /* parked until the upgrade is decided, the answer sent */
 	case HC_EXCHANGING:
 		if (h->x_raw && h->x != NULL) {
 			if (h->srv->exchange->exchange->raw_input(h->x,
@@ -933,6 +1029,15 @@ hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (h->state == HC_DONE) {
 		hconn_free(h);             /* hconn_end: the deferred end */
+		return;
+	}
+	if (h->state == HC_REPLYING) {
+		snprintf(reason, sizeof(reason), "no answer within %u ms (the store "
+		    "is slow or unreachable)", h->srv->gw->limits.http_timeout_ms);
+		warn("http timeout", KV_S("peer", h->peer),
+		    KV_S("route", h->reply->route->name), KV_S("reason", reason));
+		hconn_drop_reply(h);
+		hconn_refuse(h, 504, reason);
 		return;
 	}
 	if (h->state == HC_READING && http_reader_started(h->reader)) {

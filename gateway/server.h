@@ -82,6 +82,30 @@ struct wsconn *upgrade_accept(struct upgrade *u, const char *subprotocol,
 void upgrade_refuse(struct upgrade *u, int status, const char *reason);
 
 /*
+ * Replies later (request routes, route.h).  A route whose answer needs
+ * work done elsewhere (the store thread) calls reply_later during its
+ * request call and leaves resp alone; the connection then waits for the
+ * answer, its input parked, for at most --http-timeout.  The route owns
+ * the ticket until it calls reply_send, exactly once, from the loop
+ * (possibly still inside its request call): the answer goes out if the
+ * client is still there.  If the client left first, or the deadline
+ * passed (the client got 504 and the connection closed), the ticket is
+ * told (reply_client_gone) and the late answer is only wiped and freed.
+ * Cost: one small allocation per deferred request.
+ */
+struct reply;
+struct route_request;
+struct route_response;
+
+/* The ticket for req's answer (req as the route got it, during its call),
+ * or NULL when out of memory: then answer now, through resp. */
+struct reply *reply_later(const struct route_request *req);
+/* 1 once the client will never see this ticket's answer. */
+int reply_client_gone(const struct reply *t);
+/* Answers (takes resp->body; NULL body: 500) and frees t. */
+void reply_send(struct reply *t, struct route_response *resp);
+
+/*
  * Exchanges (route.h: struct route_exchange): a request whose route takes
  * it as soon as its head is read, with its connection (a struct hconn).
  * While the exchange runs the connection is its own: the request body

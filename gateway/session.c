@@ -667,27 +667,13 @@ session_start_round_trip(struct session *s)
 	evtimer_add(s->verify_timer, &tv);
 }
 
-/* The agent is verifying (committed): tell it, and send the VERIFY. */
-static void
+void
 session_verifying(struct session *s, const struct store_agent *a)
 {
 	s->agent = *a;
 	info("agent verifying", KV_S("agent", s->agent.id));
 	session_send_state(s);
 	session_start_round_trip(s);
-}
-
-int
-session_verify(struct session *s, struct store_agent *out, char *err, size_t errlen)
-{
-	int r;
-
-	r = store_agent_transition(s->gw->store, s->agent.id, AGENT_EV_VERIFY, NULL,
-	    gateway_now(), out, err, errlen);
-	if (r != STORE_OK)
-		return r;
-	session_verifying(s, out);
-	return STORE_OK;
 }
 
 static void

@@ -64,9 +64,10 @@ size_t session_max_queue(const struct session *s);
  * already persisted the agent's new record; these tell the agent and act on it.
  */
 void session_agent_changed(struct session *s, const struct store_agent *a);
-/* Starts verification (persisting enroll|active -> verifying).  Returns the
- * store result; *out holds the new record. */
-int session_verify(struct session *s, struct store_agent *out, char *err, size_t errlen);
+/* The agent's verification was persisted (a, now verifying): tells the
+ * agent and sends the VERIFY.  The caller made the transition (the admin
+ * API, on the store thread). */
+void session_verifying(struct session *s, const struct store_agent *a);
 /*
  * The agent's record changed in the store, here or on another replica
  * (heard through the store, docs/0021); a is the record as read since.  A

@@ -1,5 +1,6 @@
 /*
- * ui.c: the status page's files and its view, GET /v1/status (see ui.h).
+ * ui.c: the status page's files and its view, GET /v1/status (see ui.h),
+ * whose store reads run on the store thread (store_request.h).
  */
 #include "ui.h"
 
@@ -16,6 +17,7 @@
 #include "livestreams.h"
 #include "route.h"
 #include "store.h"
+#include "store_request.h"
 #include "ui_assets.h"
 
 /* Everything from the gateway itself; no inline script or style, no
@@ -113,32 +115,109 @@ time_or_null(int64_t t)
 	return json_string(buf);
 }
 
-/* Appends the agents of one cluster (NULL: all), counting the connected
- * ones per cluster into counts.  Returns 0 or -1 (store). */
-static int
-add_agents(struct gateway *gw, const char *cluster, json_t *arr, json_t *counts)
+/*
+ * GET /v1/status in two parts (store_request.h): the viewer's check and
+ * the clusters and agents it may see are read on the store thread; the
+ * connected agents (the hub) and live streams are added on the loop.
+ * Cost while it is out: the viewer (~2 KiB) and the rows read.
+ */
+struct status_ask {
+	struct viewer v;
+	int status;                        /* access_viewer's, or 500 */
+	char err[192];
+	struct store_cluster *cs;          /* the clusters it sees */
+	size_t ncs;
+	struct store_agent *as;            /* their agents */
+	size_t nas;
+};
+
+static void
+status_ask_free(void *arg)
 {
-	struct store_agent *as = NULL;
+	struct status_ask *a = arg;
+
+	free(a->cs);
+	free(a->as);
+	free(a);
+}
+
+/* Appends cluster's agents (NULL: all) to a->as.  0 or -1. */
+static int
+read_agents(struct store *st, struct status_ask *a, const char *cluster)
+{
+	struct store_agent *as = NULL, *grown;
 	size_t n = 0;
 
-	if (store_agent_list(gw->store, cluster, &as, &n) != STORE_OK)
+	if (store_agent_list(st, cluster, &as, &n) != STORE_OK)
 		return -1;
-	for (size_t i = 0; i < n; i++) {
-		int64_t since = hub_connected_since(gw->hub, as[i].id);
-		json_t *c = json_object_get(counts, as[i].cluster);
-		json_int_t all = json_integer_value(json_array_get(c, 0));
-		json_int_t up = json_integer_value(json_array_get(c, 1));
-
-		json_object_set_new(counts, as[i].cluster,
-		    json_pack("[I,I]", all + 1, up + (since != 0)));
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o}",
-		    "id", as[i].id, "cluster", as[i].cluster, "node", as[i].node,
-		    "state", agent_state_name(as[i].state), "last_error", as[i].last_error,
-		    "connected", since != 0, "connected_since", time_or_null(since),
-		    "updated_at", time_or_null(as[i].updated_at)));
+	if (n > 0 && (grown = realloc(a->as, (a->nas + n) * sizeof(*as))) == NULL) {
+		free(as);
+		return -1;
+	}
+	if (n > 0) {
+		a->as = grown;
+		memcpy(a->as + a->nas, as, n * sizeof(*as));
+		a->nas += n;
 	}
 	free(as);
 	return 0;
+}
+
+/* Clusters and their agents, as the viewer may see them.  0 or -1. */
+static int
+read_clusters(struct store *st, struct status_ask *a)
+{
+	if (a->v.admin)
+		return store_cluster_list(st, &a->cs, &a->ncs) == STORE_OK &&
+		    read_agents(st, a, NULL) == 0 ? 0 : -1;
+	if ((a->cs = calloc(a->v.nclusters + 1, sizeof(*a->cs))) == NULL)
+		return -1;
+	for (size_t i = 0; i < a->v.nclusters; i++) {
+		if (store_cluster_get(st, a->v.clusters[i], &a->cs[a->ncs]) != STORE_OK)
+			continue;      /* scoped to a cluster that is gone */
+		if (read_agents(st, a, a->cs[a->ncs].id) != 0)
+			return -1;
+		a->ncs++;
+	}
+	return 0;
+}
+
+static void
+status_read(struct store *st, const char *authorization, void *arg)
+{
+	struct status_ask *a = arg;
+
+	a->status = access_viewer(st, authorization, a->v.principal,
+	    sizeof(a->v.principal), &a->v.admin, a->v.clusters, &a->v.nclusters,
+	    a->err, sizeof(a->err));
+	if (a->status == 0 && read_clusters(st, a) != 0) {
+		a->status = 500;
+		snprintf(a->err, sizeof(a->err),
+		    "store: cannot read clusters and agents");
+	}
+}
+
+/* The agents read, with whether each is connected here, counting them per
+ * cluster into counts. */
+static void
+add_agents(struct gateway *gw, const struct status_ask *a, json_t *arr,
+    json_t *counts)
+{
+	for (size_t i = 0; i < a->nas; i++) {
+		const struct store_agent *ag = &a->as[i];
+		int64_t since = hub_connected_since(gw->hub, ag->id);
+		json_t *c = json_object_get(counts, ag->cluster);
+		json_int_t all = json_integer_value(json_array_get(c, 0));
+		json_int_t up = json_integer_value(json_array_get(c, 1));
+
+		json_object_set_new(counts, ag->cluster,
+		    json_pack("[I,I]", all + 1, up + (since != 0)));
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o}",
+		    "id", ag->id, "cluster", ag->cluster, "node", ag->node,
+		    "state", agent_state_name(ag->state), "last_error", ag->last_error,
+		    "connected", since != 0, "connected_since", time_or_null(since),
+		    "updated_at", time_or_null(ag->updated_at)));
+	}
 }
 
 static json_t *
@@ -151,39 +230,18 @@ cluster_row(const struct store_cluster *c, json_t *counts)
 	    "agents_connected", json_integer_value(json_array_get(n, 1)));
 }
 
-/* Clusters and their agents, as the viewer may see them.  0 or -1. */
-static int
-add_clusters(struct gateway *gw, const struct viewer *v, json_t *out)
+/* Clusters and their agents into out. */
+static void
+add_clusters(struct gateway *gw, const struct status_ask *a, json_t *out)
 {
 	json_t *clusters = json_array(), *agents = json_array(), *counts = json_object();
-	struct store_cluster *cs = NULL, one;
-	size_t n = 0;
-	int r = -1;
 
-	if (v->admin) {
-		if (store_cluster_list(gw->store, &cs, &n) != STORE_OK ||
-		    add_agents(gw, NULL, agents, counts) != 0)
-			goto out;
-		for (size_t i = 0; i < n; i++)
-			json_array_append_new(clusters, cluster_row(&cs[i], counts));
-	} else {
-		for (size_t i = 0; i < v->nclusters; i++) {
-			if (store_cluster_get(gw->store, v->clusters[i], &one) != STORE_OK)
-				continue;      /* scoped to a cluster that is gone */
-			if (add_agents(gw, one.id, agents, counts) != 0)
-				goto out;
-			json_array_append_new(clusters, cluster_row(&one, counts));
-		}
-	}
-	json_object_set(out, "clusters", clusters);
-	json_object_set(out, "agents", agents);
-	r = 0;
-out:
-	free(cs);
-	json_decref(clusters);
-	json_decref(agents);
+	add_agents(gw, a, agents, counts);
+	for (size_t i = 0; i < a->ncs; i++)
+		json_array_append_new(clusters, cluster_row(&a->cs[i], counts));
+	json_object_set_new(out, "clusters", clusters);
+	json_object_set_new(out, "agents", agents);
 	json_decref(counts);
-	return r;
 }
 
 struct stream_walk {
@@ -213,36 +271,39 @@ add_stream(const struct live_stream *ls, void *arg)
 }
 
 static void
-ui_status(struct gateway *gw, const struct route_request *req, struct route_response *r)
+status_answer(struct gateway *gw, void *arg, struct route_response *r)
 {
-	struct viewer *v = calloc(1, sizeof(*v));
+	struct status_ask *a = arg;
 	struct stream_walk w;
-	char err[192];
 	json_t *out;
-	int status;
 
-	if (v == NULL)
-		return;                /* the server answers 500 */
-	status = access_viewer(gw, req->authorization, v->principal, sizeof(v->principal),
-	    &v->admin, v->clusters, &v->nclusters, err, sizeof(err));
-	if (status != 0) {
-		route_respond_error(r, status, "%s", err);
-		free(v);
+	if (a->status != 0) {
+		route_respond_error(r, a->status, "%s", a->err);
 		return;
 	}
-	out = json_pack("{s:s, s:b, s:o}", "principal", v->principal, "admin", v->admin,
-	    "time", time_or_null(gateway_now()));
-	if (out == NULL || add_clusters(gw, v, out) != 0) {
-		json_decref(out);
-		route_respond_error(r, 500, "store: cannot read clusters and agents");
-		free(v);
+	out = json_pack("{s:s, s:b, s:o}", "principal", a->v.principal,
+	    "admin", a->v.admin, "time", time_or_null(gateway_now()));
+	if (out == NULL) {
+		route_respond_error(r, 500, "out of memory");
 		return;
 	}
-	w = (struct stream_walk){ .v = v, .arr = json_array(), .now = gateway_now() };
+	add_clusters(gw, a, out);
+	w = (struct stream_walk){ .v = &a->v, .arr = json_array(), .now = gateway_now() };
 	live_stream_foreach(add_stream, &w);
 	json_object_set_new(out, "streams", w.arr);
 	route_respond_json(r, 200, out);
-	free(v);
+}
+
+static void
+ui_status(struct gateway *gw, const struct route_request *req, struct route_response *r)
+{
+	struct status_ask *a = calloc(1, sizeof(*a));
+
+	if (a == NULL) {
+		route_respond_error(r, 500, "out of memory");
+		return;
+	}
+	store_request(gw, req, r, status_read, status_answer, status_ask_free, a);
 }
 
 static int

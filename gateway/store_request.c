@@ -1,0 +1,100 @@
+/*
+ * store_request.c: a request route's store part on the store thread, its
+ * answer part on the loop (see store_request.h).
+ */
+#include "store_request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "gateway.h"
+#include "route.h"
+#include "server.h"
+#include "store_worker.h"
+
+/* One request out: its ticket and the route's parts.  ~64 bytes. */
+struct store_request_job {
+	struct gateway *gw;
+	struct reply *reply;
+	char *authorization;       /* the request's, wiped after the store part */
+	store_request_store_fn *store;
+	store_request_answer_fn *answer;
+	void (*free_arg)(void *);
+	void *arg;
+};
+
+static size_t out_now;     /* loop only */
+
+static void
+job_work(struct store *st, void *p)
+{
+	struct store_request_job *j = p;
+
+	j->store(st, j->authorization, j->arg);
+	OPENSSL_cleanse(j->authorization, strlen(j->authorization));
+}
+
+static void
+job_done(void *p)
+{
+	struct store_request_job *j = p;
+	struct route_response r = { 0 };
+
+	out_now--;
+	j->answer(j->gw, j->arg, &r);
+	reply_send(j->reply, &r);
+	j->free_arg(j->arg);
+	free(j->authorization);
+	free(j);
+}
+
+void
+store_request(struct gateway *gw, const struct route_request *req,
+    struct route_response *resp, store_request_store_fn *store,
+    store_request_answer_fn *answer, void (*free_arg)(void *arg), void *arg)
+{
+	struct store_request_job *j;
+
+	if (out_now >= STORE_REQUEST_MAX) {
+		route_respond_error(resp, 503, "the store is busy: %d requests wait "
+		    "for it already; retry shortly", STORE_REQUEST_MAX);
+		free_arg(arg);
+		return;
+	}
+	if ((j = calloc(1, sizeof(*j))) == NULL ||
+	    (j->authorization = strdup(req->authorization)) == NULL ||
+	    (j->reply = reply_later(req)) == NULL) {
+		if (j != NULL)
+			free(j->authorization);
+		free(j);
+		route_respond_error(resp, 500, "out of memory");
+		free_arg(arg);
+		return;
+	}
+	j->gw = gw;
+	j->store = store;
+	j->answer = answer;
+	j->free_arg = free_arg;
+	j->arg = arg;
+	if (store_worker_submit(gw->storew, job_work, job_done, j) != 0) {
+		struct route_response busy = { 0 };
+
+		route_respond_error(&busy, 503, "the store's queue is full: "
+		    "retry shortly");
+		reply_send(j->reply, &busy);
+		free_arg(arg);
+		OPENSSL_cleanse(j->authorization, strlen(j->authorization));
+		free(j->authorization);
+		free(j);
+		return;
+	}
+	out_now++;
+}
+
+size_t
+store_request_pending(void)
+{
+	return out_now;
+}
