@@ -65,6 +65,17 @@ runtime_ms_timeval(uint32_t ms)
 	return tv;
 }
 
+struct timeval
+runtime_common_timeval(struct event_base *base, uint32_t ms)
+{
+	struct timeval tv = runtime_ms_timeval(ms);
+	const struct timeval *common;
+
+	if (ms == 0 || (common = event_base_init_common_timeout(base, &tv)) == NULL)
+		return tv;
+	return *common;
+}
+
 void
 runtime_drain(struct event_base *base)
 {

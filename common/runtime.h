@@ -53,6 +53,18 @@ long runtime_raise_nofile(long *was);
 /* ms milliseconds as the struct timeval libevent's timers take. */
 struct timeval runtime_ms_timeval(uint32_t ms);
 
+/*
+ * The same as a libevent "common timeout" of base: a timer of a duration
+ * that thousands of events share (every tunnel's ping interval) goes into
+ * that duration's queue, O(1) to add, re-add and remove, instead of
+ * libevent's heap (O(log n), a cache miss per level: re-arming tens of
+ * thousands of ping timers was the largest user-space cost of pinging
+ * them).  For event_add and bufferevent_set_timeouts on base only.  A base
+ * holds at most 256 such durations: past that, and for 0, the plain
+ * timeval.  Cost: a walk of base's durations (a handful) per call.
+ */
+struct timeval runtime_common_timeval(struct event_base *base, uint32_t ms);
+
 /* Milliseconds on CLOCK_MONOTONIC: for deadlines and ages, never for
  * times shown or stored (a wall-clock step does not move it). */
 int64_t runtime_monotonic_ms(void);

@@ -31,11 +31,17 @@
 struct tls_rbatch {
 	int fd;
 	int eof;                 /* read(2) returned 0 */
+	/* The last read(2) returned less than it asked for: the socket had
+	 * no more then.  The next ask, once that is used up, says "would
+	 * block" without a read(2) that would only say so: epoll is level-
+	 * triggered, so bytes that came since wake the loop again. */
+	int drained;
 	uint8_t *buf;            /* TLS_READ_AHEAD bytes, or NULL */
 	size_t start, end;       /* buf[start..end) not yet given to OpenSSL */
 };
 
 static BIO_METHOD *rbatch_method;
+static int rbatch_type;            /* its BIO type, for BIO_method_type */
 
 static int
 rbatch_read(BIO *bio, char *out, int outl)
@@ -50,6 +56,13 @@ rbatch_read(BIO *bio, char *out, int outl)
 	if (t->start == t->end) {
 		if (t->eof)
 			return 0;
+		if (t->drained) {
+			t->drained = 0;
+			BIO_set_retry_read(bio);
+			free(t->buf);    /* idle: hold no buffer */
+			t->buf = NULL;
+			return -1;
+		}
 		if (t->buf == NULL && (t->buf = malloc(TLS_READ_AHEAD)) == NULL)
 			return -1;
 		t->start = t->end = 0;
@@ -69,13 +82,38 @@ rbatch_read(BIO *bio, char *out, int outl)
 			return -1;
 		}
 		t->end = (size_t)r;
+		t->drained = (size_t)r < TLS_READ_AHEAD;
 	}
 	n = t->end - t->start;
 	if (n > (size_t)outl)
 		n = (size_t)outl;
 	memcpy(out, t->buf + t->start, n);
 	t->start += n;
+	if (t->start == t->end && t->drained) {
+		/* All the socket had is OpenSSL's now: no buffer until the next
+		 * read(2) (pings of thousands of tunnels in one loop pass would
+		 * otherwise hold as many buffers at once). */
+		free(t->buf);
+		t->buf = NULL;
+		t->start = t->end = 0;
+	}
 	return (int)n;
+}
+
+/* Whether an SSL_read on ssl would find nothing without a read(2) that we
+ * know would say "would block": no plaintext or record bytes held, and the
+ * socket was emptied by the last read. */
+static int
+rbatch_idle(SSL *ssl)
+{
+	BIO *bio = SSL_get_rbio(ssl);
+	struct tls_rbatch *t;
+
+	if (bio == NULL || rbatch_method == NULL ||
+	    BIO_method_type(bio) != rbatch_type || SSL_pending(ssl) > 0)
+		return 0;
+	t = BIO_get_data(bio);
+	return t->start == t->end && t->drained;
 }
 
 static long
@@ -125,8 +163,8 @@ rbatch_method_get(void)
 
 	if (rbatch_method != NULL)
 		return rbatch_method;
-	m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK |
-	    BIO_TYPE_DESCRIPTOR, "tether batched socket reads");
+	rbatch_type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
+	m = BIO_meth_new(rbatch_type, "tether batched socket reads");
 	if (m == NULL || BIO_meth_set_read(m, rbatch_read) != 1 ||
 	    BIO_meth_set_ctrl(m, rbatch_ctrl) != 1 ||
 	    BIO_meth_set_destroy(m, rbatch_destroy) != 1) {
@@ -190,7 +228,7 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 	size_t added = 0, chain;
 	int r;
 
-	if (ssl == NULL)
+	if (ssl == NULL || rbatch_idle(ssl))
 		return 0;
 	/* A small limit (a connection not yet authenticated) gets a chain to
 	 * match, not 512 KiB of memory it may never fill. */

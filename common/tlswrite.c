@@ -27,6 +27,7 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 struct tls_batch {
@@ -38,9 +39,16 @@ struct tls_batch {
 	int armed;
 	int scheduled;             /* made active, its callback not yet run */
 	int failed;                /* errno of a failed send: the end */
-	uint8_t *buf;              /* TLS_WRITE_BATCH_MAX bytes; NULL while empty */
+	uint8_t *buf;              /* cap bytes; NULL while empty */
+	size_t cap;                /* TLS_WRITE_BATCH_SMALL or TLS_WRITE_BATCH_MAX */
 	size_t start, end;         /* buf[start..end) waits for the kernel */
 };
+
+/* A batch's first buffer when its first record is small (a ping, a pong,
+ * a window update): thousands of tunnels pinged in one loop pass then hold
+ * that much each until the flush, not 256 KiB.  A batch that outgrows it
+ * moves to TLS_WRITE_BATCH_MAX at once (one copy of at most this). */
+#define TLS_WRITE_BATCH_SMALL 2048u
 
 static BIO_METHOD *batch_method;
 static int batch_type;            /* its BIO type, for BIO_method_type */
@@ -125,7 +133,25 @@ batch_cb(evutil_socket_t fd, short what, void *arg)
 	batch_arm(t, 0);
 	free(t->buf);
 	t->buf = NULL;
+	t->cap = 0;
 	batch_tell_owner(t);
+}
+
+/* Makes room for n more bytes (n <= TLS_WRITE_BATCH_MAX - end). */
+static int
+batch_reserve(struct tls_batch *t, size_t n)
+{
+	size_t cap = t->end + n <= TLS_WRITE_BATCH_SMALL ? TLS_WRITE_BATCH_SMALL :
+	    TLS_WRITE_BATCH_MAX;
+	uint8_t *b;
+
+	if (t->buf != NULL && t->cap >= cap)
+		return 0;
+	if ((b = realloc(t->buf, cap)) == NULL)
+		return -1;
+	t->buf = b;
+	t->cap = cap;
+	return 0;
 }
 
 static int
@@ -160,7 +186,7 @@ batch_write(BIO *bio, const char *data, int len)
 		BIO_set_retry_write(bio);
 		return -1;
 	}
-	if (t->buf == NULL && (t->buf = malloc(TLS_WRITE_BATCH_MAX)) == NULL) {
+	if (batch_reserve(t, n > room ? room : n) != 0) {
 		errno = ENOMEM;
 		return -1;
 	}
@@ -272,6 +298,37 @@ tls_write_batch(struct bufferevent *bev)
 	/* Drops the socket BIO's write reference; it stays the read BIO. */
 	SSL_set0_wbio(ssl, bio);
 	return 1;
+}
+
+/* A record's bytes beyond its plaintext: header, content type, AEAD tag
+ * (TLS 1.3), with room to spare for TLS 1.2's explicit nonce. */
+#define TLS_RECORD_OVERHEAD 64
+
+int
+tls_write_now(struct bufferevent *bev, const void *data, size_t len)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	BIO *bio = ssl != NULL ? SSL_get_wbio(ssl) : NULL;
+	struct tls_batch *t;
+	int r;
+
+	if (bio == NULL || batch_method == NULL || BIO_method_type(bio) != batch_type ||
+	    len == 0 || len > TLS_WRITE_NOW_MAX ||
+	    evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+		return 0;
+	t = BIO_get_data(bio);
+	/* The whole record must fit: OpenSSL may then never be left holding
+	 * a record to retry, which only the bufferevent's own writes do. */
+	if (t->failed != 0 ||
+	    TLS_WRITE_BATCH_MAX - t->end < len + TLS_RECORD_OVERHEAD)
+		return 0;
+	ERR_clear_error();
+	r = SSL_write(ssl, data, (int)len);
+	if (r == (int)len)
+		return 1;
+	ERR_clear_error();
+	shutdown(t->fd, SHUT_RDWR);
+	return -1;
 }
 
 size_t

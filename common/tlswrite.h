@@ -36,6 +36,22 @@ struct bufferevent;
  */
 int tls_write_batch(struct bufferevent *bev);
 
+/*
+ * Seals a small message (at most TLS_WRITE_NOW_MAX bytes: a WebSocket
+ * control frame) straight into bev's batch when bev's output holds nothing
+ * ahead of it, so that it leaves with this loop pass's send(2).  Through
+ * bev's output instead, libevent's OpenSSL bufferevent would arm its write
+ * event and wait for the socket to be reported writable: two epoll_ctl(2)
+ * and a loop pass for every ping and pong of an idle tunnel.  Returns 1 if
+ * written (bev's write callback runs once the kernel has it, as after an
+ * output write), 0 if the caller must add the message to bev's output as
+ * usual (bytes queued ahead, no batching BIO, no room in the batch), -1 if
+ * the TLS connection failed (it is shut down: bev's next read reports it).
+ * Cost: one SSL_write (one record) and a copy into the batch.
+ */
+#define TLS_WRITE_NOW_MAX 256u
+int tls_write_now(struct bufferevent *bev, const void *data, size_t len);
+
 /* Sealed records bev holds that the kernel has not taken (0 without the
  * batching BIO).  "Everything is written" is an empty output buffer and
  * this at 0. */

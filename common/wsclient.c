@@ -621,12 +621,29 @@ reserve_output(struct wsclient *c, size_t len, struct evbuffer_iovec *v)
  * region of the output buffer (see reserve_output), the payload read once,
  * while masking.
  */
+/* Copies a frame to p: its header, then its payload masked with mask. */
+static void
+mask_frame(uint8_t *p, const uint8_t *hdr, size_t hl, const struct iovec *iov,
+    int iovcnt, const uint8_t mask[4])
+{
+	size_t phase = 0;
+
+	memcpy(p, hdr, hl);
+	p += hl;
+	for (int i = 0; i < iovcnt; i++) {
+		phase = ws_mask_copy(p, iov[i].iov_base, iov[i].iov_len, mask,
+		    phase);
+		p += iov[i].iov_len;
+	}
+}
+
 static int
 send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 {
-	uint8_t hdr[WS_HEADER_MAX], mask[4], *p;
+	uint8_t hdr[WS_HEADER_MAX], mask[4], small[TLS_WRITE_NOW_MAX];
 	struct evbuffer_iovec v;
-	size_t plen = 0, hl, phase = 0;
+	size_t plen = 0, hl;
+	int r;
 
 	if (c->bev == NULL || iovcnt < 0 || (iovcnt > 0 && iov == NULL))
 		return -1;
@@ -652,16 +669,18 @@ send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 		    c->host, c->max_queue);
 		return -1;
 	}
+	/* A ping or pong of an idle connection leaves at once, without
+	 * arming the bufferevent's write event (tls_write_now). */
+	if ((opcode == WS_OP_PING || opcode == WS_OP_PONG) &&
+	    hl + plen <= sizeof(small)) {
+		mask_frame(small, hdr, hl, iov, iovcnt, mask);
+		r = tls_write_now(c->bev, small, hl + plen);
+		if (r != 0)
+			return r > 0 ? 0 : -1;
+	}
 	if (reserve_output(c, hl + plen, &v) != 0)
 		return -1;
-	p = v.iov_base;
-	memcpy(p, hdr, hl);
-	p += hl;
-	for (int i = 0; i < iovcnt; i++) {
-		phase = ws_mask_copy(p, iov[i].iov_base, iov[i].iov_len, mask,
-		    phase);
-		p += iov[i].iov_len;
-	}
+	mask_frame(v.iov_base, hdr, hl, iov, iovcnt, mask);
 	v.iov_len = hl + plen;
 	return evbuffer_commit_space(bufferevent_get_output(c->bev), &v, 1);
 }

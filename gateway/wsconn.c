@@ -174,16 +174,58 @@ ws_abort(struct wsconn *c, const char *why)
 	event_active(c->timer, EV_TIMEOUT, 1);
 }
 
+/* The ping timers' durations are shared by every connection: libevent's
+ * common timeouts (runtime_common_timeval), not its heap. */
+static struct timeval
+ws_ping_timeval(const struct wsconn *c, uint32_t ms)
+{
+	return runtime_common_timeval(bufferevent_get_base(c->bev), ms);
+}
+
 /* ---- sending ---- */
+
+/* Copies a frame (header, then the pieces of its payload) to p. */
+static void
+ws_frame_copy(uint8_t *p, const uint8_t *hdr, size_t n, const struct iovec *iov,
+    int iovcnt)
+{
+	memcpy(p, hdr, n);
+	p += n;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > 0)
+			memcpy(p, iov[i].iov_base, iov[i].iov_len);
+		p += iov[i].iov_len;
+	}
+}
+
+/* A ping or pong of an idle connection leaves at once, without arming the
+ * bufferevent's write event (tls_write_now).  Returns 1 if sent, 0 if it
+ * goes through the output, -1 if the connection failed (aborted). */
+static int
+ws_put_control_now(struct wsconn *c, const uint8_t *hdr, size_t n,
+    const struct iovec *iov, int iovcnt, size_t len)
+{
+	uint8_t frame[TLS_WRITE_NOW_MAX];
+	int r;
+
+	if (n + len > sizeof(frame))
+		return 0;
+	ws_frame_copy(frame, hdr, n, iov, iovcnt);
+	r = tls_write_now(c->bev, frame, n + len);
+	if (r < 0)
+		ws_abort(c, "TLS write failed");
+	return r;
+}
 
 static int
 ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 {
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 	struct evbuffer_iovec v;
-	uint8_t hdr[WS_HEADER_MAX], *p;
+	uint8_t hdr[WS_HEADER_MAX];
 	uint64_t len = 0;
 	size_t n;
+	int r;
 
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
@@ -199,6 +241,9 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 		ws_abort(c, why);
 		return -1;
 	}
+	if ((opcode == WS_OP_PING || opcode == WS_OP_PONG) &&
+	    (r = ws_put_control_now(c, hdr, n, iov, iovcnt, (size_t)len)) != 0)
+		return r > 0 ? 0 : -1;
 	/* The whole frame in one piece of space, committed at once: a
 	 * failure leaves no half frame in the stream, and the TLS layer sees
 	 * one frame (one SSL_write), not a small record for its header. */
@@ -207,14 +252,7 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 		ws_abort(c, "out of memory for output");
 		return -1;
 	}
-	p = v.iov_base;
-	memcpy(p, hdr, n);
-	p += n;
-	for (int i = 0; i < iovcnt; i++) {
-		if (iov[i].iov_len > 0)
-			memcpy(p, iov[i].iov_base, iov[i].iov_len);
-		p += iov[i].iov_len;
-	}
+	ws_frame_copy(v.iov_base, hdr, n, iov, iovcnt);
 	v.iov_len = n + (size_t)len;
 	if (evbuffer_commit_space(out, &v, 1) != 0) {
 		ws_abort(c, "out of memory for output");
@@ -541,7 +579,7 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 	if (c->pinged) {
 		/* It answered (or said something): the silence is over. */
 		c->pinged = 0;
-		tv = runtime_ms_timeval(c->ping_interval_ms);
+		tv = ws_ping_timeval(c, c->ping_interval_ms);
 		bufferevent_set_timeouts(bev, &tv, NULL);
 	}
 	/* Take every record that is ready now, not one per loop iteration. */
@@ -585,7 +623,7 @@ ws_idle(struct wsconn *c)
 	c->pinged = 1;
 	if (ws_put_frame(c, WS_OP_PING, NULL, 0) != 0)
 		return;
-	tv = runtime_ms_timeval(c->ping_timeout_ms);
+	tv = ws_ping_timeval(c, c->ping_timeout_ms);
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 	/* A timeout turns reading off: on again, to hear the pong. */
 	bufferevent_enable(c->bev, EV_READ);
@@ -661,7 +699,7 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
 	tls_write_batch(bev);
-	tv = runtime_ms_timeval(c->ping_interval_ms);
+	tv = ws_ping_timeval(c, c->ping_interval_ms);
 	bufferevent_set_timeouts(bev, &tv, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	LIST_INSERT_HEAD(all, c, link);
@@ -713,7 +751,7 @@ wsconn_set_keepalive(struct wsconn *c, uint32_t interval_ms, uint32_t timeout_ms
 	c->ping_timeout_ms = timeout_ms;
 	if (c->state != WS_OPEN)
 		return;
-	tv = runtime_ms_timeval(c->pinged ? timeout_ms : interval_ms);
+	tv = ws_ping_timeval(c, c->pinged ? timeout_ms : interval_ms);
 	bufferevent_set_timeouts(c->bev, &tv, NULL);
 }
 
