@@ -214,6 +214,31 @@ buckets_grow(struct mux *m)
 	free(old);
 }
 
+/*
+ * The next id of our parity for a stream we open.  After 2^31 streams the
+ * numbering wraps (uint32_t arithmetic): it then skips 0, which no frame
+ * may carry, and every id a stream still holds, so that a long-lived
+ * stream's id is never given to another.  Terminates: fewer than
+ * max_streams ids are held.  Cost: one lookup per open.
+ */
+static uint32_t
+mux_take_id(struct mux *m)
+{
+	uint32_t id;
+
+	do {
+		id = m->next_id;
+		m->next_id += 2;
+	} while (id == 0 || stream_find(m, id) != NULL);
+	return id;
+}
+
+void
+mux_test_set_next_id(struct mux *m, uint32_t id)
+{
+	m->next_id = id;
+}
+
 /* Puts a new stream on the list and in the table. */
 static void
 stream_link(struct mux *m, struct mux_stream *s)
@@ -412,8 +437,7 @@ mux_open(struct mux *m, struct budget_account *who, const struct frame_open *req
 	}
 	s->mux = m;
 	s->charge = charge;
-	s->id = m->next_id;
-	m->next_id += 2;
+	s->id = mux_take_id(m);
 	s->state = STREAM_OPENING;
 	s->h = h;
 	s->arg = arg;

@@ -10,7 +10,8 @@
  *
  * Stream ids never collide: the side that accepted the WebSocket (the
  * gateway) numbers the streams it opens 1, 3, 5, ...; the side that dialed
- * it numbers its own 2, 4, 6, ...
+ * it numbers its own 2, 4, 6, ...  After 2^31 streams the numbering wraps
+ * and skips 0 and every id a stream still holds.
  *
  * Ordering: control frames (OPEN, OPEN_OK, OPEN_FAIL, WINDOW, FIN, RESET)
  * are handed to the transport at once; DATA is handed over only while the
@@ -159,6 +160,10 @@ void mux_stream_reset(struct mux_stream *s, const char *code);
 void mux_stream_drained(struct mux_stream *s, size_t n);
 
 uint32_t mux_stream_id(const struct mux_stream *s);
+
+/* Tests only: the id the next stream we open starts the search from (of
+ * our parity), to reach the wrap without opening 2^31 streams. */
+void mux_test_set_next_id(struct mux *m, uint32_t id);
 /* The loop the stream's multiplexer runs on (for a stream's owner that
  * defers its own end, as bridge.c does). */
 struct event_base *mux_stream_base(const struct mux_stream *s);

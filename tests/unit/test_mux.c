@@ -1441,6 +1441,39 @@ test_stream_ids_odd_on_odd_side_even_on_other(void **state)
 	assert_totals(6, 0, 0, 0);
 }
 
+/* After 2^31 streams the ids wrap: 0 is skipped, and so is every id a
+ * stream still holds; the peer takes each OPEN (a reused id would be a
+ * tunnel error there, and settle() would fail). */
+static void
+test_stream_ids_wrap_skipping_zero_and_live_ids(void **state)
+{
+	struct sctx *a[4], *b[3];
+
+	(void)state;
+	wire(64 * KiB, 64 * KiB);
+	B.policy = A.policy = ACCEPT;
+	a[0] = open_from(&A, "x:1");                 /* 1, stays open */
+	b[0] = open_from(&B, "y:1");                 /* 2, stays open */
+	mux_test_set_next_id(A.m, UINT32_MAX - 2);
+	mux_test_set_next_id(B.m, UINT32_MAX - 1);
+	a[1] = open_from(&A, "x:1");
+	a[2] = open_from(&A, "x:1");
+	a[3] = open_from(&A, "x:1");                 /* wrapped: 1 is held */
+	b[1] = open_from(&B, "y:1");
+	b[2] = open_from(&B, "y:1");                 /* wrapped: 0, then 2 held */
+	assert_int_equal(mux_stream_id(a[0]->s), 1);
+	assert_int_equal(mux_stream_id(a[1]->s), UINT32_MAX - 2);
+	assert_int_equal(mux_stream_id(a[2]->s), UINT32_MAX);
+	assert_int_equal(mux_stream_id(a[3]->s), 3);
+	assert_int_equal(mux_stream_id(b[0]->s), 2);
+	assert_int_equal(mux_stream_id(b[1]->s), UINT32_MAX - 1);
+	assert_int_equal(mux_stream_id(b[2]->s), 4);
+	settle();
+	assert_int_equal(mux_stream_count(A.m), 7);
+	assert_int_equal(mux_stream_count(B.m), 7);
+	assert_totals(7, 0, 0, 0);
+}
+
 static void
 test_open_with_wrong_parity_is_a_tunnel_error(void **state)
 {
@@ -1726,6 +1759,7 @@ main(void)
 		T(test_ended_streams_are_freed_by_the_loop),
 		T(test_mux_free_reports_tunnel_lost_to_every_stream),
 		T(test_stream_ids_odd_on_odd_side_even_on_other),
+		T(test_stream_ids_wrap_skipping_zero_and_live_ids),
 		T(test_open_with_wrong_parity_is_a_tunnel_error),
 		T(test_open_with_duplicate_id_is_a_tunnel_error),
 		T(test_stream_frame_for_unknown_id_is_ignored),
