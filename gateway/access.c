@@ -4,7 +4,7 @@
  * Three parts, top down: the cache of proven (token, cluster) pairs, the
  * bearer and scope checks, and the calls routes make.  Nothing here knows
  * a transport: routes pass an Authorization header in and get a status,
- * a reason and (for access_pick) a session out.
+ * a reason and (for access_pick) a struct reach out.
  */
 #include "access.h"
 
@@ -18,6 +18,8 @@
 
 #include "gateway.h"
 #include "hub.h"
+#include "presence.h"
+#include "reach.h"
 #include "runtime.h"
 #include "session.h"
 
@@ -357,23 +359,34 @@ access_cluster(struct gateway *gw, const char *authorization,
 	return 0;
 }
 
-struct session *
-access_pick(struct gateway *gw, const struct access_grant *g, int *status,
-    char *err, size_t errlen)
+int
+access_pick(struct gateway *gw, const struct access_grant *g,
+    struct reach *out, char *err, size_t errlen)
 {
+	const char *node = g->node[0] != '\0' ? g->node : NULL;
+	const struct store_remote_agent *ra;
 	struct session *s;
-	int connected;
+	int here, elsewhere;
 
-	s = hub_pick(gw->hub, g->cluster, g->node[0] != '\0' ? g->node : NULL,
-	    &connected);
-	if (s != NULL)
-		return s;
-	*status = 503;
-	if (g->node[0] != '\0')
-		snprintf(err, errlen, "node %s of cluster %s is %s", g->node,
-		    g->cluster, connected ? "connected but not active" : "not connected");
+	/* Here first: no extra hop. */
+	if ((s = hub_pick(gw->hub, g->cluster, node, &here)) != NULL) {
+		reach_local(out, gw, s);
+		return 0;
+	}
+	if ((ra = presence_remote_pick(gw, g->cluster, node, &elsewhere)) != NULL) {
+		memset(out, 0, sizeof(*out));
+		snprintf(out->agent_id, sizeof(out->agent_id), "%s", ra->agent_id);
+		snprintf(out->node, sizeof(out->node), "%s", ra->node);
+		snprintf(out->replica, sizeof(out->replica), "%s", ra->replica);
+		snprintf(out->peer_url, sizeof(out->peer_url), "%s", ra->peer_url);
+		return 0;
+	}
+	if (node != NULL)
+		snprintf(err, errlen, "node %s of cluster %s is %s", node, g->cluster,
+		    here || elsewhere ? "connected but not active" :
+		    "not connected to any replica");
 	else
-		snprintf(err, errlen, "no %sagent of cluster %s is connected",
-		    connected ? "active " : "", g->cluster);
-	return NULL;
+		snprintf(err, errlen, "no %sagent of cluster %s is connected to any "
+		    "replica", here || elsewhere ? "active " : "", g->cluster);
+	return 503;
 }

@@ -19,7 +19,7 @@
  * found, within ACCESS_CACHE_TTL_MS (a 512-slot direct-mapped table of
  * token records): then none; the secret is hashed and
  * compared in constant time on every call either way.  access_pick is
- * O(agents of the cluster) (hub.h).
+ * O(agents of the cluster) (hub.h, presence.h), with no store call.
  */
 #ifndef TETHER_ACCESS_H
 #define TETHER_ACCESS_H
@@ -30,7 +30,7 @@
 #include "token.h"
 
 struct gateway;
-struct session;
+struct reach;
 
 /* How long a (token, cluster) pair proven once is taken on trust (the
  * secret is still compared): any revocation through this gateway clears
@@ -78,13 +78,15 @@ int access_recheck(struct gateway *gw, const struct access_grant *g,
     char *err, size_t errlen);
 
 /*
- * The agent g reaches: a connected, active agent of g->cluster (of
- * g->node, if set), rotating among several.  NULL with *status 503 and a
- * reason when there is none.  The session is valid until the loop runs
- * again.
+ * The agent g reaches, into *out (reach.h): a connected, active agent of
+ * g->cluster (of g->node, if set) whose tunnel this replica holds, rotating
+ * among several; else one whose tunnel another live replica holds (the
+ * presence directory, presence.h: no store call).  Returns 0, or 503 with
+ * a reason when there is none ("node N of cluster C is not connected to
+ * any replica").  out->local is valid until the loop runs again.
  */
-struct session *access_pick(struct gateway *gw, const struct access_grant *g,
-    int *status, char *err, size_t errlen);
+int access_pick(struct gateway *gw, const struct access_grant *g,
+    struct reach *out, char *err, size_t errlen);
 
 /*
  * The Kubernetes API's root paths (/version, /api...) carry no cluster:

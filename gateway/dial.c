@@ -18,6 +18,7 @@
 #include "http.h"
 #include "log.h"
 #include "mux.h"
+#include "reach.h"
 #include "relay.h"
 #include "route.h"
 #include "server.h"
@@ -87,10 +88,9 @@ static void
 ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, void *arg)
 {
 	struct ctlconn *c = arg;
-	struct session *agent;
+	struct reach agent;
 	struct relay_who who = { 0 };
 	char reason[256];
-	int status;
 
 	if (req->target[0] == '\0') {
 		mux_stream_refuse(cs, "not_allowed", "services are reached through their own endpoints");
@@ -105,15 +105,14 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 		mux_stream_refuse(cs, "unauthorized", reason);
 		return;
 	}
-	agent = access_pick(c->gw, &c->grant, &status, reason, sizeof(reason));
-	if (agent == NULL) {
+	if (access_pick(c->gw, &c->grant, &agent, reason, sizeof(reason)) != 0) {
 		mux_stream_refuse(cs, "no_agent", reason);
 		return;
 	}
 	who.principal = c->grant.principal;
 	who.cluster = c->grant.cluster;
 	who.target = req->target;
-	relay_start_stream(c->gw, agent, cs, &who);
+	relay_start_stream(c->gw, &agent, cs, &who);
 }
 
 static const struct mux_handlers ctl_mux_handlers = { .on_open = ctl_open };
@@ -204,7 +203,7 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 	char err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
 	char node[STORE_NAME_MAX + 1];
 	struct access_grant g;
-	struct session *agent;
+	struct reach agent;
 	struct relay_who who = { 0 };
 	int status, node_bad;
 
@@ -239,15 +238,14 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 		upgrade_refuse(u, 400, err);
 		return;
 	}
-	agent = access_pick(gw, &g, &status, err, sizeof(err));
-	if (agent == NULL) {
+	if ((status = access_pick(gw, &g, &agent, err, sizeof(err))) != 0) {
 		upgrade_refuse(u, status, err);
 		return;
 	}
 	who.principal = g.principal;
 	who.cluster = g.cluster;
 	who.target = target;
-	relay_start_raw(gw, agent, u, &who);
+	relay_start_raw(gw, &agent, u, &who);
 }
 
 const struct route dial_route = {

@@ -63,7 +63,7 @@
 #include "mux.h"
 #include "route.h"
 #include "server.h"
-#include "session.h"
+#include "reach.h"
 #include "store.h"
 
 #define K8S_CLUSTERS      "/k8s/clusters/"
@@ -110,6 +110,7 @@ struct k8s_link {
 	size_t uncredited;            /* answer bytes in the output */
 	int fin;                      /* the agent sent FIN */
 	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
+	char replica[64];             /* the one holding the agent's tunnel */
 };
 
 struct k8s_exchange {
@@ -146,6 +147,7 @@ struct k8s_exchange {
 	uint64_t up, down;
 	struct timeval started;
 	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
+	char replica[64];             /* the one holding the agent's tunnel */
 	char method[24], path[K8S_LOG_PATH + 1];
 	struct live_stream live;      /* listed for the status page while it lives */
 };
@@ -229,7 +231,8 @@ x_audit(const struct k8s_exchange *x)
 	    KV_S("method", x->method), KV_S("path", x->path),
 	    KV_I("status", x->status), KV_U("bytes_up", x->up),
 	    KV_U("bytes_down", x->down),
-	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000));
+	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000),
+	    KV_S("replica", x->replica));
 	metrics_k8s_request(x->status, took.tv_sec + took.tv_usec / 1e6);
 }
 
@@ -950,10 +953,11 @@ static const struct mux_stream_handlers link_handlers = {
 	.on_close = link_close,
 };
 
-/* A new stream for x to the agent of session, bound to client h (the
- * exchange's output accounting starts there).  Returns 0, or -1 with err. */
+/* A new stream for x to the agent (here or through a peer), bound to
+ * client h (the exchange's output accounting starts there).  Returns 0, or
+ * -1 with err. */
 static int
-x_open(struct k8s_exchange *x, struct session *agent, struct hconn *h,
+x_open(struct k8s_exchange *x, const struct reach *agent, struct hconn *h,
     char *err, size_t errlen)
 {
 	struct k8s_link *l = calloc(1, sizeof(*l));
@@ -967,14 +971,15 @@ x_open(struct k8s_exchange *x, struct session *agent, struct hconn *h,
 	l->out = exchange_output(h);
 	snprintf(l->principal, sizeof(l->principal), "%s", x->principal);
 	snprintf(l->cluster, sizeof(l->cluster), "%s", x->cluster);
-	snprintf(l->node, sizeof(l->node), "%s", session_node(agent));
+	snprintf(l->node, sizeof(l->node), "%s", agent->node);
+	snprintf(l->replica, sizeof(l->replica), "%s", agent->replica);
 	l->out_cb = evbuffer_add_cb(l->out, out_drained, l);
 	if (l->out_cb == NULL) {
 		free(l);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	l->s = session_open_stream(agent, l->principal, NULL, K8S_SERVICE,
+	l->s = reach_open_stream(x->gw, agent, l->principal, NULL, K8S_SERVICE,
 	    &link_handlers, l, err, errlen);
 	if (l->s == NULL) {
 		link_free(l, "closed");
@@ -983,6 +988,7 @@ x_open(struct k8s_exchange *x, struct session *agent, struct hconn *h,
 	x->link = l;
 	x->agent = l->s;
 	snprintf(x->node, sizeof(x->node), "%s", l->node);
+	snprintf(x->replica, sizeof(x->replica), "%s", l->replica);
 	return 0;
 }
 
@@ -995,9 +1001,8 @@ x_retry(struct k8s_exchange *x)
 {
 	struct hconn *h = x->h;
 	struct access_grant g = { .node = "" };
-	struct session *agent;
+	struct reach agent;
 	char err[512];
-	int status;
 
 	if (!x->adopted || x->retried || x->req_copy == NULL || h == NULL ||
 	    x->state != X_HEAD || x->head_bytes != 0)
@@ -1007,8 +1012,7 @@ x_retry(struct k8s_exchange *x)
 	x->adopted = 0;
 	snprintf(g.principal, sizeof(g.principal), "%s", x->principal);
 	snprintf(g.cluster, sizeof(g.cluster), "%s", x->cluster);
-	agent = access_pick(x->gw, &g, &status, err, sizeof(err));
-	if (agent == NULL)
+	if (access_pick(x->gw, &g, &agent, err, sizeof(err)) != 0)
 		return -1;
 	debug("k8s idle stream closed under a request: retried on a new one",
 	    KV_S("peer", exchange_peer(h)), KV_S("method", x->method),
@@ -1026,7 +1030,7 @@ x_retry(struct k8s_exchange *x)
 	x->msg_complete = 0;
 	x->up = 0;
 	x->state = X_OPENING;
-	if (x_open(x, agent, h, err, sizeof(err)) != 0)
+	if (x_open(x, &agent, h, err, sizeof(err)) != 0)
 		return -1;
 	return 0;
 }
@@ -1220,7 +1224,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	struct access_grant g = { .principal = "" };
 	struct k8s_exchange *x;
 	struct k8s_link *parked;
-	struct session *agent;
+	struct reach agent;
 	const char *principal = g.principal;
 	size_t n;
 	int status;
@@ -1271,9 +1275,8 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 			parked = NULL;
 		}
 	}
-	agent = NULL;
 	if (parked == NULL &&
-	    (agent = access_pick(gw, &g, &status, err, sizeof(err))) == NULL) {
+	    (status = access_pick(gw, &g, &agent, err, sizeof(err))) != 0) {
 		refuse(h, rq, principal, cluster, status, err);
 		return NULL;
 	}
@@ -1288,7 +1291,9 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	snprintf(x->principal, sizeof(x->principal), "%s", principal);
 	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
 	snprintf(x->node, sizeof(x->node), "%s",
-	    parked != NULL ? parked->node : session_node(agent));
+	    parked != NULL ? parked->node : agent.node);
+	snprintf(x->replica, sizeof(x->replica), "%s",
+	    parked != NULL ? parked->replica : agent.replica);
 	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
@@ -1325,7 +1330,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		flush_up(x);
 		return x;
 	}
-	if (x_open(x, agent, h, err, sizeof(err)) != 0) {
+	if (x_open(x, &agent, h, err, sizeof(err)) != 0) {
 		x->status = 503;
 		reply_status(h, 503, err);
 		x_free(x);

@@ -53,6 +53,7 @@
 #include "hub.h"
 #include "log.h"
 #include "mux.h"
+#include "reach.h"
 #include "relay.h"
 #include "route.h"
 #include "runtime.h"
@@ -226,6 +227,7 @@ link_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req,
 	struct link *l = arg;
 	struct gateway *gw = l->peers->gw;
 	struct session *agent;
+	struct reach here;
 	struct relay_who who = { 0 };
 	char reason[FRAME_REASON_MAX + 1];
 
@@ -251,7 +253,8 @@ link_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req,
 	who.target = req->target[0] != '\0' ? req->target : req->service;
 	who.service = req->service[0] != '\0' ? req->service : NULL;
 	who.via = l->replica;
-	relay_start_stream(gw, agent, s, &who);
+	reach_local(&here, gw, agent);
+	relay_start_stream(gw, &here, s, &who);
 }
 
 static const struct mux_handlers link_mux_handlers = {

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <event2/event.h>
 
@@ -25,6 +26,11 @@ struct presence {
 	int failing;               /* the last renewal failed (logged once) */
 	int unreachable;           /* ... and not for a full disk: the store is down */
 	char problem[STORE_ERROR_MAX + 1];  /* why, while unreachable */
+	/* The directory: agents other replicas hold, sorted by (cluster, node). */
+	struct store_remote_agent *dir;
+	size_t ndir;
+	int64_t dir_ms;            /* monotonic: when it was read; 0 never */
+	unsigned rotate;           /* spreads picks among several agents */
 };
 
 enum pjob_kind { PJ_RENEW, PJ_DROP, PJ_UP, PJ_DOWN };
@@ -37,9 +43,37 @@ struct pjob {
 	char peer_url[sizeof(((struct gateway *)0)->peer_url)];
 	char agent_id[STORE_ID_MAX + 1];
 	int64_t ms;                /* lease end (RENEW) or since (UP) */
+	struct store_remote_agent *dir;  /* RENEW: the directory read */
+	size_t ndir;
+	int dir_ok;                /* ... if it was read */
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
 };
+
+static int
+dir_cmp(const void *a, const void *b)
+{
+	const struct store_remote_agent *x = a, *y = b;
+	int c = strcmp(x->cluster, y->cluster);
+
+	return c != 0 ? c : strcmp(x->node, y->node);
+}
+
+/* On the store thread: the directory as of the lease's start, sorted.  A
+ * failed read leaves the loop's table as it is, until it is too old to use
+ * (a store this replica cannot read also fails its renewals: logged). */
+static void
+dir_read(struct store *st, struct pjob *j)
+{
+	char err[STORE_ERROR_MAX + 1];
+
+	if (store_remote_agents(st, j->replica, j->ms - PRESENCE_LEASE_MS,
+	    &j->dir, &j->ndir, err, sizeof(err)) != STORE_OK)
+		return;
+	j->dir_ok = 1;
+	if (j->ndir > 1)
+		qsort(j->dir, j->ndir, sizeof(*j->dir), dir_cmp);
+}
 
 static void
 pjob_work(struct store *st, void *arg)
@@ -50,6 +84,7 @@ pjob_work(struct store *st, void *arg)
 	case PJ_RENEW:
 		j->rc = store_replica_renew(st, j->replica, j->peer_url, j->ms,
 		    j->err, sizeof(j->err));
+		dir_read(st, j);
 		break;
 	case PJ_DROP:
 		j->rc = store_replica_drop(st, j->replica, j->err, sizeof(j->err));
@@ -66,13 +101,20 @@ pjob_work(struct store *st, void *arg)
 }
 
 static void
-renew_done(struct gateway *gw, const struct pjob *j)
+renew_done(struct gateway *gw, struct pjob *j)
 {
 	struct presence *p = gw->presence;
 
 	if (p == NULL)
 		return;       /* stopped meanwhile */
 	p->renewing = 0;
+	if (j->dir_ok) {
+		free(p->dir);
+		p->dir = j->dir;
+		p->ndir = j->ndir;
+		p->dir_ms = runtime_monotonic_ms();
+		j->dir = NULL;
+	}
 	/* A full disk still answers (reads work); anything else is a store
 	 * this replica cannot reach (/readyz says so, docs/0021). */
 	p->unreachable = j->rc != STORE_OK && j->rc != STORE_FULL;
@@ -94,9 +136,10 @@ pjob_done(void *arg)
 {
 	struct pjob *j = arg;
 
-	if (j->kind == PJ_RENEW)
+	if (j->kind == PJ_RENEW) {
 		renew_done(j->gw, j);
-	else if (j->rc != STORE_OK && j->kind == PJ_DROP)
+		free(j->dir);           /* NULL once the table took it */
+	} else if (j->rc != STORE_OK && j->kind == PJ_DROP)
 		warn("presence: cannot give up this replica's lease: it ends by "
 		    "itself", KV_S("replica", j->replica), KV_S("err", j->err));
 	else if (j->rc != STORE_OK && j->kind == PJ_UP)
@@ -176,6 +219,7 @@ presence_stop(struct gateway *gw)
 	if (p == NULL)
 		return;
 	event_free(p->renew);
+	free(p->dir);
 	free(p);
 	gw->presence = NULL;
 	/* After whatever is queued: no renewal can bring the lease back. */
@@ -207,4 +251,59 @@ presence_problem(struct gateway *gw)
 	    runtime_monotonic_ms() - p->renew_queued_ms > PRESENCE_LEASE_MS)
 		return "the store has not answered a lease renewal for a whole lease";
 	return p->unreachable ? p->problem : NULL;
+}
+
+/* The first entry of p's directory at or after (cluster, node). */
+static size_t
+dir_lower_bound(const struct presence *p, const char *cluster, const char *node)
+{
+	struct store_remote_agent key;
+	size_t lo = 0, hi = p->ndir;
+
+	snprintf(key.cluster, sizeof(key.cluster), "%s", cluster);
+	snprintf(key.node, sizeof(key.node), "%s", node != NULL ? node : "");
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (dir_cmp(&p->dir[mid], &key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* 1 if e is of cluster (and of node, when non-NULL). */
+static int
+dir_matches(const struct store_remote_agent *e, const char *cluster,
+    const char *node)
+{
+	return strcmp(e->cluster, cluster) == 0 &&
+	    (node == NULL || strcmp(e->node, node) == 0);
+}
+
+const struct store_remote_agent *
+presence_remote_pick(struct gateway *gw, const char *cluster, const char *node,
+    int *seen)
+{
+	struct presence *p = gw->presence;
+	size_t first, i, active = 0, want;
+
+	if (seen != NULL)
+		*seen = 0;
+	if (p == NULL || p->dir == NULL ||
+	    runtime_monotonic_ms() - p->dir_ms > PRESENCE_LEASE_MS)
+		return NULL;
+	first = dir_lower_bound(p, cluster, node);
+	for (i = first; i < p->ndir && dir_matches(&p->dir[i], cluster, node); i++) {
+		if (seen != NULL)
+			*seen = 1;
+		active += p->dir[i].state == AGENT_ACTIVE;
+	}
+	if (active == 0)
+		return NULL;
+	want = p->rotate++ % active;
+	for (i = first; ; i++)
+		if (p->dir[i].state == AGENT_ACTIVE && want-- == 0)
+			return &p->dir[i];
 }

@@ -10,6 +10,16 @@
  * renewal, one per tunnel up and down, each a job on the store thread
  * (store_worker.h), so the loop never waits on them; none on the stream
  * path.
+ *
+ * The presence directory (docs/0023): each renewal also reads, in the same
+ * job, the agents whose tunnels other live replicas hold (cluster, node,
+ * state, the holder's id and peer URL), sorts them by (cluster, node) on
+ * the store thread, and the loop swaps the table in whole.  Costs: one
+ * query per PRESENCE_RENEW_MS; ~460 bytes per remote agent, one array; a
+ * lookup is a binary search then a walk of the matches, O(log n + agents
+ * of the cluster), never a store call.  What it says is at most one
+ * renewal (plus the store's answer time) old; a table not refreshed for
+ * PRESENCE_LEASE_MS (the store out of reach) is not used.
  */
 #ifndef TETHER_PRESENCE_H
 #define TETHER_PRESENCE_H
@@ -38,5 +48,13 @@ const char *presence_problem(struct gateway *gw);
  * failure is logged, not fatal). */
 void presence_tunnel_up(struct gateway *gw, const char *agent_id);
 void presence_tunnel_down(struct gateway *gw, const char *agent_id);
+
+struct store_remote_agent;
+/* From the directory: an active agent of cluster (of node, when non-NULL)
+ * whose tunnel another replica holds, rotating among several; NULL if
+ * none.  *seen (optional) is set to 1 when a matching agent is held
+ * elsewhere at all, active or not.  Valid until the loop runs again. */
+const struct store_remote_agent *presence_remote_pick(struct gateway *gw,
+    const char *cluster, const char *node, int *seen);
 
 #endif

@@ -22,7 +22,7 @@
 #include "log.h"
 #include "mux.h"
 #include "server.h"
-#include "session.h"
+#include "reach.h"
 #include "shares.h"
 #include "wsconn.h"
 
@@ -43,7 +43,8 @@ struct relay {
 	uint64_t up, down;             /* bytes client->agent, agent->client */
 	struct timeval started;
 	char principal[96], cluster[32], node[64], target[256], end[64];
-	char replica[64], via[64];     /* relay_who's, "" when none */
+	char replica[64];              /* the one holding the agent's tunnel */
+	char via[64];                  /* relay_who's, "" when none */
 	char reason[256];              /* the agent's OPEN_FAIL reason, for the audit */
 	struct live_stream live;       /* listed for the status page while it lives */
 };
@@ -406,7 +407,7 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 }
 
 static struct relay *
-relay_new(struct gateway *gw, struct session *agent, const struct relay_who *who,
+relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who *who,
     enum client_kind kind)
 {
 	struct relay *r = calloc(1, sizeof(*r));
@@ -428,10 +429,9 @@ relay_new(struct gateway *gw, struct session *agent, const struct relay_who *who
 	gettimeofday(&r->started, NULL);
 	snprintf(r->principal, sizeof(r->principal), "%s", who->principal);
 	snprintf(r->cluster, sizeof(r->cluster), "%s", who->cluster);
-	snprintf(r->node, sizeof(r->node), "%s", session_node(agent));
+	snprintf(r->node, sizeof(r->node), "%s", agent->node);
 	snprintf(r->target, sizeof(r->target), "%s", who->target);
-	snprintf(r->replica, sizeof(r->replica), "%s", who->replica != NULL ?
-	    who->replica : "");
+	snprintf(r->replica, sizeof(r->replica), "%s", agent->replica);
 	snprintf(r->via, sizeof(r->via), "%s", who->via != NULL ? who->via : "");
 	r->live = (struct live_stream){ .kind = kind == CLIENT_RAW ? "connect" : "forward",
 	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
@@ -442,7 +442,7 @@ relay_new(struct gateway *gw, struct session *agent, const struct relay_who *who
 }
 
 void
-relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
+relay_start_raw(struct gateway *gw, const struct reach *agent, struct upgrade *u,
     const struct relay_who *who)
 {
 	struct relay *r = relay_new(gw, agent, who, CLIENT_RAW);
@@ -453,7 +453,7 @@ relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
 		return;
 	}
 	r->upgrade = u;
-	r->agent = session_open_stream(agent, who->principal, who->target, NULL,
+	r->agent = reach_open_stream(gw, agent, who->principal, who->target, NULL,
 	    &agent_handlers, r, err, sizeof(err));
 	if (r->agent == NULL) {
 		upgrade_refuse(u, 503, err);
@@ -466,7 +466,7 @@ relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
 }
 
 void
-relay_start_stream(struct gateway *gw, struct session *agent, struct mux_stream *cs,
+relay_start_stream(struct gateway *gw, const struct reach *agent, struct mux_stream *cs,
     const struct relay_who *who)
 {
 	struct relay *r = relay_new(gw, agent, who, CLIENT_STREAM);
@@ -478,7 +478,7 @@ relay_start_stream(struct gateway *gw, struct session *agent, struct mux_stream 
 	}
 	r->cs = cs;
 	mux_stream_hold(cs, &cs_handlers, r);
-	r->agent = session_open_stream(agent, who->principal,
+	r->agent = reach_open_stream(gw, agent, who->principal,
 	    who->service != NULL ? NULL : who->target, who->service,
 	    &agent_handlers, r, err, sizeof(err));
 	if (r->agent == NULL) {

@@ -16,7 +16,7 @@
 #define TETHER_RELAY_H
 
 struct gateway;
-struct session;
+struct reach;
 struct upgrade;
 struct mux_stream;
 
@@ -27,19 +27,19 @@ struct relay_who {
 	/* relay_start_stream only: a service of the agent ("kube-api") to
 	 * open instead of target (which then names it for the audit), or NULL. */
 	const char *service;
-	/* Peer links (docs/0020), for the audit line; NULL or "" otherwise:
-	 * replica, on the replica the request reached, names the one holding
-	 * the agent's tunnel; via, on that holding replica, names the replica
-	 * that asked over its peer link. */
-	const char *replica;
+	/* Peer links (docs/0020), for the audit line: via, on the replica
+	 * holding the agent's tunnel, names the replica that asked over its
+	 * peer link (NULL or "" otherwise).  The line's replica= is the
+	 * reach's (the one holding the tunnel, ours when local). */
 	const char *via;
 };
 
 /*
- * Raw dial: opens a stream on the agent's tunnel; answers the upgrade with
- * 101 once the agent accepted, or 502 with the agent's failure code.
+ * Raw dial: opens a stream to agent (here or through a peer, reach.h);
+ * answers the upgrade with 101 once the agent accepted, or 502 with the
+ * agent's failure code.
  */
-void relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *u,
+void relay_start_raw(struct gateway *gw, const struct reach *agent, struct upgrade *u,
     const struct relay_who *who);
 
 /*
@@ -47,7 +47,7 @@ void relay_start_raw(struct gateway *gw, struct session *agent, struct upgrade *
  * who->target; it is accepted once the agent accepted, or refused with the
  * agent's code.
  */
-void relay_start_stream(struct gateway *gw, struct session *agent,
+void relay_start_stream(struct gateway *gw, const struct reach *agent,
     struct mux_stream *cs, const struct relay_who *who);
 
 #endif

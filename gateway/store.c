@@ -1401,3 +1401,38 @@ store_presence_list(struct store *s, int64_t now_ms, struct store_presence **out
 	return query_all(s, &q, sizeof(**out), read_presence, (void **)out, n,
 	    err, errlen);
 }
+
+static int
+read_remote_agent(const struct store_row *r, void *out)
+{
+	struct store_remote_agent *a = out;
+	char state[32];
+
+	memset(a, 0, sizeof(*a));
+	if (col_text(r, 0, a->agent_id, sizeof(a->agent_id)) == -1 ||
+	    col_text(r, 1, a->cluster, sizeof(a->cluster)) == -1 ||
+	    col_text(r, 2, a->node, sizeof(a->node)) == -1 ||
+	    col_text(r, 3, state, sizeof(state)) == -1 ||
+	    agent_state_parse(state, &a->state) == -1 ||
+	    col_text(r, 4, a->replica, sizeof(a->replica)) == -1 ||
+	    col_text(r, 5, a->peer_url, sizeof(a->peer_url)) == -1)
+		return -1;
+	return 0;
+}
+
+int
+store_remote_agents(struct store *s, const char *self, int64_t now_ms,
+    struct store_remote_agent **out, size_t *n, char *err, size_t errlen)
+{
+	const struct store_stmt q = {
+		.sql = "SELECT a.id, a.cluster_id, a.node, a.state, r.id, r.peer_url"
+		    " FROM tunnels t JOIN replicas r ON r.id = t.replica_id"
+		    " JOIN agents a ON a.id = t.agent_id"
+		    " WHERE r.lease_until > ? AND r.id <> ?",
+		.what = "list remote agents",
+		PARAMS(P_INT(now_ms), P_TEXT(self)),
+	};
+
+	return query_all(s, &q, sizeof(**out), read_remote_agent, (void **)out, n,
+	    err, errlen);
+}

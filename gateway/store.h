@@ -204,4 +204,19 @@ int store_tunnel_forget(struct store *s, const char *agent_id, const char *repli
 int store_presence_list(struct store *s, int64_t now_ms,
     struct store_presence **out, size_t *n, char *err, size_t errlen);
 
+/* An agent whose tunnel another live replica holds (docs/0023). */
+struct store_remote_agent {
+	char agent_id[STORE_ID_MAX + 1];
+	char cluster[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	enum agent_state state;
+	char replica[STORE_REPLICA_MAX + 1];
+	char peer_url[STORE_PEER_URL_MAX + 1];
+};
+/* The agents whose tunnels replicas other than self hold, of replicas
+ * whose lease runs past now_ms, in no order (*out: caller frees, *n
+ * records).  One query (tunnels joined to replicas and agents). */
+int store_remote_agents(struct store *s, const char *self, int64_t now_ms,
+    struct store_remote_agent **out, size_t *n, char *err, size_t errlen);
+
 #endif

@@ -1433,6 +1433,78 @@ test_presence(void **state)
 	free(ps);
 }
 
+/* The presence directory's read: agents other live replicas hold, with
+ * cluster, node, state and the holder's peer URL; never ours, never a dead
+ * replica's. */
+static void
+test_remote_agents(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster c = { .id = "" };
+	struct store_agent a1, a2, a3;
+	struct store_remote_agent *ra;
+	const int64_t t0 = (int64_t)NOW * 1000;
+	bool created;
+	size_t n;
+
+	make_import(f, "4444444444444444", 3, false, &c);
+	do_register(f, "4444444444444444", "n1", 0x01, &a1, &created);
+	do_register(f, "4444444444444444", "n2", 0x02, &a2, &created);
+	do_register(f, "4444444444444444", "n3", 0x03, &a3, &created);
+	assert_int_equal(store_replica_renew(f->s, "me", "https://127.0.0.1:1",
+	    t0 + 6000, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_renew(f->s, "r2", "https://127.0.0.1:2",
+	    t0 + 6000, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_renew(f->s, "r3", "https://127.0.0.1:3",
+	    t0 + 2000, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, a1.id, "me", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, a2.id, "r2", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, a3.id, "r3", t0, err,
+	    sizeof(err)), STORE_OK);
+
+	/* Ours is left out; r2 and r3 are live at t0 + 1 s. */
+	assert_int_equal(store_remote_agents(f->s, "me", t0 + 1000, &ra, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		assert_string_equal(ra[i].cluster, c.id);
+		if (strcmp(ra[i].replica, "r2") == 0) {
+			assert_int_equal(ra[i].state, a2.state);
+			assert_string_equal(ra[i].agent_id, a2.id);
+			assert_string_equal(ra[i].node, "n2");
+			assert_string_equal(ra[i].peer_url, "https://127.0.0.1:2");
+		} else {
+			assert_string_equal(ra[i].replica, "r3");
+			assert_int_equal(ra[i].state, a3.state);
+			assert_string_equal(ra[i].agent_id, a3.id);
+			assert_string_equal(ra[i].node, "n3");
+			assert_string_equal(ra[i].peer_url, "https://127.0.0.1:3");
+		}
+	}
+	free(ra);
+
+	/* r3's lease has ended by t0 + 3 s: only r2's agent; its state is the
+	 * store's as of now. */
+	do_transition(f->s, a2.id, AGENT_EV_REVOKE, NULL, &a2);
+	assert_int_equal(store_remote_agents(f->s, "me", t0 + 3000, &ra, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(ra[0].agent_id, a2.id);
+	assert_int_equal(ra[0].state, AGENT_REVOKED);
+	free(ra);
+
+	/* Another replica's view leaves its own out and sees ours. */
+	assert_int_equal(store_remote_agents(f->s, "r2", t0 + 3000, &ra, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(ra[0].agent_id, a1.id);
+	assert_string_equal(ra[0].replica, "me");
+	free(ra);
+}
+
 int
 main(void)
 {
@@ -1463,6 +1535,7 @@ main(void)
 		T(test_register_concurrent),
 		T(test_open_concurrent),
 		T(test_presence),
+		T(test_remote_agents),
 #undef T
 	};
 

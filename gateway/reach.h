@@ -1,0 +1,47 @@
+/*
+ * reach.h: the way to one agent's tunnel, wherever it is (docs/0023).
+ *
+ * Several replicas share one store and each holds the tunnels of the
+ * agents that reached it.  access_pick (access.h) fills a struct reach
+ * with the agent it picked: a session here (local), or an agent whose
+ * tunnel another replica holds (from the presence directory, presence.h),
+ * with that replica's id and peer URL.  Routes and relays open streams
+ * only through reach_open_stream and never ask which of the two it is;
+ * the audit names r->replica either way.
+ */
+#ifndef TETHER_REACH_H
+#define TETHER_REACH_H
+
+#include <stddef.h>
+
+#include "store.h"
+
+struct gateway;
+struct session;
+struct mux_stream;
+struct mux_stream_handlers;
+
+struct reach {
+	struct session *local;                 /* the agent's tunnel here, or NULL: on a peer */
+	char agent_id[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	char replica[64];                      /* the replica holding the tunnel (ours when local) */
+	char peer_url[256];                    /* "" when local */
+};
+
+/* Fills r for session s, whose tunnel this replica (gw) holds.  r->local
+ * is valid until the loop runs again. */
+void reach_local(struct reach *r, struct gateway *gw, struct session *s);
+
+/*
+ * Opens a stream to target (HOST:PORT) or service on r's agent for
+ * principal: session_open_stream when the tunnel is here, else
+ * peer_open_stream to r->replica.  Same contract as both: NULL with a
+ * reason in err when no stream can be opened now; otherwise h->on_opened
+ * follows (or on_close, refused).  O(1) beyond theirs.
+ */
+struct mux_stream *reach_open_stream(struct gateway *gw, const struct reach *r,
+    const char *principal, const char *target, const char *service,
+    const struct mux_stream_handlers *h, void *arg, char *err, size_t errlen);
+
+#endif
