@@ -14,11 +14,18 @@
 #   audit line names the asking replica (via=);
 # - credit end to end: a reader that grants a 64 KiB window and never more
 #   receives at most 64 KiB while the agent's side has a source that writes
-#   as fast as it may: the source stalls, the replica buffers no more.
+#   as fast as it may: the source stalls, the replica buffers no more;
+# - through replica 1 (reach, docs/0023) to the agent replica 2 holds:
+#   tetherctl connect moves 32 MiB both ways, SHA-256 equal, over one link;
+#   the audit lines name the other replica (replica=r2 on r1, via=r1 on r2);
+# - a slow reader behind r1 (its tetherctl never reads): the source stalls
+#   and r2 holds at most one window of the stream (what it received from
+#   the agent, /metrics, minus what it passed on, /v1/status);
+# - kill -9 of r2: the stream through it ends (audit end=tunnel_lost on r1),
+#   and the next connect is refused at once with a reason naming r2.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
-PING=(--ping-interval 300 --ping-timeout 1000)
 $py "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
 PIDS+=($!)
 $py "$TETHER_SRC/tests/integration/tcpserver.py" source "$T/source.port" "$T/source.count" &
@@ -41,7 +48,7 @@ replica_start() { # replica_start N [serve flags]
 	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \
 		--store "$PG_URL" --replica-id "r$1" \
 		--peer-listen "127.0.0.1:${PPORT[$1]}" --peer-url "https://127.0.0.1:${PPORT[$1]}" \
-		--audit-log "$T/audit$1.log" --drain-timeout 0 "${PING[@]}" "${@:2}" \
+		--audit-log "$T/audit$1.log" --drain-timeout 0 "${@:2}" \
 		>>"$T/replica$1.log" 2>&1 &
 	RPID[$1]=$!
 	PIDS+=("${RPID[$1]}")
@@ -134,13 +141,13 @@ export TETHER_SERVER=$MAIN
 cid=$(cluster_create peers)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" --allow "127.0.0.1:$source_port" >/dev/null
-client_start n1 "${PING[@]}"
+client_start n1
 wait_until 30 "n1 active" agent_is n1 active
 id=$(jq -r .agent_id "$T/n1/state.json")
 [ "$(pg_query "SELECT replica_id FROM tunnels WHERE agent_id = '$id'")" = r2 ] ||
 	fail "the agent's tunnel is not on r2: $(pg_query 'SELECT * FROM tunnels')"
 
-probe() { $py "$TETHER_SRC/tests/integration/peerprobe.py" "wss://127.0.0.1:${PPORT[2]}/v1/peer" "$T/r1" "$@"; }
+probe() { exec $py "$TETHER_SRC/tests/integration/peerprobe.py" "wss://127.0.0.1:${PPORT[2]}/v1/peer" "$T/r1" "$@"; }
 out=$(probe a-probe echo "$id" user:alice "127.0.0.1:$echo_port" $((4 << 20))) ||
 	fail "a stream over the link to the agent: $out"
 [ "$out" = "ok $((4 << 20))" ] || fail "a stream over the link: $out"
@@ -156,11 +163,6 @@ grep -q '^refused agent_not_here agent a-nobody has no tunnel on replica r2' <<<
 pass "an OPEN for an agent r2 does not hold is refused: $out"
 
 # Credit end to end: the probe grants 64 KiB and never more.
-probe a-probe nocredit "$id" user:alice "127.0.0.1:$source_port" "$T/probe.count" \
-	>"$T/probe.out" 2>&1 &
-probe_pid=$!
-PIDS+=($probe_pid)
-wait_until 20 "the source to start sending" test -s "$T/source.count"
 count_stable() {
 	local a b
 	a=$(cat "$T/source.count")
@@ -168,6 +170,11 @@ count_stable() {
 	b=$(cat "$T/source.count")
 	[ "$a" = "$b" ]
 }
+probe a-probe nocredit "$id" user:alice "127.0.0.1:$source_port" "$T/probe.count" \
+	>"$T/probe.out" 2>&1 &
+probe_pid=$!
+PIDS+=($probe_pid)
+wait_until 20 "the source to start sending" test -s "$T/source.count"
 wait_until 60 "the source to stall" count_stable
 got=$(cat "$T/probe.count" 2>/dev/null || echo 0)
 [ "$got" -le 65536 ] || fail "the probe granted 64 KiB and received $got bytes"
@@ -176,10 +183,82 @@ sent=$(cat "$T/source.count")
 kill "$probe_pid" 2>/dev/null || true
 pass "a reader that grants 64 KiB gets $got bytes; the source stalls after $sent bytes (windows and socket buffers), nothing piles up on r2"
 
-for i in 1 2; do
-	kill -TERM "${RPID[$i]}"
-	rc=0
-	wait "${RPID[$i]}" || rc=$?
-	[ "$rc" -eq 0 ] || fail "replica $i exited $rc after SIGTERM (see replica$i.log)"
-done
-pass "both replicas stop cleanly"
+# --- through replica 1 to the agent replica 2 holds (reach, docs/0023) ---
+export TETHER_SERVER=https://127.0.0.1:${RPORT[1]}
+# r1 learns where the agent is with its next lease renewal (every 2 s).
+reachable() { echo hi | "$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" | grep -qx hi; }
+wait_until 30 "r1 reaching n1 on r2" reachable
+head -c $((32 << 20)) /dev/urandom >"$T/big"
+"$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" <"$T/big" >"$T/big.echo" ||
+	fail "connect via r1 exited $?"
+[ "$(sha256sum <"$T/big")" = "$(sha256sum <"$T/big.echo")" ] ||
+	fail "32 MiB via r1: $(stat -c %s "$T/big.echo") bytes came back, or they differ"
+grep 'event=stream' "$T/audit1.log" | grep 'bytes_up=33554432' | grep -q 'replica=r2' ||
+	fail "r1's audit line does not name r2: $(grep event=stream "$T/audit1.log")"
+grep 'event=stream' "$T/audit2.log" | grep 'bytes_up=33554432' | grep -q 'via=r1' ||
+	fail "r2's audit line does not name r1: $(grep event=stream "$T/audit2.log")"
+grep -q 'peer link up.*replica=r2' "$T/replica1.log" || fail "r1 logged no link to r2"
+pass "tetherctl connect via r1 to n1 (held by r2): 32 MiB both ways, SHA-256 equal; audit replica=r2 on r1, via=r1 on r2"
+
+# A slow reader behind r1: tetherctl connect to the source, its output never
+# read.  r2 holds at most one window of the stream: what it received from
+# the agent minus what it passed on to the link.
+r2_get() { # r2_get PATH: an admin GET on r2 into $T/r2.out
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		-o "$T/r2.out" "https://127.0.0.1:${RPORT[2]}$1"
+}
+received() { # bytes r2 received from agent tunnels, all streams
+	wait_until 20 "r2's /metrics" r2_get /metrics
+	awk '/^tether_stream_bytes_total\{direction="received"\}/ { print $2 }' "$T/r2.out" | grep .
+}
+before=$(received) || fail "no tether_stream_bytes_total in r2's /metrics"
+src0=$(cat "$T/source.count")
+$py - "$CTL" "$cid" "$source_port" <<'PY' &
+import subprocess, sys, time
+held = subprocess.Popen([sys.argv[1], "connect", "--cluster", sys.argv[2], "--node", "n1",
+                         "127.0.0.1:" + sys.argv[3]], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+time.sleep(3600)   # holds the pipes (held keeps them open); never reads
+PY
+PIDS+=($!)
+source_moved() { [ "$(cat "$T/source.count")" -gt "$src0" ]; }
+wait_until 20 "the source to start sending" source_moved
+wait_until 60 "the source to stall behind the slow reader" count_stable
+sent=$(($(cat "$T/source.count") - src0))
+held_on_r2() {
+	local down now
+	wait_until 20 "r2's /v1/status" r2_get /v1/status
+	down=$(jq -er --arg t "127.0.0.1:$source_port" '[.streams[] | select(.target == $t)] |
+		if length == 1 then .[0].bytes_down else error("want one stream to the source, got \(length)") end' \
+		"$T/r2.out") || fail "r2's /v1/status: $(cat "$T/r2.out")"
+	now=$(received) || fail "no tether_stream_bytes_total in r2's /metrics"
+	echo $((now - before - down))
+}
+held=$(held_on_r2)
+window=$((1 << 20))   # --stream-window's default
+[ "$held" -ge 0 ] && [ "$held" -le "$window" ] ||
+	fail "r2 holds $held bytes of the stalled stream, more than a window ($window)"
+pass "a reader behind r1 that does not read: the source stalls after $sent bytes; r2 holds $held bytes of it (at most a window, $window)"
+
+# The link ends with r2: r1's streams on it end, and r1 refuses at once
+# (backoff) instead of hanging.
+held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/held.out" "$T/held.err"
+printf 'ping\n' >&7
+wait_until 20 "the held stream's echo" grep -qx ping "$T/held.out"
+kill -KILL "${RPID[2]}"
+wait "${RPID[2]}" 2>/dev/null || true
+rc=0
+wait "$HELD_PID" || rc=$?
+exec 7>&-
+[ "$rc" -ne 0 ] || fail "the stream through a killed replica ended with exit 0"
+grep 'event=stream' "$T/audit1.log" | grep 'replica=r2' | grep -q 'end=tunnel_lost' ||
+	fail "r1's audit has no stream ended by the lost link: $(grep event=stream "$T/audit1.log")"
+out=$(echo x | "$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" 2>&1) &&
+	fail "a connect via r1 to the dead r2's agent succeeded: $out"
+grep -q 'replica r2' <<<"$out" || fail "the refusal does not name r2: $out"
+pass "kill -9 of r2: the stream through it ends (exit $rc, audit end=tunnel_lost), a new one is refused with: $out"
+
+kill -TERM "${RPID[1]}"
+rc=0
+wait "${RPID[1]}" || rc=$?
+[ "$rc" -eq 0 ] || fail "replica 1 exited $rc after SIGTERM (see replica1.log)"
+pass "r1 stops cleanly with its link gone"
