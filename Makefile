@@ -10,7 +10,7 @@ JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
-.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run bench bench-throughput deb clean
+.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run run-ha bench bench-throughput deb clean
 
 all: build
 
@@ -59,6 +59,10 @@ fuzz-run:
 
 run: build
 	@bash config/run-demo.sh
+
+# Three replicas on a private PostgreSQL behind haproxy, one agent (docs/0023).
+run-ha: build
+	@bash config/run-ha.sh
 
 # Benchmarks report figures, they do not pass or fail (tests/bench/README.md).
 bench: build

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 static TAILQ_HEAD(, live_stream) streams = TAILQ_HEAD_INITIALIZER(streams);
+static size_t nstreams;
 
 void
 live_stream_add(struct live_stream *ls)
@@ -14,6 +15,7 @@ live_stream_add(struct live_stream *ls)
 		return;
 	TAILQ_INSERT_TAIL(&streams, ls, link);
 	ls->listed = 1;
+	nstreams++;
 }
 
 void
@@ -23,6 +25,13 @@ live_stream_remove(struct live_stream *ls)
 		return;
 	TAILQ_REMOVE(&streams, ls, link);
 	ls->listed = 0;
+	nstreams--;
+}
+
+size_t
+live_stream_count(void)
+{
+	return nstreams;
 }
 
 void

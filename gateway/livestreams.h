@@ -9,6 +9,7 @@
 #ifndef TETHER_LIVESTREAMS_H
 #define TETHER_LIVESTREAMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -26,6 +27,8 @@ struct live_stream {
 void live_stream_add(struct live_stream *ls);
 /* Leaves the list; idempotent. */
 void live_stream_remove(struct live_stream *ls);
+/* How many are live now.  O(1). */
+size_t live_stream_count(void);
 /* Calls fn for every live stream, oldest first (fn may not add or remove). */
 void live_stream_foreach(void (*fn)(const struct live_stream *, void *), void *arg);
 

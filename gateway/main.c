@@ -27,6 +27,7 @@
 #include "gateway.h"
 #include "hub.h"
 #include "k8s.h"
+#include "livestreams.h"
 #include "log.h"
 #include "metrics.h"
 #include "netaddr.h"
@@ -403,7 +404,8 @@ shutdown_kick(struct shutdown_state *sd)
 	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
 }
 
-/* Waits for the tunnels to leave: the drain, then at most SHUTDOWN_GRACE_MS. */
+/* Waits for the tunnels to leave and the operator streams to end: the
+ * drain, then (tunnels only) at most SHUTDOWN_GRACE_MS. */
 static void
 shutdown_poll(evutil_socket_t fd, short what, void *arg)
 {
@@ -411,7 +413,11 @@ shutdown_poll(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv = runtime_ms_timeval(SHUTDOWN_POLL_MS);
 	int64_t now = gateway_now_ms();
 
-	if (hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0) {
+	/* Until the drain is over, operator streams carried to agents on
+	 * other replicas (docs/0023) hold the exit back too: no tunnel here
+	 * keeps them. */
+	if (hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0 &&
+	    (sd->kicked || live_stream_count() == 0)) {
 		event_base_loopbreak(sd->gw->base);
 		return;
 	}

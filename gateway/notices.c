@@ -22,6 +22,7 @@
 
 #define AGENT_PREFIX "agent:"
 #define TOKEN_PREFIX "token:"
+#define TUNNEL_PREFIX "tunnel:"
 
 struct notices {
 	struct store_listener *listener;
@@ -135,6 +136,12 @@ notices_on_notice(const char *payload, void *arg)
 {
 	struct gateway *gw = arg;
 
+	/* Where agents are and in which state (the presence directory,
+	 * docs/0023): read again at once, coalesced. */
+	if (payload == NULL || strncmp(payload, TUNNEL_PREFIX,
+	    strlen(TUNNEL_PREFIX)) == 0 || strncmp(payload, AGENT_PREFIX,
+	    strlen(AGENT_PREFIX)) == 0)
+		presence_refresh(gw);
 	if (payload == NULL)
 		notices_resync(gw);
 	else if (strncmp(payload, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) == 0) {

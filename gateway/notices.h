@@ -15,8 +15,10 @@
  * Costs: per notice about a token, one emptying of the 512-slot cache; per
  * notice about an agent held here, one store read (a job on the store
  * thread); after a reconnect, one job reading every agent held here
- * (O(agents held) reads, one record each in memory until done).  Nothing
- * for a SQLite store (a single gateway).
+ * (O(agents held) reads, one record each in memory until done).  A notice
+ * about a tunnel (migration 5) or an agent, and a reconnect, also read the
+ * presence directory again (presence_refresh: coalesced, at most one read
+ * queued).  Nothing for a SQLite store (a single gateway).
  */
 #ifndef TETHER_NOTICES_H
 #define TETHER_NOTICES_H

@@ -31,9 +31,11 @@ struct presence {
 	size_t ndir;
 	int64_t dir_ms;            /* monotonic: when it was read; 0 never */
 	unsigned rotate;           /* spreads picks among several agents */
+	int reading;               /* a directory read (PJ_DIR) is queued */
+	int read_again;            /* ... and another was asked for meanwhile */
 };
 
-enum pjob_kind { PJ_RENEW, PJ_DROP, PJ_UP, PJ_DOWN };
+enum pjob_kind { PJ_RENEW, PJ_DROP, PJ_UP, PJ_DOWN, PJ_DIR };
 
 /* One store call.  Holds copies: the thread reads nothing else. */
 struct pjob {
@@ -43,7 +45,7 @@ struct pjob {
 	char peer_url[sizeof(((struct gateway *)0)->peer_url)];
 	char agent_id[STORE_ID_MAX + 1];
 	int64_t ms;                /* lease end (RENEW) or since (UP) */
-	struct store_remote_agent *dir;  /* RENEW: the directory read */
+	struct store_remote_agent *dir;  /* RENEW, DIR: the directory read */
 	size_t ndir;
 	int dir_ok;                /* ... if it was read */
 	int rc;
@@ -97,6 +99,39 @@ pjob_work(struct store *st, void *arg)
 		j->rc = store_tunnel_forget(st, j->agent_id, j->replica, j->err,
 		    sizeof(j->err));
 		break;
+	case PJ_DIR:
+		dir_read(st, j);
+		j->rc = STORE_OK;
+		break;
+	}
+}
+
+/* A directory read: the table takes it whole (jobs end in the order they
+ * were queued, so a later read is never replaced by an earlier one). */
+static void
+dir_swap(struct presence *p, struct pjob *j)
+{
+	if (!j->dir_ok)
+		return;
+	free(p->dir);
+	p->dir = j->dir;
+	p->ndir = j->ndir;
+	p->dir_ms = runtime_monotonic_ms();
+	j->dir = NULL;
+}
+
+static void
+dir_done(struct gateway *gw, struct pjob *j)
+{
+	struct presence *p = gw->presence;
+
+	if (p == NULL)
+		return;       /* stopped meanwhile */
+	p->reading = 0;
+	dir_swap(p, j);
+	if (p->read_again) {
+		p->read_again = 0;
+		presence_refresh(gw);
 	}
 }
 
@@ -108,13 +143,7 @@ renew_done(struct gateway *gw, struct pjob *j)
 	if (p == NULL)
 		return;       /* stopped meanwhile */
 	p->renewing = 0;
-	if (j->dir_ok) {
-		free(p->dir);
-		p->dir = j->dir;
-		p->ndir = j->ndir;
-		p->dir_ms = runtime_monotonic_ms();
-		j->dir = NULL;
-	}
+	dir_swap(p, j);
 	/* A full disk still answers (reads work); anything else is a store
 	 * this replica cannot reach (/readyz says so, docs/0021). */
 	p->unreachable = j->rc != STORE_OK && j->rc != STORE_FULL;
@@ -136,8 +165,11 @@ pjob_done(void *arg)
 {
 	struct pjob *j = arg;
 
-	if (j->kind == PJ_RENEW) {
-		renew_done(j->gw, j);
+	if (j->kind == PJ_RENEW || j->kind == PJ_DIR) {
+		if (j->kind == PJ_RENEW)
+			renew_done(j->gw, j);
+		else
+			dir_done(j->gw, j);
 		free(j->dir);           /* NULL once the table took it */
 	} else if (j->rc != STORE_OK && j->kind == PJ_DROP)
 		warn("presence: cannot give up this replica's lease: it ends by "
@@ -306,4 +338,19 @@ presence_remote_pick(struct gateway *gw, const char *cluster, const char *node,
 	for (i = first; ; i++)
 		if (p->dir[i].state == AGENT_ACTIVE && want-- == 0)
 			return &p->dir[i];
+}
+
+void
+presence_refresh(struct gateway *gw)
+{
+	struct presence *p = gw->presence;
+
+	if (p == NULL)
+		return;
+	if (p->reading) {
+		p->read_again = 1;
+		return;
+	}
+	if (pjob_submit(gw, PJ_DIR, NULL, gateway_now_ms() + PRESENCE_LEASE_MS) == 0)
+		p->reading = 1;
 }

@@ -18,8 +18,11 @@
  * query per PRESENCE_RENEW_MS; ~460 bytes per remote agent, one array; a
  * lookup is a binary search then a walk of the matches, O(log n + agents
  * of the cluster), never a store call.  What it says is at most one
- * renewal (plus the store's answer time) old; a table not refreshed for
- * PRESENCE_LEASE_MS (the store out of reach) is not used.
+ * renewal (plus the store's answer time) old, and on PostgreSQL a tunnel
+ * recorded, moved or forgotten anywhere (or an agent's state changed) is
+ * heard at once (notices.h) and read again then: presence_refresh.  A
+ * table not refreshed for PRESENCE_LEASE_MS (the store out of reach) is
+ * not used.
  */
 #ifndef TETHER_PRESENCE_H
 #define TETHER_PRESENCE_H
@@ -48,6 +51,11 @@ const char *presence_problem(struct gateway *gw);
  * failure is logged, not fatal). */
 void presence_tunnel_up(struct gateway *gw, const char *agent_id);
 void presence_tunnel_down(struct gateway *gw, const char *agent_id);
+
+/* Reads the directory again now (a job on the store thread): at most one
+ * read queued, and one more once it is answered however often this is
+ * called meanwhile. */
+void presence_refresh(struct gateway *gw);
 
 struct store_remote_agent;
 /* From the directory: an active agent of cluster (of node, when non-NULL)

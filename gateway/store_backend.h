@@ -95,6 +95,8 @@ struct store_dialect {
 	                          * the engine has one built in */
 	const char *notify;      /* triggers announcing changes to other
 	                          * replicas (docs/0021), or "" */
+	const char *notify_tunnels;  /* the trigger announcing a tunnel's
+	                          * record moved (docs/0023), or "" */
 };
 
 struct store_backend {

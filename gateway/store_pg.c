@@ -437,6 +437,18 @@ static const struct store_dialect pg_dialect = {
 	"CREATE TRIGGER tokens_revoked AFTER UPDATE OF revoked ON tokens"
 	"  FOR EACH ROW WHEN (OLD.revoked IS DISTINCT FROM NEW.revoked)"
 	"  EXECUTE FUNCTION tether_token_revoked();",
+	.notify_tunnels =
+	"CREATE FUNCTION tether_tunnel_changed() RETURNS trigger"
+	"  LANGUAGE plpgsql AS $$ BEGIN"
+	"    IF TG_OP = 'DELETE' THEN"
+	"      PERFORM pg_notify('" STORE_PG_CHANNEL "', 'tunnel:' || OLD.agent_id);"
+	"    ELSE"
+	"      PERFORM pg_notify('" STORE_PG_CHANNEL "', 'tunnel:' || NEW.agent_id);"
+	"    END IF;"
+	"    RETURN NULL;"
+	"  END $$;"
+	"CREATE TRIGGER tunnels_changed AFTER INSERT OR UPDATE OR DELETE ON tunnels"
+	"  FOR EACH ROW EXECUTE FUNCTION tether_tunnel_changed();",
 };
 
 static const struct store_backend pg_backend = {

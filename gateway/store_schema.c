@@ -12,6 +12,7 @@
  *   {NOTIFY} the triggers that tell other replicas of a change (docs/0021;
  *           PostgreSQL: pg_notify on the channel "tether" in the changing
  *           transaction; SQLite: nothing, it serves a single gateway)
+ *   {NOTIFY_TUNNELS} the same for a tunnel's record (docs/0023)
  * Everything else (partial indexes, CHECKs, foreign keys) is SQL both
  * engines read the same.
  */
@@ -104,6 +105,10 @@ static const char *const migrations[] = {
 	/* 4: cluster-wide effects (docs/0021): an agent's state or a token's
 	 * revocation, changed by any replica, is announced to all of them. */
 	"{NOTIFY}",
+
+	/* 5: a tunnel recorded, moved or forgotten is announced too, so that
+	 * every replica's presence directory follows at once (docs/0023). */
+	"{NOTIFY_TUNNELS}",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -133,6 +138,7 @@ marker_word(const struct store_dialect *d, const char *p, size_t *mlen)
 		{ "{BLOB}", offsetof(struct store_dialect, blob) },
 		{ "{END}", offsetof(struct store_dialect, table_end) },
 		{ "{ROWID}", offsetof(struct store_dialect, rowid) },
+		{ "{NOTIFY_TUNNELS}", offsetof(struct store_dialect, notify_tunnels) },
 		{ "{NOTIFY}", offsetof(struct store_dialect, notify) },
 	};
 	size_t i;

@@ -334,6 +334,7 @@ static const struct store_dialect sqlite_dialect = {
 	.table_end = ") STRICT",
 	.rowid = "",
 	.notify = "",     /* one gateway: nobody else to tell */
+	.notify_tunnels = "",
 };
 
 static const struct store_backend sqlite_backend = {

@@ -2,6 +2,8 @@
 """k8s_upstream.py PORTFILE: a small HTTP/1.1 upstream for test_k8s.sh.
 
 GET /stream        a chunked answer: one line every 100 ms for 2 s
+GET ...?watch=1    a watch: three chunked watch events (ADDED watch-0..2),
+                   100 ms apart, then the end
 GET with Upgrade   101 Switching Protocols, then echoes every byte back
 anything else      200 with a JSON echo of the request (method, path,
                    headers, body length), Connection: close
@@ -62,6 +64,21 @@ class Handler(socketserver.StreamRequestHandler):
             w.flush()
             for i in range(20):
                 piece = ("line %d %.3f\n" % (i, time.time())).encode()
+                w.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                w.flush()
+                time.sleep(0.1)
+            w.write(b"0\r\n\r\n")
+            w.flush()
+            return
+        if "watch=1" in target or "watch=true" in target:
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            w.flush()
+            for i in range(3):
+                ev = json.dumps({"type": "ADDED", "object": {
+                    "kind": "Pod", "apiVersion": "v1",
+                    "metadata": {"name": "watch-%d" % i, "namespace": "default"}}})
+                piece = (ev + "\n").encode()
                 w.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 w.flush()
                 time.sleep(0.1)

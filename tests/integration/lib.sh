@@ -269,3 +269,116 @@ pg_stop() {
 pg_query() {
 	psql -X -qAt -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether -c "$1"
 }
+
+# ---- replicas of one gateway on a shared store, behind haproxy ----
+# (docs/0017, 0020, 0023)  Call gateway_init --store "$PG_URL" first.
+#
+# replica_start N [serve flags]: replica N serves a copy of $GW_DIR's
+# certificates and gateway.json ($T/rN) on 127.0.0.1:${RPORT[N]}, --store
+# $PG_URL, --replica-id rN unless the flags give one (or REPLICA_NO_ID=1:
+# the default, the host name); its peers reach it on
+# its main port (--peer-url), or, with REPLICA_PEER_LISTEN=1, on a peer port
+# of its own ${PPORT[N]} (--peer-listen).  Ports are kept across restarts;
+# --drain-timeout is REPLICA_DRAIN_MS (default 0).  Flags in the array
+# REPLICA_FLAGS go to every replica.  Logs to $T/replicaN.log; sets RPID[N].
+declare -a RPORT PPORT RPID
+REPLICA_FLAGS=()
+REPLICA_PEER_LISTEN=${REPLICA_PEER_LISTEN:-0}
+replica_start() {
+	local n=$1 d=$T/r$1 id=() peer
+	shift
+	mkdir -p -m 700 "$d"
+	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
+		"$GW_DIR/gateway.json" "$d/"
+	RPORT[$n]=${RPORT[$n]:-$(free_port)}
+	peer=(--peer-url "https://127.0.0.1:${RPORT[$n]}")
+	if [ "$REPLICA_PEER_LISTEN" = 1 ]; then
+		PPORT[$n]=${PPORT[$n]:-$(free_port)}
+		peer=(--peer-listen "127.0.0.1:${PPORT[$n]}"
+			--peer-url "https://127.0.0.1:${PPORT[$n]}")
+	fi
+	[ -n "${REPLICA_NO_ID:-}" ] || [[ " $* " == *" --replica-id "* ]] ||
+		id=(--replica-id "r$n")
+	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$n]}" \
+		--store "$PG_URL" "${id[@]}" "${peer[@]}" \
+		--drain-timeout "${REPLICA_DRAIN_MS:-0}" "${REPLICA_FLAGS[@]}" "$@" \
+		>>"$T/replica$n.log" 2>&1 &
+	RPID[$n]=$!
+	PIDS+=("${RPID[$n]}")
+}
+
+replica_ready() { # replica_ready N: its /readyz answers 200
+	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
+}
+
+# replica_stop N: SIGTERM; the replica must exit 0.
+replica_stop() {
+	kill -TERM "${RPID[$1]}"
+	local rc=0
+	wait "${RPID[$1]}" || rc=$?
+	[ "$rc" -eq 0 ] || fail "replica $1 exited $rc after SIGTERM (see replica$1.log)"
+}
+
+# haproxy_pool PORT BALANCE N...: a haproxy frontend on 127.0.0.1:PORT and
+# its backend over replicas N... (TCP: TLS passes through to them), BALANCE
+# roundrobin, leastconn or source, each replica checked on /readyz every
+# 300 ms (a draining one is out at once).  Prints the lines for haproxy_start.
+haproxy_pool() {
+	local port=$1 balance=$2 n
+	shift 2
+	printf 'frontend fe%s\n\tbind 127.0.0.1:%s\n\tdefault_backend be%s\n' "$port" "$port" "$port"
+	printf 'backend be%s\n\tbalance %s\n\toption httpchk GET /readyz\n' "$port" "$balance"
+	for n in "$@"; do
+		printf '\tserver r%s 127.0.0.1:%s check check-ssl verify none inter 300 fall 1 rise 1\n' \
+			"$n" "${RPORT[$n]}"
+	done
+}
+
+# haproxy_start NAME POOLS: Debian's haproxy in the foreground with the
+# frontends and backends POOLS (haproxy_pool's lines); its PID in HAPROXY_PID.
+haproxy_start() {
+	command -v haproxy >/dev/null || fail "haproxy is not installed (config/setup.sh)"
+	cat >"$T/$1.cfg" <<CFG
+global
+	maxconn 512
+defaults
+	mode tcp
+	timeout connect 2s
+	timeout client 60s
+	timeout server 60s
+	retries 3
+	option redispatch
+$2
+CFG
+	haproxy -db -f "$T/$1.cfg" >>"$T/$1.log" 2>&1 &
+	HAPROXY_PID=$!
+	PIDS+=("$HAPROXY_PID")
+}
+
+# sshd_start: a private sshd on 127.0.0.1:$SSH_PORT (key authentication
+# only), its files under $T/ssh; the client's key is $T/ssh/user_key.
+# ssh_via ARGS...: ssh to it with that key, no host key checks.
+sshd_start() {
+	SSH_PORT=$(free_port)
+	mkdir -p "$T/ssh" /run/sshd
+	ssh-keygen -q -t ed25519 -N '' -f "$T/ssh/host_key"
+	ssh-keygen -q -t ed25519 -N '' -f "$T/ssh/user_key"
+	cp "$T/ssh/user_key.pub" "$T/ssh/authorized_keys"
+	cat >"$T/ssh/sshd_config" <<CONF
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $T/ssh/host_key
+AuthorizedKeysFile $T/ssh/authorized_keys
+PidFile $T/ssh/sshd.pid
+UsePAM no
+StrictModes no
+PasswordAuthentication no
+PermitRootLogin prohibit-password
+CONF
+	/usr/sbin/sshd -D -e -f "$T/ssh/sshd_config" 2>>"$T/sshd.log" &
+	PIDS+=($!)
+}
+ssh_via() {
+	ssh -F /dev/null -i "$T/ssh/user_key" -o StrictHostKeyChecking=no \
+		-o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR "$@"
+}

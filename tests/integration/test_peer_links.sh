@@ -37,28 +37,10 @@ source_port=$(cat "$T/source.port")
 pg_start
 gateway_init --store "$PG_URL"
 
-declare -a RPORT PPORT RPID
-replica_start() { # replica_start N [serve flags]
-	local d=$T/r$1
-	mkdir -p -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
-		"$GW_DIR/gateway.json" "$d/"
-	RPORT[$1]=${RPORT[$1]:-$(free_port)}
-	PPORT[$1]=${PPORT[$1]:-$(free_port)}
-	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \
-		--store "$PG_URL" --replica-id "r$1" \
-		--peer-listen "127.0.0.1:${PPORT[$1]}" --peer-url "https://127.0.0.1:${PPORT[$1]}" \
-		--audit-log "$T/audit$1.log" --drain-timeout 0 "${@:2}" \
-		>>"$T/replica$1.log" 2>&1 &
-	RPID[$1]=$!
-	PIDS+=("${RPID[$1]}")
-}
-replica_ready() {
-	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
-}
-replica_start 1
+REPLICA_PEER_LISTEN=1
+replica_start 1 --audit-log "$T/audit1.log"
 RPORT[2]=$GW_PORT   # the join documents' URL: agents dial replica 2
-replica_start 2
+replica_start 2 --audit-log "$T/audit2.log"
 for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
 assert_contains "$T/replica2.log" "peer links listening"
 PEER=https://127.0.0.1:${PPORT[2]}
@@ -257,8 +239,5 @@ out=$(echo x | "$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" 
 grep -q 'replica r2' <<<"$out" || fail "the refusal does not name r2: $out"
 pass "kill -9 of r2: the stream through it ends (exit $rc, audit end=tunnel_lost), a new one is refused with: $out"
 
-kill -TERM "${RPID[1]}"
-rc=0
-wait "${RPID[1]}" || rc=$?
-[ "$rc" -eq 0 ] || fail "replica 1 exited $rc after SIGTERM (see replica1.log)"
+replica_stop 1
 pass "r1 stops cleanly with its link gone"

@@ -19,28 +19,13 @@ LB_PORT=$(free_port)
 LB_URL=https://127.0.0.1:$LB_PORT
 gateway_init --store "$PG_URL" --url "$LB_URL"
 
-declare -a RPORT RPID
-replica_start() { # replica_start N [serve flags]
-	local d=$T/r$1
-	mkdir -p -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
-		"$GW_DIR/gateway.json" "$d/"
-	RPORT[$1]=${RPORT[$1]:-$(free_port)}
-	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \
-		--store "$PG_URL" --peer-url "https://127.0.0.1:${RPORT[$1]}" \
-		--drain-timeout 0 "${PING[@]}" "${@:2}" >>"$T/replica$1.log" 2>&1 &
-	RPID[$1]=$!
-	PIDS+=("${RPID[$1]}")
-}
-replica_ready() {
-	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
-}
+REPLICA_FLAGS=("${PING[@]}")
 on() { # on N CTL-ARGS...: tetherctl -o json against replica N directly
 	TETHER_SERVER=https://127.0.0.1:${RPORT[$1]} ctl "${@:2}"
 }
 
 replica_start 1 --replica-id r1
-replica_start 2
+REPLICA_NO_ID=1 replica_start 2
 for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
 host=$(hostname)
 assert_contains "$T/replica2.log" "replica=$host"
@@ -49,26 +34,7 @@ declare -A NAME=([1]=r1 [2]=$host)
 	fail "the replicas' leases are not in the store: $(pg_query 'SELECT id, peer_url FROM replicas')"
 pass "each replica holds a lease: r1 (--replica-id) and $host (the host name by default)"
 
-cat >"$T/haproxy.cfg" <<CFG
-global
-	maxconn 256
-defaults
-	mode tcp
-	timeout connect 2s
-	timeout client 60s
-	timeout server 60s
-	retries 3
-	option redispatch
-frontend fe
-	bind 127.0.0.1:$LB_PORT
-	default_backend replicas
-backend replicas
-	balance roundrobin
-	server r1 127.0.0.1:${RPORT[1]} check inter 300 fall 1 rise 1
-	server r2 127.0.0.1:${RPORT[2]} check inter 300 fall 1 rise 1
-CFG
-haproxy -db -f "$T/haproxy.cfg" >>"$T/haproxy.log" 2>&1 &
-PIDS+=($!)
+haproxy_start haproxy "$(haproxy_pool "$LB_PORT" roundrobin 1 2)"
 lb_ready() { curl -sf --cacert "$GW_DIR/ca.crt" "$LB_URL/readyz"; }
 wait_until 20 "haproxy in front of the replicas" lb_ready
 export TETHER_SERVER=$LB_URL
@@ -114,10 +80,7 @@ on "$other" agent list | jq -e --arg id "$id" '.[] | select(.id == $id) | .state
 pass "the agent reconnected through haproxy to ${NAME[$other]}, which holds it now"
 
 # --- a clean stop gives the lease up at once ---
-kill -TERM "${RPID[$other]}"
-rc=0
-wait "${RPID[$other]}" || rc=$?
-[ "$rc" -eq 0 ] || fail "replica $other exited $rc after SIGTERM"
+replica_stop "$other"
 [ "$(pg_query "SELECT count(*) FROM replicas WHERE id = '${NAME[$other]}'")" = 0 ] &&
 	[ "$(pg_query "SELECT count(*) FROM tunnels WHERE replica_id = '${NAME[$other]}'")" = 0 ] ||
 	fail "SIGTERM left the lease or the tunnel records of ${NAME[$other]}"

@@ -5,28 +5,12 @@
 source "$(dirname "$0")/lib.sh"
 chmod 755 "$T"
 
-ssh_port=$(free_port)
 pg_port=$(free_port)
 web_port=$(free_port)
 
 # --- a private sshd (key auth only) ---
-mkdir -p "$T/ssh" /run/sshd
-ssh-keygen -q -t ed25519 -N '' -f "$T/ssh/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$T/ssh/user_key"
-cp "$T/ssh/user_key.pub" "$T/ssh/authorized_keys"
-cat >"$T/ssh/sshd_config" <<CONF
-Port $ssh_port
-ListenAddress 127.0.0.1
-HostKey $T/ssh/host_key
-AuthorizedKeysFile $T/ssh/authorized_keys
-PidFile $T/ssh/sshd.pid
-UsePAM no
-StrictModes no
-PasswordAuthentication no
-PermitRootLogin prohibit-password
-CONF
-/usr/sbin/sshd -D -e -f "$T/ssh/sshd_config" 2>>"$T/sshd.log" &
-PIDS+=($!)
+sshd_start
+ssh_port=$SSH_PORT
 
 # --- a private PostgreSQL ---
 mkdir -p "$T/pg"
@@ -57,9 +41,7 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 wait_until 20 "sshd, postgres and nginx listening" \
 	bash -c "(exec 3<>/dev/tcp/127.0.0.1/$ssh_port) && (exec 3<>/dev/tcp/127.0.0.1/$pg_port) && (exec 3<>/dev/tcp/127.0.0.1/$web_port)" 
 
-out=$(ssh -F /dev/null -i "$T/ssh/user_key" -o StrictHostKeyChecking=no \
-	-o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR \
-	-o ProxyCommand="$CTL connect --cluster $cid --node node1 127.0.0.1:$ssh_port" \
+out=$(ssh_via -o ProxyCommand="$CTL connect --cluster $cid --node node1 127.0.0.1:$ssh_port" \
 	root@node1 'echo hello from $(hostname) via tether' 2>"$T/ssh.err") ||
 	{ cat "$T/ssh.err" >&2; fail "ssh through tetherctl connect failed"; }
 [[ "$out" == "hello from "*" via tether" ]] || fail "ssh said: $out"

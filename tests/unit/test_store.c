@@ -32,7 +32,7 @@
 #include "store.h"
 
 #define NOW 1700000000
-#define SCHEMA_NOW 4      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 5      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
