@@ -22,6 +22,7 @@
 #include "reach.h"
 #include "runtime.h"
 #include "session.h"
+#include "store_worker.h"
 
 /* ---- the cache of proven tokens ---- */
 
@@ -42,6 +43,9 @@ struct cache_entry {
 };
 
 static struct cache_entry cache[CACHE_SLOTS];
+/* Bumped by every access_revoked: a check that read the store before a
+ * revocation must not put what it read into the cache after it. */
+static uint64_t cache_generation;
 
 static struct cache_entry *
 cache_slot(const char *token_id, const char *cluster)
@@ -86,9 +90,14 @@ void
 access_revoked(void)
 {
 	OPENSSL_cleanse(cache, sizeof(cache));
+	cache_generation++;
 }
 
 /* ---- bearer tokens and their scope ---- */
+
+/* A check that needs the store and was given none (the pass that only
+ * asks the cache, on the loop): run it on the store thread. */
+#define NEEDS_STORE (-1)
 
 /* 0 if a verified token's record is live, else 401 with why.  Revoked and
  * expired are only said to whoever proved they hold the secret. */
@@ -117,7 +126,8 @@ record_usable(const struct store_token *rec, char *err, size_t errlen)
  * cluster: non-NULL when the caller asks for one cluster; then a token
  * proven for it moments ago is taken from the cache (*cached set) instead
  * of the store, and the call must be on the loop (the cache is the
- * loop's).  With cluster NULL it touches only st: any thread.  The hash
+ * loop's).  With cluster NULL it touches only st: any thread.  st NULL:
+ * the cache only (NEEDS_STORE when it does not know the pair).  The hash
  * is compared either way.
  */
 static int
@@ -144,6 +154,11 @@ bearer_check(struct store *st, const char *authorization, const char *cluster,
 	}
 	token_hash(&t, hash);
 	*cached = cluster != NULL && cache_get(t.id, cluster, rec);
+	if (!*cached && st == NULL) {
+		token_clear(&t);
+		OPENSSL_cleanse(hash, sizeof(hash));
+		return NEEDS_STORE;
+	}
 	ok = (*cached || store_token_get(st, t.id, rec) == STORE_OK) &&
 	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
 	token_clear(&t);
@@ -157,10 +172,10 @@ bearer_check(struct store *st, const char *authorization, const char *cluster,
 
 /* For a user token: whether it reaches cluster (0, 403 or 500). */
 static int
-scope_check(struct gateway *gw, const struct store_token *rec,
+scope_check(struct store *st, const struct store_token *rec,
     const char *cluster, char *err, size_t errlen)
 {
-	switch (store_token_in_cluster(gw->store, rec->id, cluster)) {
+	switch (store_token_in_cluster(st, rec->id, cluster)) {
 	case STORE_OK:
 		return 0;
 	case STORE_NOTFOUND:
@@ -198,24 +213,25 @@ access_admin(struct store *st, const char *authorization, char *principal,
 /* Whether authorization reaches cluster (the token and its scope, not
  * whether the cluster exists).  0 with g's principal and token id, *rec
  * and *cached (the pair came from the cache: the cluster existed when it
- * was put there), or 401/403/500. */
+ * was put there), or 401/403/500.  use_cache: on the loop only; st NULL:
+ * the cache only (NEEDS_STORE). */
 static int
-token_reaches(struct gateway *gw, const char *authorization,
+token_reaches(struct store *st, int use_cache, const char *authorization,
     const char *cluster, struct access_grant *g, struct store_token *rec,
     int *cached, char *err, size_t errlen)
 {
 	int status;
 
 	*cached = 0;
-	if ((status = bearer_check(gw->store, authorization, cluster, rec, cached,
-	    err, errlen)) != 0)
+	if ((status = bearer_check(st, authorization, use_cache ? cluster : NULL,
+	    rec, cached, err, errlen)) != 0)
 		return status;
 	snprintf(g->token_id, sizeof(g->token_id), "%s", rec->id);
 	if (rec->kind == TOKEN_ADMIN) {
 		snprintf(g->principal, sizeof(g->principal), "admin:%s", rec->id);
 		return 0;
 	}
-	if (!*cached && (status = scope_check(gw, rec, cluster, err, errlen)) != 0)
+	if (!*cached && (status = scope_check(st, rec, cluster, err, errlen)) != 0)
 		return status;
 	snprintf(g->principal, sizeof(g->principal), "user:%s", rec->name);
 	return 0;
@@ -270,9 +286,10 @@ bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1])
 	return 0;
 }
 
-int
-access_sole_cluster(struct gateway *gw, const char *authorization,
-    char *cluster, size_t clen)
+/* access_sole_cluster on st: 0 with the cluster, or -1. */
+static int
+sole_cluster(struct store *st, const char *authorization, char *cluster,
+    size_t clen)
 {
 	char id[TOKEN_ID_LEN + 1];
 	struct store_user_token u;
@@ -281,7 +298,7 @@ access_sole_cluster(struct gateway *gw, const char *authorization,
 	 * checked afterwards, by access_cluster. */
 	if (bearer_id(authorization, id) != 0 ||
 	    strncmp(authorization + 7, "ttu_", 4) != 0 ||
-	    store_user_token_get(gw->store, id, &u) != STORE_OK ||
+	    store_user_token_get(st, id, &u) != STORE_OK ||
 	    u.nclusters != 1)
 		return -1;
 	snprintf(cluster, clen, "%s", u.clusters[0]);
@@ -289,35 +306,54 @@ access_sole_cluster(struct gateway *gw, const char *authorization,
 }
 
 int
+access_sole_cluster(struct gateway *gw, const char *authorization,
+    char *cluster, size_t clen)
+{
+	return sole_cluster(gw->store, authorization, cluster, clen);
+}
+
+/* access_recheck: from the cache (st NULL; NEEDS_STORE when it does not
+ * know the pair), else from st with *rec filled. */
+static int
+recheck(struct store *st, const struct access_grant *g, struct store_token *rec,
+    char *err, size_t errlen)
+{
+	int status;
+
+	if (st == NULL)
+		return cache_get(g->token_id, g->cluster, rec) ?
+		    record_usable(rec, err, errlen) : NEEDS_STORE;
+	if (store_token_get(st, g->token_id, rec) != STORE_OK ||
+	    rec->kind == TOKEN_IMPORT) {
+		snprintf(err, errlen, "invalid token");
+		return 401;
+	}
+	if ((status = record_usable(rec, err, errlen)) != 0)
+		return status;
+	return rec->kind == TOKEN_ADMIN ? 0 :
+	    scope_check(st, rec, g->cluster, err, errlen);
+}
+
+int
 access_recheck(struct gateway *gw, const struct access_grant *g, char *err,
     size_t errlen)
 {
 	struct store_token rec;
-	int status;
 
-	if (store_token_get(gw->store, g->token_id, &rec) != STORE_OK ||
-	    rec.kind == TOKEN_IMPORT) {
-		snprintf(err, errlen, "invalid token");
-		return 401;
-	}
-	if ((status = record_usable(&rec, err, errlen)) != 0)
-		return status;
-	return rec.kind == TOKEN_ADMIN ? 0 :
-	    scope_check(gw, &rec, g->cluster, err, errlen);
+	return recheck(gw->store, g, &rec, err, errlen);
 }
-
 
 /* ---- the calls routes make ---- */
 
 /* 1 if node names a registered, unrevoked agent of cluster. */
 static int
-node_known(struct gateway *gw, const char *cluster, const char *node)
+node_known(struct store *st, const char *cluster, const char *node)
 {
 	struct store_agent *as = NULL;
 	size_t n = 0;
 	int found = 0;
 
-	if (store_agent_list(gw->store, cluster, &as, &n) != STORE_OK)
+	if (store_agent_list(st, cluster, &as, &n) != STORE_OK)
 		return 0;
 	for (size_t i = 0; i < n && !found; i++)
 		found = strcmp(as[i].node, node) == 0 && as[i].state != AGENT_REVOKED;
@@ -325,38 +361,62 @@ node_known(struct gateway *gw, const char *cluster, const char *node)
 	return found;
 }
 
-int
-access_cluster(struct gateway *gw, const char *authorization,
+/*
+ * access_cluster's checks on st (NULL: the cache only, NEEDS_STORE when it
+ * is not enough; use_cache: on the loop only).  *put: the token and the
+ * cluster were proven through the store: the loop may cache (rec, cluster).
+ */
+static int
+cluster_check(struct store *st, int use_cache, const char *authorization,
     const char *cluster, const char *node, struct access_grant *g,
-    char *err, size_t errlen)
+    struct store_token *rec, int *put, char *err, size_t errlen)
 {
 	struct store_cluster c;
-	struct store_token rec;
 	int status, cached;
 
+	*put = 0;
 	memset(g, 0, sizeof(*g));
 	snprintf(g->cluster, sizeof(g->cluster), "%s", cluster);
 	if (node != NULL)
 		snprintf(g->node, sizeof(g->node), "%s", node);
 	/* Who first: whether a cluster exists is only told to a token that
 	 * may reach it (an admin's, or a user's scoped to it). */
-	if ((status = token_reaches(gw, authorization, g->cluster, g, &rec,
-	    &cached, err, errlen)) != 0)
+	if ((status = token_reaches(st, use_cache, authorization, g->cluster, g,
+	    rec, &cached, err, errlen)) != 0)
 		return status;
 	/* A pair is cached only once its cluster was found, and clusters are
 	 * never deleted: a cached pair needs no store read at all. */
 	if (!cached) {
-		if (store_cluster_get(gw->store, g->cluster, &c) != STORE_OK) {
+		if (store_cluster_get(st, g->cluster, &c) != STORE_OK) {
 			snprintf(err, errlen, "no cluster %s", g->cluster);
 			return 404;
 		}
-		cache_put(rec.id, g->cluster, &rec);
+		*put = 1;
 	}
-	if (g->node[0] != '\0' && !node_known(gw, g->cluster, g->node)) {
+	if (g->node[0] == '\0')
+		return 0;
+	if (st == NULL)
+		return NEEDS_STORE;
+	if (!node_known(st, g->cluster, g->node)) {
 		snprintf(err, errlen, "no node %s in cluster %s", g->node, g->cluster);
 		return 404;
 	}
 	return 0;
+}
+
+int
+access_cluster(struct gateway *gw, const char *authorization,
+    const char *cluster, const char *node, struct access_grant *g,
+    char *err, size_t errlen)
+{
+	struct store_token rec;
+	int status, put;
+
+	status = cluster_check(gw->store, 1, authorization, cluster, node, g,
+	    &rec, &put, err, errlen);
+	if (put)
+		cache_put(rec.id, g->cluster, &rec);
+	return status;
 }
 
 int
@@ -389,4 +449,145 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 		snprintf(err, errlen, "no %sagent of cluster %s is connected to any "
 		    "replica", here || elsewhere ? "active " : "", g->cluster);
 	return 503;
+}
+
+/* ---- the same checks, their store reads on the store thread ---- */
+
+enum check_kind { CHECK_CLUSTER, CHECK_SOLE, CHECK_RECHECK };
+
+/*
+ * A check under way (access.h).  The store thread reads authorization (a
+ * copy, wiped once read) and g's inputs and writes the results; the loop
+ * caches what was proven and calls done, unless the caller cancelled it.
+ * ~1 KiB while it is out.
+ */
+struct access_check {
+	access_done_fn *done;              /* NULL once cancelled */
+	void *arg;
+	enum check_kind kind;
+	char *authorization;               /* CLUSTER, SOLE */
+	char cluster[STORE_ID_MAX + 1];    /* CLUSTER: asked for */
+	char node[STORE_NAME_MAX + 1];     /* CLUSTER, SOLE: asked for ("": any) */
+	uint64_t generation;               /* cache_generation when asked */
+	struct access_grant g;
+	struct store_token rec;
+	int put;                           /* (rec, g.cluster) proven: cache it */
+	int status;
+	char err[256];
+};
+
+static void
+check_free(struct access_check *c)
+{
+	if (c->authorization != NULL) {
+		OPENSSL_cleanse(c->authorization, strlen(c->authorization));
+		free(c->authorization);
+	}
+	OPENSSL_cleanse(c, sizeof(*c));
+	free(c);
+}
+
+static void
+check_work(struct store *st, void *arg)
+{
+	struct access_check *c = arg;
+
+	if (c->kind == CHECK_RECHECK) {
+		c->status = recheck(st, &c->g, &c->rec, c->err, sizeof(c->err));
+		c->put = c->status == 0;
+	} else if (c->kind == CHECK_SOLE &&
+	    sole_cluster(st, c->authorization, c->cluster, sizeof(c->cluster)) != 0) {
+		c->status = 404;
+		snprintf(c->err, sizeof(c->err), "no cluster: the token is not a "
+		    "user token scoped to exactly one cluster");
+	} else {
+		c->status = cluster_check(st, 0, c->authorization, c->cluster,
+		    c->node, &c->g, &c->rec, &c->put, c->err, sizeof(c->err));
+	}
+	if (c->authorization != NULL)
+		OPENSSL_cleanse(c->authorization, strlen(c->authorization));
+}
+
+static void
+check_done(void *arg)
+{
+	struct access_check *c = arg;
+
+	/* Nothing proven before a revocation goes into the cache after it. */
+	if (c->put && c->generation == cache_generation)
+		cache_put(c->rec.id, c->g.cluster, &c->rec);
+	if (c->done != NULL)
+		c->done(c->arg, c->status, &c->g, c->err);
+	check_free(c);
+}
+
+/* Runs c: from the cache at once when it is enough (c freed, NULL
+ * returned), else on the store thread. */
+static struct access_check *
+check_start(struct gateway *gw, struct access_check *c)
+{
+	c->generation = cache_generation;
+	if (c->kind == CHECK_RECHECK)
+		c->status = recheck(NULL, &c->g, &c->rec, c->err, sizeof(c->err));
+	else if (c->kind == CHECK_CLUSTER)
+		c->status = cluster_check(NULL, 1, c->authorization, c->cluster,
+		    c->node, &c->g, &c->rec, &c->put, c->err, sizeof(c->err));
+	else
+		c->status = NEEDS_STORE;
+	if (c->status == NEEDS_STORE &&
+	    store_worker_submit(gw->storew, check_work, check_done, c) == 0)
+		return c;
+	if (c->status == NEEDS_STORE) {
+		c->status = 503;
+		snprintf(c->err, sizeof(c->err), "the store's queue is full: "
+		    "retry shortly");
+	}
+	c->done(c->arg, c->status, &c->g, c->err);
+	check_free(c);
+	return NULL;
+}
+
+struct access_check *
+access_cluster_async(struct gateway *gw, const char *authorization,
+    const char *cluster, const char *node, access_done_fn *done, void *arg)
+{
+	struct access_check *c = calloc(1, sizeof(*c));
+	static const struct access_grant none;
+
+	if (c == NULL || (c->authorization = strdup(authorization != NULL ?
+	    authorization : "")) == NULL) {
+		free(c);
+		done(arg, 500, &none, "out of memory");
+		return NULL;
+	}
+	c->done = done;
+	c->arg = arg;
+	c->kind = cluster != NULL ? CHECK_CLUSTER : CHECK_SOLE;
+	snprintf(c->cluster, sizeof(c->cluster), "%s", cluster != NULL ? cluster : "");
+	snprintf(c->node, sizeof(c->node), "%s", node != NULL ? node : "");
+	return check_start(gw, c);
+}
+
+struct access_check *
+access_recheck_async(struct gateway *gw, const struct access_grant *g,
+    access_done_fn *done, void *arg)
+{
+	struct access_check *c = calloc(1, sizeof(*c));
+
+	if (c == NULL) {
+		done(arg, 500, g, "out of memory");
+		return NULL;
+	}
+	c->done = done;
+	c->arg = arg;
+	c->kind = CHECK_RECHECK;
+	c->g = *g;
+	return check_start(gw, c);
+}
+
+void
+access_cancel(struct access_check *c)
+{
+	if (c != NULL)
+		c->done = NULL;
 }

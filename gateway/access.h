@@ -109,7 +109,37 @@ int access_viewer(struct store *st, const char *authorization,
     char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
     char *err, size_t errlen);
 
-/* Tokens were revoked: nothing proven before counts any more. */
+/* Tokens were revoked: nothing proven before counts any more (checks under
+ * way on the store thread do not put what they read into the cache). */
 void access_revoked(void);
+
+/*
+ * The asynchronous forms (docs/0022): the same checks, with their store
+ * reads on the store thread (its own connection), so that a slow database
+ * never holds the loop.  done(arg, status, g, err) is called exactly once,
+ * on the loop, unless the check is cancelled first: with status 0 and the
+ * grant, or a status and a reason as the synchronous form says.  It is
+ * called inside the starting call when no store read is needed: a token
+ * proven for the cluster within ACCESS_CACHE_TTL_MS (and no node named),
+ * a malformed token, or 503 when the store thread's queue is full; then
+ * the call returns NULL.  Otherwise it returns the check, which the
+ * caller may cancel (access_cancel: done is not called; the store read
+ * still completes, and what it proved is still cached).  g and err are
+ * valid during done only.  Loop only.
+ */
+struct access_check;
+typedef void access_done_fn(void *arg, int status,
+    const struct access_grant *g, const char *err);
+
+/* access_cluster's form.  cluster NULL: the cluster a user token is scoped
+ * to alone (access_sole_cluster; else 404, with g->cluster ""). */
+struct access_check *access_cluster_async(struct gateway *gw,
+    const char *authorization, const char *cluster, const char *node,
+    access_done_fn *done, void *arg);
+/* access_recheck's form (a pair proven within the TTL: at once). */
+struct access_check *access_recheck_async(struct gateway *gw,
+    const struct access_grant *g, access_done_fn *done, void *arg);
+/* done will not be called.  NULL is allowed. */
+void access_cancel(struct access_check *c);
 
 #endif

@@ -1,0 +1,275 @@
+/*
+ * test_access.c: access.c's asynchronous checks (docs/0022) on a real
+ * SQLite store and the real store thread: a first check of a token reads
+ * the store on the thread and answers later; the same (token, cluster)
+ * again answers at once from the cache; refusals keep their statuses
+ * (401, 403, 404); a revocation while a check is out keeps its result out
+ * of the cache; a cancelled check never calls back; a user token's sole
+ * cluster; the recheck of a grant.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "access.h"
+#include "gateway.h"
+#include "store.h"
+#include "store_worker.h"
+#include "token.h"
+
+struct fixture {
+	char dir[64];
+	struct gateway gw;
+	struct store *st;            /* the test's own connection */
+	char cluster[STORE_ID_MAX + 1], other[STORE_ID_MAX + 1];
+	char admin[TOKEN_STR_MAX + 8], alice[TOKEN_STR_MAX + 8];
+};
+
+/* What a done callback saw. */
+struct seen {
+	int calls;
+	int status;
+	struct access_grant g;
+	char err[256];
+};
+
+static void
+on_done(void *arg, int status, const struct access_grant *g, const char *err)
+{
+	struct seen *s = arg;
+
+	s->calls++;
+	s->status = status;
+	s->g = *g;
+	snprintf(s->err, sizeof(s->err), "%s", err);
+}
+
+/* "Bearer <a new token of kind>" into out; its record is inserted (admin)
+ * or issued to name for cluster (user). */
+static void
+make_token(struct fixture *f, enum token_kind kind, const char *name,
+    const char *cluster, char *out, size_t outlen)
+{
+	struct store_token rec = { 0 };
+	struct store_user_token u;
+	struct token t;
+	char str[TOKEN_STR_MAX], err[STORE_ERROR_MAX + 1];
+	const char *ids[1] = { cluster };
+
+	assert_int_equal(token_generate(kind, &t), 0);
+	snprintf(rec.id, sizeof(rec.id), "%s", t.id);
+	rec.kind = kind;
+	snprintf(rec.name, sizeof(rec.name), "%s", name);
+	token_hash(&t, rec.verifier);
+	rec.uses_left = -1;
+	rec.created_at = gateway_now();
+	if (kind == TOKEN_ADMIN)
+		assert_int_equal(store_token_insert(f->st, &rec, err, sizeof(err)),
+		    STORE_OK);
+	else
+		assert_int_equal(store_user_token_create(f->st, &rec, ids, 1, &u,
+		    err, sizeof(err)), STORE_OK);
+	token_format(&t, str);
+	snprintf(out, outlen, "Bearer %s", str);
+	token_clear(&t);
+}
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct store_cluster c;
+	char url[160], err[STORE_ERROR_MAX + 1];
+
+	snprintf(f->dir, sizeof(f->dir), "/tmp/tether-access-XXXXXX");
+	if (mkdtemp(f->dir) == NULL)
+		return -1;
+	snprintf(url, sizeof(url), "sqlite://%s/tether.db", f->dir);
+	if (store_open(url, &f->st, err, sizeof(err)) != STORE_OK)
+		return -1;
+	f->gw.base = event_base_new();
+	if (store_worker_start(f->gw.base, url, 16, &f->gw.storew, err,
+	    sizeof(err)) != 0)
+		return -1;
+	if (store_cluster_create(f->st, "one", gateway_now(), &c, err,
+	    sizeof(err)) != STORE_OK)
+		return -1;
+	snprintf(f->cluster, sizeof(f->cluster), "%s", c.id);
+	if (store_cluster_create(f->st, "two", gateway_now(), &c, err,
+	    sizeof(err)) != STORE_OK)
+		return -1;
+	snprintf(f->other, sizeof(f->other), "%s", c.id);
+	make_token(f, TOKEN_ADMIN, "root", "", f->admin, sizeof(f->admin));
+	make_token(f, TOKEN_USER, "alice", f->cluster, f->alice, sizeof(f->alice));
+	access_revoked();        /* no pair proven by an earlier test */
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+	char p[256];
+
+	store_worker_stop(f->gw.storew);
+	event_base_free(f->gw.base);
+	store_close(f->st);
+	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
+	free(f);
+	return system(p) == 0 ? 0 : -1;
+}
+
+/* Runs the loop until s has been called back. */
+static void
+wait_done(struct fixture *f, struct seen *s)
+{
+	while (s->calls == 0)
+		assert_int_equal(event_base_loop(f->gw.base, EVLOOP_ONCE), 0);
+}
+
+static void
+test_store_then_cache(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 };
+
+	/* First: the store thread reads; done comes from the loop later. */
+	assert_non_null(access_cluster_async(&f->gw, f->alice, f->cluster, NULL,
+	    on_done, &a));
+	assert_int_equal(a.calls, 0);
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	assert_string_equal(a.g.principal, "user:alice");
+	assert_string_equal(a.g.cluster, f->cluster);
+	/* Again: from the cache, inside the call. */
+	assert_null(access_cluster_async(&f->gw, f->alice, f->cluster, NULL,
+	    on_done, &b));
+	assert_int_equal(b.calls, 1);
+	assert_int_equal(b.status, 0);
+	assert_string_equal(b.g.principal, "user:alice");
+}
+
+static void
+test_refusals(void **state)
+{
+	struct fixture *f = *state;
+	struct seen bad = { 0 }, scope = { 0 }, none = { 0 }, node = { 0 };
+
+	/* A malformed token needs no store: at once. */
+	assert_null(access_cluster_async(&f->gw, "Bearer nope", f->cluster, NULL,
+	    on_done, &bad));
+	assert_int_equal(bad.status, 401);
+	access_cluster_async(&f->gw, f->alice, f->other, NULL, on_done, &scope);
+	wait_done(f, &scope);
+	assert_int_equal(scope.status, 403);
+	access_cluster_async(&f->gw, f->admin, "c-000000000000", NULL, on_done, &none);
+	wait_done(f, &none);
+	assert_int_equal(none.status, 404);
+	assert_non_null(strstr(none.err, "no cluster"));
+	access_cluster_async(&f->gw, f->admin, f->cluster, "ghost", on_done, &node);
+	wait_done(f, &node);
+	assert_int_equal(node.status, 404);
+	assert_non_null(strstr(node.err, "no node ghost"));
+}
+
+static void
+test_revoked_while_out(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 };
+
+	assert_non_null(access_cluster_async(&f->gw, f->admin, f->cluster, NULL,
+	    on_done, &a));
+	access_revoked();        /* a revocation lands while the check is out */
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	/* What it read is not cached: the next check reads the store again. */
+	assert_non_null(access_cluster_async(&f->gw, f->admin, f->cluster, NULL,
+	    on_done, &b));
+	wait_done(f, &b);
+}
+
+static void
+test_cancel(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 };
+	struct access_check *c;
+
+	c = access_cluster_async(&f->gw, f->admin, f->cluster, NULL, on_done, &a);
+	assert_non_null(c);
+	access_cancel(c);
+	/* b is queued after a: once it is answered, a's job has run too. */
+	access_cluster_async(&f->gw, f->admin, f->other, NULL, on_done, &b);
+	wait_done(f, &b);
+	assert_int_equal(a.calls, 0);
+	/* The cancelled check still proved the pair: cached. */
+	assert_null(access_cluster_async(&f->gw, f->admin, f->cluster, NULL,
+	    on_done, &a));
+	assert_int_equal(a.calls, 1);
+}
+
+static void
+test_sole_cluster(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 };
+
+	access_cluster_async(&f->gw, f->alice, NULL, NULL, on_done, &a);
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	assert_string_equal(a.g.cluster, f->cluster);
+	access_cluster_async(&f->gw, f->admin, NULL, NULL, on_done, &b);
+	wait_done(f, &b);
+	assert_int_equal(b.status, 404);
+	assert_string_equal(b.g.cluster, "");
+}
+
+static void
+test_recheck(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 }, c = { 0 };
+	char err[STORE_ERROR_MAX + 1];
+	int64_t n;
+
+	access_cluster_async(&f->gw, f->alice, f->cluster, NULL, on_done, &a);
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	/* Proven moments ago: at once. */
+	assert_null(access_recheck_async(&f->gw, &a.g, on_done, &b));
+	assert_int_equal(b.status, 0);
+	/* Revoked since (as the admin API does: the store, then the cache). */
+	assert_int_equal(store_user_revoke(f->st, "alice", &n, err, sizeof(err)),
+	    STORE_OK);
+	access_revoked();
+	assert_non_null(access_recheck_async(&f->gw, &a.g, on_done, &c));
+	wait_done(f, &c);
+	assert_int_equal(c.status, 401);
+	assert_non_null(strstr(c.err, "revoked"));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_store_then_cache, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_revoked_while_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sole_cluster, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recheck, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
