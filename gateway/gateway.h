@@ -65,8 +65,11 @@ struct gateway_limits {
 struct gateway {
 	struct event_base *base;
 	struct server *server;          /* the listening port (server.c) */
-	struct store *store;            /* the loop's connection (admin API, access) */
-	struct store_worker *storew;    /* the store thread (agent sessions) */
+	struct store *store;            /* the loop's connection: start-up (open,
+	                                   migrate, seed the metrics) and access.c's
+	                                   synchronous token checks only (store.h) */
+	struct store_worker *storew;    /* the store thread: sessions, presence,
+	                                   the admin API, the status page */
 	struct hub *hub;
 	struct gateway_limits limits;
 	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */

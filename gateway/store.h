@@ -8,7 +8,16 @@
  * at a time, so a newer gateway upgrades an older database in place
  * (store_schema.c; docs/0016).
  *
- * Calls are synchronous: they return when the database has answered.
+ * Calls are synchronous: they return when the database has answered, so
+ * the event loop makes none once the gateway serves (docs/0016, 0022):
+ * agent sessions, presence, the admin API, the status page and /metrics
+ * call the store on the store thread (store_worker.h, store_request.h),
+ * each with its own connection.  The loop's own connection (gateway.h's
+ * gw->store) opens and migrates the store at start-up and seeds the
+ * metrics; after that only access.c's synchronous token checks use it
+ * (dial and /k8s, once per token and cluster per ACCESS_CACHE_TTL_MS, and
+ * each forwarded stream's recheck), until those routes take the
+ * asynchronous forms (access.h).
  *
  * Records are plain structs with fixed-size strings; list calls return an
  * array the caller frees with free().

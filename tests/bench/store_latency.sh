@@ -16,6 +16,10 @@
 #   and while as many other agents register, the throughput of BENCH_MIB
 #   (default 64) MiB echoed through probe-2 (tetherctl connect), repeated
 #   while the registrations last.
+# Then the same probes, quiet and while BENCH_ADMIN_LOOPS (default 2)
+# loops call the admin API back to back (`tetherctl agent list`, `cluster
+# create`, `cluster list`, GET /v1/status: docs/0022), for the gateway
+# measured and, in the same run, for BENCH_BEFORE if set (another build).
 # Then registrations per second (BENCH_REG_AGENTS agents, default 100, all
 # at once, until every one is active) on SQLite, on PostgreSQL on loopback,
 # and on PostgreSQL behind the delay.
@@ -23,7 +27,10 @@
 # usage: bash tests/bench/store_latency.sh
 #   TETHER_BIN     default build/release/bin (tether-gateway, tetherctl, tether-swarm)
 #   BENCH_GATEWAY  another tether-gateway to measure (e.g. an older build)
-#   BENCH_REGS=0   part 1 only
+#   BENCH_BEFORE   a tether-gateway to compare in the admin part (e.g. the
+#                  build before docs/0022)
+#   BENCH_ONLY=admin  the admin part only
+#   BENCH_REGS=0   no registrations per second
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -117,6 +124,61 @@ probe_stats() {
 		END { printf "p50_us=%d p99_us=%d max_us=%d lost=%d n=%d", med, p99, mx, lost, n }' <<<"$lines"
 }
 
+# admin_loop N: calls the admin API back to back until killed, counting
+# the calls in $T/admin-N.count.
+admin_loop() {
+	local i=0
+	while :; do
+		ctl agent list >/dev/null || true
+		ctl cluster create "load-$1-$i" >/dev/null || true
+		ctl cluster list >/dev/null || true
+		curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+			"$GW_URL/v1/status" >/dev/null || true
+		i=$((i + 1))
+		echo $((i * 4)) >"$T/admin-$1.count"
+	done
+}
+
+# admin_part LABEL GATEWAY: a gateway of that build on the slow store, its
+# probes quiet and while the admin loops run; prints one table row.
+admin_part() {
+	local label=$1 gwbin=$2 quiet load t0 ms calls=0 pids=() qm=() lm=()
+	local keep=$GATEWAY
+	GATEWAY=$gwbin
+	psql -X -q "$FAST" -c 'DROP SCHEMA public CASCADE; CREATE SCHEMA public' 2>/dev/null
+	gw_start "admin-$label" "$SLOW"
+	CID=$(cluster_create bench)
+	swarm_start probe 2 --probe
+	wait_until 60 "the probe agents active" grep -q '^swarm all_active' "$T/probe.out"
+	sleep 2
+	mark=$(wc -l <"$T/probe.out")
+	sleep 5
+	quiet=$(probe_stats "$mark")
+	for _ in 1 2 3; do qm+=("$(echo_mibs)"); done
+	for n in $(seq 1 "${BENCH_ADMIN_LOOPS:-2}"); do
+		admin_loop "$n" &
+		pids+=($!)
+	done
+	t0=$(now_ms)
+	mark=$(wc -l <"$T/probe.out")
+	sleep 5
+	load=$(probe_stats "$mark")
+	for _ in 1 2 3; do lm+=("$(echo_mibs)"); done
+	ms=$(( $(now_ms) - t0 ))
+	kill "${pids[@]}"
+	wait "${pids[@]}" 2>/dev/null || true
+	for n in $(seq 1 "${BENCH_ADMIN_LOOPS:-2}"); do
+		calls=$((calls + $(cat "$T/admin-$n.count" 2>/dev/null || echo 0)))
+	done
+	echo "| $label: ping | $quiet | $load ($(echo "scale=1; $calls * 1000 / $ms" | bc) admin calls/s) |"
+	echo "| $label: ${MIB} MiB echoed, MiB/s | $(mean "${qm[@]}") | $(mean "${lm[@]}") |"
+	kill -TERM "$SW_PID"; wait "$SW_PID" || true
+	gw_stop
+	GATEWAY=$keep
+}
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
+
+if [ "${BENCH_ONLY:-}" != admin ]; then
 # ---- 1. connected agents while others register ------------------------------
 gw_start slow "$SLOW"
 CID=$(cluster_create bench)
@@ -155,7 +217,6 @@ load_mibs=()
 register regb echo
 rate_echo="$(echo "scale=1; $AGENTS * 1000 / $reg_ms" | bc)/s"
 
-mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.1f", s / NR }'; }
 echo
 echo "## connected agents, store ${DELAY_MS} ms away (each way), gateway $GATEWAY"
 echo "| | quiet | while $AGENTS agents register |"
@@ -163,6 +224,16 @@ echo "|---|---|---|"
 echo "| probe-1 tunnel ping round trip | $ping_quiet | $ping_load ($rate_ping) |"
 echo "| ${MIB} MiB echoed through probe-2, MiB/s (runs) | $(mean "${quiet_mibs[@]}") (${#quiet_mibs[@]}) | $(mean "${load_mibs[@]}") (${#load_mibs[@]}; $rate_echo) |"
 gw_stop
+fi
+
+# ---- 1b. connected agents while the admin API is busy (docs/0022) -----------
+echo
+echo "## connected agents while ${BENCH_ADMIN_LOOPS:-2} loops call the admin API, store ${DELAY_MS} ms away"
+echo "| gateway | quiet | admin API busy |"
+echo "|---|---|---|"
+[ -z "${BENCH_BEFORE:-}" ] || admin_part before "$BENCH_BEFORE"
+admin_part after "$GATEWAY"
+[ "${BENCH_ONLY:-}" != admin ] || exit 0
 [ "${BENCH_REGS:-1}" = 1 ] || exit 0
 
 # ---- 2. registrations per second --------------------------------------------
