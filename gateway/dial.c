@@ -1,8 +1,9 @@
 /*
  * dial.c: the dial endpoint (see dial.h): checks who asks and for what
- * (an admin token, or a user token scoped to the cluster), picks the
- * agent, and hands the connection to a relay; for tether.v1 connections,
- * one multiplexer whose streams each become a relay.
+ * (an admin token, or a user token scoped to the cluster; the store reads
+ * on the store thread, the upgrade decided when they answer: docs/0022),
+ * picks the agent, and hands the connection to a relay; for tether.v1
+ * connections, one multiplexer whose streams each become a relay.
  */
 #include "dial.h"
 
@@ -197,36 +198,44 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 
 /* ---- the endpoint ---- */
 
+/*
+ * A dial upgrade while its token is checked on the store thread
+ * (access_cluster_async, docs/0022): what the rest of the decision needs,
+ * copied from the request, which lives only during dial_upgrade.  Freed
+ * once the check answered, or when the client leaves first (the check is
+ * then cancelled).  ~300 bytes.
+ */
+struct dial_ask {
+	struct gateway *gw;
+	struct upgrade *u;
+	struct access_check *check;     /* out on the store thread, or NULL */
+	int starting;                   /* inside dial_upgrade's call */
+	int answered;                   /* the check answered inside it */
+	int node_bad;                   /* node given twice or too long */
+	int target_rc;                  /* api_query_param's, for target */
+	char target[FRAME_TARGET_MAX + 1];
+};
+
+/* The token reaches the cluster (g): the rest of the decision. */
 static void
-dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade *u)
+dial_decide(struct dial_ask *a, const struct access_grant *g)
 {
-	char err[256], cluster[STORE_ID_MAX + 1], target[FRAME_TARGET_MAX + 1];
-	char node[STORE_NAME_MAX + 1];
-	struct access_grant g;
+	struct gateway *gw = a->gw;
+	struct upgrade *u = a->u;
 	struct reach agent;
 	struct relay_who who = { 0 };
-	int status, node_bad;
+	char err[256];
+	int status;
 
-	/* dial_matches vouched for the shape.  A segment too long for an id
-	 * is cut, and no cluster id is that long, so it stays unknown. */
-	snprintf(cluster, sizeof(cluster), "%.*s",
-	    (int)(strchr(req->path + 13, '/') - (req->path + 13)), req->path + 13);
-	node_bad = api_query_param(req->query, "node", node, sizeof(node)) == -2;
-	status = access_cluster(gw, req->authorization, cluster,
-	    node_bad ? NULL : node, &g, err, sizeof(err));
-	if (status != 0) {
-		upgrade_refuse(u, status, err);
-		return;
-	}
-	if (node_bad) {
+	if (a->node_bad) {
 		upgrade_refuse(u, 400, "query parameter node: given twice or too long");
 		return;
 	}
 	if (http_token_list_has(upgrade_offered_protocols(u), TETHER_SUBPROTOCOL)) {
-		ctl_start(gw, u, &g);
+		ctl_start(gw, u, g);
 		return;
 	}
-	switch (api_query_param(req->query, "target", target, sizeof(target))) {
+	switch (a->target_rc) {
 	case -1:
 		upgrade_refuse(u, 400, "query parameter target=HOST:PORT is required");
 		return;
@@ -234,18 +243,80 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 		upgrade_refuse(u, 400, "query parameter target: given twice or too long");
 		return;
 	}
-	if (target_check(target, err, sizeof(err)) != 0) {
+	if (target_check(a->target, err, sizeof(err)) != 0) {
 		upgrade_refuse(u, 400, err);
 		return;
 	}
-	if ((status = access_pick(gw, &g, &agent, err, sizeof(err))) != 0) {
+	if ((status = access_pick(gw, g, &agent, err, sizeof(err))) != 0) {
 		upgrade_refuse(u, status, err);
 		return;
 	}
-	who.principal = g.principal;
-	who.cluster = g.cluster;
-	who.target = target;
+	who.principal = g->principal;
+	who.cluster = g->cluster;
+	who.target = a->target;
 	relay_start_raw(gw, &agent, u, &who);
+}
+
+static void
+dial_checked(void *arg, int status, const struct access_grant *g,
+    const char *err)
+{
+	struct dial_ask *a = arg;
+
+	a->check = NULL;
+	/* From here the upgrade is decided, or the relay watches it. */
+	upgrade_on_abandon(a->u, NULL, NULL);
+	if (status != 0)
+		upgrade_refuse(a->u, status, err);
+	else
+		dial_decide(a, g);
+	if (a->starting)
+		a->answered = 1;        /* dial_upgrade frees a */
+	else
+		free(a);
+}
+
+/* The client left while its token was being checked. */
+static void
+dial_abandoned(void *arg)
+{
+	struct dial_ask *a = arg;
+
+	access_cancel(a->check);
+	free(a);
+}
+
+static void
+dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade *u)
+{
+	char cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
+	struct dial_ask *a = calloc(1, sizeof(*a));
+	struct access_check *check;
+
+	if (a == NULL) {
+		upgrade_refuse(u, 500, "out of memory");
+		return;
+	}
+	/* dial_matches vouched for the shape.  A segment too long for an id
+	 * is cut, and no cluster id is that long, so it stays unknown. */
+	snprintf(cluster, sizeof(cluster), "%.*s",
+	    (int)(strchr(req->path + 13, '/') - (req->path + 13)), req->path + 13);
+	a->gw = gw;
+	a->u = u;
+	a->node_bad = api_query_param(req->query, "node", node, sizeof(node)) == -2;
+	a->target_rc = api_query_param(req->query, "target", a->target,
+	    sizeof(a->target));
+	a->starting = 1;
+	upgrade_on_abandon(u, dial_abandoned, a);
+	/* A token proven for the cluster moments ago answers at once. */
+	check = access_cluster_async(gw, req->authorization, cluster,
+	    a->node_bad ? NULL : node, dial_checked, a);
+	if (a->answered) {
+		free(a);
+		return;
+	}
+	a->starting = 0;
+	a->check = check;
 }
 
 const struct route dial_route = {

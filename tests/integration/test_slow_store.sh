@@ -5,6 +5,7 @@
 # long as the test holds the lock (it is seen waiting in pg_stat_activity).
 # While it waits:
 # - a `tetherctl connect` stream opened before keeps echoing bytes,
+# - a new dial whose token must be checked in the store waits for it,
 # - the gateway answers /healthz, and /metrics and /v1/status wait like the
 #   admin request, on the store thread, not on the loop,
 # - the agent, pinging every 200 ms with a 1000 ms timeout, never misses
@@ -61,6 +62,8 @@ healthz() {
 	curl -sf -m 5 --cacert "$GW_DIR/ca.crt" "$GW_URL/healthz"
 }
 
+bob=$(ctl user create bob --cluster "$cid" | jq -er .token)
+
 # --- 1. an admin request waits on the database; tunnels do not ---
 lock_hold
 ctl cluster list >"$T/list.json" 2>"$T/list.err" &
@@ -83,7 +86,19 @@ for i in 1 2 3 4 5 6 7 8; do
 done
 kill -0 "$list_pid" || fail "the admin request did not wait for the store"
 pass "while an admin request waited on the store, a stream kept echoing and /healthz answered"
+# A new dial whose token is not in the cache of proven tokens (a user's,
+# never used): its check waits on the store thread, not on the loop.
+printf 'dialled\n' | env -u TETHER_TOKEN_FILE TETHER_TOKEN="$bob" "$CTL" connect \
+	--cluster "$cid" "127.0.0.1:$echo_port" >"$T/dial.out" 2>"$T/dial.err" &
+dial_pid=$!
+[ "$(healthz)" = ok ] || fail "/healthz did not answer while a dial's check waited"
+echo "while a dial waits" >&7
+wait_until 10 "echo while a dial waits" grep -q "while a dial waits" "$T/out"
+kill -0 "$dial_pid" || fail "the dial did not wait for its check: $(cat "$T/dial.err")"
 lock_release
+wait "$dial_pid" || fail "the dial failed after the store answered: $(cat "$T/dial.err")"
+grep -q dialled "$T/dial.out" || fail "the dial's stream did not echo"
+pass "a dial whose token check waited on the store held no tunnel up, and went through once it answered"
 wait "$list_pid" || fail "the admin request failed after the store answered: $(cat "$T/list.err")"
 jq -e --arg id "$cid" '.[] | select(.id == $id)' "$T/list.json" >/dev/null ||
 	fail "the admin request's answer lacks the cluster"
@@ -108,11 +123,23 @@ gone_pid=$!
 wait_until 10 "two admin requests wait on the lock" waiting_on_lock 1
 kill "$gone_pid"
 wait "$gone_pid" || true
+# A dial that leaves while its check waits behind them (a node named: the
+# store is always read).
+mkfifo "$T/in2"
+exec 9<>"$T/in2"
+"$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" <&9 \
+	>/dev/null 2>&1 &
+gone_dial=$!
+echo "while a dial is abandoned" >&7
+wait_until 10 "echo while a dial is abandoned" grep -q "while a dial is abandoned" "$T/out"
+kill "$gone_dial"
+wait "$gone_dial" || true
+exec 9>&-
 lock_release
 [ "$(ctl cluster list | jq length)" = 1 ] || fail "the admin API does not answer after the lock"
 echo "after the lock" >&7
 wait_until 10 "echo after the lock" grep -q "after the lock" "$T/out"
-pass "an answer later than --http-timeout is a 504 with a reason; late answers to gone clients are dropped"
+pass "an answer later than --http-timeout is a 504 with a reason; late answers and checks of gone clients are dropped"
 
 exec 7>&-
 gateway_stop
