@@ -312,8 +312,8 @@ access_sole_cluster(struct gateway *gw, const char *authorization,
 	return sole_cluster(gw->store, authorization, cluster, clen);
 }
 
-/* access_recheck: from the cache (st NULL; NEEDS_STORE when it does not
- * know the pair), else from st with *rec filled. */
+/* access_recheck_async's check: from the cache (st NULL; NEEDS_STORE when
+ * it does not know the pair), else from st with *rec filled. */
 static int
 recheck(struct store *st, const struct access_grant *g, struct store_token *rec,
     char *err, size_t errlen)
@@ -332,15 +332,6 @@ recheck(struct store *st, const struct access_grant *g, struct store_token *rec,
 		return status;
 	return rec->kind == TOKEN_ADMIN ? 0 :
 	    scope_check(st, rec, g->cluster, err, errlen);
-}
-
-int
-access_recheck(struct gateway *gw, const struct access_grant *g, char *err,
-    size_t errlen)
-{
-	struct store_token rec;
-
-	return recheck(gw->store, g, &rec, err, errlen);
 }
 
 /* ---- the calls routes make ---- */

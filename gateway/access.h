@@ -69,13 +69,6 @@ int access_cluster(struct gateway *gw, const char *authorization,
     const char *cluster, const char *node, struct access_grant *g,
     char *err, size_t errlen);
 
-/*
- * For a connection that outlives its request (tetherctl forward): whether
- * g's token, by id, still reaches g's cluster (not revoked or expired
- * since, still scoped).  Returns 0, or 401/403/500 with a reason.
- */
-int access_recheck(struct gateway *gw, const struct access_grant *g,
-    char *err, size_t errlen);
 
 /*
  * The agent g reaches, into *out (reach.h): a connected, active agent of
@@ -136,7 +129,10 @@ typedef void access_done_fn(void *arg, int status,
 struct access_check *access_cluster_async(struct gateway *gw,
     const char *authorization, const char *cluster, const char *node,
     access_done_fn *done, void *arg);
-/* access_recheck's form (a pair proven within the TTL: at once). */
+/* For a connection that outlives its request (tetherctl forward): whether
+ * g's token, by id, still reaches g's cluster (not revoked or expired
+ * since, still scoped): 0, or 401/403/500 with a reason.  A pair proven
+ * within the TTL answers at once. */
 struct access_check *access_recheck_async(struct gateway *gw,
     const struct access_grant *g, access_done_fn *done, void *arg);
 /* done will not be called.  NULL is allowed. */

@@ -85,12 +85,77 @@ ctl_pending(void *io)
 
 static const struct mux_io ctl_io = { .sendv = ctl_sendv, .pending = ctl_pending };
 
+/*
+ * A forwarded stream while its connection's token is checked again
+ * (access_recheck_async, docs/0022): the stream is held until the check
+ * answers, and the check cancelled if the stream (or its connection) ends
+ * first.  ~300 bytes.
+ */
+struct fwd_ask {
+	struct ctlconn *c;
+	struct mux_stream *cs;
+	struct access_check *check;     /* out on the store thread, or NULL */
+	int starting;                   /* inside ctl_open's call */
+	int answered;                   /* the check answered inside it */
+	char target[FRAME_TARGET_MAX + 1];
+};
+
+static void
+fwd_gone(struct mux_stream *cs, const char *code, void *arg)
+{
+	struct fwd_ask *a = arg;
+
+	access_cancel(a->check);
+	free(a);
+}
+
+/* Held while the check is out; then nothing of ours. */
+static const struct mux_stream_handlers fwd_waiting = { .on_close = fwd_gone };
+static const struct mux_stream_handlers fwd_decided = { 0 };
+
+/* The token still reaches the cluster: the agent, then the relay. */
+static void
+fwd_start(struct ctlconn *c, struct mux_stream *cs, const char *target)
+{
+	struct reach agent;
+	struct relay_who who = { 0 };
+	char reason[256];
+
+	if (access_pick(c->gw, &c->grant, &agent, reason, sizeof(reason)) != 0) {
+		mux_stream_refuse(cs, "no_agent", reason);
+		return;
+	}
+	who.principal = c->grant.principal;
+	who.cluster = c->grant.cluster;
+	who.target = target;
+	relay_start_stream(c->gw, &agent, cs, &who);
+}
+
+static void
+fwd_checked(void *arg, int status, const struct access_grant *g,
+    const char *err)
+{
+	struct fwd_ask *a = arg;
+
+	(void)g;
+	a->check = NULL;
+	mux_stream_hold(a->cs, &fwd_decided, NULL);
+	if (status != 0)
+		mux_stream_refuse(a->cs, "unauthorized", err);
+	else
+		fwd_start(a->c, a->cs, a->target);
+	if (a->starting)
+		a->answered = 1;        /* ctl_open frees a */
+	else
+		free(a);
+}
+
 static void
 ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, void *arg)
 {
 	struct ctlconn *c = arg;
-	struct reach agent;
-	struct relay_who who = { 0 };
+	struct access_check *check;
+	struct fwd_ask *a;
 	char reason[256];
 
 	if (req->target[0] == '\0') {
@@ -101,19 +166,24 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 		mux_stream_refuse(cs, "bad_target", reason);
 		return;
 	}
-	/* The connection may outlive its token: a revoked user stops here. */
-	if (access_recheck(c->gw, &c->grant, reason, sizeof(reason)) != 0) {
-		mux_stream_refuse(cs, "unauthorized", reason);
+	if ((a = calloc(1, sizeof(*a))) == NULL) {
+		mux_stream_refuse(cs, "internal", "out of memory");
 		return;
 	}
-	if (access_pick(c->gw, &c->grant, &agent, reason, sizeof(reason)) != 0) {
-		mux_stream_refuse(cs, "no_agent", reason);
+	a->c = c;
+	a->cs = cs;
+	snprintf(a->target, sizeof(a->target), "%s", req->target);
+	mux_stream_hold(cs, &fwd_waiting, a);
+	/* The connection may outlive its token: a revoked user stops here.
+	 * A pair proven moments ago answers at once. */
+	a->starting = 1;
+	check = access_recheck_async(c->gw, &c->grant, fwd_checked, a);
+	if (a->answered) {
+		free(a);
 		return;
 	}
-	who.principal = c->grant.principal;
-	who.cluster = c->grant.cluster;
-	who.target = req->target;
-	relay_start_stream(c->gw, &agent, cs, &who);
+	a->starting = 0;
+	a->check = check;
 }
 
 static const struct mux_handlers ctl_mux_handlers = { .on_open = ctl_open };

@@ -15,9 +15,8 @@
  * each with its own connection.  The loop's own connection (gateway.h's
  * gw->store) opens and migrates the store at start-up and seeds the
  * metrics; after that only access.c's synchronous token checks use it
- * (/k8s, once per token and cluster per ACCESS_CACHE_TTL_MS, and each
- * forwarded stream's recheck), until those routes take the asynchronous
- * forms (access.h) as dial has.
+ * (/k8s, once per token and cluster per ACCESS_CACHE_TTL_MS), until it
+ * takes the asynchronous forms (access.h) as dial and forward have.
  *
  * Records are plain structs with fixed-size strings; list calls return an
  * array the caller frees with free().
