@@ -24,7 +24,7 @@ echo_port=$(cat "$T/echo.port")
 
 pg_start
 gateway_init --store "$PG_URL"
-gateway_start --store "$PG_URL" --http-timeout 3000 --ping-interval 200 --ping-timeout 1000
+gateway_start --store "$PG_URL" --http-timeout 10000 --ping-interval 200 --ping-timeout 1000
 
 cid=$(cluster_create slow)
 ctl token create --cluster "$cid" >"$T/join.json"
@@ -74,11 +74,11 @@ echo "while the store is held" >&7
 wait_until 10 "echo while the store is held" grep -q "while the store is held" "$T/out"
 kill -0 "$list_pid" || fail "the admin request did not wait for the store"
 # The status page's data waits too (its own request, on the store thread).
-curl -s -m 10 --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+curl -s -m 30 --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
 	"$GW_URL/v1/status" >"$T/status.json" &
 status_pid=$!
 # Several agent pings' worth of holding: each one is answered.
-for i in 1 2 3 4 5 6 7 8; do
+for i in 1 2 3 4 5 6; do
 	healthz >/dev/null || fail "/healthz did not answer while the store was held"
 	echo "ping $i" >&7
 	wait_until 10 "echo $i" grep -q "ping $i" "$T/out"
@@ -112,10 +112,10 @@ pass "the agent (ping every 200 ms, 1000 ms timeout) got every ping answered"
 
 # --- 2. longer than --http-timeout: 504 with a reason; a client that left ---
 lock_hold
-code=$(curl -s -m 20 -o "$T/late.json" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
+code=$(curl -s -m 30 -o "$T/late.json" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
 	-H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" "$GW_URL/v1/clusters")
 [ "$code" = 504 ] || fail "a request held past --http-timeout got $code, not 504"
-jq -e '.error | test("no answer within 3000 ms")' "$T/late.json" >/dev/null ||
+jq -e '.error | test("no answer within 10000 ms")' "$T/late.json" >/dev/null ||
 	fail "the 504 says no reason: $(cat "$T/late.json")"
 curl -s -m 20 --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
 	"$GW_URL/v1/agents" >/dev/null &
