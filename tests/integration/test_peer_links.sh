@@ -21,6 +21,8 @@
 # - a slow reader behind r1 (its tetherctl never reads): the source stalls
 #   and r2 holds at most one window of the stream (what it received from
 #   the agent, /metrics, minus what it passed on, /v1/status);
+# - r2 stopped (SIGSTOP): r3, pinging fast, drops the silent link after its
+#   ping timeout, and the stream on it ends;
 # - kill -9 of r2: the stream through it ends (audit end=tunnel_lost on r1),
 #   and the next connect is refused at once with a reason naming r2.
 source "$(dirname "$0")/lib.sh"
@@ -41,7 +43,9 @@ REPLICA_PEER_LISTEN=1
 replica_start 1 --audit-log "$T/audit1.log"
 RPORT[2]=$GW_PORT   # the join documents' URL: agents dial replica 2
 replica_start 2 --audit-log "$T/audit2.log"
-for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
+# r3 pings quiet connections fast: it notices a silent peer within 1.3 s.
+replica_start 3 --ping-interval 300 --ping-timeout 1000
+for i in 1 2 3; do wait_until 30 "replica $i ready" replica_ready "$i"; done
 assert_contains "$T/replica2.log" "peer links listening"
 PEER=https://127.0.0.1:${PPORT[2]}
 MAIN=https://127.0.0.1:${RPORT[2]}
@@ -221,6 +225,24 @@ window=$((1 << 20))   # --stream-window's default
 	fail "r2 holds $held bytes of the stalled stream, more than a window ($window)"
 pass "a reader behind r1 that does not read: the source stalls after $sent bytes; r2 holds $held bytes of it (at most a window, $window)"
 
+# A link that goes silent (r2 stopped, SIGSTOP): the dialing replica, r3,
+# pings it and drops it after its ping timeout, ending the stream on it.
+wait_until 30 "r3 reaching n1 on r2" env TETHER_SERVER=https://127.0.0.1:${RPORT[3]} bash -c \
+	'echo hi | "$0" connect --cluster "$1" --node n1 "$2" | grep -qx hi' "$CTL" "$cid" "127.0.0.1:$echo_port"
+TETHER_SERVER=https://127.0.0.1:${RPORT[3]} held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/held3.out" "$T/held3.err"
+printf 'ping\n' >&7
+wait_until 20 "the held stream's echo through r3" grep -qx ping "$T/held3.out"
+kill -STOP "${RPID[2]}"
+on_cleanup "kill -CONT ${RPID[2]} 2>/dev/null"
+rc=0
+wait "$HELD_PID" || rc=$?
+exec 7>&-
+kill -CONT "${RPID[2]}"
+[ "$rc" -ne 0 ] || fail "the stream over a silent link ended with exit 0"
+grep -q 'peer link down.*replica=r2.*said nothing for' "$T/replica3.log" ||
+	fail "r3 did not drop the silent link: $(grep 'peer link' "$T/replica3.log")"
+pass "r2 stopped (SIGSTOP): r3 dropped its silent link after its ping timeout and the stream on it ended (exit $rc)"
+
 # The link ends with r2: r1's streams on it end, and r1 refuses at once
 # (backoff) instead of hanging.
 held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/held.out" "$T/held.err"
@@ -240,4 +262,5 @@ grep -q 'replica r2' <<<"$out" || fail "the refusal does not name r2: $out"
 pass "kill -9 of r2: the stream through it ends (exit $rc, audit end=tunnel_lost), a new one is refused with: $out"
 
 replica_stop 1
-pass "r1 stops cleanly with its link gone"
+replica_stop 3
+pass "r1 and r3 stop cleanly with their links gone"
