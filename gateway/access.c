@@ -121,7 +121,7 @@ record_usable(const struct store_token *rec, char *err, size_t errlen)
  * Checks a bearer token (admin or user) against its record: the kinds
  * agree, the hash matches (in constant time), and it is neither revoked nor
  * expired.  Returns 0 with *rec filled, or 401 with a reason that never
- * repeats the secret.
+ * repeats the secret, or 500 when the store cannot be read.
  *
  * cluster: non-NULL when the caller asks for one cluster; then a token
  * proven for it moments ago is taken from the cache (*cached set) instead
@@ -137,7 +137,7 @@ bearer_check(struct store *st, const char *authorization, const char *cluster,
 	struct token t;
 	uint8_t hash[TOKEN_HASH_LEN];
 	char perr[128];
-	int ok;
+	int ok, rc;
 
 	if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0) {
 		snprintf(err, errlen, "missing token: send 'Authorization: Bearer TOKEN'");
@@ -159,10 +159,16 @@ bearer_check(struct store *st, const char *authorization, const char *cluster,
 		OPENSSL_cleanse(hash, sizeof(hash));
 		return NEEDS_STORE;
 	}
-	ok = (*cached || store_token_get(st, t.id, rec) == STORE_OK) &&
-	    rec->kind == t.kind && token_hash_equal(hash, rec->verifier);
+	rc = *cached ? STORE_OK : store_token_get(st, t.id, rec);
+	ok = rc == STORE_OK && rec->kind == t.kind &&
+	    token_hash_equal(hash, rec->verifier);
 	token_clear(&t);
 	OPENSSL_cleanse(hash, sizeof(hash));
+	if (rc != STORE_OK && rc != STORE_NOTFOUND) {
+		/* Not the token's fault: the store is down (docs/0021). */
+		snprintf(err, errlen, "store: cannot read the token");
+		return 500;
+	}
 	if (!ok) {
 		snprintf(err, errlen, "invalid token");
 		return 401;

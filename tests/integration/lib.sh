@@ -311,6 +311,17 @@ replica_ready() { # replica_ready N: its /readyz answers 200
 	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
 }
 
+# replica_readyz N: its /readyz status code (000: no answer), the body in
+# $T/readyzN.body.
+replica_readyz() {
+	curl -s -o "$T/readyz$1.body" -w '%{http_code}' --max-time 5 \
+		--cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz" || true
+}
+
+on() { # on N CTL-ARGS...: tetherctl -o json against replica N directly
+	TETHER_SERVER=https://127.0.0.1:${RPORT[$1]} ctl "${@:2}"
+}
+
 # replica_stop N: SIGTERM; the replica must exit 0.
 replica_stop() {
 	kill -TERM "${RPID[$1]}"

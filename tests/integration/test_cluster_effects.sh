@@ -14,28 +14,9 @@ source "$(dirname "$0")/lib.sh"
 
 PING=(--ping-interval 300 --ping-timeout 1000)
 pg_start
-declare -a RPORT RPID
 RPORT[1]=$(free_port)
 RPORT[2]=$(free_port)
 gateway_init --store "$PG_URL" --url "https://127.0.0.1:${RPORT[2]}"
-
-replica_start() { # replica_start N: replica N (A = 1, B = 2) on the store
-	local d=$T/r$1
-	mkdir -p -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
-		"$GW_DIR/gateway.json" "$d/"
-	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \
-		--store "$PG_URL" --replica-id "r$1" --drain-timeout 0 "${PING[@]}" \
-		>>"$T/replica$1.log" 2>&1 &
-	RPID[$1]=$!
-	PIDS+=("${RPID[$1]}")
-}
-replica_ready() {
-	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
-}
-on() { # on N CTL-ARGS...: tetherctl -o json against replica N directly
-	TETHER_SERVER=https://127.0.0.1:${RPORT[$1]} ctl "${@:2}"
-}
 held_by_b() { # held_by_b ID STATE: B holds the agent's tunnel, in STATE
 	on 2 agent list | jq -e --arg id "$1" --arg s "$2" \
 		'.[] | select(.id == $id and .state == $s and .replica == "r2")' >/dev/null
@@ -48,8 +29,8 @@ PIDS+=($!)
 wait_until 10 "echo server" test -s "$T/echo.port"
 echo_port=$(cat "$T/echo.port")
 
-replica_start 1
-replica_start 2
+replica_start 1 "${PING[@]}"
+replica_start 2 "${PING[@]}"
 for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
 
 cid=$(on 1 cluster create effects | jq -er .id)
@@ -124,10 +105,5 @@ pass "an agent revoked on A: B closed its tunnel (the agent exits 1, revoked)"
 
 # The other agent was left alone.
 held_by_b "$id2" active || fail "n2 was disturbed by n1's revocation"
-for i in 1 2; do
-	kill -TERM "${RPID[$i]}"
-	rc=0
-	wait "${RPID[$i]}" || rc=$?
-	[ "$rc" -eq 0 ] || fail "replica $i exited $rc after SIGTERM"
-done
+for i in 1 2; do replica_stop "$i"; done
 pass "both replicas stop cleanly"
