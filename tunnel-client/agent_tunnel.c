@@ -13,11 +13,13 @@
  *
  * Drain (docs/0017): a gateway that is shutting down sends RECONNECT.  After
  * a random delay in [0, jitter_ms] the agent dials a new connection
- * (through the balancer, to another replica).  A connection with no stream
- * is simply closed first; one with streams in flight is retired instead: it
- * keeps carrying them (and answering pings) until the last one ends or the
- * gateway closes it, while the new connection takes the new streams.  At
- * most one connection is retired at a time.
+ * (through the balancer, to another replica) before it lets the old one
+ * go (make before break): the old connection is retired, keeps carrying
+ * its streams (and answering pings, and taking streams the draining
+ * replica still opens) and is closed once it has no stream left and the
+ * new connection is established, or a dial since failed (the only gateway
+ * is the one draining).  So the agent is reachable throughout a rolling
+ * restart.  At most one connection is retired at a time.
  */
 #include "agent_tunnel.h"
 #include "url.h"
@@ -73,6 +75,7 @@ struct agent_tunnel {
 	struct mux *mux;              /* its streams, once connected */
 	struct wsclient *old_ws;      /* a retired connection finishing its streams */
 	struct mux *old_mux;          /* its streams */
+	bool old_dial_failed;         /* a dial since retiring it failed */
 	struct event *move_timer;     /* RECONNECT's jittered delay */
 	struct event *retire_poll;    /* closes the retired connection once idle */
 	struct event *reconnect_timer;
@@ -349,7 +352,8 @@ retire_poll_arm(struct agent_tunnel *t)
 	evtimer_add(t->retire_poll, &tv);
 }
 
-/* The retired connection closes once its last stream has ended. */
+/* The retired connection closes once its last stream has ended and the
+ * new one is established (or could not be). */
 static void
 tunnel_retire_poll(evutil_socket_t fd, short what, void *arg)
 {
@@ -357,7 +361,8 @@ tunnel_retire_poll(evutil_socket_t fd, short what, void *arg)
 
 	if (t->old_ws == NULL)
 		return;
-	if (t->old_mux == NULL || mux_stream_count(t->old_mux) == 0) {
+	if ((t->old_mux == NULL || mux_stream_count(t->old_mux) == 0) &&
+	    (t->phase == TUNNEL_ESTABLISHED || t->old_dial_failed)) {
 		info("previous tunnel: its streams are done: closing it");
 		wsclient_close(t->old_ws, 1000, "moved");
 		return;
@@ -376,23 +381,25 @@ tunnel_free_retired(struct agent_tunnel *t)
 	evtimer_del(t->retire_poll);
 }
 
-/* RECONNECT's delay is over: close or retire the connection, dial anew. */
+/* RECONNECT's delay is over: retire the connection, dial anew. */
 static void
 tunnel_move(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_tunnel *t = arg;
+	size_t streams;
 
 	if (t->ws == NULL || t->phase != TUNNEL_ESTABLISHED || t->stopped)
 		return;   /* already reconnecting */
-	if (t->mux == NULL || mux_stream_count(t->mux) == 0) {
-		t->reconnect_now = true;
-		wsclient_close(t->ws, 1000, "reconnecting elsewhere");
-		return;
-	}
 	/* A connection retired before is dropped: at most one is kept. */
 	tunnel_free_retired(t);
-	info("reconnecting elsewhere; the streams in flight stay on the "
-	    "previous tunnel", KV_U("streams", mux_stream_count(t->mux)));
+	streams = t->mux != NULL ? mux_stream_count(t->mux) : 0;
+	if (streams > 0)
+		info("reconnecting elsewhere; the streams in flight stay on the "
+		    "previous tunnel", KV_U("streams", streams));
+	else
+		info("reconnecting elsewhere; the previous tunnel stays until "
+		    "the new one is up");
+	t->old_dial_failed = false;
 	t->old_ws = t->ws;
 	t->old_mux = t->mux;
 	t->ws = NULL;
@@ -681,9 +688,11 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 	t->mux = NULL;
 	wsclient_free(c);
 	t->ws = NULL;
-	if (t->phase == TUNNEL_CONNECTING || http_status != 101)
+	if (t->phase == TUNNEL_CONNECTING || http_status != 101) {
 		warn("cannot open the tunnel", KV_S("gateway", t->gateway_url),
 		    KV_S("reason", reason), KV_I("http_status", http_status));
+		t->old_dial_failed = true;   /* the retired one may go when idle */
+	}
 	else if (was_up)
 		warn("tunnel lost", KV_S("reason", reason));
 	tunnel_set_phase(t, TUNNEL_DISCONNECTED);
