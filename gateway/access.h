@@ -34,7 +34,9 @@ struct reach;
 
 /* How long a (token, cluster) pair proven once is taken on trust (the
  * secret is still compared): any revocation through this gateway clears
- * the cache at once; other replicas sharing the store see it within this. */
+ * the cache at once, and on PostgreSQL every other replica's too, through
+ * the store's notice (notices.c, docs/0021); this bounds how long a
+ * revocation a replica missed (its listener down) can go unseen. */
 #define ACCESS_CACHE_TTL_MS 2000
 
 /* Who is asking for which cluster, once access_cluster said yes. */
