@@ -21,7 +21,7 @@
 # p50/p90 per path, and the ratios cross/direct (throughput) and
 # direct/cross (set-up time), so that >= 0.8 is the goal for each.
 #
-# usage: flock /work/bench.lock bash tests/bench/cross_replica.sh
+# usage: bash tests/bench/cross_replica.sh
 #   TETHER_BIN         the binaries (default build/release/bin)
 #   BENCH_SECONDS      seconds per iperf3 run (default 5)
 #   BENCH_ROUNDS       rounds per path and direction (default 3)
