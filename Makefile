@@ -10,7 +10,7 @@ JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
-.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run run-ha bench bench-throughput deb clean
+.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run run-ha bench bench-throughput bench-scale deb clean
 
 all: build
 
@@ -71,6 +71,11 @@ bench: build
 
 bench-throughput: build
 	@bash tests/bench/throughput.sh
+
+# Every scale-and-speed figure (throughput, k8s proxy, idle tunnels, storm)
+# in one run, ~12 minutes on 2 CPUs.
+bench-scale: build
+	@bash tests/bench/scale_speed.sh
 
 # The Debian package, from the release build (cmake/Install.cmake says what
 # goes where), checked with lintian: any error or warning fails.
