@@ -120,7 +120,7 @@ struct server {
 	struct event *accept_retry;       /* re-enables the listeners */
 	LIST_HEAD(hconn_list, hconn) http;
 	LIST_HEAD(preface_list, preface) prefaces;
-	struct wsconn_list ws;
+	struct wsconn_set *ws;       /* every WebSocket, their ping wheel */
 	int port;
 	/* Admission (docs/0018): at most max_tls_handshakes TLS handshakes
 	 * at once; the connections accepted past that wait in a ring of
@@ -404,7 +404,7 @@ hconn_to_websocket(struct hconn *h, const char *subprotocol,
 		hconn_refuse(h, 500, "out of memory");
 		return NULL;
 	}
-	ws = wsconn_new(&h->srv->ws, h->bev, h->peer, handlers, arg);
+	ws = wsconn_new(h->srv->ws, h->bev, h->peer, handlers, arg);
 	if (ws == NULL) {
 		/* The 101 may be on its way: nothing else can be said. */
 		warn("http: out of memory for a WebSocket: closing", KV_S("peer", h->peer));
@@ -1540,14 +1540,15 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	}
 	LIST_INIT(&srv->http);
 	LIST_INIT(&srv->prefaces);
-	LIST_INIT(&srv->ws);
 	gw->server = srv;
 	srv->ssl_ctx = tls_context(gw->data_dir, TLSPEER_ASK, err, errlen);
 	if (srv->ssl_ctx == NULL)
 		goto fail;
 	srv->accept_retry = evtimer_new(gw->base, server_accept_retry, srv);
 	srv->queue = calloc(gw->limits.max_tls_queue, sizeof(*srv->queue));
-	if (srv->accept_retry == NULL || srv->queue == NULL) {
+	srv->ws = wsconn_set_new(gw->base, wsconn_tick_for(gw->limits.ping_interval_ms,
+	    gw->limits.ping_timeout_ms));
+	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -1660,9 +1661,11 @@ server_stop(struct gateway *gw)
 		hconn_free(h);
 	}
 	/* Every WebSocket gets its on_close (a tunnel ends its session there). */
-	wsconn_destroy_all(&srv->ws);
+	if (srv->ws != NULL)
+		wsconn_destroy_all(srv->ws);
 	/* What the loop still holds of them goes too (runtime.h). */
 	runtime_drain(gw->base);
+	wsconn_set_free(srv->ws);
 	if (srv->ssl_ctx != NULL)
 		SSL_CTX_free(srv->ssl_ctx);
 	if (srv->mtls_ctx != NULL)

@@ -25,15 +25,24 @@
  *   CLOSED   on_close is running; the struct is freed right after
  *
  * on_close runs only from the event loop's own callbacks (write, event,
- * timer) or wsconn_destroy_all, never inside a call the owner made or
- * inside the input path (docs/0015-lifecycle.md): whatever decides the
- * connection must end while something of it may be on the stack (out of
- * memory, the close handshake completed while parsing) marks it and makes
- * its timer active (ws_end_soon); the timer's callback ends it.
+ * the set's tick or its "soon" event) or wsconn_destroy_all, never inside
+ * a call the owner made or inside the input path (docs/0015-lifecycle.md):
+ * whatever decides the connection must end while something of it may be
+ * on the stack (out of memory, the close handshake completed while
+ * parsing) marks it and queues it for the set's "soon" event
+ * (ws_end_soon), whose callback ends it.
+ *
+ * Keepalive and the close deadline are a node on the set's timing wheel
+ * (twheel.h), not a timeout of the bufferevent's read event: a timeout
+ * that fires makes libevent delete and add the read event again (an
+ * epoll_ctl per ping), and a timer per connection costs an event.  A read
+ * only notes the wheel's time (heard_ms); when the node comes due the
+ * connection is pinged, dropped, or the node moves to heard_ms + interval.
  */
 #include "wsconn.h"
 #include "tlsread.h"
 #include "tlswrite.h"
+#include "twheel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,12 +81,33 @@ static const char *const ws_state_names[WS_ENTRIES] = {
 	[WS_CLOSED] = "closed",
 };
 
+/* The wheel's slots: 256 ticks (64 s at 250 ms) cover the default interval
+ * and timeout in one lap; a longer deadline waits a lap or more. */
+#define WS_WHEEL_SLOTS       256
+#define WS_TICK_MIN_MS       10
+#define WS_TICK_MAX_MS       250
+
+struct wsconn_set {
+	LIST_HEAD(, wsconn) conns;        /* every open connection */
+	LIST_HEAD(, wsconn) soon;         /* those waiting for soon_ev */
+	struct event_base *base;
+	struct event *tick;               /* persistent, added while the wheel has nodes */
+	struct event *soon_ev;            /* made active while soon is not empty */
+	int ticking;
+	struct twheel wheel;
+};
+
 struct wsconn {
-	LIST_ENTRY(wsconn) link;          /* in the server's wsconn_list */
+	LIST_ENTRY(wsconn) link;          /* in the set's conns */
 	struct bufferevent *bev;          /* owned: freed (socket, SSL) with us */
-	/* OPEN: activated to deliver messages already buffered when reading
-	 * resumes.  CLOSING: the close deadline (or an abort, at once). */
-	struct event *timer;
+	struct wsconn_set *set;
+	/* OPEN: the keepalive deadline.  CLOSING: the close deadline. */
+	struct twheel_node due;
+	/* In set->soon (in_soon): OPEN, to deliver messages already buffered
+	 * when reading resumes; otherwise to end (an abort, or the close
+	 * handshake done). */
+	LIST_ENTRY(wsconn) soon_link;
+	uint64_t heard_ms;                /* the wheel's time when last read */
 	struct wsconn_handlers h;
 	void *arg;
 	enum ws_state state;
@@ -98,7 +128,8 @@ struct wsconn {
 	int discard;                      /* input is no longer parsed */
 	int close_flushed;                /* our close frame is written */
 	int peer_closed;                  /* the peer's close frame arrived */
-	int finish;                       /* ending: the timer is active */
+	int finish;                       /* ending: queued to end with close_notify */
+	int in_soon;
 	char peer[64];
 };
 
@@ -130,6 +161,10 @@ ws_finish(struct wsconn *c, int graceful)
 		return;
 	ws_set_state(c, WS_CLOSED);
 	LIST_REMOVE(c, link);
+	twheel_cancel(&c->set->wheel, &c->due);
+	if (c->in_soon)
+		LIST_REMOVE(c, soon_link);
+	c->in_soon = 0;
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	if (graceful) {
 		SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
@@ -143,20 +178,49 @@ ws_finish(struct wsconn *c, int graceful)
 	if (c->h.on_close != NULL)
 		c->h.on_close(c, c->arg);
 	bufferevent_free(c->bev);
-	event_free(c->timer);
 	free(c->rx);
 	free(c);
 }
 
-/* The close handshake is complete: end from the loop (the timer), with
- * close_notify, once the stack has unwound.  Stops the input path. */
+/* Queues c for the set's "soon" event: served from the loop, once the
+ * stack has unwound (ws_soon_cb). */
+static void
+ws_soon(struct wsconn *c)
+{
+	if (c->in_soon || c->state == WS_CLOSED)
+		return;
+	if (LIST_EMPTY(&c->set->soon))
+		event_active(c->set->soon_ev, EV_TIMEOUT, 1);
+	LIST_INSERT_HEAD(&c->set->soon, c, soon_link);
+	c->in_soon = 1;
+}
+
+/* Arms c's deadline delay_ms from now (the wheel's time); starts the tick
+ * if the wheel was empty. */
+static void
+ws_due_in(struct wsconn *c, uint32_t delay_ms)
+{
+	struct wsconn_set *set = c->set;
+
+	if (!set->ticking) {
+		struct timeval tv = runtime_ms_timeval(set->wheel.tick_ms);
+
+		twheel_sync(&set->wheel, (uint64_t)runtime_monotonic_ms());
+		if (event_add(set->tick, &tv) == 0)
+			set->ticking = 1;
+	}
+	twheel_arm_in(&set->wheel, &c->due, delay_ms);
+}
+
+/* The close handshake is complete: end from the loop, with close_notify,
+ * once the stack has unwound.  Stops the input path. */
 static void
 ws_end_soon(struct wsconn *c)
 {
 	if (c->finish || c->state == WS_CLOSED)
 		return;
 	c->finish = 1;
-	event_active(c->timer, EV_TIMEOUT, 1);
+	ws_soon(c);
 }
 
 /* Ends the connection from the loop, soon: safe inside an owner's call. */
@@ -170,16 +234,8 @@ ws_abort(struct wsconn *c, const char *why)
 		ws_set_state(c, WS_CLOSING);
 	c->discard = 1;
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-	event_del(c->timer);
-	event_active(c->timer, EV_TIMEOUT, 1);
-}
-
-/* The ping timers' durations are shared by every connection: libevent's
- * common timeouts (runtime_common_timeval), not its heap. */
-static struct timeval
-ws_ping_timeval(const struct wsconn *c, uint32_t ms)
-{
-	return runtime_common_timeval(bufferevent_get_base(c->bev), ms);
+	twheel_cancel(&c->set->wheel, &c->due);
+	ws_soon(c);
 }
 
 /* ---- sending ---- */
@@ -290,7 +346,6 @@ ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
 	uint8_t payload[2 + WS_CLOSE_REASON_MAX];
 	size_t rlen = reason != NULL ? strlen(reason) : 0;
 	struct iovec iov;
-	struct timeval tv;
 
 	if (rlen > WS_CLOSE_REASON_MAX)
 		rlen = WS_CLOSE_REASON_MAX;
@@ -311,12 +366,9 @@ ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
 	 * or a large frame was awaited; the write callback must now see the
 	 * output run empty. */
 	c->paused = 0;
-	bufferevent_set_timeouts(c->bev, NULL, NULL);
 	bufferevent_setwatermark(c->bev, EV_READ | EV_WRITE, 0, 0);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-	event_del(c->timer);
-	tv = runtime_ms_timeval(WS_CLOSE_TIMEOUT_MS);
-	event_add(c->timer, &tv);
+	ws_due_in(c, WS_CLOSE_TIMEOUT_MS);
 }
 
 void
@@ -574,14 +626,11 @@ static void
 ws_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct wsconn *c = arg;
-	struct timeval tv;
 
-	if (c->pinged) {
-		/* It answered (or said something): the silence is over. */
-		c->pinged = 0;
-		tv = ws_ping_timeval(c, c->ping_interval_ms);
-		bufferevent_set_timeouts(bev, &tv, NULL);
-	}
+	/* It answered (or said something): the silence is over.  The node
+	 * stays where it is; when it comes due, it moves (ws_due). */
+	c->pinged = 0;
+	c->heard_ms = twheel_now(&c->set->wheel);
 	/* Take every record that is ready now, not one per loop iteration. */
 	tls_read_available(bev, c->max_message + 16);
 	ws_process(c);
@@ -605,13 +654,22 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 		ws_finish(c, 1);
 }
 
+/* c's node came due (the set's tick): the close deadline, or keepalive. */
 static void
-ws_idle(struct wsconn *c)
+ws_due(struct twheel_node *n, void *arg)
 {
-	struct timeval tv;
+	struct wsconn *c = (struct wsconn *)((char *)n - offsetof(struct wsconn, due));
+	uint64_t now = twheel_now(&c->set->wheel);
 
+	(void)arg;
 	if (c->state != WS_OPEN) {
-		ws_finish(c, 0);
+		ws_finish(c, c->finish);
+		return;
+	}
+	if (c->paused) {
+		/* Not reading (the owner's backpressure): no pong could be
+		 * heard, so the clock waits; wsconn_pause_reading restarts it. */
+		ws_due_in(c, c->pinged ? c->ping_timeout_ms : c->ping_interval_ms);
 		return;
 	}
 	if (c->pinged) {
@@ -620,13 +678,15 @@ ws_idle(struct wsconn *c)
 		ws_finish(c, 0);
 		return;
 	}
+	if (c->heard_ms + c->ping_interval_ms > now) {
+		/* Heard since the node was armed: not silent long enough. */
+		twheel_arm(&c->set->wheel, &c->due, c->heard_ms + c->ping_interval_ms);
+		return;
+	}
 	c->pinged = 1;
 	if (ws_put_frame(c, WS_OP_PING, NULL, 0) != 0)
 		return;
-	tv = ws_ping_timeval(c, c->ping_timeout_ms);
-	bufferevent_set_timeouts(c->bev, &tv, NULL);
-	/* A timeout turns reading off: on again, to hear the pong. */
-	bufferevent_enable(c->bev, EV_READ);
+	ws_due_in(c, c->ping_timeout_ms);
 }
 
 static void
@@ -634,10 +694,6 @@ ws_event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	struct wsconn *c = arg;
 
-	if (what & BEV_EVENT_TIMEOUT) {
-		ws_idle(c);
-		return;
-	}
 	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
 		unsigned long e = bufferevent_get_openssl_error(bev);
 
@@ -649,14 +705,12 @@ ws_event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 }
 
+/* One connection taken from the "soon" list. */
 static void
-ws_timer_cb(evutil_socket_t fd, short what, void *arg)
+ws_serve_soon(struct wsconn *c)
 {
-	struct wsconn *c = arg;
-
 	if (c->state != WS_OPEN) {
-		/* The close handshake completed (graceful), the close deadline
-		 * passed, or an abort. */
+		/* The close handshake completed (graceful), or an abort. */
 		ws_finish(c, c->finish);
 		return;
 	}
@@ -665,22 +719,54 @@ ws_timer_cb(evutil_socket_t fd, short what, void *arg)
 	ws_process(c);
 }
 
+/* The set's "soon" event: serves the connections queued before it ran;
+ * those queued meanwhile wait for its next run (it is made active again). */
+static void
+ws_soon_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsconn_set *set = arg;
+	struct wsconn *work = LIST_FIRST(&set->soon), *c;
+
+	(void)fd;
+	(void)what;
+	/* The list moves to `work`: ws_finish can still take any of them
+	 * out (LIST_REMOVE needs no head). */
+	LIST_INIT(&set->soon);
+	if (work != NULL)
+		work->soon_link.le_prev = &work;
+	while ((c = work) != NULL) {
+		LIST_REMOVE(c, soon_link);
+		c->in_soon = 0;
+		ws_serve_soon(c);
+	}
+}
+
+/* The set's tick: the wheel advances to now, firing what came due. */
+static void
+ws_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsconn_set *set = arg;
+
+	(void)fd;
+	(void)what;
+	twheel_advance(&set->wheel, (uint64_t)runtime_monotonic_ms(), ws_due, NULL);
+	if (set->wheel.count == 0 && set->ticking) {
+		event_del(set->tick);
+		set->ticking = 0;
+	}
+}
+
 /* ---- setup and settings ---- */
 
 struct wsconn *
-wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
+wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
     const struct wsconn_handlers *h, void *arg)
 {
 	struct wsconn *c = calloc(1, sizeof(*c));
-	struct timeval tv;
 
 	if (c == NULL)
 		return NULL;
-	c->timer = event_new(bufferevent_get_base(bev), -1, 0, ws_timer_cb, c);
-	if (c->timer == NULL) {
-		free(c);
-		return NULL;
-	}
+	c->set = all;
 	c->bev = bev;
 	c->h = *h;
 	c->arg = arg;
@@ -699,22 +785,73 @@ wsconn_new(struct wsconn_list *all, struct bufferevent *bev, const char *peer,
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
 	tls_write_batch(bev);
-	tv = ws_ping_timeval(c, c->ping_interval_ms);
-	bufferevent_set_timeouts(bev, &tv, NULL);
+	/* No timeouts on the bufferevent (the handshake's are cleared): the
+	 * wheel keeps the connection's time. */
+	bufferevent_set_timeouts(bev, NULL, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
-	LIST_INSERT_HEAD(all, c, link);
+	LIST_INSERT_HEAD(&all->conns, c, link);
+	ws_due_in(c, c->ping_interval_ms);
+	c->heard_ms = twheel_now(&all->wheel);
 	/* Frames that came with the upgrade request: delivered from the loop,
 	 * once the owner holds the connection. */
 	if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
-		event_active(c->timer, EV_TIMEOUT, 1);
+		ws_soon(c);
 	return c;
 }
 
-void
-wsconn_destroy_all(struct wsconn_list *all)
+uint32_t
+wsconn_tick_for(uint32_t interval_ms, uint32_t timeout_ms)
 {
-	while (!LIST_EMPTY(all))
-		ws_finish(LIST_FIRST(all), 0);
+	uint32_t shorter = interval_ms < timeout_ms ? interval_ms : timeout_ms;
+	uint32_t tick = shorter / 8;
+
+	if (tick < WS_TICK_MIN_MS)
+		return WS_TICK_MIN_MS;
+	return tick > WS_TICK_MAX_MS ? WS_TICK_MAX_MS : tick;
+}
+
+struct wsconn_set *
+wsconn_set_new(struct event_base *base, uint32_t tick_ms)
+{
+	struct wsconn_set *set = calloc(1, sizeof(*set));
+
+	if (set == NULL)
+		return NULL;
+	LIST_INIT(&set->conns);
+	LIST_INIT(&set->soon);
+	set->base = base;
+	set->tick = event_new(base, -1, EV_PERSIST, ws_tick_cb, set);
+	set->soon_ev = event_new(base, -1, 0, ws_soon_cb, set);
+	if (set->tick == NULL || set->soon_ev == NULL ||
+	    twheel_init(&set->wheel, tick_ms, WS_WHEEL_SLOTS,
+	    (uint64_t)runtime_monotonic_ms()) != 0) {
+		if (set->tick != NULL)
+			event_free(set->tick);
+		if (set->soon_ev != NULL)
+			event_free(set->soon_ev);
+		free(set);
+		return NULL;
+	}
+	return set;
+}
+
+void
+wsconn_destroy_all(struct wsconn_set *all)
+{
+	while (!LIST_EMPTY(&all->conns))
+		ws_finish(LIST_FIRST(&all->conns), 0);
+}
+
+void
+wsconn_set_free(struct wsconn_set *all)
+{
+	if (all == NULL)
+		return;
+	wsconn_destroy_all(all);
+	event_free(all->tick);
+	event_free(all->soon_ev);
+	twheel_free(&all->wheel);
+	free(all);
 }
 
 void
@@ -729,9 +866,12 @@ wsconn_pause_reading(struct wsconn *c, int paused)
 		return;
 	}
 	bufferevent_enable(c->bev, EV_READ);
+	/* The keepalive's clock waited while reading was off. */
+	c->heard_ms = twheel_now(&c->set->wheel);
+	ws_due_in(c, c->pinged ? c->ping_timeout_ms : c->ping_interval_ms);
 	/* Messages already buffered, or records OpenSSL read ahead, get no
 	 * read event of their own: from the loop, not inside this call. */
-	event_active(c->timer, EV_TIMEOUT, 1);
+	ws_soon(c);
 }
 
 void
@@ -745,14 +885,11 @@ wsconn_set_low_water(struct wsconn *c, size_t bytes)
 void
 wsconn_set_keepalive(struct wsconn *c, uint32_t interval_ms, uint32_t timeout_ms)
 {
-	struct timeval tv;
-
 	c->ping_interval_ms = interval_ms;
 	c->ping_timeout_ms = timeout_ms;
 	if (c->state != WS_OPEN)
 		return;
-	tv = ws_ping_timeval(c, c->pinged ? timeout_ms : interval_ms);
-	bufferevent_set_timeouts(c->bev, &tv, NULL);
+	ws_due_in(c, c->pinged ? timeout_ms : interval_ms);
 }
 
 void

@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 
 struct bufferevent;
+struct event_base;
 struct wsconn;
 
 struct wsconn_handlers {
@@ -62,17 +63,35 @@ void wsconn_set_max_queue(struct wsconn *c, size_t bytes);
 
 /* ---- for server.c: making and ending connections ---- */
 
-/* Every open wsconn, so that server_stop can end them. */
-LIST_HEAD(wsconn_list, wsconn);
+/*
+ * Every open wsconn of a server, and what they share: one timing wheel
+ * (common/twheel.h) that drives every connection's keepalive (the ping
+ * after interval_ms of silence, the drop after timeout_ms without an
+ * answer) and its close deadline, ticked by one timer event, and one event
+ * that runs the connections that asked to be served from the loop soon.
+ * A connection then needs no event or timer of its own, and a byte heard
+ * costs one store (docs/0018, "Pings, third pass").
+ */
+struct wsconn_set;
+
+/* Makes an empty set on base whose wheel ticks every tick_ms (> 0): the
+ * deadlines' granularity.  NULL when out of memory. */
+struct wsconn_set *wsconn_set_new(struct event_base *base, uint32_t tick_ms);
+/* The tick for keepalives of interval_ms and timeout_ms: an eighth of the
+ * shorter one, within 10..250 ms. */
+uint32_t wsconn_tick_for(uint32_t interval_ms, uint32_t timeout_ms);
+/* Shutdown: ends every connection in the set now, on_close for each. */
+void wsconn_destroy_all(struct wsconn_set *all);
+/* Ends every connection (as wsconn_destroy_all), then frees the set.
+ * NULL: nothing. */
+void wsconn_set_free(struct wsconn_set *all);
 
 /*
  * Takes over bev (a TLS connection whose 101 answer is already queued in its
  * output) as a WebSocket; bytes already in its input are the first frames.
  * Returns NULL when out of memory (bev is then still the caller's).
  */
-struct wsconn *wsconn_new(struct wsconn_list *all, struct bufferevent *bev,
+struct wsconn *wsconn_new(struct wsconn_set *all, struct bufferevent *bev,
     const char *peer, const struct wsconn_handlers *h, void *arg);
-/* Shutdown: ends every connection in the list now, on_close for each. */
-void wsconn_destroy_all(struct wsconn_list *all);
 
 #endif
