@@ -3,12 +3,15 @@
  *
  * The BIO sits where OpenSSL's socket BIO was, as the SSL's write BIO only
  * (reads still go through the socket BIO).  A record OpenSSL writes is
- * copied to the end of the buffer; the first one of a batch makes the
- * flush event active, so the batch goes out in one send(2) once the loop
- * has run the callbacks that are ready.  A write that does not fit flushes
- * first; if the socket will not take the buffer, OpenSSL is told to retry
- * (it keeps the record and tries again when libevent sees the socket
- * writable), and the flush event waits for the socket to be writable.
+ * copied to the end of the buffer; the first one of a batch puts the batch
+ * on the flush list and makes the process's one flush event active, so
+ * every batch of a loop pass goes out in one send(2) each, in one
+ * callback, once the loop has run the callbacks that are ready.  A write
+ * that does not fit flushes first; if the socket will not take the
+ * buffer, OpenSSL is told to retry (it keeps the record and tries again
+ * when libevent sees the socket writable), and the batch's own write
+ * event (made the first time a socket refuses bytes) waits for the socket
+ * to be writable.  An idle connection thus holds no event here.
  *
  * libevent closes the socket through the write BIO's fd (BIO_get_fd)
  * before SSL_free frees the BIO: the BIO answers with the fd and never
@@ -20,12 +23,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -33,11 +38,12 @@
 struct tls_batch {
 	int fd;
 	struct bufferevent *bev;   /* whose write callback hears "all written" */
-	/* EV_WRITE|EV_PERSIST on fd: made active for the batch's flush, and
-	 * added (armed) only while the socket refuses bytes. */
+	/* EV_WRITE|EV_PERSIST on fd, added (armed) only while the socket
+	 * refuses bytes; NULL until it first does. */
 	struct event *ev;
+	LIST_ENTRY(tls_batch) flush_link;   /* in flush_list while scheduled */
 	int armed;
-	int scheduled;             /* made active, its callback not yet run */
+	int scheduled;             /* on the flush list, not yet flushed */
 	int failed;                /* errno of a failed send: the end */
 	uint8_t *buf;              /* cap bytes; NULL while empty */
 	size_t cap;                /* TLS_WRITE_BATCH_SMALL or TLS_WRITE_BATCH_MAX */
@@ -52,6 +58,16 @@ struct tls_batch {
 
 static BIO_METHOD *batch_method;
 static int batch_type;            /* its BIO type, for BIO_method_type */
+
+/* The batches waiting for the flush event, which is active while this is
+ * not empty.  One per process (one loop thread): the event is set up
+ * again on another base only while nothing waits (a test's next base). */
+static LIST_HEAD(, tls_batch) flush_list = LIST_HEAD_INITIALIZER(flush_list);
+static struct event flush_ev;
+static struct event_base *flush_base;
+static int flush_active;          /* made active, its callback not yet run */
+
+static void batch_cb(evutil_socket_t fd, short what, void *arg);
 
 /* Writes what the socket takes.  Returns 0, or -1 on an error other than
  * would-block (kept in failed; what was held is dropped). */
@@ -77,15 +93,34 @@ batch_send(struct tls_batch *t)
 	return t->failed != 0 ? -1 : 0;
 }
 
-static void
+/* Waits for the socket to be writable (on), or stops waiting.  Returns
+ * -1 if the event cannot be made (out of memory): the owner fails the
+ * connection, or the batch would wait for ever. */
+static int
 batch_arm(struct tls_batch *t, int on)
 {
-	if (on && !t->armed && event_add(t->ev, NULL) == 0)
+	if (on && !t->armed) {
+		if (t->ev == NULL && (t->ev = event_new(bufferevent_get_base(t->bev),
+		    t->fd, EV_WRITE | EV_PERSIST, batch_cb, t)) == NULL)
+			return -1;
+		if (event_add(t->ev, NULL) != 0)
+			return -1;
 		t->armed = 1;
-	else if (!on && t->armed) {
+	} else if (!on && t->armed) {
 		event_del(t->ev);
 		t->armed = 0;
 	}
+	return 0;
+}
+
+/* Takes t off the flush list. */
+static void
+batch_unschedule(struct tls_batch *t)
+{
+	if (!t->scheduled)
+		return;
+	LIST_REMOVE(t, flush_link);
+	t->scheduled = 0;
 }
 
 /*
@@ -110,7 +145,8 @@ batch_tell_owner(struct tls_batch *t)
 		writecb(t->bev, arg);
 }
 
-/* The flush: the batch made active, or the socket writable again. */
+/* The flush of one batch: from the flush list, or its socket writable
+ * again. */
 static void
 batch_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -118,23 +154,61 @@ batch_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	t->scheduled = 0;
-	if (batch_send(t) != 0) {
+	batch_unschedule(t);
+	if (batch_send(t) != 0 || (t->start < t->end && batch_arm(t, 1) != 0)) {
 		batch_arm(t, 0);
 		/* No SSL_write may come to see the error: let the read side
 		 * end the connection. */
 		shutdown(t->fd, SHUT_RDWR);
 		return;
 	}
-	if (t->start < t->end) {
-		batch_arm(t, 1);
+	if (t->start < t->end)
 		return;
-	}
 	batch_arm(t, 0);
 	free(t->buf);
 	t->buf = NULL;
 	t->cap = 0;
 	batch_tell_owner(t);
+}
+
+/* The flush event: every batch scheduled before it ran goes out; those
+ * scheduled meanwhile (a write callback that writes) wait for its next
+ * run.  A batch freed meanwhile has left the list (batch_destroy). */
+static void
+flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tls_batch *work = LIST_FIRST(&flush_list), *t;
+
+	(void)arg;
+	flush_active = 0;
+	LIST_INIT(&flush_list);
+	if (work != NULL)
+		work->flush_link.le_prev = &work;
+	while ((t = work) != NULL)
+		batch_cb(fd, what, t);     /* takes t off `work` first */
+}
+
+/* Puts t on the flush list.  Returns -1 if it cannot wait for the flush
+ * event (another event loop holds it): the caller sends at once. */
+static int
+batch_schedule(struct tls_batch *t)
+{
+	struct event_base *base = bufferevent_get_base(t->bev);
+
+	if (LIST_EMPTY(&flush_list)) {
+		if (flush_base != base) {
+			/* Not active: it ran, or batch_destroy took it back. */
+			if (event_assign(&flush_ev, base, -1, 0, flush_cb, NULL) != 0)
+				return -1;
+			flush_base = base;
+		}
+		event_active(&flush_ev, EV_WRITE, 1);
+		flush_active = 1;
+	} else if (flush_base != base)
+		return -1;
+	LIST_INSERT_HEAD(&flush_list, t, flush_link);
+	t->scheduled = 1;
+	return 0;
 }
 
 /* Makes room for n more bytes (n <= TLS_WRITE_BATCH_MAX - end). */
@@ -182,7 +256,10 @@ batch_write(BIO *bio, const char *data, int len)
 	room = TLS_WRITE_BATCH_MAX - t->end;
 	if (room == 0) {
 		/* The socket is full: OpenSSL keeps the record and retries. */
-		batch_arm(t, 1);
+		if (batch_arm(t, 1) != 0) {
+			errno = ENOMEM;
+			return -1;
+		}
 		BIO_set_retry_write(bio);
 		return -1;
 	}
@@ -194,9 +271,12 @@ batch_write(BIO *bio, const char *data, int len)
 		n = room;     /* OpenSSL writes the rest of the record later */
 	memcpy(t->buf + t->end, data, n);
 	t->end += n;
-	if (!t->scheduled && !t->armed) {
-		t->scheduled = 1;
-		event_active(t->ev, EV_WRITE, 1);
+	if (!t->scheduled && !t->armed && batch_schedule(t) != 0) {
+		/* Out now; what the socket does not take waits for it. */
+		if (batch_send(t) != 0 || (t->start < t->end && batch_arm(t, 1) != 0)) {
+			errno = t->failed != 0 ? t->failed : ENOMEM;
+			return -1;
+		}
 	}
 	return (int)n;
 }
@@ -223,8 +303,8 @@ batch_ctrl(BIO *bio, int cmd, long num, void *ptr)
 		 * far as the socket takes it. */
 		if (batch_send(t) != 0)
 			return 0;
-		if (t->start < t->end)
-			batch_arm(t, 1);
+		if (t->start < t->end && batch_arm(t, 1) != 0)
+			return 0;
 		return 1;
 	default:
 		return 0;
@@ -237,7 +317,15 @@ batch_destroy(BIO *bio)
 	struct tls_batch *t = BIO_get_data(bio);
 
 	if (t != NULL) {
-		event_free(t->ev);
+		batch_unschedule(t);
+		/* Nothing left to flush: the event must not run on (its loop
+		 * may be about to go, and another loop may take it). */
+		if (LIST_EMPTY(&flush_list) && flush_active) {
+			event_del(&flush_ev);
+			flush_active = 0;
+		}
+		if (t->ev != NULL)
+			event_free(t->ev);
 		free(t->buf);
 		free(t);
 		BIO_set_data(bio, NULL);
@@ -284,11 +372,7 @@ tls_write_batch(struct bufferevent *bev)
 		return 0;
 	t->fd = fd;
 	t->bev = bev;
-	t->ev = event_new(bufferevent_get_base(bev), fd, EV_WRITE | EV_PERSIST,
-	    batch_cb, t);
-	if (t->ev == NULL || (bio = BIO_new(m)) == NULL) {
-		if (t->ev != NULL)
-			event_free(t->ev);
+	if ((bio = BIO_new(m)) == NULL) {
 		free(t);
 		return 0;
 	}

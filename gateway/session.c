@@ -63,6 +63,16 @@ struct session_hs {
 	struct store_token import;    /* PHASE_AWAIT_REGISTER: the proven token */
 };
 
+/* What an established tunnel keeps of its agent's record (136 bytes, not
+ * the store_agent's 456: no key, no last error, no token, no times; they
+ * are used from the record at hand when it arrives). */
+struct session_agent {
+	char id[STORE_ID_MAX + 1];
+	char cluster[STORE_ID_MAX + 1];
+	char node[STORE_NAME_MAX + 1];
+	enum agent_state state;
+};
+
 struct session {
 	struct gateway *gw;
 	const struct session_transport *io;   /* the tunnel (tunnel.c) */
@@ -71,7 +81,7 @@ struct session {
 	int counted_handshake;        /* counted in gw->handshakes */
 	uint32_t version;             /* negotiated protocol version */
 	struct session_hs *hs;        /* until PHASE_ESTABLISHED, then NULL */
-	struct store_agent agent;     /* PHASE_ESTABLISHED: the agent */
+	struct session_agent agent;   /* PHASE_ESTABLISHED: the agent */
 	/* Each exists only while it may fire: an idle established tunnel
 	 * holds neither (~270 bytes saved per tunnel, docs/0018). */
 	struct event *handshake_timer; /* until PHASE_ESTABLISHED */
@@ -293,17 +303,28 @@ session_send(struct session *s, const struct frame *f)
 	s->io->send(s->t, f);
 }
 
+/* Keeps what the tunnel needs of the agent's record a. */
 static void
-session_send_state(struct session *s)
+session_keep_agent(struct session *s, const struct store_agent *a)
+{
+	snprintf(s->agent.id, sizeof(s->agent.id), "%s", a->id);
+	snprintf(s->agent.cluster, sizeof(s->agent.cluster), "%s", a->cluster);
+	snprintf(s->agent.node, sizeof(s->agent.node), "%s", a->node);
+	s->agent.state = a->state;
+}
+
+/* Tells the agent its state, from its record a (the one just kept). */
+static void
+session_send_state(struct session *s, const struct store_agent *a)
 {
 	struct frame f;
 
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_STATE;
 	snprintf(f.u.state.state, sizeof(f.u.state.state), "%s",
-	    agent_state_name(s->agent.state));
+	    agent_state_name(a->state));
 	snprintf(f.u.state.last_error, sizeof(f.u.state.last_error), "%s",
-	    s->agent.last_error);
+	    a->last_error);
 	session_send(s, &f);
 }
 
@@ -592,8 +613,8 @@ auth_agent_found(struct session *s, struct session_job *j)
 		session_protocol_error(s, "auth_refused", "unknown agent");
 		return;
 	}
-	s->agent = j->agent;
-	if (!session_check_sig(s, s->agent.pubkey, j->sig)) {
+	session_keep_agent(s, &j->agent);
+	if (!session_check_sig(s, j->agent.pubkey, j->sig)) {
 		session_protocol_error(s, "auth_refused", "agent signature does not verify");
 		return;
 	}
@@ -702,9 +723,9 @@ session_start_round_trip(struct session *s)
 void
 session_verifying(struct session *s, const struct store_agent *a)
 {
-	s->agent = *a;
+	session_keep_agent(s, a);
 	info("agent verifying", KV_S("agent", s->agent.id));
-	session_send_state(s);
+	session_send_state(s, a);
 	session_start_round_trip(s);
 }
 
@@ -762,14 +783,14 @@ session_verify_ended(struct session *s, struct session_job *j)
 		session_store_failed(s, "the verification result", j->rc, j->err);
 		return;
 	}
-	s->agent = a;
+	session_keep_agent(s, &a);
 	if (ev == AGENT_EV_VERIFY_OK)
 		info("agent active", KV_S("agent", a.id));
 	else
 		warn("agent verification failed: back to enroll", KV_S("agent", a.id),
 		    KV_S("reason", reason));
 	if (s->phase == PHASE_ESTABLISHED)
-		session_send_state(s);
+		session_send_state(s, &a);
 }
 
 static void
@@ -857,8 +878,8 @@ session_agent_changed(struct session *s, const struct store_agent *a)
 {
 	if (s->phase != PHASE_ESTABLISHED)
 		return;
-	s->agent = *a;
-	session_send_state(s);
+	session_keep_agent(s, a);
+	session_send_state(s, a);
 }
 
 void
