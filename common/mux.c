@@ -19,6 +19,7 @@
 
 #include <sys/queue.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <openssl/rand.h>
 
@@ -534,31 +535,41 @@ mux_stream_refuse(struct mux_stream *s, const char *code, const char *reason)
 	stream_end(s);
 }
 
+/* How much of len (> 0) s may send as its next frame; 0 when the
+ * transport is full or the credit spent (s is then marked blocked). */
+static size_t
+stream_tx_room(struct mux_stream *s, size_t len)
+{
+	struct mux *m = s->mux;
+	size_t n;
+
+	if (m->io->pending(m->io_arg) >= m->cfg.tx_high_water) {
+		if (!(s->blocked & BLK_TRANSPORT))
+			TAILQ_INSERT_TAIL(&m->waitq, s, waiting);
+		stream_block(s, BLK_TRANSPORT);
+		return 0;
+	}
+	n = flow_tx_allowed(&s->flow, len);
+	if (n == 0) {
+		stream_block(s, BLK_CREDIT);
+		return 0;
+	}
+	return n > m->cfg.max_payload ? m->cfg.max_payload : n;
+}
+
 size_t
 mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
 {
 	struct mux *m = s->mux;
 	uint8_t hdr[FRAME_DATA_HEADER_MAX];
 	struct iovec iov[2];
-	size_t total = 0, pending, n;
+	size_t total = 0, n;
 
 	if (s->state != STREAM_OPEN || s->fin_sent)
 		return 0;
 	while (total < len) {
-		pending = m->io->pending(m->io_arg);
-		if (pending >= m->cfg.tx_high_water) {
-			if (!(s->blocked & BLK_TRANSPORT))
-				TAILQ_INSERT_TAIL(&m->waitq, s, waiting);
-			stream_block(s, BLK_TRANSPORT);
+		if ((n = stream_tx_room(s, len - total)) == 0)
 			break;
-		}
-		n = flow_tx_allowed(&s->flow, len - total);
-		if (n == 0) {
-			stream_block(s, BLK_CREDIT);
-			break;
-		}
-		if (n > m->cfg.max_payload)
-			n = m->cfg.max_payload;
 		iov[0].iov_base = hdr;
 		iov[0].iov_len = frame_data_header(hdr, s->id, n);
 		iov[1].iov_base = (void *)(data + total);
@@ -570,6 +581,37 @@ mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
 	}
 	if (total > 0 && m->cfg.counted)
 		mux_metrics_bytes(1, total);
+	return total;
+}
+
+size_t
+mux_stream_send_buffer(struct mux_stream *s, struct evbuffer *src)
+{
+	struct mux *m = s->mux;
+	uint8_t hdr[FRAME_DATA_HEADER_MAX];
+	struct evbuffer_iovec v;
+	size_t total = 0, n;
+
+	while (evbuffer_peek(src, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
+		if (m->io->sendbuf == NULL) {
+			n = mux_stream_send(s, v.iov_base, v.iov_len);
+			evbuffer_drain(src, n);
+			total += n;
+			if (n < v.iov_len)
+				return total;
+			continue;
+		}
+		if (s->state != STREAM_OPEN || s->fin_sent ||
+		    (n = stream_tx_room(s, v.iov_len)) == 0)
+			break;
+		if (m->io->sendbuf(m->io_arg, hdr, frame_data_header(hdr, s->id, n),
+		    src, n) != 0)
+			break;
+		flow_tx_sent(&s->flow, n);
+		total += n;
+		if (m->cfg.counted)
+			mux_metrics_bytes(1, n);
+	}
 	return total;
 }
 

@@ -42,6 +42,7 @@
 struct budget;
 struct budget_account;
 struct event_base;
+struct evbuffer;
 struct mux;
 struct mux_stream;
 
@@ -73,6 +74,11 @@ struct mux_io {
 	int (*sendv)(void *io, const struct iovec *iov, int iovcnt);
 	/* Bytes the transport holds, not yet written to its socket. */
 	size_t (*pending)(void *io);
+	/* Optional.  Sends one binary message: hdr, then the first n bytes of
+	 * src, removed from src (its whole chains moved, not copied).
+	 * Returns 0 or -1. */
+	int (*sendbuf)(void *io, const uint8_t *hdr, size_t hdrlen,
+	    struct evbuffer *src, size_t n);
 };
 
 struct mux_stream_handlers {
@@ -152,6 +158,12 @@ void mux_stream_refuse(struct mux_stream *s, const char *code, const char *reaso
 /* Sends up to len bytes; returns how many were taken (0 when blocked; then
  * on_writable follows). */
 size_t mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len);
+/* The same from the front of src, which loses what was sent: at most one
+ * frame per chain of src, so that a chain the frame takes whole moves into
+ * the transport without a copy (io->sendbuf; without it, copied as by
+ * mux_stream_send).  A stream's owner that keeps bytes aside in one
+ * evbuffer chain per received piece copies them once, not three times. */
+size_t mux_stream_send_buffer(struct mux_stream *s, struct evbuffer *src);
 /* Our side will send no more. */
 void mux_stream_fin(struct mux_stream *s);
 /* Ends the stream now and tells the peer. */

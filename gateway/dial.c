@@ -83,7 +83,16 @@ ctl_pending(void *io)
 	return c->ws != NULL ? wsconn_pending(c->ws) : 0;
 }
 
-static const struct mux_io ctl_io = { .sendv = ctl_sendv, .pending = ctl_pending };
+static int
+ctl_sendbuf(void *io, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src, size_t n)
+{
+	struct ctlconn *c = io;
+
+	return c->ws != NULL ? wsconn_send_buffer(c->ws, hdr, hdrlen, src, n) : -1;
+}
+
+static const struct mux_io ctl_io = { .sendv = ctl_sendv, .pending = ctl_pending,
+    .sendbuf = ctl_sendbuf };
 
 /*
  * A forwarded stream while its connection's token is checked again

@@ -4,8 +4,10 @@
  * Naming: "agent" is the stream in the agent's tunnel; "client" is the
  * operator's side (a raw WebSocket or a stream of a tether.v1 connection).
  * to_agent / to_client hold bytes received from one side that the other
- * has no credit for yet; each is bounded by the window of the side that
- * sent them, because that side gets credit back only as they drain.
+ * has no credit (or tunnel room) for yet; each is bounded by the window of
+ * the side that sent them, because that side gets credit back only as they
+ * drain.  A piece of 4 KiB or more is held in a chain of its own, which
+ * moves into the next hop's WebSocket output without a copy.
  */
 #include "relay.h"
 
@@ -109,21 +111,49 @@ client_end(struct relay *r, const char *code)
 
 /* ---- moving bytes ---- */
 
+/* Pieces at least this large get a chain of their own in to_agent or
+ * to_client; smaller ones are appended (a chain each would cost more than
+ * the piece: ~100 bytes of chain and malloc per piece). */
+#define RELAY_BLOCK_MIN 4096
+
+static void
+relay_block_free(const void *data, size_t len, void *arg)
+{
+	(void)len;
+	(void)arg;
+	free((void *)data);
+}
+
+/* Keeps bytes the next hop has no room for yet, copied once: a large piece
+ * goes into a block of its own, added by reference, which later moves whole
+ * into the tunnel's output (mux_stream_send_buffer) instead of being copied
+ * out again and framed (docs/0019, "Third pass").  Returns 0 or -1. */
+static int
+relay_keep(struct evbuffer *b, const uint8_t *data, size_t len)
+{
+	uint8_t *block;
+
+	if (len >= RELAY_BLOCK_MIN && (block = malloc(len)) != NULL) {
+		memcpy(block, data, len);
+		if (evbuffer_add_reference(b, block, len, relay_block_free, NULL) == 0)
+			return 0;
+		free(block);
+	}
+	return evbuffer_add(b, data, len);
+}
+
 static void
 flush_to_agent(struct relay *r)
 {
-	size_t len, n;
-	uint8_t *p;
+	size_t n;
 
-	while (r->agent != NULL && (len = evbuffer_get_length(r->to_agent)) > 0) {
-		p = evbuffer_pullup(r->to_agent, (ssize_t)(len < 131072 ? len : 131072));
-		n = mux_stream_send(r->agent, p, len < 131072 ? len : 131072);
-		if (n == 0)
-			return;
-		evbuffer_drain(r->to_agent, n);
+	if (r->agent != NULL && evbuffer_get_length(r->to_agent) > 0) {
+		n = mux_stream_send_buffer(r->agent, r->to_agent);
 		r->up += n;
-		if (r->kind == CLIENT_STREAM && r->cs != NULL)
+		if (n > 0 && r->kind == CLIENT_STREAM && r->cs != NULL)
 			mux_stream_drained(r->cs, n);
+		if (evbuffer_get_length(r->to_agent) > 0)
+			return;
 	}
 	if (r->agent == NULL)
 		return;
@@ -138,20 +168,17 @@ flush_to_agent(struct relay *r)
 static void
 flush_to_client(struct relay *r)
 {
-	size_t len, n;
-	uint8_t *p;
+	size_t n;
 
 	if (r->kind != CLIENT_STREAM)
 		return;
-	while (r->cs != NULL && (len = evbuffer_get_length(r->to_client)) > 0) {
-		p = evbuffer_pullup(r->to_client, (ssize_t)(len < 131072 ? len : 131072));
-		n = mux_stream_send(r->cs, p, len < 131072 ? len : 131072);
-		if (n == 0)
-			return;
-		evbuffer_drain(r->to_client, n);
+	if (r->cs != NULL && evbuffer_get_length(r->to_client) > 0) {
+		n = mux_stream_send_buffer(r->cs, r->to_client);
 		r->down += n;
-		if (r->agent != NULL)
+		if (n > 0 && r->agent != NULL)
 			mux_stream_drained(r->agent, n);
+		if (evbuffer_get_length(r->to_client) > 0)
+			return;
 	}
 	if (r->cs != NULL && r->agent_fin && !r->client_fin_sent) {
 		r->client_fin_sent = 1;
@@ -187,7 +214,7 @@ agent_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 		len -= n;
 	}
 	if (len > 0)
-		evbuffer_add(r->to_client, data, len);
+		relay_keep(r->to_client, data, len);
 	flush_to_client(r);
 }
 
@@ -248,7 +275,7 @@ raw_message(struct wsconn *c, const uint8_t *data, size_t len, int binary, void 
 	}
 	if (r->client_fin)
 		return;
-	evbuffer_add(r->to_agent, data, len);
+	relay_keep(r->to_agent, data, len);
 	flush_to_agent(r);
 	if (evbuffer_get_length(r->to_agent) > 0)
 		wsconn_pause_reading(c, 1);
@@ -313,7 +340,7 @@ cs_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 		len -= n;
 	}
 	if (len > 0)
-		evbuffer_add(r->to_agent, data, len);
+		relay_keep(r->to_agent, data, len);
 	flush_to_agent(r);
 }
 

@@ -94,10 +94,20 @@ tunnel_pending(void *arg)
 	return c->ws != NULL ? wsconn_pending(c->ws) : 0;
 }
 
+static int
+tunnel_sendbuf(void *arg, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src,
+    size_t n)
+{
+	struct tunnel *c = arg;
+
+	return c->ws != NULL ? wsconn_send_buffer(c->ws, hdr, hdrlen, src, n) : -1;
+}
+
 /* The session's multiplexer writes its frames here directly. */
 static const struct mux_io tunnel_bulk = {
 	.sendv = tunnel_sendv,
 	.pending = tunnel_pending,
+	.sendbuf = tunnel_sendbuf,
 };
 
 static const struct session_transport tunnel_transport = {

@@ -11,8 +11,9 @@
  * large frame is not parsed again for every record of it.
  *
  * Output is a frame header and the caller's bytes, copied once into the
- * bufferevent's output in one commit; how much is queued there is the
- * backpressure.  Sealed records leave in batches (tlswrite.h).
+ * bufferevent's output in one commit (or, wsconn_send_buffer, the header
+ * added and the caller's evbuffer chains moved in); how much is queued
+ * there is the backpressure.  Sealed records leave in batches (tlswrite.h).
  * Every frame counts against one cap (wsconn_set_max_queue), the ones we
  * write on our own for the peer's input (PONG) too: a frame that would
  * pass it ends the connection at once (docs/0009-peer-queue-caps.md).
@@ -311,6 +312,37 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 	ws_frame_copy(v.iov_base, hdr, n, iov, iovcnt);
 	v.iov_len = n + (size_t)len;
 	if (evbuffer_commit_space(out, &v, 1) != 0) {
+		ws_abort(c, "out of memory for output");
+		return -1;
+	}
+	return 0;
+}
+
+int
+wsconn_send_buffer(struct wsconn *c, const uint8_t *prefix, size_t plen,
+    struct evbuffer *src, size_t n)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	uint8_t hdr[WS_HEADER_MAX + 32];
+	size_t hl;
+
+	if (c->state != WS_OPEN || plen > 32 || n > evbuffer_get_length(src))
+		return -1;
+	hl = ws_header_put(hdr, WS_OP_BINARY, (uint64_t)(plen + n), NULL);
+	if (evbuffer_get_length(out) + hl + plen + n > c->max_queue) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "output queue over %zu bytes (the peer "
+		    "does not read)", c->max_queue);
+		ws_abort(c, why);
+		return -1;
+	}
+	memcpy(hdr + hl, prefix, plen);
+	/* The headers land in the output's last chain (or a small one of
+	 * their own: a record of ~30 bytes); src's whole chains are moved,
+	 * not copied.  Half a frame cannot stay: a failure drops the peer. */
+	if (evbuffer_add(out, hdr, hl + plen) != 0 ||
+	    evbuffer_remove_buffer(src, out, n) != (int)n) {
 		ws_abort(c, "out of memory for output");
 		return -1;
 	}

@@ -16,6 +16,7 @@
 
 struct bufferevent;
 struct event_base;
+struct evbuffer;
 struct wsconn;
 
 struct wsconn_handlers {
@@ -38,6 +39,13 @@ struct wsconn_handlers {
  * (wsconn_set_max_queue; the connection is then being dropped). */
 int wsconn_sendv(struct wsconn *c, const struct iovec *iov, int iovcnt, int binary);
 int wsconn_send(struct wsconn *c, const uint8_t *data, size_t len, int binary);
+/* Sends one binary message: prefix (at most 32 bytes) then the first n
+ * bytes of src, which are removed from src.  src's whole chains move into
+ * the output without a copy (only a chain cut at n is copied).  Returns 0
+ * or -1 as wsconn_sendv; src is left as it was on -1 unless the
+ * connection is being dropped. */
+int wsconn_send_buffer(struct wsconn *c, const uint8_t *prefix, size_t plen,
+    struct evbuffer *src, size_t n);
 /* Bytes queued for the socket, not yet written. */
 size_t wsconn_pending(const struct wsconn *c);
 /* Stops/resumes reading messages (backpressure). */

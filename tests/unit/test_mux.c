@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "frame.h"
@@ -157,6 +158,7 @@ struct peer {
 	size_t pending;             /* what pending() reports */
 	int grow_pending;           /* each message sent adds to pending */
 	int fail_sendv;
+	int sendbuf_calls, sendbuf_moved;  /* io_sendbuf */
 	/* frames this side sent, by type, and DATA bytes */
 	unsigned sent[32];
 	uint64_t data_bytes_sent;
@@ -355,6 +357,39 @@ io_pending(void *io)
 
 static const struct mux_io io = { .sendv = io_sendv, .pending = io_pending };
 
+/* sendbuf: the frame's header, then n bytes taken from src; counts the
+ * frames whose bytes were a chain of src moved whole (no copy). */
+static int
+io_sendbuf(void *io_arg, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src,
+    size_t n)
+{
+	struct peer *p = io_arg;
+	struct evbuffer *dst = evbuffer_new();
+	struct evbuffer_iovec before, after;
+	struct iovec iov[2];
+	int r;
+
+	assert_non_null(dst);
+	p->sendbuf_calls++;
+	assert_true(evbuffer_peek(src, -1, NULL, &before, 1) == 1);
+	assert_int_equal(evbuffer_remove_buffer(src, dst, n), (int)n);
+	assert_true(evbuffer_peek(dst, -1, NULL, &after, 1) >= 1);
+	if (after.iov_base == before.iov_base && after.iov_len == n)
+		p->sendbuf_moved++;
+	iov[0].iov_base = (void *)hdr;
+	iov[0].iov_len = hdrlen;
+	iov[1].iov_base = evbuffer_pullup(dst, -1);
+	iov[1].iov_len = n;
+	r = io_sendv(io_arg, iov, 2);
+	evbuffer_free(dst);
+	return r;
+}
+
+static const struct mux_io io_buf = { .sendv = io_sendv, .pending = io_pending,
+    .sendbuf = io_sendbuf };
+/* The transport wire_cfg gives both sides (io unless a test says). */
+static const struct mux_io *wire_io = &io;
+
 static void
 m_open(struct mux *m, struct mux_stream *s, const struct frame_open *req, void *arg)
 {
@@ -420,8 +455,8 @@ wire_cfg(const struct mux_config *ca, const struct mux_config *cb)
 	B.cfg = *cb;
 	A.other = &B;
 	B.other = &A;
-	A.m = mux_new(loop, &A.cfg, &io, &A, &mux_handlers, &A);
-	B.m = mux_new(loop, &B.cfg, &io, &B, &mux_handlers, &B);
+	A.m = mux_new(loop, &A.cfg, wire_io, &A, &mux_handlers, &A);
+	B.m = mux_new(loop, &B.cfg, wire_io, &B, &mux_handlers, &B);
 	assert_non_null(A.m);
 	assert_non_null(B.m);
 }
@@ -450,6 +485,7 @@ setup(void **state)
 	memset(&tot, 0, sizeof(tot));
 	memset(ctx_pool, 0, sizeof(ctx_pool));
 	nctx = 0;
+	wire_io = &io;
 	mux_set_process_budget(DEFAULT_BUDGET);
 	loop = event_base_new();
 	assert_non_null(loop);
@@ -883,6 +919,90 @@ test_send_stops_at_credit_then_window_brings_on_writable(void **state)
 	assert_int_equal(a->writable, 2);
 	assert_int_equal(mux_stream_send(a->s, pattern, 100 * KiB), 64 * KiB);
 	assert_totals(1, 0, 0, 0);
+}
+
+static void
+test_block_free(const void *data, size_t len, void *arg)
+{
+	(void)len;
+	(void)arg;
+	free((void *)data);
+}
+
+/* src: a 10 KiB and a 20 KiB piece of pattern, each a chain of its own (by
+ * reference, as relay.c keeps them), then 100 bytes appended. */
+static struct evbuffer *
+pieces(void)
+{
+	struct evbuffer *src = evbuffer_new();
+	size_t sizes[2] = { 10 * KiB, 20 * KiB }, off = 0;
+
+	assert_non_null(src);
+	for (int i = 0; i < 2; i++) {
+		uint8_t *b = malloc(sizes[i]);
+
+		assert_non_null(b);
+		memcpy(b, pattern + off, sizes[i]);
+		assert_int_equal(evbuffer_add_reference(src, b, sizes[i],
+		    test_block_free, NULL), 0);
+		off += sizes[i];
+	}
+	assert_int_equal(evbuffer_add(src, pattern + off, 100), 0);
+	return src;
+}
+
+static void
+send_buffer_case(int with_sendbuf)
+{
+	struct sctx *a, *b;
+	struct evbuffer *src;
+
+	wire_io = with_sendbuf ? &io_buf : &io;
+	wire(24 * KiB, 24 * KiB);
+	B.rxcap = 64 * KiB;
+	open_pair(&a, &b);
+	src = pieces();
+	/* Credit for 24 KiB: the 10 KiB chain, then 14 KiB of the 20 KiB one;
+	 * the rest stays in src and on_writable follows the WINDOW. */
+	assert_int_equal(mux_stream_send_buffer(a->s, src), 24 * KiB);
+	assert_int_equal(evbuffer_get_length(src), 6 * KiB + 100);
+	assert_int_equal(A.sent[FRAME_DATA], 2);
+	settle();
+	assert_int_equal(b->rx, 24 * KiB);
+	mux_stream_drained(b->s, 24 * KiB);
+	b->undrained = 0;
+	settle();
+	assert_int_equal(a->writable, 1);
+	/* One frame per chain: the 6 KiB left of the second, then the 100. */
+	assert_int_equal(mux_stream_send_buffer(a->s, src), 6 * KiB + 100);
+	assert_int_equal(evbuffer_get_length(src), 0);
+	assert_int_equal(A.sent[FRAME_DATA], 4);
+	settle();
+	assert_int_equal(b->rx, 30 * KiB + 100);
+	assert_memory_equal(b->rxbuf, pattern, 30 * KiB + 100);
+	if (with_sendbuf) {
+		/* Every frame went through sendbuf; the whole chains (10 KiB,
+		 * the 6 KiB rest, the 100 bytes) moved, the cut one was copied. */
+		assert_int_equal(A.sendbuf_calls, 4);
+		assert_int_equal(A.sendbuf_moved, 3);
+	}
+	evbuffer_free(src);
+	assert_totals(1, 0, 0, 0);
+}
+
+static void
+test_send_buffer_one_frame_per_chain_moved_within_credit(void **state)
+{
+	(void)state;
+	send_buffer_case(1);
+}
+
+static void
+test_send_buffer_without_sendbuf_copies_the_same_bytes(void **state)
+{
+	(void)state;
+	send_buffer_case(0);
+	assert_int_equal(A.sendbuf_calls, 0);
 }
 
 static void
@@ -1740,6 +1860,8 @@ main(void)
 		T(test_data_3MiB_both_ways_intact_with_random_drains),
 		T(test_data_small_window_many_windows_intact),
 		T(test_send_stops_at_credit_then_window_brings_on_writable),
+		T(test_send_buffer_one_frame_per_chain_moved_within_credit),
+		T(test_send_buffer_without_sendbuf_copies_the_same_bytes),
 		T(test_window_overrun_resets_that_stream_only),
 		T(test_oversized_single_data_resets_with_flow_control),
 		T(test_window_grant_past_max_resets_with_flow_control),
