@@ -5,11 +5,15 @@
  * Cost: one line is built in a thread-local LOG_LINE_MAX buffer and written
  * with one write(2), so lines from several processes sharing a file stay
  * whole (up to PIPE_BUF bytes on a pipe, whole lines on an O_APPEND file).
+ * Audit lines may instead be held (log_audit_hold): the lines of one loop
+ * pass then leave together, in one write(2) of at most PIPE_BUF bytes.
  */
 #include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +26,16 @@ static enum log_level log_min = LOG_LEVEL_INFO;
 static enum log_format log_fmt = LOG_FORMAT_LOGFMT;
 static int audit_fd = STDERR_FILENO;
 static char *audit_path;
+
+/* Held audit lines (log_audit_hold): whole lines, in the order logged, at
+ * most PIPE_BUF bytes, so one write(2) of them is never split on a pipe. */
+#define AUDIT_HELD_MAX PIPE_BUF
+static char audit_held[AUDIT_HELD_MAX];
+static size_t audit_held_len;
+static bool audit_holding;
+static pthread_t audit_holder;		/* the only thread whose lines are held */
+static void (*audit_first_held)(void *);
+static void *audit_first_held_arg;
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_DEBUG] = "debug",
@@ -427,18 +441,98 @@ write_line(int fd, const char *line, size_t len)
 	}
 }
 
+/* Encodes one line into this thread's buffer; returns its length. */
+static size_t
+encode_now(char *line, size_t cap, const char *level, const char *msg,
+    const struct log_field *fields, size_t nfields)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	return log_encode(line, cap, log_fmt, &now, level, log_component, msg,
+	    fields, nfields);
+}
+
+static bool
+holding_here(void)
+{
+	return audit_holding && pthread_equal(pthread_self(), audit_holder);
+}
+
+void
+log_audit_flush(void)
+{
+	size_t len = audit_held_len;
+
+	if (len == 0 || !holding_here())
+		return;
+	audit_held_len = 0;
+	write_line(audit_fd, audit_held, len);
+}
+
 static void
 emit(int fd, const char *level, const char *msg, const struct log_field *fields,
     size_t nfields)
 {
 	static _Thread_local char line[LOG_LINE_MAX];
-	struct timespec now;
+	size_t len = encode_now(line, sizeof(line), level, msg, fields, nfields);
+
+	/* Held audit lines come first: a file shared with the log (stderr)
+	 * keeps the order in which this thread logged. */
+	log_audit_flush();
+	write_line(fd, line, len);
+}
+
+/* An audit line joins the held ones, or leaves now (not holding, another
+ * thread, longer than the buffer). */
+static void
+emit_audit(const struct log_field *fields, size_t nfields)
+{
+	static _Thread_local char line[LOG_LINE_MAX];
 	size_t len;
 
-	clock_gettime(CLOCK_REALTIME, &now);
-	len = log_encode(line, sizeof(line), log_fmt, &now, level, log_component,
-	    msg, fields, nfields);
-	write_line(fd, line, len);
+	if (!holding_here()) {
+		emit(audit_fd, "info", "audit", fields, nfields);
+		return;
+	}
+	len = encode_now(line, sizeof(line), "info", "audit", fields, nfields);
+	if (len > AUDIT_HELD_MAX - audit_held_len)
+		log_audit_flush();
+	if (len > AUDIT_HELD_MAX) {
+		write_line(audit_fd, line, len);
+		return;
+	}
+	memcpy(audit_held + audit_held_len, line, len);
+	audit_held_len += len;
+	if (audit_held_len == len && audit_first_held != NULL)
+		audit_first_held(audit_first_held_arg);
+}
+
+static void
+flush_at_exit(void)
+{
+	log_audit_flush();
+}
+
+void
+log_audit_hold(void (*first_held)(void *), void *arg)
+{
+	static bool registered;
+
+	log_audit_flush();
+	if (first_held == NULL) {
+		audit_holding = false;
+		audit_first_held = NULL;
+		audit_first_held_arg = NULL;
+		return;
+	}
+	if (!registered && atexit(flush_at_exit) != 0)
+		return;		/* not holding: nothing may wait for an exit */
+	registered = true;
+	audit_holder = pthread_self();
+	audit_first_held = first_held;
+	audit_first_held_arg = arg;
+	audit_holding = true;
 }
 
 void
@@ -459,7 +553,7 @@ log_audit_kv(const char *event, const struct log_field *fields, size_t nfields)
 	all[n++] = KV_S("event", event);
 	for (size_t i = 0; i < nfields && n < sizeof(all) / sizeof(all[0]); i++)
 		all[n++] = fields[i];
-	emit(audit_fd, "info", "audit", all, n);
+	emit_audit(all, n);
 }
 
 void
@@ -498,6 +592,7 @@ log_set_audit_file(const char *path, char *err, size_t errlen)
 			return -1;
 		}
 	}
+	log_audit_flush();
 	if (audit_fd != STDERR_FILENO)
 		close(audit_fd);
 	free(audit_path);
@@ -515,6 +610,7 @@ log_reopen_audit_file(char *err, size_t errlen)
 		return 0;
 	if ((fd = open_audit(audit_path, err, errlen)) < 0)
 		return -1;
+	log_audit_flush();
 	close(audit_fd);
 	audit_fd = fd;
 	return 0;

@@ -88,6 +88,24 @@ int log_set_audit_file(const char *path, char *err, size_t errlen);
 int log_reopen_audit_file(char *err, size_t errlen);
 
 /*
+ * Holding audit lines: from now on the audit lines this thread logs wait in
+ * a buffer (at most PIPE_BUF bytes, 4 KiB) and leave together in one
+ * write(2) when log_audit_flush is called, when the buffer would overflow,
+ * before any other line this thread logs (a shared stderr keeps the order),
+ * when the audit file changes or is reopened, and at exit(3) (atexit).
+ * first_held(arg) is called when a line is held with none before it: the
+ * owner schedules a flush (runtime_audit_per_pass: at the end of the loop
+ * pass).  Lines of other threads leave at once, as before.  A crash
+ * (a signal that kills) loses the lines held, at most one loop pass's.
+ * first_held NULL: flushes and stops holding.  Call from the thread that
+ * logs the audit lines, while no other thread logs.
+ */
+void log_audit_hold(void (*first_held)(void *), void *arg);
+/* Writes the held audit lines now (nothing when none, or from a thread
+ * other than the holder's). */
+void log_audit_flush(void);
+
+/*
  * Encodes one line, '\n' included, into out (cap >= 256 bytes) and returns
  * its length (< cap).  Pure: no clock, no I/O; the unit tests and the fuzz
  * target call it directly.  level: a name from log_level_name (or "audit").

@@ -11,6 +11,8 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 
+#include "log.h"
+
 /* jansson's blocks hold what requests and answers carry (tokens, join
  * documents, kubeconfigs): every one is wiped before it is freed.  Cost: a
  * memset of each freed block (they are small: one value each). */
@@ -96,6 +98,39 @@ runtime_event_base(void)
 	base = event_base_new_with_config(cfg);
 	event_config_free(cfg);
 	return base;
+}
+
+static struct event *audit_flush_ev;
+
+static void
+audit_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	log_audit_flush();
+}
+
+static void
+audit_first_held(void *arg)
+{
+	event_active(arg, EV_TIMEOUT, 0);
+}
+
+int
+runtime_audit_per_pass(struct event_base *base)
+{
+	log_audit_hold(NULL, NULL);
+	if (audit_flush_ev != NULL) {
+		event_free(audit_flush_ev);
+		audit_flush_ev = NULL;
+	}
+	if (base == NULL)
+		return 0;
+	if ((audit_flush_ev = event_new(base, -1, 0, audit_flush_cb, NULL)) == NULL)
+		return -1;
+	log_audit_hold(audit_first_held, audit_flush_ev);
+	return 0;
 }
 
 int64_t

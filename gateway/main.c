@@ -604,6 +604,9 @@ cmd_serve(int argc, char **argv)
 		error("out of memory");
 		goto out;
 	}
+	/* An audit line per proxied request: a pass's lines leave together. */
+	if (runtime_audit_per_pass(gw.base) != 0)
+		warn("audit lines leave one write each (out of memory)");
 	if (store_worker_start(gw.base, store_url, STORE_QUEUE_CAP, &gw.storew,
 	    err, sizeof(err)) != 0) {
 		error("cannot start the store thread", KV_S("err", err));
@@ -704,6 +707,8 @@ out:
 	sdnotify_watchdog_stop();
 	if (gw.trim_timer != NULL)
 		event_free(gw.trim_timer);
+	/* Every held audit line is written before the loop goes. */
+	(void)runtime_audit_per_pass(NULL);
 	if (gw.base != NULL)
 		event_base_free(gw.base);
 	hub_free(gw.hub);

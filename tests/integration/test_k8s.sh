@@ -69,6 +69,41 @@ grep -q "msg=audit event=k8s who=user:alice cluster=$cid node=node1 method=GET p
 	"$T/gateway.log" || fail "no audit line for GET /version"
 pass "kubectl get --raw /version and pods through the gateway = nginx byte for byte; no token reaches nginx; audit line"
 
+# --- an audit line per request, every one, in order, after a burst ---
+# Four keep-alive connections of 50 requests each at once: the gateway
+# holds a loop pass's audit lines and writes them together (docs/0007,
+# "Audit"); none may be lost, cut or reordered within a connection.
+burst() { # burst CONN [CLUSTER [TOKEN]]: 50 requests on one connection, paths /burst/CONN/1..50
+	local args=() i
+	for i in $(seq 1 50); do
+		args+=(-o /dev/null "$GW_URL/k8s/clusters/${2:-$cid}/burst/$1/$i")
+	done
+	curl -s --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer ${3:-$token}" \
+		-w '%{http_code} %{num_connects}\n' "${args[@]}" >"$T/burst.$1" 2>&1 || true
+}
+burst_pids=()
+for c in 1 2 3 4; do
+	burst "$c" &
+	burst_pids+=($!)
+done
+wait "${burst_pids[@]}"
+audit_burst_lines() { grep -c 'msg=audit event=k8s .*path=/burst/' "$T/gateway.log" || true; }
+all_burst_audited() { [ "$(audit_burst_lines)" -ge 200 ]; }
+for c in 1 2 3 4; do
+	[ "$(grep -c '^404 ' "$T/burst.$c")" = 50 ] || fail "burst $c: not 50 answers 404: $(sort "$T/burst.$c" | uniq -c)"
+	[ "$(awk '$2 == 1' "$T/burst.$c" | wc -l)" = 1 ] || fail "burst $c did not reuse one connection: $(sort "$T/burst.$c" | uniq -c)"
+done
+wait_until 10 "200 audit lines of the burst" all_burst_audited
+[ "$(audit_burst_lines)" = 200 ] || fail "$(audit_burst_lines) audit lines for 200 requests"
+for c in 1 2 3 4; do
+	grep 'msg=audit event=k8s .*path=/burst/' "$T/gateway.log" |
+		sed -n "s|^time=[^ ]* level=info component=gateway msg=audit event=k8s who=user:alice cluster=$cid node=node1 method=GET path=/burst/$c/\([0-9]*\) status=404 bytes_up=[0-9]* bytes_down=[0-9]* duration_ms=[0-9]* replica=[^ ]*\$|\1|p" \
+		>"$T/burst-audit.$c"
+	seq 1 50 | cmp -s - "$T/burst-audit.$c" ||
+		fail "connection $c: audit lines not whole, or not 1..50 in order: $(tr '\n' ' ' <"$T/burst-audit.$c")"
+done
+pass "a burst of 200 requests on 4 connections: 200 whole audit lines, each connection's in order"
+
 # --- keep-alive: two requests on one connection, query passed on ---
 curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" \
 	"$GW_URL/k8s/clusters/$cid/version" "$GW_URL/k8s/clusters/$cid/version?x=1" \
@@ -215,5 +250,13 @@ pass "no agent: kubectl prints the 503 Status message"
 
 grep -q 'ttu_' "$T/nginx-access.log" && fail "a gateway token reached nginx"
 client_stop "$node4_pid"
+# Requests just before SIGTERM (node2's upstream closes after each): their
+# audit lines are written at exit, if not before.
+burst 5 "$cid2" "$admin"
 gateway_stop
-pass "the gateway stops cleanly"
+[ "$(grep -c 'msg=audit event=k8s .*path=/burst/5/[0-9]* status=200 ' "$T/gateway.log")" = 50 ] ||
+	fail "SIGTERM right after 50 requests: $(grep -c 'path=/burst/5/' "$T/gateway.log") audit lines"
+# Whole: each starts a line, and no line holds two (a cut write would).
+bad=$(awk '/msg=audit/ && (!/^time=/ || gsub(/ msg=/, "&") != 1)' "$T/gateway.log" | wc -l)
+[ "$bad" = 0 ] || fail "$bad audit lines are not whole"
+pass "the gateway stops cleanly; the audit lines of the requests just before SIGTERM are all written"

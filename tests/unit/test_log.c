@@ -4,7 +4,9 @@
  * logfmt_parse.h for logfmt, jansson for JSON) to exactly the fields that
  * were logged: CR, LF, quotes, backslashes, `key=value` look-alikes,
  * invalid UTF-8, control characters and empty values cannot add a line or
- * a field, or change one.
+ * a field, or change one.  Held audit lines (log_audit_hold) all reach
+ * the file, whole and in order: after a burst, beside other lines on a
+ * shared stderr, when the audit file changes, and at exit.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -332,6 +338,162 @@ test_parse_names(void **state)
 	assert_int_equal(log_format_parse("text", &f), -1);
 }
 
+
+/* ---- held audit lines ---- */
+
+static int held_calls;
+
+static void
+count_held(void *arg)
+{
+	(void)arg;
+	held_calls++;
+}
+
+static off_t
+file_size(const char *path)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+/* The file's lines must be audit lines event=EVENT n=0..count-1, in order,
+ * each whole (a line that a split write cut would not parse). */
+static void
+assert_audit_lines(const char *path, const char *event, int count)
+{
+	FILE *f = fopen(path, "r");
+	char *l = NULL, want[64];
+	size_t cap = 0;
+	ssize_t len;
+	int i = 0;
+
+	assert_non_null(f);
+	while ((len = getline(&l, &cap, f)) > 0) {
+		assert_true(i < count);
+		assert_true(l[len - 1] == '\n');
+		snprintf(want, sizeof(want), " msg=audit event=%s n=%d\n", event, i);
+		assert_non_null(strstr(l, want));
+		assert_true(strncmp(l, "time=", 5) == 0);
+		i++;
+	}
+	free(l);
+	fclose(f);
+	assert_int_equal(i, count);
+}
+
+static void
+tmp_path(char *path, size_t cap, const char *what)
+{
+	int fd;
+
+	snprintf(path, cap, "%s/test_log_%s.XXXXXX",
+	    getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp", what);
+	assert_true((fd = mkstemp(path)) >= 0);
+	close(fd);
+}
+
+static void
+test_audit_burst_held_then_all_written_in_order(void **state)
+{
+	char path[256], path2[256], err[256];
+
+	(void)state;
+	tmp_path(path, sizeof(path), "burst");
+	tmp_path(path2, sizeof(path2), "burst2");
+	assert_int_equal(log_set_audit_file(path, err, sizeof(err)), 0);
+	held_calls = 0;
+	log_audit_hold(count_held, NULL);
+	for (int i = 0; i < 3; i++)
+		audit("burst", KV_I("n", i));
+	/* Held: nothing written yet, and the owner was told once. */
+	assert_int_equal(file_size(path), 0);
+	assert_int_equal(held_calls, 1);
+	/* A burst larger than the buffer: written in whole lines as it
+	 * fills, and the owner told again each time it starts over. */
+	for (int i = 3; i < 500; i++)
+		audit("burst", KV_I("n", i));
+	assert_true(file_size(path) > 0);
+	assert_true(held_calls > 1);
+	log_audit_flush();
+	assert_audit_lines(path, "burst", 500);
+	/* A held line goes to the file it was logged for. */
+	off_t before = file_size(path);
+	audit("switch", KV_I("n", 0));
+	assert_int_equal(file_size(path), before);
+	assert_int_equal(log_set_audit_file(path2, err, sizeof(err)), 0);
+	assert_true(file_size(path) > before);
+	assert_int_equal(file_size(path2), 0);
+	log_audit_hold(NULL, NULL);
+	audit("burst", KV_I("n", 501));	/* not held: written at once */
+	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
+	unlink(path);
+	unlink(path2);
+}
+
+static void
+test_audit_held_keeps_order_on_shared_stderr(void **state)
+{
+	char path[256], err[256];
+	int saved = dup(STDERR_FILENO), fd;
+	FILE *f;
+	char buf[4096];
+	size_t n;
+
+	(void)state;
+	tmp_path(path, sizeof(path), "stderr");
+	assert_true(saved >= 0);
+	assert_true((fd = open(path, O_WRONLY | O_APPEND)) >= 0);
+	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	close(fd);
+	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
+	log_audit_hold(count_held, NULL);
+	audit("first");
+	warn("second");
+	audit("third");
+	log_audit_hold(NULL, NULL);
+	assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+	close(saved);
+	assert_non_null(f = fopen(path, "r"));
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	char *a = strstr(buf, "event=first"), *b = strstr(buf, "msg=second"),
+	    *c = strstr(buf, "event=third");
+	assert_true(a != NULL && b != NULL && c != NULL);
+	assert_true(a < b && b < c);
+	unlink(path);
+}
+
+static void
+test_audit_held_written_at_exit(void **state)
+{
+	char path[256], err[256];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	tmp_path(path, sizeof(path), "exit");
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (log_set_audit_file(path, err, sizeof(err)) != 0)
+			_exit(2);
+		log_audit_hold(count_held, NULL);
+		for (int i = 0; i < 5; i++)
+			audit("exit", KV_I("n", i));
+		if (file_size(path) != 0)
+			_exit(3);
+		exit(0);	/* atexit writes the held lines */
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_audit_lines(path, "exit", 5);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -348,6 +510,9 @@ main(void)
 		cmocka_unit_test(test_too_many_fields_dropped),
 		cmocka_unit_test(test_keys_sanitized),
 		cmocka_unit_test(test_parse_names),
+		cmocka_unit_test(test_audit_burst_held_then_all_written_in_order),
+		cmocka_unit_test(test_audit_held_keeps_order_on_shared_stderr),
+		cmocka_unit_test(test_audit_held_written_at_exit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
