@@ -365,19 +365,44 @@ put_field(struct lbuf *b, enum log_format f, const struct log_field *fl)
 	}
 }
 
+/* v (0 <= v < 10^digits) as exactly digits decimal digits at p. */
+static void
+put_digits(char *p, int v, int digits)
+{
+	for (int i = digits - 1; i >= 0; i--, v /= 10)
+		p[i] = (char)('0' + v % 10);
+}
+
 static void
 put_time(struct lbuf *b, const struct timespec *when)
 {
 	struct tm tm;
-	char stamp[48];
+	char stamp[24];		/* 2026-11-24T08:54:47.123Z */
 	time_t sec = when->tv_sec;
+	long ms = (long)(when->tv_nsec / 1000000) % 1000;
+	int year;
 
 	if (gmtime_r(&sec, &tm) == NULL)
 		memset(&tm, 0, sizeof(tm));
-	snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
-	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-	    tm.tm_min, tm.tm_sec, (long)(when->tv_nsec / 1000000) % 1000);
-	puts_(b, stamp);
+	/* Digits by hand: snprintf was a third of an audit line's cost. */
+	year = tm.tm_year + 1900;
+	if (year < 0 || year > 9999)
+		year = 0;
+	put_digits(stamp, year, 4);
+	stamp[4] = '-';
+	put_digits(stamp + 5, tm.tm_mon + 1, 2);
+	stamp[7] = '-';
+	put_digits(stamp + 8, tm.tm_mday, 2);
+	stamp[10] = 'T';
+	put_digits(stamp + 11, tm.tm_hour, 2);
+	stamp[13] = ':';
+	put_digits(stamp + 14, tm.tm_min, 2);
+	stamp[16] = ':';
+	put_digits(stamp + 17, tm.tm_sec, 2);
+	stamp[19] = '.';
+	put_digits(stamp + 20, (int)(ms < 0 ? 0 : ms), 3);
+	stamp[23] = 'Z';
+	put(b, stamp, sizeof(stamp));
 }
 
 size_t
