@@ -127,7 +127,7 @@ relay_block_free(const void *data, size_t len, void *arg)
 /* Keeps bytes the next hop has no room for yet, copied once: a large piece
  * goes into a block of its own, added by reference, which later moves whole
  * into the tunnel's output (mux_stream_send_buffer) instead of being copied
- * out again and framed (docs/0019, "Third pass").  Returns 0 or -1. */
+ * out again and framed (docs/0019, "Second pass").  Returns 0 or -1. */
 static int
 relay_keep(struct evbuffer *b, const uint8_t *data, size_t len)
 {
