@@ -68,6 +68,14 @@
 #define WS_PING_TIMEOUT_MS   30000       /* then no answer before we give up */
 #define WS_CLOSE_TIMEOUT_MS  5000        /* close frame out, peer's close in */
 #define WS_CLOSE_REASON_MAX  123         /* a control frame's 125 minus the code */
+/* What the bufferevent's own read reserves in the input (libevent's
+ * max_single_read): one TLS record while the connection carries small
+ * messages (a pong, a window update), 1 MiB once a read brought more
+ * than a record (bulk data: records land back to back in one chain).  A
+ * 1 MiB reservation is a 2 MiB allocation: for a 28-byte pong it cost a
+ * brk and page faults at the heap's top (docs/0018, "Pings, third pass"). */
+#define WS_READ_SMALL        (16u << 10)
+#define WS_READ_BULK         (1u << 20)
 
 enum ws_state {
 	WS_OPEN,
@@ -131,6 +139,7 @@ struct wsconn {
 	int peer_closed;                  /* the peer's close frame arrived */
 	int finish;                       /* ending: queued to end with close_notify */
 	int in_soon;
+	int bulk;                         /* reads reserve WS_READ_BULK */
 	char peer[64];
 };
 
@@ -654,17 +663,35 @@ ws_process(struct wsconn *c)
 
 /* ---- libevent callbacks ---- */
 
+/* Sizes the next reads by what this one brought (WS_READ_SMALL). */
+static void
+ws_size_reads(struct wsconn *c, size_t got)
+{
+	int bulk = got > WS_READ_SMALL;
+
+	if (bulk == c->bulk)
+		return;
+	c->bulk = bulk;
+	bufferevent_set_max_single_read(c->bev, bulk ? WS_READ_BULK : WS_READ_SMALL);
+}
+
 static void
 ws_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct wsconn *c = arg;
 
-	/* It answered (or said something): the silence is over.  The node
-	 * stays where it is; when it comes due, it moves (ws_due). */
-	c->pinged = 0;
+	/* It answered (or said something): the silence is over.  While no
+	 * ping is out the node stays where it is (when it comes due it moves
+	 * to heard_ms + interval, ws_due): a read costs one store.  After a
+	 * ping the node waits for the timeout: back to the interval. */
 	c->heard_ms = twheel_now(&c->set->wheel);
+	if (c->pinged) {
+		c->pinged = 0;
+		twheel_arm(&c->set->wheel, &c->due, c->heard_ms + c->ping_interval_ms);
+	}
 	/* Take every record that is ready now, not one per loop iteration. */
 	tls_read_available(bev, c->max_message + 16);
+	ws_size_reads(c, evbuffer_get_length(bufferevent_get_input(bev)));
 	ws_process(c);
 }
 
@@ -811,8 +838,9 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	bufferevent_setcb(bev, ws_read_cb, ws_write_cb, ws_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
 	/* libevent moves at most 16 KiB per loop iteration by default; a
-	 * tunnel carries many streams' bulk data. */
-	bufferevent_set_max_single_read(bev, 1 << 20);
+	 * tunnel carries many streams' bulk data.  Reads start small and grow
+	 * with the traffic (ws_size_reads). */
+	bufferevent_set_max_single_read(bev, WS_READ_SMALL);
 	bufferevent_set_max_single_write(bev, 1 << 20);
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);

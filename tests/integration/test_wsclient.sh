@@ -112,3 +112,16 @@ pass "bad URL refused: $(head -n 1 "$T/badurl.out")"
 curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/healthz" >/dev/null || fail "healthz failed"
 pass "the gateway kept serving"
 gateway_stop
+
+# The gateway's keepalive (its ping wheel, docs/0018): a connection that
+# answers every ping is pinged again each --ping-interval after its pong,
+# not once per --ping-timeout.  A tunnel connection that never sends HELLO
+# is closed at --handshake-timeout (4 s): by then the gateway must have
+# pinged it 6 times (every 200 ms); pinged once per timeout (20 s), it
+# would be pinged once.
+gateway_start --ping-interval 200 --ping-timeout 20000 --handshake-timeout 4000
+probe pings --cacert "$GW_DIR/ca.crt" --subprotocol tether.v1 --pings 6 "$URL/v1/connect"
+[ "$(grep -c '^ping$' "$T/pings.out")" -eq 6 ] && grep -q '^close 101 .*code 1000' "$T/pings.out" ||
+	{ cat "$T/pings.out" >&2; fail "keepalive: want 6 pings (every 200 ms) before the 4 s handshake deadline, then our close"; }
+pass "keepalive: pinged every --ping-interval while the peer answers (6 pings, then our close)"
+gateway_stop

@@ -3,7 +3,7 @@
  * tests and by hand.
  *
  *   wsprobe [--cacert FILE] [--subprotocol P] [--token T] [--timeout MS]
- *           [--text] [--close-after N] [--pause-ms MS] URL [HEX]
+ *           [--text] [--close-after N] [--pause-ms MS] [--pings N] URL [HEX]
  *
  * Connects to URL, sends one message (HEX, decoded; binary unless --text)
  * once open, and prints one line per event on stdout:
@@ -11,9 +11,11 @@
  *   open
  *   message binary|text LEN HEX
  *   close STATUS REASON
+ *   ping                     (only with --pings: the server pinged)
  *
  * --close-after N closes (1000) after N messages; --pause-ms MS pauses
- * reading for MS milliseconds after open, to exercise backpressure.
+ * reading for MS milliseconds after open, to exercise backpressure;
+ * --pings N prints the server's pings and closes (1000) after N of them.
  * Exits 0 once on_close arrived, 1 if wsclient_connect refused the
  * arguments, 2 on bad usage.
  */
@@ -38,6 +40,8 @@ struct probe {
 	size_t msg_len;
 	int text;
 	long close_after;
+	long pings;                /* --pings: close after this many */
+	long pinged;
 	long received;
 	long pause_ms;
 	int closed;
@@ -48,7 +52,7 @@ usage(void)
 {
 	fprintf(stderr, "usage: wsprobe [--cacert FILE] [--subprotocol P] "
 	    "[--token T] [--timeout MS] [--text] [--close-after N] "
-	    "[--pause-ms MS] URL [HEX]\n");
+	    "[--pause-ms MS] [--pings N] URL [HEX]\n");
 	exit(2);
 }
 
@@ -122,6 +126,19 @@ on_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
 }
 
 static void
+on_ping(struct wsclient *c, void *arg)
+{
+	struct probe *p = arg;
+
+	if (p->pings <= 0)
+		return;
+	printf("ping\n");
+	fflush(stdout);
+	if (++p->pinged == p->pings)
+		wsclient_close(c, 1000, "probe done");
+}
+
+static void
 on_close(struct wsclient *c, int status, const char *reason, void *arg)
 {
 	struct probe *p = arg;
@@ -148,10 +165,11 @@ main(int argc, char **argv)
 		{ "text", no_argument, NULL, 'x' },
 		{ "close-after", required_argument, NULL, 'n' },
 		{ "pause-ms", required_argument, NULL, 'p' },
+		{ "pings", required_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct wsclient_config cfg = { 0 };
-	struct wsclient_callbacks cb = { on_open, on_message, NULL, on_close, NULL };
+	struct wsclient_callbacks cb = { on_open, on_message, NULL, on_close, on_ping };
 	struct probe p = { 0 };
 	struct wsclient *c;
 	char err[512];
@@ -167,6 +185,7 @@ main(int argc, char **argv)
 		case 'x': p.text = 1; break;
 		case 'n': p.close_after = strtol(optarg, NULL, 10); break;
 		case 'p': p.pause_ms = strtol(optarg, NULL, 10); break;
+		case 'P': p.pings = strtol(optarg, NULL, 10); break;
 		default: usage();
 		}
 	}
