@@ -12,6 +12,7 @@
  */
 #include "token.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -292,6 +293,19 @@ out:
 	return r;
 }
 
+/* SHA-256 fetched from the provider once, not at every hash: EVP_sha256()
+ * makes OpenSSL 3 look the algorithm up (and free it) at every
+ * EVP_DigestInit_ex, and the gateway hashes a bearer token per proxied
+ * request.  Kept for the life of the process. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void
+sha256_fetch(void)
+{
+	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void
 token_hash(const struct token *t, uint8_t out[TOKEN_HASH_LEN])
 {
@@ -303,8 +317,9 @@ token_hash(const struct token *t, uint8_t out[TOKEN_HASH_LEN])
 	 * the interface has no error return and any fallback value could make
 	 * two different tokens compare equal, so stop instead.
 	 */
-	if ((ctx = EVP_MD_CTX_new()) == NULL ||
-	    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
+	if (pthread_once(&sha256_once, sha256_fetch) != 0 || sha256_md == NULL ||
+	    (ctx = EVP_MD_CTX_new()) == NULL ||
+	    EVP_DigestInit_ex2(ctx, sha256_md, NULL) != 1 ||
 	    EVP_DigestUpdate(ctx, TOKEN_HASH_TAG, strlen(TOKEN_HASH_TAG)) != 1 ||
 	    EVP_DigestUpdate(ctx, t->secret, sizeof(t->secret)) != 1 ||
 	    EVP_DigestFinal_ex(ctx, out, &n) != 1 || n != TOKEN_HASH_LEN)
