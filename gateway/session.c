@@ -63,7 +63,7 @@ struct session_hs {
 	struct store_token import;    /* PHASE_AWAIT_REGISTER: the proven token */
 };
 
-/* What an established tunnel keeps of its agent's record (136 bytes, not
+/* What an established tunnel keeps of its agent's record (132 bytes, not
  * the store_agent's 456: no key, no last error, no token, no times; they
  * are used from the record at hand when it arrives). */
 struct session_agent {

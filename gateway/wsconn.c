@@ -264,11 +264,14 @@ ws_frame_copy(uint8_t *p, const uint8_t *hdr, size_t n, const struct iovec *iov,
 	}
 }
 
-/* A ping or pong of an idle connection leaves at once, without arming the
- * bufferevent's write event (tls_write_now).  Returns 1 if sent, 0 if it
- * goes through the output, -1 if the connection failed (aborted). */
+/* A small frame (a ping, a pong, a tunnel's PING or PONG, a window
+ * update) of a connection with nothing queued leaves at once, without
+ * arming the bufferevent's write event (tls_write_now): an agent's
+ * keepalive ping is answered as cheaply as the gateway's own.  Returns 1
+ * if sent, 0 if it goes through the output, -1 if the connection failed
+ * (aborted). */
 static int
-ws_put_control_now(struct wsconn *c, const uint8_t *hdr, size_t n,
+ws_put_small_now(struct wsconn *c, const uint8_t *hdr, size_t n,
     const struct iovec *iov, int iovcnt, size_t len)
 {
 	uint8_t frame[TLS_WRITE_NOW_MAX];
@@ -307,8 +310,9 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 		ws_abort(c, why);
 		return -1;
 	}
-	if ((opcode == WS_OP_PING || opcode == WS_OP_PONG) &&
-	    (r = ws_put_control_now(c, hdr, n, iov, iovcnt, (size_t)len)) != 0)
+	/* Not a close frame: its end is seen by the write callback. */
+	if (opcode != WS_OP_CLOSE &&
+	    (r = ws_put_small_now(c, hdr, n, iov, iovcnt, (size_t)len)) != 0)
 		return r > 0 ? 0 : -1;
 	/* The whole frame in one piece of space, committed at once: a
 	 * failure leaves no half frame in the stream, and the TLS layer sees
