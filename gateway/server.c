@@ -1165,7 +1165,11 @@ tls_waiter_gone(evutil_socket_t fd)
  * waited more than half of --handshake-timeout (an agent gives up on the
  * whole TCP + TLS + upgrade after 10 s), is closed unread: it would cost
  * a handshake and most likely not finish in time.  Its client backs off
- * with jitter.  Cost: one poll() per connection taken from the queue. */
+ * with jitter.  Cost: one poll() per connection taken from the queue.
+ * The queue is served during a drain too: what waits there then is a
+ * balancer's /readyz probe (it must hear 503) or an agent moving away on
+ * RECONNECT (its dial must fail now, not at its 10 s deadline, so that it
+ * lets the draining tunnel go: docs/0017). */
 static void
 tls_slot_free(struct hconn *h)
 {
@@ -1176,8 +1180,7 @@ tls_slot_free(struct hconn *h)
 
 	h->tls_counted = 0;
 	srv->tls_handshakes--;
-	while (srv->qlen > 0 && srv->tls_handshakes < gw->limits.max_tls_handshakes &&
-	    !gw->stopping) {
+	while (srv->qlen > 0 && srv->tls_handshakes < gw->limits.max_tls_handshakes) {
 		struct tls_waiter w = srv->queue[srv->qhead];
 
 		srv->qhead = (srv->qhead + 1) % cap;

@@ -5,7 +5,10 @@
 # kernel's listen backlog (the listener paused, said in the log); when the
 # slot frees, both are served.  A connection that waited past half of
 # --handshake-timeout, or whose client closed, is closed unread and
-# counted as shed.
+# counted as shed.  During a drain (SIGTERM) the queue is still served: a
+# /readyz probe that waited for a slot hears 503, and the agent's redial on
+# RECONNECT is refused at once (not at its 10 s deadline), so the gateway
+# exits as soon as the agent has let its tunnel go.
 source "$(dirname "$0")/lib.sh"
 
 gateway_init
@@ -72,3 +75,34 @@ wait_until 10 "the closed waiter is shed" metric tether_tls_shed_total 1
 pass "a waiting connection whose client closed is closed unread, no handshake"
 gateway_stop
 
+
+# --- the queue is served during a drain ---
+readyz_code() { # readyz_code FILE: the status of one /readyz, into FILE
+	curl -s -o /dev/null -w '%{http_code}' --cacert "$GW_DIR/ca.crt" --max-time 60 \
+		"$GW_URL/readyz" >"$1" || true
+}
+gateway_start --max-tls-handshakes 1 --max-tls-queue 4 --drain-timeout 60000 \
+	--metrics-listen "127.0.0.1:$MP"
+cid=$(cluster_create admission)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" >/dev/null
+client_start n1
+wait_until 30 "n1 active" agent_is n1 active
+hold
+wait_until 10 "the held connection takes the slot" metric tether_tls_handshakes_in_progress 1
+readyz_code "$T/probe.code" & P=$!
+wait_until 10 "the probe waits for a slot" metric tether_tls_waiting 1
+kill -TERM "$GW_PID"
+wait_until 10 "the drain starts" grep -q 'msg="stopping: draining"' "$T/gateway.log"
+release
+wait "$P"
+[ "$(cat "$T/probe.code")" = 503 ] ||
+	fail "a /readyz probe queued for a TLS slot got '$(cat "$T/probe.code")' during the drain, not 503"
+pass "a probe queued for a TLS slot is served during the drain: 503"
+wait_until 20 "the draining gateway refuses the agent's new tunnel" \
+	grep -q 'msg="cannot open the tunnel".*http_status=503' "$T/client-n1.log"
+rc=0
+wait "$GW_PID" || rc=$?
+[ "$rc" -eq 0 ] || fail "gateway exited $rc after the drain (see gateway.log)"
+GW_PID=
+pass "the agent's redial was answered 503 (not left to its 10 s deadline) and the gateway exited 0 after it"
