@@ -73,7 +73,7 @@ bench-throughput: build
 	@bash tests/bench/throughput.sh
 
 # Every scale-and-speed figure (throughput, k8s proxy, idle tunnels, storm)
-# in one run, ~12 minutes on 2 CPUs.
+# in one run, ~7 minutes per build on 2 CPUs.
 bench-scale: build
 	@bash tests/bench/scale_speed.sh
 
