@@ -307,6 +307,30 @@ replica_start() {
 	PIDS+=("${RPID[$n]}")
 }
 
+# echo_server_start: a line echo server on loopback (tcpserver.py echo);
+# sets echo_port.
+echo_server_start() {
+	/usr/bin/python3 "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
+	PIDS+=($!)
+	wait_until 10 "echo server" test -s "$T/echo.port"
+	echo_port=$(cat "$T/echo.port")
+}
+
+# two_replicas_on_pg [serve flags]: a private PostgreSQL, a data dir whose
+# --url names replica 2, an echo server (echo_port), and replicas 1 and 2
+# started with the flags and ready.
+two_replicas_on_pg() {
+	pg_start
+	RPORT[1]=$(free_port)
+	RPORT[2]=$(free_port)
+	gateway_init --store "$PG_URL" --url "https://127.0.0.1:${RPORT[2]}"
+	echo_server_start
+	replica_start 1 "$@"
+	replica_start 2 "$@"
+	local i
+	for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
+}
+
 replica_ready() { # replica_ready N: its /readyz answers 200
 	curl -sf --cacert "$GW_DIR/ca.crt" "https://127.0.0.1:${RPORT[$1]}/readyz"
 }

@@ -11,20 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 
 PING=(--ping-interval 300 --ping-timeout 1000)
-pg_start
-RPORT[1]=$(free_port)
-RPORT[2]=$(free_port)
-gateway_init --store "$PG_URL" --url "https://127.0.0.1:${RPORT[2]}"
-
-py=$(command -v python3)
-$py "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
-PIDS+=($!)
-wait_until 10 "echo server" test -s "$T/echo.port"
-echo_port=$(cat "$T/echo.port")
-
-replica_start 1 "${PING[@]}"
-replica_start 2 "${PING[@]}"
-for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
+two_replicas_on_pg "${PING[@]}"
 export TETHER_SERVER=https://127.0.0.1:${RPORT[2]}
 
 cid=$(on 1 cluster create restart | jq -er .id)
