@@ -85,7 +85,8 @@
 #define HEAD_MAX            (16 * 1024)   /* upgrade response head */
 #define PROXY_HEAD_MAX      (8 * 1024)    /* a proxy's answer to CONNECT */
 #define BODY_MAX            (8 * 1024)    /* refusal body we read for a reason */
-#define REASON_MAX          256
+#define REASON_MAX          640           /* a refused interception says a lot */
+#define EOF_REASON_MAX      256
 #define DEFAULT_TIMEOUT_MS  10000
 #define DEFAULT_MAX_MESSAGE ((size_t)16 * 1024 * 1024)
 #define DEFAULT_MAX_QUEUE   ((size_t)8 * 1024 * 1024)
@@ -170,7 +171,7 @@ struct wsclient {
 
 	int paused;
 	int eof;                    /* the transport ended; see DEFER_EOF */
-	char eof_reason[REASON_MAX];
+	char eof_reason[EOF_REASON_MAX];
 
 	int dead;                   /* wsclient_free was called */
 	int close_reported;
@@ -471,6 +472,20 @@ wsclient_tls_context(const char *ca_file, char *err, size_t errlen)
 	return tls_context(ca_file, err, errlen);
 }
 
+int
+wsclient_tls_trust_more(struct ssl_ctx_st *ctx, const char *ca_file, char *err,
+    size_t errlen)
+{
+	char what[300], why[320];
+
+	if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) == 1)
+		return 0;
+	snprintf(what, sizeof(what), "cannot load CA file %s", ca_file);
+	openssl_reason(why, sizeof(why), what);
+	errf(err, errlen, "%s", why);
+	return -1;
+}
+
 /* An SSL for one connection to host: SNI for names, and the name or
  * address the certificate must carry. */
 static SSL *
@@ -519,6 +534,57 @@ at_proxy(const struct wsclient *c)
 	return c->proxy != NULL && !c->via_tunnel;
 }
 
+/* One name of a certificate (subject or issuer) as RFC 2253 text with
+ * every byte past ASCII escaped: it is the peer's text. */
+static void
+cert_name(const X509_NAME *name, char *out, size_t outlen)
+{
+	BIO *b = BIO_new(BIO_s_mem());
+	char *p;
+	long n;
+
+	snprintf(out, outlen, "(none)");
+	if (b == NULL || name == NULL ||
+	    X509_NAME_print_ex(b, name, 0, XN_FLAG_RFC2253) < 0) {
+		BIO_free(b);
+		return;
+	}
+	n = BIO_get_mem_data(b, &p);
+	if (n > 0)
+		text_printable(out, outlen, p, (size_t)n);
+	BIO_free(b);
+}
+
+/*
+ * The server's certificate does not verify against the CA this client
+ * trusts (for the agent: the gateway's CA, pinned at join).  Whatever
+ * answered presented someone else's certificate: a TLS-inspecting proxy or
+ * firewall is the usual reason, so the message names the certificate it
+ * got, its issuer, and what the operator can do about it.
+ */
+static void
+server_verify_error(struct wsclient *c, SSL *ssl, char *buf, size_t len)
+{
+	STACK_OF(X509) *chain = SSL_get_peer_cert_chain(ssl);
+	X509 *leaf = chain != NULL && sk_X509_num(chain) > 0 ?
+	    sk_X509_value(chain, 0) : NULL;
+	char subject[160], issuer[160];
+
+	cert_name(leaf != NULL ? X509_get_subject_name(leaf) : NULL, subject,
+	    sizeof(subject));
+	cert_name(leaf != NULL ? X509_get_issuer_name(leaf) : NULL, issuer,
+	    sizeof(issuer));
+	snprintf(buf, len, "TLS certificate verify failed for %s: %s; it got "
+	    "subject \"%s\" issued by \"%s\", which the pinned CA did not "
+	    "issue: %s%s%s may be intercepting TLS. Exempt %s from TLS "
+	    "inspection%s, or trust the proxy's CA deliberately "
+	    "(tether-client --trust-proxy-ca FILE)", c->host,
+	    X509_verify_cert_error_string(SSL_get_verify_result(ssl)), subject,
+	    issuer, c->proxy != NULL ? "proxy " : "a proxy or firewall",
+	    c->proxy != NULL ? c->proxy_name : "", c->proxy != NULL ? "" : " on the path",
+	    c->host, c->proxy != NULL ? " at the proxy (or list it in no-proxy)" : "");
+}
+
 /* Why the transport failed, as precisely as the layers below tell us. */
 static void
 transport_error(struct wsclient *c, short what, char *buf, size_t len)
@@ -540,9 +606,12 @@ transport_error(struct wsclient *c, short what, char *buf, size_t len)
 				last = e;
 		ssl = bufferevent_openssl_get_ssl(c->bev);
 		if (ssl != NULL && SSL_get_verify_result(ssl) != X509_V_OK) {
-			snprintf(buf, len, "TLS certificate verify failed for %s%s: %s",
-			    what_peer, peer, X509_verify_cert_error_string(
-			    SSL_get_verify_result(ssl)));
+			if (at_proxy(c))
+				snprintf(buf, len, "TLS certificate verify failed for "
+				    "proxy %s: %s", peer, X509_verify_cert_error_string(
+				    SSL_get_verify_result(ssl)));
+			else
+				server_verify_error(c, ssl, buf, len);
 			return;
 		}
 		if (last != 0) {

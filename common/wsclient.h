@@ -87,6 +87,15 @@ struct ssl_ctx_st *wsclient_tls_context(const char *ca_file, char *err,
     size_t errlen);
 
 /*
+ * Adds the CA certificates of the PEM file ca_file to what ctx (from
+ * wsclient_tls_context) trusts: the agent's --trust-proxy-ca, a
+ * TLS-inspecting proxy's CA pinned on purpose beside the gateway's.  Host
+ * names are still checked.  0, or -1 with a reason in err.
+ */
+int wsclient_tls_trust_more(struct ssl_ctx_st *ctx, const char *ca_file,
+    char *err, size_t errlen);
+
+/*
  * Starts connecting.  Returns the client, or NULL with a reason in err
  * (bad URL, unreadable CA file); network errors arrive later via on_close.
  */

@@ -17,12 +17,15 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # libpq-dev: the PostgreSQL store (gateway/store_pg.c); postgresql: the
 # private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
 # linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
+# tinyproxy, squid: the proxies of test_proxy*.sh; krb5-kdc, krb5-user: the
+# KDC and kinit/kadmin.local of the Negotiate proxy test.
 packages=(
 	build-essential cmake pkg-config
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
 	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev libsystemd-dev systemd strace tinyproxy
+	squid krb5-kdc krb5-user
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk

@@ -21,6 +21,7 @@
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
 
 #include "agent_metrics.h"
 #include "agent_tunnel.h"
@@ -35,6 +36,7 @@
 #include "state.h"
 #include "token.h"
 #include "url.h"
+#include "wsclient.h"
 struct agent {
 	const char *dir;
 	struct agent_options opt;
@@ -245,13 +247,45 @@ agent_fd_limit(const struct agent *a)
 		debug("open-files limit", KV_I("limit", now), KV_I("soft_was", was));
 }
 
+/*
+ * The TLS context every dial to the gateway uses: the CA pinned at join,
+ * plus, when the operator asked for it, a TLS-inspecting proxy's CA (then
+ * the proxy can read the tunnel: said loudly at every start).  NULL after
+ * logging why.
+ */
+static SSL_CTX *
+agent_tls_context(struct agent *a)
+{
+	char err[512];
+	SSL_CTX *ctx = wsclient_tls_context(a->ca_path, err, sizeof(err));
+
+	if (ctx == NULL) {
+		error("cannot load the gateway's CA", KV_S("err", err));
+		return NULL;
+	}
+	if (a->opt.trust_proxy_ca == NULL)
+		return ctx;
+	if (wsclient_tls_trust_more(ctx, a->opt.trust_proxy_ca, err, sizeof(err)) != 0) {
+		error("cannot load --trust-proxy-ca", KV_S("err", err));
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	warn("TRUSTING A TLS-INSPECTING PROXY'S CA FOR THE GATEWAY: whoever holds "
+	    "its key can read and change this node's tunnel; prefer exempting the "
+	    "gateway from TLS inspection", KV_S("trust_proxy_ca", a->opt.trust_proxy_ca),
+	    KV_S("gateway", a->st.gateway_url));
+	return ctx;
+}
+
 /* The tunnel, dialling now.  0, or -1 with exit_code set. */
 static int
 agent_start_tunnel(struct agent *a)
 {
+	SSL_CTX *ctx = agent_tls_context(a);
 	struct agent_tunnel_config cfg = {
 		.gateway_url = a->st.gateway_url,
 		.ca_file = a->ca_path,
+		.tls_ctx = ctx,
 		.node = a->st.node,
 		.cluster = a->st.cluster,
 		.agent_id = a->st.agent_id,
@@ -268,7 +302,12 @@ agent_start_tunnel(struct agent *a)
 		.arg = a,
 	};
 
+	if (ctx == NULL) {
+		a->exit_code = 1;
+		return -1;
+	}
 	a->tunnel = agent_tunnel_new(a->base, &cfg);
+	SSL_CTX_free(ctx);	/* the tunnel holds its own reference */
 	if (a->tunnel == NULL) {
 		error("out of memory");
 		a->exit_code = 1;

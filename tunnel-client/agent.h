@@ -21,6 +21,9 @@ struct agent_options {
 	const char *proxy_url;      /* HTTP CONNECT proxy (common/url.h), or NULL */
 	const char *no_proxy;       /* hosts reached directly (common/proxy.h), or NULL */
 	const char *proxy_ca_file;  /* CAs for an https:// proxy, or NULL: the system's */
+	/* A TLS-inspecting proxy's CA, trusted for the gateway beside the CA
+	 * pinned at join (loudly), or NULL */
+	const char *trust_proxy_ca;
 	uint32_t ping_interval_ms;  /* tunnel silence before the agent pings */
 	uint32_t ping_timeout_ms;   /* then silence before it drops and redials */
 };
@@ -33,6 +36,7 @@ struct agent_options {
 	.proxy_url = NULL, \
 	.no_proxy = NULL, \
 	.proxy_ca_file = NULL, \
+	.trust_proxy_ca = NULL, \
 	.ping_interval_ms = 20000, \
 	.ping_timeout_ms = 30000, \
 }

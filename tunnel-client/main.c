@@ -105,6 +105,7 @@ proxy_settings(const struct opt_set *o, struct agent_options *opt)
 	if (opt->no_proxy == NULL)
 		opt->no_proxy = env_first("no_proxy", "NO_PROXY", &which);
 	opt->proxy_ca_file = opts_str(o, RUN_OPT_PROXY_CACERT);
+	opt->trust_proxy_ca = opts_str(o, RUN_OPT_TRUST_PROXY_CA);
 	return 0;
 }
 

@@ -68,6 +68,11 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	[RUN_OPT_PROXY_CACERT] = { .name = "proxy-cacert", .type = OPT_STRING,
 	    .arg = "FILE", .def_help = "the system's CAs",
 	    .help = "PEM CA certificates that verify an https:// proxy" },
+	[RUN_OPT_TRUST_PROXY_CA] = { .name = "trust-proxy-ca", .type = OPT_STRING,
+	    .arg = "FILE", .def_help = "off: only the CA pinned at join",
+	    .help = "also accept gateway certificates issued by this CA (PEM): "
+	    "a TLS-inspecting proxy's, on purpose; it can then read the tunnel, "
+	    "and a warning says so at every start" },
 };
 
 const struct opt_command run_command = {
