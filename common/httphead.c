@@ -352,6 +352,50 @@ enum {
 	BE_DONE
 };
 
+int
+http_answer_bodiless(int status, int head_request)
+{
+	return head_request || status / 100 == 1 || status == 204 ||
+	    status == 304;
+}
+
+enum http_answer_kind
+http_answer_body(int status, const struct http_framing *f, int head_request,
+    int upgrade_request, const char **why)
+{
+	int framed = f->chunked || f->has_length;
+
+	if (status < 100 || status > 999) {
+		*why = "a status outside 100-999";
+		return HTTP_ANSWER_REFUSED;
+	}
+	if (status / 100 == 1 && framed) {
+		*why = "a 1xx answer with Content-Length or Transfer-Encoding";
+		return HTTP_ANSWER_REFUSED;
+	}
+	if (status == 204 && framed) {
+		*why = "a 204 answer with Content-Length or Transfer-Encoding";
+		return HTTP_ANSWER_REFUSED;
+	}
+	if (status == 101 && !upgrade_request) {
+		*why = "a 101 Switching Protocols to a request that asked for no upgrade";
+		return HTTP_ANSWER_REFUSED;
+	}
+	if (status == 101 && !f->upgrade) {
+		*why = "a 101 Switching Protocols without an Upgrade header";
+		return HTTP_ANSWER_REFUSED;
+	}
+	if (status == 101)
+		return HTTP_ANSWER_SWITCH;
+	if (status / 100 == 1)
+		return HTTP_ANSWER_INTERIM;
+	if (http_answer_bodiless(status, head_request))
+		return HTTP_ANSWER_NONE;
+	if (f->chunked)
+		return HTTP_ANSWER_CHUNKED;
+	return f->has_length ? HTTP_ANSWER_LENGTH : HTTP_ANSWER_TO_EOF;
+}
+
 void
 http_body_end_init(struct http_body_end *e, const struct http_framing *f)
 {

@@ -13,7 +13,9 @@
  *
  * http_head_check is the one set of framing rules for every head the
  * gateway passes on: a client's request to /k8s/clusters/ID and the
- * node's answer to it (docs/0007).
+ * node's answer to it (docs/0007); http_answer_body says what follows an
+ * answer's head (RFC 9110: which statuses have no body, when a 101 may
+ * switch protocols).
  */
 #ifndef TETHER_HTTPHEAD_H
 #define TETHER_HTTPHEAD_H
@@ -85,6 +87,42 @@ struct http_framing {
  */
 int http_head_check(const char *head, size_t len, struct http_framing *f,
     const char **why);
+
+/* What follows an answer's head (http_answer_body). */
+enum http_answer_kind {
+	HTTP_ANSWER_REFUSED,    /* framed against RFC 9110: not passed on */
+	HTTP_ANSWER_INTERIM,    /* a 1xx but 101: no body; the answer's head follows */
+	HTTP_ANSWER_SWITCH,     /* 101 to a request that asked to upgrade: raw bytes */
+	HTTP_ANSWER_NONE,       /* complete at its head (204, 304, to a HEAD) */
+	HTTP_ANSWER_LENGTH,     /* Content-Length bytes */
+	HTTP_ANSWER_CHUNKED,    /* chunks */
+	HTTP_ANSWER_TO_EOF      /* until the connection closes */
+};
+
+/*
+ * 1 when an answer with this status, to a request with this method, has
+ * no body whatever its headers say (RFC 9110 6.4.1: any 1xx, 204 and 304,
+ * and every answer to HEAD), else 0.  head_request: the request's method
+ * was HEAD.  What a response parser is told at the end of the head.
+ */
+int http_answer_bodiless(int status, int head_request);
+
+/*
+ * What follows an answer head that passed http_head_check (f is what it
+ * found), for a request that was a HEAD (head_request) and asked to
+ * upgrade (upgrade_request: an Upgrade header and Connection: upgrade):
+ *   - a 1xx or a 204 with Content-Length or Transfer-Encoding (RFC 9110
+ *     8.6, 15.3.5; RFC 9112 6.1: a server must not send them) is refused;
+ *   - a 101 is refused unless the request asked to upgrade and the answer
+ *     names the protocol (an Upgrade header), else it switches;
+ *   - another 1xx is interim; a 204, a 304 or an answer to HEAD has no
+ *     body (a 304's Content-Length describes what a 200 would carry);
+ *   - else chunks, a length, or bytes until the connection closes.
+ * status outside 100..999 is refused.  Returns the kind; *why (a static
+ * string) is set only when refused.  Pure: no allocation.
+ */
+enum http_answer_kind http_answer_body(int status, const struct http_framing *f,
+    int head_request, int upgrade_request, const char **why);
 
 /*
  * Where a request's body ends, found as its bytes arrive (the agent's

@@ -21,8 +21,14 @@
  * written again without Connection and Keep-Alive, because the client's
  * connection is ours to keep or close; its body is relayed byte for byte,
  * as it arrives, and parsed only to find where it ends, so that the
- * client's connection carries the next request.  A 101 turns the exchange
- * into raw bytes both ways until either side ends.
+ * client's connection carries the next request.  What follows a head is
+ * as RFC 9110 says, whatever its headers say (http_answer_body): nothing
+ * after a 1xx, 204 or 304 or an answer to HEAD; a 1xx or 204 that names a
+ * length or chunks is refused (502), and so is a 101 to a request that
+ * asked for no upgrade.  A 101 to one that did turns the exchange into raw
+ * bytes both ways until either side ends.  Bytes past a complete answer
+ * are never relayed: they end the upstream connection (not parked; a
+ * parked stream that hears from its node is dropped).
  *
  *   OPENING --OPEN_OK--> HEAD --head read--> HEAD_END --its last byte--> BODY --end--> DONE
  *      |                  |                               |      \--1xx--> HEAD
@@ -131,6 +137,7 @@ struct k8s_exchange {
 	int body_chunked;             /* encode the request body in chunks */
 	int in_paused;                /* the server stopped reading for us */
 	int head_method;              /* HEAD: the answer has no body */
+	enum http_answer_kind answer; /* what follows the answer's head */
 
 	/* The answer. */
 	http_parser rp;
@@ -537,7 +544,10 @@ rp_on_headers_complete(http_parser *p)
 	/* Stop at the head's last byte: its end is where the body begins. */
 	x->rp_paused = 1;
 	http_parser_pause(p, 1);
-	return x->head_method ? 1 : 0;      /* 1: no body follows */
+	/* 1: no body follows, whatever the headers say (a 1xx, 204, 304, an
+	 * answer to HEAD: RFC 9110 6.4.1).  http-parser would read a 204's
+	 * or a 304's Content-Length as a body. */
+	return http_answer_bodiless(p->status_code, x->head_method);
 }
 
 static int
@@ -595,13 +605,7 @@ hop_by_hop(const char *name)
 static int
 needs_eof(const struct k8s_exchange *x)
 {
-	int st = x->rp.status_code;
-
-	if (x->head_method || st / 100 == 1 || st == 204 || st == 304)
-		return 0;
-	if (x->rp.flags & F_CHUNKED)
-		return 0;
-	return x->rp.content_length == ULLONG_MAX;
+	return x->answer == HTTP_ANSWER_TO_EOF;
 }
 
 /* "HTTP/1.1 NNN REASON\r\n" (status 100-999, from http-parser).  Written
@@ -662,7 +666,8 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 {
 	struct evbuffer *out = exchange_output(x->h);
 	int status = x->rp.status_code, r = 0;
-	int sw = status == 101, info1xx = status / 100 == 1 && !sw;
+	int sw = x->answer == HTTP_ANSWER_SWITCH;
+	int info1xx = x->answer == HTTP_ANSWER_INTERIM;
 	size_t hlen = evbuffer_get_length(x->rhdrs), rlen, before;
 	const char *p, *end, *reason;
 
@@ -717,8 +722,10 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 }
 
 /* The whole answer head is in rraw: it must frame the answer in one way
- * only (httphead.h), as a client's request must.  Returns 0, or -1 with
- * the reason in why. */
+ * only (httphead.h), as a client's request must, and as RFC 9110 says for
+ * its status (http_answer_body: x->answer).  Returns 0, -1 (ambiguous) or
+ * -2 (framed as RFC 9110 forbids, or an unasked-for 101) with the reason
+ * in why. */
 static int
 check_answer_head(struct k8s_exchange *x, const char **why)
 {
@@ -737,7 +744,9 @@ check_answer_head(struct k8s_exchange *x, const char **why)
 	if (http_head_check(raw, len, &f, why) != 0)
 		return -1;
 	evbuffer_drain(x->rraw, len);
-	return 0;
+	x->answer = http_answer_body(x->rp.status_code, &f, x->head_method,
+	    x->upgrade_req, why);
+	return x->answer == HTTP_ANSWER_REFUSED ? -2 : 0;
 }
 
 /* Answer bytes from the agent. */
@@ -747,6 +756,7 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 	char msg[256];
 	const char *why = NULL;
 	size_t n, take, credit_now = 0;
+	int r;
 
 	while (len > 0 && x->h != NULL && x->state != X_DONE) {
 		switch (x->state) {
@@ -784,10 +794,10 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 				x_fail(x, 502, "out of memory");
 				return;
 			}
-			if (check_answer_head(x, &why) != 0) {
+			if ((r = check_answer_head(x, &why)) != 0) {
 				snprintf(msg, sizeof(msg), "the %s service of node %s "
-				    "answered an ambiguous head: %s", K8S_SERVICE,
-				    x->node, why);
+				    "answered %s: %s", K8S_SERVICE, x->node, r == -1 ?
+				    "an ambiguous head" : "a head it may not send", why);
 				x_fail(x, 502, msg);
 				return;
 			}

@@ -85,8 +85,9 @@ struct route_exchange {
 	/* After exchange_go_raw: takes what it can of in.  0 if it took it
 	 * all, 1 if full (exchange_resume_input follows). */
 	int (*raw_input)(void *x, struct evbuffer *in);
-	/* The client's connection is gone: x is freed; no exchange_* call on
-	 * its connection may follow. */
+	/* The client's connection is gone, or ends because the request's
+	 * body was malformed (nothing more is written to it): x is freed; no
+	 * exchange_* call on its connection may follow. */
 	void (*client_gone)(void *x);
 };
 

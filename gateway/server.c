@@ -848,6 +848,21 @@ exchange_abort(struct hconn *h)
 	hconn_end(h);
 }
 
+/* The body of an exchange's request is malformed (a bad chunk, a
+ * duplicate Authorization trailer) while its answer may be streaming: no
+ * answer of ours may go into the middle of it, so the exchange ends (the
+ * route's client_gone) and so does the connection. */
+static void
+hconn_exchange_malformed(struct hconn *h)
+{
+	void *x = h->x;
+
+	h->x = NULL;
+	if (x != NULL)
+		h->srv->exchange->exchange->client_gone(x);
+	hconn_end(h);
+}
+
 /* ---- dispatching ---- */
 
 static void
@@ -908,6 +923,10 @@ hconn_process(struct hconn *h)
 			status = http_reader_error(h->reader, &reason);
 			info("http request refused", KV_S("peer", h->peer),
 			    KV_I("status", status), KV_S("reason", reason));
+			if (h->state == HC_EXCHANGING) {
+				hconn_exchange_malformed(h);
+				break;
+			}
 			if (h->state == HC_READING &&
 			    http_reader_streamed(h->reader))
 				h->srv->exchange->exchange->unreadable(h,

@@ -5,7 +5,10 @@
  * Keep-Alive dropped (`Connection: close` again only when the head asked
  * to close, `Upgrade, close` for an upgrade), and everything else is kept
  * byte for byte; malformed heads and bad tokens are refused.  The framing rules of
- * http_head_check: every ambiguous head is refused with its reason.
+ * http_head_check: every ambiguous head is refused with its reason.  What
+ * follows an answer head (http_answer_body): nothing after a 1xx, 204, 304
+ * or an answer to HEAD; a 1xx or 204 that names a length or chunks, and a
+ * 101 nobody asked for, refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -432,6 +435,64 @@ test_body_end_found_for_each_framing(void **state)
 	check_body_end(te, "0\r\n\n", -1);               /* bare LF at the end */
 }
 
+/* kind of status with framing f, for a plain GET (or HEAD, or an upgrade). */
+static enum http_answer_kind
+answer(int status, int chunked, int has_length, int upgrade_hdr, int head,
+    int upgrade_req)
+{
+	struct http_framing f = { .chunked = chunked, .has_length = has_length,
+	    .length = has_length ? 10 : 0, .upgrade = upgrade_hdr };
+	const char *why = NULL;
+	enum http_answer_kind k = http_answer_body(status, &f, head, upgrade_req,
+	    &why);
+
+	assert_int_equal(k == HTTP_ANSWER_REFUSED, why != NULL);
+	return k;
+}
+
+static void
+test_answer_bodiless_statuses(void **state)
+{
+	assert_true(http_answer_bodiless(100, 0));
+	assert_true(http_answer_bodiless(101, 0));
+	assert_true(http_answer_bodiless(103, 0));
+	assert_true(http_answer_bodiless(204, 0));
+	assert_true(http_answer_bodiless(304, 0));
+	assert_true(http_answer_bodiless(200, 1));
+	assert_false(http_answer_bodiless(200, 0));
+	assert_false(http_answer_bodiless(205, 0));
+	assert_false(http_answer_bodiless(404, 0));
+	/* 304 may say how long a 200 would be; no body follows. */
+	assert_int_equal(answer(304, 0, 1, 0, 0, 0), HTTP_ANSWER_NONE);
+	assert_int_equal(answer(304, 1, 0, 0, 0, 0), HTTP_ANSWER_NONE);
+	assert_int_equal(answer(204, 0, 0, 0, 0, 0), HTTP_ANSWER_NONE);
+	assert_int_equal(answer(200, 0, 1, 0, 1, 0), HTTP_ANSWER_NONE);
+	assert_int_equal(answer(200, 1, 0, 0, 1, 0), HTTP_ANSWER_NONE);
+	assert_int_equal(answer(100, 0, 0, 0, 0, 0), HTTP_ANSWER_INTERIM);
+	assert_int_equal(answer(103, 0, 0, 0, 0, 1), HTTP_ANSWER_INTERIM);
+	assert_int_equal(answer(200, 0, 1, 0, 0, 0), HTTP_ANSWER_LENGTH);
+	assert_int_equal(answer(200, 1, 0, 0, 0, 0), HTTP_ANSWER_CHUNKED);
+	assert_int_equal(answer(200, 0, 0, 0, 0, 0), HTTP_ANSWER_TO_EOF);
+}
+
+static void
+test_answer_refusals(void **state)
+{
+	/* RFC 9110 8.6, 15.3.5; RFC 9112 6.1. */
+	assert_int_equal(answer(204, 0, 1, 0, 0, 0), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(204, 1, 0, 0, 0, 0), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(204, 0, 1, 0, 1, 0), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(100, 0, 1, 0, 0, 0), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(103, 1, 0, 0, 0, 0), HTTP_ANSWER_REFUSED);
+	/* A 101 only for a request that asked to upgrade, naming the protocol. */
+	assert_int_equal(answer(101, 0, 0, 1, 0, 0), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(101, 0, 0, 0, 0, 1), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(101, 0, 1, 1, 0, 1), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(101, 0, 0, 1, 0, 1), HTTP_ANSWER_SWITCH);
+	assert_int_equal(answer(99, 0, 0, 0, 0, 0), HTTP_ANSWER_REFUSED);
+	assert_int_equal(answer(1000, 0, 0, 0, 0, 0), HTTP_ANSWER_REFUSED);
+}
+
 int
 main(void)
 {
@@ -454,6 +515,8 @@ main(void)
 		cmocka_unit_test(test_check_accepts_one_framing),
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
 		cmocka_unit_test(test_body_end_found_for_each_framing),
+		cmocka_unit_test(test_answer_bodiless_statuses),
+		cmocka_unit_test(test_answer_refusals),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
