@@ -2,7 +2,7 @@
  * wsframe.h: what both ends of a WebSocket (RFC 6455) share: the opcodes,
  * the handshake's GUID and accept key, the frame header (written and
  * parsed) and payload masking.  The client (common/wsclient.c) and the
- * gateway's server side (gateway/wsconn.c, gateway/server.c) use these;
+ * gateway's server side (gateway/transport/wsconn.c, gateway/transport/server.c) use these;
  * no libevent, so the fuzz build compiles it (common/wsframe.c).
  */
 #ifndef TETHER_WSFRAME_H

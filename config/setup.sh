@@ -14,7 +14,7 @@ fi
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-# libpq-dev: the PostgreSQL store (gateway/store_pg.c); postgresql: the
+# libpq-dev: the PostgreSQL store (gateway/store/store_pg.c); postgresql: the
 # private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
 # linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
 # tinyproxy, squid: the proxies of test_proxy*.sh; krb5-kdc, krb5-user: the

@@ -30,11 +30,13 @@
 #include "livestreams.h"
 #include "log.h"
 #include "metrics.h"
+#include "metrics_route.h"
 #include "netaddr.h"
 #include "notices.h"
 #include "presence.h"
 #include "prom_http.h"
-#include "peer.h"
+#include "peer_link.h"
+#include "peer_route.h"
 #include "route.h"
 #include "runtime.h"
 #include "sdnotify.h"
@@ -600,7 +602,7 @@ cmd_serve(int argc, char **argv)
 	}
 	gw.hub = hub_new(&hub_ops);
 	gw.base = runtime_event_base();
-	if (gw.hub == NULL || gw.base == NULL) {
+	if (gw.hub == NULL || gw.base == NULL || peer_route_init(&gw) != 0) {
 		error("out of memory");
 		goto out;
 	}
@@ -692,7 +694,7 @@ out:
 	presence_stop(&gw);
 	server_stop(&gw);
 	/* After the accepted links ended with the server's connections. */
-	peer_shutdown(&gw);
+	peer_link_shutdown(&gw);
 	/* After the sessions (their last state changes are queued), before
 	 * the loop that its eventfd watch belongs to. */
 	store_worker_stop(gw.storew);

@@ -1,6 +1,6 @@
 /*
  * fuzz_api_body.c: libFuzzer target for the admin API's request bodies
- * (gateway/apibody.c).  The first byte picks the route's body kind, the
+ * (gateway/routes/apibody.c).  The first byte picks the route's body kind, the
  * rest is the body.
  *
  * Checks beyond "no crash, no leak": a refusal is 400 or 413 with a reason

@@ -1,8 +1,8 @@
 /*
  * fuzz_dial_query.c: libFuzzer target for what the dial endpoint reads
  * from a client before it opens anything: the request target's query,
- * percent-decoded by the request reader (gateway/http.c), its parameters
- * (api_query_param, gateway/apibody.c) and the target's syntax
+ * percent-decoded by the request reader (gateway/transport/http.c), its parameters
+ * (api_query_param, gateway/routes/apibody.c) and the target's syntax
  * (target_parse, common/hostname.c).  The input is the raw query.
  *
  * Checks beyond "no crash": a parameter value never holds '&'; an accepted

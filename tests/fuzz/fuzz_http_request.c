@@ -1,5 +1,5 @@
 /*
- * fuzz_http_request.c: libFuzzer target for gateway/http.c, the code that
+ * fuzz_http_request.c: libFuzzer target for gateway/transport/http.c, the code that
  * turns a TLS connection's first bytes into requests (http-parser underneath
  * is Debian's; what is fuzzed here is ours: the callbacks that collect URL
  * and header pieces, the limits, the URL split and percent-decoding).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateway's own HTTP/1.1 server (gateway/server.c, gateway/http.c):
+# The gateway's own HTTP/1.1 server (gateway/transport/server.c, gateway/transport/http.c):
 # keep-alive, pipelining, the head and body limits, malformed requests,
 # WebSocket upgrades refused with a reason, and slow clients dropped at the
 # request deadline (--http-timeout).  Ends with a connection still open at

@@ -1,6 +1,6 @@
 /*
  * test_apibody.c: what a client sends, read before anything acts on it:
- * the admin API's JSON bodies and query parameters (gateway/apibody.c) and
+ * the admin API's JSON bodies and query parameters (gateway/routes/apibody.c) and
  * the targets of the dial endpoint and forward OPENs (target_parse in
  * common/hostname.c).  Each refusal has its status and reason; nothing a
  * client sends is guessed at (a parameter given twice, a value too long).

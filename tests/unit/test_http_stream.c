@@ -1,5 +1,5 @@
 /*
- * test_http_stream.c: the request reader's pass-on mode (gateway/http.c,
+ * test_http_stream.c: the request reader's pass-on mode (gateway/transport/http.c,
  * http_reader_stream), which the /k8s/ proxy relies on: a matching request
  * with a body is reported at its head, its decoded body goes to the sink
  * whatever its size, then the request completes; headers are kept whole;

@@ -1,5 +1,5 @@
 /*
- * test_store_worker.c: the store thread (gateway/store_worker.c) on a real
+ * test_store_worker.c: the store thread (gateway/store/store_worker.c) on a real
  * SQLite file: jobs run on another thread in the order they were queued,
  * their done callbacks run on the loop's thread, a full queue refuses, and
  * stopping runs what was queued before calling every done.

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gateway.h"
-#include "peer.h"
+#include "peer_link.h"
 #include "session.h"
 
 void
@@ -29,6 +29,6 @@ reach_open_stream(struct gateway *gw, const struct reach *r, const char *princip
 	if (r->local != NULL)
 		return session_open_stream(r->local, principal, target, service, h,
 		    arg, err, errlen);
-	return peer_open_stream(gw, r->replica, r->peer_url, r->agent_id,
+	return peer_link_open_stream(gw, r->replica, r->peer_url, r->agent_id,
 	    principal, target, service, h, arg, err, errlen);
 }

@@ -1,6 +1,6 @@
 /*
  * route.h: what a route is, for the transport (server.c) and the routes
- * (api.c, ui.c, metrics_render.c, dial.c, k8s.c, tunnel.c).
+ * (api.c, ui.c, metrics_route.c, dial.c, k8s.c, tunnel.c).
  *
  * The transport knows TLS, HTTP/1.1 and WebSocket and no route by name:
  * each route registers a struct route (main.c builds the table), and the

@@ -1,5 +1,5 @@
 /*
- * peer.c: links between gateway replicas (see peer.h and
+ * peer_link.c: links between gateway replicas (see peer_link.h and
  * docs/0020-peer-links.md).
  *
  * One struct link per other replica this one has talked to, keyed by the
@@ -9,7 +9,7 @@
  *    (backoff)   \                        ^
  *                 `--their dial arrives--/   (accepted: UP at once)
  *
- * The link's multiplexer exists from DIALING on, so peer_open_stream hands
+ * The link's multiplexer exists from DIALING on, so peer_link_open_stream hands
  * out a stream at once; its OPEN waits in `held` until the transport is up
  * (at most PEER_WAITING_MAX streams wait).  Either side opens streams on a
  * link, whoever dialed: stream ids are odd on the replica whose id sorts
@@ -27,15 +27,14 @@
  * doubling to PEER_BACKOFF_MAX_MS; reset once a link is up).
  *
  * The far side of a stream (replica B): an OPEN names the agent and the
- * principal; the agent's tunnel must be here and active, and the stream is
- * then spliced to a new stream on it by relay_start_stream, exactly like a
- * `tetherctl forward` stream, so credit flows end to end.
+ * principal, and goes to the handler the /v1/peer route set
+ * (routes/peer_route.c), which splices it to the agent's tunnel.
  *
  * Memory: a link is ~1 KiB plus its multiplexer; held OPENs at most
  * PEER_WAITING_MAX frames of ~500 bytes; streams at most PEER_MAX_STREAMS
  * per link, their windows charged to gw->budget.
  */
-#include "peer.h"
+#include "peer_link.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -50,23 +49,16 @@
 #include "frame.h"
 #include "gateway.h"
 #include "http.h"
-#include "hub.h"
 #include "log.h"
 #include "mux.h"
-#include "reach.h"
-#include "relay.h"
 #include "route.h"
 #include "runtime.h"
 #include "server.h"
-#include "session.h"
 #include "shares.h"
 #include "tlspeer.h"
 #include "wsclient.h"
 #include "wsconn.h"
 
-#define PEER_PATH               "/v1/peer"
-#define PEER_SUBPROTOCOL        "tether.peer.v1"
-#define PEER_HEADER             "Tether-Replica"
 #define PEER_LINKS_MAX          256     /* replicas linked (or remembered) at once */
 #define PEER_WAITING_MAX        64      /* streams waiting for a link to come up */
 #define PEER_HELD_MAX           (2 * PEER_WAITING_MAX)  /* their frames (OPEN, RESET) */
@@ -103,6 +95,7 @@ struct peers {
 	LIST_HEAD(link_list, link) links;
 	unsigned nlinks;
 	SSL_CTX *tls;                 /* the dialing side's (our certificate) */
+	peer_link_open_fn *on_open;   /* the far side of an OPEN (the /v1/peer route) */
 };
 
 static void link_down(struct link *l, const char *why);
@@ -220,41 +213,20 @@ link_send_frame(struct link *l, const struct frame *f)
 
 /* ---- the far side of a stream: an OPEN from the other replica ---- */
 
+/* Hands the OPEN to the handler the /v1/peer route set (peer_link.h). */
 static void
 link_on_open(struct mux *m, struct mux_stream *s, const struct frame_open *req,
     void *arg)
 {
 	struct link *l = arg;
-	struct gateway *gw = l->peers->gw;
-	struct session *agent;
-	struct reach here;
-	struct relay_who who = { 0 };
-	char reason[FRAME_REASON_MAX + 1];
+	struct peers *p = l->peers;
 
-	if (req->agent[0] == '\0' || req->principal[0] == '\0') {
-		mux_stream_refuse(s, "protocol", "an OPEN on a peer link names the "
-		    "agent and the principal");
+	if (p->on_open == NULL) {
+		mux_stream_refuse(s, "agent_not_here", "this replica takes no streams "
+		    "from other replicas");
 		return;
 	}
-	agent = hub_find(gw->hub, req->agent);
-	if (agent == NULL) {
-		snprintf(reason, sizeof(reason), "agent %s has no tunnel on replica %s",
-		    req->agent, gw->replica_id);
-		mux_stream_refuse(s, "agent_not_here", reason);
-		return;
-	}
-	if (!session_is_active(agent)) {
-		snprintf(reason, sizeof(reason), "agent %s is not active", req->agent);
-		mux_stream_refuse(s, "agent_inactive", reason);
-		return;
-	}
-	who.principal = req->principal;
-	who.cluster = session_cluster(agent);
-	who.target = req->target[0] != '\0' ? req->target : req->service;
-	who.service = req->service[0] != '\0' ? req->service : NULL;
-	who.via = l->replica;
-	reach_local(&here, gw, agent);
-	relay_start_stream(gw, &here, s, &who);
+	p->on_open(p->gw, l->replica, s, req);
 }
 
 static const struct mux_handlers link_mux_handlers = {
@@ -597,21 +569,7 @@ link_down(struct link *l, const char *why)
 	mux_free_as(m, "peer_unreachable", reason);
 }
 
-/* ---- the route: GET /v1/peer from another replica ---- */
-
-static int
-peer_matches(const char *path)
-{
-	return strcmp(path, PEER_PATH) == 0;
-}
-
-static void
-peer_request(struct gateway *gw, const struct route_request *req,
-    struct route_response *r)
-{
-	route_respond_error(r, 400, "%s takes a WebSocket upgrade with the "
-	    "subprotocol %s, from another replica", PEER_PATH, PEER_SUBPROTOCOL);
-}
+/* ---- their dial arrives (peer_link.h) ---- */
 
 /* Takes the accepted connection as l's transport (l DOWN or DIALING). */
 static int
@@ -643,25 +601,13 @@ link_adopt(struct link *l, struct upgrade *u)
 	return 0;
 }
 
-static void
-peer_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade *u)
+void
+peer_link_accept(struct gateway *gw, const char *replica, struct upgrade *u)
 {
-	const char *replica = req->replica != NULL ? req->replica : "";
 	struct peers *p;
 	struct link *l;
 	char err[160];
 
-	if (!req->from_replica) {
-		warn("peer link refused: not a replica", KV_S("peer", upgrade_peer(u)));
-		upgrade_refuse(u, 403, PEER_PATH " takes only the gateway's replicas: "
-		    "no certificate with the gateway's own key was presented");
-		return;
-	}
-	if (!http_token_list_has(upgrade_offered_protocols(u), PEER_SUBPROTOCOL)) {
-		upgrade_refuse(u, 400, PEER_PATH " needs the WebSocket subprotocol "
-		    PEER_SUBPROTOCOL);
-		return;
-	}
 	if (!replica_id_ok(replica) || strcmp(replica, gw->replica_id) == 0) {
 		upgrade_refuse(u, 400, PEER_PATH " needs the dialing replica's id "
 		    "(1 to 63 of A-Z a-z 0-9 . _ -, not this replica's) in " PEER_HEADER);
@@ -686,18 +632,21 @@ peer_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 	(void)link_adopt(l, u);
 }
 
-const struct route peer_route = {
-	.name = "peer",
-	.matches = peer_matches,
-	.request = peer_request,
-	.upgrade = peer_upgrade,
-	.mtls_port = 1,
-};
+int
+peer_link_set_open_handler(struct gateway *gw, peer_link_open_fn *on_open)
+{
+	struct peers *p = peers_get(gw);
 
-/* ---- opening a stream (peer.h) ---- */
+	if (p == NULL)
+		return -1;
+	p->on_open = on_open;
+	return 0;
+}
+
+/* ---- opening a stream (peer_link.h) ---- */
 
 struct mux_stream *
-peer_open_stream(struct gateway *gw, const char *replica, const char *peer_url,
+peer_link_open_stream(struct gateway *gw, const char *replica, const char *peer_url,
     const char *agent_id, const char *principal, const char *target, const char *service,
     const struct mux_stream_handlers *h, void *arg, char *err, size_t errlen)
 {
@@ -751,7 +700,7 @@ peer_open_stream(struct gateway *gw, const char *replica, const char *peer_url,
 }
 
 void
-peer_shutdown(struct gateway *gw)
+peer_link_shutdown(struct gateway *gw)
 {
 	struct peers *p = gw->peers;
 	struct link *l;

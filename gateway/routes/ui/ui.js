@@ -1,4 +1,4 @@
-// ui.js: the status page (gateway/ui.h).  Takes the token from the sign-in
+// ui.js: the status page (gateway/routes/ui.h).  Takes the token from the sign-in
 // form or from #token=... in the address (the fragment never reaches the
 // server), keeps it in sessionStorage and clears it from the address bar,
 // then polls GET /v1/status every 2 s and redraws the tables.  Every value

@@ -1,5 +1,5 @@
 /*
- * store_request.h: a request route whose answer needs the store, without
+ * answer_later.h: a request route whose answer needs the store, without
  * the loop waiting for the database (docs/0022).  The route's work is cut
  * in two: a store part, run on the store thread (store_worker.h) with its
  * own connection, and an answer part, run on the loop once the store part
@@ -10,15 +10,15 @@
  * on) and its answer is dropped.
  *
  * Used by the admin API (api.c), the status page's data (ui.c) and
- * GET /metrics (metrics_render.c).
+ * GET /metrics (metrics_route.c).
  *
  * Costs: one job node and one ticket per request while it is out; at most
- * STORE_REQUEST_MAX requests out at once (past it, or when the store
+ * ANSWER_LATER_MAX requests out at once (past it, or when the store
  * thread's queue is full, 503 with a reason): a client looping on the
  * admin API fills this cap, never the queue agents' handshakes share.
  */
-#ifndef TETHER_STORE_REQUEST_H
-#define TETHER_STORE_REQUEST_H
+#ifndef TETHER_ANSWER_LATER_H
+#define TETHER_ANSWER_LATER_H
 
 #include <stddef.h>
 
@@ -27,30 +27,30 @@ struct store;
 struct route_request;
 struct route_response;
 
-#define STORE_REQUEST_MAX 256
+#define ANSWER_LATER_MAX 256
 
 /* On the store thread: may touch only arg and st.  authorization: the
  * request's Authorization header ("" if none), copied, wiped once this
  * returns (the check of who asks belongs in the store part: it reads the
  * token). */
-typedef void store_request_store_fn(struct store *st, const char *authorization,
+typedef void answer_later_store_fn(struct store *st, const char *authorization,
     void *arg);
 /* On the loop: fills r (route.h's route_respond_*). */
-typedef void store_request_answer_fn(struct gateway *gw, void *arg,
+typedef void answer_later_answer_fn(struct gateway *gw, void *arg,
     struct route_response *r);
 
 /*
  * From a request route's call: runs store(st, arg) on the store thread,
  * then answer(gw, arg, &resp) on the loop, sends resp and calls
- * free_arg(arg).  When that cannot start (STORE_REQUEST_MAX out, the
+ * free_arg(arg).  When that cannot start (ANSWER_LATER_MAX out, the
  * store's queue full, out of memory), answers now through resp (503 or
  * 500 with the reason) and frees arg; neither part runs.  Loop only.
  */
-void store_request(struct gateway *gw, const struct route_request *req,
-    struct route_response *resp, store_request_store_fn *store,
-    store_request_answer_fn *answer, void (*free_arg)(void *arg), void *arg);
+void answer_later(struct gateway *gw, const struct route_request *req,
+    struct route_response *resp, answer_later_store_fn *store,
+    answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg);
 
 /* Requests out now (loop only). */
-size_t store_request_pending(void);
+size_t answer_later_pending(void);
 
 #endif

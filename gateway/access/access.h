@@ -52,7 +52,7 @@ struct access_grant {
  * Returns 0 and who it is ("admin:<token id>"), or 401 (a missing token:
  * "missing admin token: ..."), or 403 for a valid token of another kind
  * ("an admin token is required"), with a reason.  Reads only st (no
- * cache): made for the store thread (store_request.h).
+ * cache): made for the store thread (answer_later.h).
  */
 int access_admin(struct store *st, const char *authorization,
     char *principal, size_t plen, char *err, size_t errlen);

@@ -17,7 +17,7 @@
  *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
  *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
  *
- * (/metrics, /v1/status and /ui/ are routes of their own: metrics_render.c,
+ * (/metrics, /v1/status and /ui/ are routes of their own: metrics_route.c,
  * ui.c; /v1/connect is the tunnel's, tunnel.c; dial is dial.c's.)
  *
  * Only admin tokens reach these routes; a user token gets 403.  User
@@ -45,7 +45,7 @@
 #include "route.h"
 #include "session.h"
 #include "store.h"
-#include "store_request.h"
+#include "answer_later.h"
 #include "token.h"
 
 /* ---- one admin request, in two parts ---- */
@@ -54,7 +54,7 @@ struct api_job;
 
 /*
  * One admin endpoint (docs/0022): its store part runs on the store thread
- * (store_request.h: its own connection; it reads the job's inputs and
+ * (answer_later.h: its own connection; it reads the job's inputs and
  * writes its results, nothing else), its effects part on the loop once the
  * store part is done: hub lookups, what sessions are told, the cache of
  * proven tokens, and the answer.  body: the kind of JSON body it takes
@@ -72,7 +72,7 @@ struct api_handler {
  * request itself lives only during the route's call), then what the store
  * part found.  Wiped when freed (for some endpoints it holds a new
  * secret).  Cost: ~6 KiB while it is out (a user token's
- * record holds 64 cluster ids), at most STORE_REQUEST_MAX of them.
+ * record holds 64 cluster ids), at most ANSWER_LATER_MAX of them.
  */
 struct api_job {
 	const struct api_handler *h;
@@ -968,7 +968,7 @@ admin_request(struct gateway *gw, const struct route_request *req,
 	j->h = admin_handler(j, seg, n, strcmp(req->method, "GET") == 0,
 	    strcmp(req->method, "POST") == 0);
 	admin_prepare(gw, j, req);
-	store_request(gw, req, r, api_job_store, api_job_effects, api_job_free, j);
+	answer_later(gw, req, r, api_job_store, api_job_effects, api_job_free, j);
 }
 
 /* 503 while draining or while the store is out of reach (docs/0021). */

@@ -3,7 +3,7 @@
  * without the store or any I/O: the JSON bodies of the POST routes and
  * query parameters.  Pure functions of their input, so that
  * tests/fuzz/fuzz_api_body.c and fuzz_dial_query.c can run them on any
- * bytes; gateway/api.c and dial.c act on the results.
+ * bytes; gateway/routes/api.c and dial.c act on the results.
  */
 #ifndef TETHER_APIBODY_H
 #define TETHER_APIBODY_H

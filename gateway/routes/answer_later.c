@@ -1,8 +1,8 @@
 /*
- * store_request.c: a request route's store part on the store thread, its
- * answer part on the loop (see store_request.h).
+ * answer_later.c: a request route's store part on the store thread, its
+ * answer part on the loop (see answer_later.h).
  */
-#include "store_request.h"
+#include "answer_later.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +15,12 @@
 #include "store_worker.h"
 
 /* One request out: its ticket and the route's parts.  ~64 bytes. */
-struct store_request_job {
+struct answer_later_job {
 	struct gateway *gw;
 	struct reply *reply;
 	char *authorization;       /* the request's, wiped after the store part */
-	store_request_store_fn *store;
-	store_request_answer_fn *answer;
+	answer_later_store_fn *store;
+	answer_later_answer_fn *answer;
 	void (*free_arg)(void *);
 	void *arg;
 };
@@ -30,7 +30,7 @@ static size_t out_now;     /* loop only */
 static void
 job_work(struct store *st, void *p)
 {
-	struct store_request_job *j = p;
+	struct answer_later_job *j = p;
 
 	j->store(st, j->authorization, j->arg);
 	OPENSSL_cleanse(j->authorization, strlen(j->authorization));
@@ -39,7 +39,7 @@ job_work(struct store *st, void *p)
 static void
 job_done(void *p)
 {
-	struct store_request_job *j = p;
+	struct answer_later_job *j = p;
 	struct route_response r = { 0 };
 
 	out_now--;
@@ -51,15 +51,15 @@ job_done(void *p)
 }
 
 void
-store_request(struct gateway *gw, const struct route_request *req,
-    struct route_response *resp, store_request_store_fn *store,
-    store_request_answer_fn *answer, void (*free_arg)(void *arg), void *arg)
+answer_later(struct gateway *gw, const struct route_request *req,
+    struct route_response *resp, answer_later_store_fn *store,
+    answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg)
 {
-	struct store_request_job *j;
+	struct answer_later_job *j;
 
-	if (out_now >= STORE_REQUEST_MAX) {
+	if (out_now >= ANSWER_LATER_MAX) {
 		route_respond_error(resp, 503, "the store is busy: %d requests wait "
-		    "for it already; retry shortly", STORE_REQUEST_MAX);
+		    "for it already; retry shortly", ANSWER_LATER_MAX);
 		free_arg(arg);
 		return;
 	}
@@ -94,7 +94,7 @@ store_request(struct gateway *gw, const struct route_request *req,
 }
 
 size_t
-store_request_pending(void)
+answer_later_pending(void)
 {
 	return out_now;
 }

@@ -90,7 +90,7 @@ struct gateway {
 	char replica_id[64];            /* --replica-id (default: the host name) */
 	char peer_url[256];             /* --peer-url, or "" */
 	struct presence *presence;      /* the lease and tunnel records (presence.c) */
-	struct peers *peers;            /* links to other replicas (peer.c), made on
+	struct peers *peers;            /* links to other replicas (replicas/peer_link.c), made on
 	                                 * first use */
 	struct notices *notices;        /* other replicas' changes, heard (notices.c) */
 };

@@ -1,6 +1,6 @@
 /*
  * ui_assets.h: the status page's files, embedded at build time
- * (gateway/ui/embed.cmake writes ui_assets.c from gateway/ui/).
+ * (gateway/routes/ui/embed.cmake writes ui_assets.c from gateway/routes/ui/).
  */
 #ifndef TETHER_UI_ASSETS_H
 #define TETHER_UI_ASSETS_H

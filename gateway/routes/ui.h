@@ -2,8 +2,8 @@
  * ui.h: the status page at https://GATEWAY/ui/ and the one view behind it,
  * GET /v1/status.
  *
- * The page (gateway/ui/: plain HTML, CSS and JS, embedded in the binary at
- * build time by gateway/ui/embed.cmake) asks for a token, or takes it from
+ * The page (gateway/routes/ui/: plain HTML, CSS and JS, embedded in the binary at
+ * build time by gateway/routes/ui/embed.cmake) asks for a token, or takes it from
  * the URL fragment #token=... (never sent to the server), keeps it in
  * sessionStorage and polls /v1/status every 2 s.  Its answers carry a
  * strict Content-Security-Policy: everything from the gateway itself, no

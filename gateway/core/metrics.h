@@ -35,7 +35,7 @@ void metrics_init(void);
  * not exist before). */
 void metrics_agent_moved(int from, int to);
 
-/* Held while the families are read (metrics_render): the store thread
+/* Held while the families are read (metrics_route.c): the store thread
  * writes tether_agents and tether_store_duration_seconds. */
 void metrics_lock(void);
 void metrics_unlock(void);
@@ -69,13 +69,5 @@ size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
 /* The TLS admission's gauges and counter, set before each exposition
  * (server_tls_admission). */
 void metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed);
-
-/* The exposition text (metrics_render.c), malloc'd, with *len; NULL when out of memory.  The
- * signature is prom_render_fn's (arg: the gateway). */
-char *metrics_render(void *gw, size_t *len);
-
-/* GET /metrics on the main port, for admin tokens (route.h). */
-struct route;
-extern const struct route metrics_route;
 
 #endif

@@ -1,10 +1,10 @@
 /*
- * metrics_render.c: the gateway's /metrics text: its own families (with
+ * metrics_route.c: the gateway's /metrics text: its own families (with
  * the gauges read from the hub in O(1)), the stream metrics and the
  * process metrics; and GET /metrics on the main port as a route (route.h),
- * for admin tokens (checked on the store thread: store_request.h).
+ * for admin tokens (checked on the store thread: answer_later.h).
  */
-#include "metrics.h"
+#include "metrics_route.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +12,12 @@
 #include "access.h"
 #include "gateway.h"
 #include "hub.h"
+#include "metrics.h"
 #include "mux_metrics.h"
 #include "prom_http.h"
 #include "route.h"
 #include "server.h"
-#include "store_request.h"
+#include "answer_later.h"
 
 char *
 metrics_render(void *arg, size_t *len)
@@ -45,7 +46,7 @@ metrics_matches(const char *path)
 }
 
 /* GET /metrics: the admin check on the store thread, the text on the loop
- * (store_request.h). */
+ * (answer_later.h). */
 struct metrics_ask {
 	int status;                  /* access_admin's */
 	char err[192];
@@ -90,7 +91,7 @@ metrics_request(struct gateway *gw, const struct route_request *req,
 		route_respond_error(r, 500, "out of memory");
 		return;
 	}
-	store_request(gw, req, r, metrics_check, metrics_answer, free, m);
+	answer_later(gw, req, r, metrics_check, metrics_answer, free, m);
 }
 
 const struct route metrics_route = {

@@ -2,7 +2,7 @@
  * metrics.c: the gateway's metric families and the hooks that count into
  * them (see metrics.h).  Apart from the hub and the store, so that the
  * store links without the rest of the gateway (unit tests): it reads
- * neither (main.c seeds the agent counts; metrics_render.c reads the hub).
+ * neither (main.c seeds the agent counts; metrics_route.c reads the hub).
  */
 #include "metrics.h"
 

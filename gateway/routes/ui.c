@@ -1,6 +1,6 @@
 /*
  * ui.c: the status page's files and its view, GET /v1/status (see ui.h),
- * whose store reads run on the store thread (store_request.h).
+ * whose store reads run on the store thread (answer_later.h).
  */
 #include "ui.h"
 
@@ -17,7 +17,7 @@
 #include "livestreams.h"
 #include "route.h"
 #include "store.h"
-#include "store_request.h"
+#include "answer_later.h"
 #include "ui_assets.h"
 
 /* Everything from the gateway itself; no inline script or style, no
@@ -116,7 +116,7 @@ time_or_null(int64_t t)
 }
 
 /*
- * GET /v1/status in two parts (store_request.h): the viewer's check and
+ * GET /v1/status in two parts (answer_later.h): the viewer's check and
  * the clusters and agents it may see are read on the store thread; the
  * connected agents (the hub) and live streams are added on the loop.
  * Cost while it is out: the viewer (~2 KiB) and the rows read.
@@ -303,7 +303,7 @@ ui_status(struct gateway *gw, const struct route_request *req, struct route_resp
 		route_respond_error(r, 500, "out of memory");
 		return;
 	}
-	store_request(gw, req, r, status_read, status_answer, status_ask_free, a);
+	answer_later(gw, req, r, status_read, status_answer, status_ask_free, a);
 }
 
 static int

@@ -11,7 +11,7 @@
  * Calls are synchronous: they return when the database has answered, so
  * the event loop makes none once the gateway serves (docs/0016, 0022):
  * agent sessions, presence, the admin API, the status page and /metrics
- * call the store on the store thread (store_worker.h, store_request.h),
+ * call the store on the store thread (store_worker.h, answer_later.h),
  * each with its own connection.  The loop's own connection (gateway.h's
  * gw->store) opens and migrates the store at start-up and seeds the
  * metrics; after that only access.c's synchronous token checks use it
@@ -183,7 +183,7 @@ int store_agent_transition(struct store *s, const char *id,
     enum agent_event ev, const char *last_error, int64_t now,
     struct store_agent *out, char *err, size_t errlen);
 
-/* ---- presence (gateway/presence.h, docs/0017) ---- */
+/* ---- presence (gateway/agents/presence.h, docs/0017) ---- */
 
 #define STORE_REPLICA_MAX  63     /* replica ids: [A-Za-z0-9._-] */
 #define STORE_PEER_URL_MAX 255

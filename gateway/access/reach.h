@@ -36,7 +36,7 @@ void reach_local(struct reach *r, struct gateway *gw, struct session *s);
 /*
  * Opens a stream to target (HOST:PORT) or service on r's agent for
  * principal: session_open_stream when the tunnel is here, else
- * peer_open_stream to r->replica.  Same contract as both: NULL with a
+ * peer_link_open_stream to r->replica.  Same contract as both: NULL with a
  * reason in err when no stream can be opened now; otherwise h->on_opened
  * follows (or on_close, refused).  O(1) beyond theirs.
  */

@@ -1,0 +1,110 @@
+/*
+ * peer_route.c: GET /v1/peer, the route another replica's link arrives on
+ * (see peer_route.h), and the far side of a stream it carries.
+ *
+ * The route checks that the dialer is a replica (tlspeer.h: a certificate
+ * with the gateway's own key) and speaks tether.peer.v1, then hands the
+ * upgrade to the link registry (replicas/peer_link.h).  An OPEN that comes
+ * over any link names the agent and the principal; the agent's tunnel must
+ * be here and active, and the stream is then spliced to a new stream on it
+ * by relay_start_stream, exactly like a `tetherctl forward` stream, so
+ * credit flows end to end.
+ */
+#include "peer_route.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "frame.h"
+#include "gateway.h"
+#include "http.h"
+#include "hub.h"
+#include "log.h"
+#include "mux.h"
+#include "peer_link.h"
+#include "reach.h"
+#include "relay.h"
+#include "route.h"
+#include "server.h"
+#include "session.h"
+
+/* An OPEN from replica `replica` (peer_link_open_fn). */
+static void
+peer_on_open(struct gateway *gw, const char *replica, struct mux_stream *s,
+    const struct frame_open *req)
+{
+	struct session *agent;
+	struct reach here;
+	struct relay_who who = { 0 };
+	char reason[FRAME_REASON_MAX + 1];
+
+	if (req->agent[0] == '\0' || req->principal[0] == '\0') {
+		mux_stream_refuse(s, "protocol", "an OPEN on a peer link names the "
+		    "agent and the principal");
+		return;
+	}
+	agent = hub_find(gw->hub, req->agent);
+	if (agent == NULL) {
+		snprintf(reason, sizeof(reason), "agent %s has no tunnel on replica %s",
+		    req->agent, gw->replica_id);
+		mux_stream_refuse(s, "agent_not_here", reason);
+		return;
+	}
+	if (!session_is_active(agent)) {
+		snprintf(reason, sizeof(reason), "agent %s is not active", req->agent);
+		mux_stream_refuse(s, "agent_inactive", reason);
+		return;
+	}
+	who.principal = req->principal;
+	who.cluster = session_cluster(agent);
+	who.target = req->target[0] != '\0' ? req->target : req->service;
+	who.service = req->service[0] != '\0' ? req->service : NULL;
+	who.via = replica;
+	reach_local(&here, gw, agent);
+	relay_start_stream(gw, &here, s, &who);
+}
+
+int
+peer_route_init(struct gateway *gw)
+{
+	return peer_link_set_open_handler(gw, peer_on_open);
+}
+
+static int
+peer_matches(const char *path)
+{
+	return strcmp(path, PEER_PATH) == 0;
+}
+
+static void
+peer_request(struct gateway *gw, const struct route_request *req,
+    struct route_response *r)
+{
+	route_respond_error(r, 400, "%s takes a WebSocket upgrade with the "
+	    "subprotocol %s, from another replica", PEER_PATH, PEER_SUBPROTOCOL);
+}
+
+static void
+peer_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade *u)
+{
+	if (!req->from_replica) {
+		warn("peer link refused: not a replica", KV_S("peer", upgrade_peer(u)));
+		upgrade_refuse(u, 403, PEER_PATH " takes only the gateway's replicas: "
+		    "no certificate with the gateway's own key was presented");
+		return;
+	}
+	if (!http_token_list_has(upgrade_offered_protocols(u), PEER_SUBPROTOCOL)) {
+		upgrade_refuse(u, 400, PEER_PATH " needs the WebSocket subprotocol "
+		    PEER_SUBPROTOCOL);
+		return;
+	}
+	peer_link_accept(gw, req->replica != NULL ? req->replica : "", u);
+}
+
+const struct route peer_route = {
+	.name = "peer",
+	.matches = peer_matches,
+	.request = peer_request,
+	.upgrade = peer_upgrade,
+	.mtls_port = 1,
+};
