@@ -1,6 +1,7 @@
 /*
  * sdnotify.h: telling systemd how a daemon is doing (Type=notify units in
- * config/systemd/), through libsystemd's sd_notify: READY=1 once it serves,
+ * config/systemd/), with sd_notify(3)'s datagram protocol spoken directly
+ * (no libsystemd; sdnotify.c says what is covered): READY=1 once it serves,
  * STATUS= lines, STOPPING=1 when it begins to stop, and WATCHDOG=1 from the
  * event loop at half the unit's WatchdogSec, so a loop that hangs is killed
  * and restarted.  Without systemd (no NOTIFY_SOCKET) every call is a no-op.
@@ -10,6 +11,14 @@
 #define TETHER_SDNOTIFY_H
 
 struct event_base;
+
+/*
+ * Sends msg (KEY=VALUE lines) as one datagram to $NOTIFY_SOCKET (a path,
+ * or "@name": an abstract socket).  Returns 1 when sent, 0 when there is
+ * no NOTIFY_SOCKET, -1 when it is not a unix socket address or the send
+ * failed.  Never blocks for long: a datagram, no answer.
+ */
+int sdnotify_send(const char *msg);
 
 /*
  * Starts the watchdog on base if the service manager asked for one

@@ -24,7 +24,7 @@ packages=(
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
 	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
-	libinih-dev libsystemd-dev systemd strace tinyproxy
+	libinih-dev systemd strace tinyproxy
 	squid krb5-kdc krb5-user
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography

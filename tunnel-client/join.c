@@ -7,7 +7,9 @@
  * ca_checksum, and a second request (GET /healthz) must verify against that
  * CA.  Only then is DIR written, state.json last since its presence means
  * "joined"; on any failure what was written is removed again.  The import
- * token is never printed or logged.  A node key already in DIR (from a join
+ * token is never printed or logged.  Both requests go through the proxy the
+ * tunnel would use (--proxy, else https_proxy/HTTPS_PROXY, unless
+ * no_proxy/NO_PROXY exempts the gateway) with fetch.c, not libcurl.  A node key already in DIR (from a join
  * or a first `run` killed half way) is kept, so that the gateway, which may
  * have registered it, recognises the retry; temporary files such a kill left
  * are removed.
@@ -28,7 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <openssl/bio.h>
 #include <openssl/pem.h>
@@ -37,18 +38,21 @@
 #include "agentkey.h"
 #include "cli.h"
 #include "ca.h"
+#include "fetch.h"
 #include "fileio.h"
 #include "httpbody.h"
 #include "joindoc.h"
 #include "state.h"
 
-#define GATEWAY_TIMEOUT_S   10L
+#define GATEWAY_TIMEOUT_MS  10000u
 #define GATEWAY_MAX_BODY    (64 * 1024)
 
 struct join_opts {
 	const char *state_dir;
 	const char *node_name;
 	const char *ca_checksum;  /* --ca-checksum, or NULL */
+	const char *proxy_url;    /* --proxy, else the environment's, or NULL */
+	const char *no_proxy;     /* no_proxy / NO_PROXY, or NULL */
 	struct client_state st;   /* allow[] and services[] from the flags */
 	/* --service-ca NAME=FILE: read at parse time, written with the rest */
 	char svc_ca_name[CLIENT_MAX_SERVICES][32];
@@ -78,7 +82,7 @@ client_join_usage(void)
 	    "usage: tether-client join --state-dir DIR [--node-name NAME]\n"
 	    "           [--allow HOST:PORT]... [--service NAME=URL]...\n"
 	    "           [--service-ca NAME=FILE]... [--service-token NAME=FILE]...\n"
-	    "           [--ca-checksum sha256:HEX] < JOIN_DOCUMENT\n"
+	    "           [--ca-checksum sha256:HEX] [--proxy URL] < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
@@ -102,6 +106,9 @@ client_join_usage(void)
 	    "                      document's must be the same (the registration\n"
 	    "                      command of `tetherctl token create --format\n"
 	    "                      command` passes it)\n"
+	    "  --proxy URL         reach the gateway through this HTTP CONNECT\n"
+	    "                      proxy (default: https_proxy / HTTPS_PROXY,\n"
+	    "                      except hosts in no_proxy / NO_PROXY), as `run`\n"
 	    "\n"
 	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
 	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
@@ -278,6 +285,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "service-ca", required_argument, NULL, 'C' },
 		{ "service-token", required_argument, NULL, 'T' },
 		{ "ca-checksum", required_argument, NULL, 'K' },
+		{ "proxy", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -314,6 +322,9 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 				return client_usage_error("join", "--ca-checksum %s: want "
 				    "sha256: and 64 lowercase hex digits", optarg);
 			o->ca_checksum = optarg;
+			break;
+		case 'P':
+			o->proxy_url = optarg;
 			break;
 		case 'h':
 			client_join_usage();
@@ -501,75 +512,35 @@ join_check_dir(const char *dir, const struct joindoc *doc, bool *replace)
 /* --- the gateway --- */
 
 
+/* The first of the environment variables a and b that is set, not empty. */
+static const char *
+env_first(const char *a, const char *b)
+{
+	const char *v = getenv(a);
+
+	if (v == NULL || v[0] == '\0')
+		v = getenv(b);
+	return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
 /*
  * GET base+path.  ca_pem NULL: no TLS verification (the answer is checked
  * by checksum); else verify the server against that CA alone.  Returns 0
- * with the body (caller frees) or -1 with a reason.
+ * with the body (caller wipes) or -1 with a reason.
  */
 static int
-gateway_get(const char *base, const char *path, const char *ca_pem,
-    struct httpbody *b, char *err, size_t errlen)
+gateway_get(const struct join_opts *o, const char *base, const char *path,
+    const char *ca_pem, struct httpbody *b, char *err, size_t errlen)
 {
-	char url[JOINDOC_URL_MAX + 64], cerr[CURL_ERROR_SIZE];
-	struct curl_blob blob;
-	CURL *c = NULL;
-	CURLcode rc;
-	long code = 0;
-	int r = -1;
+	struct fetch_opts fo;
 
-	memset(b, 0, sizeof(*b));
-	b->max = GATEWAY_MAX_BODY;
-	cerr[0] = '\0';
-	snprintf(url, sizeof(url), "%s%s", base, path);
-	if ((c = curl_easy_init()) == NULL) {
-		snprintf(err, errlen, "cannot initialise libcurl");
-		goto out;
-	}
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, GATEWAY_TIMEOUT_S);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, GATEWAY_TIMEOUT_S);
-	curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE,
-	    (curl_off_t)GATEWAY_MAX_BODY);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "tether-client/" TETHER_VERSION);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, httpbody_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-	if (ca_pem == NULL) {
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-	} else {
-		blob.data = (void *)ca_pem;
-		blob.len = strlen(ca_pem);
-		blob.flags = CURL_BLOB_COPY;
-		/* Trust this CA and nothing else: no system bundle. */
-		curl_easy_setopt(c, CURLOPT_CAINFO, NULL);
-		curl_easy_setopt(c, CURLOPT_CAPATH, NULL);
-		curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-	}
-	if ((rc = curl_easy_perform(c)) != CURLE_OK) {
-		if (b->too_big || rc == CURLE_FILESIZE_EXCEEDED)
-			snprintf(err, errlen, "%s: answer larger than %d bytes", path,
-			    GATEWAY_MAX_BODY);
-		else
-			snprintf(err, errlen, "%s", cerr[0] != '\0' ? cerr :
-			    curl_easy_strerror(rc));
-		goto out;
-	}
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-	if (code != 200) {
-		snprintf(err, errlen, "GET %s answered HTTP %ld", path, code);
-		goto out;
-	}
-	r = 0;
-out:
-	if (r == -1)
-		httpbody_wipe(b);
-	curl_easy_cleanup(c);
-	return r;
+	memset(&fo, 0, sizeof(fo));
+	fo.proxy_url = o->proxy_url;
+	fo.no_proxy = o->no_proxy;
+	fo.ca_pem = ca_pem;
+	fo.timeout_ms = GATEWAY_TIMEOUT_MS;
+	fo.max_body = GATEWAY_MAX_BODY;
+	return fetch_get(base, path, &fo, b, err, errlen);
 }
 
 /* The first certificate of a PEM buffer, re-encoded as PEM (so that nothing
@@ -617,15 +588,15 @@ join_check_expected_ca(const struct join_opts *o, const struct joindoc *doc)
 /* Fetches and pins the gateway's CA.  Returns -1 with *ca_pem set (caller
  * frees), or an exit code. */
 static int
-join_fetch_ca(const struct joindoc *doc, char **ca_pem)
+join_fetch_ca(const struct join_opts *o, const struct joindoc *doc, char **ca_pem)
 {
-	char err[CURL_ERROR_SIZE + 128], sum[CA_CHECKSUM_MAX];
+	char err[512], sum[CA_CHECKSUM_MAX];
 	struct httpbody b;
 	char *pem = NULL;
 	int r = JOIN_EXIT_GATEWAY;
 
 	*ca_pem = NULL;
-	if (gateway_get(doc->gateway_url, "/v1/ca", NULL, &b, err,
+	if (gateway_get(o, doc->gateway_url, "/v1/ca", NULL, &b, err,
 	    sizeof(err)) == -1) {
 		fprintf(stderr, "tether-client join: cannot reach gateway %s: %s\n",
 		    doc->gateway_url, err);
@@ -647,7 +618,7 @@ join_fetch_ca(const struct joindoc *doc, char **ca_pem)
 		goto out;
 	}
 	httpbody_wipe(&b);
-	if (gateway_get(doc->gateway_url, "/healthz", pem, &b, err,
+	if (gateway_get(o, doc->gateway_url, "/healthz", pem, &b, err,
 	    sizeof(err)) == -1) {
 		fprintf(stderr, "tether-client join: gateway %s does not verify "
 		    "with its pinned CA: %s\n", doc->gateway_url, err);
@@ -854,7 +825,10 @@ client_join(int argc, char **argv)
 		goto out;
 	if ((r = join_check_dir(o->state_dir, &doc, &replace)) != -1)
 		goto out;
-	if ((r = join_fetch_ca(&doc, &ca_pem)) != -1)
+	if (o->proxy_url == NULL)
+		o->proxy_url = env_first("https_proxy", "HTTPS_PROXY");
+	o->no_proxy = env_first("no_proxy", "NO_PROXY");
+	if ((r = join_fetch_ca(o, &doc, &ca_pem)) != -1)
 		goto out;
 	snprintf(o->st.gateway_url, sizeof(o->st.gateway_url), "%s",
 	    doc.gateway_url);

@@ -10,8 +10,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include <curl/curl.h>
-
 #include "agent.h"
 #include "cli.h"
 #include "join.h"
@@ -21,6 +19,27 @@
 #include "run_options.h"
 #include "url.h"
 #include "runtime.h"
+
+/* The Debian architecture this binary is for, and how it was linked
+ * (cmake/AgentStatic.cmake defines TETHER_STATIC). */
+#if defined(__x86_64__)
+#define BUILD_ARCH "amd64"
+#elif defined(__aarch64__)
+#define BUILD_ARCH "arm64"
+#elif defined(__arm__) && defined(__ARM_PCS_VFP)
+#define BUILD_ARCH "armhf"
+#elif defined(__arm__)
+#define BUILD_ARCH "armel"
+#elif defined(__i386__)
+#define BUILD_ARCH "i386"
+#else
+#define BUILD_ARCH "unknown-arch"
+#endif
+#ifdef TETHER_STATIC
+#define BUILD_LINK "static"
+#else
+#define BUILD_LINK "dynamic"
+#endif
 
 static void
 usage(FILE *f)
@@ -47,7 +66,8 @@ usage(FILE *f)
 	    "        as JSON\n"
 	    "\n"
 	    "  --help      this text (`tether-client COMMAND --help` for one command)\n"
-	    "  --version   print the version\n"
+	    "  --version   print the version, the architecture and whether the\n"
+	    "              binary is static\n"
 	    "\n"
 	    "exit codes:\n"
 	    "  join:   0 joined; 2 invalid document or arguments; 3 DIR already\n"
@@ -164,15 +184,12 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-		printf("tether-client %s\n", TETHER_VERSION);
+		printf("tether-client %s (%s, %s)\n", TETHER_VERSION, BUILD_ARCH,
+		    BUILD_LINK);
 		return 0;
 	}
 	no_core_dumps();
 	runtime_init();
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		fprintf(stderr, "tether-client: cannot initialise libcurl\n");
-		return 1;
-	}
 	if (strcmp(cmd, "join") == 0)
 		r = client_join(argc - 1, argv + 1);
 	else if (strcmp(cmd, "run") == 0)
@@ -181,6 +198,5 @@ main(int argc, char **argv)
 		r = client_status(argc - 1, argv + 1);
 	else
 		r = client_usage_error(NULL, "unknown command %s", cmd);
-	curl_global_cleanup();
 	return r;
 }

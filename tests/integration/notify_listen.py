@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """notify_listen.py SOCKET OUTFILE [PORT]: plays systemd's side of
-sd_notify: binds a unix datagram socket at SOCKET and appends every
+sd_notify: binds a unix datagram socket at SOCKET (a path, or @NAME for an
+abstract socket, as NOTIFY_SOCKET may name either) and appends every
 variable of every message it receives to OUTFILE, one per line.  With PORT,
 when READY=1 arrives it at once tries to connect to 127.0.0.1:PORT and
 writes "port-open" or "port-closed" on the next line, so a test can tell
@@ -12,8 +13,11 @@ import sys
 path, out = sys.argv[1], sys.argv[2]
 port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(path)
-os.chmod(path, 0o666)
+if path.startswith('@'):
+    s.bind('\0' + path[1:])
+else:
+    s.bind(path)
+    os.chmod(path, 0o666)
 with open(out, 'a', buffering=1) as f:
     f.write('listening\n')
     while True:

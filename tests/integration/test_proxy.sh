@@ -7,6 +7,7 @@
 # without credentials; tinyproxy says 401 to wrong ones), retried with backoff;
 # NO_PROXY (here from the config file) bypasses the proxy; an https:// proxy
 # (socat's TLS in front of tinyproxy) is verified against --proxy-cacert.
+# `join` reaches the gateway the same way (HTTPS_PROXY, --proxy, NO_PROXY).
 source "$(dirname "$0")/lib.sh"
 
 # tinyproxy takes only [A-Za-z0-9._-] in BasicAuth; the URL still encodes
@@ -147,6 +148,22 @@ for mode in bighead:8192 trailing:"sent bytes after its answer"; do
 	client_stop "$CLIENT_PID"
 done
 pass "a proxy's answer is read to 8 KiB at most; bytes after its 200 are refused"
+
+# 5. join's two requests (the CA, then /healthz with it pinned) take the
+# same way: the proxy from HTTPS_PROXY or --proxy, a refusal quoted, and
+# NO_PROXY honoured.
+before=$(connects)
+HTTPS_PROXY="http://$PROXY_USER:$PROXY_PASS_ENC@127.0.0.1:$tp_port" join_node n5 "$T/join.json" >/dev/null ||
+	fail "join through the proxy (HTTPS_PROXY) failed"
+[ "$(connects)" -ge $((before + 2)) ] || fail "join's requests did not go through the proxy"
+expect_exit 4 join_node n6 "$T/join.json" --proxy "http://$PROXY_USER:wrong@127.0.0.1:$tp_port"
+assert_contains "$T/last.err" "proxy http://127.0.0.1:$tp_port refused CONNECT to 127.0.0.1:$GW_PORT: HTTP/1."
+[ ! -e "$T/n6" ] || fail "a failed join left $T/n6"
+before=$(connects)
+NO_PROXY=127.0.0.0/8 join_node n6 "$T/join.json" --proxy "http://127.0.0.1:$dead_port" >/dev/null ||
+	fail "join with NO_PROXY covering the gateway failed"
+[ "$(connects)" -eq "$before" ] || fail "join went through the proxy despite NO_PROXY"
+pass "join: through the proxy (HTTPS_PROXY), a refusal quoted (--proxy), NO_PROXY bypasses it"
 
 # A bad proxy URL is refused before anything starts.
 expect_exit 2 env HTTPS_PROXY=socks5://127.0.0.1:1 "$CLIENT" run --state-dir "$T/n1"

@@ -3,6 +3,8 @@
 # sd_notify for real (a unix datagram socket this test listens on plays
 # systemd): READY=1 only once the gateway's port is open, WATCHDOG=1 at half
 # WATCHDOG_USEC, STATUS= with the agent's state, STOPPING=1 on SIGTERM.
+# The gateway's NOTIFY_SOCKET is a path, the agent's an abstract socket
+# (@NAME): both forms sd_notify(3) defines.
 source "$(dirname "$0")/lib.sh"
 
 # -- the unit files.  ExecStart must name an existing binary: a copy of each
@@ -26,8 +28,8 @@ systemd-analyze verify --man=no "$T/units/tether-gateway.service" "$T/units/teth
 pass "systemd-analyze verify passes on both units (and the port-443 drop-in), no warnings"
 
 # -- sd_notify from the gateway.
-notify_start() { # notify_start NAME [PORT]: sets NOTIFY_SOCKET, waits for the listener
-	local sock=$T/$1.sock
+notify_start() { # notify_start NAME [PORT] [SOCKET]: sets NOTIFY_SOCKET, waits for the listener
+	local sock=${3:-$T/$1.sock}
 	python3 "$TETHER_SRC/tests/integration/notify_listen.py" "$sock" "$T/$1.notify" ${2:-} &
 	PIDS+=($!)
 	wait_until 10 "notify listener $1" grep -q listening "$T/$1.notify"
@@ -52,7 +54,7 @@ pass "WATCHDOG=1 arrives from the gateway's loop at half WATCHDOG_USEC"
 cid=$(cluster_create sd)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" >/dev/null
-notify_start client
+notify_start client "" "@tether-test-$$-client"
 WATCHDOG_USEC=600000 client_start n1
 unset NOTIFY_SOCKET
 wait_until 20 "n1 active" agent_is n1 active
@@ -62,7 +64,7 @@ wait_until 10 "three WATCHDOG=1 from the agent" at_least "$T/client.notify" WATC
 [ "$(count "$T/client.notify" STOPPING=1)" -eq 0 ] || fail "STOPPING=1 before any signal"
 client_stop "$CLIENT_PID"
 assert_contains "$T/client.notify" "STOPPING=1"
-pass "the agent: READY=1, STATUS=agent active, tunnel up, WATCHDOG=1, STOPPING=1 on SIGTERM"
+pass "the agent (abstract NOTIFY_SOCKET): READY=1, STATUS=agent active, tunnel up, WATCHDOG=1, STOPPING=1 on SIGTERM"
 
 [ "$(count "$T/gw.notify" STOPPING=1)" -eq 0 ] || fail "gateway sent STOPPING=1 before any signal"
 gateway_stop
