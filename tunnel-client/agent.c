@@ -5,8 +5,11 @@
  * keepalive, backoff and the streams' multiplexer), the dialer's sockets,
  * signals and the metrics listener.  This file is the process around the
  * tunnel: it loads the state directory, keeps in it what the tunnel learns
- * (the agent id after REGISTERED, status.json), and exits with 1 and the
- * gateway's reason after a final refusal, 0 after SIGINT/SIGTERM.
+ * (the agent id after REGISTERED, status.json), and exits with
+ * AGENT_EXIT_REVOKED (77) after an operator's revocation, 1 and the
+ * gateway's reason after another final refusal, 0 after SIGINT/SIGTERM;
+ * systemd's STATUS= says which (tether-client.service restarts it on any
+ * exit but 77).
  */
 #include "agent.h"
 
@@ -66,6 +69,20 @@ agent_write_status(struct agent *a, bool connected)
 	sdnotify_status("agent %s, tunnel %s%s%s", a->state,
 	    connected ? "up" : "down",
 	    a->last_error[0] != '\0' ? ": " : "", a->last_error);
+}
+
+/* The last status: why the agent stops, and whether it comes back. */
+static void
+agent_write_stopped(struct agent *a)
+{
+	const char *why = a->last_error[0] != '\0' ? a->last_error : "see the log";
+
+	client_status_write(a->dir, a->state, false, a->last_error);
+	if (a->exit_code == AGENT_EXIT_REVOKED)
+		sdnotify_status("stopped for good: revoked by an operator (exit %d, "
+		    "not restarted): %s", a->exit_code, why);
+	else if (a->exit_code != 0)
+		sdnotify_status("stopped (exit %d): %s", a->exit_code, why);
 }
 
 static void
@@ -402,7 +419,7 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 	sdnotify_ready("connecting");
 	if (agent_start_tunnel(&a) == 0)
 		event_base_dispatch(a.base);
-	agent_write_status(&a, false);
+	agent_write_stopped(&a);
 	r = a.exit_code;
 	agent_free(&a);
 	return r;

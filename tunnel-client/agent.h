@@ -43,8 +43,10 @@ struct agent_options {
 
 /*
  * Runs until a signal or a final refusal.  Returns the process exit code:
- * 0 after a signal, 1 when not joined, refused by the gateway (the reason
- * logged) or revoked.
+ * 0 after a signal; AGENT_EXIT_REVOKED (77) when an operator revoked the
+ * agent or its import token; 1 when not joined or refused for good by the
+ * gateway (the reason logged; docs/interface.md lists the final codes).
+ * A gateway or store that cannot answer is retried, never an exit.
  */
 int agent_run(const char *state_dir, const struct agent_options *opt);
 

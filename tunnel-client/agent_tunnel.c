@@ -87,6 +87,8 @@ struct agent_tunnel {
 
 	enum tunnel_phase phase;
 	uint32_t backoff_ms;
+	uint32_t backoff_cap_ms;      /* AGENT_BACKOFF_MAX_MS, or less after a
+	                               * retryable refusal (on_error) */
 	bool reconnect_now;           /* after REGISTERED: no backoff */
 	bool stopped;
 	char state[64];               /* the agent state the gateway last sent */
@@ -187,7 +189,7 @@ on_challenge(struct agent_tunnel *t, const struct frame *in)
 	if (len == 0 || agentkey_sign(import ? t->cfg.import_key : t->cfg.agent_key,
 	    msg, len, f.u.auth.sig) != 0) {
 		error("cannot sign the challenge");
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return;
 	}
 	tunnel_send(t, &f);
@@ -199,7 +201,7 @@ on_challenge(struct agent_tunnel *t, const struct frame *in)
 	f.type = FRAME_REGISTER;
 	if (agentkey_public(t->cfg.agent_key, f.u.reg.pubkey) != 0) {
 		error("cannot read the agent's public key");
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return;
 	}
 	snprintf(f.u.reg.node, sizeof(f.u.reg.node), "%s", t->node);
@@ -219,17 +221,17 @@ on_registered(struct agent_tunnel *t, const struct frame *in)
 		error("gateway registered this node into another cluster than it joined",
 		    KV_S("registered_cluster", in->u.registered.cluster),
 		    KV_S("cluster", t->cluster));
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return;
 	}
 	if (in->u.registered.agent_id[0] == '\0' ||
 	    strlen(in->u.registered.agent_id) >= sizeof(t->agent_id)) {
 		error("gateway assigned an empty or over-long agent id");
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return;
 	}
 	if (t->cfg.hooks->registered(t->cfg.arg, in->u.registered.agent_id) != 0) {
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return;
 	}
 	snprintf(t->agent_id, sizeof(t->agent_id), "%s", in->u.registered.agent_id);
@@ -284,20 +286,26 @@ on_verify(struct agent_tunnel *t, const struct frame *in)
 	tunnel_send(t, &f);
 }
 
-/* Refusals that no retry can fix. */
+/* In this list: a code no retry can fix, sent only once the gateway has
+ * read the credential (docs/interface.md, "Refusals").  Any other code is
+ * retried. */
 static bool
-error_is_final(const char *code)
+code_in(const char *code, const char *const *list)
 {
-	static const char *const final_codes[] = {
-		"token_unknown", "token_expired", "token_used_up", "token_revoked",
-		"register_refused", "auth_refused", "revoked", "version", NULL
-	};
-
-	for (size_t i = 0; final_codes[i] != NULL; i++)
-		if (strcmp(code, final_codes[i]) == 0)
+	for (size_t i = 0; list[i] != NULL; i++)
+		if (strcmp(code, list[i]) == 0)
 			return true;
 	return false;
 }
+
+static const char *const final_codes[] = {
+	"token_unknown", "token_expired", "token_used_up", "token_revoked",
+	"register_refused", "auth_refused", "revoked", "version", NULL
+};
+/* Final, and an operator's doing: the process is not restarted. */
+static const char *const revoked_codes[] = { "revoked", "token_revoked", NULL };
+/* The gateway is up and asks to come back soon (its store is away). */
+static const char *const soon_codes[] = { "unavailable", "timeout", NULL };
 
 static void
 on_error(struct agent_tunnel *t, const struct frame *in)
@@ -307,19 +315,25 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 	if (t->phase != TUNNEL_ESTABLISHED)
 		agent_metrics_handshake(code);
 
-	if (error_is_final(code)) {
-		error("gateway refused", KV_S("code", code), KV_S("reason", reason));
+	if (code_in(code, final_codes)) {
+		bool revoked = code_in(code, revoked_codes);
+
+		error("gateway refused", KV_S("code", code), KV_S("reason", reason),
+		    KV_S("retry", revoked ? "never: revoked by an operator" :
+		    "no: a new credential is needed"));
 		snprintf(t->last_error, sizeof(t->last_error), "%s", reason);
 		if (strcmp(code, "revoked") == 0)
 			snprintf(t->state, sizeof(t->state), "revoked");
 		tunnel_set_phase(t, TUNNEL_DISCONNECTED);
 		tunnel_report(t);
-		tunnel_stop(t, 1);
+		tunnel_stop(t, revoked ? AGENT_EXIT_REVOKED : AGENT_EXIT_REFUSED);
 		return;
 	}
 	warn("gateway closed the tunnel", KV_S("code", code), KV_S("reason", reason));
 	if (strcmp(code, "shutdown") == 0)
 		t->backoff_ms = 0;
+	if (code_in(code, soon_codes))
+		t->backoff_cap_ms = AGENT_BACKOFF_RETRY_MAX_MS;
 }
 
 /* ---- drain: moving to another replica ---- */
@@ -731,7 +745,7 @@ tunnel_dial(struct agent_tunnel *t)
 	if (t->ws == NULL) {
 		error("cannot connect", KV_S("gateway", t->gateway_url), KV_S("err", err));
 		tunnel_set_phase(t, TUNNEL_DISCONNECTED);
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return -1;
 	}
 	return 0;
@@ -756,9 +770,12 @@ tunnel_schedule_reconnect(struct agent_tunnel *t)
 		t->reconnect_now = false;
 		delay = 0;
 	} else {
+		uint32_t cap = t->backoff_cap_ms != 0 ? t->backoff_cap_ms :
+		    AGENT_BACKOFF_MAX_MS;
+
+		t->backoff_cap_ms = 0;   /* one refusal, one shorter wait */
 		t->backoff_ms = t->backoff_ms == 0 ? AGENT_BACKOFF_MIN_MS :
-		    (t->backoff_ms * 2 > AGENT_BACKOFF_MAX_MS ? AGENT_BACKOFF_MAX_MS :
-		    t->backoff_ms * 2);
+		    (t->backoff_ms * 2 > cap ? cap : t->backoff_ms * 2);
 		random_bytes((uint8_t *)&jitter, sizeof(jitter));
 		delay = t->backoff_ms / 2 + jitter % (t->backoff_ms / 2 + 1);
 		info("reconnecting", KV_U("delay_ms", delay));
@@ -840,7 +857,7 @@ agent_tunnel_start(struct agent_tunnel *t)
 	if (t->tls_ctx == NULL &&
 	    (t->tls_ctx = wsclient_tls_context(t->ca_file, err, sizeof(err))) == NULL) {
 		error("cannot set up TLS", KV_S("gateway", t->gateway_url), KV_S("err", err));
-		tunnel_stop(t, 1);
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return -1;
 	}
 	return tunnel_dial(t);

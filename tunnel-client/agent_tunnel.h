@@ -15,9 +15,12 @@
  *     import token:  AWAIT_REGISTERED --REGISTERED--> (hooks.registered) DISCONNECTED
  *     agent key:     AWAIT_WELCOME --WELCOME--> ESTABLISHED
  *
- * A refusal the gateway calls final (bad, expired or used-up token, revoked
- * agent, no common version) stops the tunnel (hooks.stopped with 1);
- * anything else (network loss, gateway restart) is retried with backoff.
+ * A refusal the gateway calls final (bad, expired or used-up token, unknown
+ * agent, no common version: docs/interface.md, "Refusals") stops the tunnel
+ * (hooks.stopped with AGENT_EXIT_REFUSED; AGENT_EXIT_REVOKED when an
+ * operator revoked the agent or its import token); anything else (network
+ * loss, gateway restart, a gateway whose store cannot answer) is retried
+ * with backoff.
  *
  * Cost: one struct agent_tunnel (~700 bytes) and four timers per tunnel, plus
  * the WebSocket client (its TLS connection) and the multiplexer while
@@ -37,6 +40,15 @@
 
 #define AGENT_BACKOFF_MIN_MS 500
 #define AGENT_BACKOFF_MAX_MS 30000
+/* The cap after a gateway answered "unavailable" or "timeout": it is up
+ * and waits for its store, so the agent comes back within seconds of the
+ * store's return, not after a network-sized backoff. */
+#define AGENT_BACKOFF_RETRY_MAX_MS 5000
+
+/* hooks.stopped's codes, which `tether-client run` exits with. */
+#define AGENT_EXIT_REFUSED 1   /* a final refusal, or an error no retry fixes */
+#define AGENT_EXIT_REVOKED 77  /* an operator revoked it (EX_NOPERM): the
+                                * unit does not restart it */
 
 struct event_base;
 struct ssl_ctx_st;
@@ -53,8 +65,9 @@ struct agent_tunnel_hooks {
 	 * changed (also called when nothing changed; cheap to repeat). */
 	void (*status)(void *arg, const char *state, bool connected,
 	    const char *last_error);
-	/* The tunnel stopped for good: 1 after a final refusal or an error no
-	 * retry fixes.  It will not redial; free it with agent_tunnel_free,
+	/* The tunnel stopped for good: AGENT_EXIT_REVOKED after an operator's
+	 * revocation, AGENT_EXIT_REFUSED after another final refusal or an
+	 * error no retry fixes.  It will not redial; free it with agent_tunnel_free,
 	 * but not from inside this hook. */
 	void (*stopped)(void *arg, int code);
 	/* The gateway opens a stream and the agent is active: answer with

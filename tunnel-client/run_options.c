@@ -83,7 +83,8 @@ const struct opt_command run_command = {
 	    "(import token -> agent key), reconnects with backoff and serves the\n"
 	    "streams the gateway opens to allowed targets.  Stops on SIGINT or\n"
 	    "SIGTERM.\n",
-	.footer = "exit: 0 after a signal; 1 not joined, refused or revoked; 2 bad usage.\n",
+	.footer = "exit: 0 after a signal; 1 not joined or refused for good; 2 bad usage;\n"
+	    "77 revoked by an operator.\n",
 	.spec = run_specs,
 	.n = RUN_OPT_COUNT,
 };

@@ -229,6 +229,28 @@ session_store_failed(struct session *s, const char *what, int rc,
 	session_kick(s, "unavailable", reason);
 }
 
+/*
+ * The store could not be read for this handshake (unreachable, failing, or
+ * its queue full): nothing is known about the credential, so nothing is
+ * refused for good.  The agent is told `unavailable` and retries with its
+ * backoff (docs/interface.md, "Refusals").
+ */
+static void
+session_store_unreadable(struct session *s, const char *what, const char *err)
+{
+	char reason[160];
+
+	warn("tunnel: cannot read the store: the agent will retry",
+	    KV_S("peer", tr_peer(s)), KV_S("what", what),
+	    KV_S("node", s->hs != NULL ? s->hs->hello.node : s->agent.node),
+	    KV_S("err", err));
+	if (s->counted_handshake)
+		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "unavailable");
+	snprintf(reason, sizeof(reason), "the gateway cannot read its store "
+	    "(%s): try again later", what);
+	session_kick(s, "unavailable", reason);
+}
+
 static void
 session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 {
@@ -352,6 +374,10 @@ job_work(struct store *st, void *arg)
 		    sizeof(j->err));
 		break;
 	}
+	/* The lookups log their failure themselves and return no reason. */
+	if ((j->kind == JOB_TOKEN_GET || j->kind == JOB_AGENT_GET) &&
+	    j->rc != STORE_OK && j->rc != STORE_NOTFOUND)
+		snprintf(j->err, sizeof(j->err), "the store failed to answer");
 }
 
 static void session_release_held(struct session *s);
@@ -489,9 +515,13 @@ auth_import_found(struct session *s, struct session_job *j)
 {
 	const char *why;
 
+	if (j->rc != STORE_OK && j->rc != STORE_NOTFOUND) {
+		session_store_unreadable(s, "the token lookup", j->err);
+		return;
+	}
 	if (j->rc == STORE_OK)
 		s->hs->import = j->token;
-	if (j->rc != STORE_OK || s->hs->import.kind != TOKEN_IMPORT) {
+	if (j->rc == STORE_NOTFOUND || s->hs->import.kind != TOKEN_IMPORT) {
 		session_protocol_error(s, "token_unknown", "unknown import token");
 		return;
 	}
@@ -609,8 +639,12 @@ auth_agent(struct session *s, const struct frame *in)
 static void
 auth_agent_found(struct session *s, struct session_job *j)
 {
-	if (j->rc != STORE_OK) {
+	if (j->rc == STORE_NOTFOUND) {
 		session_protocol_error(s, "auth_refused", "unknown agent");
+		return;
+	}
+	if (j->rc != STORE_OK) {
+		session_store_unreadable(s, "the agent lookup", j->err);
 		return;
 	}
 	session_keep_agent(s, &j->agent);

@@ -265,6 +265,23 @@ pg_stop() {
 	"${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/db" -m fast -w stop >/dev/null
 }
 
+# pg_freeze: SIGSTOP to the PostgreSQL this test started (the postmaster
+# and every backend: the gateways' open connections hang, none is refused);
+# pg_thaw: SIGCONT to the same processes.  A frozen store is thawed at exit.
+PG_FROZEN=()
+pg_freeze() {
+	local pm
+	pm=$(head -1 "$PG_DIR/db/postmaster.pid")
+	PG_FROZEN=("$pm" $(ps -o pid= --ppid "$pm"))
+	[ "${#PG_FROZEN[@]}" -ge 2 ] || fail "no PostgreSQL backends under $pm to freeze"
+	on_cleanup pg_thaw
+	kill -STOP "${PG_FROZEN[@]}"
+}
+pg_thaw() {
+	[ "${#PG_FROZEN[@]}" -eq 0 ] || kill -CONT "${PG_FROZEN[@]}" 2>/dev/null || true
+	PG_FROZEN=()
+}
+
 # pg_query SQL: one value from the test's database (unaligned, no header).
 pg_query() {
 	psql -X -qAt -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether -c "$1"

@@ -32,12 +32,12 @@ ctl agent revoke "$id" >"$T/revoke.json"
 jq -e '.state == "revoked"' "$T/revoke.json" >/dev/null || fail "revoke: $(cat "$T/revoke.json")"
 rc=0
 wait "$edge1" || rc=$?
-[ "$rc" -eq 1 ] || fail "revoked agent's run exited $rc, want 1"
+[ "$rc" -eq 77 ] || fail "revoked agent's run exited $rc, want 77 (revoked: not restarted)"
 assert_contains "$T/client-edge1.log" "revoked"
 [ "$(agent_field "$id" connected)" = false ] || fail "revoked agent still connected"
-pass "revoke closes the tunnel and the agent exits 1"
+pass "revoke closes the tunnel and the agent exits 77"
 
-expect_exit 1 "$CLIENT" run --state-dir "$T/edge1"
+expect_exit 77 "$CLIENT" run --state-dir "$T/edge1"
 assert_contains "$T/last.err" "revoked"
 pass "a revoked credential is refused on reconnect"
 

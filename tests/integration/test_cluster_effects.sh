@@ -7,7 +7,7 @@
 # - an agent waiting for approval on B, approved on A: it becomes active
 #   on B; verified on A: B runs the verification and it is active again;
 # - an agent revoked on A while B holds its tunnel: B closes the tunnel
-#   (the agent exits 1, "revoked"); nothing but the notice could have done
+#   (the agent exits 77, "revoked"); nothing but the notice could have done
 #   it (B's log names it).
 # Latencies are logged, not asserted (timing is for tests/bench/).
 source "$(dirname "$0")/lib.sh"
@@ -84,12 +84,12 @@ rc=0
 wait_until 5 "B closes the revoked agent's tunnel" sh -c "! kill -0 $n1 2>/dev/null"
 log "agent revoked on A: its tunnel on B closed $(( $(now_ms) - t0 )) ms after the revoke returned"
 wait "$n1" || rc=$?
-[ "$rc" -eq 1 ] || fail "the revoked agent's run exited $rc, want 1"
+[ "$rc" -eq 77 ] || fail "the revoked agent's run exited $rc, want 77"
 assert_contains "$T/client-n1.log" "revoked"
 assert_contains "$T/replica2.log" "msg=\"agent revoked in the store: closing its tunnel\" agent=$id1"
 on 2 agent list | jq -e --arg id "$id1" '.[] | select(.id == $id) | .connected == false' >/dev/null ||
 	fail "B still lists the revoked agent as connected"
-pass "an agent revoked on A: B closed its tunnel (the agent exits 1, revoked)"
+pass "an agent revoked on A: B closed its tunnel (the agent exits 77, revoked)"
 
 # The other agent was left alone.
 held_by_b "$id2" active || fail "n2 was disturbed by n1's revocation"

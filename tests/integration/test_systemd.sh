@@ -26,6 +26,12 @@ systemd-analyze verify --man=no "$T/units/tether-gateway.service" "$T/units/teth
 	>"$T/verify.log" 2>&1 || { cat "$T/verify.log" >&2; fail "systemd-analyze verify failed"; }
 [ ! -s "$T/verify.log" ] || { cat "$T/verify.log" >&2; fail "systemd-analyze verify printed warnings"; }
 pass "systemd-analyze verify passes on both units (and the port-443 drop-in), no warnings"
+# The agent is restarted after any exit but an operator's revocation (77).
+grep -qx 'Restart=always' "$units/tether-client.service" ||
+	fail "tether-client.service: not Restart=always"
+[ "$(grep '^RestartPreventExitStatus=' "$units/tether-client.service")" = RestartPreventExitStatus=77 ] ||
+	fail "tether-client.service: RestartPreventExitStatus is not 77 alone"
+pass "tether-client.service restarts the agent after any exit but 77 (revoked)"
 
 # -- sd_notify from the gateway.
 notify_start() { # notify_start NAME [PORT] [SOCKET]: sets NOTIFY_SOCKET, waits for the listener
@@ -65,6 +71,20 @@ wait_until 10 "three WATCHDOG=1 from the agent" at_least "$T/client.notify" WATC
 client_stop "$CLIENT_PID"
 assert_contains "$T/client.notify" "STOPPING=1"
 pass "the agent (abstract NOTIFY_SOCKET): READY=1, STATUS=agent active, tunnel up, WATCHDOG=1, STOPPING=1 on SIGTERM"
+
+# Revoked: exit 77, and STATUS= says it stays stopped and why.
+notify_start revoked
+client_start n1
+unset NOTIFY_SOCKET
+wait_until 20 "n1 active again" agent_is n1 active
+ctl agent revoke "$(agent_id_of n1)" >/dev/null
+rc=0
+wait "$CLIENT_PID" || rc=$?
+[ "$rc" -eq 77 ] || fail "the revoked agent exited $rc, want 77"
+wait_until 10 "STATUS= saying why it stopped" grep -qx \
+	'STATUS=stopped for good: revoked by an operator (exit 77, not restarted): agent revoked by an operator' \
+	"$T/revoked.notify"
+pass "a revoked agent exits 77 with STATUS=stopped for good: revoked by an operator ..."
 
 [ "$(count "$T/gw.notify" STOPPING=1)" -eq 0 ] || fail "gateway sent STOPPING=1 before any signal"
 gateway_stop
