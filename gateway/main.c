@@ -595,6 +595,7 @@ cmd_serve(int argc, char **argv)
 		error("cannot open the store", KV_S("store", store_url), KV_S("err", err));
 		goto out;
 	}
+	store_set_timing(gw.store, metrics_store_timed, NULL);
 	if (metrics_seed(&gw) != 0) {
 		error("cannot start the metrics",
 		    KV_S("err", "cannot count the agents in the store"));
@@ -609,8 +610,8 @@ cmd_serve(int argc, char **argv)
 	/* An audit line per proxied request: a pass's lines leave together. */
 	if (runtime_audit_per_pass(gw.base) != 0)
 		warn("audit lines leave one write each (out of memory)");
-	if (store_worker_start(gw.base, store_url, STORE_QUEUE_CAP, &gw.storew,
-	    err, sizeof(err)) != 0) {
+	if (store_worker_start(gw.base, store_url, STORE_QUEUE_CAP,
+	    metrics_store_timed, NULL, &gw.storew, err, sizeof(err)) != 0) {
 		error("cannot start the store thread", KV_S("err", err));
 		goto out;
 	}

@@ -106,8 +106,9 @@ enum job_kind {
 
 /*
  * One store call and its continuation.  The store thread reads the inputs
- * and writes the results; the loop calls then(s, job) with them, unless the
- * session went first (s NULL: the job is only freed).
+ * and writes the results; the loop moves the agent counts by what the call
+ * changed (moved_from/moved_to), then calls then(s, job) with the results,
+ * unless the session went first (s NULL: the job is only freed).
  */
 struct session_job {
 	struct session *s;
@@ -126,6 +127,8 @@ struct session_job {
 	struct store_token token;
 	struct store_agent agent;
 	bool created;
+	bool moved;                   /* an agent changed state (or was made): */
+	int moved_from, moved_to;     /* metrics_agent_moved's (-1: new) */
 };
 
 static void session_verify_fail(struct session *s, const char *reason);
@@ -356,6 +359,7 @@ static void
 job_work(struct store *st, void *arg)
 {
 	struct session_job *j = arg;
+	enum agent_state was = AGENT_STATE_ENTRIES;
 
 	switch (j->kind) {
 	case JOB_TOKEN_GET:
@@ -367,11 +371,17 @@ job_work(struct store *st, void *arg)
 	case JOB_REGISTER:
 		j->rc = store_agent_register(st, j->id, j->node, j->pubkey, j->now,
 		    &j->agent, &j->created, j->err, sizeof(j->err));
+		j->moved = j->rc == STORE_OK && j->created;
+		j->moved_from = -1;
+		j->moved_to = (int)j->agent.state;
 		break;
 	case JOB_TRANSITION:
 		j->rc = store_agent_transition(st, j->id, j->ev,
-		    j->has_reason ? j->reason : NULL, j->now, &j->agent, j->err,
-		    sizeof(j->err));
+		    j->has_reason ? j->reason : NULL, j->now, &j->agent, &was,
+		    j->err, sizeof(j->err));
+		j->moved = j->rc == STORE_OK;
+		j->moved_from = (int)was;
+		j->moved_to = (int)j->agent.state;
 		break;
 	}
 	/* The lookups log their failure themselves and return no reason. */
@@ -388,6 +398,8 @@ job_done(void *arg)
 	struct session_job *j = arg;
 	struct session *s = j->s;
 
+	if (j->moved)
+		metrics_agent_moved(j->moved_from, j->moved_to);
 	if (s != NULL) {
 		s->job = NULL;
 		j->then(s, j);

@@ -1,21 +1,22 @@
 /*
  * metrics.c: the gateway's metric families and the hooks that count into
- * them (see metrics.h).  Apart from the hub and the store, so that the
- * store links without the rest of the gateway (unit tests): it reads
- * neither (main.c seeds the agent counts; metrics_route.c reads the hub).
+ * them (see metrics.h).  It reads neither the hub nor the store: main.c
+ * seeds the agent counts and hands the store metrics_store_timed as its
+ * timing hook, the callers of the store move the agent counts with what
+ * the store says it changed, and metrics_route.c reads the hub.
  */
 #include "metrics.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "agent_state.h"
 
-/* The store thread (store_worker.c) moves agents and times its calls:
- * tether_agents and tether_store_duration_seconds are written under this
- * lock, and every family is read under it (metrics_lock). */
+/* The store thread (store_worker.c) times its calls through the store's
+ * timing hook: tether_store_duration_seconds is written under this lock,
+ * and every family is read under it (metrics_lock).  Every other family is
+ * written on the loop only. */
 static pthread_mutex_t metrics_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const no_values[] = { NULL };
@@ -109,12 +110,10 @@ metrics_agent_moved(int from, int to)
 {
 	if (from == to)
 		return;
-	pthread_mutex_lock(&metrics_mu);
 	if (from >= 0 && from < AGENT_STATE_ENTRIES)
 		prom_add(&agents, agent_state_name((enum agent_state)from), -1);
 	if (to >= 0 && to < AGENT_STATE_ENTRIES)
 		prom_add(&agents, agent_state_name((enum agent_state)to), 1);
-	pthread_mutex_unlock(&metrics_mu);
 }
 
 void
@@ -147,14 +146,9 @@ metrics_k8s_request(int status, double seconds)
 }
 
 void
-metrics_store_done(struct metrics_timer *t)
+metrics_store_timed(void *arg, const char *op, double seconds)
 {
-	const char *op = t->op;
-
-	if (strncmp(op, "store_", 6) == 0)
-		op += 6;
-	double seconds = prom_now() - t->start;
-
+	(void)arg;
 	pthread_mutex_lock(&metrics_mu);
 	prom_observe(&store_duration, op, seconds);
 	pthread_mutex_unlock(&metrics_mu);

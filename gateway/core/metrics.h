@@ -32,11 +32,12 @@ struct gateway;
 void metrics_init(void);
 
 /* An agent moved from one state to another (enum agent_state; -1: it did
- * not exist before). */
+ * not exist before), as a store call on the store thread said
+ * (store.h).  Loop thread only. */
 void metrics_agent_moved(int from, int to);
 
 /* Held while the families are read (metrics_route.c): the store thread
- * writes tether_agents and tether_store_duration_seconds. */
+ * writes tether_store_duration_seconds (metrics_store_timed). */
 void metrics_lock(void);
 void metrics_unlock(void);
 
@@ -48,17 +49,12 @@ void metrics_handshake(int registering, const char *result);
 void metrics_k8s_request(int status, double seconds);
 
 /*
- * Times the store call it is declared in, until it returns:
- * tether_store_duration_seconds{op="<function name without store_>"}.
+ * A store call named op took seconds: one observation in
+ * tether_store_duration_seconds{op}.  The store's timing hook (store.h's
+ * store_timing_fn, handed in by main.c; arg unused), so that the store
+ * knows no metric.  Any thread (under the metrics' lock).
  */
-struct metrics_timer {
-	const char *op;
-	double start;
-};
-void metrics_store_done(struct metrics_timer *t);
-#define METRICS_STORE_TIMED() \
-	struct metrics_timer metrics_timer_ \
-	    __attribute__((cleanup(metrics_store_done))) = { __func__, prom_now() }
+void metrics_store_timed(void *arg, const char *op, double seconds);
 
 /* The gateway's families, with the two gauges read from elsewhere set
  * (tether_tunnels_connected, tether_handshakes_in_progress).  Returns

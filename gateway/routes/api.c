@@ -41,6 +41,7 @@
 #include "hub.h"
 #include "joindoc.h"
 #include "log.h"
+#include "metrics.h"
 #include "notices.h"
 #include "route.h"
 #include "session.h"
@@ -95,6 +96,8 @@ struct api_job {
 	struct store_agent a;
 	struct store_agent approved;         /* approve: before the VERIFY */
 	int verifying;                       /* approve: a VERIFY followed */
+	struct { int from, to; } moves[3];   /* the agent's state changes, */
+	size_t nmoves;                       /* for metrics_agent_moved */
 	void *rows;                          /* a list read: clusters, agents, users */
 	size_t n;
 	struct store_presence *ps;           /* live presence, sorted by agent */
@@ -131,12 +134,15 @@ api_job_store(struct store *st, const char *authorization, void *arg)
 		j->h->store(st, j);
 }
 
-/* On the loop: refusals first, in the order the checks were made. */
+/* On the loop: the agent counts moved by what the store part changed,
+ * then refusals first, in the order the checks were made. */
 static void
 api_job_effects(struct gateway *gw, void *arg, struct route_response *r)
 {
 	struct api_job *j = arg;
 
+	for (size_t i = 0; i < j->nmoves; i++)
+		metrics_agent_moved(j->moves[i].from, j->moves[i].to);
 	if (j->auth_status != 0)
 		route_respond_error(r, j->auth_status, "%s", j->auth_err);
 	else if (j->refuse_status != 0)
@@ -417,13 +423,23 @@ agent_get_effects(struct gateway *gw, struct api_job *j,
 		route_respond_json(r, 200, agent_json(gw, j, &j->a));
 }
 
-/* j->a through event ev (reason: VERIFY_FAIL's, or NULL). */
+/* j->a through event ev (reason: VERIFY_FAIL's, or NULL), the change
+ * kept in j->moves. */
 static int
 agent_transition(struct store *st, struct api_job *j, enum agent_event ev,
     const char *reason)
 {
-	return j->rc = store_agent_transition(st, j->id, ev, reason,
-	    gateway_now(), &j->a, j->err, sizeof(j->err));
+	enum agent_state was;
+
+	j->rc = store_agent_transition(st, j->id, ev, reason, gateway_now(),
+	    &j->a, &was, j->err, sizeof(j->err));
+	if (j->rc == STORE_OK &&
+	    j->nmoves < sizeof(j->moves) / sizeof(j->moves[0])) {
+		j->moves[j->nmoves].from = (int)was;
+		j->moves[j->nmoves].to = (int)j->a.state;
+		j->nmoves++;
+	}
+	return j->rc;
 }
 
 /* Whether a live replica's lease holds j->id's tunnel (from j's presence). */

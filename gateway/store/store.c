@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agentkey.h"
 #include "log.h"
-#include "metrics.h"
 #include "store.h"
 #include "store_backend.h"
 
@@ -45,6 +45,44 @@ static const char *const token_kinds[] = {
 };
 
 #define TOKEN_KINDS ((int)(sizeof(token_kinds) / sizeof(token_kinds[0])))
+
+/* ---- timing the calls --------------------------------------------------- */
+
+static double
+now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One timed call under way: its store, its name, when it began. */
+struct store_timer {
+	struct store *s;
+	const char *op;
+	double start;
+};
+
+/* Tells s's timing hook how long the call took, named by its function
+ * without "store_". */
+static void
+store_timer_done(struct store_timer *t)
+{
+	const char *op = t->op;
+
+	if (t->s->timing == NULL)
+		return;
+	if (strncmp(op, "store_", 6) == 0)
+		op += 6;
+	t->s->timing(t->s->timing_arg, op, now_seconds() - t->start);
+}
+
+/* Times the call it is declared in (on store s), until it returns. */
+#define STORE_TIMED(s) \
+	struct store_timer store_timer_ \
+	    __attribute__((cleanup(store_timer_done))) = { (s), __func__, \
+	    now_seconds() }
 
 /* ---- running statements ------------------------------------------------- */
 
@@ -382,6 +420,13 @@ store_open(const char *url, struct store **out, char *err, size_t errlen)
 }
 
 void
+store_set_timing(struct store *s, store_timing_fn *fn, void *arg)
+{
+	s->timing = fn;
+	s->timing_arg = arg;
+}
+
+void
 store_close(struct store *s)
 {
 	if (s == NULL)
@@ -441,7 +486,7 @@ store_cluster_create(struct store *s, const char *name, int64_t now,
 	struct store_cluster c;
 	bool collided = true;
 	int attempt, rc = STORE_ERR;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	if (!name_valid(name))
 		return refuse_name("cluster", err, errlen);
@@ -463,7 +508,7 @@ store_cluster_get(struct store *s, const char *id, struct store_cluster *out)
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	rc = query_one(s, &(struct store_stmt){
 	    .sql = "SELECT " CLUSTER_COLS " FROM clusters WHERE id = ?",
@@ -479,7 +524,7 @@ store_cluster_list(struct store *s, struct store_cluster **out, size_t *n)
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	*out = NULL;
 	*n = 0;
@@ -562,7 +607,7 @@ store_token_insert(struct store *s, const struct store_token *t,
 {
 	enum store_violation v;
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	if ((rc = token_check(t, err, errlen)) != STORE_OK)
 		return rc;
@@ -593,7 +638,7 @@ store_token_get(struct store *s, const char *id, struct store_token *out)
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	rc = token_lookup(s, id, 0, out, err, sizeof(err));
 	if (rc == STORE_ERR)
@@ -704,7 +749,7 @@ store_user_token_create(struct store *s, const struct store_token *t,
 {
 	struct store_user_token u;
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	if ((rc = user_token_check(t, nclusters, err, errlen)) != STORE_OK)
 		return rc;
@@ -798,7 +843,7 @@ user_tokens_select(struct store *s, const char *id,
 	char err[STORE_ERROR_MAX + 1];
 	struct user_rows r = { .count = 0 };
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	*out = NULL;
 	*n = 0;
@@ -889,7 +934,7 @@ store_user_revoke(struct store *s, const char *name, int64_t *count,
 {
 	int64_t n = 0;
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	if (!store_user_name_valid(name))
 		return refuse_user_name(err, errlen);
@@ -907,7 +952,7 @@ store_token_in_cluster(struct store *s, const char *token_id,
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	rc = query_exists(s, &(struct store_stmt){
 	    .sql = "SELECT 1 FROM token_clusters WHERE token_id = ? AND "
@@ -1166,7 +1211,7 @@ store_agent_register(struct store *s, const char *token_id,
 	struct store_agent a;
 	bool made = false;
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	if (!name_valid(node))
 		return refuse_name("node", err, errlen);
@@ -1180,8 +1225,6 @@ store_agent_register(struct store *s, const char *token_id,
 	    errlen);
 	if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
 		return rc;
-	if (made)
-		metrics_agent_moved(-1, (int)a.state);
 	/* Only a committed result is handed out. */
 	if (out != NULL)
 		*out = a;
@@ -1195,7 +1238,7 @@ store_agent_get(struct store *s, const char *id, struct store_agent *out)
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	rc = agent_lookup(s, id, 0, out, err, sizeof(err));
 	if (rc == STORE_ERR)
@@ -1209,7 +1252,7 @@ store_agent_list(struct store *s, const char *cluster,
 {
 	char err[STORE_ERROR_MAX + 1];
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	*out = NULL;
 	*n = 0;
@@ -1263,7 +1306,7 @@ update_agent_state(struct store *s, const struct store_agent *a, char *err,
 	    P_INT(a->updated_at), P_TEXT(a->id)) }, NULL, NULL, err, errlen);
 }
 
-/* *from: the state before (for the metrics, once committed). */
+/* *from: the state before (told the caller once committed). */
 static int
 transition_locked(struct store *s, const char *id, enum agent_event ev,
     const char *last_error, int64_t now, struct store_agent *a,
@@ -1289,21 +1332,22 @@ transition_locked(struct store *s, const char *id, enum agent_event ev,
 int
 store_agent_transition(struct store *s, const char *id,
     enum agent_event ev, const char *last_error, int64_t now,
-    struct store_agent *out, char *err, size_t errlen)
+    struct store_agent *out, enum agent_state *was, char *err, size_t errlen)
 {
 	struct store_agent a;
 	enum agent_state from = AGENT_STATE_ENTRIES;
 	int rc;
-	METRICS_STORE_TIMED();
+	STORE_TIMED(s);
 
 	if (begin(s, err, errlen) != STORE_OK)
 		return STORE_ERR;
 	rc = transition_locked(s, id, ev, last_error, now, &a, &from, err, errlen);
 	if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
 		return rc;
-	metrics_agent_moved((int)from, (int)a.state);
 	if (out != NULL)
 		*out = a;
+	if (was != NULL)
+		*was = from;
 	return STORE_OK;
 }
 

@@ -20,6 +20,12 @@
  *
  * Records are plain structs with fixed-size strings; list calls return an
  * array the caller frees with free().
+ *
+ * The store keeps no count of its own above the database: a call that
+ * changes an agent's state says so to its caller (store_agent_register's
+ * *created, store_agent_transition's *was), and the caller, on the loop,
+ * moves what it counts (tether_agents).  Its one hook is the timing of
+ * its calls (store_set_timing), handed in by the layer above.
  */
 #ifndef TETHER_STORE_H
 #define TETHER_STORE_H
@@ -96,6 +102,20 @@ int store_open(const char *url, struct store **out, char *err, size_t errlen);
 /* Whether url names a PostgreSQL store (shared by replicas), not SQLite. */
 bool store_url_is_postgres(const char *url);
 void store_close(struct store *s);
+
+/*
+ * Told after each of s's public calls that reads or changes records (the
+ * clusters, tokens, user tokens and agents; presence is not timed), on the
+ * thread that made the call: op is the call's name without "store_"
+ * ("agent_get", "cluster_create"; "user_tokens_select" for the two user
+ * token reads), seconds its duration by the monotonic clock.  A call made
+ * inside another is told too, before the outer one.  One hook may serve
+ * stores used by several threads: it must then be thread-safe.
+ */
+typedef void store_timing_fn(void *arg, const char *op, double seconds);
+/* Sets s's timing hook (fn NULL: none, the default).  Before s is used
+ * from another thread. */
+void store_set_timing(struct store *s, store_timing_fn *fn, void *arg);
 /* The schema version the open database is at. */
 int store_schema_version(struct store *s);
 
@@ -176,12 +196,14 @@ int store_agent_list(struct store *s, const char *cluster,
 /*
  * Applies ev to the agent (agent_state_next) and persists the new state and
  * last_error (NULL keeps "" ; VERIFY_OK clears it) in one transaction.
- * STORE_REFUSED with err when the transition is not allowed; *out holds the
- * new record on STORE_OK.
+ * STORE_REFUSED with err when the transition is not allowed.  On STORE_OK
+ * *out holds the new record and *was the state it left (out->state the one
+ * it entered; the same one for an event that keeps the state); either may
+ * be NULL.  Nothing is written to them on failure.
  */
 int store_agent_transition(struct store *s, const char *id,
     enum agent_event ev, const char *last_error, int64_t now,
-    struct store_agent *out, char *err, size_t errlen);
+    struct store_agent *out, enum agent_state *was, char *err, size_t errlen);
 
 /* ---- presence (gateway/agents/presence.h, docs/0017) ---- */
 

@@ -138,6 +138,8 @@ struct store {
 	const struct store_backend *be;
 	void *impl;
 	int version;          /* schema version after migration */
+	store_timing_fn *timing;  /* store_set_timing's hook, or NULL */
+	void *timing_arg;
 };
 
 /*

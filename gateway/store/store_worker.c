@@ -154,7 +154,8 @@ on_done(evutil_socket_t fd, short what, void *arg)
 
 int
 store_worker_start(struct event_base *base, const char *url, size_t cap,
-    struct store_worker **out, char *err, size_t errlen)
+    store_timing_fn *timing, void *timing_arg, struct store_worker **out,
+    char *err, size_t errlen)
 {
 	struct store_worker *w;
 	int rc;
@@ -170,6 +171,7 @@ store_worker_start(struct event_base *base, const char *url, size_t cap,
 	pthread_cond_init(&w->wake, NULL);
 	if (store_open(url, &w->store, err, errlen) != STORE_OK)
 		goto fail;
+	store_set_timing(w->store, timing, timing_arg);
 	if ((w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		goto fail;

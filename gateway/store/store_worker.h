@@ -29,11 +29,13 @@ typedef void store_done_fn(void *arg);
 
 /*
  * Opens the thread's own connection to url (the store is already migrated
- * by the loop's) and starts the thread; done callbacks run on base.
- * Returns 0, or -1 with err.
+ * by the loop's), hands it timing (store_set_timing; NULL: none, else
+ * called on the store thread) and starts the thread; done callbacks run on
+ * base.  Returns 0, or -1 with err.
  */
 int store_worker_start(struct event_base *base, const char *url, size_t cap,
-    struct store_worker **out, char *err, size_t errlen);
+    store_timing_fn *timing, void *timing_arg, struct store_worker **out,
+    char *err, size_t errlen);
 
 /*
  * Queues a job.  Returns 0, or -1 when cap jobs are already waiting (or

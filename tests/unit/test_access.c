@@ -97,7 +97,7 @@ setup(void **state)
 	if (store_open(url, &f->st, err, sizeof(err)) != STORE_OK)
 		return -1;
 	f->gw.base = event_base_new();
-	if (store_worker_start(f->gw.base, url, 16, &f->gw.storew, err,
+	if (store_worker_start(f->gw.base, url, 16, NULL, NULL, &f->gw.storew, err,
 	    sizeof(err)) != 0)
 		return -1;
 	if (store_cluster_create(f->st, "one", gateway_now(), &c, err,

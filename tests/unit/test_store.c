@@ -275,7 +275,7 @@ do_transition(struct store *s, const char *id, enum agent_event ev,
 	char err[STORE_ERROR_MAX + 1] = "";
 	int rc;
 
-	rc = store_agent_transition(s, id, ev, last_error, NOW + 10, a, err,
+	rc = store_agent_transition(s, id, ev, last_error, NOW + 10, a, NULL, err,
 	    sizeof(err));
 	if (rc != STORE_OK)
 		fprintf(stderr, "transition: %s\n", err);
@@ -1032,7 +1032,7 @@ test_transitions_persist(void **state)
 	assert_int_equal(a.state, AGENT_PENDING_APPROVAL);
 
 	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_VERIFY,
-	    NULL, NOW, &got, err, sizeof(err)), STORE_REFUSED);
+	    NULL, NOW, &got, NULL, err, sizeof(err)), STORE_REFUSED);
 	assert_string_equal(err, "cannot verify: agent awaits approval");
 
 	do_transition(f->s, a.id, AGENT_EV_APPROVE, NULL, &got);
@@ -1056,7 +1056,7 @@ test_transitions_persist(void **state)
 	assert_string_equal(got.last_error, "");
 
 	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_APPROVE,
-	    NULL, NOW, &got, err, sizeof(err)), STORE_REFUSED);
+	    NULL, NOW, &got, NULL, err, sizeof(err)), STORE_REFUSED);
 	assert_string_equal(err, "cannot approve: agent is active");
 
 	/* A failure without a message still records one; a long one is
@@ -1076,11 +1076,93 @@ test_transitions_persist(void **state)
 	assert_int_equal(got.state, AGENT_REVOKED);
 	assert_string_equal(got.last_error, "key leaked");
 	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_VERIFY,
-	    NULL, NOW, &got, err, sizeof(err)), STORE_REFUSED);
+	    NULL, NOW, &got, NULL, err, sizeof(err)), STORE_REFUSED);
 	assert_string_equal(err, "agent is revoked");
 
 	assert_int_equal(store_agent_transition(f->s, "a-000000000000",
-	    AGENT_EV_REVOKE, NULL, NOW, &got, err, sizeof(err)), STORE_NOTFOUND);
+	    AGENT_EV_REVOKE, NULL, NOW, &got, NULL, err, sizeof(err)), STORE_NOTFOUND);
+}
+
+/* A transition says which state it left; a refused one writes nothing. */
+static void
+test_transition_says_what_moved(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, got;
+	enum agent_state was = AGENT_STATE_ENTRIES;
+	char err[STORE_ERROR_MAX + 1];
+	bool created = false;
+
+	make_import(f, "8888888888888887", 1, true, &c);
+	do_register(f, "8888888888888887", "node-1", 0x01, &a, &created);
+	assert_true(created);
+	assert_int_equal(a.state, AGENT_PENDING_APPROVAL);
+
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_APPROVE,
+	    NULL, NOW, &got, &was, err, sizeof(err)), STORE_OK);
+	assert_int_equal(was, AGENT_PENDING_APPROVAL);
+	assert_int_equal(got.state, AGENT_ENROLL);
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_VERIFY,
+	    NULL, NOW, NULL, &was, err, sizeof(err)), STORE_OK);
+	assert_int_equal(was, AGENT_ENROLL);
+
+	was = AGENT_STATE_ENTRIES;
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_APPROVE,
+	    NULL, NOW, &got, &was, err, sizeof(err)), STORE_REFUSED);
+	assert_int_equal(was, AGENT_STATE_ENTRIES);
+}
+
+/* What a timing hook heard: each call's name, in order. */
+struct heard {
+	char ops[16][32];
+	size_t n;
+};
+
+static void
+hear(void *arg, const char *op, double seconds)
+{
+	struct heard *h = arg;
+
+	assert_true(seconds >= 0);
+	if (h->n < 16)
+		snprintf(h->ops[h->n], sizeof(h->ops[0]), "%s", op);
+	h->n++;
+}
+
+/* The store tells its timing hook each call by name, an inner call before
+ * the outer one, and nothing once the hook is taken away. */
+static void
+test_timing_hook(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" }, got;
+	struct store_user_token *list = NULL;
+	struct store_token t;
+	struct heard h = { .n = 0 };
+	char err[STORE_ERROR_MAX + 1];
+	const char *ids[1];
+	size_t n = 0;
+
+	store_set_timing(f->s, hear, &h);
+	make_cluster(f, "timed", &c);
+	assert_int_equal(store_cluster_get(f->s, c.id, &got), STORE_OK);
+	fill_user(&t, "3333333333333333", "carol");
+	ids[0] = c.id;
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_user_token_list(f->s, &list, &n), STORE_OK);
+	free(list);
+	assert_int_equal(h.n, 5);
+	assert_string_equal(h.ops[0], "cluster_create");
+	assert_string_equal(h.ops[1], "cluster_get");
+	assert_string_equal(h.ops[2], "token_insert");
+	assert_string_equal(h.ops[3], "user_token_create");
+	assert_string_equal(h.ops[4], "user_tokens_select");
+
+	store_set_timing(f->s, NULL, NULL);
+	assert_int_equal(store_cluster_get(f->s, c.id, &got), STORE_OK);
+	assert_int_equal(h.n, 5);
 }
 
 static void
@@ -1528,6 +1610,8 @@ main(void)
 		T(test_register_other_key_refused),
 		T(test_register_after_revoke),
 		T(test_transitions_persist),
+		T(test_transition_says_what_moved),
+		T(test_timing_hook),
 		T(test_list_by_cluster),
 		T(test_list_many),
 		T(test_second_connection),

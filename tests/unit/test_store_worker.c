@@ -111,7 +111,7 @@ start(struct fixture *f, size_t cap)
 {
 	char err[STORE_ERROR_MAX + 1];
 
-	assert_int_equal(store_worker_start(f->base, f->url, cap, &f->w, err,
+	assert_int_equal(store_worker_start(f->base, f->url, cap, NULL, NULL, &f->w, err,
 	    sizeof(err)), 0);
 }
 
