@@ -19,8 +19,13 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
 # tinyproxy, squid: the proxies of test_proxy*.sh; krb5-kdc, krb5-user: the
 # KDC and kinit/kadmin.local of the Negotiate proxy test.
+# gcc-*-linux-gnu*, libc6-dev-*-cross, qemu-user: the static agents for
+# arm64 and armhf (make agent-static, config/agent-static.sh) and running
+# them in test_agent_static; binutils' readelf checks they load nothing.
 packages=(
 	build-essential cmake pkg-config
+	gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
+	libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
 	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
@@ -33,6 +38,18 @@ packages=(
 	prometheus chromium libnss3-tools
 	man-db groff-base mandoc lintian adduser dpkg-dev file
 )
+
+# arm64 and armhf in dpkg's architectures: agent-static.sh fetches their
+# -dev packages (static archives) with `apt-get download`, never installs
+# them (their versions need not match the host's).
+foreign_added=0
+for arch in arm64 armhf; do
+	if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+		log "dpkg --add-architecture $arch"
+		"${sudo_cmd[@]}" dpkg --add-architecture "$arch"
+		foreign_added=1
+	fi
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -52,6 +69,10 @@ apt_update() {
 		apt_updated=1
 	fi
 }
+
+if [ "$foreign_added" -eq 1 ]; then
+	apt_update
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
