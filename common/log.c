@@ -570,14 +570,16 @@ log_kv(enum log_level level, const char *msg, const struct log_field *fields,
 }
 
 void
-log_audit_kv(const char *event, const struct log_field *fields, size_t nfields)
+log_audit_kv(const char *event, const char *client,
+    const struct log_field *fields, size_t nfields)
 {
 	struct log_field all[32];
 	size_t n = 0;
 
 	all[n++] = KV_S("event", event);
-	for (size_t i = 0; i < nfields && n < sizeof(all) / sizeof(all[0]); i++)
+	for (size_t i = 0; i < nfields && n + 1 < sizeof(all) / sizeof(all[0]); i++)
 		all[n++] = fields[i];
+	all[n++] = KV_S("client", client != NULL && client[0] != '\0' ? client : "-");
 	emit_audit(all, n);
 }
 

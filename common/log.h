@@ -118,10 +118,13 @@ const char *log_level_name(enum log_level level);
 /* Writes one line if level >= the minimum.  Use the macros below. */
 void log_kv(enum log_level level, const char *msg,
     const struct log_field *fields, size_t nfields);
-/* Writes one audit line (msg=audit event=EVENT, then the fields) to the
- * audit destination, whatever the level. */
-void log_audit_kv(const char *event, const struct log_field *fields,
-    size_t nfields);
+/* Writes one audit line (msg=audit event=EVENT, the fields, then
+ * client=CLIENT) to the audit destination, whatever the level.  client: the
+ * address (ip:port, the PROXY header's when a trusted balancer sent one)
+ * of the connection the audited action came in on; NULL or "" when there
+ * is none (a stream asked for by another replica) writes "-". */
+void log_audit_kv(const char *event, const char *client,
+    const struct log_field *fields, size_t nfields);
 /* Logs at error level and exits 1.  Only for start-up and broken
  * invariants, never for one peer's misbehaviour. */
 void log_fatal_kv(const char *msg, const struct log_field *fields,
@@ -140,6 +143,7 @@ void log_fatal_kv(const char *msg, const struct log_field *fields,
 #define warn(msg, ...)  log_kv(LOG_LEVEL_WARN, "" msg, LOG_FIELDS_(__VA_ARGS__))
 #define error(msg, ...) log_kv(LOG_LEVEL_ERROR, "" msg, LOG_FIELDS_(__VA_ARGS__))
 #define fatal(msg, ...) log_fatal_kv("" msg, LOG_FIELDS_(__VA_ARGS__))
-#define audit(event, ...) log_audit_kv("" event, LOG_FIELDS_(__VA_ARGS__))
+#define audit(event, client, ...) \
+	log_audit_kv("" event, (client), LOG_FIELDS_(__VA_ARGS__))
 
 #endif

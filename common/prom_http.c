@@ -44,6 +44,9 @@ on_request(struct evhttp_request *req, void *arg)
 	char *text;
 	size_t len = 0;
 
+	/* Every answer: never read as another type than it says. */
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+	    "X-Content-Type-Options", "nosniff");
 	if (path == NULL || strcmp(path, "/metrics") != 0) {
 		evbuffer_add_printf(out, "no such path: try /metrics\n");
 		evhttp_send_reply(req, 404, "Not Found", out);

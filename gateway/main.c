@@ -545,6 +545,7 @@ cmd_serve(int argc, char **argv)
 	gw.limits.ping_timeout_ms = opts_num(&o, SERVE_OPT_PING_TIMEOUT);
 	gw.drain_timeout_ms = opts_num(&o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
+	gw.require_proxy_header = (int)opts_num(&o, SERVE_OPT_REQUIRE_PROXY_HEADER);
 	if (opts_str(&o, SERVE_OPT_REPLICA_ID) != NULL)
 		snprintf(gw.replica_id, sizeof(gw.replica_id), "%s",
 		    opts_str(&o, SERVE_OPT_REPLICA_ID));
@@ -585,6 +586,11 @@ cmd_serve(int argc, char **argv)
 	    cidr_list_parse(opts_str(&o, SERVE_OPT_TRUSTED_PROXY), &gw.trusted_proxies,
 	    err, sizeof(err)) != 0) {
 		error("bad --trusted-proxy", KV_S("err", err));   /* checked already */
+		goto out;
+	}
+	if (gw.require_proxy_header && gw.trusted_proxies.n == 0) {
+		error("--require-proxy-header needs --trusted-proxy (the sources "
+		    "that must send one)");
 		goto out;
 	}
 	if (load_config(&gw, opts_str(&o, SERVE_OPT_PUBLIC_CA), err, sizeof(err)) != 0) {

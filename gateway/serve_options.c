@@ -74,6 +74,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "a load balancer's source network, trusted to send a PROXY "
 	    "protocol v2 header with the client's address (repeatable, or "
 	    "comma-separated; a header from any other source is refused)" },
+	[SERVE_OPT_REQUIRE_PROXY_HEADER] = { .name = "require-proxy-header",
+	    .type = OPT_BOOL, .def = "false",
+	    .help = "a connection from a --trusted-proxy source must start with a "
+	    "PROXY header (else it is refused), so no client behind a balancer "
+	    "that sends none can choose the logged address" },
 	[SERVE_OPT_PUBLIC_CA] = { .name = "public-ca", .type = OPT_STRING,
 	    .arg = "FILE", .def_help = "DATA_DIR/ca.crt",
 	    .help = "the CA of the certificate clients see at the public URL (a "

@@ -87,6 +87,7 @@ struct gateway {
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
+	int require_proxy_header;         /* --require-proxy-header: and must */
 	char replica_id[64];            /* --replica-id (default: the host name) */
 	char peer_url[256];             /* --peer-url, or "" */
 	struct presence *presence;      /* the lease and tunnel records (presence.c) */

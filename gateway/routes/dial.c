@@ -137,6 +137,7 @@ fwd_start(struct ctlconn *c, struct mux_stream *cs, const char *target)
 	who.principal = c->grant.principal;
 	who.cluster = c->grant.cluster;
 	who.target = target;
+	who.client = wsconn_peer(c->ws);
 	relay_start_stream(c->gw, &agent, cs, &who);
 }
 
@@ -333,6 +334,7 @@ dial_decide(struct dial_ask *a, const struct access_grant *g)
 	who.principal = g->principal;
 	who.cluster = g->cluster;
 	who.target = a->target;
+	who.client = upgrade_peer(u);
 	relay_start_raw(gw, &agent, u, &who);
 }
 

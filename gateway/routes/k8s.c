@@ -47,6 +47,7 @@
  */
 #include "k8s.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -156,6 +157,7 @@ struct k8s_exchange {
 	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
 	char replica[64];             /* the one holding the agent's tunnel */
 	char method[24], path[K8S_LOG_PATH + 1];
+	char client[64];              /* the client's address, for the audit */
 	struct live_stream live;      /* listed for the status page while it lives */
 };
 
@@ -233,7 +235,7 @@ x_audit(const struct k8s_exchange *x)
 
 	gettimeofday(&now, NULL);
 	timersub(&now, &x->started, &took);
-	audit("k8s", KV_S("who", x->principal[0] ? x->principal : "-"),
+	audit("k8s", x->client, KV_S("who", x->principal[0] ? x->principal : "-"),
 	    KV_S("cluster", x->cluster), KV_S("node", x->node[0] ? x->node : "-"),
 	    KV_S("method", x->method), KV_S("path", x->path),
 	    KV_I("status", x->status), KV_U("bytes_up", x->up),
@@ -1078,12 +1080,34 @@ x_retry(struct k8s_exchange *x)
 /* ---- the upstream request ---- */
 
 /*
+ * 1 if the first n bytes of name are those of want (n = strlen(want) when
+ * whole), compared as servers that map names to variables do: any case,
+ * and '_' the same as '-' (CGI, WSGI and some proxies read
+ * "Impersonate_User" as "Impersonate-User").
+ */
+static int
+name_is(const char *name, const char *want, int whole)
+{
+	size_t n = strlen(want), i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char a = (unsigned char)name[i], b = (unsigned char)want[i];
+
+		if (a == '_')
+			a = '-';
+		if (a == '\0' || tolower(a) != tolower(b))
+			return 0;
+	}
+	return !whole || name[i] == '\0';
+}
+
+/*
  * Request headers never passed on: hop-by-hop ones, and the ones the
  * gateway writes itself (framing from what it parsed, Upgrade and
- * Connection, who the request acts as).  Checked in this order, so the
- * client's Connection can only drop more: never Host, never the framing
- * (written by us anyway), and it cannot make Authorization or
- * Impersonate-* pass.
+ * Connection, who the request acts as), under any name that normalises
+ * to one of them (name_is).  Checked in this order, so the client's
+ * Connection can only drop more: never Host, never the framing (written
+ * by us anyway), and it cannot make Authorization or Impersonate-* pass.
  */
 static int
 request_header_dropped(const char *name, const char *connection)
@@ -1093,13 +1117,13 @@ request_header_dropped(const char *name, const char *connection)
 	    "Upgrade", "Expect", NULL };
 
 	for (int i = 0; drop[i] != NULL; i++)
-		if (strcasecmp(name, drop[i]) == 0)
+		if (name_is(name, drop[i], 1))
 			return 1;
-	if (strncasecmp(name, "Proxy-", 6) == 0)
+	if (name_is(name, "Proxy-", 0))
 		return 1;
 	/* Who the request acts as is the gateway's to say, never the client's
 	 * (the node's API server trusts the node's own credential). */
-	if (strncasecmp(name, "Impersonate-", 12) == 0)
+	if (name_is(name, "Impersonate-", 0))
 		return 1;
 	if (strcasecmp(name, "Host") == 0)
 		return 0;
@@ -1215,15 +1239,16 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	    http_token_list_has(rq->connection, "upgrade");
 	x->keep_up = !x->upgrade_req && rq->keep_alive && exchange_keep_alive(h);
 	snprintf(x->method, sizeof(x->method), "%s", rq->method);
+	snprintf(x->client, sizeof(x->client), "%s", exchange_peer(h));
 	return x;
 }
 
 /* The audit line of a request refused before an exchange exists. */
 static void
-audit_refusal(const struct http_request *rq, const char *principal,
-    const char *cluster, int code)
+audit_refusal(const struct hconn *h, const struct http_request *rq,
+    const char *principal, const char *cluster, int code)
 {
-	audit("k8s", KV_S("who", principal[0] ? principal : "-"),
+	audit("k8s", exchange_peer(h), KV_S("who", principal[0] ? principal : "-"),
 	    KV_S("cluster", cluster[0] ? cluster : "-"), KV_S("node", "-"),
 	    KV_S("method", rq->method), KV_S("path", rq->path),
 	    KV_I("status", code), KV_U("bytes_up", 0), KV_U("bytes_down", 0),
@@ -1236,7 +1261,7 @@ static void
 refuse(struct hconn *h, const struct http_request *rq, const char *principal,
     const char *cluster, int code, const char *message)
 {
-	audit_refusal(rq, principal, cluster, code);
+	audit_refusal(h, rq, principal, cluster, code);
 	reply_status(h, code, message);
 }
 
@@ -1254,7 +1279,7 @@ k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
 		snprintf(cluster, sizeof(cluster), "%.*s",
 		    (int)strcspn(seg, "/"), seg);
 	}
-	audit_refusal(rq, "", cluster, status);
+	audit_refusal(h, rq, "", cluster, status);
 	body = status_json(status, reason, &len);
 	exchange_refuse(h, status, body, len);
 }

@@ -47,6 +47,7 @@ struct relay {
 	char principal[96], cluster[32], node[64], target[256], end[64];
 	char replica[64];              /* the one holding the agent's tunnel */
 	char via[64];                  /* relay_who's, "" when none */
+	char client[64];               /* relay_who's, "" when none */
 	char reason[256];              /* the agent's OPEN_FAIL reason, for the audit */
 	struct live_stream live;       /* listed for the status page while it lives */
 };
@@ -60,7 +61,7 @@ relay_audit(struct relay *r)
 
 	gettimeofday(&now, NULL);
 	timersub(&now, &r->started, &took);
-	audit("stream", KV_S("who", r->principal), KV_S("cluster", r->cluster),
+	audit("stream", r->client, KV_S("who", r->principal), KV_S("cluster", r->cluster),
 	    KV_S("node", r->node), KV_S("target", r->target),
 	    KV_S("replica", r->replica), KV_S("via", r->via), KV_U("bytes_up", r->up),
 	    KV_U("bytes_down", r->down),
@@ -460,6 +461,8 @@ relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who 
 	snprintf(r->target, sizeof(r->target), "%s", who->target);
 	snprintf(r->replica, sizeof(r->replica), "%s", agent->replica);
 	snprintf(r->via, sizeof(r->via), "%s", who->via != NULL ? who->via : "");
+	snprintf(r->client, sizeof(r->client), "%s",
+	    who->client != NULL ? who->client : "");
 	r->live = (struct live_stream){ .kind = kind == CLIENT_RAW ? "connect" : "forward",
 	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
 	    .target = r->target, .up = &r->up, .down = &r->down,

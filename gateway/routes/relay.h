@@ -32,6 +32,9 @@ struct relay_who {
 	 * peer link (NULL or "" otherwise).  The line's replica= is the
 	 * reach's (the one holding the tunnel, ours when local). */
 	const char *via;
+	/* The operator's address (ip:port) for the audit line's client=;
+	 * NULL on a peer link (the asking replica's line has it). */
+	const char *client;
 };
 
 /*

@@ -26,7 +26,6 @@
 	"Content-Security-Policy: default-src 'self'; script-src 'self'; " \
 	"style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; " \
 	"form-action 'none'; frame-ancestors 'none'\r\n" \
-	"X-Content-Type-Options: nosniff\r\n" \
 	"X-Frame-Options: DENY\r\n" \
 	"Referrer-Policy: no-referrer\r\n"
 

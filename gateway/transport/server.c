@@ -26,7 +26,10 @@
  * Before TLS or HTTP, a connection may carry a PROXY protocol v2 header
  * (docs/0017): with --trusted-proxy set, every accepted socket first
  * becomes a struct preface that peeks at its first byte.  No header (the
- * first byte is not the signature's): it is handed to a hconn untouched.  A
+ * first byte is not the signature's): it is handed to a hconn untouched,
+ * unless it comes from a trusted source and --require-proxy-header is on
+ * (then the client behind the balancer would choose nothing, but the
+ * balancer's address would stand for it: refused).  A
  * header from a trusted source is read (exactly its length, at most
  * PROXY_V2_MAX bytes) and its client address becomes the connection's
  * peer; from any other source it is refused.  The --plain-listen port
@@ -318,6 +321,7 @@ hconn_respond(struct hconn *h, int status, const char *type, char *body,
 	    "Content-Type: %s\r\n"
 	    "Content-Length: %zu\r\n"
 	    "Cache-Control: no-store\r\n"
+	    "X-Content-Type-Options: nosniff\r\n"
 	    "%s%s\r\n", status, http_status_str((enum http_status)status),
 	    type != NULL ? type : "text/plain", len, headers != NULL ? headers : "",
 	    keep_alive ? "" : "Connection: close\r\n") < 0) {
@@ -1312,6 +1316,12 @@ preface_step(struct preface *pf)
 			return 0;
 		if (n <= 0) {
 			preface_free(pf);       /* gone before saying anything */
+			return 1;
+		}
+		if (first != PROXY_V2_FIRST_BYTE && pf->trusted &&
+		    pf->srv->gw->require_proxy_header) {
+			preface_refuse(pf, "no PROXY protocol header from a "
+			    "--trusted-proxy source (--require-proxy-header)");
 			return 1;
 		}
 		if (first != PROXY_V2_FIRST_BYTE) {

@@ -51,6 +51,13 @@ CASES = {
                                   CL], SMUGGLED),
     "host_in_connection": req(b"GET", b"/api/v1/namespaces",
                               [b"Connection: Host, Content-Length, Transfer-Encoding"]),
+    # Names that servers mapping headers to variables read as Impersonate-*.
+    "impersonate_underscore": req(b"GET", b"/api/v1/pods",
+                                  [b"Impersonate_User: system:admin",
+                                   b"IMPERSONATE_GROUP: system:masters",
+                                   b"impersonate_uid: 0",
+                                   b"Impersonate_Extra_Scopes: all",
+                                   b"Impersonate-Extra_acme: root"]),
     "impersonate_mixed_case": req(b"GET", b"/api/v1/pods",
                                   [b"iMpErSoNaTe-UsEr: system:admin",
                                    b"IMPERSONATE-GROUP: system:masters",

@@ -97,7 +97,7 @@ wait_until 10 "200 audit lines of the burst" all_burst_audited
 [ "$(audit_burst_lines)" = 200 ] || fail "$(audit_burst_lines) audit lines for 200 requests"
 for c in 1 2 3 4; do
 	grep 'msg=audit event=k8s .*path=/burst/' "$T/gateway.log" |
-		sed -n "s|^time=[^ ]* level=info component=gateway msg=audit event=k8s who=user:alice cluster=$cid node=node1 method=GET path=/burst/$c/\([0-9]*\) status=404 bytes_up=[0-9]* bytes_down=[0-9]* duration_ms=[0-9]* replica=[^ ]*\$|\1|p" \
+		sed -n "s|^time=[^ ]* level=info component=gateway msg=audit event=k8s who=user:alice cluster=$cid node=node1 method=GET path=/burst/$c/\([0-9]*\) status=404 bytes_up=[0-9]* bytes_down=[0-9]* duration_ms=[0-9]* replica=[^ ]* client=127\.0\.0\.1:[0-9]*\$|\1|p" \
 		>"$T/burst-audit.$c"
 	seq 1 50 | cmp -s - "$T/burst-audit.$c" ||
 		fail "connection $c: audit lines not whole, or not 1..50 in order: $(tr '\n' ' ' <"$T/burst-audit.$c")"

@@ -75,7 +75,7 @@ pass_each() {
 }
 
 # --- passed on, and exactly one upstream request each ---
-accepted="cl_in_connection te_in_connection upgrade_connection_cl host_in_connection impersonate_mixed_case"
+accepted="cl_in_connection te_in_connection upgrade_connection_cl host_in_connection impersonate_mixed_case impersonate_underscore"
 pass_each "$cid" plain $accepted
 want=$(echo $accepted | wc -w)
 # A smuggled request would be a line of its own, after the one it hid in.
@@ -89,14 +89,14 @@ jq -e -s --arg len "$(printf 'GET /api/v1/secrets HTTP/1.1\r\nHost: k\r\nImperso
 	"$T/plain/requests.jsonl" >/dev/null ||
 	fail "the smuggling bodies did not arrive as bodies: $(cat "$T/plain/requests.jsonl")"
 # Only the gateway's own Impersonate-User (--impersonate: the user's name).
-jq -e -s 'all(.[]; [.headers[] | select(.[0] | ascii_downcase | startswith("impersonate-"))] ==
+jq -e -s 'all(.[]; [.headers[] | select(.[0] | ascii_downcase | gsub("_"; "-") | startswith("impersonate-"))] ==
 	[["Impersonate-User", "mallory"]])' "$T/plain/requests.jsonl" >/dev/null ||
 	fail "an Impersonate-* header the gateway did not add reached the upstream: $(cat "$T/plain/requests.jsonl")"
 jq -e -s 'all(.[]; ([.headers[] | select(.[0] | ascii_downcase == "host")] | length == 1) and
 	([.headers[] | select(.[0] | ascii_downcase == "authorization")] | length == 0))' \
 	"$T/plain/requests.jsonl" >/dev/null ||
 	fail "Host missing, or an Authorization passed: $(cat "$T/plain/requests.jsonl")"
-pass "$want requests with CL/TE/Host named in Connection, Upgrade+Connection+CL, mixed-case and suffixed Impersonate-*: $got upstream requests, bodies intact, only Impersonate-User: mallory, Host kept"
+pass "$want requests with CL/TE/Host named in Connection, Upgrade+Connection+CL, mixed-case, suffixed and underscored Impersonate-* (Impersonate_User): $got upstream requests, bodies intact, only Impersonate-User: mallory, Host kept"
 
 # --- ambiguous framing: 400 Status, nothing upstream ---
 refused="cl_and_te duplicate_cl different_cl non_numeric_cl signed_cl te_gzip_chunked te_identity te_twice
@@ -122,7 +122,7 @@ done
 pass "$(echo $answers | wc -w) ambiguous answer heads from the node (CL+TE, 2 CLs, TE not chunked, obs-fold, bare LF, a 1xx with an obs-fold): 502 Status each"
 
 # --- a --service-token service: the node's token on every request, streams reused ---
-tok_cases="cl_in_connection te_in_connection upgrade_connection_cl impersonate_mixed_case"
+tok_cases="cl_in_connection te_in_connection upgrade_connection_cl impersonate_mixed_case impersonate_underscore"
 pass_each "$cid2" tok $tok_cases
 # Two requests on one client connection: the gateway sends the second on
 # the same stream (this upstream keeps its connection), and the agent

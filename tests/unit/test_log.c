@@ -374,7 +374,8 @@ assert_audit_lines(const char *path, const char *event, int count)
 	while ((len = getline(&l, &cap, f)) > 0) {
 		assert_true(i < count);
 		assert_true(l[len - 1] == '\n');
-		snprintf(want, sizeof(want), " msg=audit event=%s n=%d\n", event, i);
+		snprintf(want, sizeof(want), " msg=audit event=%s n=%d "
+		    "client=192.0.2.1:4242\n", event, i);
 		assert_non_null(strstr(l, want));
 		assert_true(strncmp(l, "time=", 5) == 0);
 		i++;
@@ -407,27 +408,27 @@ test_audit_burst_held_then_all_written_in_order(void **state)
 	held_calls = 0;
 	log_audit_hold(count_held, NULL);
 	for (int i = 0; i < 3; i++)
-		audit("burst", KV_I("n", i));
+		audit("burst", "192.0.2.1:4242", KV_I("n", i));
 	/* Held: nothing written yet, and the owner was told once. */
 	assert_int_equal(file_size(path), 0);
 	assert_int_equal(held_calls, 1);
 	/* A burst larger than the buffer: written in whole lines as it
 	 * fills, and the owner told again each time it starts over. */
 	for (int i = 3; i < 500; i++)
-		audit("burst", KV_I("n", i));
+		audit("burst", "192.0.2.1:4242", KV_I("n", i));
 	assert_true(file_size(path) > 0);
 	assert_true(held_calls > 1);
 	log_audit_flush();
 	assert_audit_lines(path, "burst", 500);
 	/* A held line goes to the file it was logged for. */
 	off_t before = file_size(path);
-	audit("switch", KV_I("n", 0));
+	audit("switch", "192.0.2.1:4242", KV_I("n", 0));
 	assert_int_equal(file_size(path), before);
 	assert_int_equal(log_set_audit_file(path2, err, sizeof(err)), 0);
 	assert_true(file_size(path) > before);
 	assert_int_equal(file_size(path2), 0);
 	log_audit_hold(NULL, NULL);
-	audit("burst", KV_I("n", 501));	/* not held: written at once */
+	audit("burst", "192.0.2.1:4242", KV_I("n", 501));	/* not held: written at once */
 	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
 	unlink(path);
 	unlink(path2);
@@ -450,9 +451,9 @@ test_audit_held_keeps_order_on_shared_stderr(void **state)
 	close(fd);
 	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
 	log_audit_hold(count_held, NULL);
-	audit("first");
+	audit("first", "192.0.2.1:4242");
 	warn("second");
-	audit("third");
+	audit("third", NULL);
 	log_audit_hold(NULL, NULL);
 	assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
 	close(saved);
@@ -464,6 +465,9 @@ test_audit_held_keeps_order_on_shared_stderr(void **state)
 	    *c = strstr(buf, "event=third");
 	assert_true(a != NULL && b != NULL && c != NULL);
 	assert_true(a < b && b < c);
+	/* Every audit line ends with the client's address, "-" when none. */
+	assert_non_null(strstr(buf, "event=first client=192.0.2.1:4242\n"));
+	assert_non_null(strstr(buf, "event=third client=-\n"));
 	unlink(path);
 }
 
@@ -483,7 +487,7 @@ test_audit_held_written_at_exit(void **state)
 			_exit(2);
 		log_audit_hold(count_held, NULL);
 		for (int i = 0; i < 5; i++)
-			audit("exit", KV_I("n", i));
+			audit("exit", "192.0.2.1:4242", KV_I("n", i));
 		if (file_size(path) != 0)
 			_exit(3);
 		exit(0);	/* atexit writes the held lines */
