@@ -48,6 +48,7 @@
 #include "wshead.h"
 #include "printable.h"
 #include "proxy.h"
+#include "proxyauth.h"
 #include "runtime.h"
 #include "tlsread.h"
 #include "tlswrite.h"
@@ -83,7 +84,7 @@
 #include <openssl/x509v3.h>
 
 #define HEAD_MAX            (16 * 1024)   /* upgrade response head */
-#define PROXY_HEAD_MAX      (8 * 1024)    /* a proxy's answer to CONNECT */
+#define PROXY_BODY_MAX      (1 << 20)     /* a 407 page read past */
 #define BODY_MAX            (8 * 1024)    /* refusal body we read for a reason */
 #define REASON_MAX          640           /* a refused interception says a lot */
 #define EOF_REASON_MAX      256
@@ -149,6 +150,8 @@ struct wsclient {
 	SSL_CTX *proxy_ssl_ctx;     /* https:// proxy */
 	char proxy_name[300];       /* scheme://host:port, no credentials */
 	int via_tunnel;             /* the proxy said 2xx: bytes go to the server */
+	struct proxy_authn *authn;  /* Proxy-Authorization for each CONNECT */
+	size_t proxy_skip;          /* bytes of a 407's body still to drop */
 	char *subprotocol;
 	char *token;
 	char *header;                 /* wsclient_config.header, or NULL */
@@ -279,6 +282,7 @@ destroy(struct wsclient *c)
 		url_clear(c->proxy);
 		free(c->proxy);
 	}
+	proxy_authn_free(c->authn);
 	free(c->host);
 	free(c->host_header);
 	free(c->resource);
@@ -1027,14 +1031,45 @@ static void read_cb(struct bufferevent *bev, void *arg);
 static void write_cb(struct bufferevent *bev, void *arg);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 
-/* Connected to the proxy: ask it for a tunnel to the server. */
+/*
+ * Asks the proxy for a tunnel to the server: the first CONNECT (ans NULL)
+ * or the next one after its 407 ans, with the Proxy-Authorization the
+ * configured scheme says.  When there is nothing more to send, the proxy
+ * refused: the error quotes its status line.
+ */
 static void
-send_connect(struct wsclient *c)
+send_connect(struct wsclient *c, const struct proxy_answer *ans, int can_go_on)
 {
+	char why[300], *value = NULL, *req;
 	size_t len;
-	char *req = proxy_connect_request(c->proxy, c->host, (unsigned int)c->port, &len);
-	int r;
+	int r = proxy_authn_next(c->authn, ans, &value, why, sizeof(why));
 
+	if (r == 0 && !can_go_on) {
+		if (value != NULL) {
+			OPENSSL_cleanse(value, strlen(value));
+			free(value);
+		}
+		finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s: it ends the "
+		    "connection after its challenge (Connection: close, or no "
+		    "Content-Length), and %s authentication needs it kept open",
+		    c->proxy_name, c->host, c->port, c->status_line,
+		    proxy_auth_names[proxy_authn_scheme(c->authn)]);
+		return;
+	}
+	if (r != 0) {
+		if (r < 0)
+			finish_with(c, 0, "proxy %s: %s", c->proxy_name, why);
+		else
+			finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s%s%s",
+			    c->proxy_name, c->host, c->port, c->status_line,
+			    why[0] != '\0' ? ": " : "", why);
+		return;
+	}
+	req = proxy_connect_request(c->proxy, c->host, (unsigned int)c->port, value, &len);
+	if (value != NULL) {
+		OPENSSL_cleanse(value, strlen(value));
+		free(value);
+	}
 	if (req == NULL) {
 		finish_with(c, 0, "out of memory");
 		return;
@@ -1101,16 +1136,51 @@ enter_tunnel(struct wsclient *c)
 		finish_with(c, 0, "cannot enable the bufferevent");
 }
 
+/* Drops what is left of a 407's body; 1 once it is all gone. */
+static int
+skip_proxy_body(struct wsclient *c)
+{
+	struct evbuffer *in = input_of(c);
+	size_t n = evbuffer_get_length(in);
+
+	if (n > c->proxy_skip)
+		n = c->proxy_skip;
+	evbuffer_drain(in, n);
+	c->proxy_skip -= n;
+	return c->proxy_skip == 0;
+}
+
+/*
+ * A 407 that the authentication may answer on the same connection: the
+ * proxy keeps it open and says how long its body is.  Then the body is
+ * dropped and the next CONNECT goes; otherwise send_connect reports.
+ */
+static void
+proxy_challenged(struct wsclient *c, const struct proxy_answer *a)
+{
+	int can_go_on = !a->closes && !a->chunked && a->content_length >= 0 &&
+	    a->content_length <= PROXY_BODY_MAX;
+
+	if (can_go_on) {
+		c->proxy_skip = (size_t)a->content_length;
+		(void)skip_proxy_body(c);
+	}
+	send_connect(c, a, can_go_on);
+}
+
 /* Reads the proxy's answer to CONNECT: at most PROXY_HEAD_MAX bytes. */
 static void
 read_proxy_head(struct wsclient *c)
 {
 	struct evbuffer *in = input_of(c);
-	struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
-	struct ws_response_head h;
-	char head[PROXY_HEAD_MAX + 1];
+	struct evbuffer_ptr end;
+	struct proxy_answer *a;
+	char head[PROXY_HEAD_MAX + 1], why[200];
 	size_t n;
 
+	if (c->proxy_skip > 0 && !skip_proxy_body(c))
+		return;
+	end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
 	if (end.pos < 0 || (size_t)end.pos + 4 > PROXY_HEAD_MAX) {
 		if (evbuffer_get_length(in) >= PROXY_HEAD_MAX || end.pos >= 0)
 			finish_with(c, 0, "proxy %s: answer to CONNECT is over %d "
@@ -1118,28 +1188,28 @@ read_proxy_head(struct wsclient *c)
 		return;
 	}
 	n = (size_t)end.pos + 4;
-	if (evbuffer_remove(in, head, n) != (int)n) {
+	if (evbuffer_remove(in, head, n) != (int)n || (a = malloc(sizeof(*a))) == NULL) {
 		finish_with(c, 0, "cannot read the proxy's answer");
 		return;
 	}
 	head[n] = '\0';
-	if (ws_response_parse_head(head, &h, c->status_line, sizeof(c->status_line)) != 0) {
-		finish_with(c, 0, "proxy %s sent a malformed answer to CONNECT: %s",
-		    c->proxy_name, c->status_line);
-		return;
-	}
-	if (h.status < 200 || h.status > 299) {
+	if (proxy_answer_parse(head, n, proxy_authn_scheme(c->authn), a,
+	    c->status_line, sizeof(c->status_line), why, sizeof(why)) != 0)
+		finish_with(c, 0, "proxy %s sent a malformed answer to CONNECT: %s (%s)",
+		    c->proxy_name, c->status_line, why);
+	else if (a->status == 407)
+		proxy_challenged(c, a);
+	else if (a->status < 200 || a->status > 299)
 		finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s",
 		    c->proxy_name, c->host, c->port, c->status_line);
-		return;
-	}
-	if (evbuffer_get_length(in) > 0) {
+	else if (evbuffer_get_length(in) > 0)
 		/* The server speaks only after our ClientHello or upgrade. */
 		finish_with(c, 0, "proxy %s sent bytes after its answer to CONNECT",
 		    c->proxy_name);
-		return;
-	}
-	enter_tunnel(c);
+	else
+		enter_tunnel(c);
+	OPENSSL_cleanse(a, sizeof(*a));
+	free(a);
 }
 
 /* ---- receiving frames --------------------------------------------------- */
@@ -1472,7 +1542,7 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 
 	if (what & BEV_EVENT_CONNECTED) {
 		if (c->state == ST_CONNECTING && at_proxy(c))
-			send_connect(c);
+			send_connect(c, NULL, 1);
 		else if (c->state == ST_CONNECTING)
 			on_connected(c);
 	} else if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
@@ -1701,7 +1771,7 @@ static int
 set_proxy(struct wsclient *c, const struct wsclient_config *cfg, char *err,
     size_t errlen)
 {
-	char why[200];
+	char why[300];
 
 	if ((c->proxy = malloc(sizeof(*c->proxy))) == NULL) {
 		errf(err, errlen, "out of memory");
@@ -1712,6 +1782,14 @@ set_proxy(struct wsclient *c, const struct wsclient_config *cfg, char *err,
 		return -1;
 	}
 	url_display(c->proxy, c->proxy_name, sizeof(c->proxy_name));
+	c->authn = proxy_authn_new((enum proxy_auth)cfg->proxy_auth,
+	    cfg->proxy_user != NULL ? cfg->proxy_user : c->proxy->user,
+	    cfg->proxy_password != NULL ? cfg->proxy_password : c->proxy->password,
+	    c->proxy->host, why, sizeof(why));
+	if (c->authn == NULL) {
+		errf(err, errlen, "proxy: %s", why);
+		return -1;
+	}
 	if (strcmp(c->proxy->scheme, "https") == 0 &&
 	    (c->proxy_ssl_ctx = tls_context(cfg->proxy_ca_file, err, errlen)) == NULL)
 		return -1;

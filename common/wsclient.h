@@ -76,6 +76,12 @@ struct wsclient_config {
 	 * refusal ends in on_close with status 0 and the proxy's status line. */
 	const char *proxy_url;
 	const char *proxy_ca_file;  /* PEM CAs for an https:// proxy; NULL = system */
+	/* How to authenticate to the proxy: an enum proxy_auth (common/proxy.h;
+	 * 0: Basic with the URL's credentials), and the user and password for
+	 * NTLM (NULL: the URL's).  The password is not kept past connect. */
+	int proxy_auth;
+	const char *proxy_user;
+	const char *proxy_password;
 };
 
 /*

@@ -13,6 +13,8 @@
  */
 #include "agent.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -20,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <sys/stat.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -49,6 +53,7 @@ struct agent {
 	char import_id[TOKEN_ID_LEN + 1];
 	char gw_host[URL_HOST_MAX + 1]; /* matched against NO_PROXY */
 	char ca_path[PATH_MAX];
+	char *proxy_password;       /* from --proxy-password-file, or NULL */
 
 	struct event_base *base;
 	struct evdns_base *dns;
@@ -188,6 +193,48 @@ agent_choose_proxy(struct agent *a)
 	info("connecting through an HTTP CONNECT proxy", KV_S("proxy", shown));
 }
 
+/*
+ * The proxy password from --proxy-password-file: its first line, the file
+ * readable by its owner only (a password file others can read is refused,
+ * not used).  0, or -1 after logging why.
+ */
+static int
+agent_read_proxy_password(struct agent *a)
+{
+	const char *path = a->opt.proxy_password_file;
+	char err[512], *text = NULL;
+	struct stat st;
+	int fd;
+
+	if (path == NULL)
+		return 0;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &st) != 0) {
+		error("cannot read --proxy-password-file", KV_S("path", path),
+		    KV_S("err", strerror(errno)));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	if ((st.st_mode & 077) != 0 || (st.st_uid != geteuid() && st.st_uid != 0)) {
+		char mode[8];
+
+		snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
+		error("--proxy-password-file is readable by others than the agent's "
+		    "user: make it owned by that user (or root) with mode 0600, then "
+		    "change the password it held", KV_S("path", path), KV_S("mode", mode),
+		    KV_I("owner_uid", (long long)st.st_uid));
+		return -1;
+	}
+	if (file_read_all(path, 1024, &text, NULL, err, sizeof(err)) != 0) {
+		error("cannot read --proxy-password-file", KV_S("path", path), KV_S("err", err));
+		return -1;
+	}
+	text[strcspn(text, "\r\n")] = '\0';
+	a->proxy_password = text;
+	return 0;
+}
+
 static int
 agent_load_credentials(struct agent *a)
 {
@@ -311,6 +358,9 @@ agent_start_tunnel(struct agent *a)
 		.import_id = a->import_id,
 		.proxy_url = a->opt.proxy_url,
 		.proxy_ca_file = a->opt.proxy_ca_file,
+		.proxy_auth = a->opt.proxy_auth,
+		.proxy_user = a->opt.proxy_user,
+		.proxy_password = a->proxy_password,
 		.stream_window = a->opt.stream_window,
 		.max_streams = a->opt.max_streams,
 		.ping_interval_ms = a->opt.ping_interval_ms,
@@ -351,6 +401,10 @@ agent_free(struct agent *a)
 		runtime_drain(a->base);
 		event_base_free(a->base);
 	}
+	if (a->proxy_password != NULL) {
+		OPENSSL_cleanse(a->proxy_password, strlen(a->proxy_password));
+		free(a->proxy_password);
+	}
 	EVP_PKEY_free(a->agent_key);
 	EVP_PKEY_free(a->import_key);
 }
@@ -385,7 +439,7 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 	/* An agent killed while writing status.json left a temporary file. */
 	file_sweep_temps(state_dir);
 	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
-	if (agent_load_credentials(&a) != 0) {
+	if (agent_load_credentials(&a) != 0 || agent_read_proxy_password(&a) != 0) {
 		agent_free(&a);
 		return 1;
 	}

@@ -24,6 +24,11 @@ struct agent_options {
 	/* A TLS-inspecting proxy's CA, trusted for the gateway beside the CA
 	 * pinned at join (loudly), or NULL */
 	const char *trust_proxy_ca;
+	int proxy_auth;             /* enum proxy_auth: basic, ntlm, negotiate */
+	const char *proxy_user;     /* NTLM's DOMAIN\user, or NULL: the URL's */
+	/* A file holding the proxy password (mode 0600 or stricter), or NULL:
+	 * the URL's */
+	const char *proxy_password_file;
 	uint32_t ping_interval_ms;  /* tunnel silence before the agent pings */
 	uint32_t ping_timeout_ms;   /* then silence before it drops and redials */
 };
@@ -37,6 +42,9 @@ struct agent_options {
 	.no_proxy = NULL, \
 	.proxy_ca_file = NULL, \
 	.trust_proxy_ca = NULL, \
+	.proxy_auth = 0, \
+	.proxy_user = NULL, \
+	.proxy_password_file = NULL, \
 	.ping_interval_ms = 20000, \
 	.ping_timeout_ms = 30000, \
 }

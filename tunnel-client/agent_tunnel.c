@@ -738,6 +738,9 @@ tunnel_dial(struct agent_tunnel *t)
 	cfg.low_water = 128 * 1024;
 	cfg.proxy_url = t->cfg.proxy_url;
 	cfg.proxy_ca_file = t->cfg.proxy_ca_file;
+	cfg.proxy_auth = t->cfg.proxy_auth;
+	cfg.proxy_user = t->cfg.proxy_user;
+	cfg.proxy_password = t->cfg.proxy_password;
 	tunnel_set_phase(t, TUNNEL_CONNECTING);
 	debug("connecting", KV_S("url", t->connect_url));
 	t->dials++;

@@ -94,6 +94,9 @@ struct agent_tunnel_config {
 	const char *import_id;      /* the import token's id, or "" */
 	const char *proxy_url;      /* HTTP CONNECT proxy, or NULL */
 	const char *proxy_ca_file;
+	int proxy_auth;             /* enum proxy_auth (common/proxy.h) */
+	const char *proxy_user;     /* for NTLM, or NULL: the URL's */
+	const char *proxy_password; /* for NTLM, or NULL: the URL's (not owned) */
 	uint32_t stream_window;
 	uint32_t max_streams;
 	uint32_t ping_interval_ms;  /* silence before the agent pings */

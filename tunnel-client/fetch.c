@@ -399,7 +399,7 @@ proxy_connect(struct fetch *f)
 	char *req;
 	int r;
 
-	if ((req = proxy_connect_request(f->proxy, f->server.host, f->server.port,
+	if ((req = proxy_connect_request(f->proxy, f->server.host, f->server.port, NULL,
 	    &reqlen)) == NULL)
 		return fail(f, "out of memory");
 	r = transport_write(f, req, reqlen);

@@ -126,6 +126,22 @@ proxy_settings(const struct opt_set *o, struct agent_options *opt)
 		opt->no_proxy = env_first("no_proxy", "NO_PROXY", &which);
 	opt->proxy_ca_file = opts_str(o, RUN_OPT_PROXY_CACERT);
 	opt->trust_proxy_ca = opts_str(o, RUN_OPT_TRUST_PROXY_CA);
+	opt->proxy_auth = (int)opts_num(o, RUN_OPT_PROXY_AUTH);
+	opt->proxy_user = opts_str(o, RUN_OPT_PROXY_USER);
+	opt->proxy_password_file = opts_str(o, RUN_OPT_PROXY_PASSWORD_FILE);
+	if (opt->proxy_auth == PROXY_AUTH_NTLM && opt->proxy_url != NULL &&
+	    opt->proxy_user == NULL) {
+		struct url u;
+		int has_user = url_parse(opt->proxy_url, proxy_url_schemes, &u, why,
+		    sizeof(why)) == 0 && u.user[0] != '\0';
+
+		url_clear(&u);
+		if (!has_user) {
+			fprintf(stderr, "tether-client run: --proxy-auth ntlm needs a "
+			    "user: --proxy-user DOMAIN\\USER, or the proxy URL's\n");
+			return -1;
+		}
+	}
 	return 0;
 }
 

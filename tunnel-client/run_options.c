@@ -73,6 +73,18 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .help = "also accept gateway certificates issued by this CA (PEM): "
 	    "a TLS-inspecting proxy's, on purpose; it can then read the tunnel, "
 	    "and a warning says so at every start" },
+	[RUN_OPT_PROXY_AUTH] = { .name = "proxy-auth", .type = OPT_CHOICE,
+	    .arg = "SCHEME", .def = "basic", .choices = proxy_auth_names,
+	    .help = "how to authenticate to the proxy: basic (the URL's USER and "
+	    "PASSWORD), ntlm (NTLMv2 with --proxy-user and the password), "
+	    "negotiate (Kerberos: the node's keytab or credential cache)" },
+	[RUN_OPT_PROXY_USER] = { .name = "proxy-user", .type = OPT_STRING,
+	    .arg = "DOMAIN\\USER", .def_help = "the proxy URL's USER",
+	    .help = "the NTLM user: DOMAIN\\USER or USER@DOMAIN" },
+	[RUN_OPT_PROXY_PASSWORD_FILE] = { .name = "proxy-password-file",
+	    .type = OPT_STRING, .arg = "FILE", .def_help = "the proxy URL's PASSWORD",
+	    .help = "read the proxy password from FILE's first line; FILE must "
+	    "not be readable by group or others" },
 };
 
 const struct opt_command run_command = {

@@ -43,7 +43,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			url_clear(&back);
 		}
-		req = proxy_connect_request(&u, u.host, u.port, &len);
+		req = proxy_connect_request(&u, u.host, u.port, NULL, &len);
 		if (req != NULL) {
 			if (strstr(req, "\r\n\r\n") != req + len - 4)
 				abort();

@@ -434,3 +434,39 @@ ssh_via() {
 	ssh -F /dev/null -i "$T/ssh/user_key" -o StrictHostKeyChecking=no \
 		-o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR "$@"
 }
+
+# squid_start AUTH_LINES: Debian's squid on 127.0.0.1:$SQUID_PORT (no cache,
+# no daemon), allowing only authenticated clients; AUTH_LINES are its
+# auth_param lines (@DIR@ in them becomes $SQUID_DIR).  Its config, pid file and logs live in $SQUID_DIR, a
+# directory of its own that squid's user (proxy, when started as root) can
+# write; access.log shows each CONNECT with its user.
+squid_start() {
+	SQUID_PORT=$(free_port)
+	SQUID_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tether-squid.XXXXXX")
+	on_cleanup "rm -rf '$SQUID_DIR'"
+	chmod 755 "$SQUID_DIR"
+	if [ "$(id -u)" -eq 0 ]; then chown proxy "$SQUID_DIR"; fi
+	cat >"$SQUID_DIR/squid.conf" <<CONF
+http_port 127.0.0.1:$SQUID_PORT
+pid_filename $SQUID_DIR/squid.pid
+cache_log $SQUID_DIR/cache.log
+access_log stdio:$SQUID_DIR/access.log squid
+netdb_filename none
+coredump_dir $SQUID_DIR
+cache deny all
+cache_mem 4 MB
+icp_port 0
+htcp_port 0
+pinger_enable off
+shutdown_lifetime 0 seconds
+${1//@DIR@/$SQUID_DIR}
+acl authed proxy_auth REQUIRED
+http_access allow authed
+http_access deny all
+CONF
+	squid -N -f "$SQUID_DIR/squid.conf" >>"$T/squid.log" 2>&1 &
+	SQUID_PID=$!
+	PIDS+=("$SQUID_PID")
+	wait_until 30 "squid on $SQUID_PORT" python3 -c \
+		'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$SQUID_PORT"
+}

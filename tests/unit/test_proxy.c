@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,21 +184,100 @@ test_connect_request(void **state)
 	char *req;
 
 	parse_ok("http://proxy:3128", &u);
-	req = proxy_connect_request(&u, "gw.example.com", 8443, &len);
+	req = proxy_connect_request(&u, "gw.example.com", 8443, NULL, &len);
 	assert_non_null(req);
 	assert_string_equal(req, "CONNECT gw.example.com:8443 HTTP/1.1\r\n"
-	    "Host: gw.example.com:8443\r\n\r\n");
+	    "Host: gw.example.com:8443\r\nProxy-Connection: keep-alive\r\n\r\n");
 	assert_int_equal(len, strlen(req));
 	free(req);
 
 	/* Aladdin:open sesame, RFC 7617's example. */
 	parse_ok("http://Aladdin:open%20sesame@proxy:3128", &u);
-	req = proxy_connect_request(&u, "::1", 443, &len);
+	req = proxy_connect_request(&u, "::1", 443, NULL, &len);
 	assert_non_null(req);
 	assert_string_equal(req, "CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n"
+	    "Proxy-Connection: keep-alive\r\n"
 	    "Proxy-Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n\r\n");
 	free(req);
+
+	/* A scheme's token instead of Basic; no header injection. */
+	req = proxy_connect_request(&u, "gw", 443, "NTLM TlRMTVNTUAAB", &len);
+	assert_non_null(req);
+	assert_non_null(strstr(req, "\r\nProxy-Authorization: NTLM TlRMTVNTUAAB\r\n\r\n"));
+	assert_null(strstr(req, "Basic"));
+	free(req);
+	assert_null(proxy_connect_request(&u, "gw", 443, "NTLM x\r\nX-Evil: 1", &len));
 	url_clear(&u);
+}
+
+static int
+answer(const char *head, enum proxy_auth want, struct proxy_answer *a, char *why)
+{
+	char sl[128];
+
+	why[0] = '\0';
+	return proxy_answer_parse(head, strlen(head), want, a, sl, sizeof(sl), why, 256);
+}
+
+static void
+test_answer_parse(void **state)
+{
+	static struct proxy_answer a;
+	static char big[PROXY_HEAD_MAX + 200];
+	char why[256], sl[16];
+
+	assert_int_equal(answer("HTTP/1.1 200 Connection established\r\n\r\n",
+	    PROXY_AUTH_BASIC, &a, why), 0);
+	assert_int_equal(a.status, 200);
+	assert_int_equal(a.content_length, -1);
+	assert_false(a.closes);
+
+	/* squid's 407 to an NTLM type 1: the token, the length, keep-alive. */
+	assert_int_equal(answer("HTTP/1.1 407 Proxy Authentication Required\r\n"
+	    "Server: squid\r\nProxy-Authenticate: Negotiate\r\n"
+	    "Proxy-Authenticate: NTLM TlRMTVNTUAACAAAA\r\n"
+	    "proxy-authenticate: basic realm=\"Squid\"\r\n"
+	    "Content-Length: 12\r\nProxy-Connection: keep-alive\r\n\r\n",
+	    PROXY_AUTH_NTLM, &a, why), 0);
+	assert_int_equal(a.status, 407);
+	assert_int_equal(a.content_length, 12);
+	assert_false(a.closes);
+	assert_int_equal(a.offers, 7);
+	assert_true(a.has_token);
+	assert_string_equal(a.token, "TlRMTVNTUAACAAAA");
+
+	/* The token of another scheme is not kept; an offer alone has none. */
+	assert_int_equal(answer("HTTP/1.1 407 x\nProxy-Authenticate: NTLM abc=\n"
+	    "Connection: close\n\n", PROXY_AUTH_NEGOTIATE, &a, why), 0);
+	assert_false(a.has_token);
+	assert_true(a.closes);
+	assert_int_equal(answer("HTTP/1.0 407 x\r\nProxy-Authenticate: NTLM\r\n\r\n",
+	    PROXY_AUTH_NTLM, &a, why), 0);
+	assert_false(a.has_token);
+	assert_true(a.closes);   /* HTTP/1.0 without keep-alive */
+
+	/* Refused, with a reason. */
+	assert_int_equal(answer("HTTP/2 200\r\n\r\n", PROXY_AUTH_BASIC, &a, why), -1);
+	assert_string_equal(why, "no HTTP/1.x status line");
+	assert_int_equal(answer("HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+	    PROXY_AUTH_BASIC, &a, why), -1);
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nContent-Length: 1\r\n"
+	    "Content-Length: 1\r\n\r\n", PROXY_AUTH_BASIC, &a, why), -1);
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nContent-Length: -1\r\n\r\n",
+	    PROXY_AUTH_BASIC, &a, why), -1);
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nProxy-Authenticate: NTLM a b\r\n\r\n",
+	    PROXY_AUTH_NTLM, &a, why), -1);
+	assert_string_equal(why, "a ntlm token that is not base64");
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nProxy-Authenticate: NTLM a\r\n"
+	    "Proxy-Authenticate: NTLM b\r\n\r\n", PROXY_AUTH_NTLM, &a, why), -1);
+	snprintf(big, sizeof(big), "HTTP/1.1 407 x\r\nProxy-Authenticate: NTLM ");
+	memset(big + strlen(big), 'A', PROXY_TOKEN_MAX + 1);
+	assert_int_equal(answer(big, PROXY_AUTH_NTLM, &a, why), -1);
+	assert_string_equal(why, "a ntlm token over 6144 bytes");
+	assert_int_equal(proxy_answer_parse("HTTP/1.1 200 OK\r\n\0\r\n", 21,
+	    PROXY_AUTH_BASIC, &a, sl, sizeof(sl), why, sizeof(why)), -1);
+	assert_int_equal(proxy_answer_parse(big, PROXY_HEAD_MAX + 1, PROXY_AUTH_BASIC,
+	    &a, sl, sizeof(sl), why, sizeof(why)), -1);
 }
 
 int
@@ -208,6 +288,7 @@ main(void)
 		cmocka_unit_test(test_url_origin),
 		cmocka_unit_test(test_no_proxy),
 		cmocka_unit_test(test_connect_request),
+		cmocka_unit_test(test_answer_parse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
