@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 
+#include "access.h"
 #include "agentkey.h"
 #include "api.h"
 #include "ca.h"
@@ -419,7 +420,7 @@ shutdown_poll(evutil_socket_t fd, short what, void *arg)
 	 * other replicas (docs/0023) hold the exit back too: no tunnel here
 	 * keeps them. */
 	if (hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0 &&
-	    (sd->kicked || live_stream_count() == 0)) {
+	    (sd->kicked || live_stream_count(&sd->gw->live_streams) == 0)) {
 		event_base_loopbreak(sd->gw->base);
 		return;
 	}
@@ -608,8 +609,10 @@ cmd_serve(int argc, char **argv)
 		goto out;
 	}
 	gw.hub = hub_new(&hub_ops);
+	gw.access_cache = access_cache_new();
 	gw.base = runtime_event_base();
-	if (gw.hub == NULL || gw.base == NULL || peer_route_init(&gw) != 0) {
+	if (gw.hub == NULL || gw.access_cache == NULL || gw.base == NULL ||
+	    peer_route_init(&gw) != 0) {
 		error("out of memory");
 		goto out;
 	}
@@ -721,6 +724,7 @@ out:
 	if (gw.base != NULL)
 		event_base_free(gw.base);
 	hub_free(gw.hub);
+	access_cache_free(gw.access_cache);
 	shares_free_all(&gw);
 	store_close(gw.store);
 	(void)log_set_audit_file(NULL, err, sizeof(err));

@@ -1,8 +1,9 @@
 /*
  * access.c: who may do what, and which agent they reach (see access.h).
  *
- * Three parts, top down: the cache of proven (token, cluster) pairs, the
- * bearer and scope checks, and the calls routes make.  Nothing here knows
+ * Three parts, top down: the cache of proven (token, cluster) pairs (one
+ * per gateway, gw->access_cache), the bearer and scope checks, and the
+ * calls routes make.  Nothing here knows
  * a transport: routes pass an Authorization header in and get a status,
  * a reason and (for access_pick) a struct reach out.
  */
@@ -42,13 +43,31 @@ struct cache_entry {
 	int64_t until_ms;            /* 0: empty */
 };
 
-static struct cache_entry cache[CACHE_SLOTS];
-/* Bumped by every access_revoked: a check that read the store before a
- * revocation must not put what it read into the cache after it. */
-static uint64_t cache_generation;
+/* One gateway's cache (gw->access_cache); the loop's alone. */
+struct access_cache {
+	struct cache_entry slots[CACHE_SLOTS];
+	/* Bumped by every access_revoked: a check that read the store before
+	 * a revocation must not put what it read into the cache after it. */
+	uint64_t generation;
+};
+
+struct access_cache *
+access_cache_new(void)
+{
+	return calloc(1, sizeof(struct access_cache));
+}
+
+void
+access_cache_free(struct access_cache *c)
+{
+	if (c == NULL)
+		return;
+	OPENSSL_cleanse(c, sizeof(*c));
+	free(c);
+}
 
 static struct cache_entry *
-cache_slot(const char *token_id, const char *cluster)
+cache_slot(struct access_cache *c, const char *token_id, const char *cluster)
 {
 	uint32_t h = 2166136261u;  /* FNV-1a over "id\0cluster" */
 
@@ -57,15 +76,20 @@ cache_slot(const char *token_id, const char *cluster)
 	h = (h ^ 0) * 16777619u;
 	for (const char *p = cluster; *p != '\0'; p++)
 		h = (h ^ (uint8_t)*p) * 16777619u;
-	return &cache[h % CACHE_SLOTS];
+	return &c->slots[h % CACHE_SLOTS];
 }
 
-/* 1 and *rec if (token_id, cluster) was proven within the TTL, else 0. */
+/* 1 and *rec if (token_id, cluster) was proven within the TTL, else 0
+ * (always 0 without a cache: c NULL). */
 static int
-cache_get(const char *token_id, const char *cluster, struct store_token *rec)
+cache_get(struct access_cache *c, const char *token_id, const char *cluster,
+    struct store_token *rec)
 {
-	struct cache_entry *e = cache_slot(token_id, cluster);
+	struct cache_entry *e;
 
+	if (c == NULL)
+		return 0;
+	e = cache_slot(c, token_id, cluster);
 	if (e->until_ms == 0 || e->until_ms < runtime_monotonic_ms() ||
 	    strcmp(e->token_id, token_id) != 0 || strcmp(e->cluster, cluster) != 0)
 		return 0;
@@ -73,13 +97,18 @@ cache_get(const char *token_id, const char *cluster, struct store_token *rec)
 	return 1;
 }
 
+/* Remembers (token_id, cluster) as proven, with its record (c NULL: no
+ * cache, nothing kept). */
 static void
-cache_put(const char *token_id, const char *cluster, const struct store_token *rec)
+cache_put(struct access_cache *c, const char *token_id, const char *cluster,
+    const struct store_token *rec)
 {
-	struct cache_entry *e = cache_slot(token_id, cluster);
+	struct cache_entry *e;
 
-	if (strlen(token_id) > TOKEN_ID_LEN || strlen(cluster) > STORE_ID_MAX)
+	if (c == NULL || strlen(token_id) > TOKEN_ID_LEN ||
+	    strlen(cluster) > STORE_ID_MAX)
 		return;
+	e = cache_slot(c, token_id, cluster);
 	snprintf(e->token_id, sizeof(e->token_id), "%s", token_id);
 	snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
 	e->rec = *rec;
@@ -87,10 +116,21 @@ cache_put(const char *token_id, const char *cluster, const struct store_token *r
 }
 
 void
-access_revoked(void)
+access_revoked(struct gateway *gw)
 {
-	OPENSSL_cleanse(cache, sizeof(cache));
-	cache_generation++;
+	struct access_cache *c = gw->access_cache;
+
+	if (c == NULL)
+		return;
+	OPENSSL_cleanse(c->slots, sizeof(c->slots));
+	c->generation++;
+}
+
+/* The generation of gw's cache now (0 without one). */
+static uint64_t
+cache_generation(const struct gateway *gw)
+{
+	return gw->access_cache != NULL ? gw->access_cache->generation : 0;
 }
 
 /* ---- bearer tokens and their scope ---- */
@@ -123,16 +163,17 @@ record_usable(const struct store_token *rec, char *err, size_t errlen)
  * expired.  Returns 0 with *rec filled, or 401 with a reason that never
  * repeats the secret, or 500 when the store cannot be read.
  *
- * cluster: non-NULL when the caller asks for one cluster; then a token
- * proven for it moments ago is taken from the cache (*cached set) instead
- * of the store, and the call must be on the loop (the cache is the
- * loop's).  With cluster NULL it touches only st: any thread.  st NULL:
- * the cache only (NEEDS_STORE when it does not know the pair).  The hash
- * is compared either way.
+ * cache and cluster: non-NULL when the caller asks for one cluster on the
+ * loop; then a token proven for it moments ago is taken from the cache
+ * (*cached set) instead of the store (the cache is the loop's).  With
+ * either NULL it touches only st: any thread.  st NULL: the cache only
+ * (NEEDS_STORE when it does not know the pair).  The hash is compared
+ * either way.
  */
 static int
-bearer_check(struct store *st, const char *authorization, const char *cluster,
-    struct store_token *rec, int *cached, char *err, size_t errlen)
+bearer_check(struct store *st, struct access_cache *cache,
+    const char *authorization, const char *cluster, struct store_token *rec,
+    int *cached, char *err, size_t errlen)
 {
 	struct token t;
 	uint8_t hash[TOKEN_HASH_LEN];
@@ -153,7 +194,7 @@ bearer_check(struct store *st, const char *authorization, const char *cluster,
 		return 401;
 	}
 	token_hash(&t, hash);
-	*cached = cluster != NULL && cache_get(t.id, cluster, rec);
+	*cached = cluster != NULL && cache_get(cache, t.id, cluster, rec);
 	if (!*cached && st == NULL) {
 		token_clear(&t);
 		OPENSSL_cleanse(hash, sizeof(hash));
@@ -201,8 +242,8 @@ access_admin(struct store *st, const char *authorization, char *principal,
 	struct store_token rec;
 	int status, cached;
 
-	if ((status = bearer_check(st, authorization, NULL, &rec, &cached, err,
-	    errlen)) != 0) {
+	if ((status = bearer_check(st, NULL, authorization, NULL, &rec, &cached,
+	    err, errlen)) != 0) {
 		if (strncmp(err, "missing", 7) == 0)
 			snprintf(err, errlen, "missing admin token: send "
 			    "'Authorization: Bearer TOKEN'");
@@ -219,18 +260,18 @@ access_admin(struct store *st, const char *authorization, char *principal,
 /* Whether authorization reaches cluster (the token and its scope, not
  * whether the cluster exists).  0 with g's principal and token id, *rec
  * and *cached (the pair came from the cache: the cluster existed when it
- * was put there), or 401/403/500.  use_cache: on the loop only; st NULL:
- * the cache only (NEEDS_STORE). */
+ * was put there), or 401/403/500.  cache: the loop's (NULL: none, as on
+ * the store thread); st NULL: the cache only (NEEDS_STORE). */
 static int
-token_reaches(struct store *st, int use_cache, const char *authorization,
-    const char *cluster, struct access_grant *g, struct store_token *rec,
-    int *cached, char *err, size_t errlen)
+token_reaches(struct store *st, struct access_cache *cache,
+    const char *authorization, const char *cluster, struct access_grant *g,
+    struct store_token *rec, int *cached, char *err, size_t errlen)
 {
 	int status;
 
 	*cached = 0;
-	if ((status = bearer_check(st, authorization, use_cache ? cluster : NULL,
-	    rec, cached, err, errlen)) != 0)
+	if ((status = bearer_check(st, cache, authorization, cluster, rec,
+	    cached, err, errlen)) != 0)
 		return status;
 	snprintf(g->token_id, sizeof(g->token_id), "%s", rec->id);
 	if (rec->kind == TOKEN_ADMIN) {
@@ -254,8 +295,8 @@ access_viewer(struct store *st, const char *authorization, char *principal,
 
 	*admin = 0;
 	*nclusters = 0;
-	if ((status = bearer_check(st, authorization, NULL, &rec, &cached, err,
-	    errlen)) != 0)
+	if ((status = bearer_check(st, NULL, authorization, NULL, &rec, &cached,
+	    err, errlen)) != 0)
 		return status;
 	if (rec.kind == TOKEN_ADMIN) {
 		snprintf(principal, plen, "admin:%s", rec.id);
@@ -318,16 +359,17 @@ access_sole_cluster(struct gateway *gw, const char *authorization,
 	return sole_cluster(gw->store, authorization, cluster, clen);
 }
 
-/* access_recheck_async's check: from the cache (st NULL; NEEDS_STORE when
- * it does not know the pair), else from st with *rec filled. */
+/* access_recheck_async's check: from cache (st NULL; NEEDS_STORE when it
+ * does not know the pair or is NULL), else from st with *rec filled. */
 static int
-recheck(struct store *st, const struct access_grant *g, struct store_token *rec,
-    char *err, size_t errlen)
+recheck(struct store *st, struct access_cache *cache,
+    const struct access_grant *g, struct store_token *rec, char *err,
+    size_t errlen)
 {
 	int status;
 
 	if (st == NULL)
-		return cache_get(g->token_id, g->cluster, rec) ?
+		return cache_get(cache, g->token_id, g->cluster, rec) ?
 		    record_usable(rec, err, errlen) : NEEDS_STORE;
 	if (store_token_get(st, g->token_id, rec) != STORE_OK ||
 	    rec->kind == TOKEN_IMPORT) {
@@ -360,11 +402,13 @@ node_known(struct store *st, const char *cluster, const char *node)
 
 /*
  * access_cluster's checks on st (NULL: the cache only, NEEDS_STORE when it
- * is not enough; use_cache: on the loop only).  *put: the token and the
- * cluster were proven through the store: the loop may cache (rec, cluster).
+ * is not enough; cache: the loop's, NULL on the store thread).  *put: the
+ * token and the cluster were proven through the store: the loop may cache
+ * (rec, cluster).
  */
 static int
-cluster_check(struct store *st, int use_cache, const char *authorization,
+cluster_check(struct store *st, struct access_cache *cache,
+    const char *authorization,
     const char *cluster, const char *node, struct access_grant *g,
     struct store_token *rec, int *put, char *err, size_t errlen)
 {
@@ -378,7 +422,7 @@ cluster_check(struct store *st, int use_cache, const char *authorization,
 		snprintf(g->node, sizeof(g->node), "%s", node);
 	/* Who first: whether a cluster exists is only told to a token that
 	 * may reach it (an admin's, or a user's scoped to it). */
-	if ((status = token_reaches(st, use_cache, authorization, g->cluster, g,
+	if ((status = token_reaches(st, cache, authorization, g->cluster, g,
 	    rec, &cached, err, errlen)) != 0)
 		return status;
 	/* A pair is cached only once its cluster was found, and clusters are
@@ -409,10 +453,10 @@ access_cluster(struct gateway *gw, const char *authorization,
 	struct store_token rec;
 	int status, put;
 
-	status = cluster_check(gw->store, 1, authorization, cluster, node, g,
-	    &rec, &put, err, errlen);
+	status = cluster_check(gw->store, gw->access_cache, authorization,
+	    cluster, node, g, &rec, &put, err, errlen);
 	if (put)
-		cache_put(rec.id, g->cluster, &rec);
+		cache_put(gw->access_cache, rec.id, g->cluster, &rec);
 	return status;
 }
 
@@ -459,13 +503,14 @@ enum check_kind { CHECK_CLUSTER, CHECK_SOLE, CHECK_RECHECK };
  * ~1 KiB while it is out.
  */
 struct access_check {
+	struct gateway *gw;                /* whose cache it reads and fills */
 	access_done_fn *done;              /* NULL once cancelled */
 	void *arg;
 	enum check_kind kind;
 	char *authorization;               /* CLUSTER, SOLE */
 	char cluster[STORE_ID_MAX + 1];    /* CLUSTER: asked for */
 	char node[STORE_NAME_MAX + 1];     /* CLUSTER, SOLE: asked for ("": any) */
-	uint64_t generation;               /* cache_generation when asked */
+	uint64_t generation;               /* the cache's generation when asked */
 	struct access_grant g;
 	struct store_token rec;
 	int put;                           /* (rec, g.cluster) proven: cache it */
@@ -490,7 +535,8 @@ check_work(struct store *st, void *arg)
 	struct access_check *c = arg;
 
 	if (c->kind == CHECK_RECHECK) {
-		c->status = recheck(st, &c->g, &c->rec, c->err, sizeof(c->err));
+		c->status = recheck(st, NULL, &c->g, &c->rec, c->err,
+		    sizeof(c->err));
 		c->put = c->status == 0;
 	} else if (c->kind == CHECK_SOLE &&
 	    sole_cluster(st, c->authorization, c->cluster, sizeof(c->cluster)) != 0) {
@@ -498,7 +544,7 @@ check_work(struct store *st, void *arg)
 		snprintf(c->err, sizeof(c->err), "no cluster: the token is not a "
 		    "user token scoped to exactly one cluster");
 	} else {
-		c->status = cluster_check(st, 0, c->authorization, c->cluster,
+		c->status = cluster_check(st, NULL, c->authorization, c->cluster,
 		    c->node, &c->g, &c->rec, &c->put, c->err, sizeof(c->err));
 	}
 	if (c->authorization != NULL)
@@ -511,8 +557,8 @@ check_done(void *arg)
 	struct access_check *c = arg;
 
 	/* Nothing proven before a revocation goes into the cache after it. */
-	if (c->put && c->generation == cache_generation)
-		cache_put(c->rec.id, c->g.cluster, &c->rec);
+	if (c->put && c->generation == cache_generation(c->gw))
+		cache_put(c->gw->access_cache, c->rec.id, c->g.cluster, &c->rec);
 	if (c->done != NULL)
 		c->done(c->arg, c->status, &c->g, c->err);
 	check_free(c);
@@ -523,12 +569,15 @@ check_done(void *arg)
 static struct access_check *
 check_start(struct gateway *gw, struct access_check *c)
 {
-	c->generation = cache_generation;
+	c->gw = gw;
+	c->generation = cache_generation(gw);
 	if (c->kind == CHECK_RECHECK)
-		c->status = recheck(NULL, &c->g, &c->rec, c->err, sizeof(c->err));
+		c->status = recheck(NULL, gw->access_cache, &c->g, &c->rec, c->err,
+		    sizeof(c->err));
 	else if (c->kind == CHECK_CLUSTER)
-		c->status = cluster_check(NULL, 1, c->authorization, c->cluster,
-		    c->node, &c->g, &c->rec, &c->put, c->err, sizeof(c->err));
+		c->status = cluster_check(NULL, gw->access_cache, c->authorization,
+		    c->cluster, c->node, &c->g, &c->rec, &c->put, c->err,
+		    sizeof(c->err));
 	else
 		c->status = NEEDS_STORE;
 	if (c->status == NEEDS_STORE &&

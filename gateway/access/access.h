@@ -104,9 +104,21 @@ int access_viewer(struct store *st, const char *authorization,
     char (*clusters)[STORE_ID_MAX + 1], size_t *nclusters,
     char *err, size_t errlen);
 
-/* Tokens were revoked: nothing proven before counts any more (checks under
- * way on the store thread do not put what they read into the cache). */
-void access_revoked(void);
+/*
+ * The cache of (token, cluster) pairs proven within ACCESS_CACHE_TTL_MS,
+ * one per gateway (gw->access_cache, made by main.c before it serves);
+ * without one (NULL) every check reads the store.  ~100 KiB (512 token
+ * records).  Loop only.  Returns NULL when out of memory.
+ */
+struct access_cache;
+struct access_cache *access_cache_new(void);
+/* Wipes (it holds token records) and frees c.  NULL is allowed. */
+void access_cache_free(struct access_cache *c);
+
+/* Tokens were revoked: nothing gw proved before counts any more (checks
+ * under way on the store thread do not put what they read into its
+ * cache).  Loop only. */
+void access_revoked(struct gateway *gw);
 
 /*
  * The asynchronous forms (docs/0022): the same checks, with their store

@@ -103,7 +103,7 @@ notices_resync(struct gateway *gw)
 {
 	struct reread *r;
 
-	access_revoked();
+	access_revoked(gw);
 	if (hub_count(gw->hub) == 0)
 		return;
 	if ((r = reread_new(gw, hub_count(gw->hub))) == NULL) {
@@ -146,7 +146,7 @@ notices_on_notice(const char *payload, void *arg)
 		notices_resync(gw);
 	else if (strncmp(payload, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) == 0) {
 		/* Cheap and rare: the whole cache, whoever's token it was. */
-		access_revoked();
+		access_revoked(gw);
 		info("notices: a token was revoked: proven tokens forgotten",
 		    KV_S("token", payload + strlen(TOKEN_PREFIX)));
 	} else if (strncmp(payload, AGENT_PREFIX, strlen(AGENT_PREFIX)) == 0)

@@ -1,10 +1,16 @@
 /*
  * gateway.h: the running gateway's shared context and its configuration.
  *
- * One struct gateway exists per process.  It is the composition root: the
- * server (TLS, HTTP and WebSocket on libevent), the admin API, agent
- * sessions and the hub of connected agents all reach the store, the limits
- * and each other through it.
+ * One struct gateway per running gateway (tether-gateway serve makes one).
+ * It is the composition root: the server (TLS, HTTP and WebSocket on
+ * libevent), the admin API, agent sessions and the hub of connected agents
+ * all reach the store, the limits and each other through it.  Whatever a
+ * gateway changes while it runs lives in it or in the objects it owns,
+ * never in a file's statics, so that two gateways in one process share
+ * nothing of it (test_gateways).  What is process-wide on purpose: the
+ * log and the audit file with its once-per-pass batching (common/log.h,
+ * runtime.h), and the metric families a process exposes (metrics.h,
+ * mux_metrics.h).
  */
 #ifndef TETHER_GATEWAY_H
 #define TETHER_GATEWAY_H
@@ -14,6 +20,7 @@
 
 #include "budget.h"
 #include "ca.h"
+#include "livestreams.h"
 #include "mux.h"
 #include "netaddr.h"
 
@@ -26,6 +33,7 @@ struct share;
 struct presence;
 struct peers;
 struct notices;
+struct access_cache;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
 struct gateway_limits {
@@ -94,6 +102,11 @@ struct gateway {
 	struct peers *peers;            /* links to other replicas (replicas/peer_link.c), made on
 	                                 * first use */
 	struct notices *notices;        /* other replicas' changes, heard (notices.c) */
+	struct access_cache *access_cache; /* tokens proven moments ago (access.h);
+	                                 * NULL: none, every check reads the store */
+	struct live_streams live_streams; /* operator streams open now (livestreams.h) */
+	size_t answers_later;           /* requests waiting for the store thread
+	                                 * (answer_later.h) */
 };
 
 /*

@@ -1,44 +1,48 @@
 /*
- * livestreams.c: the list of live operator streams (see livestreams.h).
+ * livestreams.c: a gateway's list of live operator streams (see
+ * livestreams.h).
  */
 #include "livestreams.h"
 
 #include <stddef.h>
 
-static TAILQ_HEAD(, live_stream) streams = TAILQ_HEAD_INITIALIZER(streams);
-static size_t nstreams;
-
 void
-live_stream_add(struct live_stream *ls)
+live_stream_add(struct live_streams *l, struct live_stream *ls)
 {
-	if (ls->listed)
+	if (ls->list != NULL)
 		return;
-	TAILQ_INSERT_TAIL(&streams, ls, link);
-	ls->listed = 1;
-	nstreams++;
+	/* A zeroed list is empty: made a TAILQ at its first entry. */
+	if (l->head.tqh_last == NULL)
+		TAILQ_INIT(&l->head);
+	TAILQ_INSERT_TAIL(&l->head, ls, link);
+	ls->list = l;
+	l->n++;
 }
 
 void
 live_stream_remove(struct live_stream *ls)
 {
-	if (!ls->listed)
+	struct live_streams *l = ls->list;
+
+	if (l == NULL)
 		return;
-	TAILQ_REMOVE(&streams, ls, link);
-	ls->listed = 0;
-	nstreams--;
+	TAILQ_REMOVE(&l->head, ls, link);
+	ls->list = NULL;
+	l->n--;
 }
 
 size_t
-live_stream_count(void)
+live_stream_count(const struct live_streams *l)
 {
-	return nstreams;
+	return l->n;
 }
 
 void
-live_stream_foreach(void (*fn)(const struct live_stream *, void *), void *arg)
+live_stream_foreach(const struct live_streams *l,
+    void (*fn)(const struct live_stream *, void *), void *arg)
 {
 	const struct live_stream *ls;
 
-	TAILQ_FOREACH(ls, &streams, link)
+	TAILQ_FOREACH(ls, &l->head, link)
 		fn(ls, arg);
 }

@@ -1,10 +1,11 @@
 /*
  * livestreams.h: the operator streams open right now (connect, forward and
- * /k8s requests), for the status page (GET /v1/status).
+ * /k8s requests), for the status page (GET /v1/status) and the drain.
  *
  * A relay or a /k8s exchange embeds one struct live_stream, points it at
- * its own fields and enters it while it lives: adding and removing are O(1) (a doubly linked
- * list); listing is O(streams).  One list per process.
+ * its own fields and enters it in its gateway's list while it lives:
+ * adding and removing are O(1) (a doubly linked list); listing is
+ * O(streams).  One list per gateway (gw->live_streams), loop only.
  */
 #ifndef TETHER_LIVESTREAMS_H
 #define TETHER_LIVESTREAMS_H
@@ -15,7 +16,7 @@
 
 struct live_stream {
 	TAILQ_ENTRY(live_stream) link;
-	int listed;                  /* in the list now */
+	struct live_streams *list;   /* the list it is in now, or NULL */
 	const char *kind;            /* "connect", "forward" or "k8s" */
 	const char *principal;       /* "admin:<token id>" or "user:<name>" */
 	const char *cluster, *node, *target;   /* target: HOST:PORT, or a /k8s path */
@@ -23,13 +24,23 @@ struct live_stream {
 	int64_t started;             /* Unix seconds */
 };
 
-/* Enters ls (its fields must stay valid until live_stream_remove). */
-void live_stream_add(struct live_stream *ls);
-/* Leaves the list; idempotent. */
+/* The live streams of one gateway.  All zeroes is an empty list (a
+ * struct gateway needs no call to make it). */
+struct live_streams {
+	TAILQ_HEAD(, live_stream) head;
+	size_t n;
+};
+
+/* Enters ls in l (its fields must stay valid until live_stream_remove); a
+ * stream already in a list stays where it is. */
+void live_stream_add(struct live_streams *l, struct live_stream *ls);
+/* Leaves the list it is in; idempotent. */
 void live_stream_remove(struct live_stream *ls);
-/* How many are live now.  O(1). */
-size_t live_stream_count(void);
-/* Calls fn for every live stream, oldest first (fn may not add or remove). */
-void live_stream_foreach(void (*fn)(const struct live_stream *, void *), void *arg);
+/* How many are live in l now.  O(1). */
+size_t live_stream_count(const struct live_streams *l);
+/* Calls fn for every live stream of l, oldest first (fn may not add or
+ * remove). */
+void live_stream_foreach(const struct live_streams *l,
+    void (*fn)(const struct live_stream *, void *), void *arg);
 
 #endif

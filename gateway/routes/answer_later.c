@@ -25,8 +25,6 @@ struct answer_later_job {
 	void *arg;
 };
 
-static size_t out_now;     /* loop only */
-
 static void
 job_work(struct store *st, void *p)
 {
@@ -42,7 +40,7 @@ job_done(void *p)
 	struct answer_later_job *j = p;
 	struct route_response r = { 0 };
 
-	out_now--;
+	j->gw->answers_later--;
 	j->answer(j->gw, j->arg, &r);
 	reply_send(j->reply, &r);
 	j->free_arg(j->arg);
@@ -57,7 +55,7 @@ answer_later(struct gateway *gw, const struct route_request *req,
 {
 	struct answer_later_job *j;
 
-	if (out_now >= ANSWER_LATER_MAX) {
+	if (gw->answers_later >= ANSWER_LATER_MAX) {
 		route_respond_error(resp, 503, "the store is busy: %d requests wait "
 		    "for it already; retry shortly", ANSWER_LATER_MAX);
 		free_arg(arg);
@@ -90,11 +88,11 @@ answer_later(struct gateway *gw, const struct route_request *req,
 		free(j);
 		return;
 	}
-	out_now++;
+	gw->answers_later++;
 }
 
 size_t
-answer_later_pending(void)
+answer_later_pending(const struct gateway *gw)
 {
-	return out_now;
+	return gw->answers_later;
 }

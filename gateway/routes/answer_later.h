@@ -13,7 +13,7 @@
  * GET /metrics (metrics_route.c).
  *
  * Costs: one job node and one ticket per request while it is out; at most
- * ANSWER_LATER_MAX requests out at once (past it, or when the store
+ * ANSWER_LATER_MAX requests out at once per gateway (past it, or when the store
  * thread's queue is full, 503 with a reason): a client looping on the
  * admin API fills this cap, never the queue agents' handshakes share.
  */
@@ -50,7 +50,7 @@ void answer_later(struct gateway *gw, const struct route_request *req,
     struct route_response *resp, answer_later_store_fn *store,
     answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg);
 
-/* Requests out now (loop only). */
-size_t answer_later_pending(void);
+/* gw's requests out now (gw->answers_later; loop only). */
+size_t answer_later_pending(const struct gateway *gw);
 
 #endif

@@ -713,9 +713,8 @@ static void
 users_revoke_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
-	(void)gw;
 	/* Whatever this user proved a moment ago no longer counts. */
-	access_revoked();
+	access_revoked(gw);
 	if (j->rc == STORE_REFUSED)
 		route_respond_error(r, 400, "%s", j->err);
 	else if (j->rc == STORE_NOTFOUND)

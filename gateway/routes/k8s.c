@@ -1368,7 +1368,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	x->live = (struct live_stream){ .kind = "k8s", .principal = x->principal,
 	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
 	    .down = &x->down, .started = x->started.tv_sec };
-	live_stream_add(&x->live);
+	live_stream_add(&gw->live_streams, &x->live);
 	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {
 		if (parked != NULL)
 			link_free(parked, "closed");

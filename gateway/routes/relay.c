@@ -467,7 +467,7 @@ relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who 
 	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
 	    .target = r->target, .up = &r->up, .down = &r->down,
 	    .started = r->started.tv_sec };
-	live_stream_add(&r->live);
+	live_stream_add(&gw->live_streams, &r->live);
 	return r;
 }
 

@@ -288,7 +288,7 @@ status_answer(struct gateway *gw, void *arg, struct route_response *r)
 	}
 	add_clusters(gw, a, out);
 	w = (struct stream_walk){ .v = &a->v, .arr = json_array(), .now = gateway_now() };
-	live_stream_foreach(add_stream, &w);
+	live_stream_foreach(&gw->live_streams, add_stream, &w);
 	json_object_set_new(out, "streams", w.arr);
 	route_respond_json(r, 200, out);
 }

@@ -14,9 +14,15 @@
 
 #define SESSION_ID_CONTEXT "tether-gateway"
 
-/* Per SSL in TLSPEER_ASK mode: set when any check of the chain failed
- * (the callback lets the handshake go on, tlspeer_is_replica says no). */
-static int bad_chain_index = -1;
+/*
+ * TLSPEER_ASK mode marks an SSL whose chain failed any check (the callback
+ * lets the handshake go on, tlspeer_is_replica says no) in the SSL's own
+ * application data (SSL_set_app_data: ex_data index 0, which OpenSSL keeps
+ * for the application without allocating an index): the mark lives and
+ * dies with its connection, and this file keeps no state.  Nothing else in
+ * the gateway uses an SSL's application data (nor does libevent).
+ */
+#define BAD_CHAIN ((void *)(uintptr_t)1)
 
 /* The leaf's public key is the one in the certificate this SSL presents
  * itself (our server.crt). */
@@ -43,7 +49,7 @@ verify_ask(int ok, X509_STORE_CTX *x)
 
 	if (ssl != NULL && (!ok || (X509_STORE_CTX_get_error_depth(x) == 0 &&
 	    !leaf_is_ours(ssl, X509_STORE_CTX_get_current_cert(x)))))
-		SSL_set_ex_data(ssl, bad_chain_index, (void *)(uintptr_t)1);
+		SSL_set_app_data(ssl, BAD_CHAIN);
 	return 1;
 }
 
@@ -78,11 +84,6 @@ tlspeer_setup(SSL_CTX *ctx, const char *data_dir, enum tlspeer_mode mode,
 	char ca[4200];
 	unsigned long e;
 
-	if (bad_chain_index < 0 &&
-	    (bad_chain_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL)) < 0) {
-		snprintf(err, errlen, "TLS: no ex_data index");
-		return -1;
-	}
 	snprintf(ca, sizeof(ca), "%s/ca.crt", data_dir);
 	if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
 		e = ERR_get_error();
@@ -117,7 +118,7 @@ tlspeer_is_replica(const SSL *ssl)
 		return 0;
 	if (SSL_get_verify_result(ssl) != X509_V_OK)
 		return 0;
-	if (bad_chain_index >= 0 && SSL_get_ex_data(ssl, bad_chain_index) != NULL)
+	if (SSL_get_app_data(ssl) == BAD_CHAIN)
 		return 0;
 	return leaf_is_ours(ssl, peer);
 }

@@ -33,7 +33,9 @@ enum tlspeer_mode {
  * Sets ctx (its own certificate and key already loaded: the replica's
  * server.crt/server.key) to verify the other side against data_dir/ca.crt
  * with the rule above.  Server contexts also get a session id context
- * (resumption with client certificates needs one).  0, or -1 with err.
+ * (resumption with client certificates needs one).  In TLSPEER_ASK mode a
+ * failed check is marked in the SSL's application data (SSL_set_app_data),
+ * which no other code may use on ctx's SSLs.  0, or -1 with err.
  */
 int tlspeer_setup(struct ssl_ctx_st *ctx, const char *data_dir, enum tlspeer_mode mode,
     char *err, size_t errlen);

@@ -97,6 +97,8 @@ setup(void **state)
 	if (store_open(url, &f->st, err, sizeof(err)) != STORE_OK)
 		return -1;
 	f->gw.base = event_base_new();
+	if ((f->gw.access_cache = access_cache_new()) == NULL)
+		return -1;
 	if (store_worker_start(f->gw.base, url, 16, NULL, NULL, &f->gw.storew, err,
 	    sizeof(err)) != 0)
 		return -1;
@@ -110,7 +112,6 @@ setup(void **state)
 	snprintf(f->other, sizeof(f->other), "%s", c.id);
 	make_token(f, TOKEN_ADMIN, "root", "", f->admin, sizeof(f->admin));
 	make_token(f, TOKEN_USER, "alice", f->cluster, f->alice, sizeof(f->alice));
-	access_revoked();        /* no pair proven by an earlier test */
 	*state = f;
 	return 0;
 }
@@ -122,6 +123,7 @@ teardown(void **state)
 	char p[256];
 
 	store_worker_stop(f->gw.storew);
+	access_cache_free(f->gw.access_cache);
 	event_base_free(f->gw.base);
 	store_close(f->st);
 	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
@@ -190,7 +192,7 @@ test_revoked_while_out(void **state)
 
 	assert_non_null(access_cluster_async(&f->gw, f->admin, f->cluster, NULL,
 	    on_done, &a));
-	access_revoked();        /* a revocation lands while the check is out */
+	access_revoked(&f->gw);        /* a revocation lands while the check is out */
 	wait_done(f, &a);
 	assert_int_equal(a.status, 0);
 	/* What it read is not cached: the next check reads the store again. */
@@ -252,7 +254,7 @@ test_recheck(void **state)
 	/* Revoked since (as the admin API does: the store, then the cache). */
 	assert_int_equal(store_user_revoke(f->st, "alice", &n, err, sizeof(err)),
 	    STORE_OK);
-	access_revoked();
+	access_revoked(&f->gw);
 	assert_non_null(access_recheck_async(&f->gw, &a.g, on_done, &c));
 	wait_done(f, &c);
 	assert_int_equal(c.status, 401);
