@@ -1284,84 +1284,98 @@ k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
 	exchange_refuse(h, status, body, len);
 }
 
-static void *
-k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
+/*
+ * Which cluster rq is for, and the rest of its target, to be passed on
+ * exactly as the client sent it: /k8s/clusters/ID/REST, or a root path
+ * (/version, /api...) for the one cluster a user token is scoped to.
+ * Returns 0 with cluster and *rest, or 404 with why in err (cluster "").
+ */
+static int
+k8s_target(struct gateway *gw, const struct http_request *rq,
+    char cluster[STORE_ID_MAX + 1], const char **rest, char *err,
+    size_t errlen)
 {
-	char cluster[STORE_ID_MAX + 1] = "", err[512];
-	const char *seg, *rest;
-	struct access_grant g = { .principal = "" };
-	struct k8s_exchange *x;
-	struct k8s_link *parked;
-	struct reach agent;
-	const char *principal = g.principal;
+	const char *seg;
 	size_t n;
-	int status;
 
+	cluster[0] = '\0';
 	/* The raw target: the rest is passed on exactly as the client sent it. */
 	if (!k8s_matches(rq->path) || rq->target[0] != '/') {
-		refuse(h, rq, principal, cluster, 404, "no route");
-		return NULL;
+		snprintf(err, errlen, "no route");
+		return 404;
 	}
 	if (k8s_root_path(rq->path)) {
-		rest = rq->target;
+		*rest = rq->target;
 		if (access_sole_cluster(gw, rq->authorization, cluster,
-		    sizeof(cluster)) != 0) {
-			snprintf(err, sizeof(err), "no route %s %.200s: a cluster's "
-			    "Kubernetes API is at %sID/ (or send a user token scoped "
-			    "to exactly one cluster)", rq->method, rq->path, K8S_CLUSTERS);
-			refuse(h, rq, principal, cluster, 404, err);
-			return NULL;
-		}
-	} else if (strncmp(rq->target, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) != 0) {
-		snprintf(err, sizeof(err), "no route: want %sID/...", K8S_CLUSTERS);
-		refuse(h, rq, principal, cluster, 404, err);
-		return NULL;
-	} else {
-		seg = rq->target + strlen(K8S_CLUSTERS);
-		n = strcspn(seg, "/?");
-		rest = seg + n;
-		if (n == 0 || n > STORE_ID_MAX) {
-			refuse(h, rq, principal, cluster, 404, "no such cluster");
-			return NULL;
-		}
-		snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
+		    STORE_ID_MAX + 1) == 0)
+			return 0;
+		cluster[0] = '\0';
+		snprintf(err, errlen, "no route %s %.200s: a cluster's Kubernetes "
+		    "API is at %sID/ (or send a user token scoped to exactly one "
+		    "cluster)", rq->method, rq->path, K8S_CLUSTERS);
+		return 404;
 	}
-	status = access_cluster(gw, rq->authorization, cluster, NULL, &g, err,
-	    sizeof(err));
-	if (status != 0) {
-		refuse(h, rq, principal, cluster, status, err);
-		return NULL;
+	if (strncmp(rq->target, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) != 0) {
+		snprintf(err, errlen, "no route: want %sID/...", K8S_CLUSTERS);
+		return 404;
 	}
-	/* A stream parked on this connection by its last request: the same
-	 * cluster and principal reuse it, anything else drops it. */
-	parked = exchange_take_kept(h);
-	if (parked != NULL) {
-		if (parked->s == NULL || parked->fin ||
-		    strcmp(parked->cluster, cluster) != 0 ||
-		    strcmp(parked->principal, principal) != 0) {
-			link_free(parked, "closed");
-			parked = NULL;
-		}
+	seg = rq->target + strlen(K8S_CLUSTERS);
+	n = strcspn(seg, "/?");
+	if (n == 0 || n > STORE_ID_MAX) {
+		snprintf(err, errlen, "no such cluster");
+		return 404;
 	}
-	if (parked == NULL &&
-	    (status = access_pick(gw, &g, &agent, err, sizeof(err))) != 0) {
-		refuse(h, rq, principal, cluster, status, err);
-		return NULL;
+	snprintf(cluster, STORE_ID_MAX + 1, "%.*s", (int)n, seg);
+	*rest = seg + n;
+	return 0;
+}
+
+/*
+ * The way to an agent for g's request on connection h: the stream h's
+ * last request left parked, if it is still open and was for the same
+ * cluster and principal (*parked; any other parked stream is closed), or
+ * else the agent access_pick chooses (*agent, *parked NULL).  Returns 0,
+ * or a status (503: no active agent) with err.
+ */
+static int
+k8s_way(struct gateway *gw, struct hconn *h, const struct access_grant *g,
+    struct k8s_link **parked, struct reach *agent, char *err, size_t errlen)
+{
+	struct k8s_link *p = exchange_take_kept(h);
+
+	if (p != NULL && (p->s == NULL || p->fin ||
+	    strcmp(p->cluster, g->cluster) != 0 ||
+	    strcmp(p->principal, g->principal) != 0)) {
+		link_free(p, "closed");
+		p = NULL;
 	}
-	x = x_new(gw, h, rq);
+	*parked = p;
+	return p != NULL ? 0 : access_pick(gw, g, agent, err, errlen);
+}
+
+/*
+ * A new exchange for g's request rq on h, to node on replica ("": here),
+ * entered in the live streams, with its request head for rest written to
+ * its output to the agent.  It is not h's yet (x->h NULL): its stream is
+ * not open.  Returns it, or NULL with the client answered 500 (and the
+ * request audited).
+ */
+static struct k8s_exchange *
+k8s_exchange_new(struct gateway *gw, struct hconn *h,
+    const struct http_request *rq, const struct access_grant *g,
+    const char *rest, const char *node, const char *replica)
+{
+	struct k8s_exchange *x = x_new(gw, h, rq);
+
 	if (x == NULL) {
-		if (parked != NULL)
-			link_free(parked, "closed");
-		refuse(h, rq, principal, cluster, 500, "out of memory");
+		refuse(h, rq, g->principal, g->cluster, 500, "out of memory");
 		return NULL;
 	}
 	x->h = NULL;             /* not the exchange's until the stream opens */
-	snprintf(x->principal, sizeof(x->principal), "%s", principal);
-	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
-	snprintf(x->node, sizeof(x->node), "%s",
-	    parked != NULL ? parked->node : agent.node);
-	snprintf(x->replica, sizeof(x->replica), "%s",
-	    parked != NULL ? parked->replica : agent.replica);
+	snprintf(x->principal, sizeof(x->principal), "%s", g->principal);
+	snprintf(x->cluster, sizeof(x->cluster), "%s", g->cluster);
+	snprintf(x->node, sizeof(x->node), "%s", node);
+	snprintf(x->replica, sizeof(x->replica), "%s", replica);
 	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
@@ -1370,32 +1384,80 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	    .down = &x->down, .started = x->started.tv_sec };
 	live_stream_add(&gw->live_streams, &x->live);
 	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {
-		if (parked != NULL)
-			link_free(parked, "closed");
 		x->status = 500;
 		reply_status(h, 500, "out of memory");
 		x_free(x);
 		return NULL;
 	}
-	if (parked != NULL) {
-		size_t len = evbuffer_get_length(x->to_agent);
+	return x;
+}
 
-		if (!x->has_body && (strcmp(rq->method, "GET") == 0 ||
-		    strcmp(rq->method, "HEAD") == 0 ||
-		    strcmp(rq->method, "OPTIONS") == 0) &&
-		    (x->req_copy = evbuffer_new()) != NULL &&
-		    evbuffer_add(x->req_copy, evbuffer_pullup(x->to_agent,
-		    (ssize_t)len), len) != 0) {
-			evbuffer_free(x->req_copy);
-			x->req_copy = NULL;
-		}
-		x->link = parked;
-		parked->x = x;
-		x->agent = parked->s;
-		x->adopted = 1;
-		x->state = X_HEAD;
-		x->h = h;
-		flush_up(x);
+/*
+ * Sends x's request over the stream parked on h (k8s_way), and makes x
+ * h's.  A GET, HEAD or OPTIONS without a body is kept (x->req_copy) so
+ * that x_retry can send it again on a new stream should the parked one
+ * turn out closed under it.
+ */
+static void
+k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked, struct hconn *h,
+    const struct http_request *rq)
+{
+	size_t len = evbuffer_get_length(x->to_agent);
+
+	if (!x->has_body && (strcmp(rq->method, "GET") == 0 ||
+	    strcmp(rq->method, "HEAD") == 0 ||
+	    strcmp(rq->method, "OPTIONS") == 0) &&
+	    (x->req_copy = evbuffer_new()) != NULL &&
+	    evbuffer_add(x->req_copy, evbuffer_pullup(x->to_agent,
+	    (ssize_t)len), len) != 0) {
+		evbuffer_free(x->req_copy);
+		x->req_copy = NULL;
+	}
+	x->link = parked;
+	parked->x = x;
+	x->agent = parked->s;
+	x->adopted = 1;
+	x->state = X_HEAD;
+	x->h = h;
+	flush_up(x);
+}
+
+/*
+ * An exchange's start (route.h): the cluster from the path, the token's
+ * access to it, the way to an agent (a stream parked on h, or a new one),
+ * then the exchange, its request sent or waiting for its stream to open.
+ * Returns the exchange, or NULL with the client answered (and audited).
+ */
+static void *
+k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
+{
+	char cluster[STORE_ID_MAX + 1], err[512];
+	struct access_grant g = { .principal = "" };
+	struct k8s_link *parked = NULL;
+	struct k8s_exchange *x;
+	struct reach agent;
+	const char *rest;
+	int status;
+
+	if ((status = k8s_target(gw, rq, cluster, &rest, err,
+	    sizeof(err))) != 0 ||
+	    (status = access_cluster(gw, rq->authorization, cluster, NULL, &g,
+	    err, sizeof(err))) != 0 ||
+	    (status = k8s_way(gw, h, &g, &parked, &agent, err,
+	    sizeof(err))) != 0) {
+		refuse(h, rq, g.principal, cluster, status, err);
+		return NULL;
+	}
+	x = k8s_exchange_new(gw, h, rq, &g, rest,
+	    parked != NULL ? parked->node : agent.node,
+	    parked != NULL ? parked->replica : agent.replica);
+	if (x == NULL) {
+		if (parked != NULL)
+			link_free(parked, "closed");
+		return NULL;
+	}
+	if (parked != NULL) {
+		k8s_adopt(x, parked, h, rq);
 		return x;
 	}
 	if (x_open(x, &agent, h, err, sizeof(err)) != 0) {
