@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "agent_tunnel.h"
+
 /* Limits of the streams this agent serves (`run` flags). */
 struct agent_options {
 	uint32_t stream_window;     /* credit granted per stream, bytes */
@@ -45,8 +47,8 @@ struct agent_options {
 	.proxy_auth = 0, \
 	.proxy_user = NULL, \
 	.proxy_password_file = NULL, \
-	.ping_interval_ms = 20000, \
-	.ping_timeout_ms = 30000, \
+	.ping_interval_ms = AGENT_PING_INTERVAL_MS, \
+	.ping_timeout_ms = AGENT_PING_TIMEOUT_MS, \
 }
 
 /*

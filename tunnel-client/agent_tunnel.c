@@ -6,10 +6,13 @@
  *
  * Keepalive: a tunnel silent for ping_interval gets a PING (once it is
  * established; before that the silence is only timed), and one that stays
- * silent for ping_timeout after it is closed and dialled again.  A stopped
- * gateway or a path that died without a RST is noticed this way, not only
- * when TCP gives up hours later.  Each tunnel has its own timer in
- * libevent's min-heap: nothing walks every tunnel.
+ * silent for ping_timeout after it is abandoned at once (no close
+ * handshake: nothing answers it) and dialled again.  A stopped gateway or a
+ * path that died without a RST is noticed this way, not only when TCP gives
+ * up hours later; with the defaults (AGENT_PING_INTERVAL_MS, _TIMEOUT_MS)
+ * an agent leaves a hung replica within about 10 s (docs/0026).  Each
+ * tunnel has its own timer in libevent's min-heap: nothing walks every
+ * tunnel.
  *
  * Drain (docs/0017): a gateway that is shutting down sends RECONNECT.  After
  * a random delay in [0, jitter_ms] the agent dials a new connection
@@ -97,6 +100,8 @@ struct agent_tunnel {
 
 static void tunnel_schedule_reconnect(struct agent_tunnel *t);
 static int tunnel_dial(struct agent_tunnel *t);
+static void ws_close(struct wsclient *c, int http_status, const char *reason,
+    void *arg);
 
 static bool
 tunnel_importing(const struct agent_tunnel *t)
@@ -559,9 +564,10 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 			    "reconnecting", KV_U("ping_timeout_ms",
 			    t->cfg.ping_timeout_ms));
 			t->ping_ms = 0;
-			/* on_close follows once the close frame is out or
-			 * the wait for the gateway's answer ends. */
-			wsclient_close(t->ws, 1001, "ping timeout");
+			/* A gateway that answers no ping answers no close
+			 * either: the connection goes now, as if it had
+			 * closed (its streams end, the redial is scheduled). */
+			ws_close(t->ws, 101, "ping timeout", t);
 			return;
 		}
 	} else {

@@ -45,6 +45,14 @@
  * store's return, not after a network-sized backoff. */
 #define AGENT_BACKOFF_RETRY_MAX_MS 5000
 
+/* The keepalive's defaults (`run --ping-interval`, `--ping-timeout`): a
+ * tunnel silent for the interval is pinged, and abandoned if nothing comes
+ * within the timeout, so a hung gateway is left within their sum (10 s),
+ * at the cost of one ping exchange per idle tunnel per interval
+ * (docs/0026). */
+#define AGENT_PING_INTERVAL_MS 6000
+#define AGENT_PING_TIMEOUT_MS  4000
+
 /* hooks.stopped's codes, which `tether-client run` exits with. */
 #define AGENT_EXIT_REFUSED 1   /* a final refusal, or an error no retry fixes */
 #define AGENT_EXIT_REVOKED 77  /* an operator revoked it (EX_NOPERM): the

@@ -10,7 +10,11 @@
 #include "proxy.h"
 #include "url.h"
 
+#include "agent_tunnel.h"
 #include "netaddr.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 /* In the order of enum log_format (common/log.h). */
@@ -40,11 +44,12 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
 	    .help = "connecting to a target" },
 	[RUN_OPT_PING_INTERVAL] = { .name = "ping-interval", .type = OPT_U32,
-	    .arg = "MS", .def = "20000", .min = 100, .max = 600000,
+	    .arg = "MS", .def = STR(AGENT_PING_INTERVAL_MS), .min = 100, .max = 600000,
 	    .help = "a tunnel silent this long is pinged" },
 	[RUN_OPT_PING_TIMEOUT] = { .name = "ping-timeout", .type = OPT_U32,
-	    .arg = "MS", .def = "30000", .min = 100, .max = 600000,
-	    .help = "and, if nothing answers within this, dropped and dialled again" },
+	    .arg = "MS", .def = STR(AGENT_PING_TIMEOUT_MS), .min = 100, .max = 600000,
+	    .help = "and, if nothing answers within this, dropped and dialled again "
+	    "(a hung gateway is left within the sum)" },
 	[RUN_OPT_LOG_LEVEL] = { .name = "log-level", .type = OPT_CHOICE,
 	    .arg = "LEVEL", .def = "info", .choices = log_levels,
 	    .help = "least severe level logged" },

@@ -10,8 +10,9 @@
 # step, once every agent is active and the gateway's VmRSS has settled, it
 # reports the gateway's RSS over the baseline (no agent) per tunnel, then
 # measures the gateway's and the swarms' CPU for BENCH_PING_WINDOW seconds
-# while the tunnels sit idle and are pinged (gateway and agents both ping a
-# tunnel silent for 20 s, the defaults).
+# while the tunnels sit idle and are pinged (with the defaults, the agents
+# ping a tunnel silent for 6 s, the gateway one silent for 20 s: the
+# agents' pings keep it from ever being that silent; docs/0026).
 #
 # usage: tests/bench/idle_tunnels.sh [COUNTS...]   (run it under
 #        flock(1) on a shared machine, one benchmark at a time)
@@ -19,6 +20,8 @@
 #   BENCH_RATE          agents each swarm starts per second (default 400)
 #   BENCH_PING_WINDOW   seconds of the idle CPU window (default 20)
 #   BENCH_GW_FLAGS      extra `serve` flags (default none)
+#   BENCH_SWARM_FLAGS   extra tether-swarm flags (default none; the keepalive
+#                       before docs/0026: --ping-interval 20000 --ping-timeout 30000)
 #   BENCH_KEEP=1        keep the work directory
 set -euo pipefail
 
@@ -27,9 +30,10 @@ TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
 RATE=${BENCH_RATE:-400}
 WINDOW=${BENCH_PING_WINDOW:-20}
 GW_FLAGS=${BENCH_GW_FLAGS:-}
+SWARM_FLAGS=${BENCH_SWARM_FLAGS:-}
 KEEP=${BENCH_KEEP:-0}
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_RATE BENCH_PING_WINDOW BENCH_GW_FLAGS; do
+for v in TETHER_BIN BENCH_RATE BENCH_PING_WINDOW BENCH_GW_FLAGS BENCH_SWARM_FLAGS; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -132,8 +136,10 @@ for n in "${COUNTS[@]}"; do
 	out=$W/logs/swarm-$n.out
 	say "step $n: one more swarm of $add agents at $RATE/s"
 	t0=$(date +%s.%N)
+	# shellcheck disable=SC2086  # BENCH_SWARM_FLAGS is a list of flags
 	"$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$add" \
-		--first $((prev_n + 1)) --rate "$RATE" >"$out" 2>"$W/logs/swarm-$n.log" &
+		--first $((prev_n + 1)) --rate "$RATE" $SWARM_FLAGS \
+		>"$out" 2>"$W/logs/swarm-$n.log" &
 	SWARM_PIDS+=("$!")
 	deadline=$((SECONDS + 300))
 	until grep -q '^swarm all_active' "$out"; do
@@ -182,6 +188,6 @@ version=$("$GATEWAY" --version | head -1)
 	done
 	echo
 	echo "KiB per idle tunnel: (RSS - baseline) / tunnels, after every agent is active and"
-	echo "RSS settled; CPU: utime+stime over ${WINDOW} s of idle tunnels (pinged after 20 s of"
-	echo "silence by the gateway and by the agents)."
+	echo "RSS settled; CPU: utime+stime over ${WINDOW} s of idle tunnels (pinged by the agents"
+	echo "after their --ping-interval of silence, by the gateway after its own${SWARM_FLAGS:+; swarm flags: $SWARM_FLAGS})."
 }

@@ -58,6 +58,9 @@
 #include "token.h"
 #include "wsclient.h"
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 #define PROBE_EVERY_MS  100
 #define PROBE_SAMPLES   1024          /* round trips kept per report */
 #define FD_RESERVE      64            /* descriptors kept for everything else */
@@ -393,7 +396,8 @@ usage(const char *why)
 	    "  --prefix NAME    node name prefix (default swarm)\n"
 	    "  --rate PER_S     agents started per second (default 0: all at once)\n"
 	    "  --ping-interval MS, --ping-timeout MS  the agents' keepalive\n"
-	    "                   (defaults 20000 and 30000, as tether-client run)\n"
+	    "                   (defaults as tether-client run: "
+	    STR(AGENT_PING_INTERVAL_MS) " and " STR(AGENT_PING_TIMEOUT_MS) ")\n"
 	    "  --report-ms MS   status line interval (default 1000)\n"
 	    "  --seconds S      exit after S seconds (default 0: at SIGTERM)\n"
 	    "  --probe          agent K pings every 100 ms; report round trips\n"
@@ -481,8 +485,8 @@ swarm_parse(struct swarm *sw, int argc, char **argv)
 
 	sw->first = 1;
 	sw->prefix = "swarm";
-	sw->ping_interval_ms = 20000;
-	sw->ping_timeout_ms = 30000;
+	sw->ping_interval_ms = AGENT_PING_INTERVAL_MS;   /* run's defaults */
+	sw->ping_timeout_ms = AGENT_PING_TIMEOUT_MS;
 	sw->report_ms = 1000;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
