@@ -65,7 +65,11 @@ apt_updated=0
 apt_update() {
 	if [ "$apt_updated" -eq 0 ]; then
 		log "apt-get update"
-		"${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
+		# A mirror caught mid-sync fails one index (seen: bookworm-security's
+		# armhf Packages); apt keeps the old one, and an install that
+		# really needs the missing index still fails below.
+		"${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq ||
+			log "apt-get update reported errors (see above); going on with the indexes it has"
 		apt_updated=1
 	fi
 }
