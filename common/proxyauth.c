@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include "gss.h"
 #include "ntlm.h"
 
 struct proxy_authn {
@@ -21,8 +22,12 @@ struct proxy_authn {
 	char domain[NTLM_NAME_MAX];
 	char user[NTLM_NAME_MAX];
 	uint8_t ntowfv2[16];            /* NTLM's key: a secret */
-	char host[256];                 /* the proxy's, for messages */
+	char host[256];                 /* the proxy's: Negotiate's HTTP@host */
+	struct gss_client *gss;         /* Negotiate's context */
+	int gss_complete;
 };
+
+#define NEGOTIATE_ROUNDS_MAX 4
 
 struct proxy_authn *
 proxy_authn_new(enum proxy_auth scheme, const char *user, const char *password,
@@ -152,6 +157,62 @@ ntlm_next(struct proxy_authn *a, const struct proxy_answer *ans, char **value,
 	return *value != NULL ? 0 : -1;
 }
 
+/* One GSSAPI step into "Negotiate <token>".  0, or -1 with why. */
+static int
+negotiate_step(struct proxy_authn *a, const uint8_t *in, size_t inlen, char **value,
+    char *why, size_t whylen)
+{
+	uint8_t *out;
+	size_t outlen;
+
+	if (a->gss == NULL && (a->gss = gss_client_new(a->host, why, whylen)) == NULL)
+		return -1;
+	if (gss_client_step(a->gss, in, inlen, &out, &outlen, &a->gss_complete, why,
+	    whylen) != 0)
+		return -1;
+	if (out == NULL) {
+		snprintf(why, whylen, "Kerberos (GSSAPI) made no token for the proxy");
+		return -1;
+	}
+	*value = header_value("Negotiate", out, outlen);
+	free(out);
+	return *value != NULL ? 0 : -1;
+}
+
+static int
+negotiate_next(struct proxy_authn *a, const struct proxy_answer *ans, char **value,
+    char *why, size_t whylen)
+{
+	uint8_t in[PROXY_TOKEN_MAX];
+	char list[64];
+	long n;
+
+	if (ans == NULL)
+		return negotiate_step(a, NULL, 0, value, why, whylen);
+	if (!(ans->offers & (1u << PROXY_AUTH_NEGOTIATE))) {
+		snprintf(why, whylen, "the proxy does not offer Negotiate (it offers %s)",
+		    offered(ans->offers, list, sizeof(list)));
+		return 1;
+	}
+	if (!ans->has_token || a->gss_complete || a->round >= NEGOTIATE_ROUNDS_MAX) {
+		snprintf(why, whylen, "the proxy refused this node's Kerberos ticket for "
+		    "HTTP/%s (is that principal in the proxy's keytab, and is this "
+		    "node's principal allowed?)", a->host);
+		return 1;
+	}
+	if ((n = b64_decode(ans->token, in, sizeof(in))) < 0) {
+		snprintf(why, whylen, "Negotiate token: not base64");
+		return -1;
+	}
+	return negotiate_step(a, in, (size_t)n, value, why, whylen);
+}
+
+int
+proxy_authn_blocks(const struct proxy_authn *a)
+{
+	return a->scheme == PROXY_AUTH_NEGOTIATE;
+}
+
 int
 proxy_authn_next(struct proxy_authn *a, const struct proxy_answer *ans,
     char **value, char *why, size_t whylen)
@@ -169,8 +230,7 @@ proxy_authn_next(struct proxy_authn *a, const struct proxy_answer *ans,
 		r = ntlm_next(a, ans, value, why, whylen);
 		break;
 	case PROXY_AUTH_NEGOTIATE:
-		snprintf(why, whylen, "Negotiate is not available");
-		r = -1;
+		r = negotiate_next(a, ans, value, why, whylen);
 		break;
 	}
 	if (r == 0)
@@ -189,6 +249,7 @@ proxy_authn_free(struct proxy_authn *a)
 {
 	if (a == NULL)
 		return;
+	gss_client_free(a->gss);
 	OPENSSL_cleanse(a, sizeof(*a));
 	free(a);
 }

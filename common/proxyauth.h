@@ -39,6 +39,10 @@ struct proxy_authn *proxy_authn_new(enum proxy_auth scheme, const char *user,
 int proxy_authn_next(struct proxy_authn *a, const struct proxy_answer *ans,
     char **value, char *why, size_t whylen);
 
+/* 1 if proxy_authn_next may block (Negotiate: it may ask the KDC for a
+ * ticket), so the caller runs it on a thread of its own; else 0. */
+int proxy_authn_blocks(const struct proxy_authn *a);
+
 /* The scheme a was made for. */
 enum proxy_auth proxy_authn_scheme(const struct proxy_authn *a);
 

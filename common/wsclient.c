@@ -57,11 +57,14 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -122,6 +125,8 @@ enum state {
 #define DEFER_EOF   0x4 /* the transport ended: drain input, then finish */
 #define DEFER_FREE  0x8 /* wsclient_free was called: free the memory */
 
+struct authn_job;
+
 struct wsclient {
 	struct event_base *base;
 	struct evdns_base *dns;     /* only for names, not IP literals */
@@ -151,6 +156,7 @@ struct wsclient {
 	char proxy_name[300];       /* scheme://host:port, no credentials */
 	int via_tunnel;             /* the proxy said 2xx: bytes go to the server */
 	struct proxy_authn *authn;  /* Proxy-Authorization for each CONNECT */
+	struct authn_job *job;      /* a Negotiate step on its thread, or NULL */
 	size_t proxy_skip;          /* bytes of a 407's body still to drop */
 	char *subprotocol;
 	char *token;
@@ -260,11 +266,14 @@ drop_transport(struct wsclient *c)
 		evtimer_del(c->timer);
 }
 
+static void authn_job_end(struct wsclient *c);
+
 static void
 destroy(struct wsclient *c)
 {
 	c->dead = 1;
 	drop_transport(c);
+	authn_job_end(c);
 	if (c->lookup != NULL)
 		return; /* lookup_done() comes back to finish this */
 	if (c->timer != NULL)
@@ -1032,56 +1041,174 @@ static void write_cb(struct bufferevent *bev, void *arg);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 
 /*
- * Asks the proxy for a tunnel to the server: the first CONNECT (ans NULL)
- * or the next one after its 407 ans, with the Proxy-Authorization the
- * configured scheme says.  When there is nothing more to send, the proxy
- * refused: the error quotes its status line.
+ * Sends the next CONNECT with the Proxy-Authorization value proxy_authn_next
+ * gave (r, value, why: see proxyauth.h); when there is nothing more to
+ * send, the proxy refused: the error quotes its status line.  can_go_on: the
+ * connection can carry another request (its 407 kept it open).
  */
 static void
-send_connect(struct wsclient *c, const struct proxy_answer *ans, int can_go_on)
+connect_with(struct wsclient *c, int r, char *value, const char *why, int can_go_on)
 {
-	char why[300], *value = NULL, *req;
+	char *req = NULL;
 	size_t len;
-	int r = proxy_authn_next(c->authn, ans, &value, why, sizeof(why));
+	int ok;
 
-	if (r == 0 && !can_go_on) {
-		if (value != NULL) {
-			OPENSSL_cleanse(value, strlen(value));
-			free(value);
-		}
+	if (r == 0 && !can_go_on)
 		finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s: it ends the "
 		    "connection after its challenge (Connection: close, or no "
 		    "Content-Length), and %s authentication needs it kept open",
 		    c->proxy_name, c->host, c->port, c->status_line,
 		    proxy_auth_names[proxy_authn_scheme(c->authn)]);
-		return;
-	}
-	if (r != 0) {
-		if (r < 0)
-			finish_with(c, 0, "proxy %s: %s", c->proxy_name, why);
-		else
-			finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s%s%s",
-			    c->proxy_name, c->host, c->port, c->status_line,
-			    why[0] != '\0' ? ": " : "", why);
-		return;
-	}
-	req = proxy_connect_request(c->proxy, c->host, (unsigned int)c->port, value, &len);
+	else if (r < 0)
+		finish_with(c, 0, "proxy %s: %s", c->proxy_name, why);
+	else if (r > 0)
+		finish_with(c, 0, "proxy %s refused CONNECT to %s:%d: %s%s%s",
+		    c->proxy_name, c->host, c->port, c->status_line,
+		    why[0] != '\0' ? ": " : "", why);
+	else if ((req = proxy_connect_request(c->proxy, c->host, (unsigned int)c->port,
+	    value, &len)) == NULL)
+		finish_with(c, 0, "out of memory");
 	if (value != NULL) {
 		OPENSSL_cleanse(value, strlen(value));
 		free(value);
 	}
-	if (req == NULL) {
-		finish_with(c, 0, "out of memory");
+	if (req == NULL)
 		return;
-	}
-	r = bufferevent_write(c->bev, req, len);
+	ok = bufferevent_write(c->bev, req, len) == 0;
 	OPENSSL_cleanse(req, len);
 	free(req);
-	if (r != 0) {
+	if (!ok) {
 		finish_with(c, 0, "cannot queue the CONNECT request");
 		return;
 	}
 	c->state = ST_PROXY;
+}
+
+/*
+ * A Negotiate step runs on a thread of its own: it may ask the KDC for a
+ * ticket, a blocking exchange that must not stop the loop.  The thread
+ * owns nothing of the client but the authentication (which the loop leaves
+ * alone meanwhile) and says it is done through a pipe the loop watches.
+ */
+struct authn_job {
+	struct wsclient *c;
+	pthread_t thread;
+	int pipe[2];
+	struct event *done;
+	struct proxy_answer *ans;   /* owned copy, or NULL: the first step */
+	int can_go_on;
+	int r;
+	char *value;
+	char why[300];
+};
+
+static void *
+authn_job_main(void *arg)
+{
+	struct authn_job *j = arg;
+	char byte = 1;
+
+	j->r = proxy_authn_next(j->c->authn, j->ans, &j->value, j->why, sizeof(j->why));
+	while (write(j->pipe[1], &byte, 1) < 0 && errno == EINTR)
+		;
+	return NULL;
+}
+
+static void
+authn_job_free(struct authn_job *j)
+{
+	if (j->done != NULL)
+		event_free(j->done);
+	close(j->pipe[0]);
+	close(j->pipe[1]);
+	if (j->value != NULL) {
+		OPENSSL_cleanse(j->value, strlen(j->value));
+		free(j->value);
+	}
+	free(j->ans);
+	free(j);
+}
+
+/* Waits for a running step (at most krb5's own timeouts) and drops it. */
+static void
+authn_job_end(struct wsclient *c)
+{
+	if (c->job == NULL)
+		return;
+	pthread_join(c->job->thread, NULL);
+	authn_job_free(c->job);
+	c->job = NULL;
+}
+
+static void
+authn_job_done(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsclient *c = arg;
+	struct authn_job *j = c->job;
+	char *value;
+
+	(void)fd;
+	(void)what;
+	pthread_join(j->thread, NULL);
+	c->job = NULL;
+	value = j->value;
+	j->value = NULL;
+	if (c->state == ST_CLOSED) {    /* timed out or ended meanwhile */
+		if (value != NULL) {
+			OPENSSL_cleanse(value, strlen(value));
+			free(value);
+		}
+	} else
+		connect_with(c, j->r, value, j->why, j->can_go_on);
+	authn_job_free(j);
+}
+
+static int
+authn_job_start(struct wsclient *c, const struct proxy_answer *ans, int can_go_on)
+{
+	struct authn_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL)
+		return -1;
+	j->c = c;
+	j->can_go_on = can_go_on;
+	j->pipe[0] = j->pipe[1] = -1;
+	if ((ans != NULL && (j->ans = malloc(sizeof(*ans))) == NULL) ||
+	    pipe2(j->pipe, O_CLOEXEC) != 0 ||
+	    (j->done = event_new(c->base, j->pipe[0], EV_READ, authn_job_done, c)) == NULL ||
+	    event_add(j->done, NULL) != 0) {
+		authn_job_free(j);
+		return -1;
+	}
+	if (ans != NULL)
+		memcpy(j->ans, ans, sizeof(*ans));
+	if (pthread_create(&j->thread, NULL, authn_job_main, j) != 0) {
+		authn_job_free(j);
+		return -1;
+	}
+	c->job = j;
+	return 0;
+}
+
+/*
+ * Asks the proxy for a tunnel to the server: the first CONNECT (ans NULL)
+ * or the next one after its 407 ans, with the Proxy-Authorization the
+ * configured scheme says (Negotiate's computed on a thread).
+ */
+static void
+send_connect(struct wsclient *c, const struct proxy_answer *ans, int can_go_on)
+{
+	char why[300], *value = NULL;
+	int r;
+
+	if (proxy_authn_blocks(c->authn)) {
+		c->state = ST_PROXY;   /* the timeout covers the step too */
+		if (authn_job_start(c, ans, can_go_on) != 0)
+			finish_with(c, 0, "cannot start the proxy authentication");
+		return;
+	}
+	r = proxy_authn_next(c->authn, ans, &value, why, sizeof(why));
+	connect_with(c, r, value, why, can_go_on);
 }
 
 /*
@@ -1178,6 +1305,8 @@ read_proxy_head(struct wsclient *c)
 	char head[PROXY_HEAD_MAX + 1], why[200];
 	size_t n;
 
+	if (c->job != NULL)
+		return;   /* a Negotiate step runs: the proxy has nothing to say */
 	if (c->proxy_skip > 0 && !skip_proxy_body(c))
 		return;
 	end = evbuffer_search(in, "\r\n\r\n", 4, NULL);

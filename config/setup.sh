@@ -17,8 +17,9 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # libpq-dev: the PostgreSQL store (gateway/store/store_pg.c); postgresql: the
 # private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
 # linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
-# tinyproxy, squid: the proxies of test_proxy*.sh; krb5-kdc, krb5-user: the
-# KDC and kinit/kadmin.local of the Negotiate proxy test.
+# tinyproxy, squid: the proxies of test_proxy*.sh; krb5-kdc, krb5-admin-server
+# (kadmin.local), krb5-user (kinit, klist): the private KDC of
+# test_proxy_negotiate (the agent loads libgssapi-krb5-2 only at run time).
 # gcc-*-linux-gnu*, libc6-dev-*-cross, qemu-user: the static agents for
 # arm64 and armhf (make agent-static, config/agent-static.sh) and running
 # them in test_agent_static; binutils' readelf checks they load nothing.
@@ -30,7 +31,7 @@ packages=(
 	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev systemd strace tinyproxy
-	squid krb5-kdc krb5-user
+	squid krb5-kdc krb5-admin-server krb5-user
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk

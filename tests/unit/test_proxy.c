@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "proxy.h"
+#include "proxyauth.h"
 #include "url.h"
 
 static void
@@ -280,6 +281,51 @@ test_answer_parse(void **state)
 	    &a, sl, sizeof(sl), why, sizeof(why)), -1);
 }
 
+/* The authentication's steps: what it sends, and why it stops. */
+static void
+test_authn_steps(void **state)
+{
+	static struct proxy_answer a;
+	struct proxy_authn *au;
+	char why[300], *value;
+
+	/* NTLM needs a user. */
+	assert_null(proxy_authn_new(PROXY_AUTH_NTLM, "", "pw", "proxy", why, sizeof(why)));
+	assert_non_null(strstr(why, "NTLM needs a user"));
+
+	au = proxy_authn_new(PROXY_AUTH_NTLM, "CORP\\alice", "pw", "proxy", why,
+	    sizeof(why));
+	assert_non_null(au);
+	assert_int_equal(proxy_authn_next(au, NULL, &value, why, sizeof(why)), 0);
+	/* NEGOTIATE_MESSAGE: "NTLMSSP\0" then type 1 in base64. */
+	assert_true(strncmp(value, "NTLM TlRMTVNTUAABAAAA", 21) == 0);
+	free(value);
+	/* A proxy that offers only Basic: named in the refusal. */
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nProxy-Authenticate: Basic "
+	    "realm=\"x\"\r\nContent-Length: 0\r\n\r\n", PROXY_AUTH_NTLM, &a, why), 0);
+	assert_int_equal(proxy_authn_next(au, &a, &value, why, sizeof(why)), 1);
+	assert_string_equal(why, "the proxy does not offer NTLM (it offers basic)");
+	/* Offered, but no challenge came with it. */
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nProxy-Authenticate: NTLM\r\n"
+	    "Content-Length: 0\r\n\r\n", PROXY_AUTH_NTLM, &a, why), 0);
+	assert_int_equal(proxy_authn_next(au, &a, &value, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "without a challenge"));
+	/* A challenge that is not a type-2 message: an error. */
+	assert_int_equal(answer("HTTP/1.1 407 x\r\nProxy-Authenticate: NTLM "
+	    "QUJDRA==\r\nContent-Length: 0\r\n\r\n", PROXY_AUTH_NTLM, &a, why), 0);
+	assert_int_equal(proxy_authn_next(au, &a, &value, why, sizeof(why)), -1);
+	assert_string_equal(why, "NTLM challenge: not an NTLMSSP type-2 message");
+	proxy_authn_free(au);
+
+	/* Basic: the URL's credentials once, then the refusal as it is. */
+	au = proxy_authn_new(PROXY_AUTH_BASIC, NULL, NULL, "proxy", why, sizeof(why));
+	assert_int_equal(proxy_authn_next(au, NULL, &value, why, sizeof(why)), 0);
+	assert_null(value);
+	assert_int_equal(proxy_authn_next(au, &a, &value, why, sizeof(why)), 1);
+	assert_string_equal(why, "");
+	proxy_authn_free(au);
+}
+
 int
 main(void)
 {
@@ -289,6 +335,7 @@ main(void)
 		cmocka_unit_test(test_no_proxy),
 		cmocka_unit_test(test_connect_request),
 		cmocka_unit_test(test_answer_parse),
+		cmocka_unit_test(test_authn_steps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
