@@ -510,226 +510,371 @@ serve_fd_limit(const struct gateway *gw)
 		    KV_I("soft_was", was), KV_I("tunnels_at_most", room));
 }
 
+/*
+ * What serve starts, kept together so that one path (serve_stop) undoes
+ * whatever part of it was started, in the reverse order.
+ */
+struct serve {
+	struct gateway gw;
+	struct opt_set o;
+	const char *store_url;          /* --store, or default_store */
+	char default_store[PATH_MAX + 16];
+	char host[256];                 /* --listen's */
+	int port;
+	struct shutdown_state sd;
+	struct event *sigterm, *sigint, *sighup;
+	struct prom_http *metrics_http; /* --metrics-listen's, or NULL */
+};
+
+/* The limits of each tunnel, handshake and connection, from the options
+ * (each checked by the options table already). */
+static void
+serve_limits(struct gateway_limits *l, const struct opt_set *o)
+{
+	l->handshake_timeout_ms = opts_num(o, SERVE_OPT_HANDSHAKE_TIMEOUT);
+	l->max_handshakes = opts_num(o, SERVE_OPT_MAX_HANDSHAKES);
+	l->max_tls_handshakes = opts_num(o, SERVE_OPT_MAX_TLS_HANDSHAKES);
+	l->max_tls_queue = opts_num(o, SERVE_OPT_MAX_TLS_QUEUE);
+	l->max_frame_bytes = opts_num(o, SERVE_OPT_MAX_FRAME_SIZE);
+	l->max_queue_bytes = opts_num(o, SERVE_OPT_MAX_QUEUE);
+	l->verify_timeout_ms = opts_num(o, SERVE_OPT_VERIFY_TIMEOUT);
+	l->max_clock_skew_s = opts_num(o, SERVE_OPT_MAX_CLOCK_SKEW);
+	l->http_timeout_ms = opts_num(o, SERVE_OPT_HTTP_TIMEOUT);
+	l->ping_interval_ms = opts_num(o, SERVE_OPT_PING_INTERVAL);
+	l->ping_timeout_ms = opts_num(o, SERVE_OPT_PING_TIMEOUT);
+}
+
+/* This replica's name (--replica-id, else the host name, else "gateway")
+ * and the URL other replicas reach it at (--peer-url, or ""). */
+static void
+serve_replica(struct gateway *gw, const struct opt_set *o)
+{
+	const char *id = opts_str(o, SERVE_OPT_REPLICA_ID);
+	const char *peer_url = opts_str(o, SERVE_OPT_PEER_URL);
+
+	if (id != NULL)
+		snprintf(gw->replica_id, sizeof(gw->replica_id), "%s", id);
+	else if (gethostname(gw->replica_id, sizeof(gw->replica_id) - 1) != 0 ||
+	    gw->replica_id[0] == '\0')
+		snprintf(gw->replica_id, sizeof(gw->replica_id), "gateway");
+	if (peer_url != NULL)
+		snprintf(gw->peer_url, sizeof(gw->peer_url), "%s", peer_url);
+}
+
+/*
+ * The streams in agent tunnels: their window, how many a tunnel holds,
+ * the budget every window is charged to and its shares.  Returns 0, or -1
+ * when --admin-reserve is not less than --stream-budget (the one pair of
+ * options the table cannot check alone).
+ */
+static int
+serve_streams(struct gateway *gw, const struct opt_set *o)
+{
+	gw->mux_config.window = opts_num(o, SERVE_OPT_STREAM_WINDOW);
+	gw->mux_config.max_streams = opts_num(o, SERVE_OPT_MAX_STREAMS);
+	gw->mux_config.odd_ids = 1;
+	gw->mux_config.counted = 1;   /* agent tunnels feed the stream metrics */
+	gw->mux_config.budget = &gw->budget;
+	gw->budget.total = opts_num(o, SERVE_OPT_STREAM_BUDGET);
+	gw->budget.reserve = opts_num(o, SERVE_OPT_ADMIN_RESERVE);
+	gw->budget.tunnel_share = opts_num(o, SERVE_OPT_TUNNEL_SHARE);
+	gw->budget.principal_share = opts_num(o, SERVE_OPT_PRINCIPAL_SHARE);
+	gw->budget.min_window = opts_num(o, SERVE_OPT_MIN_STREAM_WINDOW);
+	return gw->budget.reserve < gw->budget.total ? 0 : -1;
+}
+
+/*
+ * What serve's options set before anything starts: the limits, the
+ * replica, the streams, the data directory, the store's URL and where
+ * --listen listens.  Bad options (--admin-reserve not less than
+ * --stream-budget) exit 2 here, as the options table's own do.
+ */
+static void
+serve_settings(struct serve *sv)
+{
+	struct gateway *gw = &sv->gw;
+	const char *dir = opts_str(&sv->o, SERVE_OPT_DATA_DIR);
+
+	serve_limits(&gw->limits, &sv->o);
+	gw->drain_timeout_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_TIMEOUT);
+	gw->impersonate = (int)opts_num(&sv->o, SERVE_OPT_IMPERSONATE);
+	serve_replica(gw, &sv->o);
+	if (serve_streams(gw, &sv->o) != 0) {
+		opts_free(&sv->o);
+		usage_error("serve: --admin-reserve must be less than --stream-budget%s", "");
+	}
+	/* Checked by the table already. */
+	(void)netaddr_split(opts_str(&sv->o, SERVE_OPT_LISTEN), sv->host,
+	    sizeof(sv->host), &sv->port);
+	snprintf(gw->data_dir, sizeof(gw->data_dir), "%s", dir);
+	sv->store_url = opts_str(&sv->o, SERVE_OPT_STORE);
+	if (sv->store_url == NULL) {
+		snprintf(sv->default_store, sizeof(sv->default_store),
+		    "sqlite://%s/tether.db", dir);
+		sv->store_url = sv->default_store;
+	}
+}
+
+/* The log's level and format, and the audit file (--audit-log).  0, or -1
+ * after saying why. */
+static int
+serve_logs(const struct opt_set *o)
+{
+	const char *audit = opts_str(o, SERVE_OPT_AUDIT_LOG);
+	char err[512];
+
+	log_init("gateway", (enum log_level)opts_num(o, SERVE_OPT_LOG_LEVEL));
+	log_set_format((enum log_format)opts_num(o, SERVE_OPT_LOG_FORMAT));
+	if (audit != NULL && log_set_audit_file(audit, err, sizeof(err)) != 0) {
+		error("cannot open the audit log", KV_S("err", err));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * What the gateway holds before it listens: the trusted proxies, the data
+ * directory's configuration and CA, the loop's store connection (metrics
+ * seeded from it, store calls timed), the hub, the cache of proven tokens,
+ * the loop and the store thread.  Returns 0, or -1 after saying why.
+ */
+static int
+serve_open(struct serve *sv)
+{
+	struct gateway *gw = &sv->gw;
+	const char *proxies = opts_str(&sv->o, SERVE_OPT_TRUSTED_PROXY);
+	char err[512];
+
+	if (proxies != NULL &&
+	    cidr_list_parse(proxies, &gw->trusted_proxies, err, sizeof(err)) != 0) {
+		error("bad --trusted-proxy", KV_S("err", err));   /* checked already */
+		return -1;
+	}
+	if (load_config(gw, opts_str(&sv->o, SERVE_OPT_PUBLIC_CA), err,
+	    sizeof(err)) != 0) {
+		error("cannot load the data directory", KV_S("err", err));
+		return -1;
+	}
+	if (store_open(sv->store_url, &gw->store, err, sizeof(err)) != STORE_OK) {
+		error("cannot open the store", KV_S("store", sv->store_url),
+		    KV_S("err", err));
+		return -1;
+	}
+	store_set_timing(gw->store, metrics_store_timed, NULL);
+	if (metrics_seed(gw) != 0) {
+		error("cannot start the metrics",
+		    KV_S("err", "cannot count the agents in the store"));
+		return -1;
+	}
+	gw->hub = hub_new(&hub_ops);
+	gw->access_cache = access_cache_new();
+	gw->base = runtime_event_base();
+	if (gw->hub == NULL || gw->access_cache == NULL || gw->base == NULL ||
+	    peer_route_init(gw) != 0) {
+		error("out of memory");
+		return -1;
+	}
+	/* An audit line per proxied request: a pass's lines leave together. */
+	if (runtime_audit_per_pass(gw->base) != 0)
+		warn("audit lines leave one write each (out of memory)");
+	if (store_worker_start(gw->base, sv->store_url, STORE_QUEUE_CAP,
+	    metrics_store_timed, NULL, &gw->storew, err, sizeof(err)) != 0) {
+		error("cannot start the store thread", KV_S("err", err));
+		return -1;
+	}
+	return 0;
+}
+
+/* SIGTERM and SIGINT start the drain (on_signal), SIGHUP reopens the
+ * audit log.  0, or -1 after saying why. */
+static int
+serve_signals(struct serve *sv)
+{
+	struct event_base *base = sv->gw.base;
+
+	sv->sd.gw = &sv->gw;
+	sv->sigterm = evsignal_new(base, SIGTERM, on_signal, &sv->sd);
+	sv->sigint = evsignal_new(base, SIGINT, on_signal, &sv->sd);
+	sv->sighup = evsignal_new(base, SIGHUP, on_sighup, NULL);
+	sv->sd.poll = evtimer_new(base, shutdown_poll, &sv->sd);
+	if (sv->sigterm == NULL || sv->sigint == NULL || sv->sighup == NULL ||
+	    sv->sd.poll == NULL || evsignal_add(sv->sigterm, NULL) != 0 ||
+	    evsignal_add(sv->sigint, NULL) != 0 ||
+	    evsignal_add(sv->sighup, NULL) != 0) {
+		error("cannot install signal handlers");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * One more listener when its option is given: --plain-listen (plain HTTP
+ * behind a TLS-terminating balancer) or --peer-listen (replicas' links
+ * only).  0 (also when the option is not given), or -1 after saying why.
+ */
+static int
+serve_listen_more(struct gateway *gw, const struct opt_set *o, int which)
+{
+	const char *hostport = opts_str(o, which);
+	char host[256], err[512];
+	int port;
+
+	if (hostport == NULL)
+		return 0;
+	/* Checked by the table already. */
+	(void)netaddr_split(hostport, host, sizeof(host), &port);
+	if (which == SERVE_OPT_PLAIN_LISTEN) {
+		if (server_listen_plain(gw, host, port, err, sizeof(err)) != 0) {
+			error("cannot start the plain HTTP listener", KV_S("err", err));
+			return -1;
+		}
+		info("plain HTTP listening for a TLS-terminating balancer",
+		    KV_S("host", host), KV_I("port", server_plain_port(gw)),
+		    KV_U("trusted_proxies", gw->trusted_proxies.n));
+		return 0;
+	}
+	if (server_listen_mtls(gw, host, port, err, sizeof(err)) != 0) {
+		error("cannot start the peer listener", KV_S("err", err));
+		return -1;
+	}
+	info("peer links listening (replicas' certificates only)",
+	    KV_S("host", host), KV_I("port", server_mtls_port(gw)));
+	return 0;
+}
+
+/* --metrics-listen: /metrics in plain HTTP without a token.  0 (also when
+ * not given), or -1 after saying why. */
+static int
+serve_metrics(struct serve *sv)
+{
+	const char *listen = opts_str(&sv->o, SERVE_OPT_METRICS_LISTEN);
+	char err[512];
+
+	if (listen == NULL)
+		return 0;
+	sv->metrics_http = prom_http_start(sv->gw.base, listen, metrics_render,
+	    &sv->gw, err, sizeof(err));
+	if (sv->metrics_http == NULL) {
+		error("cannot serve the metrics", KV_S("err", err));
+		return -1;
+	}
+	info("metrics listening", KV_S("url_path", "/metrics"),
+	    KV_S("listen", listen), KV_I("port", prom_http_port(sv->metrics_http)));
+	return 0;
+}
+
+/*
+ * Presence, hearing other replicas, then every listener: the main port
+ * (logged with what identifies this gateway), the optional ones, the
+ * metrics.  Returns 0, or -1 after saying why.
+ */
+static int
+serve_listen(struct serve *sv)
+{
+	struct gateway *gw = &sv->gw;
+	const char *store_url = sv->store_url;
+	char err[512];
+
+	if (presence_start(gw, err, sizeof(err)) != 0) {
+		error("cannot start presence", KV_S("replica", gw->replica_id),
+		    KV_S("err", err));
+		return -1;
+	}
+	if (notices_start(gw, store_url, err, sizeof(err)) != 0) {
+		error("cannot start hearing other replicas", KV_S("err", err));
+		return -1;
+	}
+	if (server_start(gw, routes, sv->host, sv->port, err, sizeof(err)) != 0) {
+		error("cannot start the server", KV_S("err", err));
+		return -1;
+	}
+	if (serve_listen_more(gw, &sv->o, SERVE_OPT_PLAIN_LISTEN) != 0 ||
+	    serve_listen_more(gw, &sv->o, SERVE_OPT_PEER_LISTEN) != 0)
+		return -1;
+	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
+	    KV_S("host", sv->host), KV_I("port", server_port(gw)),
+	    KV_S("url", gw->url), KV_S("store", strncmp(store_url, "sqlite://",
+	    9) == 0 ? store_url : "(configured)"),
+	    KV_S("ca_checksum", gw->ca_checksum), KV_S("replica", gw->replica_id));
+	return serve_metrics(sv);
+}
+
+/*
+ * Undoes whatever serve started, whichever step failed: every part
+ * accepts never having started.  The order matters where said.
+ */
+static void
+serve_stop(struct serve *sv)
+{
+	struct gateway *gw = &sv->gw;
+	char err[512];
+
+	prom_http_free(sv->metrics_http);
+	notices_stop(gw);
+	/* First: one statement forgets every tunnel here, not one per tunnel. */
+	presence_stop(gw);
+	server_stop(gw);
+	/* After the accepted links ended with the server's connections. */
+	peer_link_shutdown(gw);
+	/* After the sessions (their last state changes are queued), before
+	 * the loop that its eventfd watch belongs to. */
+	store_worker_stop(gw->storew);
+	if (sv->sigterm != NULL)
+		event_free(sv->sigterm);
+	if (sv->sigint != NULL)
+		event_free(sv->sigint);
+	if (sv->sighup != NULL)
+		event_free(sv->sighup);
+	if (sv->sd.poll != NULL)
+		event_free(sv->sd.poll);
+	sdnotify_watchdog_stop();
+	if (gw->trim_timer != NULL)
+		event_free(gw->trim_timer);
+	/* Every held audit line is written before the loop goes. */
+	(void)runtime_audit_per_pass(NULL);
+	if (gw->base != NULL)
+		event_base_free(gw->base);
+	hub_free(gw->hub);
+	access_cache_free(gw->access_cache);
+	shares_free_all(gw);
+	store_close(gw->store);
+	(void)log_set_audit_file(NULL, err, sizeof(err));
+	free(gw->ca_pem);
+	opts_free(&sv->o);
+}
+
+/* serve: settings, logs, open, signals, listen, then the loop until the
+ * drain ends it.  Exit status 0 after a clean stop, 1 when a step failed,
+ * 2 for bad options. */
 static int
 cmd_serve(int argc, char **argv)
 {
-	struct gateway gw = { .limits = GATEWAY_DEFAULT_LIMITS, .mux_config = MUX_DEFAULT_CONFIG };
-	const char *dir, *store_url;
-	char host[256], err[512], default_store[PATH_MAX + 16];
-	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
-	struct shutdown_state sd = { .gw = &gw };
-	struct opt_set o;
-	const char *metrics_listen;
-	struct prom_http *metrics_http = NULL;
-	int port, rc = 1;
+	struct serve sv = { .gw = { .limits = GATEWAY_DEFAULT_LIMITS,
+	    .mux_config = MUX_DEFAULT_CONFIG } };
+	int rc = 1;
 
-	switch (opts_parse(&serve_command, argc, argv, &o)) {
+	switch (opts_parse(&serve_command, argc, argv, &sv.o)) {
 	case OPTS_OK: break;
 	case OPTS_HELP: return 0;
 	default: return 2;
 	}
-	dir = opts_str(&o, SERVE_OPT_DATA_DIR);
-	store_url = opts_str(&o, SERVE_OPT_STORE);
-	metrics_listen = opts_str(&o, SERVE_OPT_METRICS_LISTEN);
-	/* Checked by the table already. */
-	(void)netaddr_split(opts_str(&o, SERVE_OPT_LISTEN), host, sizeof(host), &port);
-	gw.limits.handshake_timeout_ms = opts_num(&o, SERVE_OPT_HANDSHAKE_TIMEOUT);
-	gw.limits.max_handshakes = opts_num(&o, SERVE_OPT_MAX_HANDSHAKES);
-	gw.limits.max_tls_handshakes = opts_num(&o, SERVE_OPT_MAX_TLS_HANDSHAKES);
-	gw.limits.max_tls_queue = opts_num(&o, SERVE_OPT_MAX_TLS_QUEUE);
-	gw.limits.max_frame_bytes = opts_num(&o, SERVE_OPT_MAX_FRAME_SIZE);
-	gw.limits.max_queue_bytes = opts_num(&o, SERVE_OPT_MAX_QUEUE);
-	gw.limits.verify_timeout_ms = opts_num(&o, SERVE_OPT_VERIFY_TIMEOUT);
-	gw.limits.max_clock_skew_s = opts_num(&o, SERVE_OPT_MAX_CLOCK_SKEW);
-	gw.limits.http_timeout_ms = opts_num(&o, SERVE_OPT_HTTP_TIMEOUT);
-	gw.limits.ping_interval_ms = opts_num(&o, SERVE_OPT_PING_INTERVAL);
-	gw.limits.ping_timeout_ms = opts_num(&o, SERVE_OPT_PING_TIMEOUT);
-	gw.drain_timeout_ms = opts_num(&o, SERVE_OPT_DRAIN_TIMEOUT);
-	gw.impersonate = (int)opts_num(&o, SERVE_OPT_IMPERSONATE);
-	gw.require_proxy_header = (int)opts_num(&o, SERVE_OPT_REQUIRE_PROXY_HEADER);
-	if (opts_str(&o, SERVE_OPT_REPLICA_ID) != NULL)
-		snprintf(gw.replica_id, sizeof(gw.replica_id), "%s",
-		    opts_str(&o, SERVE_OPT_REPLICA_ID));
-	else if (gethostname(gw.replica_id, sizeof(gw.replica_id) - 1) != 0 ||
-	    gw.replica_id[0] == '\0')
-		snprintf(gw.replica_id, sizeof(gw.replica_id), "gateway");
-	if (opts_str(&o, SERVE_OPT_PEER_URL) != NULL)
-		snprintf(gw.peer_url, sizeof(gw.peer_url), "%s",
-		    opts_str(&o, SERVE_OPT_PEER_URL));
-	gw.mux_config.window = opts_num(&o, SERVE_OPT_STREAM_WINDOW);
-	gw.mux_config.max_streams = opts_num(&o, SERVE_OPT_MAX_STREAMS);
-	gw.budget.total = opts_num(&o, SERVE_OPT_STREAM_BUDGET);
-	gw.budget.reserve = opts_num(&o, SERVE_OPT_ADMIN_RESERVE);
-	gw.budget.tunnel_share = opts_num(&o, SERVE_OPT_TUNNEL_SHARE);
-	gw.budget.principal_share = opts_num(&o, SERVE_OPT_PRINCIPAL_SHARE);
-	gw.budget.min_window = opts_num(&o, SERVE_OPT_MIN_STREAM_WINDOW);
-	if (gw.budget.reserve >= gw.budget.total) {
-		opts_free(&o);
-		usage_error("serve: --admin-reserve must be less than --stream-budget%s", "");
-	}
-	gw.mux_config.budget = &gw.budget;
-	log_init("gateway", (enum log_level)opts_num(&o, SERVE_OPT_LOG_LEVEL));
-	log_set_format((enum log_format)opts_num(&o, SERVE_OPT_LOG_FORMAT));
-	if (opts_str(&o, SERVE_OPT_AUDIT_LOG) != NULL &&
-	    log_set_audit_file(opts_str(&o, SERVE_OPT_AUDIT_LOG), err, sizeof(err)) != 0) {
-		error("cannot open the audit log", KV_S("err", err));
+	serve_settings(&sv);
+	if (serve_logs(&sv.o) != 0)
 		goto out;
-	}
-	serve_fd_limit(&gw);
-	gw.mux_config.odd_ids = 1;
-	gw.mux_config.counted = 1;   /* agent tunnels feed the stream metrics */
-	snprintf(gw.data_dir, sizeof(gw.data_dir), "%s", dir);
-	if (store_url == NULL) {
-		snprintf(default_store, sizeof(default_store), "sqlite://%s/tether.db", dir);
-		store_url = default_store;
-	}
-	if (opts_str(&o, SERVE_OPT_TRUSTED_PROXY) != NULL &&
-	    cidr_list_parse(opts_str(&o, SERVE_OPT_TRUSTED_PROXY), &gw.trusted_proxies,
-	    err, sizeof(err)) != 0) {
-		error("bad --trusted-proxy", KV_S("err", err));   /* checked already */
+	serve_fd_limit(&sv.gw);
+	if (serve_open(&sv) != 0 || serve_signals(&sv) != 0 ||
+	    serve_listen(&sv) != 0)
 		goto out;
-	}
-	if (gw.require_proxy_header && gw.trusted_proxies.n == 0) {
-		error("--require-proxy-header needs --trusted-proxy (the sources "
-		    "that must send one)");
-		goto out;
-	}
-	if (load_config(&gw, opts_str(&o, SERVE_OPT_PUBLIC_CA), err, sizeof(err)) != 0) {
-		error("cannot load the data directory", KV_S("err", err));
-		goto out;
-	}
-	if (store_open(store_url, &gw.store, err, sizeof(err)) != STORE_OK) {
-		error("cannot open the store", KV_S("store", store_url), KV_S("err", err));
-		goto out;
-	}
-	store_set_timing(gw.store, metrics_store_timed, NULL);
-	if (metrics_seed(&gw) != 0) {
-		error("cannot start the metrics",
-		    KV_S("err", "cannot count the agents in the store"));
-		goto out;
-	}
-	gw.hub = hub_new(&hub_ops);
-	gw.access_cache = access_cache_new();
-	gw.base = runtime_event_base();
-	if (gw.hub == NULL || gw.access_cache == NULL || gw.base == NULL ||
-	    peer_route_init(&gw) != 0) {
-		error("out of memory");
-		goto out;
-	}
-	/* An audit line per proxied request: a pass's lines leave together. */
-	if (runtime_audit_per_pass(gw.base) != 0)
-		warn("audit lines leave one write each (out of memory)");
-	if (store_worker_start(gw.base, store_url, STORE_QUEUE_CAP,
-	    metrics_store_timed, NULL, &gw.storew, err, sizeof(err)) != 0) {
-		error("cannot start the store thread", KV_S("err", err));
-		goto out;
-	}
-	sigterm = evsignal_new(gw.base, SIGTERM, on_signal, &sd);
-	sigint = evsignal_new(gw.base, SIGINT, on_signal, &sd);
-	sighup = evsignal_new(gw.base, SIGHUP, on_sighup, NULL);
-	sd.poll = evtimer_new(gw.base, shutdown_poll, &sd);
-	if (sigterm == NULL || sigint == NULL || sighup == NULL || sd.poll == NULL ||
-	    evsignal_add(sigterm, NULL) != 0 || evsignal_add(sigint, NULL) != 0 ||
-	    evsignal_add(sighup, NULL) != 0) {
-		error("cannot install signal handlers");
-		goto out;
-	}
-	if (presence_start(&gw, err, sizeof(err)) != 0) {
-		error("cannot start presence", KV_S("replica", gw.replica_id),
-		    KV_S("err", err));
-		goto out;
-	}
-	if (notices_start(&gw, store_url, err, sizeof(err)) != 0) {
-		error("cannot start hearing other replicas", KV_S("err", err));
-		goto out;
-	}
-	if (server_start(&gw, routes, host, port, err, sizeof(err)) != 0) {
-		error("cannot start the server", KV_S("err", err));
-		goto out;
-	}
-	if (opts_str(&o, SERVE_OPT_PLAIN_LISTEN) != NULL) {
-		char phost[256];
-		int pport;
-
-		(void)netaddr_split(opts_str(&o, SERVE_OPT_PLAIN_LISTEN), phost,
-		    sizeof(phost), &pport);
-		if (server_listen_plain(&gw, phost, pport, err, sizeof(err)) != 0) {
-			error("cannot start the plain HTTP listener", KV_S("err", err));
-			goto out;
-		}
-		info("plain HTTP listening for a TLS-terminating balancer",
-		    KV_S("host", phost), KV_I("port", server_plain_port(&gw)),
-		    KV_U("trusted_proxies", gw.trusted_proxies.n));
-	}
-	if (opts_str(&o, SERVE_OPT_PEER_LISTEN) != NULL) {
-		char phost[256];
-		int pport;
-
-		(void)netaddr_split(opts_str(&o, SERVE_OPT_PEER_LISTEN), phost,
-		    sizeof(phost), &pport);
-		if (server_listen_mtls(&gw, phost, pport, err, sizeof(err)) != 0) {
-			error("cannot start the peer listener", KV_S("err", err));
-			goto out;
-		}
-		info("peer links listening (replicas' certificates only)",
-		    KV_S("host", phost), KV_I("port", server_mtls_port(&gw)));
-	}
-	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
-	    KV_S("host", host), KV_I("port", server_port(&gw)), KV_S("url", gw.url),
-	    KV_S("store", strncmp(store_url, "sqlite://", 9) == 0 ? store_url :
-	    "(configured)"), KV_S("ca_checksum", gw.ca_checksum),
-	    KV_S("replica", gw.replica_id));
-	if (metrics_listen != NULL) {
-		metrics_http = prom_http_start(gw.base, metrics_listen, metrics_render,
-		    &gw, err, sizeof(err));
-		if (metrics_http == NULL) {
-			error("cannot serve the metrics", KV_S("err", err));
-			goto out;
-		}
-		info("metrics listening", KV_S("url_path", "/metrics"),
-		    KV_S("listen", metrics_listen), KV_I("port", prom_http_port(metrics_http)));
-	}
-	if (sdnotify_watchdog_start(gw.base) != 0) {
+	if (sdnotify_watchdog_start(sv.gw.base) != 0) {
 		error("cannot start the systemd watchdog timer");
 		goto out;
 	}
 	sdnotify_ready("serving");
-	event_base_dispatch(gw.base);
+	event_base_dispatch(sv.gw.base);
 	info("stopped");
 	rc = 0;
 out:
-	prom_http_free(metrics_http);
-	notices_stop(&gw);
-	/* First: one statement forgets every tunnel here, not one per tunnel. */
-	presence_stop(&gw);
-	server_stop(&gw);
-	/* After the accepted links ended with the server's connections. */
-	peer_link_shutdown(&gw);
-	/* After the sessions (their last state changes are queued), before
-	 * the loop that its eventfd watch belongs to. */
-	store_worker_stop(gw.storew);
-	if (sigterm != NULL)
-		event_free(sigterm);
-	if (sigint != NULL)
-		event_free(sigint);
-	if (sighup != NULL)
-		event_free(sighup);
-	if (sd.poll != NULL)
-		event_free(sd.poll);
-	sdnotify_watchdog_stop();
-	if (gw.trim_timer != NULL)
-		event_free(gw.trim_timer);
-	/* Every held audit line is written before the loop goes. */
-	(void)runtime_audit_per_pass(NULL);
-	if (gw.base != NULL)
-		event_base_free(gw.base);
-	hub_free(gw.hub);
-	access_cache_free(gw.access_cache);
-	shares_free_all(&gw);
-	store_close(gw.store);
-	(void)log_set_audit_file(NULL, err, sizeof(err));
-	free(gw.ca_pem);
-	opts_free(&o);
+	serve_stop(&sv);
 	return rc;
 }
 
