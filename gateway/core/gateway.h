@@ -7,10 +7,10 @@
  * all reach the store, the limits and each other through it.  Whatever a
  * gateway changes while it runs lives in it or in the objects it owns,
  * never in a file's statics, so that two gateways in one process share
- * nothing of it (test_gateways).  What is process-wide on purpose: the
- * log and the audit file with its once-per-pass batching (common/log.h,
- * runtime.h), and the metric families a process exposes (metrics.h,
- * mux_metrics.h).
+ * nothing of it (test_gateways).  Still process-wide: the log and the
+ * audit file with its once-per-pass batching (common/log.h, runtime.h),
+ * and the metric families (metrics.c's, mux_metrics.h's): two gateways in
+ * one process count into the same /metrics.
  */
 #ifndef TETHER_GATEWAY_H
 #define TETHER_GATEWAY_H
