@@ -715,8 +715,10 @@ dec_frame(struct ctx *c, const msgpack_object *root, struct frame *f)
 	if (el[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
 		return fail(c, "frame type is not a positive integer");
 	d = el[0].via.u64 <= INT64_MAX ? desc_of((int64_t)el[0].via.u64) : NULL;
-	if (d == NULL)
-		return fail(c, "unknown frame type %" PRIu64, el[0].via.u64);
+	if (d == NULL) {
+		(void)fail(c, "unknown frame type %" PRIu64, el[0].via.u64);
+		return FRAME_UNKNOWN_TYPE;
+	}
 	c->name = d->name;
 	f->type = (enum frame_type)el[0].via.u64;
 	if (n != 1 + d->nargs)

@@ -31,9 +31,11 @@
  *   RESET       [26, stream_id, code:str]
  *
  * Maps may carry keys this version does not know; the decoder skips them so
- * that a newer peer still talks to an older one.  A missing required key, a
- * value of the wrong type, an over-long string, trailing bytes after the
- * array, or an unknown frame type is an error with a reason.
+ * that a newer peer still talks to an older one.  A frame type this version
+ * does not know is told apart (FRAME_UNKNOWN_TYPE) so that a peer may ignore
+ * what a newer one sends.  A missing required key, a value of the wrong
+ * type, an over-long string or trailing bytes after the array is an error
+ * with a reason.
  *
  * Ownership: frame_decode copies every string into the struct's fixed arrays
  * (NUL-terminated) and copies fixed-size binaries; only DATA's payload
@@ -200,10 +202,17 @@ struct frame {
 	} u;
 };
 
+/* frame_decode's answer for a well-formed frame of an unknown type. */
+#define FRAME_UNKNOWN_TYPE 1
+
 /*
  * Decodes exactly one frame from buf[0..len).  Returns 0 and fills *f, or -1
- * with a human-readable reason in err (e.g. "HELLO: missing key \"node\"").
- * Never reads outside buf; len 0 is an error.
+ * with a human-readable reason in err (e.g. "HELLO: missing key \"node\""),
+ * or FRAME_UNKNOWN_TYPE (err "unknown frame type N", *f zeroed) for one
+ * complete msgpack array whose first element is a frame type this version
+ * does not know: a newer peer's frame, which the caller may skip (the
+ * tunnel does once established: docs/interface.md).  Never reads outside
+ * buf; len 0 is an error.
  */
 int frame_decode(const uint8_t *buf, size_t len, struct frame *f,
     char *err, size_t errlen);

@@ -437,8 +437,14 @@ old_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 {
 	struct frame f;
 	char err[160];
+	int rc = frame_decode(buf, len, &f, err, sizeof(err));
 
-	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+	if (rc == FRAME_UNKNOWN_TYPE) {
+		debug("previous tunnel: frame of an unknown type skipped",
+		    KV_S("err", err));
+		return;
+	}
+	if (rc != 0) {
 		warn("previous tunnel: malformed frame: closing it", KV_S("err", err));
 		wsclient_close(t->old_ws, 1002, "protocol error");
 		return;
@@ -501,8 +507,14 @@ tunnel_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 {
 	struct frame f;
 	char err[160], reason[200];
+	int rc = frame_decode(buf, len, &f, err, sizeof(err));
 
-	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+	if (rc == FRAME_UNKNOWN_TYPE) {
+		/* A newer gateway's frame: skipped, in any phase. */
+		debug("frame of an unknown type skipped", KV_S("err", err));
+		return;
+	}
+	if (rc != 0) {
 		snprintf(reason, sizeof(reason), "malformed frame: %s", err);
 		tunnel_protocol_error(t, reason);
 		return;

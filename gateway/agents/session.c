@@ -1056,6 +1056,7 @@ session_on_message(struct session *s, const uint8_t *buf, size_t len)
 	struct frame f;
 	char err[160];
 	char reason[200];
+	int rc;
 
 	if (s->phase == PHASE_CLOSING)
 		return;
@@ -1063,7 +1064,14 @@ session_on_message(struct session *s, const uint8_t *buf, size_t len)
 		(void)session_hold(s, buf, len);
 		return;
 	}
-	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0) {
+	rc = frame_decode(buf, len, &f, err, sizeof(err));
+	if (rc == FRAME_UNKNOWN_TYPE && s->phase == PHASE_ESTABLISHED) {
+		/* A newer agent's frame: skipped, its streams go on. */
+		debug("tunnel: frame of an unknown type skipped",
+		    KV_S("agent", s->agent.id), KV_S("err", err));
+		return;
+	}
+	if (rc != 0) {
 		snprintf(reason, sizeof(reason), "malformed frame: %s", err);
 		session_protocol_error(s, "malformed", reason);
 		return;

@@ -253,9 +253,16 @@ link_on_message(struct link *l, const uint8_t *data, size_t len, int binary)
 {
 	struct frame f, pong;
 	char err[256], why[300];
+	int rc = binary ? frame_decode(data, len, &f, err, sizeof(err)) : -1;
 
 	l->heard_ms = runtime_monotonic_ms();
-	if (!binary || frame_decode(data, len, &f, err, sizeof(err)) != 0) {
+	if (rc == FRAME_UNKNOWN_TYPE) {
+		/* A newer replica's frame (a rolling upgrade): skipped. */
+		debug("peer link: frame of an unknown type skipped",
+		    KV_S("replica", l->replica), KV_S("err", err));
+		return;
+	}
+	if (rc != 0) {
 		snprintf(why, sizeof(why), "replica %s sent a bad frame: %s", l->replica,
 		    binary ? err : "a text message");
 		link_down(l, why);

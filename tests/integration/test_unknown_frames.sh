@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A newer peer's frames are skipped, never a reason to drop a tunnel or its
+# streams (docs/interface.md, "The tunnel"): frame types 99, 27 (with a
+# stream id) and 14, which no release knows, sent mid-tunnel
+# (newer_peer.py).
+# - a newer agent (the node's key, a HELLO with a key this release does not
+#   know) against the real gateway: after the unknown frames the gateway
+#   still answers its PING, and sends no ERROR;
+# - a newer gateway (the gateway's own certificate) for the real agent:
+#   unknown frames after WELCOME and between a stream's DATA frames; the
+#   stream echoes both lines and the agent answers a PING after them.
+source "$(dirname "$0")/lib.sh"
+
+echo_server_start
+gateway_init
+gateway_start
+cid=$(cluster_create newer)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" >/dev/null
+client_start n1
+wait_until 30 "n1 active" agent_is n1 active
+client_stop "$CLIENT_PID"
+
+# --- a newer agent, the real gateway ---
+/usr/bin/python3 "$TETHER_SRC/tests/integration/newer_peer.py" agent "$GW_URL" \
+	"$GW_DIR/ca.crt" "$T/n1" "$T/agent.out" || true
+grep -qx ok "$T/agent.out" || fail "the gateway did not carry on: $(cat "$T/agent.out")"
+pass "a newer agent's unknown frames: the gateway skips them and answers its PING"
+
+# --- a newer gateway, the real agent ---
+fake_port=$(free_port)
+/usr/bin/python3 "$TETHER_SRC/tests/integration/newer_peer.py" gateway "$fake_port" \
+	"$GW_DIR/server.crt" "$GW_DIR/server.key" "$T/gateway.out" "$echo_port" &
+fake=$!
+PIDS+=("$fake")
+wait_until 10 "the newer gateway listening" grep -qx listening "$T/gateway.out"
+jq --arg u "https://127.0.0.1:$fake_port" '.gateway_url = $u' "$T/n1/state.json" >"$T/state.json"
+cp "$T/state.json" "$T/n1/state.json"
+client_start n1 --log-level debug
+wait_until 30 "the newer gateway's verdict" grep -qE '^(ok|failed)' "$T/gateway.out"
+grep -qx ok "$T/gateway.out" || fail "the agent did not carry on: $(cat "$T/gateway.out")"
+assert_contains "$T/client-n1.log" 'msg="frame of an unknown type skipped" err="unknown frame type 99"'
+kill -0 "$CLIENT_PID" || fail "the agent exited"
+client_stop "$CLIENT_PID"
+pass "a newer gateway's unknown frames, between a stream's DATA: the agent skips them; the stream echoes; PING answered"
+gateway_stop
