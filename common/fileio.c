@@ -142,6 +142,58 @@ is_atomic_temp(const char *name)
 }
 
 int
+file_read_private(const char *path, size_t max, char **out, char *err, size_t errlen)
+{
+	struct stat st;
+	size_t len;
+	char *buf;
+	int fd;
+
+	*out = NULL;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		goto fail;
+	}
+	if ((st.st_mode & 077) != 0 || (st.st_uid != geteuid() && st.st_uid != 0)) {
+		snprintf(err, errlen, "%s is readable by others than its owner, or owned by "
+		    "another user (mode %04o, owner uid %u): make it owned by this user "
+		    "(or root) with mode 0600, then change the secret it held", path,
+		    (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+		goto fail;
+	}
+	if ((size_t)st.st_size > max) {
+		snprintf(err, errlen, "%s: larger than %zu bytes", path, max);
+		goto fail;
+	}
+	if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		goto fail;
+	}
+	len = 0;
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	close(fd);
+	*out = buf;
+	return 0;
+fail:
+	close(fd);
+	return -1;
+}
+
+int
 file_sweep_temps(const char *dir)
 {
 	char path[4096];

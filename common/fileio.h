@@ -27,6 +27,16 @@ int file_read_all(const char *path, size_t max, char **out, size_t *outlen,
     char *err, size_t errlen);
 
 /*
+ * Reads the first line of a secret file (a proxy password): at most max
+ * bytes, owned by this process's user or root and readable by no one else
+ * (no group or other permission bits), else refused with the mode in err.
+ * Returns 0 with *out a fresh NUL-terminated line (the caller wipes it with
+ * OPENSSL_cleanse and frees it), or -1 with a reason in err.
+ */
+int file_read_private(const char *path, size_t max, char **out, char *err,
+    size_t errlen);
+
+/*
  * Removes what file_write_atomic leaves behind when its process dies between
  * creating the temporary file and renaming it: entries of dir named
  * "NAME.tmp.XXXXXX".  Only a process that owns dir, with no writer of its

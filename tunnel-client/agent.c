@@ -13,8 +13,6 @@
  */
 #include "agent.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -22,8 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <sys/stat.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -201,37 +197,15 @@ agent_choose_proxy(struct agent *a)
 static int
 agent_read_proxy_password(struct agent *a)
 {
-	const char *path = a->opt.proxy_password_file;
-	char err[512], *text = NULL;
-	struct stat st;
-	int fd;
+	char err[512];
 
-	if (path == NULL)
+	if (a->opt.proxy_password_file == NULL)
 		return 0;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &st) != 0) {
-		error("cannot read --proxy-password-file", KV_S("path", path),
-		    KV_S("err", strerror(errno)));
-		if (fd >= 0)
-			close(fd);
+	if (file_read_private(a->opt.proxy_password_file, 1024, &a->proxy_password,
+	    err, sizeof(err)) != 0) {
+		error("cannot use --proxy-password-file", KV_S("err", err));
 		return -1;
 	}
-	close(fd);
-	if ((st.st_mode & 077) != 0 || (st.st_uid != geteuid() && st.st_uid != 0)) {
-		char mode[8];
-
-		snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
-		error("--proxy-password-file is readable by others than the agent's "
-		    "user: make it owned by that user (or root) with mode 0600, then "
-		    "change the password it held", KV_S("path", path), KV_S("mode", mode),
-		    KV_I("owner_uid", (long long)st.st_uid));
-		return -1;
-	}
-	if (file_read_all(path, 1024, &text, NULL, err, sizeof(err)) != 0) {
-		error("cannot read --proxy-password-file", KV_S("path", path), KV_S("err", err));
-		return -1;
-	}
-	text[strcspn(text, "\r\n")] = '\0';
-	a->proxy_password = text;
 	return 0;
 }
 

@@ -37,11 +37,11 @@
 
 #include "getanswer.h"
 #include "proxy.h"
+#include "proxyauth.h"
 #include "url.h"
 #include "wshead.h"
 #include "wsclient.h"
 
-#define CONNECT_ANSWER_MAX  (8 * 1024)
 
 struct fetch {
 	const struct fetch_opts *o;
@@ -388,30 +388,17 @@ transport_write(struct fetch *f, const char *buf, size_t len)
 	return 0;
 }
 
-/* CONNECT to the server through the proxy; its answer is read a byte at a
- * time, so that nothing of the server's is taken with it. */
-static int
-proxy_connect(struct fetch *f)
+/* Reads the proxy's answer head a byte at a time, so that nothing of the
+ * server's is taken with it.  Its length, or -1 after fail(). */
+static long
+read_connect_answer(struct fetch *f, char head[PROXY_HEAD_MAX + 1])
 {
-	char head[CONNECT_ANSWER_MAX + 1], status[128];
-	struct ws_response_head h;
-	size_t len = 0, reqlen = 0;
-	char *req;
-	int r;
+	size_t len = 0;
 
-	if ((req = proxy_connect_request(f->proxy, f->server.host, f->server.port, NULL,
-	    &reqlen)) == NULL)
-		return fail(f, "out of memory");
-	r = transport_write(f, req, reqlen);
-	OPENSSL_cleanse(req, reqlen);
-	free(req);
-	if (r != 0)
-		return fail(f, "proxy %s: cannot send CONNECT: %s", f->proxy_name,
-		    ms_left(f) == 0 ? "timed out" : "connection closed");
 	while (len < 4 || memcmp(head + len - 4, "\r\n\r\n", 4) != 0) {
-		if (len == CONNECT_ANSWER_MAX)
+		if (len == PROXY_HEAD_MAX)
 			return fail(f, "proxy %s: answer to CONNECT is over %d bytes",
-			    f->proxy_name, CONNECT_ANSWER_MAX);
+			    f->proxy_name, PROXY_HEAD_MAX);
 		if (BIO_read(f->transport, head + len, 1) != 1)
 			return fail(f, "proxy %s: %s before answering CONNECT",
 			    f->proxy_name, ms_left(f) == 0 || errno == EAGAIN ?
@@ -419,13 +406,120 @@ proxy_connect(struct fetch *f)
 		len++;
 	}
 	head[len] = '\0';
-	if (ws_response_parse_head(head, &h, status, sizeof(status)) != 0)
-		return fail(f, "proxy %s sent a malformed answer to CONNECT: %s",
-		    f->proxy_name, status);
-	if (h.status < 200 || h.status > 299)
-		return fail(f, "proxy %s refused CONNECT to %s:%u: %s", f->proxy_name,
-		    f->server.host, f->server.port, status);
+	return (long)len;
+}
+
+/* Reads past a 407's body of n bytes.  0, or -1 after fail(). */
+static int
+skip_body(struct fetch *f, long long n)
+{
+	char buf[4096];
+
+	while (n > 0) {
+		int r = BIO_read(f->transport, buf, n > (long long)sizeof(buf) ?
+		    (int)sizeof(buf) : (int)n);
+
+		if (r <= 0)
+			return fail(f, "proxy %s: connection closed in its answer",
+			    f->proxy_name);
+		n -= r;
+	}
 	return 0;
+}
+
+/* Sends one CONNECT with the authorization value (NULL: Basic from the
+ * URL, or none).  0, or -1 after fail(). */
+static int
+send_connect(struct fetch *f, const char *value)
+{
+	size_t reqlen = 0;
+	char *req = proxy_connect_request(f->proxy, f->server.host, f->server.port,
+	    value, &reqlen);
+	int r;
+
+	if (req == NULL)
+		return fail(f, "out of memory");
+	r = transport_write(f, req, reqlen);
+	OPENSSL_cleanse(req, reqlen);
+	free(req);
+	if (r != 0)
+		return fail(f, "proxy %s: cannot send CONNECT: %s", f->proxy_name,
+		    ms_left(f) == 0 ? "timed out" : "connection closed");
+	return 0;
+}
+
+/*
+ * CONNECT to the server through the proxy, authenticating as `run` does
+ * (common/proxyauth.h): a 407 with a challenge is answered on the same
+ * connection, a few rounds at most.
+ */
+static int
+proxy_connect(struct fetch *f)
+{
+	static struct proxy_answer a;   /* ~6 KiB: not on the stack */
+	char head[PROXY_HEAD_MAX + 1], status[128] = "", why[300], *value = NULL;
+	struct proxy_authn *authn;
+	int r = -1, step, round;
+	long len;
+
+	authn = proxy_authn_new((enum proxy_auth)f->o->proxy_auth,
+	    f->o->proxy_user != NULL ? f->o->proxy_user : f->proxy->user,
+	    f->o->proxy_password != NULL ? f->o->proxy_password : f->proxy->password,
+	    f->proxy->host, why, sizeof(why));
+	if (authn == NULL)
+		return fail(f, "proxy %s: %s", f->proxy_name, why);
+	step = proxy_authn_next(authn, NULL, &value, why, sizeof(why));
+	for (round = 0; round < 5; round++) {
+		if (step < 0) {
+			fail(f, "proxy %s: %s", f->proxy_name, why);
+			break;
+		}
+		if (step > 0) {
+			fail(f, "proxy %s refused CONNECT to %s:%u: %s%s%s", f->proxy_name,
+			    f->server.host, f->server.port, status, why[0] != '\0' ? ": " : "",
+			    why);
+			break;
+		}
+		r = send_connect(f, value);
+		if (value != NULL) {
+			OPENSSL_cleanse(value, strlen(value));
+			free(value);
+			value = NULL;
+		}
+		if (r != 0 || (len = read_connect_answer(f, head)) < 0) {
+			r = -1;
+			break;
+		}
+		r = -1;
+		if (proxy_answer_parse(head, (size_t)len, proxy_authn_scheme(authn), &a,
+		    status, sizeof(status), why, sizeof(why)) != 0) {
+			fail(f, "proxy %s sent a malformed answer to CONNECT: %s (%s)",
+			    f->proxy_name, status, why);
+			break;
+		}
+		if (a.status >= 200 && a.status <= 299) {
+			r = 0;
+			break;
+		}
+		if (a.status != 407 || a.closes || a.chunked || a.content_length < 0 ||
+		    a.content_length > (1 << 20)) {
+			fail(f, "proxy %s refused CONNECT to %s:%u: %s", f->proxy_name,
+			    f->server.host, f->server.port, status);
+			break;
+		}
+		if (skip_body(f, a.content_length) != 0)
+			break;
+		step = proxy_authn_next(authn, &a, &value, why, sizeof(why));
+	}
+	if (round == 5)
+		fail(f, "proxy %s: still 407 after 5 rounds", f->proxy_name);
+	if (value != NULL) {
+		OPENSSL_cleanse(value, strlen(value));
+		free(value);
+	}
+	OPENSSL_cleanse(&a, sizeof(a));
+	proxy_authn_free(authn);
+	return r;
 }
 
 /* --- the request --------------------------------------------------------- */

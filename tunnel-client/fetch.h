@@ -19,6 +19,9 @@ struct fetch_opts {
 	const char *proxy_url;     /* http(s)://[user:pass@]host:port, or NULL */
 	const char *no_proxy;      /* NO_PROXY list, or NULL */
 	const char *proxy_ca_file; /* CA of an https:// proxy; NULL: system CAs */
+	int proxy_auth;            /* enum proxy_auth (common/proxy.h) */
+	const char *proxy_user;    /* NTLM's user, or NULL: the URL's */
+	const char *proxy_password;/* NTLM's password, or NULL: the URL's */
 	/* The one CA the server must verify against (PEM; its name or IP is
 	 * checked too), or NULL for no verification at all (the caller checks
 	 * what it got by other means, e.g. a checksum). */

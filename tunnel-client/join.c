@@ -42,6 +42,7 @@
 #include "fileio.h"
 #include "httpbody.h"
 #include "joindoc.h"
+#include "proxy.h"
 #include "state.h"
 
 #define GATEWAY_TIMEOUT_MS  10000u
@@ -53,6 +54,9 @@ struct join_opts {
 	const char *ca_checksum;  /* --ca-checksum, or NULL */
 	const char *proxy_url;    /* --proxy, else the environment's, or NULL */
 	const char *no_proxy;     /* no_proxy / NO_PROXY, or NULL */
+	int proxy_auth;           /* --proxy-auth: enum proxy_auth */
+	const char *proxy_user;   /* --proxy-user, or NULL */
+	char *proxy_password;     /* from --proxy-password-file, or NULL */
 	struct client_state st;   /* allow[] and services[] from the flags */
 	/* --service-ca NAME=FILE: read at parse time, written with the rest */
 	char svc_ca_name[CLIENT_MAX_SERVICES][32];
@@ -82,7 +86,9 @@ client_join_usage(void)
 	    "usage: tether-client join --state-dir DIR [--node-name NAME]\n"
 	    "           [--allow HOST:PORT]... [--service NAME=URL]...\n"
 	    "           [--service-ca NAME=FILE]... [--service-token NAME=FILE]...\n"
-	    "           [--ca-checksum sha256:HEX] [--proxy URL] < JOIN_DOCUMENT\n"
+	    "           [--ca-checksum sha256:HEX] [--proxy URL]\n"
+	    "           [--proxy-auth basic|ntlm|negotiate] [--proxy-user DOMAIN\\USER]\n"
+	    "           [--proxy-password-file FILE] < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
@@ -109,6 +115,10 @@ client_join_usage(void)
 	    "  --proxy URL         reach the gateway through this HTTP CONNECT\n"
 	    "                      proxy (default: https_proxy / HTTPS_PROXY,\n"
 	    "                      except hosts in no_proxy / NO_PROXY), as `run`\n"
+	    "  --proxy-auth SCHEME, --proxy-user DOMAIN\\USER,\n"
+	    "  --proxy-password-file FILE  how to authenticate to the proxy, as\n"
+	    "                      `run` does (basic, ntlm, negotiate; the password\n"
+	    "                      file readable by its owner only)\n"
 	    "\n"
 	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
 	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
@@ -273,6 +283,35 @@ check_service_cas(const struct join_opts *o)
 	return -1;
 }
 
+/* --proxy-auth SCHEME.  -1 to continue, or an exit code. */
+static int
+join_proxy_auth(struct join_opts *o, const char *v)
+{
+	for (int i = 0; proxy_auth_names[i] != NULL; i++)
+		if (strcmp(v, proxy_auth_names[i]) == 0) {
+			o->proxy_auth = i;
+			return -1;
+		}
+	return client_usage_error("join", "--proxy-auth %s: want basic, ntlm or "
+	    "negotiate", v);
+}
+
+/* --proxy-password-file FILE, read now.  -1 to continue, or an exit code. */
+static int
+join_proxy_password(struct join_opts *o, const char *path)
+{
+	char err[512];
+
+	if (o->proxy_password != NULL) {
+		explicit_bzero(o->proxy_password, strlen(o->proxy_password));
+		free(o->proxy_password);
+		o->proxy_password = NULL;
+	}
+	if (file_read_private(path, 1024, &o->proxy_password, err, sizeof(err)) != 0)
+		return client_usage_error("join", "--proxy-password-file: %s", err);
+	return -1;
+}
+
 /* Returns -1 to continue, or an exit code. */
 static int
 join_parse_flags(int argc, char **argv, struct join_opts *o)
@@ -286,6 +325,9 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "service-token", required_argument, NULL, 'T' },
 		{ "ca-checksum", required_argument, NULL, 'K' },
 		{ "proxy", required_argument, NULL, 'P' },
+		{ "proxy-auth", required_argument, NULL, 'A' },
+		{ "proxy-user", required_argument, NULL, 'U' },
+		{ "proxy-password-file", required_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -325,6 +367,17 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			break;
 		case 'P':
 			o->proxy_url = optarg;
+			break;
+		case 'A':
+			if ((r = join_proxy_auth(o, optarg)) != -1)
+				return r;
+			break;
+		case 'U':
+			o->proxy_user = optarg;
+			break;
+		case 'W':
+			if ((r = join_proxy_password(o, optarg)) != -1)
+				return r;
 			break;
 		case 'h':
 			client_join_usage();
@@ -537,6 +590,9 @@ gateway_get(const struct join_opts *o, const char *base, const char *path,
 	memset(&fo, 0, sizeof(fo));
 	fo.proxy_url = o->proxy_url;
 	fo.no_proxy = o->no_proxy;
+	fo.proxy_auth = o->proxy_auth;
+	fo.proxy_user = o->proxy_user;
+	fo.proxy_password = o->proxy_password;
 	fo.ca_pem = ca_pem;
 	fo.timeout_ms = GATEWAY_TIMEOUT_MS;
 	fo.max_body = GATEWAY_MAX_BODY;
@@ -853,6 +909,10 @@ out:
 		for (size_t i = 0; i < o->nsvc_tok; i++) {
 			explicit_bzero(o->svc_tok[i], strlen(o->svc_tok[i]));
 			free(o->svc_tok[i]);
+		}
+		if (o->proxy_password != NULL) {
+			explicit_bzero(o->proxy_password, strlen(o->proxy_password));
+			free(o->proxy_password);
 		}
 	}
 	free(o);

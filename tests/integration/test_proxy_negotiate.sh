@@ -108,7 +108,16 @@ client_stop "$CLIENT_PID"
 wait_until 10 "squid's access.log: a CONNECT by node2@$REALM" test "$(connects_by node2)" -ge 1
 pass "Negotiate with a credential cache from kinit"
 
-# 3. No ticket and no keytab; then a keytab the KDC no longer honours.
+# 3. join goes through the same proxy with Kerberos (the node's keytab).
+ctl token create --cluster "$cid" --uses 1 >"$T/join2.json"
+env -u https_proxy -u HTTPS_PROXY -u no_proxy -u NO_PROXY \
+	KRB5_CLIENT_KTNAME="$T/node1.keytab" KRB5CCNAME="FILE:$T/j.ccache" \
+	"$CLIENT" join --state-dir "$T/n2" --node-name n2 --proxy "$PROXY" \
+	--proxy-auth negotiate <"$T/join2.json" >/dev/null || fail "join through the Negotiate proxy failed"
+wait_until 10 "squid's access.log: join's CONNECTs by node1@$REALM" test "$(connects_by node1)" -ge 3
+pass "join through the Negotiate proxy with the node's keytab"
+
+# 4. No ticket and no keytab; then a keytab the KDC no longer honours.
 for case in "missing:KRB5CCNAME=FILE:$T/empty.ccache" \
 	"stale:KRB5_CLIENT_KTNAME=$T/stale.keytab"; do
 	name=${case%%:*} envset=${case#*:}

@@ -81,13 +81,28 @@ if agent_is n1 active 2>/dev/null; then fail "active with a wrong password"; fi
 client_stop "$CLIENT_PID"
 pass "wrong NTLM password: '$(grep -o 'the proxy refused the NTLM[^"]*' "$T/client-n1.log" | head -1)', retried with backoff"
 
-# 4. A password file the group can read is refused at start, and so is
+# 4. join goes through the same proxy with the same authentication.
+ctl token create --cluster "$cid" --uses 1 >"$T/join2.json"
+: >"$SQUID_DIR/ntlm.log"
+env -u https_proxy -u HTTPS_PROXY -u no_proxy -u NO_PROXY \
+	"$CLIENT" join --state-dir "$T/n2" --node-name n2 --proxy "$PROXY" --proxy-auth ntlm \
+	--proxy-user 'CORP\alice' --proxy-password-file "$T/proxy.pass" <"$T/join2.json" >/dev/null ||
+	fail "join through the NTLM proxy failed"
+[ "$(grep -c "accepted CORP\\\\alice" "$SQUID_DIR/ntlm.log")" -ge 2 ] ||
+	fail "join's two requests did not both authenticate with NTLM"
+expect_exit 4 env -u https_proxy -u HTTPS_PROXY -u no_proxy -u NO_PROXY \
+	"$CLIENT" join --state-dir "$T/n3" --node-name n3 --proxy "$PROXY" --proxy-auth ntlm \
+	--proxy-user 'CORP\alice' --proxy-password-file "$T/wrong.pass" <"$T/join2.json"
+assert_contains "$T/last.err" "the proxy refused the NTLM credentials of CORP\\alice"
+pass "join through the NTLM proxy (both its requests), and a wrong password refused"
+
+# 5. A password file the group can read is refused at start, and so is
 # NTLM without a user.
 chmod 640 "$T/proxy.pass"
 expect_exit 1 env -u https_proxy -u HTTPS_PROXY "$CLIENT" run --state-dir "$T/n1" \
 	--config "$T/n1.conf"
-assert_contains "$T/last.err" "--proxy-password-file is readable by others than the agent's user"
-assert_contains "$T/last.err" 'mode=0640'
+assert_contains "$T/last.err" "proxy.pass is readable by others than its owner"
+assert_contains "$T/last.err" 'mode 0640'
 chmod 600 "$T/proxy.pass"
 expect_exit 2 env -u https_proxy -u HTTPS_PROXY "$CLIENT" run --state-dir "$T/n1" \
 	--proxy "$PROXY" --proxy-auth ntlm
