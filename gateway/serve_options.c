@@ -132,7 +132,8 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	[SERVE_OPT_HTTP_TIMEOUT] = { .name = "http-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = "20000", .min = 100, .max = 600000,
 	    .help = "TLS handshake plus one HTTP request, or an idle keep-alive "
-	    "connection, must not take longer" },
+	    "connection, must not take longer (and a /k8s request's token "
+	    "check: then 503)" },
 	[SERVE_OPT_PING_INTERVAL] = { .name = "ping-interval", .type = OPT_U32,
 	    .arg = "MS", .def = "20000", .min = 100, .max = 600000,
 	    .help = "a WebSocket (agent tunnel, connect, forward) silent this long "

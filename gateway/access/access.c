@@ -43,12 +43,30 @@ struct cache_entry {
 	int64_t until_ms;            /* 0: empty */
 };
 
+/*
+ * Token ids by themselves, for ACCESS_ID_TTL_MS: ids the store did not
+ * know (made-up tokens: each would cost a store read, issue 22), and the
+ * sole cluster of a user token (for /k8s root paths, which name none).
+ * Direct-mapped like the cache; only public ids, no secret.
+ */
+#define ID_SLOTS 1024
+
+struct id_entry {
+	char token_id[TOKEN_ID_LEN + 1];
+	char cluster[STORE_ID_MAX + 1];   /* "": the id is unknown */
+	int64_t until_ms;                 /* 0: empty */
+};
+
 /* One gateway's cache (gw->access_cache); the loop's alone. */
 struct access_cache {
 	struct cache_entry slots[CACHE_SLOTS];
+	struct id_entry ids[ID_SLOTS];
 	/* Bumped by every access_revoked: a check that read the store before
 	 * a revocation must not put what it read into the cache after it. */
 	uint64_t generation;
+	/* Checks on the store thread or waiting for it, cancelled ones
+	 * included (ACCESS_CHECKS_MAX). */
+	int checks_out;
 };
 
 struct access_cache *
@@ -115,6 +133,47 @@ cache_put(struct access_cache *c, const char *token_id, const char *cluster,
 	e->until_ms = runtime_monotonic_ms() + ACCESS_CACHE_TTL_MS;
 }
 
+static struct id_entry *
+id_slot(struct access_cache *c, const char *token_id)
+{
+	uint32_t h = 2166136261u;
+
+	for (const char *p = token_id; *p != '\0'; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	return &c->ids[h % ID_SLOTS];
+}
+
+/* The entry of token_id within its TTL, or NULL (c NULL: none). */
+static const struct id_entry *
+id_get(struct access_cache *c, const char *token_id)
+{
+	struct id_entry *e;
+
+	if (c == NULL)
+		return NULL;
+	e = id_slot(c, token_id);
+	if (e->until_ms == 0 || e->until_ms < runtime_monotonic_ms() ||
+	    strcmp(e->token_id, token_id) != 0)
+		return NULL;
+	return e;
+}
+
+/* Remembers token_id's one cluster, or (cluster "") that the store does
+ * not know it (c NULL: nothing kept). */
+static void
+id_put(struct access_cache *c, const char *token_id, const char *cluster)
+{
+	struct id_entry *e;
+
+	if (c == NULL || token_id[0] == '\0' || strlen(token_id) > TOKEN_ID_LEN ||
+	    strlen(cluster) > STORE_ID_MAX)
+		return;
+	e = id_slot(c, token_id);
+	snprintf(e->token_id, sizeof(e->token_id), "%s", token_id);
+	snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
+	e->until_ms = runtime_monotonic_ms() + ACCESS_ID_TTL_MS;
+}
+
 void
 access_revoked(struct gateway *gw)
 {
@@ -123,6 +182,7 @@ access_revoked(struct gateway *gw)
 	if (c == NULL)
 		return;
 	OPENSSL_cleanse(c->slots, sizeof(c->slots));
+	memset(c->ids, 0, sizeof(c->ids));
 	c->generation++;
 }
 
@@ -138,6 +198,9 @@ cache_generation(const struct gateway *gw)
 /* A check that needs the store and was given none (the pass that only
  * asks the cache, on the loop): run it on the store thread. */
 #define NEEDS_STORE (-1)
+
+/* The reason of every refusal of an id the store does not know. */
+#define INVALID_TOKEN "invalid token"
 
 /* 0 if a verified token's record is live, else 401 with why.  Revoked and
  * expired are only said to whoever proved they hold the secret. */
@@ -161,13 +224,15 @@ record_usable(const struct store_token *rec, char *err, size_t errlen)
  * Checks a bearer token (admin or user) against its record: the kinds
  * agree, the hash matches (in constant time), and it is neither revoked nor
  * expired.  Returns 0 with *rec filled, or 401 with a reason that never
- * repeats the secret, or 500 when the store cannot be read.
+ * repeats the secret, or 503 when the store cannot answer.  A 401 for an
+ * id the store does not know leaves rec->id "" (check_done remembers it).
  *
  * cache and cluster: non-NULL when the caller asks for one cluster on the
  * loop; then a token proven for it moments ago is taken from the cache
  * (*cached set) instead of the store (the cache is the loop's).  With
  * either NULL it touches only st: any thread.  st NULL: the cache only
- * (NEEDS_STORE when it does not know the pair).  The hash is compared
+ * (NEEDS_STORE when it does not know the pair), and 401 at once for an id
+ * the store did not know within ACCESS_ID_TTL_MS.  The hash is compared
  * either way.
  */
 static int
@@ -177,6 +242,7 @@ bearer_check(struct store *st, struct access_cache *cache,
 {
 	struct token t;
 	uint8_t hash[TOKEN_HASH_LEN];
+	const struct id_entry *e;
 	char perr[128];
 	int ok, rc;
 
@@ -193,6 +259,14 @@ bearer_check(struct store *st, struct access_cache *cache,
 		snprintf(err, errlen, "an import token only registers a node");
 		return 401;
 	}
+	/* An id the store said it did not know moments ago (the loop's pass
+	 * only: the table is the loop's). */
+	if (st == NULL && (e = id_get(cache, t.id)) != NULL &&
+	    e->cluster[0] == '\0') {
+		token_clear(&t);
+		snprintf(err, errlen, INVALID_TOKEN);
+		return 401;
+	}
 	token_hash(&t, hash);
 	*cached = cluster != NULL && cache_get(cache, t.id, cluster, rec);
 	if (!*cached && st == NULL) {
@@ -206,18 +280,22 @@ bearer_check(struct store *st, struct access_cache *cache,
 	token_clear(&t);
 	OPENSSL_cleanse(hash, sizeof(hash));
 	if (rc != STORE_OK && rc != STORE_NOTFOUND) {
-		/* Not the token's fault: the store is down (docs/0021). */
-		snprintf(err, errlen, "store: cannot read the token");
-		return 500;
+		/* Not the token's fault: the store is down or stalled (docs/0021,
+		 * a statement or lock timeout). */
+		snprintf(err, errlen, "the store cannot answer (reading the token): "
+		    "retry shortly");
+		return 503;
 	}
+	if (rc == STORE_NOTFOUND)
+		rec->id[0] = '\0';       /* unknown: said alike to the client */
 	if (!ok) {
-		snprintf(err, errlen, "invalid token");
+		snprintf(err, errlen, INVALID_TOKEN);
 		return 401;
 	}
 	return record_usable(rec, err, errlen);
 }
 
-/* For a user token: whether it reaches cluster (0, 403 or 500). */
+/* For a user token: whether it reaches cluster (0, 403 or 503). */
 static int
 scope_check(struct store *st, const struct store_token *rec,
     const char *cluster, char *err, size_t errlen)
@@ -230,8 +308,9 @@ scope_check(struct store *st, const struct store_token *rec,
 		    "cluster %s", rec->name, rec->id, cluster);
 		return 403;
 	default:
-		snprintf(err, errlen, "store: cannot check the token's clusters");
-		return 500;
+		snprintf(err, errlen, "the store cannot answer (checking the "
+		    "token's clusters): retry shortly");
+		return 503;
 	}
 }
 
@@ -333,30 +412,44 @@ bearer_id(const char *authorization, char id[TOKEN_ID_LEN + 1])
 	return 0;
 }
 
-/* access_sole_cluster on st: 0 with the cluster, or -1. */
+/* What sole_cluster found besides a cluster. */
+#define SOLE_NONE (-2)       /* not a user token scoped to exactly one */
+#define SOLE_UNKNOWN (-3)    /* an id the store does not know */
+#define SOLE_STORE (-4)      /* the store cannot answer */
+
+/* A root path's cluster: 0 with it, or SOLE_*.  st NULL: cache's table of
+ * ids only, on the loop (NEEDS_STORE when it does not know the id). */
 static int
-sole_cluster(struct store *st, const char *authorization, char *cluster,
-    size_t clen)
+sole_cluster(struct store *st, struct access_cache *cache,
+    const char *authorization, char *cluster, size_t clen)
 {
 	char id[TOKEN_ID_LEN + 1];
 	struct store_user_token u;
+	const struct id_entry *e;
+	int rc;
 
 	/* Only the presented token's record is read (by id): the secret is
-	 * checked afterwards, by access_cluster. */
+	 * checked afterwards, by cluster_check. */
 	if (bearer_id(authorization, id) != 0 ||
-	    strncmp(authorization + 7, "ttu_", 4) != 0 ||
-	    store_user_token_get(st, id, &u) != STORE_OK ||
-	    u.nclusters != 1)
-		return -1;
+	    strncmp(authorization + 7, "ttu_", 4) != 0)
+		return SOLE_NONE;
+	if (st == NULL) {
+		if ((e = id_get(cache, id)) == NULL)
+			return NEEDS_STORE;
+		if (e->cluster[0] == '\0')
+			return SOLE_UNKNOWN;
+		snprintf(cluster, clen, "%s", e->cluster);
+		return 0;
+	}
+	rc = store_user_token_get(st, id, &u);
+	if (rc == STORE_NOTFOUND)
+		return SOLE_UNKNOWN;
+	if (rc != STORE_OK)
+		return SOLE_STORE;
+	if (u.nclusters != 1)
+		return SOLE_NONE;
 	snprintf(cluster, clen, "%s", u.clusters[0]);
 	return 0;
-}
-
-int
-access_sole_cluster(struct gateway *gw, const char *authorization,
-    char *cluster, size_t clen)
-{
-	return sole_cluster(gw->store, authorization, cluster, clen);
 }
 
 /* access_recheck_async's check: from cache (st NULL; NEEDS_STORE when it
@@ -401,7 +494,7 @@ node_known(struct store *st, const char *cluster, const char *node)
 }
 
 /*
- * access_cluster's checks on st (NULL: the cache only, NEEDS_STORE when it
+ * A cluster check on st (NULL: the cache only, NEEDS_STORE when it
  * is not enough; cache: the loop's, NULL on the store thread).  *put: the
  * token and the cluster were proven through the store: the loop may cache
  * (rec, cluster).
@@ -428,9 +521,16 @@ cluster_check(struct store *st, struct access_cache *cache,
 	/* A pair is cached only once its cluster was found, and clusters are
 	 * never deleted: a cached pair needs no store read at all. */
 	if (!cached) {
-		if (store_cluster_get(st, g->cluster, &c) != STORE_OK) {
+		switch (store_cluster_get(st, g->cluster, &c)) {
+		case STORE_OK:
+			break;
+		case STORE_NOTFOUND:
 			snprintf(err, errlen, "no cluster %s", g->cluster);
 			return 404;
+		default:
+			snprintf(err, errlen, "the store cannot answer (reading the "
+			    "cluster): retry shortly");
+			return 503;
 		}
 		*put = 1;
 	}
@@ -443,21 +543,6 @@ cluster_check(struct store *st, struct access_cache *cache,
 		return 404;
 	}
 	return 0;
-}
-
-int
-access_cluster(struct gateway *gw, const char *authorization,
-    const char *cluster, const char *node, struct access_grant *g,
-    char *err, size_t errlen)
-{
-	struct store_token rec;
-	int status, put;
-
-	status = cluster_check(gw->store, gw->access_cache, authorization,
-	    cluster, node, g, &rec, &put, err, errlen);
-	if (put)
-		cache_put(gw->access_cache, rec.id, g->cluster, &rec);
-	return status;
 }
 
 int
@@ -511,6 +596,10 @@ struct access_check {
 	char cluster[STORE_ID_MAX + 1];    /* CLUSTER: asked for */
 	char node[STORE_NAME_MAX + 1];     /* CLUSTER, SOLE: asked for ("": any) */
 	uint64_t generation;               /* the cache's generation when asked */
+	char token_id[TOKEN_ID_LEN + 1];   /* CLUSTER, SOLE: the id presented */
+	int unknown;                       /* the store does not know the id */
+	int sole_put;                      /* SOLE: the id's one cluster found */
+	int counted;                       /* in the cache's checks_out */
 	struct access_grant g;
 	struct store_token rec;
 	int put;                           /* (rec, g.cluster) proven: cache it */
@@ -529,23 +618,43 @@ check_free(struct access_check *c)
 	free(c);
 }
 
+/* A /k8s root path's token is not one user token's of one cluster (or
+ * the store cannot say). */
+static void
+sole_refused(struct access_check *c, int why)
+{
+	if (why == SOLE_STORE) {
+		c->status = 503;
+		snprintf(c->err, sizeof(c->err), "the store cannot answer (reading "
+		    "the token's clusters): retry shortly");
+		return;
+	}
+	c->unknown = why == SOLE_UNKNOWN;
+	c->status = 404;
+	snprintf(c->err, sizeof(c->err), "no cluster: the token is not a "
+	    "user token scoped to exactly one cluster");
+}
+
 static void
 check_work(struct store *st, void *arg)
 {
 	struct access_check *c = arg;
+	int sole;
 
+	c->rec.id[0] = '\0';
 	if (c->kind == CHECK_RECHECK) {
 		c->status = recheck(st, NULL, &c->g, &c->rec, c->err,
 		    sizeof(c->err));
 		c->put = c->status == 0;
-	} else if (c->kind == CHECK_SOLE &&
-	    sole_cluster(st, c->authorization, c->cluster, sizeof(c->cluster)) != 0) {
-		c->status = 404;
-		snprintf(c->err, sizeof(c->err), "no cluster: the token is not a "
-		    "user token scoped to exactly one cluster");
+	} else if (c->kind == CHECK_SOLE && c->cluster[0] == '\0' &&
+	    (sole = sole_cluster(st, NULL, c->authorization, c->cluster,
+	    sizeof(c->cluster))) != 0) {
+		sole_refused(c, sole);
 	} else {
+		c->sole_put = c->kind == CHECK_SOLE;
 		c->status = cluster_check(st, NULL, c->authorization, c->cluster,
 		    c->node, &c->g, &c->rec, &c->put, c->err, sizeof(c->err));
+		c->unknown = c->status == 401 && c->rec.id[0] == '\0';
 	}
 	if (c->authorization != NULL)
 		OPENSSL_cleanse(c->authorization, strlen(c->authorization));
@@ -556,34 +665,62 @@ check_done(void *arg)
 {
 	struct access_check *c = arg;
 
+	struct access_cache *cache = c->gw->access_cache;
+
+	if (c->counted && cache != NULL)
+		cache->checks_out--;
 	/* Nothing proven before a revocation goes into the cache after it. */
 	if (c->put && c->generation == cache_generation(c->gw))
-		cache_put(c->gw->access_cache, c->rec.id, c->g.cluster, &c->rec);
+		cache_put(cache, c->rec.id, c->g.cluster, &c->rec);
+	if (c->unknown)
+		id_put(cache, c->token_id, "");
+	else if (c->sole_put && c->generation == cache_generation(c->gw))
+		id_put(cache, c->token_id, c->cluster);
 	if (c->done != NULL)
 		c->done(c->arg, c->status, &c->g, c->err);
 	check_free(c);
 }
 
-/* Runs c: from the cache at once when it is enough (c freed, NULL
- * returned), else on the store thread. */
+/* Runs c: from the caches at once when they are enough (c freed, NULL
+ * returned), else on the store thread (at most ACCESS_CHECKS_MAX out). */
 static struct access_check *
 check_start(struct gateway *gw, struct access_check *c)
 {
+	struct access_cache *cache = gw->access_cache;
+	int sole = 0;
+
 	c->gw = gw;
 	c->generation = cache_generation(gw);
+	if (c->kind != CHECK_RECHECK)
+		(void)bearer_id(c->authorization, c->token_id);
+	if (c->kind == CHECK_SOLE) {
+		sole = sole_cluster(NULL, cache, c->authorization, c->cluster,
+		    sizeof(c->cluster));
+		if (sole != 0 && sole != NEEDS_STORE)
+			sole_refused(c, sole);
+	}
 	if (c->kind == CHECK_RECHECK)
-		c->status = recheck(NULL, gw->access_cache, &c->g, &c->rec, c->err,
+		c->status = recheck(NULL, cache, &c->g, &c->rec, c->err,
 		    sizeof(c->err));
-	else if (c->kind == CHECK_CLUSTER)
-		c->status = cluster_check(NULL, gw->access_cache, c->authorization,
+	else if (c->kind == CHECK_CLUSTER || (c->kind == CHECK_SOLE && sole == 0))
+		c->status = cluster_check(NULL, cache, c->authorization,
 		    c->cluster, c->node, &c->g, &c->rec, &c->put, c->err,
 		    sizeof(c->err));
-	else
+	else if (sole == NEEDS_STORE)
 		c->status = NEEDS_STORE;
-	if (c->status == NEEDS_STORE &&
-	    store_worker_submit(gw->storew, check_work, check_done, c) == 0)
+	if (c->status == NEEDS_STORE && cache != NULL &&
+	    cache->checks_out >= ACCESS_CHECKS_MAX) {
+		c->status = 503;
+		snprintf(c->err, sizeof(c->err), "the store is busy: %d token "
+		    "checks wait for it already; retry shortly", ACCESS_CHECKS_MAX);
+	} else if (c->status == NEEDS_STORE &&
+	    store_worker_submit(gw->storew, check_work, check_done, c) == 0) {
+		if (cache != NULL) {
+			cache->checks_out++;
+			c->counted = 1;
+		}
 		return c;
-	if (c->status == NEEDS_STORE) {
+	} else if (c->status == NEEDS_STORE) {
 		c->status = 503;
 		snprintf(c->err, sizeof(c->err), "the store's queue is full: "
 		    "retry shortly");

@@ -11,14 +11,16 @@
  * Every refusal is an HTTP status with a reason that never repeats a
  * secret: 401 (missing, malformed, unknown, revoked or expired token), 403
  * (a valid token that does not reach this), 404 (no such cluster or node,
- * told only to a token that may reach it), 500 (the store failed), 503 (no
- * connected active agent).
+ * told only to a token that may reach it), 500 (out of memory), 503 (no
+ * connected active agent; the store cannot answer, "retry shortly").
  *
  * Cost: one store read of the token (by id), one of its scope and one of
  * the cluster per check, except when (token, cluster) was proven, cluster
  * found, within ACCESS_CACHE_TTL_MS (a 512-slot direct-mapped table of
  * token records): then none; the secret is hashed and
- * compared in constant time on every call either way.  access_pick is
+ * compared in constant time on every call either way.  No check of a
+ * peer's request reads the store on the loop: the asynchronous forms
+ * below run the reads on the store thread.  access_pick is
  * O(agents of the cluster) (hub.h, presence.h), with no store call.
  */
 #ifndef TETHER_ACCESS_H
@@ -39,7 +41,18 @@ struct reach;
  * revocation a replica missed (its listener down) can go unseen. */
 #define ACCESS_CACHE_TTL_MS 2000
 
-/* Who is asking for which cluster, once access_cluster said yes. */
+/* An id the store did not know (a made-up token) is refused without a
+ * store read for this long (a 1024-slot table of ids, no secret); a user
+ * token's one cluster (for /k8s root paths) is remembered as long. */
+#define ACCESS_ID_TTL_MS 5000
+
+/* At most this many checks wait for the store thread at once (cancelled
+ * ones included, until their read returns); past it a check is answered
+ * 503 at once, so that a flood of unknown tokens cannot fill the queue
+ * agents' handshakes need, nor grow without bound while the store stalls. */
+#define ACCESS_CHECKS_MAX 64
+
+/* Who is asking for which cluster, once a cluster check said yes. */
 struct access_grant {
 	char principal[96];                /* "admin:<token id>" or "user:<name>" */
 	char token_id[TOKEN_ID_LEN + 1];   /* public: may be logged and kept */
@@ -57,20 +70,6 @@ struct access_grant {
 int access_admin(struct store *st, const char *authorization,
     char *principal, size_t plen, char *err, size_t errlen);
 
-/*
- * Something done in one cluster (dial, forward, /k8s): an admin token
- * reaches every cluster, a user token only the clusters it is scoped to;
- * then the cluster must exist (404, said only to a token that may reach
- * it, so an unknown cluster and one out of scope look the same to a user
- * token: 403) and, if node is non-empty, name a registered, unrevoked
- * agent of it (404).  cluster is taken as given: a name too long for an id
- * is simply unknown.  Returns 0 with *g filled, or 401/403/404/500 and a
- * reason.
- */
-int access_cluster(struct gateway *gw, const char *authorization,
-    const char *cluster, const char *node, struct access_grant *g,
-    char *err, size_t errlen);
-
 
 /*
  * The agent g reaches, into *out (reach.h): a connected, active agent of
@@ -82,15 +81,6 @@ int access_cluster(struct gateway *gw, const char *authorization,
  */
 int access_pick(struct gateway *gw, const struct access_grant *g,
     struct reach *out, char *err, size_t errlen);
-
-/*
- * The Kubernetes API's root paths (/version, /api...) carry no cluster:
- * if authorization holds a user token (found by id; the secret is checked
- * afterwards, by access_cluster) scoped to exactly one cluster, copies it
- * and returns 0; else -1.
- */
-int access_sole_cluster(struct gateway *gw, const char *authorization,
-    char *cluster, size_t clen);
 
 /*
  * Read-only views open to any token holder (GET /v1/status): an admin
@@ -121,15 +111,24 @@ void access_cache_free(struct access_cache *c);
 void access_revoked(struct gateway *gw);
 
 /*
- * The asynchronous forms (docs/0022): the same checks, with their store
- * reads on the store thread (its own connection), so that a slow database
- * never holds the loop.  done(arg, status, g, err) is called exactly once,
- * on the loop, unless the check is cancelled first: with status 0 and the
- * grant, or a status and a reason as the synchronous form says.  It is
- * called inside the starting call when no store read is needed: a token
- * proven for the cluster within ACCESS_CACHE_TTL_MS (and no node named),
- * a malformed token, or 503 when the store thread's queue is full; then
- * the call returns NULL.  Otherwise it returns the check, which the
+ * The cluster checks (docs/0022), with their store reads on the store
+ * thread (its own connection), so that a slow database never holds the
+ * loop.  Something done in one cluster (dial, forward, /k8s): an admin
+ * token reaches every cluster, a user token only the clusters it is
+ * scoped to; then the cluster must exist (404, said only to a token that
+ * may reach it, so an unknown cluster and one out of scope look the same
+ * to a user token: 403) and, if node is non-empty, name a registered,
+ * unrevoked agent of it (404).  cluster is taken as given: a name too
+ * long for an id is simply unknown.
+ *
+ * done(arg, status, g, err) is called exactly once, on the loop, unless
+ * the check is cancelled first: with status 0 and the grant, or
+ * 401/403/404/500/503 and a reason.  It is called inside the starting
+ * call when no store read is needed: a token proven for the cluster
+ * within ACCESS_CACHE_TTL_MS (and no node named), a malformed token, an
+ * id the store did not know within ACCESS_ID_TTL_MS, or 503 when
+ * ACCESS_CHECKS_MAX checks are out or the store thread's queue is full;
+ * then the call returns NULL.  Otherwise it returns the check, which the
  * caller may cancel (access_cancel: done is not called; the store read
  * still completes, and what it proved is still cached).  g and err are
  * valid during done only.  Loop only.
@@ -138,8 +137,10 @@ struct access_check;
 typedef void access_done_fn(void *arg, int status,
     const struct access_grant *g, const char *err);
 
-/* access_cluster's form.  cluster NULL: the cluster a user token is scoped
- * to alone (access_sole_cluster; else 404, with g->cluster ""). */
+/* A cluster check.  cluster NULL (the Kubernetes API's root paths,
+ * /version, /api..., which name none): the cluster a user token is scoped
+ * to alone, found by the token's id (the secret is then checked as for a
+ * named cluster); else 404, with g->cluster "". */
 struct access_check *access_cluster_async(struct gateway *gw,
     const char *authorization, const char *cluster, const char *node,
     access_done_fn *done, void *arg);

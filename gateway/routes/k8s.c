@@ -1,8 +1,10 @@
 /*
  * k8s.c: the /k8s/clusters/ID/<rest> proxy (see k8s.h).
  *
- * One exchange per request: the bearer token is checked for the cluster,
- * an active agent of it is picked, a stream to its "kube-api" service is
+ * One exchange per request: the bearer token is checked for the cluster
+ * (access_cluster_async: its store reads on the store thread, the body
+ * unread meanwhile, 503 past --http-timeout), an active agent of it is
+ * picked, a stream to its "kube-api" service is
  * opened, and the request is written to it again as
  *
  *   METHOD /<rest>?<query> HTTP/1.1
@@ -30,6 +32,8 @@
  * are never relayed: they end the upstream connection (not parked; a
  * parked stream that hears from its node is dropped).
  *
+ *   CHECKING --granted--> OPENING (or HEAD, on a parked stream)
+ *      `--refused: 401/403/404/503, late: 503
  *   OPENING --OPEN_OK--> HEAD --head read--> HEAD_END --its last byte--> BODY --end--> DONE
  *      |                  |                               |      \--1xx--> HEAD
  *      |                  |                               `--101--> RAW --either side ends--> DONE
@@ -57,6 +61,7 @@
 #include <sys/time.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <http_parser.h>
 #include <jansson.h>
 
@@ -69,6 +74,7 @@
 #include "metrics.h"
 #include "mux.h"
 #include "route.h"
+#include "runtime.h"
 #include "server.h"
 #include "reach.h"
 #include "store.h"
@@ -79,6 +85,7 @@
 #define K8S_LOG_PATH      200
 
 enum x_state {
+	X_CHECKING,       /* the token check is out; the head waits in to_agent */
 	X_OPENING,        /* OPEN sent; the request waits in to_agent */
 	X_HEAD,           /* reading the answer's head */
 	X_HEAD_END,       /* head parsed but its last byte */
@@ -89,6 +96,7 @@ enum x_state {
 };
 
 static const char *const x_state_names[X_ENTRIES] = {
+	[X_CHECKING] = "checking",
 	[X_OPENING] = "opening",
 	[X_HEAD] = "head",
 	[X_HEAD_END] = "head_end",
@@ -138,6 +146,18 @@ struct k8s_exchange {
 	int body_chunked;             /* encode the request body in chunks */
 	int in_paused;                /* the server stopped reading for us */
 	int head_method;              /* HEAD: the answer has no body */
+	int idempotent;               /* may be sent again on a new stream */
+	int root;                     /* a root path: the token names the cluster */
+
+	/* The token check (X_CHECKING), and the head's tail it waits for. */
+	struct access_check *check;   /* NULL once answered or cancelled */
+	struct event *deadline;       /* --http-timeout for the check */
+	int in_start, checked, check_status;
+	struct access_grant grant;
+	char check_err[256];
+	char *up_value;               /* the client's Upgrade (upgrade_req) */
+	int req_chunked, req_has_length;
+	unsigned long long req_length;
 	enum http_answer_kind answer; /* what follows the answer's head */
 
 	/* The answer. */
@@ -236,7 +256,8 @@ x_audit(const struct k8s_exchange *x)
 	gettimeofday(&now, NULL);
 	timersub(&now, &x->started, &took);
 	audit("k8s", x->client, KV_S("who", x->principal[0] ? x->principal : "-"),
-	    KV_S("cluster", x->cluster), KV_S("node", x->node[0] ? x->node : "-"),
+	    KV_S("cluster", x->cluster[0] ? x->cluster : "-"),
+	    KV_S("node", x->node[0] ? x->node : "-"),
 	    KV_S("method", x->method), KV_S("path", x->path),
 	    KV_I("status", x->status), KV_U("bytes_up", x->up),
 	    KV_U("bytes_down", x->down),
@@ -299,6 +320,10 @@ static void
 x_free(struct k8s_exchange *x)
 {
 	x_audit(x);
+	access_cancel(x->check);
+	if (x->deadline != NULL)
+		event_free(x->deadline);
+	free(x->up_value);
 	live_stream_remove(&x->live);
 	evbuffer_free(x->to_agent);
 	if (x->req_copy != NULL)
@@ -402,7 +427,7 @@ k8s_wants_body(void *arg)
 {
 	struct k8s_exchange *x = arg;
 
-	if (evbuffer_get_length(x->to_agent) < K8S_UP_HIGH)
+	if (x->state != X_CHECKING && evbuffer_get_length(x->to_agent) < K8S_UP_HIGH)
 		return 1;
 	x->in_paused = 1;
 	return 0;
@@ -1150,14 +1175,14 @@ add_value(struct evbuffer *b, const char *v)
 	return 0;
 }
 
+/* The request line and the client's headers that pass (the rest of the
+ * head, write_request_tail, waits for the token check: who asks). */
 static int
 write_request_head(struct k8s_exchange *x, const struct http_request *rq,
     const char *rest)
 {
 	struct evbuffer *b = x->to_agent;
 	const char *p = rq->headers, *end = rq->headers + rq->headers_len;
-	int upgrade = rq->upgrade[0] != '\0' &&
-	    http_token_list_has(rq->connection, "upgrade");
 	int r = 0;
 
 	r |= evbuffer_add(b, rq->method, strlen(rq->method));
@@ -1177,24 +1202,40 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		r |= add_value(b, value);
 		r |= evbuffer_add(b, "\r\n", 2);
 	}
+	/* What the tail needs of rq, which lives only during k8s_start. */
+	x->req_chunked = rq->body_chunked;
+	x->req_has_length = rq->has_length;
+	x->req_length = rq->content_length;
+	if (x->upgrade_req && (x->up_value = strdup(rq->upgrade)) == NULL)
+		r = -1;
+	return r != 0 ? -1 : 0;
+}
+
+/* The rest of the head, once the check said who asks. */
+static int
+write_request_tail(struct k8s_exchange *x)
+{
+	struct evbuffer *b = x->to_agent;
+	int r = 0;
+
 	/* --impersonate: the upstream learns which gateway user asked. */
 	if (x->gw->impersonate && strncmp(x->principal, "user:", 5) == 0) {
 		r |= evbuffer_add(b, "Impersonate-User: ", 18);
 		r |= add_value(b, x->principal + 5);
 		r |= evbuffer_add(b, "\r\n", 2);
 	}
-	if (upgrade) {
+	if (x->upgrade_req) {
 		r |= evbuffer_add(b, "Upgrade: ", 9);
-		r |= add_value(b, rq->upgrade);
+		r |= add_value(b, x->up_value);
 		r |= evbuffer_add(b, "\r\nConnection: Upgrade\r\n", 23);
 	} else if (!x->keep_up)
 		r |= evbuffer_add(b, "Connection: close\r\n", 19);
 	/* The framing of the bytes we send, from what the reader parsed. */
-	if (rq->body_chunked)
+	if (x->req_chunked)
 		r |= evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
-	else if (rq->has_length)
+	else if (x->req_has_length)
 		r |= evbuffer_add_printf(b, "Content-Length: %llu\r\n",
-		    rq->content_length) < 0;
+		    x->req_length) < 0;
 	r |= evbuffer_add(b, "\r\n", 2);
 	return r != 0 ? -1 : 0;
 }
@@ -1210,7 +1251,7 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		return NULL;
 	x->gw = gw;
 	x->h = h;
-	x->state = X_OPENING;
+	x->state = X_CHECKING;
 	x->to_agent = evbuffer_new();
 	x->rhdrs = evbuffer_new();
 	x->rreason = evbuffer_new();
@@ -1287,18 +1328,19 @@ k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
 /*
  * Which cluster rq is for, and the rest of its target, to be passed on
  * exactly as the client sent it: /k8s/clusters/ID/REST, or a root path
- * (/version, /api...) for the one cluster a user token is scoped to.
- * Returns 0 with cluster and *rest, or 404 with why in err (cluster "").
+ * (/version, /api...), whose cluster is the one a user token is scoped
+ * to: the token check finds it (*root set, cluster "").  Returns 0 with
+ * cluster and *rest, or 404 with why in err (cluster "").
  */
 static int
-k8s_target(struct gateway *gw, const struct http_request *rq,
-    char cluster[STORE_ID_MAX + 1], const char **rest, char *err,
-    size_t errlen)
+k8s_target(const struct http_request *rq, char cluster[STORE_ID_MAX + 1],
+    const char **rest, int *root, char *err, size_t errlen)
 {
 	const char *seg;
 	size_t n;
 
 	cluster[0] = '\0';
+	*root = 0;
 	/* The raw target: the rest is passed on exactly as the client sent it. */
 	if (!k8s_matches(rq->path) || rq->target[0] != '/') {
 		snprintf(err, errlen, "no route");
@@ -1306,14 +1348,8 @@ k8s_target(struct gateway *gw, const struct http_request *rq,
 	}
 	if (k8s_root_path(rq->path)) {
 		*rest = rq->target;
-		if (access_sole_cluster(gw, rq->authorization, cluster,
-		    STORE_ID_MAX + 1) == 0)
-			return 0;
-		cluster[0] = '\0';
-		snprintf(err, errlen, "no route %s %.200s: a cluster's Kubernetes "
-		    "API is at %sID/ (or send a user token scoped to exactly one "
-		    "cluster)", rq->method, rq->path, K8S_CLUSTERS);
-		return 404;
+		*root = 1;
+		return 0;
 	}
 	if (strncmp(rq->target, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) != 0) {
 		snprintf(err, errlen, "no route: want %sID/...", K8S_CLUSTERS);
@@ -1353,61 +1389,63 @@ k8s_way(struct gateway *gw, struct hconn *h, const struct access_grant *g,
 	return p != NULL ? 0 : access_pick(gw, g, agent, err, errlen);
 }
 
+/* Ends x before any answer byte with a Status (audited by x_free).
+ * Returns -1. */
+static int
+x_refuse(struct k8s_exchange *x, int status, const char *message)
+{
+	struct hconn *h = x->h;
+
+	x->h = NULL;
+	x->status = status;
+	reply_status(h, status, message);
+	x_free(x);
+	return -1;
+}
+
 /*
- * A new exchange for g's request rq on h, to node on replica ("": here),
- * entered in the live streams, with its request head for rest written to
- * its output to the agent.  It is not h's yet (x->h NULL): its stream is
- * not open.  Returns it, or NULL with the client answered 500 (and the
- * request audited).
+ * A new exchange for rq on h (for cluster, "" for a root path), in state
+ * checking: its request head written up to the client's headers (the
+ * tail waits for who asks).  Returns it, or NULL with the client answered
+ * 500 (and the request audited).
  */
 static struct k8s_exchange *
 k8s_exchange_new(struct gateway *gw, struct hconn *h,
-    const struct http_request *rq, const struct access_grant *g,
-    const char *rest, const char *node, const char *replica)
+    const struct http_request *rq, const char *cluster, const char *rest,
+    int root)
 {
 	struct k8s_exchange *x = x_new(gw, h, rq);
 
 	if (x == NULL) {
-		refuse(h, rq, g->principal, g->cluster, 500, "out of memory");
+		refuse(h, rq, "", cluster, 500, "out of memory");
 		return NULL;
 	}
-	x->h = NULL;             /* not the exchange's until the stream opens */
-	snprintf(x->principal, sizeof(x->principal), "%s", g->principal);
-	snprintf(x->cluster, sizeof(x->cluster), "%s", g->cluster);
-	snprintf(x->node, sizeof(x->node), "%s", node);
-	snprintf(x->replica, sizeof(x->replica), "%s", replica);
+	x->root = root;
+	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
 	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
-	x->live = (struct live_stream){ .kind = "k8s", .principal = x->principal,
-	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
-	    .down = &x->down, .started = x->started.tv_sec };
-	live_stream_add(&gw->live_streams, &x->live);
+	x->idempotent = !x->has_body && (strcmp(rq->method, "GET") == 0 ||
+	    strcmp(rq->method, "HEAD") == 0 || strcmp(rq->method, "OPTIONS") == 0);
 	if (write_request_head(x, rq, rest[0] != '\0' ? rest : "/") != 0) {
-		x->status = 500;
-		reply_status(h, 500, "out of memory");
-		x_free(x);
+		(void)x_refuse(x, 500, "out of memory");
 		return NULL;
 	}
 	return x;
 }
 
 /*
- * Sends x's request over the stream parked on h (k8s_way), and makes x
- * h's.  A GET, HEAD or OPTIONS without a body is kept (x->req_copy) so
- * that x_retry can send it again on a new stream should the parked one
- * turn out closed under it.
+ * Sends x's request over the stream parked on h (k8s_way).  A GET, HEAD
+ * or OPTIONS without a body is kept (x->req_copy) so that x_retry can
+ * send it again on a new stream should the parked one turn out closed
+ * under it.
  */
 static void
-k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked, struct hconn *h,
-    const struct http_request *rq)
+k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked)
 {
 	size_t len = evbuffer_get_length(x->to_agent);
 
-	if (!x->has_body && (strcmp(rq->method, "GET") == 0 ||
-	    strcmp(rq->method, "HEAD") == 0 ||
-	    strcmp(rq->method, "OPTIONS") == 0) &&
-	    (x->req_copy = evbuffer_new()) != NULL &&
+	if (x->idempotent && (x->req_copy = evbuffer_new()) != NULL &&
 	    evbuffer_add(x->req_copy, evbuffer_pullup(x->to_agent,
 	    (ssize_t)len), len) != 0) {
 		evbuffer_free(x->req_copy);
@@ -1418,55 +1456,133 @@ k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked, struct hconn *h,
 	x->agent = parked->s;
 	x->adopted = 1;
 	x->state = X_HEAD;
-	x->h = h;
 	flush_up(x);
 }
 
 /*
- * An exchange's start (route.h): the cluster from the path, the token's
- * access to it, the way to an agent (a stream parked on h, or a new one),
- * then the exchange, its request sent or waiting for its stream to open.
- * Returns the exchange, or NULL with the client answered (and audited).
+ * The token check answered (x->checked): the refusal, or the way to an
+ * agent (k8s_way), the head's tail, and the request sent over the parked
+ * stream or waiting for a new one to open.  Returns 0 if the exchange
+ * goes on, -1 if it ended (answered and audited; x freed).
+ */
+static int
+x_go(struct k8s_exchange *x)
+{
+	struct k8s_link *parked = NULL;
+	struct reach agent;
+	char err[512];
+	int status = x->check_status;
+
+	if (x->grant.cluster[0] != '\0')
+		snprintf(x->cluster, sizeof(x->cluster), "%s", x->grant.cluster);
+	if (status == 404 && x->root && x->cluster[0] == '\0') {
+		snprintf(err, sizeof(err), "no route %s %.200s: a cluster's "
+		    "Kubernetes API is at %sID/ (or send a user token scoped "
+		    "to exactly one cluster)", x->method, x->path, K8S_CLUSTERS);
+		return x_refuse(x, 404, err);
+	}
+	if (status != 0)
+		return x_refuse(x, status, x->check_err);
+	snprintf(x->principal, sizeof(x->principal), "%s", x->grant.principal);
+	if ((status = k8s_way(x->gw, x->h, &x->grant, &parked, &agent, err,
+	    sizeof(err))) != 0)
+		return x_refuse(x, status, err);
+	snprintf(x->node, sizeof(x->node), "%s",
+	    parked != NULL ? parked->node : agent.node);
+	snprintf(x->replica, sizeof(x->replica), "%s",
+	    parked != NULL ? parked->replica : agent.replica);
+	x->live = (struct live_stream){ .kind = "k8s", .principal = x->principal,
+	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
+	    .down = &x->down, .started = x->started.tv_sec };
+	live_stream_add(&x->gw->live_streams, &x->live);
+	if (write_request_tail(x) != 0) {
+		if (parked != NULL)
+			link_free(parked, "closed");
+		return x_refuse(x, 500, "out of memory");
+	}
+	if (parked != NULL) {
+		k8s_adopt(x, parked);
+		return 0;
+	}
+	x->state = X_OPENING;
+	if (x_open(x, &agent, x->h, err, sizeof(err)) != 0)
+		return x_refuse(x, 503, err);
+	flush_up(x);        /* the client's body, held during the check, flows */
+	return 0;
+}
+
+/* access_cluster_async's answer: inside k8s_start (x->in_start: it goes
+ * on from there), or later from the store thread's result. */
+static void
+x_checked(void *arg, int status, const struct access_grant *g, const char *err)
+{
+	struct k8s_exchange *x = arg;
+
+	x->check = NULL;
+	x->checked = 1;
+	x->check_status = status;
+	x->grant = *g;
+	snprintf(x->check_err, sizeof(x->check_err), "%s", err != NULL ? err : "");
+	if (x->in_start)
+		return;
+	if (x->deadline != NULL)
+		evtimer_del(x->deadline);
+	(void)x_go(x);
+}
+
+/* The store did not answer the check in time (stalled, or its queue long):
+ * a 503 rather than a client left waiting. */
+static void
+x_check_late(evutil_socket_t fd, short what, void *arg)
+{
+	struct k8s_exchange *x = arg;
+	char msg[160];
+
+	(void)fd;
+	(void)what;
+	access_cancel(x->check);
+	x->check = NULL;
+	snprintf(msg, sizeof(msg), "the store did not answer the token check "
+	    "within %u ms: retry shortly", x->gw->limits.http_timeout_ms);
+	debug("k8s: token check late", KV_S("peer", x->client), KV_S("reason", msg));
+	(void)x_refuse(x, 503, msg);
+}
+
+/*
+ * An exchange's start (route.h): the cluster from the path, then the
+ * exchange, which waits for its token check (access_cluster_async: never
+ * a store read on the loop, issue 22; its body unread meanwhile) before
+ * it goes on (x_go), at once when the check needs no store read.  Returns
+ * the exchange, or NULL with the client answered (and audited).
  */
 static void *
 k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 {
 	char cluster[STORE_ID_MAX + 1], err[512];
-	struct access_grant g = { .principal = "" };
-	struct k8s_link *parked = NULL;
 	struct k8s_exchange *x;
-	struct reach agent;
+	struct timeval tv;
 	const char *rest;
-	int status;
+	int status, root;
 
-	if ((status = k8s_target(gw, rq, cluster, &rest, err,
-	    sizeof(err))) != 0 ||
-	    (status = access_cluster(gw, rq->authorization, cluster, NULL, &g,
-	    err, sizeof(err))) != 0 ||
-	    (status = k8s_way(gw, h, &g, &parked, &agent, err,
+	if ((status = k8s_target(rq, cluster, &rest, &root, err,
 	    sizeof(err))) != 0) {
-		refuse(h, rq, g.principal, cluster, status, err);
+		refuse(h, rq, "", cluster, status, err);
 		return NULL;
 	}
-	x = k8s_exchange_new(gw, h, rq, &g, rest,
-	    parked != NULL ? parked->node : agent.node,
-	    parked != NULL ? parked->replica : agent.replica);
-	if (x == NULL) {
-		if (parked != NULL)
-			link_free(parked, "closed");
+	if ((x = k8s_exchange_new(gw, h, rq, cluster, rest, root)) == NULL)
+		return NULL;
+	x->in_start = 1;
+	x->check = access_cluster_async(gw, rq->authorization, root ? NULL :
+	    cluster, NULL, x_checked, x);
+	x->in_start = 0;
+	if (x->checked)
+		return x_go(x) == 0 ? x : NULL;
+	tv = runtime_ms_timeval(gw->limits.http_timeout_ms);
+	if ((x->deadline = evtimer_new(gw->base, x_check_late, x)) == NULL ||
+	    evtimer_add(x->deadline, &tv) != 0) {
+		(void)x_refuse(x, 500, "out of memory");
 		return NULL;
 	}
-	if (parked != NULL) {
-		k8s_adopt(x, parked, h, rq);
-		return x;
-	}
-	if (x_open(x, &agent, h, err, sizeof(err)) != 0) {
-		x->status = 503;
-		reply_status(h, 503, err);
-		x_free(x);
-		return NULL;
-	}
-	x->h = h;
 	return x;
 }
 

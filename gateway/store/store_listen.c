@@ -218,9 +218,9 @@ listen_connect(struct store_listener *l)
 	/* The URL last, so that what it sets wins.  Keepalives notice a
 	 * server that vanished without closing (a host gone) in ~25 s. */
 	const char *const keys[] = { "application_name", "keepalives_idle",
-	    "keepalives_interval", "keepalives_count", "dbname", NULL };
+	    "keepalives_interval", "keepalives_count", "options", "dbname", NULL };
 	const char *const values[] = { "tether-gateway-listen", "10", "5", "3",
-	    l->url, NULL };
+	    "-c statement_timeout=5000 -c lock_timeout=2000", l->url, NULL };
 
 	l->flushing = false;
 	l->conn = PQconnectStartParams(keys, values, 1);

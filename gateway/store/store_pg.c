@@ -19,7 +19,10 @@
  * is kept from waiting on them).  A connection the server dropped is
  * re-opened before a later statement, at most once per
  * RECONNECT_INTERVAL_MS and for at most CONNECT_TIMEOUT_S (docs/0021):
- * while the server is down, statements fail at once in between.
+ * while the server is down, statements fail at once in between.  Every
+ * connection sets statement_timeout (5 s) and lock_timeout (2 s)
+ * (PG_TIMEOUTS): a statement held by a lock or a slow server fails
+ * instead of holding its caller without bound.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -47,6 +50,11 @@ struct pg {
 /* libpq's smallest useful value is 2 s; a reconnect on the event loop's
  * connection holds the loop this long at worst (a host that drops SYNs). */
 #define CONNECT_TIMEOUT_S "3"
+/* Every connection's bounds on one statement and on waiting for a lock
+ * (issue 22: a table lock held every read behind it for as long as it
+ * lasted).  A statement past them fails (STORE_ERR), so the store thread's
+ * queue moves on; a URL that sets "options" itself replaces these. */
+#define PG_TIMEOUTS "-c statement_timeout=5000 -c lock_timeout=2000"
 #define RECONNECT_INTERVAL_MS 2000
 #define MAX_PARAMS 16
 #define MAX_SQL 2048
@@ -481,9 +489,9 @@ store_pg_connect(const char *url, struct store *s, char *err, size_t errlen)
 {
 	/* The URL comes last, so that what it sets wins over the defaults. */
 	const char *const keys[] = { "connect_timeout", "application_name",
-	    "dbname", NULL };
+	    "options", "dbname", NULL };
 	const char *const values[] = { CONNECT_TIMEOUT_S, "tether-gateway",
-	    url, NULL };
+	    PG_TIMEOUTS, url, NULL };
 	struct pg *p = calloc(1, sizeof(*p));
 	PGconn *conn;
 

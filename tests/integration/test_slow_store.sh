@@ -23,6 +23,10 @@ wait_until 10 "echo server" test -s "$T/echo.port"
 echo_port=$(cat "$T/echo.port")
 
 pg_start
+# A store that holds its callers for as long as the lock lasts: the URL's
+# own options replace the gateway's statement and lock timeouts (2 s for a
+# lock: test_k8s_store_stall).
+PG_URL="$PG_URL?options=-c%20statement_timeout%3D0%20-c%20lock_timeout%3D0"
 gateway_init --store "$PG_URL"
 gateway_start --store "$PG_URL" --http-timeout 10000 --ping-interval 200 --ping-timeout 1000
 
