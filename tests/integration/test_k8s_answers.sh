@@ -27,7 +27,6 @@ wait_until 10 "the hostile node" test -s "$T/hostile.port"
 wait_until 10 "the honest node" test -s "$T/honest.port"
 
 PLAIN_PORT=$(free_port)
-NGINX_PORT=$(free_port)
 gateway_init
 gateway_start --plain-listen "127.0.0.1:$PLAIN_PORT" --trusted-proxy 127.0.0.3
 cid_a=$(cluster_create alice-cluster)
@@ -44,7 +43,12 @@ alice=$(ctl user create alice --cluster "$cid_a" | jq -er .token) || fail "user 
 bob=$(ctl user create bob --cluster "$cid_b" | jq -er .token) || fail "user create bob"
 
 # One pooled upstream connection: each request reuses the last one's.
-nginx_start nginx "
+# nginx writes its pid file once it is bound; a port taken meanwhile by
+# another process makes it exit: another port, a few times.
+nginx_up() { [ -s "$T/nginx.pid" ] || ! kill -0 "$NGINX_PID" 2>/dev/null; }
+for try in 1 2 3 4; do
+	NGINX_PORT=$(free_port)
+	nginx_start nginx "
     log_format conn '\$request_uri \$status \$upstream_status';
     access_log $T/nginx-access.log conn;
     upstream gw { server 127.0.0.1:$PLAIN_PORT; keepalive 1; }
@@ -58,7 +62,11 @@ nginx_start nginx "
             proxy_read_timeout 30s;
         }
     }"
-wait_until 10 "nginx listening" bash -c "(exec 3<>/dev/tcp/127.0.0.1/$NGINX_PORT)"
+	NGINX_PID=${PIDS[-1]}
+	wait_until 10 "nginx bound or gone" nginx_up
+	[ -s "$T/nginx.pid" ] && break
+	[ "$try" -lt 4 ] || fail "nginx did not start: $(cat "$T/nginx-error.log")"
+done
 LB=http://127.0.0.1:$NGINX_PORT
 
 # get TOKEN PATH OUT: one request through nginx; prints its status (000
