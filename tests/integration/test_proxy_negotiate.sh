@@ -8,7 +8,9 @@
 # through squid, carrying a stream; so it does with a credential cache
 # from kinit.  Without credentials, and with a keytab whose key the KDC no
 # longer has, the error says Kerberos could not make a ticket (GSSAPI's own
-# words) and the agent retries with backoff.
+# words); with a ticket squid's keytab cannot read, it says the proxy
+# refused the ticket; each is retried with backoff.  join goes through
+# squid with the keytab too.
 source "$(dirname "$0")/lib.sh"
 
 REALM=TETHER.TEST
@@ -131,6 +133,18 @@ for case in "missing:KRB5CCNAME=FILE:$T/empty.ccache" \
 	client_stop "$CLIENT_PID"
 	pass "$name credentials: '$(grep -o 'Kerberos (GSSAPI) cannot[^"]*' "$T/client-n1.log" | head -1)', retried"
 done
+# 5. A ticket the proxy cannot read: the KDC now issues HTTP/localhost
+# tickets under a new key that squid's keytab lacks, so squid answers 407
+# again, and the error says the proxy refused the ticket.
+kadm "cpw -randkey HTTP/localhost"
+: >"$T/client-n1.log"
+run_node "KRB5_CLIENT_KTNAME=$T/node1.keytab" "KRB5CCNAME=FILE:$T/n1b.ccache" --
+refused() { [ "$(grep -c "the proxy refused this node's Kerberos ticket for HTTP/localhost" "$T/client-n1.log" || true)" -ge 2 ]; }
+wait_until 30 "two refusals of a ticket squid cannot read, retried" refused
+assert_contains "$T/client-n1.log" "proxy $PROXY refused CONNECT to 127.0.0.1:$GW_PORT: HTTP/1.1 407"
+if agent_is n1 active 2>/dev/null; then fail "active with a ticket the proxy refused"; fi
+client_stop "$CLIENT_PID"
+pass "a ticket the proxy refuses: '$(grep -o "the proxy refused this node's Kerberos[^\"]*" "$T/client-n1.log" | head -1)', retried"
 kill -TERM "$SQUID_PID"
 wait "$SQUID_PID" || true
 gateway_stop
