@@ -5,7 +5,9 @@
  * again answers at once from the cache; refusals keep their statuses
  * (401, 403, 404); a revocation while a check is out keeps its result out
  * of the cache; a cancelled check never calls back; a user token's sole
- * cluster; the recheck of a grant.
+ * cluster; the recheck of a grant; an id the store does not know is
+ * refused inside the call the second time (no store read), and a user
+ * token's one cluster is remembered for root paths.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -237,6 +239,72 @@ test_sole_cluster(void **state)
 	assert_string_equal(b.g.cluster, "");
 }
 
+/* A well-formed user token the store has never seen: "Bearer ..." */
+static void
+made_up(char *out, size_t outlen)
+{
+	struct token t;
+	char str[TOKEN_STR_MAX];
+
+	assert_int_equal(token_generate(TOKEN_USER, &t), 0);
+	token_format(&t, str);
+	snprintf(out, outlen, "Bearer %s", str);
+	token_clear(&t);
+}
+
+static void
+test_unknown_id_remembered(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 }, c = { 0 }, d = { 0 };
+	char tok[TOKEN_STR_MAX + 8];
+
+	made_up(tok, sizeof(tok));
+	/* First: the store thread says it does not know the id. */
+	assert_non_null(access_cluster_async(&f->gw, tok, f->cluster, NULL,
+	    on_done, &a));
+	wait_done(f, &a);
+	assert_int_equal(a.status, 401);
+	/* Again, for any cluster: refused inside the call, no store read. */
+	assert_null(access_cluster_async(&f->gw, tok, f->other, NULL, on_done, &b));
+	assert_int_equal(b.calls, 1);
+	assert_int_equal(b.status, 401);
+	assert_string_equal(b.err, a.err);
+	/* A root path (no cluster): the same, 404 as for any token that is not
+	 * one cluster's. */
+	made_up(tok, sizeof(tok));
+	assert_non_null(access_cluster_async(&f->gw, tok, NULL, NULL, on_done, &c));
+	wait_done(f, &c);
+	assert_int_equal(c.status, 404);
+	assert_null(access_cluster_async(&f->gw, tok, NULL, NULL, on_done, &d));
+	assert_int_equal(d.calls, 1);
+	assert_int_equal(d.status, 404);
+	/* A revocation forgets them (nothing else to forget them by). */
+	access_revoked(&f->gw);
+	memset(&d, 0, sizeof(d));
+	assert_non_null(access_cluster_async(&f->gw, tok, NULL, NULL, on_done, &d));
+	wait_done(f, &d);
+	assert_int_equal(d.status, 404);
+}
+
+static void
+test_sole_cluster_remembered(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 };
+
+	assert_non_null(access_cluster_async(&f->gw, f->alice, NULL, NULL,
+	    on_done, &a));
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	/* The token's one cluster and the pair are remembered: no store read. */
+	assert_null(access_cluster_async(&f->gw, f->alice, NULL, NULL, on_done, &b));
+	assert_int_equal(b.calls, 1);
+	assert_int_equal(b.status, 0);
+	assert_string_equal(b.g.cluster, f->cluster);
+	assert_string_equal(b.g.principal, "user:alice");
+}
+
 static void
 test_recheck(void **state)
 {
@@ -271,6 +339,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sole_cluster, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recheck, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_id_remembered, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_sole_cluster_remembered, setup,
+		    teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
