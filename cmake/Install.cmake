@@ -109,6 +109,9 @@ forwarding, kubectl through the gateway), only to the targets each node
 allows.")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
+# tether-client loads GSSAPI at run time, only for a Kerberos (Negotiate)
+# proxy (common/gss.c, docs/0024): shlibdeps cannot see it.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libgssapi-krb5-2")
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(deb_control_extra

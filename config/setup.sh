@@ -31,7 +31,7 @@ packages=(
 	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
 	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev systemd strace tinyproxy
-	squid krb5-kdc krb5-admin-server krb5-user
+	squid krb5-kdc krb5-admin-server krb5-user libgssapi-krb5-2
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
