@@ -627,6 +627,62 @@ test_revoked_while_connected(void **state)
 	EVP_PKEY_free(key);
 }
 
+/* ---- established: what the gateway tells an agent ---- */
+
+/* A draining gateway tells an agent to move once it is established (a
+ * handshake under way is told at its WELCOME), never before. */
+static void
+test_drain(void **state)
+{
+	struct ft *f = *state;
+	struct store_agent a;
+	EVP_PKEY *key;
+	struct ft_tun *t, *early = ft_tun_open(f);
+
+	ft_make_agent(f, "node-1", &key, &a);
+	ft_make_active(f, &a);
+	session_drain(early->s, "gateway draining", 500);
+	assert_int_equal(early->nsent, 0);
+	f->gw.stopping = 1;
+	f->gw.drain_jitter_ms = 700;
+	t = ft_agent_connect(f, &a, key);
+	assert_int_equal(t->nsent, 3);
+	assert_int_equal(t->sent[2].type, FRAME_RECONNECT);
+	assert_int_equal(t->sent[2].u.reconnect.jitter_ms, 700);
+	session_drain(t->s, "again", 9);
+	assert_int_equal(ft_last(t)->type, FRAME_RECONNECT);
+	assert_string_equal(ft_last(t)->u.reconnect.reason, "again");
+	assert_int_equal(t->closed, 0);
+	EVP_PKEY_free(key);
+}
+
+/* A verification asked for on another replica (heard through the store)
+ * runs here: the agent is told, then verified. */
+static void
+test_verify_asked_elsewhere(void **state)
+{
+	struct ft *f = *state;
+	struct store_agent a;
+	EVP_PKEY *key;
+	struct ft_tun *t;
+
+	ft_make_agent(f, "node-1", &key, &a);
+	ft_make_active(f, &a);
+	t = ft_agent_connect(f, &a, key);
+	assert_int_equal(t->nsent, 2);
+	/* Its own record, heard back unchanged: nothing. */
+	session_record_changed(t->s, &a);
+	assert_int_equal(t->nsent, 2);
+	ft_transition(f, &a, AGENT_EV_VERIFY);
+	session_record_changed(t->s, &a);
+	assert_int_equal(t->nsent, 4);
+	assert_int_equal(t->sent[2].type, FRAME_STATE);
+	assert_string_equal(t->sent[2].u.state.state, "verifying");
+	assert_int_equal(t->sent[3].type, FRAME_VERIFY);
+	assert_false(session_is_active(t->s));
+	EVP_PKEY_free(key);
+}
+
 /* ---- the store cannot take the call ---- */
 
 /* A job that blocks the store thread until the test writes a byte. */
@@ -720,6 +776,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_established_protocol, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_while_connected, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_drain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_verify_asked_elsewhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_queue_full, setup_small_queue,
 		    teardown),
 	};
