@@ -1,5 +1,5 @@
 # cmake/AgentStatic.cmake: tether-client alone, linked with -static against
-# glibc and the libraries' own archives (docs/0024-static-agent.md).
+# glibc and the libraries' own archives (docs/0025-lean-static-agent.md).
 # `make agent-static` configures one build per architecture with
 #   -DTETHER_AGENT_STATIC=ON -DTETHER_ARCH=amd64|arm64|armhf
 #   -DTETHER_STATIC_SYSROOT=DIR   (cross builds: Debian's -dev packages of

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # agent-static.sh ARCH: builds build/static/ARCH/tether-client (ARCH amd64,
 # arm64 or armhf), linked statically against glibc and the libraries'
-# Debian archives (docs/0024-static-agent.md); `make agent-static` runs it
+# Debian archives (docs/0025-lean-static-agent.md); `make agent-static` runs it
 # for each.  amd64 uses the host's own -dev packages; arm64 and armhf use
 # Debian's packages of that architecture, fetched with `apt-get download`
 # and unpacked into build/sysroot/ARCH (config/setup.sh adds the
