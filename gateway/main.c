@@ -598,6 +598,8 @@ serve_settings(struct serve *sv)
 	serve_limits(&gw->limits, &sv->o);
 	gw->drain_timeout_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw->impersonate = (int)opts_num(&sv->o, SERVE_OPT_IMPERSONATE);
+	gw->require_proxy_header = (int)opts_num(&sv->o,
+	    SERVE_OPT_REQUIRE_PROXY_HEADER);
 	serve_replica(gw, &sv->o);
 	if (serve_streams(gw, &sv->o) != 0) {
 		opts_free(&sv->o);
@@ -648,6 +650,11 @@ serve_open(struct serve *sv)
 	if (proxies != NULL &&
 	    cidr_list_parse(proxies, &gw->trusted_proxies, err, sizeof(err)) != 0) {
 		error("bad --trusted-proxy", KV_S("err", err));   /* checked already */
+		return -1;
+	}
+	if (gw->require_proxy_header && gw->trusted_proxies.n == 0) {
+		error("--require-proxy-header needs --trusted-proxy (the sources "
+		    "that must send one)");
 		return -1;
 	}
 	if (load_config(gw, opts_str(&sv->o, SERVE_OPT_PUBLIC_CA), err,

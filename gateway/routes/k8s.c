@@ -156,6 +156,7 @@ struct k8s_exchange {
 	struct access_grant grant;
 	char check_err[256];
 	char *up_value;               /* the client's Upgrade (upgrade_req) */
+	char req_path[K8S_LOG_PATH + 1];  /* rq->path (decoded), for refusals */
 	int req_chunked, req_has_length;
 	unsigned long long req_length;
 	enum http_answer_kind answer; /* what follows the answer's head */
@@ -1389,13 +1390,14 @@ k8s_way(struct gateway *gw, struct hconn *h, const struct access_grant *g,
 	return p != NULL ? 0 : access_pick(gw, g, agent, err, errlen);
 }
 
-/* Ends x before any answer byte with a Status (audited by x_free).
- * Returns -1. */
+/* Ends x before any answer byte with a Status (audited by x_free, with
+ * the path as the client's request named it, like refuse's).  Returns -1. */
 static int
 x_refuse(struct k8s_exchange *x, int status, const char *message)
 {
 	struct hconn *h = x->h;
 
+	snprintf(x->path, sizeof(x->path), "%s", x->req_path);
 	x->h = NULL;
 	x->status = status;
 	reply_status(h, status, message);
@@ -1421,6 +1423,7 @@ k8s_exchange_new(struct gateway *gw, struct hconn *h,
 		return NULL;
 	}
 	x->root = root;
+	snprintf(x->req_path, sizeof(x->req_path), "%s", rq->path);
 	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
 	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
 	if (x->path[0] == '\0')
@@ -1478,7 +1481,7 @@ x_go(struct k8s_exchange *x)
 	if (status == 404 && x->root && x->cluster[0] == '\0') {
 		snprintf(err, sizeof(err), "no route %s %.200s: a cluster's "
 		    "Kubernetes API is at %sID/ (or send a user token scoped "
-		    "to exactly one cluster)", x->method, x->path, K8S_CLUSTERS);
+		    "to exactly one cluster)", x->method, x->req_path, K8S_CLUSTERS);
 		return x_refuse(x, 404, err);
 	}
 	if (status != 0)

@@ -3,7 +3,7 @@
 # PostgreSQL, an agent on replica B and a stream through it moving bytes.
 # - PostgreSQL stopped: both replicas' /readyz answer 503 with the reason
 #   ("store unreachable: ..."), neither crashes, an admin request fails
-#   with a reason (500, "store: ...", not an invalid token) instead of
+#   with a reason (503, "the store cannot answer...", not an invalid token) instead of
 #   hanging, and the established stream keeps echoing;
 # - PostgreSQL started again: /readyz is 200 again by itself, the stream
 #   still echoes, a new agent registers, and the store lost nothing (the
