@@ -68,6 +68,7 @@ static const struct field hello_keys[] = {
 	STR("node", u.hello.node, F_NODE),
 	{ "cred", F_CRED, AT(u.hello.cred), 0, 0 },
 	STR("id", u.hello.id, F_NONEMPTY),
+	STR("version", u.hello.version, F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 static const struct field challenge_keys[] = {

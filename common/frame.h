@@ -6,7 +6,7 @@
  * [type, map]; stream frames are [type, stream_id, ...] with fixed positions
  * so that DATA can be built without copying its payload:
  *
- *   HELLO       [1, {"versions":[int...], "node":str, "cred":"import"|"agent", "id":str}]
+ *   HELLO       [1, {"versions":[int...], "node":str, "cred":"import"|"agent", "id":str, "version":str?}]
  *   CHALLENGE   [2, {"version":int, "nonce":bin(32)}]
  *   AUTH        [3, {"sig":bin(64)}]
  *   REGISTER    [4, {"pubkey":bin(32), "node":str, "hostname":str, "client_version":str}]
@@ -99,6 +99,8 @@ struct frame_hello {
 	char node[FRAME_NODE_MAX + 1];
 	enum frame_cred cred;
 	char id[FRAME_ID_MAX + 1];
+	char version[FRAME_ID_MAX + 1];   /* the agent's release; optional,
+	                                   * "" if absent (an older agent) */
 };
 
 struct frame_challenge {

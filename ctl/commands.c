@@ -65,6 +65,8 @@ static const struct column agent_columns[] = {
 	{ "NODE", "node" },
 	{ "STATE", "state" },
 	{ "CONNECTED", "connected" },
+	{ "VERSION", "version" },
+	{ "LAST SEEN", "last_seen" },
 	{ "UPDATED", "updated_at" },
 	{ "LAST ERROR", "last_error" },
 	{ NULL, NULL },
@@ -145,7 +147,8 @@ help_agent(void)
 	    "final.  Only active agents carry streams.\n"
 	    "\n"
 	    "  list      agents (of one cluster with --cluster), their node, state,\n"
-	    "            last error and whether they are connected\n"
+	    "            last error, whether they are connected, their version and\n"
+	    "            when they were last seen\n"
 	    "  approve   let a pending-approval agent go on to enroll\n"
 	    "  verify    verify an agent (again), e.g. after fixing last_error\n"
 	    "  revoke    revoke for good: its tunnel closes at once and its key is\n"

@@ -173,6 +173,7 @@ tunnel_send_hello(struct agent_tunnel *t)
 	f.u.hello.cred = tunnel_importing(t) ? FRAME_CRED_IMPORT : FRAME_CRED_AGENT;
 	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "%s",
 	    tunnel_importing(t) ? t->import_id : t->agent_id);
+	snprintf(f.u.hello.version, sizeof(f.u.hello.version), "%s", TETHER_VERSION);
 	tunnel_send(t, &f);
 	tunnel_set_phase(t, TUNNEL_AWAIT_CHALLENGE);
 }

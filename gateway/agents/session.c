@@ -102,6 +102,8 @@ enum job_kind {
 	JOB_AGENT_GET,         /* in: id; out: agent */
 	JOB_REGISTER,          /* in: id (the import token), node, pubkey */
 	JOB_TRANSITION,        /* in: id (the agent), ev, reason; out: agent */
+	JOB_SEEN,              /* in: id (the agent), now, and with
+	                        * has_reason its version in node */
 };
 
 /*
@@ -374,6 +376,13 @@ job_work(struct store *st, void *arg)
 		j->moved = j->rc == STORE_OK && j->created;
 		j->moved_from = -1;
 		j->moved_to = (int)j->agent.state;
+		break;
+	case JOB_SEEN:
+		j->rc = store_agent_seen(st, j->id, j->has_reason ? j->node : NULL,
+		    j->now, j->err, sizeof(j->err));
+		if (j->rc != STORE_OK)
+			warn("tunnel: cannot record when the agent was seen",
+			    KV_S("agent", j->id), KV_S("err", j->err));
 		break;
 	case JOB_TRANSITION:
 		j->rc = store_agent_transition(st, j->id, j->ev,
@@ -877,10 +886,35 @@ on_verify_ok(struct session *s, const struct frame *in)
 }
 
 static void
+seen_then(struct session *s, struct session_job *j)
+{
+	(void)s;
+	(void)j;
+}
+
+/* Records, on the store thread, that agent_id was seen now, with its
+ * release when version is non-NULL.  No session waits for it: a session
+ * has one call out at a time, and this one may run beside it. */
+static void
+session_record_seen(struct gateway *gw, const char *agent_id, const char *version)
+{
+	struct session_job *j = job_new(JOB_SEEN, agent_id);
+
+	if (j != NULL && version != NULL) {
+		snprintf(j->node, sizeof(j->node), "%s", version);
+		j->has_reason = true;
+	}
+	job_submit(gw, NULL, j, seen_then, "when the agent was seen");
+}
+
+static void
 session_welcome(struct session *s)
 {
 	struct frame out;
 	struct session *old;
+
+	/* Before the handshake's memory goes with PHASE_ESTABLISHED. */
+	session_record_seen(s->gw, s->agent.id, s->hs->hello.version);
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
@@ -1104,6 +1138,7 @@ session_closed(struct session *s)
 		info("agent disconnected", KV_S("agent", s->agent.id));
 		hub_remove(s->gw->hub, s->agent.id, s);
 		presence_tunnel_down(s->gw, s->agent.id);
+		session_record_seen(s->gw, s->agent.id, NULL);
 	}
 	/* Every stream of the tunnel ends now: their clients see it at once. */
 	mux_free(s->mux);

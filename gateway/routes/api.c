@@ -204,34 +204,49 @@ presence_read(struct store *st, struct api_job *j)
 	qsort(j->ps, j->np, sizeof(*j->ps), presence_cmp);
 }
 
-/* The replica holding agent_id's tunnel, or NULL. */
-static const char *
-presence_replica(const struct api_job *j, const char *agent_id)
+/* The record of the replica holding agent_id's tunnel, or NULL. */
+static const struct store_presence *
+presence_of(const struct api_job *j, const char *agent_id)
 {
 	struct store_presence key;
-	const struct store_presence *p;
 
 	snprintf(key.agent_id, sizeof(key.agent_id), "%s", agent_id);
-	p = j->np > 0 ? bsearch(&key, j->ps, j->np, sizeof(*j->ps),
+	return j->np > 0 ? bsearch(&key, j->ps, j->np, sizeof(*j->ps),
 	    presence_cmp) : NULL;
-	return p != NULL ? p->replica : NULL;
 }
 
-/* An agent, its replica from j's presence; this replica's own hub counts
- * too. */
+static json_t *
+time_or_null(int64_t t)
+{
+	return t != 0 ? time_json(t) : json_null();
+}
+
+/*
+ * An agent, its replica from j's presence; this replica's own hub counts
+ * too.  last_seen is now while it is connected, else when its last tunnel
+ * came up or ended (the store's; null if it never connected);
+ * connected_since is when the tunnel it has now came up (null if none).
+ */
 static json_t *
 agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent *a)
 {
-	int here = hub_find(gw->hub, a->id) != NULL;
-	const char *replica = here ? gw->replica_id : presence_replica(j, a->id);
+	int64_t since = hub_connected_since(gw->hub, a->id);
+	const struct store_presence *p = since != 0 ? NULL : presence_of(j, a->id);
+	const char *replica = since != 0 ? gw->replica_id :
+	    p != NULL ? p->replica : NULL;
 
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}",
+	if (p != NULL)
+		since = p->since_ms / 1000;
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o}",
 	    "id", a->id, "cluster", a->cluster, "node", a->node,
 	    "state", agent_state_name(a->state), "last_error", a->last_error,
-	    "connected", here || replica != NULL,
+	    "connected", since != 0,
 	    "replica", replica != NULL ? json_string(replica) : json_null(),
 	    "created_at", time_json(a->created_at),
-	    "updated_at", time_json(a->updated_at));
+	    "updated_at", time_json(a->updated_at),
+	    "version", a->version[0] != '\0' ? json_string(a->version) : json_null(),
+	    "last_seen", time_or_null(since != 0 ? gateway_now() : a->last_seen),
+	    "connected_since", time_or_null(since));
 }
 
 /* ---- clusters ---- */
@@ -446,7 +461,7 @@ agent_transition(struct store *st, struct api_job *j, enum agent_event ev,
 static int
 held_elsewhere(const struct api_job *j)
 {
-	return presence_replica(j, j->id) != NULL;
+	return presence_of(j, j->id) != NULL;
 }
 
 /*

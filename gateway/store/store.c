@@ -35,6 +35,9 @@
 	"uses_left, approval_manual, revoked, created_at"
 #define AGENT_COLS "id, cluster_id, node, pubkey, state, last_error, " \
 	"token_id, created_at, updated_at"
+/* What is read of an agent: the columns written at insert, then those
+ * kept up by store_agent_seen (schema version 6). */
+#define AGENT_READ_COLS AGENT_COLS ", version, last_seen"
 
 /* Stored as words rather than enum values so the database reads on its own
  * and a reordered enum cannot silently change meaning. */
@@ -985,7 +988,42 @@ read_agent(const struct store_row *row, void *out)
 		return -1;
 	a->created_at = col_int(row, 7);
 	a->updated_at = col_int(row, 8);
+	if (col_text(row, 9, a->version, sizeof(a->version)) == -1)
+		return -1;
+	a->last_seen = col_int(row, 10);
 	return 0;
+}
+
+/* A release string as stored: at most STORE_VERSION_MAX characters of
+ * [A-Za-z0-9.+~_-], any other byte '_' (it reaches JSON and logs). */
+static void
+version_clean(const char *in, char out[STORE_VERSION_MAX + 1])
+{
+	size_t i;
+
+	for (i = 0; i < STORE_VERSION_MAX && in[i] != '\0'; i++)
+		out[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789.+~_-", in[i]) != NULL ? in[i] : '_';
+	out[i] = '\0';
+}
+
+int
+store_agent_seen(struct store *s, const char *id, const char *version,
+    int64_t now, char *err, size_t errlen)
+{
+	char v[STORE_VERSION_MAX + 1];
+	STORE_TIMED(s);
+
+	if (version == NULL)
+		return write_stmt(s, &(struct store_stmt){
+		    .sql = "UPDATE agents SET last_seen = ? WHERE id = ?",
+		    .what = "record agent seen", PARAMS(P_INT(now), P_TEXT(id)) },
+		    NULL, NULL, err, errlen);
+	version_clean(version, v);
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET last_seen = ?, version = ? WHERE id = ?",
+	    .what = "record agent seen",
+	    PARAMS(P_INT(now), P_TEXT(v), P_TEXT(id)) }, NULL, NULL, err, errlen);
 }
 
 /* flags STORE_STMT_LOCK holds the row until the transaction ends. */
@@ -996,7 +1034,7 @@ agent_lookup(struct store *s, const char *id, unsigned flags,
 	int rc;
 
 	rc = query_one(s, &(struct store_stmt){
-	    .sql = "SELECT " AGENT_COLS " FROM agents WHERE id = ?",
+	    .sql = "SELECT " AGENT_READ_COLS " FROM agents WHERE id = ?",
 	    .what = "read agent", .flags = flags, PARAMS(P_TEXT(id)) },
 	    read_agent, out, err, errlen);
 	if (rc == STORE_NOTFOUND)
@@ -1016,7 +1054,7 @@ find_same_key(struct store *s, const char *cluster, const char *node,
     size_t errlen)
 {
 	return query_one(s, &(struct store_stmt){
-	    .sql = "SELECT " AGENT_COLS " FROM agents "
+	    .sql = "SELECT " AGENT_READ_COLS " FROM agents "
 	    "WHERE cluster_id = ? AND node = ? AND pubkey = ? "
 	    "ORDER BY state = 'revoked', created_at DESC, rowid DESC LIMIT 1",
 	    .what = "read agent",
@@ -1030,7 +1068,7 @@ find_live(struct store *s, const char *cluster, const char *node,
     struct store_agent *out, char *err, size_t errlen)
 {
 	return query_one(s, &(struct store_stmt){
-	    .sql = "SELECT " AGENT_COLS " FROM agents "
+	    .sql = "SELECT " AGENT_READ_COLS " FROM agents "
 	    "WHERE cluster_id = ? AND node = ? AND state <> 'revoked'",
 	    .what = "read agent", PARAMS(P_TEXT(cluster), P_TEXT(node)) },
 	    read_agent, out, err, errlen);
@@ -1258,14 +1296,14 @@ store_agent_list(struct store *s, const char *cluster,
 	*n = 0;
 	if (cluster != NULL)
 		rc = query_all(s, &(struct store_stmt){
-		    .sql = "SELECT " AGENT_COLS " FROM agents "
+		    .sql = "SELECT " AGENT_READ_COLS " FROM agents "
 		    "WHERE cluster_id = ? ORDER BY created_at, rowid",
 		    .what = "read agent", PARAMS(P_TEXT(cluster)) },
 		    sizeof(**out), read_agent, (void **)out, n, err,
 		    sizeof(err));
 	else
 		rc = query_all(s, &(struct store_stmt){
-		    .sql = "SELECT " AGENT_COLS " FROM agents "
+		    .sql = "SELECT " AGENT_READ_COLS " FROM agents "
 		    "ORDER BY created_at, rowid", .what = "read agent" },
 		    sizeof(**out), read_agent, (void **)out, n, err,
 		    sizeof(err));
@@ -1427,6 +1465,7 @@ read_presence(const struct store_row *r, void *out)
 	if (col_text(r, 0, p->agent_id, sizeof(p->agent_id)) == -1 ||
 	    col_text(r, 1, p->replica, sizeof(p->replica)) == -1)
 		return -1;
+	p->since_ms = col_int(r, 2);
 	return 0;
 }
 
@@ -1435,7 +1474,7 @@ store_presence_list(struct store *s, int64_t now_ms, struct store_presence **out
     size_t *n, char *err, size_t errlen)
 {
 	const struct store_stmt q = {
-		.sql = "SELECT t.agent_id, t.replica_id FROM tunnels t"
+		.sql = "SELECT t.agent_id, t.replica_id, t.since FROM tunnels t"
 		    " JOIN replicas r ON r.id = t.replica_id"
 		    " WHERE r.lease_until > ?",
 		.what = "list presence",

@@ -40,6 +40,7 @@
 #define STORE_ID_MAX    31
 #define STORE_NAME_MAX  63
 #define STORE_ERROR_MAX 255
+#define STORE_VERSION_MAX 63   /* an agent's release: [A-Za-z0-9.+~_-] */
 #define STORE_TOKEN_CLUSTERS_MAX 64   /* clusters one user token may reach */
 
 enum store_result {
@@ -94,6 +95,10 @@ struct store_agent {
 	char token_id[TOKEN_ID_LEN + 1];  /* the import token it registered with */
 	int64_t created_at;
 	int64_t updated_at;
+	char version[STORE_VERSION_MAX + 1]; /* its release, from its last
+	                                      * HELLO; "" before one said */
+	int64_t last_seen;                /* Unix s: its last tunnel came up
+	                                   * or ended; 0 never connected */
 };
 
 /* Opens (creating and migrating as needed).  Returns STORE_OK or STORE_ERR
@@ -205,6 +210,16 @@ int store_agent_transition(struct store *s, const char *id,
     enum agent_event ev, const char *last_error, int64_t now,
     struct store_agent *out, enum agent_state *was, char *err, size_t errlen);
 
+/*
+ * Records that the agent was seen at now (Unix s): its tunnel came up or
+ * ended.  version non-NULL also records its release ("" for an agent
+ * that did not say; kept to [A-Za-z0-9.+~_-], other bytes become '_').  Touches neither the
+ * state nor updated_at, and notifies no replica.  STORE_OK, or STORE_ERR
+ * with err; an unknown id changes nothing and is STORE_OK.
+ */
+int store_agent_seen(struct store *s, const char *id, const char *version,
+    int64_t now, char *err, size_t errlen);
+
 /* ---- presence (gateway/agents/presence.h, docs/0017) ---- */
 
 #define STORE_REPLICA_MAX  63     /* replica ids: [A-Za-z0-9._-] */
@@ -214,6 +229,7 @@ int store_agent_transition(struct store *s, const char *id,
 struct store_presence {
 	char agent_id[STORE_ID_MAX + 1];
 	char replica[STORE_REPLICA_MAX + 1];
+	int64_t since_ms;                 /* Unix ms: when it was recorded */
 };
 
 /* Takes or extends replica's lease until lease_until_ms (Unix ms) and

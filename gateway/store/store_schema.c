@@ -109,6 +109,12 @@ static const char *const migrations[] = {
 	/* 5: a tunnel recorded, moved or forgotten is announced too, so that
 	 * every replica's presence directory follows at once (docs/0023). */
 	"{NOTIFY_TUNNELS}",
+
+	/* 6: an agent's release (from its HELLO) and when it was last seen
+	 * (its tunnel came up or ended): kept across restarts, never cleared
+	 * (issue 20). */
+	"ALTER TABLE agents ADD COLUMN version TEXT NOT NULL DEFAULT '';"
+	"ALTER TABLE agents ADD COLUMN last_seen {INT} NOT NULL DEFAULT 0;",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -32,7 +32,7 @@
 #include "store.h"
 
 #define NOW 1700000000
-#define SCHEMA_NOW 5      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 6      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -854,6 +854,37 @@ test_register_happy(void **state)
 	    STORE_NOTFOUND);
 }
 
+/* store_agent_seen: last_seen and the release, nothing else. */
+static void
+test_agent_seen(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, got;
+	char err[STORE_ERROR_MAX + 1] = "";
+	bool created = false;
+
+	make_import(f, "1212121212121212", 1, false, &c);
+	do_register(f, "1212121212121212", "node-s", 0x12, &a, &created);
+	assert_string_equal(a.version, "");
+	assert_int_equal(a.last_seen, 0);
+	assert_int_equal(store_agent_seen(f->s, a.id, "1.2.3 \"x\"\n", NOW + 5,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_string_equal(got.version, "1.2.3__x__");
+	assert_int_equal(got.last_seen, NOW + 5);
+	assert_int_equal(got.updated_at, a.updated_at);
+	assert_int_equal(got.state, a.state);
+	/* No version: the one recorded stays. */
+	assert_int_equal(store_agent_seen(f->s, a.id, NULL, NOW + 9, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_string_equal(got.version, "1.2.3__x__");
+	assert_int_equal(got.last_seen, NOW + 9);
+	assert_int_equal(store_agent_seen(f->s, "a-000000000000", "1", NOW, err,
+	    sizeof(err)), STORE_OK);
+}
+
 static void
 test_register_manual_and_unlimited(void **state)
 {
@@ -1603,6 +1634,7 @@ main(void)
 		T(test_cluster_names),
 		T(test_tokens),
 		T(test_register_happy),
+		T(test_agent_seen),
 		T(test_register_manual_and_unlimited),
 		T(test_register_refusals),
 		T(test_register_retry),
