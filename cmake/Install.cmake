@@ -5,6 +5,7 @@
 #   /usr/bin                     tether-gateway, tether-client, tetherctl
 #   /usr/share/man/man{1,5,8}    the man pages (man/), gzip -9n
 #   /etc/tether                  gateway.conf, client.conf (from config/*.conf.example)
+#   /etc/tether/prometheus       tether.rules.yml, the alerting rules
 #   /usr/lib/systemd/system      tether-gateway.service, tether-client.service
 #   /usr/lib/sysusers.d          tether.conf: the users tether and tether-client
 #   /var/lib/tether              the gateway's data dir (its unit's StateDirectory)
@@ -67,6 +68,11 @@ foreach(prog gateway client)
   endif()
 endforeach()
 
+# The Prometheus alerting rules (docs/operations.md, "Alerts"), a conffile
+# too: an operator may tune the thresholds in place.
+install(FILES config/prometheus/tether.rules.yml
+  DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/tether/prometheus)
+
 # systemd units and the services' users (sysusers.d), once config/systemd/
 # has them; the port-443 drop-in is an example for the administrator.
 foreach(unit tether-gateway.service tether-client.service)
@@ -125,6 +131,8 @@ foreach(prog gateway client)
     string(APPEND deb_conffiles "${CMAKE_INSTALL_FULL_SYSCONFDIR}/tether/${prog}.conf\n")
   endif()
 endforeach()
+string(APPEND deb_conffiles
+  "${CMAKE_INSTALL_FULL_SYSCONFDIR}/tether/prometheus/tether.rules.yml\n")
 if(deb_conffiles)
   file(WRITE ${CMAKE_BINARY_DIR}/packaging/conffiles "${deb_conffiles}")
   list(APPEND deb_control_extra ${CMAKE_BINARY_DIR}/packaging/conffiles)

@@ -29,7 +29,8 @@ if [ -z "${TETHER_DEB:-}" ]; then
 	for f in usr/bin/tether-gateway usr/bin/tether-client usr/bin/tetherctl \
 		usr/share/man/man1/tetherctl.1.gz usr/share/man/man5/tether.conf.5.gz \
 		usr/share/man/man8/tether-gateway.8.gz usr/share/man/man8/tether-client.8.gz \
-		usr/share/doc/tether/interface.md var/lib/tether var/lib/tether-client; do
+		usr/share/doc/tether/interface.md etc/tether/prometheus/tether.rules.yml \
+		var/lib/tether var/lib/tether-client; do
 		[ -e "$T/stage/$f" ] || fail "cmake --install did not install /$f"
 	done
 	for p in gateway client; do
@@ -99,6 +100,8 @@ for p in gateway client; do
 	dpkg-query -W -f='${Conffiles}\n' tether | grep -q "/etc/tether/$p.conf " ||
 		fail "/etc/tether/$p.conf is not a conffile"
 done
+dpkg-query -W -f='${Conffiles}\n' tether | grep -q "/etc/tether/prometheus/tether.rules.yml " ||
+	fail "/etc/tether/prometheus/tether.rules.yml (the alerting rules) is not a conffile"
 if [ -f "$TETHER_SRC/config/systemd/tether.sysusers.conf" ]; then
 	cmp -s "$TETHER_SRC/config/systemd/tether.sysusers.conf" /usr/lib/sysusers.d/tether.conf ||
 		fail "/usr/lib/sysusers.d/tether.conf is not installed"
