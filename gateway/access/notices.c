@@ -13,12 +13,14 @@
 #include "access.h"
 #include "gateway.h"
 #include "hub.h"
+#include "livestreams.h"
 #include "log.h"
 #include "presence.h"
 #include "session.h"
 #include "store.h"
 #include "store_listen.h"
 #include "store_worker.h"
+#include "token.h"
 
 #define AGENT_PREFIX "agent:"
 #define TOKEN_PREFIX "token:"
@@ -49,6 +51,21 @@ reread_work(struct store *st, void *arg)
 		r->a[i].rc = store_agent_get(st, r->a[i].id, &r->a[i].rec);
 }
 
+/* Ends the streams open here that the revocation of `what` id took the
+ * right from (livestreams.h): O(live streams), no store call. */
+static void
+notices_streams_end(struct gateway *gw, enum live_credential by,
+    const char *what, const char *id)
+{
+	char reason[160];
+	size_t n;
+
+	snprintf(reason, sizeof(reason), "%s %s revoked", what, id);
+	if ((n = live_stream_end_matching(&gw->live_streams, by, id, reason)) > 0)
+		info("notices: a revocation ends the streams it opened here",
+		    KV_S(what, id), KV_U("streams", n));
+}
+
 static void
 reread_done(void *arg)
 {
@@ -60,6 +77,9 @@ reread_done(void *arg)
 		if (r->a[i].rc != STORE_OK)
 			continue;
 		/* Looked up again: the tunnel may have closed or been replaced. */
+		if (r->a[i].rec.state == AGENT_REVOKED)
+			notices_streams_end(r->gw, LIVE_BY_AGENT, "agent",
+			    r->a[i].id);
 		if ((s = hub_find(r->gw->hub, r->a[i].id)) != NULL)
 			session_record_changed(s, &r->a[i].rec);
 	}
@@ -97,6 +117,90 @@ reread_add(struct session *s, void *arg)
 	r->n++;
 }
 
+/* The tokens of the streams open here, to re-read on the store thread
+ * after the listener was down: a revocation missed meanwhile still ends
+ * what it opened.  n distinct ids, each with whether it may go on. */
+struct token_reread {
+	struct gateway *gw;
+	size_t n;
+	struct {
+		char id[TOKEN_ID_LEN + 1];
+		int gone;             /* revoked, or no longer in the store */
+	} t[];
+};
+
+static void
+token_reread_work(struct store *st, void *arg)
+{
+	struct token_reread *r = arg;
+	struct store_token rec;
+	int rc;
+
+	for (size_t i = 0; i < r->n; i++) {
+		rc = store_token_get(st, r->t[i].id, &rec);
+		r->t[i].gone = rc == STORE_NOTFOUND || (rc == STORE_OK && rec.revoked);
+	}
+}
+
+static void
+token_reread_done(void *arg)
+{
+	struct token_reread *r = arg;
+
+	for (size_t i = 0; r->gw->notices != NULL && i < r->n; i++)
+		if (r->t[i].gone)
+			notices_streams_end(r->gw, LIVE_BY_TOKEN, "token", r->t[i].id);
+	free(r);
+}
+
+static void
+token_reread_add(const struct live_stream *ls, void *arg)
+{
+	struct token_reread *r = arg;
+
+	if (ls->token_id == NULL || ls->token_id[0] == '\0' ||
+	    strlen(ls->token_id) > TOKEN_ID_LEN)
+		return;
+	snprintf(r->t[r->n].id, sizeof(r->t[r->n].id), "%s", ls->token_id);
+	r->n++;
+}
+
+static int
+token_id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* Re-reads the tokens of every stream open here (distinct ids: one read
+ * each, on the store thread). */
+static void
+notices_resync_streams(struct gateway *gw)
+{
+	size_t live = live_stream_count(&gw->live_streams), n = 0;
+	struct token_reread *r;
+
+	if (live == 0)
+		return;
+	if ((r = calloc(1, sizeof(*r) + live * sizeof(r->t[0]))) == NULL) {
+		warn("notices: out of memory to re-read the tokens of open streams");
+		return;
+	}
+	r->gw = gw;
+	live_stream_foreach(&gw->live_streams, token_reread_add, r);
+	qsort(r->t, r->n, sizeof(r->t[0]), token_id_cmp);
+	for (size_t i = 0; i < r->n; i++)
+		if (n == 0 || strcmp(r->t[n - 1].id, r->t[i].id) != 0)
+			r->t[n++] = r->t[i];
+	r->n = n;
+	if (r->n == 0 || store_worker_submit(gw->storew, token_reread_work,
+	    token_reread_done, r) != 0) {
+		if (r->n > 0)
+			warn("notices: store queue full: the tokens of open streams "
+			    "are not re-read", KV_U("tokens", r->n));
+		free(r);
+	}
+}
+
 /* The listener (re)started: whatever was missed meanwhile. */
 static void
 notices_resync(struct gateway *gw)
@@ -104,6 +208,7 @@ notices_resync(struct gateway *gw)
 	struct reread *r;
 
 	access_revoked(gw);
+	notices_resync_streams(gw);
 	if (hub_count(gw->hub) == 0)
 		return;
 	if ((r = reread_new(gw, hub_count(gw->hub))) == NULL) {
@@ -149,6 +254,8 @@ notices_on_notice(const char *payload, void *arg)
 		access_revoked(gw);
 		info("notices: a token was revoked: proven tokens forgotten",
 		    KV_S("token", payload + strlen(TOKEN_PREFIX)));
+		notices_streams_end(gw, LIVE_BY_TOKEN, "token",
+		    payload + strlen(TOKEN_PREFIX));
 	} else if (strncmp(payload, AGENT_PREFIX, strlen(AGENT_PREFIX)) == 0)
 		notices_agent(gw, payload + strlen(AGENT_PREFIX));
 }

@@ -5,9 +5,13 @@
  * (access_revoked); an agent whose state changed anywhere and whose tunnel
  * this replica holds is re-read (on the store thread) and acted on
  * (session_record_changed: a revoked agent's tunnel closes, an approval or
- * a verification reaches the agent).  Heard through store_listen.h; after
- * the listener was down (a store restart), anything may have been missed:
- * the token cache is emptied and every agent held here is re-read.
+ * a verification reaches the agent).  A revocation also ends the streams
+ * open here that it took the right from (livestreams.h, docs/0027): a
+ * token's at its notice, an agent's once its re-read record says revoked.
+ * Heard through store_listen.h; after the listener was down (a store
+ * restart), anything may have been missed: the token cache is emptied,
+ * every agent held here is re-read, and so is the token of every stream
+ * open here (a revoked one's streams end).
  *
  * Also the store's health for /readyz: whether this replica reaches its
  * store (the listener, the lease renewals of presence.h).
@@ -18,7 +22,10 @@
  * (O(agents held) reads, one record each in memory until done).  A notice
  * about a tunnel (migration 5) or an agent, and a reconnect, also read the
  * presence directory again (presence_refresh: coalesced, at most one read
- * queued).  Nothing for a SQLite store (a single gateway).
+ * queued).  Ending a revocation's streams: O(live streams) on the loop,
+ * no store call.  After a reconnect, one more job reading each distinct
+ * token of the open streams.  Nothing for a SQLite store (a single
+ * gateway).
  */
 #ifndef TETHER_NOTICES_H
 #define TETHER_NOTICES_H

@@ -5,6 +5,7 @@
 #include "livestreams.h"
 
 #include <stddef.h>
+#include <string.h>
 
 void
 live_stream_add(struct live_streams *l, struct live_stream *ls)
@@ -45,4 +46,38 @@ live_stream_foreach(const struct live_streams *l,
 
 	TAILQ_FOREACH(ls, &l->head, link)
 		fn(ls, arg);
+}
+
+static int
+live_stream_matches(const struct live_stream *ls, enum live_credential by,
+    const char *id)
+{
+	const char *have = NULL;
+
+	switch (by) {
+	case LIVE_BY_TOKEN: have = ls->token_id; break;
+	case LIVE_BY_PRINCIPAL: have = ls->principal; break;
+	case LIVE_BY_AGENT: have = ls->agent_id; break;
+	}
+	return have != NULL && have[0] != '\0' && strcmp(have, id) == 0;
+}
+
+size_t
+live_stream_end_matching(struct live_streams *l, enum live_credential by,
+    const char *id, const char *reason)
+{
+	struct live_stream *ls;
+	size_t n = 0;
+
+	if (id == NULL || id[0] == '\0' || l->head.tqh_last == NULL)
+		return 0;
+	/* end neither frees nor leaves the list (livestreams.h): a plain walk. */
+	TAILQ_FOREACH(ls, &l->head, link) {
+		if (ls->end == NULL || ls->ending || !live_stream_matches(ls, by, id))
+			continue;
+		ls->ending = 1;
+		ls->end(ls, reason);
+		n++;
+	}
+	return n;
 }

@@ -6,6 +6,10 @@
  * its own fields and enters it in its gateway's list while it lives:
  * adding and removing are O(1) (a doubly linked list); listing is
  * O(streams).  One list per gateway (gw->live_streams), loop only.
+ *
+ * It is also the index a revocation ends streams by (docs/0027): each
+ * entry names the credential it was opened with (its token id, its
+ * principal) and the agent it reaches, and carries a way to end it.
  */
 #ifndef TETHER_LIVESTREAMS_H
 #define TETHER_LIVESTREAMS_H
@@ -22,6 +26,25 @@ struct live_stream {
 	const char *cluster, *node, *target;   /* target: HOST:PORT, or a /k8s path */
 	const uint64_t *up, *down;   /* bytes client->agent, agent->client so far */
 	int64_t started;             /* Unix seconds */
+	/* What a revocation matches (live_stream_end_matching), "" or NULL
+	 * when not known here: the far side of a peer link knows the
+	 * principal and the agent, not the token. */
+	const char *token_id;        /* the token it was opened with */
+	const char *agent_id;        /* the agent it reaches */
+	/* Ends the stream for reason ("token T revoked"): the owner marks it
+	 * ended at once (its audit line will say end=revoked) and ends it
+	 * from its own event on the loop, never inside this call (the
+	 * lifecycle rule, docs/0015), so it neither frees nor leaves the list
+	 * here.  Called at most once per stream.  NULL: cannot be ended. */
+	void (*end)(struct live_stream *ls, const char *reason);
+	int ending;                  /* end was called (livestreams.c's) */
+};
+
+/* What a revocation names. */
+enum live_credential {
+	LIVE_BY_TOKEN,       /* id: a token id */
+	LIVE_BY_PRINCIPAL,   /* id: "user:<name>" or "admin:<token id>" */
+	LIVE_BY_AGENT,       /* id: an agent id */
 };
 
 /* The live streams of one gateway.  All zeroes is an empty list (a
@@ -42,5 +65,11 @@ size_t live_stream_count(const struct live_streams *l);
  * remove). */
 void live_stream_foreach(const struct live_streams *l,
     void (*fn)(const struct live_stream *, void *), void *arg);
+/* Ends every stream of l that `by` matches id (an empty id matches none),
+ * calling its end once with reason; streams already ending are skipped.
+ * Returns how many were told to end now.  O(live streams), no allocation,
+ * no store call: made for the loop, on a revocation's notice. */
+size_t live_stream_end_matching(struct live_streams *l, enum live_credential by,
+    const char *id, const char *reason);
 
 #endif

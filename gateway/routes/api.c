@@ -40,6 +40,7 @@
 #include "gateway.h"
 #include "hub.h"
 #include "joindoc.h"
+#include "livestreams.h"
 #include "log.h"
 #include "metrics.h"
 #include "notices.h"
@@ -457,6 +458,22 @@ agent_transition(struct store *st, struct api_job *j, enum agent_event ev,
 	return j->rc;
 }
 
+/* Ends the streams open here that a revocation of `what` id (an agent,
+ * a user) took the right from (livestreams.h); other replicas end theirs
+ * on the store's notice (notices.c). */
+static void
+revoked_streams_end(struct gateway *gw, enum live_credential by,
+    const char *match, const char *what, const char *id)
+{
+	char reason[160];
+	size_t n;
+
+	snprintf(reason, sizeof(reason), "%s %s revoked", what, id);
+	if ((n = live_stream_end_matching(&gw->live_streams, by, match, reason)) > 0)
+		info("revocation: ending the streams it opened here",
+		    KV_S(what, id), KV_U("streams", n));
+}
+
 /* Whether a live replica's lease holds j->id's tunnel (from j's presence). */
 static int
 held_elsewhere(const struct api_job *j)
@@ -524,6 +541,7 @@ agents_action_tell(struct gateway *gw, struct api_job *j)
 			session_verifying(s, &j->a);
 	} else if (strcmp(j->action, "revoke") == 0) {
 		info("agent revoked", KV_S("agent", j->id));
+		revoked_streams_end(gw, LIVE_BY_AGENT, j->id, "agent", j->id);
 		if (s != NULL)
 			session_kick(s, "revoked", "agent revoked by an operator");
 	}
@@ -728,6 +746,8 @@ static void
 users_revoke_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
+	char principal[96];
+
 	/* Whatever this user proved a moment ago no longer counts. */
 	access_revoked(gw);
 	if (j->rc == STORE_REFUSED)
@@ -739,6 +759,8 @@ users_revoke_effects(struct gateway *gw, struct api_job *j,
 	else {
 		info("user tokens revoked", KV_S("user", j->id),
 		    KV_I("tokens", j->count));
+		snprintf(principal, sizeof(principal), "user:%s", j->id);
+		revoked_streams_end(gw, LIVE_BY_PRINCIPAL, principal, "user", j->id);
 		route_respond_json(r, 200, json_pack("{s:s, s:I}", "name", j->id,
 		    "revoked_tokens", (json_int_t)j->count));
 	}

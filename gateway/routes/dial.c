@@ -135,6 +135,7 @@ fwd_start(struct ctlconn *c, struct mux_stream *cs, const char *target)
 		return;
 	}
 	who.principal = c->grant.principal;
+	who.token_id = c->grant.token_id;
 	who.cluster = c->grant.cluster;
 	who.target = target;
 	who.client = wsconn_peer(c->ws);
@@ -332,6 +333,7 @@ dial_decide(struct dial_ask *a, const struct access_grant *g)
 		return;
 	}
 	who.principal = g->principal;
+	who.token_id = g->token_id;
 	who.cluster = g->cluster;
 	who.target = a->target;
 	who.client = upgrade_peer(u);

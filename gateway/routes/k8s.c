@@ -54,6 +54,7 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,7 @@ struct k8s_link {
 	int fin;                      /* the agent sent FIN */
 	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
 	char replica[64];             /* the one holding the agent's tunnel */
+	char agent_id[STORE_ID_MAX + 1];
 };
 
 struct k8s_exchange {
@@ -180,6 +182,10 @@ struct k8s_exchange {
 	char method[24], path[K8S_LOG_PATH + 1];
 	char client[64];              /* the client's address, for the audit */
 	struct live_stream live;      /* listed for the status page while it lives */
+	/* A revocation (livestreams.h): what it matches, and its end. */
+	char token_id[TOKEN_ID_LEN + 1], agent_id[STORE_ID_MAX + 1];
+	char revoked[160];            /* the revocation that ended it, or "" */
+	struct event *end_ev;         /* that end, from the loop; or NULL */
 };
 
 /* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID. */
@@ -256,14 +262,18 @@ x_audit(const struct k8s_exchange *x)
 
 	gettimeofday(&now, NULL);
 	timersub(&now, &x->started, &took);
-	audit("k8s", x->client, KV_S("who", x->principal[0] ? x->principal : "-"),
+	/* end= and reason= only for an exchange a revocation ended. */
+	const struct log_field f[] = { KV_S("who", x->principal[0] ? x->principal : "-"),
 	    KV_S("cluster", x->cluster[0] ? x->cluster : "-"),
 	    KV_S("node", x->node[0] ? x->node : "-"),
 	    KV_S("method", x->method), KV_S("path", x->path),
 	    KV_I("status", x->status), KV_U("bytes_up", x->up),
 	    KV_U("bytes_down", x->down),
 	    KV_I("duration_ms", took.tv_sec * 1000 + took.tv_usec / 1000),
-	    KV_S("replica", x->replica));
+	    KV_S("replica", x->replica), KV_S("end", "revoked"),
+	    KV_S("reason", x->revoked) };
+	log_audit_kv("k8s", x->client, f,
+	    sizeof(f) / sizeof(f[0]) - (x->revoked[0] != '\0' ? 0 : 2));
 	metrics_k8s_request(x->status, took.tv_sec + took.tv_usec / 1e6);
 }
 
@@ -326,6 +336,8 @@ x_free(struct k8s_exchange *x)
 		event_free(x->deadline);
 	free(x->up_value);
 	live_stream_remove(&x->live);
+	if (x->end_ev != NULL)
+		event_free(x->end_ev);
 	evbuffer_free(x->to_agent);
 	if (x->req_copy != NULL)
 		evbuffer_free(x->req_copy);
@@ -357,6 +369,37 @@ x_fail(struct k8s_exchange *x, int code, const char *message)
 		exchange_abort(h);
 	}
 	x_free(x);
+}
+
+/* x's own event after a revocation: the agent's stream reset with
+ * "revoked", then a 401 Status if nothing of an answer was sent yet, else
+ * the connection (an upgraded one too) dropped. */
+static void
+x_revoked(evutil_socket_t fd, short what, void *arg)
+{
+	struct k8s_exchange *x = arg;
+
+	(void)fd;
+	(void)what;
+	x_detach(x, "revoked");   /* the far side says so too (relay.h) */
+	x_fail(x, 401, x->revoked);
+}
+
+/* live_stream's end (livestreams.h): marked now, ended from the loop. */
+static void
+x_end(struct live_stream *ls, const char *reason)
+{
+	struct k8s_exchange *x = (struct k8s_exchange *)
+	    ((char *)ls - offsetof(struct k8s_exchange, live));
+
+	snprintf(x->revoked, sizeof(x->revoked), "%s", reason);
+	if (x->end_ev == NULL && (x->end_ev = event_new(x->gw->base, -1, 0,
+	    x_revoked, x)) == NULL) {
+		warn("k8s: out of memory to end a revoked exchange",
+		    KV_S("who", x->principal));
+		return;
+	}
+	event_active(x->end_ev, EV_TIMEOUT, 1);
 }
 
 /* The answer is complete (or, raw, one side ended). */
@@ -1007,6 +1050,11 @@ link_close(struct mux_stream *s, const char *code, void *arg)
 	struct k8s_link *l = arg;
 
 	l->s = NULL;
+	/* The far half of a peer link (or the agent's side) ended it for a
+	 * revocation heard there first (relay.h): the audit says so too. */
+	if (l->x != NULL && strcmp(code, "revoked") == 0 && l->x->revoked[0] == '\0')
+		snprintf(l->x->revoked, sizeof(l->x->revoked), "revoked: ended by "
+		    "the other side of the stream");
 	if (l->x != NULL)
 		agent_close(s, code, l->x);
 	else
@@ -1041,6 +1089,7 @@ x_open(struct k8s_exchange *x, const struct reach *agent, struct hconn *h,
 	snprintf(l->cluster, sizeof(l->cluster), "%s", x->cluster);
 	snprintf(l->node, sizeof(l->node), "%s", agent->node);
 	snprintf(l->replica, sizeof(l->replica), "%s", agent->replica);
+	snprintf(l->agent_id, sizeof(l->agent_id), "%s", agent->agent_id);
 	l->out_cb = evbuffer_add_cb(l->out, out_drained, l);
 	if (l->out_cb == NULL) {
 		free(l);
@@ -1057,6 +1106,7 @@ x_open(struct k8s_exchange *x, const struct reach *agent, struct hconn *h,
 	x->agent = l->s;
 	snprintf(x->node, sizeof(x->node), "%s", l->node);
 	snprintf(x->replica, sizeof(x->replica), "%s", l->replica);
+	snprintf(x->agent_id, sizeof(x->agent_id), "%s", l->agent_id);
 	return 0;
 }
 
@@ -1456,6 +1506,7 @@ k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked)
 	}
 	x->link = parked;
 	parked->x = x;
+	snprintf(x->agent_id, sizeof(x->agent_id), "%s", parked->agent_id);
 	x->agent = parked->s;
 	x->adopted = 1;
 	x->state = X_HEAD;
@@ -1494,9 +1545,11 @@ x_go(struct k8s_exchange *x)
 	    parked != NULL ? parked->node : agent.node);
 	snprintf(x->replica, sizeof(x->replica), "%s",
 	    parked != NULL ? parked->replica : agent.replica);
+	snprintf(x->token_id, sizeof(x->token_id), "%s", x->grant.token_id);
 	x->live = (struct live_stream){ .kind = "k8s", .principal = x->principal,
 	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
-	    .down = &x->down, .started = x->started.tv_sec };
+	    .down = &x->down, .started = x->started.tv_sec,
+	    .token_id = x->token_id, .agent_id = x->agent_id, .end = x_end };
 	live_stream_add(&x->gw->live_streams, &x->live);
 	if (write_request_tail(x) != 0) {
 		if (parked != NULL)

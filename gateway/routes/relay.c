@@ -12,12 +12,14 @@
 #include "relay.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "gateway.h"
 #include "livestreams.h"
@@ -42,13 +44,16 @@ struct relay {
 	size_t uncredited;             /* raw: bytes sent to ws, not yet credited to the agent */
 	int agent_fin, client_fin;     /* each side said it sends no more */
 	int agent_fin_sent, client_fin_sent;
+	int opened;                    /* the agent accepted the stream */
+	struct event *end_ev;          /* a revocation's end, from the loop; or NULL */
 	uint64_t up, down;             /* bytes client->agent, agent->client */
 	struct timeval started;
 	char principal[96], cluster[32], node[64], target[256], end[64];
 	char replica[64];              /* the one holding the agent's tunnel */
 	char via[64];                  /* relay_who's, "" when none */
 	char client[64];               /* relay_who's, "" when none */
-	char reason[256];              /* the agent's OPEN_FAIL reason, for the audit */
+	char reason[256];              /* the agent's OPEN_FAIL reason, or the revocation */
+	char token_id[64], agent_id[STORE_ID_MAX + 1];   /* what a revocation matches */
 	struct live_stream live;       /* listed for the status page while it lives */
 };
 
@@ -72,8 +77,14 @@ relay_audit(struct relay *r)
 static void
 relay_note_end(struct relay *r, const char *end)
 {
-	if (r->end[0] == '\0')
-		snprintf(r->end, sizeof(r->end), "%s", end);
+	if (r->end[0] != '\0')
+		return;
+	snprintf(r->end, sizeof(r->end), "%s", end);
+	/* The other side's relay (a peer link's far or near half) ended it
+	 * for a revocation it heard of. */
+	if (strcmp(end, "revoked") == 0 && r->reason[0] == '\0')
+		snprintf(r->reason, sizeof(r->reason), "revoked: ended by the "
+		    "other side of the stream");
 }
 
 /* Frees r once neither side is left. */
@@ -84,6 +95,8 @@ relay_maybe_free(struct relay *r)
 		return;
 	relay_audit(r);
 	live_stream_remove(&r->live);
+	if (r->end_ev != NULL)
+		event_free(r->end_ev);
 	evbuffer_free(r->to_agent);
 	evbuffer_free(r->to_client);
 	free(r);
@@ -381,6 +394,58 @@ static const struct mux_stream_handlers cs_handlers = {
 	.on_close = cs_close,
 };
 
+/* ---- a revocation (livestreams.h) ---- */
+
+/* The relay's own event: both sides reset with "revoked" (the far side of
+ * a peer link, or the agent, sees that code), then freed once neither is
+ * left (a raw client's close follows from the loop). */
+static void
+relay_revoked(evutil_socket_t fd, short what, void *arg)
+{
+	struct relay *r = arg;
+	char msg[320];
+
+	(void)fd;
+	(void)what;
+	if (r->agent != NULL) {
+		mux_stream_reset(r->agent, "revoked");
+		r->agent = NULL;
+	}
+	if (r->kind == CLIENT_RAW && r->upgrade != NULL) {
+		snprintf(msg, sizeof(msg), "%s", r->reason);
+		upgrade_refuse(r->upgrade, 401, msg);
+		r->upgrade = NULL;
+	} else if (r->kind == CLIENT_RAW && r->ws != NULL) {
+		snprintf(msg, sizeof(msg), "revoked: %s", r->reason);
+		wsconn_close(r->ws, 1008, msg);
+	} else if (r->kind == CLIENT_STREAM && r->cs != NULL) {
+		if (r->opened)
+			mux_stream_reset(r->cs, "revoked");
+		else
+			mux_stream_refuse(r->cs, "revoked", r->reason);
+		r->cs = NULL;
+	}
+	relay_maybe_free(r);
+}
+
+/* live_stream's end: marked now (the audit says end=revoked whatever
+ * happens next), ended from the loop. */
+static void
+relay_end(struct live_stream *ls, const char *reason)
+{
+	struct relay *r = (struct relay *)((char *)ls - offsetof(struct relay, live));
+
+	snprintf(r->end, sizeof(r->end), "revoked");
+	snprintf(r->reason, sizeof(r->reason), "%s", reason);
+	if (r->end_ev == NULL && (r->end_ev = event_new(r->gw->base, -1, 0,
+	    relay_revoked, r)) == NULL) {
+		warn("relay: out of memory to end a revoked stream",
+		    KV_S("who", r->principal));
+		return;
+	}
+	event_active(r->end_ev, EV_TIMEOUT, 1);
+}
+
 /* ---- opening ---- */
 
 static void
@@ -404,6 +469,7 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 		relay_maybe_free(r);
 		return;
 	}
+	r->opened = 1;
 	if (r->kind == CLIENT_RAW) {
 		r->ws = upgrade_accept(r->upgrade, NULL, &raw_handlers, r);
 		r->upgrade = NULL;
@@ -463,10 +529,14 @@ relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who 
 	snprintf(r->via, sizeof(r->via), "%s", who->via != NULL ? who->via : "");
 	snprintf(r->client, sizeof(r->client), "%s",
 	    who->client != NULL ? who->client : "");
+	snprintf(r->token_id, sizeof(r->token_id), "%s",
+	    who->token_id != NULL ? who->token_id : "");
+	snprintf(r->agent_id, sizeof(r->agent_id), "%s", agent->agent_id);
 	r->live = (struct live_stream){ .kind = kind == CLIENT_RAW ? "connect" : "forward",
 	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
 	    .target = r->target, .up = &r->up, .down = &r->down,
-	    .started = r->started.tv_sec };
+	    .started = r->started.tv_sec, .token_id = r->token_id,
+	    .agent_id = r->agent_id, .end = relay_end };
 	live_stream_add(&gw->live_streams, &r->live);
 	return r;
 }

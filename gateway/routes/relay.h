@@ -10,7 +10,11 @@
  * were passed on, so the gateway holds at most one window per direction.
  *
  * Every relay ends with one audit line: who, cluster, node, target, bytes
- * each way, duration, and how it ended.
+ * each way, duration, and how it ended.  A relay is in its gateway's live
+ * streams with its token and agent: a revocation of either (or of its
+ * user) ends it, both sides reset with the code "revoked" (so the far
+ * side of a peer link ends its half and says so too), and its audit line
+ * says end=revoked with the revocation as reason (docs/0027).
  */
 #ifndef TETHER_RELAY_H
 #define TETHER_RELAY_H
@@ -22,6 +26,9 @@ struct mux_stream;
 
 struct relay_who {
 	const char *principal;   /* "admin:<token id>" or "user:<name>" */
+	/* The token it was opened with (a revocation of it ends the relay,
+	 * livestreams.h); NULL or "" when not known (a peer link's far side). */
+	const char *token_id;
 	const char *cluster;
 	const char *target;
 	/* relay_start_stream only: a service of the agent ("kube-api") to

@@ -210,6 +210,71 @@ test_live_streams_apart(void **state)
 	assert_int_equal(live_stream_count(&f->a.live_streams), 0);
 }
 
+/* A revocation's end (livestreams.h): counts the calls, keeps the reason. */
+static size_t ended_calls;
+static char ended_reason[64];
+
+static void
+end_one(struct live_stream *ls, const char *reason)
+{
+	(void)ls;
+	ended_calls++;
+	snprintf(ended_reason, sizeof(ended_reason), "%s", reason);
+}
+
+static void
+test_live_streams_end_matching(void **state)
+{
+	struct fixture *f = *state;
+	struct live_stream t1 = { .kind = "connect", .principal = "user:alice",
+	    .token_id = "aaaa", .agent_id = "a-1", .end = end_one };
+	struct live_stream t2 = { .kind = "k8s", .principal = "user:alice",
+	    .token_id = "bbbb", .agent_id = "a-2", .end = end_one };
+	/* The far side of a peer link: no token known. */
+	struct live_stream far = { .kind = "forward", .principal = "user:alice",
+	    .token_id = "", .agent_id = "a-1", .end = end_one };
+	struct live_stream mute = { .kind = "connect", .token_id = "aaaa" };
+	struct live_stream other = { .kind = "connect", .principal = "user:alice",
+	    .token_id = "aaaa", .agent_id = "a-1", .end = end_one };
+
+	live_stream_add(&f->a.live_streams, &t1);
+	live_stream_add(&f->a.live_streams, &t2);
+	live_stream_add(&f->a.live_streams, &far);
+	live_stream_add(&f->a.live_streams, &mute);
+	live_stream_add(&f->b.live_streams, &other);
+	ended_calls = 0;
+	/* Nothing matches an empty id, not even the far side's empty token. */
+	assert_int_equal(live_stream_end_matching(&f->a.live_streams,
+	    LIVE_BY_TOKEN, "", "x"), 0);
+	/* One token: its stream of this gateway only; one without an end is
+	 * skipped. */
+	assert_int_equal(live_stream_end_matching(&f->a.live_streams,
+	    LIVE_BY_TOKEN, "aaaa", "token aaaa revoked"), 1);
+	assert_int_equal(ended_calls, 1);
+	assert_string_equal(ended_reason, "token aaaa revoked");
+	/* Told once: a second notice for the same stream calls nothing. */
+	assert_int_equal(live_stream_end_matching(&f->a.live_streams,
+	    LIVE_BY_TOKEN, "aaaa", "again"), 0);
+	/* The user: the rest of hers, the far side included. */
+	assert_int_equal(live_stream_end_matching(&f->a.live_streams,
+	    LIVE_BY_PRINCIPAL, "user:alice", "user alice revoked"), 2);
+	assert_int_equal(ended_calls, 3);
+	/* The agent: all of its streams here are ending already. */
+	assert_int_equal(live_stream_end_matching(&f->a.live_streams,
+	    LIVE_BY_AGENT, "a-1", "agent a-1 revoked"), 0);
+	/* The other gateway's stream was never touched; an agent ends it. */
+	assert_false(other.ending);
+	assert_int_equal(live_stream_end_matching(&f->b.live_streams,
+	    LIVE_BY_AGENT, "a-1", "agent a-1 revoked"), 1);
+	/* Ending leaves the list to the owner. */
+	assert_int_equal(live_stream_count(&f->a.live_streams), 4);
+	live_stream_remove(&t1);
+	live_stream_remove(&t2);
+	live_stream_remove(&far);
+	live_stream_remove(&mute);
+	live_stream_remove(&other);
+}
+
 static void
 never(struct store *st, const char *authorization, void *arg)
 {
@@ -261,6 +326,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_token_caches_apart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_streams_apart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_streams_end_matching, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_answer_later_caps_apart, setup,
 		    teardown),
 	};
