@@ -168,6 +168,7 @@ help_user(void)
 	    "usage: tetherctl user create NAME --cluster ID [--cluster ID]...\n"
 	    "       tetherctl user list\n"
 	    "       tetherctl user revoke NAME\n"
+	    "       tetherctl user revoke-token TOKEN_ID\n"
 	    "\n"
 	    "A user token (ttu_...) lets a person or a tool reach the clusters it\n"
 	    "is scoped to, and nothing else: `tetherctl connect` and `forward`\n"
@@ -180,7 +181,10 @@ help_user(void)
 	    "  list          every user token: its user, id, clusters and whether\n"
 	    "                it is revoked (never the token itself)\n"
 	    "  revoke NAME   revoke every token of user NAME at once; new\n"
-	    "                connections with them are refused (401) from then on\n"
+	    "                connections with them are refused (401) from then on,\n"
+	    "                and every stream they opened ends, on every replica\n"
+	    "  revoke-token TOKEN_ID\n"
+	    "                revoke one token (its id from `user list`), the same way\n"
 	    "\n"
 	    "A user may hold several tokens (one per kubeconfig, say); `tetherctl\n"
 	    "kubeconfig --user NAME` issues one more.\n"
@@ -794,6 +798,31 @@ user_revoke(struct ctl *c, int argc, char **argv)
 	return r;
 }
 
+/* revoke-token TOKEN_ID: POST /v1/tokens/TOKEN_ID/revoke. */
+static int
+user_revoke_token(struct ctl *c, int argc, char **argv)
+{
+	char path[128];
+	json_t *body;
+	size_t len;
+	int r;
+
+	if (argc != 2)
+		return ctl_usage_error("user", "revoke-token takes exactly one TOKEN_ID");
+	len = strlen(argv[1]);
+	if (len != 16 || strspn(argv[1], "0123456789abcdef") != len)
+		return ctl_usage_error("user", "revoke-token: %s is not a token id "
+		    "(16 hex digits, as `tetherctl user list` shows)", argv[1]);
+	snprintf(path, sizeof(path), "/v1/tokens/%s/revoke", argv[1]);
+	if ((body = json_object()) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	r = call_and_print(c, "POST", path, body, JSON_OBJECT, user_columns);
+	json_decref(body);
+	return r;
+}
+
 int
 cmd_user(struct ctl *c, int argc, char **argv)
 {
@@ -802,8 +831,8 @@ cmd_user(struct ctl *c, int argc, char **argv)
 		return CTL_EXIT_OK;
 	}
 	if (argc < 2)
-		return ctl_usage_error("user", "missing subcommand (create, list "
-		    "or revoke)");
+		return ctl_usage_error("user", "missing subcommand (create, list, "
+		    "revoke or revoke-token)");
 	if (strcmp(argv[1], "create") == 0)
 		return user_create(c, argc - 1, argv + 1);
 	if (strcmp(argv[1], "list") == 0) {
@@ -814,6 +843,8 @@ cmd_user(struct ctl *c, int argc, char **argv)
 	}
 	if (strcmp(argv[1], "revoke") == 0)
 		return user_revoke(c, argc - 1, argv + 1);
+	if (strcmp(argv[1], "revoke-token") == 0)
+		return user_revoke_token(c, argc - 1, argv + 1);
 	return ctl_usage_error("user", "unknown subcommand %s", argv[1]);
 }
 

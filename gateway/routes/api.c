@@ -15,6 +15,7 @@
  *   POST /v1/users                     {"name","clusters"}     -> 201 user token (secret shown once)
  *   GET  /v1/users                                             -> [user token, no secret]
  *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
+ *   POST /v1/tokens/ID/revoke          (one user token)        -> user token
  *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
  *
  * (/metrics, /v1/status and /ui/ are routes of their own: metrics_route.c,
@@ -926,6 +927,29 @@ no_route_effects(struct gateway *gw, struct api_job *j, struct route_response *r
 	route_respond_error(r, 404, "no route %s %s", j->method, j->path);
 }
 
+static void
+token_revoke_store(struct store *st, struct api_job *j)
+{
+	j->rc = store_user_token_revoke(st, j->id, &j->u, j->err, sizeof(j->err));
+}
+
+static void
+token_revoke_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	access_revoked(gw);
+	if (j->rc == STORE_NOTFOUND)
+		route_respond_error(r, 404, "%s", j->err);
+	else if (j->rc != STORE_OK)
+		respond_store_error(r, j->rc, j->err);
+	else {
+		info("user token revoked", KV_S("user", j->u.name),
+		    KV_S("token", j->u.id));
+		revoked_streams_end(gw, LIVE_BY_TOKEN, j->u.id, "token", j->u.id);
+		route_respond_json(r, 200, user_json(&j->u));
+	}
+}
+
 static const struct api_handler
     h_none = { 0, NULL, no_route_effects },
     h_clusters_create = { API_BODY_CLUSTER + 1, clusters_create_store,
@@ -940,6 +964,7 @@ static const struct api_handler
 	users_create_effects },
     h_users_list = { 0, users_list_store, users_list_effects },
     h_users_revoke = { 0, users_revoke_store, users_revoke_effects },
+    h_token_revoke = { 0, token_revoke_store, token_revoke_effects },
     h_agents_list = { 0, agents_list_store, agents_list_effects },
     h_agent_get = { 0, agent_get_store, agent_get_effects },
     h_agents_action = { 0, agents_action_store, agents_action_effects };
@@ -967,6 +992,9 @@ admin_handler(struct api_job *j, char **seg, size_t n, int get, int post)
 			return post ? &h_users_create : get ? &h_users_list : &h_none;
 		if (n == 4 && post && strcmp(seg[3], "revoke") == 0)
 			return &h_users_revoke;
+	} else if (n == 4 && strcmp(seg[1], "tokens") == 0) {
+		if (post && strcmp(seg[3], "revoke") == 0)
+			return &h_token_revoke;
 	} else if (n >= 2 && strcmp(seg[1], "agents") == 0) {
 		if (n == 2 && get)
 			return &h_agents_list;

@@ -950,6 +950,32 @@ store_user_revoke(struct store *s, const char *name, int64_t *count,
 }
 
 int
+store_user_token_revoke(struct store *s, const char *id,
+    struct store_user_token *out, char *err, size_t errlen)
+{
+	struct store_user_token *arr = NULL;
+	size_t n = 0;
+	int rc;
+	STORE_TIMED(s);
+
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE tokens SET revoked = 1 WHERE kind = 'user' AND "
+	    "id = ? AND revoked = 0", .what = "revoke a user token",
+	    PARAMS(P_TEXT(id)) }, NULL, NULL, err, errlen);
+	if (rc == STORE_OK && (rc = user_tokens_select(s, id, &arr, &n)) == STORE_OK &&
+	    n != 1) {
+		snprintf(err, errlen, "no user token %s", id);
+		rc = STORE_NOTFOUND;
+	}
+	if ((rc = store_finish(s, rc, err, errlen)) == STORE_OK && out != NULL)
+		*out = arr[0];
+	free(arr);
+	return rc;
+}
+
+int
 store_token_in_cluster(struct store *s, const char *token_id,
     const char *cluster)
 {

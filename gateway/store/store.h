@@ -164,6 +164,15 @@ int store_user_token_get(struct store *s, const char *id,
     struct store_user_token *out);
 
 /*
+ * Revokes the one user token with this id (one transaction; a token
+ * already revoked stays so); *out (may be NULL) holds its record after.
+ * STORE_NOTFOUND (with err) when no user token has this id: admin and
+ * import tokens are not revoked here.
+ */
+int store_user_token_revoke(struct store *s, const char *id,
+    struct store_user_token *out, char *err, size_t errlen);
+
+/*
  * Revokes every user token issued to name, in one transaction; *count is
  * how many were live until now (0 when all already were revoked).
  * STORE_NOTFOUND when name never had a token.

@@ -9,6 +9,8 @@
 # - a user, revoked on A (`tetherctl user revoke`);
 # - one token, revoked in the store by another hand (SQL: no replica's API
 #   call; both replicas learn it from the store's notice only);
+# - one token of a user's two, revoked on B (`tetherctl user revoke-token`):
+#   the other keeps working;
 # - one token revoked while both replicas' listeners are down (the notice
 #   is lost): the re-read of open streams' tokens at reconnect ends them;
 # - the agent, revoked on A while B holds its tunnel (streams as admin).
@@ -106,6 +108,24 @@ revoked_audits user:bob
 assert_contains "$T/replica1.log" "msg=\"notices: a revocation ends the streams it opened here\" token=$bob_id streams=2"
 assert_contains "$T/replica2.log" "msg=\"notices: a revocation ends the streams it opened here\" token=$bob_id streams=2"
 pass "a token revoked in the store: its four streams on both replicas ended, each audited end=revoked"
+
+# --- one token of two, revoked on B with `tetherctl user revoke-token` ---
+dave=$(on 1 user create dave --cluster "$cid" | jq -er .token)
+dave_id=$(on 1 user list | jq -er '.[] | select(.name == "dave") | .token_id')
+dave2=$(on 1 user create dave --cluster "$cid" | jq -er .token)
+open_streams "$dave" n1 one-token
+t0=$(now_ms)
+on 2 user revoke-token "$dave_id" >"$T/revoke-token.json"
+all_end one-token "$t0"
+jq -e --arg id "$dave_id" '.token_id == $id and .name == "dave" and .revoked == true' \
+	"$T/revoke-token.json" >/dev/null || fail "revoke-token answered $(cat "$T/revoke-token.json")"
+revoked_audits user:dave
+[ "$(printf 'still\n' | env -u TETHER_TOKEN_FILE TETHER_TOKEN="$dave2" \
+	TETHER_SERVER="https://127.0.0.1:${RPORT[1]}" "$CTL" connect --cluster "$cid" \
+	--node n1 "127.0.0.1:$echo_port")" = still ] || fail "dave's other token stopped working"
+expect_exit 1 on 1 user revoke-token 0123456789abcdef
+assert_contains "$T/last.err" "no user token 0123456789abcdef"
+pass "one token revoked on B (revoke-token): its four streams ended, each audited end=revoked; the user's other token still works"
 
 # --- a token revoked while both replicas' listeners were down: the notice
 # is lost, and the re-read after the listener reconnects ends the streams ---

@@ -634,6 +634,47 @@ test_user_revoke(void **state)
 	    STORE_OK);
 }
 
+/* One user token by its id: only that one, only a user token. */
+static void
+test_user_token_revoke(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster a = { .id = "" };
+	struct store_token t;
+	struct store_user_token u;
+	const char *ids[1];
+
+	make_cluster(f, "a", &a);
+	ids[0] = a.id;
+	fill_user(&t, "1111111111111111", "alice");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	fill_user(&t, "2222222222222222", "alice");
+	assert_int_equal(store_user_token_create(f->s, &t, ids, 1, NULL, err,
+	    sizeof(err)), STORE_OK);
+	make_import(f, "3333333333333333", 1, false, &a);
+
+	assert_int_equal(store_user_token_revoke(f->s, "1111111111111111", &u,
+	    err, sizeof(err)), STORE_OK);
+	assert_string_equal(u.id, "1111111111111111");
+	assert_string_equal(u.name, "alice");
+	assert_true(u.revoked);
+	/* Again: still revoked, still found. */
+	assert_int_equal(store_user_token_revoke(f->s, "1111111111111111", &u,
+	    err, sizeof(err)), STORE_OK);
+	/* The user's other token is untouched. */
+	assert_int_equal(store_user_token_get(f->s, "2222222222222222", &u),
+	    STORE_OK);
+	assert_false(u.revoked);
+	/* An import token, and no token: not here. */
+	assert_int_equal(store_user_token_revoke(f->s, "3333333333333333", &u,
+	    err, sizeof(err)), STORE_NOTFOUND);
+	assert_int_equal(store_user_token_revoke(f->s, "4444444444444444", NULL,
+	    err, sizeof(err)), STORE_NOTFOUND);
+	assert_string_equal(err, "no user token 4444444444444444");
+}
+
 static void
 test_user_token_refusals(void **state)
 {
@@ -1629,6 +1670,7 @@ main(void)
 		T(test_migrates_v1_in_place),
 		T(test_user_tokens),
 		T(test_user_revoke),
+		T(test_user_token_revoke),
 		T(test_user_token_refusals),
 		T(test_clusters),
 		T(test_cluster_names),
