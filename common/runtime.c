@@ -1,11 +1,16 @@
 /* runtime.c: process-wide settings (see runtime.h). */
 #include "runtime.h"
 
+#include <fcntl.h>
+#include <link.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <jansson.h>
@@ -140,4 +145,76 @@ runtime_monotonic_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct release {
+	uintptr_t page;
+	int pagemap;        /* /proc/self/pagemap, or -1 */
+	size_t released;
+};
+
+/* Of a writable segment, the pages still the file's (present, pagemap's
+ * "file page" bit: never written, so the file holds what they hold),
+ * released one at a time; written (anonymous) pages stay. */
+static void
+release_file_pages(struct release *r, uintptr_t start, uintptr_t end)
+{
+	uint64_t e[64];
+
+	for (uintptr_t a = start; a < end;) {
+		size_t n = (end - a) / r->page, bytes;
+
+		n = n > 64 ? 64 : n;
+		bytes = n * sizeof(e[0]);
+		if (pread(r->pagemap, e, bytes, (off_t)(a / r->page * sizeof(e[0]))) !=
+		    (ssize_t)bytes)
+			return;
+		for (size_t i = 0; i < n; i++, a += r->page)
+			if ((e[i] >> 63 & 1) != 0 && (e[i] >> 61 & 1) != 0 &&
+			    madvise((void *)a, r->page, MADV_DONTNEED) == 0)
+				r->released += r->page;
+	}
+}
+
+/* dl_iterate_phdr's callback: the loadable segments of one object. */
+static int
+release_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct release *r = arg;
+	uintptr_t page = r->page;
+
+	(void)size;
+	/* The vDSO is the kernel's, not a file mapping. */
+	if (info->dlpi_name != NULL && strncmp(info->dlpi_name, "linux-", 6) == 0)
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_filesz;
+		uintptr_t start = (lo + page - 1) & ~(page - 1), end = hi & ~(page - 1);
+
+		if (ph->p_type != PT_LOAD)
+			continue;
+		if ((ph->p_flags & PF_W) != 0) {
+			if (r->pagemap >= 0)
+				release_file_pages(r, lo & ~(page - 1), (hi + page - 1) & ~(page - 1));
+		} else if (end > start && madvise((void *)start, end - start, MADV_DONTNEED) == 0) {
+			r->released += end - start;
+		}
+	}
+	return 0;
+}
+
+size_t
+runtime_release_startup(void)
+{
+	struct release r = {
+		.page = (uintptr_t)sysconf(_SC_PAGESIZE),
+		.pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC),
+	};
+
+	malloc_trim(0);
+	dl_iterate_phdr(release_object, &r);
+	if (r.pagemap >= 0)
+		close(r.pagemap);
+	return r.released;
 }

@@ -38,6 +38,7 @@ struct event_base *runtime_event_base(void);
  */
 void runtime_drain(struct event_base *base);
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
 
@@ -75,6 +76,25 @@ struct timeval runtime_common_timeval(struct event_base *base, uint32_t ms);
  * call it before event_base_free.
  */
 int runtime_audit_per_pass(struct event_base *base);
+
+/*
+ * Gives back what start-up used and a settled process does not: the free
+ * memory malloc holds (malloc_trim) and this process's mappings of the
+ * read-only segments of the program and its shared libraries (code and
+ * constants, never written: madvise MADV_DONTNEED drops the page-table
+ * entries; the pages stay in the page cache, and what is still used is
+ * mapped back by the next touch, a minor fault per 64 KiB), and the pages
+ * of their writable segments (RELRO'd tables) that /proc/self/pagemap
+ * says were never written, so the file holds them as they are.  Written
+ * pages are left alone.  Single-threaded callers only: a page written by
+ * another thread between the look and the release would be lost.  For a
+ * long-lived process once its start-up (key loading, certificate parsing,
+ * a TLS handshake) is done: the agent calls it when its tunnel becomes
+ * active (docs/0025).  Returns the bytes released.  Cost: a walk of the loaded
+ * objects, one madvise per read-only segment and per unwritten page of a
+ * writable one, then the refaults of what is still in use.
+ */
+size_t runtime_release_startup(void);
 
 /* Milliseconds on CLOCK_MONOTONIC: for deadlines and ages, never for
  * times shown or stored (a wall-clock step does not move it). */

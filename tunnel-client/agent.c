@@ -56,11 +56,13 @@ struct agent {
 	struct agent_tunnel *tunnel;
 	struct dialer *dialer;
 	struct event *sigterm, *sigint;
+	struct event *settle;         /* AGENT_SETTLE_MS after the tunnel came up */
 	struct prom_http *metrics;    /* --metrics-listen, or NULL */
 
 	char state[64];               /* the agent state the gateway last sent */
 	char last_error[FRAME_REASON_MAX + 1];
 	int exit_code;
+	bool up;                      /* active and connected */
 };
 
 static void
@@ -122,6 +124,34 @@ agent_registered(void *arg, const char *agent_id)
 	return 0;
 }
 
+/* Once the tunnel has been up and active for AGENT_SETTLE_MS, what
+ * start-up (keys, certificates, the handshakes, the verification and what
+ * follows it) used is given back (runtime_release_startup): an idle agent
+ * keeps only what it still touches (docs/0025).  Again after each
+ * reconnection, whose handshake touched it again. */
+#define AGENT_SETTLE_MS 2000
+
+static void
+agent_on_settle(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	debug("start-up memory released", KV_U("kib", runtime_release_startup() / 1024));
+}
+
+static void
+agent_settle(struct agent *a, bool up)
+{
+	struct timeval tv = runtime_ms_timeval(AGENT_SETTLE_MS);
+
+	if (up && !a->up)
+		evtimer_add(a->settle, &tv);
+	else if (!up)
+		evtimer_del(a->settle);
+	a->up = up;
+}
+
 static void
 agent_status(void *arg, const char *state, bool connected, const char *last_error)
 {
@@ -130,6 +160,7 @@ agent_status(void *arg, const char *state, bool connected, const char *last_erro
 	snprintf(a->state, sizeof(a->state), "%s", state);
 	snprintf(a->last_error, sizeof(a->last_error), "%s", last_error);
 	agent_write_status(a, connected);
+	agent_settle(a, connected && strcmp(state, "active") == 0);
 }
 
 static void
@@ -264,7 +295,9 @@ agent_start_loop(struct agent *a)
 	}
 	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
 	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);
+	a->settle = evtimer_new(a->base, agent_on_settle, a);
 	if (a->dns == NULL || a->dialer == NULL || a->sigterm == NULL || a->sigint == NULL ||
+	    a->settle == NULL ||
 	    evsignal_add(a->sigterm, NULL) != 0 || evsignal_add(a->sigint, NULL) != 0)
 		return -1;
 	return 0;
@@ -367,6 +400,8 @@ agent_free(struct agent *a)
 		event_free(a->sigterm);
 	if (a->sigint != NULL)
 		event_free(a->sigint);
+	if (a->settle != NULL)
+		event_free(a->settle);
 	if (a->dns != NULL)
 		evdns_base_free(a->dns, 0);
 	sdnotify_watchdog_stop();

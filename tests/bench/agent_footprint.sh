@@ -2,7 +2,8 @@
 # agent_footprint.sh: what one tether-client build costs a node, for several
 # builds side by side against one gateway on loopback (docs/0025): file
 # size, shared libraries, VmRSS and private memory (Private_Clean +
-# Private_Dirty of /proc/PID/smaps_rollup) of an idle connected agent, what
+# Private_Dirty of /proc/PID/smaps_rollup) and anonymous memory of an idle
+# connected agent, what
 # an open idle stream adds (BENCH_STREAMS of them, default 100), and the
 # stream throughput of two of them.  BENCH_SMAPS=DIR copies each agent's
 # /proc/PID/smaps there when idle.
@@ -137,8 +138,10 @@ active() {
 for n in "${NAMES[@]}"; do
 	wait_until 60 "$n active" active "$n"
 done
-# Idle: registration and the first pings done.
-sleep 5
+# Idle: registration done, start-up memory released (2 s after active)
+# and two rounds of pings (6 s apart) run since: what a ping touches is
+# part of what an idle agent keeps.
+sleep 15
 if [ -n "${BENCH_SMAPS:-}" ]; then
 	for n in "${NAMES[@]}"; do
 		cp "/proc/${PID[$n]}/smaps" "$W/smaps-$n.txt"
@@ -149,6 +152,9 @@ fi
 kib() { awk -v k="$2" '$1 == k":" { print $2 }' "$1"; }
 rss() { kib "/proc/$1/status" VmRSS; }
 private() { awk '/^Private_(Clean|Dirty):/ { s += $2 } END { print s }' "/proc/$1/smaps_rollup"; }
+# Anonymous: what the process cannot give back to the page cache (heap,
+# stack, written data); private minus this is clean pages of its files.
+anon() { kib "/proc/$1/smaps_rollup" Anonymous; }
 libs() { # the shared libraries the loader maps (ldd; for a foreign or static binary, NEEDED)
 	local b=$1
 	if ! readelf -dW "$b" | grep -q NEEDED; then
@@ -159,14 +165,14 @@ libs() { # the shared libraries the loader maps (ldd; for a foreign or static bi
 		ldd "$b" | grep -c '=> /'
 	fi
 }
-declare -A RSS0 PRIV0
+declare -A RSS0 PRIV0 ANON0
 echo
 echo "tether-client builds, idle and connected (one gateway, $(date -u +%FT%TZ), $(nproc) cores)"
-printf '%-9s %10s %6s %10s %12s  %s\n' build bytes libs "VmRSS KiB" "private KiB" binary
+printf '%-9s %10s %6s %10s %12s %9s  %s\n' build bytes libs "VmRSS KiB" "private KiB" "anon KiB" binary
 for n in "${NAMES[@]}"; do
-	RSS0[$n]=$(rss "${PID[$n]}") PRIV0[$n]=$(private "${PID[$n]}")
-	printf '%-9s %10s %6s %10s %12s  %s%s\n' "$n" "$(stat -c %s "${BIN[$n]}")" \
-		"$(libs "${BIN[$n]}" "${RUNNER[$n]}")" "${RSS0[$n]}" "${PRIV0[$n]}" \
+	RSS0[$n]=$(rss "${PID[$n]}") PRIV0[$n]=$(private "${PID[$n]}") ANON0[$n]=$(anon "${PID[$n]}")
+	printf '%-9s %10s %6s %10s %12s %9s  %s%s\n' "$n" "$(stat -c %s "${BIN[$n]}")" \
+		"$(libs "${BIN[$n]}" "${RUNNER[$n]}")" "${RSS0[$n]}" "${PRIV0[$n]}" "${ANON0[$n]}" \
 		"${RUNNER[$n]:+${RUNNER[$n]} }" "${BIN[$n]}"
 done
 
@@ -174,7 +180,8 @@ done
 # BENCH_STREAMS (default 100) connections per node through one `tetherctl
 # forward` to the echo server, each with 4 bytes echoed, then held open: the
 # figure is the growth divided by the count (one stream alone is below the
-# 4 KiB page that RSS counts in).
+# 4 KiB page that RSS counts in), from the anonymous growth: the code the
+# streams run is mapped back once (runtime_release_startup), not per stream.
 NSTREAMS=${BENCH_STREAMS:-100}
 declare -A HOLD
 for n in "${NAMES[@]}"; do
@@ -206,10 +213,11 @@ done
 sleep 3
 echo
 echo "$NSTREAMS open idle streams per node (tetherctl forward to an echo server, 4 bytes each way)"
-printf '%-9s %14s %16s %18s\n' build "VmRSS +KiB" "private +KiB" "per stream, KiB"
+printf '%-9s %14s %16s %14s %18s\n' build "VmRSS +KiB" "private +KiB" "anon +KiB" "per stream, KiB"
 for n in "${NAMES[@]}"; do
 	dr=$(($(rss "${PID[$n]}") - RSS0[$n])) dp=$(($(private "${PID[$n]}") - PRIV0[$n]))
-	printf '%-9s %14s %16s %18s\n' "$n" "$dr" "$dp" "$(awk -v p="$dp" -v n="$NSTREAMS" 'BEGIN { printf "%.1f", p / n }')"
+	da=$(($(anon "${PID[$n]}") - ANON0[$n]))
+	printf '%-9s %14s %16s %14s %18s\n' "$n" "$dr" "$dp" "$da" "$(awk -v a="$da" -v n="$NSTREAMS" 'BEGIN { printf "%.1f", a / n }')"
 done
 
 # --- throughput of two builds -------------------------------------------------
