@@ -30,6 +30,7 @@
 #include "k8s.h"
 #include "livestreams.h"
 #include "log.h"
+#include "srccount.h"
 #include "metrics.h"
 #include "metrics_route.h"
 #include "netaddr.h"
@@ -535,6 +536,11 @@ serve_limits(struct gateway_limits *l, const struct opt_set *o)
 	l->max_handshakes = opts_num(o, SERVE_OPT_MAX_HANDSHAKES);
 	l->max_tls_handshakes = opts_num(o, SERVE_OPT_MAX_TLS_HANDSHAKES);
 	l->max_tls_queue = opts_num(o, SERVE_OPT_MAX_TLS_QUEUE);
+	l->max_tls_per_source = opts_num(o, SERVE_OPT_MAX_TLS_PER_SOURCE);
+	l->tls_hello_timeout_ms = opts_num(o, SERVE_OPT_TLS_HELLO_TIMEOUT);
+	l->tls_handshake_timeout_ms = opts_num(o, SERVE_OPT_TLS_HANDSHAKE_TIMEOUT);
+	l->max_handshakes_per_source = opts_num(o, SERVE_OPT_MAX_HANDSHAKES_PER_SOURCE);
+	l->hello_timeout_ms = opts_num(o, SERVE_OPT_HELLO_TIMEOUT);
 	l->max_frame_bytes = opts_num(o, SERVE_OPT_MAX_FRAME_SIZE);
 	l->max_queue_bytes = opts_num(o, SERVE_OPT_MAX_QUEUE);
 	l->verify_timeout_ms = opts_num(o, SERVE_OPT_VERIFY_TIMEOUT);
@@ -837,6 +843,8 @@ serve_stop(struct serve *sv)
 	sdnotify_watchdog_stop();
 	if (gw->trim_timer != NULL)
 		event_free(gw->trim_timer);
+	srccount_free(gw->handshake_sources);
+	gw->handshake_sources = NULL;
 	/* Every held audit line is written before the loop goes. */
 	(void)runtime_audit_per_pass(NULL);
 	if (gw->base != NULL)

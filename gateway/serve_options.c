@@ -116,6 +116,25 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "connections waiting for a TLS handshake slot; past it new "
 	    "ones wait in the kernel's listen backlog; one whose client closed, or "
 	    "that waited over half of --handshake-timeout, is closed unread" },
+	[SERVE_OPT_MAX_TLS_PER_SOURCE] = { .name = "max-tls-per-source", .type = OPT_U32,
+	    .arg = "N", .def = "8", .min = 1, .max = 1000000,
+	    .help = "TLS handshake slots and queue places one source address "
+	    "holds at once; past it its new connections are closed unread" },
+	[SERVE_OPT_TLS_HELLO_TIMEOUT] = { .name = "tls-hello-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "1000", .min = 50, .max = 600000,
+	    .help = "a connection given a TLS handshake slot must have sent its "
+	    "ClientHello within this, or it is closed and the slot goes on" },
+	[SERVE_OPT_TLS_HANDSHAKE_TIMEOUT] = { .name = "tls-handshake-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "3000", .min = 50, .max = 600000,
+	    .help = "the whole TLS handshake, from taking a slot" },
+	[SERVE_OPT_MAX_HANDSHAKES_PER_SOURCE] = { .name = "max-handshakes-per-source",
+	    .type = OPT_U32, .arg = "N", .def = "32", .min = 1, .max = 1000000,
+	    .help = "tunnel handshakes one source address holds at once; past it "
+	    "its upgrades get 503" },
+	[SERVE_OPT_HELLO_TIMEOUT] = { .name = "hello-timeout", .type = OPT_U32,
+	    .arg = "MS", .def = "2000", .min = 50, .max = 600000,
+	    .help = "a new tunnel must send HELLO within this (then the rest of "
+	    "--handshake-timeout)" },
 	[SERVE_OPT_MAX_FRAME_SIZE] = { .name = "max-frame-size", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "largest tunnel frame" },

@@ -32,6 +32,7 @@
 #include "presence.h"
 #include "runtime.h"
 #include "shares.h"
+#include "srccount.h"
 #include "store.h"
 #include "store_worker.h"
 #include "token.h"
@@ -79,6 +80,8 @@ struct session {
 	void *t;                              /* io's argument */
 	enum session_phase phase;
 	int counted_handshake;        /* counted in gw->handshakes */
+	int counted_source;           /* and in gw->handshake_sources */
+	int hello_seen;               /* past the HELLO deadline's check */
 	uint32_t version;             /* negotiated protocol version */
 	struct session_hs *hs;        /* until PHASE_ESTABLISHED, then NULL */
 	struct session_agent agent;   /* PHASE_ESTABLISHED: the agent */
@@ -151,6 +154,8 @@ session_hs_free(struct session *s)
 	}
 }
 
+static void session_source_put(struct session *s);
+
 static void
 session_set_phase(struct session *s, enum session_phase next)
 {
@@ -160,6 +165,7 @@ session_set_phase(struct session *s, enum session_phase next)
 	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
 		s->counted_handshake = 0;
 		s->gw->handshakes--;
+		session_source_put(s);
 		gateway_handshake_ended(s->gw);
 		if (s->handshake_timer != NULL)
 			evtimer_del(s->handshake_timer);
@@ -256,12 +262,40 @@ session_store_unreadable(struct session *s, const char *what, const char *err)
 	session_kick(s, "unavailable", reason);
 }
 
+/* The handshake no longer counts against its source's share. */
+static void
+session_source_put(struct session *s)
+{
+	if (!s->counted_source)
+		return;
+	s->counted_source = 0;
+	srccount_put(s->gw->handshake_sources, tr_peer(s));
+}
+
 static void
 session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 {
 	struct session *s = arg;
+	struct gateway_limits *l = &s->gw->limits;
 	char reason[96];
 
+	/* First the HELLO deadline (--hello-timeout): a silent upgrade gives
+	 * its handshake slot back within it; then the rest of the whole. */
+	if (!s->hello_seen && s->phase == PHASE_AWAIT_HELLO) {
+		snprintf(reason, sizeof(reason), "no HELLO within %u ms",
+		    l->hello_timeout_ms < l->handshake_timeout_ms ?
+		    l->hello_timeout_ms : l->handshake_timeout_ms);
+		session_protocol_error(s, "timeout", reason);
+		return;
+	}
+	if (!s->hello_seen && l->hello_timeout_ms < l->handshake_timeout_ms) {
+		struct timeval tv = runtime_ms_timeval(l->handshake_timeout_ms -
+		    l->hello_timeout_ms);
+
+		s->hello_seen = 1;
+		evtimer_add(s->handshake_timer, &tv);
+		return;
+	}
 	snprintf(reason, sizeof(reason), "handshake not finished within %u ms",
 	    s->gw->limits.handshake_timeout_ms);
 	session_protocol_error(s, "timeout", reason);
@@ -299,10 +333,17 @@ session_new(struct gateway *gw, const struct session_transport *io, void *t)
 		free(s);
 		return NULL;
 	}
-	tv = runtime_ms_timeval(gw->limits.handshake_timeout_ms);
+	tv = runtime_ms_timeval(gw->limits.hello_timeout_ms <
+	    gw->limits.handshake_timeout_ms ? gw->limits.hello_timeout_ms :
+	    gw->limits.handshake_timeout_ms);
 	evtimer_add(s->handshake_timer, &tv);
 	s->counted_handshake = 1;
 	gw->handshakes++;
+	if (gw->handshake_sources == NULL)
+		gw->handshake_sources = srccount_new();
+	/* The cap was checked by the route (tunnel.c): here it only counts. */
+	s->counted_source = gw->handshake_sources != NULL &&
+	    srccount_take(gw->handshake_sources, io->peer(t), UINT32_MAX) == 0;
 	debug("tunnel connected", KV_S("peer", io->peer(t)));
 	return s;
 }
@@ -1146,6 +1187,7 @@ session_closed(struct session *s)
 	if (s->counted_handshake) {
 		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "closed");
 		s->gw->handshakes--;
+		session_source_put(s);
 		gateway_handshake_ended(s->gw);
 	}
 	if (s->handshake_timer != NULL)

@@ -34,6 +34,7 @@ struct presence;
 struct peers;
 struct notices;
 struct access_cache;
+struct srccount;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
 struct gateway_limits {
@@ -41,6 +42,11 @@ struct gateway_limits {
 	uint32_t max_handshakes;        /* unauthenticated tunnels at once */
 	uint32_t max_tls_handshakes;    /* TLS handshakes under way at once */
 	uint32_t max_tls_queue;         /* accepted connections waiting for one */
+	uint32_t max_tls_per_source;    /* TLS slots + queue places of one source */
+	uint32_t tls_hello_timeout_ms;  /* a TLS slot's ClientHello must come within */
+	uint32_t tls_handshake_timeout_ms; /* its whole TLS handshake within */
+	uint32_t max_handshakes_per_source; /* tunnel handshakes of one source */
+	uint32_t hello_timeout_ms;      /* a new tunnel's HELLO must come within */
 	uint32_t max_frame_bytes;       /* largest frame after authentication */
 	uint32_t max_handshake_frame;   /* largest frame before authentication */
 	uint32_t max_queue_bytes;       /* output queued to one peer (tunnel, dial) */
@@ -58,6 +64,11 @@ struct gateway_limits {
 	.max_handshakes = 256, \
 	.max_tls_handshakes = 32, \
 	.max_tls_queue = 4096, \
+	.max_tls_per_source = 8, \
+	.tls_hello_timeout_ms = 1000, \
+	.tls_handshake_timeout_ms = 3000, \
+	.max_handshakes_per_source = 32, \
+	.hello_timeout_ms = 2000, \
 	.max_frame_bytes = 1 << 20, \
 	.max_handshake_frame = 4096, \
 	.max_queue_bytes = 8 << 20, \
@@ -90,6 +101,8 @@ struct gateway {
 	size_t ca_pem_len;
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	struct event *trim_timer;       /* gateway_handshake_ended; freed by main.c */
+	struct srccount *handshake_sources; /* tunnel handshakes per source
+	                                   (session.c makes it; freed by main.c) */
 	int stopping;                   /* SIGTERM received: draining, refuse new tunnels */
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */

@@ -22,6 +22,7 @@
 #include "route.h"
 #include "server.h"
 #include "session.h"
+#include "srccount.h"
 #include "wsconn.h"
 
 #define TUNNEL_PATH "/v1/connect"
@@ -223,6 +224,18 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 		    KV_S("peer", upgrade_peer(u)), KV_U("handshakes", gw->handshakes));
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
 		    "retry later", gw->handshakes);
+		upgrade_refuse(u, 503, reason);
+		return;
+	}
+	/* One source's share (docs/0028): a flood of silent upgrades from one
+	 * address cannot hold every slot and shut reconnecting agents out. */
+	if (gw->handshake_sources != NULL && srccount_get(gw->handshake_sources,
+	    upgrade_peer(u)) >= gw->limits.max_handshakes_per_source) {
+		debug("refusing a tunnel: its source's handshakes are at "
+		    "--max-handshakes-per-source", KV_S("peer", upgrade_peer(u)));
+		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way "
+		    "from this address: retry later",
+		    gw->limits.max_handshakes_per_source);
 		upgrade_refuse(u, 503, reason);
 		return;
 	}

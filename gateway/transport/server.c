@@ -77,6 +77,7 @@
 #include "netaddr.h"
 #include "proxyv2.h"
 #include "route.h"
+#include "srccount.h"
 #include "runtime.h"
 #include "tlspeer.h"
 #include "wsconn.h"
@@ -134,6 +135,9 @@ struct server {
 	uint32_t qhead, qlen;
 	int listener_paused;              /* by a full queue */
 	uint64_t shed;                    /* waited past the handshake timeout */
+	/* Per source (docs/0028): slots and queue places held, at most
+	 * --max-tls-per-source each. */
+	struct srccount *tls_sources;
 	int plain_port;
 	int mtls_port;
 };
@@ -203,6 +207,7 @@ struct hconn {
 	int x_raw;                        /* after a 101: input is raw bytes */
 	int x_keep;                       /* the client allows keep-alive */
 	int tls_counted;                  /* in srv->tls_handshakes */
+	int64_t tls_since_ms;             /* monotonic: when it took its slot */
 	enum conn_port port;              /* the listener it came from */
 	void *kept;                       /* a route's state between exchanges */
 	void (*kept_free)(void *);
@@ -214,6 +219,7 @@ static void hconn_process(struct hconn *h);
 static void hconn_kick_read(struct hconn *h);
 static void hconn_linger(struct hconn *h);
 static void tls_slot_free(struct hconn *h);
+static void hconn_tls_timer(struct hconn *h);
 
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
@@ -1027,9 +1033,12 @@ hconn_event_cb(struct bufferevent *bev, short what, void *arg)
 	unsigned long e;
 
 	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))) {
-		/* BEV_EVENT_CONNECTED: the TLS handshake is done */
-		if (h->tls_counted)
+		/* BEV_EVENT_CONNECTED: the TLS handshake is done; the first
+		 * request has --http-timeout from now. */
+		if (h->tls_counted) {
 			tls_slot_free(h);
+			hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
+		}
 		return;
 	}
 	e = bufferevent_get_openssl_error(bev);
@@ -1044,6 +1053,34 @@ hconn_event_cb(struct bufferevent *bev, short what, void *arg)
 	hconn_free(h);
 }
 
+/* A connection holding a TLS slot that did not move in time is closed
+ * (counted as shed): no ClientHello by --tls-hello-timeout, or no finished
+ * handshake by --tls-handshake-timeout.  Otherwise it waits for the rest. */
+static void
+hconn_tls_timer(struct hconn *h)
+{
+	const struct gateway_limits *l = &h->srv->gw->limits;
+	SSL *ssl = bufferevent_openssl_get_ssl(h->bev);
+	int64_t held = runtime_monotonic_ms() - h->tls_since_ms;
+
+	if (ssl == NULL || SSL_get_state(ssl) == TLS_ST_BEFORE) {
+		h->srv->shed++;
+		debug("http: no ClientHello within --tls-hello-timeout: closed",
+		    KV_S("peer", h->peer), KV_U("ms", l->tls_hello_timeout_ms));
+		hconn_free(h);
+		return;
+	}
+	if (held >= (int64_t)l->tls_handshake_timeout_ms) {
+		h->srv->shed++;
+		debug("http: TLS handshake not finished within "
+		    "--tls-handshake-timeout: closed", KV_S("peer", h->peer),
+		    KV_U("ms", l->tls_handshake_timeout_ms));
+		hconn_free(h);
+		return;
+	}
+	hconn_arm(h, (uint32_t)((int64_t)l->tls_handshake_timeout_ms - held));
+}
+
 static void
 hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -1052,6 +1089,10 @@ hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (h->state == HC_DONE) {
 		hconn_free(h);             /* hconn_end: the deferred end */
+		return;
+	}
+	if (h->tls_counted) {
+		hconn_tls_timer(h);
 		return;
 	}
 	if (h->state == HC_REPLYING) {
@@ -1165,11 +1206,17 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
 
 	if (h == NULL) {
 		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
+		srccount_put(srv->tls_sources, peer);
 		evutil_closesocket(fd);
 		return;
 	}
 	h->tls_counted = 1;
+	h->tls_since_ms = runtime_monotonic_ms();
 	srv->tls_handshakes++;
+	/* The slot is held only while the handshake moves (docs/0028): the
+	 * ClientHello within --tls-hello-timeout, all of it within
+	 * --tls-handshake-timeout (hconn_tls_timer). */
+	hconn_arm(h, srv->gw->limits.tls_hello_timeout_ms);
 }
 
 /* Has the client of a waiting connection given up (closed its end)?  Its
@@ -1203,6 +1250,7 @@ tls_slot_free(struct hconn *h)
 
 	h->tls_counted = 0;
 	srv->tls_handshakes--;
+	srccount_put(srv->tls_sources, h->peer);
 	while (srv->qlen > 0 && srv->tls_handshakes < gw->limits.max_tls_handshakes) {
 		struct tls_waiter w = srv->queue[srv->qhead];
 
@@ -1213,6 +1261,7 @@ tls_slot_free(struct hconn *h)
 			srv->shed++;
 			debug("http: gave up or waited too long for a TLS slot: closed",
 			    KV_S("peer", w.peer));
+			srccount_put(srv->tls_sources, w.peer);
 			evutil_closesocket(w.fd);
 			continue;
 		}
@@ -1235,6 +1284,7 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
 	struct tls_waiter *w;
 
 	if (srv->qlen >= cap) {   /* only after an accept retry: pause again */
+		srccount_put(srv->tls_sources, peer);
 		evutil_closesocket(fd);
 		srv->shed++;
 		return;
@@ -1265,6 +1315,13 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 			    KV_S("peer", peer));
 			evutil_closesocket(fd);
 		}
+	} else if (srccount_take(srv->tls_sources, peer,
+	    srv->gw->limits.max_tls_per_source) != 0) {
+		/* Its source holds its share of slots and queue already. */
+		srv->shed++;
+		debug("http: its source holds --max-tls-per-source TLS slots and "
+		    "queue places: closed unread", KV_S("peer", peer));
+		evutil_closesocket(fd);
 	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
 	    srv->qlen == 0) {
 		tls_start(srv, fd, peer, port);
@@ -1578,9 +1635,11 @@ server_start(struct gateway *gw, const struct route *const *routes,
 		goto fail;
 	srv->accept_retry = evtimer_new(gw->base, server_accept_retry, srv);
 	srv->queue = calloc(gw->limits.max_tls_queue, sizeof(*srv->queue));
+	srv->tls_sources = srccount_new();
 	srv->ws = wsconn_set_new(gw->base, wsconn_tick_for(gw->limits.ping_interval_ms,
 	    gw->limits.ping_timeout_ms));
-	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL) {
+	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL ||
+	    srv->tls_sources == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -1692,6 +1751,8 @@ server_stop(struct gateway *gw)
 			hconn_abandon(h);
 		hconn_free(h);
 	}
+	srccount_free(srv->tls_sources);    /* after the slots gave theirs back */
+	srv->tls_sources = NULL;
 	/* Every WebSocket gets its on_close (a tunnel ends its session there). */
 	if (srv->ws != NULL)
 		wsconn_destroy_all(srv->ws);

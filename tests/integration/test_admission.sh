@@ -8,8 +8,12 @@
 # counted as shed.  During a drain (SIGTERM) the queue is still served: a
 # /readyz probe that waited for a slot hears 503, and the agent's redial on
 # RECONNECT is refused at once (not at its 10 s deadline), so the gateway
-# exits as soon as the agent has let its tunnel go.
+# exits as soon as the agent has let its tunnel go.  The held connection
+# keeps its slot only because --tls-hello-timeout is raised here (by
+# default it would lose it after 1 s: test_slot_starvation).
 source "$(dirname "$0")/lib.sh"
+
+HOLD_FLAGS=(--tls-hello-timeout 600000 --tls-handshake-timeout 600000)
 
 gateway_init
 MP=$(free_port)
@@ -26,7 +30,7 @@ hold() {
 release() { kill "$HOLD"; wait "$HOLD" 2>/dev/null || true; }
 fetch() { curl -sf --cacert "$GW_DIR/ca.crt" --max-time 60 "$GW_URL/readyz" >"$T/$1.out"; }
 
-gateway_start --max-tls-handshakes 1 --max-tls-queue 1 --metrics-listen "127.0.0.1:$MP"
+gateway_start --max-tls-handshakes 1 "${HOLD_FLAGS[@]}" --max-tls-queue 1 --metrics-listen "127.0.0.1:$MP"
 hold
 wait_until 10 "the held connection takes the slot" metric tether_tls_handshakes_in_progress 1
 fetch a & A=$!
@@ -48,7 +52,7 @@ grep -q 'msg="TLS admission queue below half: accepting again"' "$T/gateway.log"
 pass "the slot freed: both are served, the listener accepts again"
 gateway_stop
 
-gateway_start --max-tls-handshakes 1 --handshake-timeout 100 --metrics-listen "127.0.0.1:$MP"
+gateway_start --max-tls-handshakes 1 "${HOLD_FLAGS[@]}" --handshake-timeout 100 --metrics-listen "127.0.0.1:$MP"
 hold
 wait_until 10 "the held connection takes the slot" metric tether_tls_handshakes_in_progress 1
 fetch c & C=$!
@@ -63,7 +67,7 @@ pass "a connection that waited past half of --handshake-timeout is closed unread
 gateway_stop
 
 # A client that gave up while waiting is not handshaken for nothing.
-gateway_start --max-tls-handshakes 1 --metrics-listen "127.0.0.1:$MP"
+gateway_start --max-tls-handshakes 1 "${HOLD_FLAGS[@]}" --metrics-listen "127.0.0.1:$MP"
 hold
 wait_until 10 "the held connection takes the slot" metric tether_tls_handshakes_in_progress 1
 rc=0
@@ -81,7 +85,7 @@ readyz_code() { # readyz_code FILE: the status of one /readyz, into FILE
 	curl -s -o /dev/null -w '%{http_code}' --cacert "$GW_DIR/ca.crt" --max-time 60 \
 		"$GW_URL/readyz" >"$1" || true
 }
-gateway_start --max-tls-handshakes 1 --max-tls-queue 4 --drain-timeout 60000 \
+gateway_start --max-tls-handshakes 1 "${HOLD_FLAGS[@]}" --max-tls-queue 4 --drain-timeout 60000 \
 	--metrics-listen "127.0.0.1:$MP"
 cid=$(cluster_create admission)
 ctl token create --cluster "$cid" >"$T/join.json"

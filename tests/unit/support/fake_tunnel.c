@@ -23,6 +23,7 @@
 #include "mux.h"
 #include "session.h"
 #include "shares.h"
+#include "srccount.h"
 #include "store_worker.h"
 
 /* How long one wait may take before the test fails instead of hanging (an
@@ -203,6 +204,8 @@ ft_free(struct ft *f)
 	shares_free_all(&f->gw);
 	if (f->gw.trim_timer != NULL)
 		event_free(f->gw.trim_timer);
+	srccount_free(f->gw.handshake_sources);
+	f->gw.handshake_sources = NULL;
 	event_base_free(f->gw.base);
 	store_close(f->st);
 	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
