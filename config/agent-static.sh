@@ -4,8 +4,8 @@
 # Debian archives (docs/0025-lean-static-agent.md); `make agent-static` runs it
 # for each.  amd64 uses the host's own -dev packages; arm64 and armhf use
 # Debian's packages of that architecture, fetched with `apt-get download`
-# and unpacked into build/sysroot/ARCH (config/setup.sh adds the
-# architectures to dpkg and installs the cross compilers).  Incremental:
+# and unpacked into build/sysroot/ARCH by an apt of its own (config/setup.sh
+# installs the cross compilers; the host's dpkg gets no foreign architecture).  Incremental:
 # a second run rebuilds only what changed.
 set -euo pipefail
 
@@ -19,6 +19,29 @@ armhf) triplet=arm-linux-gnueabihf cc=$triplet-gcc strip=$triplet-strip ;;
 esac
 dev_packages=(libssl-dev libevent-dev libmsgpack-dev libjansson-dev libinih-dev)
 
+# apt for ARCH alone, in a private directory (build/sysroot/apt-ARCH):
+# its own package lists and cache, an empty dpkg status, the host's
+# sources.  The host's apt never learns of ARCH, so a mirror caught
+# mid-sync on ARCH's index cannot break the host's own installs (seen: a
+# bad bookworm-security armhf index hid every security update from the
+# host once armhf was among dpkg's architectures).
+apt_for() {
+	local dir=$src/build/sysroot/apt-$arch
+	mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+	: >>"$dir/status"
+	apt_opts=(-o "APT::Architecture=$arch" -o "APT::Architectures=$arch"
+		-o "Dir::State::Lists=$dir/lists" -o "Dir::State::status=$dir/status"
+		-o "Dir::Cache=$dir/cache" -o "Debug::NoLocking=1"
+		-o "APT::Sandbox::User=root")
+	if [ ! -f "$dir/.updated" ]; then
+		# One index failing (a mirror mid-sync) leaves the others usable.
+		apt-get "${apt_opts[@]}" update -qq >"$dir/update.log" 2>&1 ||
+			echo "agent-static.sh: apt-get update for $arch reported errors;" \
+				"going on with the indexes it has" >&2
+		touch "$dir/.updated"
+	fi
+}
+
 # The -dev packages of ARCH, unpacked (not installed: they need not match
 # the host's versions of the same libraries).
 sysroot_for() {
@@ -26,13 +49,12 @@ sysroot_for() {
 	if [ ! -f "$root/.complete" ]; then
 		rm -rf "$root" "$root.debs"
 		mkdir -p "$root" "$root.debs"
-		# (apt warns that it downloads as root, unsandboxed, into a
-		# directory its _apt user cannot write: harmless, and kept quiet.)
-		(cd "$root.debs" && apt-get download "${dev_packages[@]/%/:$arch}" \
+		apt_for
+		(cd "$root.debs" && apt-get "${apt_opts[@]}" download "${dev_packages[@]}" \
 			>/dev/null 2>"$root.apt.log") || {
 			cat "$root.apt.log" >&2
-			echo "agent-static.sh: cannot download ${dev_packages[*]} for $arch;" \
-				"run config/setup.sh (it adds $arch to dpkg's architectures)" >&2
+			echo "agent-static.sh: cannot download ${dev_packages[*]} for $arch" \
+				"(build/sysroot/apt-$arch/update.log has apt's update)" >&2
 			exit 1
 		}
 		for deb in "$root.debs"/*.deb; do

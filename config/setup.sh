@@ -40,18 +40,6 @@ packages=(
 	man-db groff-base mandoc lintian adduser dpkg-dev file
 )
 
-# arm64 and armhf in dpkg's architectures: agent-static.sh fetches their
-# -dev packages (static archives) with `apt-get download`, never installs
-# them (their versions need not match the host's).
-foreign_added=0
-for arch in arm64 armhf; do
-	if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
-		log "dpkg --add-architecture $arch"
-		"${sudo_cmd[@]}" dpkg --add-architecture "$arch"
-		foreign_added=1
-	fi
-done
-
 missing=()
 for p in "${packages[@]}"; do
 	# A package whose triggers are pending (man-db's while another dpkg
@@ -74,10 +62,6 @@ apt_update() {
 		apt_updated=1
 	fi
 }
-
-if [ "$foreign_added" -eq 1 ]; then
-	apt_update
-fi
 
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_update
