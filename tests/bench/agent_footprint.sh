@@ -114,6 +114,16 @@ PIDS+=($!)
 wait_until 10 "iperf3 server" listening "$IPERF_PORT"
 
 # --- one node per build -------------------------------------------------------
+# Each binary read from disk as at a node's boot: its clean pages dropped
+# from the page cache first.  How a file got into the cache decides the
+# size of its folios there (a file just written by strip or a compiler
+# sits in large ones), and the kernel maps a whole folio where a fault
+# hits one: the same binary measured 2,720 or 4,900 KiB idle (docs/0025).
+for n in "${NAMES[@]}"; do
+	python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "${BIN[$n]}"
+done
 agent() { # agent NAME ARGS...: the build NAME, through its runner
 	local n=$1
 	shift
