@@ -776,6 +776,21 @@ serve_metrics(struct serve *sv)
 	return 0;
 }
 
+/* The expiry of the certificate served and of its CA, for /metrics (read
+ * again wherever the files are loaded again).  The server loaded them just
+ * now; a failure here is only logged. */
+static void
+serve_certificates_seen(struct gateway *gw)
+{
+	char server_pem[PATH_MAX + 16], ca_pem[PATH_MAX + 16], err[400];
+
+	snprintf(server_pem, sizeof(server_pem), "%s/server.crt", gw->data_dir);
+	snprintf(ca_pem, sizeof(ca_pem), "%s/ca.crt", gw->data_dir);
+	if (metrics_certificates(server_pem, ca_pem, err, sizeof(err)) != 0)
+		warn("cannot read a certificate's expiry for /metrics",
+		    KV_S("err", err));
+}
+
 /*
  * Presence, hearing other replicas, then every listener: the main port
  * (logged with what identifies this gateway), the optional ones, the
@@ -801,6 +816,7 @@ serve_listen(struct serve *sv)
 		error("cannot start the server", KV_S("err", err));
 		return -1;
 	}
+	serve_certificates_seen(gw);
 	if (serve_listen_more(gw, &sv->o, SERVE_OPT_PLAIN_LISTEN) != 0 ||
 	    serve_listen_more(gw, &sv->o, SERVE_OPT_PEER_LISTEN) != 0)
 		return -1;

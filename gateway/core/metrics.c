@@ -7,9 +7,13 @@
  */
 #include "metrics.h"
 
+#include <openssl/asn1.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "agent_state.h"
 
@@ -64,6 +68,15 @@ static struct prom_metric tls_shed = {
 	.name = "tether_tls_shed_total", .kind = PROM_COUNTER,
 	.help = "Connections closed unread: their client closed while waiting for a TLS slot, or they waited over half of --handshake-timeout.",
 };
+static struct prom_metric store_up = {
+	.name = "tether_store_up", .kind = PROM_GAUGE,
+	.help = "1 while this replica reaches its store (its /readyz is not 503 for the store), else 0.",
+};
+static struct prom_metric cert_expiry = {
+	.name = "tether_certificate_expiry_timestamp_seconds", .kind = PROM_GAUGE,
+	.help = "When the certificate the gateway serves with (server) and its CA (ca) expire, in Unix seconds (notAfter), as read at start.",
+	.label = "cert", .preset = no_values,
+};
 static struct prom_metric handshakes = {
 	.name = "tether_handshakes_total", .kind = PROM_COUNTER,
 	.help = "Tunnel handshakes ended, by result (ok or the refusal's code).",
@@ -93,7 +106,7 @@ static struct prom_metric store_duration = {
 
 static struct prom_metric *const families[] = {
 	&build_info, &agents, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
-	&tls_shed, &handshakes, &registrations,
+	&tls_shed, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
@@ -160,6 +173,66 @@ metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed)
 	prom_set(&tls_handshaking, NULL, (double)in_progress);
 	prom_set(&tls_waiting, NULL, (double)waiting);
 	prom_set(&tls_shed, NULL, (double)shed);
+}
+
+void
+metrics_store_up(int up)
+{
+	prom_set(&store_up, NULL, up ? 1 : 0);
+}
+
+/* The notAfter of the first certificate in the PEM file at path (Unix s),
+ * or -1 with err. */
+static int64_t
+cert_not_after(const char *path, char *err, size_t errlen)
+{
+	FILE *f;
+	X509 *x;
+	struct tm tm;
+	time_t t;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		snprintf(err, errlen, "%s: cannot open", path);
+		return -1;
+	}
+	x = PEM_read_X509(f, NULL, NULL, NULL);
+	fclose(f);
+	if (x == NULL) {
+		snprintf(err, errlen, "%s: not a PEM certificate", path);
+		return -1;
+	}
+	if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) != 1 ||
+	    (t = timegm(&tm)) == (time_t)-1) {
+		X509_free(x);
+		snprintf(err, errlen, "%s: its notAfter cannot be read", path);
+		return -1;
+	}
+	X509_free(x);
+	return (int64_t)t;
+}
+
+int
+metrics_certificates(const char *server_pem, const char *ca_pem, char *err,
+    size_t errlen)
+{
+	const char *paths[2] = { server_pem, ca_pem };
+	const char *names[2] = { "server", "ca" };
+	char why[2][320];
+	int64_t t;
+	int failed = -1;
+
+	for (int i = 0; i < 2; i++) {
+		if ((t = cert_not_after(paths[i], why[i], sizeof(why[i]))) < 0) {
+			if (failed < 0)
+				failed = i;
+			continue;
+		}
+		prom_set(&cert_expiry, names[i], (double)t);
+	}
+	if (failed < 0)
+		return 0;
+	snprintf(err, errlen, "%s", why[failed]);
+	return -1;
 }
 
 size_t

@@ -14,6 +14,11 @@
  *   tether_k8s_requests_total{code}              /k8s answers by HTTP status
  *   tether_k8s_request_duration_seconds          histogram
  *   tether_store_duration_seconds{op}            histogram, per store call
+ *   tether_store_up                              1 while this replica reaches
+ *                                                its store (as /readyz says)
+ *   tether_certificate_expiry_timestamp_seconds{cert}
+ *                                                notAfter of the server
+ *                                                certificate and of the CA
  *   the stream metrics (mux_metrics.h) and the process metrics (prom.h).
  */
 #ifndef TETHER_GATEWAY_METRICS_H
@@ -61,6 +66,23 @@ void metrics_store_timed(void *arg, const char *op, double seconds);
  * their count. */
 size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
     size_t handshakes_now);
+
+/* Whether this replica reaches its store (1) or not (0), as /readyz says
+ * (notices_store_problem), set before each exposition. */
+void metrics_store_up(int up);
+
+/*
+ * Reads the certificates the gateway serves with (PEM files: server_pem,
+ * the first certificate of the chain, and ca_pem) and sets
+ * tether_certificate_expiry_timestamp_seconds{cert="server"|"ca"} to each
+ * one's notAfter (Unix s).  Called at start and again whenever the files
+ * are loaded again; a file that cannot be read leaves its series as it
+ * was (none before the first read: no alert on a made-up 0).  Returns 0,
+ * or -1 with err naming the first file that failed (both are tried).
+ * Loop thread; reads two small files.
+ */
+int metrics_certificates(const char *server_pem, const char *ca_pem,
+    char *err, size_t errlen);
 
 /* The TLS admission's gauges and counter, set before each exposition
  * (server_tls_admission). */

@@ -1,6 +1,6 @@
 /*
  * metrics_route.c: the gateway's /metrics text: its own families (with
- * the gauges read from the hub in O(1)), the stream metrics and the
+ * the gauges read from the hub and the store's health in O(1)), the stream metrics and the
  * process metrics; and GET /metrics on the main port as a route (route.h),
  * for admin tokens (checked on the store thread: answer_later.h).
  */
@@ -14,6 +14,7 @@
 #include "hub.h"
 #include "metrics.h"
 #include "mux_metrics.h"
+#include "notices.h"
 #include "prom_http.h"
 #include "route.h"
 #include "server.h"
@@ -26,11 +27,14 @@ metrics_render(void *arg, size_t *len)
 	struct prom_list lists[2];
 	uint32_t tls_handshaking, tls_waiting;
 	uint64_t tls_shed;
-	char *text;
+	char why[384], *text;
+	int store_up;
 
 	server_tls_admission(gw, &tls_handshaking, &tls_waiting, &tls_shed);
+	store_up = notices_store_problem(gw, why, sizeof(why)) == NULL;
 	metrics_lock();
 	metrics_tls_admission(tls_handshaking, tls_waiting, tls_shed);
+	metrics_store_up(store_up);
 	lists[0].n = metrics_families(&lists[0].ms,
 	    gw->hub != NULL ? hub_count(gw->hub) : 0, gw->handshakes);
 	lists[1].n = mux_metrics_families(&lists[1].ms);

@@ -30,12 +30,14 @@ for m in tether_agents tether_tunnels_connected tether_handshakes_total \
 	tether_registrations_total tether_streams_open tether_streams_opened_total \
 	tether_stream_bytes_total tether_stream_blocked_seconds_total \
 	tether_k8s_requests_total tether_k8s_request_duration_seconds \
-	tether_store_duration_seconds process_cpu_seconds_total \
+	tether_store_duration_seconds tether_store_up \
+	tether_certificate_expiry_timestamp_seconds process_cpu_seconds_total \
 	process_resident_memory_bytes process_open_fds process_max_fds \
 	process_start_time_seconds; do
 	grep -q "^# TYPE $m " "$T/m0.txt" || fail "/metrics lacks $m"
 done
 [ "$(value "$T/m0.txt" 'tether_agents{state="active"}')" = 0 ] || fail "active agents before any joined"
+[ "$(value "$T/m0.txt" tether_store_up)" = 1 ] || fail "tether_store_up is not 1 on a gateway that reaches its store"
 curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MP/other" | grep -qx 404 ||
 	fail "--metrics-listen serves a path other than /metrics"
 pass "gateway /metrics on --metrics-listen passes promtool"

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The metrics the alerting rules (config/prometheus/tether.rules.yml) read
+# that a gateway sets from its own state, on a replica on PostgreSQL with
+# --metrics-listen (no token: the admin check would need the store):
+# - tether_store_up is 1 while the replica reaches PostgreSQL, 0 once
+#   PostgreSQL is stopped (as /readyz turns 503), 1 again once it is back;
+# - tether_certificate_expiry_timestamp_seconds{cert="server"|"ca"} is the
+#   notAfter openssl reads in the replica's server.crt and ca.crt.
+source "$(dirname "$0")/lib.sh"
+
+pg_start
+gateway_init --store "$PG_URL"
+MP=$(free_port)
+replica_start 1 --metrics-listen "127.0.0.1:$MP"
+wait_until 30 "replica ready" replica_ready 1
+# value SERIES: the sample value of one series (exact name and labels) in
+# a fresh scrape; metric_is SERIES VALUE polls for it.
+value() {
+	curl -sf "http://127.0.0.1:$MP/metrics" >"$T/m.txt" || return 1
+	awk -v s="$1" '$1 == s { print $2; found = 1 } END { exit !found }' "$T/m.txt"
+}
+metric_is() { [ "$(value "$1")" = "$2" ]; }
+
+# --- tether_store_up -----------------------------------------------------
+wait_until 10 "tether_store_up 1" metric_is tether_store_up 1
+grep -q '^# HELP tether_store_up ' "$T/m.txt" || fail "tether_store_up has no HELP"
+pg_stop
+wait_until 30 "tether_store_up 0 with PostgreSQL stopped" metric_is tether_store_up 0
+[ "$(replica_readyz 1)" = 503 ] || fail "tether_store_up is 0 but /readyz is not 503"
+pg_ctl_start || { cat "$PG_DIR/log" >&2; fail "PostgreSQL did not start again"; }
+wait_until 30 "tether_store_up 1 with PostgreSQL back" metric_is tether_store_up 1
+pass "tether_store_up: 1, 0 while PostgreSQL is stopped, 1 again once it is back"
+
+# --- tether_certificate_expiry_timestamp_seconds -------------------------
+not_after() { date -u -d "$(openssl x509 -noout -enddate -in "$1" | cut -d= -f2)" +%s; }
+for c in server ca; do
+	want=$(not_after "$T/r1/$c.crt")
+	got=$(value "tether_certificate_expiry_timestamp_seconds{cert=\"$c\"}") ||
+		fail "no tether_certificate_expiry_timestamp_seconds{cert=\"$c\"}"
+	# The text writes a double: 1.7e+09 style or plain digits.
+	[ "$(printf '%.0f' "$got")" = "$want" ] || fail "$c certificate expiry: /metrics says $got, openssl $want"
+	log "$c certificate: notAfter $want ($(date -u -d "@$want"))"
+done
+pass "tether_certificate_expiry_timestamp_seconds: the notAfter of server.crt and ca.crt"
+
+replica_stop 1
