@@ -5,10 +5,12 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -17,17 +19,77 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
+#include "log.h"
 #include "netaddr.h"
 
 #define HEADERS_MAX   8192
 #define IDLE_SECONDS  10
+#define ACCEPT_PAUSE_MS 1000    /* after accept failed (out of fds) */
+#define ACCEPT_LOG_MS   10000   /* at most one line per interval, counted */
 
 struct prom_http {
 	struct evhttp *http;
+	struct evconnlistener *listener;
+	struct event *resume;             /* re-enables the listener */
 	prom_render_fn *render;
 	void *arg;
 	int port;
+	uint64_t accept_errors;           /* since start */
+	uint64_t accept_errors_logged;    /* as of the last line */
+	int64_t accept_log_ms;            /* that line's time (monotonic) */
+	struct prom_http *next;           /* in live_endpoints */
 };
+
+/* The live endpoints: libevent hands the listener's error callback the
+ * evhttp (evhttp_bind_listener took the listener's argument), and this is
+ * how the endpoint is found from it.  Loop thread only; one or two. */
+static struct prom_http *live_endpoints;
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+on_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct prom_http *p = arg;
+
+	evconnlistener_enable(p->listener);
+}
+
+/* accept() failed (out of descriptors, most often): without this callback
+ * libevent logs and retries at once, forever (a spinning loop writing
+ * megabytes a second).  The listener pauses ACCEPT_PAUSE_MS instead, and
+ * one line per ACCEPT_LOG_MS says how many failed. */
+static void
+on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct timeval tv = { ACCEPT_PAUSE_MS / 1000, (ACCEPT_PAUSE_MS % 1000) * 1000 };
+	int err = EVUTIL_SOCKET_ERROR();
+	struct prom_http *p = live_endpoints;
+	int64_t now = mono_ms();
+
+	while (p != NULL && p->http != arg)
+		p = p->next;
+	evconnlistener_disable(l);
+	if (p == NULL)
+		return;
+	evtimer_add(p->resume, &tv);
+	p->accept_errors++;
+	if (p->accept_log_ms != 0 && now - p->accept_log_ms < ACCEPT_LOG_MS)
+		return;
+	warn("metrics: accept failed: paused", KV_S("err", strerror(err)),
+	    KV_I("pause_ms", ACCEPT_PAUSE_MS),
+	    KV_U("count", p->accept_errors - p->accept_errors_logged),
+	    KV_I("interval_ms", ACCEPT_LOG_MS));
+	p->accept_errors_logged = p->accept_errors;
+	p->accept_log_ms = now;
+}
 
 static void
 free_text(const void *data, size_t len, void *arg)
@@ -101,6 +163,14 @@ prom_http_start(struct event_base *base, const char *addr, prom_render_fn *rende
 		goto fail;
 	}
 	p->port = netaddr_bound_port(evconnlistener_get_fd(l));
+	p->listener = l;
+	if ((p->resume = evtimer_new(base, on_resume, p)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	evconnlistener_set_error_cb(l, on_accept_error);
+	p->next = live_endpoints;
+	live_endpoints = p;
 	evhttp_set_allowed_methods(p->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
 	evhttp_set_max_headers_size(p->http, HEADERS_MAX);
 	evhttp_set_max_body_size(p->http, 0);
@@ -123,6 +193,14 @@ prom_http_free(struct prom_http *p)
 {
 	if (p == NULL)
 		return;
+	for (struct prom_http **q = &live_endpoints; *q != NULL; q = &(*q)->next) {
+		if (*q == p) {
+			*q = p->next;
+			break;
+		}
+	}
+	if (p->resume != NULL)
+		event_free(p->resume);
 	if (p->http != NULL)
 		evhttp_free(p->http);
 	free(p);

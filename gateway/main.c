@@ -541,6 +541,8 @@ serve_limits(struct gateway_limits *l, const struct opt_set *o)
 	l->tls_handshake_timeout_ms = opts_num(o, SERVE_OPT_TLS_HANDSHAKE_TIMEOUT);
 	l->max_handshakes_per_source = opts_num(o, SERVE_OPT_MAX_HANDSHAKES_PER_SOURCE);
 	l->hello_timeout_ms = opts_num(o, SERVE_OPT_HELLO_TIMEOUT);
+	l->max_connections = opts_num(o, SERVE_OPT_MAX_CONNECTIONS);
+	l->max_connections_per_source = opts_num(o, SERVE_OPT_MAX_CONNECTIONS_PER_SOURCE);
 	l->max_frame_bytes = opts_num(o, SERVE_OPT_MAX_FRAME_SIZE);
 	l->max_queue_bytes = opts_num(o, SERVE_OPT_MAX_QUEUE);
 	l->verify_timeout_ms = opts_num(o, SERVE_OPT_VERIFY_TIMEOUT);

@@ -135,6 +135,15 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "MS", .def = "2000", .min = 50, .max = 600000,
 	    .help = "a new tunnel must send HELLO within this (then the rest of "
 	    "--handshake-timeout)" },
+	[SERVE_OPT_MAX_CONNECTIONS] = { .name = "max-connections", .type = OPT_U32,
+	    .arg = "N", .def = "8192", .min = 1, .max = 1000000,
+	    .help = "HTTP connections at once (requests, keep-alive, not yet a "
+	    "WebSocket); past it new ones are closed at accept, so that tunnels, "
+	    "the admin API and metrics keep descriptors" },
+	[SERVE_OPT_MAX_CONNECTIONS_PER_SOURCE] = { .name = "max-connections-per-source",
+	    .type = OPT_U32, .arg = "N", .def = "256", .min = 1, .max = 1000000,
+	    .help = "of them, from one source address (a --trusted-proxy's own "
+	    "connections count only in the total)" },
 	[SERVE_OPT_MAX_FRAME_SIZE] = { .name = "max-frame-size", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "largest tunnel frame" },

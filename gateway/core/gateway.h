@@ -47,6 +47,8 @@ struct gateway_limits {
 	uint32_t tls_handshake_timeout_ms; /* its whole TLS handshake within */
 	uint32_t max_handshakes_per_source; /* tunnel handshakes of one source */
 	uint32_t hello_timeout_ms;      /* a new tunnel's HELLO must come within */
+	uint32_t max_connections;       /* HTTP connections (not WebSockets) */
+	uint32_t max_connections_per_source; /* of them, from one source */
 	uint32_t max_frame_bytes;       /* largest frame after authentication */
 	uint32_t max_handshake_frame;   /* largest frame before authentication */
 	uint32_t max_queue_bytes;       /* output queued to one peer (tunnel, dial) */
@@ -69,6 +71,8 @@ struct gateway_limits {
 	.tls_handshake_timeout_ms = 3000, \
 	.max_handshakes_per_source = 32, \
 	.hello_timeout_ms = 2000, \
+	.max_connections = 8192, \
+	.max_connections_per_source = 256, \
 	.max_frame_bytes = 1 << 20, \
 	.max_handshake_frame = 4096, \
 	.max_queue_bytes = 8 << 20, \

@@ -85,6 +85,7 @@
 
 #define LISTEN_BACKLOG      1024
 #define ACCEPT_RETRY_MS     1000     /* after accept failed (out of fds) */
+#define ACCEPT_LOG_MS       10000    /* at most one line per cap refusals */
 #define HTTP_OUTPUT_HIGH    65536    /* read no request while more is queued */
 #define HTTP_LINGER_MS      2000     /* after the last answer: wait for EOF */
 #define UPGRADE_PARK_MAX    4096     /* input held while an upgrade is decided */
@@ -109,6 +110,7 @@ struct tls_waiter {
 	evutil_socket_t fd;
 	int64_t since_ms;                 /* monotonic: when it was accepted */
 	enum conn_port port;              /* PORT_TLS or PORT_MTLS */
+	int exempt;                       /* a --trusted-proxy's own: no share */
 	char peer[PEER_MAX];
 };
 
@@ -138,6 +140,14 @@ struct server {
 	/* Per source (docs/0028): slots and queue places held, at most
 	 * --max-tls-per-source each. */
 	struct srccount *tls_sources;
+	/* HTTP connections (not yet a WebSocket): at most --max-connections,
+	 * and --max-connections-per-source of one source (docs/0028). */
+	uint32_t http_conns;
+	struct srccount *http_sources;
+	uint32_t prefaces_n;              /* PROXY prefaces under way */
+	uint64_t refused;                 /* over a cap at accept, since start */
+	uint64_t refused_logged;          /* as of the last line saying so */
+	int64_t refused_log_ms;           /* monotonic: that line's time */
 	int plain_port;
 	int mtls_port;
 };
@@ -151,6 +161,9 @@ struct preface {
 	struct event *ev;                 /* readable, or the deadline */
 	enum conn_port port;              /* the listener it came from */
 	int trusted;                      /* the source is a --trusted-proxy */
+	int named;                        /* a PROXY header named the client */
+	int counted;                      /* in srv->tls_sources as sock_peer */
+	char sock_peer[PEER_MAX];         /* the socket's own peer */
 	int64_t deadline_ms;              /* the whole header by then */
 	size_t have;                      /* header bytes read so far */
 	uint8_t buf[PROXY_V2_MAX];
@@ -207,6 +220,7 @@ struct hconn {
 	int x_raw;                        /* after a 101: input is raw bytes */
 	int x_keep;                       /* the client allows keep-alive */
 	int tls_counted;                  /* in srv->tls_handshakes */
+	int exempt;                       /* a --trusted-proxy's own: no share */
 	int64_t tls_since_ms;             /* monotonic: when it took its slot */
 	enum conn_port port;              /* the listener it came from */
 	void *kept;                       /* a route's state between exchanges */
@@ -220,6 +234,7 @@ static void hconn_kick_read(struct hconn *h);
 static void hconn_linger(struct hconn *h);
 static void tls_slot_free(struct hconn *h);
 static void hconn_tls_timer(struct hconn *h);
+static int conn_admit(struct server *srv, const char *peer, int exempt);
 
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
@@ -258,6 +273,9 @@ hconn_free(struct hconn *h)
 	hconn_drop_reply(h);
 	if (h->tls_counted)
 		tls_slot_free(h);
+	h->srv->http_conns--;
+	if (!h->exempt)
+		srccount_put(h->srv->http_sources, h->peer);
 	if (h->kept != NULL) {
 		void *kept = h->kept;
 
@@ -1142,7 +1160,7 @@ format_peer(const struct sockaddr *sa, char *out, size_t outlen)
  * Returns NULL (fd still ours) on failure. */
 static struct hconn *
 hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port)
+    enum conn_port port, int exempt)
 {
 	int plain = port == PORT_PLAIN;
 	struct event_base *base = srv->gw->base;
@@ -1153,6 +1171,7 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
 		return NULL;
 	h->srv = srv;
 	h->port = port;
+	h->exempt = exempt;
 	h->state = HC_READING;
 	snprintf(h->peer, sizeof(h->peer), "%s", peer);
 	h->reader = http_reader_new(srv->gw->limits.max_body_bytes);
@@ -1186,6 +1205,7 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
 	/* The TLS handshake and the first request share the deadline. */
 	hconn_arm(h, srv->gw->limits.http_timeout_ms);
 	LIST_INSERT_HEAD(&srv->http, h, link);
+	srv->http_conns++;        /* its share was taken by conn_admit */
 	return h;
 fail:
 	if (ssl != NULL)
@@ -1200,13 +1220,23 @@ fail:
 /* Starts the TLS handshake of an accepted connection (it takes a slot). */
 static void
 tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port)
+    enum conn_port port, int exempt)
 {
-	struct hconn *h = hconn_new(srv, fd, peer, port);
+	struct hconn *h;
 
+	if (conn_admit(srv, peer, exempt) != 0) {
+		if (!exempt)
+			srccount_put(srv->tls_sources, peer);
+		evutil_closesocket(fd);
+		return;
+	}
+	h = hconn_new(srv, fd, peer, port, exempt);
 	if (h == NULL) {
 		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
-		srccount_put(srv->tls_sources, peer);
+		if (!exempt) {
+			srccount_put(srv->tls_sources, peer);
+			srccount_put(srv->http_sources, peer);
+		}
 		evutil_closesocket(fd);
 		return;
 	}
@@ -1250,7 +1280,8 @@ tls_slot_free(struct hconn *h)
 
 	h->tls_counted = 0;
 	srv->tls_handshakes--;
-	srccount_put(srv->tls_sources, h->peer);
+	if (!h->exempt)
+		srccount_put(srv->tls_sources, h->peer);
 	while (srv->qlen > 0 && srv->tls_handshakes < gw->limits.max_tls_handshakes) {
 		struct tls_waiter w = srv->queue[srv->qhead];
 
@@ -1261,11 +1292,12 @@ tls_slot_free(struct hconn *h)
 			srv->shed++;
 			debug("http: gave up or waited too long for a TLS slot: closed",
 			    KV_S("peer", w.peer));
-			srccount_put(srv->tls_sources, w.peer);
+			if (!w.exempt)
+				srccount_put(srv->tls_sources, w.peer);
 			evutil_closesocket(w.fd);
 			continue;
 		}
-		tls_start(srv, w.fd, w.peer, w.port);
+		tls_start(srv, w.fd, w.peer, w.port, w.exempt);
 	}
 	if (srv->listener_paused && srv->listener != NULL && srv->qlen <= cap / 2) {
 		srv->listener_paused = 0;
@@ -1278,13 +1310,14 @@ tls_slot_free(struct hconn *h)
 /* No slot free: the connection waits, unencrypted and unread. */
 static void
 tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port)
+    enum conn_port port, int exempt)
 {
 	uint32_t cap = srv->gw->limits.max_tls_queue;
 	struct tls_waiter *w;
 
 	if (srv->qlen >= cap) {   /* only after an accept retry: pause again */
-		srccount_put(srv->tls_sources, peer);
+		if (!exempt)
+			srccount_put(srv->tls_sources, peer);
 		evutil_closesocket(fd);
 		srv->shed++;
 		return;
@@ -1293,6 +1326,7 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
 	w->fd = fd;
 	w->since_ms = runtime_monotonic_ms();
 	w->port = port;
+	w->exempt = exempt;
 	snprintf(w->peer, sizeof(w->peer), "%s", peer);
 	if (++srv->qlen == cap && !srv->listener_paused) {
 		srv->listener_paused = 1;
@@ -1303,30 +1337,74 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
 	}
 }
 
+/* Says, at most once per ACCEPT_LOG_MS, how many connections were closed
+ * at accept over a cap since the last line (a flood writes no more). */
+static void
+conn_refused(struct server *srv, const char *peer, const char *why)
+{
+	int64_t now = runtime_monotonic_ms();
+
+	srv->refused++;
+	debug("connection closed at accept", KV_S("peer", peer), KV_S("reason", why));
+	if (srv->refused_log_ms != 0 && now - srv->refused_log_ms < ACCEPT_LOG_MS)
+		return;
+	warn("connections closed at accept: over a cap (docs/0028)",
+	    KV_S("last_peer", peer), KV_S("last_reason", why),
+	    KV_U("count", srv->refused - srv->refused_logged),
+	    KV_I("interval_ms", ACCEPT_LOG_MS));
+	srv->refused_logged = srv->refused;
+	srv->refused_log_ms = now;
+}
+
+/* Room for one more HTTP connection from peer: within --max-connections
+ * and, unless exempt, its source's --max-connections-per-source (taken:
+ * hconn_free gives it back).  0, or -1 (refused, said by conn_refused). */
+static int
+conn_admit(struct server *srv, const char *peer, int exempt)
+{
+	const struct gateway_limits *l = &srv->gw->limits;
+
+	if (srv->http_conns >= l->max_connections) {
+		conn_refused(srv, peer, "--max-connections");
+		return -1;
+	}
+	if (!exempt && srccount_take(srv->http_sources, peer,
+	    l->max_connections_per_source) != 0) {
+		conn_refused(srv, peer, "--max-connections-per-source");
+		return -1;
+	}
+	return 0;
+}
+
 /* An accepted connection (its PROXY header, if any, read) goes on: plain
- * HTTP at once, TLS through admission (a slot now, or the queue). */
+ * HTTP at once, TLS through admission (a slot now, or the queue).  exempt:
+ * a --trusted-proxy's own connection (no PROXY header naming a client),
+ * held to the totals only, not to one source's share. */
 static void
 conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port)
+    enum conn_port port, int exempt)
 {
 	if (port == PORT_PLAIN) {
-		if (hconn_new(srv, fd, peer, PORT_PLAIN) == NULL) {
+		if (conn_admit(srv, peer, exempt) != 0) {
+			evutil_closesocket(fd);
+		} else if (hconn_new(srv, fd, peer, PORT_PLAIN, exempt) == NULL) {
 			warn("http: out of memory for a connection: closed",
 			    KV_S("peer", peer));
+			if (!exempt)
+				srccount_put(srv->http_sources, peer);
 			evutil_closesocket(fd);
 		}
-	} else if (srccount_take(srv->tls_sources, peer,
+	} else if (!exempt && srccount_take(srv->tls_sources, peer,
 	    srv->gw->limits.max_tls_per_source) != 0) {
 		/* Its source holds its share of slots and queue already. */
 		srv->shed++;
-		debug("http: its source holds --max-tls-per-source TLS slots and "
-		    "queue places: closed unread", KV_S("peer", peer));
+		conn_refused(srv, peer, "--max-tls-per-source");
 		evutil_closesocket(fd);
 	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
 	    srv->qlen == 0) {
-		tls_start(srv, fd, peer, port);
+		tls_start(srv, fd, peer, port, exempt);
 	} else {
-		tls_wait(srv, fd, peer, port);
+		tls_wait(srv, fd, peer, port, exempt);
 	}
 }
 
@@ -1335,7 +1413,11 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 static void
 preface_hand_over(struct preface *pf)
 {
-	conn_start(pf->srv, pf->fd, pf->peer, pf->port);
+	if (pf->counted) {      /* its place goes to what it becomes */
+		srccount_put(pf->srv->tls_sources, pf->sock_peer);
+		pf->counted = 0;
+	}
+	conn_start(pf->srv, pf->fd, pf->peer, pf->port, pf->trusted && !pf->named);
 	pf->fd = -1;
 }
 
@@ -1343,6 +1425,9 @@ static void
 preface_free(struct preface *pf)
 {
 	LIST_REMOVE(pf, link);
+	pf->srv->prefaces_n--;
+	if (pf->counted)
+		srccount_put(pf->srv->tls_sources, pf->sock_peer);
 	if (pf->fd >= 0)
 		evutil_closesocket(pf->fd);
 	event_free(pf->ev);
@@ -1410,8 +1495,10 @@ preface_step(struct preface *pf)
 		preface_refuse(pf, err);
 		return 1;
 	}
-	if (!p.local)
+	if (!p.local) {
 		format_peer((struct sockaddr *)&p.src, pf->peer, sizeof(pf->peer));
+		pf->named = 1;
+	}
 	preface_hand_over(pf);
 	preface_free(pf);
 	return 1;
@@ -1423,7 +1510,8 @@ preface_cb(evutil_socket_t fd, short what, void *arg)
 	struct preface *pf = arg;
 
 	if (what & EV_TIMEOUT) {
-		preface_refuse(pf, "nothing received within --http-timeout");
+		preface_refuse(pf, "no PROXY header or first byte within "
+		    "--tls-hello-timeout");
 		return;
 	}
 	if (preface_step(pf) == 0) {
@@ -1440,7 +1528,7 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 {
 	struct server *srv = arg;
 	const struct cidr_list *trusted = &srv->gw->trusted_proxies;
-	struct timeval tv = runtime_ms_timeval(srv->gw->limits.http_timeout_ms);
+	struct timeval tv = runtime_ms_timeval(srv->gw->limits.tls_hello_timeout_ms);
 	char peer[PEER_MAX];
 	struct preface *pf;
 	int one = 1;
@@ -1453,7 +1541,15 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		debug("http TCP_NODELAY failed", KV_S("peer", peer),
 		    KV_S("err", strerror(errno)));
 	if (trusted->n == 0) {
-		conn_start(srv, fd, peer, port);
+		conn_start(srv, fd, peer, port, 0);
+		return;
+	}
+	/* The preface stage is under the admission caps too (docs/0028): at
+	 * most --max-tls-queue at once, --max-tls-per-source of an untrusted
+	 * source, and its first bytes within --tls-hello-timeout. */
+	if (srv->prefaces_n >= srv->gw->limits.max_tls_queue) {
+		conn_refused(srv, peer, "--max-tls-queue (PROXY prefaces)");
+		evutil_closesocket(fd);
 		return;
 	}
 	pf = calloc(1, sizeof(*pf));
@@ -1469,14 +1565,25 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 	pf->port = port;
 	pf->trusted = cidr_list_match(trusted, sa);
 	snprintf(pf->peer, sizeof(pf->peer), "%s", peer);
+	snprintf(pf->sock_peer, sizeof(pf->sock_peer), "%s", peer);
 	LIST_INSERT_HEAD(&srv->prefaces, pf, link);
+	srv->prefaces_n++;
+	if (!pf->trusted) {
+		if (srccount_take(srv->tls_sources, peer,
+		    srv->gw->limits.max_tls_per_source) != 0) {
+			conn_refused(srv, peer, "--max-tls-per-source (PROXY prefaces)");
+			preface_free(pf);
+			return;
+		}
+		pf->counted = 1;
+	}
 	if (port == PORT_PLAIN && !pf->trusted) {
 		preface_refuse(pf, "the plain HTTP port (--plain-listen) takes "
 		    "only --trusted-proxy sources");
 		return;
 	}
 	/* One deadline for the whole header, not one per read. */
-	pf->deadline_ms = runtime_monotonic_ms() + srv->gw->limits.http_timeout_ms;
+	pf->deadline_ms = runtime_monotonic_ms() + srv->gw->limits.tls_hello_timeout_ms;
 	event_add(pf->ev, &tv);
 }
 
@@ -1636,10 +1743,11 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	srv->accept_retry = evtimer_new(gw->base, server_accept_retry, srv);
 	srv->queue = calloc(gw->limits.max_tls_queue, sizeof(*srv->queue));
 	srv->tls_sources = srccount_new();
+	srv->http_sources = srccount_new();
 	srv->ws = wsconn_set_new(gw->base, wsconn_tick_for(gw->limits.ping_interval_ms,
 	    gw->limits.ping_timeout_ms));
 	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL ||
-	    srv->tls_sources == NULL) {
+	    srv->tls_sources == NULL || srv->http_sources == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -1753,6 +1861,8 @@ server_stop(struct gateway *gw)
 	}
 	srccount_free(srv->tls_sources);    /* after the slots gave theirs back */
 	srv->tls_sources = NULL;
+	srccount_free(srv->http_sources);
+	srv->http_sources = NULL;
 	/* Every WebSocket gets its on_close (a tunnel ends its session there). */
 	if (srv->ws != NULL)
 		wsconn_destroy_all(srv->ws);
