@@ -107,6 +107,13 @@ mux_set_process_budget(size_t bytes)
 
 static void mux_reap(evutil_socket_t fd, short what, void *arg);
 
+void
+mux_set_io(struct mux *m, const struct mux_io *io, void *io_arg)
+{
+	m->io = io;
+	m->io_arg = io_arg;
+}
+
 struct mux *
 mux_new(struct event_base *base, const struct mux_config *cfg,
     const struct mux_io *io, void *io_arg, const struct mux_handlers *h,

@@ -112,6 +112,10 @@ struct mux_handlers {
 struct mux *mux_new(struct event_base *base, const struct mux_config *cfg,
     const struct mux_io *io, void *io_arg, const struct mux_handlers *h,
     void *arg);
+/* Moves m onto another transport: from now on its frames leave through io
+ * with io_arg.  For a multiplexer made before its connection is up (a
+ * peer link's, whose OPENs wait in a queue of its own until then). */
+void mux_set_io(struct mux *m, const struct mux_io *io, void *io_arg);
 /* Ends every stream (on_close "tunnel_lost") and frees the multiplexer and
  * its ended streams at once.  Its owner calls it from a callback of its own
  * (the transport's close), never from inside a mux call or handler. */

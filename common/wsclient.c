@@ -21,8 +21,9 @@
  * peer.
  *
  * Callback discipline (docs/0015: an end is always deferred to the loop),
- * because wsclient_free may be called from inside any callback:
- *  - wsclient_free only marks the client dead, drops the transport and
+ * because wsface_free may be called from inside any callback:
+ *  - wsface_free (and the end of on_close) only marks the client dead,
+ *    drops the transport and
  *    makes the deferred event active (DEFER_FREE); the loop runs it once
  *    every call on the stack has returned, and it frees the memory (or, if
  *    a DNS lookup is being cancelled, once the lookup's callback has come
@@ -123,11 +124,15 @@ enum state {
 #define DEFER_CLOSE 0x1 /* report on_close */
 #define DEFER_READ  0x2 /* process input already buffered (after a resume) */
 #define DEFER_EOF   0x4 /* the transport ended: drain input, then finish */
-#define DEFER_FREE  0x8 /* wsclient_free was called: free the memory */
+#define DEFER_FREE  0x8 /* released (wsface_free, or after on_close) */
+
+/* Pieces of an evbuffer one client_send_buffer masks in place. */
+#define SEND_PIECES_MAX 16
 
 struct authn_job;
 
 struct wsclient {
+	struct wsface face;         /* first: what the owner holds */
 	struct event_base *base;
 	struct evdns_base *dns;     /* only for names, not IP literals */
 	struct evdns_getaddrinfo_request *lookup; /* in flight, or NULL */
@@ -136,8 +141,6 @@ struct wsclient {
 	struct bufferevent *bev;    /* NULL once the transport is gone */
 	struct event *timer;        /* connect timeout, then close wait */
 	struct event *defer;
-	struct wsclient_callbacks cb;
-	void *arg;
 
 	/* From the URL and the configuration. */
 	char *host;                 /* no brackets */
@@ -182,7 +185,7 @@ struct wsclient {
 	int eof;                    /* the transport ended; see DEFER_EOF */
 	char eof_reason[EOF_REASON_MAX];
 
-	int dead;                   /* wsclient_free was called */
+	int dead;                   /* released: no more callbacks */
 	int close_reported;
 	unsigned deferred;          /* DEFER_* */
 	int final_status;           /* what on_close will report */
@@ -195,6 +198,20 @@ struct wsclient {
 };
 
 static void process_input(struct wsclient *);
+static const struct wsface_ops client_ops;
+
+/* f is the first member of a wsclient. */
+static struct wsclient *
+of_face(struct wsface *f)
+{
+	return (struct wsclient *)f;
+}
+
+static const struct wsclient *
+of_face_const(const struct wsface *f)
+{
+	return (const struct wsclient *)f;
+}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -267,6 +284,17 @@ drop_transport(struct wsclient *c)
 }
 
 static void authn_job_end(struct wsclient *c);
+
+/* The owner is done with c (wsface_free, or on_close returned): no
+ * callback after this, and the loop frees the memory (defer_cb), since
+ * this may run inside one of our callbacks. */
+static void
+release(struct wsclient *c)
+{
+	c->dead = 1;
+	drop_transport(c);
+	defer(c, DEFER_FREE);
+}
 
 static void
 destroy(struct wsclient *c)
@@ -964,9 +992,9 @@ open_connection(struct wsclient *c)
 	tls_write_batch(c->bev);
 	if (c->paused)
 		bufferevent_disable(c->bev, EV_READ);
-	if (c->cb.on_open != NULL) {
-		assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */
-		c->cb.on_open(c, c->arg);
+	if (c->face.h->on_open != NULL) {
+		assert(!c->dead);   /* wsface.h: no callback after wsface_free */
+		c->face.h->on_open(&c->face, c->face.arg);
 		if (gone(c))
 			return -1;
 	}
@@ -1370,10 +1398,11 @@ input_done(struct wsclient *c)
 static int
 deliver(struct wsclient *c, const uint8_t *data, size_t len, int opcode)
 {
-	if (c->state != ST_OPEN || c->cb.on_message == NULL)
+	if (c->state != ST_OPEN || c->face.h->on_message == NULL)
 		return 0; /* closing: the caller asked for no more */
-	assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */
-	c->cb.on_message(c, data, len, opcode == WS_OP_BINARY, c->arg);
+	assert(!c->dead);   /* wsface.h: no callback after wsface_free */
+	c->face.h->on_message(&c->face, data, len, opcode == WS_OP_BINARY,
+	    c->face.arg);
 	return gone(c) ? -1 : 0;
 }
 
@@ -1450,8 +1479,8 @@ control_frame(struct wsclient *c, const struct ws_frame_header *h, size_t hl)
 			protocol_error(c, 1011, "cannot queue a pong");
 			return -1;
 		}
-		if (c->cb.on_ping != NULL)
-			c->cb.on_ping(c, c->arg);
+		if (c->face.h->on_ping != NULL)
+			c->face.h->on_ping(&c->face, c->face.arg);
 		return 1;
 	case WS_OP_PONG:
 		return 1; /* we send no pings: nothing to match */
@@ -1598,7 +1627,7 @@ handle_eof(struct wsclient *c)
 	switch (c->state) {
 	case ST_OPEN:
 		if (c->paused && evbuffer_get_length(input_of(c)) > 0)
-			return; /* wsclient_pause_reading(c, 0) comes back here */
+			return; /* pause_reading(c, 0) comes back here */
 		finish_with(c, 0, "%s without a close frame", c->eof_reason);
 		break;
 	case ST_UPGRADING:
@@ -1657,9 +1686,9 @@ write_cb(struct bufferevent *bev, void *arg)
 	if (c->state == ST_FLUSHING) {
 		if (all_written(c))
 			finish(c);
-	} else if (c->state == ST_OPEN && c->cb.on_drain != NULL) {
-		assert(!c->dead);   /* wsclient.h: no callback after wsclient_free */
-		c->cb.on_drain(c, c->arg);
+	} else if (c->state == ST_OPEN && c->face.h->on_drain != NULL) {
+		assert(!c->dead);   /* wsface.h: no callback after wsface_free */
+		c->face.h->on_drain(&c->face, c->face.arg);
 	}
 }
 
@@ -1728,7 +1757,7 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 
 	c->deferred = 0;
 	if (c->dead) {
-		/* No callbacks after wsclient_free; memory goes once nothing
+		/* No callbacks after wsface_free; memory goes once nothing
 		 * (a lookup being cancelled) still refers to it: lookup_done
 		 * asks again. */
 		if ((todo & DEFER_FREE) && c->lookup == NULL)
@@ -1736,11 +1765,14 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (todo & DEFER_CLOSE) {
-		/* wsclient.h: on_close exactly once (finish() asks once). */
+		/* wsface.h: on_close exactly once (finish() asks once), and
+		 * the face is freed when it returns. */
 		assert(!c->close_reported);
 		c->close_reported = 1;
-		if (c->cb.on_close != NULL)
-			c->cb.on_close(c, c->final_status, c->final_reason, c->arg);
+		if (c->face.h->on_close != NULL)
+			c->face.h->on_close(&c->face, c->final_status,
+			    c->final_reason, c->face.arg);
+		release(c);
 	} else if (!gone(c) && (todo & (DEFER_READ | DEFER_EOF))) {
 		if (c->eof)
 			handle_eof(c);
@@ -1928,14 +1960,14 @@ set_proxy(struct wsclient *c, const struct wsclient_config *cfg, char *err,
 	return 0;
 }
 
-struct wsclient *
+struct wsface *
 wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
-    const struct wsclient_callbacks *cb, void *arg, char *err, size_t errlen)
+    const struct wsface_handlers *h, void *arg, char *err, size_t errlen)
 {
 	struct wsclient *c;
 
 	errf(err, errlen, "%s", "");
-	if (base == NULL || cfg == NULL || cfg->url == NULL || cb == NULL) {
+	if (base == NULL || cfg == NULL || cfg->url == NULL || h == NULL) {
 		errf(err, errlen, "wsclient_connect: missing argument");
 		return NULL;
 	}
@@ -1944,8 +1976,9 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 		return NULL;
 	}
 	c->base = base;
-	c->cb = *cb;
-	c->arg = arg;
+	c->face.ops = &client_ops;
+	c->face.h = h;
+	c->face.arg = arg;
 	c->state = ST_CONNECTING;
 	c->pool_off = sizeof(c->pool); /* empty: filled on first use */
 	c->input_high = INPUT_HIGH;   /* set_io_sizes sets it on the bufferevent */
@@ -2000,41 +2033,77 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 	arm_timer(c, c->timeout_ms);
 	if (start_connect(c, err, errlen) != 0)
 		goto fail;
-	return c;
+	return &c->face;
 fail:
 	destroy(c);
 	return NULL;
 }
 
-int
-wsclient_sendv(struct wsclient *c, const struct iovec *iov, int iovcnt,
-    int binary)
+/* ---- the face's operations (wsface.h) ---- */
+
+static int
+client_sendv(struct wsface *f, const struct iovec *iov, int iovcnt, int binary)
 {
+	struct wsclient *c = of_face(f);
+
 	if (c == NULL || c->dead || c->state != ST_OPEN)
 		return -1;
 	return send_frame(c, binary ? WS_OP_BINARY : WS_OP_TEXT, iov, iovcnt) == 0 ?
 	    0 : -1;
 }
 
-int
-wsclient_send(struct wsclient *c, const uint8_t *data, size_t len, int binary)
+/* Masks the first n bytes of src into the output after prefix: as many
+ * pieces as src has chains, read once. */
+static int
+client_send_buffer(struct wsface *f, const uint8_t *prefix, size_t plen,
+    struct evbuffer *src, size_t n)
 {
-	struct iovec iov = { (void *)(uintptr_t)data, len };
+	struct wsclient *c = of_face(f);
+	struct evbuffer_iovec v[SEND_PIECES_MAX];
+	struct iovec iov[SEND_PIECES_MAX + 1];
+	size_t before = 0;
+	int nv, r;
 
-	return wsclient_sendv(c, &iov, 1, binary);
+	if (c->dead || c->state != ST_OPEN || n > evbuffer_get_length(src))
+		return -1;
+	iov[0].iov_base = (void *)(uintptr_t)prefix;
+	iov[0].iov_len = plen;
+	nv = evbuffer_peek(src, (ev_ssize_t)n, NULL, v, SEND_PIECES_MAX);
+	if (nv > SEND_PIECES_MAX) {
+		/* Rare (mux.c sends a chain at most per frame): one piece. */
+		v[0].iov_base = evbuffer_pullup(src, (ev_ssize_t)n);
+		if (v[0].iov_base == NULL)
+			return -1;
+		v[0].iov_len = n;
+		nv = 1;
+	}
+	/* The last piece may run past n. */
+	for (int i = 0; i < nv; i++) {
+		iov[i + 1].iov_base = v[i].iov_base;
+		iov[i + 1].iov_len = i + 1 < nv ? v[i].iov_len : n - before;
+		before += v[i].iov_len;
+	}
+	r = send_frame(c, WS_OP_BINARY, iov, nv + 1) == 0 ? 0 : -1;
+	if (r == 0)
+		evbuffer_drain(src, n);
+	return r;
 }
 
-size_t
-wsclient_pending(const struct wsclient *c)
+static size_t
+client_pending(const struct wsface *f)
 {
+	const struct wsclient *c = of_face_const(f);
+
 	if (c == NULL || c->bev == NULL)
 		return 0;
 	return evbuffer_get_length(bufferevent_get_output(c->bev));
 }
 
-void
-wsclient_pause_reading(struct wsclient *c, int paused)
+static void
+client_pause_reading(struct wsface *f, int paused)
 {
+	struct wsclient *c = of_face(f);
+
 	if (c == NULL || c->dead)
 		return;
 	paused = paused != 0;
@@ -2055,9 +2124,11 @@ wsclient_pause_reading(struct wsclient *c, int paused)
 	defer(c, DEFER_READ);
 }
 
-void
-wsclient_close(struct wsclient *c, uint16_t code, const char *reason)
+static void
+client_close(struct wsface *f, uint16_t code, const char *reason)
 {
+	struct wsclient *c = of_face(f);
+
 	if (c == NULL || c->dead)
 		return;
 	switch (c->state) {
@@ -2090,14 +2161,53 @@ wsclient_close(struct wsclient *c, uint16_t code, const char *reason)
 	arm_timer(c, CLOSE_WAIT_MS);
 }
 
-void
-wsclient_free(struct wsclient *c)
+static void
+client_free(struct wsface *f)
 {
-	if (c == NULL)
-		return;
-	assert(!c->dead);   /* wsclient.h: freed once */
-	c->dead = 1;
-	/* Maybe inside one of our callbacks: the loop frees (defer_cb). */
-	drop_transport(c);
-	defer(c, DEFER_FREE);
+	struct wsclient *c = of_face(f);
+
+	/* wsface.h: once, never after on_close (which releases it). */
+	assert(!c->dead && !c->close_reported);
+	release(c);
 }
+
+static void
+client_set_low_water(struct wsface *f, size_t bytes)
+{
+	struct wsclient *c = of_face(f);
+
+	c->low_water = bytes;
+	if (c->state == ST_OPEN && c->bev != NULL)
+		bufferevent_setwatermark(c->bev, EV_WRITE, bytes, 0);
+}
+
+static void
+client_set_max_message(struct wsface *f, size_t bytes)
+{
+	of_face(f)->max_message = bytes;
+}
+
+static void
+client_set_max_queue(struct wsface *f, size_t bytes)
+{
+	of_face(f)->max_queue = bytes;
+}
+
+static const char *
+client_peer(const struct wsface *f)
+{
+	return of_face_const(f)->host;
+}
+
+static const struct wsface_ops client_ops = {
+	.sendv = client_sendv,
+	.send_buffer = client_send_buffer,
+	.pending = client_pending,
+	.pause_reading = client_pause_reading,
+	.set_low_water = client_set_low_water,
+	.set_max_message = client_set_max_message,
+	.set_max_queue = client_set_max_queue,
+	.close = client_close,
+	.free = client_free,
+	.peer = client_peer,
+};

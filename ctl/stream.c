@@ -32,6 +32,8 @@
 #include "mux.h"
 #include "runtime.h"
 #include "wsclient.h"
+#include "wsface.h"
+#include "wsmux.h"
 
 #define STDIO_HIGH_WATER (1u << 20)  /* bytes buffered before reading pauses */
 
@@ -106,7 +108,7 @@ close_exit_code(int http_status)
  */
 struct connect_state {
 	struct event_base *base;
-	struct wsclient *ws;
+	struct wsface *ws;
 	struct bufferevent *in, *out;   /* stdin, stdout; NULL when a regular file */
 	int opened;
 	int in_eof, remote_eof;
@@ -133,14 +135,14 @@ connect_maybe_done(struct connect_state *cs)
 {
 	/* Both directions ended and everything written: a clean end. */
 	if (cs->in_eof && cs->remote_eof && out_pending(cs) == 0 && cs->ws != NULL)
-		wsclient_close(cs->ws, 1000, "done");
+		wsface_close(cs->ws, 1000, "done");
 }
 
 static void
 connect_input_eof(struct connect_state *cs)
 {
 	cs->in_eof = 1;
-	wsclient_send(cs->ws, (const uint8_t *)"", 0, 1);
+	wsface_send(cs->ws, (const uint8_t *)"", 0, 1);
 	connect_maybe_done(cs);
 }
 
@@ -151,7 +153,7 @@ pump_input_file(struct connect_state *cs)
 	static uint8_t buf[256 * 1024];
 	ssize_t n;
 
-	while (!cs->in_eof && cs->ws != NULL && wsclient_pending(cs->ws) < STDIO_HIGH_WATER) {
+	while (!cs->in_eof && cs->ws != NULL && wsface_pending(cs->ws) < STDIO_HIGH_WATER) {
 		n = read(STDIN_FILENO, buf, sizeof(buf));
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -159,7 +161,7 @@ pump_input_file(struct connect_state *cs)
 			connect_input_eof(cs);
 			return;
 		}
-		wsclient_send(cs->ws, buf, (size_t)n, 1);
+		wsface_send(cs->ws, buf, (size_t)n, 1);
 	}
 }
 
@@ -173,7 +175,7 @@ write_output_file(struct connect_state *cs, const uint8_t *data, size_t len)
 			continue;
 		if (n <= 0) {
 			fprintf(stderr, "tetherctl connect: write to stdout: %s\n", strerror(errno));
-			wsclient_close(cs->ws, 1000, "output closed");
+			wsface_close(cs->ws, 1000, "output closed");
 			return;
 		}
 		data += n;
@@ -190,10 +192,10 @@ stdin_read(struct bufferevent *bev, void *arg)
 
 	while ((len = evbuffer_get_length(in)) > 0) {
 		size_t n = len < 65536 ? len : 65536;
-		wsclient_send(cs->ws, evbuffer_pullup(in, (ssize_t)n), n, 1);
+		wsface_send(cs->ws, evbuffer_pullup(in, (ssize_t)n), n, 1);
 		evbuffer_drain(in, n);
 	}
-	if (wsclient_pending(cs->ws) > STDIO_HIGH_WATER)
+	if (wsface_pending(cs->ws) > STDIO_HIGH_WATER)
 		bufferevent_disable(bev, EV_READ);
 }
 
@@ -220,7 +222,7 @@ stdout_written(struct bufferevent *bev, void *arg)
 		return;
 	}
 	if (cs->ws != NULL)
-		wsclient_pause_reading(cs->ws, 0);
+		wsface_pause_reading(cs->ws, 0);
 	if (cs->remote_eof)
 		shutdown(STDOUT_FILENO, SHUT_WR);   /* harmless on a non-socket */
 	connect_maybe_done(cs);
@@ -237,11 +239,11 @@ stdout_event(struct bufferevent *bev, short what, void *arg)
 	}
 	/* The reader went away (ssh exited): nothing more to do. */
 	if (cs->ws != NULL)
-		wsclient_close(cs->ws, 1000, "output closed");
+		wsface_close(cs->ws, 1000, "output closed");
 }
 
 static void
-connect_open(struct wsclient *c, void *arg)
+connect_open(struct wsface *c, void *arg)
 {
 	struct connect_state *cs = arg;
 
@@ -255,7 +257,7 @@ connect_open(struct wsclient *c, void *arg)
 }
 
 static void
-connect_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void *arg)
+connect_message(struct wsface *c, const uint8_t *data, size_t len, int binary, void *arg)
 {
 	struct connect_state *cs = arg;
 
@@ -271,11 +273,11 @@ connect_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
 	}
 	bufferevent_write(cs->out, data, len);
 	if (out_pending(cs) > STDIO_HIGH_WATER)
-		wsclient_pause_reading(c, 1);
+		wsface_pause_reading(c, 1);
 }
 
 static void
-connect_drain(struct wsclient *c, void *arg)
+connect_drain(struct wsface *c, void *arg)
 {
 	struct connect_state *cs = arg;
 
@@ -288,12 +290,11 @@ connect_drain(struct wsclient *c, void *arg)
 }
 
 static void
-connect_close(struct wsclient *c, int http_status, const char *reason, void *arg)
+connect_close(struct wsface *c, int http_status, const char *reason, void *arg)
 {
 	struct connect_state *cs = arg;
 
-	wsclient_free(c);
-	cs->ws = NULL;
+	cs->ws = NULL;     /* freed when this returns */
 	if (!cs->opened) {
 		if (http_status > 0)
 			fprintf(stderr, "tetherctl connect: %s (HTTP %d)\n", reason, http_status);
@@ -315,7 +316,7 @@ connect_close(struct wsclient *c, int http_status, const char *reason, void *arg
 		event_base_loopbreak(cs->base);
 }
 
-static const struct wsclient_callbacks connect_callbacks = {
+static const struct wsface_handlers connect_callbacks = {
 	.on_open = connect_open,
 	.on_message = connect_message,
 	.on_drain = connect_drain,
@@ -387,7 +388,7 @@ cmd_connect(struct ctl *c, int argc, char **argv)
 		r = cs.exit_code;
 	}
 	if (cs.ws != NULL)
-		wsclient_free(cs.ws);
+		wsface_free(cs.ws);
 	if (cs.in != NULL)
 		bufferevent_free(cs.in);
 	if (cs.out != NULL)
@@ -401,7 +402,7 @@ cmd_connect(struct ctl *c, int argc, char **argv)
 
 struct forward_state {
 	struct event_base *base;
-	struct wsclient *ws;
+	struct wsface *ws;
 	struct mux *mux;
 	struct evconnlistener *listener;
 	struct event *sigint, *sigterm;
@@ -411,24 +412,6 @@ struct forward_state {
 	int exit_code;
 	unsigned active;
 };
-
-static int
-fwd_sendv(void *io, const struct iovec *iov, int iovcnt)
-{
-	struct forward_state *fs = io;
-
-	return fs->ws != NULL ? wsclient_sendv(fs->ws, iov, iovcnt, 1) : -1;
-}
-
-static size_t
-fwd_pending(void *io)
-{
-	struct forward_state *fs = io;
-
-	return fs->ws != NULL ? wsclient_pending(fs->ws) : 0;
-}
-
-static const struct mux_io fwd_io = { .sendv = fwd_sendv, .pending = fwd_pending };
 
 static void
 fwd_peer_open(struct mux *m, struct mux_stream *s, const struct frame_open *req, void *arg)
@@ -504,21 +487,21 @@ fwd_listen(struct forward_state *fs)
 }
 
 static void
-fwd_open(struct wsclient *c, void *arg)
+fwd_open(struct wsface *c, void *arg)
 {
 	struct forward_state *fs = arg;
 	struct mux_config cfg = MUX_DEFAULT_CONFIG;
 
 	cfg.odd_ids = 0;
-	fs->mux = mux_new(fs->base, &cfg, &fwd_io, fs, &fwd_mux_handlers, fs);
+	fs->mux = wsmux_new(fs->base, &cfg, c, &fwd_mux_handlers, fs);
 	if (fs->mux == NULL || fwd_listen(fs) != 0) {
 		fs->exit_code = CTL_EXIT_SERVER;
-		wsclient_close(c, 1000, "cannot listen");
+		wsface_close(c, 1000, "cannot listen");
 	}
 }
 
 static void
-fwd_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void *arg)
+fwd_message(struct wsface *c, const uint8_t *data, size_t len, int binary, void *arg)
 {
 	struct forward_state *fs = arg;
 	struct frame f;
@@ -527,12 +510,12 @@ fwd_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, voi
 	if (frame_decode(data, len, &f, err, sizeof(err)) != 0 ||
 	    mux_on_frame(fs->mux, &f, err, sizeof(err)) != 0) {
 		fprintf(stderr, "tetherctl forward: protocol error from the gateway: %s\n", err);
-		wsclient_close(c, 1002, "protocol error");
+		wsface_close(c, 1002, "protocol error");
 	}
 }
 
 static void
-fwd_drain(struct wsclient *c, void *arg)
+fwd_drain(struct wsface *c, void *arg)
 {
 	struct forward_state *fs = arg;
 
@@ -541,14 +524,14 @@ fwd_drain(struct wsclient *c, void *arg)
 }
 
 static void
-fwd_close(struct wsclient *c, int http_status, const char *reason, void *arg)
+fwd_close(struct wsface *c, int http_status, const char *reason, void *arg)
 {
 	struct forward_state *fs = arg;
 
-	wsclient_free(c);
-	fs->ws = NULL;
+	/* The multiplexer goes before its face, which goes when this returns. */
 	mux_free(fs->mux);
 	fs->mux = NULL;
+	fs->ws = NULL;
 	if (fs->exit_code == -1) {
 		if (http_status > 101)
 			fprintf(stderr, "tetherctl forward: %s (HTTP %d)\n", reason, http_status);
@@ -560,7 +543,7 @@ fwd_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 	event_base_loopbreak(fs->base);
 }
 
-static const struct wsclient_callbacks fwd_callbacks = {
+static const struct wsface_handlers fwd_callbacks = {
 	.on_open = fwd_open,
 	.on_message = fwd_message,
 	.on_drain = fwd_drain,
@@ -657,7 +640,7 @@ cmd_forward(struct ctl *c, int argc, char **argv)
 	}
 	mux_free(fs.mux);
 	if (fs.ws != NULL)
-		wsclient_free(fs.ws);
+		wsface_free(fs.ws);
 	if (fs.listener != NULL)
 		evconnlistener_free(fs.listener);
 	event_free(fs.sigint);

@@ -42,6 +42,8 @@
 #include "mux.h"
 #include "runtime.h"
 #include "wsclient.h"
+#include "wsface.h"
+#include "wsmux.h"
 
 #define MAX_MESSAGE_SLACK 4096   /* frame overhead beyond the largest DATA */
 
@@ -74,9 +76,9 @@ struct agent_tunnel {
 	char import_id[TOKEN_ID_LEN + 1];
 
 	struct event_base *base;
-	struct wsclient *ws;          /* the tunnel, while connected or connecting */
+	struct wsface *ws;            /* the tunnel, while connected or connecting */
 	struct mux *mux;              /* its streams, once connected */
-	struct wsclient *old_ws;      /* a retired connection finishing its streams */
+	struct wsface *old_ws;        /* a retired connection finishing its streams */
 	struct mux *old_mux;          /* its streams */
 	bool old_dial_failed;         /* a dial since retiring it failed */
 	struct event *move_timer;     /* RECONNECT's jittered delay */
@@ -100,7 +102,7 @@ struct agent_tunnel {
 
 static void tunnel_schedule_reconnect(struct agent_tunnel *t);
 static int tunnel_dial(struct agent_tunnel *t);
-static void ws_close(struct wsclient *c, int http_status, const char *reason,
+static void ws_close(struct wsface *c, int http_status, const char *reason,
     void *arg);
 
 static bool
@@ -137,7 +139,7 @@ tunnel_stop(struct agent_tunnel *t, int code)
 
 /* Sends f on ws (the current connection or a retired one). */
 static void
-ws_send_frame(struct wsclient *ws, const struct frame *f)
+ws_send_frame(struct wsface *ws, const struct frame *f)
 {
 	uint8_t *buf;
 	size_t len;
@@ -148,7 +150,7 @@ ws_send_frame(struct wsclient *ws, const struct frame *f)
 		error("cannot encode a frame", KV_S("frame", frame_type_name(f->type)));
 		return;
 	}
-	wsclient_send(ws, buf, len, 1);
+	wsface_send(ws, buf, len, 1);
 	free(buf);
 }
 
@@ -384,7 +386,7 @@ tunnel_retire_poll(evutil_socket_t fd, short what, void *arg)
 	if ((t->old_mux == NULL || mux_stream_count(t->old_mux) == 0) &&
 	    (t->phase == TUNNEL_ESTABLISHED || t->old_dial_failed)) {
 		info("previous tunnel: its streams are done: closing it");
-		wsclient_close(t->old_ws, 1000, "moved");
+		wsface_close(t->old_ws, 1000, "moved");
 		return;
 	}
 	retire_poll_arm(t);
@@ -396,7 +398,7 @@ tunnel_free_retired(struct agent_tunnel *t)
 	mux_free(t->old_mux);   /* streams left: "tunnel_lost" */
 	t->old_mux = NULL;
 	if (t->old_ws != NULL)
-		wsclient_free(t->old_ws);
+		wsface_free(t->old_ws);
 	t->old_ws = NULL;
 	evtimer_del(t->retire_poll);
 }
@@ -447,7 +449,7 @@ old_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 	}
 	if (rc != 0) {
 		warn("previous tunnel: malformed frame: closing it", KV_S("err", err));
-		wsclient_close(t->old_ws, 1002, "protocol error");
+		wsface_close(t->old_ws, 1002, "protocol error");
 		return;
 	}
 	if (f.type == FRAME_PING) {
@@ -459,7 +461,7 @@ old_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 		if (mux_on_frame(t->old_mux, &f, err, sizeof(err)) != 0) {
 			warn("previous tunnel: protocol error: closing it",
 			    KV_S("err", err));
-			wsclient_close(t->old_ws, 1002, "protocol error");
+			wsface_close(t->old_ws, 1002, "protocol error");
 		}
 	} else if (f.type == FRAME_ERROR) {
 		info("previous tunnel: gateway closes it", KV_S("code", f.u.error.code),
@@ -476,7 +478,7 @@ tunnel_protocol_error(struct agent_tunnel *t, const char *reason)
 	frame_make_error(&f, "protocol", reason);
 	tunnel_send(t, &f);
 	if (t->ws != NULL)
-		wsclient_close(t->ws, 1002, "protocol error");
+		wsface_close(t->ws, 1002, "protocol error");
 }
 
 static void
@@ -566,6 +568,7 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_tunnel *t = arg;
 	int64_t now = runtime_monotonic_ms(), due;
+	struct wsface *ws;
 
 	if (t->ws == NULL || t->phase == TUNNEL_DISCONNECTED ||
 	    t->phase == TUNNEL_CONNECTING)
@@ -580,7 +583,9 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 			/* A gateway that answers no ping answers no close
 			 * either: the connection goes now, as if it had
 			 * closed (its streams end, the redial is scheduled). */
-			ws_close(t->ws, 101, "ping timeout", t);
+			ws = t->ws;
+			ws_close(ws, 101, "ping timeout", t);
+			wsface_free(ws);
 			return;
 		}
 	} else {
@@ -601,24 +606,9 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the WebSocket ---- */
 
-/* A multiplexer sends on its own WebSocket (io), which outlives it:
- * ws_close and agent_tunnel_free free the multiplexer first. */
-static int
-tunnel_sendv(void *io, const struct iovec *iov, int iovcnt)
-{
-	return wsclient_sendv(io, iov, iovcnt, 1);
-}
-
-static size_t
-tunnel_pending(void *io)
-{
-	return wsclient_pending(io);
-}
-
-static const struct mux_io tunnel_io = {
-	.sendv = tunnel_sendv,
-	.pending = tunnel_pending,
-};
+/* A multiplexer sends on its own WebSocket (wsmux.h), which outlives it:
+ * ws_close, tunnel_free_retired and agent_tunnel_free free the
+ * multiplexer first. */
 
 /* Until the agent is active it starts no services and carries no stream. */
 static void
@@ -641,7 +631,7 @@ static const struct mux_handlers tunnel_mux_handlers = {
 };
 
 static void
-ws_open(struct wsclient *c, void *arg)
+ws_open(struct wsface *c, void *arg)
 {
 	struct agent_tunnel *t = arg;
 	struct mux_config cfg = MUX_DEFAULT_CONFIG;
@@ -650,10 +640,10 @@ ws_open(struct wsclient *c, void *arg)
 	cfg.window = t->cfg.stream_window;
 	cfg.max_streams = t->cfg.max_streams;
 	cfg.counted = 1;
-	t->mux = mux_new(t->base, &cfg, &tunnel_io, c, &tunnel_mux_handlers, t);
+	t->mux = wsmux_new(t->base, &cfg, c, &tunnel_mux_handlers, t);
 	if (t->mux == NULL) {
 		error("out of memory");
-		wsclient_close(c, 1011, "out of memory");
+		wsface_close(c, 1011, "out of memory");
 		return;
 	}
 	keepalive_heard(t);
@@ -662,7 +652,7 @@ ws_open(struct wsclient *c, void *arg)
 }
 
 static void
-ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void *arg)
+ws_message(struct wsface *c, const uint8_t *data, size_t len, int binary, void *arg)
 {
 	struct agent_tunnel *t = arg;
 
@@ -683,7 +673,7 @@ ws_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void
  * the agent's ping then waits for another interval of silence, so a quiet
  * tunnel carries one ping exchange per interval, not one from each end. */
 static void
-ws_ping(struct wsclient *c, void *arg)
+ws_ping(struct wsface *c, void *arg)
 {
 	struct agent_tunnel *t = arg;
 
@@ -692,7 +682,7 @@ ws_ping(struct wsclient *c, void *arg)
 }
 
 static void
-ws_drain(struct wsclient *c, void *arg)
+ws_drain(struct wsface *c, void *arg)
 {
 	struct agent_tunnel *t = arg;
 
@@ -705,13 +695,16 @@ ws_drain(struct wsclient *c, void *arg)
 }
 
 static void
-ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
+ws_close(struct wsface *c, int http_status, const char *reason, void *arg)
 {
 	struct agent_tunnel *t = arg;
 	bool was_up = t->phase == TUNNEL_ESTABLISHED;
 
+	/* c is freed when this returns (as on_close), or by tunnel_keepalive
+	 * right after: its multiplexer goes first. */
 	if (c == t->old_ws) {
 		info("previous tunnel closed", KV_S("reason", reason));
+		t->old_ws = NULL;
 		tunnel_free_retired(t);
 		return;
 	}
@@ -719,7 +712,6 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 	/* Every stream of the tunnel ends with it. */
 	mux_free(t->mux);
 	t->mux = NULL;
-	wsclient_free(c);
 	t->ws = NULL;
 	if (t->phase == TUNNEL_CONNECTING || http_status != 101) {
 		warn("cannot open the tunnel", KV_S("gateway", t->gateway_url),
@@ -734,7 +726,7 @@ ws_close(struct wsclient *c, int http_status, const char *reason, void *arg)
 		tunnel_schedule_reconnect(t);
 }
 
-static const struct wsclient_callbacks ws_callbacks = {
+static const struct wsface_handlers ws_callbacks = {
 	.on_open = ws_open,
 	.on_message = ws_message,
 	.on_ping = ws_ping,
@@ -892,7 +884,7 @@ agent_tunnel_free(struct agent_tunnel *t)
 		return;
 	mux_free(t->mux);
 	if (t->ws != NULL)
-		wsclient_free(t->ws);
+		wsface_free(t->ws);
 	if (t->retire_poll != NULL)
 		tunnel_free_retired(t);
 	if (t->reconnect_timer != NULL)
@@ -927,7 +919,7 @@ void
 agent_tunnel_drop(struct agent_tunnel *t)
 {
 	if (t->ws != NULL)
-		wsclient_close(t->ws, 1001, "dropped");
+		wsface_close(t->ws, 1001, "dropped");
 }
 
 bool

@@ -959,7 +959,8 @@ session_welcome(struct session *s)
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
-	s->mux = mux_new(s->gw->base, &s->gw->mux_config, s->io->bulk, s->t,
+	s->mux = mux_new(s->gw->base, &s->gw->mux_config, s->io->bulk,
+	    s->io->bulk_arg != NULL ? s->io->bulk_arg(s->t) : s->t,
 	    &tunnel_mux_handlers, s);
 	if (s->mux == NULL) {
 		session_protocol_error(s, "internal", "out of memory");

@@ -36,10 +36,13 @@ struct session_transport {
 	void (*close)(void *t);
 	/* Remote address for logs. */
 	const char *(*peer)(const void *t);
-	/* The stream multiplexer's bulk path, called with t: the session
-	 * hands it to its mux as it is, so a stream's frames go from the mux
-	 * to the tunnel without coming back through session.c. */
+	/* The stream multiplexer's bulk path, called with bulk_arg(t) (t
+	 * itself when bulk_arg is NULL): the session hands both to its mux as
+	 * they are, so a stream's frames go from the mux to the tunnel without
+	 * coming back through session.c (the tunnel's is the WebSocket
+	 * adapter over its face, common/wsmux.h). */
 	const struct mux_io *bulk;
+	void *(*bulk_arg)(void *t);
 };
 
 /* A new session on tunnel t (io is kept, not copied).  NULL when out of

@@ -11,10 +11,13 @@
  *
  * The link's multiplexer exists from DIALING on, so peer_link_open_stream hands
  * out a stream at once; its OPEN waits in `held` until the transport is up
- * (at most PEER_WAITING_MAX streams wait).  Either side opens streams on a
- * link, whoever dialed: stream ids are odd on the replica whose id sorts
- * first, so a multiplexer made before its transport fits whichever
- * connection wins.  When both replicas dial each other at once, the dial of
+ * (at most PEER_WAITING_MAX streams wait), then the multiplexer moves onto
+ * the link's WebSocket (common/wsmux.h).  A link is one WebSocket face
+ * (common/wsface.h) whichever replica dialled it: only the keepalive
+ * differs (the accepted side's WebSocket pings on its own).  Either side
+ * opens streams on a link, whoever dialed: stream ids are odd on the
+ * replica whose id sorts first, so a multiplexer made before its transport
+ * fits whichever connection wins.  When both replicas dial each other at once, the dial of
  * the replica whose id sorts first wins: the other is refused with 409, and
  * its dialer waits (DIALING) for the incoming one.
  *
@@ -57,7 +60,8 @@
 #include "shares.h"
 #include "tlspeer.h"
 #include "wsclient.h"
-#include "wsconn.h"
+#include "wsface.h"
+#include "wsmux.h"
 
 #define PEER_LINKS_MAX          256     /* replicas linked (or remembered) at once */
 #define PEER_WAITING_MAX        64      /* streams waiting for a link to come up */
@@ -77,8 +81,10 @@ struct link {
 	enum link_state state;
 	char replica[REPLICA_MAX + 1];
 	char url[256];                /* the replica's peer URL, last given */
-	struct wsclient *wc;          /* our dial (DIALING, or UP on it) */
-	struct wsconn *ws;            /* their dial (UP on it) */
+	struct wsface *face;          /* our dial (DIALING, or UP on it), or
+	                               * theirs (UP on it); NULL when DOWN, or
+	                               * DIALING after our dial lost to theirs */
+	int dialed;                   /* face is our dial */
 	struct mux *mux;              /* DIALING and UP */
 	struct evbuffer *held;        /* DIALING: frames, each a u32 length + bytes */
 	uint32_t nheld;
@@ -154,17 +160,15 @@ replica_id_ok(const char *s)
 	    "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
-/* ---- the multiplexer's transport (mux.h: struct mux_io) ---- */
+/* ---- the multiplexer's transport until the link is up ---- */
 
+/* DIALING: OPENs (and RESETs) wait in `held`, in order. */
 static int
-link_sendv(void *io, const struct iovec *iov, int iovcnt)
+link_hold(void *io, const struct iovec *iov, int iovcnt)
 {
 	struct link *l = io;
 	uint32_t len = 0;
 
-	if (l->state == LINK_UP)
-		return l->wc != NULL ? wsclient_sendv(l->wc, iov, iovcnt, 1) :
-		    wsconn_sendv(l->ws, iov, iovcnt, 1);
 	if (l->state != LINK_DIALING || l->nheld >= PEER_HELD_MAX)
 		return -1;
 	for (int i = 0; i < iovcnt; i++)
@@ -181,18 +185,14 @@ link_sendv(void *io, const struct iovec *iov, int iovcnt)
 /* Until the link is up nothing but OPENs (and RESETs) may go: report it
  * full, so no DATA is fed (none can be before OPEN_OK anyway). */
 static size_t
-link_pending(void *io)
+link_hold_pending(void *io)
 {
-	struct link *l = io;
-
-	if (l->state != LINK_UP)
-		return SIZE_MAX / 2;
-	return l->wc != NULL ? wsclient_pending(l->wc) : wsconn_pending(l->ws);
+	return SIZE_MAX / 2;
 }
 
-static const struct mux_io link_io = {
-	.sendv = link_sendv,
-	.pending = link_pending,
+static const struct mux_io link_hold_io = {
+	.sendv = link_hold,
+	.pending = link_hold_pending,
 };
 
 /* Sends a whole frame (PING, PONG) on an up link. */
@@ -204,10 +204,7 @@ link_send_frame(struct link *l, const struct frame *f)
 
 	if (l->state != LINK_UP || frame_encode(f, 0, &buf, &len) != 0)
 		return;
-	if (l->wc != NULL)
-		(void)wsclient_send(l->wc, buf, len, 1);
-	else
-		(void)wsconn_send(l->ws, buf, len, 1);
+	(void)wsface_send(l->face, buf, len, 1);
 	free(buf);
 }
 
@@ -243,7 +240,7 @@ link_mux_new(struct link *l)
 	cfg.max_streams = PEER_MAX_STREAMS;
 	cfg.counted = 0;
 	cfg.budget = &gw->budget;
-	return mux_new(gw->base, &cfg, &link_io, l, &link_mux_handlers, l);
+	return mux_new(gw->base, &cfg, &link_hold_io, l, &link_mux_handlers, l);
 }
 
 /* ---- messages, both directions ---- */
@@ -290,7 +287,8 @@ link_on_message(struct link *l, const uint8_t *data, size_t len, int binary)
 	}
 }
 
-/* The transport is up: the held OPENs go, in order. */
+/* The transport is up: the held OPENs go, in order, then the multiplexer
+ * writes to the WebSocket itself. */
 static void
 link_up(struct link *l)
 {
@@ -303,43 +301,40 @@ link_up(struct link *l)
 	l->heard_ms = runtime_monotonic_ms();
 	while (l->nheld > 0 && evbuffer_remove(l->held, &len, sizeof(len)) == sizeof(len)) {
 		p = evbuffer_pullup(l->held, len);
-		if (p != NULL) {
-			if (l->wc != NULL)
-				(void)wsclient_send(l->wc, p, len, 1);
-			else
-				(void)wsconn_send(l->ws, p, len, 1);
-		}
+		if (p != NULL)
+			(void)wsface_send(l->face, p, len, 1);
 		evbuffer_drain(l->held, len);
 		l->nheld--;
 	}
 	evbuffer_drain(l->held, evbuffer_get_length(l->held));
 	l->nheld = 0;
+	mux_set_io(l->mux, &wsmux_io, l->face);
 	evtimer_del(l->timer);
-	if (l->wc != NULL) {
+	if (l->dialed) {
 		struct timeval tv = runtime_ms_timeval(gw->limits.ping_interval_ms / 2);
 
 		event_add(l->timer, &tv);
 	}
 	info("peer link up", KV_S("replica", l->replica),
-	    KV_S("dialed", l->wc != NULL ? "here" : "there"));
+	    KV_S("dialed", l->dialed ? "here" : "there"));
 }
 
-/* ---- our dial (wsclient) ---- */
+/* ---- the link's WebSocket, whoever dialled it ---- */
 
 static void
-wc_open(struct wsclient *c, void *arg)
+face_open(struct wsface *f, void *arg)
 {
 	link_up(arg);
 }
 
 static void
-wc_message(struct wsclient *c, const uint8_t *data, size_t len, int binary, void *arg)
+face_message(struct wsface *f, const uint8_t *data, size_t len, int binary, void *arg)
 {
 	link_on_message(arg, data, len, binary);
 }
 
 static void
-wc_drain(struct wsclient *c, void *arg)
+face_drain(struct wsface *f, void *arg)
 {
 	struct link *l = arg;
 
@@ -348,27 +343,30 @@ wc_drain(struct wsclient *c, void *arg)
 }
 
 static void
-wc_ping(struct wsclient *c, void *arg)
+face_ping(struct wsface *f, void *arg)
 {
 	struct link *l = arg;
 
 	l->heard_ms = runtime_monotonic_ms();
 }
 
+/* The face is freed when this returns: the link lets go of it first. */
 static void
-wc_close(struct wsclient *c, int status, const char *reason, void *arg)
+face_close(struct wsface *f, int status, const char *reason, void *arg)
 {
 	struct link *l = arg;
 	char why[300];
 
+	l->face = NULL;
 	if (status == 409 && l->state == LINK_DIALING) {
 		/* Both dialed at once; theirs wins and is on its way. */
 		debug("peer link: our dial lost to theirs", KV_S("replica", l->replica));
-		wsclient_free(c);
-		l->wc = NULL;
 		return;
 	}
-	if (status == 101 || status == 0)
+	if (!l->dialed)
+		snprintf(why, sizeof(why), "link from replica %s: %s", l->replica,
+		    reason);
+	else if (status == 101 || status == 0)
 		snprintf(why, sizeof(why), "link to replica %s at %s: %s", l->replica,
 		    l->url, reason);
 	else
@@ -377,12 +375,12 @@ wc_close(struct wsclient *c, int status, const char *reason, void *arg)
 	link_down(l, why);
 }
 
-static const struct wsclient_callbacks wc_callbacks = {
-	.on_open = wc_open,
-	.on_message = wc_message,
-	.on_drain = wc_drain,
-	.on_close = wc_close,
-	.on_ping = wc_ping,
+static const struct wsface_handlers link_face_handlers = {
+	.on_open = face_open,
+	.on_message = face_message,
+	.on_drain = face_drain,
+	.on_close = face_close,
+	.on_ping = face_ping,
 };
 
 /* The dialing side's TLS: our server.crt and key as the client's
@@ -450,57 +448,18 @@ link_dial(struct link *l, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	l->wc = wsclient_connect(gw->base, &cfg, &wc_callbacks, l, err, errlen);
-	if (l->wc == NULL) {
+	l->face = wsclient_connect(gw->base, &cfg, &link_face_handlers, l, err, errlen);
+	if (l->face == NULL) {
 		mux_free(l->mux);
 		l->mux = NULL;
 		return -1;
 	}
+	l->dialed = 1;
 	l->state = LINK_DIALING;
 	event_add(l->timer, &tv);
 	debug("peer link dialing", KV_S("replica", l->replica), KV_S("url", url));
 	return 0;
 }
-
-/* ---- their dial (wsconn) ---- */
-
-static void
-ws_message(struct wsconn *c, const uint8_t *data, size_t len, int binary, void *arg)
-{
-	struct link *l = arg;
-
-	if (c == l->ws)
-		link_on_message(l, data, len, binary);
-}
-
-static void
-ws_drain(struct wsconn *c, void *arg)
-{
-	struct link *l = arg;
-
-	if (c == l->ws && l->mux != NULL)
-		mux_on_drain(l->mux);
-}
-
-static void
-ws_close(struct wsconn *c, void *arg)
-{
-	struct link *l = arg;
-	char why[200];
-
-	if (c != l->ws)
-		return;           /* a transport this link left already */
-	l->ws = NULL;
-	snprintf(why, sizeof(why), "replica %s closed the link (or stopped "
-	    "answering pings)", l->replica);
-	link_down(l, why);
-}
-
-static const struct wsconn_handlers ws_handlers = {
-	.on_message = ws_message,
-	.on_drain = ws_drain,
-	.on_close = ws_close,
-};
 
 /* ---- timers and the end of a link ---- */
 
@@ -553,12 +512,15 @@ link_down(struct link *l, const char *why)
 	if (l->state == LINK_DOWN)
 		return;
 	snprintf(l->why, sizeof(l->why), "%s", why);
-	if (l->wc != NULL)
-		wsclient_free(l->wc);
-	l->wc = NULL;
-	if (l->ws != NULL)
-		wsconn_close(l->ws, 1011, "link ended");
-	l->ws = NULL;
+	/* The streams ended below send nothing (link_hold refuses when not
+	 * DIALING): the face is let go first. */
+	if (m != NULL)
+		mux_set_io(m, &link_hold_io, l);
+	if (l->face != NULL) {
+		wsface_close(l->face, 1011, "link ended");
+		wsface_free(l->face);
+	}
+	l->face = NULL;
 	evtimer_del(l->timer);
 	evbuffer_drain(l->held, evbuffer_get_length(l->held));
 	l->nheld = 0;
@@ -583,27 +545,28 @@ static int
 link_adopt(struct link *l, struct upgrade *u)
 {
 	struct gateway *gw = l->peers->gw;
+	struct wsface *theirs;
 
 	if (l->mux == NULL && (l->mux = link_mux_new(l)) == NULL) {
 		upgrade_refuse(u, 500, "out of memory");
 		return -1;
 	}
-	l->ws = upgrade_accept(u, PEER_SUBPROTOCOL, &ws_handlers, l);
-	if (l->ws == NULL) {
+	theirs = upgrade_accept(u, PEER_SUBPROTOCOL, &link_face_handlers, l);
+	if (theirs == NULL) {
 		if (l->state == LINK_DOWN) {
 			mux_free(l->mux);
 			l->mux = NULL;
 		}
 		return -1;
 	}
-	if (l->wc != NULL) {          /* our own dial lost to theirs */
-		wsclient_free(l->wc);
-		l->wc = NULL;
-	}
-	wsconn_set_max_message(l->ws, gw->limits.max_frame_bytes);
-	wsconn_set_max_queue(l->ws, (size_t)gw->limits.max_queue_bytes +
+	if (l->face != NULL)          /* our own dial lost to theirs */
+		wsface_free(l->face);
+	l->face = theirs;
+	l->dialed = 0;
+	wsface_set_max_message(l->face, gw->limits.max_frame_bytes);
+	wsface_set_max_queue(l->face, (size_t)gw->limits.max_queue_bytes +
 	    gw->mux_config.tx_high_water);
-	wsconn_set_low_water(l->ws, gw->mux_config.tx_high_water / 2);
+	wsface_set_low_water(l->face, gw->mux_config.tx_high_water / 2);
 	link_up(l);
 	return 0;
 }
@@ -628,7 +591,7 @@ peer_link_accept(struct gateway *gw, const char *replica, struct upgrade *u)
 		upgrade_refuse(u, 503, err);
 		return;
 	}
-	if (l->state == LINK_DIALING && l->wc != NULL &&
+	if (l->state == LINK_DIALING && l->face != NULL &&
 	    strcmp(gw->replica_id, replica) < 0) {
 		upgrade_refuse(u, 409, "both replicas dialed: the link this replica "
 		    "dialed wins");

@@ -24,13 +24,14 @@
 #include "route.h"
 #include "server.h"
 #include "store.h"
-#include "wsconn.h"
+#include "wsface.h"
+#include "wsmux.h"
 
 /* A tetherctl forward connection: many streams over one WebSocket. */
 struct ctlconn {
 	struct gateway *gw;
-	struct wsconn *ws;
-	struct mux *mux;
+	struct wsface *ws;
+	struct mux *mux;                 /* over ws (wsmux.h); NULL: out of memory */
 	struct access_grant grant;       /* checked again for every stream */
 };
 
@@ -66,33 +67,6 @@ target_check(const char *target, char *why, size_t whylen)
 }
 
 /* ---- tether.v1 connections ---- */
-
-static int
-ctl_sendv(void *io, const struct iovec *iov, int iovcnt)
-{
-	struct ctlconn *c = io;
-
-	return c->ws != NULL ? wsconn_sendv(c->ws, iov, iovcnt, 1) : -1;
-}
-
-static size_t
-ctl_pending(void *io)
-{
-	struct ctlconn *c = io;
-
-	return c->ws != NULL ? wsconn_pending(c->ws) : 0;
-}
-
-static int
-ctl_sendbuf(void *io, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src, size_t n)
-{
-	struct ctlconn *c = io;
-
-	return c->ws != NULL ? wsconn_send_buffer(c->ws, hdr, hdrlen, src, n) : -1;
-}
-
-static const struct mux_io ctl_io = { .sendv = ctl_sendv, .pending = ctl_pending,
-    .sendbuf = ctl_sendbuf };
 
 /*
  * A forwarded stream while its connection's token is checked again
@@ -138,7 +112,7 @@ fwd_start(struct ctlconn *c, struct mux_stream *cs, const char *target)
 	who.token_id = c->grant.token_id;
 	who.cluster = c->grant.cluster;
 	who.target = target;
-	who.client = wsconn_peer(c->ws);
+	who.client = wsface_peer(c->ws);
 	relay_start_stream(c->gw, &agent, cs, &who);
 }
 
@@ -200,36 +174,39 @@ ctl_open(struct mux *m, struct mux_stream *cs, const struct frame_open *req, voi
 static const struct mux_handlers ctl_mux_handlers = { .on_open = ctl_open };
 
 static void
-ctl_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary, void *arg)
+ctl_message(struct wsface *ws, const uint8_t *data, size_t len, int binary, void *arg)
 {
 	struct ctlconn *c = arg;
 	struct frame f;
 	char err[200];
 
+	if (c->mux == NULL)
+		return;
 	if (!binary || frame_decode(data, len, &f, err, sizeof(err)) != 0) {
-		warn("dial: bad message", KV_S("peer", wsconn_peer(ws)),
+		warn("dial: bad message", KV_S("peer", wsface_peer(ws)),
 		    KV_S("reason", binary ? err : "text message"));
-		wsconn_close(ws, 1002, binary ? "malformed frame" : "frames are binary");
+		wsface_close(ws, 1002, binary ? "malformed frame" : "frames are binary");
 		return;
 	}
 	if (f.type < FRAME_OPEN || mux_on_frame(c->mux, &f, err, sizeof(err)) != 0) {
-		warn("dial: protocol error", KV_S("peer", wsconn_peer(ws)),
+		warn("dial: protocol error", KV_S("peer", wsface_peer(ws)),
 		    KV_S("reason", f.type < FRAME_OPEN ?
 		    "only stream frames are allowed here" : err));
-		wsconn_close(ws, 1002, "protocol error");
+		wsface_close(ws, 1002, "protocol error");
 	}
 }
 
 static void
-ctl_drain(struct wsconn *ws, void *arg)
+ctl_drain(struct wsface *ws, void *arg)
 {
 	struct ctlconn *c = arg;
 
-	mux_on_drain(c->mux);
+	if (c->mux != NULL)
+		mux_on_drain(c->mux);
 }
 
 static void
-ctl_close(struct wsconn *ws, void *arg)
+ctl_close(struct wsface *ws, int status, const char *reason, void *arg)
 {
 	struct ctlconn *c = arg;
 
@@ -238,7 +215,7 @@ ctl_close(struct wsconn *ws, void *arg)
 	free(c);
 }
 
-static const struct wsconn_handlers ctl_ws_handlers = {
+static const struct wsface_handlers ctl_ws_handlers = {
 	.on_message = ctl_message,
 	.on_drain = ctl_drain,
 	.on_close = ctl_close,
@@ -258,23 +235,23 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 	c->grant = *g;
 	cfg.odd_ids = 1;
 	cfg.counted = 0;      /* its streams are counted in the agents' tunnels */
-	c->mux = mux_new(gw->base, &cfg, &ctl_io, c, &ctl_mux_handlers, c);
-	if (c->mux == NULL) {
-		free(c);
-		upgrade_refuse(u, 500, "out of memory");
-		return;
-	}
 	c->ws = upgrade_accept(u, TETHER_SUBPROTOCOL, &ctl_ws_handlers, c);
 	if (c->ws == NULL) {
-		mux_free(c->mux);
 		free(c);
 		return;
 	}
-	wsconn_set_max_message(c->ws, gw->limits.max_frame_bytes);
+	c->mux = wsmux_new(gw->base, &cfg, c->ws, &ctl_mux_handlers, c);
+	if (c->mux == NULL) {
+		warn("dial: out of memory for a multiplexer: closing",
+		    KV_S("peer", wsface_peer(c->ws)));
+		wsface_close(c->ws, 1011, "out of memory");
+		return;
+	}
+	wsface_set_max_message(c->ws, gw->limits.max_frame_bytes);
 	/* DATA stops at tx_high_water; OPEN_FAIL, RESET and PONG answers to a
 	 * client that does not read pile up to this, then it is dropped. */
-	wsconn_set_max_queue(c->ws, gw->limits.max_queue_bytes);
-	wsconn_set_low_water(c->ws, cfg.tx_high_water / 2);
+	wsface_set_max_queue(c->ws, gw->limits.max_queue_bytes);
+	wsface_set_low_water(c->ws, cfg.tx_high_water / 2);
 }
 
 /* ---- the endpoint ---- */

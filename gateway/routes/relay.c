@@ -28,7 +28,7 @@
 #include "server.h"
 #include "reach.h"
 #include "shares.h"
-#include "wsconn.h"
+#include "wsface.h"
 
 enum client_kind { CLIENT_RAW, CLIENT_STREAM };
 
@@ -37,7 +37,7 @@ struct relay {
 	enum client_kind kind;
 	struct mux_stream *agent;      /* NULL once ended */
 	struct upgrade *upgrade;       /* raw, until answered */
-	struct wsconn *ws;             /* raw, once upgraded; NULL once closed */
+	struct wsface *ws;             /* raw, once upgraded; NULL once closed */
 	struct mux_stream *cs;         /* stream kind; NULL once ended */
 	struct evbuffer *to_agent;
 	struct evbuffer *to_client;
@@ -110,10 +110,10 @@ client_end(struct relay *r, const char *code)
 
 	if (r->kind == CLIENT_RAW && r->ws != NULL) {
 		if (strcmp(code, "done") == 0) {
-			wsconn_close(r->ws, 1000, "done");
+			wsface_close(r->ws, 1000, "done");
 		} else {
 			snprintf(reason, sizeof(reason), "stream reset: %s", code);
-			wsconn_close(r->ws, 1011, reason);
+			wsface_close(r->ws, 1011, reason);
 		}
 	} else if (r->kind == CLIENT_STREAM && r->cs != NULL) {
 		if (strcmp(code, "done") != 0) {
@@ -172,7 +172,7 @@ flush_to_agent(struct relay *r)
 	if (r->agent == NULL)
 		return;
 	if (r->kind == CLIENT_RAW && r->ws != NULL)
-		wsconn_pause_reading(r->ws, 0);
+		wsface_pause_reading(r->ws, 0);
 	if (r->client_fin && !r->agent_fin_sent) {
 		r->agent_fin_sent = 1;
 		mux_stream_fin(r->agent);
@@ -213,7 +213,7 @@ agent_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
 	if (r->kind == CLIENT_RAW) {
 		if (r->ws == NULL)
 			return;
-		wsconn_send(r->ws, data, len, 1);
+		wsface_send(r->ws, data, len, 1);
 		r->down += len;
 		r->uncredited += len;
 		return;
@@ -248,7 +248,7 @@ agent_fin(struct mux_stream *s, void *arg)
 		/* An empty message tells the raw client "no more from the node". */
 		if (r->ws != NULL && !r->client_fin_sent) {
 			r->client_fin_sent = 1;
-			wsconn_send(r->ws, (const uint8_t *)"", 0, 1);
+			wsface_send(r->ws, (const uint8_t *)"", 0, 1);
 		}
 		return;
 	}
@@ -278,7 +278,7 @@ static const struct mux_stream_handlers agent_handlers = {
 /* ---- raw WebSocket client ---- */
 
 static void
-raw_message(struct wsconn *c, const uint8_t *data, size_t len, int binary, void *arg)
+raw_message(struct wsface *c, const uint8_t *data, size_t len, int binary, void *arg)
 {
 	struct relay *r = arg;
 
@@ -292,11 +292,11 @@ raw_message(struct wsconn *c, const uint8_t *data, size_t len, int binary, void 
 	relay_keep(r->to_agent, data, len);
 	flush_to_agent(r);
 	if (evbuffer_get_length(r->to_agent) > 0)
-		wsconn_pause_reading(c, 1);
+		wsface_pause_reading(c, 1);
 }
 
 static void
-raw_drain(struct wsconn *c, void *arg)
+raw_drain(struct wsface *c, void *arg)
 {
 	struct relay *r = arg;
 
@@ -306,7 +306,7 @@ raw_drain(struct wsconn *c, void *arg)
 }
 
 static void
-raw_close(struct wsconn *c, void *arg)
+raw_close(struct wsface *c, int status, const char *reason, void *arg)
 {
 	struct relay *r = arg;
 
@@ -319,7 +319,7 @@ raw_close(struct wsconn *c, void *arg)
 	relay_maybe_free(r);
 }
 
-static const struct wsconn_handlers raw_handlers = {
+static const struct wsface_handlers raw_handlers = {
 	.on_message = raw_message,
 	.on_drain = raw_drain,
 	.on_close = raw_close,
@@ -417,7 +417,7 @@ relay_revoked(evutil_socket_t fd, short what, void *arg)
 		r->upgrade = NULL;
 	} else if (r->kind == CLIENT_RAW && r->ws != NULL) {
 		snprintf(msg, sizeof(msg), "revoked: %s", r->reason);
-		wsconn_close(r->ws, 1008, msg);
+		wsface_close(r->ws, 1008, msg);
 	} else if (r->kind == CLIENT_STREAM && r->cs != NULL) {
 		if (r->opened)
 			mux_stream_reset(r->cs, "revoked");
@@ -480,11 +480,11 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 			relay_maybe_free(r);
 			return;
 		}
-		wsconn_set_low_water(r->ws, 256 * 1024);
+		wsface_set_low_water(r->ws, 256 * 1024);
 		/* The node's bytes go straight to the socket, bounded by the
 		 * stream's window (credit returns as they drain); PONGs to a
 		 * client that does not read count on top, up to --max-queue. */
-		wsconn_set_max_queue(r->ws, (size_t)r->gw->mux_config.window +
+		wsface_set_max_queue(r->ws, (size_t)r->gw->mux_config.window +
 		    r->gw->limits.max_queue_bytes);
 		return;
 	}

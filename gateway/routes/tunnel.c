@@ -2,8 +2,8 @@
  * tunnel.c: agent tunnels (see tunnel.h): a struct tunnel is one accepted
  * WebSocket and the session it carries.
  *
- * Lifecycle: made by tunnel_upgrade, freed in its wsconn's on_close, which
- * runs from the loop (wsconn.c), never inside a call made by the session;
+ * Lifecycle: made by tunnel_upgrade, freed in its WebSocket's on_close,
+ * which runs from the loop (wsface.h), never inside a call made by the session;
  * the session is freed there first (session_closed).  After tunnel_close
  * or a refused send, `closing` holds: nothing more is sent.
  */
@@ -23,15 +23,17 @@
 #include "server.h"
 #include "session.h"
 #include "srccount.h"
-#include "wsconn.h"
+#include "wsface.h"
+#include "wsmux.h"
 
 #define TUNNEL_PATH "/v1/connect"
 
 struct tunnel {
 	struct gateway *gw;
-	struct wsconn *ws;                /* NULL once closed */
+	struct wsface *ws;                /* NULL once closed */
 	struct session *session;          /* NULL once closed */
 	int closing;
+	size_t max_message, max_queue;    /* the limits ws has now */
 };
 
 /* ---- what the session may do (session.h: struct session_transport) ---- */
@@ -41,7 +43,7 @@ tunnel_peer(const void *arg)
 {
 	const struct tunnel *c = arg;
 
-	return c->ws != NULL ? wsconn_peer(c->ws) : "(closed)";
+	return c->ws != NULL ? wsface_peer(c->ws) : "(closed)";
 }
 
 static int
@@ -59,8 +61,8 @@ tunnel_send(void *arg, const struct frame *f)
 		    KV_S("frame", frame_type_name(f->type)));
 		return -1;
 	}
-	/* Over the output cap (session_max_queue) the wsconn drops the peer. */
-	r = wsconn_send(c->ws, buf, len, 1);
+	/* Over the output cap (session_max_queue) the face drops the peer. */
+	r = wsface_send(c->ws, buf, len, 1);
 	free(buf);
 	if (r != 0)
 		c->closing = 1;
@@ -76,52 +78,50 @@ tunnel_close(void *arg)
 		return;
 	c->closing = 1;
 	/* Queued after every frame already sent: they go out first. */
-	wsconn_close(c->ws, 1000, NULL);
+	wsface_close(c->ws, 1000, NULL);
 }
 
-static int
-tunnel_sendv(void *arg, const struct iovec *iov, int iovcnt)
+/* The session's multiplexer writes its frames to the WebSocket directly
+ * (wsmux.h); the face outlives the multiplexer, which session_closed
+ * frees inside tunnel_on_close. */
+static void *
+tunnel_bulk_arg(void *arg)
 {
 	struct tunnel *c = arg;
 
-	return c->ws != NULL ? wsconn_sendv(c->ws, iov, iovcnt, 1) : -1;
+	return c->ws;
 }
-
-static size_t
-tunnel_pending(void *arg)
-{
-	struct tunnel *c = arg;
-
-	return c->ws != NULL ? wsconn_pending(c->ws) : 0;
-}
-
-static int
-tunnel_sendbuf(void *arg, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src,
-    size_t n)
-{
-	struct tunnel *c = arg;
-
-	return c->ws != NULL ? wsconn_send_buffer(c->ws, hdr, hdrlen, src, n) : -1;
-}
-
-/* The session's multiplexer writes its frames here directly. */
-static const struct mux_io tunnel_bulk = {
-	.sendv = tunnel_sendv,
-	.pending = tunnel_pending,
-	.sendbuf = tunnel_sendbuf,
-};
 
 static const struct session_transport tunnel_transport = {
 	.send = tunnel_send,
 	.close = tunnel_close,
 	.peer = tunnel_peer,
-	.bulk = &tunnel_bulk,
+	.bulk = &wsmux_io,
+	.bulk_arg = tunnel_bulk_arg,
 };
+
+/* The limits follow the session's (they grow once the agent is
+ * authenticated): set when they change. */
+static void
+tunnel_fit_limits(struct tunnel *c)
+{
+	size_t max_message = session_max_message(c->session);
+	size_t max_queue = session_max_queue(c->session);
+
+	if (max_message != c->max_message) {
+		c->max_message = max_message;
+		wsface_set_max_message(c->ws, max_message);
+	}
+	if (max_queue != c->max_queue) {
+		c->max_queue = max_queue;
+		wsface_set_max_queue(c->ws, max_queue);
+	}
+}
 
 /* ---- the WebSocket's events ---- */
 
 static void
-tunnel_on_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary,
+tunnel_on_message(struct wsface *ws, const uint8_t *data, size_t len, int binary,
     void *arg)
 {
 	struct tunnel *c = arg;
@@ -134,15 +134,12 @@ tunnel_on_message(struct wsconn *ws, const uint8_t *data, size_t len, int binary
 		return;
 	}
 	session_on_message(c->session, data, len);
-	/* The limits grow once the agent is authenticated. */
-	if (c->session != NULL) {
-		wsconn_set_max_message(ws, session_max_message(c->session));
-		wsconn_set_max_queue(ws, session_max_queue(c->session));
-	}
+	if (c->session != NULL)
+		tunnel_fit_limits(c);
 }
 
 static void
-tunnel_on_too_large(struct wsconn *ws, size_t limit, void *arg)
+tunnel_on_too_large(struct wsface *ws, size_t limit, void *arg)
 {
 	struct tunnel *c = arg;
 	char reason[96];
@@ -154,7 +151,7 @@ tunnel_on_too_large(struct wsconn *ws, size_t limit, void *arg)
 }
 
 static void
-tunnel_on_drain(struct wsconn *ws, void *arg)
+tunnel_on_drain(struct wsface *ws, void *arg)
 {
 	struct tunnel *c = arg;
 
@@ -163,13 +160,13 @@ tunnel_on_drain(struct wsconn *ws, void *arg)
 }
 
 static void
-tunnel_on_close(struct wsconn *ws, void *arg)
+tunnel_on_close(struct wsface *ws, int status, const char *reason, void *arg)
 {
 	struct tunnel *c = arg;
 	struct session *s = c->session;
 
 	/* c->ws stays set during session_closed: ending the session's streams
-	 * may still try to send, which the closed wsconn refuses. */
+	 * may still try to send, which the closed face refuses. */
 	c->session = NULL;
 	c->closing = 1;
 	if (s != NULL)
@@ -178,7 +175,7 @@ tunnel_on_close(struct wsconn *ws, void *arg)
 	free(c);
 }
 
-static const struct wsconn_handlers tunnel_handlers = {
+static const struct wsface_handlers tunnel_handlers = {
 	.on_message = tunnel_on_message,
 	.on_drain = tunnel_on_drain,
 	.on_close = tunnel_on_close,
@@ -255,13 +252,12 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 		warn("tunnel: out of memory for a session: closing",
 		    KV_S("peer", tunnel_peer(c)));
 		c->closing = 1;
-		wsconn_close(c->ws, 1011, "out of memory");
+		wsface_close(c->ws, 1011, "out of memory");
 		return;
 	}
-	wsconn_set_max_message(c->ws, session_max_message(c->session));
-	wsconn_set_max_queue(c->ws, session_max_queue(c->session));
+	tunnel_fit_limits(c);
 	/* Streams blocked on a full tunnel resume at half their high water. */
-	wsconn_set_low_water(c->ws, gw->mux_config.tx_high_water / 2);
+	wsface_set_low_water(c->ws, gw->mux_config.tx_high_water / 2);
 }
 
 const struct route tunnel_route = {

@@ -416,7 +416,7 @@ hconn_refuse(struct hconn *h, int status, const char *reason)
  */
 static struct wsconn *
 hconn_to_websocket(struct hconn *h, const char *subprotocol,
-    const struct wsconn_handlers *handlers, void *arg)
+    const struct wsface_handlers *handlers, void *arg)
 {
 	struct evbuffer *out = bufferevent_get_output(h->bev);
 	struct wsconn *ws;
@@ -469,17 +469,19 @@ upgrade_on_abandon(struct upgrade *u, void (*cb)(void *arg), void *arg)
 	u->abandon_arg = arg;
 }
 
-struct wsconn *
+struct wsface *
 upgrade_accept(struct upgrade *u, const char *subprotocol,
-    const struct wsconn_handlers *handlers, void *arg)
+    const struct wsface_handlers *handlers, void *arg)
 {
 	struct hconn *h = u->h;
+	struct wsconn *ws;
 
 	/* server.h: exactly one of accept or refuse, never after abandon. */
 	assert(h->state == HC_UPGRADING);
 	if (h->state != HC_UPGRADING)
 		return NULL;
-	return hconn_to_websocket(h, subprotocol, handlers, arg);
+	ws = hconn_to_websocket(h, subprotocol, handlers, arg);
+	return ws != NULL ? wsconn_face(ws) : NULL;
 }
 
 void

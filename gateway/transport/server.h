@@ -65,19 +65,19 @@ void server_stop(struct gateway *gw);
  * runs and the upgrade is freed: neither may be called after that.
  */
 struct upgrade;
-struct wsconn;
-struct wsconn_handlers;
+struct wsface;
+struct wsface_handlers;
 
 /* The Sec-WebSocket-Protocol values the client offered ("" if none). */
 const char *upgrade_offered_protocols(const struct upgrade *u);
 /* Remote address for logs ("127.0.0.1:53122"). */
 const char *upgrade_peer(const struct upgrade *u);
 void upgrade_on_abandon(struct upgrade *u, void (*cb)(void *arg), void *arg);
-/* Answers 101 (with subprotocol, if non-NULL) and returns the connection;
- * NULL if out of memory (the client got 500 or was dropped).  Either way u
- * is gone. */
-struct wsconn *upgrade_accept(struct upgrade *u, const char *subprotocol,
-    const struct wsconn_handlers *h, void *arg);
+/* Answers 101 (with subprotocol, if non-NULL) and returns the connection's
+ * face (common/wsface.h; h static, called with arg); NULL if out of memory
+ * (the client got 500 or was dropped).  Either way u is gone. */
+struct wsface *upgrade_accept(struct upgrade *u, const char *subprotocol,
+    const struct wsface_handlers *h, void *arg);
 /* Answers status with a JSON body {"error": reason} and closes. */
 void upgrade_refuse(struct upgrade *u, int status, const char *reason);
 

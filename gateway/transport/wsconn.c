@@ -11,10 +11,10 @@
  * large frame is not parsed again for every record of it.
  *
  * Output is a frame header and the caller's bytes, copied once into the
- * bufferevent's output in one commit (or, wsconn_send_buffer, the header
+ * bufferevent's output in one commit (or, wsface_send_buffer, the header
  * added and the caller's evbuffer chains moved in); how much is queued
  * there is the backpressure.  Sealed records leave in batches (tlswrite.h).
- * Every frame counts against one cap (wsconn_set_max_queue), the ones we
+ * Every frame counts against one cap (wsface_set_max_queue), the ones we
  * write on our own for the peer's input (PONG) too: a frame that would
  * pass it ends the connection at once (docs/0009-peer-queue-caps.md).
  *
@@ -45,6 +45,7 @@
 #include "tlswrite.h"
 #include "twheel.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,8 @@
 #include "wsframe.h"
 
 #define WS_HEADER_MAX        14          /* 2 + 8 (length) + 4 (mask) */
-#define WS_DEFAULT_MAX       (1u << 20)  /* until wsconn_set_max_message */
-#define WS_DEFAULT_QUEUE     (64u << 10) /* until wsconn_set_max_queue */
+#define WS_DEFAULT_MAX       (1u << 20)  /* until wsface_set_max_message */
+#define WS_DEFAULT_QUEUE     (64u << 10) /* until wsface_set_max_queue */
 #define WS_INPUT_MIN         (64u << 10) /* smallest read high-water mark */
 #define WS_PING_INTERVAL_MS  20000       /* silence before we ping (until set) */
 #define WS_PING_TIMEOUT_MS   30000       /* then no answer before we give up */
@@ -107,6 +108,7 @@ struct wsconn_set {
 };
 
 struct wsconn {
+	struct wsface face;               /* first: what the owner holds */
 	LIST_ENTRY(wsconn) link;          /* in the set's conns */
 	struct bufferevent *bev;          /* owned: freed (socket, SSL) with us */
 	struct wsconn_set *set;
@@ -117,8 +119,6 @@ struct wsconn {
 	 * handshake done). */
 	LIST_ENTRY(wsconn) soon_link;
 	uint64_t heard_ms;                /* the wheel's time when last read */
-	struct wsconn_handlers h;
-	void *arg;
 	enum ws_state state;
 	size_t max_message;
 	size_t max_queue;                 /* output cap: more and the peer is dropped */
@@ -142,6 +142,8 @@ struct wsconn {
 	int bulk;                         /* reads reserve WS_READ_BULK */
 	char peer[64];
 };
+
+static const struct wsface_ops ws_ops;
 
 static void
 ws_set_state(struct wsconn *c, enum ws_state next)
@@ -185,8 +187,10 @@ ws_finish(struct wsconn *c, int graceful)
 		/* Leave no error behind for the next connection to misread. */
 		ERR_clear_error();
 	}
-	if (c->h.on_close != NULL)
-		c->h.on_close(c, c->arg);
+	if (c->face.h->on_close != NULL)
+		c->face.h->on_close(&c->face, c->peer_closed ? 101 : 0,
+		    c->peer_closed ? "closed by the peer" : c->pinged ?
+		    "no answer to a ping" : "the connection ended", c->face.arg);
 	bufferevent_free(c->bev);
 	free(c->rx);
 	free(c);
@@ -331,10 +335,24 @@ ws_put_frame(struct wsconn *c, int opcode, const struct iovec *iov, int iovcnt)
 	return 0;
 }
 
-int
-wsconn_send_buffer(struct wsconn *c, const uint8_t *prefix, size_t plen,
+/* The face's operations (wsface.h); f is the first member of a wsconn. */
+static struct wsconn *
+of_face(struct wsface *f)
+{
+	return (struct wsconn *)f;
+}
+
+static const struct wsconn *
+of_face_const(const struct wsface *f)
+{
+	return (const struct wsconn *)f;
+}
+
+static int
+ws_send_buffer(struct wsface *f, const uint8_t *prefix, size_t plen,
     struct evbuffer *src, size_t n)
 {
+	struct wsconn *c = of_face(f);
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 	uint8_t hdr[WS_HEADER_MAX + 32];
 	size_t hl;
@@ -362,26 +380,20 @@ wsconn_send_buffer(struct wsconn *c, const uint8_t *prefix, size_t plen,
 	return 0;
 }
 
-int
-wsconn_sendv(struct wsconn *c, const struct iovec *iov, int iovcnt, int binary)
+static int
+ws_sendv(struct wsface *f, const struct iovec *iov, int iovcnt, int binary)
 {
+	struct wsconn *c = of_face(f);
+
 	if (c->state != WS_OPEN)
 		return -1;
 	return ws_put_frame(c, binary ? WS_OP_BINARY : WS_OP_TEXT, iov, iovcnt);
 }
 
-int
-wsconn_send(struct wsconn *c, const uint8_t *data, size_t len, int binary)
+static size_t
+ws_pending(const struct wsface *f)
 {
-	struct iovec iov = { (void *)data, len };
-
-	return wsconn_sendv(c, &iov, 1, binary);
-}
-
-size_t
-wsconn_pending(const struct wsconn *c)
-{
-	return evbuffer_get_length(bufferevent_get_output(c->bev));
+	return evbuffer_get_length(bufferevent_get_output(of_face_const(f)->bev));
 }
 
 /* Queues a close frame and enters CLOSING. */
@@ -416,9 +428,11 @@ ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
 	ws_due_in(c, WS_CLOSE_TIMEOUT_MS);
 }
 
-void
-wsconn_close(struct wsconn *c, uint16_t code, const char *reason)
+static void
+ws_close(struct wsface *f, uint16_t code, const char *reason)
 {
+	struct wsconn *c = of_face(f);
+
 	if (c->state != WS_OPEN)
 		return;
 	ws_start_close(c, code, reason);
@@ -498,8 +512,9 @@ ws_on_fragment(struct wsconn *c, const struct ws_frame_header *h,
 	}
 	if (!h->fin)
 		return;
-	if (c->h.on_message != NULL)
-		c->h.on_message(c, c->rx, c->rx_len, c->rx_opcode == WS_OP_BINARY, c->arg);
+	if (c->face.h->on_message != NULL)
+		c->face.h->on_message(&c->face, c->rx, c->rx_len,
+		    c->rx_opcode == WS_OP_BINARY, c->face.arg);
 	/* Fragmented messages are rare: give the memory back. */
 	free(c->rx);
 	c->rx = NULL;
@@ -530,8 +545,9 @@ ws_on_frame(struct wsconn *c, const struct ws_frame_header *h,
 	if (c->state != WS_OPEN)
 		return;
 	if (h->opcode != WS_OP_CONT && h->fin) {
-		if (c->h.on_message != NULL)
-			c->h.on_message(c, p, len, h->opcode == WS_OP_BINARY, c->arg);
+		if (c->face.h->on_message != NULL)
+			c->face.h->on_message(&c->face, p, len,
+			    h->opcode == WS_OP_BINARY, c->face.arg);
 		return;
 	}
 	if (h->opcode != WS_OP_CONT)
@@ -570,7 +586,7 @@ ws_check_data(struct wsconn *c, const struct ws_frame_header *h)
 	total = (h->opcode == WS_OP_CONT ? c->rx_len : 0) + h->payload_len;
 	if (total <= c->max_message)
 		return 1;
-	if (c->h.on_too_large == NULL) {
+	if (c->face.h->on_too_large == NULL) {
 		snprintf(why, sizeof(why), "message larger than %zu bytes", c->max_message);
 		ws_fail(c, 1009, why);
 		return 0;
@@ -586,7 +602,7 @@ ws_check_data(struct wsconn *c, const struct ws_frame_header *h)
 	free(c->rx);
 	c->rx = NULL;
 	c->rx_len = 0;
-	c->h.on_too_large(c, c->max_message, c->arg);
+	c->face.h->on_too_large(&c->face, c->max_message, c->face.arg);
 	return 0;
 }
 
@@ -705,8 +721,8 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 	struct wsconn *c = arg;
 
 	if (c->state == WS_OPEN) {
-		if (c->h.on_drain != NULL)
-			c->h.on_drain(c, c->arg);
+		if (c->face.h->on_drain != NULL)
+			c->face.h->on_drain(&c->face, c->face.arg);
 		return;
 	}
 	if (c->state != WS_CLOSING || evbuffer_get_length(bufferevent_get_output(bev)) > 0 ||
@@ -731,7 +747,7 @@ ws_due(struct twheel_node *n, void *arg)
 	}
 	if (c->paused) {
 		/* Not reading (the owner's backpressure): no pong could be
-		 * heard, so the clock waits; wsconn_pause_reading restarts it. */
+		 * heard, so the clock waits; wsface_pause_reading restarts it. */
 		ws_due_in(c, c->pinged ? c->ping_timeout_ms : c->ping_interval_ms);
 		return;
 	}
@@ -823,7 +839,7 @@ ws_tick_cb(evutil_socket_t fd, short what, void *arg)
 
 struct wsconn *
 wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
-    const struct wsconn_handlers *h, void *arg)
+    const struct wsface_handlers *h, void *arg)
 {
 	struct wsconn *c = calloc(1, sizeof(*c));
 
@@ -831,8 +847,9 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 		return NULL;
 	c->set = all;
 	c->bev = bev;
-	c->h = *h;
-	c->arg = arg;
+	c->face.ops = &ws_ops;
+	c->face.h = h;
+	c->face.arg = arg;
 	c->state = WS_OPEN;
 	c->max_message = WS_DEFAULT_MAX;
 	c->max_queue = WS_DEFAULT_QUEUE;
@@ -918,9 +935,11 @@ wsconn_set_free(struct wsconn_set *all)
 	free(all);
 }
 
-void
-wsconn_pause_reading(struct wsconn *c, int paused)
+static void
+ws_pause_reading(struct wsface *f, int paused)
 {
+	struct wsconn *c = of_face(f);
+
 	paused = paused != 0;
 	if (c->state != WS_OPEN || c->paused == paused)
 		return;
@@ -938,9 +957,11 @@ wsconn_pause_reading(struct wsconn *c, int paused)
 	ws_soon(c);
 }
 
-void
-wsconn_set_low_water(struct wsconn *c, size_t bytes)
+static void
+ws_set_low_water(struct wsface *f, size_t bytes)
 {
+	struct wsconn *c = of_face(f);
+
 	c->low_water = bytes;
 	if (c->state == WS_OPEN)
 		bufferevent_setwatermark(c->bev, EV_WRITE, bytes, 0);
@@ -956,9 +977,11 @@ wsconn_set_keepalive(struct wsconn *c, uint32_t interval_ms, uint32_t timeout_ms
 	ws_due_in(c, c->pinged ? timeout_ms : interval_ms);
 }
 
-void
-wsconn_set_max_message(struct wsconn *c, size_t bytes)
+static void
+ws_set_max_message(struct wsface *f, size_t bytes)
 {
+	struct wsconn *c = of_face(f);
+
 	if (c->max_message == bytes)
 		return;
 	c->max_message = bytes;
@@ -966,14 +989,48 @@ wsconn_set_max_message(struct wsconn *c, size_t bytes)
 		tls_tune_input(c->bev, input_mark(bytes));
 }
 
-void
-wsconn_set_max_queue(struct wsconn *c, size_t bytes)
+static void
+ws_set_max_queue(struct wsface *f, size_t bytes)
 {
-	c->max_queue = bytes;
+	of_face(f)->max_queue = bytes;
 }
 
-const char *
-wsconn_peer(const struct wsconn *c)
+static const char *
+ws_peer(const struct wsface *f)
 {
-	return c->peer;
+	return of_face_const(f)->peer;
+}
+
+/* What a face its owner let go of hears: nothing. */
+static const struct wsface_handlers ws_unheard = { 0 };
+
+static void
+ws_free(struct wsface *f)
+{
+	struct wsconn *c = of_face(f);
+
+	assert(c->state != WS_CLOSED);   /* wsface.h: never after on_close */
+	c->face.h = &ws_unheard;
+	c->face.arg = NULL;
+	if (c->state == WS_OPEN)
+		ws_start_close(c, 1001, NULL);
+}
+
+static const struct wsface_ops ws_ops = {
+	.sendv = ws_sendv,
+	.send_buffer = ws_send_buffer,
+	.pending = ws_pending,
+	.pause_reading = ws_pause_reading,
+	.set_low_water = ws_set_low_water,
+	.set_max_message = ws_set_max_message,
+	.set_max_queue = ws_set_max_queue,
+	.close = ws_close,
+	.free = ws_free,
+	.peer = ws_peer,
+};
+
+struct wsface *
+wsconn_face(struct wsconn *c)
+{
+	return &c->face;
 }

@@ -43,6 +43,7 @@
 
 #include "runtime.h"
 #include "wsclient.h"
+#include "wsface.h"
 #include "wsframe.h"
 
 #define GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -328,22 +329,22 @@ struct client {
 };
 
 static void
-client_fill(struct wsclient *c, struct client *k)
+client_fill(struct wsface *c, struct client *k)
 {
-	while (!k->done_sending && wsclient_pending(c) < QUEUE_HIGH) {
+	while (!k->done_sending && wsface_pending(c) < QUEUE_HIGH) {
 		if (k->queued >= total) {
 			k->done_sending = 1;
-			wsclient_close(c, 1000, "done");
+			wsface_close(c, 1000, "done");
 			return;
 		}
-		if (wsclient_send(c, k->payload, msg_size, 1) != 0)
+		if (wsface_send(c, k->payload, msg_size, 1) != 0)
 			die("send failed");
 		k->queued += msg_size;
 	}
 }
 
 static void
-client_open(struct wsclient *c, void *arg)
+client_open(struct wsface *c, void *arg)
 {
 	struct client *k = arg;
 
@@ -354,7 +355,7 @@ client_open(struct wsclient *c, void *arg)
 }
 
 static void
-client_message(struct wsclient *c, const uint8_t *data, size_t len,
+client_message(struct wsface *c, const uint8_t *data, size_t len,
     int binary, void *arg)
 {
 	struct client *k = arg;
@@ -367,7 +368,7 @@ client_message(struct wsclient *c, const uint8_t *data, size_t len,
 }
 
 static void
-client_drain(struct wsclient *c, void *arg)
+client_drain(struct wsface *c, void *arg)
 {
 	struct client *k = arg;
 
@@ -376,7 +377,7 @@ client_drain(struct wsclient *c, void *arg)
 }
 
 static void
-client_close(struct wsclient *c, int status, const char *reason, void *arg)
+client_close(struct wsface *c, int status, const char *reason, void *arg)
 {
 	struct client *k = arg;
 
@@ -384,15 +385,15 @@ client_close(struct wsclient *c, int status, const char *reason, void *arg)
 	k->cpu1 = cpu();
 	k->status = status;
 	snprintf(k->reason, sizeof(k->reason), "%s", reason);
-	wsclient_free(c);
 	event_base_loopexit(k->base, NULL);
 }
 
 static int
 run_client(const char *url, const char *cacert)
 {
-	struct wsclient_callbacks cb = { client_open, client_message,
-	    client_drain, client_close, NULL };
+	struct wsface_handlers cb = { .on_open = client_open,
+	    .on_message = client_message, .on_drain = client_drain,
+	    .on_close = client_close };
 	struct wsclient_config cfg = { 0 };
 	struct client k = { 0 };
 	unsigned long long bytes;

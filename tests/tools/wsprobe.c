@@ -32,6 +32,7 @@
 
 #include "runtime.h"
 #include "wsclient.h"
+#include "wsface.h"
 
 struct probe {
 	struct event_base *base;
@@ -82,36 +83,36 @@ unhex(const char *s, size_t *len)
 static void
 resume_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct wsclient *c = arg;
+	struct wsface *c = arg;
 
 	printf("resume\n");
 	fflush(stdout);
-	wsclient_pause_reading(c, 0);
+	wsface_pause_reading(c, 0);
 }
 
 static void
-on_open(struct wsclient *c, void *arg)
+on_open(struct wsface *c, void *arg)
 {
 	struct probe *p = arg;
 
 	printf("open\n");
 	fflush(stdout);
-	if (p->msg != NULL && wsclient_send(c, p->msg, p->msg_len, !p->text) != 0)
+	if (p->msg != NULL && wsface_send(c, p->msg, p->msg_len, !p->text) != 0)
 		fprintf(stderr, "wsprobe: send failed\n");
 	if (p->pause_ms > 0) {
 		struct timeval tv = { p->pause_ms / 1000, (p->pause_ms % 1000) * 1000 };
 
-		wsclient_pause_reading(c, 1);
+		wsface_pause_reading(c, 1);
 		p->resume = evtimer_new(p->base, resume_cb, c);
 		if (p->resume == NULL || evtimer_add(p->resume, &tv) != 0) {
 			fprintf(stderr, "wsprobe: cannot arm the resume timer\n");
-			wsclient_pause_reading(c, 0);
+			wsface_pause_reading(c, 0);
 		}
 	}
 }
 
 static void
-on_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
+on_message(struct wsface *c, const uint8_t *data, size_t len, int binary,
     void *arg)
 {
 	struct probe *p = arg;
@@ -122,11 +123,11 @@ on_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
 	printf("\n");
 	fflush(stdout);
 	if (p->close_after > 0 && ++p->received == p->close_after)
-		wsclient_close(c, 1000, "probe done");
+		wsface_close(c, 1000, "probe done");
 }
 
 static void
-on_ping(struct wsclient *c, void *arg)
+on_ping(struct wsface *c, void *arg)
 {
 	struct probe *p = arg;
 
@@ -135,19 +136,18 @@ on_ping(struct wsclient *c, void *arg)
 	printf("ping\n");
 	fflush(stdout);
 	if (++p->pinged == p->pings)
-		wsclient_close(c, 1000, "probe done");
+		wsface_close(c, 1000, "probe done");
 }
 
 static void
-on_close(struct wsclient *c, int status, const char *reason, void *arg)
+on_close(struct wsface *c, int status, const char *reason, void *arg)
 {
 	struct probe *p = arg;
 
 	printf("close %d %s\n", status, reason);
 	fflush(stdout);
 	p->closed = 1;
-	/* Freed inside its own callback, as wsclient.h allows. */
-	wsclient_free(c);
+	/* c is freed when this returns (wsface.h). */
 	if (p->resume != NULL) {
 		event_free(p->resume);
 		p->resume = NULL;
@@ -169,9 +169,10 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct wsclient_config cfg = { 0 };
-	struct wsclient_callbacks cb = { on_open, on_message, NULL, on_close, on_ping };
+	struct wsface_handlers cb = { .on_open = on_open, .on_message = on_message,
+	    .on_close = on_close, .on_ping = on_ping };
 	struct probe p = { 0 };
-	struct wsclient *c;
+	struct wsface *c;
 	char err[512];
 	int ch;
 

@@ -10,7 +10,7 @@
  * The client itself runs against a scripted server on loopback (plain
  * ws://, same event loop): upgrade checks, refusals and their reasons,
  * whole and fragmented messages, ping, close in both directions, protocol
- * errors, backpressure, and wsclient_free from inside callbacks.
+ * errors, backpressure, and wsface_free from inside callbacks.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +36,7 @@
 
 #include "runtime.h"
 #include "wsclient.h"
+#include "wsface.h"
 #include "wsframe.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -339,7 +340,7 @@ struct server {
 
 struct client {
 	struct event_base *base;
-	struct wsclient *c;
+	struct wsface *c;
 	int opened, closed, status;
 	char reason[256];
 	int nmsg;
@@ -348,7 +349,7 @@ struct client {
 	uint8_t *msgs[32];
 	int drains;
 	int pings;                   /* on_ping calls */
-	int free_in_message;       /* wsclient_free in the first on_message */
+	int free_in_message;       /* wsface_free in the first on_message */
 	int pause_in_open;
 	int close_in_open;
 	int free_in_open;
@@ -522,24 +523,24 @@ server_hangup(void)
 }
 
 static void
-on_open(struct wsclient *c, void *arg)
+on_open(struct wsface *c, void *arg)
 {
 	cli.opened++;
 	if (cli.pause_in_open) {
-		wsclient_pause_reading(c, 1);
+		wsface_pause_reading(c, 1);
 		cli.paused_now = 1;
 	}
 	if (cli.close_in_open)
-		wsclient_close(c, 1000, "client done");
+		wsface_close(c, 1000, "client done");
 	if (cli.free_in_open) {
-		wsclient_free(c);
+		wsface_free(c);
 		cli.c = NULL;
 		event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
 	}
 }
 
 static void
-on_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
+on_message(struct wsface *c, const uint8_t *data, size_t len, int binary,
     void *arg)
 {
 	int i = cli.nmsg++;
@@ -553,39 +554,39 @@ on_message(struct wsclient *c, const uint8_t *data, size_t len, int binary,
 	assert_non_null(cli.msgs[i]);
 	memcpy(cli.msgs[i], data, len);
 	if (cli.free_in_message) {
-		wsclient_free(c);
+		wsface_free(c);
 		cli.c = NULL;
 		event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
 	}
 }
 
 static void
-on_drain(struct wsclient *c, void *arg)
+on_drain(struct wsface *c, void *arg)
 {
 	cli.drains++;
 }
 
 static void
-on_ping(struct wsclient *c, void *arg)
+on_ping(struct wsface *c, void *arg)
 {
 	cli.pings++;
 }
 
 static void
-on_close(struct wsclient *c, int status, const char *reason, void *arg)
+on_close(struct wsface *c, int status, const char *reason, void *arg)
 {
 	assert_int_equal(cli.closed, 0);
 	cli.closed++;
 	cli.status = status;
 	snprintf(cli.reason, sizeof(cli.reason), "%s", reason);
-	wsclient_free(c);
-	cli.c = NULL;
+	cli.c = NULL;      /* freed when this returns (wsface.h) */
 	/* Let the server see the end of the connection before stopping. */
 	event_base_loopexit(cli.base, &(struct timeval){ 0, 20000 });
 }
 
-static const struct wsclient_callbacks callbacks = {
-	on_open, on_message, on_drain, on_close, on_ping,
+static const struct wsface_handlers callbacks = {
+	.on_open = on_open, .on_message = on_message, .on_drain = on_drain,
+	.on_close = on_close, .on_ping = on_ping,
 };
 
 static int
@@ -615,7 +616,7 @@ static int
 teardown(void **state)
 {
 	if (cli.c != NULL)
-		wsclient_free(cli.c);
+		wsface_free(cli.c);
 	for (int i = 0; i < cli.nmsg; i++)
 		free(cli.msgs[i]);
 	if (srv.bev != NULL)
@@ -769,9 +770,37 @@ test_client_huge_message(void **state)
 	free(huge);
 }
 
+/* wsface_send_buffer: a prefix, then the first n bytes of an evbuffer of
+ * two chains (the second cut), then of more chains than one frame masks
+ * piece by piece (pulled up): each one binary message, what was sent gone
+ * from the evbuffer. */
+static void
+send_buffers(struct wsface *c)
+{
+	struct evbuffer *src = evbuffer_new();
+
+	assert_non_null(src);
+	evbuffer_add_reference(src, "0123456789", 10, NULL, NULL);
+	evbuffer_add_reference(src, "abcdefghij", 10, NULL, NULL);
+	assert_int_equal(evbuffer_peek(src, -1, NULL, NULL, 0), 2);
+	assert_int_equal(wsface_send_buffer(c, (const uint8_t *)"pre:", 4, src, 15), 0);
+	assert_int_equal(evbuffer_get_length(src), 5);
+	evbuffer_drain(src, 5);
+	for (int i = 0; i < 20; i++)
+		evbuffer_add_reference(src, "xyz", 3, NULL, NULL);
+	assert_int_equal(evbuffer_peek(src, -1, NULL, NULL, 0), 20);
+	assert_int_equal(wsface_send_buffer(c, NULL, 0, src, 60), 0);
+	assert_int_equal(evbuffer_get_length(src), 0);
+	/* More than src holds: refused, src untouched. */
+	evbuffer_add(src, "q", 1);
+	assert_int_equal(wsface_send_buffer(c, NULL, 0, src, 2), -1);
+	assert_int_equal(evbuffer_get_length(src), 1);
+	evbuffer_free(src);
+}
+
 /* Sending: iovecs concatenated and masked; large messages; on_drain. */
 static void
-send_in_open(struct wsclient *c, void *arg)
+send_in_open(struct wsface *c, void *arg)
 {
 	struct iovec iov[3] = {
 		{ (void *)"head-", 5 }, { big, 70000 }, { (void *)"-tail", 5 },
@@ -780,28 +809,29 @@ send_in_open(struct wsclient *c, void *arg)
 	cli.opened++;
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (uint8_t)(i * 13 + 1);
-	assert_int_equal(wsclient_sendv(c, iov, 3, 1), 0);
-	assert_int_equal(wsclient_send(c, (const uint8_t *)"abc", 3, 0), 0);
-	assert_int_equal(wsclient_send(c, NULL, 0, 1), 0);
-	assert_true(wsclient_pending(c) > 70000);
+	assert_int_equal(wsface_sendv(c, iov, 3, 1), 0);
+	assert_int_equal(wsface_send(c, (const uint8_t *)"abc", 3, 0), 0);
+	assert_int_equal(wsface_send(c, NULL, 0, 1), 0);
+	assert_true(wsface_pending(c) > 70000);
+	send_buffers(c);
 }
 
 /* Written down to the low-water mark: close. */
 static void
-close_in_drain(struct wsclient *c, void *arg)
+close_in_drain(struct wsface *c, void *arg)
 {
-	assert_true(wsclient_pending(c) <= 1024);
+	assert_true(wsface_pending(c) <= 1024);
 	if (cli.drains++ > 0)
 		return;
-	wsclient_close(c, 4000, "done sending");
+	wsface_close(c, 4000, "done sending");
 	/* After close nothing more can be sent. */
-	assert_int_equal(wsclient_send(c, (const uint8_t *)"x", 1, 1), -1);
+	assert_int_equal(wsface_send(c, (const uint8_t *)"x", 1, 1), -1);
 }
 
 static void
 test_client_send(void **state)
 {
-	struct wsclient_callbacks cb = callbacks;
+	struct wsface_handlers cb = callbacks;
 	struct wsclient_config cfg = { 0 };
 	char url[128], err[256];
 
@@ -815,7 +845,7 @@ test_client_send(void **state)
 	event_base_loopexit(cli.base, &(struct timeval){ 10, 0 });
 	event_base_dispatch(cli.base);
 
-	assert_int_equal(srv.nframes, 4);
+	assert_int_equal(srv.nframes, 6);
 	assert_int_equal(srv.frames[0].opcode, 0x2);
 	assert_int_equal(srv.frames[0].len, 70010);
 	assert_memory_equal(srv.frames[0].data, "head-", 5);
@@ -823,9 +853,16 @@ test_client_send(void **state)
 	assert_int_equal(srv.frames[1].opcode, 0x1);
 	assert_memory_equal(srv.frames[1].data, "abc", 3);
 	assert_int_equal(srv.frames[2].len, 0);
-	assert_int_equal(srv.frames[3].opcode, 0x8);
-	assert_int_equal(srv.frames[3].data[0] << 8 | srv.frames[3].data[1], 4000);
-	assert_memory_equal(srv.frames[3].data + 2, "done sending", 12);
+	assert_int_equal(srv.frames[3].opcode, 0x2);
+	assert_int_equal(srv.frames[3].len, 19);
+	assert_memory_equal(srv.frames[3].data, "pre:0123456789abcde", 19);
+	assert_int_equal(srv.frames[4].opcode, 0x2);
+	assert_int_equal(srv.frames[4].len, 60);
+	for (int i = 0; i < 20; i++)
+		assert_memory_equal(srv.frames[4].data + 3 * i, "xyz", 3);
+	assert_int_equal(srv.frames[5].opcode, 0x8);
+	assert_int_equal(srv.frames[5].data[0] << 8 | srv.frames[5].data[1], 4000);
+	assert_memory_equal(srv.frames[5].data + 2, "done sending", 12);
 	assert_true(cli.drains >= 1);
 	/* The server answered our close: a clean close. */
 	assert_int_equal(cli.status, 101);
@@ -1074,7 +1111,7 @@ resume_cb(evutil_socket_t fd, short what, void *arg)
 {
 	assert_int_equal(cli.nmsg, 0);
 	cli.paused_now = 0;
-	wsclient_pause_reading(cli.c, 0);
+	wsface_pause_reading(cli.c, 0);
 }
 
 static void
@@ -1096,7 +1133,7 @@ test_pause(void **state)
 	assert_string_equal(cli.reason, "closed by the server (code 1000)");
 }
 
-/* wsclient_free inside on_message, with more messages already buffered:
+/* wsface_free inside on_message, with more messages already buffered:
  * no further callbacks, nothing touched after the free (ASan). */
 static void
 test_free_in_message(void **state)
@@ -1130,7 +1167,7 @@ test_free_at_once(void **state)
 	cfg.url = url;
 	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
 	assert_non_null(cli.c);
-	wsclient_free(cli.c);
+	wsface_free(cli.c);
 	cli.c = NULL;
 	event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
 	event_base_dispatch(cli.base);
@@ -1149,14 +1186,14 @@ test_free_resolving(void **state)
 	cfg.url = url;
 	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
 	assert_non_null(cli.c);
-	wsclient_free(cli.c);
+	wsface_free(cli.c);
 	cli.c = NULL;
 	event_base_loopexit(cli.base, &(struct timeval){ 0, 100000 });
 	event_base_dispatch(cli.base);
 	assert_int_equal(cli.closed, 0);
 }
 
-/* wsclient_close before the upgrade: on_close follows, from the loop. */
+/* wsface_close before the upgrade: on_close follows, from the loop. */
 static void
 test_close_before_open(void **state)
 {
@@ -1167,7 +1204,7 @@ test_close_before_open(void **state)
 	cfg.url = url;
 	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
 	assert_non_null(cli.c);
-	wsclient_close(cli.c, 1000, "never mind");
+	wsface_close(cli.c, 1000, "never mind");
 	assert_int_equal(cli.closed, 0); /* not from inside the call */
 	event_base_loopexit(cli.base, &(struct timeval){ 5, 0 });
 	event_base_dispatch(cli.base);
@@ -1221,7 +1258,7 @@ test_good_urls(void **state)
 	char err[256];
 
 	for (size_t i = 0; i < NELEM(good); i++) {
-		struct wsclient *c;
+		struct wsface *c;
 
 		cfg.url = good[i];
 		cfg.connect_timeout_ms = 1;
@@ -1229,7 +1266,7 @@ test_good_urls(void **state)
 		    sizeof(err));
 		if (c == NULL)
 			fail_msg("refused good URL %s: %s", good[i], err);
-		wsclient_free(c);
+		wsface_free(c);
 	}
 	/* Lookups cancelled by the frees finish on the loop. */
 	event_base_loopexit(cli.base, &(struct timeval){ 0, 200000 });
