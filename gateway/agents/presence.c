@@ -15,6 +15,7 @@
 
 #include "gateway.h"
 #include "log.h"
+#include "metrics.h"
 #include "runtime.h"
 #include "store.h"
 #include "store_worker.h"
@@ -22,6 +23,8 @@
 struct presence {
 	struct event *renew;       /* every PRESENCE_RENEW_MS */
 	int renewing;              /* a renewal is queued: the next one waits */
+	unsigned renewals;         /* queued so far: every PRESENCE_OFFLINE_EVERY
+	                            * th also counts the offline agents */
 	int64_t renew_queued_ms;   /* monotonic: when that renewal was queued */
 	int failing;               /* the last renewal failed (logged once) */
 	int unreachable;           /* ... and not for a full disk: the store is down */
@@ -35,7 +38,16 @@ struct presence {
 	int read_again;            /* ... and another was asked for meanwhile */
 };
 
-enum pjob_kind { PJ_RENEW, PJ_DROP, PJ_UP, PJ_DOWN, PJ_DIR };
+/* PJ_RENEW_COUNT: a renewal that also counts the agents offline. */
+enum pjob_kind { PJ_RENEW, PJ_RENEW_COUNT, PJ_DROP, PJ_UP, PJ_DOWN, PJ_DIR };
+
+/* The spans tether_agents_offline{over} counts agents offline beyond. */
+static const struct {
+	int64_t s;
+	const char *label;
+} offline_spans[STORE_OFFLINE_SPANS] = {
+	{ 300, "5m" }, { 3600, "1h" }, { 86400, "1d" },
+};
 
 /* One store call.  Holds copies: the thread reads nothing else. */
 struct pjob {
@@ -48,6 +60,8 @@ struct pjob {
 	struct store_remote_agent *dir;  /* RENEW, DIR: the directory read */
 	size_t ndir;
 	int dir_ok;                /* ... if it was read */
+	int64_t offline[STORE_OFFLINE_SPANS];  /* RENEW_COUNT: the counts */
+	int offline_ok;            /* ... if they were read */
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
 };
@@ -77,12 +91,29 @@ dir_read(struct store *st, struct pjob *j)
 		qsort(j->dir, j->ndir, sizeof(*j->dir), dir_cmp);
 }
 
+/* On the store thread: the agents offline beyond each span (one query);
+ * a failure leaves the metric as it was (the renewal says why). */
+static void
+offline_count(struct store *st, struct pjob *j)
+{
+	int64_t over[STORE_OFFLINE_SPANS];
+	char err[STORE_ERROR_MAX + 1];
+
+	for (int i = 0; i < STORE_OFFLINE_SPANS; i++)
+		over[i] = offline_spans[i].s;
+	j->offline_ok = store_agents_offline(st, (j->ms - PRESENCE_LEASE_MS) / 1000,
+	    j->ms - PRESENCE_LEASE_MS, over, j->offline, err, sizeof(err)) == STORE_OK;
+}
+
 static void
 pjob_work(struct store *st, void *arg)
 {
 	struct pjob *j = arg;
 
 	switch (j->kind) {
+	case PJ_RENEW_COUNT:
+		offline_count(st, j);
+		/* FALLTHROUGH */
 	case PJ_RENEW:
 		j->rc = store_replica_renew(st, j->replica, j->peer_url, j->ms,
 		    j->err, sizeof(j->err));
@@ -144,6 +175,8 @@ renew_done(struct gateway *gw, struct pjob *j)
 		return;       /* stopped meanwhile */
 	p->renewing = 0;
 	dir_swap(p, j);
+	for (int i = 0; j->offline_ok && i < STORE_OFFLINE_SPANS; i++)
+		metrics_agents_offline(offline_spans[i].label, j->offline[i]);
 	/* A full disk still answers (reads work); anything else is a store
 	 * this replica cannot reach (/readyz says so, docs/0021). */
 	p->unreachable = j->rc != STORE_OK && j->rc != STORE_FULL;
@@ -165,8 +198,8 @@ pjob_done(void *arg)
 {
 	struct pjob *j = arg;
 
-	if (j->kind == PJ_RENEW || j->kind == PJ_DIR) {
-		if (j->kind == PJ_RENEW)
+	if (j->kind == PJ_RENEW || j->kind == PJ_RENEW_COUNT || j->kind == PJ_DIR) {
+		if (j->kind != PJ_DIR)
 			renew_done(j->gw, j);
 		else
 			dir_done(j->gw, j);
@@ -218,8 +251,10 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv = runtime_ms_timeval(PRESENCE_RENEW_MS);
 
 	/* A store that stalls gets one renewal at a time, not a backlog. */
-	if (!p->renewing && pjob_submit(gw, PJ_RENEW, NULL,
-	    gateway_now_ms() + PRESENCE_LEASE_MS) == 0) {
+	if (!p->renewing && pjob_submit(gw,
+	    p->renewals % PRESENCE_OFFLINE_EVERY == 0 ? PJ_RENEW_COUNT : PJ_RENEW,
+	    NULL, gateway_now_ms() + PRESENCE_LEASE_MS) == 0) {
+		p->renewals++;
 		p->renewing = 1;
 		p->renew_queued_ms = runtime_monotonic_ms();
 	}

@@ -23,6 +23,14 @@
  * heard at once (notices.h) and read again then: presence_refresh.  A
  * table not refreshed for PRESENCE_LEASE_MS (the store out of reach) is
  * not used.
+ *
+ * The offline agents (issue 20): every PRESENCE_OFFLINE_EVERY renewals
+ * (30 s), the first one included, the renewal's job also counts the
+ * agents no live replica holds by how long ago they were last seen
+ * (store_agents_offline: one query, O(agents) in the database, three
+ * numbers back) and the loop sets tether_agents_offline{over} from them:
+ * no series per agent, and every replica reports the same cluster-wide
+ * counts.
  */
 #ifndef TETHER_PRESENCE_H
 #define TETHER_PRESENCE_H
@@ -31,6 +39,7 @@
 #include <stdint.h>
 
 #define PRESENCE_RENEW_MS 2000
+#define PRESENCE_OFFLINE_EVERY 15   /* renewals: the offline count's period */
 #define PRESENCE_LEASE_MS 6000
 
 struct gateway;

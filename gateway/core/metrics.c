@@ -29,6 +29,7 @@ static const char *const state_values[] = {
 	"pending-approval", "enroll", "verifying", "active", "revoked", NULL
 };
 static const char *const ok_values[] = { "ok", NULL };
+static const char *const over_values[] = { "5m", "1h", "1d", NULL };
 /* Seconds: 1 ms to 10 s for proxied requests, 50 us to 1 s for the store. */
 static const double k8s_bounds[] = {
 	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
@@ -47,6 +48,11 @@ static struct prom_metric agents = {
 	.name = "tether_agents", .kind = PROM_GAUGE,
 	.help = "Registered agents by state, connected or not.",
 	.label = "state", .preset = state_values,
+};
+static struct prom_metric agents_offline = {
+	.name = "tether_agents_offline", .kind = PROM_GAUGE,
+	.help = "Agents not revoked whose tunnel no replica holds, last seen longer ago than over; counted in the store every 30 s, the same on every replica.",
+	.label = "over", .preset = over_values,
 };
 static struct prom_metric tunnels = {
 	.name = "tether_tunnels_connected", .kind = PROM_GAUGE,
@@ -105,7 +111,7 @@ static struct prom_metric store_duration = {
 };
 
 static struct prom_metric *const families[] = {
-	&build_info, &agents, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
+	&build_info, &agents, &agents_offline, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
 	&tls_shed, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
@@ -173,6 +179,12 @@ metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed)
 	prom_set(&tls_handshaking, NULL, (double)in_progress);
 	prom_set(&tls_waiting, NULL, (double)waiting);
 	prom_set(&tls_shed, NULL, (double)shed);
+}
+
+void
+metrics_agents_offline(const char *over, int64_t n)
+{
+	prom_set(&agents_offline, over, (double)n);
 }
 
 void

@@ -16,6 +16,9 @@
  *   tether_store_duration_seconds{op}            histogram, per store call
  *   tether_store_up                              1 while this replica reaches
  *                                                its store (as /readyz says)
+ *   tether_agents_offline{over}                  agents no replica holds, not
+ *                                                revoked, last seen over 5m,
+ *                                                1h, 1d ago (presence.c counts)
  *   tether_certificate_expiry_timestamp_seconds{cert}
  *                                                notAfter of the server
  *                                                certificate and of the CA
@@ -66,6 +69,11 @@ void metrics_store_timed(void *arg, const char *op, double seconds);
  * their count. */
 size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
     size_t handshakes_now);
+
+/* The agents offline for longer than over ("5m", "1h" or "1d": the
+ * values shown from the start, at 0) are n, as the store last counted
+ * (presence.c).  Loop thread. */
+void metrics_agents_offline(const char *over, int64_t n);
 
 /* Whether this replica reaches its store (1) or not (0), as /readyz says
  * (notices_store_problem), set before each exposition. */

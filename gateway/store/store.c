@@ -1052,6 +1052,41 @@ store_agent_seen(struct store *s, const char *id, const char *version,
 	    PARAMS(P_INT(now), P_TEXT(v), P_TEXT(id)) }, NULL, NULL, err, errlen);
 }
 
+static int
+read_offline(const struct store_row *row, void *out)
+{
+	int64_t *counts = out;
+
+	for (int i = 0; i < STORE_OFFLINE_SPANS; i++)
+		counts[i] = col_int(row, i);
+	return 0;
+}
+
+int
+store_agents_offline(struct store *s, int64_t now, int64_t now_ms,
+    const int64_t over_s[STORE_OFFLINE_SPANS],
+    int64_t counts[STORE_OFFLINE_SPANS], char *err, size_t errlen)
+{
+	int rc;
+	STORE_TIMED(s);
+
+	/* seen: last contact; each column counts those before now - over. */
+#define SEEN "(CASE WHEN a.last_seen > 0 THEN a.last_seen ELSE a.updated_at END)"
+	rc = query_one(s, &(struct store_stmt){
+	    .sql = "SELECT COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0),"
+	    " COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0),"
+	    " COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0)"
+	    " FROM agents a WHERE a.state <> 'revoked' AND NOT EXISTS"
+	    " (SELECT 1 FROM tunnels t JOIN replicas r ON r.id = t.replica_id"
+	    " WHERE t.agent_id = a.id AND r.lease_until > ?)",
+	    .what = "count offline agents",
+	    PARAMS(P_INT(now - over_s[0]), P_INT(now - over_s[1]),
+	        P_INT(now - over_s[2]), P_INT(now_ms)) },
+	    read_offline, counts, err, errlen);
+#undef SEEN
+	return rc;
+}
+
 /* flags STORE_STMT_LOCK holds the row until the transaction ends. */
 static int
 agent_lookup(struct store *s, const char *id, unsigned flags,

@@ -229,6 +229,19 @@ int store_agent_transition(struct store *s, const char *id,
 int store_agent_seen(struct store *s, const char *id, const char *version,
     int64_t now, char *err, size_t errlen);
 
+/*
+ * Counts the agents offline longer than each of over_s[0..2] seconds at
+ * now (Unix s) into counts[0..2]: agents not revoked whose tunnel no
+ * replica with a lease running past now_ms holds, by their last contact
+ * (last_seen; updated_at for one never seen since schema version 6).  One
+ * query, a scan of agents (O(agents)); nothing per agent is returned.
+ * STORE_OK, or STORE_ERR with err.
+ */
+#define STORE_OFFLINE_SPANS 3
+int store_agents_offline(struct store *s, int64_t now, int64_t now_ms,
+    const int64_t over_s[STORE_OFFLINE_SPANS],
+    int64_t counts[STORE_OFFLINE_SPANS], char *err, size_t errlen);
+
 /* ---- presence (gateway/agents/presence.h, docs/0017) ---- */
 
 #define STORE_REPLICA_MAX  63     /* replica ids: [A-Za-z0-9._-] */

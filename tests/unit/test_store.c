@@ -926,6 +926,50 @@ test_agent_seen(void **state)
 	    sizeof(err)), STORE_OK);
 }
 
+/* store_agents_offline: agents no live replica holds, by last contact;
+ * a revoked one never, a held one not while its replica's lease runs. */
+static void
+test_agents_offline(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, b, r;
+	char err[STORE_ERROR_MAX + 1] = "";
+	const int64_t over[STORE_OFFLINE_SPANS] = { 300, 3600, 86400 };
+	const int64_t t0 = (int64_t)NOW * 1000;
+	int64_t n[STORE_OFFLINE_SPANS];
+	bool created = false;
+
+	make_import(f, "3434343434343434", 3, false, &c);
+	do_register(f, "3434343434343434", "node-a", 0x34, &a, &created);
+	do_register(f, "3434343434343434", "node-b", 0x35, &b, &created);
+	do_register(f, "3434343434343434", "node-r", 0x36, &r, &created);
+	assert_int_equal(store_agent_seen(f->s, a.id, NULL, NOW - 7200, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_seen(f->s, b.id, NULL, NOW - 2 * 86400, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_seen(f->s, r.id, NULL, NOW - 2 * 86400, err,
+	    sizeof(err)), STORE_OK);
+	do_transition(f->s, r.id, AGENT_EV_REVOKE, NULL, &r);
+	assert_int_equal(store_agents_offline(f->s, NOW, t0, over, n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n[0], 2);
+	assert_int_equal(n[1], 2);
+	assert_int_equal(n[2], 1);
+	/* b held by r1: not offline while r1's lease runs, again after. */
+	assert_int_equal(store_replica_renew(f->s, "r1", "", t0 + 6000, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, b.id, "r1", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agents_offline(f->s, NOW, t0, over, n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n[0], 1);
+	assert_int_equal(n[2], 0);
+	assert_int_equal(store_agents_offline(f->s, NOW + 7, t0 + 7000, over, n,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(n[2], 1);
+}
+
 static void
 test_register_manual_and_unlimited(void **state)
 {
@@ -1677,6 +1721,7 @@ main(void)
 		T(test_tokens),
 		T(test_register_happy),
 		T(test_agent_seen),
+		T(test_agents_offline),
 		T(test_register_manual_and_unlimited),
 		T(test_register_refusals),
 		T(test_register_retry),
