@@ -23,7 +23,7 @@ MAX_QUEUE=1048576
 # --http-timeout: the pipelining peer of step 4 must be dropped within its
 # 30 s, and a connect made during a flood on a loaded 2-core machine must
 # not lose its upgrade to the timer (3 s did, under load).
-gateway_start --handshake-timeout 60000 --max-queue $MAX_QUEUE --http-timeout 10000
+gateway_start --handshake-timeout 60000 --hello-timeout 60000 --max-queue $MAX_QUEUE --http-timeout 10000
 
 # The agent that must keep working, in a cluster of its own.
 good_cid=$(cluster_create good)
