@@ -117,7 +117,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    "ones wait in the kernel's listen backlog; one whose client closed, or "
 	    "that waited over half of --handshake-timeout, is closed unread" },
 	[SERVE_OPT_MAX_TLS_PER_SOURCE] = { .name = "max-tls-per-source", .type = OPT_U32,
-	    .arg = "N", .def = "8", .min = 1, .max = 1000000,
+	    .arg = "N", .def = "64", .min = 1, .max = 1000000,
 	    .help = "TLS handshake slots and queue places one source address "
 	    "holds at once; past it its new connections are closed unread" },
 	[SERVE_OPT_TLS_HELLO_TIMEOUT] = { .name = "tls-hello-timeout", .type = OPT_U32,

@@ -66,7 +66,7 @@ struct gateway_limits {
 	.max_handshakes = 256, \
 	.max_tls_handshakes = 32, \
 	.max_tls_queue = 4096, \
-	.max_tls_per_source = 8, \
+	.max_tls_per_source = 64, \
 	.tls_hello_timeout_ms = 1000, \
 	.tls_handshake_timeout_ms = 3000, \
 	.max_handshakes_per_source = 32, \
