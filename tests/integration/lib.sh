@@ -435,9 +435,11 @@ ssh_via() {
 		-o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR "$@"
 }
 
-# squid_start AUTH_LINES: Debian's squid on 127.0.0.1:$SQUID_PORT (no cache,
+# squid_start AUTH_LINES [FILE...]: Debian's squid on 127.0.0.1:$SQUID_PORT (no cache,
 # no daemon), allowing only authenticated clients; AUTH_LINES are its
-# auth_param lines (@DIR@ in them becomes $SQUID_DIR).  Its config, pid file and logs live in $SQUID_DIR, a
+# auth_param lines (@DIR@ in them becomes $SQUID_DIR).  Each FILE (a helper
+# script) is copied into $SQUID_DIR first: squid runs its helpers as its
+# own user, who may not reach the checkout (a clone under /root, 0700).  Its config, pid file and logs live in $SQUID_DIR, a
 # directory of its own that squid's user (proxy, when started as root) can
 # write; access.log shows each CONNECT with its user.
 squid_start() {
@@ -445,7 +447,12 @@ squid_start() {
 	SQUID_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tether-squid.XXXXXX")
 	on_cleanup "rm -rf '$SQUID_DIR'"
 	chmod 755 "$SQUID_DIR"
-	if [ "$(id -u)" -eq 0 ]; then chown proxy "$SQUID_DIR"; fi
+	local auth=$1 f
+	shift
+	for f in "$@"; do
+		install -m 0755 "$f" "$SQUID_DIR/"
+	done
+	if [ "$(id -u)" -eq 0 ]; then chown -R proxy "$SQUID_DIR"; fi
 	cat >"$SQUID_DIR/squid.conf" <<CONF
 http_port 127.0.0.1:$SQUID_PORT
 pid_filename $SQUID_DIR/squid.pid
@@ -459,7 +466,7 @@ icp_port 0
 htcp_port 0
 pinger_enable off
 shutdown_lifetime 0 seconds
-${1//@DIR@/$SQUID_DIR}
+${auth//@DIR@/$SQUID_DIR}
 acl authed proxy_auth REQUIRED
 http_access allow authed
 http_access deny all

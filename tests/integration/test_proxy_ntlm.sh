@@ -21,9 +21,9 @@ ctl token create --cluster "$cid" --uses 1 >"$T/join.json"
 echo_server_start
 join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" >/dev/null
 
-squid_start "auth_param ntlm program /usr/bin/python3 $TETHER_SRC/tests/integration/ntlmhelper.py $nt_hash alice CORP @DIR@/ntlm.log
+squid_start "auth_param ntlm program /usr/bin/python3 @DIR@/ntlmhelper.py $nt_hash alice CORP @DIR@/ntlm.log
 auth_param ntlm children 4 startup=1 idle=1
-auth_param ntlm keep_alive on"
+auth_param ntlm keep_alive on" "$TETHER_SRC/tests/integration/ntlmhelper.py"
 PROXY=http://127.0.0.1:$SQUID_PORT
 
 run_node() { # run_node [run flags...]; sets CLIENT_PID
