@@ -455,8 +455,8 @@ dup_opt(char **dst, const char *src)
 
 /* ---- TLS ---------------------------------------------------------------- */
 
-static void
-openssl_reason(char *buf, size_t len, const char *what)
+void
+wsclient_tls_reason(char *buf, size_t len, const char *what)
 {
 	unsigned long e = ERR_peek_last_error();
 	char ebuf[256];
@@ -476,7 +476,7 @@ tls_context(const char *ca_file, char *err, size_t errlen)
 	SSL_CTX *ctx;
 
 	if ((ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
-		openssl_reason(why, sizeof(why), "cannot create a TLS context");
+		wsclient_tls_reason(why, sizeof(why), "cannot create a TLS context");
 		errf(err, errlen, "%s", why);
 		return NULL;
 	}
@@ -484,7 +484,7 @@ tls_context(const char *ca_file, char *err, size_t errlen)
 	 * than the AES-256 that OpenSSL lists first. */
 	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
 	    SSL_CTX_set_ciphersuites(ctx, TLS13_CIPHERS) != 1) {
-		openssl_reason(why, sizeof(why), "cannot configure TLS");
+		wsclient_tls_reason(why, sizeof(why), "cannot configure TLS");
 		goto fail;
 	}
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
@@ -493,11 +493,11 @@ tls_context(const char *ca_file, char *err, size_t errlen)
 		if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
 			char what[300];
 			snprintf(what, sizeof(what), "cannot load CA file %s", ca_file);
-			openssl_reason(why, sizeof(why), what);
+			wsclient_tls_reason(why, sizeof(why), what);
 			goto fail;
 		}
 	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-		openssl_reason(why, sizeof(why), "cannot load the system CA store");
+		wsclient_tls_reason(why, sizeof(why), "cannot load the system CA store");
 		goto fail;
 	}
 	return ctx;
@@ -522,7 +522,7 @@ wsclient_tls_trust_more(struct ssl_ctx_st *ctx, const char *ca_file, char *err,
 	if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) == 1)
 		return 0;
 	snprintf(what, sizeof(what), "cannot load CA file %s", ca_file);
-	openssl_reason(why, sizeof(why), what);
+	wsclient_tls_reason(why, sizeof(why), what);
 	errf(err, errlen, "%s", why);
 	return -1;
 }
@@ -539,7 +539,7 @@ tls_session_for(SSL_CTX *ctx, const char *host, int host_is_ip, char *err,
 	int ok;
 
 	if ((ssl = SSL_new(ctx)) == NULL) {
-		openssl_reason(why, sizeof(why), "cannot create a TLS session");
+		wsclient_tls_reason(why, sizeof(why), "cannot create a TLS session");
 		errf(err, errlen, "%s", why);
 		return NULL;
 	}
@@ -553,7 +553,7 @@ tls_session_for(SSL_CTX *ctx, const char *host, int host_is_ip, char *err,
 		    SSL_set_tlsext_host_name(ssl, host) == 1;
 	}
 	if (!ok) {
-		openssl_reason(why, sizeof(why), "cannot set the TLS peer name");
+		wsclient_tls_reason(why, sizeof(why), "cannot set the TLS peer name");
 		errf(err, errlen, "%s", why);
 		SSL_free(ssl);
 		return NULL;

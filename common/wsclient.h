@@ -77,6 +77,13 @@ struct ssl_ctx_st *wsclient_tls_context(const char *ca_file, char *err,
     size_t errlen);
 
 /*
+ * Writes "what: OpenSSL's reason for the last failure" (or just what, when
+ * OpenSSL queued none) into buf, and clears OpenSSL's error queue of this
+ * thread.  The one wording of TLS failures on the client side.
+ */
+void wsclient_tls_reason(char *buf, size_t len, const char *what);
+
+/*
  * Adds the CA certificates of the PEM file ca_file to what ctx (from
  * wsclient_tls_context) trusts: the agent's --trust-proxy-ca, a
  * TLS-inspecting proxy's CA pinned on purpose beside the gateway's.  Host

@@ -11,6 +11,7 @@
  * waits at most what is left of the deadline (SO_RCVTIMEO, SO_SNDTIMEO).
  */
 #include "fetch.h"
+#include "wsclient.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,21 +83,6 @@ ms_left(const struct fetch *f)
 	ms = (long)(f->deadline.tv_sec - now.tv_sec) * 1000 +
 	    (f->deadline.tv_nsec - now.tv_nsec) / 1000000;
 	return ms > 0 ? ms : 0;
-}
-
-/* OpenSSL's reason for the last failure, or what. */
-static void
-tls_reason(char *buf, size_t len, const char *what)
-{
-	unsigned long e = ERR_peek_last_error();
-	char ebuf[256];
-
-	if (e != 0) {
-		ERR_error_string_n(e, ebuf, sizeof(ebuf));
-		snprintf(buf, len, "%s: %s", what, ebuf);
-	} else
-		snprintf(buf, len, "%s", what);
-	ERR_clear_error();
 }
 
 /* --- the lookup ---------------------------------------------------------- */
@@ -295,7 +281,7 @@ handshake_reason(struct fetch *f, SSL *ssl, int r, char *buf, size_t len)
 		    "timed out" : errno != 0 ? strerror(errno) :
 		    "connection closed during the handshake");
 	else
-		tls_reason(buf, len, "handshake failed");
+		wsclient_tls_reason(buf, len, "handshake failed");
 	ERR_clear_error();
 }
 
@@ -309,7 +295,7 @@ server_context(struct fetch *f)
 	char why[320];
 
 	if (ctx == NULL || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
-		tls_reason(why, sizeof(why), "cannot create a TLS context");
+		wsclient_tls_reason(why, sizeof(why), "cannot create a TLS context");
 		fail(f, "%s", why);
 		goto fail;
 	}
@@ -322,7 +308,7 @@ server_context(struct fetch *f)
 	if ((in = BIO_new_mem_buf(f->o->ca_pem, -1)) == NULL ||
 	    (x = PEM_read_bio_X509(in, NULL, NULL, NULL)) == NULL ||
 	    X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), x) != 1) {
-		tls_reason(why, sizeof(why), "cannot load the pinned CA");
+		wsclient_tls_reason(why, sizeof(why), "cannot load the pinned CA");
 		fail(f, "%s", why);
 		goto fail;
 	}
