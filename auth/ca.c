@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <openssl/asn1.h>
 #include <openssl/bio.h>
@@ -499,4 +500,195 @@ ca_checksum_valid(const char *s)
 			return -1;
 	}
 	return s[64] == '\0' ? 0 : -1;
+}
+
+/* ---- renewal (`tether-gateway cert renew`) ---- */
+
+/* The first certificate of the PEM file at path, or NULL with err. */
+static X509 *
+cert_load(const char *path, char *err, size_t errlen)
+{
+	char *pem = NULL;
+	size_t len = 0;
+	BIO *bio = NULL;
+	X509 *x = NULL;
+
+	if (file_read_all(path, CERT_FILE_MAX, &pem, &len, err, errlen) != 0)
+		return NULL;
+	if ((bio = BIO_new_mem_buf(pem, (int)len)) == NULL ||
+	    (x = PEM_read_bio_X509(bio, NULL, NULL, NULL)) == NULL)
+		snprintf(err, errlen, "%s: not a PEM certificate", path);
+	BIO_free(bio);
+	free(pem);
+	ERR_clear_error();
+	return x;
+}
+
+/* The private key in the PEM file at path, or NULL with err.  The file's
+ * bytes are wiped before they are freed. */
+static EVP_PKEY *
+key_load(const char *path, char *err, size_t errlen)
+{
+	char *pem = NULL;
+	size_t len = 0;
+	BIO *bio = NULL;
+	EVP_PKEY *k = NULL;
+
+	if (file_read_all(path, CERT_FILE_MAX, &pem, &len, err, errlen) != 0)
+		return NULL;
+	if ((bio = BIO_new_mem_buf(pem, (int)len)) == NULL ||
+	    (k = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL)) == NULL)
+		snprintf(err, errlen, "%s: not a PEM private key", path);
+	BIO_free(bio);
+	OPENSSL_cleanse(pem, len);
+	free(pem);
+	ERR_clear_error();
+	return k;
+}
+
+static void
+cert_info(X509 *x, struct ca_cert_info *out)
+{
+	BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
+	char *hex = bn != NULL ? BN_bn2hex(bn) : NULL;
+	struct tm tm;
+
+	snprintf(out->serial, sizeof(out->serial), "%s", hex != NULL ? hex : "?");
+	out->not_after = 0;
+	if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) == 1)
+		out->not_after = (long long)timegm(&tm);
+	OPENSSL_free(hex);
+	BN_free(bn);
+	ERR_clear_error();
+}
+
+/* The new certificate: old's subject, SANs and usages, for key, issued by
+ * ca with cakey, a new serial, days long.  NULL with err. */
+static X509 *
+server_cert_renewed(X509 *old, EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey,
+    long days, char *err, size_t errlen)
+{
+	X509 *x = NULL;
+	int i = X509_get_ext_by_NID(old, NID_subject_alt_name, -1);
+
+	if ((x = cert_new(key, SERVER_CN, days)) == NULL ||
+	    X509_set_subject_name(x, X509_get_subject_name(old)) != 1 ||
+	    X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1 ||
+	    add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
+	    add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
+	    add_ext(x, ca, NID_ext_key_usage, "serverAuth") != 0 ||
+	    add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
+	    add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0 ||
+	    (i >= 0 && X509_add_ext(x, X509_get_ext(old, i), -1) != 1)) {
+		snprintf(err, errlen, "cannot build the new server certificate");
+		goto fail;
+	}
+	if (X509_sign(x, cakey, EVP_sha256()) <= 0) {
+		snprintf(err, errlen, "cannot sign the new server certificate");
+		goto fail;
+	}
+	return x;
+fail:
+	X509_free(x);
+	ERR_clear_error();
+	return NULL;
+}
+
+/* Loads what renewal needs from dir, checking that each belongs with the
+ * others.  0, or -1 with err (what is loaded is freed by the caller). */
+static int
+renew_inputs(const char *dir, X509 **ca, EVP_PKEY **cakey, X509 **old,
+    EVP_PKEY **key, char *err, size_t errlen)
+{
+	char path[4096];
+
+	if (join_path(path, sizeof(path), dir, "ca.key", err, errlen) != 0)
+		return -1;
+	if (!file_exists(path)) {
+		snprintf(err, errlen, "%s: no CA key here: run cert renew where "
+		    "the CA key is (the data directory init made), then copy "
+		    "server.crt to the others", path);
+		return -1;
+	}
+	if ((*cakey = key_load(path, err, errlen)) == NULL)
+		return -1;
+	if (join_path(path, sizeof(path), dir, "ca.crt", err, errlen) != 0 ||
+	    (*ca = cert_load(path, err, errlen)) == NULL)
+		return -1;
+	if (X509_check_private_key(*ca, *cakey) != 1) {
+		ERR_clear_error();
+		snprintf(err, errlen, "%s/ca.key is not the key of %s", dir, path);
+		return -1;
+	}
+	if (join_path(path, sizeof(path), dir, "server.key", err, errlen) != 0 ||
+	    (*key = key_load(path, err, errlen)) == NULL)
+		return -1;
+	if (join_path(path, sizeof(path), dir, "server.crt", err, errlen) != 0 ||
+	    (*old = cert_load(path, err, errlen)) == NULL)
+		return -1;
+	if (X509_check_private_key(*old, *key) != 1) {
+		ERR_clear_error();
+		snprintf(err, errlen, "%s/server.key is not the key of %s", dir, path);
+		return -1;
+	}
+	if (X509_verify(*old, X509_get0_pubkey(*ca)) != 1) {
+		ERR_clear_error();
+		snprintf(err, errlen, "%s was not issued by %s/ca.crt", path, dir);
+		return -1;
+	}
+	return 0;
+}
+
+int
+ca_renew_server(const char *dir, long days, struct ca_cert_info *out,
+    char *err, size_t errlen)
+{
+	X509 *ca = NULL, *old = NULL, *x = NULL;
+	EVP_PKEY *cakey = NULL, *key = NULL;
+	int r = -1;
+
+	if (days < 1 || days > CA_DAYS) {
+		snprintf(err, errlen, "days must be 1 to %d", CA_DAYS);
+		return -1;
+	}
+	if (renew_inputs(dir, &ca, &cakey, &old, &key, err, errlen) != 0)
+		goto out;
+	if ((x = server_cert_renewed(old, key, ca, cakey, days, err,
+	    errlen)) == NULL)
+		goto out;
+	if (write_cert(x, dir, "server.crt", err, errlen) != 0)
+		goto out;
+	cert_info(x, out);
+	r = 0;
+out:
+	X509_free(x);
+	X509_free(old);
+	X509_free(ca);
+	EVP_PKEY_free(key);
+	EVP_PKEY_free(cakey);
+	ERR_clear_error();
+	return r;
+}
+
+int
+ca_server_check(X509 *leaf, const char *ca_path, struct ca_cert_info *out,
+    char *err, size_t errlen)
+{
+	X509 *ca = cert_load(ca_path, err, errlen);
+	int r = -1;
+
+	if (ca == NULL)
+		return -1;
+	cert_info(leaf, out);
+	if (X509_verify(leaf, X509_get0_pubkey(ca)) != 1)
+		snprintf(err, errlen, "not issued by %s", ca_path);
+	else if (X509_cmp_current_time(X509_get0_notAfter(leaf)) <= 0)
+		snprintf(err, errlen, "expired (notAfter passed)");
+	else if (X509_cmp_current_time(X509_get0_notBefore(leaf)) >= 0)
+		snprintf(err, errlen, "not valid yet (notBefore ahead)");
+	else
+		r = 0;
+	X509_free(ca);
+	ERR_clear_error();
+	return r;
 }

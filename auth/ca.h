@@ -24,6 +24,36 @@
 int ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
     char *err, size_t errlen);
 
+/* What identifies a certificate to an operator. */
+struct ca_cert_info {
+	char serial[48];        /* hex, uppercase, as openssl x509 -serial says */
+	long long not_after;    /* Unix seconds */
+};
+
+/*
+ * `tether-gateway cert renew`: signs a new server certificate for dir's
+ * server.key (kept: its public key is what the certificate names, and
+ * what replicas recognise each other by, tlspeer.h) with dir's ca.crt and
+ * ca.key: a new serial, valid from an hour ago for days days, the same
+ * subject, subjectAltName and usages as the server.crt in dir, which must
+ * be one the CA issued for that key.  Writes server.crt atomically (0644)
+ * and its identity into *out.  Returns 0, or -1 with err naming the file
+ * and what is wrong with it (missing ca.key: where to run the command);
+ * on failure dir is unchanged.  Cost: file reads, one ECDSA signature, an
+ * fsynced write: run it off any event loop.
+ */
+int ca_renew_server(const char *dir, long days, struct ca_cert_info *out,
+    char *err, size_t errlen);
+
+struct x509_st;
+/*
+ * Checks that leaf, about to be served, was issued by the CA certificate in
+ * the PEM file ca_path and is valid now, and fills *out.  Returns 0, or -1
+ * with err saying what is wrong.
+ */
+int ca_server_check(struct x509_st *leaf, const char *ca_path,
+    struct ca_cert_info *out, char *err, size_t errlen);
+
 /* Checksum of the first certificate in a PEM buffer.  Returns 0 or -1. */
 int ca_checksum_pem(const char *pem, size_t len, char out[CA_CHECKSUM_MAX],
     char *err, size_t errlen);

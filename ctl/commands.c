@@ -254,6 +254,8 @@ help_forward(void)
 	    "  psql -h 127.0.0.1 -p 15432 -U postgres\n");
 }
 
+static void help_status(void);
+
 int
 ctl_group_help(const char *group)
 {
@@ -268,6 +270,7 @@ ctl_group_help(const char *group)
 		{ "kubeconfig", help_kubeconfig },
 		{ "connect", help_connect },
 		{ "forward", help_forward },
+		{ "status", help_status },
 	};
 
 	for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
@@ -846,6 +849,57 @@ cmd_user(struct ctl *c, int argc, char **argv)
 	if (strcmp(argv[1], "revoke-token") == 0)
 		return user_revoke_token(c, argc - 1, argv + 1);
 	return ctl_usage_error("user", "unknown subcommand %s", argv[1]);
+}
+
+/* --- status --- */
+
+static const struct column status_columns[] = {
+	{ "REPLICA", "replica" },
+	{ "CERT SERIAL", "serial" },
+	{ "CERT EXPIRES", "not_after" },
+	{ NULL, NULL },
+};
+
+static void
+help_status(void)
+{
+	printf(
+	    "usage: tetherctl status\n"
+	    "\n"
+	    "The replica that answers (--server): its id and the server certificate\n"
+	    "it serves new TLS handshakes with, serial and notAfter (RFC 3339), as\n"
+	    "GET /v1/status's \"certificate\" says.  -o json:\n"
+	    "  {\"replica\":\"gw-1\",\"serial\":\"4F...\",\"not_after\":\"2028-11-27T06:50:00Z\"}\n"
+	    "After 'tether-gateway cert renew' and SIGHUP it shows the new serial.\n");
+}
+
+int
+cmd_status(struct ctl *c, int argc, char **argv)
+{
+	json_t *resp = NULL, *cert;
+	int r;
+
+	if (ctl_wants_help(argc, argv)) {
+		help_status();
+		return CTL_EXIT_OK;
+	}
+	if (argc != 1)
+		return ctl_usage_error("status", "status takes no arguments");
+	if ((r = ctl_ready(c)) != CTL_EXIT_OK)
+		return r;
+	if ((r = api_call(&c->api, "GET", "/v1/status", NULL, &resp)) != CTL_EXIT_OK)
+		return r;
+	cert = json_object_get(resp, "certificate");
+	if (!json_is_object(cert)) {
+		fprintf(stderr, "tetherctl: the server's /v1/status says nothing of "
+		    "its certificate (an older gateway?)\n");
+		r = CTL_EXIT_SERVER;
+	} else if (output_print(c->output, cert, status_columns) == -1) {
+		fprintf(stderr, "tetherctl: cannot print the server's answer\n");
+		r = CTL_EXIT_SERVER;
+	}
+	json_decref(resp);
+	return r;
 }
 
 /* --- kubeconfig --- */

@@ -47,6 +47,7 @@ usage(FILE *f)
 	    "                                bridge stdin/stdout to HOST:PORT on a node\n"
 	    "  forward --cluster ID [--node NAME] [LHOST:]LPORT:HOST:PORT\n"
 	    "                                forward a local port to HOST:PORT on a node\n"
+	    "  status                        the answering replica and its certificate\n"
 	    "\n"
 	    "global flags (before or after the command):\n"
 	    "  --server URL        the gateway (env TETHER_SERVER; default "
@@ -201,6 +202,7 @@ dispatch(struct ctl *c, int argc, char **argv)
 		{ "kubeconfig", cmd_kubeconfig },
 		{ "connect", cmd_connect },
 		{ "forward", cmd_forward },
+		{ "status", cmd_status },
 	};
 
 	if (strcmp(argv[0], "help") == 0) {

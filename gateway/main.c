@@ -23,6 +23,8 @@
 #include "agentkey.h"
 #include "api.h"
 #include "ca.h"
+#include "certcmd.h"
+#include "certreload.h"
 #include "dial.h"
 #include "fileio.h"
 #include "gateway.h"
@@ -102,6 +104,7 @@ static const char usage_head[] =
 "usage: tether-gateway init  --data-dir DIR [--hostname NAME]... [--url URL]\n"
 "                            [--store URL]\n"
 "       tether-gateway serve --data-dir DIR [--config FILE] [options]\n"
+"       tether-gateway cert renew --data-dir DIR [--days N]\n"
 "       tether-gateway --help | --version\n"
 "\n"
 "Tether's gateway: agents on nodes behind NAT dial in over one authenticated\n"
@@ -115,6 +118,9 @@ static const char usage_head[] =
 "       --store postgres://USER@HOST:PORT/DB prepares that database (schema,\n"
 "       the first admin token) instead of DIR/tether.db: several replicas share\n"
 "       it, each with a copy of ca.crt, server.crt, server.key and gateway.json.\n"
+"\n"
+"cert   renew: a new server.crt from DIR's CA (same names and key, new\n"
+"       serial); SIGHUP makes a running gateway serve it ('cert --help').\n"
 "\n"
 "serve  serves HTTPS and the agent tunnels on one port (below).\n"
 "\n";
@@ -462,10 +468,12 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	shutdown_poll(-1, 0, sd);
 }
 
-/* SIGHUP: logrotate moved the audit file away; write to a new one. */
+/* SIGHUP: logrotate moved the audit file away (write to a new one), and
+ * the data directory may hold a new server certificate (certreload.h). */
 static void
 on_sighup(evutil_socket_t sig, short what, void *arg)
 {
+	struct certreload **certs = arg;
 	char err[512];
 
 	if (log_reopen_audit_file(err, sizeof(err)) != 0)
@@ -473,6 +481,7 @@ on_sighup(evutil_socket_t sig, short what, void *arg)
 		    KV_S("err", err));
 	else
 		info("SIGHUP: audit log reopened");
+	certreload_request(*certs, "SIGHUP");
 }
 
 /* Descriptors kept for what is not a tunnel: the listener, the store, the
@@ -525,6 +534,7 @@ struct serve {
 	struct shutdown_state sd;
 	struct event *sigterm, *sigint, *sighup;
 	struct prom_http *metrics_http; /* --metrics-listen's, or NULL */
+	struct certreload *certs;       /* SIGHUP's and renewal's, once serving */
 };
 
 /* The limits of each tunnel, handshake and connection, from the options
@@ -710,7 +720,7 @@ serve_signals(struct serve *sv)
 	sv->sd.gw = &sv->gw;
 	sv->sigterm = evsignal_new(base, SIGTERM, on_signal, &sv->sd);
 	sv->sigint = evsignal_new(base, SIGINT, on_signal, &sv->sd);
-	sv->sighup = evsignal_new(base, SIGHUP, on_sighup, NULL);
+	sv->sighup = evsignal_new(base, SIGHUP, on_sighup, &sv->certs);
 	sv->sd.poll = evtimer_new(base, shutdown_poll, &sv->sd);
 	if (sv->sigterm == NULL || sv->sigint == NULL || sv->sighup == NULL ||
 	    sv->sd.poll == NULL || evsignal_add(sv->sigterm, NULL) != 0 ||
@@ -822,6 +832,10 @@ serve_listen(struct serve *sv)
 	if (serve_listen_more(gw, &sv->o, SERVE_OPT_PLAIN_LISTEN) != 0 ||
 	    serve_listen_more(gw, &sv->o, SERVE_OPT_PEER_LISTEN) != 0)
 		return -1;
+	sv->certs = certreload_start(gw, (unsigned)opts_num(&sv->o,
+	    SERVE_OPT_CERT_RENEW_BEFORE));
+	if (sv->certs == NULL)
+		return -1;
 	info("tether-gateway listening", KV_S("version", TETHER_VERSION),
 	    KV_S("host", sv->host), KV_I("port", server_port(gw)),
 	    KV_S("url", gw->url), KV_S("store", strncmp(store_url, "sqlite://",
@@ -841,6 +855,7 @@ serve_stop(struct serve *sv)
 	char err[512];
 
 	prom_http_free(sv->metrics_http);
+	certreload_free(sv->certs);
 	notices_stop(gw);
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(gw);
@@ -935,5 +950,7 @@ main(int argc, char **argv)
 		return cmd_init(argc - 1, argv + 1);
 	if (strcmp(argv[1], "serve") == 0)
 		return cmd_serve(argc - 1, argv + 1);
-	usage_error("unknown command \"%s\": use init or serve", argv[1]);
+	if (strcmp(argv[1], "cert") == 0)
+		return cmd_cert(argc - 1, argv + 1);
+	usage_error("unknown command \"%s\": use init, serve or cert", argv[1]);
 }

@@ -219,6 +219,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "HOST:PORT", .def_help = "off: not served", .check = netaddr_check,
 	    .help = "also serve Prometheus /metrics there, plain HTTP without a "
 	    "token (the main port serves /metrics to admin tokens)" },
+	[SERVE_OPT_CERT_RENEW_BEFORE] = { .name = "cert-renew-before", .type = OPT_U32,
+	    .arg = "DAYS", .def = "45", .min = 0, .max = 3650,
+	    .help = "renew server.crt by itself (as 'cert renew' does, then as on "
+	    "SIGHUP) when it expires within DAYS days; needs ca.key in the data "
+	    "directory; 0: never" },
 };
 
 const struct opt_command serve_command = {
@@ -230,7 +235,10 @@ const struct opt_command serve_command = {
 	    "SIGTERM or SIGINT: drain: /readyz answers 503, no new tunnel is\n"
 	    "accepted, agents are told to reconnect elsewhere, streams in flight\n"
 	    "get --drain-timeout to finish; then the rest is closed, exit 0.\n"
-	    "SIGHUP: reopen the --audit-log file (after logrotate moved it).\n",
+	    "SIGHUP: reopen the --audit-log file (after logrotate moved it) and\n"
+	    "serve server.crt and server.key as they are now in the data directory\n"
+	    "(after 'tether-gateway cert renew'): new handshakes get them, tunnels\n"
+	    "and streams open stay; a bad new file is logged and the old one kept.\n",
 	.spec = serve_specs,
 	.n = SERVE_OPT_COUNT,
 };

@@ -103,6 +103,8 @@ struct gateway {
 	char ca_checksum[CA_CHECKSUM_MAX];
 	char *ca_pem;                   /* served at /v1/ca */
 	size_t ca_pem_len;
+	struct ca_cert_info cert;       /* the server certificate new handshakes get
+	                                 * (certreload.c sets it; /readyz, /v1/status) */
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	struct event *trim_timer;       /* gateway_handshake_ended; freed by main.c */
 	struct srccount *handshake_sources; /* tunnel handshakes per source

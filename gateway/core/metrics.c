@@ -80,7 +80,7 @@ static struct prom_metric store_up = {
 };
 static struct prom_metric cert_expiry = {
 	.name = "tether_certificate_expiry_timestamp_seconds", .kind = PROM_GAUGE,
-	.help = "When the certificate the gateway serves with (server) and its CA (ca) expire, in Unix seconds (notAfter), as read at start.",
+	.help = "When the certificate the gateway serves with (server) and its CA (ca) expire, in Unix seconds (notAfter), as served now (read at start, again on SIGHUP and after a renewal).",
 	.label = "cert", .preset = no_values,
 };
 static struct prom_metric handshakes = {
@@ -245,6 +245,12 @@ metrics_certificates(const char *server_pem, const char *ca_pem, char *err,
 		return 0;
 	snprintf(err, errlen, "%s", why[failed]);
 	return -1;
+}
+
+void
+metrics_server_certificate(int64_t not_after)
+{
+	prom_set(&cert_expiry, "server", (double)not_after);
 }
 
 size_t

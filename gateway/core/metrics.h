@@ -92,6 +92,10 @@ void metrics_store_up(int up);
 int metrics_certificates(const char *server_pem, const char *ca_pem,
     char *err, size_t errlen);
 
+/* tether_certificate_expiry_timestamp_seconds{cert="server"} = not_after
+ * (Unix s): the certificate now served, after a reload or a renewal. */
+void metrics_server_certificate(int64_t not_after);
+
 /* The TLS admission's gauges and counter, set before each exposition
  * (server_tls_admission). */
 void metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed);

@@ -670,6 +670,18 @@ peer_link_open_stream(struct gateway *gw, const char *replica, const char *peer_
 }
 
 void
+peer_link_tls_renewed(struct gateway *gw)
+{
+	struct peers *p = gw->peers;
+
+	/* Each link's connection holds its own reference (wsclient.c). */
+	if (p != NULL && p->tls != NULL) {
+		SSL_CTX_free(p->tls);
+		p->tls = NULL;
+	}
+}
+
+void
 peer_link_shutdown(struct gateway *gw)
 {
 	struct peers *p = gw->peers;

@@ -51,6 +51,11 @@ struct mux_stream *peer_link_open_stream(struct gateway *gw, const char *replica
  * 503 past the link cap) or accepts it, replacing an up link.  Loop only. */
 void peer_link_accept(struct gateway *gw, const char *replica, struct upgrade *u);
 
+/* The certificate in the data directory changed (SIGHUP, cert renew):
+ * links dialed from now on present the new one (the dialing TLS context is
+ * made again at the next dial); links up keep theirs.  Loop only. */
+void peer_link_tls_renewed(struct gateway *gw);
+
 /* Ends every link (their streams end as in a link failure) and frees the
  * registry.  After server_stop (the accepted links end with it), before
  * the loop is freed. */

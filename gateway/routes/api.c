@@ -1051,22 +1051,30 @@ admin_request(struct gateway *gw, const struct route_request *req,
 	answer_later(gw, req, r, api_job_store, api_job_effects, api_job_free, j);
 }
 
-/* 503 while draining or while the store is out of reach (docs/0021). */
+/* 503 while draining or while the store is out of reach (docs/0021).  A
+ * second line says which server certificate new handshakes get and when
+ * it expires (docs/0030). */
 static void
 readyz(struct gateway *gw, struct route_response *r)
 {
-	char why[384], body[416];
-	int n;
+	char why[384], body[600], after[32];
+	int n, status = 200;
 
 	if (gw->stopping) {
-		route_respond_text(r, 503, "text/plain", "stopping\n", 9);
+		n = snprintf(body, sizeof(body), "stopping\n");
+		status = 503;
 	} else if (notices_store_problem(gw, why, sizeof(why)) != NULL) {
 		n = snprintf(body, sizeof(body), "store unreachable: %s\n", why);
-		route_respond_text(r, 503, "text/plain", body,
-		    n < (int)sizeof(body) ? (size_t)n : sizeof(body) - 1);
+		status = 503;
 	} else {
-		route_respond_text(r, 200, "text/plain", "ready\n", 6);
+		n = snprintf(body, sizeof(body), "ready\n");
 	}
+	rfc3339_format((int64_t)gw->cert.not_after, after);
+	if (n < (int)sizeof(body))
+		n += snprintf(body + n, sizeof(body) - (size_t)n,
+		    "certificate serial %s not_after %s\n", gw->cert.serial, after);
+	route_respond_text(r, status, "text/plain", body,
+	    n < (int)sizeof(body) ? (size_t)n : sizeof(body) - 1);
 }
 
 static void

@@ -287,6 +287,10 @@ status_answer(struct gateway *gw, void *arg, struct route_response *r)
 		return;
 	}
 	add_clusters(gw, a, out);
+	/* The server certificate this replica serves (docs/0030). */
+	json_object_set_new(out, "certificate", json_pack("{s:s, s:o, s:s}",
+	    "serial", gw->cert.serial, "not_after",
+	    time_or_null((int64_t)gw->cert.not_after), "replica", gw->replica_id));
 	w = (struct stream_walk){ .v = &a->v, .arr = json_array(), .now = gateway_now() };
 	live_stream_foreach(&gw->live_streams, add_stream, &w);
 	json_object_set_new(out, "streams", w.arr);

@@ -1690,6 +1690,39 @@ fail:
 	return NULL;
 }
 
+SSL_CTX *
+server_tls_context_new(const char *data_dir, int peer, char *err, size_t errlen)
+{
+	return tls_context(data_dir, peer ? TLSPEER_REQUIRE : TLSPEER_ASK, err,
+	    errlen);
+}
+
+X509 *
+server_certificate(struct gateway *gw)
+{
+	return gw->server != NULL && gw->server->ssl_ctx != NULL ?
+	    SSL_CTX_get0_certificate(gw->server->ssl_ctx) : NULL;
+}
+
+void
+server_tls_use(struct gateway *gw, SSL_CTX *main, SSL_CTX *peer)
+{
+	struct server *srv = gw->server;
+
+	/* Each SSL holds a reference to its context (SSL_new): freeing ours
+	 * ends the context only when its last connection closes. */
+	SSL_CTX_free(srv->ssl_ctx);
+	srv->ssl_ctx = main;
+	if (srv->mtls_ctx == NULL) {
+		SSL_CTX_free(peer);
+		return;
+	}
+	if (peer != NULL) {
+		SSL_CTX_free(srv->mtls_ctx);
+		srv->mtls_ctx = peer;
+	}
+}
+
 /* ---- start and stop ---- */
 
 /* A listener on host:port feeding server_accept.  NULL with err. */

@@ -52,6 +52,29 @@ int server_listen_mtls(struct gateway *gw, const char *host, int port, char *err
 int server_mtls_port(struct gateway *gw);
 /* The plain port bound, or -1 when there is none. */
 int server_plain_port(struct gateway *gw);
+
+struct ssl_ctx_st;
+struct x509_st;
+/*
+ * A server TLS context as server_start's (peer 0) or --peer-listen's
+ * (peer 1) with the certificate and key now in data_dir (server.crt,
+ * server.key, checked to belong together; ca.crt for the peer check).
+ * Touches no gateway state: callable on any thread (it reads files: not
+ * on the loop).  The caller owns the result.  NULL with err.
+ */
+struct ssl_ctx_st *server_tls_context_new(const char *data_dir, int peer,
+    char *err, size_t errlen);
+/* The certificate new handshakes on the main port get (borrowed, valid
+ * until the next server_tls_use), or NULL before server_start. */
+struct x509_st *server_certificate(struct gateway *gw);
+/*
+ * From now on new handshakes on the main port use main, those on the
+ * --peer-listen port peer (NULL when there is none: peer is then freed):
+ * takes both; the contexts they replace are released, and connections
+ * that hold them keep them until they close.  After server_start.
+ */
+void server_tls_use(struct gateway *gw, struct ssl_ctx_st *main,
+    struct ssl_ctx_st *peer);
 /* Closes the listener and frees every connection (WebSockets get their
  * on_close, pending upgrades their abandon callback, exchanges their
  * route's client_gone).  Idempotent. */

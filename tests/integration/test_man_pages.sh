@@ -56,7 +56,8 @@ same_flags() {
 }
 
 help_flags 'tetherctl|tether-client' \
-	"$GATEWAY --help" "$GATEWAY init --help" "$GATEWAY serve --help" >"$T/gw.flags"
+	"$GATEWAY --help" "$GATEWAY init --help" "$GATEWAY serve --help" \
+	"$GATEWAY cert --help" >"$T/gw.flags"
 same_flags tether-gateway tether-gateway.8 "$T/gw.flags"
 help_flags 'tetherctl|tether-gateway' \
 	"$CLIENT --help" "$CLIENT join --help" "$CLIENT run --help" \
@@ -65,7 +66,7 @@ same_flags tether-client tether-client.8 "$T/client.flags"
 help_flags 'tether-client|tether-gateway|kubectl' \
 	"$CTL --help" "$CTL cluster --help" "$CTL token --help" "$CTL agent --help" \
 	"$CTL user --help" "$CTL kubeconfig --help" "$CTL connect --help" \
-	"$CTL forward --help" >"$T/ctl.flags"
+	"$CTL forward --help" "$CTL status --help" >"$T/ctl.flags"
 same_flags tetherctl tetherctl.1 "$T/ctl.flags"
 pass "each man page documents exactly the flags its program's --help lists ($(wc -l <"$T/gw.flags"), $(wc -l <"$T/client.flags"), $(wc -l <"$T/ctl.flags"))"
 

@@ -1,0 +1,280 @@
+/*
+ * certreload.c: the served certificate loaded again on SIGHUP, and renewed
+ * by itself before it expires (see certreload.h).  One job at a time, on a
+ * thread of its own that reads files, signs and builds TLS contexts; it
+ * hands its result back through a pipe the loop watches, and only the
+ * loop touches the gateway.
+ */
+#include "certreload.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <openssl/ssl.h>
+
+#include "ca.h"
+#include "gateway.h"
+#include "joindoc.h"
+#include "log.h"
+#include "metrics.h"
+#include "peer_link.h"
+#include "runtime.h"
+#include "server.h"
+
+/* How often the served certificate's notAfter is compared with
+ * --cert-renew-before. */
+#define RENEW_CHECK_MS (60 * 60 * 1000)
+/* What a renewal by itself issues: init's lifetime. */
+#define RENEW_DAYS 730
+#define DAY_S 86400
+
+/* One job's input and output; the thread owns it from start to its byte
+ * on the pipe, the loop before and after. */
+struct job {
+	char dir[4096];
+	int renew;                    /* renew server.crt first */
+	int peer;                     /* build --peer-listen's context too */
+	SSL_CTX *main, *peer_ctx;     /* made by the thread; NULL on failure */
+	struct ca_cert_info info;     /* the new certificate's */
+	int renewed;                  /* renew asked and done */
+	char err[600];                /* why it failed ("" when it did not) */
+};
+
+struct certreload {
+	struct gateway *gw;
+	unsigned renew_before_days;
+	int pipe[2];
+	struct event *done;           /* pipe[0] readable: a job ended */
+	struct event *check;          /* the renewal check's timer */
+	pthread_t thread;
+	int running;                  /* a job is out */
+	struct job job;
+	char why[32];                 /* the running job's reason */
+	char again[32];               /* asked while one ran: run once more */
+	int no_ca_key_said;           /* the missing ca.key was logged once */
+};
+
+/* ---- the thread ---- */
+
+static void
+job_run(struct job *j)
+{
+	char ca[4200], why[400];
+
+	j->err[0] = '\0';
+	if (j->renew) {
+		if (ca_renew_server(j->dir, RENEW_DAYS, &j->info, why,
+		    sizeof(why)) != 0) {
+			snprintf(j->err, sizeof(j->err), "renewal failed: %s", why);
+			return;
+		}
+		j->renewed = 1;
+	}
+	if ((j->main = server_tls_context_new(j->dir, 0, why, sizeof(why))) == NULL ||
+	    (j->peer && (j->peer_ctx = server_tls_context_new(j->dir, 1, why,
+	    sizeof(why))) == NULL)) {
+		snprintf(j->err, sizeof(j->err), "%s", why);
+		return;
+	}
+	snprintf(ca, sizeof(ca), "%s/ca.crt", j->dir);
+	if (ca_server_check(SSL_CTX_get0_certificate(j->main), ca, &j->info, why,
+	    sizeof(why)) != 0)
+		snprintf(j->err, sizeof(j->err), "%s/server.crt: %s", j->dir, why);
+}
+
+static void *
+job_main(void *arg)
+{
+	struct certreload *cr = arg;
+	char one = 1;
+
+	job_run(&cr->job);
+	/* The loop reads it; a pipe this empty never blocks a one-byte write. */
+	if (write(cr->pipe[1], &one, 1) != 1)
+		abort();
+	return NULL;
+}
+
+/* ---- the loop ---- */
+
+static void
+job_clear(struct job *j)
+{
+	SSL_CTX_free(j->main);
+	SSL_CTX_free(j->peer_ctx);
+	j->main = j->peer_ctx = NULL;
+}
+
+/* The served certificate is now info's: gw->cert and the metric. */
+static void
+served(struct gateway *gw, const struct ca_cert_info *info)
+{
+	gw->cert = *info;
+	metrics_server_certificate((int64_t)info->not_after);
+}
+
+static void
+job_start(struct certreload *cr, const char *why, int renew)
+{
+	struct job *j = &cr->job;
+
+	memset(j, 0, sizeof(*j));
+	snprintf(j->dir, sizeof(j->dir), "%s", cr->gw->data_dir);
+	j->renew = renew;
+	j->peer = server_mtls_port(cr->gw) >= 0;
+	snprintf(cr->why, sizeof(cr->why), "%s", why);
+	if (pthread_create(&cr->thread, NULL, job_main, cr) != 0) {
+		error("cannot start loading the certificate: still serving the "
+		    "old one", KV_S("reason", why), KV_S("err", "no thread"));
+		return;
+	}
+	cr->running = 1;
+}
+
+/* The job's result, logged and (good) served. */
+static void
+job_done(evutil_socket_t fd, short what, void *arg)
+{
+	struct certreload *cr = arg;
+	struct job *j = &cr->job;
+	char one, after[32];
+
+	if (read(fd, &one, 1) != 1)
+		return;
+	pthread_join(cr->thread, NULL);
+	cr->running = 0;
+	if (j->err[0] != '\0') {
+		rfc3339_format((int64_t)cr->gw->cert.not_after, after);
+		error("kept the old server certificate: the new one cannot be served",
+		    KV_S("reason", cr->why), KV_S("err", j->err),
+		    KV_S("serial", cr->gw->cert.serial), KV_S("not_after", after));
+	} else {
+		server_tls_use(cr->gw, j->main, j->peer_ctx);
+		j->main = j->peer_ctx = NULL;
+		peer_link_tls_renewed(cr->gw);
+		served(cr->gw, &j->info);
+		rfc3339_format((int64_t)j->info.not_after, after);
+		if (j->renewed)
+			info("server certificate renewed, now serving it",
+			    KV_S("reason", cr->why), KV_S("serial", j->info.serial),
+			    KV_S("not_after", after));
+		else
+			info("now serving the data directory's server certificate",
+			    KV_S("reason", cr->why), KV_S("serial", j->info.serial),
+			    KV_S("not_after", after));
+	}
+	job_clear(j);
+	if (cr->again[0] != '\0') {
+		char why[32];
+
+		snprintf(why, sizeof(why), "%s", cr->again);
+		cr->again[0] = '\0';
+		job_start(cr, why, 0);
+	}
+}
+
+void
+certreload_request(struct certreload *cr, const char *why)
+{
+	if (cr == NULL)
+		return;
+	if (cr->running) {
+		snprintf(cr->again, sizeof(cr->again), "%s", why);
+		return;
+	}
+	job_start(cr, why, 0);
+}
+
+/* Whether the data directory holds the CA key renewal needs (said once
+ * when it does not).  A stat: cheap enough for an hourly timer. */
+static int
+can_renew(struct certreload *cr)
+{
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/ca.key", cr->gw->data_dir);
+	if (access(path, R_OK) == 0)
+		return 1;
+	if (!cr->no_ca_key_said)
+		warn("the server certificate expires soon and cannot be renewed "
+		    "here: no ca.key in the data directory; run 'tether-gateway "
+		    "cert renew' where it is", KV_S("serial", cr->gw->cert.serial));
+	cr->no_ca_key_said = 1;
+	return 0;
+}
+
+static void
+renew_check(evutil_socket_t fd, short what, void *arg)
+{
+	struct certreload *cr = arg;
+	struct timeval tv = runtime_ms_timeval(RENEW_CHECK_MS);
+	long long left = cr->gw->cert.not_after - (long long)gateway_now();
+
+	evtimer_add(cr->check, &tv);
+	if (left > (long long)cr->renew_before_days * DAY_S || cr->running ||
+	    !can_renew(cr))
+		return;
+	info("the server certificate expires within --cert-renew-before: "
+	    "renewing it", KV_S("serial", cr->gw->cert.serial),
+	    KV_I("days_left", left / DAY_S),
+	    KV_U("renew_before_days", cr->renew_before_days));
+	job_start(cr, "renewal", 1);
+}
+
+struct certreload *
+certreload_start(struct gateway *gw, unsigned renew_before_days)
+{
+	struct certreload *cr = calloc(1, sizeof(*cr));
+	char ca[4200], why[400];
+	X509 *x = server_certificate(gw);
+
+	if (cr == NULL) {
+		error("out of memory");
+		return NULL;
+	}
+	cr->gw = gw;
+	cr->renew_before_days = renew_before_days;
+	cr->pipe[0] = cr->pipe[1] = -1;
+	if (pipe2(cr->pipe, O_CLOEXEC | O_NONBLOCK) != 0 ||
+	    (cr->done = event_new(gw->base, cr->pipe[0], EV_READ | EV_PERSIST,
+	    job_done, cr)) == NULL || event_add(cr->done, NULL) != 0 ||
+	    (cr->check = evtimer_new(gw->base, renew_check, cr)) == NULL) {
+		error("cannot watch for certificate reloads");
+		certreload_free(cr);
+		return NULL;
+	}
+	snprintf(ca, sizeof(ca), "%s/ca.crt", gw->data_dir);
+	if (x != NULL && ca_server_check(x, ca, &gw->cert, why, sizeof(why)) != 0)
+		warn("the server certificate served is not one to keep serving",
+		    KV_S("serial", gw->cert.serial), KV_S("err", why));
+	if (x != NULL)
+		served(gw, &gw->cert);
+	if (renew_before_days > 0)
+		renew_check(-1, 0, cr);
+	return cr;
+}
+
+void
+certreload_free(struct certreload *cr)
+{
+	if (cr == NULL)
+		return;
+	if (cr->running)
+		pthread_join(cr->thread, NULL);
+	job_clear(&cr->job);
+	if (cr->done != NULL)
+		event_free(cr->done);
+	if (cr->check != NULL)
+		event_free(cr->check);
+	if (cr->pipe[0] >= 0)
+		close(cr->pipe[0]);
+	if (cr->pipe[1] >= 0)
+		close(cr->pipe[1]);
+	free(cr);
+}
