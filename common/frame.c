@@ -38,6 +38,7 @@ enum field_kind {
 	F_CRED,     /* enum frame_cred, "import" or "agent" on the wire */
 	F_PAYLOAD,  /* struct frame_data: a bin left in the input buffer */
 	F_MAP,      /* the frame's map, its keys in frame_desc.keys */
+	F_URLS,     /* struct frame_urls: a list of strings, and whether given */
 };
 
 enum field_flag {
@@ -46,7 +47,8 @@ enum field_flag {
 	F_NONZERO = 1 << 2,
 	F_NODE = 1 << 3,       /* node name syntax, see node_name_ok */
 	F_POSITIONAL = 1 << 4, /* an array element: its name is only for messages */
-	F_OMIT_EMPTY = 1 << 5, /* with F_OPTIONAL: not encoded when "" */
+	F_OMIT_EMPTY = 1 << 5, /* with F_OPTIONAL: not encoded when "" (F_URLS:
+	                        * when not present) */
 };
 
 struct field {
@@ -128,6 +130,12 @@ static const struct field reconnect_keys[] = {
 	NUM("jitter_ms", F_U32, u.reconnect.jitter_ms, 0),
 };
 
+/* SETTINGS and SETTINGS_ACK: every key optional (frame.h).  A new setting
+ * is one line here. */
+static const struct field settings_keys[] = {
+	{ "urls", F_URLS, AT(u.settings.urls), 0, F_OPTIONAL | F_OMIT_EMPTY },
+};
+
 /* Both optional here; check_open wants exactly one of them. */
 static const struct field open_keys[] = {
 	STR("target", u.open.target, F_OPTIONAL),
@@ -195,6 +203,8 @@ static const struct frame_desc descs[] = {
 	[FRAME_PING] = CONTROL("PING", ping_keys),
 	[FRAME_PONG] = CONTROL("PONG", ping_keys),
 	[FRAME_RECONNECT] = CONTROL("RECONNECT", reconnect_keys),
+	[FRAME_SETTINGS] = CONTROL("SETTINGS", settings_keys),
+	[FRAME_SETTINGS_ACK] = CONTROL("SETTINGS_ACK", settings_keys),
 	[FRAME_OPEN] = { "OPEN", stream_map_args, 2, open_keys, NELEM(open_keys), check_open },
 	[FRAME_OPEN_OK] = { "OPEN_OK", stream_map_args, 2, open_ok_keys, NELEM(open_ok_keys), NULL },
 	[FRAME_OPEN_FAIL] = { "OPEN_FAIL", stream_map_args, 2, open_fail_keys, NELEM(open_fail_keys), NULL },
@@ -455,6 +465,31 @@ dec_versions(struct ctx *c, const struct field *fld, const msgpack_object *o,
 	return 0;
 }
 
+/* 0..FRAME_MAX_URLS non-empty strings; their syntax is the user's to
+ * check (the agent: agent_tunnel_url). */
+static int
+dec_urls(struct ctx *c, const struct field *fld, const msgpack_object *o,
+    struct frame_urls *u)
+{
+	struct field one = { fld->name, F_STR, 0, FRAME_URL_MAX + 1, 0 };
+
+	if (o->type != MSGPACK_OBJECT_ARRAY)
+		return field_fail(c, fld, "is not an array");
+	if (o->via.array.size > FRAME_MAX_URLS)
+		return field_fail(c, fld, "lists more than %d URLs (%" PRIu32 ")",
+		    FRAME_MAX_URLS, o->via.array.size);
+	for (uint32_t i = 0; i < o->via.array.size; i++) {
+		if (dec_str(c, &one, &o->via.array.ptr[i], u->url[i],
+		    sizeof(u->url[i])) < 0)
+			return -1;
+		if (u->url[i][0] == '\0')
+			return field_fail(c, fld, "lists an empty URL");
+	}
+	u->n = o->via.array.size;
+	u->present = true;
+	return 0;
+}
+
 static int
 str_is(const msgpack_object *o, const char *s)
 {
@@ -525,6 +560,8 @@ dec_field(struct ctx *c, const struct frame_desc *d, const struct field *fld,
 		return dec_payload(c, fld, o, FIELD(f, fld, struct frame_data));
 	case F_MAP:
 		return dec_map(c, d, fld, o, f);
+	case F_URLS:
+		return dec_urls(c, fld, o, FIELD(f, fld, struct frame_urls));
 	}
 	return fail(c, "internal error: field kind %d", (int)fld->kind);
 }
@@ -628,6 +665,25 @@ check_versions(struct ctx *c, const struct field *fld, const struct frame_hello 
 }
 
 static int
+check_urls(struct ctx *c, const struct field *fld, const struct frame_urls *u)
+{
+	if (!u->present)
+		return u->n == 0 ? 0 : field_fail(c, fld, "has URLs but is absent");
+	if (u->n > FRAME_MAX_URLS)
+		return field_fail(c, fld, "lists more than %d URLs", FRAME_MAX_URLS);
+	for (size_t i = 0; i < u->n; i++) {
+		size_t n = strnlen(u->url[i], sizeof(u->url[i]));
+
+		if (n == sizeof(u->url[i]))
+			return field_fail(c, fld, "has a URL over %d bytes",
+			    FRAME_URL_MAX);
+		if (n == 0)
+			return field_fail(c, fld, "lists an empty URL");
+	}
+	return 0;
+}
+
+static int
 check_field(struct ctx *c, const struct frame_desc *d, const struct field *fld,
     const struct frame *f)
 {
@@ -657,6 +713,8 @@ check_field(struct ctx *c, const struct frame_desc *d, const struct field *fld,
 		return 0;
 	case F_MAP:
 		return check_fields(c, d, d->keys, d->nkeys, f);
+	case F_URLS:
+		return check_urls(c, fld, CFIELD(f, fld, struct frame_urls));
 	case F_BIN:
 	case F_U64:
 	case F_I64:
@@ -768,8 +826,11 @@ frame_decode(const uint8_t *buf, size_t len, struct frame *f, char *err,
 static int
 enc_omitted(const struct field *fld, const struct frame *f)
 {
-	return (fld->flags & F_OMIT_EMPTY) && fld->kind == F_STR &&
-	    CFIELD(f, fld, char)[0] == '\0';
+	if (!(fld->flags & F_OMIT_EMPTY))
+		return 0;
+	if (fld->kind == F_URLS)
+		return !CFIELD(f, fld, struct frame_urls)->present;
+	return fld->kind == F_STR && CFIELD(f, fld, char)[0] == '\0';
 }
 
 static uint32_t
@@ -816,6 +877,15 @@ enc_field(msgpack_packer *pk, const struct frame_desc *d,
 	case F_PAYLOAD:
 		data = CFIELD(f, fld, struct frame_data);
 		return msgpack_pack_bin_with_body(pk, data->payload, data->len);
+	case F_URLS: {
+		const struct frame_urls *u = CFIELD(f, fld, struct frame_urls);
+
+		rc = msgpack_pack_array(pk, u->n);
+		for (size_t i = 0; i < u->n; i++)
+			rc |= msgpack_pack_str_with_body(pk, u->url[i],
+			    strlen(u->url[i]));
+		return rc;
+	}
 	case F_MAP:
 		rc = msgpack_pack_map(pk, enc_key_count(d, f));
 		for (size_t i = 0; i < d->nkeys; i++) {

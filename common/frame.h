@@ -19,6 +19,8 @@
  *   PING        [11, {"seq":int}]
  *   PONG        [12, {"seq":int}]
  *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
+ *   SETTINGS    [14, {"urls":[str...]?}]                  gateway -> agent
+ *   SETTINGS_ACK [15, {"urls":[str...]?}]                 agent -> gateway
  *   OPEN        [20, stream_id, {"target":str, "service":str, "window":int,
  *                                "agent":str, "principal":str}]
  *               ("agent" and "principal": only on a link between two gateway
@@ -44,6 +46,7 @@
 #ifndef TETHER_FRAME_H
 #define TETHER_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +66,8 @@
 #define FRAME_PUBKEY_LEN     32   /* Ed25519 public key */
 #define FRAME_SIG_LEN        64   /* Ed25519 signature */
 #define FRAME_DATA_HEADER_MAX 16  /* bytes frame_data_header may write */
+#define FRAME_MAX_URLS       8    /* SETTINGS: gateway URLs in the list */
+#define FRAME_URL_MAX        255  /* each, https://HOST[:PORT] */
 
 enum frame_type {
 	FRAME_HELLO = 1,
@@ -78,6 +83,8 @@ enum frame_type {
 	FRAME_PING = 11,
 	FRAME_PONG = 12,
 	FRAME_RECONNECT = 13,
+	FRAME_SETTINGS = 14,
+	FRAME_SETTINGS_ACK = 15,
 	FRAME_OPEN = 20,
 	FRAME_OPEN_OK = 21,
 	FRAME_OPEN_FAIL = 22,
@@ -160,6 +167,28 @@ struct frame_reconnect {
 	uint32_t jitter_ms;
 };
 
+/*
+ * SETTINGS: what the gateway pushes to an established agent, over the
+ * tunnel it authenticated (so with the trust the agent joined with), after
+ * WELCOME and whenever a setting changes; SETTINGS_ACK: the agent's answer,
+ * the same keys holding what it now keeps (docs/interface.md, "Settings").
+ * Every key is optional: an absent one means "no word on this", so a frame
+ * may carry one setting, and a later release adds keys that an older agent
+ * skips (the decoder's rule for unknown keys).  To add a setting: a member
+ * here, one line in frame.c's settings_keys, its handling in the agent.
+ */
+struct frame_urls {
+	bool present;              /* the key was there; an empty list is a
+	                            * list ("none: use the join URL") */
+	size_t n;                  /* 0..FRAME_MAX_URLS */
+	char url[FRAME_MAX_URLS][FRAME_URL_MAX + 1];
+};
+
+struct frame_settings {
+	struct frame_urls urls;    /* "urls": the gateway's public URLs, in
+	                            * the order agents should dial them */
+};
+
 struct frame_open {
 	char target[FRAME_TARGET_MAX + 1];  /* "host:port", or "" with service */
 	char service[FRAME_ID_MAX + 1];     /* e.g. "kube-api", or "" */
@@ -195,6 +224,7 @@ struct frame {
 		struct frame_error error;
 		struct frame_ping ping;           /* PING and PONG */
 		struct frame_reconnect reconnect;
+		struct frame_settings settings;   /* SETTINGS and SETTINGS_ACK */
 		struct frame_open open;
 		uint32_t open_ok_window;          /* OPEN_OK */
 		struct frame_open_fail open_fail;

@@ -5,7 +5,8 @@
  * keepalive, backoff and the streams' multiplexer), the dialer's sockets,
  * signals and the metrics listener.  This file is the process around the
  * tunnel: it loads the state directory, keeps in it what the tunnel learns
- * (the agent id after REGISTERED, status.json), and exits with
+ * (the agent id after REGISTERED, the gateway's URL list after SETTINGS,
+ * status.json), and exits with
  * AGENT_EXIT_REVOKED (77) after an operator's revocation, 1 and the
  * gateway's reason after another final refusal, 0 after SIGINT/SIGTERM;
  * systemd's STATUS= says which (tether-client.service restarts it on any
@@ -68,7 +69,8 @@ struct agent {
 static void
 agent_write_status(struct agent *a, bool connected)
 {
-	client_status_write(a->dir, a->state, connected, a->last_error);
+	client_status_write(a->dir, a->state, connected, a->last_error,
+	    a->tunnel != NULL ? agent_tunnel_gateway(a->tunnel) : a->st.gateway_url);
 	sdnotify_status("agent %s, tunnel %s%s%s", a->state,
 	    connected ? "up" : "down",
 	    a->last_error[0] != '\0' ? ": " : "", a->last_error);
@@ -80,7 +82,8 @@ agent_write_stopped(struct agent *a)
 {
 	const char *why = a->last_error[0] != '\0' ? a->last_error : "see the log";
 
-	client_status_write(a->dir, a->state, false, a->last_error);
+	client_status_write(a->dir, a->state, false, a->last_error,
+	    a->tunnel != NULL ? agent_tunnel_gateway(a->tunnel) : a->st.gateway_url);
 	if (a->exit_code == AGENT_EXIT_REVOKED)
 		sdnotify_status("stopped for good: revoked by an operator (exit %d, "
 		    "not restarted): %s", a->exit_code, why);
@@ -163,6 +166,33 @@ agent_status(void *arg, const char *state, bool connected, const char *last_erro
 	agent_settle(a, connected && strcmp(state, "active") == 0);
 }
 
+/* The gateway's new URL list (SETTINGS over the tunnel): state.json is
+ * rewritten whole and atomically (fileio.h), so a crash leaves the old list
+ * or the new one; the tunnel dials from it once this returns 0. */
+static int
+agent_urls(void *arg, const char *const *urls, size_t n)
+{
+	struct agent *a = arg;
+	struct client_state next = a->st;
+	char err[512];
+
+	if (n > CLIENT_MAX_URLS)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (strlen(urls[i]) >= sizeof(next.gateway_urls[i]))
+			return -1;
+		snprintf(next.gateway_urls[i], sizeof(next.gateway_urls[i]), "%s",
+		    urls[i]);
+	}
+	next.ngateway_urls = n;
+	if (client_state_save(a->dir, &next, err, sizeof(err)) != 0) {
+		error("cannot save the gateway's URL list", KV_S("err", err));
+		return -1;
+	}
+	a->st = next;
+	return 0;
+}
+
 static void
 agent_stopped(void *arg, int code)
 {
@@ -183,6 +213,7 @@ static const struct agent_tunnel_hooks agent_hooks = {
 	.status = agent_status,
 	.stopped = agent_stopped,
 	.on_open = agent_stream_open,
+	.urls = agent_urls,
 };
 
 static void
@@ -197,7 +228,8 @@ agent_on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* ---- start-up ---- */
 
-/* Drops the proxy when NO_PROXY covers the gateway; says which way it goes. */
+/* Says which way the tunnel goes; the tunnel drops the proxy for each
+ * gateway URL whose host NO_PROXY covers (the join URL's is told here). */
 static void
 agent_choose_proxy(struct agent *a)
 {
@@ -209,7 +241,6 @@ agent_choose_proxy(struct agent *a)
 	if (no_proxy_match(a->opt.no_proxy, a->gw_host)) {
 		info("gateway host is in no-proxy: connecting directly",
 		    KV_S("host", a->gw_host));
-		a->opt.proxy_url = NULL;
 		return;
 	}
 	if (url_parse(a->opt.proxy_url, proxy_url_schemes, &u, why, sizeof(why)) == 0)
@@ -353,8 +384,12 @@ static int
 agent_start_tunnel(struct agent *a)
 {
 	SSL_CTX *ctx = agent_tls_context(a);
+	const char *urls[CLIENT_MAX_URLS];
 	struct agent_tunnel_config cfg = {
 		.gateway_url = a->st.gateway_url,
+		.gateway_urls = urls,
+		.ngateway_urls = a->st.ngateway_urls,
+		.no_proxy = a->opt.no_proxy,
 		.ca_file = a->ca_path,
 		.tls_ctx = ctx,
 		.node = a->st.node,
@@ -380,6 +415,8 @@ agent_start_tunnel(struct agent *a)
 		a->exit_code = 1;
 		return -1;
 	}
+	for (size_t i = 0; i < a->st.ngateway_urls; i++)
+		urls[i] = a->st.gateway_urls[i];
 	a->tunnel = agent_tunnel_new(a->base, &cfg);
 	SSL_CTX_free(ctx);	/* the tunnel holds its own reference */
 	if (a->tunnel == NULL) {
@@ -460,7 +497,8 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 	}
 	info("tether-client starting", KV_S("version", TETHER_VERSION),
 	    KV_S("node", a.st.node), KV_S("cluster", a.st.cluster),
-	    KV_S("gateway", a.st.gateway_url));
+	    KV_S("gateway", a.st.gateway_url),
+	    KV_U("gateway_urls", a.st.ngateway_urls));
 	if (opt->metrics_listen != NULL) {
 		a.metrics = prom_http_start(a.base, opt->metrics_listen,
 		    agent_metrics_render, NULL, err, sizeof(err));

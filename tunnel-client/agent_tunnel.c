@@ -23,6 +23,13 @@
  * new connection is established, or a dial since failed (the only gateway
  * is the one draining).  So the agent is reachable throughout a rolling
  * restart.  At most one connection is retired at a time.
+ *
+ * Moving gateways (docs/0031): the tunnel dials the URLs of a gwlist.h
+ * list, the gateway's pushed ones then the join URL, moving to the next
+ * one when a connection ends before it was established.  The list changes
+ * only by a SETTINGS frame on the current, authenticated tunnel (never a
+ * retired one, a redirect, a proxy's answer or a RECONNECT); the agent
+ * answers SETTINGS_ACK with the list it now holds.
  */
 #include "agent_tunnel.h"
 #include "url.h"
@@ -38,8 +45,10 @@
 
 #include "agent_metrics.h"
 #include "agentkey.h"
+#include "gwlist.h"
 #include "log.h"
 #include "mux.h"
+#include "proxy.h"
 #include "runtime.h"
 #include "wsclient.h"
 #include "wsface.h"
@@ -68,7 +77,8 @@ static const char *const phase_names[TUNNEL_ENTRIES] = {
 
 struct agent_tunnel {
 	struct agent_tunnel_config cfg;  /* its strings are not used: copies below */
-	char *connect_url, *gateway_url, *ca_file;  /* owned */
+	struct gwlist urls;           /* where to dial, and which one now */
+	char *ca_file, *no_proxy;     /* owned */
 	SSL_CTX *tls_ctx;             /* one reference, shared by every dial */
 	char node[FRAME_NODE_MAX + 1];
 	char cluster[FRAME_ID_MAX + 1];
@@ -95,6 +105,7 @@ struct agent_tunnel {
 	uint32_t backoff_cap_ms;      /* AGENT_BACKOFF_MAX_MS, or less after a
 	                               * retryable refusal (on_error) */
 	bool reconnect_now;           /* after REGISTERED: no backoff */
+	bool was_established;         /* this connection got its WELCOME */
 	bool stopped;
 	char state[64];               /* the agent state the gateway last sent */
 	char last_error[FRAME_REASON_MAX + 1];
@@ -273,8 +284,9 @@ on_welcome(struct agent_tunnel *t, const struct frame *in)
 {
 	agent_metrics_handshake("ok");
 	tunnel_set_phase(t, TUNNEL_ESTABLISHED);
+	t->was_established = true;
 	t->backoff_ms = 0;
-	info("connected", KV_S("gateway", t->gateway_url),
+	info("connected", KV_S("gateway", gwlist_current(&t->urls)),
 	    KV_S("agent", in->u.welcome.agent_id));
 	tunnel_follow_state(t, in->u.welcome.state, "");
 }
@@ -342,6 +354,69 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 		t->backoff_ms = 0;
 	if (code_in(code, soon_codes))
 		t->backoff_cap_ms = AGENT_BACKOFF_RETRY_MAX_MS;
+}
+
+/* ---- settings pushed by the gateway ---- */
+
+/* Tells the gateway what this agent holds now: every setting it knows. */
+static void
+tunnel_send_settings_ack(struct agent_tunnel *t)
+{
+	struct frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_SETTINGS_ACK;
+	f.u.settings.urls.present = true;
+	f.u.settings.urls.n = t->urls.npushed;
+	for (size_t i = 0; i < t->urls.npushed; i++)
+		snprintf(f.u.settings.urls.url[i], sizeof(f.u.settings.urls.url[i]),
+		    "%s", t->urls.url[i]);
+	tunnel_send(t, &f);
+}
+
+/*
+ * SETTINGS "urls": checked, kept (hooks.urls: state.json) when it differs
+ * from the list held, then dialled from the next connection on.  A list
+ * with a URL this agent cannot dial is refused whole, not cut.
+ */
+static void
+on_settings_urls(struct agent_tunnel *t, const struct frame_urls *in)
+{
+	const char *urls[FRAME_MAX_URLS];
+	char connect_url[URL_MAX], why[160];
+
+	for (size_t i = 0; i < in->n; i++) {
+		if (agent_tunnel_url(in->url[i], connect_url, sizeof(connect_url),
+		    NULL, 0, why, sizeof(why)) != 0) {
+			warn("gateway sent a URL list this agent cannot use: kept "
+			    "the one it has", KV_S("url", in->url[i]),
+			    KV_S("err", why));
+			return;
+		}
+		urls[i] = in->url[i];
+	}
+	if (gwlist_same_pushed(&t->urls, urls, in->n))
+		return;
+	if (t->cfg.hooks->urls != NULL &&
+	    t->cfg.hooks->urls(t->cfg.arg, urls, in->n) != 0) {
+		warn("cannot keep the gateway's new URL list: kept the one it has");
+		return;
+	}
+	if (gwlist_set(&t->urls, urls, in->n, t->urls.join) != 0) {
+		error("out of memory for the gateway's URL list");
+		return;
+	}
+	info("gateway URL list updated", KV_U("urls", t->urls.npushed),
+	    KV_S("first", t->urls.npushed > 0 ? t->urls.url[0] : ""),
+	    KV_S("join_url", t->urls.join));
+}
+
+static void
+on_settings(struct agent_tunnel *t, const struct frame *in)
+{
+	if (in->u.settings.urls.present)
+		on_settings_urls(t, &in->u.settings.urls);
+	tunnel_send_settings_ack(t);
 }
 
 /* ---- drain: moving to another replica ---- */
@@ -500,6 +575,8 @@ on_established_frame(struct agent_tunnel *t, const struct frame *f)
 			t->cfg.hooks->pong(t->cfg.arg, f->u.ping.seq);
 	} else if (f->type == FRAME_RECONNECT) {
 		on_reconnect(t, f);
+	} else if (f->type == FRAME_SETTINGS) {
+		on_settings(t, f);
 	} else if (mux_on_frame(t->mux, f, err, sizeof(err)) != 0) {
 		tunnel_protocol_error(t, err);
 	}
@@ -534,7 +611,7 @@ tunnel_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 		return on_welcome(t, &f);
 	if (t->phase == TUNNEL_ESTABLISHED && (f.type == FRAME_STATE ||
 	    f.type == FRAME_VERIFY || f.type == FRAME_PING || f.type == FRAME_PONG ||
-	    f.type == FRAME_RECONNECT ||
+	    f.type == FRAME_RECONNECT || f.type == FRAME_SETTINGS ||
 	    (f.type >= FRAME_OPEN && t->mux != NULL)))
 		return on_established_frame(t, &f);
 	snprintf(reason, sizeof(reason), "unexpected %s frame in phase %s",
@@ -714,12 +791,18 @@ ws_close(struct wsface *c, int http_status, const char *reason, void *arg)
 	t->mux = NULL;
 	t->ws = NULL;
 	if (t->phase == TUNNEL_CONNECTING || http_status != 101) {
-		warn("cannot open the tunnel", KV_S("gateway", t->gateway_url),
+		warn("cannot open the tunnel", KV_S("gateway", gwlist_current(&t->urls)),
 		    KV_S("reason", reason), KV_I("http_status", http_status));
 		t->old_dial_failed = true;   /* the retired one may go when idle */
 	}
 	else if (was_up)
 		warn("tunnel lost", KV_S("reason", reason));
+	/* Never established on this URL: the next one is dialled (a
+	 * registration's planned redial stays where it registered). */
+	if (!t->was_established && !t->reconnect_now && t->urls.n > 1) {
+		gwlist_next(&t->urls);
+		info("next gateway URL", KV_S("gateway", gwlist_current(&t->urls)));
+	}
 	tunnel_set_phase(t, TUNNEL_DISCONNECTED);
 	tunnel_report(t);
 	if (!t->stopped)
@@ -738,26 +821,36 @@ static int
 tunnel_dial(struct agent_tunnel *t)
 {
 	struct wsclient_config cfg;
-	char err[256];
+	char err[256], connect_url[URL_MAX], host[URL_HOST_MAX + 1];
 
+	/* Every URL in the list was checked when it came in. */
+	if (agent_tunnel_url(gwlist_current(&t->urls), connect_url,
+	    sizeof(connect_url), host, sizeof(host), err, sizeof(err)) != 0) {
+		error("cannot dial the gateway URL", KV_S("gateway",
+		    gwlist_current(&t->urls)), KV_S("err", err));
+		tunnel_stop(t, AGENT_EXIT_REFUSED);
+		return -1;
+	}
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.url = t->connect_url;
+	cfg.url = connect_url;
 	cfg.subprotocol = TETHER_SUBPROTOCOL;
 	cfg.ca_file = t->ca_file;
 	cfg.tls_ctx = t->tls_ctx;
 	cfg.max_message = (1 << 20) + MAX_MESSAGE_SLACK;
 	cfg.low_water = 128 * 1024;
-	cfg.proxy_url = t->cfg.proxy_url;
+	cfg.proxy_url = no_proxy_match(t->no_proxy, host) ? NULL : t->cfg.proxy_url;
 	cfg.proxy_ca_file = t->cfg.proxy_ca_file;
 	cfg.proxy_auth = t->cfg.proxy_auth;
 	cfg.proxy_user = t->cfg.proxy_user;
 	cfg.proxy_password = t->cfg.proxy_password;
 	tunnel_set_phase(t, TUNNEL_CONNECTING);
-	debug("connecting", KV_S("url", t->connect_url));
+	debug("connecting", KV_S("url", connect_url),
+	    KV_S("proxy", cfg.proxy_url != NULL ? "yes" : "no"));
 	t->dials++;
+	t->was_established = false;
 	t->ws = wsclient_connect(t->base, &cfg, &ws_callbacks, t, err, sizeof(err));
 	if (t->ws == NULL) {
-		error("cannot connect", KV_S("gateway", t->gateway_url), KV_S("err", err));
+		error("cannot connect", KV_S("gateway", gwlist_current(&t->urls)), KV_S("err", err));
 		tunnel_set_phase(t, TUNNEL_DISCONNECTED);
 		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return -1;
@@ -832,16 +925,21 @@ agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
 {
 	struct agent_tunnel *t = calloc(1, sizeof(*t));
 	char url[URL_MAX], why[160];
+	bool urls_ok = cfg->ngateway_urls <= FRAME_MAX_URLS;
 
 	if (t == NULL)
 		return NULL;
 	t->cfg = *cfg;
 	t->base = base;
-	if (agent_tunnel_url(cfg->gateway_url, url, sizeof(url), NULL, 0, why,
-	    sizeof(why)) == 0)
-		t->connect_url = strdup(url);
-	t->gateway_url = strdup(cfg->gateway_url);
+	for (size_t i = 0; i < cfg->ngateway_urls && urls_ok; i++)
+		urls_ok = agent_tunnel_url(cfg->gateway_urls[i], url, sizeof(url),
+		    NULL, 0, why, sizeof(why)) == 0;
+	if (urls_ok && agent_tunnel_url(cfg->gateway_url, url, sizeof(url),
+	    NULL, 0, why, sizeof(why)) == 0)
+		(void)gwlist_set(&t->urls, cfg->gateway_urls, cfg->ngateway_urls,
+		    cfg->gateway_url);
 	t->ca_file = strdup(cfg->ca_file);
+	t->no_proxy = cfg->no_proxy != NULL ? strdup(cfg->no_proxy) : NULL;
 	snprintf(t->node, sizeof(t->node), "%s", cfg->node);
 	snprintf(t->cluster, sizeof(t->cluster), "%s", cfg->cluster);
 	snprintf(t->agent_id, sizeof(t->agent_id), "%s", cfg->agent_id);
@@ -855,8 +953,8 @@ agent_tunnel_new(struct event_base *base, const struct agent_tunnel_config *cfg)
 	t->move_timer = evtimer_new(base, tunnel_move, t);
 	t->retire_poll = evtimer_new(base, tunnel_retire_poll, t);
 	if (t->reconnect_timer == NULL || t->keepalive == NULL ||
-	    t->move_timer == NULL || t->retire_poll == NULL ||
-	    t->connect_url == NULL || t->gateway_url == NULL || t->ca_file == NULL) {
+	    t->move_timer == NULL || t->retire_poll == NULL || t->urls.n == 0 ||
+	    t->ca_file == NULL || (cfg->no_proxy != NULL && t->no_proxy == NULL)) {
 		agent_tunnel_free(t);
 		return NULL;
 	}
@@ -870,7 +968,7 @@ agent_tunnel_start(struct agent_tunnel *t)
 
 	if (t->tls_ctx == NULL &&
 	    (t->tls_ctx = wsclient_tls_context(t->ca_file, err, sizeof(err))) == NULL) {
-		error("cannot set up TLS", KV_S("gateway", t->gateway_url), KV_S("err", err));
+		error("cannot set up TLS", KV_S("gateway", gwlist_current(&t->urls)), KV_S("err", err));
 		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return -1;
 	}
@@ -897,9 +995,9 @@ agent_tunnel_free(struct agent_tunnel *t)
 		event_free(t->retire_poll);
 	OPENSSL_cleanse(t->import_id, sizeof(t->import_id));
 	SSL_CTX_free(t->tls_ctx);
-	free(t->connect_url);
-	free(t->gateway_url);
+	gwlist_clear(&t->urls);
 	free(t->ca_file);
+	free(t->no_proxy);
 	free(t);
 }
 
@@ -932,6 +1030,12 @@ const char *
 agent_tunnel_state(const struct agent_tunnel *t)
 {
 	return t->state;
+}
+
+const char *
+agent_tunnel_gateway(const struct agent_tunnel *t)
+{
+	return gwlist_current(&t->urls);
 }
 
 uint32_t

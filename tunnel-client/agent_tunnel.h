@@ -84,10 +84,23 @@ struct agent_tunnel_hooks {
 	    const struct frame_open *req, void *arg);
 	/* Optional: the gateway answered our agent_tunnel_ping(seq). */
 	void (*pong)(void *arg, uint32_t seq);
+	/* Optional: the gateway pushed a new URL list (SETTINGS "urls" over
+	 * this authenticated tunnel, the only way a list comes in; each URL
+	 * checked by agent_tunnel_url, duplicates dropped; n 0: "none, dial
+	 * the join URL").  Keep it where it outlives the process, atomically,
+	 * and return 0; -1 if it could not be kept: the tunnel goes on with
+	 * the list it had (and tells the gateway so).  NULL: the list lives in
+	 * the tunnel's memory only.  Called only when the list changed. */
+	int (*urls)(void *arg, const char *const *urls, size_t n);
 };
 
 struct agent_tunnel_config {
-	const char *gateway_url;    /* https://HOST[:PORT] (agent_tunnel_url) */
+	const char *gateway_url;    /* https://HOST[:PORT] (agent_tunnel_url):
+	                             * the URL the node joined with */
+	/* The gateway's URL list as last pushed (state.json), dialled before
+	 * gateway_url, in order (gwlist.h); NULL and 0 for none */
+	const char *const *gateway_urls;
+	size_t ngateway_urls;
 	const char *ca_file;        /* the gateway's CA (PEM) */
 	/* A TLS context for ca_file (wsclient_tls_context) shared with other
 	 * tunnels (a reference is taken), or NULL: the tunnel makes its own
@@ -101,6 +114,8 @@ struct agent_tunnel_config {
 	                             * else NULL (not owned) */
 	const char *import_id;      /* the import token's id, or "" */
 	const char *proxy_url;      /* HTTP CONNECT proxy, or NULL */
+	const char *no_proxy;       /* gateway hosts dialled directly despite
+	                             * proxy_url (proxy.h's NO_PROXY), or NULL */
 	const char *proxy_ca_file;
 	int proxy_auth;             /* enum proxy_auth (common/proxy.h) */
 	const char *proxy_user;     /* for NTLM, or NULL: the URL's */
@@ -123,8 +138,8 @@ int agent_tunnel_url(const char *gateway_url, char *connect_url, size_t len,
     char *host, size_t hostlen, char *why, size_t whylen);
 
 /* A tunnel on base, not yet dialling; the strings are copied, the keys
- * borrowed.  NULL on allocation failure or a gateway URL that
- * agent_tunnel_url refuses (check it first to say why). */
+ * borrowed.  NULL on allocation failure or a gateway URL (joined or
+ * listed) that agent_tunnel_url refuses (check them first to say why). */
 struct agent_tunnel *agent_tunnel_new(struct event_base *base,
     const struct agent_tunnel_config *cfg);
 /* Dials now (later dials follow by themselves).  Returns 0, or -1 when the
@@ -143,6 +158,8 @@ void agent_tunnel_drop(struct agent_tunnel *t);
 bool agent_tunnel_established(const struct agent_tunnel *t);
 /* The agent state the gateway last sent ("unknown" before any). */
 const char *agent_tunnel_state(const struct agent_tunnel *t);
+/* The gateway URL dialled now, or last (gwlist.h). */
+const char *agent_tunnel_gateway(const struct agent_tunnel *t);
 /* Connections dialled so far. */
 uint32_t agent_tunnel_dials(const struct agent_tunnel *t);
 /* The tunnel's multiplexer while established, else NULL. */

@@ -86,6 +86,23 @@ client_service_url(const char *url, char *target, size_t targetlen, int *tls)
 	return r;
 }
 
+static const char *const gateway_url_schemes[] = { "https", NULL };
+
+int
+client_gateway_url_valid(const char *url)
+{
+	char why[160];
+	struct url u;
+	int ok;
+
+	if (strlen(url) >= sizeof(((struct client_state *)0)->gateway_url) ||
+	    url_parse(url, gateway_url_schemes, &u, why, sizeof(why)) != 0)
+		return 0;
+	ok = !u.has_userinfo && url_is_origin(&u);
+	url_clear(&u);
+	return ok;
+}
+
 int
 client_service_valid(const char *name, const char *url)
 {
@@ -268,6 +285,34 @@ load_service_tokens(json_t *root, struct client_state *st, char *err,
 	return 0;
 }
 
+/* "gateway_urls": ["https://HOST[:PORT]", ...]: the gateway's pushed list. */
+static int
+load_gateway_urls(json_t *root, struct client_state *st, char *err,
+    size_t errlen)
+{
+	json_t *arr = json_object_get(root, "gateway_urls"), *v;
+	size_t i;
+
+	if (arr == NULL)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > CLIENT_MAX_URLS) {
+		snprintf(err, errlen, "gateway_urls: must be a list of at most %d "
+		    "URLs", CLIENT_MAX_URLS);
+		return -1;
+	}
+	json_array_foreach(arr, i, v) {
+		if (!json_is_string(v) ||
+		    !client_gateway_url_valid(json_string_value(v))) {
+			snprintf(err, errlen, "gateway_urls: entry %zu is not "
+			    "https://HOST[:PORT]", i + 1);
+			return -1;
+		}
+		snprintf(st->gateway_urls[st->ngateway_urls++],
+		    sizeof(st->gateway_urls[0]), "%s", json_string_value(v));
+	}
+	return 0;
+}
+
 static int
 state_from_json(json_t *root, struct client_state *st, char *err,
     size_t errlen)
@@ -293,7 +338,8 @@ state_from_json(json_t *root, struct client_state *st, char *err,
 	}
 	if (load_allow(root, st, err, errlen) == -1 ||
 	    load_services(root, st, err, errlen) == -1 ||
-	    load_service_tokens(root, st, err, errlen) == -1)
+	    load_service_tokens(root, st, err, errlen) == -1 ||
+	    load_gateway_urls(root, st, err, errlen) == -1)
 		return -1;
 	return 0;
 }
@@ -338,7 +384,7 @@ out:
 static json_t *
 state_to_json(const struct client_state *st)
 {
-	json_t *root, *allow = NULL, *services = NULL, *tokens = NULL;
+	json_t *root, *allow = NULL, *services = NULL, *tokens = NULL, *urls = NULL;
 
 	root = json_pack("{s:s, s:s, s:s, s:s, s:s}",
 	    "gateway_url", st->gateway_url,
@@ -379,11 +425,24 @@ state_to_json(const struct client_state *st)
 		tokens = NULL;
 		goto fail;
 	}
+	tokens = NULL;
+	/* Absent until the gateway pushed a list (a node that never moved
+	 * keeps the file join wrote). */
+	for (size_t i = 0; i < st->ngateway_urls; i++) {
+		if ((urls == NULL && (urls = json_array()) == NULL) ||
+		    json_array_append_new(urls, json_string(st->gateway_urls[i])) == -1)
+			goto fail;
+	}
+	if (urls != NULL && json_object_set_new(root, "gateway_urls", urls) == -1) {
+		urls = NULL;
+		goto fail;
+	}
 	return root;
 fail:
 	json_decref(allow);
 	json_decref(services);
 	json_decref(tokens);
+	json_decref(urls);
 	json_decref(root);
 	return NULL;
 }
@@ -487,17 +546,18 @@ client_state_save(const char *dir, const struct client_state *st, char *err,
 
 int
 client_status_write(const char *dir, const char *state, bool connected,
-    const char *last_error)
+    const char *last_error, const char *gateway)
 {
 	char err[256];
 	json_t *root;
 	int r;
 
-	root = json_pack("{s:I, s:s, s:b, s:s}",
+	root = json_pack("{s:I, s:s, s:b, s:s, s:s}",
 	    "pid", (json_int_t)getpid(),
 	    "state", state != NULL ? state : "",
 	    "connected", connected,
-	    "last_error", last_error != NULL ? last_error : "");
+	    "last_error", last_error != NULL ? last_error : "",
+	    "gateway", gateway != NULL ? gateway : "");
 	if (root == NULL)
 		return -1;
 	r = write_json(dir, STATUS_FILE, root, 0644, err, sizeof(err));

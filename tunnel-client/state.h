@@ -4,8 +4,11 @@
  *   DIR/state.json    (0600) what join learned: gateway_url, ca_checksum,
  *                     cluster, node, allow[], services{}, service_tokens[]
  *                     (names of services with a token; absent if none),
- *                     agent_id ("" until registered).  Written last by join:
- *                     its presence means "joined".
+ *                     agent_id ("" until registered), gateway_urls[]
+ *                     (the gateway's URL list, from its SETTINGS frame over
+ *                     the tunnel; absent until one came: docs/0031).
+ *                     Written last by join: its presence means "joined";
+ *                     rewritten whole by run (registered, a new URL list).
  *   DIR/ca.crt        (0644) the gateway CA, pinned by ca_checksum at join.
  *   DIR/agent.key     (0600) this node's Ed25519 private key.
  *   DIR/import.token  (0600) the import token; deleted once registered.
@@ -13,7 +16,8 @@
  *   DIR/service-NAME.token  (0600) `join --service-token NAME=FILE`: the
  *                     bearer token the agent puts on NAME's requests.
  *   DIR/status.json   (0644) written by `run` on every change:
- *                     {"pid":N,"state":"active","connected":true,"last_error":""}
+ *                     {"pid":N,"state":"active","connected":true,"last_error":"",
+ *                      "gateway":"https://..."} (the URL dialled or held now)
  *
  * Every file is written atomically (fileio.h).
  */
@@ -25,6 +29,7 @@
 
 #define CLIENT_MAX_ALLOW    64
 #define CLIENT_MAX_SERVICES 8
+#define CLIENT_MAX_URLS     8    /* FRAME_MAX_URLS */
 
 struct client_service {
 	char name[32];        /* "kube-api" */
@@ -42,6 +47,10 @@ struct client_state {
 	size_t nallow;
 	struct client_service services[CLIENT_MAX_SERVICES];
 	size_t nservices;
+	/* The gateway's URLs as it last pushed them (SETTINGS), in its order;
+	 * none until then.  The agent dials them, then gateway_url (gwlist.h). */
+	char gateway_urls[CLIENT_MAX_URLS][256];
+	size_t ngateway_urls;
 };
 
 /* DIR/NAME into out (PATH_MAX).  Returns 0, or -1 if it does not fit. */
@@ -68,7 +77,11 @@ int client_service_token_name(const char *name, char *out, size_t outlen);
 
 /* Writes DIR/status.json for `status` to read.  Returns 0 or -1. */
 int client_status_write(const char *dir, const char *state, bool connected,
-    const char *last_error);
+    const char *last_error, const char *gateway);
+
+/* A gateway URL as the agent dials it: https://HOST[:PORT], an origin
+ * (common/url.c's rules), under 256 bytes.  1 if it is one, 0 if not. */
+int client_gateway_url_valid(const char *url);
 
 /* Validators shared by join's flags and run's allowlist checks. */
 int client_allow_valid(const char *entry);           /* HOST:PORT | HOST:* */

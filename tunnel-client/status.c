@@ -27,10 +27,15 @@ client_status_usage(void)
 	    "usage: tether-client status --state-dir DIR\n"
 	    "\n"
 	    "Prints one JSON object: cluster, agent_id, state, connected,\n"
-	    "gateway_url, node, last_error.  state is \"not-registered\" before\n"
-	    "the first `run`, \"not-running\" when no agent is running, else the\n"
-	    "state the gateway assigned (pending-approval, enroll, verifying,\n"
-	    "active, revoked).\n"
+	    "gateway_url, node, last_error, gateway_urls, current_gateway_url.\n"
+	    "state is \"not-registered\" before the first `run`, \"not-running\"\n"
+	    "when no agent is running, else the state the gateway assigned\n"
+	    "(pending-approval, enroll, verifying, active, revoked).\n"
+	    "gateway_url is the URL the node joined with; gateway_urls the list\n"
+	    "the gateway pushed over the tunnel (tetherctl gateway urls set),\n"
+	    "dialled first, in order, before gateway_url ([] until one came);\n"
+	    "current_gateway_url the one the running agent dials or holds now\n"
+	    "(\"\" when none runs).\n"
 	    "\n"
 	    "exit: 0 ok; 1 DIR is not joined or unreadable; 2 bad usage.\n");
 }
@@ -41,6 +46,7 @@ struct agent_status {
 	bool connected;
 	char state[32];
 	char last_error[256];
+	char gateway[256];        /* the URL the agent dials or holds now */
 };
 
 static void
@@ -74,6 +80,9 @@ read_status(const char *dir, struct agent_status *as)
 	    json_is_string(v))
 		snprintf(as->last_error, sizeof(as->last_error), "%s",
 		    json_string_value(v));
+	if ((v = json_object_get(root, "gateway")) != NULL && json_is_string(v))
+		snprintf(as->gateway, sizeof(as->gateway), "%s",
+		    json_string_value(v));
 out:
 	json_decref(root);
 	free(buf);
@@ -83,7 +92,7 @@ static int
 status_print(const struct client_state *st, const struct agent_status *as)
 {
 	const char *state;
-	json_t *root;
+	json_t *root, *urls;
 	char *text;
 
 	if (as->running && as->state[0] != '\0')
@@ -92,14 +101,20 @@ status_print(const struct client_state *st, const struct agent_status *as)
 		state = "not-registered";
 	else
 		state = "not-running";
-	root = json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:s}",
+	if ((urls = json_array()) == NULL)
+		return 1;
+	for (size_t i = 0; i < st->ngateway_urls; i++)
+		json_array_append_new(urls, json_string(st->gateway_urls[i]));
+	root = json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:s, s:o, s:s}",
 	    "cluster", st->cluster,
 	    "agent_id", st->agent_id,
 	    "state", state,
 	    "connected", as->running && as->connected,
 	    "gateway_url", st->gateway_url,
 	    "node", st->node,
-	    "last_error", as->last_error);
+	    "last_error", as->last_error,
+	    "gateway_urls", urls,
+	    "current_gateway_url", as->running ? as->gateway : "");
 	if (root == NULL ||
 	    (text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL) {
 		json_decref(root);

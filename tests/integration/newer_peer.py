@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hostile import Str, frame, pack, tls_context  # noqa: E402
 
 # Frame types no release knows yet, with a map body or a stream id.
-UNKNOWN = [pack([99, {"new": "field"}]), pack([27, 1, b"x"]), pack([14])]
+UNKNOWN = [pack([99, {"new": "field"}]), pack([27, 1, b"x"]), pack([19])]
 
 
 def say(out, line):
@@ -80,6 +80,17 @@ async def as_gateway(port, cert, key, outfile, echo_port):
             await ws.send(pack([11, {"seq": 7}]))
             pong = await recv_type(ws, 12, out)
             assert pong[1]["seq"] == 7, pong
+            # SETTINGS (docs/interface.md): a key the agent does not know
+            # is skipped, the list kept and acknowledged; a list with a URL
+            # it cannot dial is refused whole.
+            urls = ["https://127.0.0.1:%d" % port, "https://gw-b.invalid:8443"]
+            await ws.send(pack([14, {"x-future": {"a": 1}, "urls": urls}]))
+            ack = await recv_type(ws, 15, out)
+            assert ack[1]["urls"] == [u.encode() for u in urls], ack
+            await ws.send(pack([14, {"urls": ["http://plain.invalid"]}]))
+            ack = await recv_type(ws, 15, out)
+            assert ack[1]["urls"] == [u.encode() for u in urls], ack
+            say(out, "settings acknowledged")
             say(out, "ok")
             done.set_result(0)
         except Exception as e:  # the test reads the reason in OUTFILE

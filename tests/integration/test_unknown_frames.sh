@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # A newer peer's frames are skipped, never a reason to drop a tunnel or its
 # streams (docs/interface.md, "The tunnel"): frame types 99, 27 (with a
-# stream id) and 14, which no release knows, sent mid-tunnel
+# stream id) and 19, which no release knows, sent mid-tunnel
 # (newer_peer.py).
 # - a newer agent (the node's key, a HELLO with a key this release does not
 #   know) against the real gateway: after the unknown frames the gateway
 #   still answers its PING, and sends no ERROR;
 # - a newer gateway (the gateway's own certificate) for the real agent:
 #   unknown frames after WELCOME and between a stream's DATA frames; the
-#   stream echoes both lines and the agent answers a PING after them.
+#   stream echoes both lines and the agent answers a PING after them; a
+#   SETTINGS with a key the agent does not know: the URL list kept and
+#   acknowledged (SETTINGS_ACK).
 source "$(dirname "$0")/lib.sh"
 
 echo_server_start
@@ -41,6 +43,17 @@ wait_until 30 "the newer gateway's verdict" grep -qE '^(ok|failed)' "$T/gateway.
 grep -qx ok "$T/gateway.out" || fail "the agent did not carry on: $(cat "$T/gateway.out")"
 assert_contains "$T/client-n1.log" 'msg="frame of an unknown type skipped" err="unknown frame type 99"'
 kill -0 "$CLIENT_PID" || fail "the agent exited"
+# The list the newer gateway pushed (SETTINGS) is in state.json, 0600,
+# and in `status`; the list with a plain-http URL was not taken.
+want="[\"https://127.0.0.1:$fake_port\",\"https://gw-b.invalid:8443\"]"
+[ "$(jq -c .gateway_urls "$T/n1/state.json")" = "$want" ] ||
+	fail "state.json's gateway_urls: $(jq -c .gateway_urls "$T/n1/state.json")"
+[ "$(stat -c %a "$T/n1/state.json")" = 600 ] || fail "state.json is not 0600"
+"$TETHER_BIN/tether-client" status --state-dir "$T/n1" >"$T/status.json"
+[ "$(jq -c .gateway_urls "$T/status.json")" = "$want" ] ||
+	fail "status: $(cat "$T/status.json")"
+assert_contains "$T/client-n1.log" 'msg="gateway sent a URL list this agent cannot use: kept the one it has"'
+pass "SETTINGS from a newer gateway: its unknown key skipped, the URL list kept in state.json (0600) and acknowledged; a list with an http:// URL refused whole"
 client_stop "$CLIENT_PID"
 pass "a newer gateway's unknown frames, between a stream's DATA: the agent skips them; the stream echoes; PING answered"
 gateway_stop

@@ -27,7 +27,8 @@
 static const enum frame_type all_types[] = {
 	FRAME_HELLO, FRAME_CHALLENGE, FRAME_AUTH, FRAME_REGISTER,
 	FRAME_REGISTERED, FRAME_WELCOME, FRAME_STATE, FRAME_VERIFY,
-	FRAME_VERIFY_OK, FRAME_ERROR, FRAME_PING, FRAME_PONG, FRAME_RECONNECT, FRAME_OPEN,
+	FRAME_VERIFY_OK, FRAME_ERROR, FRAME_PING, FRAME_PONG, FRAME_RECONNECT,
+	FRAME_SETTINGS, FRAME_SETTINGS_ACK, FRAME_OPEN,
 	FRAME_OPEN_OK, FRAME_OPEN_FAIL, FRAME_DATA, FRAME_WINDOW, FRAME_FIN,
 	FRAME_RESET,
 };
@@ -104,6 +105,13 @@ sample(enum frame_type type, struct frame *f)
 	case FRAME_RECONNECT:
 		strcpy(f->u.reconnect.reason, "gateway draining");
 		f->u.reconnect.jitter_ms = 5000;
+		break;
+	case FRAME_SETTINGS:
+	case FRAME_SETTINGS_ACK:
+		f->u.settings.urls.present = true;
+		f->u.settings.urls.n = 2;
+		strcpy(f->u.settings.urls.url[0], "https://gw-b.example:8443");
+		strcpy(f->u.settings.urls.url[1], "https://[::1]");
 		break;
 	case FRAME_OPEN:
 		f->stream_id = 5;
@@ -276,6 +284,20 @@ test_roundtrip_variants(void **state)
 	sample(FRAME_WINDOW, &f);
 	f.u.window_credit = UINT32_MAX;
 	roundtrip(&f);
+
+	/* SETTINGS: an empty list is a list ("use the join URL"), an absent
+	 * key is no word at all; both survive, and differ. */
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.urls.n = 0;
+	CLEAR(f.u.settings.urls.url);
+	roundtrip(&f);
+	f.u.settings.urls.present = false;
+	roundtrip(&f);
+	sample(FRAME_SETTINGS_ACK, &f);
+	f.u.settings.urls.n = FRAME_MAX_URLS;
+	for (size_t i = 0; i < FRAME_MAX_URLS; i++)
+		memset(f.u.settings.urls.url[i], 'u', FRAME_URL_MAX);
+	roundtrip(&f);
 }
 
 static void
@@ -349,6 +371,28 @@ test_golden_bytes(void **state)
 	assert_int_equal(len, sizeof(reset));
 	assert_memory_equal(out, reset, len);
 	free(out);
+
+	/* SETTINGS: the list, or no key at all when it says nothing. */
+	{
+		static const uint8_t settings[] = { 0x92, 0x0e, 0x81,
+		    0xa4, 'u', 'r', 'l', 's', 0x91,
+		    0xa9, 'h', 't', 't', 'p', 's', ':', '/', '/', 'b' };
+		static const uint8_t settings_none[] = { 0x92, 0x0e, 0x80 };
+
+		memset(&f, 0, sizeof(f));
+		f.type = FRAME_SETTINGS;
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(settings_none));
+		assert_memory_equal(out, settings_none, len);
+		free(out);
+		f.u.settings.urls.present = true;
+		f.u.settings.urls.n = 1;
+		strcpy(f.u.settings.urls.url[0], "https://b");
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(settings));
+		assert_memory_equal(out, settings, len);
+		free(out);
+	}
 
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_OPEN;
@@ -439,18 +483,41 @@ static const msgpack_object v_zero[] = { UINT(1), UINT(0) };
 static const msgpack_object v_big[] = { UINT(1ULL << 32) };
 static const msgpack_object v_neg[] = { NEG(-1) };
 static const msgpack_object v_nested[] = { UINT(1), ARR0 };
+static const msgpack_object u_nine[] = {
+	STR("https://a"), STR("https://a"), STR("https://a"), STR("https://a"),
+	STR("https://a"), STR("https://a"), STR("https://a"), STR("https://a"),
+	STR("https://a"),
+};
+static const msgpack_object u_over[] = { LONG(256) };
+static const msgpack_object u_max[] = { LONG(255) };
+static const msgpack_object u_empty[] = { STR("https://a"), STR("") };
+static const msgpack_object u_num[] = { UINT(443) };
+static const msgpack_object u_nul[] = { STRN("https://a\0b", 11) };
 static const msgpack_object_kv kv_future[] = {
 	{ STR("a"), ARR(v_nine) },
 	{ UINT(7), NIL }, /* non-string keys deeper down are not ours to judge */
 };
 
 static const struct edit edits[] = {
+	/* SETTINGS and its ACK: every key optional, a list of bounded URLs */
+	MISSING(FRAME_SETTINGS, "urls", NULL),
+	KEY(FRAME_SETTINGS, "urls", ARR0, NULL),
+	KEY(FRAME_SETTINGS, "urls", ARR(u_max), NULL),
+	KEY(FRAME_SETTINGS, "urls", ARR(u_nine), "SETTINGS: \"urls\" lists more than 8 URLs (9)"),
+	KEY(FRAME_SETTINGS, "urls", ARR(u_over), "SETTINGS: \"urls\" is too long (256 > 255 bytes)"),
+	KEY(FRAME_SETTINGS, "urls", ARR(u_empty), "SETTINGS: \"urls\" lists an empty URL"),
+	KEY(FRAME_SETTINGS, "urls", ARR(u_num), "SETTINGS: \"urls\" is not a string"),
+	KEY(FRAME_SETTINGS, "urls", ARR(u_nul), "SETTINGS: \"urls\" contains a NUL byte"),
+	KEY(FRAME_SETTINGS, "urls", STR("https://a"), "SETTINGS: \"urls\" is not an array"),
+	KEY(FRAME_SETTINGS_ACK, "urls", NIL, "SETTINGS_ACK: \"urls\" is not an array"),
+	{ FRAME_SETTINGS, ADD, "ca_bundle", 0, STR("-----BEGIN"), NULL },
+
 	/* the array */
 	EL(FRAME_HELLO, 0, STR("1"), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, NEG(-1), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, FLT(1.0), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, UINT(0), "unknown frame type 0"),
-	EL(FRAME_HELLO, 0, UINT(14), "unknown frame type 14"),
+	EL(FRAME_HELLO, 0, UINT(16), "unknown frame type 16"),
 	EL(FRAME_HELLO, 0, UINT(19), "unknown frame type 19"),
 	EL(FRAME_HELLO, 0, UINT(27), "unknown frame type 27"),
 	EL(FRAME_HELLO, 0, UINT(UINT64_MAX), "unknown frame type 18446744073709551615"),
@@ -1054,8 +1121,8 @@ test_encode_rejects(void **state)
 	sample(FRAME_PING, &f);
 	f.type = (enum frame_type)0;
 	expect_encode_fail(&f, "type 0");
-	f.type = (enum frame_type)14;
-	expect_encode_fail(&f, "type 14");
+	f.type = (enum frame_type)16;
+	expect_encode_fail(&f, "type 16");
 	f.type = (enum frame_type)27;
 	expect_encode_fail(&f, "type 27");
 	f.type = (enum frame_type)-1;
@@ -1117,6 +1184,18 @@ test_encode_rejects(void **state)
 	sample(FRAME_WINDOW, &f);
 	f.u.window_credit = 0;
 	expect_encode_fail(&f, "WINDOW credit 0");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.urls.n = FRAME_MAX_URLS + 1;
+	expect_encode_fail(&f, "SETTINGS with 9 URLs");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.urls.url[1][0] = '\0';
+	expect_encode_fail(&f, "SETTINGS with an empty URL");
+	sample(FRAME_SETTINGS, &f);
+	memset(f.u.settings.urls.url[0], 'u', sizeof(f.u.settings.urls.url[0]));
+	expect_encode_fail(&f, "SETTINGS with an unterminated URL");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.urls.present = false;
+	expect_encode_fail(&f, "SETTINGS with URLs but no key");
 	sample(FRAME_RESET, &f);
 	f.u.reset_code[0] = '\0';
 	expect_encode_fail(&f, "empty RESET code");
@@ -1155,7 +1234,9 @@ test_type_names(void **state)
 	assert_string_equal(frame_type_name(FRAME_RESET), "RESET");
 	assert_string_equal(frame_type_name(0), "UNKNOWN");
 	assert_string_equal(frame_type_name(FRAME_RECONNECT), "RECONNECT");
-	assert_string_equal(frame_type_name(14), "UNKNOWN");
+	assert_string_equal(frame_type_name(FRAME_SETTINGS), "SETTINGS");
+	assert_string_equal(frame_type_name(FRAME_SETTINGS_ACK), "SETTINGS_ACK");
+	assert_string_equal(frame_type_name(16), "UNKNOWN");
 	assert_string_equal(frame_type_name(19), "UNKNOWN");
 	assert_string_equal(frame_type_name(27), "UNKNOWN");
 	assert_string_equal(frame_type_name(-1), "UNKNOWN");
