@@ -4,6 +4,7 @@
 #   build/release  plain build, the binaries `make run` uses (build/bin links here)
 #   build/asan     ASan + UBSan build, the one `make test` runs
 #   build/fuzz     clang + libFuzzer targets
+#   build/tsan     ThreadSanitizer build of the three programs (make test-tsan)
 #   build/static   build/static/ARCH/tether-client, static agents (make agent-static)
 
 SHELL := /bin/bash
@@ -11,7 +12,7 @@ JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 600
 
-.PHONY: all setup build build-asan test test-fresh unit integration fuzz fuzz-smoke run run-ha bench bench-throughput bench-scale deb agent-static clean
+.PHONY: all setup build build-asan build-tsan test-tsan test test-fresh unit integration fuzz fuzz-smoke run run-ha bench bench-throughput bench-scale deb agent-static clean
 
 all: build
 
@@ -28,6 +29,18 @@ build: setup build/release/Makefile
 build-asan: setup
 	@test -f build/asan/Makefile || cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DTETHER_SANITIZE=ON >/dev/null
 	cmake --build build/asan -j$(JOBS)
+
+build-tsan: setup
+	@test -f build/tsan/Makefile || cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DTETHER_TSAN=ON >/dev/null
+	cmake --build build/tsan -j$(JOBS) --target tether-gateway tether-client tetherctl
+
+# A few integration tests against the ThreadSanitizer build, the gateway
+# with two loops (docs/0032); not part of `make test` (minutes on two cores).
+TSAN_TESTS ?= test_workers|test_slot_starvation|test_streams|test_preface_caps
+test-tsan: build-asan build-tsan
+	cd build/asan && TETHER_BIN=$(CURDIR)/build/tsan/bin ASAN_OPTIONS= \
+	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -R '$(TSAN_TESTS)'
 
 build-fuzz: setup
 	@test -f build/fuzz/Makefile || CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug -DTETHER_FUZZ=ON >/dev/null

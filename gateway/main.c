@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,6 +602,23 @@ serve_streams(struct gateway *gw, const struct opt_set *o)
 	return gw->budget.reserve < gw->budget.total ? 0 : -1;
 }
 
+/* --workers, or the CPUs this process may run on (its affinity mask:
+ * a cgroup's cpuset or taskset shows there), at most the option's own
+ * maximum; 1 when that cannot be read. */
+static unsigned
+serve_workers(const struct opt_set *o)
+{
+	cpu_set_t set;
+	int n;
+
+	if (opts_num(o, SERVE_OPT_WORKERS) > 0)
+		return opts_num(o, SERVE_OPT_WORKERS);
+	if (sched_getaffinity(0, sizeof(set), &set) != 0 ||
+	    (n = CPU_COUNT(&set)) < 1)
+		return 1;
+	return n > 64 ? 64 : (unsigned)n;
+}
+
 /*
  * What serve's options set before anything starts: the limits, the
  * replica, the streams, the data directory, the store's URL and where
@@ -614,6 +632,7 @@ serve_settings(struct serve *sv)
 	const char *dir = opts_str(&sv->o, SERVE_OPT_DATA_DIR);
 
 	serve_limits(&gw->limits, &sv->o);
+	gw->workers = serve_workers(&sv->o);
 	gw->drain_timeout_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw->impersonate = (int)opts_num(&sv->o, SERVE_OPT_IMPERSONATE);
 	gw->require_proxy_header = (int)opts_num(&sv->o,
@@ -840,7 +859,8 @@ serve_listen(struct serve *sv)
 	    KV_S("host", sv->host), KV_I("port", server_port(gw)),
 	    KV_S("url", gw->url), KV_S("store", strncmp(store_url, "sqlite://",
 	    9) == 0 ? store_url : "(configured)"),
-	    KV_S("ca_checksum", gw->ca_checksum), KV_S("replica", gw->replica_id));
+	    KV_S("ca_checksum", gw->ca_checksum), KV_S("replica", gw->replica_id),
+	    KV_U("workers", server_loops(gw)));
 	return serve_metrics(sv);
 }
 

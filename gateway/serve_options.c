@@ -100,6 +100,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	[SERVE_OPT_STORE] = { .name = "store", .type = OPT_STRING, .arg = "URL",
 	    .def_help = "sqlite://DATA_DIR/tether.db", .check = check_store,
 	    .help = "the store: sqlite://PATH or postgresql://..." },
+	[SERVE_OPT_WORKERS] = { .name = "workers", .type = OPT_U32, .arg = "N",
+	    .def_help = "the CPUs this process may use", .min = 1, .max = 64,
+	    .help = "event loops: the first carries every connection, tunnel and "
+	    "stream; the others run TLS handshakes and hand the connections to "
+	    "it (docs/0032)" },
 	[SERVE_OPT_HANDSHAKE_TIMEOUT] = { .name = "handshake-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
 	    .help = "tunnel handshake deadline" },

@@ -106,6 +106,8 @@ struct gateway {
 	struct ca_cert_info cert;       /* the server certificate new handshakes get
 	                                 * (certreload.c sets it; /readyz, /v1/status) */
 	uint32_t handshakes;            /* tunnels not yet authenticated */
+	unsigned workers;               /* --workers: event loops, loop 0 (base)
+	                                   and handshake loops (server.c); 0: 1 */
 	struct event *trim_timer;       /* gateway_handshake_ended; freed by main.c */
 	struct srccount *handshake_sources; /* tunnel handshakes per source
 	                                   (session.c makes it; freed by main.c) */

@@ -74,6 +74,16 @@ static struct prom_metric tls_shed = {
 	.name = "tether_tls_shed_total", .kind = PROM_COUNTER,
 	.help = "Connections closed unread: their client closed while waiting for a TLS slot, or they waited over half of --handshake-timeout.",
 };
+static struct prom_metric loop_handshakes = {
+	.name = "tether_loop_tls_handshakes_total", .kind = PROM_COUNTER,
+	.help = "TLS handshakes finished by each event loop (--workers): loop 0 is the home of every connection, the others run handshakes only.",
+	.label = "loop", .preset = no_values,
+};
+static struct prom_metric loop_cpu = {
+	.name = "tether_loop_cpu_seconds_total", .kind = PROM_COUNTER,
+	.help = "CPU time of each event loop's thread (--workers; loop 0 carries every tunnel, stream and route).",
+	.label = "loop", .preset = no_values,
+};
 static struct prom_metric store_up = {
 	.name = "tether_store_up", .kind = PROM_GAUGE,
 	.help = "1 while this replica reaches its store (its /readyz is not 503 for the store), else 0.",
@@ -112,7 +122,7 @@ static struct prom_metric store_duration = {
 
 static struct prom_metric *const families[] = {
 	&build_info, &agents, &agents_offline, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
-	&tls_shed, &store_up, &cert_expiry, &handshakes, &registrations,
+	&tls_shed, &loop_handshakes, &loop_cpu, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
@@ -179,6 +189,16 @@ metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed)
 	prom_set(&tls_handshaking, NULL, (double)in_progress);
 	prom_set(&tls_waiting, NULL, (double)waiting);
 	prom_set(&tls_shed, NULL, (double)shed);
+}
+
+void
+metrics_loop(unsigned loop, uint64_t tls_handshakes, double cpu_seconds)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%u", loop);
+	prom_set(&loop_handshakes, name, (double)tls_handshakes);
+	prom_set(&loop_cpu, name, cpu_seconds);
 }
 
 void

@@ -99,5 +99,9 @@ void metrics_server_certificate(int64_t not_after);
 /* The TLS admission's gauges and counter, set before each exposition
  * (server_tls_admission). */
 void metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed);
+/* Event loop number loop (--workers): its TLS handshakes finished and its
+ * thread's CPU seconds, both since start (server_loop_stats).  Under
+ * metrics_lock. */
+void metrics_loop(unsigned loop, uint64_t tls_handshakes, double cpu_seconds);
 
 #endif

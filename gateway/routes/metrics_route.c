@@ -34,6 +34,13 @@ metrics_render(void *arg, size_t *len)
 	store_up = notices_store_problem(gw, why, sizeof(why)) == NULL;
 	metrics_lock();
 	metrics_tls_admission(tls_handshaking, tls_waiting, tls_shed);
+	for (unsigned i = 0; i < server_loops(gw); i++) {
+		uint64_t handshakes;
+		double cpu;
+
+		server_loop_stats(gw, i, &handshakes, &cpu);
+		metrics_loop(i, handshakes, cpu);
+	}
 	metrics_store_up(store_up);
 	lists[0].n = metrics_families(&lists[0].ms,
 	    gw->hub != NULL ? hub_count(gw->hub) : 0, gw->handshakes);

@@ -55,6 +55,7 @@
 #include <sys/queue.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +80,7 @@
 #include "route.h"
 #include "srccount.h"
 #include "runtime.h"
+#include "tlsloop.h"
 #include "tlspeer.h"
 #include "wsconn.h"
 #include "wsframe.h"
@@ -150,6 +152,26 @@ struct server {
 	int64_t refused_log_ms;           /* monotonic: that line's time */
 	int plain_port;
 	int mtls_port;
+	/* Loops (--workers, docs/0032): loop 0 is gw->base, the home of every
+	 * connection; loops 1..nloops-1 only run TLS handshakes (tlsloop.h).
+	 * Per loop: handshakes it holds now and finished since start. */
+	struct tlsloops *loops;           /* NULL with --workers 1 */
+	unsigned nloops;
+	unsigned loop_next;               /* where the next pick starts */
+	uint32_t *loop_inflight;          /* [nloops] */
+	uint64_t *loop_handshakes;        /* [nloops] */
+	pthread_t home;                   /* loop 0's thread */
+	int closing;                      /* server_stop under way */
+};
+
+/* A TLS handshake given to a handshake loop: what the connection becomes
+ * once it is back (tls_job_done). */
+struct tls_job {
+	struct tlsloop_job job;           /* first: the loop's part */
+	struct server *srv;
+	enum conn_port port;
+	int exempt;
+	char peer[PEER_MAX];
 };
 
 /* An accepted socket before TLS/HTTP: a PROXY header may come first.
@@ -233,6 +255,7 @@ static void hconn_process(struct hconn *h);
 static void hconn_kick_read(struct hconn *h);
 static void hconn_linger(struct hconn *h);
 static void tls_slot_free(struct hconn *h);
+static void tls_slot_release(struct server *srv, const char *peer, int exempt);
 static void hconn_tls_timer(struct hconn *h);
 static int conn_admit(struct server *srv, const char *peer, int exempt);
 
@@ -1056,6 +1079,7 @@ hconn_event_cb(struct bufferevent *bev, short what, void *arg)
 		/* BEV_EVENT_CONNECTED: the TLS handshake is done; the first
 		 * request has --http-timeout from now. */
 		if (h->tls_counted) {
+			h->srv->loop_handshakes[0]++;
 			tls_slot_free(h);
 			hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
 		}
@@ -1159,18 +1183,22 @@ format_peer(const struct sockaddr *sa, char *out, size_t outlen)
 }
 
 /* A new connection in HC_READING, TLS unless from the plain port.
- * Returns NULL (fd still ours) on failure. */
+ * established: NULL, or an SSL whose handshake a handshake loop finished
+ * (taken, freed on failure too).  Returns NULL (fd still ours) on failure. */
 static struct hconn *
 hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port, int exempt)
+    enum conn_port port, int exempt, SSL *established)
 {
 	int plain = port == PORT_PLAIN;
 	struct event_base *base = srv->gw->base;
 	struct hconn *h = calloc(1, sizeof(*h));
-	SSL *ssl = NULL;
+	SSL *ssl = established;
 
-	if (h == NULL)
+	if (h == NULL) {
+		if (established != NULL)
+			SSL_free(established);
 		return NULL;
+	}
 	h->srv = srv;
 	h->port = port;
 	h->exempt = exempt;
@@ -1178,7 +1206,7 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
 	snprintf(h->peer, sizeof(h->peer), "%s", peer);
 	h->reader = http_reader_new(srv->gw->limits.max_body_bytes);
 	h->timer = evtimer_new(base, hconn_timer_cb, h);
-	if (!plain)
+	if (!plain && ssl == NULL)
 		ssl = SSL_new(port == PORT_MTLS ? srv->mtls_ctx : srv->ssl_ctx);
 	if (h->reader == NULL || h->timer == NULL || (!plain && ssl == NULL) ||
 	    http_reader_stream(h->reader, srv->exchange != NULL ?
@@ -1193,6 +1221,7 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
 	} else {
 		/* On failure this frees ssl (BEV_OPT_CLOSE_ON_FREE), not the socket. */
 		h->bev = bufferevent_openssl_socket_new(base, fd, ssl,
+		    established != NULL ? BUFFEREVENT_SSL_OPEN :
 		    BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE |
 		    BEV_OPT_DEFER_CALLBACKS);
 		ssl = NULL;
@@ -1219,12 +1248,104 @@ fail:
 	return NULL;
 }
 
-/* Starts the TLS handshake of an accepted connection (it takes a slot). */
+/* The loop that runs the next handshake: the one holding the fewest now,
+ * ties going round (so that a trickle alternates too). */
+static unsigned
+tls_pick_loop(struct server *srv)
+{
+	unsigned start = srv->loop_next++ % srv->nloops, best = start;
+
+	for (unsigned k = 1; k < srv->nloops; k++) {
+		unsigned i = (start + k) % srv->nloops;
+
+		if (srv->loop_inflight[i] < srv->loop_inflight[best])
+			best = i;
+	}
+	return best;
+}
+
+/* The handshake goes to handshake loop i; the slot, the connection's place
+ * and its shares stay taken until it comes back (tls_job_done). */
+static void
+tls_hand_out(struct server *srv, unsigned i, evutil_socket_t fd,
+    const char *peer, enum conn_port port, int exempt)
+{
+	const struct gateway_limits *l = &srv->gw->limits;
+	struct tls_job *tj = calloc(1, sizeof(*tj));
+	SSL *ssl = SSL_new(port == PORT_MTLS ? srv->mtls_ctx : srv->ssl_ctx);
+
+	if (tj == NULL || ssl == NULL) {
+		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
+		free(tj);
+		if (ssl != NULL)
+			SSL_free(ssl);
+		if (!exempt) {
+			srccount_put(srv->tls_sources, peer);
+			srccount_put(srv->http_sources, peer);
+		}
+		evutil_closesocket(fd);
+		return;
+	}
+	tj->srv = srv;
+	tj->port = port;
+	tj->exempt = exempt;
+	snprintf(tj->peer, sizeof(tj->peer), "%s", peer);
+	tj->job.fd = fd;
+	tj->job.ssl = ssl;
+	tj->job.since_ms = runtime_monotonic_ms();
+	tj->job.hello_ms = l->tls_hello_timeout_ms;
+	tj->job.handshake_ms = l->tls_handshake_timeout_ms;
+	srv->tls_handshakes++;
+	srv->http_conns++;        /* its place, until it is a hconn or closed */
+	srv->loop_inflight[i]++;
+	tlsloop_submit(srv->loops, i, &tj->job);
+}
+
+/* A handshake loop gave a connection back (on loop 0): established, it
+ * becomes a hconn reading its first request; else it is closed. */
+static void
+tls_job_done(struct tlsloop_job *job, void *arg)
+{
+	struct server *srv = arg;
+	struct tls_job *tj = (struct tls_job *)job;
+	SSL *ssl = job->ssl;
+
+	job->ssl = NULL;
+	srv->loop_inflight[job->loop]--;
+	srv->http_conns--;
+	if (job->result == TLSLOOP_NO_HELLO || job->result == TLSLOOP_TOO_SLOW)
+		srv->shed++;
+	if (job->result == TLSLOOP_OK && !srv->closing) {
+		srv->loop_handshakes[job->loop]++;
+		debug("http: TLS handshake done", KV_S("peer", tj->peer),
+		    KV_U("loop", job->loop));
+		if (hconn_new(srv, job->fd, tj->peer, tj->port, tj->exempt,
+		    ssl) == NULL) {
+			warn("http: out of memory for a connection: closed",
+			    KV_S("peer", tj->peer));
+			if (!tj->exempt)
+				srccount_put(srv->http_sources, tj->peer);
+			evutil_closesocket(job->fd);
+		}
+	} else {
+		if (ssl != NULL)
+			SSL_free(ssl);
+		evutil_closesocket(job->fd);
+		if (!tj->exempt)
+			srccount_put(srv->http_sources, tj->peer);
+	}
+	tls_slot_release(srv, tj->peer, tj->exempt);
+	free(tj);
+}
+
+/* Starts the TLS handshake of an accepted connection (it takes a slot),
+ * on this loop or a handshake loop. */
 static void
 tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
     enum conn_port port, int exempt)
 {
 	struct hconn *h;
+	unsigned loop;
 
 	if (conn_admit(srv, peer, exempt) != 0) {
 		if (!exempt)
@@ -1232,7 +1353,11 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
 		evutil_closesocket(fd);
 		return;
 	}
-	h = hconn_new(srv, fd, peer, port, exempt);
+	if ((loop = tls_pick_loop(srv)) != 0) {
+		tls_hand_out(srv, loop, fd, peer, port, exempt);
+		return;
+	}
+	h = hconn_new(srv, fd, peer, port, exempt, NULL);
 	if (h == NULL) {
 		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
 		if (!exempt) {
@@ -1245,6 +1370,7 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
 	h->tls_counted = 1;
 	h->tls_since_ms = runtime_monotonic_ms();
 	srv->tls_handshakes++;
+	srv->loop_inflight[0]++;
 	/* The slot is held only while the handshake moves (docs/0028): the
 	 * ClientHello within --tls-hello-timeout, all of it within
 	 * --tls-handshake-timeout (hconn_tls_timer). */
@@ -1273,17 +1399,15 @@ tls_waiter_gone(evutil_socket_t fd)
  * RECONNECT (its dial must fail now, not at its 10 s deadline, so that it
  * lets the draining tunnel go: docs/0017). */
 static void
-tls_slot_free(struct hconn *h)
+tls_slot_release(struct server *srv, const char *peer, int exempt)
 {
-	struct server *srv = h->srv;
 	struct gateway *gw = srv->gw;
 	uint32_t cap = gw->limits.max_tls_queue;
 	int64_t now = runtime_monotonic_ms();
 
-	h->tls_counted = 0;
 	srv->tls_handshakes--;
-	if (!h->exempt)
-		srccount_put(srv->tls_sources, h->peer);
+	if (!exempt)
+		srccount_put(srv->tls_sources, peer);
 	while (srv->qlen > 0 && srv->tls_handshakes < gw->limits.max_tls_handshakes) {
 		struct tls_waiter w = srv->queue[srv->qhead];
 
@@ -1307,6 +1431,15 @@ tls_slot_free(struct hconn *h)
 		info("TLS admission queue below half: accepting again",
 		    KV_U("queued", srv->qlen), KV_U("shed_total", srv->shed));
 	}
+}
+
+/* A handshake on loop 0 ended: its slot goes on (tls_slot_release). */
+static void
+tls_slot_free(struct hconn *h)
+{
+	h->tls_counted = 0;
+	h->srv->loop_inflight[0]--;
+	tls_slot_release(h->srv, h->peer, h->exempt);
 }
 
 /* No slot free: the connection waits, unencrypted and unread. */
@@ -1389,7 +1522,7 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 	if (port == PORT_PLAIN) {
 		if (conn_admit(srv, peer, exempt) != 0) {
 			evutil_closesocket(fd);
-		} else if (hconn_new(srv, fd, peer, PORT_PLAIN, exempt) == NULL) {
+		} else if (hconn_new(srv, fd, peer, PORT_PLAIN, exempt, NULL) == NULL) {
 			warn("http: out of memory for a connection: closed",
 			    KV_S("peer", peer));
 			if (!exempt)
@@ -1781,11 +1914,20 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	srv->http_sources = srccount_new();
 	srv->ws = wsconn_set_new(gw->base, wsconn_tick_for(gw->limits.ping_interval_ms,
 	    gw->limits.ping_timeout_ms));
+	srv->home = pthread_self();
+	srv->nloops = gw->workers > 0 ? gw->workers : 1;
+	srv->loop_inflight = calloc(srv->nloops, sizeof(*srv->loop_inflight));
+	srv->loop_handshakes = calloc(srv->nloops, sizeof(*srv->loop_handshakes));
 	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL ||
-	    srv->tls_sources == NULL || srv->http_sources == NULL) {
+	    srv->tls_sources == NULL || srv->http_sources == NULL ||
+	    srv->loop_inflight == NULL || srv->loop_handshakes == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* Before the listener: every loop runs once the port takes connections. */
+	if (srv->nloops > 1 && (srv->loops = tlsloops_new(gw->base, srv->nloops - 1,
+	    tls_job_done, srv, err, errlen)) == NULL)
+		goto fail;
 	srv->listener = listen_on(srv, host, port, err, errlen);
 	if (srv->listener == NULL)
 		goto fail;
@@ -1805,6 +1947,32 @@ server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
 	*handshaking = srv != NULL ? srv->tls_handshakes : 0;
 	*waiting = srv != NULL ? srv->qlen : 0;
 	*shed = srv != NULL ? srv->shed : 0;
+}
+
+unsigned
+server_loops(const struct gateway *gw)
+{
+	return gw->server != NULL ? gw->server->nloops : 0;
+}
+
+void
+server_loop_stats(const struct gateway *gw, unsigned i, uint64_t *handshakes,
+    double *cpu_seconds)
+{
+	const struct server *srv = gw->server;
+	clockid_t cid;
+	struct timespec ts;
+
+	*handshakes = 0;
+	*cpu_seconds = 0;
+	if (srv == NULL || i >= srv->nloops)
+		return;
+	*handshakes = srv->loop_handshakes[i];
+	if (i > 0)
+		*cpu_seconds = tlsloop_cpu_seconds(srv->loops, i);
+	else if (pthread_getcpuclockid(srv->home, &cid) == 0 &&
+	    clock_gettime(cid, &ts) == 0)
+		*cpu_seconds = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 int
@@ -1868,6 +2036,7 @@ server_stop(struct gateway *gw)
 
 	if (srv == NULL)
 		return;
+	srv->closing = 1;
 	if (srv->listener != NULL)
 		evconnlistener_free(srv->listener);
 	srv->listener = NULL;
@@ -1887,6 +2056,9 @@ server_stop(struct gateway *gw)
 	}
 	free(srv->queue);
 	srv->queue = NULL;
+	/* The handshake loops stop; what they held comes back and is closed. */
+	tlsloops_free(srv->loops);
+	srv->loops = NULL;
 	while (!LIST_EMPTY(&srv->http)) {
 		struct hconn *h = LIST_FIRST(&srv->http);
 
@@ -1908,6 +2080,8 @@ server_stop(struct gateway *gw)
 		SSL_CTX_free(srv->ssl_ctx);
 	if (srv->mtls_ctx != NULL)
 		SSL_CTX_free(srv->mtls_ctx);
+	free(srv->loop_inflight);
+	free(srv->loop_handshakes);
 	free(srv);
 	gw->server = NULL;
 }

@@ -32,6 +32,13 @@ int server_start(struct gateway *gw, const struct route *const *routes,
 void server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
     uint32_t *waiting, uint64_t *shed);
 int server_port(struct gateway *gw);
+/* The event loops serving (gw->workers, docs/0032): loop 0 is gw->base,
+ * the others run TLS handshakes only.  0 before server_start. */
+unsigned server_loops(const struct gateway *gw);
+/* Loop i's TLS handshakes finished since start and its thread's CPU
+ * seconds (zeros for a loop that does not exist).  On loop 0. */
+void server_loop_stats(const struct gateway *gw, unsigned i, uint64_t *handshakes,
+    double *cpu_seconds);
 /*
  * After server_start: also listens on host:port for plain HTTP (no TLS),
  * for a load balancer that terminates TLS.  Only sources in

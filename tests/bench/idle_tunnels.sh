@@ -20,6 +20,7 @@
 #   BENCH_RATE          agents each swarm starts per second (default 400)
 #   BENCH_PING_WINDOW   seconds of the idle CPU window (default 20)
 #   BENCH_GW_FLAGS      extra `serve` flags (default none)
+#   BENCH_WORKERS       the gateway's --workers (default: its own default)
 #   BENCH_SWARM_FLAGS   extra tether-swarm flags (default none; the keepalive
 #                       before docs/0026: --ping-interval 20000 --ping-timeout 30000)
 #   BENCH_KEEP=1        keep the work directory
@@ -29,11 +30,11 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
 RATE=${BENCH_RATE:-400}
 WINDOW=${BENCH_PING_WINDOW:-20}
-GW_FLAGS=${BENCH_GW_FLAGS:-}
+GW_FLAGS="${BENCH_GW_FLAGS:-}${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
 SWARM_FLAGS=${BENCH_SWARM_FLAGS:-}
 KEEP=${BENCH_KEEP:-0}
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_RATE BENCH_PING_WINDOW BENCH_GW_FLAGS BENCH_SWARM_FLAGS; do
+for v in TETHER_BIN BENCH_RATE BENCH_PING_WINDOW BENCH_GW_FLAGS BENCH_WORKERS BENCH_SWARM_FLAGS; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"

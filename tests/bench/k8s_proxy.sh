@@ -31,6 +31,7 @@
 #                       (default: build/release/bin of this repo)
 #   BENCH_WRK_ARGS      wrk's load options (default "-t2 -c16 -d10s")
 #   BENCH_WARMUP        seconds of unreported wrk per path first (default 2)
+#   BENCH_WORKERS       the gateway's --workers (default: its own default)
 #   BENCH_KEEP=1        keep the work directory (logs, wrk output)
 #   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent,
 #                       bench-ctl, out of reach of other sessions' pkill -f
@@ -258,8 +259,8 @@ GW_DIR=$W/gw
 "$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init.log" 2>&1 ||
 	die "gateway init failed: $(cat "$W/logs/init.log")"
 export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT"
-start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT"
+GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
+start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
 GW_PID=$LAST_PID
 wait_until 20 "gateway ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 

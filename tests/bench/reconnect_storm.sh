@@ -24,17 +24,19 @@
 #   BENCH_RATE       agents started per second for the first registration
 #                    (default 400; the storm itself is all at once)
 #   BENCH_GW_FLAGS   extra `serve` flags, e.g. "--max-tls-handshakes 8"
+#   BENCH_WORKERS    the gateway's --workers (default: its own default); the
+#                    report gives each loop's TLS handshakes and CPU seconds
 #   BENCH_KEEP=1     keep the work directory
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
 RATE=${BENCH_RATE:-400}
-GW_FLAGS=${BENCH_GW_FLAGS:-}
+GW_FLAGS="${BENCH_GW_FLAGS:-}${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
 KEEP=${BENCH_KEEP:-0}
 N=${1:-10000}
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS; do
+for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -156,6 +158,11 @@ sleep 5
 read -r st_n st_p50 st_p99 st_max st_lost < <(probe_stats "$W/logs/probe.out" "$t_up" "$back_ms")
 read -r af_n af_p50 af_p99 af_max af_lost < <(probe_stats "$W/logs/probe.out" "$((back_ms + 500))" "$(now_ms)")
 shed=$(metric tether_tls_shed_total) || shed=?
+# Per loop (--workers), since the new start: "loop handshakes cpu_s" lines.
+curl -sf "http://127.0.0.1:$MP/metrics" | awk '
+	match($1, /^tether_loop_tls_handshakes_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); h[a[2]] = $2 }
+	match($1, /^tether_loop_cpu_seconds_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); c[a[2]] = $2 }
+	END { for (l in h) printf "%s %d %.1f\n", l, h[l], c[l] }' | sort -n >"$W/loops.txt" || true
 refused=$(grep -c 'refusing a tunnel: too many handshakes' "$W/logs/gateway.log" || true)
 storm_s=$(echo "scale=1; ($back_ms - $t_up) / 1000" | bc)
 total_s=$(echo "scale=1; ($back_ms - $t_stop) / 1000" | bc)
@@ -183,6 +190,9 @@ sw_cpu=$(echo "scale=1; ($s1 - $s0) / $TICKS" | bc)
 	echo "| connections shed by the TLS queue (tether_tls_shed_total) | $shed |"
 	echo "| gateway CPU during the storm (s) | $gw_cpu |"
 	echo "| swarm CPU during the storm (s) | $sw_cpu |"
+	while read -r l h c; do
+		echo "| loop $l: TLS handshakes / CPU s since the new start | $h / $c |"
+	done <"$W/loops.txt"
 	echo
 	echo "| probe tunnel ping round trip | pings | worst p50 (ms) | worst p99 (ms) | max (ms) | lost |"
 	echo "|---|---:|---:|---:|---:|---:|"

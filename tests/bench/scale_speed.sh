@@ -25,6 +25,9 @@
 #                    by the open-files limit as idle_tunnels.sh does)
 #   BENCH_STORM      reconnect_storm.sh's agents (default 10000)
 #   BENCH_RATE       registration rate of the swarms (default 250/s)
+#   BENCH_LOOPS      the gateway's --workers values to run each build at
+#                    (default "1 N", N the CPUs here: 1 loop against N in
+#                    one run; one column each, NAME@Nl)
 #   BENCH_SECONDS, BENCH_CONNECTIONS, BENCH_WRK_ARGS, BENCH_PING_WINDOW are
 #   passed on to the benchmarks (see tests/bench/README.md).
 set -u -o pipefail
@@ -47,8 +50,9 @@ export BENCH_PING_WINDOW=${BENCH_PING_WINDOW:-40}
 OUT=${BENCH_OUT:-$(mktemp -d -t tether-scale-speed.XXXXXX)}
 mkdir -p "$OUT" || die "cannot make $OUT"
 
+LOOPS=${BENCH_LOOPS:-$( [ "$(nproc)" -gt 1 ] && echo "1 $(nproc)" || echo 1)}
 NAMES=()
-declare -A BIN
+declare -A BIN WORKERS
 for b in "${BUILDS[@]}"; do
 	case $b in
 	*=*) name=${b%%=*} dir=${b#*=} ;;
@@ -56,8 +60,12 @@ for b in "${BUILDS[@]}"; do
 	esac
 	[ -x "$dir/tether-gateway" ] && [ -x "$dir/tether-swarm" ] ||
 		die "$dir has no tether-gateway and tether-swarm: build it first (make build)"
-	NAMES+=("$name")
-	BIN[$name]=$(cd "$dir" && pwd)
+	for l in $LOOPS; do
+		[[ $l =~ ^[1-9][0-9]*$ ]] || die "BENCH_LOOPS: not a number: '$l'"
+		NAMES+=("$name@${l}l")
+		BIN[$name@${l}l]=$(cd "$dir" && pwd)
+		WORKERS[$name@${l}l]=$l
+	done
 done
 
 wants() { [[ " $ONLY " == *" $1 "* ]]; }
@@ -69,7 +77,8 @@ run() {
 	shift 2
 	log="$OUT/$name.$bench.txt"
 	say "$name: $bench $* -> $log"
-	if ! TETHER_BIN=${BIN[$name]} bash "$HERE/$bench.sh" "$@" >"$log" 2>"$log.err"; then
+	if ! TETHER_BIN=${BIN[$name]} BENCH_WORKERS=${WORKERS[$name]} \
+	    bash "$HERE/$bench.sh" "$@" >"$log" 2>"$log.err"; then
 		FAILED+=("$name $bench (see $log.err)")
 	fi
 }
@@ -120,6 +129,8 @@ storm() {
 	[ -f "$f" ] || { echo "-"; return; }
 	case $2 in
 	back) awk -F'|' '/from the new gateway.s start/ { gsub(/ /, "", $3); print $3 " s"; exit }' "$f" ;;
+	loops) awk -F'|' '/^\| loop [0-9]+: TLS handshakes/ { split($2, a, " "); sub(/:$/, "", a[2]); sub(/ \/.*/, "", $3); gsub(/ /, "", $3)
+		printf "%s%s: %s", (n++ ? ", " : ""), a[2], $3 } END { print (n ? "" : "-") }' "$f" ;;
 	ping) awk -F'|' '/^\| during the storm/ { gsub(/ /, "", $4); gsub(/ /, "", $6); gsub(/ /, "", $7)
 		print "p50 " $4 " / max " $6 " ms, lost " $7; exit }' "$f" ;;
 	esac
@@ -165,6 +176,7 @@ row() { # row FIGURE GOAL FUNC ARGS...
 	if wants storm; then
 		row "$STORM agents all active after a restart" "<= 30 s" storm back
 		row "an established tunnel's ping during the storm" "(reported)" storm ping
+		row "TLS handshakes per loop during the storm" "(reported)" storm loops
 	fi
 	if [ ${#FAILED[@]} -gt 0 ]; then
 		echo

@@ -38,6 +38,7 @@
 #   BENCH_SECONDS      seconds per iperf3 run (default 5)
 #   BENCH_CONNECTIONS  sequential connections per set-up measurement
 #                      (default 1000)
+#   BENCH_WORKERS      the gateway's --workers (default: its own default)
 #   BENCH_KEEP=1       keep the work directory (logs, iperf3 JSON)
 #   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent and
 #                      bench-ctl, out of reach of other sessions' pkill -f
@@ -261,8 +262,8 @@ GW_DIR=$W/gw
 "$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init.log" 2>&1 ||
 	die "gateway init failed: $(cat "$W/logs/init.log")"
 export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT"
-start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT"
+GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
+start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
 GW_PID=$LAST_PID
 wait_until 20 "gateway ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# --workers (docs/0032): with two loops, a burst of TLS handshakes at once is
+# shared by both (tether_loop_tls_handshakes_total counts each loop's), the
+# connections handed over from the handshake loop carry tunnels, operator
+# streams and admin calls as before, a stalled reader holds only its own
+# stream, and a clean stop joins every thread (exit 0, no leak).  With
+# --workers 1 there is one loop, as before the flag.
+source "$(dirname "$0")/lib.sh"
+
+py=/usr/bin/python3
+$py "$TETHER_SRC/tests/integration/tcpserver.py" echo "$T/echo.port" &
+PIDS+=($!)
+$py "$TETHER_SRC/tests/integration/tcpserver.py" source "$T/source.port" "$T/source.count" &
+PIDS+=($!)
+wait_until 10 "echo and source servers" test -s "$T/echo.port" -a -s "$T/source.port"
+echo_port=$(cat "$T/echo.port")
+source_port=$(cat "$T/source.port")
+
+metrics() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		"$GW_URL/metrics"
+}
+# loop_handshakes FILE N: loop N's tether_loop_tls_handshakes_total in a
+# scrape kept in FILE (0 if absent).  A scrape's own handshake counts in it.
+loop_handshakes() {
+	awk -v l="tether_loop_tls_handshakes_total{loop=\"$2\"}" \
+		'$1 == l { v = $2 } END { print v + 0 }' "$1"
+}
+
+gateway_init
+gateway_start --workers 2 --stream-window 262144
+grep -q 'msg="tether-gateway listening".* workers=2' "$T/gateway.log" ||
+	fail "the listening line does not say workers=2"
+cid=$(cluster_create workers)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" \
+	--allow "127.0.0.1:$source_port" >/dev/null
+client_start n1 --stream-window 262144
+agent_pid=$CLIENT_PID
+wait_until 30 "n1 active" agent_is n1 active
+pass "an agent's tunnel through a gateway with two loops is active"
+
+# A burst: 48 TLS handshakes at once (threads of one client), each then
+# asks /healthz on its connection.
+metrics >"$T/before.metrics"
+$py - "$GW_PORT" "$GW_DIR/ca.crt" 48 >"$T/burst.out" <<'PY' || fail "burst: $(cat "$T/burst.out")"
+import socket, ssl, sys, threading
+port, ca, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+ctx = ssl.create_default_context(cafile=ca)
+ok = []
+go = threading.Barrier(n)
+def one():
+    go.wait()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            t.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                b = t.recv(4096)
+                if not b:
+                    break
+                data += b
+            if data.startswith(b"HTTP/1.1 200"):
+                ok.append(1)
+ts = [threading.Thread(target=one) for _ in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(len(ok))
+sys.exit(0 if len(ok) == n else 1)
+PY
+metrics >"$T/after.metrics"
+d0=$(($(loop_handshakes "$T/after.metrics" 0) - $(loop_handshakes "$T/before.metrics" 0)))
+d1=$(($(loop_handshakes "$T/after.metrics" 1) - $(loop_handshakes "$T/before.metrics" 1)))
+log "handshakes during the burst (and one scrape): loop 0 $d0, loop 1 $d1"
+# The second scrape's own handshake is one of them: each loop did more.
+[ "$d0" -ge 2 ] || fail "loop 0 finished no TLS handshake of the burst"
+[ "$d1" -ge 2 ] || fail "loop 1 finished no TLS handshake of the burst"
+grep -q '^tether_loop_cpu_seconds_total{loop="1"} ' "$T/after.metrics" ||
+	fail "no tether_loop_cpu_seconds_total for loop 1"
+pass "48 handshakes at once all answered, shared by both loops (per-loop metric)"
+
+# A stalled reader on one stream; operator streams opened after it (their
+# connections handed over by either loop) still move, each intact.
+fwd_port=$(free_port)
+"$CTL" forward --cluster "$cid" "127.0.0.1:$fwd_port:127.0.0.1:$source_port" \
+	2>>"$T/forward.log" &
+PIDS+=($!)
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_until 20 "forward listening" port_open "$fwd_port"
+$py - "$fwd_port" <<'PY' &
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+time.sleep(3600)   # connects to the source and never reads
+PY
+PIDS+=($!)
+wait_until 20 "the source to start sending" test -s "$T/source.count"
+count_stable() {
+	local a b
+	a=$(cat "$T/source.count")
+	sleep 0.5
+	b=$(cat "$T/source.count")
+	[ "$a" = "$b" ]
+}
+wait_until 30 "the stalled stream to stop absorbing bytes" count_stable
+head -c $((4 << 20)) /dev/urandom >"$T/blob"
+want=$(sha256sum <"$T/blob")
+metrics >"$T/before.metrics"
+pids=()
+for i in 1 2 3 4; do
+	"$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" <"$T/blob" >"$T/echo.$i" &
+	pids+=($!)
+done
+for p in "${pids[@]}"; do
+	wait "$p" || fail "a connect beside the stalled reader exited $?"
+done
+for i in 1 2 3 4; do
+	[ "$(sha256sum <"$T/echo.$i")" = "$want" ] || fail "stream $i: SHA-256 differs"
+done
+metrics >"$T/after.metrics"
+log "handshakes of the four connects (and one scrape): loop 0" \
+	"$(($(loop_handshakes "$T/after.metrics" 0) - $(loop_handshakes "$T/before.metrics" 0))), loop 1" \
+	"$(($(loop_handshakes "$T/after.metrics" 1) - $(loop_handshakes "$T/before.metrics" 1)))"
+pass "4 streams of 4 MiB beside a stalled reader, all SHA-256 equal"
+
+client_stop "$agent_pid"
+gateway_stop
+pass "SIGTERM: the gateway and its handshake loop stopped, exit 0"
+
+# One loop: as before the flag.
+gateway_start --workers 1
+metrics >"$T/one.metrics"
+grep -q '^tether_loop_tls_handshakes_total{loop="0"} [1-9]' "$T/one.metrics" ||
+	fail "--workers 1: loop 0 counted no handshake"
+! grep -q 'loop="1"' "$T/one.metrics" || fail "--workers 1: a second loop in /metrics"
+gateway_stop
+pass "--workers 1: one loop, every handshake on it"
