@@ -258,3 +258,69 @@ random_hex(char *out, size_t nbytes)
 	OPENSSL_cleanse(chunk, sizeof(chunk));
 	return 0;
 }
+
+#define ROTATE_TRANSCRIPT_TAG "tether-rotate-v1"
+
+size_t
+key_rotation_transcript(uint8_t *out, size_t outlen, const char *agent_id,
+    const char *node, const uint8_t nonce[AGENTKEY_NONCE_LEN],
+    const uint8_t old_pub[AGENTKEY_PUB_LEN], const uint8_t new_pub[AGENTKEY_PUB_LEN])
+{
+	uint8_t nul = 0;
+	size_t off = 0;
+
+	if (out == NULL || agent_id == NULL || node == NULL || nonce == NULL ||
+	    old_pub == NULL || new_pub == NULL)
+		return 0;
+	/* NUL-terminated names: neither can hold the separator. */
+	if (put(out, outlen, &off, ROTATE_TRANSCRIPT_TAG,
+	    sizeof(ROTATE_TRANSCRIPT_TAG)) != 0 ||
+	    put(out, outlen, &off, agent_id, strlen(agent_id)) != 0 ||
+	    put(out, outlen, &off, &nul, 1) != 0 ||
+	    put(out, outlen, &off, node, strlen(node)) != 0 ||
+	    put(out, outlen, &off, &nul, 1) != 0 ||
+	    put(out, outlen, &off, nonce, AGENTKEY_NONCE_LEN) != 0 ||
+	    put(out, outlen, &off, old_pub, AGENTKEY_PUB_LEN) != 0 ||
+	    put(out, outlen, &off, new_pub, AGENTKEY_PUB_LEN) != 0)
+		return 0;
+	return off;
+}
+
+int
+key_rotation_prove(EVP_PKEY *old_key, EVP_PKEY *new_key, const char *agent_id,
+    const char *node, const uint8_t nonce[AGENTKEY_NONCE_LEN],
+    uint8_t old_sig[AGENTKEY_SIG_LEN], uint8_t new_sig[AGENTKEY_SIG_LEN])
+{
+	uint8_t old_pub[AGENTKEY_PUB_LEN], new_pub[AGENTKEY_PUB_LEN];
+	uint8_t msg[ROTATE_TRANSCRIPT_MAX];
+	size_t len;
+
+	if (old_key == NULL || new_key == NULL ||
+	    agentkey_public(old_key, old_pub) != 0 ||
+	    agentkey_public(new_key, new_pub) != 0)
+		return -1;
+	len = key_rotation_transcript(msg, sizeof(msg), agent_id, node, nonce,
+	    old_pub, new_pub);
+	if (len == 0 || agentkey_sign(old_key, msg, len, old_sig) != 0 ||
+	    agentkey_sign(new_key, msg, len, new_sig) != 0)
+		return -1;
+	return 0;
+}
+
+bool
+key_rotation_verify(const char *agent_id, const char *node,
+    const uint8_t nonce[AGENTKEY_NONCE_LEN], const uint8_t old_pub[AGENTKEY_PUB_LEN],
+    const uint8_t new_pub[AGENTKEY_PUB_LEN], const uint8_t old_sig[AGENTKEY_SIG_LEN],
+    const uint8_t new_sig[AGENTKEY_SIG_LEN])
+{
+	uint8_t msg[ROTATE_TRANSCRIPT_MAX];
+	size_t len;
+
+	/* A "rotation" to the same key would prove nothing new. */
+	if (CRYPTO_memcmp(old_pub, new_pub, AGENTKEY_PUB_LEN) == 0)
+		return false;
+	len = key_rotation_transcript(msg, sizeof(msg), agent_id, node, nonce,
+	    old_pub, new_pub);
+	return len > 0 && agentkey_verify(old_pub, msg, len, old_sig) &&
+	    agentkey_verify(new_pub, msg, len, new_sig);
+}

@@ -44,6 +44,37 @@ int agentkey_public(EVP_PKEY *key, uint8_t pub[AGENTKEY_PUB_LEN]);
 size_t auth_transcript(uint8_t *out, size_t outlen, uint32_t version, int cred,
     const char *id, const char *node, const uint8_t nonce[AGENTKEY_NONCE_LEN]);
 
+/*
+ * Node key rotation (docs/interface.md, "Node key rotation").  The agent
+ * proves it holds both its current key and the new one by signing, with
+ * each, the transcript
+ *   "tether-rotate-v1" 0x00 agent_id 0x00 node 0x00 nonce(32) old(32) new(32)
+ * where nonce is the gateway's fresh KEY_ROTATE nonce.  The old key's
+ * signature says "the node that owns this agent names this new key"; the
+ * new key's says "whoever names it holds it" (no one can adopt a public key
+ * whose private half they lack); the nonce stops a replay.
+ */
+#define ROTATE_TRANSCRIPT_MAX 256
+
+/* Builds the transcript into out; its length, or 0 if it does not fit. */
+size_t key_rotation_transcript(uint8_t *out, size_t outlen, const char *agent_id,
+    const char *node, const uint8_t nonce[AGENTKEY_NONCE_LEN],
+    const uint8_t old_pub[AGENTKEY_PUB_LEN], const uint8_t new_pub[AGENTKEY_PUB_LEN]);
+
+/* The agent's half: both signatures over the transcript, made with
+ * old_key and new_key (neither owned).  Returns 0 or -1. */
+int key_rotation_prove(EVP_PKEY *old_key, EVP_PKEY *new_key, const char *agent_id,
+    const char *node, const uint8_t nonce[AGENTKEY_NONCE_LEN],
+    uint8_t old_sig[AGENTKEY_SIG_LEN], uint8_t new_sig[AGENTKEY_SIG_LEN]);
+
+/* The gateway's half: true when old_sig verifies with old_pub and new_sig
+ * with new_pub over the transcript, and the two keys differ.  Two
+ * Ed25519 verifications (~0.1 ms). */
+bool key_rotation_verify(const char *agent_id, const char *node,
+    const uint8_t nonce[AGENTKEY_NONCE_LEN], const uint8_t old_pub[AGENTKEY_PUB_LEN],
+    const uint8_t new_pub[AGENTKEY_PUB_LEN], const uint8_t old_sig[AGENTKEY_SIG_LEN],
+    const uint8_t new_sig[AGENTKEY_SIG_LEN]);
+
 /* Signs msg with key.  Returns 0 or -1. */
 int agentkey_sign(EVP_PKEY *key, const uint8_t *msg, size_t len,
     uint8_t sig[AGENTKEY_SIG_LEN]);

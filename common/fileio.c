@@ -232,3 +232,17 @@ file_exists(const char *path)
 {
 	return access(path, F_OK) == 0;
 }
+
+int
+file_rename_durable(const char *from, const char *to, char *err, size_t errlen)
+{
+	if (rename(from, to) == -1) {
+		snprintf(err, errlen, "rename %s to %s: %s", from, to, strerror(errno));
+		return -1;
+	}
+	if (fsync_parent(to) == -1) {
+		snprintf(err, errlen, "fsync directory of %s: %s", to, strerror(errno));
+		return -1;
+	}
+	return 0;
+}

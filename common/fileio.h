@@ -45,6 +45,14 @@ int file_read_private(const char *path, size_t max, char **out, char *err,
  */
 int file_sweep_temps(const char *dir);
 
+/*
+ * Renames from over to (same directory) and fsyncs the directory: after a
+ * crash either name holds the file, never neither.  Returns 0, or -1 with
+ * a reason in err.
+ */
+int file_rename_durable(const char *from, const char *to, char *err,
+    size_t errlen);
+
 /* Creates dir (one level) with mode if missing.  Returns 0 or -1 with err. */
 int dir_ensure(const char *dir, mode_t mode, char *err, size_t errlen);
 

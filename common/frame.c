@@ -63,6 +63,7 @@ struct field {
 #define SIZE(m) sizeof(((struct frame *)0)->m)
 #define STR(key, m, fl) { key, F_STR, AT(m), SIZE(m), fl }
 #define BIN(key, m)     { key, F_BIN, AT(m), SIZE(m), 0 }
+#define OPTBIN(key, m)  { key, F_BIN, AT(m), SIZE(m), F_OPTIONAL | F_OMIT_EMPTY }
 #define NUM(key, kind, m, fl) { key, kind, AT(m), 0, fl }
 
 static const struct field hello_keys[] = {
@@ -78,8 +79,12 @@ static const struct field challenge_keys[] = {
 	BIN("nonce", u.challenge.nonce),
 };
 
+/* next_pubkey and next_sig: only from an agent holding a pending key
+ * (docs/interface.md, "Node key rotation"); omitted when all zero. */
 static const struct field auth_keys[] = {
 	BIN("sig", u.auth.sig),
+	OPTBIN("next_pubkey", u.auth.next_pubkey),
+	OPTBIN("next_sig", u.auth.next_sig),
 };
 
 static const struct field register_keys[] = {
@@ -98,6 +103,7 @@ static const struct field welcome_keys[] = {
 	STR("agent_id", u.welcome.agent_id, F_NONEMPTY),
 	STR("cluster", u.welcome.cluster, F_NONEMPTY),
 	STR("state", u.welcome.state, F_NONEMPTY),
+	STR("key", u.welcome.key, F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 static const struct field state_keys[] = {
@@ -134,6 +140,21 @@ static const struct field reconnect_keys[] = {
  * is one line here. */
 static const struct field settings_keys[] = {
 	{ "urls", F_URLS, AT(u.settings.urls), 0, F_OPTIONAL | F_OMIT_EMPTY },
+};
+
+static const struct field key_rotate_keys[] = {
+	OPTBIN("nonce", u.key_rotate.nonce),
+};
+
+static const struct field key_proof_keys[] = {
+	BIN("pubkey", u.key_proof.pubkey),
+	BIN("old_pubkey", u.key_proof.old_pubkey),
+	BIN("old_sig", u.key_proof.old_sig),
+	BIN("new_sig", u.key_proof.new_sig),
+};
+
+static const struct field key_done_keys[] = {
+	BIN("pubkey", u.key_done.pubkey),
 };
 
 /* Both optional here; check_open wants exactly one of them. */
@@ -205,6 +226,10 @@ static const struct frame_desc descs[] = {
 	[FRAME_RECONNECT] = CONTROL("RECONNECT", reconnect_keys),
 	[FRAME_SETTINGS] = CONTROL("SETTINGS", settings_keys),
 	[FRAME_SETTINGS_ACK] = CONTROL("SETTINGS_ACK", settings_keys),
+	[FRAME_KEY_ROTATE] = CONTROL("KEY_ROTATE", key_rotate_keys),
+	[FRAME_KEY_PROOF] = CONTROL("KEY_PROOF", key_proof_keys),
+	[FRAME_KEY_ROTATED] = CONTROL("KEY_ROTATED", key_done_keys),
+	[FRAME_KEY_SWITCHED] = CONTROL("KEY_SWITCHED", key_done_keys),
 	[FRAME_OPEN] = { "OPEN", stream_map_args, 2, open_keys, NELEM(open_keys), check_open },
 	[FRAME_OPEN_OK] = { "OPEN_OK", stream_map_args, 2, open_ok_keys, NELEM(open_ok_keys), NULL },
 	[FRAME_OPEN_FAIL] = { "OPEN_FAIL", stream_map_args, 2, open_fail_keys, NELEM(open_fail_keys), NULL },
@@ -822,15 +847,26 @@ frame_decode(const uint8_t *buf, size_t len, struct frame *f, char *err,
 
 /* ---- encoding ---- */
 
-/* An F_OMIT_EMPTY string that is "" is left out of the map. */
+/* An F_OMIT_EMPTY string that is "", or binary that is all zero, is
+ * left out of the map. */
 static int
 enc_omitted(const struct field *fld, const struct frame *f)
 {
+	const uint8_t *b;
+
 	if (!(fld->flags & F_OMIT_EMPTY))
 		return 0;
 	if (fld->kind == F_URLS)
 		return !CFIELD(f, fld, struct frame_urls)->present;
-	return fld->kind == F_STR && CFIELD(f, fld, char)[0] == '\0';
+	if (fld->kind == F_STR)
+		return CFIELD(f, fld, char)[0] == '\0';
+	if (fld->kind != F_BIN)
+		return 0;
+	b = CFIELD(f, fld, uint8_t);
+	for (size_t i = 0; i < fld->size; i++)
+		if (b[i] != 0)
+			return 0;
+	return 1;
 }
 
 static uint32_t

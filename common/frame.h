@@ -8,10 +8,10 @@
  *
  *   HELLO       [1, {"versions":[int...], "node":str, "cred":"import"|"agent", "id":str, "version":str?}]
  *   CHALLENGE   [2, {"version":int, "nonce":bin(32)}]
- *   AUTH        [3, {"sig":bin(64)}]
+ *   AUTH        [3, {"sig":bin(64), "next_pubkey":bin(32)?, "next_sig":bin(64)?}]
  *   REGISTER    [4, {"pubkey":bin(32), "node":str, "hostname":str, "client_version":str}]
  *   REGISTERED  [5, {"agent_id":str, "cluster":str}]
- *   WELCOME     [6, {"agent_id":str, "cluster":str, "state":str}]
+ *   WELCOME     [6, {"agent_id":str, "cluster":str, "state":str, "key":str?}]
  *   STATE       [7, {"state":str, "last_error":str}]        gateway -> agent
  *   VERIFY      [8, {"nonce":bin(16), "time_ms":int}]        gateway -> agent
  *   VERIFY_OK   [9, {"nonce":bin(16), "time_ms":int, "version":int}]
@@ -21,6 +21,13 @@
  *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
  *   SETTINGS    [14, {"urls":[str...]?}]                  gateway -> agent
  *   SETTINGS_ACK [15, {"urls":[str...]?}]                 agent -> gateway
+ *   KEY_ROTATE  [16, {"nonce":bin(32)?}]   gateway -> agent: rotate now
+ *               (with nonce); agent -> gateway: please ask me (without)
+ *   KEY_PROOF   [17, {"pubkey":bin(32), "old_pubkey":bin(32),
+ *                     "old_sig":bin(64), "new_sig":bin(64)}]  agent -> gateway
+ *   KEY_ROTATED [18, {"pubkey":bin(32)}]   gateway -> agent: new key staged
+ *   KEY_SWITCHED [19, {"pubkey":bin(32)}]  agent -> gateway: it uses only it
+ *               (node key rotation: auth/agentkey.h, docs/interface.md)
  *   OPEN        [20, stream_id, {"target":str, "service":str, "window":int,
  *                                "agent":str, "principal":str}]
  *               ("agent" and "principal": only on a link between two gateway
@@ -85,6 +92,10 @@ enum frame_type {
 	FRAME_RECONNECT = 13,
 	FRAME_SETTINGS = 14,
 	FRAME_SETTINGS_ACK = 15,
+	FRAME_KEY_ROTATE = 16,
+	FRAME_KEY_PROOF = 17,
+	FRAME_KEY_ROTATED = 18,
+	FRAME_KEY_SWITCHED = 19,
 	FRAME_OPEN = 20,
 	FRAME_OPEN_OK = 21,
 	FRAME_OPEN_FAIL = 22,
@@ -115,8 +126,13 @@ struct frame_challenge {
 	uint8_t nonce[FRAME_NONCE_LEN];
 };
 
+/* next_*: all zero unless the agent holds a pending key (a rotation whose
+ * outcome it did not learn): then next_sig is that key's signature over the
+ * same transcript as sig. */
 struct frame_auth {
 	uint8_t sig[FRAME_SIG_LEN];
+	uint8_t next_pubkey[FRAME_PUBKEY_LEN];
+	uint8_t next_sig[FRAME_SIG_LEN];
 };
 
 struct frame_register {
@@ -135,6 +151,10 @@ struct frame_welcome {
 	char agent_id[FRAME_ID_MAX + 1];
 	char cluster[FRAME_ID_MAX + 1];
 	char state[FRAME_STATE_MAX + 1];
+	/* "next": AUTH's next_pubkey is this agent's key now; "current" or
+	 * "" (an older gateway): the key that made sig is, and the pending
+	 * one is to be dropped. */
+	char key[FRAME_STATE_MAX + 1];
 };
 
 struct frame_state {
@@ -189,6 +209,24 @@ struct frame_settings {
 	                            * the order agents should dial them */
 };
 
+/* KEY_ROTATE: nonce all zero when an agent asks for a rotation. */
+struct frame_key_rotate {
+	uint8_t nonce[FRAME_NONCE_LEN];
+};
+
+/* KEY_PROOF: both signatures over key_rotation_transcript (agentkey.h). */
+struct frame_key_proof {
+	uint8_t pubkey[FRAME_PUBKEY_LEN];      /* the new key */
+	uint8_t old_pubkey[FRAME_PUBKEY_LEN];  /* the key the agent holds now */
+	uint8_t old_sig[FRAME_SIG_LEN];
+	uint8_t new_sig[FRAME_SIG_LEN];
+};
+
+/* KEY_ROTATED and KEY_SWITCHED: which new key they speak of. */
+struct frame_key_done {
+	uint8_t pubkey[FRAME_PUBKEY_LEN];
+};
+
 struct frame_open {
 	char target[FRAME_TARGET_MAX + 1];  /* "host:port", or "" with service */
 	char service[FRAME_ID_MAX + 1];     /* e.g. "kube-api", or "" */
@@ -225,6 +263,9 @@ struct frame {
 		struct frame_ping ping;           /* PING and PONG */
 		struct frame_reconnect reconnect;
 		struct frame_settings settings;   /* SETTINGS and SETTINGS_ACK */
+		struct frame_key_rotate key_rotate;
+		struct frame_key_proof key_proof;
+		struct frame_key_done key_done;   /* KEY_ROTATED, KEY_SWITCHED */
 		struct frame_open open;
 		uint32_t open_ok_window;          /* OPEN_OK */
 		struct frame_open_fail open_fail;

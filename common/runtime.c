@@ -218,3 +218,14 @@ runtime_release_startup(void)
 		close(r.pagemap);
 	return r.released;
 }
+
+void
+runtime_test_stop(const char *step)
+{
+	const char *at = getenv("TETHER_TEST_STOP_AT");
+
+	if (at == NULL || strcmp(at, step) != 0)
+		return;
+	warn("test hook: stopped at step", KV_S("step", step));
+	raise(SIGSTOP);
+}

@@ -100,4 +100,13 @@ size_t runtime_release_startup(void);
  * times shown or stored (a wall-clock step does not move it). */
 int64_t runtime_monotonic_ms(void);
 
+/*
+ * A test-only pause: when the environment's TETHER_TEST_STOP_AT names
+ * step, logs "test hook: stopped at step" and stops the process
+ * (SIGSTOP), for a test to kill -9 it there (tests/integration/
+ * test_key_rotation.sh).  Nothing otherwise: one getenv per call, made
+ * only at the rare steps that name one (a key rotation's).
+ */
+void runtime_test_stop(const char *step);
+
 #endif

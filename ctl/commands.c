@@ -140,6 +140,7 @@ help_agent(void)
 	    "       tetherctl agent approve ID\n"
 	    "       tetherctl agent verify ID\n"
 	    "       tetherctl agent revoke ID\n"
+	    "       tetherctl agent rotate-key ID\n"
 	    "\n"
 	    "An agent is one node's tunnel client, registered into a cluster.\n"
 	    "States: pending-approval -> enroll -> verifying -> active; a failed\n"
@@ -153,8 +154,13 @@ help_agent(void)
 	    "  verify    verify an agent (again), e.g. after fixing last_error\n"
 	    "  revoke    revoke for good: its tunnel closes at once and its key is\n"
 	    "            refused from then on\n"
+	    "  rotate-key  ask the agent to make a new key and prove both: the\n"
+	    "            store swaps them, the old key is refused after; an agent\n"
+	    "            offline now rotates at its next connection (the record's\n"
+	    "            key.rotation: requested, staged, then none)\n"
 	    "\n"
-	    "Each of approve, verify and revoke prints the agent's new record.\n"
+	    "Each of approve, verify, revoke and rotate-key prints the agent's new\n"
+	    "record.\n"
 	    "\n"
 	    "examples:\n"
 	    "  tetherctl agent list --cluster c-0123456789ab\n"
@@ -612,7 +618,7 @@ agent_list(struct ctl *c, int argc, char **argv)
 	return r;
 }
 
-/* approve, verify, revoke: POST /v1/agents/ID/ACTION. */
+/* approve, verify, revoke, rotate-key: POST /v1/agents/ID/ACTION. */
 static int
 agent_action(struct ctl *c, const char *action, int argc, char **argv)
 {
@@ -645,7 +651,8 @@ agent_action(struct ctl *c, const char *action, int argc, char **argv)
 int
 cmd_agent(struct ctl *c, int argc, char **argv)
 {
-	static const char *const actions[] = { "approve", "verify", "revoke" };
+	static const char *const actions[] = { "approve", "verify", "revoke",
+	    "rotate-key" };
 
 	if (ctl_wants_help(argc, argv)) {
 		help_agent();
@@ -653,7 +660,7 @@ cmd_agent(struct ctl *c, int argc, char **argv)
 	}
 	if (argc < 2)
 		return ctl_usage_error("agent", "missing subcommand (list, "
-		    "approve, verify or revoke)");
+		    "approve, verify, revoke or rotate-key)");
 	if (strcmp(argv[1], "list") == 0)
 		return agent_list(c, argc - 1, argv + 1);
 	for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++) {

@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/dns.h>
@@ -46,6 +48,11 @@ struct agent {
 	struct agent_options opt;
 	struct client_state st;
 	EVP_PKEY *agent_key;          /* this node's Ed25519 key */
+	EVP_PKEY *pending_key;        /* DIR/agent.key.pending: a rotation's
+	                               * new key not yet settled, or NULL */
+	time_t key_born;              /* agent.key's mtime: when it was made */
+	struct event *key_age;        /* hourly: --max-key-age's check */
+	bool key_asked;               /* asked on this connection */
 	EVP_PKEY *import_key;         /* derived from the import token, until registered */
 	char import_id[TOKEN_ID_LEN + 1];
 	char gw_host[URL_HOST_MAX + 1]; /* matched against NO_PROXY */
@@ -155,6 +162,8 @@ agent_settle(struct agent *a, bool up)
 	a->up = up;
 }
 
+static void agent_key_age_check(struct agent *a);
+
 static void
 agent_status(void *arg, const char *state, bool connected, const char *last_error)
 {
@@ -163,6 +172,10 @@ agent_status(void *arg, const char *state, bool connected, const char *last_erro
 	snprintf(a->state, sizeof(a->state), "%s", state);
 	snprintf(a->last_error, sizeof(a->last_error), "%s", last_error);
 	agent_write_status(a, connected);
+	if (!connected)
+		a->key_asked = false;
+	else
+		agent_key_age_check(a);
 	agent_settle(a, connected && strcmp(state, "active") == 0);
 }
 
@@ -193,6 +206,88 @@ agent_urls(void *arg, const char *const *urls, size_t n)
 	return 0;
 }
 
+/* ---- node key rotation (docs/interface.md, "Node key rotation") ---- */
+
+/* A new key, kept as DIR/agent.key.pending (atomically, 0600) before the
+ * gateway hears of it: after a crash at any later step the node still
+ * holds both, and its next handshake settles which one the gateway has. */
+static EVP_PKEY *
+agent_key_pending(void *arg)
+{
+	struct agent *a = arg;
+	char path[PATH_MAX], err[512];
+	EVP_PKEY *k = agentkey_generate();
+
+	client_path(a->dir, "agent.key.pending", path, sizeof(path));
+	if (k == NULL || agentkey_save(k, path, err, sizeof(err)) != 0) {
+		error("key rotation: cannot keep the new key", KV_S("path", path),
+		    KV_S("err", k == NULL ? "no key generated" : err));
+		EVP_PKEY_free(k);
+		return NULL;
+	}
+	EVP_PKEY_free(a->pending_key);
+	a->pending_key = k;
+	return k;
+}
+
+/* The pending key becomes agent.key (a durable rename), or goes. */
+static EVP_PKEY *
+agent_key_settle(void *arg, bool use_pending)
+{
+	struct agent *a = arg;
+	char pending[PATH_MAX], current[PATH_MAX], err[512];
+
+	client_path(a->dir, "agent.key.pending", pending, sizeof(pending));
+	client_path(a->dir, "agent.key", current, sizeof(current));
+	if (!use_pending) {
+		if (unlink(pending) != 0)
+			warn("key rotation: cannot remove the pending key",
+			    KV_S("path", pending));
+		EVP_PKEY_free(a->pending_key);
+		a->pending_key = NULL;
+		return a->agent_key;
+	}
+	if (file_rename_durable(pending, current, err, sizeof(err)) != 0) {
+		error("key rotation: cannot make the new key the node's",
+		    KV_S("err", err));
+		return NULL;
+	}
+	EVP_PKEY_free(a->agent_key);
+	a->agent_key = a->pending_key;
+	a->pending_key = NULL;
+	a->key_born = time(NULL);
+	return a->agent_key;
+}
+
+/* Asks for a rotation, once per connection, when the key is older than
+ * --max-key-age. */
+static void
+agent_key_age_check(struct agent *a)
+{
+	int64_t age = (int64_t)(time(NULL) - a->key_born);
+
+	if (a->opt.max_key_age_days == 0 || a->key_asked || a->tunnel == NULL ||
+	    age < (int64_t)a->opt.max_key_age_days * 86400)
+		return;
+	if (agent_tunnel_ask_rotation(a->tunnel) == 0) {
+		a->key_asked = true;
+		info("key older than --max-key-age: asking the gateway to rotate it",
+		    KV_I("age_days", age / 86400),
+		    KV_U("max_key_age_days", a->opt.max_key_age_days));
+	}
+}
+
+static void
+agent_on_key_age(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+
+	(void)fd;
+	(void)what;
+	a->key_asked = false;   /* hourly, until it is rotated */
+	agent_key_age_check(a);
+}
+
 static void
 agent_stopped(void *arg, int code)
 {
@@ -214,6 +309,8 @@ static const struct agent_tunnel_hooks agent_hooks = {
 	.stopped = agent_stopped,
 	.on_open = agent_stream_open,
 	.urls = agent_urls,
+	.key_pending = agent_key_pending,
+	.key_settle = agent_key_settle,
 };
 
 static void
@@ -276,6 +373,7 @@ agent_load_credentials(struct agent *a)
 {
 	char path[PATH_MAX], err[512], *text = NULL;
 	struct token t;
+	struct stat sb;
 	int r = -1;
 
 	client_path(a->dir, "agent.key", path, sizeof(path));
@@ -283,6 +381,18 @@ agent_load_credentials(struct agent *a)
 	if (a->agent_key == NULL) {
 		error("not joined: no agent key", KV_S("state_dir", a->dir), KV_S("err", err));
 		return -1;
+	}
+	a->key_born = stat(path, &sb) == 0 ? sb.st_mtime : time(NULL);
+	/* A rotation cut short: the first handshake settles it. */
+	client_path(a->dir, "agent.key.pending", path, sizeof(path));
+	if (file_exists(path)) {
+		a->pending_key = agentkey_load(path, err, sizeof(err));
+		if (a->pending_key == NULL)
+			warn("key rotation: unreadable pending key ignored",
+			    KV_S("path", path), KV_S("err", err));
+		else
+			info("key rotation: a pending key from a rotation cut short; "
+			    "the gateway's answer settles it");
 	}
 	if (a->st.agent_id[0] != '\0')
 		return 0;
@@ -327,8 +437,10 @@ agent_start_loop(struct agent *a)
 	a->sigterm = evsignal_new(a->base, SIGTERM, agent_on_signal, a);
 	a->sigint = evsignal_new(a->base, SIGINT, agent_on_signal, a);
 	a->settle = evtimer_new(a->base, agent_on_settle, a);
+	a->key_age = event_new(a->base, -1, EV_PERSIST, agent_on_key_age, a);
 	if (a->dns == NULL || a->dialer == NULL || a->sigterm == NULL || a->sigint == NULL ||
-	    a->settle == NULL ||
+	    a->settle == NULL || a->key_age == NULL ||
+	    event_add(a->key_age, &(struct timeval){ 3600, 0 }) != 0 ||
 	    evsignal_add(a->sigterm, NULL) != 0 || evsignal_add(a->sigint, NULL) != 0)
 		return -1;
 	return 0;
@@ -397,6 +509,7 @@ agent_start_tunnel(struct agent *a)
 		.agent_id = a->st.agent_id,
 		.agent_key = a->agent_key,
 		.import_key = a->import_key,
+		.pending_key = a->pending_key,
 		.import_id = a->import_id,
 		.proxy_url = a->opt.proxy_url,
 		.proxy_ca_file = a->opt.proxy_ca_file,
@@ -439,6 +552,8 @@ agent_free(struct agent *a)
 		event_free(a->sigint);
 	if (a->settle != NULL)
 		event_free(a->settle);
+	if (a->key_age != NULL)
+		event_free(a->key_age);
 	if (a->dns != NULL)
 		evdns_base_free(a->dns, 0);
 	sdnotify_watchdog_stop();
@@ -452,6 +567,7 @@ agent_free(struct agent *a)
 		free(a->proxy_password);
 	}
 	EVP_PKEY_free(a->agent_key);
+	EVP_PKEY_free(a->pending_key);
 	EVP_PKEY_free(a->import_key);
 }
 

@@ -33,6 +33,7 @@ struct agent_options {
 	const char *proxy_password_file;
 	uint32_t ping_interval_ms;  /* tunnel silence before the agent pings */
 	uint32_t ping_timeout_ms;   /* then silence before it drops and redials */
+	uint32_t max_key_age_days;  /* ask for a key rotation past it; 0 never */
 };
 
 #define AGENT_DEFAULT_OPTIONS { \
@@ -49,6 +50,7 @@ struct agent_options {
 	.proxy_password_file = NULL, \
 	.ping_interval_ms = AGENT_PING_INTERVAL_MS, \
 	.ping_timeout_ms = AGENT_PING_TIMEOUT_MS, \
+	.max_key_age_days = 365, \
 }
 
 /*

@@ -107,6 +107,7 @@ struct agent_tunnel {
 	bool reconnect_now;           /* after REGISTERED: no backoff */
 	bool was_established;         /* this connection got its WELCOME */
 	bool stopped;
+	bool rotating;                /* KEY_PROOF sent on this connection */
 	char state[64];               /* the agent state the gateway last sent */
 	char last_error[FRAME_REASON_MAX + 1];
 };
@@ -187,6 +188,7 @@ tunnel_send_hello(struct agent_tunnel *t)
 	snprintf(f.u.hello.id, sizeof(f.u.hello.id), "%s",
 	    tunnel_importing(t) ? t->import_id : t->agent_id);
 	snprintf(f.u.hello.version, sizeof(f.u.hello.version), "%s", TETHER_VERSION);
+	t->rotating = false;
 	tunnel_send(t, &f);
 	tunnel_set_phase(t, TUNNEL_AWAIT_CHALLENGE);
 }
@@ -210,6 +212,15 @@ on_challenge(struct agent_tunnel *t, const struct frame *in)
 		error("cannot sign the challenge");
 		tunnel_stop(t, AGENT_EXIT_REFUSED);
 		return;
+	}
+	/* A rotation whose outcome this node did not learn: both keys sign,
+	 * the gateway says in WELCOME which one it holds. */
+	if (!import && t->cfg.pending_key != NULL &&
+	    (agentkey_public(t->cfg.pending_key, f.u.auth.next_pubkey) != 0 ||
+	    agentkey_sign(t->cfg.pending_key, msg, len, f.u.auth.next_sig) != 0)) {
+		error("cannot sign the challenge with the pending key");
+		memset(f.u.auth.next_pubkey, 0, sizeof(f.u.auth.next_pubkey));
+		memset(f.u.auth.next_sig, 0, sizeof(f.u.auth.next_sig));
 	}
 	tunnel_send(t, &f);
 	if (!import) {
@@ -279,10 +290,31 @@ tunnel_follow_state(struct agent_tunnel *t, const char *state, const char *last_
 	tunnel_report(t);
 }
 
+/* Keeps or drops the pending key by WELCOME's word. */
+static void
+tunnel_settle_key(struct agent_tunnel *t, const char *key)
+{
+	bool next = strcmp(key, "next") == 0;
+	EVP_PKEY *now;
+
+	if (t->cfg.pending_key == NULL || t->cfg.hooks->key_settle == NULL)
+		return;
+	now = t->cfg.hooks->key_settle(t->cfg.arg, next);
+	if (now == NULL)
+		return;   /* both stay; the next handshake settles it again */
+	t->cfg.agent_key = now;
+	t->cfg.pending_key = NULL;
+	if (next)
+		info("key rotated: the gateway holds the new key");
+	else
+		info("key rotation undone: the gateway holds the current key");
+}
+
 static void
 on_welcome(struct agent_tunnel *t, const struct frame *in)
 {
 	agent_metrics_handshake("ok");
+	tunnel_settle_key(t, in->u.welcome.key);
 	tunnel_set_phase(t, TUNNEL_ESTABLISHED);
 	t->was_established = true;
 	t->backoff_ms = 0;
@@ -304,6 +336,88 @@ on_verify(struct agent_tunnel *t, const struct frame *in)
 	f.u.verify.time_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 	f.u.verify.version = TETHER_PROTOCOL_VERSION;
 	tunnel_send(t, &f);
+}
+
+/* ---- node key rotation (docs/interface.md, "Node key rotation") ---- */
+
+static void tunnel_protocol_error(struct agent_tunnel *t, const char *reason);
+
+/* KEY_ROTATE with a nonce: a new key, kept pending on disk, then both
+ * signatures over the gateway's nonce. */
+static void
+on_key_rotate(struct agent_tunnel *t, const struct frame *in)
+{
+	struct frame f;
+	EVP_PKEY *next;
+
+	if (t->cfg.hooks->key_pending == NULL || t->cfg.hooks->key_settle == NULL ||
+	    t->rotating || t->cfg.pending_key != NULL) {
+		debug("key rotation asked for while one is under way: ignored");
+		return;
+	}
+	if ((next = t->cfg.hooks->key_pending(t->cfg.arg)) == NULL)
+		return;   /* logged; the gateway's next request tries again */
+	t->cfg.pending_key = next;
+	runtime_test_stop("agent-pending");
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_KEY_PROOF;
+	if (agentkey_public(next, f.u.key_proof.pubkey) != 0 ||
+	    agentkey_public(t->cfg.agent_key, f.u.key_proof.old_pubkey) != 0 ||
+	    key_rotation_prove(t->cfg.agent_key, next, t->agent_id, t->node,
+	    in->u.key_rotate.nonce, f.u.key_proof.old_sig,
+	    f.u.key_proof.new_sig) != 0) {
+		error("cannot prove the new key");
+		return;
+	}
+	t->rotating = true;
+	info("key rotation: new key proven to the gateway");
+	tunnel_send(t, &f);
+	runtime_test_stop("agent-proof-sent");
+}
+
+/* KEY_ROTATED: the gateway staged the new key; the node takes it. */
+static void
+on_key_rotated(struct agent_tunnel *t, const struct frame *in)
+{
+	uint8_t pub[AGENTKEY_PUB_LEN];
+	struct frame f;
+	EVP_PKEY *now;
+
+	if (!t->rotating || t->cfg.pending_key == NULL ||
+	    agentkey_public(t->cfg.pending_key, pub) != 0 ||
+	    memcmp(pub, in->u.key_done.pubkey, sizeof(pub)) != 0) {
+		tunnel_protocol_error(t, "KEY_ROTATED names no key of ours");
+		return;
+	}
+	runtime_test_stop("agent-rotated");
+	if ((now = t->cfg.hooks->key_settle(t->cfg.arg, true)) == NULL) {
+		/* The gateway holds both: the next handshake settles it. */
+		agent_tunnel_drop(t);
+		return;
+	}
+	t->cfg.agent_key = now;
+	t->cfg.pending_key = NULL;
+	t->rotating = false;
+	info("key rotated: the node uses its new key");
+	runtime_test_stop("agent-switched");
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_KEY_SWITCHED;
+	memcpy(f.u.key_done.pubkey, pub, sizeof(f.u.key_done.pubkey));
+	tunnel_send(t, &f);
+}
+
+int
+agent_tunnel_ask_rotation(struct agent_tunnel *t)
+{
+	struct frame f;
+
+	if (t->phase != TUNNEL_ESTABLISHED || t->rotating ||
+	    t->cfg.pending_key != NULL || t->cfg.hooks->key_pending == NULL)
+		return -1;
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_KEY_ROTATE;
+	tunnel_send(t, &f);
+	return 0;
 }
 
 /* In this list: a code no retry can fix, sent only once the gateway has
@@ -577,6 +691,10 @@ on_established_frame(struct agent_tunnel *t, const struct frame *f)
 		on_reconnect(t, f);
 	} else if (f->type == FRAME_SETTINGS) {
 		on_settings(t, f);
+	} else if (f->type == FRAME_KEY_ROTATE) {
+		on_key_rotate(t, f);
+	} else if (f->type == FRAME_KEY_ROTATED) {
+		on_key_rotated(t, f);
 	} else if (mux_on_frame(t->mux, f, err, sizeof(err)) != 0) {
 		tunnel_protocol_error(t, err);
 	}
@@ -612,6 +730,8 @@ tunnel_on_message(struct agent_tunnel *t, const uint8_t *buf, size_t len)
 	if (t->phase == TUNNEL_ESTABLISHED && (f.type == FRAME_STATE ||
 	    f.type == FRAME_VERIFY || f.type == FRAME_PING || f.type == FRAME_PONG ||
 	    f.type == FRAME_RECONNECT || f.type == FRAME_SETTINGS ||
+	    f.type == FRAME_RECONNECT || f.type == FRAME_KEY_ROTATE ||
+	    f.type == FRAME_KEY_ROTATED ||
 	    (f.type >= FRAME_OPEN && t->mux != NULL)))
 		return on_established_frame(t, &f);
 	snprintf(reason, sizeof(reason), "unexpected %s frame in phase %s",

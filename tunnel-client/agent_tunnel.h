@@ -92,6 +92,17 @@ struct agent_tunnel_hooks {
 	 * the list it had (and tells the gateway so).  NULL: the list lives in
 	 * the tunnel's memory only.  Called only when the list changed. */
 	int (*urls)(void *arg, const char *const *urls, size_t n);
+	/*
+	 * Optional, both or neither (without them KEY_ROTATE is ignored):
+	 * node key rotation (docs/interface.md, "Node key rotation").
+	 * key_pending makes a new key and keeps it durably as the pending
+	 * one before the tunnel proves it; NULL when it cannot.  key_settle
+	 * makes the pending key the node's key (use_pending) or drops it,
+	 * durably, and returns the node's key now; NULL when the change
+	 * could not be made (nothing changed).  Both keys stay the owner's.
+	 */
+	EVP_PKEY *(*key_pending)(void *arg);
+	EVP_PKEY *(*key_settle)(void *arg, bool use_pending);
 };
 
 struct agent_tunnel_config {
@@ -112,6 +123,9 @@ struct agent_tunnel_config {
 	EVP_PKEY *agent_key;        /* this node's Ed25519 key (not owned) */
 	EVP_PKEY *import_key;       /* from the import token until registered,
 	                             * else NULL (not owned) */
+	EVP_PKEY *pending_key;      /* a rotation's new key whose outcome the
+	                             * node did not learn, or NULL (not owned):
+	                             * AUTH offers both, WELCOME settles it */
 	const char *import_id;      /* the import token's id, or "" */
 	const char *proxy_url;      /* HTTP CONNECT proxy, or NULL */
 	const char *no_proxy;       /* gateway hosts dialled directly despite
@@ -150,6 +164,9 @@ void agent_tunnel_free(struct agent_tunnel *t);
 
 /* Sends a PING with seq if established; hooks.pong follows.  0 or -1. */
 int agent_tunnel_ping(struct agent_tunnel *t, uint32_t seq);
+/* Asks the gateway for a key rotation (KEY_ROTATE without a nonce) when
+ * established and none is under way.  0 if asked, -1 if not. */
+int agent_tunnel_ask_rotation(struct agent_tunnel *t);
 /* Closes the connection as if the gateway had dropped it: the tunnel
  * redials with backoff. */
 void agent_tunnel_drop(struct agent_tunnel *t);

@@ -163,6 +163,7 @@ cmd_run(int argc, char **argv)
 	opt.metrics_listen = opts_str(&o, RUN_OPT_METRICS_LISTEN);
 	opt.ping_interval_ms = opts_num(&o, RUN_OPT_PING_INTERVAL);
 	opt.ping_timeout_ms = opts_num(&o, RUN_OPT_PING_TIMEOUT);
+	opt.max_key_age_days = opts_num(&o, RUN_OPT_MAX_KEY_AGE);
 	if (proxy_settings(&o, &opt) != 0) {
 		opts_free(&o);
 		return 2;

@@ -90,6 +90,10 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .type = OPT_STRING, .arg = "FILE", .def_help = "the proxy URL's PASSWORD",
 	    .help = "read the proxy password from FILE's first line; FILE must "
 	    "not be readable by group or others" },
+	[RUN_OPT_MAX_KEY_AGE] = { .name = "max-key-age", .type = OPT_U32,
+	    .arg = "DAYS", .def = "365", .min = 0, .max = 36500,
+	    .help = "once the node's key is this old (its file's age), the agent "
+	    "asks the gateway to rotate it, and again hourly until it is; 0: never" },
 };
 
 const struct opt_command run_command = {

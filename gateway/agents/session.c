@@ -62,6 +62,24 @@ struct session_hs {
 	struct frame_hello hello;
 	uint8_t nonce[FRAME_NONCE_LEN];
 	struct store_token import;    /* PHASE_AWAIT_REGISTER: the proven token */
+	char key[8];                  /* WELCOME's "key": "current" or "next" */
+	bool key_rotate;              /* an operator asked for a rotation */
+};
+
+/* A node key rotation under way on this tunnel (docs/interface.md, "Node
+ * key rotation"): allocated only while one is, so an idle tunnel holds
+ * nothing for it. */
+enum rot_phase {
+	ROT_ASKED,        /* KEY_ROTATE sent; waiting for KEY_PROOF */
+	ROT_STAGING,      /* proof checked; the store stages the new key */
+	ROT_STAGED,       /* KEY_ROTATED sent; waiting for KEY_SWITCHED */
+	ROT_COMMITTING,   /* the store swaps the keys */
+};
+
+struct session_rotation {
+	enum rot_phase phase;
+	uint8_t nonce[FRAME_NONCE_LEN];      /* KEY_ROTATE's, for one proof */
+	uint8_t new_pub[FRAME_PUBKEY_LEN];   /* the key proven */
 };
 
 /* What an established tunnel keeps of its agent's record (132 bytes, not
@@ -97,6 +115,7 @@ struct session {
 	uint8_t *held;                /* a frame that came while it waits */
 	size_t held_len;
 	bool closed;                  /* session_closed runs: it is going away */
+	struct session_rotation *rot; /* a key rotation under way, or NULL */
 };
 
 /* What a session asks of the store thread. */
@@ -107,6 +126,8 @@ enum job_kind {
 	JOB_TRANSITION,        /* in: id (the agent), ev, reason; out: agent */
 	JOB_SEEN,              /* in: id (the agent), now, and with
 	                        * has_reason its version in node */
+	JOB_KEY_COMMIT,        /* in: id, pubkey (the staged key); out: agent */
+	JOB_KEY_ABANDON,       /* in: id, pubkey (the staged key) */
 };
 
 /*
@@ -123,6 +144,8 @@ struct session_job {
 	char node[STORE_NAME_MAX + 1];
 	uint8_t pubkey[32];
 	uint8_t sig[FRAME_SIG_LEN];   /* AUTH's signature, checked in then */
+	uint8_t next_pub[FRAME_PUBKEY_LEN]; /* AUTH's pending key, or zero */
+	uint8_t next_sig[FRAME_SIG_LEN];
 	enum agent_event ev;
 	char reason[STORE_ERROR_MAX + 1];
 	bool has_reason;
@@ -425,6 +448,14 @@ job_work(struct store *st, void *arg)
 			warn("tunnel: cannot record when the agent was seen",
 			    KV_S("agent", j->id), KV_S("err", j->err));
 		break;
+	case JOB_KEY_COMMIT:
+		j->rc = store_agent_key_commit(st, j->id, j->pubkey, j->now,
+		    &j->agent, j->err, sizeof(j->err));
+		break;
+	case JOB_KEY_ABANDON:
+		j->rc = store_agent_key_abandon(st, j->id, j->pubkey, j->err,
+		    sizeof(j->err));
+		break;
 	case JOB_TRANSITION:
 		j->rc = store_agent_transition(st, j->id, j->ev,
 		    j->has_reason ? j->reason : NULL, j->now, &j->agent, &was,
@@ -547,16 +578,26 @@ on_hello(struct session *s, const struct frame *in)
 	session_set_phase(s, PHASE_AWAIT_AUTH);
 }
 
+/* The AUTH transcript of this handshake into msg (AUTH_TRANSCRIPT_MAX);
+ * its length, or 0.  Each nonce proves one AUTH only: it is wiped. */
+static size_t
+session_transcript(struct session *s, uint8_t *msg)
+{
+	size_t len;
+
+	len = auth_transcript(msg, AUTH_TRANSCRIPT_MAX, s->version,
+	    (int)s->hs->hello.cred, s->hs->hello.id, s->hs->hello.node,
+	    s->hs->nonce);
+	OPENSSL_cleanse(s->hs->nonce, sizeof(s->hs->nonce));
+	return len;
+}
+
 static bool
 session_check_sig(struct session *s, const uint8_t pub[32], const uint8_t sig[64])
 {
 	uint8_t msg[AUTH_TRANSCRIPT_MAX];
-	size_t len;
+	size_t len = session_transcript(s, msg);
 
-	len = auth_transcript(msg, sizeof(msg), s->version, (int)s->hs->hello.cred,
-	    s->hs->hello.id, s->hs->hello.node, s->hs->nonce);
-	/* Each nonce proves one AUTH only. */
-	OPENSSL_cleanse(s->hs->nonce, sizeof(s->hs->nonce));
 	return len > 0 && agentkey_verify(pub, msg, len, sig);
 }
 
@@ -693,14 +734,104 @@ auth_agent(struct session *s, const struct frame *in)
 {
 	struct session_job *j = job_new(JOB_AGENT_GET, s->hs->hello.id);
 
-	if (j != NULL)
+	if (j != NULL) {
 		memcpy(j->sig, in->u.auth.sig, sizeof(j->sig));
+		memcpy(j->next_pub, in->u.auth.next_pubkey, sizeof(j->next_pub));
+		memcpy(j->next_sig, in->u.auth.next_sig, sizeof(j->next_sig));
+	}
 	job_submit(s->gw, s, j, auth_agent_found, "the agent lookup");
+}
+
+static bool
+all_zero(const uint8_t *b, size_t n)
+{
+	uint8_t acc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		acc |= b[i];
+	return acc == 0;
+}
+
+static bool
+same_key(const uint8_t a[32], const uint8_t b[32])
+{
+	return CRYPTO_memcmp(a, b, 32) == 0;
+}
+
+/* Which of its keys an agent proved, and what the store is to do about a
+ * staged one (docs/interface.md, "Node key rotation"). */
+enum auth_key { AUTH_KEY_NONE, AUTH_KEY_CURRENT, AUTH_KEY_NEXT };
+enum key_settle { SETTLE_NOTHING, SETTLE_COMMIT, SETTLE_ABANDON };
+
+/*
+ * An agent with a pending key signs AUTH with both: the pending one wins
+ * when the store has it (staged, or already swapped in), and a staged key
+ * is committed the first time the agent proves it, or abandoned when the
+ * agent proves its current key without offering the staged one.  So after
+ * a kill at any step one of the node's keys is accepted, and the next
+ * handshake leaves exactly one valid.
+ */
+static enum auth_key
+auth_which_key(struct session *s, const struct session_job *j,
+    const struct store_agent *a, enum key_settle *settle)
+{
+	uint8_t msg[AUTH_TRANSCRIPT_MAX];
+	size_t len = session_transcript(s, msg);
+	bool offered = !all_zero(j->next_pub, sizeof(j->next_pub));
+	bool staged_offered = offered && a->has_next &&
+	    same_key(j->next_pub, a->next_pubkey);
+	enum auth_key k = AUTH_KEY_NONE;
+
+	*settle = SETTLE_NOTHING;
+	if (len == 0)
+		return AUTH_KEY_NONE;
+	if ((staged_offered || (offered && same_key(j->next_pub, a->pubkey))) &&
+	    agentkey_verify(j->next_pub, msg, len, j->next_sig)) {
+		k = AUTH_KEY_NEXT;
+		if (staged_offered)
+			*settle = SETTLE_COMMIT;
+	} else if (agentkey_verify(a->pubkey, msg, len, j->sig)) {
+		k = AUTH_KEY_CURRENT;
+		if (a->has_next)
+			*settle = SETTLE_ABANDON;
+	} else if (a->has_next && agentkey_verify(a->next_pubkey, msg, len, j->sig)) {
+		/* It switched to the staged key; KEY_SWITCHED was lost. */
+		k = AUTH_KEY_CURRENT;
+		*settle = SETTLE_COMMIT;
+	}
+	OPENSSL_cleanse(msg, sizeof(msg));
+	return k;
+}
+
+static void
+auth_key_settled(struct session *s, struct session_job *j)
+{
+	if (j->rc == STORE_REFUSED) {
+		session_protocol_error(s, "auth_refused", j->err);
+		return;
+	}
+	if (j->rc != STORE_OK) {
+		session_store_failed(s, "the agent's key", j->rc, j->err);
+		return;
+	}
+	if (j->kind == JOB_KEY_COMMIT) {
+		info("agent key rotated", KV_S("agent", s->agent.id),
+		    KV_S("when", "at its handshake"));
+		s->hs->key_rotate = j->agent.key_rotate;
+	} else {
+		info("agent key rotation abandoned: the agent kept its key",
+		    KV_S("agent", s->agent.id));
+	}
+	session_welcome(s);
 }
 
 static void
 auth_agent_found(struct session *s, struct session_job *j)
 {
+	enum key_settle settle;
+	enum auth_key key;
+	struct session_job *k;
+
 	if (j->rc == STORE_NOTFOUND) {
 		session_protocol_error(s, "auth_refused", "unknown agent");
 		return;
@@ -710,7 +841,7 @@ auth_agent_found(struct session *s, struct session_job *j)
 		return;
 	}
 	session_keep_agent(s, &j->agent);
-	if (!session_check_sig(s, j->agent.pubkey, j->sig)) {
+	if ((key = auth_which_key(s, j, &j->agent, &settle)) == AUTH_KEY_NONE) {
 		session_protocol_error(s, "auth_refused", "agent signature does not verify");
 		return;
 	}
@@ -722,7 +853,18 @@ auth_agent_found(struct session *s, struct session_job *j)
 		session_protocol_error(s, "auth_refused", "node name does not match the agent's");
 		return;
 	}
-	session_welcome(s);
+	snprintf(s->hs->key, sizeof(s->hs->key), "%s",
+	    key == AUTH_KEY_NEXT ? "next" : "current");
+	s->hs->key_rotate = j->agent.key_rotate;
+	if (settle == SETTLE_NOTHING) {
+		session_welcome(s);
+		return;
+	}
+	k = job_new(settle == SETTLE_COMMIT ? JOB_KEY_COMMIT : JOB_KEY_ABANDON,
+	    s->agent.id);
+	if (k != NULL)
+		memcpy(k->pubkey, j->agent.next_pubkey, sizeof(k->pubkey));
+	job_submit(s->gw, s, k, auth_key_settled, "the agent's key");
 }
 
 static void
@@ -953,9 +1095,12 @@ session_welcome(struct session *s)
 {
 	struct frame out;
 	struct session *old;
+	char key[sizeof(s->hs->key)];
+	bool rotate = s->hs->key_rotate;
 
 	/* Before the handshake's memory goes with PHASE_ESTABLISHED. */
 	session_record_seen(s->gw, s->agent.id, s->hs->hello.version);
+	memcpy(key, s->hs->key, sizeof(key));
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
@@ -979,6 +1124,7 @@ session_welcome(struct session *s)
 	snprintf(out.u.welcome.cluster, sizeof(out.u.welcome.cluster), "%s", s->agent.cluster);
 	snprintf(out.u.welcome.state, sizeof(out.u.welcome.state), "%s",
 	    agent_state_name(s->agent.state));
+	snprintf(out.u.welcome.key, sizeof(out.u.welcome.key), "%s", key);
 	session_send(s, &out);
 	info("agent connected", KV_S("agent", s->agent.id),
 	    KV_S("peer", tr_peer(s)), KV_S("node", s->agent.node),
@@ -991,6 +1137,8 @@ session_welcome(struct session *s)
 		/* A verification cut short (gateway restart): run it again. */
 		session_start_round_trip(s);
 	}
+	if (rotate)
+		session_rotate_key(s, "an operator asked (tetherctl agent rotate-key)");
 	if (s->gw->stopping)
 		session_drain(s, "gateway draining", s->gw->drain_jitter_ms);
 }
@@ -1009,6 +1157,9 @@ session_record_changed(struct session *s, const struct store_agent *a)
 {
 	enum agent_state was = s->agent.state;
 
+	if (s->phase == PHASE_ESTABLISHED && a->key_rotate &&
+	    a->state != AGENT_REVOKED)
+		session_rotate_key(s, "an operator asked (tetherctl agent rotate-key)");
 	if (s->phase != PHASE_ESTABLISHED || a->state == was)
 		return;
 	if (a->state == AGENT_REVOKED) {
@@ -1036,6 +1187,170 @@ session_record_changed(struct session *s, const struct store_agent *a)
 		    false, "the start of verification");
 }
 
+/* ---- node key rotation (docs/interface.md, "Node key rotation") ---- */
+
+static void
+rotation_free(struct session *s)
+{
+	if (s->rot == NULL)
+		return;
+	OPENSSL_cleanse(s->rot, sizeof(*s->rot));
+	free(s->rot);
+	s->rot = NULL;
+}
+
+/* The rotation cannot go on: the tunnel closes, and the agent's next
+ * handshake settles what the store holds (auth_which_key). */
+static void
+rotation_failed(struct session *s, const char *reason)
+{
+	warn("agent key rotation failed", KV_S("agent", s->agent.id),
+	    KV_S("reason", reason));
+	session_kick(s, "key_refused", reason);
+}
+
+/* A rotation's store call.  It is not the session's one handshake call
+ * (s->job): a verification may be out beside it, so it finds its session
+ * again by the agent's id when it is done. */
+struct key_job {
+	struct gateway *gw;
+	bool commit;                  /* else stage */
+	char id[STORE_ID_MAX + 1];
+	uint8_t old_pub[FRAME_PUBKEY_LEN], new_pub[FRAME_PUBKEY_LEN];
+	int64_t now;
+	int rc;
+	char err[STORE_ERROR_MAX + 1];
+};
+
+static void
+key_job_work(struct store *st, void *arg)
+{
+	struct key_job *k = arg;
+
+	if (k->commit)
+		k->rc = store_agent_key_commit(st, k->id, k->new_pub, k->now, NULL,
+		    k->err, sizeof(k->err));
+	else
+		k->rc = store_agent_key_stage(st, k->id, k->old_pub, k->new_pub,
+		    k->err, sizeof(k->err));
+}
+
+static void
+key_job_done(void *arg)
+{
+	struct key_job *k = arg;
+	struct session *s = hub_find(k->gw->hub, k->id);
+	struct frame f;
+
+	if (s == NULL || s->phase != PHASE_ESTABLISHED || s->rot == NULL ||
+	    !same_key(s->rot->new_pub, k->new_pub)) {
+		info("agent key rotation: the tunnel went first; the agent's next "
+		    "handshake settles it", KV_S("agent", k->id));
+	} else if (k->rc != STORE_OK) {
+		rotation_failed(s, k->rc == STORE_REFUSED ? k->err :
+		    "the gateway could not store the agent's key");
+	} else if (k->commit) {
+		info("agent key rotated", KV_S("agent", s->agent.id),
+		    KV_S("when", "over its tunnel"));
+		rotation_free(s);
+		runtime_test_stop("gateway-committed");
+	} else {
+		runtime_test_stop("gateway-staged");
+		s->rot->phase = ROT_STAGED;
+		memset(&f, 0, sizeof(f));
+		f.type = FRAME_KEY_ROTATED;
+		memcpy(f.u.key_done.pubkey, k->new_pub, sizeof(f.u.key_done.pubkey));
+		session_send(s, &f);
+	}
+	OPENSSL_cleanse(k, sizeof(*k));
+	free(k);
+}
+
+static void
+key_job_submit(struct session *s, bool commit, const uint8_t *old_pub,
+    const uint8_t *new_pub)
+{
+	struct key_job *k = calloc(1, sizeof(*k));
+
+	if (k == NULL) {
+		rotation_failed(s, "out of memory");
+		return;
+	}
+	k->gw = s->gw;
+	k->commit = commit;
+	snprintf(k->id, sizeof(k->id), "%s", s->agent.id);
+	if (old_pub != NULL)
+		memcpy(k->old_pub, old_pub, sizeof(k->old_pub));
+	memcpy(k->new_pub, new_pub, sizeof(k->new_pub));
+	k->now = gateway_now();
+	if (store_worker_submit(s->gw->storew, key_job_work, key_job_done, k) == -1) {
+		free(k);
+		rotation_failed(s, "too many store calls waiting");
+	}
+}
+
+void
+session_rotate_key(struct session *s, const char *why)
+{
+	struct frame f;
+
+	if (s->phase != PHASE_ESTABLISHED || s->rot != NULL)
+		return;
+	if ((s->rot = calloc(1, sizeof(*s->rot))) == NULL) {
+		warn("agent key rotation: out of memory", KV_S("agent", s->agent.id));
+		return;
+	}
+	if (random_bytes(s->rot->nonce, sizeof(s->rot->nonce)) != 0) {
+		warn("agent key rotation: no randomness", KV_S("agent", s->agent.id));
+		rotation_free(s);
+		return;
+	}
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_KEY_ROTATE;
+	memcpy(f.u.key_rotate.nonce, s->rot->nonce, sizeof(f.u.key_rotate.nonce));
+	session_send(s, &f);
+	info("agent key rotation started", KV_S("agent", s->agent.id),
+	    KV_S("why", why));
+}
+
+static void
+on_key_proof(struct session *s, const struct frame *in)
+{
+	const struct frame_key_proof *p = &in->u.key_proof;
+	bool ok;
+
+	if (s->rot == NULL || s->rot->phase != ROT_ASKED) {
+		session_protocol_error(s, "protocol", "KEY_PROOF answers no KEY_ROTATE");
+		return;
+	}
+	ok = key_rotation_verify(s->agent.id, s->agent.node, s->rot->nonce,
+	    p->old_pubkey, p->pubkey, p->old_sig, p->new_sig);
+	/* One proof per nonce. */
+	OPENSSL_cleanse(s->rot->nonce, sizeof(s->rot->nonce));
+	if (!ok) {
+		rotation_failed(s, "the key rotation proof does not verify");
+		return;
+	}
+	memcpy(s->rot->new_pub, p->pubkey, sizeof(s->rot->new_pub));
+	runtime_test_stop("gateway-proof");
+	s->rot->phase = ROT_STAGING;
+	/* The store checks that old_pubkey is the agent's key. */
+	key_job_submit(s, false, p->old_pubkey, p->pubkey);
+}
+
+static void
+on_key_switched(struct session *s, const struct frame *in)
+{
+	if (s->rot == NULL || s->rot->phase != ROT_STAGED ||
+	    !same_key(s->rot->new_pub, in->u.key_done.pubkey)) {
+		session_protocol_error(s, "protocol", "KEY_SWITCHED names no staged key");
+		return;
+	}
+	runtime_test_stop("gateway-switched");
+	s->rot->phase = ROT_COMMITTING;
+	key_job_submit(s, true, NULL, s->rot->new_pub);
+}
+
 static void
 on_established(struct session *s, const struct frame *in)
 {
@@ -1052,6 +1367,15 @@ on_established(struct session *s, const struct frame *in)
 		session_send(s, &out);
 		return;
 	case FRAME_PONG:
+		return;
+	case FRAME_KEY_ROTATE:
+		session_rotate_key(s, "the agent asked (its key reached --max-key-age)");
+		return;
+	case FRAME_KEY_PROOF:
+		on_key_proof(s, in);
+		return;
+	case FRAME_KEY_SWITCHED:
+		on_key_switched(s, in);
 		return;
 	case FRAME_ERROR:
 		warn("agent reports an error", KV_S("agent", s->agent.id),
@@ -1196,6 +1520,7 @@ session_closed(struct session *s)
 	if (s->verify_timer != NULL)
 		event_free(s->verify_timer);
 	session_hs_free(s);
+	rotation_free(s);
 	OPENSSL_cleanse(s, sizeof(*s));
 	free(s);
 }

@@ -84,6 +84,14 @@ void session_record_changed(struct session *s, const struct store_agent *a);
 void session_kick(struct session *s, const char *code, const char *reason);
 
 /*
+ * Starts a node key rotation on an established tunnel (KEY_ROTATE with a
+ * fresh nonce; docs/interface.md, "Node key rotation"); why is for the
+ * log.  No-op when one is under way or the tunnel is not established.
+ * The proof, the store's stage and swap follow on their own.
+ */
+void session_rotate_key(struct session *s, const char *why);
+
+/*
  * The gateway is draining: tells an established agent to move (RECONNECT
  * with reason and jitter_ms); its streams in flight carry on.  A session
  * that is still in its handshake gets it once established.  No-op otherwise.

@@ -11,7 +11,7 @@
  *        (an agent's "replica": the replica holding its tunnel, from the
  *        store's presence records (docs/0017); null when none does)
  *   GET  /v1/agents/ID                                         -> agent
- *   POST /v1/agents/ID/approve|verify|revoke                   -> agent
+ *   POST /v1/agents/ID/approve|verify|revoke|rotate-key        -> agent
  *   POST /v1/users                     {"name","clusters"}     -> 201 user token (secret shown once)
  *   GET  /v1/users                                             -> [user token, no secret]
  *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
@@ -223,6 +223,17 @@ time_or_null(int64_t t)
 	return t != 0 ? time_json(t) : json_null();
 }
 
+/* An agent's key: since when it holds it, and its rotation: "none",
+ * "requested" (by an operator, not begun) or "staged" (a new key proven,
+ * not yet the only one). */
+static json_t *
+key_json(const struct store_agent *a)
+{
+	return json_pack("{s:o, s:s}", "since",
+	    time_json(a->key_since != 0 ? a->key_since : a->created_at),
+	    "rotation", a->has_next ? "staged" : a->key_rotate ? "requested" : "none");
+}
+
 /*
  * An agent, its replica from j's presence; this replica's own hub counts
  * too.  last_seen is now while it is connected, else when its last tunnel
@@ -239,7 +250,7 @@ agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent
 
 	if (p != NULL)
 		since = p->since_ms / 1000;
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 	    "id", a->id, "cluster", a->cluster, "node", a->node,
 	    "state", agent_state_name(a->state), "last_error", a->last_error,
 	    "connected", since != 0,
@@ -248,7 +259,8 @@ agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent
 	    "updated_at", time_json(a->updated_at),
 	    "version", a->version[0] != '\0' ? json_string(a->version) : json_null(),
 	    "last_seen", time_or_null(since != 0 ? gateway_now() : a->last_seen),
-	    "connected_since", time_or_null(since));
+	    "connected_since", time_or_null(since),
+	    "key", key_json(a));
 }
 
 /* ---- clusters ---- */
@@ -514,6 +526,9 @@ agents_action_store(struct store *st, struct api_job *j)
 		}
 	} else if (strcmp(j->action, "revoke") == 0) {
 		agent_transition(st, j, AGENT_EV_REVOKE, NULL);
+	} else if (strcmp(j->action, "rotate-key") == 0) {
+		j->rc = store_agent_key_request(st, j->id, gateway_now(), &j->a,
+		    j->err, sizeof(j->err));
 	} else {
 		return;
 	}
@@ -545,6 +560,13 @@ agents_action_tell(struct gateway *gw, struct api_job *j)
 		revoked_streams_end(gw, LIVE_BY_AGENT, j->id, "agent", j->id);
 		if (s != NULL)
 			session_kick(s, "revoked", "agent revoked by an operator");
+	} else if (strcmp(j->action, "rotate-key") == 0) {
+		info("agent key rotation requested", KV_S("agent", j->id),
+		    KV_S("held", s != NULL ? "here" : "elsewhere or offline"));
+		/* Elsewhere: that replica hears it; offline: at its next
+		 * handshake. */
+		if (s != NULL)
+			session_rotate_key(s, "an operator asked (tetherctl agent rotate-key)");
 	}
 }
 
@@ -553,15 +575,16 @@ agents_action_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
 	int known = strcmp(j->action, "approve") == 0 ||
-	    strcmp(j->action, "verify") == 0 || strcmp(j->action, "revoke") == 0;
+	    strcmp(j->action, "verify") == 0 || strcmp(j->action, "revoke") == 0 ||
+	    strcmp(j->action, "rotate-key") == 0;
 
 	if (j->rc == STORE_NOTFOUND) {
 		route_respond_error(r, 404, "no agent %s", j->id);
 		return;
 	}
 	if (!known) {
-		route_respond_error(r, 404, "no action \"%s\": use approve, verify "
-		    "or revoke", j->action);
+		route_respond_error(r, 404, "no action \"%s\": use approve, verify, "
+		    "revoke or rotate-key", j->action);
 		return;
 	}
 	/* An approve whose VERIFY failed still approved: tell it. */

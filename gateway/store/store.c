@@ -37,7 +37,9 @@
 	"token_id, created_at, updated_at"
 /* What is read of an agent: the columns written at insert, then those
  * kept up by store_agent_seen (schema version 6). */
-#define AGENT_READ_COLS AGENT_COLS ", version, last_seen"
+#define AGENT_READ_COLS AGENT_COLS ", version, last_seen, " \
+	"CASE WHEN next_pubkey IS NULL THEN 0 ELSE 1 END, " \
+	"COALESCE(next_pubkey, pubkey), key_rotate, key_since"
 
 /* Stored as words rather than enum values so the database reads on its own
  * and a reordered enum cannot silently change meaning. */
@@ -1017,6 +1019,13 @@ read_agent(const struct store_row *row, void *out)
 	if (col_text(row, 9, a->version, sizeof(a->version)) == -1)
 		return -1;
 	a->last_seen = col_int(row, 10);
+	a->has_next = col_int(row, 11) != 0;
+	if (col_key(row, 12, a->next_pubkey) == -1)
+		return -1;
+	if (!a->has_next)
+		memset(a->next_pubkey, 0, sizeof(a->next_pubkey));
+	a->key_rotate = col_int(row, 13) != 0;
+	a->key_since = col_int(row, 14);
 	return 0;
 }
 
@@ -1448,6 +1457,148 @@ store_agent_transition(struct store *s, const char *id,
 	if (was != NULL)
 		*was = from;
 	return STORE_OK;
+}
+
+/* ---- node key rotation ------------------------------------------------- */
+
+/* Runs fn on the agent's locked row in one transaction; *out (may be
+ * NULL) gets the record as committed. */
+static int
+key_txn(struct store *s, const char *id, struct store_agent *out,
+    int (*fn)(struct store *s, struct store_agent *a, const void *arg,
+    char *err, size_t errlen), const void *arg, char *err, size_t errlen)
+{
+	struct store_agent a;
+	int rc;
+
+	if (begin(s, err, errlen) != STORE_OK)
+		return STORE_ERR;
+	rc = agent_lookup(s, id, STORE_STMT_LOCK, &a, err, errlen);
+	if (rc == STORE_OK)
+		rc = fn(s, &a, arg, err, errlen);
+	if (rc == STORE_OK)
+		rc = agent_lookup(s, id, 0, &a, err, errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
+		return rc;
+	if (out != NULL)
+		*out = a;
+	return STORE_OK;
+}
+
+static int
+key_request_locked(struct store *s, struct store_agent *a, const void *arg,
+    char *err, size_t errlen)
+{
+	const int64_t *now = arg;
+
+	if (a->state == AGENT_REVOKED) {
+		snprintf(err, errlen, "agent %s is revoked", a->id);
+		return STORE_REFUSED;
+	}
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET key_rotate = 1, updated_at = ? WHERE id = ?",
+	    .what = "request key rotation", PARAMS(P_INT(*now), P_TEXT(a->id)) },
+	    NULL, NULL, err, errlen);
+}
+
+int
+store_agent_key_request(struct store *s, const char *id, int64_t now,
+    struct store_agent *out, char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	return key_txn(s, id, out, key_request_locked, &now, err, errlen);
+}
+
+struct key_pair {
+	const uint8_t *old_pub, *new_pub;
+	int64_t now;
+};
+
+static int
+key_stage_locked(struct store *s, struct store_agent *a, const void *arg,
+    char *err, size_t errlen)
+{
+	const struct key_pair *k = arg;
+
+	if (a->state == AGENT_REVOKED) {
+		snprintf(err, errlen, "agent %s is revoked", a->id);
+		return STORE_REFUSED;
+	}
+	if (memcmp(a->pubkey, k->old_pub, sizeof(a->pubkey)) != 0) {
+		snprintf(err, errlen, "the agent's key changed");
+		return STORE_REFUSED;
+	}
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET next_pubkey = ? WHERE id = ?",
+	    .what = "stage agent key", PARAMS(P_KEY(k->new_pub), P_TEXT(a->id)) },
+	    NULL, NULL, err, errlen);
+}
+
+int
+store_agent_key_stage(struct store *s, const char *id,
+    const uint8_t old_pub[32], const uint8_t new_pub[32], char *err, size_t errlen)
+{
+	struct key_pair k = { old_pub, new_pub, 0 };
+	STORE_TIMED(s);
+
+	return key_txn(s, id, NULL, key_stage_locked, &k, err, errlen);
+}
+
+static int
+key_commit_locked(struct store *s, struct store_agent *a, const void *arg,
+    char *err, size_t errlen)
+{
+	const struct key_pair *k = arg;
+
+	if (memcmp(a->pubkey, k->new_pub, sizeof(a->pubkey)) == 0 && !a->has_next)
+		return STORE_OK;   /* committed before: a retry */
+	if (!a->has_next ||
+	    memcmp(a->next_pubkey, k->new_pub, sizeof(a->next_pubkey)) != 0) {
+		snprintf(err, errlen, "no such key staged");
+		return STORE_REFUSED;
+	}
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET pubkey = next_pubkey, next_pubkey = NULL, "
+	    "key_rotate = 0, key_since = ? WHERE id = ?",
+	    .what = "swap agent key", PARAMS(P_INT(k->now), P_TEXT(a->id)) },
+	    NULL, NULL, err, errlen);
+}
+
+int
+store_agent_key_commit(struct store *s, const char *id,
+    const uint8_t new_pub[32], int64_t now, struct store_agent *out,
+    char *err, size_t errlen)
+{
+	struct key_pair k = { NULL, new_pub, now };
+	STORE_TIMED(s);
+
+	return key_txn(s, id, out, key_commit_locked, &k, err, errlen);
+}
+
+static int
+key_abandon_locked(struct store *s, struct store_agent *a, const void *arg,
+    char *err, size_t errlen)
+{
+	const struct key_pair *k = arg;
+
+	if (!a->has_next ||
+	    memcmp(a->next_pubkey, k->new_pub, sizeof(a->next_pubkey)) != 0)
+		return STORE_OK;   /* another stage since: not this one's */
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET next_pubkey = NULL WHERE id = ?",
+	    .what = "drop staged agent key", PARAMS(P_TEXT(a->id)) },
+	    NULL, NULL, err, errlen);
+}
+
+int
+store_agent_key_abandon(struct store *s, const char *id,
+    const uint8_t staged_pub[32], char *err, size_t errlen)
+{
+	struct key_pair k = { NULL, staged_pub, 0 };
+	STORE_TIMED(s);
+
+	return key_txn(s, id, NULL, key_abandon_locked, &k, err, errlen);
 }
 
 /* ---- presence -------------------------------------------------------------- */

@@ -99,6 +99,11 @@ struct store_agent {
 	                                      * HELLO; "" before one said */
 	int64_t last_seen;                /* Unix s: its last tunnel came up
 	                                   * or ended; 0 never connected */
+	/* Key rotation (schema 7, docs/interface.md "Node key rotation"). */
+	bool has_next;                    /* next_pubkey is staged */
+	uint8_t next_pubkey[32];          /* valid beside pubkey while staged */
+	bool key_rotate;                  /* an operator asked for a rotation */
+	int64_t key_since;                /* Unix s: pubkey taken; 0 = created_at */
 };
 
 /* Opens (creating and migrating as needed).  Returns STORE_OK or STORE_ERR
@@ -228,6 +233,34 @@ int store_agent_transition(struct store *s, const char *id,
  */
 int store_agent_seen(struct store *s, const char *id, const char *version,
     int64_t now, char *err, size_t errlen);
+
+/*
+ * Node key rotation, each in one transaction on the agent's locked row
+ * (docs/interface.md, "Node key rotation").  At any time the agent's
+ * pubkey is valid, and while one is staged next_pubkey too:
+ *  - key_request: an operator asks for a rotation (key_rotate = 1; the
+ *    replica holding the tunnel hears of it).  STORE_NOTFOUND, or
+ *    STORE_REFUSED for a revoked agent.
+ *  - key_stage: the agent proved old_pub and new_pub (the caller checked
+ *    the proof): next_pubkey = new_pub, if pubkey is still old_pub (else
+ *    STORE_REFUSED "the agent's key changed").
+ *  - key_commit: the agent uses new_pub alone: pubkey = new_pub,
+ *    next_pubkey and key_rotate cleared, key_since = now, if new_pub is
+ *    staged; STORE_OK changing nothing if pubkey is new_pub already (a
+ *    retry); STORE_REFUSED otherwise.
+ *  - key_abandon: the agent proved its pubkey and did not offer the
+ *    staged key: next_pubkey = NULL if it is still staged_pub.
+ * *out (may be NULL) gets the record as committed.
+ */
+int store_agent_key_request(struct store *s, const char *id, int64_t now,
+    struct store_agent *out, char *err, size_t errlen);
+int store_agent_key_stage(struct store *s, const char *id,
+    const uint8_t old_pub[32], const uint8_t new_pub[32], char *err, size_t errlen);
+int store_agent_key_commit(struct store *s, const char *id,
+    const uint8_t new_pub[32], int64_t now, struct store_agent *out,
+    char *err, size_t errlen);
+int store_agent_key_abandon(struct store *s, const char *id,
+    const uint8_t staged_pub[32], char *err, size_t errlen);
 
 /*
  * Counts the agents offline longer than each of over_s[0..2] seconds at

@@ -97,6 +97,8 @@ struct store_dialect {
 	                          * replicas (docs/0021), or "" */
 	const char *notify_tunnels;  /* the trigger announcing a tunnel's
 	                          * record moved (docs/0023), or "" */
+	const char *notify_keys; /* the trigger announcing an agent asked to
+	                          * rotate its key (schema 7), or "" */
 };
 
 struct store_backend {

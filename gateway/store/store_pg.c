@@ -457,6 +457,12 @@ static const struct store_dialect pg_dialect = {
 	"  END $$;"
 	"CREATE TRIGGER tunnels_changed AFTER INSERT OR UPDATE OR DELETE ON tunnels"
 	"  FOR EACH ROW EXECUTE FUNCTION tether_tunnel_changed();",
+	/* An operator's rotate-key reaches the replica holding the tunnel
+	 * as an agent notice (notices.c re-reads the agent). */
+	.notify_keys =
+	"CREATE TRIGGER agents_key_rotate AFTER UPDATE OF key_rotate ON agents"
+	"  FOR EACH ROW WHEN (NEW.key_rotate = 1 AND OLD.key_rotate = 0)"
+	"  EXECUTE FUNCTION tether_agent_changed();",
 };
 
 static const struct store_backend pg_backend = {

@@ -13,6 +13,7 @@
  *           PostgreSQL: pg_notify on the channel "tether" in the changing
  *           transaction; SQLite: nothing, it serves a single gateway)
  *   {NOTIFY_TUNNELS} the same for a tunnel's record (docs/0023)
+ *   {NOTIFY_KEYS} the same for an agent asked to rotate its key
  * Everything else (partial indexes, CHECKs, foreign keys) is SQL both
  * engines read the same.
  */
@@ -115,6 +116,17 @@ static const char *const migrations[] = {
 	 * (issue 20). */
 	"ALTER TABLE agents ADD COLUMN version TEXT NOT NULL DEFAULT '';"
 	"ALTER TABLE agents ADD COLUMN last_seen {INT} NOT NULL DEFAULT 0;",
+
+	/* 7: node key rotation (issue 21): the new key an agent proved and
+	 * staged, valid beside pubkey until the agent uses it alone (then it
+	 * replaces pubkey in one transaction); an operator's request to
+	 * rotate; when the key in pubkey was taken (0: at created_at). */
+	"ALTER TABLE agents ADD COLUMN next_pubkey {BLOB}"
+	"  CHECK (next_pubkey IS NULL OR length(next_pubkey) = 32);"
+	"ALTER TABLE agents ADD COLUMN key_rotate {INT} NOT NULL DEFAULT 0"
+	"  CHECK (key_rotate IN (0, 1));"
+	"ALTER TABLE agents ADD COLUMN key_since {INT} NOT NULL DEFAULT 0;"
+	"{NOTIFY_KEYS}",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -145,6 +157,7 @@ marker_word(const struct store_dialect *d, const char *p, size_t *mlen)
 		{ "{END}", offsetof(struct store_dialect, table_end) },
 		{ "{ROWID}", offsetof(struct store_dialect, rowid) },
 		{ "{NOTIFY_TUNNELS}", offsetof(struct store_dialect, notify_tunnels) },
+		{ "{NOTIFY_KEYS}", offsetof(struct store_dialect, notify_keys) },
 		{ "{NOTIFY}", offsetof(struct store_dialect, notify) },
 	};
 	size_t i;

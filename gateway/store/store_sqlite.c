@@ -335,6 +335,7 @@ static const struct store_dialect sqlite_dialect = {
 	.rowid = "",
 	.notify = "",     /* one gateway: nobody else to tell */
 	.notify_tunnels = "",
+	.notify_keys = "",
 };
 
 static const struct store_backend sqlite_backend = {

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hostile import Str, frame, pack, tls_context  # noqa: E402
 
 # Frame types no release knows yet, with a map body or a stream id.
-UNKNOWN = [pack([99, {"new": "field"}]), pack([27, 1, b"x"]), pack([19])]
+UNKNOWN = [pack([99, {"new": "field"}]), pack([27, 1, b"x"]), pack([28])]
 
 
 def say(out, line):

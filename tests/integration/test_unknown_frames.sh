@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A newer peer's frames are skipped, never a reason to drop a tunnel or its
 # streams (docs/interface.md, "The tunnel"): frame types 99, 27 (with a
-# stream id) and 19, which no release knows, sent mid-tunnel
+# stream id) and 28, which no release knows, sent mid-tunnel
 # (newer_peer.py).
 # - a newer agent (the node's key, a HELLO with a key this release does not
 #   know) against the real gateway: after the unknown frames the gateway

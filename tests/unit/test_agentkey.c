@@ -247,6 +247,69 @@ test_transcript_fit(void **state)
 	    nonce), 0);
 }
 
+/* The rotation proof: both keys sign the one transcript; any other
+ * nonce, agent, node, key pair or a swapped signature is refused. */
+static void
+test_rotation_proof(void **state)
+{
+	EVP_PKEY *old = agentkey_generate(), *new = agentkey_generate(),
+	    *other = agentkey_generate();
+	uint8_t nonce[AGENTKEY_NONCE_LEN], nonce2[AGENTKEY_NONCE_LEN];
+	uint8_t op[AGENTKEY_PUB_LEN], np[AGENTKEY_PUB_LEN], xp[AGENTKEY_PUB_LEN];
+	uint8_t os[AGENTKEY_SIG_LEN], ns[AGENTKEY_SIG_LEN], xs[AGENTKEY_SIG_LEN];
+
+	(void)state;
+	assert_non_null(old);
+	assert_non_null(new);
+	assert_non_null(other);
+	memset(nonce, 0x5a, sizeof(nonce));
+	memset(nonce2, 0x5b, sizeof(nonce2));
+	assert_int_equal(agentkey_public(old, op), 0);
+	assert_int_equal(agentkey_public(new, np), 0);
+	assert_int_equal(agentkey_public(other, xp), 0);
+	assert_int_equal(key_rotation_prove(old, new, "a-1", "n1", nonce, os, ns), 0);
+
+	assert_true(key_rotation_verify("a-1", "n1", nonce, op, np, os, ns));
+	assert_false(key_rotation_verify("a-1", "n1", nonce2, op, np, os, ns));
+	assert_false(key_rotation_verify("a-2", "n1", nonce, op, np, os, ns));
+	assert_false(key_rotation_verify("a-1", "n2", nonce, op, np, os, ns));
+	assert_false(key_rotation_verify("a-1", "n1", nonce, np, op, ns, os));
+	assert_false(key_rotation_verify("a-1", "n1", nonce, op, np, ns, os));
+	assert_false(key_rotation_verify("a-1", "n1", nonce, op, xp, os, ns));
+	/* A key one does not hold cannot be named: its signature is missing. */
+	assert_int_equal(key_rotation_prove(old, other, "a-1", "n1", nonce, os, xs), 0);
+	assert_false(key_rotation_verify("a-1", "n1", nonce, op, xp, os, ns));
+	assert_true(key_rotation_verify("a-1", "n1", nonce, op, xp, os, xs));
+	/* Nor may the new key stand in for the old one's signature. */
+	assert_int_equal(key_rotation_prove(new, new, "a-1", "n1", nonce, os, ns), 0);
+	assert_false(key_rotation_verify("a-1", "n1", nonce, np, np, os, ns));
+	assert_false(key_rotation_verify("a-1", "n1", nonce, op, np, os, ns));
+	/* Missing keys are refused, not crashed on. */
+	assert_int_equal(key_rotation_prove(NULL, new, "a-1", "n1", nonce, os, ns), -1);
+	EVP_PKEY_free(old);
+	EVP_PKEY_free(new);
+	EVP_PKEY_free(other);
+}
+
+/* The transcript names every field: changing any one changes it. */
+static void
+test_rotation_transcript(void **state)
+{
+	uint8_t nonce[AGENTKEY_NONCE_LEN] = { 1 }, o[32] = { 2 }, n[32] = { 3 };
+	uint8_t a[ROTATE_TRANSCRIPT_MAX], b[ROTATE_TRANSCRIPT_MAX];
+	size_t la, lb;
+
+	(void)state;
+	la = key_rotation_transcript(a, sizeof(a), "a-1", "n1", nonce, o, n);
+	assert_true(la > 0);
+	lb = key_rotation_transcript(b, sizeof(b), "a-1n", "1", nonce, o, n);
+	assert_false(la == lb && memcmp(a, b, la) == 0);
+	lb = key_rotation_transcript(b, sizeof(b), "a-1", "n1", nonce, n, o);
+	assert_false(la == lb && memcmp(a, b, la) == 0);
+	assert_int_equal(key_rotation_transcript(b, la - 1, "a-1", "n1", nonce, o, n), 0);
+	assert_int_equal(key_rotation_transcript(b, la, "a-1", "n1", nonce, o, n), la);
+}
+
 static void
 test_load_missing(void **state)
 {
@@ -367,6 +430,8 @@ main(void)
 		cmocka_unit_test(test_sign_verify),
 		cmocka_unit_test(test_transcript),
 		cmocka_unit_test(test_transcript_fit),
+		cmocka_unit_test(test_rotation_proof),
+		cmocka_unit_test(test_rotation_transcript),
 		cmocka_unit_test_setup_teardown(test_load_missing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_not_ed25519, setup,
 		    teardown),

@@ -28,7 +28,8 @@ static const enum frame_type all_types[] = {
 	FRAME_HELLO, FRAME_CHALLENGE, FRAME_AUTH, FRAME_REGISTER,
 	FRAME_REGISTERED, FRAME_WELCOME, FRAME_STATE, FRAME_VERIFY,
 	FRAME_VERIFY_OK, FRAME_ERROR, FRAME_PING, FRAME_PONG, FRAME_RECONNECT,
-	FRAME_SETTINGS, FRAME_SETTINGS_ACK, FRAME_OPEN,
+	FRAME_SETTINGS, FRAME_SETTINGS_ACK, FRAME_KEY_ROTATE, FRAME_KEY_PROOF,
+	FRAME_KEY_ROTATED, FRAME_KEY_SWITCHED, FRAME_OPEN,
 	FRAME_OPEN_OK, FRAME_OPEN_FAIL, FRAME_DATA, FRAME_WINDOW, FRAME_FIN,
 	FRAME_RESET,
 };
@@ -112,6 +113,19 @@ sample(enum frame_type type, struct frame *f)
 		f->u.settings.urls.n = 2;
 		strcpy(f->u.settings.urls.url[0], "https://gw-b.example:8443");
 		strcpy(f->u.settings.urls.url[1], "https://[::1]");
+		break;
+	case FRAME_KEY_ROTATE:
+		fill(f->u.key_rotate.nonce, FRAME_NONCE_LEN, 9);
+		break;
+	case FRAME_KEY_PROOF:
+		fill(f->u.key_proof.pubkey, FRAME_PUBKEY_LEN, 10);
+		fill(f->u.key_proof.old_pubkey, FRAME_PUBKEY_LEN, 11);
+		fill(f->u.key_proof.old_sig, FRAME_SIG_LEN, 12);
+		fill(f->u.key_proof.new_sig, FRAME_SIG_LEN, 13);
+		break;
+	case FRAME_KEY_ROTATED:
+	case FRAME_KEY_SWITCHED:
+		fill(f->u.key_done.pubkey, FRAME_PUBKEY_LEN, 14);
 		break;
 	case FRAME_OPEN:
 		f->stream_id = 5;
@@ -297,6 +311,19 @@ test_roundtrip_variants(void **state)
 	f.u.settings.urls.n = FRAME_MAX_URLS;
 	for (size_t i = 0; i < FRAME_MAX_URLS; i++)
 		memset(f.u.settings.urls.url[i], 'u', FRAME_URL_MAX);
+	roundtrip(&f);
+
+	/* Node key rotation: AUTH with a pending key's signature, WELCOME
+	 * naming the key, KEY_ROTATE without a nonce (an agent's request). */
+	sample(FRAME_AUTH, &f);
+	fill(f.u.auth.next_pubkey, FRAME_PUBKEY_LEN, 20);
+	fill(f.u.auth.next_sig, FRAME_SIG_LEN, 21);
+	roundtrip(&f);
+	sample(FRAME_WELCOME, &f);
+	strcpy(f.u.welcome.key, "next");
+	roundtrip(&f);
+	sample(FRAME_KEY_ROTATE, &f);
+	memset(f.u.key_rotate.nonce, 0, FRAME_NONCE_LEN);
 	roundtrip(&f);
 }
 
@@ -517,8 +544,7 @@ static const struct edit edits[] = {
 	EL(FRAME_HELLO, 0, NEG(-1), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, FLT(1.0), "frame type is not a positive integer"),
 	EL(FRAME_HELLO, 0, UINT(0), "unknown frame type 0"),
-	EL(FRAME_HELLO, 0, UINT(16), "unknown frame type 16"),
-	EL(FRAME_HELLO, 0, UINT(19), "unknown frame type 19"),
+	EL(FRAME_HELLO, 0, UINT(28), "unknown frame type 28"),
 	EL(FRAME_HELLO, 0, UINT(27), "unknown frame type 27"),
 	EL(FRAME_HELLO, 0, UINT(UINT64_MAX), "unknown frame type 18446744073709551615"),
 	EL(FRAME_HELLO, 0, UINT(FRAME_CHALLENGE), "CHALLENGE: missing key \"version\""),
@@ -1121,8 +1147,8 @@ test_encode_rejects(void **state)
 	sample(FRAME_PING, &f);
 	f.type = (enum frame_type)0;
 	expect_encode_fail(&f, "type 0");
-	f.type = (enum frame_type)16;
-	expect_encode_fail(&f, "type 16");
+	f.type = (enum frame_type)28;
+	expect_encode_fail(&f, "type 28");
 	f.type = (enum frame_type)27;
 	expect_encode_fail(&f, "type 27");
 	f.type = (enum frame_type)-1;
@@ -1236,8 +1262,9 @@ test_type_names(void **state)
 	assert_string_equal(frame_type_name(FRAME_RECONNECT), "RECONNECT");
 	assert_string_equal(frame_type_name(FRAME_SETTINGS), "SETTINGS");
 	assert_string_equal(frame_type_name(FRAME_SETTINGS_ACK), "SETTINGS_ACK");
-	assert_string_equal(frame_type_name(16), "UNKNOWN");
-	assert_string_equal(frame_type_name(19), "UNKNOWN");
+	assert_string_equal(frame_type_name(FRAME_KEY_ROTATE), "KEY_ROTATE");
+	assert_string_equal(frame_type_name(FRAME_KEY_SWITCHED), "KEY_SWITCHED");
+	assert_string_equal(frame_type_name(28), "UNKNOWN");
 	assert_string_equal(frame_type_name(27), "UNKNOWN");
 	assert_string_equal(frame_type_name(-1), "UNKNOWN");
 	assert_string_equal(frame_type_name(1 << 30), "UNKNOWN");

@@ -32,7 +32,7 @@
 #include "store.h"
 
 #define NOW 1700000000
-#define SCHEMA_NOW 6      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 7      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -926,6 +926,85 @@ test_agent_seen(void **state)
 	    sizeof(err)), STORE_OK);
 }
 
+/* Node key rotation: request, stage beside the key, swap in one
+ * transaction; a retry of the swap is harmless, a stale stage refused,
+ * an abandon drops only the key it names. */
+static void
+test_agent_key_rotation(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, got;
+	char err[STORE_ERROR_MAX + 1] = "";
+	uint8_t k1[32], k2[32], k3[32];
+	bool created = false;
+
+	key(k1, 0x31);
+	key(k2, 0x32);
+	key(k3, 0x33);
+	make_import(f, "3131313131313131", 1, false, &c);
+	do_register(f, "3131313131313131", "node-k", 0x31, &a, &created);
+	assert_false(a.has_next);
+	assert_false(a.key_rotate);
+	assert_int_equal(a.key_since, 0);
+
+	assert_int_equal(store_agent_key_request(f->s, a.id, NOW + 1, &got, err,
+	    sizeof(err)), STORE_OK);
+	assert_true(got.key_rotate);
+	assert_int_equal(store_agent_key_request(f->s, "a-000000000000", NOW, NULL,
+	    err, sizeof(err)), STORE_NOTFOUND);
+
+	/* Staged only over the key the agent holds. */
+	assert_int_equal(store_agent_key_stage(f->s, a.id, k3, k2, err,
+	    sizeof(err)), STORE_REFUSED);
+	assert_string_equal(err, "the agent's key changed");
+	assert_int_equal(store_agent_key_stage(f->s, a.id, k1, k2, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_memory_equal(got.pubkey, k1, 32);
+	assert_true(got.has_next);
+	assert_memory_equal(got.next_pubkey, k2, 32);
+
+	/* An abandon naming another key leaves the stage alone. */
+	assert_int_equal(store_agent_key_abandon(f->s, a.id, k3, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_true(got.has_next);
+
+	/* Commit: only the staged key, then once more as a retry. */
+	assert_int_equal(store_agent_key_commit(f->s, a.id, k3, NOW + 2, NULL, err,
+	    sizeof(err)), STORE_REFUSED);
+	assert_int_equal(store_agent_key_commit(f->s, a.id, k2, NOW + 3, &got, err,
+	    sizeof(err)), STORE_OK);
+	assert_memory_equal(got.pubkey, k2, 32);
+	assert_false(got.has_next);
+	assert_false(got.key_rotate);
+	assert_int_equal(got.key_since, NOW + 3);
+	assert_int_equal(store_agent_key_commit(f->s, a.id, k2, NOW + 4, &got, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(got.key_since, NOW + 3);
+	/* The old key is no longer staged nor current: a stage over it fails. */
+	assert_int_equal(store_agent_key_stage(f->s, a.id, k1, k3, err,
+	    sizeof(err)), STORE_REFUSED);
+
+	/* Abandon: the staged key goes, the current one stays. */
+	assert_int_equal(store_agent_key_stage(f->s, a.id, k2, k3, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_key_abandon(f->s, a.id, k3, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_false(got.has_next);
+	assert_memory_equal(got.pubkey, k2, 32);
+
+	/* A revoked agent rotates nothing. */
+	assert_int_equal(store_agent_transition(f->s, a.id, AGENT_EV_REVOKE, NULL,
+	    NOW + 5, NULL, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_key_request(f->s, a.id, NOW + 6, NULL, err,
+	    sizeof(err)), STORE_REFUSED);
+	assert_int_equal(store_agent_key_stage(f->s, a.id, k2, k3, err,
+	    sizeof(err)), STORE_REFUSED);
+}
+
 /* store_agents_offline: agents no live replica holds, by last contact;
  * a revoked one never, a held one not while its replica's lease runs. */
 static void
@@ -1721,6 +1800,7 @@ main(void)
 		T(test_tokens),
 		T(test_register_happy),
 		T(test_agent_seen),
+		T(test_agent_key_rotation),
 		T(test_agents_offline),
 		T(test_register_manual_and_unlimited),
 		T(test_register_refusals),
