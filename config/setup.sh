@@ -23,6 +23,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # gcc-*-linux-gnu*, libc6-dev-*-cross, qemu-user: the static agents for
 # arm64 and armhf (make agent-static, config/agent-static.sh) and running
 # them in test_agent_static; binutils' readelf checks they load nothing.
+# faketime: libfaketime, a replica's clock set back in test_replica_skew.
 packages=(
 	build-essential cmake pkg-config
 	gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
@@ -35,7 +36,7 @@ packages=(
 	openssl curl jq sqlite3 procps iproute2
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
-	linux-perf haproxy
+	linux-perf haproxy faketime
 	prometheus chromium libnss3-tools
 	man-db groff-base mandoc lintian adduser dpkg-dev file
 )

@@ -563,19 +563,25 @@ serve_limits(struct gateway_limits *l, const struct opt_set *o)
 	l->ping_timeout_ms = opts_num(o, SERVE_OPT_PING_TIMEOUT);
 }
 
-/* This replica's name (--replica-id, else the host name, else "gateway")
- * and the URL other replicas reach it at (--peer-url, or ""). */
+/* This replica's name (--replica-id, else HOST-PID: the host name, at
+ * most 48 bytes of it, and the process id, so that two processes on one
+ * host never share an id; "gateway-PID" without a host name) and the URL
+ * other replicas reach it at (--peer-url, or ""). */
 static void
 serve_replica(struct gateway *gw, const struct opt_set *o)
 {
 	const char *id = opts_str(o, SERVE_OPT_REPLICA_ID);
 	const char *peer_url = opts_str(o, SERVE_OPT_PEER_URL);
+	char host[256] = "";
 
 	if (id != NULL)
 		snprintf(gw->replica_id, sizeof(gw->replica_id), "%s", id);
-	else if (gethostname(gw->replica_id, sizeof(gw->replica_id) - 1) != 0 ||
-	    gw->replica_id[0] == '\0')
-		snprintf(gw->replica_id, sizeof(gw->replica_id), "gateway");
+	else {
+		if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+			snprintf(host, sizeof(host), "gateway");
+		snprintf(gw->replica_id, sizeof(gw->replica_id), "%.48s-%ld", host,
+		    (long)getpid());
+	}
 	if (peer_url != NULL)
 		snprintf(gw->peer_url, sizeof(gw->peer_url), "%s", peer_url);
 }

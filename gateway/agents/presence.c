@@ -3,20 +3,34 @@
  * (see presence.h).  Every store call is a job on the store thread
  * (store_worker.h): the loop never waits for the database.  The thread runs
  * jobs in order, so a tunnel's record and its removal, and the renewals and
- * the final drop, reach the store in the order they were asked for.
+ * the final drop, reach the store in the order they were asked for.  The
+ * one exception is the first claim of the lease, made before the loop
+ * runs (presence_start).
+ *
+ * The lease is this process's while its row ends where this process last
+ * wrote it (gw->lease_mine_ms, kept by the store thread): a second process
+ * with the same id cannot renew, drop or record under it.  A tunnel record
+ * or removal the store did not take (down, full, the queue full) marks the
+ * records dirty; the next renewal then carries the hub's agent ids and
+ * makes the store's records match them (store_tunnels_sync): no ghost of a
+ * tunnel that closed during an outage outlives the outage.
  */
 #include "presence.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 
 #include "gateway.h"
+#include "hub.h"
 #include "log.h"
 #include "metrics.h"
 #include "runtime.h"
+#include "session.h"
 #include "store.h"
 #include "store_worker.h"
 
@@ -28,7 +42,11 @@ struct presence {
 	int64_t renew_queued_ms;   /* monotonic: when that renewal was queued */
 	int failing;               /* the last renewal failed (logged once) */
 	int unreachable;           /* ... and not for a full disk: the store is down */
-	char problem[STORE_ERROR_MAX + 1];  /* why, while unreachable */
+	char problem[512];         /* why, while unreachable or lost */
+	int lost;                  /* another process took the id: stopping */
+	int dirty;                 /* a tunnel record or removal was lost: the
+	                            * next renewal makes the records match */
+	unsigned losses;           /* such losses so far */
 	/* The directory: agents other replicas hold, sorted by (cluster, node). */
 	struct store_remote_agent *dir;
 	size_t ndir;
@@ -56,7 +74,14 @@ struct pjob {
 	char replica[sizeof(((struct gateway *)0)->replica_id)];
 	char peer_url[sizeof(((struct gateway *)0)->peer_url)];
 	char agent_id[STORE_ID_MAX + 1];
-	int64_t ms;                /* lease end (RENEW) or since (UP) */
+	int64_t ms;                /* now (RENEW, UP: since) */
+	char (*ids)[STORE_ID_MAX + 1];  /* RENEW while dirty: the hub's agents */
+	size_t nids;
+	unsigned losses;           /* ... and p->losses when they were taken */
+	int synced;                /* the records match them now */
+	size_t repaired;           /* ... after this many changes */
+	struct store_lease held;   /* RENEW: the id's holder, when lost */
+	int lost;
 	struct store_remote_agent *dir;  /* RENEW, DIR: the directory read */
 	size_t ndir;
 	int dir_ok;                /* ... if it was read */
@@ -83,8 +108,8 @@ dir_read(struct store *st, struct pjob *j)
 {
 	char err[STORE_ERROR_MAX + 1];
 
-	if (store_remote_agents(st, j->replica, j->ms - PRESENCE_LEASE_MS,
-	    &j->dir, &j->ndir, err, sizeof(err)) != STORE_OK)
+	if (store_remote_agents(st, j->replica, &j->dir, &j->ndir, err,
+	    sizeof(err)) != STORE_OK)
 		return;
 	j->dir_ok = 1;
 	if (j->ndir > 1)
@@ -101,26 +126,65 @@ offline_count(struct store *st, struct pjob *j)
 
 	for (int i = 0; i < STORE_OFFLINE_SPANS; i++)
 		over[i] = offline_spans[i].s;
-	j->offline_ok = store_agents_offline(st, (j->ms - PRESENCE_LEASE_MS) / 1000,
-	    j->ms - PRESENCE_LEASE_MS, over, j->offline, err, sizeof(err)) == STORE_OK;
+	j->offline_ok = store_agents_offline(st, j->ms / 1000, over, j->offline,
+	    err, sizeof(err)) == STORE_OK;
+}
+
+static int
+id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* On the store thread: renews the lease (a lease this process lost stays
+ * lost: gw->lease_mine_ms 0), then, when the job carries the hub's agents,
+ * makes the tunnel records match them. */
+static void
+renew(struct store *st, struct pjob *j)
+{
+	int64_t *mine = &j->gw->lease_mine_ms;
+	char err[STORE_ERROR_MAX + 1];
+
+	j->rc = store_replica_claim(st, j->replica, j->peer_url, PRESENCE_LEASE_MS,
+	    mine, &j->held, j->err, sizeof(j->err));
+	if (j->rc == STORE_REFUSED) {
+		j->lost = 1;
+		*mine = 0;
+		return;
+	}
+	if (j->rc != STORE_OK || j->ids == NULL)
+		return;
+	if (j->nids > 1)
+		qsort(j->ids, j->nids, sizeof(*j->ids), id_cmp);
+	if (store_tunnels_sync(st, j->replica, j->ids, j->nids, j->ms,
+	    &j->repaired, err, sizeof(err)) == STORE_OK)
+		j->synced = 1;
 }
 
 static void
 pjob_work(struct store *st, void *arg)
 {
 	struct pjob *j = arg;
+	int64_t mine = j->gw->lease_mine_ms;
 
+	/* Not this process's lease (lost, or never taken for a full disk):
+	 * nothing is written under its id but by a renewal. */
+	if (mine == 0 && (j->kind == PJ_UP || j->kind == PJ_DOWN || j->kind == PJ_DROP)) {
+		j->rc = j->kind == PJ_DROP ? STORE_OK : STORE_ERR;
+		snprintf(j->err, sizeof(j->err), "this replica holds no lease");
+		return;
+	}
 	switch (j->kind) {
 	case PJ_RENEW_COUNT:
 		offline_count(st, j);
 		/* FALLTHROUGH */
 	case PJ_RENEW:
-		j->rc = store_replica_renew(st, j->replica, j->peer_url, j->ms,
-		    j->err, sizeof(j->err));
+		renew(st, j);
 		dir_read(st, j);
 		break;
 	case PJ_DROP:
-		j->rc = store_replica_drop(st, j->replica, j->err, sizeof(j->err));
+		j->rc = store_replica_drop(st, j->replica, mine, j->err,
+		    sizeof(j->err));
 		break;
 	case PJ_UP:
 		j->rc = store_tunnel_record(st, j->agent_id, j->replica, j->ms,
@@ -166,6 +230,52 @@ dir_done(struct gateway *gw, struct pjob *j)
 	}
 }
 
+/* Writes "2026-01-02T03:04:05.678Z" for a Unix ms time into buf. */
+static void
+iso_ms(int64_t ms, char *buf, size_t len)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+
+	if (gmtime_r(&t, &tm) == NULL) {
+		snprintf(buf, len, "%lld", (long long)ms);
+		return;
+	}
+	snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+	    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+	    (int)(ms % 1000));
+}
+
+/* Why the id cannot be this process's: the holder's peer URL and when it
+ * last renewed (database clock), into buf. */
+static void
+held_reason(const char *replica, const struct store_lease *h, char *buf,
+    size_t len)
+{
+	char renewed[40];
+
+	iso_ms(h->until_ms - PRESENCE_LEASE_MS, renewed, sizeof(renewed));
+	snprintf(buf, len, "replica id %s is held by a live replica (peer URL "
+	    "\"%s\", lease last renewed %s, %lld ms more to run): give this one "
+	    "another --replica-id, or stop that one", replica, h->peer_url,
+	    renewed, (long long)h->left_ms);
+}
+
+/* A renewal found the id held by another process (this one's lease ended
+ * while the store was out of reach and that one took it): this one stops
+ * recording and stops as on SIGTERM, its agents moving to other replicas. */
+static void
+lease_lost(struct presence *p, struct pjob *j)
+{
+	if (p->lost)
+		return;
+	p->lost = 1;
+	held_reason(j->replica, &j->held, p->problem, sizeof(p->problem));
+	error("presence: another process took this replica's id: stopping",
+	    KV_S("replica", j->replica), KV_S("err", p->problem));
+	raise(SIGTERM);
+}
+
 static void
 renew_done(struct gateway *gw, struct pjob *j)
 {
@@ -175,6 +285,17 @@ renew_done(struct gateway *gw, struct pjob *j)
 		return;       /* stopped meanwhile */
 	p->renewing = 0;
 	dir_swap(p, j);
+	if (j->lost) {
+		lease_lost(p, j);
+		return;
+	}
+	if (j->synced && j->losses == p->losses) {
+		p->dirty = 0;
+		if (j->repaired > 0)
+			info("presence: tunnel records repaired after the store's "
+			    "return", KV_S("replica", j->replica),
+			    KV_U("changed", j->repaired));
+	}
 	for (int i = 0; j->offline_ok && i < STORE_OFFLINE_SPANS; i++)
 		metrics_agents_offline(offline_spans[i].label, j->offline[i]);
 	/* A full disk still answers (reads work); anything else is a store
@@ -193,10 +314,24 @@ renew_done(struct gateway *gw, struct pjob *j)
 	}
 }
 
+/* A tunnel record or removal the store did not take: the next renewal
+ * makes every record match the hub. */
+static void
+records_lost(struct gateway *gw)
+{
+	if (gw->presence == NULL)
+		return;
+	gw->presence->dirty = 1;
+	gw->presence->losses++;
+}
+
 static void
 pjob_done(void *arg)
 {
 	struct pjob *j = arg;
+
+	if ((j->kind == PJ_UP || j->kind == PJ_DOWN) && j->rc != STORE_OK)
+		records_lost(j->gw);
 
 	if (j->kind == PJ_RENEW || j->kind == PJ_RENEW_COUNT || j->kind == PJ_DIR) {
 		if (j->kind != PJ_DIR)
@@ -204,6 +339,7 @@ pjob_done(void *arg)
 		else
 			dir_done(j->gw, j);
 		free(j->dir);           /* NULL once the table took it */
+		free(j->ids);
 	} else if (j->rc != STORE_OK && j->kind == PJ_DROP)
 		warn("presence: cannot give up this replica's lease: it ends by "
 		    "itself", KV_S("replica", j->replica), KV_S("err", j->err));
@@ -214,6 +350,39 @@ pjob_done(void *arg)
 		warn("presence: cannot forget the tunnel", KV_S("agent", j->agent_id),
 		    KV_S("err", j->err));
 	free(j);
+}
+
+struct ids_fill {
+	char (*ids)[STORE_ID_MAX + 1];
+	size_t n, cap;
+};
+
+static void
+add_id(struct session *s, void *arg)
+{
+	struct ids_fill *f = arg;
+
+	if (f->n < f->cap)
+		snprintf(f->ids[f->n++], sizeof(f->ids[0]), "%s",
+		    session_agent_id(s));
+}
+
+/* While the records are dirty, a renewal carries the hub's agent ids (one
+ * array, O(tunnels here)); out of memory, it goes without (a later one
+ * carries them). */
+static void
+renew_ids(struct gateway *gw, struct pjob *j)
+{
+	struct ids_fill f = { .cap = hub_count(gw->hub) };
+
+	if (gw->presence == NULL || !gw->presence->dirty)
+		return;
+	if ((f.ids = calloc(f.cap > 0 ? f.cap : 1, sizeof(*f.ids))) == NULL)
+		return;
+	hub_foreach(gw->hub, add_id, &f);
+	j->ids = f.ids;
+	j->nids = f.n;
+	j->losses = gw->presence->losses;
 }
 
 /* Queues a call; 0, or -1 (logged) when the store queue is full. */
@@ -234,10 +403,15 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 	snprintf(j->replica, sizeof(j->replica), "%s", gw->replica_id);
 	snprintf(j->peer_url, sizeof(j->peer_url), "%s", gw->peer_url);
 	snprintf(j->agent_id, sizeof(j->agent_id), "%s", agent_id != NULL ? agent_id : "");
+	if (kind == PJ_RENEW || kind == PJ_RENEW_COUNT)
+		renew_ids(gw, j);
 	if (store_worker_submit(gw->storew, pjob_work, pjob_done, j) != 0) {
 		warn("presence: store queue full: a presence update is lost",
 		    KV_S("replica", gw->replica_id));
+		free(j->ids);
 		free(j);
+		if (kind == PJ_UP || kind == PJ_DOWN)
+			records_lost(gw);
 		return -1;
 	}
 	return 0;
@@ -250,10 +424,12 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 	struct presence *p = gw->presence;
 	struct timeval tv = runtime_ms_timeval(PRESENCE_RENEW_MS);
 
+	if (p->lost)
+		return;     /* stopping: no renewal takes the id back */
 	/* A store that stalls gets one renewal at a time, not a backlog. */
 	if (!p->renewing && pjob_submit(gw,
 	    p->renewals % PRESENCE_OFFLINE_EVERY == 0 ? PJ_RENEW_COUNT : PJ_RENEW,
-	    NULL, gateway_now_ms() + PRESENCE_LEASE_MS) == 0) {
+	    NULL, gateway_now_ms()) == 0) {
 		p->renewals++;
 		p->renewing = 1;
 		p->renew_queued_ms = runtime_monotonic_ms();
@@ -261,19 +437,77 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(p->renew, &tv);
 }
 
+/* Sleeps ms (start-up only: the loop does not run yet). */
+static void
+claim_pause(int64_t ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/*
+ * Takes the lease on the loop's connection before anything listens
+ * (blocking; the loop does not run yet).  An id another process holds is
+ * watched for up to its lease's end: renewed meanwhile, its holder is
+ * alive and this start is refused; not renewed (a holder killed moments
+ * ago), it ends and is taken.  STORE_OK, STORE_REFUSED with err saying who
+ * holds it, or the store's failure with err.
+ */
+static int
+presence_claim(struct gateway *gw, char *err, size_t errlen)
+{
+	struct store_lease held, first = { 0 };
+	int64_t until = 0;
+	int rc;
+
+	for (;;) {
+		rc = store_replica_claim(gw->store, gw->replica_id, gw->peer_url,
+		    PRESENCE_LEASE_MS, &gw->lease_mine_ms, &held, err, errlen);
+		if (rc != STORE_REFUSED)
+			return rc;
+		if (first.until_ms == 0) {
+			first = held;
+			until = runtime_monotonic_ms() + (held.left_ms <
+			    PRESENCE_LEASE_MS ? held.left_ms : PRESENCE_LEASE_MS) +
+			    PRESENCE_CLAIM_POLL_MS;
+			info("presence: this replica's id is held: waiting for its "
+			    "lease to end or be renewed", KV_S("replica", gw->replica_id),
+			    KV_S("holder_peer_url", held.peer_url),
+			    KV_I("lease_left_ms", held.left_ms));
+		}
+		if (held.until_ms != first.until_ms || runtime_monotonic_ms() >= until) {
+			held_reason(gw->replica_id, &held, err, errlen);
+			return STORE_REFUSED;
+		}
+		claim_pause(PRESENCE_CLAIM_POLL_MS);
+	}
+}
+
 int
 presence_start(struct gateway *gw, char *err, size_t errlen)
 {
-	struct presence *p = calloc(1, sizeof(*p));
+	struct presence *p;
+	int rc = presence_claim(gw, err, errlen);
 
-	if (p == NULL || (p->renew = evtimer_new(gw->base, presence_renew, gw)) == NULL) {
+	/* A live holder, or a store this replica cannot reach (a store down
+	 * at start already stopped it at store_open): it does not start.  A
+	 * full disk does not stop it: it serves what needs no write, the
+	 * renewals retry and then record its tunnels. */
+	if (rc != STORE_OK && rc != STORE_FULL)
+		return -1;
+	if ((p = calloc(1, sizeof(*p))) == NULL ||
+	    (p->renew = evtimer_new(gw->base, presence_renew, gw)) == NULL) {
 		free(p);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
 	gw->presence = p;
-	/* A store that cannot take the lease now (a full disk) does not stop
-	 * the gateway: it serves what needs no write and the renewals retry. */
+	p->dirty = rc != STORE_OK;
+	if (rc != STORE_OK)
+		warn("presence: cannot take this replica's lease yet: retrying",
+		    KV_S("replica", gw->replica_id), KV_S("err", err));
 	presence_renew(-1, 0, gw);
 	return 0;
 }
@@ -314,6 +548,8 @@ presence_problem(struct gateway *gw)
 
 	if (p == NULL)
 		return NULL;
+	if (p->lost)
+		return p->problem;
 	if (p->renewing &&
 	    runtime_monotonic_ms() - p->renew_queued_ms > PRESENCE_LEASE_MS)
 		return "the store has not answered a lease renewal for a whole lease";
@@ -386,6 +622,6 @@ presence_refresh(struct gateway *gw)
 		p->read_again = 1;
 		return;
 	}
-	if (pjob_submit(gw, PJ_DIR, NULL, gateway_now_ms() + PRESENCE_LEASE_MS) == 0)
+	if (pjob_submit(gw, PJ_DIR, NULL, gateway_now_ms()) == 0)
 		p->reading = 1;
 }

@@ -1,7 +1,7 @@
 /*
  * presence.h: which replica holds which agent's tunnel (docs/0017).
  *
- * Each replica has an id (--replica-id, default the host name), the URL its
+ * Each replica has an id (--replica-id, default HOST-PID), the URL its
  * peers reach it at (--peer-url) and a lease in the store that it renews
  * every PRESENCE_RENEW_MS; a replica that stops renewing (kill -9, a hung
  * host) is gone from presence once its lease ends, PRESENCE_LEASE_MS
@@ -41,6 +41,7 @@
 #define PRESENCE_RENEW_MS 2000
 #define PRESENCE_OFFLINE_EVERY 15   /* renewals: the offline count's period */
 #define PRESENCE_LEASE_MS 6000
+#define PRESENCE_CLAIM_POLL_MS 250  /* start-up: a held id looked at again */
 
 struct gateway;
 

@@ -117,9 +117,12 @@ struct gateway {
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
 	int require_proxy_header;         /* --require-proxy-header: and must */
-	char replica_id[64];            /* --replica-id (default: the host name) */
+	char replica_id[64];            /* --replica-id (default: HOST-PID) */
 	char peer_url[256];             /* --peer-url, or "" */
 	struct presence *presence;      /* the lease and tunnel records (presence.c) */
+	int64_t lease_mine_ms;          /* the lease's end as this process last
+	                                 * wrote it, 0: not held (presence.c; the
+	                                 * store thread's once presence started) */
 	struct peers *peers;            /* links to other replicas (replicas/peer_link.c), made on
 	                                 * first use */
 	struct notices *notices;        /* other replicas' changes, heard (notices.c) */

@@ -195,7 +195,7 @@ presence_read(struct store *st, struct api_job *j)
 	char err[STORE_ERROR_MAX + 1];
 
 	j->np = 0;
-	if (store_presence_list(st, gateway_now_ms(), &j->ps, &j->np, err,
+	if (store_presence_list(st, &j->ps, &j->np, err,
 	    sizeof(err)) != STORE_OK) {
 		warn("api: cannot read presence", KV_S("err", err));
 		free(j->ps);

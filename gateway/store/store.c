@@ -269,6 +269,32 @@ begin(struct store *s, char *err, size_t errlen)
 	return s->be->begin(s, false, err, errlen);
 }
 
+/* The longest presence statement, with {NOW} spelled out. */
+#define NOW_SQL_MAX 1024
+
+/*
+ * sql with each "{NOW}" spelled as the backend's expression for the
+ * database's clock in Unix ms (into buf): leases are stamped and compared
+ * by the database, so replicas' clocks may disagree.
+ */
+static const char *
+db_now_sql(const struct store *s, const char *sql, char *buf, size_t len)
+{
+	const char *now = s->be->dialect->now_ms, *p;
+	size_t o = 0, nlen = strlen(now);
+
+	for (p = sql; *p != '\0' && o + 1 < len; ) {
+		if (strncmp(p, "{NOW}", 5) == 0 && o + nlen < len) {
+			memcpy(buf + o, now, nlen);
+			o += nlen;
+			p += 5;
+		} else
+			buf[o++] = *p++;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 /* ---- small helpers ---------------------------------------------------- */
 
 /* Length of s clipped to max bytes without splitting a UTF-8 sequence. */
@@ -1072,25 +1098,26 @@ read_offline(const struct store_row *row, void *out)
 }
 
 int
-store_agents_offline(struct store *s, int64_t now, int64_t now_ms,
+store_agents_offline(struct store *s, int64_t now,
     const int64_t over_s[STORE_OFFLINE_SPANS],
     int64_t counts[STORE_OFFLINE_SPANS], char *err, size_t errlen)
 {
+	char sql[NOW_SQL_MAX];
 	int rc;
 	STORE_TIMED(s);
 
 	/* seen: last contact; each column counts those before now - over. */
 #define SEEN "(CASE WHEN a.last_seen > 0 THEN a.last_seen ELSE a.updated_at END)"
 	rc = query_one(s, &(struct store_stmt){
-	    .sql = "SELECT COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0),"
+	    .sql = db_now_sql(s, "SELECT COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0),"
 	    " COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0),"
 	    " COALESCE(SUM(CASE WHEN " SEEN " < ? THEN 1 ELSE 0 END), 0)"
 	    " FROM agents a WHERE a.state <> 'revoked' AND NOT EXISTS"
 	    " (SELECT 1 FROM tunnels t JOIN replicas r ON r.id = t.replica_id"
-	    " WHERE t.agent_id = a.id AND r.lease_until > ?)",
+	    " WHERE t.agent_id = a.id AND r.lease_until > {NOW})", sql, sizeof(sql)),
 	    .what = "count offline agents",
 	    PARAMS(P_INT(now - over_s[0]), P_INT(now - over_s[1]),
-	        P_INT(now - over_s[2]), P_INT(now_ms)) },
+	        P_INT(now - over_s[2])) },
 	    read_offline, counts, err, errlen);
 #undef SEEN
 	return rc;
@@ -1603,41 +1630,134 @@ store_agent_key_abandon(struct store *s, const char *id,
 
 /* ---- presence -------------------------------------------------------------- */
 
-int
-store_replica_renew(struct store *s, const char *replica, const char *peer_url,
-    int64_t lease_until_ms, char *err, size_t errlen)
-{
-	const struct store_stmt q = {
-		.sql = "INSERT INTO replicas (id, peer_url, lease_until) VALUES (?, ?, ?)"
-		    " ON CONFLICT (id) DO UPDATE SET peer_url = excluded.peer_url,"
-		    " lease_until = excluded.lease_until",
-		.what = "renew replica lease",
-		PARAMS(P_TEXT(replica), P_TEXT(peer_url), P_INT(lease_until_ms)),
-	};
+/* A replica's lease row, as read to claim it. */
+struct lease_row {
+	int64_t now_ms;            /* the database's clock */
+	struct store_lease l;
+};
 
-	return write_stmt(s, &q, NULL, NULL, err, errlen);
+static int
+read_lease(const struct store_row *r, void *out)
+{
+	struct lease_row *lr = out;
+
+	lr->now_ms = col_int(r, 0);
+	lr->l.until_ms = col_int(r, 1);
+	lr->l.left_ms = lr->l.until_ms - lr->now_ms;
+	return col_text(r, 2, lr->l.peer_url, sizeof(lr->l.peer_url));
+}
+
+static int
+read_now(const struct store_row *r, void *out)
+{
+	*(int64_t *)out = col_int(r, 0);
+	return 0;
+}
+
+/* In claim's transaction: the database's now and replica's row (locked),
+ * STORE_NOTFOUND (lr->now_ms set) when there is none. */
+static int
+lease_read(struct store *s, const char *replica, struct lease_row *lr,
+    char *err, size_t errlen)
+{
+	char sql[NOW_SQL_MAX];
+	int rc;
+
+	rc = query_one(s, &(struct store_stmt){
+	    .sql = db_now_sql(s, "SELECT {NOW}, lease_until, peer_url FROM replicas"
+	    " WHERE id = ?", sql, sizeof(sql)), .what = "read replica lease",
+	    .flags = STORE_STMT_LOCK, PARAMS(P_TEXT(replica)) },
+	    read_lease, lr, err, errlen);
+	if (rc != STORE_NOTFOUND)
+		return rc;
+	rc = query_one(s, &(struct store_stmt){ .sql = db_now_sql(s,
+	    "SELECT {NOW}", sql, sizeof(sql)), .what = "read the database's clock" },
+	    read_now, &lr->now_ms, err, errlen);
+	return rc == STORE_OK ? STORE_NOTFOUND : rc;
+}
+
+/* In claim's transaction: writes the lease's row (new or taken over), and
+ * for a row not this process's forgets what its last holder recorded. */
+static int
+lease_write(struct store *s, const char *replica, const char *peer_url,
+    int64_t until, bool exists, bool ours, char *err, size_t errlen)
+{
+	int rc;
+
+	if (!ours && (rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "DELETE FROM tunnels WHERE replica_id = ?",
+	    .what = "forget a dead holder's tunnels", PARAMS(P_TEXT(replica)) },
+	    NULL, NULL, err, errlen)) != STORE_OK)
+		return rc;
+	if (exists)
+		return write_stmt(s, &(struct store_stmt){
+		    .sql = "UPDATE replicas SET peer_url = ?, lease_until = ?"
+		    " WHERE id = ?", .what = "renew replica lease",
+		    PARAMS(P_TEXT(peer_url), P_INT(until), P_TEXT(replica)) },
+		    NULL, NULL, err, errlen);
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "INSERT INTO replicas (id, peer_url, lease_until) VALUES (?, ?, ?)",
+	    .what = "take replica lease",
+	    PARAMS(P_TEXT(replica), P_TEXT(peer_url), P_INT(until)) },
+	    NULL, NULL, err, errlen);
 }
 
 int
-store_replica_drop(struct store *s, const char *replica, char *err, size_t errlen)
+store_replica_claim(struct store *s, const char *replica, const char *peer_url,
+    int64_t lease_ms, int64_t *mine, struct store_lease *held, char *err,
+    size_t errlen)
 {
-	const struct store_stmt tunnels = {
-		.sql = "DELETE FROM tunnels WHERE replica_id = ?",
-		.what = "forget replica tunnels",
-		PARAMS(P_TEXT(replica)),
-	};
-	const struct store_stmt lease = {
-		.sql = "DELETE FROM replicas WHERE id = ?",
-		.what = "drop replica lease",
-		PARAMS(P_TEXT(replica)),
-	};
+	struct lease_row lr;
+	bool exists, ours;
+	int64_t until;
+	int rc;
+	STORE_TIMED(s);
+
+	memset(&lr, 0, sizeof(lr));
+	if ((rc = begin(s, err, errlen)) != STORE_OK)
+		return rc;
+	rc = lease_read(s, replica, &lr, err, errlen);
+	exists = rc == STORE_OK;
+	if (rc != STORE_OK && rc != STORE_NOTFOUND)
+		return store_finish(s, rc, err, errlen);
+	ours = exists && *mine != 0 && lr.l.until_ms == *mine;
+	if (exists && !ours && lr.l.left_ms > 0) {
+		if (held != NULL)
+			*held = lr.l;
+		snprintf(err, errlen, "replica id %s is held by a live replica "
+		    "(peer URL \"%s\", lease for %lld ms more)", replica,
+		    lr.l.peer_url, (long long)lr.l.left_ms);
+		return store_finish(s, STORE_REFUSED, err, errlen);
+	}
+	/* Never the end it had: a renewal in the same millisecond still
+	 * leaves a mark another process could not have written. */
+	until = lr.now_ms + lease_ms;
+	if (exists && until == lr.l.until_ms)
+		until++;
+	rc = lease_write(s, replica, peer_url, until, exists, ours, err, errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) == STORE_OK)
+		*mine = until;
+	return rc;
+}
+
+int
+store_replica_drop(struct store *s, const char *replica, int64_t mine,
+    char *err, size_t errlen)
+{
+	int64_t changes = 0;
 	int rc;
 
 	if ((rc = begin(s, err, errlen)) != STORE_OK)
 		return rc;
-	rc = write_stmt(s, &tunnels, NULL, NULL, err, errlen);
-	if (rc == STORE_OK)
-		rc = write_stmt(s, &lease, NULL, NULL, err, errlen);
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "DELETE FROM replicas WHERE id = ? AND lease_until = ?",
+	    .what = "drop replica lease", PARAMS(P_TEXT(replica), P_INT(mine)) },
+	    &changes, NULL, err, errlen);
+	if (rc == STORE_OK && changes > 0)
+		rc = write_stmt(s, &(struct store_stmt){
+		    .sql = "DELETE FROM tunnels WHERE replica_id = ?",
+		    .what = "forget replica tunnels", PARAMS(P_TEXT(replica)) },
+		    NULL, NULL, err, errlen);
 	return store_finish(s, rc, err, errlen);
 }
 
@@ -1669,6 +1789,80 @@ store_tunnel_forget(struct store *s, const char *agent_id, const char *replica,
 	return write_stmt(s, &q, NULL, NULL, err, errlen);
 }
 
+/* One agent id of a replica's records (store_tunnels_sync). */
+static int
+read_id(const struct store_row *r, void *out)
+{
+	return col_text(r, 0, out, STORE_ID_MAX + 1);
+}
+
+static int
+id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* Records agent_id's tunnel against replica unless a replica with a
+ * running lease holds its record (sync's repair of a lost record). */
+static int
+tunnel_rerecord(struct store *s, const char *agent_id, const char *replica,
+    int64_t now_ms, int64_t *changes, char *err, size_t errlen)
+{
+	char sql[NOW_SQL_MAX];
+
+	return write_stmt(s, &(struct store_stmt){ .sql = db_now_sql(s,
+	    "INSERT INTO tunnels (agent_id, replica_id, since) VALUES (?, ?, ?)"
+	    " ON CONFLICT (agent_id) DO UPDATE SET replica_id = excluded.replica_id,"
+	    " since = excluded.since WHERE NOT EXISTS (SELECT 1 FROM replicas r"
+	    " WHERE r.id = tunnels.replica_id AND r.lease_until > {NOW})",
+	    sql, sizeof(sql)), .what = "record tunnel again",
+	    PARAMS(P_TEXT(agent_id), P_TEXT(replica), P_INT(now_ms)) },
+	    changes, NULL, err, errlen);
+}
+
+int
+store_tunnels_sync(struct store *s, const char *replica,
+    const char (*ids)[STORE_ID_MAX + 1], size_t n, int64_t now_ms,
+    size_t *changed, char *err, size_t errlen)
+{
+	char (*have)[STORE_ID_MAX + 1] = NULL;
+	size_t nhave = 0, i = 0, j = 0, done = 0;
+	int64_t c;
+	int rc;
+	STORE_TIMED(s);
+
+	rc = query_all(s, &(struct store_stmt){
+	    .sql = "SELECT agent_id FROM tunnels WHERE replica_id = ?",
+	    .what = "list replica tunnels", PARAMS(P_TEXT(replica)) },
+	    sizeof(*have), read_id, (void **)&have, &nhave, err, errlen);
+	if (rc != STORE_OK)
+		return rc;
+	if (nhave > 1)
+		qsort(have, nhave, sizeof(*have), id_cmp);
+	/* A merge of two sorted lists: what only the store has goes, what
+	 * only this replica holds is recorded. */
+	while (rc == STORE_OK && (i < nhave || j < n)) {
+		int d = i == nhave ? 1 : j == n ? -1 : strcmp(have[i], ids[j]);
+
+		c = 0;
+		if (d < 0)
+			rc = write_stmt(s, &(struct store_stmt){
+			    .sql = "DELETE FROM tunnels WHERE agent_id = ? AND replica_id = ?",
+			    .what = "forget a closed tunnel",
+			    PARAMS(P_TEXT(have[i]), P_TEXT(replica)) },
+			    &c, NULL, err, errlen);
+		else if (d > 0)
+			rc = tunnel_rerecord(s, ids[j], replica, now_ms, &c, err, errlen);
+		done += c > 0;
+		i += d <= 0;
+		j += d >= 0;
+	}
+	free(have);
+	if (changed != NULL)
+		*changed = done;
+	return rc;
+}
+
 static int
 read_presence(const struct store_row *r, void *out)
 {
@@ -1682,15 +1876,15 @@ read_presence(const struct store_row *r, void *out)
 }
 
 int
-store_presence_list(struct store *s, int64_t now_ms, struct store_presence **out,
+store_presence_list(struct store *s, struct store_presence **out,
     size_t *n, char *err, size_t errlen)
 {
+	char sql[NOW_SQL_MAX];
 	const struct store_stmt q = {
-		.sql = "SELECT t.agent_id, t.replica_id, t.since FROM tunnels t"
-		    " JOIN replicas r ON r.id = t.replica_id"
-		    " WHERE r.lease_until > ?",
+		.sql = db_now_sql(s, "SELECT t.agent_id, t.replica_id, t.since"
+		    " FROM tunnels t JOIN replicas r ON r.id = t.replica_id"
+		    " WHERE r.lease_until > {NOW}", sql, sizeof(sql)),
 		.what = "list presence",
-		PARAMS(P_INT(now_ms)),
 	};
 
 	return query_all(s, &q, sizeof(**out), read_presence, (void **)out, n,
@@ -1716,16 +1910,18 @@ read_remote_agent(const struct store_row *r, void *out)
 }
 
 int
-store_remote_agents(struct store *s, const char *self, int64_t now_ms,
+store_remote_agents(struct store *s, const char *self,
     struct store_remote_agent **out, size_t *n, char *err, size_t errlen)
 {
+	char sql[NOW_SQL_MAX];
 	const struct store_stmt q = {
-		.sql = "SELECT a.id, a.cluster_id, a.node, a.state, r.id, r.peer_url"
-		    " FROM tunnels t JOIN replicas r ON r.id = t.replica_id"
+		.sql = db_now_sql(s, "SELECT a.id, a.cluster_id, a.node, a.state,"
+		    " r.id, r.peer_url FROM tunnels t"
+		    " JOIN replicas r ON r.id = t.replica_id"
 		    " JOIN agents a ON a.id = t.agent_id"
-		    " WHERE r.lease_until > ? AND r.id <> ?",
+		    " WHERE r.lease_until > {NOW} AND r.id <> ?", sql, sizeof(sql)),
 		.what = "list remote agents",
-		PARAMS(P_INT(now_ms), P_TEXT(self)),
+		PARAMS(P_TEXT(self)),
 	};
 
 	return query_all(s, &q, sizeof(**out), read_remote_agent, (void **)out, n,

@@ -265,13 +265,13 @@ int store_agent_key_abandon(struct store *s, const char *id,
 /*
  * Counts the agents offline longer than each of over_s[0..2] seconds at
  * now (Unix s) into counts[0..2]: agents not revoked whose tunnel no
- * replica with a lease running past now_ms holds, by their last contact
+ * replica with a running lease (database clock) holds, by their last contact
  * (last_seen; updated_at for one never seen since schema version 6).  One
  * query, a scan of agents (O(agents)); nothing per agent is returned.
  * STORE_OK, or STORE_ERR with err.
  */
 #define STORE_OFFLINE_SPANS 3
-int store_agents_offline(struct store *s, int64_t now, int64_t now_ms,
+int store_agents_offline(struct store *s, int64_t now,
     const int64_t over_s[STORE_OFFLINE_SPANS],
     int64_t counts[STORE_OFFLINE_SPANS], char *err, size_t errlen);
 
@@ -287,12 +287,38 @@ struct store_presence {
 	int64_t since_ms;                 /* Unix ms: when it was recorded */
 };
 
-/* Takes or extends replica's lease until lease_until_ms (Unix ms) and
- * records its peer URL ("" if none). */
-int store_replica_renew(struct store *s, const char *replica, const char *peer_url,
-    int64_t lease_until_ms, char *err, size_t errlen);
-/* Gives replica's lease up and forgets every tunnel recorded against it. */
-int store_replica_drop(struct store *s, const char *replica, char *err, size_t errlen);
+/*
+ * Leases are stamped and compared by the database's clock (PostgreSQL's
+ * now(), SQLite's on its one host), never the writer's: replicas whose
+ * clocks disagree still see each other's leases as they are.
+ */
+
+/* A lease another process holds (store_replica_claim's refusal). */
+struct store_lease {
+	int64_t until_ms;     /* its end, database clock, Unix ms */
+	int64_t left_ms;      /* how long it still runs (> 0) */
+	char peer_url[STORE_PEER_URL_MAX + 1];  /* its holder's */
+};
+
+/*
+ * Takes or extends replica's lease for this process until the database's
+ * now plus lease_ms (<= 0: ends at once), recording peer_url ("" if none).
+ * *mine: in, the lease end this process last wrote (0: none yet); out, the
+ * new one.  The row is this process's while its end is *mine; no row, or
+ * one whose lease has ended, is taken, and the tunnel records its last
+ * holder left under the id are forgotten with it.  STORE_REFUSED while
+ * another process's lease runs (*held, may be NULL, says whose; nothing
+ * written), else STORE_OK or STORE_ERR/STORE_FULL with err.  One
+ * transaction: a locked read, one or two writes.
+ */
+int store_replica_claim(struct store *s, const char *replica, const char *peer_url,
+    int64_t lease_ms, int64_t *mine, struct store_lease *held, char *err,
+    size_t errlen);
+/* Gives replica's lease up and forgets every tunnel recorded against it,
+ * if the lease is still this process's (its end is mine); another's is
+ * left alone (STORE_OK either way). */
+int store_replica_drop(struct store *s, const char *replica, int64_t mine,
+    char *err, size_t errlen);
 /* Records that replica holds agent_id's tunnel (replacing any record). */
 int store_tunnel_record(struct store *s, const char *agent_id, const char *replica,
     int64_t now_ms, char *err, size_t errlen);
@@ -300,9 +326,22 @@ int store_tunnel_record(struct store *s, const char *agent_id, const char *repli
  * on another replica stays). */
 int store_tunnel_forget(struct store *s, const char *agent_id, const char *replica,
     char *err, size_t errlen);
-/* The tunnels whose replica's lease runs past now_ms, in no order (*out:
- * caller frees, *n records).  One query. */
-int store_presence_list(struct store *s, int64_t now_ms,
+/*
+ * Makes the tunnels recorded against replica exactly ids[0..n-1] (sorted in
+ * strcmp order): forgets its other records (tunnels that closed while the
+ * store could not be told: ghosts other replicas would route to) and
+ * records the missing ones since now_ms, unless a replica with a running
+ * lease holds that agent's record.  *changed (may be NULL) counts the rows
+ * forgotten and recorded.  One read of replica's records, then one write
+ * per difference.  STORE_OK, or STORE_ERR/STORE_FULL with err (some rows
+ * may be fixed: calling it again finishes).
+ */
+int store_tunnels_sync(struct store *s, const char *replica,
+    const char (*ids)[STORE_ID_MAX + 1], size_t n, int64_t now_ms,
+    size_t *changed, char *err, size_t errlen);
+/* The tunnels whose replica's lease runs (database clock), in no order
+ * (*out: caller frees, *n records).  One query. */
+int store_presence_list(struct store *s,
     struct store_presence **out, size_t *n, char *err, size_t errlen);
 
 /* An agent whose tunnel another live replica holds (docs/0023). */
@@ -315,9 +354,9 @@ struct store_remote_agent {
 	char peer_url[STORE_PEER_URL_MAX + 1];
 };
 /* The agents whose tunnels replicas other than self hold, of replicas
- * whose lease runs past now_ms, in no order (*out: caller frees, *n
+ * whose lease runs (database clock), in no order (*out: caller frees, *n
  * records).  One query (tunnels joined to replicas and agents). */
-int store_remote_agents(struct store *s, const char *self, int64_t now_ms,
+int store_remote_agents(struct store *s, const char *self,
     struct store_remote_agent **out, size_t *n, char *err, size_t errlen);
 
 #endif

@@ -95,6 +95,8 @@ struct store_dialect {
 	                          * the engine has one built in */
 	const char *notify;      /* triggers announcing changes to other
 	                          * replicas (docs/0021), or "" */
+	const char *now_ms;      /* the database's clock, Unix ms, as a BIGINT
+	                          * expression (leases: store.c's {NOW}) */
 	const char *notify_tunnels;  /* the trigger announcing a tunnel's
 	                          * record moved (docs/0023), or "" */
 	const char *notify_keys; /* the trigger announcing an agent asked to

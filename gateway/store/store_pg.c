@@ -426,6 +426,9 @@ static const struct store_dialect pg_dialect = {
 	.blob = "BYTEA",
 	.table_end = ")",
 	.rowid = "rowid BIGSERIAL NOT NULL,",
+	/* The server's clock at the transaction's start (now()): every
+	 * replica's leases by one clock, whatever theirs say. */
+	.now_ms = "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)",
 	/* In the changing transaction: delivered at its commit, to every
 	 * replica listening (store_listen.c), never for a rollback. */
 	.notify =

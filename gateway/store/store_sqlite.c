@@ -336,6 +336,8 @@ static const struct store_dialect sqlite_dialect = {
 	.notify = "",     /* one gateway: nobody else to tell */
 	.notify_tunnels = "",
 	.notify_keys = "",
+	/* One host holds the file: its clock is the database's. */
+	.now_ms = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
 };
 
 static const struct store_backend sqlite_backend = {

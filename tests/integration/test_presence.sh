@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Presence (docs/0017): two gateway replicas on one private PostgreSQL behind
 # Debian's haproxy (TCP, TLS passed through, round robin, health checks).
-# - each replica takes a lease (its --replica-id, by default the host name,
-#   and its --peer-url); the agent's tunnel is recorded against the replica
+# - each replica takes a lease (its --replica-id, by default HOST-PID: the
+#   host name and the process id, and its --peer-url); the agent's tunnel is recorded against the replica
 #   that holds it, and `tetherctl agent list -o json` shows it as "replica";
 # - kill -9 of that replica, the agent held stopped: the other replica
 #   reports the agent gone (replica null, not connected) once the dead
@@ -27,12 +27,12 @@ on() { # on N CTL-ARGS...: tetherctl -o json against replica N directly
 replica_start 1 --replica-id r1
 REPLICA_NO_ID=1 replica_start 2
 for i in 1 2; do wait_until 30 "replica $i ready" replica_ready "$i"; done
-host=$(hostname)
+host=$(hostname | cut -c1-48)-${RPID[2]}
 assert_contains "$T/replica2.log" "replica=$host"
 declare -A NAME=([1]=r1 [2]=$host)
 [ "$(pg_query "SELECT count(*) FROM replicas WHERE (id = 'r1' AND peer_url = 'https://127.0.0.1:${RPORT[1]}') OR (id = '$host' AND peer_url = 'https://127.0.0.1:${RPORT[2]}')")" = 2 ] ||
 	fail "the replicas' leases are not in the store: $(pg_query 'SELECT id, peer_url FROM replicas')"
-pass "each replica holds a lease: r1 (--replica-id) and $host (the host name by default)"
+pass "each replica holds a lease: r1 (--replica-id) and $host (HOST-PID by default)"
 
 haproxy_start haproxy "$(haproxy_pool "$LB_PORT" roundrobin 1 2)"
 lb_ready() { curl -sf --cacert "$GW_DIR/ca.crt" "$LB_URL/readyz"; }

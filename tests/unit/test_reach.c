@@ -66,21 +66,24 @@ active_here(struct ft *f, const char *node, struct store_agent *a, EVP_PKEY **ke
 	return ft_agent_connect(f, a, *key);
 }
 
-/* An agent (active or not) whose tunnel replica holds; the replica's lease
- * runs until lease_ms. */
+/* An agent (active or not) whose tunnel replica holds; the replica's lease,
+ * taken if no other runs, runs for lease_ms more (<= 0: has ended). */
 static void
 held_elsewhere(struct ft *f, const char *node, bool active, const char *replica,
     int64_t lease_ms, struct store_agent *a)
 {
 	char err[STORE_ERROR_MAX + 1];
 	EVP_PKEY *key;
+	int64_t mine = 0;
+	int rc;
 
 	ft_make_agent(f, node, &key, a);
 	EVP_PKEY_free(key);
 	if (active)
 		ft_make_active(f, a);
-	assert_int_equal(store_replica_renew(f->st, replica, FAR_URL, lease_ms, err,
-	    sizeof(err)), STORE_OK);
+	rc = store_replica_claim(f->st, replica, FAR_URL, lease_ms, &mine, NULL,
+	    err, sizeof(err));
+	assert_true(rc == STORE_OK || rc == STORE_REFUSED);   /* held already */
 	assert_int_equal(store_tunnel_record(f->st, a->id, replica, gateway_now_ms(),
 	    err, sizeof(err)), STORE_OK);
 }
@@ -176,12 +179,11 @@ test_remote(void **state)
 	struct access_grant g;
 	struct reach r;
 	char err[256], want[256];
-	int64_t now = gateway_now_ms();
 
-	held_elsewhere(f, "sentinel", true, "r-far", now + 60000, &sentinel);
-	held_elsewhere(f, "node-far", true, "r-far", now + 60000, &far);
-	held_elsewhere(f, "node-idle", false, "r-far", now + 60000, &idle);
-	held_elsewhere(f, "node-dead", true, "r-dead", now - 60000, &dead);
+	held_elsewhere(f, "sentinel", true, "r-far", 60000, &sentinel);
+	held_elsewhere(f, "node-far", true, "r-far", 60000, &far);
+	held_elsewhere(f, "node-idle", false, "r-far", 60000, &idle);
+	held_elsewhere(f, "node-dead", true, "r-dead", -60000, &dead);
 	read_directory(f);
 	/* Only another replica holds it: picked there, with its URL. */
 	g = grant(f, "node-far");
@@ -214,10 +216,9 @@ test_here_first(void **state)
 	struct access_grant g = grant(f, NULL);
 	struct reach r;
 	char err[256];
-	int64_t now = gateway_now_ms();
 
-	held_elsewhere(f, "sentinel", true, "r-far", now + 60000, &sentinel);
-	held_elsewhere(f, "node-far", true, "r-far", now + 60000, &far);
+	held_elsewhere(f, "sentinel", true, "r-far", 60000, &sentinel);
+	held_elsewhere(f, "node-far", true, "r-far", 60000, &far);
 	read_directory(f);
 	t = active_here(f, "node-here", &here, &k);
 	for (int i = 0; i < 4; i++) {

@@ -1016,7 +1016,7 @@ test_agents_offline(void **state)
 	char err[STORE_ERROR_MAX + 1] = "";
 	const int64_t over[STORE_OFFLINE_SPANS] = { 300, 3600, 86400 };
 	const int64_t t0 = (int64_t)NOW * 1000;
-	int64_t n[STORE_OFFLINE_SPANS];
+	int64_t n[STORE_OFFLINE_SPANS], mine = 0;
 	bool created = false;
 
 	make_import(f, "3434343434343434", 3, false, &c);
@@ -1030,22 +1030,24 @@ test_agents_offline(void **state)
 	assert_int_equal(store_agent_seen(f->s, r.id, NULL, NOW - 2 * 86400, err,
 	    sizeof(err)), STORE_OK);
 	do_transition(f->s, r.id, AGENT_EV_REVOKE, NULL, &r);
-	assert_int_equal(store_agents_offline(f->s, NOW, t0, over, n, err,
+	assert_int_equal(store_agents_offline(f->s, NOW, over, n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n[0], 2);
 	assert_int_equal(n[1], 2);
 	assert_int_equal(n[2], 1);
 	/* b held by r1: not offline while r1's lease runs, again after. */
-	assert_int_equal(store_replica_renew(f->s, "r1", "", t0 + 6000, err,
-	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r1", "", 6000, &mine, NULL,
+	    err, sizeof(err)), STORE_OK);
 	assert_int_equal(store_tunnel_record(f->s, b.id, "r1", t0, err,
 	    sizeof(err)), STORE_OK);
-	assert_int_equal(store_agents_offline(f->s, NOW, t0, over, n, err,
+	assert_int_equal(store_agents_offline(f->s, NOW, over, n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n[0], 1);
 	assert_int_equal(n[2], 0);
-	assert_int_equal(store_agents_offline(f->s, NOW + 7, t0 + 7000, over, n,
-	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r1", "", -1, &mine, NULL,
+	    err, sizeof(err)), STORE_OK);   /* its lease ends now */
+	assert_int_equal(store_agents_offline(f->s, NOW, over, n, err,
+	    sizeof(err)), STORE_OK);
 	assert_int_equal(n[2], 1);
 }
 
@@ -1654,7 +1656,8 @@ test_open_concurrent(void **state)
 		reopen(f);
 }
 
-/* Presence: leases, tunnel records, and what a reader sees as time goes. */
+/* Presence: leases, tunnel records, and what a reader sees as time goes
+ * (leases by the database's clock: one ended is one renewed to end now). */
 static void
 test_presence(void **state)
 {
@@ -1662,17 +1665,20 @@ test_presence(void **state)
 	char err[STORE_ERROR_MAX + 1];
 	struct store_presence *ps;
 	const int64_t t0 = (int64_t)NOW * 1000;
+	int64_t m1 = 0, m2 = 0, other = 0, was;
+	struct store_lease held;
 	size_t n;
 
-	assert_int_equal(store_replica_renew(f->s, "r1", "https://10.0.0.1:8443",
-	    t0 + 6000, err, sizeof(err)), STORE_OK);
-	assert_int_equal(store_replica_renew(f->s, "r2", "", t0 + 6000, err,
-	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r1", "https://10.0.0.1:8443",
+	    6000, &m1, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r2", "", 6000, &m2, NULL,
+	    err, sizeof(err)), STORE_OK);
+	assert_true(m1 > 0 && m2 > 0);
 	assert_int_equal(store_tunnel_record(f->s, "a-1", "r1", t0, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(store_tunnel_record(f->s, "a-2", "r2", t0, err,
 	    sizeof(err)), STORE_OK);
-	assert_int_equal(store_presence_list(f->s, t0 + 1000, &ps, &n, err,
+	assert_int_equal(store_presence_list(f->s, &ps, &n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n, 2);
 	free(ps);
@@ -1683,12 +1689,47 @@ test_presence(void **state)
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(store_tunnel_forget(f->s, "a-1", "r1", err, sizeof(err)),
 	    STORE_OK);
-	/* r2 renews, r1 does not (killed): past r1's lease only r2 counts. */
-	assert_int_equal(store_replica_renew(f->s, "r2", "", t0 + 9000, err,
-	    sizeof(err)), STORE_OK);
+	/* r2 renews, r1's lease ends (killed): only r2's records count. */
+	was = m2;
+	assert_int_equal(store_replica_claim(f->s, "r2", "", 9000, &m2, NULL,
+	    err, sizeof(err)), STORE_OK);
+	assert_true(m2 != was);
 	assert_int_equal(store_tunnel_record(f->s, "a-3", "r1", t0, err,
 	    sizeof(err)), STORE_OK);
-	assert_int_equal(store_presence_list(f->s, t0 + 7000, &ps, &n, err,
+	assert_int_equal(store_replica_claim(f->s, "r1", "https://10.0.0.1:8443",
+	    -1, &m1, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_presence_list(f->s, &ps, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(ps[i].replica, "r2");
+	free(ps);
+
+	/* A second process with r2's id is refused while r2's lease runs,
+	 * told by whom, and can neither renew nor drop it. */
+	assert_int_equal(store_replica_claim(f->s, "r2", "https://other:1", 6000,
+	    &other, &held, err, sizeof(err)), STORE_REFUSED);
+	assert_int_equal(other, 0);
+	assert_string_equal(held.peer_url, "");
+	assert_int_equal(held.until_ms, m2);
+	assert_true(held.left_ms > 0 && held.left_ms <= 9000);
+	assert_non_null(strstr(err, "replica id r2 is held by a live replica"));
+	other = m2 + 1;
+	assert_int_equal(store_replica_claim(f->s, "r2", "", 6000, &other, NULL,
+	    err, sizeof(err)), STORE_REFUSED);
+	assert_int_equal(store_replica_drop(f->s, "r2", m2 + 1, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_presence_list(f->s, &ps, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 2);
+	free(ps);
+
+	/* r1's ended lease is taken by a new process: what the dead one
+	 * recorded (a-3) is forgotten with it. */
+	other = 0;
+	assert_int_equal(store_replica_claim(f->s, "r1", "https://10.0.0.9:8443",
+	    6000, &other, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_presence_list(f->s, &ps, &n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n, 2);
 	for (size_t i = 0; i < n; i++)
@@ -1696,18 +1737,61 @@ test_presence(void **state)
 	free(ps);
 
 	/* A clean stop drops the lease and every record of the replica. */
-	assert_int_equal(store_replica_drop(f->s, "r2", err, sizeof(err)), STORE_OK);
-	assert_int_equal(store_presence_list(f->s, t0 + 1000, &ps, &n, err,
+	assert_int_equal(store_replica_drop(f->s, "r2", m2, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_presence_list(f->s, &ps, &n, err,
 	    sizeof(err)), STORE_OK);
-	assert_int_equal(n, 1);   /* a-3 on r1, whose lease runs at t0 + 1 s */
-	assert_string_equal(ps[0].agent_id, "a-3");
-	free(ps);
-	assert_int_equal(store_tunnel_forget(f->s, "a-3", "r1", err, sizeof(err)),
-	    STORE_OK);
-	assert_int_equal(store_presence_list(f->s, t0, &ps, &n, err, sizeof(err)),
-	    STORE_OK);
 	assert_int_equal(n, 0);
 	free(ps);
+}
+
+/* Tunnel records made to match a replica's tunnels after an outage: the
+ * ghosts go, the lost ones come back, another live replica's stay. */
+static void
+test_tunnels_sync(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_presence *ps;
+	char ids[3][STORE_ID_MAX + 1] = { "x-2", "x-3", "x-4" };
+	const int64_t t0 = (int64_t)NOW * 1000;
+	int64_t m1 = 0, m3 = 0;
+	size_t n, changed = 99;
+
+	assert_int_equal(store_replica_claim(f->s, "r1", "", 6000, &m1, NULL,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r3", "", 6000, &m3, NULL,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, "x-1", "r3", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, "x-2", "r3", t0, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, "x-4", "r1", t0, err,
+	    sizeof(err)), STORE_OK);
+	/* r3 holds x-2, x-3 and (it thinks) x-4: x-1 closed unseen, x-3's
+	 * record was lost, x-4's is live r1's. */
+	assert_int_equal(store_tunnels_sync(f->s, "r3", (const char (*)[STORE_ID_MAX + 1])ids,
+	    3, t0, &changed, err, sizeof(err)), STORE_OK);
+	assert_int_equal(changed, 2);
+	assert_int_equal(store_presence_list(f->s, &ps, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		assert_string_not_equal(ps[i].agent_id, "x-1");
+		assert_string_equal(ps[i].replica,
+		    strcmp(ps[i].agent_id, "x-4") == 0 ? "r1" : "r3");
+	}
+	free(ps);
+	/* Again: nothing to change. */
+	assert_int_equal(store_tunnels_sync(f->s, "r3", (const char (*)[STORE_ID_MAX + 1])ids,
+	    3, t0, &changed, err, sizeof(err)), STORE_OK);
+	assert_int_equal(changed, 0);
+	/* r1's lease ended: its record of x-4 is r3's to take. */
+	assert_int_equal(store_replica_claim(f->s, "r1", "", -1, &m1, NULL,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnels_sync(f->s, "r3", (const char (*)[STORE_ID_MAX + 1])ids,
+	    3, t0, &changed, err, sizeof(err)), STORE_OK);
+	assert_int_equal(changed, 1);
 }
 
 /* The presence directory's read: agents other live replicas hold, with
@@ -1722,6 +1806,7 @@ test_remote_agents(void **state)
 	struct store_agent a1, a2, a3;
 	struct store_remote_agent *ra;
 	const int64_t t0 = (int64_t)NOW * 1000;
+	int64_t m1 = 0, m2 = 0, m3 = 0;
 	bool created;
 	size_t n;
 
@@ -1729,12 +1814,12 @@ test_remote_agents(void **state)
 	do_register(f, "4444444444444444", "n1", 0x01, &a1, &created);
 	do_register(f, "4444444444444444", "n2", 0x02, &a2, &created);
 	do_register(f, "4444444444444444", "n3", 0x03, &a3, &created);
-	assert_int_equal(store_replica_renew(f->s, "me", "https://127.0.0.1:1",
-	    t0 + 6000, err, sizeof(err)), STORE_OK);
-	assert_int_equal(store_replica_renew(f->s, "r2", "https://127.0.0.1:2",
-	    t0 + 6000, err, sizeof(err)), STORE_OK);
-	assert_int_equal(store_replica_renew(f->s, "r3", "https://127.0.0.1:3",
-	    t0 + 2000, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "me", "https://127.0.0.1:1",
+	    6000, &m1, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r2", "https://127.0.0.1:2",
+	    6000, &m2, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r3", "https://127.0.0.1:3",
+	    6000, &m3, NULL, err, sizeof(err)), STORE_OK);
 	assert_int_equal(store_tunnel_record(f->s, a1.id, "me", t0, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(store_tunnel_record(f->s, a2.id, "r2", t0, err,
@@ -1742,8 +1827,8 @@ test_remote_agents(void **state)
 	assert_int_equal(store_tunnel_record(f->s, a3.id, "r3", t0, err,
 	    sizeof(err)), STORE_OK);
 
-	/* Ours is left out; r2 and r3 are live at t0 + 1 s. */
-	assert_int_equal(store_remote_agents(f->s, "me", t0 + 1000, &ra, &n, err,
+	/* Ours is left out; r2 and r3 are live. */
+	assert_int_equal(store_remote_agents(f->s, "me", &ra, &n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n, 2);
 	for (size_t i = 0; i < n; i++) {
@@ -1763,10 +1848,12 @@ test_remote_agents(void **state)
 	}
 	free(ra);
 
-	/* r3's lease has ended by t0 + 3 s: only r2's agent; its state is the
-	 * store's as of now. */
+	/* r3's lease has ended: only r2's agent; its state is the store's as
+	 * of now. */
+	assert_int_equal(store_replica_claim(f->s, "r3", "https://127.0.0.1:3",
+	    -1, &m3, NULL, err, sizeof(err)), STORE_OK);
 	do_transition(f->s, a2.id, AGENT_EV_REVOKE, NULL, &a2);
-	assert_int_equal(store_remote_agents(f->s, "me", t0 + 3000, &ra, &n, err,
+	assert_int_equal(store_remote_agents(f->s, "me", &ra, &n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n, 1);
 	assert_string_equal(ra[0].agent_id, a2.id);
@@ -1774,7 +1861,7 @@ test_remote_agents(void **state)
 	free(ra);
 
 	/* Another replica's view leaves its own out and sees ours. */
-	assert_int_equal(store_remote_agents(f->s, "r2", t0 + 3000, &ra, &n, err,
+	assert_int_equal(store_remote_agents(f->s, "r2", &ra, &n, err,
 	    sizeof(err)), STORE_OK);
 	assert_int_equal(n, 1);
 	assert_string_equal(ra[0].agent_id, a1.id);
@@ -1818,6 +1905,7 @@ main(void)
 		T(test_register_concurrent),
 		T(test_open_concurrent),
 		T(test_presence),
+		T(test_tunnels_sync),
 		T(test_remote_agents),
 #undef T
 	};

@@ -172,6 +172,7 @@ ft_new(size_t cap)
 	mc.odd_ids = 1;
 	f->gw.mux_config = mc;
 	snprintf(f->gw.replica_id, sizeof(f->gw.replica_id), "r-here");
+	f->gw.store = f->st;      /* start-up calls (presence_start) */
 	assert_non_null(f->gw.base = event_base_new());
 	assert_non_null(f->gw.hub = hub_new(&ft_hub_ops));
 	assert_non_null(f->watchdog = evtimer_new(f->gw.base, on_watchdog, f));
