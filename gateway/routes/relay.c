@@ -448,6 +448,27 @@ relay_end(struct live_stream *ls, const char *reason)
 
 /* ---- opening ---- */
 
+/*
+ * The account the client's side of r is charged to: its principal's, or
+ * for a stream that came over a peer link the link's own ("peer-link:ID";
+ * "admin:peer-link:ID" for an admin principal, which may use the reserve).
+ * A replica naming a new principal per OPEN still has one share on this
+ * side, and the agent's side stays charged to the principal it named
+ * (issue 22: 150 MiB of windows against a 64 MiB share).  NULL when out of
+ * memory.
+ */
+static struct budget_account *
+client_account(struct relay *r)
+{
+	char link[sizeof(r->via) + 32];
+
+	if (r->via[0] == '\0')
+		return shares_principal(r->gw, r->principal);
+	snprintf(link, sizeof(link), "%speer-link:%s",
+	    strncmp(r->principal, "admin:", 6) == 0 ? "admin:" : "", r->via);
+	return shares_principal(r->gw, link);
+}
+
 static void
 agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason, void *arg)
 {
@@ -488,10 +509,11 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 		    r->gw->limits.max_queue_bytes);
 		return;
 	}
-	/* The client's side of the stream is charged to the same principal,
-	 * and to the forward connection's own share. */
-	if (r->cs == NULL || mux_stream_accept(r->cs,
-	    shares_principal(r->gw, r->principal), &cs_handlers, r) != 0) {
+	/* The client's side of the stream is charged to the same principal
+	 * (over a peer link: the link's), and to the forward connection's (the
+	 * link's) own share. */
+	if (r->cs == NULL || mux_stream_accept(r->cs, client_account(r),
+	    &cs_handlers, r) != 0) {
 		r->cs = NULL;
 		relay_note_end(r, "client_gone");
 		mux_stream_reset(s, "client_gone");

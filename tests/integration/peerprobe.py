@@ -11,6 +11,10 @@ usage: peerprobe.py URL DATADIR REPLICA_ID MODE AGENT PRINCIPAL TARGET [ARG]
            refused    expect OPEN_FAIL; prints "refused CODE REASON"
            nocredit F open with a 64 KiB window and never return credit;
                       keeps the number of DATA bytes received in file F
+           spread N   open N streams one after the other, the i-th for
+                      principal PRINCIPALi, held open; prints "opened K
+                      refused R window W" (W: the windows granted in
+                      OPEN_OK together, what the far side charged)
 Exit 0 when the mode's expectation held, 1 otherwise.
 
 Frames are hand-built msgpack (frame.h); only what the link uses is decoded.
@@ -95,6 +99,28 @@ def decode(b, i=0):
 OPEN, OPEN_OK, OPEN_FAIL, DATA, WINDOW, FIN, RESET = 20, 21, 22, 23, 24, 25, 26
 
 
+async def spread(ws, n, agent, principal, target):
+    """Opens n streams, a new principal each; prints what was granted."""
+    opened = refused = granted = 0
+    for i in range(n):
+        sid = 1 + 2 * i
+        await ws.send(bytes([0x93, OPEN, sid]) + mp_map({
+            "target": mp_str(target), "service": mp_str(""),
+            "window": mp_uint(1 << 20), "agent": mp_str(agent),
+            "principal": mp_str("%s%d" % (principal, i))}))
+        while True:
+            f, _ = decode(await ws.recv())
+            if f[0] in (OPEN_OK, OPEN_FAIL) and f[1] == sid:
+                break
+        if f[0] == OPEN_OK:
+            opened += 1
+            granted += f[2]["window"]
+        else:
+            refused += 1
+    print("opened %d refused %d window %d" % (opened, refused, granted))
+    return 0
+
+
 async def main():
     url, datadir, replica, mode, agent, principal, target = sys.argv[1:8]
     arg = sys.argv[8] if len(sys.argv) > 8 else ""
@@ -106,6 +132,8 @@ async def main():
     async with websockets.connect(url, ssl=ctx, subprotocols=["tether.peer.v1"],
                                   extra_headers={"Tether-Replica": replica},
                                   max_size=1 << 21) as ws:
+        if mode == "spread":
+            return await spread(ws, int(arg), agent, principal, target)
         sid = 1  # the probe's id sorts first in the tests: odd stream ids
         await ws.send(bytes([0x93, OPEN, sid]) + mp_map({
             "target": mp_str(target), "service": mp_str(""), "window": mp_uint(window),
