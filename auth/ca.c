@@ -33,6 +33,7 @@
 #define SERIAL_LEN     16
 #define CA_CN_RANDOM   8           /* bytes of random hex in the CA's CN */
 #define SERVER_CN      "tether-gateway"
+#define PEER_DAYS      SERVER_DAYS
 #define CERT_FILE_MAX  (1024 * 1024)
 #define HOSTNAME_MAX   253
 
@@ -301,6 +302,27 @@ fail:
 	return NULL;
 }
 
+/* The replicas' own credential (ca.h): CN CA_PEER_CN, clientAuth only. */
+static X509 *
+peer_cert_new(EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey, long days)
+{
+	X509 *x = NULL;
+
+	if ((x = cert_new(key, CA_PEER_CN, days)) == NULL ||
+	    X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1 ||
+	    add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
+	    add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
+	    add_ext(x, ca, NID_ext_key_usage, "clientAuth") != 0 ||
+	    add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
+	    add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0 ||
+	    X509_sign(x, cakey, EVP_sha256()) <= 0) {
+		X509_free(x);
+		ERR_clear_error();
+		return NULL;
+	}
+	return x;
+}
+
 static int
 join_path(char *out, size_t outlen, const char *dir, const char *name,
     char *err, size_t errlen)
@@ -378,8 +400,8 @@ int
 ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
     char *err, size_t errlen)
 {
-	EVP_PKEY *cakey = NULL, *key = NULL;
-	X509 *ca = NULL, *server = NULL;
+	EVP_PKEY *cakey = NULL, *key = NULL, *peerkey = NULL;
+	X509 *ca = NULL, *server = NULL, *peer = NULL;
 	int r = -1;
 
 	if (hostnames == NULL && nhostnames > 0) {
@@ -387,7 +409,8 @@ ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
 		goto out;
 	}
 	if ((cakey = p256_generate()) == NULL ||
-	    (key = p256_generate()) == NULL) {
+	    (key = p256_generate()) == NULL ||
+	    (peerkey = p256_generate()) == NULL) {
 		snprintf(err, errlen, "cannot generate P-256 key");
 		goto out;
 	}
@@ -398,14 +421,22 @@ ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
 	if ((server = server_cert_new(key, ca, cakey, hostnames, nhostnames,
 	    err, errlen)) == NULL)
 		goto out;
+	if ((peer = peer_cert_new(peerkey, ca, cakey, PEER_DAYS)) == NULL) {
+		snprintf(err, errlen, "cannot build the peer certificate");
+		goto out;
+	}
 	/* Keys first: a certificate on disk without its key is useless. */
 	if (write_key(cakey, dir, "ca.key", err, errlen) != 0 ||
 	    write_cert(ca, dir, "ca.crt", err, errlen) != 0 ||
 	    write_key(key, dir, "server.key", err, errlen) != 0 ||
-	    write_cert(server, dir, "server.crt", err, errlen) != 0)
+	    write_cert(server, dir, "server.crt", err, errlen) != 0 ||
+	    write_key(peerkey, dir, "peer.key", err, errlen) != 0 ||
+	    write_cert(peer, dir, "peer.crt", err, errlen) != 0)
 		goto out;
 	r = 0;
 out:
+	X509_free(peer);
+	EVP_PKEY_free(peerkey);
 	X509_free(server);
 	X509_free(ca);
 	EVP_PKEY_free(key);
@@ -691,4 +722,71 @@ ca_server_check(X509 *leaf, const char *ca_path, struct ca_cert_info *out,
 	X509_free(ca);
 	ERR_clear_error();
 	return r;
+}
+
+int
+ca_renew_peer(const char *dir, long days, struct ca_cert_info *out, char *err,
+    size_t errlen)
+{
+	X509 *ca = NULL, *x = NULL;
+	EVP_PKEY *cakey = NULL, *key = NULL;
+	char path[4096];
+	int r = -1;
+
+	if (days < 1 || days > CA_DAYS) {
+		snprintf(err, errlen, "days must be 1 to %d", CA_DAYS);
+		return -1;
+	}
+	if (join_path(path, sizeof(path), dir, "ca.key", err, errlen) != 0)
+		goto out;
+	if (!file_exists(path)) {
+		snprintf(err, errlen, "%s: no CA key here: run cert renew where "
+		    "the CA key is", path);
+		goto out;
+	}
+	if ((cakey = key_load(path, err, errlen)) == NULL ||
+	    join_path(path, sizeof(path), dir, "ca.crt", err, errlen) != 0 ||
+	    (ca = cert_load(path, err, errlen)) == NULL)
+		goto out;
+	if (X509_check_private_key(ca, cakey) != 1) {
+		snprintf(err, errlen, "%s/ca.key is not the key of %s", dir, path);
+		goto out;
+	}
+	if ((key = p256_generate()) == NULL ||
+	    (x = peer_cert_new(key, ca, cakey, days)) == NULL) {
+		snprintf(err, errlen, "cannot build the peer certificate");
+		goto out;
+	}
+	if (write_key(key, dir, "peer.key", err, errlen) != 0 ||
+	    write_cert(x, dir, "peer.crt", err, errlen) != 0)
+		goto out;
+	cert_info(x, out);
+	r = 0;
+out:
+	X509_free(x);
+	X509_free(ca);
+	EVP_PKEY_free(key);
+	EVP_PKEY_free(cakey);
+	ERR_clear_error();
+	return r;
+}
+
+int
+ca_is_peer_cert(X509 *x)
+{
+	X509_NAME *name = X509_get_subject_name(x);
+	int i = X509_NAME_get_index_by_NID(name, NID_commonName, -1);
+	ASN1_STRING *cn;
+	uint32_t xku;
+
+	if (i < 0 || X509_NAME_get_index_by_NID(name, NID_commonName, i) >= 0)
+		return 0;   /* none, or more than one */
+	cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, i));
+	if (cn == NULL || (size_t)ASN1_STRING_length(cn) != strlen(CA_PEER_CN) ||
+	    memcmp(ASN1_STRING_get0_data(cn), CA_PEER_CN, strlen(CA_PEER_CN)) != 0)
+		return 0;
+	xku = X509_get_extended_key_usage(x);
+	/* Exactly clientAuth: a server certificate is never a peer's. */
+	return (X509_get_extension_flags(x) & EXFLAG_XKUSAGE) != 0 &&
+	    xku == XKU_SSL_CLIENT;
 }

@@ -18,8 +18,18 @@
 #define CA_CHECKSUM_MAX 72 /* "sha256:" + 64 hex + NUL */
 
 /*
- * Writes ca.crt, ca.key, server.crt, server.key into dir (which must exist);
- * keys 0600, certificates 0644, each atomically.  Returns 0 or -1 with err.
+ * The replicas' peer credential (peer.crt, peer.key; docs/0030): issued by
+ * the CA to CN CA_PEER_CN with extendedKeyUsage clientAuth alone.  It is
+ * what a replica proves to another one (tlspeer.h); the server certificate
+ * (serverAuth, CN tether-gateway) is never one, so server.key alone opens
+ * no peer link.
+ */
+#define CA_PEER_CN "tether-replica"
+
+/*
+ * Writes ca.crt, ca.key, server.crt, server.key, peer.crt, peer.key into
+ * dir (which must exist); keys 0600, certificates 0644, each atomically.
+ * Returns 0 or -1 with err.
  */
 int ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
     char *err, size_t errlen);
@@ -45,7 +55,22 @@ struct ca_cert_info {
 int ca_renew_server(const char *dir, long days, struct ca_cert_info *out,
     char *err, size_t errlen);
 
+/*
+ * `cert renew`, the peer credential: a new key and a certificate for it
+ * (CA_PEER_CN, clientAuth, days days) from dir's ca.crt and ca.key,
+ * written as peer.key (0600) then peer.crt (0644), each atomically;
+ * creates them where there were none (a data directory from before).
+ * Fills *out.  Returns 0, or -1 with err (dir unchanged).  Cost: a key
+ * generation, a signature, two fsynced writes: off any event loop.
+ */
+int ca_renew_peer(const char *dir, long days, struct ca_cert_info *out,
+    char *err, size_t errlen);
+
 struct x509_st;
+/* 1 if x is a peer credential (CA_PEER_CN, clientAuth alone), else 0.
+ * Says nothing of who issued it: the caller verifies the chain. */
+int ca_is_peer_cert(struct x509_st *x);
+
 /*
  * Checks that leaf, about to be served, was issued by the CA certificate in
  * the PEM file ca_path and is valid now, and fills *out.  Returns 0, or -1

@@ -78,7 +78,7 @@ say "== tether-gateway init --store $store"
 replica_start() { # replica_start N: the replica's own copy of the CA and certificate
 	local n=$1 d=$dir/r$1 port=$((base + $1)) peer=$((base + 3 + $1))
 	mkdir -p -m 700 "$d"
-	cp "$gw_dir/ca.crt" "$gw_dir/server.crt" "$gw_dir/server.key" "$gw_dir/gateway.json" "$d/"
+	cp "$gw_dir/ca.crt" "$gw_dir/server.crt" "$gw_dir/server.key" "$gw_dir/peer.crt" "$gw_dir/peer.key" "$gw_dir/gateway.json" "$d/"
 	"$bin/tether-gateway" serve --data-dir "$d" --listen "127.0.0.1:$port" --store "$store" \
 		--replica-id "r$n" --peer-listen "127.0.0.1:$peer" --peer-url "https://127.0.0.1:$peer" \
 		--drain-timeout 5000 > >(label "r$n") 2>&1 &

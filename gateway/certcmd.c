@@ -27,6 +27,10 @@ static const char cert_usage[] =
 "       be one this CA issued for server.key.  The file is replaced atomically:\n"
 "       a gateway reading it sees the old one or the new one.\n"
 "\n"
+"       Also issues the replicas' peer credential again, a new peer.key and\n"
+"       peer.crt (created where there were none): what a replica proves to\n"
+"       another one; server.key alone opens no peer link.\n"
+"\n"
 "       A running gateway keeps serving the old certificate until it gets\n"
 "       SIGHUP (systemctl reload tether-gateway): then new TLS handshakes get\n"
 "       the new one, and tunnels and streams already open stay as they are.\n"
@@ -35,8 +39,9 @@ static const char cert_usage[] =
 "         openssl s_client -connect HOST:PORT </dev/null 2>/dev/null |\n"
 "           openssl x509 -noout -serial -enddate\n"
 "\n"
-"       Replicas: run it where ca.key is, copy server.crt to every replica's\n"
-"       data directory, then SIGHUP each (docs/operations.md).  A gateway also\n"
+"       Replicas: run it where ca.key is, copy server.crt, peer.crt and\n"
+"       peer.key to every replica's data directory, then SIGHUP each\n"
+"       (docs/operations.md).  A gateway also\n"
 "       renews by itself --cert-renew-before days before expiry (default 45)\n"
 "       when ca.key is in its data directory.\n"
 "\n"
@@ -118,6 +123,15 @@ cert_renew(int argc, char **argv)
 	rfc3339_format((int64_t)info.not_after, after);
 	printf("renewed %s/server.crt serial %s not_after %s\n", dir, info.serial,
 	    after);
+	if (ca_renew_peer(dir, days, &info, err, sizeof(err)) != 0) {
+		fprintf(stderr, "tether-gateway: cert renew: server.crt renewed, "
+		    "but not the peer credential: %s (peer.crt and peer.key "
+		    "unchanged)\n", err);
+		return 1;
+	}
+	rfc3339_format((int64_t)info.not_after, after);
+	printf("renewed %s/peer.crt serial %s not_after %s (new peer.key)\n", dir,
+	    info.serial, after);
 	printf("send SIGHUP to each gateway serving it (systemctl reload "
 	    "tether-gateway) to serve it\n");
 	return 0;

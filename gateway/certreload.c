@@ -44,6 +44,7 @@ struct job {
 	struct ca_cert_info info;     /* the new certificate's */
 	int renewed;                  /* renew asked and done */
 	char err[600];                /* why it failed ("" when it did not) */
+	char peer_err[400];           /* why peer.crt was not renewed with it */
 };
 
 struct certreload {
@@ -66,6 +67,7 @@ static void
 job_run(struct job *j)
 {
 	char ca[4200], why[400];
+	struct ca_cert_info peer;
 
 	j->err[0] = '\0';
 	if (j->renew) {
@@ -75,6 +77,9 @@ job_run(struct job *j)
 			return;
 		}
 		j->renewed = 1;
+		/* The peer credential was issued with it and expires with it. */
+		if (ca_renew_peer(j->dir, RENEW_DAYS, &peer, why, sizeof(why)) != 0)
+			snprintf(j->peer_err, sizeof(j->peer_err), "%s", why);
 	}
 	if ((j->main = server_tls_context_new(j->dir, 0, why, sizeof(why))) == NULL ||
 	    (j->peer && (j->peer_ctx = server_tls_context_new(j->dir, 1, why,
@@ -169,6 +174,9 @@ job_done(evutil_socket_t fd, short what, void *arg)
 			    KV_S("reason", cr->why), KV_S("serial", j->info.serial),
 			    KV_S("not_after", after));
 	}
+	if (j->peer_err[0] != '\0')
+		error("the peer credential was not renewed with the server "
+		    "certificate", KV_S("err", j->peer_err));
 	job_clear(j);
 	if (cr->again[0] != '\0') {
 		char why[32];

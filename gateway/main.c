@@ -118,7 +118,8 @@ static const char usage_head[] =
 "       Prints the CA checksum nodes pin.  Refuses (exit 1) if DIR is initialised.\n"
 "       --store postgres://USER@HOST:PORT/DB prepares that database (schema,\n"
 "       the first admin token) instead of DIR/tether.db: several replicas share\n"
-"       it, each with a copy of ca.crt, server.crt, server.key and gateway.json.\n"
+"       it, each with a copy of ca.crt, server.crt, server.key, peer.crt,\n"
+"       peer.key (the replicas' own credential) and gateway.json.\n"
 "\n"
 "cert   renew: a new server.crt from DIR's CA (same names and key, new\n"
 "       serial); SIGHUP makes a running gateway serve it ('cert --help').\n"
@@ -206,7 +207,7 @@ init_config(const char *dir, const char *url, char *err, size_t errlen)
 
 static const char *const init_files[] = {
 	"gateway.json", "admin.token", "tether.db", "tether.db-wal", "tether.db-shm",
-	"server.crt", "server.key", "ca.crt", "ca.key", NULL
+	"server.crt", "server.key", "ca.crt", "ca.key", "peer.crt", "peer.key", NULL
 };
 
 static void

@@ -47,6 +47,7 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "frame.h"
@@ -383,8 +384,8 @@ static const struct wsface_handlers link_face_handlers = {
 	.on_ping = face_ping,
 };
 
-/* The dialing side's TLS: our server.crt and key as the client's
- * certificate, the far side verified as a replica (tlspeer.h). */
+/* The dialing side's TLS: our peer credential (peer.crt, peer.key) as the
+ * client's certificate, the far side verified against ca.crt (tlspeer.h). */
 static SSL_CTX *
 peers_tls(struct peers *p, char *err, size_t errlen)
 {
@@ -397,22 +398,26 @@ peers_tls(struct peers *p, char *err, size_t errlen)
 	snprintf(path, sizeof(path), "%s/ca.crt", dir);
 	if ((ctx = wsclient_tls_context(path, err, errlen)) == NULL)
 		return NULL;
-	snprintf(path, sizeof(path), "%s/server.crt", dir);
+	snprintf(path, sizeof(path), "%s/peer.crt", dir);
 	if (SSL_CTX_use_certificate_chain_file(ctx, path) != 1) {
-		snprintf(err, errlen, "cannot load %s", path);
+		snprintf(err, errlen, "cannot load %s (the replicas' own credential: "
+		    "'tether-gateway cert renew' makes peer.crt and peer.key where "
+		    "ca.key is; copy both here)", path);
 		goto fail;
 	}
-	snprintf(path, sizeof(path), "%s/server.key", dir);
+	snprintf(path, sizeof(path), "%s/peer.key", dir);
 	if (SSL_CTX_use_PrivateKey_file(ctx, path, SSL_FILETYPE_PEM) != 1 ||
 	    SSL_CTX_check_private_key(ctx) != 1) {
-		snprintf(err, errlen, "cannot load %s", path);
+		snprintf(err, errlen, "cannot load %s (or it is not peer.crt's key)",
+		    path);
 		goto fail;
 	}
-	if (tlspeer_setup(ctx, dir, TLSPEER_REQUIRE, err, errlen) != 0)
+	if (tlspeer_setup(ctx, dir, TLSPEER_DIAL, err, errlen) != 0)
 		goto fail;
 	p->tls = ctx;
 	return ctx;
 fail:
+	ERR_clear_error();   /* the loop's later SSL_get_error reads the queue */
 	SSL_CTX_free(ctx);
 	return NULL;
 }

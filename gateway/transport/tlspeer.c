@@ -1,6 +1,6 @@
 /*
  * tlspeer.c: the TLS rule by which replicas recognise each other (see
- * tlspeer.h): a certificate chaining to ca.crt whose public key is ours.
+ * tlspeer.h): a certificate chaining to ca.crt that is a peer credential.
  */
 #include "tlspeer.h"
 
@@ -11,6 +11,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+
+#include "ca.h"
 
 #define SESSION_ID_CONTEXT "tether-gateway"
 
@@ -24,15 +26,11 @@
  */
 #define BAD_CHAIN ((void *)(uintptr_t)1)
 
-/* The leaf's public key is the one in the certificate this SSL presents
- * itself (our server.crt). */
+/* The leaf is a replica's peer credential (ca.h), not a server's. */
 static int
-leaf_is_ours(const SSL *ssl, X509 *leaf)
+leaf_is_peer(X509 *leaf)
 {
-	X509 *own = SSL_get_certificate(ssl);
-
-	return leaf != NULL && own != NULL &&
-	    EVP_PKEY_eq(X509_get0_pubkey(leaf), X509_get0_pubkey(own)) == 1;
+	return leaf != NULL && ca_is_peer_cert(leaf);
 }
 
 static SSL *
@@ -48,18 +46,18 @@ verify_ask(int ok, X509_STORE_CTX *x)
 	SSL *ssl = ssl_of(x);
 
 	if (ssl != NULL && (!ok || (X509_STORE_CTX_get_error_depth(x) == 0 &&
-	    !leaf_is_ours(ssl, X509_STORE_CTX_get_current_cert(x)))))
+	    !leaf_is_peer(X509_STORE_CTX_get_current_cert(x)))))
 		SSL_set_app_data(ssl, BAD_CHAIN);
 	return 1;
 }
 
-/* TLSPEER_REQUIRE: the chain must verify and the leaf's key be ours.  The
- * name in the certificate is not checked (a replica's peer URL may name any
- * of its addresses): the key is what only replicas hold. */
+/* TLSPEER_REQUIRE: the chain must verify and the leaf be a peer
+ * credential.  TLSPEER_DIAL: the chain must verify.  The name in the
+ * certificate is not checked (a replica's peer URL may name any of its
+ * addresses). */
 static int
-verify_require(int ok, X509_STORE_CTX *x)
+verify_chain(int ok, X509_STORE_CTX *x, int want_peer)
 {
-	SSL *ssl = ssl_of(x);
 	int depth = X509_STORE_CTX_get_error_depth(x);
 	int e = X509_STORE_CTX_get_error(x);
 
@@ -69,12 +67,24 @@ verify_require(int ok, X509_STORE_CTX *x)
 			return 0;
 		X509_STORE_CTX_set_error(x, X509_V_OK);
 	}
-	if (depth == 0 && (ssl == NULL ||
-	    !leaf_is_ours(ssl, X509_STORE_CTX_get_current_cert(x)))) {
+	if (want_peer && depth == 0 &&
+	    !leaf_is_peer(X509_STORE_CTX_get_current_cert(x))) {
 		X509_STORE_CTX_set_error(x, X509_V_ERR_APPLICATION_VERIFICATION);
 		return 0;
 	}
 	return 1;
+}
+
+static int
+verify_require(int ok, X509_STORE_CTX *x)
+{
+	return verify_chain(ok, x, 1);
+}
+
+static int
+verify_dial(int ok, X509_STORE_CTX *x)
+{
+	return verify_chain(ok, x, 0);
 }
 
 int
@@ -92,8 +102,9 @@ tlspeer_setup(SSL_CTX *ctx, const char *data_dir, enum tlspeer_mode mode,
 		    e != 0 ? ERR_reason_error_string(e) : "unknown error");
 		return -1;
 	}
-	/* server.crt says serverAuth only; the key is what identifies a
-	 * replica on either end, whatever the certificate's purpose. */
+	/* Each side checks the other's certificate itself (leaf_is_peer,
+	 * the chain): OpenSSL's purpose check would want serverAuth from a
+	 * peer credential on the listener's side of a handshake. */
 	if (SSL_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1 ||
 	    SSL_CTX_set_session_id_context(ctx, (const unsigned char *)SESSION_ID_CONTEXT,
 	    sizeof(SESSION_ID_CONTEXT) - 1) != 1) {
@@ -103,9 +114,11 @@ tlspeer_setup(SSL_CTX *ctx, const char *data_dir, enum tlspeer_mode mode,
 	}
 	if (mode == TLSPEER_ASK)
 		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_ask);
-	else
+	else if (mode == TLSPEER_REQUIRE)
 		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
 		    verify_require);
+	else
+		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_dial);
 	return 0;
 }
 
@@ -120,5 +133,5 @@ tlspeer_is_replica(const SSL *ssl)
 		return 0;
 	if (SSL_get_app_data(ssl) == BAD_CHAIN)
 		return 0;
-	return leaf_is_ours(ssl, peer);
+	return leaf_is_peer(peer);
 }

@@ -56,7 +56,7 @@ declare -a RPORT PPORT RPID
 replica_start() { # replica_start N
 	local d=$T/r$1
 	mkdir -p -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
+	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" "$GW_DIR/peer.crt" "$GW_DIR/peer.key" \
 		"$GW_DIR/gateway.json" "$d/"
 	PPORT[$1]=$(free_port)
 	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \

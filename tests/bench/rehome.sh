@@ -72,7 +72,7 @@ declare -a RPORT RPID
 replica_start() { # replica_start I
 	local d=$T/r$1
 	mkdir -p -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
+	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" "$GW_DIR/peer.crt" "$GW_DIR/peer.key" \
 		"$GW_DIR/gateway.json" "$d/"
 	RPORT[$1]=${RPORT[$1]:-$(free_port)}
 	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$1]}" \

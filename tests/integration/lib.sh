@@ -305,7 +305,7 @@ replica_start() {
 	local n=$1 d=$T/r$1 id=() peer
 	shift
 	mkdir -p -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
+	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" "$GW_DIR/peer.crt" "$GW_DIR/peer.key" \
 		"$GW_DIR/gateway.json" "$d/"
 	RPORT[$n]=${RPORT[$n]:-$(free_port)}
 	peer=(--peer-url "https://127.0.0.1:${RPORT[$n]}")

@@ -4,8 +4,8 @@ the far side (the replica that holds an agent's tunnel) on its own.
 
 usage: peerprobe.py URL DATADIR REPLICA_ID MODE AGENT PRINCIPAL TARGET [ARG]
   URL      wss://HOST:PORT/v1/peer
-  DATADIR  a replica's data directory: ca.crt, server.crt, server.key (the
-           probe presents server.crt like a replica does)
+  DATADIR  a replica's data directory: ca.crt, peer.crt, peer.key (the
+           probe presents peer.crt like a replica does)
   MODE     echo N     open a stream to TARGET, send N random bytes, FIN,
                       read them back until FIN; prints "ok N" when equal
            refused    expect OPEN_FAIL; prints "refused CODE REASON"
@@ -126,8 +126,8 @@ async def main():
     arg = sys.argv[8] if len(sys.argv) > 8 else ""
     ctx = ssl.create_default_context(cafile=os.path.join(datadir, "ca.crt"))
     ctx.check_hostname = False
-    ctx.load_cert_chain(os.path.join(datadir, "server.crt"),
-                        os.path.join(datadir, "server.key"))
+    ctx.load_cert_chain(os.path.join(datadir, "peer.crt"),
+                        os.path.join(datadir, "peer.key"))
     window = 65536 if mode == "nocredit" else 1 << 20
     async with websockets.connect(url, ssl=ctx, subprotocols=["tether.peer.v1"],
                                   extra_headers={"Tether-Replica": replica},

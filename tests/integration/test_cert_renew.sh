@@ -49,8 +49,14 @@ expect_exit 1 "$GATEWAY" cert renew --data-dir "$T/nokey"
 assert_contains "$T/last.err" "ca.key: no CA key here"
 cmp -s "$T/nokey/server.crt" "$GW_DIR/server.crt" || fail "a refused renewal changed server.crt"
 
+peer_old=$(openssl x509 -in "$GW_DIR/peer.crt" -noout -serial)
 expect_exit 0 "$GATEWAY" cert renew --data-dir "$GW_DIR" --days 90
 new=$(file_serial)
+[ "$(openssl x509 -in "$GW_DIR/peer.crt" -noout -serial)" != "$peer_old" ] ||
+	fail "cert renew did not renew peer.crt"
+assert_mode "$GW_DIR/peer.key" 600
+openssl x509 -in "$GW_DIR/peer.crt" -noout -subject | grep -q 'CN *= *tether-replica' ||
+	fail "peer.crt is not the replicas' credential"
 [ "$new" != "$old" ] || fail "cert renew kept the serial $old"
 assert_contains "$T/last.out" "serial $new"
 assert_mode "$GW_DIR/server.crt" 644
@@ -65,7 +71,7 @@ openssl x509 -in "$GW_DIR/server.crt" -noout -checkend $((89 * 86400)) >/dev/nul
 	! openssl x509 -in "$GW_DIR/server.crt" -noout -checkend $((91 * 86400)) >/dev/null ||
 	fail "--days 90 was not honoured"
 serving "$old" || fail "the gateway served the new certificate before SIGHUP"
-pass "cert renew: new serial $new, same names and key, 90 days"
+pass "cert renew: new serial $new, same names and key, 90 days; a new peer credential"
 
 kill -HUP "$GW_PID"
 wait_until 20 "the gateway serves serial $new" serving "$new"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Renewing the server certificate of three replicas on PostgreSQL behind
 # haproxy (docs/0030, docs/operations.md "Renewing the server
-# certificate"): `cert renew` where ca.key is, the new server.crt copied
-# into each replica's data directory (rename within it), SIGHUP to each.
+# certificate"): `cert renew` where ca.key is, the new server.crt and peer
+# credential copied into each replica's data directory (rename within it),
+# SIGHUP to each.
 # Each replica then serves the new serial (openssl s_client on its own
 # port, and through haproxy); no tunnel is dropped (the agent keeps its
 # replica and connected_since); a stream opened before through another
@@ -56,8 +57,10 @@ wait_until 20 "the stream through r$away echoed" grep -q before "$T/connect.out"
 new=$(openssl x509 -in "$GW_DIR/server.crt" -noout -serial | sed 's/^serial=//')
 [ "$new" != "$old" ] || fail "cert renew kept the serial"
 for r in "${REPLICAS[@]}"; do
-	cp "$GW_DIR/server.crt" "$T/r$r/server.crt.new"
-	mv "$T/r$r/server.crt.new" "$T/r$r/server.crt"
+	for f in server.crt peer.key peer.crt; do
+		cp -p "$GW_DIR/$f" "$T/r$r/$f.new"
+		mv "$T/r$r/$f.new" "$T/r$r/$f"
+	done
 	kill -HUP "${RPID[$r]}"
 done
 for r in "${REPLICAS[@]}"; do

@@ -2,11 +2,14 @@
 # Peer links between replicas (docs/0020): two tether-gateway replicas on one
 # private PostgreSQL, each with --peer-listen.
 # - the peer listener refuses at the TLS handshake a client without a
-#   certificate (curl, openssl s_client) and one with a certificate that the
-#   gateway's own CA signed for another key; it serves nothing but /v1/peer;
+#   certificate (curl, openssl s_client), one with a certificate that the
+#   gateway's own CA signed for another key, and one with the public server
+#   certificate and server.key (docs/0030: not a replica's credential); it
+#   serves nothing but /v1/peer;
 # - the main port still serves everyone (it asks for a certificate, needs
-#   none), but its /v1/peer refuses a non-replica with 403;
-# - a replica's certificate on the peer port: /v1/peer wants the WebSocket
+#   none), but its /v1/peer refuses a non-replica with 403, server.key's
+#   holder too;
+# - a replica's certificate (peer.crt) on the peer port: /v1/peer wants the WebSocket
 #   upgrade, the subprotocol and the Tether-Replica header;
 # - the holding replica's side of a link (peerprobe.py plays the asking
 #   replica): an OPEN naming an agent held there carries bytes both ways,
@@ -73,7 +76,8 @@ tls_refused() { # tls_refused WHAT CURL-ARGS...
 }
 tls_refused "curl without a certificate"
 tls_refused "curl with a foreign CA-signed certificate" --cert "$T/foreign.crt" --key "$T/foreign.key"
-pass "the peer port refuses curl at the TLS handshake without a certificate and with another CA-signed certificate"
+tls_refused "curl with only server.key (the server certificate)" --cert "$GW_DIR/server.crt" --key "$GW_DIR/server.key"
+pass "the peer port refuses curl at the TLS handshake without a certificate, with another CA-signed certificate and with the server's"
 
 s_client() { # s_client [openssl args]: sends a request, prints what came back
 	printf 'GET /v1/peer HTTP/1.1\r\nHost: x\r\n\r\n' |
@@ -87,10 +91,13 @@ out=$(s_client -cert "$T/foreign.crt" -key "$T/foreign.key")
 if grep -q '^HTTP/' <<<"$out"; then fail "openssl with a foreign certificate got an answer: $out"; fi
 grep -q 'alert' <<<"$out" || fail "openssl with a foreign certificate: no TLS alert: $out"
 out=$(s_client -cert "$GW_DIR/server.crt" -key "$GW_DIR/server.key")
-grep -q '^HTTP/1.1 400' <<<"$out" || fail "openssl with the replicas' certificate: $out"
-pass "openssl s_client: refused at the handshake without a certificate and with a foreign one; a replica's gets HTTP"
+if grep -q '^HTTP/' <<<"$out"; then fail "openssl with only server.key got an answer: $out"; fi
+grep -q 'alert' <<<"$out" || fail "openssl with only server.key: no TLS alert: $out"
+out=$(s_client -cert "$GW_DIR/peer.crt" -key "$GW_DIR/peer.key")
+grep -q '^HTTP/1.1 400' <<<"$out" || fail "openssl with the replicas' peer credential: $out"
+pass "openssl s_client: refused at the handshake without a certificate, with a foreign one and with server.key alone; a replica's peer.crt gets HTTP"
 
-rcurl() { curl -s --cacert "$GW_DIR/ca.crt" --cert "$GW_DIR/server.crt" --key "$GW_DIR/server.key" "$@"; }
+rcurl() { curl -s --cacert "$GW_DIR/ca.crt" --cert "$GW_DIR/peer.crt" --key "$GW_DIR/peer.key" "$@"; }
 code=$(rcurl -o /dev/null -w '%{http_code}' "$PEER/readyz")
 [ "$code" = 404 ] || fail "the peer port served /readyz (HTTP $code), want 404: it serves only /v1/peer"
 ws_get() { # ws_get URL [curl args]: a WebSocket upgrade request, prints the status and body
@@ -98,11 +105,11 @@ ws_get() { # ws_get URL [curl args]: a WebSocket upgrade request, prints the sta
 		-H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' \
 		-w '\n%{http_code}' "$@"
 }
-out=$(ws_get "$PEER/v1/peer" --cert "$GW_DIR/server.crt" --key "$GW_DIR/server.key" \
+out=$(ws_get "$PEER/v1/peer" --cert "$GW_DIR/peer.crt" --key "$GW_DIR/peer.key" \
 	-H 'Sec-WebSocket-Protocol: tether.peer.v1')
 grep -q 'Tether-Replica' <<<"$out" && [ "$(tail -1 <<<"$out")" = 400 ] ||
 	fail "a replica without Tether-Replica: $out"
-out=$(ws_get "$PEER/v1/peer" --cert "$GW_DIR/server.crt" --key "$GW_DIR/server.key" \
+out=$(ws_get "$PEER/v1/peer" --cert "$GW_DIR/peer.crt" --key "$GW_DIR/peer.key" \
 	-H 'Tether-Replica: r1')
 grep -q 'subprotocol' <<<"$out" && [ "$(tail -1 <<<"$out")" = 400 ] ||
 	fail "a replica without the subprotocol: $out"
@@ -113,14 +120,15 @@ curl -sf --cacert "$GW_DIR/ca.crt" "$MAIN/readyz" >/dev/null || fail "main port:
 curl -sf --cacert "$GW_DIR/ca.crt" --cert "$T/foreign.crt" --key "$T/foreign.key" "$MAIN/readyz" >/dev/null ||
 	fail "main port: /readyz with a foreign certificate"
 # ... but its /v1/peer takes only a replica.
-for cert in none foreign; do
+for cert in none foreign server; do
 	args=(-H 'Sec-WebSocket-Protocol: tether.peer.v1' -H 'Tether-Replica: r1')
 	[ $cert = foreign ] && args+=(--cert "$T/foreign.crt" --key "$T/foreign.key")
+	[ $cert = server ] && args+=(--cert "$GW_DIR/server.crt" --key "$GW_DIR/server.key")
 	out=$(ws_get "$MAIN/v1/peer" "${args[@]}")
 	[ "$(tail -1 <<<"$out")" = 403 ] && grep -q "only the gateway's replicas" <<<"$out" ||
 		fail "main port /v1/peer with certificate $cert: $out"
 done
-pass "the main port serves clients without a certificate; its /v1/peer refuses them and foreign certificates with 403 and a reason"
+pass "the main port serves clients without a certificate; its /v1/peer refuses them, foreign certificates and server.key alone with 403 and a reason"
 
 # --- the holding replica's side ---
 export TETHER_SERVER=$MAIN

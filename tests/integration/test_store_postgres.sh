@@ -32,7 +32,7 @@ pass "init --store postgres:// migrates the database and writes the admin token 
 replica_dir() {
 	local d=$T/r$1
 	mkdir -m 700 "$d"
-	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" \
+	cp "$GW_DIR/ca.crt" "$GW_DIR/server.crt" "$GW_DIR/server.key" "$GW_DIR/peer.crt" "$GW_DIR/peer.key" \
 		"$GW_DIR/gateway.json" "$d/"
 }
 

@@ -1,6 +1,7 @@
 /*
- * test_ca.c: the gateway CA (auth/ca.c): the four files `tether-gateway init`
- * writes, the server certificate's chain and names, and the CA checksum.
+ * test_ca.c: the gateway CA (auth/ca.c): the six files `tether-gateway init`
+ * writes, the server certificate's chain and names, the peer credential,
+ * `cert renew` (server and peer), and the CA checksum.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,7 +25,7 @@
 #include "fileio.h"
 
 static const char *const files[] = { "ca.crt", "ca.key", "server.crt",
-    "server.key" };
+    "server.key", "peer.crt", "peer.key" };
 #define NFILES (sizeof(files) / sizeof(files[0]))
 
 struct fixture {
@@ -284,6 +285,95 @@ test_server_cert(void **state)
 	X509_free(ca);
 }
 
+/* The peer credential: the CA's, CN tether-replica, clientAuth alone; the
+ * server certificate is not one. */
+static void
+test_peer_cert(void **state)
+{
+	struct fixture *f = *state;
+	X509 *ca, *peer, *server;
+	EVP_PKEY *key, *skey;
+
+	create(f);
+	ca = load_cert(f, "ca.crt");
+	peer = load_cert(f, "peer.crt");
+	server = load_cert(f, "server.crt");
+	key = load_key(f, "peer.key");
+	skey = load_key(f, "server.key");
+	assert_int_equal(X509_check_private_key(peer, key), 1);
+	assert_int_equal(X509_verify(peer, X509_get0_pubkey(ca)), 1);
+	assert_cn(peer, CA_PEER_CN);
+	assert_int_equal(X509_get_extended_key_usage(peer), XKU_SSL_CLIENT);
+	assert_int_equal(X509_check_ca(peer), 0);
+	assert_true(ca_is_peer_cert(peer));
+	assert_false(ca_is_peer_cert(server));
+	assert_false(ca_is_peer_cert(ca));
+	/* its own key, not the server's */
+	assert_int_not_equal(EVP_PKEY_eq(key, skey), 1);
+	EVP_PKEY_free(skey);
+	EVP_PKEY_free(key);
+	X509_free(server);
+	X509_free(peer);
+	X509_free(ca);
+}
+
+/* cert renew: a new serial for the same key and names, a new peer key;
+ * nothing written without ca.key. */
+static void
+test_renew(void **state)
+{
+	struct fixture *f = *state;
+	X509 *old, *renewed, *ca, *oldpeer, *peer;
+	struct ca_cert_info info;
+	char err[512] = "", path[128];
+	time_t now = time(NULL);
+
+	create(f);
+	old = load_cert(f, "server.crt");
+	oldpeer = load_cert(f, "peer.crt");
+	ca = load_cert(f, "ca.crt");
+	assert_int_equal(ca_renew_server(f->dir, 90, &info, err, sizeof(err)), 0);
+	renewed = load_cert(f, "server.crt");
+	assert_int_not_equal(ASN1_INTEGER_cmp(X509_get0_serialNumber(old),
+	    X509_get0_serialNumber(renewed)), 0);
+	assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(old),
+	    X509_get0_pubkey(renewed)), 1);
+	assert_int_equal(X509_verify(renewed, X509_get0_pubkey(ca)), 1);
+	assert_int_equal(X509_check_host(renewed, "gw.example.com", 0, 0, NULL), 1);
+	assert_int_equal(X509_check_ip_asc(renewed, "::1", 0), 1);
+	assert_days(X509_get0_notBefore(renewed), X509_get0_notAfter(renewed),
+	    89, 91);
+	assert_true(info.not_after > (long long)now + 89 * 86400);
+	assert_int_equal(ca_server_check(renewed, "/nonexistent", &info, err,
+	    sizeof(err)), -1);
+	path_in(f, "ca.crt", path, sizeof(path));
+	assert_int_equal(ca_server_check(renewed, path, &info, err, sizeof(err)), 0);
+	assert_int_equal(ca_server_check(old, path, &info, err, sizeof(err)), 0);
+	assert_int_equal(ca_server_check(ca, path, &info, err, sizeof(err)), 0);
+
+	assert_int_equal(ca_renew_peer(f->dir, 90, &info, err, sizeof(err)), 0);
+	peer = load_cert(f, "peer.crt");
+	assert_true(ca_is_peer_cert(peer));
+	assert_int_not_equal(EVP_PKEY_eq(X509_get0_pubkey(oldpeer),
+	    X509_get0_pubkey(peer)), 1);
+
+	/* without ca.key: refused, server.crt unchanged */
+	path_in(f, "ca.key", path, sizeof(path));
+	unlink(path);
+	assert_int_equal(ca_renew_server(f->dir, 90, &info, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "no CA key here"));
+	assert_int_equal(ca_renew_peer(f->dir, 90, &info, err, sizeof(err)), -1);
+	X509_free(old);
+	old = load_cert(f, "server.crt");
+	assert_int_equal(ASN1_INTEGER_cmp(X509_get0_serialNumber(old),
+	    X509_get0_serialNumber(renewed)), 0);
+	X509_free(peer);
+	X509_free(renewed);
+	X509_free(ca);
+	X509_free(oldpeer);
+	X509_free(old);
+}
+
 /* "localhost" given again is not listed twice. */
 static void
 test_san_no_duplicates(void **state)
@@ -469,6 +559,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_files_and_modes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ca_cert, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_server_cert, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_cert, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_renew, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_san_no_duplicates, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_bad_hostnames, setup, teardown),
