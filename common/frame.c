@@ -47,8 +47,8 @@ enum field_flag {
 	F_NONZERO = 1 << 2,
 	F_NODE = 1 << 3,       /* node name syntax, see node_name_ok */
 	F_POSITIONAL = 1 << 4, /* an array element: its name is only for messages */
-	F_OMIT_EMPTY = 1 << 5, /* with F_OPTIONAL: not encoded when "" (F_URLS:
-	                        * when not present) */
+	F_OMIT_EMPTY = 1 << 5, /* with F_OPTIONAL: not encoded when "" or 0
+	                        * (F_URLS: when not present) */
 };
 
 struct field {
@@ -125,6 +125,7 @@ static const struct field verify_ok_keys[] = {
 static const struct field error_keys[] = {
 	STR("code", u.error.code, F_NONEMPTY),
 	STR("reason", u.error.reason, 0),
+	NUM("retry_after_ms", F_U32, u.error.retry_after_ms, F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 static const struct field ping_keys[] = {
@@ -847,8 +848,8 @@ frame_decode(const uint8_t *buf, size_t len, struct frame *f, char *err,
 
 /* ---- encoding ---- */
 
-/* An F_OMIT_EMPTY string that is "", or binary that is all zero, is
- * left out of the map. */
+/* An F_OMIT_EMPTY string that is "", binary that is all zero, or number
+ * that is 0, is left out of the map. */
 static int
 enc_omitted(const struct field *fld, const struct frame *f)
 {
@@ -858,6 +859,8 @@ enc_omitted(const struct field *fld, const struct frame *f)
 		return 0;
 	if (fld->kind == F_URLS)
 		return !CFIELD(f, fld, struct frame_urls)->present;
+	if (fld->kind == F_U32)
+		return *CFIELD(f, fld, uint32_t) == 0;
 	if (fld->kind == F_STR)
 		return CFIELD(f, fld, char)[0] == '\0';
 	if (fld->kind != F_BIN)

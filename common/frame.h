@@ -15,7 +15,9 @@
  *   STATE       [7, {"state":str, "last_error":str}]        gateway -> agent
  *   VERIFY      [8, {"nonce":bin(16), "time_ms":int}]        gateway -> agent
  *   VERIFY_OK   [9, {"nonce":bin(16), "time_ms":int, "version":int}]
- *   ERROR       [10, {"code":str, "reason":str}]
+ *   ERROR       [10, {"code":str, "reason":str, "retry_after_ms":int}]
+ *               ("retry_after_ms": gateway -> agent, only on a refusal that
+ *               means "come back later", absent otherwise: docs/interface.md)
  *   PING        [11, {"seq":int}]
  *   PONG        [12, {"seq":int}]
  *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
@@ -171,6 +173,8 @@ struct frame_verify {
 struct frame_error {
 	char code[FRAME_CODE_MAX + 1];
 	char reason[FRAME_REASON_MAX + 1];
+	uint32_t retry_after_ms;   /* optional: when to come back; 0 = not said
+	                            * (then left out of the map) */
 };
 
 struct frame_ping {

@@ -172,6 +172,7 @@ struct wsclient {
 	enum state state;
 	char key[32];               /* Sec-WebSocket-Key we sent (base64) */
 	int http_status;            /* of a refused upgrade */
+	uint32_t *retry_after_ms;   /* wsclient_config.retry_after_ms */
 	char status_line[128];
 	size_t body_want;           /* refusal body bytes; SIZE_MAX: until EOF */
 	int body_chunked;
@@ -1050,6 +1051,8 @@ read_head(struct wsclient *c)
 	}
 	c->state = ST_REFUSED;
 	c->http_status = h.status;
+	if (c->retry_after_ms != NULL && h.retry_after_s >= 0)
+		*c->retry_after_ms = (uint32_t)h.retry_after_s * 1000;
 	c->body_chunked = h.chunked;
 	if (h.chunked || h.content_length < 0)
 		c->body_want = SIZE_MAX; /* until EOF, at most BODY_MAX */
@@ -1984,6 +1987,7 @@ wsclient_connect(struct event_base *base, const struct wsclient_config *cfg,
 	c->input_high = INPUT_HIGH;   /* set_io_sizes sets it on the bufferevent */
 	c->max_message = cfg->max_message ? cfg->max_message : DEFAULT_MAX_MESSAGE;
 	c->max_queue = cfg->max_queue ? cfg->max_queue : DEFAULT_MAX_QUEUE;
+	c->retry_after_ms = cfg->retry_after_ms;
 	c->low_water = cfg->low_water;
 	c->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms :
 	    DEFAULT_TIMEOUT_MS;

@@ -66,6 +66,11 @@ struct wsclient_config {
 	int proxy_auth;
 	const char *proxy_user;
 	const char *proxy_password;
+	/* Or NULL: where a refused upgrade's Retry-After goes, in ms (delta
+	 * seconds times 1000, at most WS_RETRY_AFTER_MAX_S s), written before
+	 * on_close; left alone when the answer has none.  The caller's memory,
+	 * which must outlive the client. */
+	uint32_t *retry_after_ms;
 };
 
 /*

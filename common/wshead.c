@@ -47,6 +47,24 @@ has_token(const char *value, const char *token)
 	return 0;
 }
 
+/* Retry-After's delta-seconds form (RFC 9110 10.2.3): digits only,
+ * capped at WS_RETRY_AFTER_MAX_S; -1 for anything else (an HTTP date is
+ * not worth a clock comparison here: the caller's own backoff applies). */
+static long
+delta_seconds(const char *value)
+{
+	long v = 0;
+
+	if (*value == '\0' || strspn(value, "0123456789") != strlen(value))
+		return -1;
+	for (; *value != '\0'; value++) {
+		v = v * 10 + (*value - '0');
+		if (v > WS_RETRY_AFTER_MAX_S)
+			return WS_RETRY_AFTER_MAX_S;
+	}
+	return v;
+}
+
 static void
 head_field(struct ws_response_head *h, const char *name, char *value)
 {
@@ -69,6 +87,8 @@ head_field(struct ws_response_head *h, const char *name, char *value)
 			h->content_length = -1;
 	} else if (strcasecmp(name, "Transfer-Encoding") == 0)
 		h->chunked = has_token(value, "chunked");
+	else if (strcasecmp(name, "Retry-After") == 0)
+		h->retry_after_s = delta_seconds(value);
 }
 
 int
@@ -79,6 +99,7 @@ ws_response_parse_head(char *head, struct ws_response_head *h, char *status_line
 
 	memset(h, 0, sizeof(*h));
 	h->content_length = -1;
+	h->retry_after_s = -1;
 	next = head;
 	line = strsep(&next, "\n");
 	line[strcspn(line, "\r")] = '\0';

@@ -19,7 +19,13 @@ struct ws_response_head {
 	char protocol[128];        /* Sec-WebSocket-Protocol */
 	long long content_length;  /* -1: none */
 	int chunked;               /* Transfer-Encoding lists chunked */
+	long retry_after_s;        /* Retry-After in delta-seconds (at most
+	                            * WS_RETRY_AFTER_MAX_S); -1: none, or an
+	                            * HTTP date or malformed (ignored) */
 };
+
+/* The longest Retry-After kept: a larger value reads as this (a day). */
+#define WS_RETRY_AFTER_MAX_S 86400
 
 /*
  * Parses a response head: NUL-terminated, modified in place, lines ending

@@ -30,6 +30,14 @@
  * only by a SETTINGS frame on the current, authenticated tunnel (never a
  * retired one, a redirect, a proxy's answer or a RECONNECT); the agent
  * answers SETTINGS_ACK with the list it now holds.
+ *
+ * Told when to come back (docs/0033): a gateway that turns a dial away for
+ * now (a 503 with Retry-After on the upgrade, or an ERROR frame with
+ * retry_after_ms) has chosen the moment from its own queue, so the next
+ * dial waits that long (at most AGENT_RETRY_AFTER_MAX_MS) plus a jitter
+ * of its own below AGENT_RETRY_AFTER_JITTER_MS, instead of the
+ * exponential backoff; a connection closed unread (the gateway's TLS
+ * queue shed it) says nothing, and the backoff applies.
  */
 #include "agent_tunnel.h"
 #include "url.h"
@@ -99,6 +107,10 @@ struct agent_tunnel {
 	int64_t ping_ms;              /* monotonic: the silence clock started; 0 none */
 	uint32_t ping_seq;
 	uint32_t dials;
+	uint32_t told_ms;             /* the gateway's retry-after for this dial
+	                               * (wsclient writes an upgrade's), 0 none */
+	int64_t come_back_ms;         /* monotonic: no dial before, as told; 0 none */
+	uint32_t told, early;         /* agent_tunnel_retry_after */
 
 	enum tunnel_phase phase;
 	uint32_t backoff_ms;
@@ -468,6 +480,8 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 		t->backoff_ms = 0;
 	if (code_in(code, soon_codes))
 		t->backoff_cap_ms = AGENT_BACKOFF_RETRY_MAX_MS;
+	if (in->u.error.retry_after_ms != 0)
+		t->told_ms = in->u.error.retry_after_ms;
 }
 
 /* ---- settings pushed by the gateway ---- */
@@ -963,11 +977,16 @@ tunnel_dial(struct agent_tunnel *t)
 	cfg.proxy_auth = t->cfg.proxy_auth;
 	cfg.proxy_user = t->cfg.proxy_user;
 	cfg.proxy_password = t->cfg.proxy_password;
+	cfg.retry_after_ms = &t->told_ms;
 	tunnel_set_phase(t, TUNNEL_CONNECTING);
 	debug("connecting", KV_S("url", connect_url),
 	    KV_S("proxy", cfg.proxy_url != NULL ? "yes" : "no"));
 	t->dials++;
 	t->was_established = false;
+	if (t->come_back_ms != 0 && runtime_monotonic_ms() < t->come_back_ms)
+		t->early++;
+	t->come_back_ms = 0;
+	t->told_ms = 0;
 	t->ws = wsclient_connect(t->base, &cfg, &ws_callbacks, t, err, sizeof(err));
 	if (t->ws == NULL) {
 		error("cannot connect", KV_S("gateway", gwlist_current(&t->urls)), KV_S("err", err));
@@ -978,15 +997,44 @@ tunnel_dial(struct agent_tunnel *t)
 	return 0;
 }
 
+/* The loop's cached clock, which timers run on, lags the real one when a
+ * pass is long (a swarm of agents on one loop): a wait the gateway asked
+ * for is checked against the real clock and finished if need be. */
 static void
 tunnel_on_reconnect(evutil_socket_t fd, short what, void *arg)
 {
-	(void)tunnel_dial(arg);
+	struct agent_tunnel *t = arg;
+	int64_t left = t->come_back_ms - runtime_monotonic_ms();
+	struct timeval tv;
+
+	if (t->come_back_ms != 0 && left > 0 && !t->cfg.ignore_retry_after) {
+		tv = runtime_ms_timeval((uint32_t)left);
+		evtimer_add(t->reconnect_timer, &tv);
+		return;
+	}
+	(void)tunnel_dial(t);
+}
+
+/* The gateway said when to come back: that, bounded, plus our own jitter.
+ * The exponential backoff stays where it was for the next network error. */
+static uint32_t
+told_delay(struct agent_tunnel *t)
+{
+	uint32_t told = t->told_ms > AGENT_RETRY_AFTER_MAX_MS ?
+	    AGENT_RETRY_AFTER_MAX_MS : t->told_ms, jitter = 0;
+
+	random_bytes((uint8_t *)&jitter, sizeof(jitter));
+	t->told++;
+	t->come_back_ms = runtime_monotonic_ms() + told;
+	t->told_ms = 0;
+	t->backoff_cap_ms = 0;
+	return told + jitter % AGENT_RETRY_AFTER_JITTER_MS;
 }
 
 /* Exponential backoff with jitter: the delay doubles up to
  * AGENT_BACKOFF_MAX_MS and each wait is drawn from [delay/2, delay] so that
- * agents cut off together do not all come back in the same instant. */
+ * agents cut off together do not all come back in the same instant.  A
+ * gateway's retry-after comes first (told_delay). */
 static void
 tunnel_schedule_reconnect(struct agent_tunnel *t)
 {
@@ -996,7 +1044,18 @@ tunnel_schedule_reconnect(struct agent_tunnel *t)
 	if (t->reconnect_now) {
 		t->reconnect_now = false;
 		delay = 0;
+	} else if (t->told_ms != 0 && !t->cfg.ignore_retry_after) {
+		uint32_t told = t->told_ms;
+
+		delay = told_delay(t);
+		info("reconnecting", KV_U("delay_ms", delay),
+		    KV_U("retry_after_ms", told));
 	} else {
+		if (t->told_ms != 0) {   /* ignored (a benchmark's "before") */
+			t->told++;
+			t->come_back_ms = runtime_monotonic_ms() + t->told_ms;
+			t->told_ms = 0;
+		}
 		uint32_t cap = t->backoff_cap_ms != 0 ? t->backoff_cap_ms :
 		    AGENT_BACKOFF_MAX_MS;
 
@@ -1162,6 +1221,14 @@ uint32_t
 agent_tunnel_dials(const struct agent_tunnel *t)
 {
 	return t->dials;
+}
+
+void
+agent_tunnel_retry_after(const struct agent_tunnel *t, uint32_t *told,
+    uint32_t *early)
+{
+	*told = t->told;
+	*early = t->early;
 }
 
 struct mux *

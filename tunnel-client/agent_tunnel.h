@@ -44,6 +44,14 @@
  * and waits for its store, so the agent comes back within seconds of the
  * store's return, not after a network-sized backoff. */
 #define AGENT_BACKOFF_RETRY_MAX_MS 5000
+/* A gateway that turns a dial away for now says when to come back
+ * (Retry-After, an ERROR's retry_after_ms: docs/interface.md): the agent
+ * waits that long, at most AGENT_RETRY_AFTER_MAX_MS (a gateway's mistake
+ * cannot park it for a day), plus its own jitter in
+ * [0, AGENT_RETRY_AFTER_JITTER_MS): the header's whole seconds spread over
+ * the second that follows. */
+#define AGENT_RETRY_AFTER_MAX_MS    60000
+#define AGENT_RETRY_AFTER_JITTER_MS 1000
 
 /* The keepalive's defaults (`run --ping-interval`, `--ping-timeout`): a
  * tunnel silent for the interval is pinged, and abandoned if nothing comes
@@ -140,6 +148,10 @@ struct agent_tunnel_config {
 	uint32_t ping_timeout_ms;   /* then silence before it redials */
 	const struct agent_tunnel_hooks *hooks;
 	void *arg;                  /* given to every hook */
+	/* The gateway's retry-after is only counted, the backoff applies as
+	 * if none came: tether-swarm's --ignore-retry-after, for a storm
+	 * benchmark's "before" figure.  false everywhere else. */
+	bool ignore_retry_after;
 };
 
 /*
@@ -179,6 +191,12 @@ const char *agent_tunnel_state(const struct agent_tunnel *t);
 const char *agent_tunnel_gateway(const struct agent_tunnel *t);
 /* Connections dialled so far. */
 uint32_t agent_tunnel_dials(const struct agent_tunnel *t);
+/* Times the gateway said when to come back (told), and dials made before
+ * the moment it said (early: 0 unless ignore_retry_after, bounded by
+ * AGENT_RETRY_AFTER_MAX_MS), measured on the monotonic clock from the
+ * refusal to the next dial. */
+void agent_tunnel_retry_after(const struct agent_tunnel *t, uint32_t *told,
+    uint32_t *early);
 /* The tunnel's multiplexer while established, else NULL. */
 struct mux *agent_tunnel_mux(const struct agent_tunnel *t);
 

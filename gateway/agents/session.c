@@ -111,6 +111,7 @@ struct session {
 	bool verifying;               /* a VERIFY is outstanding */
 	uint8_t verify_nonce[FRAME_VERIFY_NONCE_LEN];
 	int64_t verify_sent_ms;
+	int64_t began_ms;             /* monotonic: the handshake began */
 	struct session_job *job;      /* the store call it waits for, or NULL */
 	uint8_t *held;                /* a frame that came while it waits */
 	size_t held_len;
@@ -189,6 +190,8 @@ session_set_phase(struct session *s, enum session_phase next)
 		s->counted_handshake = 0;
 		s->gw->handshakes--;
 		session_source_put(s);
+		retry_after_done(&s->gw->retry_after, s->began_ms,
+		    runtime_monotonic_ms());
 		gateway_handshake_ended(s->gw);
 		if (s->handshake_timer != NULL)
 			evtimer_del(s->handshake_timer);
@@ -211,6 +214,9 @@ session_kick(struct session *s, const char *code, const char *reason)
 	if (s->phase == PHASE_CLOSING)
 		return;
 	frame_make_error(&f, code, reason);
+	/* "Come back later" (docs/interface.md, "Refusals"): and when. */
+	if (strcmp(code, "unavailable") == 0 || strcmp(code, "timeout") == 0)
+		f.u.error.retry_after_ms = gateway_retry_after_ms(s->gw, 0);
 	s->io->send(s->t, &f);
 	session_set_phase(s, PHASE_CLOSING);
 	s->io->close(s->t);
@@ -361,6 +367,7 @@ session_new(struct gateway *gw, const struct session_transport *io, void *t)
 	    gw->limits.handshake_timeout_ms);
 	evtimer_add(s->handshake_timer, &tv);
 	s->counted_handshake = 1;
+	s->began_ms = runtime_monotonic_ms();
 	gw->handshakes++;
 	if (gw->handshake_sources == NULL)
 		gw->handshake_sources = srccount_new();
@@ -1513,6 +1520,8 @@ session_closed(struct session *s)
 		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "closed");
 		s->gw->handshakes--;
 		session_source_put(s);
+		retry_after_done(&s->gw->retry_after, s->began_ms,
+		    runtime_monotonic_ms());
 		gateway_handshake_ended(s->gw);
 	}
 	if (s->handshake_timer != NULL)

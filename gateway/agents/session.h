@@ -80,7 +80,9 @@ void session_verifying(struct session *s, const struct store_agent *a);
  * the session already knows (its own change, heard back).
  */
 void session_record_changed(struct session *s, const struct store_agent *a);
-/* Sends ERROR(code, reason) and closes the tunnel. */
+/* Sends ERROR(code, reason) and closes the tunnel; for "unavailable" and
+ * "timeout" the frame also says when to come back (retry_after_ms,
+ * gateway_retry_after_ms). */
 void session_kick(struct session *s, const char *code, const char *reason);
 
 /*

@@ -1,7 +1,8 @@
 /*
  * gateway.c: what every part of the running gateway shares besides
- * struct gateway itself (see gateway.h): the wall clock, and giving the
- * heap back after a burst of handshakes.  In the library,
+ * struct gateway itself (see gateway.h): the wall clock, giving the
+ * heap back after a burst of handshakes, and when turned-away agents should
+ * come back.  In the library,
  * not in main.c, so that everything that calls it links without the
  * command line.
  */
@@ -12,6 +13,7 @@
 
 #include <event2/event.h>
 
+#include "agentkey.h"
 #include "log.h"
 #include "runtime.h"
 
@@ -35,6 +37,19 @@ gateway_handshake_ended(struct gateway *gw)
 	    (gw->trim_timer = evtimer_new(gw->base, gateway_trim, gw)) == NULL)
 		return;
 	evtimer_add(gw->trim_timer, &tv);
+}
+
+uint32_t
+gateway_retry_after_ms(struct gateway *gw, uint32_t ahead)
+{
+	uint32_t r = 0;
+
+	(void)random_bytes((uint8_t *)&r, sizeof(r));  /* jitter: 0 will do */
+	if (gw->stopping)
+		return RA_MIN_MS + (gw->drain_jitter_ms > 0 ?
+		    r % (gw->drain_jitter_ms + 1) : 0);
+	return retry_after_next(&gw->retry_after, runtime_monotonic_ms(), ahead,
+	    gw->limits.max_handshakes, gw->limits.handshake_timeout_ms, r);
 }
 
 int64_t

@@ -23,6 +23,7 @@
 #include "livestreams.h"
 #include "mux.h"
 #include "netaddr.h"
+#include "retry_after.h"
 
 struct event_base;
 struct server;
@@ -114,6 +115,8 @@ struct gateway {
 	int stopping;                   /* SIGTERM received: draining, refuse new tunnels */
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
+	struct retry_after retry_after; /* when turned-away agents come back
+	                                   (gateway_retry_after_ms) */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
 	int require_proxy_header;         /* --require-proxy-header: and must */
@@ -145,6 +148,18 @@ struct gateway {
  */
 #define GATEWAY_TRIM_DELAY_MS 2000
 void gateway_handshake_ended(struct gateway *gw);
+
+/*
+ * How long an agent turned away now should wait before it dials again, in
+ * ms (docs/0035): while draining, a random delay in [RA_MIN_MS,
+ * RA_MIN_MS + drain_jitter_ms] (it will land on another replica); else
+ * its slot in the come-back schedule (retry_after.h) behind `ahead`
+ * connections already waiting (the TLS queue), at the rate its handshake
+ * slots free up (session.c feeds it each handshake's time).  Within
+ * [RA_MIN_MS, RA_MAX_MS].
+ * Loop thread only.  Cost: O(1) and 4 random bytes.
+ */
+uint32_t gateway_retry_after_ms(struct gateway *gw, uint32_t ahead);
 
 /* Unix time in seconds and milliseconds (wall clock). */
 int64_t gateway_now(void);

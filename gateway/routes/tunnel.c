@@ -199,6 +199,18 @@ tunnel_request(struct gateway *gw, const struct route_request *req,
 	    "subprotocol %s", TUNNEL_PATH, TETHER_SUBPROTOCOL);
 }
 
+/* When an agent turned away for now (draining, handshakes at their cap)
+ * should come back: after the connections the TLS queue holds. */
+static uint32_t
+tunnel_retry_after(struct gateway *gw)
+{
+	uint32_t handshaking, waiting;
+	uint64_t shed;
+
+	server_tls_admission(gw, &handshaking, &waiting, &shed);
+	return gateway_retry_after_ms(gw, waiting);
+}
+
 /* A new tunnel, if the gateway takes one. */
 static void
 tunnel_upgrade(struct gateway *gw, const struct route_request *req,
@@ -206,6 +218,7 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 {
 	char reason[128];
 	struct tunnel *c;
+	uint32_t later;
 
 	if (!http_token_list_has(upgrade_offered_protocols(u), TETHER_SUBPROTOCOL)) {
 		upgrade_refuse(u, 400, TUNNEL_PATH " needs the WebSocket subprotocol "
@@ -213,15 +226,18 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 		return;
 	}
 	if (gw->stopping) {
-		upgrade_refuse(u, 503, "the gateway is shutting down");
+		upgrade_refuse_later(u, 503, "the gateway is shutting down",
+		    tunnel_retry_after(gw));
 		return;
 	}
 	if (gw->handshakes >= gw->limits.max_handshakes) {
+		later = tunnel_retry_after(gw);
 		warn("refusing a tunnel: too many handshakes under way (--max-handshakes)",
-		    KV_S("peer", upgrade_peer(u)), KV_U("handshakes", gw->handshakes));
+		    KV_S("peer", upgrade_peer(u)), KV_U("handshakes", gw->handshakes),
+		    KV_U("retry_after_ms", later));
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
 		    "retry later", gw->handshakes);
-		upgrade_refuse(u, 503, reason);
+		upgrade_refuse_later(u, 503, reason, later);
 		return;
 	}
 	/* One source's share (docs/0028): a flood of silent upgrades from one
@@ -233,7 +249,7 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way "
 		    "from this address: retry later",
 		    gw->limits.max_handshakes_per_source);
-		upgrade_refuse(u, 503, reason);
+		upgrade_refuse_later(u, 503, reason, tunnel_retry_after(gw));
 		return;
 	}
 	c = calloc(1, sizeof(*c));

@@ -520,6 +520,27 @@ upgrade_refuse(struct upgrade *u, int status, const char *reason)
 	hconn_refuse(h, status, reason);
 }
 
+void
+upgrade_refuse_later(struct upgrade *u, int status, const char *reason,
+    uint32_t retry_after_ms)
+{
+	struct hconn *h = u->h;
+	char header[40];
+	size_t len;
+	char *body;
+
+	assert(h->state == HC_UPGRADING);
+	if (h->state != HC_UPGRADING)
+		return;
+	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	snprintf(header, sizeof(header), "Retry-After: %u\r\n",
+	    retry_after_ms >= 2000 ? retry_after_ms / 1000 : 1);
+	body = json_error(reason, &len);
+	debug("http refused", KV_S("peer", h->peer), KV_I("status", status),
+	    KV_S("reason", reason), KV_U("retry_after_ms", retry_after_ms));
+	hconn_respond(h, status, "application/json", body, len, 0, 0, header);
+}
+
 /* The client left while its upgrade was being decided. */
 static void
 hconn_abandon(struct hconn *h)

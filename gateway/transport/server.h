@@ -110,6 +110,11 @@ struct wsface *upgrade_accept(struct upgrade *u, const char *subprotocol,
     const struct wsface_handlers *h, void *arg);
 /* Answers status with a JSON body {"error": reason} and closes. */
 void upgrade_refuse(struct upgrade *u, int status, const char *reason);
+/* The same for a refusal that means "come back later", with a Retry-After
+ * header: retry_after_ms in whole seconds, rounded down, at least 1 (the
+ * agent adds up to a second of its own jitter: docs/0035). */
+void upgrade_refuse_later(struct upgrade *u, int status, const char *reason,
+    uint32_t retry_after_ms);
 
 /*
  * Replies later (request routes, route.h).  A route whose answer needs

@@ -17,11 +17,15 @@
  * Once a report interval it prints one line to stdout:
  *
  *   swarm ms=WALL agents=N started=S established=E active=A stopped=X
- *         dials=D streams=K echoed=BYTES [probe_n=.. probe_p50_us=..
- *         probe_p99_us=.. probe_max_us=.. probe_lost=..]
+ *         dials=D streams=K echoed=BYTES told=T early=Y max_dials=M
+ *         [probe_n=.. probe_p50_us=.. probe_p99_us=.. probe_max_us=..
+ *         probe_lost=..]
  *
  * (ms: Unix time in ms; established: authenticated tunnels; active: those
- * whose agent state is `active`; stopped: agents refused for good), and
+ * whose agent state is `active`; stopped: agents refused for good; told:
+ * refusals that said when to come back (Retry-After, an ERROR's
+ * retry_after_ms); early: dials made before that moment, 0 unless
+ * --ignore-retry-after; max_dials: the most one agent dialled), and
  * `swarm all_active ms=WALL` each time every agent becomes active again.
  * --probe makes agent 1 send a tunnel PING every 100 ms and report the
  * round trips of the interval: an established tunnel's latency while the
@@ -99,6 +103,7 @@ struct swarm {
 	SSL_CTX *tls_ctx;             /* one for every agent: verifies the gateway */
 	const char *ca_file, *prefix;
 	uint32_t ping_interval_ms, ping_timeout_ms;
+	bool ignore_retry_after;
 	struct event *starter, *reporter, *prober, *stopper, *sigterm, *sigint;
 	uint32_t report_ms, seconds;
 	/* --probe */
@@ -283,6 +288,7 @@ swarm_start_one(struct swarm *sw, struct swarm_agent *a, uint32_t index)
 		.ping_timeout_ms = sw->ping_timeout_ms,
 		.hooks = &swarm_hooks,
 		.arg = a,
+		.ignore_retry_after = sw->ignore_retry_after,
 	};
 
 	a->sw = sw;
@@ -327,16 +333,24 @@ swarm_report(evutil_socket_t fd, short what, void *arg)
 {
 	struct swarm *sw = arg;
 	struct timeval tv = runtime_ms_timeval(sw->report_ms);
-	uint64_t dials = 0;
-	uint32_t n;
+	uint64_t dials = 0, told = 0, early = 0;
+	uint32_t n, t, e, d, max_dials = 0;
 
-	for (uint32_t i = 0; i < sw->started; i++)
-		dials += agent_tunnel_dials(sw->agents[i].t);
+	for (uint32_t i = 0; i < sw->started; i++) {
+		d = agent_tunnel_dials(sw->agents[i].t);
+		dials += d;
+		max_dials = d > max_dials ? d : max_dials;
+		agent_tunnel_retry_after(sw->agents[i].t, &t, &e);
+		told += t;
+		early += e;
+	}
 	printf("swarm ms=%" PRId64 " agents=%" PRIu32 " started=%" PRIu32
 	    " established=%" PRIu32 " active=%" PRIu32 " stopped=%" PRIu32
-	    " dials=%" PRIu64 " streams=%" PRIu64 " echoed=%" PRIu64,
+	    " dials=%" PRIu64 " streams=%" PRIu64 " echoed=%" PRIu64
+	    " told=%" PRIu64 " early=%" PRIu64 " max_dials=%" PRIu32,
 	    now_us(CLOCK_REALTIME) / 1000, sw->n, sw->started, sw->established,
-	    sw->active, sw->stopped, dials, sw->streams, sw->echoed);
+	    sw->active, sw->stopped, dials, sw->streams, sw->echoed, told, early,
+	    max_dials);
 	if (sw->probe) {
 		n = sw->nsamples;
 		qsort(sw->samples, n, sizeof(sw->samples[0]), cmp_i64);
@@ -387,7 +401,7 @@ usage(const char *why)
 	    "usage: tether-swarm --join FILE --ca-file FILE --agents N [--first K]\n"
 	    "         [--prefix NAME] [--rate PER_S] [--ping-interval MS]\n"
 	    "         [--ping-timeout MS] [--report-ms MS] [--seconds S] [--probe]\n"
-	    "         [--log-level LEVEL]\n"
+	    "         [--ignore-retry-after] [--log-level LEVEL]\n"
 	    "  --join FILE      the join document of a multi-use import token\n"
 	    "                   (tetherctl token create --uses N)\n"
 	    "  --ca-file FILE   the gateway's CA certificate (PEM)\n"
@@ -401,6 +415,8 @@ usage(const char *why)
 	    "  --report-ms MS   status line interval (default 1000)\n"
 	    "  --seconds S      exit after S seconds (default 0: at SIGTERM)\n"
 	    "  --probe          agent K pings every 100 ms; report round trips\n"
+	    "  --ignore-retry-after  count the gateway's retry-after but redial\n"
+	    "                   on the agents' own backoff (a benchmark's before)\n"
 	    "  --log-level L    the agents' log level (default error)\n");
 	exit(2);
 }
@@ -475,6 +491,7 @@ swarm_parse(struct swarm *sw, int argc, char **argv)
 		{ "report-ms", required_argument, NULL, 'm' },
 		{ "seconds", required_argument, NULL, 's' },
 		{ "probe", no_argument, NULL, 'P' },
+		{ "ignore-retry-after", no_argument, NULL, 'I' },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -501,6 +518,7 @@ swarm_parse(struct swarm *sw, int argc, char **argv)
 		case 'm': sw->report_ms = parse_u32(optarg, "--report-ms"); break;
 		case 's': sw->seconds = parse_u32(optarg, "--seconds"); break;
 		case 'P': sw->probe = true; break;
+		case 'I': sw->ignore_retry_after = true; break;
 		case 'l':
 			if (log_level_parse(optarg, &level) != 0)
 				usage("--log-level: debug, info, warn or error");

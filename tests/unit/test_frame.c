@@ -289,6 +289,10 @@ test_roundtrip_variants(void **state)
 	sample(FRAME_ERROR, &f);
 	CLEAR(f.u.error.reason);
 	roundtrip(&f);
+	f.u.error.retry_after_ms = 2500;   /* "come back later" (docs/0035) */
+	roundtrip(&f);
+	f.u.error.retry_after_ms = UINT32_MAX;
+	roundtrip(&f);
 
 	sample(FRAME_DATA, &f);
 	f.u.data.len = 0;
@@ -362,6 +366,13 @@ test_golden_bytes(void **state)
 	    0xa6, 'w', 'i', 'n', 'd', 'o', 'w', 0x07,
 	    0xa5, 'a', 'g', 'e', 'n', 't', 0xa1, 'a',
 	    0xa9, 'p', 'r', 'i', 'n', 'c', 'i', 'p', 'a', 'l', 0xa6, 'u', 's', 'e', 'r', ':', 'b' };
+	/* An ERROR says when to come back only when it has a moment to say. */
+	static const uint8_t error[] = { 0x92, 0x0a, 0x82,
+	    0xa4, 'c', 'o', 'd', 'e', 0xa1, 'x', 0xa6, 'r', 'e', 'a', 's', 'o', 'n', 0xa0 };
+	static const uint8_t error_later[] = { 0x92, 0x0a, 0x83,
+	    0xa4, 'c', 'o', 'd', 'e', 0xa1, 'x', 0xa6, 'r', 'e', 'a', 's', 'o', 'n', 0xa0,
+	    0xae, 'r', 'e', 't', 'r', 'y', '_', 'a', 'f', 't', 'e', 'r', '_', 'm', 's',
+	    0xcd, 0x09, 0xc4 };
 	struct frame f;
 	uint8_t *out;
 	size_t len;
@@ -436,6 +447,17 @@ test_golden_bytes(void **state)
 	out = encode_ok(&f, &len);
 	assert_int_equal(len, sizeof(open_peer));
 	assert_memory_equal(out, open_peer, len);
+	free(out);
+
+	frame_make_error(&f, "x", "");
+	out = encode_ok(&f, &len);
+	assert_int_equal(len, sizeof(error));
+	assert_memory_equal(out, error, len);
+	free(out);
+	f.u.error.retry_after_ms = 2500;
+	out = encode_ok(&f, &len);
+	assert_int_equal(len, sizeof(error_later));
+	assert_memory_equal(out, error_later, len);
 	free(out);
 }
 
@@ -695,6 +717,10 @@ static const struct edit edits[] = {
 	KEY(FRAME_ERROR, "reason", LONG(256), "ERROR: \"reason\" is too long (256 > 255 bytes)"),
 	KEY(FRAME_ERROR, "reason", NIL, "ERROR: \"reason\" is not a string"),
 	KEY(FRAME_ERROR, "reason", STR(""), NULL),
+	{ FRAME_ERROR, ADD, "retry_after_ms", 0, STR("1"), "ERROR: \"retry_after_ms\" is not an integer" },
+	{ FRAME_ERROR, ADD, "retry_after_ms", 0, NEG(-1), "ERROR: \"retry_after_ms\" is negative" },
+	{ FRAME_ERROR, ADD, "retry_after_ms", 0, UINT(1ULL << 32), "ERROR: \"retry_after_ms\" is out of range" },
+	{ FRAME_ERROR, ADD, "retry_after_ms", 0, UINT(2500), NULL },
 	KEY(FRAME_PING, "seq", NEG(-1), "PING: \"seq\" is negative"),
 	KEY(FRAME_PING, "seq", FLT(2.5), "PING: \"seq\" is not an integer"),
 	KEY(FRAME_PING, "seq", UINT(UINT64_MAX), NULL),

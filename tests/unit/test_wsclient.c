@@ -38,6 +38,7 @@
 #include "wsclient.h"
 #include "wsface.h"
 #include "wsframe.h"
+#include "wshead.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -356,6 +357,7 @@ struct client {
 	int paused_now;
 	int msgs_while_paused;
 	size_t max_queue;          /* wsclient_config.max_queue (0: default) */
+	uint32_t retry_after_ms;   /* wsclient_config.retry_after_ms */
 };
 
 static struct server srv;
@@ -644,6 +646,7 @@ run_client(const char *path, const char *subprotocol, size_t max_message,
 	cfg.low_water = low_water;
 	cfg.max_queue = cli.max_queue;
 	cfg.connect_timeout_ms = 3000;
+	cfg.retry_after_ms = &cli.retry_after_ms;
 	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
 	if (cli.c == NULL)
 		fail_msg("wsclient_connect: %s", err);
@@ -913,6 +916,50 @@ test_refused_empty(void **state)
 {
 	expect_refusal("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
 	    400, "HTTP/1.1 400 Bad Request");
+}
+
+/* A refusal's Retry-After (delta seconds) reaches the caller in ms, capped;
+ * an HTTP date or a malformed value leaves it alone (docs/0035). */
+static void
+expect_retry_after(const char *header, uint32_t ms)
+{
+	static char response[256];
+
+	snprintf(response, sizeof(response), "HTTP/1.1 503 Service Unavailable\r\n"
+	    "%s\r\nContent-Length: 0\r\n\r\n", header);
+	cli.retry_after_ms = 0;
+	expect_refusal(response, 503, "HTTP/1.1 503 Service Unavailable");
+	assert_int_equal(cli.retry_after_ms, ms);
+}
+
+static void
+test_refused_retry_after(void **state)
+{
+	expect_retry_after("Retry-After: 7", 7000);
+}
+
+static void
+test_refused_retry_after_capped(void **state)
+{
+	expect_retry_after("retry-after:  99999999999 ", WS_RETRY_AFTER_MAX_S * 1000);
+}
+
+static void
+test_refused_retry_after_date(void **state)
+{
+	expect_retry_after("Retry-After: Wed, 21 Oct 2015 07:28:00 GMT", 0);
+}
+
+static void
+test_refused_retry_after_malformed(void **state)
+{
+	expect_retry_after("Retry-After: -3", 0);
+}
+
+static void
+test_refused_retry_after_none(void **state)
+{
+	expect_retry_after("X-Other: 3", 0);
 }
 
 /* Content-Length bounds the body: bytes beyond it are not the reason. */
@@ -1323,6 +1370,11 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_refused_text, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_empty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_length_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_retry_after, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_retry_after_capped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_retry_after_date, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_retry_after_malformed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_retry_after_none, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_until_eof, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_body_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_chunked, setup, teardown),

@@ -1,0 +1,49 @@
+/* retry_after.c: the come-back schedule for turned-away agents (see
+ * retry_after.h). */
+#include "retry_after.h"
+
+void
+retry_after_done(struct retry_after *ra, int64_t began_ms, int64_t now_ms)
+{
+	double took = now_ms > began_ms ? (double)(now_ms - began_ms) : 1.0;
+
+	ra->mean_ms = ra->mean_ms == 0 ? took : ra->mean_ms + (took - ra->mean_ms) / 8;
+}
+
+double
+retry_after_rate(const struct retry_after *ra, uint32_t capacity,
+    uint32_t timeout_ms)
+{
+	double mean = ra->mean_ms > 0 ? ra->mean_ms : RA_GUESS_MS;
+	double rate = (double)capacity * 1000.0 / mean;
+	double floor = timeout_ms > 0 ? (double)capacity * 1000.0 / timeout_ms : 1.0;
+
+	if (rate < floor)
+		rate = floor;
+	return rate < 1.0 ? 1.0 : rate;
+}
+
+uint32_t
+retry_after_next(struct retry_after *ra, int64_t now_ms, uint32_t ahead,
+    uint32_t capacity, uint32_t timeout_ms, uint32_t jitter)
+{
+	double rate = retry_after_rate(ra, capacity, timeout_ms) *
+	    RA_SHARE_PCT / 100.0;
+	double gap = 1000.0 / rate;
+	double start = (double)now_ms + (double)ahead * gap;
+	int64_t wait;
+
+	if (start < (double)(now_ms + RA_MIN_MS))
+		start = (double)(now_ms + RA_MIN_MS);
+	if (ra->horizon_ms > start)
+		start = ra->horizon_ms;
+	/* The schedule never runs further than the longest wait. */
+	if (start > (double)(now_ms + RA_MAX_MS))
+		start = (double)(now_ms + RA_MAX_MS);
+	ra->horizon_ms = start + gap;
+	wait = (int64_t)(start - (double)now_ms) +
+	    (gap >= 1.0 ? (int64_t)(jitter % (uint32_t)gap) : 0);
+	if (wait > RA_MAX_MS)
+		wait = RA_MAX_MS;
+	return (uint32_t)wait;
+}

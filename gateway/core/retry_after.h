@@ -1,0 +1,64 @@
+/*
+ * retry_after.h: when an agent turned away during a storm should come back
+ * (docs/0035-no-stampede.md).
+ *
+ * A refused dial that redials on its own backoff comes back when the
+ * gateway is as full as before, so a storm of N agents costs several dials
+ * each.  Instead the gateway hands each agent it turns away a place in a
+ * schedule: slots spaced by the rate at which its handshake slots free up
+ * (capacity over the mean time a handshake holds one, measured), after the
+ * connections already waiting ahead (its TLS queue), each jittered within
+ * its slot.  The agents come back about as fast as the gateway can take
+ * them, spread out, and most get in on their next dial.  (The rate is not
+ * what handshakes finished per second: while agents wait as told, that
+ * measures the demand the schedule let in, not what the gateway can do.)
+ *
+ * Pure state, no clock or randomness of its own (the caller passes them),
+ * zero-initialised ready to use; one per gateway (struct gateway), used
+ * from its loop only.  Cost: O(1) per call.
+ */
+#ifndef TETHER_RETRY_AFTER_H
+#define TETHER_RETRY_AFTER_H
+
+#include <stdint.h>
+
+/* The time a handshake holds its slot, assumed until one has ended. */
+#define RA_GUESS_MS  200
+/* Bounds of a wait: at least a second (the header's unit), at most a
+ * minute (agents cap what they are told at AGENT_RETRY_AFTER_MAX_MS too). */
+#define RA_MIN_MS    1000
+#define RA_MAX_MS    60000
+/* Slots are handed out at this share (percent) of the rate: the rest is
+ * left to dials that were never refused (agents still arriving). */
+#define RA_SHARE_PCT 75
+
+struct retry_after {
+	double mean_ms;               /* a handshake's time, moving average
+	                               * (1/8 per sample); 0: none yet */
+	double horizon_ms;            /* the end of the last slot handed out
+	                               * (fractions kept: no drift) */
+};
+
+/* A tunnel handshake that began at began_ms ended at now_ms (either way). */
+void retry_after_done(struct retry_after *ra, int64_t began_ms, int64_t now_ms);
+
+/*
+ * Handshakes the gateway can finish per second: capacity * 1000 / the mean
+ * handshake time (RA_GUESS_MS before any ended).  Never below capacity *
+ * 1000 / timeout_ms (every slot held until the handshake deadline), nor
+ * below 1.
+ */
+double retry_after_rate(const struct retry_after *ra, uint32_t capacity,
+    uint32_t timeout_ms);
+
+/*
+ * The wait, in ms, for an agent turned away at now_ms with `ahead`
+ * connections waiting in front of it: the next slot of the schedule, at
+ * the latest of the horizon, now + RA_MIN_MS and now + ahead / rate, plus
+ * jitter (any 32 random bits) within the slot; at most RA_MAX_MS.  Moves
+ * the horizon one slot on.
+ */
+uint32_t retry_after_next(struct retry_after *ra, int64_t now_ms,
+    uint32_t ahead, uint32_t capacity, uint32_t timeout_ms, uint32_t jitter);
+
+#endif

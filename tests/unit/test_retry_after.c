@@ -1,0 +1,113 @@
+/*
+ * test_retry_after.c: the come-back schedule for turned-away agents
+ * (gateway/core/retry_after.c, docs/0035): the rate is capacity over the
+ * mean time a handshake holds its slot (RA_GUESS_MS before any ended,
+ * never below the every-slot-times-out floor); each refusal gets its own
+ * slot, spaced by the rate at RA_SHARE_PCT, after the connections waiting
+ * ahead, with no drift; the jitter stays inside the slot; waits stay within
+ * [RA_MIN_MS, RA_MAX_MS]; a quiet gateway's old horizon holds nobody back.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "retry_after.h"
+
+#define T0 1000000   /* any monotonic ms */
+
+static void
+test_rate(void **state)
+{
+	struct retry_after ra;
+	double r;
+
+	memset(&ra, 0, sizeof(ra));
+	/* Nothing ended yet: each handshake assumed to take RA_GUESS_MS. */
+	assert_true(retry_after_rate(&ra, 16, 10000) == 16 * 1000.0 / RA_GUESS_MS);
+	/* Never below 1. */
+	assert_true(retry_after_rate(&ra, 0, 10000) == 1.0);
+	/* Handshakes of 40 ms: 4 slots free up 100 times a second. */
+	for (int i = 0; i < 200; i++)
+		retry_after_done(&ra, T0 + i, T0 + i + 40);
+	r = retry_after_rate(&ra, 4, 10000);
+	assert_true(r > 99.0 && r < 101.0);
+	/* Slow handshakes: never below capacity per timeout. */
+	memset(&ra, 0, sizeof(ra));
+	retry_after_done(&ra, T0, T0 + 100000);
+	assert_true(retry_after_rate(&ra, 50, 10000) == 5.0);
+}
+
+/* Each refusal its own slot: successive waits grow by the slot width. */
+static void
+test_slots_spread(void **state)
+{
+	struct retry_after ra;
+	uint32_t prev = 0, w;
+	double gap;
+
+	memset(&ra, 0, sizeof(ra));
+	retry_after_done(&ra, T0, T0 + 40);      /* 4 slots: 100/s */
+	gap = 1000.0 / (retry_after_rate(&ra, 4, 10000) * RA_SHARE_PCT / 100.0);
+	for (int i = 0; i < 300; i++) {
+		w = retry_after_next(&ra, T0 + 2000, 0, 4, 10000, 0);
+		assert_true(w >= RA_MIN_MS);
+		if (i > 0)
+			assert_true(w >= prev + (uint32_t)gap - 1 &&
+			    w <= prev + (uint32_t)gap + 1);
+		prev = w;
+	}
+	/* No drift: the 300th slot is 299 slots after the first. */
+	assert_true(prev >= RA_MIN_MS + (uint32_t)(299 * gap) - 2 &&
+	    prev <= RA_MIN_MS + (uint32_t)(299 * gap) + 2);
+}
+
+/* Connections already queued go first; jitter stays within the slot. */
+static void
+test_ahead_and_jitter(void **state)
+{
+	struct retry_after a, b;
+	uint32_t wa, wb;
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	/* 20 slots of RA_GUESS_MS: 100/s, handed out at 75/s (13.3 ms). */
+	wa = retry_after_next(&a, T0, 750, 20, 10000, 0);
+	assert_true(wa >= 9990 && wa <= 10010);    /* 750 ahead: 10 s */
+	wb = retry_after_next(&b, T0, 0, 20, 10000, 13);
+	assert_int_equal(wb, RA_MIN_MS + 0);       /* 13 % 13 */
+	wb = retry_after_next(&b, T0, 0, 20, 10000, 12);
+	assert_true(wb >= RA_MIN_MS + 13 + 12 - 1 && wb <= RA_MIN_MS + 13 + 12 + 1);
+}
+
+/* The schedule never promises past RA_MAX_MS, and a quiet gateway's old
+ * horizon does not hold back the next storm's first agents. */
+static void
+test_bounds_and_horizon(void **state)
+{
+	struct retry_after ra;
+	uint32_t w = 0;
+
+	memset(&ra, 0, sizeof(ra));
+	for (int i = 0; i < 5000; i++)
+		w = retry_after_next(&ra, T0, 0, 1, 1000000, UINT32_MAX);
+	assert_int_equal(w, RA_MAX_MS);
+	w = retry_after_next(&ra, T0 + 10 * RA_MAX_MS, 0, 1, 1000000, 0);
+	assert_int_equal(w, RA_MIN_MS);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rate),
+		cmocka_unit_test(test_slots_spread),
+		cmocka_unit_test(test_ahead_and_jitter),
+		cmocka_unit_test(test_bounds_and_horizon),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
