@@ -117,6 +117,7 @@ struct session {
 	size_t held_len;
 	bool closed;                  /* session_closed runs: it is going away */
 	struct session_rotation *rot; /* a key rotation under way, or NULL */
+	bool key_asked;               /* the agent asked for one (once a tunnel) */
 };
 
 /* What a session asks of the store thread. */
@@ -1376,6 +1377,13 @@ on_established(struct session *s, const struct frame *in)
 	case FRAME_PONG:
 		return;
 	case FRAME_KEY_ROTATE:
+		/* Once a tunnel: an agent cannot make the store write at will. */
+		if (s->key_asked) {
+			debug("agent asked for a key rotation again: ignored",
+			    KV_S("agent", s->agent.id));
+			return;
+		}
+		s->key_asked = true;
 		session_rotate_key(s, "the agent asked (its key reached --max-key-age)");
 		return;
 	case FRAME_KEY_PROOF:
