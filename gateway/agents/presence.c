@@ -80,8 +80,10 @@ struct pjob {
 	unsigned losses;           /* ... and p->losses when they were taken */
 	int synced;                /* the records match them now */
 	size_t repaired;           /* ... after this many changes */
-	struct store_lease held;   /* RENEW: the id's holder, when lost */
-	int lost;
+	struct store_lease held;   /* RENEW: the row as the claim found it */
+	int lost;                  /* ... another process's, live */
+	int retaken;               /* ... gone or a dead holder's: this
+	                            * replica's records went with it */
 	struct store_remote_agent *dir;  /* RENEW, DIR: the directory read */
 	size_t ndir;
 	int dir_ok;                /* ... if it was read */
@@ -142,7 +144,7 @@ id_cmp(const void *a, const void *b)
 static void
 renew(struct store *st, struct pjob *j)
 {
-	int64_t *mine = &j->gw->lease_mine_ms;
+	int64_t *mine = &j->gw->lease_mine_ms, was = *mine;
 	char err[STORE_ERROR_MAX + 1];
 
 	j->rc = store_replica_claim(st, j->replica, j->peer_url, PRESENCE_LEASE_MS,
@@ -152,6 +154,7 @@ renew(struct store *st, struct pjob *j)
 		*mine = 0;
 		return;
 	}
+	j->retaken = j->rc == STORE_OK && was != 0 && j->held.until_ms != was;
 	if (j->rc != STORE_OK || j->ids == NULL)
 		return;
 	if (j->nids > 1)
@@ -230,6 +233,17 @@ dir_done(struct gateway *gw, struct pjob *j)
 	}
 }
 
+/* A tunnel record or removal the store did not take: the next renewal
+ * makes every record match the hub. */
+static void
+records_lost(struct gateway *gw)
+{
+	if (gw->presence == NULL)
+		return;
+	gw->presence->dirty = 1;
+	gw->presence->losses++;
+}
+
 /* Writes "2026-01-02T03:04:05.678Z" for a Unix ms time into buf. */
 static void
 iso_ms(int64_t ms, char *buf, size_t len)
@@ -289,6 +303,11 @@ renew_done(struct gateway *gw, struct pjob *j)
 		lease_lost(p, j);
 		return;
 	}
+	if (j->retaken) {
+		warn("presence: this replica's lease was gone from the store: "
+		    "recording its tunnels again", KV_S("replica", j->replica));
+		records_lost(gw);
+	}
 	if (j->synced && j->losses == p->losses) {
 		p->dirty = 0;
 		if (j->repaired > 0)
@@ -312,17 +331,6 @@ renew_done(struct gateway *gw, struct pjob *j)
 		info("presence: lease renewed again", KV_S("replica", j->replica));
 		p->failing = 0;
 	}
-}
-
-/* A tunnel record or removal the store did not take: the next renewal
- * makes every record match the hub. */
-static void
-records_lost(struct gateway *gw)
-{
-	if (gw->presence == NULL)
-		return;
-	gw->presence->dirty = 1;
-	gw->presence->losses++;
 }
 
 static void
@@ -460,8 +468,16 @@ presence_claim(struct gateway *gw, char *err, size_t errlen)
 {
 	struct store_lease held, first = { 0 };
 	int64_t until = 0;
+	size_t dead = 0;
 	int rc;
 
+	/* What processes killed long ago left (each HOST-PID is used once). */
+	if (store_replicas_forget_dead(gw->store, PRESENCE_DEAD_MS, &dead, err,
+	    errlen) != STORE_OK)
+		warn("presence: cannot forget dead replicas", KV_S("err", err));
+	else if (dead > 0)
+		info("presence: forgot replicas dead for an hour and their tunnel "
+		    "records", KV_U("replicas", dead));
 	for (;;) {
 		rc = store_replica_claim(gw->store, gw->replica_id, gw->peer_url,
 		    PRESENCE_LEASE_MS, &gw->lease_mine_ms, &held, err, errlen);

@@ -42,6 +42,8 @@
 #define PRESENCE_OFFLINE_EVERY 15   /* renewals: the offline count's period */
 #define PRESENCE_LEASE_MS 6000
 #define PRESENCE_CLAIM_POLL_MS 250  /* start-up: a held id looked at again */
+#define PRESENCE_DEAD_MS 3600000    /* start-up: replicas whose lease ended
+                                     * this long ago are forgotten */
 
 struct gateway;
 

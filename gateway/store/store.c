@@ -1682,6 +1682,7 @@ static int
 lease_write(struct store *s, const char *replica, const char *peer_url,
     int64_t until, bool exists, bool ours, char *err, size_t errlen)
 {
+	enum store_violation v = STORE_V_NONE;
 	int rc;
 
 	if (!ours && (rc = write_stmt(s, &(struct store_stmt){
@@ -1695,23 +1696,26 @@ lease_write(struct store *s, const char *replica, const char *peer_url,
 		    " WHERE id = ?", .what = "renew replica lease",
 		    PARAMS(P_TEXT(peer_url), P_INT(until), P_TEXT(replica)) },
 		    NULL, NULL, err, errlen);
-	return write_stmt(s, &(struct store_stmt){
+	rc = write_stmt(s, &(struct store_stmt){
 	    .sql = "INSERT INTO replicas (id, peer_url, lease_until) VALUES (?, ?, ?)",
 	    .what = "take replica lease",
 	    PARAMS(P_TEXT(replica), P_TEXT(peer_url), P_INT(until)) },
-	    NULL, NULL, err, errlen);
+	    NULL, &v, err, errlen);
+	/* Another process inserted the id since it was read: read again. */
+	return rc != STORE_OK && v == STORE_V_PRIMARY_KEY ? STORE_CONFLICT : rc;
 }
 
-int
-store_replica_claim(struct store *s, const char *replica, const char *peer_url,
-    int64_t lease_ms, int64_t *mine, struct store_lease *held, char *err,
+/* One try of store_replica_claim; STORE_CONFLICT when another process
+ * inserted the id between the read and the write. */
+static int
+claim_once(struct store *s, const char *replica, const char *peer_url,
+    int64_t lease_ms, int64_t *mine, struct store_lease *seen, char *err,
     size_t errlen)
 {
 	struct lease_row lr;
 	bool exists, ours;
 	int64_t until;
 	int rc;
-	STORE_TIMED(s);
 
 	memset(&lr, 0, sizeof(lr));
 	if ((rc = begin(s, err, errlen)) != STORE_OK)
@@ -1721,9 +1725,9 @@ store_replica_claim(struct store *s, const char *replica, const char *peer_url,
 	if (rc != STORE_OK && rc != STORE_NOTFOUND)
 		return store_finish(s, rc, err, errlen);
 	ours = exists && *mine != 0 && lr.l.until_ms == *mine;
+	if (seen != NULL)
+		*seen = lr.l;
 	if (exists && !ours && lr.l.left_ms > 0) {
-		if (held != NULL)
-			*held = lr.l;
 		snprintf(err, errlen, "replica id %s is held by a live replica "
 		    "(peer URL \"%s\", lease for %lld ms more)", replica,
 		    lr.l.peer_url, (long long)lr.l.left_ms);
@@ -1737,6 +1741,47 @@ store_replica_claim(struct store *s, const char *replica, const char *peer_url,
 	rc = lease_write(s, replica, peer_url, until, exists, ours, err, errlen);
 	if ((rc = store_finish(s, rc, err, errlen)) == STORE_OK)
 		*mine = until;
+	return rc;
+}
+
+int
+store_replica_claim(struct store *s, const char *replica, const char *peer_url,
+    int64_t lease_ms, int64_t *mine, struct store_lease *seen, char *err,
+    size_t errlen)
+{
+	int rc;
+	STORE_TIMED(s);
+
+	rc = claim_once(s, replica, peer_url, lease_ms, mine, seen, err, errlen);
+	if (rc == STORE_CONFLICT)
+		rc = claim_once(s, replica, peer_url, lease_ms, mine, seen, err,
+		    errlen);
+	return rc == STORE_CONFLICT ? STORE_ERR : rc;
+}
+
+int
+store_replicas_forget_dead(struct store *s, int64_t dead_ms, size_t *forgot,
+    char *err, size_t errlen)
+{
+	char sql[NOW_SQL_MAX];
+	int64_t n = 0;
+	int rc;
+	STORE_TIMED(s);
+
+	if ((rc = begin(s, err, errlen)) != STORE_OK)
+		return rc;
+	rc = write_stmt(s, &(struct store_stmt){ .sql = db_now_sql(s,
+	    "DELETE FROM tunnels WHERE replica_id IN (SELECT id FROM replicas"
+	    " WHERE lease_until < {NOW} - ?)", sql, sizeof(sql)),
+	    .what = "forget dead replicas' tunnels", PARAMS(P_INT(dead_ms)) },
+	    NULL, NULL, err, errlen);
+	if (rc == STORE_OK)
+		rc = write_stmt(s, &(struct store_stmt){ .sql = db_now_sql(s,
+		    "DELETE FROM replicas WHERE lease_until < {NOW} - ?", sql,
+		    sizeof(sql)), .what = "forget dead replicas",
+		    PARAMS(P_INT(dead_ms)) }, &n, NULL, err, errlen);
+	if ((rc = store_finish(s, rc, err, errlen)) == STORE_OK && forgot != NULL)
+		*forgot = (size_t)n;
 	return rc;
 }
 

@@ -293,7 +293,7 @@ struct store_presence {
  * clocks disagree still see each other's leases as they are.
  */
 
-/* A lease another process holds (store_replica_claim's refusal). */
+/* A replica's lease row as store_replica_claim found it. */
 struct store_lease {
 	int64_t until_ms;     /* its end, database clock, Unix ms */
 	int64_t left_ms;      /* how long it still runs (> 0) */
@@ -306,14 +306,23 @@ struct store_lease {
  * *mine: in, the lease end this process last wrote (0: none yet); out, the
  * new one.  The row is this process's while its end is *mine; no row, or
  * one whose lease has ended, is taken, and the tunnel records its last
- * holder left under the id are forgotten with it.  STORE_REFUSED while
- * another process's lease runs (*held, may be NULL, says whose; nothing
- * written), else STORE_OK or STORE_ERR/STORE_FULL with err.  One
- * transaction: a locked read, one or two writes.
+ * holder left under the id are forgotten with it.  *seen (may be NULL)
+ * gets the row as it was (until_ms 0: none): a row taken rather than
+ * renewed has an end other than *mine's old value.  STORE_REFUSED while
+ * another process's lease runs (*seen says whose; nothing written), else
+ * STORE_OK or STORE_ERR/STORE_FULL with err.  One transaction: a locked
+ * read, one or two writes; a second when another process inserted the id
+ * meanwhile.
  */
 int store_replica_claim(struct store *s, const char *replica, const char *peer_url,
-    int64_t lease_ms, int64_t *mine, struct store_lease *held, char *err,
+    int64_t lease_ms, int64_t *mine, struct store_lease *seen, char *err,
     size_t errlen);
+/* Forgets the replicas whose lease ended more than dead_ms ago (database
+ * clock) and the tunnels recorded against them: what processes killed
+ * without a clean stop left (each HOST-PID id is used once).  *forgot (may
+ * be NULL) counts the replicas.  Two statements in one transaction. */
+int store_replicas_forget_dead(struct store *s, int64_t dead_ms, size_t *forgot,
+    char *err, size_t errlen);
 /* Gives replica's lease up and forgets every tunnel recorded against it,
  * if the lease is still this process's (its end is mine); another's is
  * left alone (STORE_OK either way). */

@@ -1745,6 +1745,43 @@ test_presence(void **state)
 	free(ps);
 }
 
+/* Replicas dead long ago are forgotten (what kill -9 of HOST-PID ids
+ * leaves); a claim tells what it found. */
+static void
+test_replicas_forget_dead(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_lease seen;
+	int64_t old = 0, young = 0, again = 0, was;
+	size_t n = 99;
+
+	assert_int_equal(store_replica_claim(f->s, "old", "", -2 * 3600000,
+	    &old, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "young", "", -1000, &young,
+	    NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replicas_forget_dead(f->s, 3600000, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n, 1);
+	/* "old" is gone: a new claim finds no row; "young" is still there,
+	 * its ended lease taken over by a new process. */
+	assert_int_equal(store_replica_claim(f->s, "old", "", 6000, &again,
+	    &seen, err, sizeof(err)), STORE_OK);
+	assert_int_equal(seen.until_ms, 0);
+	was = young;
+	again = 0;
+	assert_int_equal(store_replica_claim(f->s, "young", "", 6000, &again,
+	    &seen, err, sizeof(err)), STORE_OK);
+	assert_int_equal(seen.until_ms, was);
+	assert_true(seen.left_ms <= -1000);
+	/* A renewal finds its own end. */
+	was = again;
+	assert_int_equal(store_replica_claim(f->s, "young", "", 6000, &again,
+	    &seen, err, sizeof(err)), STORE_OK);
+	assert_int_equal(seen.until_ms, was);
+	assert_true(again != was);
+}
+
 /* Tunnel records made to match a replica's tunnels after an outage: the
  * ghosts go, the lost ones come back, another live replica's stay. */
 static void
@@ -1906,6 +1943,7 @@ main(void)
 		T(test_open_concurrent),
 		T(test_presence),
 		T(test_tunnels_sync),
+		T(test_replicas_forget_dead),
 		T(test_remote_agents),
 #undef T
 	};
