@@ -790,3 +790,16 @@ ca_is_peer_cert(X509 *x)
 	return (X509_get_extension_flags(x) & EXFLAG_XKUSAGE) != 0 &&
 	    xku == XKU_SSL_CLIENT;
 }
+
+int
+ca_cert_file_info(const char *path, struct ca_cert_info *out, char *err,
+    size_t errlen)
+{
+	X509 *x = cert_load(path, err, errlen);
+
+	if (x == NULL)
+		return -1;
+	cert_info(x, out);
+	X509_free(x);
+	return 0;
+}

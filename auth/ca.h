@@ -66,6 +66,11 @@ int ca_renew_server(const char *dir, long days, struct ca_cert_info *out,
 int ca_renew_peer(const char *dir, long days, struct ca_cert_info *out,
     char *err, size_t errlen);
 
+/* The identity of the first certificate in the PEM file at path.  0, or
+ * -1 with err.  Reads a file. */
+int ca_cert_file_info(const char *path, struct ca_cert_info *out, char *err,
+    size_t errlen);
+
 struct x509_st;
 /* 1 if x is a peer credential (CA_PEER_CN, clientAuth alone), else 0.
  * Says nothing of who issued it: the caller verifies the chain. */

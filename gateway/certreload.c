@@ -45,6 +45,8 @@ struct job {
 	int renewed;                  /* renew asked and done */
 	char err[600];                /* why it failed ("" when it did not) */
 	char peer_err[400];           /* why peer.crt was not renewed with it */
+	struct ca_cert_info peer_info; /* peer.crt's, when peer_read */
+	int peer_read;
 };
 
 struct certreload {
@@ -91,6 +93,8 @@ job_run(struct job *j)
 	if (ca_server_check(SSL_CTX_get0_certificate(j->main), ca, &j->info, why,
 	    sizeof(why)) != 0)
 		snprintf(j->err, sizeof(j->err), "%s/server.crt: %s", j->dir, why);
+	snprintf(ca, sizeof(ca), "%s/peer.crt", j->dir);
+	j->peer_read = ca_cert_file_info(ca, &j->peer_info, why, sizeof(why)) == 0;
 }
 
 static void *
@@ -177,6 +181,8 @@ job_done(evutil_socket_t fd, short what, void *arg)
 	if (j->peer_err[0] != '\0')
 		error("the peer credential was not renewed with the server "
 		    "certificate", KV_S("err", j->peer_err));
+	if (j->peer_read)
+		metrics_peer_certificate((int64_t)j->peer_info.not_after);
 	job_clear(j);
 	if (cr->again[0] != '\0') {
 		char why[32];
@@ -235,6 +241,24 @@ renew_check(evutil_socket_t fd, short what, void *arg)
 	job_start(cr, "renewal", 1);
 }
 
+/* At start: peer.crt's expiry for the metric; a replica (one with a
+ * --peer-url) without one is told how to get it (it cannot dial peers). */
+static void
+peer_seen(struct gateway *gw)
+{
+	struct ca_cert_info info;
+	char path[4200], why[400];
+
+	snprintf(path, sizeof(path), "%s/peer.crt", gw->data_dir);
+	if (ca_cert_file_info(path, &info, why, sizeof(why)) == 0)
+		metrics_peer_certificate((int64_t)info.not_after);
+	else if (gw->peer_url[0] != '\0')
+		warn("no peer credential: links to other replicas cannot be "
+		    "dialed from here; run 'tether-gateway cert renew' where "
+		    "ca.key is and copy peer.crt and peer.key here",
+		    KV_S("err", why));
+}
+
 struct certreload *
 certreload_start(struct gateway *gw, unsigned renew_before_days)
 {
@@ -263,6 +287,7 @@ certreload_start(struct gateway *gw, unsigned renew_before_days)
 		    KV_S("serial", gw->cert.serial), KV_S("err", why));
 	if (x != NULL)
 		served(gw, &gw->cert);
+	peer_seen(gw);
 	if (renew_before_days > 0)
 		renew_check(-1, 0, cr);
 	return cr;

@@ -90,7 +90,7 @@ static struct prom_metric store_up = {
 };
 static struct prom_metric cert_expiry = {
 	.name = "tether_certificate_expiry_timestamp_seconds", .kind = PROM_GAUGE,
-	.help = "When the certificate the gateway serves with (server) and its CA (ca) expire, in Unix seconds (notAfter), as served now (read at start, again on SIGHUP and after a renewal).",
+	.help = "When the certificate the gateway serves with (server), the replicas' peer credential (peer) and their CA (ca) expire, in Unix seconds (notAfter), as served now (read at start, again on SIGHUP and after a renewal).",
 	.label = "cert", .preset = no_values,
 };
 static struct prom_metric handshakes = {
@@ -271,6 +271,12 @@ void
 metrics_server_certificate(int64_t not_after)
 {
 	prom_set(&cert_expiry, "server", (double)not_after);
+}
+
+void
+metrics_peer_certificate(int64_t not_after)
+{
+	prom_set(&cert_expiry, "peer", (double)not_after);
 }
 
 size_t

@@ -95,6 +95,9 @@ int metrics_certificates(const char *server_pem, const char *ca_pem,
 /* tether_certificate_expiry_timestamp_seconds{cert="server"} = not_after
  * (Unix s): the certificate now served, after a reload or a renewal. */
 void metrics_server_certificate(int64_t not_after);
+/* ...{cert="peer"}: the replicas' peer credential (peer.crt) as read at
+ * start, on SIGHUP and after a renewal. */
+void metrics_peer_certificate(int64_t not_after);
 
 /* The TLS admission's gauges and counter, set before each exposition
  * (server_tls_admission). */

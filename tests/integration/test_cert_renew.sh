@@ -85,6 +85,8 @@ jq -e --arg s "$new" --arg a "$not_after" '.serial == $s and .not_after == $a' \
 curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
 	"$GW_URL/metrics" >"$T/metrics.txt"
 assert_contains "$T/metrics.txt" "tether_certificate_expiry_timestamp_seconds{cert=\"server\"} $(date -u -d "$not_after" +%s)"
+peer_after=$(date -u -d "$(openssl x509 -in "$GW_DIR/peer.crt" -noout -enddate | sed 's/^notAfter=//')" +%s)
+assert_contains "$T/metrics.txt" "tether_certificate_expiry_timestamp_seconds{cert=\"peer\"} $peer_after"
 agent_is n1 active || fail "the agent is not connected after SIGHUP"
 [ "$(agent_field "$aid" connected_since)" = "$since" ] || fail "the tunnel was dropped (connected_since changed)"
 printf 'after\n' >&7
