@@ -36,11 +36,15 @@ build-tsan: setup
 
 # A few integration tests against the ThreadSanitizer build, the gateway
 # with two loops (docs/0032); not part of `make test` (minutes on two cores).
-TSAN_TESTS ?= test_workers|test_slot_starvation|test_streams|test_preface_caps
-test-tsan: build-asan build-tsan
-	cd build/asan && TETHER_BIN=$(CURDIR)/build/tsan/bin ASAN_OPTIONS= \
-	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -R '$(TSAN_TESTS)'
+# Run as scripts, not through ctest (whose TETHER_BIN is build/asan's).
+TSAN_TESTS ?= test_workers test_slot_starvation test_streams test_preface_caps
+test-tsan: build-tsan
+	@for t in $(TSAN_TESTS); do \
+	  echo "== $$t (ThreadSanitizer)"; \
+	  TETHER_BIN=$(CURDIR)/build/tsan/bin TETHER_SRC=$(CURDIR) ASAN_OPTIONS= \
+	    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	    bash tests/integration/$$t.sh || exit 1; \
+	done
 
 build-fuzz: setup
 	@test -f build/fuzz/Makefile || CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=Debug -DTETHER_FUZZ=ON >/dev/null

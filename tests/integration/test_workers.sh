@@ -79,6 +79,31 @@ grep -q '^tether_loop_cpu_seconds_total{loop="1"} ' "$T/after.metrics" ||
 	fail "no tether_loop_cpu_seconds_total for loop 1"
 pass "48 handshakes at once all answered, shared by both loops (per-loop metric)"
 
+# The slot deadlines hold on every loop (docs/0028): connections that never
+# send a ClientHello are closed at --tls-hello-timeout (1 s),
+# whichever loop holds them, and counted as shed.
+shed0=$(awk '$1 == "tether_tls_shed_total" { print $2 + 0 }' "$T/after.metrics")
+$py - "$GW_PORT" 6 >"$T/silent.out" <<'PY' || fail "silent connections: $(cat "$T/silent.out")"
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+closed = 0
+for s in socks:
+    s.settimeout(30)
+    try:
+        closed += s.recv(1) == b""
+    except TimeoutError:
+        pass                 # still open after 30 s: not closed
+    except OSError:
+        closed += 1          # reset: closed too
+print(closed)
+sys.exit(0 if closed == n else 1)
+PY
+metrics >"$T/after.metrics"
+shed1=$(awk '$1 == "tether_tls_shed_total" { print $2 + 0 }' "$T/after.metrics")
+[ "$((shed1 - shed0))" -ge 6 ] || fail "6 silent connections closed but shed went from $shed0 to $shed1"
+pass "6 connections without a ClientHello closed at --tls-hello-timeout on both loops, counted as shed"
+
 # A stalled reader on one stream; operator streams opened after it (their
 # connections handed over by either loop) still move, each intact.
 fwd_port=$(free_port)
