@@ -21,17 +21,18 @@
 #   TETHER_BIN       directory with the binaries (default build/release/bin)
 #   BENCH_GW_FLAGS   `serve` flags (default "--max-handshakes 32")
 #   BENCH_RATE       agents started per second to register (default 50)
+#   BENCH_WORKERS    the gateway's --workers (default: its own default)
 #   BENCH_KEEP=1     keep the work directory
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
-GW_FLAGS=${BENCH_GW_FLAGS:---max-handshakes 32}
+GW_FLAGS="${BENCH_GW_FLAGS:---max-handshakes 32}${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
 RATE=${BENCH_RATE:-50}
 KEEP=${BENCH_KEEP:-0}
 N=${1:-2000}
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_GW_FLAGS BENCH_RATE; do
+for v in TETHER_BIN BENCH_GW_FLAGS BENCH_RATE BENCH_WORKERS; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
