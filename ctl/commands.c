@@ -68,7 +68,13 @@ static const struct column agent_columns[] = {
 	{ "VERSION", "version" },
 	{ "LAST SEEN", "last_seen" },
 	{ "UPDATED", "updated_at" },
+	{ "URLS", "urls" },
 	{ "LAST ERROR", "last_error" },
+	{ NULL, NULL },
+};
+
+static const struct column urls_columns[] = {
+	{ "URLS", "urls" },
 	{ NULL, NULL },
 };
 
@@ -148,8 +154,10 @@ help_agent(void)
 	    "final.  Only active agents carry streams.\n"
 	    "\n"
 	    "  list      agents (of one cluster with --cluster), their node, state,\n"
-	    "            last error, whether they are connected, their version and\n"
-	    "            when they were last seen\n"
+	    "            last error, whether they are connected, their version,\n"
+	    "            when they were last seen and the gateway URL list each one\n"
+	    "            holds (urls: [] none, null an agent that never said: one\n"
+	    "            older than the list; see `tetherctl gateway --help`)\n"
 	    "  approve   let a pending-approval agent go on to enroll\n"
 	    "  verify    verify an agent (again), e.g. after fixing last_error\n"
 	    "  revoke    revoke for good: its tunnel closes at once and its key is\n"
@@ -260,6 +268,37 @@ help_forward(void)
 	    "  psql -h 127.0.0.1 -p 15432 -U postgres\n");
 }
 
+static void
+help_gateway(void)
+{
+	printf(
+	    "usage: tetherctl gateway urls\n"
+	    "       tetherctl gateway urls set URL [URL...]\n"
+	    "       tetherctl gateway urls clear\n"
+	    "\n"
+	    "The gateway's public URL list: where agents dial it.  A node keeps\n"
+	    "the URL it joined with; once a list is set, every connected agent\n"
+	    "gets it over its tunnel within a second (every replica: it lives in\n"
+	    "the store), keeps it in its state.json and dials it in order, then\n"
+	    "its join URL, moving to the next URL when one fails.  An agent that\n"
+	    "is offline gets the list the next time it connects.\n"
+	    "\n"
+	    "  urls            the list as set (-o json: {\"urls\":[...]})\n"
+	    "  urls set URL... replace it: 1 to 8 URLs, each https://HOST[:PORT],\n"
+	    "                  in the order agents should try them\n"
+	    "  urls clear      no list: agents go back to their join URL\n"
+	    "\n"
+	    "`tetherctl agent list` shows the list each agent says it holds\n"
+	    "(urls).  To move a gateway from A to B: serve B beside A, set the\n"
+	    "list to B A, wait until every agent holds it, then retire A\n"
+	    "(docs/operations.md, \"Moving the gateway\").\n"
+	    "\n"
+	    "examples:\n"
+	    "  tetherctl gateway urls set https://gw-b.example.com "
+	    "https://gw.example.com:8443\n"
+	    "  tetherctl -o json agent list | jq '.[] | {node, urls}'\n");
+}
+
 static void help_status(void);
 
 int
@@ -276,6 +315,7 @@ ctl_group_help(const char *group)
 		{ "kubeconfig", help_kubeconfig },
 		{ "connect", help_connect },
 		{ "forward", help_forward },
+		{ "gateway", help_gateway },
 		{ "status", help_status },
 	};
 
@@ -670,6 +710,77 @@ cmd_agent(struct ctl *c, int argc, char **argv)
 	return ctl_usage_error("agent", "unknown subcommand %s", argv[1]);
 }
 
+
+/* --- gateway --- */
+
+#define GATEWAY_URLS_MAX 8    /* the gateway's API_URLS_MAX */
+
+/* urls set URL...: the URLs in one body; the gateway checks each. */
+static int
+gateway_urls_set(struct ctl *c, int argc, char **argv)
+{
+	json_t *body, *arr;
+	int r;
+
+	if (argc < 1)
+		return ctl_usage_error("gateway", "urls set needs at least one URL "
+		    "(`urls clear` for none)");
+	if (argc > GATEWAY_URLS_MAX)
+		return ctl_usage_error("gateway", "urls set takes at most %d URLs",
+		    GATEWAY_URLS_MAX);
+	if ((arr = json_array()) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	for (int i = 0; i < argc; i++) {
+		if (strncmp(argv[i], "https://", 8) != 0) {
+			json_decref(arr);
+			return ctl_usage_error("gateway", "%s is not "
+			    "https://HOST[:PORT]", argv[i]);
+		}
+		json_array_append_new(arr, json_string(argv[i]));
+	}
+	if ((body = json_pack("{s:o}", "urls", arr)) == NULL) {
+		fprintf(stderr, "tetherctl: out of memory\n");
+		return CTL_EXIT_SERVER;
+	}
+	r = call_and_print(c, "POST", "/v1/gateway/urls", body, JSON_OBJECT,
+	    urls_columns);
+	json_decref(body);
+	return r;
+}
+
+int
+cmd_gateway(struct ctl *c, int argc, char **argv)
+{
+	json_t *body;
+	int r;
+
+	if (ctl_wants_help(argc, argv)) {
+		help_gateway();
+		return CTL_EXIT_OK;
+	}
+	if (argc < 2 || strcmp(argv[1], "urls") != 0)
+		return ctl_usage_error("gateway", argc < 2 ? "missing subcommand "
+		    "(urls)" : "unknown subcommand %s", argc < 2 ? "" : argv[1]);
+	if (argc == 2)
+		return call_and_print(c, "GET", "/v1/gateway/urls", NULL,
+		    JSON_OBJECT, urls_columns);
+	if (strcmp(argv[2], "set") == 0)
+		return gateway_urls_set(c, argc - 3, argv + 3);
+	if (strcmp(argv[2], "clear") == 0 && argc == 3) {
+		if ((body = json_pack("{s:[]}", "urls")) == NULL) {
+			fprintf(stderr, "tetherctl: out of memory\n");
+			return CTL_EXIT_SERVER;
+		}
+		r = call_and_print(c, "POST", "/v1/gateway/urls", body,
+		    JSON_OBJECT, urls_columns);
+		json_decref(body);
+		return r;
+	}
+	return ctl_usage_error("gateway", "unknown: urls %s (urls, urls set "
+	    "URL..., urls clear)", argv[2]);
+}
 
 /* --- user --- */
 

@@ -37,6 +37,8 @@ int cmd_user(struct ctl *c, int argc, char **argv);
 int cmd_kubeconfig(struct ctl *c, int argc, char **argv);
 int cmd_connect(struct ctl *c, int argc, char **argv);
 int cmd_forward(struct ctl *c, int argc, char **argv);
+/* `gateway urls [set URL...|clear]`: the public URL list agents dial. */
+int cmd_gateway(struct ctl *c, int argc, char **argv);
 /* `status`: the answering replica's id and served certificate. */
 int cmd_status(struct ctl *c, int argc, char **argv);
 

@@ -47,6 +47,8 @@ usage(FILE *f)
 	    "                                bridge stdin/stdout to HOST:PORT on a node\n"
 	    "  forward --cluster ID [--node NAME] [LHOST:]LPORT:HOST:PORT\n"
 	    "                                forward a local port to HOST:PORT on a node\n"
+	    "  gateway urls [set URL...|clear]\n"
+	    "                                the public URL list agents dial\n"
 	    "  status                        the answering replica and its certificate\n"
 	    "\n"
 	    "global flags (before or after the command):\n"
@@ -202,6 +204,7 @@ dispatch(struct ctl *c, int argc, char **argv)
 		{ "kubeconfig", cmd_kubeconfig },
 		{ "connect", cmd_connect },
 		{ "forward", cmd_forward },
+		{ "gateway", cmd_gateway },
 		{ "status", cmd_status },
 	};
 

@@ -49,6 +49,7 @@
 #include "server.h"
 #include "shares.h"
 #include "session.h"
+#include "settings.h"
 #include "store.h"
 #include "store_worker.h"
 #include "token.h"
@@ -850,6 +851,8 @@ serve_listen(struct serve *sv)
 		error("cannot start hearing other replicas", KV_S("err", err));
 		return -1;
 	}
+	/* The URL list agents are told (SETTINGS), read on the store thread. */
+	settings_refresh(gw);
 	if (server_start(gw, routes, sv->host, sv->port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		return -1;
@@ -884,6 +887,7 @@ serve_stop(struct serve *sv)
 	prom_http_free(sv->metrics_http);
 	certreload_free(sv->certs);
 	notices_stop(gw);
+	settings_stop(gw);
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(gw);
 	server_stop(gw);

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "presence.h"
 #include "session.h"
+#include "settings.h"
 #include "store.h"
 #include "store_listen.h"
 #include "store_worker.h"
@@ -25,6 +26,7 @@
 #define AGENT_PREFIX "agent:"
 #define TOKEN_PREFIX "token:"
 #define TUNNEL_PREFIX "tunnel:"
+#define SETTING_PREFIX "setting:"
 
 struct notices {
 	struct store_listener *listener;
@@ -209,6 +211,7 @@ notices_resync(struct gateway *gw)
 
 	access_revoked(gw);
 	notices_resync_streams(gw);
+	settings_refresh(gw);
 	if (hub_count(gw->hub) == 0)
 		return;
 	if ((r = reread_new(gw, hub_count(gw->hub))) == NULL) {
@@ -258,6 +261,10 @@ notices_on_notice(const char *payload, void *arg)
 		    payload + strlen(TOKEN_PREFIX));
 	} else if (strncmp(payload, AGENT_PREFIX, strlen(AGENT_PREFIX)) == 0)
 		notices_agent(gw, payload + strlen(AGENT_PREFIX));
+	else if (strncmp(payload, SETTING_PREFIX, strlen(SETTING_PREFIX)) == 0)
+		/* A gateway setting changed (docs/0031): read again, and
+		 * pushed to the agents here if it differs. */
+		settings_refresh(gw);
 }
 
 int

@@ -16,6 +16,10 @@
  * Also the store's health for /readyz: whether this replica reaches its
  * store (the listener, the lease renewals of presence.h).
  *
+ * A gateway setting changed anywhere ("setting:NAME", migration 8) is
+ * read again and, if it differs, pushed to the agents held here
+ * (agents/settings.h); so is it after the listener was down.
+ *
  * Costs: per notice about a token, one emptying of the 512-slot cache; per
  * notice about an agent held here, one store read (a job on the store
  * thread); after a reconnect, one job reading every agent held here

@@ -31,6 +31,7 @@
 #include "mux.h"
 #include "presence.h"
 #include "runtime.h"
+#include "settings.h"
 #include "shares.h"
 #include "srccount.h"
 #include "store.h"
@@ -90,6 +91,9 @@ struct session_agent {
 	char cluster[STORE_ID_MAX + 1];
 	char node[STORE_NAME_MAX + 1];
 	enum agent_state state;
+	bool urls_known;              /* the record holds the agent's URL list */
+	uint64_t urls_hash;           /* of that list (urls_hash): an ACK
+	                               * saying the same is not written again */
 };
 
 struct session {
@@ -130,6 +134,7 @@ enum job_kind {
 	                        * has_reason its version in node */
 	JOB_KEY_COMMIT,        /* in: id, pubkey (the staged key); out: agent */
 	JOB_KEY_ABANDON,       /* in: id, pubkey (the staged key) */
+	JOB_URLS,              /* in: id (the agent), urls */
 };
 
 /*
@@ -150,6 +155,7 @@ struct session_job {
 	uint8_t next_sig[FRAME_SIG_LEN];
 	enum agent_event ev;
 	char reason[STORE_ERROR_MAX + 1];
+	char urls[STORE_URLS_MAX + 1];  /* JOB_URLS */
 	bool has_reason;
 	int64_t now;
 	int rc;
@@ -402,6 +408,18 @@ session_send(struct session *s, const struct frame *f)
 	s->io->send(s->t, f);
 }
 
+/* FNV-1a, 64 bits: tells a URL list from the one recorded without
+ * keeping it (a few hundred bytes per tunnel). */
+static uint64_t
+urls_hash(const char *urls)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (const unsigned char *p = (const unsigned char *)urls; *p != '\0'; p++)
+		h = (h ^ *p) * 0x100000001b3ULL;
+	return h;
+}
+
 /* Keeps what the tunnel needs of the agent's record a. */
 static void
 session_keep_agent(struct session *s, const struct store_agent *a)
@@ -410,6 +428,8 @@ session_keep_agent(struct session *s, const struct store_agent *a)
 	snprintf(s->agent.cluster, sizeof(s->agent.cluster), "%s", a->cluster);
 	snprintf(s->agent.node, sizeof(s->agent.node), "%s", a->node);
 	s->agent.state = a->state;
+	s->agent.urls_known = a->urls_known;
+	s->agent.urls_hash = urls_hash(a->urls);
 }
 
 /* Tells the agent its state, from its record a (the one just kept). */
@@ -448,6 +468,12 @@ job_work(struct store *st, void *arg)
 		j->moved = j->rc == STORE_OK && j->created;
 		j->moved_from = -1;
 		j->moved_to = (int)j->agent.state;
+		break;
+	case JOB_URLS:
+		j->rc = store_agent_urls(st, j->id, j->urls, j->err, sizeof(j->err));
+		if (j->rc != STORE_OK)
+			warn("tunnel: cannot record the agent's URL list",
+			    KV_S("agent", j->id), KV_S("err", j->err));
 		break;
 	case JOB_SEEN:
 		j->rc = store_agent_seen(st, j->id, j->has_reason ? j->node : NULL,
@@ -1098,6 +1124,44 @@ session_record_seen(struct gateway *gw, const char *agent_id, const char *versio
 	job_submit(gw, NULL, j, seen_then, "when the agent was seen");
 }
 
+void
+session_send_settings(struct session *s)
+{
+	struct frame f;
+
+	if (s->phase != PHASE_ESTABLISHED || !settings_loaded(s->gw))
+		return;
+	settings_frame(s->gw, &f);
+	session_send(s, &f);
+}
+
+/* SETTINGS_ACK: what the agent now holds, recorded when it is not what
+ * the store says already (so a reconnect writes nothing). */
+static void
+on_settings_ack(struct session *s, const struct frame *in)
+{
+	struct session_job *j;
+	char urls[STORE_URLS_MAX + 1];
+
+	if (!in->u.settings.urls.present)
+		return;
+	if (settings_urls_join(&in->u.settings.urls, urls, sizeof(urls)) != 0) {
+		warn("tunnel: the agent's URL list is too long to record",
+		    KV_S("agent", s->agent.id));
+		return;
+	}
+	if (s->agent.urls_known && s->agent.urls_hash == urls_hash(urls))
+		return;
+	if ((j = job_new(JOB_URLS, s->agent.id)) == NULL)
+		return;
+	snprintf(j->urls, sizeof(j->urls), "%s", urls);
+	s->agent.urls_known = true;
+	s->agent.urls_hash = urls_hash(urls);
+	info("agent holds the gateway URL list", KV_S("agent", s->agent.id),
+	    KV_S("urls", urls));
+	job_submit(s->gw, NULL, j, seen_then, "the agent's URL list");
+}
+
 static void
 session_welcome(struct session *s)
 {
@@ -1138,6 +1202,7 @@ session_welcome(struct session *s)
 	    KV_S("peer", tr_peer(s)), KV_S("node", s->agent.node),
 	    KV_S("cluster", s->agent.cluster),
 	    KV_S("state", agent_state_name(s->agent.state)));
+	session_send_settings(s);
 	if (s->agent.state == AGENT_ENROLL) {
 		session_transition(s, AGENT_EV_VERIFY, NULL, session_verify_started,
 		    false, "the start of verification");
@@ -1391,6 +1456,9 @@ on_established(struct session *s, const struct frame *in)
 		return;
 	case FRAME_KEY_SWITCHED:
 		on_key_switched(s, in);
+		return;
+	case FRAME_SETTINGS_ACK:
+		on_settings_ack(s, in);
 		return;
 	case FRAME_ERROR:
 		warn("agent reports an error", KV_S("agent", s->agent.id),

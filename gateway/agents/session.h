@@ -80,6 +80,11 @@ void session_verifying(struct session *s, const struct store_agent *a);
  * the session already knows (its own change, heard back).
  */
 void session_record_changed(struct session *s, const struct store_agent *a);
+/* Sends an established agent the gateway's settings (SETTINGS, from
+ * settings.h) once they were read from the store; no-op otherwise.  The
+ * agent answers SETTINGS_ACK, whose URL list is recorded in the store when
+ * it differs from the agent's record. */
+void session_send_settings(struct session *s);
 /* Sends ERROR(code, reason) and closes the tunnel; for "unavailable" and
  * "timeout" the frame also says when to come back (retry_after_ms,
  * gateway_retry_after_ms). */

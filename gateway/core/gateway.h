@@ -15,6 +15,7 @@
 #ifndef TETHER_GATEWAY_H
 #define TETHER_GATEWAY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -134,6 +135,13 @@ struct gateway {
 	struct live_streams live_streams; /* operator streams open now (livestreams.h) */
 	size_t answers_later;           /* requests waiting for the store thread
 	                                 * (answer_later.h) */
+	/* The public URL list agents are told (SETTINGS, agents/settings.h):
+	 * joined by spaces, "" for none; pushed only once read from the store. */
+	char public_urls[512];
+	bool public_urls_loaded;
+	struct event *settings_timer;   /* a failed read's retry, or NULL */
+	bool settings_stopped;          /* settings_stop ran: reads still out
+	                                 * are only freed */
 };
 
 /*

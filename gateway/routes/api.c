@@ -17,6 +17,9 @@
  *   POST /v1/users/NAME/revoke                                 -> {"name","revoked_tokens"}
  *   POST /v1/tokens/ID/revoke          (one user token)        -> user token
  *   POST /v1/clusters/ID/kubeconfig    {"user"}                -> 201 kubeconfig (YAML)
+ *   GET  /v1/gateway/urls                                      -> {"urls"}
+ *   POST /v1/gateway/urls              {"urls"}                -> {"urls","agents_told"}
+ *        (the public URL list pushed to agents, docs/0031)
  *
  * (/metrics, /v1/status and /ui/ are routes of their own: metrics_route.c,
  * ui.c; /v1/connect is the tunnel's, tunnel.c; dial is dial.c's.)
@@ -47,6 +50,7 @@
 #include "notices.h"
 #include "route.h"
 #include "session.h"
+#include "settings.h"
 #include "store.h"
 #include "answer_later.h"
 #include "token.h"
@@ -108,6 +112,7 @@ struct api_job {
 	struct token t;                      /* a new token's secret */
 	struct store_user_token u;           /* a new user token */
 	int64_t count;                       /* users revoke: tokens revoked */
+	char urls[STORE_URLS_MAX + 1];       /* gateway urls: as stored */
 };
 
 static void
@@ -234,6 +239,23 @@ key_json(const struct store_agent *a)
 	    "rotation", a->has_next ? "staged" : a->key_rotate ? "requested" : "none");
 }
 
+/* A URL list as the store keeps it ("https://a https://b") as an array. */
+static json_t *
+urls_json(const char *urls)
+{
+	json_t *arr = json_array();
+
+	for (const char *p = urls; arr != NULL && *p != '\0'; ) {
+		size_t len = strcspn(p, " ");
+
+		if (len > 0)
+			json_array_append_new(arr, json_stringn(p, len));
+		p += len;
+		p += strspn(p, " ");
+	}
+	return arr;
+}
+
 /*
  * An agent, its replica from j's presence; this replica's own hub counts
  * too.  last_seen is now while it is connected, else when its last tunnel
@@ -250,7 +272,7 @@ agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent
 
 	if (p != NULL)
 		since = p->since_ms / 1000;
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 	    "id", a->id, "cluster", a->cluster, "node", a->node,
 	    "state", agent_state_name(a->state), "last_error", a->last_error,
 	    "connected", since != 0,
@@ -260,7 +282,8 @@ agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent
 	    "version", a->version[0] != '\0' ? json_string(a->version) : json_null(),
 	    "last_seen", time_or_null(since != 0 ? gateway_now() : a->last_seen),
 	    "connected_since", time_or_null(since),
-	    "key", key_json(a));
+	    "key", key_json(a),
+	    "urls", a->urls_known ? urls_json(a->urls) : json_null());
 }
 
 /* ---- clusters ---- */
@@ -973,8 +996,61 @@ token_revoke_effects(struct gateway *gw, struct api_job *j,
 	}
 }
 
+/* ---- the gateway's public URL list (docs/0031) ---- */
+
+static void
+urls_get_store(struct store *st, struct api_job *j)
+{
+	j->rc = store_setting_get(st, STORE_SETTING_URLS, j->urls, sizeof(j->urls),
+	    j->err, sizeof(j->err));
+	if (j->rc == STORE_NOTFOUND) {
+		j->urls[0] = '\0';
+		j->rc = STORE_OK;
+	}
+}
+
+static void
+urls_get_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	(void)gw;
+	if (j->rc != STORE_OK)
+		respond_store_error(r, j->rc, j->err);
+	else
+		route_respond_json(r, 200, json_pack("{s:o}", "urls",
+		    urls_json(j->urls)));
+}
+
+static void
+urls_set_store(struct store *st, struct api_job *j)
+{
+	j->rc = store_setting_set(st, STORE_SETTING_URLS, j->b.urls, gateway_now(),
+	    j->err, sizeof(j->err));
+}
+
+/* Stored: every agent held here is told now; other replicas hear the
+ * store's notice and tell theirs. */
+static void
+urls_set_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	size_t told;
+
+	if (j->rc != STORE_OK) {
+		respond_store_error(r, j->rc, j->err);
+		return;
+	}
+	told = settings_urls_changed(gw, j->b.urls);
+	info("gateway URL list set", KV_S("urls", j->b.urls),
+	    KV_U("agents_told", told));
+	route_respond_json(r, 200, json_pack("{s:o, s:I}", "urls",
+	    urls_json(j->b.urls), "agents_told", (json_int_t)told));
+}
+
 static const struct api_handler
     h_none = { 0, NULL, no_route_effects },
+    h_urls_get = { 0, urls_get_store, urls_get_effects },
+    h_urls_set = { API_BODY_URLS + 1, urls_set_store, urls_set_effects },
     h_clusters_create = { API_BODY_CLUSTER + 1, clusters_create_store,
 	clusters_create_effects },
     h_clusters_list = { 0, clusters_list_store, clusters_list_effects },
@@ -1018,6 +1094,9 @@ admin_handler(struct api_job *j, char **seg, size_t n, int get, int post)
 	} else if (n == 4 && strcmp(seg[1], "tokens") == 0) {
 		if (post && strcmp(seg[3], "revoke") == 0)
 			return &h_token_revoke;
+	} else if (n == 3 && strcmp(seg[1], "gateway") == 0 &&
+	    strcmp(seg[2], "urls") == 0) {
+		return post ? &h_urls_set : get ? &h_urls_get : &h_none;
 	} else if (n >= 2 && strcmp(seg[1], "agents") == 0) {
 		if (n == 2 && get)
 			return &h_agents_list;

@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "url.h"
+
 static const char *const allowed_keys[API_BODY_KINDS][4] = {
 	[API_BODY_CLUSTER] = { "name", NULL },
 	[API_BODY_TOKENS] = { "ttl_seconds", "uses", "approval", NULL },
 	[API_BODY_USER] = { "name", "clusters", NULL },
 	[API_BODY_KUBECONFIG] = { "user", NULL },
+	[API_BODY_URLS] = { "urls", NULL },
 };
 
 static int
@@ -132,6 +135,68 @@ parse_clusters(struct api_body *b, char *why, size_t whylen)
 	return 0;
 }
 
+static const char *const gateway_url_schemes[] = { "https", NULL };
+
+int
+api_gateway_url_valid(const char *url, char *why, size_t whylen)
+{
+	struct url u;
+	int ok = 0;
+
+	if (strlen(url) > API_URL_MAX) {
+		snprintf(why, whylen, "longer than %d bytes", API_URL_MAX);
+		return 0;
+	}
+	if (url_parse(url, gateway_url_schemes, &u, why, whylen) != 0)
+		return 0;
+	if (u.has_userinfo || !url_is_origin(&u))
+		snprintf(why, whylen, "has a user, path, query or fragment "
+		    "(want https://HOST[:PORT])");
+	else
+		ok = 1;
+	url_clear(&u);
+	return ok;
+}
+
+/* "urls": an array of 0..API_URLS_MAX distinct gateway URLs, joined. */
+static int
+parse_urls(struct api_body *b, char *why, size_t whylen)
+{
+	json_t *arr = json_object_get(b->root, "urls"), *v;
+	char reason[160];
+	size_t i, used = 0;
+
+	if (!json_is_array(arr))
+		return refuse(why, whylen, 400, "field \"urls\" (an array of "
+		    "https://HOST[:PORT], [] for none) is required");
+	if (json_array_size(arr) > API_URLS_MAX)
+		return refuse(why, whylen, 400, "field \"urls\": at most %d URLs",
+		    API_URLS_MAX);
+	json_array_foreach(arr, i, v) {
+		const char *url = json_string_value(v);
+		int n;
+
+		if (url == NULL)
+			return refuse(why, whylen, 400, "field \"urls\" must hold "
+			    "strings");
+		if (!api_gateway_url_valid(url, reason, sizeof(reason)))
+			return refuse(why, whylen, 400, "field \"urls\": %.64s: %s",
+			    url, reason);
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(json_string_value(json_array_get(arr, j)), url) == 0)
+				return refuse(why, whylen, 400, "field \"urls\": "
+				    "%.64s given twice", url);
+		n = snprintf(b->urls + used, sizeof(b->urls) - used, "%s%s",
+		    i > 0 ? " " : "", url);
+		if (n < 0 || (size_t)n >= sizeof(b->urls) - used)
+			return refuse(why, whylen, 400, "field \"urls\": longer than "
+			    "%d bytes in all", STORE_URLS_MAX);
+		used += (size_t)n;
+	}
+	b->nurls = json_array_size(arr);
+	return 0;
+}
+
 static int
 parse_kind(enum api_body_kind kind, struct api_body *b, char *why, size_t whylen)
 {
@@ -145,6 +210,8 @@ parse_kind(enum api_body_kind kind, struct api_body *b, char *why, size_t whylen
 		return kind == API_BODY_USER ? parse_clusters(b, why, whylen) : 0;
 	case API_BODY_TOKENS:
 		return parse_tokens(b, why, whylen);
+	case API_BODY_URLS:
+		return parse_urls(b, why, whylen);
 	case API_BODY_KUBECONFIG:
 		b->user = API_KUBECONFIG_DEFAULT_USER;
 		if ((v = json_object_get(b->root, "user")) != NULL &&

@@ -19,12 +19,15 @@
 #define API_TTL_MAX      (366 * 24 * 3600)
 #define API_USES_MAX     1000000
 #define API_KUBECONFIG_DEFAULT_USER "kubectl"
+#define API_URLS_MAX     8     /* FRAME_MAX_URLS: a SETTINGS frame's */
+#define API_URL_MAX      255   /* FRAME_URL_MAX */
 
 enum api_body_kind {
 	API_BODY_CLUSTER,	/* POST /v1/clusters {"name"} */
 	API_BODY_TOKENS,	/* POST /v1/clusters/ID/tokens {"ttl_seconds","uses","approval"} */
 	API_BODY_USER,		/* POST /v1/users {"name","clusters"} */
 	API_BODY_KUBECONFIG,	/* POST /v1/clusters/ID/kubeconfig {"user"} */
+	API_BODY_URLS,		/* POST /v1/gateway/urls {"urls"} */
 	API_BODY_KINDS
 };
 
@@ -40,6 +43,10 @@ struct api_body {
 	int approval_manual;		/* TOKENS: "approval": "manual" (default "auto") */
 	const char *clusters[STORE_TOKEN_CLUSTERS_MAX];	/* USER: 1..MAX ids */
 	size_t nclusters;
+	/* URLS: 0..API_URLS_MAX gateway URLs (api_gateway_url_valid), none
+	 * twice, joined by spaces as the store keeps them (required, [] too) */
+	char urls[STORE_URLS_MAX + 1];
+	size_t nurls;
 };
 
 /*
@@ -52,6 +59,13 @@ struct api_body {
 int api_body_parse(enum api_body_kind kind, const char *body, size_t len,
     int too_large, struct api_body *out, char *why, size_t whylen);
 void api_body_free(struct api_body *b);
+
+/*
+ * Whether url is a gateway URL agents can dial: https://HOST[:PORT], an
+ * origin (common/url.c's rules: no user, path, query or fragment), at most
+ * API_URL_MAX bytes.  1, or 0 with the reason in why.
+ */
+int api_gateway_url_valid(const char *url, char *why, size_t whylen);
 
 /*
  * The value of key in a decoded query "a=b&c=d", copied into out.  Returns

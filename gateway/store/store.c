@@ -36,10 +36,11 @@
 #define AGENT_COLS "id, cluster_id, node, pubkey, state, last_error, " \
 	"token_id, created_at, updated_at"
 /* What is read of an agent: the columns written at insert, then those
- * kept up by store_agent_seen (schema version 6). */
+ * kept up by store_agent_seen (schema version 6), key rotation's (7) and
+ * store_agent_urls (8). */
 #define AGENT_READ_COLS AGENT_COLS ", version, last_seen, " \
 	"CASE WHEN next_pubkey IS NULL THEN 0 ELSE 1 END, " \
-	"COALESCE(next_pubkey, pubkey), key_rotate, key_since"
+	"COALESCE(next_pubkey, pubkey), key_rotate, key_since, urls"
 
 /* Stored as words rather than enum values so the database reads on its own
  * and a reordered enum cannot silently change meaning. */
@@ -1052,6 +1053,9 @@ read_agent(const struct store_row *row, void *out)
 		memset(a->next_pubkey, 0, sizeof(a->next_pubkey));
 	a->key_rotate = col_int(row, 13) != 0;
 	a->key_since = col_int(row, 14);
+	a->urls_known = !row->be->col_null(row, 15);
+	if (a->urls_known && col_text(row, 15, a->urls, sizeof(a->urls)) == -1)
+		return -1;
 	return 0;
 }
 
@@ -1085,6 +1089,67 @@ store_agent_seen(struct store *s, const char *id, const char *version,
 	    .sql = "UPDATE agents SET last_seen = ?, version = ? WHERE id = ?",
 	    .what = "record agent seen",
 	    PARAMS(P_INT(now), P_TEXT(v), P_TEXT(id)) }, NULL, NULL, err, errlen);
+}
+
+int
+store_agent_urls(struct store *s, const char *id, const char *urls,
+    char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	if (strlen(urls) > STORE_URLS_MAX) {
+		snprintf(err, errlen, "record agent urls: over %d bytes",
+		    STORE_URLS_MAX);
+		return STORE_ERR;
+	}
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET urls = ? WHERE id = ?",
+	    .what = "record agent urls", PARAMS(P_TEXT(urls), P_TEXT(id)) },
+	    NULL, NULL, err, errlen);
+}
+
+/* ---- gateway settings --------------------------------------------------- */
+
+struct setting_out {
+	char *out;
+	size_t outlen;
+};
+
+static int
+read_setting(const struct store_row *row, void *arg)
+{
+	struct setting_out *o = arg;
+
+	return col_text(row, 0, o->out, o->outlen);
+}
+
+int
+store_setting_get(struct store *s, const char *name, char *out,
+    size_t outlen, char *err, size_t errlen)
+{
+	struct setting_out o = { out, outlen };
+	STORE_TIMED(s);
+
+	out[0] = '\0';
+	return query_one(s, &(struct store_stmt){
+	    .sql = "SELECT value FROM settings WHERE name = ?",
+	    .what = "read setting", PARAMS(P_TEXT(name)) }, read_setting, &o,
+	    err, errlen);
+}
+
+int
+store_setting_set(struct store *s, const char *name, const char *value,
+    int64_t now, char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?) "
+	    "ON CONFLICT (name) DO UPDATE SET value = excluded.value, "
+	    "updated_at = excluded.updated_at",
+	    .what = "write setting",
+	    PARAMS(P_TEXT(name), P_TEXT(value), P_INT(now)) }, NULL, NULL,
+	    err, errlen);
 }
 
 static int

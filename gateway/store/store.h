@@ -42,6 +42,7 @@
 #define STORE_ERROR_MAX 255
 #define STORE_VERSION_MAX 63   /* an agent's release: [A-Za-z0-9.+~_-] */
 #define STORE_TOKEN_CLUSTERS_MAX 64   /* clusters one user token may reach */
+#define STORE_URLS_MAX 511    /* a URL list: its URLs joined by one space */
 
 enum store_result {
 	STORE_OK = 0,
@@ -104,6 +105,11 @@ struct store_agent {
 	uint8_t next_pubkey[32];          /* valid beside pubkey while staged */
 	bool key_rotate;                  /* an operator asked for a rotation */
 	int64_t key_since;                /* Unix s: pubkey taken; 0 = created_at */
+	char urls[STORE_URLS_MAX + 1];    /* the gateway URLs it last said it
+	                                   * holds (SETTINGS_ACK), joined by
+	                                   * spaces; "" for none */
+	bool urls_known;                  /* it said so once; never for an
+	                                   * agent older than SETTINGS */
 };
 
 /* Opens (creating and migrating as needed).  Returns STORE_OK or STORE_ERR
@@ -261,6 +267,32 @@ int store_agent_key_commit(struct store *s, const char *id,
     char *err, size_t errlen);
 int store_agent_key_abandon(struct store *s, const char *id,
     const uint8_t staged_pub[32], char *err, size_t errlen);
+
+/*
+ * Records the gateway URL list agent id says it holds (urls: joined by
+ * spaces, at most STORE_URLS_MAX bytes; "" for none): urls_known from
+ * then on.  Touches neither the state nor updated_at, and notifies no
+ * replica.  STORE_OK, or STORE_ERR with err; an unknown id changes
+ * nothing and is STORE_OK.
+ */
+int store_agent_urls(struct store *s, const char *id, const char *urls,
+    char *err, size_t errlen);
+
+/* ---- gateway settings (docs/0031) ---- */
+
+/* The public URL list agents are told to dial ("https://A https://B"). */
+#define STORE_SETTING_URLS "urls"
+
+/* Reads setting name into out (outlen bytes, NUL-terminated).  STORE_OK,
+ * STORE_NOTFOUND when it was never set, or STORE_ERR with err (also for a
+ * value longer than outlen - 1). */
+int store_setting_get(struct store *s, const char *name, char *out,
+    size_t outlen, char *err, size_t errlen);
+/* Sets name to value at now (Unix s), replacing what was there, in one
+ * statement; with PostgreSQL every replica hears "setting:NAME"
+ * (store_listen.h).  STORE_OK, or STORE_ERR/STORE_FULL with err. */
+int store_setting_set(struct store *s, const char *name, const char *value,
+    int64_t now, char *err, size_t errlen);
 
 /*
  * Counts the agents offline longer than each of over_s[0..2] seconds at

@@ -101,6 +101,8 @@ struct store_dialect {
 	                          * record moved (docs/0023), or "" */
 	const char *notify_keys; /* the trigger announcing an agent asked to
 	                          * rotate its key (schema 7), or "" */
+	const char *notify_settings; /* the trigger announcing a gateway
+	                          * setting changed (docs/0031), or "" */
 };
 
 struct store_backend {

@@ -466,6 +466,14 @@ static const struct store_dialect pg_dialect = {
 	"CREATE TRIGGER agents_key_rotate AFTER UPDATE OF key_rotate ON agents"
 	"  FOR EACH ROW WHEN (NEW.key_rotate = 1 AND OLD.key_rotate = 0)"
 	"  EXECUTE FUNCTION tether_agent_changed();",
+	.notify_settings =
+	"CREATE FUNCTION tether_setting_changed() RETURNS trigger"
+	"  LANGUAGE plpgsql AS $$ BEGIN"
+	"    PERFORM pg_notify('" STORE_PG_CHANNEL "', 'setting:' || NEW.name);"
+	"    RETURN NULL;"
+	"  END $$;"
+	"CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE ON settings"
+	"  FOR EACH ROW EXECUTE FUNCTION tether_setting_changed();",
 };
 
 static const struct store_backend pg_backend = {

@@ -14,6 +14,7 @@
  *           transaction; SQLite: nothing, it serves a single gateway)
  *   {NOTIFY_TUNNELS} the same for a tunnel's record (docs/0023)
  *   {NOTIFY_KEYS} the same for an agent asked to rotate its key
+ *   {NOTIFY_SETTINGS} the same for a gateway setting (docs/0031)
  * Everything else (partial indexes, CHECKs, foreign keys) is SQL both
  * engines read the same.
  */
@@ -127,6 +128,17 @@ static const char *const migrations[] = {
 	"  CHECK (key_rotate IN (0, 1));"
 	"ALTER TABLE agents ADD COLUMN key_since {INT} NOT NULL DEFAULT 0;"
 	"{NOTIFY_KEYS}",
+	/* 8: moving the gateway (docs/0031): settings every replica pushes to
+	 * its agents (the public URL list, "urls"), announced when changed,
+	 * and the URL list each agent last said it holds (SETTINGS_ACK; NULL
+	 * until one did: an older agent never does). */
+	"CREATE TABLE settings ("
+	"  name       TEXT NOT NULL PRIMARY KEY,"
+	"  value      TEXT NOT NULL,"
+	"  updated_at {INT} NOT NULL"
+	"{END};"
+	"ALTER TABLE agents ADD COLUMN urls TEXT;"
+	"{NOTIFY_SETTINGS}",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -158,6 +170,7 @@ marker_word(const struct store_dialect *d, const char *p, size_t *mlen)
 		{ "{ROWID}", offsetof(struct store_dialect, rowid) },
 		{ "{NOTIFY_TUNNELS}", offsetof(struct store_dialect, notify_tunnels) },
 		{ "{NOTIFY_KEYS}", offsetof(struct store_dialect, notify_keys) },
+		{ "{NOTIFY_SETTINGS}", offsetof(struct store_dialect, notify_settings) },
 		{ "{NOTIFY}", offsetof(struct store_dialect, notify) },
 	};
 	size_t i;

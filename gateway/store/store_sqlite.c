@@ -338,6 +338,7 @@ static const struct store_dialect sqlite_dialect = {
 	.notify_keys = "",
 	/* One host holds the file: its clock is the database's. */
 	.now_ms = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+	.notify_settings = "",
 };
 
 static const struct store_backend sqlite_backend = {

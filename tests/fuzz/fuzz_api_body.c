@@ -60,6 +60,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case API_BODY_KUBECONFIG:
 		check(b.user != NULL);
 		break;
+	case API_BODY_URLS:
+		check(b.nurls <= API_URLS_MAX);
+		check(strlen(b.urls) <= STORE_URLS_MAX);
+		check((b.nurls == 0) == (b.urls[0] == '\0'));
+		break;
 	default:
 		check(0);
 	}

@@ -32,7 +32,7 @@
 #include "store.h"
 
 #define NOW 1700000000
-#define SCHEMA_NOW 7      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 8      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -1005,6 +1005,58 @@ test_agent_key_rotation(void **state)
 	    sizeof(err)), STORE_REFUSED);
 }
 
+/* store_agent_urls: unknown (NULL) until an agent said, then what it
+ * said, "" too; nothing else moves.  Settings: absent until set, then
+ * replaced whole (docs/0031). */
+static void
+test_agent_urls_and_settings(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, got;
+	char err[STORE_ERROR_MAX + 1] = "", v[STORE_URLS_MAX + 1], big[600];
+	bool created = false;
+
+	make_import(f, "5656565656565656", 1, false, &c);
+	do_register(f, "5656565656565656", "node-u", 0x56, &a, &created);
+	assert_false(a.urls_known);
+	assert_string_equal(a.urls, "");
+	assert_int_equal(store_agent_urls(f->s, a.id, "", err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_true(got.urls_known);
+	assert_string_equal(got.urls, "");
+	assert_int_equal(store_agent_urls(f->s, a.id,
+	    "https://b.example:8443 https://a.example", err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_true(got.urls_known);
+	assert_string_equal(got.urls, "https://b.example:8443 https://a.example");
+	assert_int_equal(got.updated_at, a.updated_at);
+	assert_int_equal(got.state, a.state);
+	memset(big, 'u', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(store_agent_urls(f->s, a.id, big, err, sizeof(err)),
+	    STORE_ERR);
+	assert_int_equal(store_agent_urls(f->s, "a-000000000000", "", err,
+	    sizeof(err)), STORE_OK);
+
+	assert_int_equal(store_setting_get(f->s, STORE_SETTING_URLS, v, sizeof(v),
+	    err, sizeof(err)), STORE_NOTFOUND);
+	assert_int_equal(store_setting_set(f->s, STORE_SETTING_URLS,
+	    "https://a.example", NOW, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_setting_set(f->s, STORE_SETTING_URLS,
+	    "https://b.example https://a.example", NOW + 1, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_setting_get(f->s, STORE_SETTING_URLS, v, sizeof(v),
+	    err, sizeof(err)), STORE_OK);
+	assert_string_equal(v, "https://b.example https://a.example");
+	assert_int_equal(store_setting_set(f->s, STORE_SETTING_URLS, "", NOW + 2,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_setting_get(f->s, STORE_SETTING_URLS, v, sizeof(v),
+	    err, sizeof(err)), STORE_OK);
+	assert_string_equal(v, "");
+}
+
 /* store_agents_offline: agents no live replica holds, by last contact;
  * a revoked one never, a held one not while its replica's lease runs. */
 static void
@@ -1925,6 +1977,7 @@ main(void)
 		T(test_register_happy),
 		T(test_agent_seen),
 		T(test_agent_key_rotation),
+		T(test_agent_urls_and_settings),
 		T(test_agents_offline),
 		T(test_register_manual_and_unlimited),
 		T(test_register_refusals),

@@ -1,0 +1,177 @@
+/*
+ * settings.c: the settings this replica pushes to its agents (see
+ * settings.h).
+ */
+#include "settings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "frame.h"
+#include "gateway.h"
+#include "hub.h"
+#include "log.h"
+#include "runtime.h"
+#include "session.h"
+#include "store.h"
+#include "store_worker.h"
+
+/* A read of the list on the store thread. */
+struct settings_read {
+	struct gateway *gw;
+	int rc;
+	char urls[STORE_URLS_MAX + 1];
+	char err[STORE_ERROR_MAX + 1];
+};
+
+bool
+settings_loaded(const struct gateway *gw)
+{
+	return gw->public_urls_loaded;
+}
+
+void
+settings_frame(const struct gateway *gw, struct frame *f)
+{
+	struct frame_urls *u = &f->u.settings.urls;
+	const char *p = gw->public_urls;
+
+	memset(f, 0, sizeof(*f));
+	f->type = FRAME_SETTINGS;
+	u->present = true;
+	while (*p != '\0' && u->n < FRAME_MAX_URLS) {
+		size_t len = strcspn(p, " ");
+
+		if (len > 0 && len <= FRAME_URL_MAX) {
+			memcpy(u->url[u->n], p, len);
+			u->url[u->n++][len] = '\0';
+		}
+		p += len;
+		p += strspn(p, " ");
+	}
+}
+
+int
+settings_urls_join(const struct frame_urls *urls, char *out, size_t outlen)
+{
+	size_t used = 0;
+
+	if (outlen == 0)
+		return -1;
+	out[0] = '\0';
+	for (size_t i = 0; i < urls->n; i++) {
+		int n = snprintf(out + used, outlen - used, "%s%s",
+		    i > 0 ? " " : "", urls->url[i]);
+
+		if (n < 0 || (size_t)n >= outlen - used)
+			return -1;
+		used += (size_t)n;
+	}
+	return 0;
+}
+
+static void
+tell_one(struct session *s, void *arg)
+{
+	size_t *told = arg;
+
+	session_send_settings(s);
+	(*told)++;
+}
+
+size_t
+settings_urls_changed(struct gateway *gw, const char *urls)
+{
+	size_t told = 0;
+
+	if (gw->public_urls_loaded && strcmp(gw->public_urls, urls) == 0)
+		return 0;
+	snprintf(gw->public_urls, sizeof(gw->public_urls), "%s", urls);
+	gw->public_urls_loaded = true;
+	hub_foreach(gw->hub, tell_one, &told);
+	info("settings: the gateway's URL list", KV_S("urls", urls),
+	    KV_U("agents_told", told));
+	return told;
+}
+
+static void
+read_work(struct store *st, void *arg)
+{
+	struct settings_read *r = arg;
+
+	r->rc = store_setting_get(st, STORE_SETTING_URLS, r->urls,
+	    sizeof(r->urls), r->err, sizeof(r->err));
+}
+
+static void
+settings_retry(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	settings_refresh(arg);
+}
+
+static void
+retry_later(struct gateway *gw)
+{
+	struct timeval tv = runtime_ms_timeval(SETTINGS_RETRY_MS);
+
+	if (gw->settings_stopped)
+		return;
+	if (gw->settings_timer == NULL &&
+	    (gw->settings_timer = evtimer_new(gw->base, settings_retry, gw)) == NULL)
+		return;
+	evtimer_add(gw->settings_timer, &tv);
+}
+
+static void
+read_done(void *arg)
+{
+	struct settings_read *r = arg;
+
+	if (r->gw->settings_stopped) {
+		/* The sessions are going away. */
+	} else if (r->rc == STORE_OK || r->rc == STORE_NOTFOUND) {
+		settings_urls_changed(r->gw, r->rc == STORE_OK ? r->urls : "");
+	} else {
+		warn("settings: cannot read the gateway's URL list: trying again",
+		    KV_S("err", r->err), KV_U("in_ms", SETTINGS_RETRY_MS));
+		retry_later(r->gw);
+	}
+	free(r);
+}
+
+void
+settings_refresh(struct gateway *gw)
+{
+	struct settings_read *r;
+
+	if (gw->settings_stopped)
+		return;
+	if ((r = calloc(1, sizeof(*r))) == NULL) {
+		retry_later(gw);
+		return;
+	}
+	r->gw = gw;
+	r->rc = STORE_ERR;
+	snprintf(r->err, sizeof(r->err), "the gateway is stopping");
+	if (store_worker_submit(gw->storew, read_work, read_done, r) != 0) {
+		free(r);
+		retry_later(gw);
+	}
+}
+
+void
+settings_stop(struct gateway *gw)
+{
+	gw->settings_stopped = true;
+	if (gw->settings_timer != NULL)
+		event_free(gw->settings_timer);
+	gw->settings_timer = NULL;
+}
+
+_Static_assert(sizeof(((struct gateway *)0)->public_urls) == STORE_URLS_MAX + 1,
+    "gw->public_urls holds what the store holds");

@@ -1,0 +1,54 @@
+/*
+ * settings.h: what this replica pushes to its agents in SETTINGS
+ * (docs/0031-moving-the-gateway.md): the gateway's public URL list, as the
+ * store holds it (the setting "urls", `tetherctl gateway urls set`).
+ *
+ * The replica keeps the list in gw->public_urls: read from the store on
+ * the store thread at start (again every SETTINGS_RETRY_MS until a read
+ * succeeds), when the admin API changed it here, when another replica did
+ * (the store's notice "setting:urls", access/notices.c) and after its
+ * listener was down.  An agent gets SETTINGS right after WELCOME once the
+ * list was read; when the list changes, every agent held here gets it.
+ *
+ * Cost: one store read per change heard; one small frame per agent held
+ * here per change, and one per tunnel at WELCOME.
+ */
+#ifndef TETHER_SETTINGS_H
+#define TETHER_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct gateway;
+struct frame;
+struct frame_urls;
+
+#define SETTINGS_RETRY_MS 5000
+
+/* Whether the list was read from the store since start: SETTINGS is sent
+ * only then (an agent is never told "none" for want of a read). */
+bool settings_loaded(const struct gateway *gw);
+
+/* Fills f with a SETTINGS frame carrying gw's list. */
+void settings_frame(const struct gateway *gw, struct frame *f);
+
+/*
+ * The store holds urls (joined by spaces; "" for none) now: kept in
+ * gw->public_urls and, if it differs from what this replica had or is the
+ * first read, sent to every agent held here.  Returns how many agents were
+ * told.
+ */
+size_t settings_urls_changed(struct gateway *gw, const char *urls);
+
+/* Reads the list on the store thread, then settings_urls_changed on the
+ * loop; on a failure, again SETTINGS_RETRY_MS later (until stopped). */
+void settings_refresh(struct gateway *gw);
+
+/* Stops the retries (the gateway is stopping).  Idempotent. */
+void settings_stop(struct gateway *gw);
+
+/* urls' list joined by single spaces into out.  0, or -1 if it does not
+ * fit (outlen bytes with the NUL). */
+int settings_urls_join(const struct frame_urls *urls, char *out, size_t outlen);
+
+#endif
