@@ -37,7 +37,7 @@ build-tsan: setup
 # A few integration tests against the ThreadSanitizer build, the gateway
 # with two loops (docs/0032); not part of `make test` (minutes on two cores).
 # Run as scripts, not through ctest (whose TETHER_BIN is build/asan's).
-TSAN_TESTS ?= test_workers test_slot_starvation test_streams test_preface_caps
+TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain
 test-tsan: build-tsan
 	@for t in $(TSAN_TESTS); do \
 	  echo "== $$t (ThreadSanitizer)"; \
