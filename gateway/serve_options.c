@@ -85,7 +85,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    "TLS-terminating balancer's): served at /v1/ca, its checksum in join "
 	    "documents and kubeconfigs" },
 	[SERVE_OPT_REPLICA_ID] = { .name = "replica-id", .type = OPT_STRING,
-	    .arg = "ID", .def_help = "HOST-PID", .check = check_replica_id,
+	    .arg = "ID", .def_help = "HOST-PID, the host name and process id", .check = check_replica_id,
 	    .help = "this replica's name among those sharing the store; its "
 	    "agents' tunnels are recorded against it (docs/0017)" },
 	[SERVE_OPT_PEER_URL] = { .name = "peer-url", .type = OPT_STRING,
