@@ -734,6 +734,15 @@ serve_open(struct serve *sv)
 		error("cannot start the store thread", KV_S("err", err));
 		return -1;
 	}
+	/* SQLite writes one at a time whatever the threads: no pool there. */
+	if (store_url_is_postgres(sv->store_url) &&
+	    opts_num(&sv->o, SERVE_OPT_STORE_POOL) > 0 &&
+	    store_worker_start_pool(gw->base, sv->store_url, STORE_QUEUE_CAP,
+	    opts_num(&sv->o, SERVE_OPT_STORE_POOL), metrics_store_timed, NULL,
+	    &gw->storep, err, sizeof(err)) != 0) {
+		error("cannot start the store pool (--store-pool)", KV_S("err", err));
+		return -1;
+	}
 	return 0;
 }
 
@@ -895,6 +904,7 @@ serve_stop(struct serve *sv)
 	peer_link_shutdown(gw);
 	/* After the sessions (their last state changes are queued), before
 	 * the loop that its eventfd watch belongs to. */
+	store_worker_stop(gw->storep);
 	store_worker_stop(gw->storew);
 	if (sv->sigterm != NULL)
 		event_free(sv->sigterm);

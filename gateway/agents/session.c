@@ -543,6 +543,22 @@ static void session_store_failed(struct session *s, const char *what, int rc,
     const char *err);
 
 /*
+ * Where a job runs.  An import token's lookup and a registration need no
+ * order with anything else (the store's transaction keeps a registration
+ * exact against any other, as it does across replicas), so they go to the
+ * pool when there is one (--store-pool, docs/0034).  An agent's lookup
+ * stays with its state changes on the ordered store thread: a tunnel that
+ * reconnects reads what its previous tunnel's last change left.
+ */
+static struct store_worker *
+job_worker(struct gateway *gw, enum job_kind kind)
+{
+	if (gw->storep != NULL && (kind == JOB_TOKEN_GET || kind == JOB_REGISTER))
+		return gw->storep;
+	return gw->storew;
+}
+
+/*
  * Sends j to the store thread; then(s, j) follows on the loop.  s NULL: no
  * one waits (the session is closing), the call is made all the same.  On a
  * full queue the session is told to come back later.
@@ -558,7 +574,8 @@ job_submit(struct gateway *gw, struct session *s, struct session_job *j,
 	}
 	j->s = s;
 	j->then = then;
-	if (store_worker_submit(gw->storew, job_work, job_done, j) == -1) {
+	if (store_worker_submit(job_worker(gw, j->kind), job_work, job_done,
+	    j) == -1) {
 		OPENSSL_cleanse(j, sizeof(*j));
 		free(j);
 		if (s != NULL)

@@ -95,6 +95,9 @@ struct gateway {
 	                                   synchronous token checks only (store.h) */
 	struct store_worker *storew;    /* the store thread: sessions, presence,
 	                                   the admin API, the status page */
+	struct store_worker *storep;    /* --store-pool (PostgreSQL), or NULL:
+	                                   registrations and import-token lookups,
+	                                   which need no order among them */
 	struct hub *hub;
 	struct gateway_limits limits;
 	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */

@@ -1,9 +1,11 @@
 /*
- * store_worker.c: the store thread (see store_worker.h).
+ * store_worker.c: the store thread, or a pool of them (see store_worker.h).
  *
- * Two lists under one mutex: jobs to run (the thread waits on a condition
+ * Two lists under one mutex: jobs to run (the threads wait on a condition
  * variable for them) and jobs run (the loop is woken through an eventfd and
- * calls their done callbacks).  The thread never calls into libevent.
+ * calls their done callbacks).  The threads never call into libevent.  A
+ * pool's threads each hold their own connection and take the next job as
+ * they come free; one thread runs the jobs in order.
  */
 #include "store_worker.h"
 
@@ -34,19 +36,28 @@ struct job_list {
 	size_t len;
 };
 
-struct store_worker {
-	struct store *store;       /* the thread's own connection */
+struct store_worker;
+
+/* One thread and its own connection. */
+struct store_thread {
+	struct store_worker *w;
+	struct store *store;
 	pthread_t thread;
+	bool started;
+};
+
+struct store_worker {
+	struct store_thread *threads;
+	size_t nthreads;
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
 	struct job_list todo;      /* under mu */
 	struct job_list done;      /* under mu */
-	bool running;              /* the thread is running a job (under mu) */
+	size_t running;            /* threads running a job (under mu) */
 	bool stopping;             /* under mu */
 	size_t cap;
 	int efd;                   /* eventfd: done has jobs */
 	struct event *ev;
-	bool thread_started;
 };
 
 static void
@@ -99,7 +110,8 @@ notify_loop(struct store_worker *w)
 static void *
 worker_main(void *arg)
 {
-	struct store_worker *w = arg;
+	struct store_thread *th = arg;
+	struct store_worker *w = th->w;
 	struct store_job *j;
 
 	pthread_mutex_lock(&w->mu);
@@ -111,11 +123,11 @@ worker_main(void *arg)
 		if (w->todo.head == NULL)
 			break;
 		j = list_pop(&w->todo);
-		w->running = true;
+		w->running++;
 		pthread_mutex_unlock(&w->mu);
-		j->work(w->store, j->arg);
+		j->work(th->store, j->arg);
 		pthread_mutex_lock(&w->mu);
-		w->running = false;
+		w->running--;
 		list_push(&w->done, j);
 		notify_loop(w);
 	}
@@ -157,21 +169,38 @@ store_worker_start(struct event_base *base, const char *url, size_t cap,
     store_timing_fn *timing, void *timing_arg, struct store_worker **out,
     char *err, size_t errlen)
 {
+	return store_worker_start_pool(base, url, cap, 1, timing, timing_arg,
+	    out, err, errlen);
+}
+
+int
+store_worker_start_pool(struct event_base *base, const char *url, size_t cap,
+    size_t nthreads, store_timing_fn *timing, void *timing_arg,
+    struct store_worker **out, char *err, size_t errlen)
+{
 	struct store_worker *w;
 	int rc;
 
 	*out = NULL;
-	if ((w = calloc(1, sizeof(*w))) == NULL) {
+	if (nthreads == 0)
+		nthreads = 1;
+	if ((w = calloc(1, sizeof(*w))) == NULL ||
+	    (w->threads = calloc(nthreads, sizeof(*w->threads))) == NULL) {
+		free(w);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	w->nthreads = nthreads;
 	w->cap = cap;
 	w->efd = -1;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->wake, NULL);
-	if (store_open(url, &w->store, err, errlen) != STORE_OK)
-		goto fail;
-	store_set_timing(w->store, timing, timing_arg);
+	for (size_t i = 0; i < nthreads; i++) {
+		w->threads[i].w = w;
+		if (store_open(url, &w->threads[i].store, err, errlen) != STORE_OK)
+			goto fail;
+		store_set_timing(w->threads[i].store, timing, timing_arg);
+	}
 	if ((w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		goto fail;
@@ -181,12 +210,15 @@ store_worker_start(struct event_base *base, const char *url, size_t cap,
 		snprintf(err, errlen, "cannot watch the store worker's eventfd");
 		goto fail;
 	}
-	if ((rc = pthread_create(&w->thread, NULL, worker_main, w)) != 0) {
-		snprintf(err, errlen, "cannot start the store thread: %s",
-		    strerror(rc));
-		goto fail;
+	for (size_t i = 0; i < nthreads; i++) {
+		if ((rc = pthread_create(&w->threads[i].thread, NULL, worker_main,
+		    &w->threads[i])) != 0) {
+			snprintf(err, errlen, "cannot start a store thread: %s",
+			    strerror(rc));
+			goto fail;
+		}
+		w->threads[i].started = true;
 	}
-	w->thread_started = true;
 	*out = w;
 	return 0;
 fail:
@@ -219,12 +251,18 @@ store_worker_submit(struct store_worker *w, store_work_fn *work,
 }
 
 size_t
+store_worker_threads(const struct store_worker *w)
+{
+	return w->nthreads;
+}
+
+size_t
 store_worker_pending(const struct store_worker *w)
 {
 	size_t n;
 
 	pthread_mutex_lock((pthread_mutex_t *)&w->mu);
-	n = w->todo.len + (w->running ? 1 : 0) + w->done.len;
+	n = w->todo.len + w->running + w->done.len;
 	pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
 	return n;
 }
@@ -234,21 +272,23 @@ store_worker_stop(struct store_worker *w)
 {
 	if (w == NULL)
 		return;
-	if (w->thread_started) {
-		pthread_mutex_lock(&w->mu);
-		w->stopping = true;
-		pthread_cond_signal(&w->wake);
-		pthread_mutex_unlock(&w->mu);
-		pthread_join(w->thread, NULL);
-	}
-	/* The thread ran every job (or never started: none ran). */
+	pthread_mutex_lock(&w->mu);
+	w->stopping = true;
+	pthread_cond_broadcast(&w->wake);
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i < w->nthreads; i++)
+		if (w->threads[i].started)
+			pthread_join(w->threads[i].thread, NULL);
+	/* The threads ran every job (or none started: none ran). */
 	finish_all(list_take(&w->done));
 	finish_all(list_take(&w->todo));
 	if (w->ev != NULL)
 		event_free(w->ev);
 	if (w->efd != -1)
 		close(w->efd);
-	store_close(w->store);
+	for (size_t i = 0; i < w->nthreads; i++)
+		store_close(w->threads[i].store);
+	free(w->threads);
 	pthread_cond_destroy(&w->wake);
 	pthread_mutex_destroy(&w->mu);
 	free(w);

@@ -11,8 +11,14 @@
  * went away), the caller clears what done would reach through arg; the job
  * still runs and done is still called, once.
  *
- * Costs: one thread, one store connection, one eventfd; at most cap jobs
- * waiting (a submit past it is refused), each a small node.
+ * A pool (store_worker_start_pool) is the same with several threads, each
+ * with its own connection, taking jobs as they come free: jobs run at once
+ * and finish in any order, so only jobs that need no order between them
+ * go there (docs/0033: a PostgreSQL far away answers N registrations in
+ * the time of one).
+ *
+ * Costs: one thread and one store connection each, one eventfd; at most
+ * cap jobs waiting (a submit past it is refused), each a small node.
  */
 #ifndef TETHER_STORE_WORKER_H
 #define TETHER_STORE_WORKER_H
@@ -36,6 +42,13 @@ typedef void store_done_fn(void *arg);
 int store_worker_start(struct event_base *base, const char *url, size_t cap,
     store_timing_fn *timing, void *timing_arg, struct store_worker **out,
     char *err, size_t errlen);
+/* The same with nthreads threads (0 counts as 1), each opening its own
+ * connection: jobs run at once, in no order. */
+int store_worker_start_pool(struct event_base *base, const char *url,
+    size_t cap, size_t nthreads, store_timing_fn *timing, void *timing_arg,
+    struct store_worker **out, char *err, size_t errlen);
+/* Its threads (1 for store_worker_start). */
+size_t store_worker_threads(const struct store_worker *w);
 
 /*
  * Queues a job.  Returns 0, or -1 when cap jobs are already waiting (or
@@ -49,7 +62,7 @@ int store_worker_submit(struct store_worker *w, store_work_fn *work,
 size_t store_worker_pending(const struct store_worker *w);
 
 /*
- * Lets the thread run every job queued so far (the last state changes of
+ * Lets the threads run every job queued so far (the last state changes of
  * sessions closed at shutdown), stops it, then calls done for each job, in
  * order.  Closes the connection and frees w.  Loop thread, once the loop
  * has stopped (done runs here, not from the loop).  NULL is allowed.

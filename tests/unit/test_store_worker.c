@@ -2,7 +2,8 @@
  * test_store_worker.c: the store thread (gateway/store/store_worker.c) on a real
  * SQLite file: jobs run on another thread in the order they were queued,
  * their done callbacks run on the loop's thread, a full queue refuses, and
- * stopping runs what was queued before calling every done.
+ * stopping runs what was queued before calling every done; a pool's threads
+ * (store_worker_start_pool) run jobs at once, each on its own connection.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -123,6 +125,46 @@ run_until(struct fixture *f, int want)
 		assert_int_equal(event_base_loop(f->base, EVLOOP_ONCE), 0);
 }
 
+/* Three jobs that each wait until all three have started can finish only on
+ * three threads at once (docs/0035: a far store's registrations overlap). */
+static void
+test_pool_at_once(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1], names[3][16];
+	struct job jobs[3];
+	sem_t started, gate;
+	struct timespec until;
+
+	assert_int_equal(store_worker_start_pool(f->base, f->url, 8, 3, NULL,
+	    NULL, &f->w, err, sizeof(err)), 0);
+	assert_int_equal(store_worker_threads(f->w), 3);
+	sem_init(&started, 0, 0);
+	sem_init(&gate, 0, 0);
+	for (int i = 0; i < 3; i++) {
+		snprintf(names[i], sizeof(names[i]), "p%d", i);
+		jobs[i] = (struct job){ .seq = i, .name = names[i],
+		    .started = &started, .gate = &gate };
+		assert_int_equal(store_worker_submit(f->w, work, done, &jobs[i]), 0);
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(sem_timedwait(&started, &until), 0);
+	assert_int_equal(store_worker_pending(f->w), 3);
+	for (int i = 0; i < 3; i++)
+		sem_post(&gate);
+	run_until(f, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(jobs[i].rc, STORE_OK);
+		assert_false(pthread_equal(jobs[i].worked_on, loop_thread));
+		for (int k = 0; k < i; k++)
+			assert_false(pthread_equal(jobs[i].worked_on, jobs[k].worked_on));
+	}
+	sem_destroy(&started);
+	sem_destroy(&gate);
+}
+
 static void
 test_order_and_threads(void **state)
 {
@@ -213,6 +255,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_order_and_threads, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_drains, setup,
 		    teardown),
 	};
