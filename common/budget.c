@@ -110,3 +110,73 @@ budget_refusal_str(enum budget_refusal why)
 {
 	return why < BUDGET_ENTRIES ? refusal_names[why] : "?";
 }
+
+/* ---- the memory budget (held bytes) ---- */
+
+void
+budget_hold_init(struct budget_holder *h, struct budget *b)
+{
+	h->budget = b;
+	h->principal = NULL;
+	h->held = 0;
+}
+
+void
+budget_hold_charge(struct budget_holder *h, struct budget_account *principal)
+{
+	size_t held = h->held;
+
+	if (h->principal == principal)
+		return;
+	budget_hold_release(h);
+	h->principal = principal;
+	if (principal != NULL)
+		principal->holders++;
+	budget_hold_set(h, held);
+}
+
+void
+budget_hold_set(struct budget_holder *h, size_t bytes)
+{
+	if (h->budget == NULL || bytes == h->held)
+		return;
+	h->budget->held = h->budget->held - h->held + bytes;
+	if (h->principal != NULL)
+		h->principal->held = h->principal->held - h->held + bytes;
+	h->held = bytes;
+}
+
+void
+budget_hold_release(struct budget_holder *h)
+{
+	budget_hold_set(h, 0);
+	if (h->principal != NULL)
+		h->principal->holders--;
+	h->principal = NULL;
+}
+
+enum budget_refusal
+budget_hold_over(const struct budget_holder *h)
+{
+	const struct budget *b = h->budget;
+
+	if (b == NULL)
+		return BUDGET_OK;
+	if (b->memory > 0 && b->held > b->memory)
+		return BUDGET_TOTAL;
+	if (h->principal != NULL && b->memory_share > 0 &&
+	    h->principal->held > b->memory_share)
+		return BUDGET_PRINCIPAL;
+	return BUDGET_OK;
+}
+
+const struct budget_holder *
+budget_pick(const struct budget_holder *best, const struct budget_holder *cand,
+    enum budget_refusal pool, const struct budget_account *principal)
+{
+	if (cand == NULL || cand->held == 0)
+		return best;
+	if (pool == BUDGET_PRINCIPAL && cand->principal != principal)
+		return best;
+	return best == NULL || cand->held > best->held ? cand : best;
+}

@@ -35,6 +35,8 @@ struct budget_account {
 	size_t used;             /* bytes of windows charged to it now */
 	size_t limit;            /* its share; 0: no share of its own (no limit) */
 	int admin;               /* a principal that may use the admin reserve */
+	size_t held;             /* bytes its connections hold now (budget_holder) */
+	unsigned holders;        /* connections charged to it (budget_hold_charge) */
 };
 
 struct budget {
@@ -44,6 +46,11 @@ struct budget {
 	size_t principal_share;  /* limit of each principal's account */
 	uint32_t min_window;     /* smallest window granted under pressure */
 	size_t used;             /* bytes of windows charged now */
+	/* Queued output and buffers (budget_holder): all connections'
+	 * together within memory, one principal's within memory_share. */
+	size_t memory;           /* 0: not counted */
+	size_t memory_share;     /* 0: no share per principal */
+	size_t held;             /* bytes held now */
 };
 
 #define BUDGET_DEFAULT { \
@@ -52,6 +59,8 @@ struct budget {
 	.tunnel_share = 128u << 20, \
 	.principal_share = 64u << 20, \
 	.min_window = 16u << 10, \
+	.memory = 256u << 20, \
+	.memory_share = 64u << 20, \
 }
 
 /* What one stream holds; released exactly once. */
@@ -86,5 +95,41 @@ uint32_t budget_take(struct budget *b, struct budget_account *tunnel,
 void budget_release(struct budget *b, struct budget_charge *c);
 /* A reason for a refusal, for OPEN_FAIL and logs. */
 const char *budget_refusal_str(enum budget_refusal why);
+
+/*
+ * The memory budget (docs/0036-memory-budget.md): what connections hold
+ * now, not what they may be sent.  Each connection is a holder: its
+ * queued output and input buffers, set again whenever they change
+ * (budget_hold_set), counted in the process's `held` and its principal's.
+ * Past `memory` or a principal's `memory_share` the owner drops holders,
+ * largest first (budget_hold_over, budget_pick), until it is back within.
+ */
+struct budget_holder {
+	struct budget *budget;             /* NULL: not counted */
+	struct budget_account *principal;  /* NULL: only in the process's total */
+	size_t held;                       /* bytes it holds now */
+};
+
+/* Starts counting h in b (held 0, no principal).  b may be NULL. */
+void budget_hold_init(struct budget_holder *h, struct budget *b);
+/* Charges h (what it holds now and later) to principal as well, in place
+ * of any principal before; principal->holders counts h, so an account is
+ * kept while a holder uses it (NULL: none). */
+void budget_hold_charge(struct budget_holder *h, struct budget_account *principal);
+/* h holds bytes now: the process's and the principal's counts follow. */
+void budget_hold_set(struct budget_holder *h, size_t bytes);
+/* h holds nothing any more and leaves its principal.  Idempotent. */
+void budget_hold_release(struct budget_holder *h);
+/* Which pool h's holding is past: BUDGET_TOTAL (the process's memory),
+ * BUDGET_PRINCIPAL (its principal's memory_share), or BUDGET_OK. */
+enum budget_refusal budget_hold_over(const struct budget_holder *h);
+/* The largest-first choice: of best (NULL: none yet) and cand, the one to
+ * drop first when `pool` is over: cand only if it counts in that pool
+ * (BUDGET_PRINCIPAL: charged to principal) and holds more than best
+ * (ties keep best), holding anything at all.  Walk every holder through it
+ * to find the largest. */
+const struct budget_holder *budget_pick(const struct budget_holder *best,
+    const struct budget_holder *cand, enum budget_refusal pool,
+    const struct budget_account *principal);
 
 #endif

@@ -62,6 +62,8 @@ struct wsface_handlers {
 	void (*on_too_large)(struct wsface *f, size_t limit, void *arg);
 };
 
+struct budget_account;
+
 /* What each side implements (wsconn.c, wsclient.c); owners call the
  * wsface_* functions below. */
 struct wsface_ops {
@@ -74,6 +76,9 @@ struct wsface_ops {
 	void (*set_low_water)(struct wsface *f, size_t bytes);
 	void (*set_max_message)(struct wsface *f, size_t bytes);
 	void (*set_max_queue)(struct wsface *f, size_t bytes);
+	/* NULL where connections are not counted (the dialled side). */
+	void (*charge_to)(struct wsface *f, struct budget_account *who,
+	    const char *name);
 	void (*close)(struct wsface *f, uint16_t code, const char *reason);
 	void (*free)(struct wsface *f);
 	const char *(*peer)(const struct wsface *f);
@@ -158,6 +163,18 @@ static inline void
 wsface_set_max_queue(struct wsface *f, size_t bytes)
 {
 	f->ops->set_max_queue(f, bytes);
+}
+
+/* Counts what the connection holds (queued output, input buffers) in
+ * principal who's share of the memory budget as well as the process's
+ * (budget.h, docs/0036); name (copied) names who in the line that says
+ * why it was dropped.  who is kept while the connection lives (it counts
+ * as a holder of the account).  A no-op on the dialled side. */
+static inline void
+wsface_charge_to(struct wsface *f, struct budget_account *who, const char *name)
+{
+	if (f->ops->charge_to != NULL)
+		f->ops->charge_to(f, who, name);
 }
 
 /* Sends a close frame after what is queued, then closes; on_close follows

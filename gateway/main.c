@@ -590,7 +590,8 @@ serve_replica(struct gateway *gw, const struct opt_set *o)
 
 /*
  * The streams in agent tunnels: their window, how many a tunnel holds,
- * the budget every window is charged to and its shares.  Returns 0, or -1
+ * the budget every window is charged to and its shares; the memory budget
+ * of what connections hold (docs/0036).  Returns 0, or -1
  * when --admin-reserve is not less than --stream-budget (the one pair of
  * options the table cannot check alone).
  */
@@ -607,6 +608,8 @@ serve_streams(struct gateway *gw, const struct opt_set *o)
 	gw->budget.tunnel_share = opts_num(o, SERVE_OPT_TUNNEL_SHARE);
 	gw->budget.principal_share = opts_num(o, SERVE_OPT_PRINCIPAL_SHARE);
 	gw->budget.min_window = opts_num(o, SERVE_OPT_MIN_STREAM_WINDOW);
+	gw->budget.memory = opts_num(o, SERVE_OPT_MEMORY_BUDGET);
+	gw->budget.memory_share = opts_num(o, SERVE_OPT_MEMORY_SHARE);
 	return gw->budget.reserve < gw->budget.total ? 0 : -1;
 }
 

@@ -211,6 +211,14 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "BYTES", .def = "16384", .min = 4096, .max = 64u << 20,
 	    .help = "smallest window a stream gets under pressure; a stream is "
 	    "refused (busy) only when not even this much is left" },
+	[SERVE_OPT_MEMORY_BUDGET] = { .name = "memory-budget", .type = OPT_U32,
+	    .arg = "BYTES", .def = "268435456", .min = 1u << 20, .max = 4095u << 20,
+	    .help = "output queued to and input buffered from every WebSocket "
+	    "connection together; past it the largest holders are dropped" },
+	[SERVE_OPT_MEMORY_SHARE] = { .name = "memory-share", .type = OPT_U32,
+	    .arg = "BYTES", .def = "67108864", .min = 1u << 20, .max = 4095u << 20,
+	    .help = "most of the memory budget the connections of one user (or "
+	    "one admin token) may hold; past it their largest is dropped" },
 	[SERVE_OPT_IMPERSONATE] = { .name = "impersonate", .type = OPT_BOOL,
 	    .def = "false",
 	    .help = "/k8s requests carry Impersonate-User: <gateway user> (clients' "

@@ -13,14 +13,15 @@ struct share {
 	char principal[];                 /* NUL-terminated */
 };
 
-/* Frees the accounts nothing is charged to, but keep. */
+/* Frees the accounts nothing is charged to and no connection holds
+ * (budget_hold_charge), but keep. */
 static void
 sweep(struct gateway *gw, const struct share *keep)
 {
 	struct share **pp = &gw->shares, *s;
 
 	while ((s = *pp) != NULL) {
-		if (s->account.used == 0 && s != keep) {
+		if (s->account.used == 0 && s->account.holders == 0 && s != keep) {
 			*pp = s->next;
 			free(s);
 		} else

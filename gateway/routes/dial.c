@@ -23,6 +23,7 @@
 #include "relay.h"
 #include "route.h"
 #include "server.h"
+#include "shares.h"
 #include "store.h"
 #include "wsface.h"
 #include "wsmux.h"
@@ -240,6 +241,8 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 		free(c);
 		return;
 	}
+	wsface_charge_to(c->ws, shares_principal(gw, c->grant.principal),
+	    c->grant.principal);
 	c->mux = wsmux_new(gw->base, &cfg, c->ws, &ctl_mux_handlers, c);
 	if (c->mux == NULL) {
 		warn("dial: out of memory for a multiplexer: closing",

@@ -502,6 +502,8 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 			return;
 		}
 		wsface_set_low_water(r->ws, 256 * 1024);
+		wsface_charge_to(r->ws, shares_principal(r->gw, r->principal),
+		    r->principal);
 		/* The node's bytes go straight to the socket, bounded by the
 		 * stream's window (credit returns as they drain); PONGs to a
 		 * client that does not read count on top, up to --max-queue. */

@@ -1949,6 +1949,7 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	if (srv->nloops > 1 && (srv->loops = tlsloops_new(gw->base, srv->nloops - 1,
 	    tls_job_done, srv, err, errlen)) == NULL)
 		goto fail;
+	wsconn_set_budget(srv->ws, &gw->budget);
 	srv->listener = listen_on(srv, host, port, err, errlen);
 	if (srv->listener == NULL)
 		goto fail;

@@ -46,6 +46,7 @@
 #include "twheel.h"
 
 #include <assert.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "budget.h"
 #include "log.h"
 #include "runtime.h"
 #include "wsframe.h"
@@ -77,6 +79,25 @@
  * brk and page faults at the heap's top (docs/0018, "Pings, third pass"). */
 #define WS_READ_SMALL        (16u << 10)
 #define WS_READ_BULK         (1u << 20)
+/* A PING that finds more than this queued for the peer (output and the
+ * TLS batch) is answered once it drains (only the latest, RFC 6455
+ * 5.5.3): a peer that pings and never reads holds one payload, not a PONG
+ * per PING (issue 22: 100 such connections took 7 MiB each); the PONGs
+ * it was not sent still count toward the output cap, which drops it. */
+#define WS_PONG_ROOM         (16u << 10)
+/* A partial frame left in the input after its complete ones were taken,
+ * at most this long, moves to a chain of its own: the chains the reads
+ * reserved (up to 2 MiB each in bulk mode) are freed now rather than kept
+ * for a few bytes while the peer sends the rest (a pinging client held
+ * ~2 MiB per connection that way: docs/0036). */
+#define WS_COMPACT_MAX       (16u << 10)
+#define WS_PING_PAYLOAD_MAX  125
+/* glibc keeps freed chunks in the middle of the heap: every
+ * WS_TRIM_EVERY_MS the set gives them back to the system (malloc_trim)
+ * when more than WS_TRIM_FREE bytes lie free (100 pinging connections
+ * left 45 MiB so after they were served: docs/0036). */
+#define WS_TRIM_EVERY_MS     2000
+#define WS_TRIM_FREE         (16u << 20)
 
 enum ws_state {
 	WS_OPEN,
@@ -105,6 +126,9 @@ struct wsconn_set {
 	struct event *soon_ev;            /* made active while soon is not empty */
 	int ticking;
 	struct twheel wheel;
+	struct budget *budget;            /* what connections hold; NULL: not counted */
+	struct event *evict_ev;           /* made active when a holding is over */
+	struct event *trim_ev;            /* persistent: malloc_trim when worth it */
 };
 
 struct wsconn {
@@ -140,6 +164,14 @@ struct wsconn {
 	int finish;                       /* ending: queued to end with close_notify */
 	int in_soon;
 	int bulk;                         /* reads reserve WS_READ_BULK */
+	size_t data_in;                   /* data payload parsed since the last read */
+	int pong_owed;                    /* a PING waits for the output to drain */
+	size_t pong_debt;                 /* PONGs those PINGs would have queued */
+	uint8_t pong_len;
+	uint8_t pong[WS_PING_PAYLOAD_MAX];/* the latest such PING's payload */
+	struct budget_holder hold;        /* input + output, in the memory budget */
+	struct evbuffer_cb_entry *in_cb, *out_cb;
+	char who[64];                     /* the principal charged, for logs */
 	char peer[64];
 };
 
@@ -164,6 +196,8 @@ input_mark(size_t max_message)
 }
 
 /* ---- the end ---- */
+
+static void ws_unhold(struct wsconn *c);
 
 /* Calls on_close and frees everything.  graceful: send TLS close_notify. */
 static void
@@ -191,9 +225,125 @@ ws_finish(struct wsconn *c, int graceful)
 		c->face.h->on_close(&c->face, c->peer_closed ? 101 : 0,
 		    c->peer_closed ? "closed by the peer" : c->pinged ?
 		    "no answer to a ping" : "the connection ended", c->face.arg);
+	ws_unhold(c);
 	bufferevent_free(c->bev);
 	free(c->rx);
 	free(c);
+}
+
+/* ---- the memory budget ---- */
+
+/* Freed heap goes back to the system when there is enough of it: one
+ * mallinfo2 (a walk of the arenas' bins) per interval, a trim rarely. */
+static void
+ws_trim_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct mallinfo2 mi = mallinfo2();
+
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (mi.fordblks > WS_TRIM_FREE)
+		malloc_trim(0);
+}
+
+/* Input or output changed: c holds their bytes; past a budget the set
+ * drops the largest holders from the loop (ws_evict_cb). */
+static void
+ws_count(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct wsconn *c = arg;
+
+	(void)buf;
+	(void)info;
+	budget_hold_set(&c->hold, evbuffer_get_length(bufferevent_get_input(c->bev)) +
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) +
+	    tls_write_pending(c->bev));
+	if (budget_hold_over(&c->hold) != BUDGET_OK)
+		event_active(c->set->evict_ev, EV_TIMEOUT, 1);
+}
+
+/* c stops counting (it ends, or is dropped). */
+static void
+ws_unhold(struct wsconn *c)
+{
+	if (c->in_cb != NULL)
+		evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->in_cb);
+	if (c->out_cb != NULL)
+		evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
+	c->in_cb = c->out_cb = NULL;
+	budget_hold_release(&c->hold);
+}
+
+static void ws_abort(struct wsconn *c, const char *why);
+
+/* Drops c for the budget: what it holds is freed now (the peer was not
+ * reading it), the rest from the loop. */
+static void
+ws_evict(struct wsconn *c, enum budget_refusal pool)
+{
+	const struct budget *b = c->hold.budget;
+	char why[160];
+
+	snprintf(why, sizeof(why), "memory budget: the largest holder %s "
+	    "(%zu bytes queued; %zu held of %zu)", pool == BUDGET_TOTAL ?
+	    "of the process" : "of its principal's share", c->hold.held,
+	    pool == BUDGET_TOTAL ? b->held : c->hold.principal->held,
+	    pool == BUDGET_TOTAL ? b->memory : b->memory_share);
+	warn("memory budget: dropping a connection", KV_S("peer", c->peer),
+	    KV_S("who", c->who), KV_U("held", c->hold.held),
+	    KV_S("pool", pool == BUDGET_TOTAL ? "process" : "principal"));
+	ws_abort(c, why);
+	evbuffer_drain(bufferevent_get_output(c->bev),
+	    evbuffer_get_length(bufferevent_get_output(c->bev)));
+	evbuffer_drain(bufferevent_get_input(c->bev),
+	    evbuffer_get_length(bufferevent_get_input(c->bev)));
+	ws_unhold(c);
+}
+
+/* The largest holder in pool (BUDGET_PRINCIPAL: of principal), or NULL. */
+static struct wsconn *
+ws_largest(struct wsconn_set *set, enum budget_refusal pool,
+    const struct budget_account *principal)
+{
+	const struct budget_holder *best = NULL;
+	struct wsconn *c, *victim = NULL;
+
+	LIST_FOREACH(c, &set->conns, link) {
+		if (c->state != WS_OPEN)
+			continue;
+		if (budget_pick(best, &c->hold, pool, principal) != best) {
+			best = &c->hold;
+			victim = c;
+		}
+	}
+	return victim;
+}
+
+/* Past the process's budget: the largest holders go first until it is
+ * back within; then each principal past its share loses its largest. */
+static void
+ws_evict_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct wsconn_set *set = arg;
+	struct wsconn *c, *victim;
+
+	(void)fd;
+	(void)what;
+	while (set->budget->memory > 0 && set->budget->held > set->budget->memory &&
+	    (victim = ws_largest(set, BUDGET_TOTAL, NULL)) != NULL)
+		ws_evict(victim, BUDGET_TOTAL);
+	for (;;) {
+		victim = NULL;
+		LIST_FOREACH(c, &set->conns, link)
+			if (c->state == WS_OPEN &&
+			    budget_hold_over(&c->hold) == BUDGET_PRINCIPAL)
+				break;
+		if (c == NULL || (victim = ws_largest(set, BUDGET_PRINCIPAL,
+		    c->hold.principal)) == NULL)
+			return;
+		ws_evict(victim, BUDGET_PRINCIPAL);
+	}
 }
 
 /* Queues c for the set's "soon" event: served from the loop, once the
@@ -531,8 +681,31 @@ ws_on_frame(struct wsconn *c, const struct ws_frame_header *h,
 
 	switch (h->opcode) {
 	case WS_OP_PING:
-		if (c->state == WS_OPEN)
-			ws_put_frame(c, WS_OP_PONG, &iov, 1);
+		if (c->state != WS_OPEN)
+			return;
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) +
+		    tls_write_pending(c->bev) > WS_PONG_ROOM) {
+			/* Owed until the output drains (ws_write_cb).  The PONGs
+			 * not queued still count against the cap: a peer that
+			 * pings and never reads is dropped where it was. */
+			c->pong_debt += 2 + len;
+			if (evbuffer_get_length(bufferevent_get_output(c->bev)) +
+			    c->pong_debt > c->max_queue) {
+				char why[96];
+
+				snprintf(why, sizeof(why), "output queue over %zu bytes "
+				    "(the peer does not read)", c->max_queue);
+				ws_abort(c, why);
+				return;
+			}
+			c->pong_len = (uint8_t)(len < sizeof(c->pong) ? len : sizeof(c->pong));
+			memcpy(c->pong, p, c->pong_len);
+			c->pong_owed = 1;
+			bufferevent_setwatermark(c->bev, EV_WRITE, c->low_water >
+			    WS_PONG_ROOM ? c->low_water : WS_PONG_ROOM, 0);
+			return;
+		}
+		ws_put_frame(c, WS_OP_PONG, &iov, 1);
 		return;
 	case WS_OP_PONG:
 		return;
@@ -659,10 +832,25 @@ ws_next_frame(struct wsconn *c, struct evbuffer *in)
 		return STEP_WAIT;
 	}
 	ws_mask(p + hl, (size_t)h.payload_len, h.mask, 0);
+	if (!(h.opcode & WS_OP_CONTROL))
+		c->data_in += (size_t)h.payload_len;
 	ws_on_frame(c, &h, p + hl, (size_t)h.payload_len);
 	/* The payload was the owner's during on_message only: drop it now. */
 	evbuffer_drain(in, (size_t)need);
 	return STEP_NEXT;
+}
+
+static void
+ws_compact(struct evbuffer *in)
+{
+	uint8_t rest[WS_COMPACT_MAX];
+	size_t n = evbuffer_get_length(in);
+
+	if (n == 0 || n > sizeof(rest) ||
+	    evbuffer_remove(in, rest, n) != (int)n)
+		return;
+	/* Out of memory: the connection's next read fails it. */
+	(void)evbuffer_add(in, rest, n);
 }
 
 /* Parses and delivers what the input holds, as far as allowed. */
@@ -679,15 +867,18 @@ ws_process(struct wsconn *c)
 		if (ws_next_frame(c, in) != STEP_NEXT)
 			break;
 	}
+	ws_compact(in);
 }
 
 /* ---- libevent callbacks ---- */
 
-/* Sizes the next reads by what this one brought (WS_READ_SMALL). */
+/* Sizes the next reads by the data the last ones brought (WS_READ_SMALL):
+ * data messages, not control frames, so a flood of PINGs keeps small
+ * reservations (docs/0036). */
 static void
-ws_size_reads(struct wsconn *c, size_t got)
+ws_size_reads(struct wsconn *c, size_t data)
 {
-	int bulk = got > WS_READ_SMALL;
+	int bulk = data > WS_READ_SMALL;
 
 	if (bulk == c->bulk)
 		return;
@@ -709,9 +900,10 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 		c->pinged = 0;
 		twheel_arm(&c->set->wheel, &c->due, c->heard_ms + c->ping_interval_ms);
 	}
+	ws_size_reads(c, c->data_in);
+	c->data_in = 0;
 	/* Take every record that is ready now, not one per loop iteration. */
 	tls_read_available(bev, c->max_message + 16);
-	ws_size_reads(c, evbuffer_get_length(bufferevent_get_input(bev)));
 	ws_process(c);
 }
 
@@ -721,6 +913,16 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 	struct wsconn *c = arg;
 
 	if (c->state == WS_OPEN) {
+		if (c->pong_owed && evbuffer_get_length(bufferevent_get_output(bev)) +
+		    tls_write_pending(bev) <= WS_PONG_ROOM) {
+			struct iovec iov = { c->pong, c->pong_len };
+
+			c->pong_owed = 0;
+			c->pong_debt = 0;
+			bufferevent_setwatermark(bev, EV_WRITE, c->low_water, 0);
+			if (ws_put_frame(c, WS_OP_PONG, &iov, 1) != 0)
+				return;
+		}
 		if (c->face.h->on_drain != NULL)
 			c->face.h->on_drain(&c->face, c->face.arg);
 		return;
@@ -870,6 +1072,15 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	 * wheel keeps the connection's time. */
 	bufferevent_set_timeouts(bev, NULL, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	budget_hold_init(&c->hold, all->budget);
+	if (all->budget != NULL &&
+	    ((c->in_cb = evbuffer_add_cb(bufferevent_get_input(bev), ws_count, c)) == NULL ||
+	    (c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), ws_count, c)) == NULL)) {
+		if (c->in_cb != NULL)
+			evbuffer_remove_cb_entry(bufferevent_get_input(bev), c->in_cb);
+		free(c);
+		return NULL;
+	}
 	LIST_INSERT_HEAD(&all->conns, c, link);
 	ws_due_in(c, c->ping_interval_ms);
 	c->heard_ms = twheel_now(&all->wheel);
@@ -903,13 +1114,20 @@ wsconn_set_new(struct event_base *base, uint32_t tick_ms)
 	set->base = base;
 	set->tick = event_new(base, -1, EV_PERSIST, ws_tick_cb, set);
 	set->soon_ev = event_new(base, -1, 0, ws_soon_cb, set);
-	if (set->tick == NULL || set->soon_ev == NULL ||
+	set->evict_ev = event_new(base, -1, 0, ws_evict_cb, set);
+	set->trim_ev = event_new(base, -1, EV_PERSIST, ws_trim_cb, set);
+	if (set->tick == NULL || set->soon_ev == NULL || set->evict_ev == NULL ||
+	    set->trim_ev == NULL ||
 	    twheel_init(&set->wheel, tick_ms, WS_WHEEL_SLOTS,
 	    (uint64_t)runtime_monotonic_ms()) != 0) {
 		if (set->tick != NULL)
 			event_free(set->tick);
 		if (set->soon_ev != NULL)
 			event_free(set->soon_ev);
+		if (set->evict_ev != NULL)
+			event_free(set->evict_ev);
+		if (set->trim_ev != NULL)
+			event_free(set->trim_ev);
 		free(set);
 		return NULL;
 	}
@@ -931,6 +1149,8 @@ wsconn_set_free(struct wsconn_set *all)
 	wsconn_destroy_all(all);
 	event_free(all->tick);
 	event_free(all->soon_ev);
+	event_free(all->evict_ev);
+	event_free(all->trim_ev);
 	twheel_free(&all->wheel);
 	free(all);
 }
@@ -995,6 +1215,29 @@ ws_set_max_queue(struct wsface *f, size_t bytes)
 	of_face(f)->max_queue = bytes;
 }
 
+static void
+ws_charge_to(struct wsface *f, struct budget_account *who, const char *name)
+{
+	struct wsconn *c = of_face(f);
+
+	if (c->state == WS_CLOSED)
+		return;
+	snprintf(c->who, sizeof(c->who), "%s", name != NULL ? name : "");
+	budget_hold_charge(&c->hold, who);
+	if (budget_hold_over(&c->hold) != BUDGET_OK)
+		event_active(c->set->evict_ev, EV_TIMEOUT, 1);
+}
+
+void
+wsconn_set_budget(struct wsconn_set *all, struct budget *b)
+{
+	struct timeval tv = runtime_ms_timeval(WS_TRIM_EVERY_MS);
+
+	all->budget = b;
+	if (event_add(all->trim_ev, &tv) != 0)
+		warn("websocket: cannot start the heap trim timer");
+}
+
 static const char *
 ws_peer(const struct wsface *f)
 {
@@ -1024,6 +1267,7 @@ static const struct wsface_ops ws_ops = {
 	.set_low_water = ws_set_low_water,
 	.set_max_message = ws_set_max_message,
 	.set_max_queue = ws_set_max_queue,
+	.charge_to = ws_charge_to,
 	.close = ws_close,
 	.free = ws_free,
 	.peer = ws_peer,

@@ -46,6 +46,15 @@ struct wsconn_set;
 /* Makes an empty set on base whose wheel ticks every tick_ms (> 0): the
  * deadlines' granularity.  NULL when out of memory. */
 struct wsconn_set *wsconn_set_new(struct event_base *base, uint32_t tick_ms);
+/* Counts what each connection made from now on holds (queued output and
+ * input buffers) in b's memory budget (budget.h, docs/0036): past
+ * b->memory, or a principal's b->memory_share (wsface_charge_to), the
+ * largest holders are dropped from the loop, with a warning line each,
+ * until it is back within; and every 2 s, when more than 16 MiB of the
+ * heap lies free, it goes back to the system (malloc_trim).  b outlives
+ * the set.  Without it nothing is counted. */
+struct budget;
+void wsconn_set_budget(struct wsconn_set *all, struct budget *b);
 /* The tick for keepalives of interval_ms and timeout_ms: an eighth of the
  * shorter one, within 10..250 ms. */
 uint32_t wsconn_tick_for(uint32_t interval_ms, uint32_t timeout_ms);

@@ -10,6 +10,12 @@
  * principal on another tunnel its full windows; an admin gets in through
  * the reserve when users have spent the rest; and windows always shrink
  * before any stream is refused.
+ *
+ * The memory budget (held bytes, docs/0036): holders count in the
+ * process's total and their principal's; moving, releasing and setting
+ * again keep every count exact; which pool is over; and the largest-first
+ * choice walks holders the way the gateway's eviction does, within the
+ * pool that is over.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -266,6 +272,157 @@ test_admin_gets_in_when_users_spent_the_rest(void **state)
 	assert_true(budget_window(&b, &t, &admin, 1 * MiB, NULL) >= b.min_window);
 }
 
+
+/* ---- the memory budget ---- */
+
+static struct budget
+memory_budget(void)
+{
+	struct budget b = { .memory = 10 * MiB, .memory_share = 4 * MiB };
+
+	return b;
+}
+
+static void
+test_holders_count_in_process_and_principal(void **state)
+{
+	struct budget b = memory_budget();
+	struct budget_account alice = { 0 }, bob = { 0 };
+	struct budget_holder h1, h2, h3;
+
+	(void)state;
+	budget_hold_init(&h1, &b);
+	budget_hold_init(&h2, &b);
+	budget_hold_init(&h3, &b);
+	budget_hold_set(&h1, 1 * MiB);          /* before it has a principal */
+	budget_hold_charge(&h1, &alice);
+	budget_hold_charge(&h2, &alice);
+	budget_hold_charge(&h3, &bob);
+	budget_hold_set(&h2, 2 * MiB);
+	budget_hold_set(&h3, 3 * MiB);
+	assert_int_equal(b.held, 6 * MiB);
+	assert_int_equal(alice.held, 3 * MiB);
+	assert_int_equal(alice.holders, 2);
+	assert_int_equal(bob.held, 3 * MiB);
+	/* Shrinking, moving to another principal, releasing. */
+	budget_hold_set(&h2, 512 * KiB);
+	assert_int_equal(alice.held, 1 * MiB + 512 * KiB);
+	budget_hold_charge(&h1, &bob);
+	assert_int_equal(alice.held, 512 * KiB);
+	assert_int_equal(alice.holders, 1);
+	assert_int_equal(bob.held, 4 * MiB);
+	assert_int_equal(bob.holders, 2);
+	budget_hold_release(&h3);
+	budget_hold_release(&h3);                /* idempotent */
+	assert_int_equal(bob.held, 1 * MiB);
+	assert_int_equal(bob.holders, 1);
+	assert_int_equal(b.held, 1 * MiB + 512 * KiB);
+	budget_hold_release(&h1);
+	budget_hold_release(&h2);
+	assert_int_equal(b.held, 0);
+	assert_int_equal(alice.held, 0);
+	assert_int_equal(alice.holders, 0);
+	assert_int_equal(bob.holders, 0);
+}
+
+static void
+test_uncounted_holder_changes_nothing(void **state)
+{
+	struct budget_account a = { 0 };
+	struct budget_holder h;
+
+	(void)state;
+	budget_hold_init(&h, NULL);
+	budget_hold_charge(&h, &a);
+	budget_hold_set(&h, 5 * MiB);
+	assert_int_equal(a.held, 0);
+	assert_int_equal(budget_hold_over(&h), BUDGET_OK);
+	budget_hold_release(&h);
+	assert_int_equal(a.holders, 0);
+}
+
+static void
+test_over_names_the_pool(void **state)
+{
+	struct budget b = memory_budget();
+	struct budget_account alice = { 0 }, bob = { 0 };
+	struct budget_holder a1, b1;
+
+	(void)state;
+	budget_hold_init(&a1, &b);
+	budget_hold_init(&b1, &b);
+	budget_hold_charge(&a1, &alice);
+	budget_hold_charge(&b1, &bob);
+	budget_hold_set(&a1, 4 * MiB);           /* at the share: not past it */
+	assert_int_equal(budget_hold_over(&a1), BUDGET_OK);
+	budget_hold_set(&a1, 4 * MiB + 1);
+	assert_int_equal(budget_hold_over(&a1), BUDGET_PRINCIPAL);
+	assert_int_equal(budget_hold_over(&b1), BUDGET_OK);
+	budget_hold_set(&b1, 6 * MiB);           /* 10 MiB + 1: the total */
+	assert_int_equal(budget_hold_over(&b1), BUDGET_TOTAL);
+	assert_int_equal(budget_hold_over(&a1), BUDGET_TOTAL);
+	b.memory = 0;                            /* 0: not limited */
+	b.memory_share = 0;
+	assert_int_equal(budget_hold_over(&a1), BUDGET_OK);
+	budget_hold_release(&a1);
+	budget_hold_release(&b1);
+}
+
+/* Picks the victim among hs as the gateway does: every holder through
+ * budget_pick. */
+static const struct budget_holder *
+largest(struct budget_holder *hs, size_t n, enum budget_refusal pool,
+    const struct budget_account *principal)
+{
+	const struct budget_holder *best = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		best = budget_pick(best, &hs[i], pool, principal);
+	return best;
+}
+
+static void
+test_largest_first_within_the_pool(void **state)
+{
+	struct budget b = memory_budget();
+	struct budget_account alice = { 0 }, bob = { 0 };
+	struct budget_holder hs[5];
+	const size_t sizes[5] = { 1 * MiB, 3 * MiB, 2 * MiB, 5 * MiB, 0 };
+	struct budget_account *who[5] = { &alice, &alice, &alice, &bob, &bob };
+	int dropped = 0;
+
+	(void)state;
+	for (int i = 0; i < 5; i++) {
+		budget_hold_init(&hs[i], &b);
+		budget_hold_charge(&hs[i], who[i]);
+		budget_hold_set(&hs[i], sizes[i]);
+	}
+	/* 11 MiB held: past the total, the largest of all goes (bob's). */
+	assert_int_equal(budget_hold_over(&hs[0]), BUDGET_TOTAL);
+	assert_ptr_equal(largest(hs, 5, BUDGET_TOTAL, NULL), &hs[3]);
+	budget_hold_release(&hs[3]);
+	/* 6 MiB: within the total; alice (6 MiB) is past her share of 4:
+	 * her largest go, bob's never, until she is within it. */
+	while (budget_hold_over(&hs[0]) == BUDGET_PRINCIPAL) {
+		const struct budget_holder *v = largest(hs, 5, BUDGET_PRINCIPAL, &alice);
+
+		assert_non_null(v);
+		assert_ptr_equal(v->principal, &alice);
+		budget_hold_release((struct budget_holder *)v);
+		dropped++;
+	}
+	assert_int_equal(dropped, 1);            /* the 3 MiB one: 3 left */
+	assert_int_equal(hs[1].held, 0);
+	assert_int_equal(alice.held, 3 * MiB);
+	/* Ties keep the first; holders of nothing are never picked. */
+	budget_hold_set(&hs[0], 2 * MiB);
+	assert_ptr_equal(largest(hs, 5, BUDGET_PRINCIPAL, &alice), &hs[0]);
+	assert_null(largest(hs + 4, 1, BUDGET_TOTAL, NULL));
+	for (int i = 0; i < 5; i++)
+		budget_hold_release(&hs[i]);
+	assert_int_equal(b.held, 0);
+}
+
 int
 main(void)
 {
@@ -281,6 +438,10 @@ main(void)
 		cmocka_unit_test(test_refused_take_charges_nothing),
 		cmocka_unit_test(test_one_principal_cannot_starve_another),
 		cmocka_unit_test(test_admin_gets_in_when_users_spent_the_rest),
+		cmocka_unit_test(test_holders_count_in_process_and_principal),
+		cmocka_unit_test(test_uncounted_holder_changes_nothing),
+		cmocka_unit_test(test_over_names_the_pool),
+		cmocka_unit_test(test_largest_first_within_the_pool),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
