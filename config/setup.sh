@@ -24,13 +24,15 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # arm64 and armhf (make agent-static, config/agent-static.sh) and running
 # them in test_agent_static; binutils' readelf checks they load nothing.
 # faketime: libfaketime, a replica's clock set back in test_replica_skew.
+# libcurl4-openssl-dev, libsystemd-dev: the release of commit 692108b that
+# test_skew builds from git (tests/tools/old_build.sh) links them.
 packages=(
 	build-essential cmake pkg-config
 	gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
 	libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
 	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
-	libcurl4-openssl-dev libhttp-parser-dev clang libclang-rt-14-dev
+	libcurl4-openssl-dev libsystemd-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev systemd strace tinyproxy
 	squid krb5-kdc krb5-admin-server krb5-user libgssapi-krb5-2
 	openssl curl jq sqlite3 procps iproute2

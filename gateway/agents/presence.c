@@ -164,6 +164,18 @@ renew(struct store *st, struct pjob *j)
 		j->synced = 1;
 }
 
+/* On the store thread: last_seen is now for every agent this replica
+ * holds (one statement); a failure leaves them as they were (the renewal
+ * says why the store fails). */
+static void
+seen_here(struct store *st, struct pjob *j)
+{
+	char err[STORE_ERROR_MAX + 1];
+
+	(void)store_agents_seen_here(st, j->replica, (j->ms - PRESENCE_LEASE_MS) / 1000,
+	    err, sizeof(err));
+}
+
 static void
 pjob_work(struct store *st, void *arg)
 {
@@ -180,6 +192,7 @@ pjob_work(struct store *st, void *arg)
 	switch (j->kind) {
 	case PJ_RENEW_COUNT:
 		offline_count(st, j);
+		seen_here(st, j);
 		/* FALLTHROUGH */
 	case PJ_RENEW:
 		renew(st, j);

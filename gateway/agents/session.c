@@ -94,6 +94,7 @@ struct session_agent {
 	bool urls_known;              /* the record holds the agent's URL list */
 	uint64_t urls_hash;           /* of that list (urls_hash): an ACK
 	                               * saying the same is not written again */
+	bool skips_unknown;           /* its HELLO named its release */
 };
 
 struct session {
@@ -778,6 +779,12 @@ session_is_active(const struct session *s)
 	return s->phase == PHASE_ESTABLISHED && s->agent.state == AGENT_ACTIVE;
 }
 
+bool
+session_skips_unknown_frames(const struct session *s)
+{
+	return s->phase == PHASE_ESTABLISHED && s->agent.skips_unknown;
+}
+
 static void auth_agent_found(struct session *s, struct session_job *j);
 
 static void
@@ -1146,7 +1153,9 @@ session_send_settings(struct session *s)
 {
 	struct frame f;
 
-	if (s->phase != PHASE_ESTABLISHED || !settings_loaded(s->gw))
+	/* An agent too old to know SETTINGS would drop its tunnel over it
+	 * (docs/interface.md, "Compatibility between releases"). */
+	if (!session_skips_unknown_frames(s) || !settings_loaded(s->gw))
 		return;
 	settings_frame(s->gw, &f);
 	session_send(s, &f);
@@ -1190,6 +1199,7 @@ session_welcome(struct session *s)
 	/* Before the handshake's memory goes with PHASE_ESTABLISHED. */
 	session_record_seen(s->gw, s->agent.id, s->hs->hello.version);
 	memcpy(key, s->hs->key, sizeof(key));
+	s->agent.skips_unknown = s->hs->hello.version[0] != '\0';
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);

@@ -17,6 +17,7 @@
 #ifndef TETHER_SESSION_H
 #define TETHER_SESSION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,6 +115,15 @@ const char *session_cluster(const struct session *s);
 /* The agent's id ("" before it is known). */
 const char *session_agent_id(const struct session *s);
 int session_is_active(const struct session *s);
+/*
+ * Whether the established agent skips a frame of a type it does not know:
+ * true when its HELLO named its release ("version").  Every release that
+ * names one skips unknown frames; older agents (692108b and before) do
+ * neither, and take an unknown frame for a protocol error.  A frame type
+ * added after protocol 1's first set (1-13, 20-26) goes only to a session
+ * for which this is true (docs/interface.md, "Compatibility").
+ */
+bool session_skips_unknown_frames(const struct session *s);
 
 struct mux_stream;
 struct mux_stream_handlers;

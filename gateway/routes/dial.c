@@ -180,10 +180,14 @@ ctl_message(struct wsface *ws, const uint8_t *data, size_t len, int binary, void
 	struct ctlconn *c = arg;
 	struct frame f;
 	char err[200];
+	int rc;
 
 	if (c->mux == NULL)
 		return;
-	if (!binary || frame_decode(data, len, &f, err, sizeof(err)) != 0) {
+	rc = binary ? frame_decode(data, len, &f, err, sizeof(err)) : -1;
+	if (rc == FRAME_UNKNOWN_TYPE)
+		return;   /* a newer tetherctl's frame: skipped */
+	if (rc != 0) {
 		warn("dial: bad message", KV_S("peer", wsface_peer(ws)),
 		    KV_S("reason", binary ? err : "text message"));
 		wsface_close(ws, 1002, binary ? "malformed frame" : "frames are binary");

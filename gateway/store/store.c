@@ -1152,6 +1152,19 @@ store_setting_set(struct store *s, const char *name, const char *value,
 	    err, errlen);
 }
 
+int
+store_agents_seen_here(struct store *s, const char *replica, int64_t now,
+    char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET last_seen = ? WHERE id IN"
+	    " (SELECT agent_id FROM tunnels WHERE replica_id = ?)",
+	    .what = "record connected agents seen",
+	    PARAMS(P_INT(now), P_TEXT(replica)) }, NULL, NULL, err, errlen);
+}
+
 static int
 read_offline(const struct store_row *row, void *out)
 {

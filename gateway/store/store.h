@@ -295,6 +295,17 @@ int store_setting_set(struct store *s, const char *name, const char *value,
     int64_t now, char *err, size_t errlen);
 
 /*
+ * Records that every agent whose tunnel replica holds (its rows in tunnels)
+ * was seen at now (Unix s): the periodic last_seen of connected agents,
+ * so that a replica killed with -9 leaves last contacts at most one period
+ * old (presence.c, every PRESENCE_OFFLINE_EVERY renewals).  One statement
+ * (O(replica's tunnels) rows written); nothing else changes and no replica
+ * is notified.  STORE_OK, or STORE_ERR with err.
+ */
+int store_agents_seen_here(struct store *s, const char *replica, int64_t now,
+    char *err, size_t errlen);
+
+/*
  * Counts the agents offline longer than each of over_s[0..2] seconds at
  * now (Unix s) into counts[0..2]: agents not revoked whose tunnel no
  * replica with a running lease (database clock) holds, by their last contact

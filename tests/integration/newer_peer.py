@@ -10,6 +10,10 @@ usage: newer_peer.py gateway PORT CERT KEY OUTFILE ECHO_PORT
        newer_peer.py agent GATEWAY_URL CAFILE STATE_DIR OUTFILE
          a newer agent with the node's key (STATE_DIR) against a real
          gateway: handshake, unknown frames, then a PING.
+       newer_peer.py dial PORT CERT KEY OUTFILE
+         a newer gateway's dial endpoint on 127.0.0.1:PORT for a real
+         `tetherctl forward`: answers its first OPEN with unknown frames
+         around OPEN_OK, and echoes each DATA with unknown frames before it.
 Writes one line per step to OUTFILE, the last "ok" when the tunnel carried
 on after every unknown frame; exits non-zero otherwise.
 """
@@ -143,7 +147,40 @@ async def as_agent(url, cafile, state_dir, outfile):
         return 0
 
 
+async def as_dial(port, cert, key, outfile):
+    """A newer gateway's /v1/clusters/ID/dial for tetherctl forward."""
+    out = open(outfile, "a")
+
+    async def serve(ws):
+        try:
+            while True:
+                f = frame(await ws.recv())
+                if f[0] == 20:      # OPEN: unknown frames around the answer
+                    for u in UNKNOWN:
+                        await ws.send(u)
+                    await ws.send(pack([21, f[1], {"window": 65536}]))
+                    for u in UNKNOWN:
+                        await ws.send(u)
+                    say(out, "stream %d opened between unknown frames" % f[1])
+                elif f[0] == 23:    # DATA: echoed after unknown frames
+                    for u in UNKNOWN:
+                        await ws.send(u)
+                    await ws.send(pack([23, f[1], bytes(f[2])]))
+                    say(out, "echoed %d bytes" % len(f[2]))
+        except websockets.ConnectionClosed as e:
+            say(out, "closed: %r" % (e,))
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    async with websockets.serve(serve, "127.0.0.1", port, ssl=ctx,
+                                subprotocols=["tether.v1"], ping_interval=None):
+        say(out, "listening")
+        await asyncio.sleep(3600)
+
+
 def main(argv):
+    if argv[0] == "dial":
+        return asyncio.run(as_dial(int(argv[1]), argv[2], argv[3], argv[4]))
     if argv[0] == "gateway":
         return asyncio.run(as_gateway(int(argv[1]), argv[2], argv[3], argv[4], int(argv[5])))
     return asyncio.run(as_agent(*argv[1:5]))

@@ -5,15 +5,32 @@
 #   from its HELLO), `connected_since` and `last_seen`;
 # - the agent stopped: `connected_since` is null, `last_seen` is when its
 #   tunnel ended, the agent is not forgotten;
-# - the gateway restarted: `last_seen` and `version` are as before.
+# - the gateway restarted: `last_seen` and `version` are as before;
+# - the gateway killed with -9 while the agent is connected (no tunnel end
+#   is written): the store's last_seen of a connected agent is renewed every
+#   30 s (presence.c), so after the restart `last_seen` is no older than
+#   30 s before the kill (and later than the tunnel came up).
 source "$(dirname "$0")/lib.sh"
 
 release=$("$CLIENT" --version | awk '{print $2}')
 field() { ctl agent list | jq -r --arg id "$id" ".[] | select(.id == \$id) | .$1"; }
 gone() { [ "$(field connected)" = false ]; }
 
+# stored_seen BACKEND: the store's last_seen of $id (Unix s), read directly
+# (agent list says "now" while the agent is connected).
+stored_seen() {
+	if [ "$1" = sqlite ]; then
+		sqlite3 -batch -noheader "file:$GW_DIR/tether.db?mode=ro" \
+			"SELECT last_seen FROM agents WHERE id = '$id'"
+	else
+		pg_query "SELECT last_seen FROM agents WHERE id = '$id'"
+	fi
+}
+seen_after() { [ "$(stored_seen "$1")" -gt "$2" ]; }   # seen_after BACKEND S
+unix() { date -d "$1" +%s; }
+
 scenario() { # scenario BACKEND [gateway_init flags]
-	local backend=$1 since seen
+	local backend=$1 since seen up killed
 	shift
 	rm -rf "$T/gw" "$T/n1"
 	gateway_init "$@"
@@ -45,6 +62,25 @@ scenario() { # scenario BACKEND [gateway_init flags]
 	[ "$(field version)" = "$release" ] || fail "$backend: version $(field version) after a restart"
 	[ "$(field connected)" = false ] || fail "$backend: connected after a restart"
 	pass "$backend: the gateway restarted: last_seen and version as before"
+
+	# kill -9 with the agent connected: no tunnel end is ever written.
+	client_start n1
+	wait_until 30 "n1 active again" agent_is n1 active
+	up=$(stored_seen "$backend")
+	wait_until 45 "the periodic last_seen of the connected agent (every 30 s)" \
+		seen_after "$backend" "$up"
+	kill -9 "$GW_PID"
+	wait "$GW_PID" 2>/dev/null || true
+	killed=$(date +%s)
+	client_stop "$CLIENT_PID"
+	# Another replica id: the killed one's tunnel rows end with its lease
+	# (6 s) whatever a restart under the same id does with them.
+	gateway_start "$@" --replica-id "after-kill-$backend"
+	wait_until 20 "n1 not connected after the restart" gone
+	seen=$(unix "$(field last_seen)")
+	[ "$seen" -gt "$up" ] && [ "$seen" -ge $((killed - 31)) ] ||
+		fail "$backend: last_seen $(field last_seen) after kill -9 at $killed (tunnel up at $up)"
+	pass "$backend: kill -9: last_seen $(field last_seen), $((killed - seen)) s before the kill"
 	gateway_stop
 }
 

@@ -10,7 +10,10 @@
 #   unknown frames after WELCOME and between a stream's DATA frames; the
 #   stream echoes both lines and the agent answers a PING after them; a
 #   SETTINGS with a key the agent does not know: the URL list kept and
-#   acknowledged (SETTINGS_ACK).
+#   acknowledged (SETTINGS_ACK);
+# - a newer gateway's dial endpoint for `tetherctl forward`: unknown frames
+#   around OPEN_OK and before every echoed DATA; the forwarded connection
+#   echoes both lines and forward keeps running.
 source "$(dirname "$0")/lib.sh"
 
 echo_server_start
@@ -56,4 +59,29 @@ assert_contains "$T/client-n1.log" 'msg="gateway sent a URL list this agent cann
 pass "SETTINGS from a newer gateway: its unknown key skipped, the URL list kept in state.json (0600) and acknowledged; a list with an http:// URL refused whole"
 client_stop "$CLIENT_PID"
 pass "a newer gateway's unknown frames, between a stream's DATA: the agent skips them; the stream echoes; PING answered"
+
+# --- a newer gateway's dial endpoint, the real tetherctl forward ---
+dial_port=$(free_port)
+/usr/bin/python3 "$TETHER_SRC/tests/integration/newer_peer.py" dial "$dial_port" \
+	"$GW_DIR/server.crt" "$GW_DIR/server.key" "$T/dial.out" &
+PIDS+=($!)
+wait_until 10 "the newer dial endpoint listening" grep -qx listening "$T/dial.out"
+fwd_port=$(free_port)
+TETHER_SERVER=https://127.0.0.1:$dial_port "$CTL" forward --cluster "$cid" \
+	"127.0.0.1:$fwd_port:127.0.0.1:$echo_port" 2>>"$T/forward.log" &
+fwd=$!
+PIDS+=("$fwd")
+wait_until 20 "forward listening" bash -c "(exec 3<>/dev/tcp/127.0.0.1/$fwd_port)"
+exec 8<>"/dev/tcp/127.0.0.1/$fwd_port"
+echo one >&8
+read -r -t 10 line1 <&8 || fail "no echo of the first line: $(cat "$T/dial.out" "$T/forward.log")"
+echo two >&8
+read -r -t 10 line2 <&8 || fail "no echo of the second line: $(cat "$T/dial.out" "$T/forward.log")"
+exec 8<&-
+[ "$line1 $line2" = "one two" ] || fail "forward echoed '$line1 $line2'"
+kill -0 "$fwd" || fail "tetherctl forward exited: $(cat "$T/forward.log")"
+if grep -q "protocol error" "$T/forward.log"; then
+	fail "tetherctl forward saw a protocol error: $(cat "$T/forward.log")"
+fi
+pass "a newer gateway's unknown frames around OPEN_OK and DATA: tetherctl forward skips them; the stream echoes"
 gateway_stop
