@@ -192,7 +192,8 @@ pjob_work(struct store *st, void *arg)
 	switch (j->kind) {
 	case PJ_RENEW_COUNT:
 		offline_count(st, j);
-		seen_here(st, j);
+		if (j->gw->lease_mine_ms != 0)   /* its tunnels are this process's */
+			seen_here(st, j);
 		/* FALLTHROUGH */
 	case PJ_RENEW:
 		renew(st, j);

@@ -1396,6 +1396,14 @@ session_rotate_key(struct session *s, const char *why)
 
 	if (s->phase != PHASE_ESTABLISHED || s->rot != NULL)
 		return;
+	if (!session_skips_unknown_frames(s)) {
+		/* Too old to know KEY_ROTATE: it would drop its tunnel over it
+		 * (docs/interface.md, "Compatibility between releases"). */
+		info("agent key rotation: this agent's release cannot rotate its "
+		    "key (it named none in HELLO); upgrade it", KV_S("agent", s->agent.id),
+		    KV_S("why", why));
+		return;
+	}
 	if ((s->rot = calloc(1, sizeof(*s->rot))) == NULL) {
 		warn("agent key rotation: out of memory", KV_S("agent", s->agent.id));
 		return;

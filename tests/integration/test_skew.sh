@@ -12,9 +12,9 @@
 # the agent gets RECONNECT, tries a new tunnel (refused: the gateway is
 # draining), the stream keeps echoing and ends cleanly, the gateway exits 0;
 # a gateway of the same build restarted on the same port gets the agent back
-# by itself and a new stream echoes.  In A, `gateway urls set` (SETTINGS,
-# a frame the old agent does not know) never reaches it, and the stream
-# carries on.  Neither side ever logs a protocol
+# by itself and a new stream echoes.  In A, `gateway urls set` (SETTINGS)
+# and `agent rotate-key` (KEY_ROTATE), frames the old agent does not know,
+# never reach it, and the stream carries on.  Neither side ever logs a protocol
 # error: a newer gateway sends an old agent nothing it does not know (it
 # cannot skip unknown frames), and an old gateway skips the newer agent's
 # HELLO key.  tetherctl is this tree's against both gateways.
@@ -87,6 +87,14 @@ skew_case() {
 		echo "after urls set" >&7
 		wait_until 20 "$label: echo after urls set" grep -q "after urls set" "$T/out-$label"
 		pass "$label: gateway urls set with an old agent connected: the stream carries on"
+		# A key rotation asked of an agent too old for KEY_ROTATE: the
+		# gateway says so and sends it nothing; the stream goes on.
+		ctl agent rotate-key "$(agent_id_of "$node")" >/dev/null
+		wait_until 10 "$label: the gateway declines to rotate an old agent's key" \
+			grep -q "msg=\"agent key rotation: this agent's release cannot rotate" "$T/gateway.log"
+		echo "after rotate-key" >&7
+		wait_until 20 "$label: echo after rotate-key" grep -q "after rotate-key" "$T/out-$label"
+		pass "$label: rotate-key on an old agent: declined, the tunnel and its stream carry on"
 	fi
 
 	kill -TERM "$GW_PID"
