@@ -922,6 +922,8 @@ serve_stop(struct serve *sv)
 		event_free(gw->trim_timer);
 	srccount_free(gw->handshake_sources);
 	gw->handshake_sources = NULL;
+	srccount_free(gw->k8s_checks);
+	gw->k8s_checks = NULL;
 	/* Every held audit line is written before the loop goes. */
 	(void)runtime_audit_per_pass(NULL);
 	if (gw->base != NULL)

@@ -116,6 +116,9 @@ struct gateway {
 	struct event *trim_timer;       /* gateway_handshake_ended; freed by main.c */
 	struct srccount *handshake_sources; /* tunnel handshakes per source
 	                                   (session.c makes it; freed by main.c) */
+	struct srccount *k8s_checks;    /* /k8s token checks waiting on the
+	                                   store per source (k8s.c makes it;
+	                                   freed by main.c) */
 	int stopping;                   /* SIGTERM received: draining, refuse new tunnels */
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */

@@ -78,12 +78,17 @@
 #include "runtime.h"
 #include "server.h"
 #include "reach.h"
+#include "srccount.h"
 #include "store.h"
 
 #define K8S_CLUSTERS      "/k8s/clusters/"
 #define K8S_UP_HIGH       (256 * 1024)   /* queued toward the agent */
 #define K8S_SEND_MAX      (128 * 1024)   /* one mux_stream_send */
 #define K8S_LOG_PATH      200
+/* Token checks one source address may have waiting on the store at once
+ * (issue 22): more are answered 503 with Retry-After: K8S_RETRY_AFTER_S. */
+#define K8S_CHECKS_PER_SOURCE 16
+#define K8S_RETRY_AFTER_S     1
 
 enum x_state {
 	X_CHECKING,       /* the token check is out; the head waits in to_agent */
@@ -153,6 +158,7 @@ struct k8s_exchange {
 
 	/* The token check (X_CHECKING), and the head's tail it waits for. */
 	struct access_check *check;   /* NULL once answered or cancelled */
+	int counted_check;            /* in gw->k8s_checks (x_uncount) */
 	struct event *deadline;       /* --http-timeout for the check */
 	int in_start, checked, check_status;
 	struct access_grant grant;
@@ -327,10 +333,21 @@ x_detach(struct k8s_exchange *x, const char *reset_code)
 	}
 }
 
+/* x's token check no longer waits: its source's count goes down. */
+static void
+x_uncount(struct k8s_exchange *x)
+{
+	if (!x->counted_check)
+		return;
+	x->counted_check = 0;
+	srccount_put(x->gw->k8s_checks, x->client);
+}
+
 static void
 x_free(struct k8s_exchange *x)
 {
 	x_audit(x);
+	x_uncount(x);
 	access_cancel(x->check);
 	if (x->deadline != NULL)
 		event_free(x->deadline);
@@ -1567,6 +1584,21 @@ x_go(struct k8s_exchange *x)
 	return 0;
 }
 
+/* A 503 with Retry-After (K8S_RETRY_AFTER_S) before any check. */
+static void
+x_refuse_later(struct k8s_exchange *x, const char *message)
+{
+	struct hconn *h = x->h;
+	size_t len;
+	char *body = status_json(503, message, &len);
+
+	snprintf(x->path, sizeof(x->path), "%s", x->req_path);
+	x->h = NULL;
+	x->status = 503;
+	exchange_reply_later(h, 503, body, len, K8S_RETRY_AFTER_S);
+	x_free(x);
+}
+
 /* access_cluster_async's answer: inside k8s_start (x->in_start: it goes
  * on from there), or later from the store thread's result. */
 static void
@@ -1575,6 +1607,7 @@ x_checked(void *arg, int status, const struct access_grant *g, const char *err)
 	struct k8s_exchange *x = arg;
 
 	x->check = NULL;
+	x_uncount(x);
 	x->checked = 1;
 	x->check_status = status;
 	x->grant = *g;
@@ -1627,6 +1660,17 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	}
 	if ((x = k8s_exchange_new(gw, h, rq, cluster, rest, root)) == NULL)
 		return NULL;
+	/* One source cannot fill the store's queue with checks (issue 22):
+	 * past K8S_CHECKS_PER_SOURCE waiting, 503 and when to come back. */
+	if (gw->k8s_checks == NULL)
+		gw->k8s_checks = srccount_new();
+	if (gw->k8s_checks == NULL ||
+	    srccount_take(gw->k8s_checks, x->client, K8S_CHECKS_PER_SOURCE) != 0) {
+		x_refuse_later(x, "too many token checks from this address are "
+		    "waiting for the store: retry shortly");
+		return NULL;
+	}
+	x->counted_check = 1;
 	x->in_start = 1;
 	x->check = access_cluster_async(gw, rq->authorization, root ? NULL :
 	    cluster, NULL, x_checked, x);

@@ -889,6 +889,22 @@ exchange_reply(struct hconn *h, int status, char *body, size_t len)
 }
 
 void
+exchange_reply_later(struct hconn *h, int status, char *body, size_t len,
+    unsigned seconds)
+{
+	int keep = h->x_req_done && exchange_keep_alive(h);
+	char later[40];
+
+	assert(h->state == HC_EXCHANGING);
+	snprintf(later, sizeof(later), "Retry-After: %u\r\n", seconds);
+	hconn_exchange_detach(h);
+	hconn_set_state(h, HC_READING);
+	hconn_respond(h, status, "application/json", body, len, keep, 0, later);
+	if (keep && h->state == HC_READING)
+		hconn_kick_read(h);
+}
+
+void
 exchange_finish(struct hconn *h, int keep_alive)
 {
 	struct evbuffer *out = bufferevent_get_output(h->bev);

@@ -178,6 +178,9 @@ void exchange_resume_input(struct hconn *h);
 void exchange_go_raw(struct hconn *h);
 /* Answers status with a JSON body (malloc'd, taken) and ends the exchange. */
 void exchange_reply(struct hconn *h, int status, char *body, size_t len);
+/* The same with Retry-After: seconds (a 503 that says when to come back). */
+void exchange_reply_later(struct hconn *h, int status, char *body, size_t len,
+    unsigned seconds);
 /* The answer is queued: carry the next request if keep_alive (and the
  * request was read whole), else close once it is written. */
 void exchange_finish(struct hconn *h, int keep_alive);
