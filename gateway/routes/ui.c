@@ -211,11 +211,13 @@ add_agents(struct gateway *gw, const struct status_ask *a, json_t *arr,
 
 		json_object_set_new(counts, ag->cluster,
 		    json_pack("[I,I]", all + 1, up + (since != 0)));
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o}",
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o}",
 		    "id", ag->id, "cluster", ag->cluster, "node", ag->node,
 		    "state", agent_state_name(ag->state), "last_error", ag->last_error,
 		    "connected", since != 0, "connected_since", time_or_null(since),
-		    "updated_at", time_or_null(ag->updated_at)));
+		    "updated_at", time_or_null(ag->updated_at),
+		    "version", ag->version[0] != '\0' ? json_string(ag->version) : json_null(),
+		    "last_seen", time_or_null(since != 0 ? gateway_now() : ag->last_seen)));
 	}
 }
 

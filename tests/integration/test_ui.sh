@@ -137,7 +137,11 @@ for id in "$n1" "$n2" "$n3"; do
 		fail "admin view: no active row for agent $id"
 done
 assert_contains "$T/admin.dom" "127.0.0.1:$echo_port"
-pass "admin token: every agent row, active and connected, and the live stream"
+release=$("$CLIENT" --version | awk '{print $2}')
+grep -q "data-label=\"Version\">$release<" "$T/admin.dom" ||
+	fail "admin view: no Version cell with $release"
+grep -q 'data-label="Last seen">[^<]' "$T/admin.dom" || fail "admin view: no Last seen cell"
+pass "admin token: every agent row, active and connected, with its version and last seen, and the live stream"
 
 dom "$user_token" >"$T/user.dom"
 [ "$(grep -o 'data-agent-id="' "$T/user.dom" | wc -l)" = 2 ] || fail "user view: not 2 agent rows"

@@ -108,6 +108,8 @@
         cell('Cluster', clusterName(view, a.cluster)), state,
         cell('Connected since', a.connected ? when(a.connected_since) : 'not connected',
           a.connected ? '' : 'offline'),
+        cell('Last seen', a.last_seen ? when(a.last_seen) : 'never'),
+        cell('Version', a.version || 'unknown'),
         cell('Last error', a.last_error || ''), cell('Agent', a.id, 'id'));
       return tr;
     });
@@ -120,7 +122,7 @@
       return tr;
     });
     fill('clusters', clusters, 'No clusters.', 4);
-    fill('agents', agents, 'No agents.', 6);
+    fill('agents', agents, 'No agents.', 8);
     fill('streams', streams, 'No live streams.', 8);
     $('who').textContent = 'signed in as ' + view.principal;
     $('updated').textContent = 'Updated ' + when(view.time) + ' (every 2 s)';
