@@ -89,6 +89,9 @@ struct pjob {
 	int dir_ok;                /* ... if it was read */
 	int64_t offline[STORE_OFFLINE_SPANS];  /* RENEW_COUNT: the counts */
 	int offline_ok;            /* ... if they were read */
+	struct store_version_count versions[STORE_VERSIONS_MAX];  /* RENEW_COUNT */
+	size_t nversions;
+	int versions_ok;           /* ... if they were read */
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
 };
@@ -189,9 +192,13 @@ pjob_work(struct store *st, void *arg)
 		snprintf(j->err, sizeof(j->err), "this replica holds no lease");
 		return;
 	}
+	char verr[STORE_ERROR_MAX + 1];
+
 	switch (j->kind) {
 	case PJ_RENEW_COUNT:
 		offline_count(st, j);
+		j->versions_ok = store_agents_by_version(st, j->versions,
+		    &j->nversions, verr, sizeof(verr)) == STORE_OK;
 		if (j->gw->lease_mine_ms != 0)   /* its tunnels are this process's */
 			seen_here(st, j);
 		/* FALLTHROUGH */
@@ -331,6 +338,16 @@ renew_done(struct gateway *gw, struct pjob *j)
 	}
 	for (int i = 0; j->offline_ok && i < STORE_OFFLINE_SPANS; i++)
 		metrics_agents_offline(offline_spans[i].label, j->offline[i]);
+	if (j->versions_ok) {
+		const char *names[STORE_VERSIONS_MAX];
+		int64_t counts[STORE_VERSIONS_MAX];
+
+		for (size_t i = 0; i < j->nversions; i++) {
+			names[i] = j->versions[i].version;
+			counts[i] = j->versions[i].n;
+		}
+		metrics_agents_by_version(names, counts, j->nversions);
+	}
 	/* A full disk still answers (reads work); anything else is a store
 	 * this replica cannot reach (/readyz says so, docs/0021). */
 	p->unreachable = j->rc != STORE_OK && j->rc != STORE_FULL;

@@ -54,6 +54,11 @@ static struct prom_metric agents_offline = {
 	.help = "Agents not revoked whose tunnel no replica holds, last seen longer ago than over; counted in the store every 30 s, the same on every replica.",
 	.label = "over", .preset = over_values,
 };
+static struct prom_metric agents_by_version = {
+	.name = "tether_agents_by_version", .kind = PROM_GAUGE,
+	.help = "Agents not revoked by the release their last HELLO named (unknown: none); counted in the store every 30 s, the same on every replica.",
+	.label = "version", .preset = no_values,
+};
 static struct prom_metric tunnels = {
 	.name = "tether_tunnels_connected", .kind = PROM_GAUGE,
 	.help = "Agent tunnels authenticated and connected.",
@@ -121,7 +126,7 @@ static struct prom_metric store_duration = {
 };
 
 static struct prom_metric *const families[] = {
-	&build_info, &agents, &agents_offline, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
+	&build_info, &agents, &agents_offline, &agents_by_version, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
 	&tls_shed, &loop_handshakes, &loop_cpu, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
@@ -181,6 +186,16 @@ metrics_store_timed(void *arg, const char *op, double seconds)
 	pthread_mutex_lock(&metrics_mu);
 	prom_observe(&store_duration, op, seconds);
 	pthread_mutex_unlock(&metrics_mu);
+}
+
+void
+metrics_agents_by_version(const char *const *versions, const int64_t *counts,
+    size_t n)
+{
+	prom_reset(&agents_by_version);
+	for (size_t i = 0; i < n; i++)
+		prom_set(&agents_by_version, versions[i][0] != '\0' ? versions[i] :
+		    "unknown", (double)counts[i]);
 }
 
 void

@@ -19,6 +19,8 @@
  *   tether_agents_offline{over}                  agents no replica holds, not
  *                                                revoked, last seen over 5m,
  *                                                1h, 1d ago (presence.c counts)
+ *   tether_agents_by_version{version}            agents not revoked by release
+ *                                                (presence.c counts)
  *   tether_certificate_expiry_timestamp_seconds{cert}
  *                                                notAfter of the server
  *                                                certificate and of the CA
@@ -74,6 +76,11 @@ size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
  * values shown from the start, at 0) are n, as the store last counted
  * (presence.c).  Loop thread. */
 void metrics_agents_offline(const char *over, int64_t n);
+/* The agents by release: counts[i] agents named versions[i] ("" is shown
+ * as "unknown"), n at most 23; replaces every value of
+ * tether_agents_by_version.  O(n). */
+void metrics_agents_by_version(const char *const *versions, const int64_t *counts,
+    size_t n);
 
 /* Whether this replica reaches its store (1) or not (0), as /readyz says
  * (notices_store_problem), set before each exposition. */

@@ -1166,6 +1166,50 @@ store_agents_seen_here(struct store *s, const char *replica, int64_t now,
 }
 
 static int
+read_version_count(const struct store_row *row, void *out)
+{
+	struct store_version_count *v = out;
+
+	if (col_text(row, 0, v->version, sizeof(v->version)) != 0)
+		snprintf(v->version, sizeof(v->version), "other");
+	v->n = col_int(row, 1);
+	return 0;
+}
+
+int
+store_agents_by_version(struct store *s,
+    struct store_version_count out[STORE_VERSIONS_MAX], size_t *n,
+    char *err, size_t errlen)
+{
+	struct store_version_count *all = NULL;
+	size_t nall = 0;
+	int rc;
+	STORE_TIMED(s);
+
+	rc = query_all(s, &(struct store_stmt){
+	    .sql = "SELECT version, COUNT(*) FROM agents WHERE state <> 'revoked'"
+	    " GROUP BY version ORDER BY COUNT(*) DESC, version",
+	    .what = "count agents by version" },
+	    sizeof(*all), read_version_count, (void **)&all, &nall, err, errlen);
+	if (rc != STORE_OK)
+		return rc;
+	*n = 0;
+	for (size_t i = 0; i < nall; i++) {
+		if (*n < STORE_VERSIONS_MAX - 1 || nall == STORE_VERSIONS_MAX) {
+			out[(*n)++] = all[i];
+		} else {
+			if (*n == STORE_VERSIONS_MAX - 1) {
+				snprintf(out[*n].version, sizeof(out[*n].version), "other");
+				out[(*n)++].n = 0;
+			}
+			out[*n - 1].n += all[i].n;
+		}
+	}
+	free(all);
+	return STORE_OK;
+}
+
+static int
 read_offline(const struct store_row *row, void *out)
 {
 	int64_t *counts = out;

@@ -313,6 +313,21 @@ int store_agents_seen_here(struct store *s, const char *replica, int64_t now,
  * query, a scan of agents (O(agents)); nothing per agent is returned.
  * STORE_OK, or STORE_ERR with err.
  */
+/*
+ * The agents not revoked, by the release their last HELLO named ("" for
+ * none), the most common first: at most STORE_VERSIONS_MAX entries, the
+ * last of them "other" summing the rest when there are more.  One query
+ * (GROUP BY, O(agents) in the database).  STORE_OK, or STORE_ERR.
+ */
+#define STORE_VERSIONS_MAX 16
+struct store_version_count {
+	char version[STORE_VERSION_MAX + 1];
+	int64_t n;
+};
+int store_agents_by_version(struct store *s,
+    struct store_version_count out[STORE_VERSIONS_MAX], size_t *n,
+    char *err, size_t errlen);
+
 #define STORE_OFFLINE_SPANS 3
 int store_agents_offline(struct store *s, int64_t now,
     const int64_t over_s[STORE_OFFLINE_SPANS],

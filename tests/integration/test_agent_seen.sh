@@ -26,6 +26,12 @@ stored_seen() {
 		pg_query "SELECT last_seen FROM agents WHERE id = '$id'"
 	fi
 }
+# by_version_is N: /metrics says N agents of this release.
+by_version_is() {
+	curl -sf "http://127.0.0.1:$MP/metrics" >"$T/m.txt" &&
+		[ "$(awk -v s="tether_agents_by_version{version=\"$release\"}" \
+			'$1 == s { print $2 }' "$T/m.txt")" = "$1" ]
+}
 seen_after() { [ "$(stored_seen "$1")" -gt "$2" ]; }   # seen_after BACKEND S
 unix() { date -d "$1" +%s; }
 
@@ -57,7 +63,8 @@ scenario() { # scenario BACKEND [gateway_init flags]
 	pass "$backend: stopped: last_seen $seen, connected_since null, still listed"
 
 	gateway_stop
-	gateway_start "$@"
+	MP=$(free_port)
+	gateway_start "$@" --metrics-listen "127.0.0.1:$MP"
 	[ "$(field last_seen)" = "$seen" ] || fail "$backend: last_seen $(field last_seen) after a restart, was $seen"
 	[ "$(field version)" = "$release" ] || fail "$backend: version $(field version) after a restart"
 	[ "$(field connected)" = false ] || fail "$backend: connected after a restart"
@@ -69,13 +76,17 @@ scenario() { # scenario BACKEND [gateway_init flags]
 	up=$(stored_seen "$backend")
 	wait_until 45 "the periodic last_seen of the connected agent (every 30 s)" \
 		seen_after "$backend" "$up"
+	# The same 30 s job counts the agents by release.
+	wait_until 10 "tether_agents_by_version{version=\"$release\"} 1" by_version_is 1
+	promtool check metrics <"$T/m.txt" || fail "$backend: promtool check metrics refuses /metrics"
+	pass "$backend: tether_agents_by_version{version=\"$release\"} 1, counted in the store"
 	kill -9 "$GW_PID"
 	wait "$GW_PID" 2>/dev/null || true
 	killed=$(date +%s)
 	client_stop "$CLIENT_PID"
 	# Another replica id: the killed one's tunnel rows end with its lease
 	# (6 s) whatever a restart under the same id does with them.
-	gateway_start "$@" --replica-id "after-kill-$backend"
+	gateway_start "$@" --replica-id "after-kill-$backend" --metrics-listen "127.0.0.1:$MP"
 	wait_until 20 "n1 not connected after the restart" gone
 	seen=$(unix "$(field last_seen)")
 	[ "$seen" -gt "$up" ] && [ "$seen" -ge $((killed - 31)) ] ||

@@ -26,7 +26,7 @@ metric_is() { curl -sf "http://127.0.0.1:$1/metrics" >"$T/poll.txt" && [ "$(valu
 # --- the text format -----------------------------------------------------
 scrape >"$T/m0.txt" || fail "no /metrics on --metrics-listen"
 promtool check metrics <"$T/m0.txt" || fail "promtool check metrics refuses the gateway's text"
-for m in tether_agents tether_agents_offline tether_tunnels_connected tether_handshakes_total \
+for m in tether_agents tether_agents_offline tether_agents_by_version tether_tunnels_connected tether_handshakes_total \
 	tether_registrations_total tether_streams_open tether_streams_opened_total \
 	tether_stream_bytes_total tether_stream_blocked_seconds_total \
 	tether_k8s_requests_total tether_k8s_request_duration_seconds \
