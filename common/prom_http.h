@@ -3,8 +3,11 @@
  * `--metrics-listen ADDR` (gateway and agent): no TLS and no token, so bind
  * it to an address only the monitoring system reaches.
  *
- * libevent's evhttp on the process's loop: requests are small and bounded
- * (8 KiB of headers, no body), idle connections close after 10 s.
+ * On the process's loop: one request per connection (GET or HEAD, a head of
+ * at most 8 KiB, whole within 5 s of the accept, else the connection is
+ * closed), answered with `Connection: close`; at most 64 connections at
+ * once (more are closed at accept); accept failures pause the listener for
+ * a second and are logged once per 10 s with a count.
  */
 #ifndef TETHER_PROM_HTTP_H
 #define TETHER_PROM_HTTP_H
