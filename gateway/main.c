@@ -100,6 +100,7 @@ metrics_seed(struct gateway *gw)
 static const struct hub_ops hub_ops = {
 	.node = session_node,
 	.is_active = session_is_active,
+	.send_settings = session_send_settings,
 };
 
 static const char usage_head[] =

@@ -174,6 +174,25 @@ hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg)
 			fn(e->session, arg);
 }
 
+void
+hub_foreach_id(struct hub *h, void (*fn)(const char *agent_id, void *), void *arg)
+{
+	for (size_t i = 0; i < HUB_BUCKETS; i++)
+		for (struct hub_entry *e = h->buckets[i]; e != NULL; e = e->next)
+			fn(e->agent_id, arg);
+}
+
+size_t
+hub_send_settings(struct hub *h)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < HUB_BUCKETS; i++)
+		for (struct hub_entry *e = h->buckets[i]; e != NULL; e = e->next, n++)
+			h->ops->send_settings(e->session);
+	return n;
+}
+
 /* 1 if e is an agent of cluster (of node, when non-NULL). */
 static int
 hub_matches(const struct hub *h, const struct hub_entry *e, const char *cluster,

@@ -19,6 +19,8 @@ struct session;
 struct hub_ops {
 	const char *(*node)(const struct session *s);
 	int (*is_active)(const struct session *s);
+	/* Sends s the gateway's settings (a SETTINGS frame, or nothing). */
+	void (*send_settings)(struct session *s);
 };
 
 struct hub *hub_new(const struct hub_ops *ops);
@@ -49,5 +51,12 @@ struct session *hub_pick(struct hub *h, const char *cluster, const char *node,
 
 /* Calls fn for every session (fn may not add or remove entries). */
 void hub_foreach(struct hub *h, void (*fn)(struct session *, void *), void *arg);
+/* Calls fn with every connected agent's id (fn may not add or remove
+ * entries).  O(agents here). */
+void hub_foreach_id(struct hub *h, void (*fn)(const char *agent_id, void *),
+    void *arg);
+/* Sends every session the gateway's settings (ops->send_settings); returns
+ * how many sessions were asked.  O(agents here). */
+size_t hub_send_settings(struct hub *h);
 
 #endif

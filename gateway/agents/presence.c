@@ -30,7 +30,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "runtime.h"
-#include "session.h"
 #include "store.h"
 #include "store_worker.h"
 
@@ -397,13 +396,12 @@ struct ids_fill {
 };
 
 static void
-add_id(struct session *s, void *arg)
+add_id(const char *agent_id, void *arg)
 {
 	struct ids_fill *f = arg;
 
 	if (f->n < f->cap)
-		snprintf(f->ids[f->n++], sizeof(f->ids[0]), "%s",
-		    session_agent_id(s));
+		snprintf(f->ids[f->n++], sizeof(f->ids[0]), "%s", agent_id);
 }
 
 /* While the records are dirty, a renewal carries the hub's agent ids (one
@@ -418,7 +416,7 @@ renew_ids(struct gateway *gw, struct pjob *j)
 		return;
 	if ((f.ids = calloc(f.cap > 0 ? f.cap : 1, sizeof(*f.ids))) == NULL)
 		return;
-	hub_foreach(gw->hub, add_id, &f);
+	hub_foreach_id(gw->hub, add_id, &f);
 	j->ids = f.ids;
 	j->nids = f.n;
 	j->losses = gw->presence->losses;

@@ -15,7 +15,6 @@
 #include "hub.h"
 #include "log.h"
 #include "runtime.h"
-#include "session.h"
 #include "store.h"
 #include "store_worker.h"
 
@@ -73,25 +72,16 @@ settings_urls_join(const struct frame_urls *urls, char *out, size_t outlen)
 	return 0;
 }
 
-static void
-tell_one(struct session *s, void *arg)
-{
-	size_t *told = arg;
-
-	session_send_settings(s);
-	(*told)++;
-}
-
 size_t
 settings_urls_changed(struct gateway *gw, const char *urls)
 {
-	size_t told = 0;
+	size_t told;
 
 	if (gw->public_urls_loaded && strcmp(gw->public_urls, urls) == 0)
 		return 0;
 	snprintf(gw->public_urls, sizeof(gw->public_urls), "%s", urls);
 	gw->public_urls_loaded = true;
-	hub_foreach(gw->hub, tell_one, &told);
+	told = hub_send_settings(gw->hub);
 	info("settings: the gateway's URL list", KV_S("urls", urls),
 	    KV_U("agents_told", told));
 	return told;

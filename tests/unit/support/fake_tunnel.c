@@ -142,6 +142,7 @@ static const struct mux_io agent_io = {
 static const struct hub_ops ft_hub_ops = {
 	.node = session_node,
 	.is_active = session_is_active,
+	.send_settings = session_send_settings,
 };
 
 /* ---- the gateway ---- */
