@@ -89,7 +89,7 @@ fuzz: build-fuzz
 	@$(MAKE) --no-print-directory fuzz-run SECONDS=$(FUZZ_LONG_SECONDS)
 
 fuzz-run:
-	@bash tests/fuzz/run.sh build/fuzz $(SECONDS)
+	@FUZZ_JOBS=$(JOBS) bash tests/fuzz/run.sh build/fuzz $(SECONDS)
 
 run: build
 	@bash config/run-demo.sh

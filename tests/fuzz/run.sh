@@ -2,7 +2,8 @@
 # run.sh BUILD_DIR SECONDS: runs every libFuzzer target BUILD_DIR/bin/fuzz_*
 # for SECONDS seconds each and prints one result line per target.  Exits 1 if
 # any target found a crash (or a leak, a timeout, an out-of-memory), or did
-# not run at all; 2 on bad usage.
+# not run at all; 2 on bad usage.  FUZZ_JOBS targets run at once (default:
+# the CPUs this process may use), each for its whole SECONDS.
 #
 # Target NAME keeps its corpus in tests/fuzz/corpus-NAME/ (git-ignored), so
 # coverage grows from run to run; tests/fuzz/seeds/NAME/ (committed, read
@@ -34,8 +35,13 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 logdir="$build/fuzz-logs"
-failed=0
-for t in "${targets[@]}"; do
+jobs=${FUZZ_JOBS:-$(nproc)}
+case $jobs in '' | *[!0-9]* | 0) jobs=1 ;; esac
+
+# fuzz_one TARGET: runs it, and writes its result line to its .result file;
+# exits 0 if it passed.
+fuzz_one() {
+	local t=$1 name corpus artifacts log rc runs inputs what repro
 	name=$(basename "$t")
 	corpus="$here/corpus-$name"
 	artifacts="$build/fuzz-artifacts/$name/"
@@ -55,12 +61,37 @@ for t in "${targets[@]}"; do
 	runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 	inputs=$(find "$corpus" -type f | wc -l)
 	if [ $rc -eq 0 ]; then
-		echo "$name: ok, ${runs:-?} runs in ${seconds}s, corpus $inputs inputs"
-		continue
+		echo "$name: ok, ${runs:-?} runs in ${seconds}s, corpus $inputs inputs" >"$logdir/$name.result"
+		return 0
 	fi
-	failed=1
 	what=$(grep -m 1 -oE 'ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer|libFuzzer): [A-Za-z -]+|deadly signal|runtime error: .*' "$log")
 	repro=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
-	echo "$name: FAILED (exit $rc${what:+: $what})${repro:+, reproducer $repro}, log $log"
+	echo "$name: FAILED (exit $rc${what:+: $what})${repro:+, reproducer $repro}, log $log" >"$logdir/$name.result"
+	return 1
+}
+
+mkdir -p "$logdir"
+running=0
+for t in "${targets[@]}"; do
+	rm -f "$logdir/$(basename "$t").result"
+	if [ $running -ge "$jobs" ]; then
+		wait -n
+		running=$((running - 1))
+	fi
+	fuzz_one "$t" &
+	running=$((running + 1))
+done
+wait
+
+failed=0
+for t in "${targets[@]}"; do
+	name=$(basename "$t")
+	if [ -f "$logdir/$name.result" ]; then
+		cat "$logdir/$name.result"
+		grep -q ": ok," "$logdir/$name.result" || failed=1
+	else
+		echo "$name: FAILED (no result: the run did not finish)"
+		failed=1
+	fi
 done
 exit $failed
