@@ -35,7 +35,7 @@ packages=(
 	libcurl4-openssl-dev libsystemd-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev systemd strace tinyproxy
 	squid krb5-kdc krb5-admin-server krb5-user libgssapi-krb5-2
-	openssl curl jq sqlite3 procps iproute2
+	openssl curl jq sqlite3 procps iproute2 bc
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
 	linux-perf haproxy faketime

@@ -64,7 +64,7 @@ flood_done() {
 	[ "$r" -le "$PEAK" ] || PEAK=$r
 	[ "$r" -lt "$rss_limit" ] || return 0      # over: stop waiting, the assert says so
 	jq -e '.finished + .dropped >= 100' "$1" >/dev/null 2>&1 || return 1
-	[ "$(unread_bytes | paste -sd+ | bc)" -eq 0 ]
+	[ "$(unread_bytes | awk '{ s += $1 } END { print s + 0 }')" -eq 0 ]
 }
 served() {
 	[ "$(printf hello-bob | env -u TETHER_TOKEN_FILE TETHER_TOKEN="$bob" "$CTL" connect \
