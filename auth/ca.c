@@ -535,46 +535,44 @@ ca_checksum_valid(const char *s)
 
 /* ---- renewal (`tether-gateway cert renew`) ---- */
 
-/* The first certificate of the PEM file at path, or NULL with err. */
-static X509 *
-cert_load(const char *path, char *err, size_t errlen)
+/* The first certificate (want_key 0) or the private key (1) of the PEM
+ * file at path, at most CERT_FILE_MAX bytes, or NULL with err.  The file's
+ * bytes are wiped before they are freed (a key's are secret). */
+static void *
+pem_load(const char *path, int want_key, char *err, size_t errlen)
 {
 	char *pem = NULL;
 	size_t len = 0;
 	BIO *bio = NULL;
-	X509 *x = NULL;
+	void *obj = NULL;
 
 	if (file_read_all(path, CERT_FILE_MAX, &pem, &len, err, errlen) != 0)
 		return NULL;
-	if ((bio = BIO_new_mem_buf(pem, (int)len)) == NULL ||
-	    (x = PEM_read_bio_X509(bio, NULL, NULL, NULL)) == NULL)
-		snprintf(err, errlen, "%s: not a PEM certificate", path);
-	BIO_free(bio);
-	free(pem);
-	ERR_clear_error();
-	return x;
-}
-
-/* The private key in the PEM file at path, or NULL with err.  The file's
- * bytes are wiped before they are freed. */
-static EVP_PKEY *
-key_load(const char *path, char *err, size_t errlen)
-{
-	char *pem = NULL;
-	size_t len = 0;
-	BIO *bio = NULL;
-	EVP_PKEY *k = NULL;
-
-	if (file_read_all(path, CERT_FILE_MAX, &pem, &len, err, errlen) != 0)
-		return NULL;
-	if ((bio = BIO_new_mem_buf(pem, (int)len)) == NULL ||
-	    (k = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL)) == NULL)
-		snprintf(err, errlen, "%s: not a PEM private key", path);
+	if ((bio = BIO_new_mem_buf(pem, (int)len)) != NULL)
+		obj = want_key ? (void *)PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) :
+		    (void *)PEM_read_bio_X509(bio, NULL, NULL, NULL);
+	if (obj == NULL)
+		snprintf(err, errlen, "%s: not a PEM %s", path,
+		    want_key ? "private key" : "certificate");
 	BIO_free(bio);
 	OPENSSL_cleanse(pem, len);
 	free(pem);
 	ERR_clear_error();
-	return k;
+	return obj;
+}
+
+/* The first certificate of the PEM file at path, or NULL with err. */
+static X509 *
+cert_load(const char *path, char *err, size_t errlen)
+{
+	return pem_load(path, 0, err, errlen);
+}
+
+/* The private key in the PEM file at path, or NULL with err. */
+static EVP_PKEY *
+key_load(const char *path, char *err, size_t errlen)
+{
+	return pem_load(path, 1, err, errlen);
 }
 
 static void
