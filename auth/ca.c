@@ -23,24 +23,21 @@
 #include <openssl/x509v3.h>
 
 #include "agentkey.h"
+#include "ca_parts.h"
 #include "fileio.h"
 
-#define CA_DAYS        (10 * 365)
-#define SERVER_DAYS    (2 * 365)
 /* notBefore is set this far back so a node whose clock runs a little
  * behind the gateway's still accepts a freshly made certificate. */
 #define BACKDATE_SECS  (60 * 60)
 #define SERIAL_LEN     16
 #define CA_CN_RANDOM   8           /* bytes of random hex in the CA's CN */
 #define SERVER_CN      "tether-gateway"
-#define PEER_DAYS      SERVER_DAYS
-#define CERT_FILE_MAX  (1024 * 1024)
 #define HOSTNAME_MAX   253
 
 #define CHECKSUM_PREFIX "sha256:"
 
-static EVP_PKEY *
-p256_generate(void)
+EVP_PKEY *
+ca_p256_generate(void)
 {
 	EVP_PKEY *key;
 
@@ -95,8 +92,8 @@ set_subject_cn(X509 *x, const char *cn)
 }
 
 /* Adds one extension from OpenSSL's config syntax (fixed strings only). */
-static int
-add_ext(X509 *x, X509 *issuer, int nid, const char *value)
+int
+ca_add_ext(X509 *x, X509 *issuer, int nid, const char *value)
 {
 	X509V3_CTX ctx;
 	X509_EXTENSION *ext = NULL;
@@ -115,8 +112,8 @@ out:
 }
 
 /* A certificate skeleton: version 3, serial, validity, CN, public key. */
-static X509 *
-cert_new(EVP_PKEY *key, const char *cn, long days)
+X509 *
+ca_cert_skeleton(EVP_PKEY *key, const char *cn, long days)
 {
 	X509 *x = NULL;
 
@@ -134,8 +131,8 @@ fail:
 	return NULL;
 }
 
-static X509 *
-ca_cert_new(EVP_PKEY *cakey)
+X509 *
+ca_root_new(EVP_PKEY *cakey)
 {
 	X509 *x = NULL;
 	char rnd[2 * CA_CN_RANDOM + 1];
@@ -145,15 +142,15 @@ ca_cert_new(EVP_PKEY *cakey)
 		goto fail;
 	/* A random CN tells one installation's CA from another's. */
 	snprintf(cn, sizeof(cn), "Tether CA %s", rnd);
-	if ((x = cert_new(cakey, cn, CA_DAYS)) == NULL)
+	if ((x = ca_cert_skeleton(cakey, cn, CA_DAYS)) == NULL)
 		goto fail;
 	if (X509_set_issuer_name(x, X509_get_subject_name(x)) != 1)
 		goto fail;
 	/* The subject key id must exist before the authority key id uses it. */
-	if (add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE") != 0 ||
-	    add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign") != 0 ||
-	    add_ext(x, x, NID_subject_key_identifier, "hash") != 0 ||
-	    add_ext(x, x, NID_authority_key_identifier, "keyid:always") != 0)
+	if (ca_add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE") != 0 ||
+	    ca_add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign") != 0 ||
+	    ca_add_ext(x, x, NID_subject_key_identifier, "hash") != 0 ||
+	    ca_add_ext(x, x, NID_authority_key_identifier, "keyid:always") != 0)
 		goto fail;
 	if (X509_sign(x, cakey, EVP_sha256()) <= 0)
 		goto fail;
@@ -277,16 +274,16 @@ server_cert_new(EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey,
 {
 	X509 *x = NULL;
 
-	if ((x = cert_new(key, SERVER_CN, SERVER_DAYS)) == NULL ||
+	if ((x = ca_cert_skeleton(key, SERVER_CN, SERVER_DAYS)) == NULL ||
 	    X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1) {
 		snprintf(err, errlen, "cannot build server certificate");
 		goto fail;
 	}
-	if (add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
-	    add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
-	    add_ext(x, ca, NID_ext_key_usage, "serverAuth") != 0 ||
-	    add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
-	    add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0) {
+	if (ca_add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
+	    ca_add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
+	    ca_add_ext(x, ca, NID_ext_key_usage, "serverAuth") != 0 ||
+	    ca_add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
+	    ca_add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0) {
 		snprintf(err, errlen, "cannot add server certificate extensions");
 		goto fail;
 	}
@@ -303,18 +300,18 @@ fail:
 }
 
 /* The replicas' own credential (ca.h): CN CA_PEER_CN, clientAuth only. */
-static X509 *
-peer_cert_new(EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey, long days)
+X509 *
+ca_peer_cert_new(EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey, long days)
 {
 	X509 *x = NULL;
 
-	if ((x = cert_new(key, CA_PEER_CN, days)) == NULL ||
+	if ((x = ca_cert_skeleton(key, CA_PEER_CN, days)) == NULL ||
 	    X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1 ||
-	    add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
-	    add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
-	    add_ext(x, ca, NID_ext_key_usage, "clientAuth") != 0 ||
-	    add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
-	    add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0 ||
+	    ca_add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
+	    ca_add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
+	    ca_add_ext(x, ca, NID_ext_key_usage, "clientAuth") != 0 ||
+	    ca_add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
+	    ca_add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0 ||
 	    X509_sign(x, cakey, EVP_sha256()) <= 0) {
 		X509_free(x);
 		ERR_clear_error();
@@ -323,8 +320,8 @@ peer_cert_new(EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey, long days)
 	return x;
 }
 
-static int
-join_path(char *out, size_t outlen, const char *dir, const char *name,
+int
+ca_join_path(char *out, size_t outlen, const char *dir, const char *name,
     char *err, size_t errlen)
 {
 	if (snprintf(out, outlen, "%s/%s", dir, name) >= (int)outlen) {
@@ -343,7 +340,7 @@ write_bio(BIO *bio, const char *dir, const char *name, mode_t mode, char *err,
 	char *data = NULL;
 	long len;
 
-	if (join_path(path, sizeof(path), dir, name, err, errlen) != 0)
+	if (ca_join_path(path, sizeof(path), dir, name, err, errlen) != 0)
 		return -1;
 	if ((len = BIO_get_mem_data(bio, &data)) <= 0) {
 		snprintf(err, errlen, "%s: nothing to write", path);
@@ -352,8 +349,8 @@ write_bio(BIO *bio, const char *dir, const char *name, mode_t mode, char *err,
 	return file_write_atomic(path, data, (size_t)len, mode, err, errlen);
 }
 
-static int
-write_key(EVP_PKEY *key, const char *dir, const char *name, char *err,
+int
+ca_write_key(EVP_PKEY *key, const char *dir, const char *name, char *err,
     size_t errlen)
 {
 	BIO *bio = NULL;
@@ -375,8 +372,8 @@ out:
 	return r;
 }
 
-static int
-write_cert(X509 *x, const char *dir, const char *name, char *err,
+int
+ca_write_cert(X509 *x, const char *dir, const char *name, char *err,
     size_t errlen)
 {
 	BIO *bio = NULL;
@@ -408,30 +405,30 @@ ca_create(const char *dir, const char *const *hostnames, size_t nhostnames,
 		snprintf(err, errlen, "no hostnames given");
 		goto out;
 	}
-	if ((cakey = p256_generate()) == NULL ||
-	    (key = p256_generate()) == NULL ||
-	    (peerkey = p256_generate()) == NULL) {
+	if ((cakey = ca_p256_generate()) == NULL ||
+	    (key = ca_p256_generate()) == NULL ||
+	    (peerkey = ca_p256_generate()) == NULL) {
 		snprintf(err, errlen, "cannot generate P-256 key");
 		goto out;
 	}
-	if ((ca = ca_cert_new(cakey)) == NULL) {
+	if ((ca = ca_root_new(cakey)) == NULL) {
 		snprintf(err, errlen, "cannot build CA certificate");
 		goto out;
 	}
 	if ((server = server_cert_new(key, ca, cakey, hostnames, nhostnames,
 	    err, errlen)) == NULL)
 		goto out;
-	if ((peer = peer_cert_new(peerkey, ca, cakey, PEER_DAYS)) == NULL) {
+	if ((peer = ca_peer_cert_new(peerkey, ca, cakey, PEER_DAYS)) == NULL) {
 		snprintf(err, errlen, "cannot build the peer certificate");
 		goto out;
 	}
 	/* Keys first: a certificate on disk without its key is useless. */
-	if (write_key(cakey, dir, "ca.key", err, errlen) != 0 ||
-	    write_cert(ca, dir, "ca.crt", err, errlen) != 0 ||
-	    write_key(key, dir, "server.key", err, errlen) != 0 ||
-	    write_cert(server, dir, "server.crt", err, errlen) != 0 ||
-	    write_key(peerkey, dir, "peer.key", err, errlen) != 0 ||
-	    write_cert(peer, dir, "peer.crt", err, errlen) != 0)
+	if (ca_write_key(cakey, dir, "ca.key", err, errlen) != 0 ||
+	    ca_write_cert(ca, dir, "ca.crt", err, errlen) != 0 ||
+	    ca_write_key(key, dir, "server.key", err, errlen) != 0 ||
+	    ca_write_cert(server, dir, "server.crt", err, errlen) != 0 ||
+	    ca_write_key(peerkey, dir, "peer.key", err, errlen) != 0 ||
+	    ca_write_cert(peer, dir, "peer.crt", err, errlen) != 0)
 		goto out;
 	r = 0;
 out:
@@ -460,14 +457,28 @@ checksum_format(const uint8_t digest[32], char out[CA_CHECKSUM_MAX])
 }
 
 int
+ca_checksum_der(const unsigned char *der, size_t len,
+    char out[CA_CHECKSUM_MAX])
+{
+	uint8_t digest[32];
+	unsigned int dlen = 0;
+
+	if (EVP_Digest(der, len, digest, &dlen, EVP_sha256(), NULL) != 1 ||
+	    dlen != sizeof(digest)) {
+		ERR_clear_error();
+		return -1;
+	}
+	checksum_format(digest, out);
+	return 0;
+}
+
+int
 ca_checksum_pem(const char *pem, size_t len, char out[CA_CHECKSUM_MAX],
     char *err, size_t errlen)
 {
 	BIO *bio = NULL;
 	X509 *x = NULL;
 	unsigned char *der = NULL;
-	uint8_t digest[32];
-	unsigned int dlen = 0;
 	int derlen, r = -1;
 
 	if (len > INT_MAX || (bio = BIO_new_mem_buf(pem, (int)len)) == NULL) {
@@ -482,12 +493,10 @@ ca_checksum_pem(const char *pem, size_t len, char out[CA_CHECKSUM_MAX],
 		snprintf(err, errlen, "cannot encode certificate");
 		goto out;
 	}
-	if (EVP_Digest(der, (size_t)derlen, digest, &dlen, EVP_sha256(),
-	    NULL) != 1 || dlen != sizeof(digest)) {
+	if (ca_checksum_der(der, (size_t)derlen, out) != 0) {
 		snprintf(err, errlen, "SHA-256 failed");
 		goto out;
 	}
-	checksum_format(digest, out);
 	r = 0;
 out:
 	OPENSSL_free(der);
@@ -562,21 +571,21 @@ pem_load(const char *path, int want_key, char *err, size_t errlen)
 }
 
 /* The first certificate of the PEM file at path, or NULL with err. */
-static X509 *
-cert_load(const char *path, char *err, size_t errlen)
+X509 *
+ca_cert_load(const char *path, char *err, size_t errlen)
 {
 	return pem_load(path, 0, err, errlen);
 }
 
 /* The private key in the PEM file at path, or NULL with err. */
-static EVP_PKEY *
-key_load(const char *path, char *err, size_t errlen)
+EVP_PKEY *
+ca_key_load(const char *path, char *err, size_t errlen)
 {
 	return pem_load(path, 1, err, errlen);
 }
 
-static void
-cert_info(X509 *x, struct ca_cert_info *out)
+void
+ca_cert_info_of(X509 *x, struct ca_cert_info *out)
 {
 	BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
 	char *hex = bn != NULL ? BN_bn2hex(bn) : NULL;
@@ -593,21 +602,21 @@ cert_info(X509 *x, struct ca_cert_info *out)
 
 /* The new certificate: old's subject, SANs and usages, for key, issued by
  * ca with cakey, a new serial, days long.  NULL with err. */
-static X509 *
-server_cert_renewed(X509 *old, EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey,
+X509 *
+ca_server_cert_renewed(X509 *old, EVP_PKEY *key, X509 *ca, EVP_PKEY *cakey,
     long days, char *err, size_t errlen)
 {
 	X509 *x = NULL;
 	int i = X509_get_ext_by_NID(old, NID_subject_alt_name, -1);
 
-	if ((x = cert_new(key, SERVER_CN, days)) == NULL ||
+	if ((x = ca_cert_skeleton(key, SERVER_CN, days)) == NULL ||
 	    X509_set_subject_name(x, X509_get_subject_name(old)) != 1 ||
 	    X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1 ||
-	    add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
-	    add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
-	    add_ext(x, ca, NID_ext_key_usage, "serverAuth") != 0 ||
-	    add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
-	    add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0 ||
+	    ca_add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE") != 0 ||
+	    ca_add_ext(x, ca, NID_key_usage, "critical,digitalSignature") != 0 ||
+	    ca_add_ext(x, ca, NID_ext_key_usage, "serverAuth") != 0 ||
+	    ca_add_ext(x, ca, NID_subject_key_identifier, "hash") != 0 ||
+	    ca_add_ext(x, ca, NID_authority_key_identifier, "keyid:always") != 0 ||
 	    (i >= 0 && X509_add_ext(x, X509_get_ext(old, i), -1) != 1)) {
 		snprintf(err, errlen, "cannot build the new server certificate");
 		goto fail;
@@ -623,6 +632,23 @@ fail:
 	return NULL;
 }
 
+/* -1 with err while a CA rotation is under way in dir (ca.next.crt,
+ * carotate.h): the server certificate and peer credential are then the
+ * new CA's, and renewing them from ca.key would undo that.  Else 0. */
+static int
+no_rotation_under_way(const char *dir, char *err, size_t errlen)
+{
+	char path[4096];
+
+	if (ca_join_path(path, sizeof(path), dir, "ca.next.crt", err, errlen) != 0)
+		return -1;
+	if (!file_exists(path))
+		return 0;
+	snprintf(err, errlen, "%s: a CA rotation is under way; finish it first "
+	    "('tether-gateway ca rotate finish'), then renew", path);
+	return -1;
+}
+
 /* Loads what renewal needs from dir, checking that each belongs with the
  * others.  0, or -1 with err (what is loaded is freed by the caller). */
 static int
@@ -631,7 +657,8 @@ renew_inputs(const char *dir, X509 **ca, EVP_PKEY **cakey, X509 **old,
 {
 	char path[4096];
 
-	if (join_path(path, sizeof(path), dir, "ca.key", err, errlen) != 0)
+	if (no_rotation_under_way(dir, err, errlen) != 0 ||
+	    ca_join_path(path, sizeof(path), dir, "ca.key", err, errlen) != 0)
 		return -1;
 	if (!file_exists(path)) {
 		snprintf(err, errlen, "%s: no CA key here: run cert renew where "
@@ -639,21 +666,21 @@ renew_inputs(const char *dir, X509 **ca, EVP_PKEY **cakey, X509 **old,
 		    "server.crt to the others", path);
 		return -1;
 	}
-	if ((*cakey = key_load(path, err, errlen)) == NULL)
+	if ((*cakey = ca_key_load(path, err, errlen)) == NULL)
 		return -1;
-	if (join_path(path, sizeof(path), dir, "ca.crt", err, errlen) != 0 ||
-	    (*ca = cert_load(path, err, errlen)) == NULL)
+	if (ca_join_path(path, sizeof(path), dir, "ca.crt", err, errlen) != 0 ||
+	    (*ca = ca_cert_load(path, err, errlen)) == NULL)
 		return -1;
 	if (X509_check_private_key(*ca, *cakey) != 1) {
 		ERR_clear_error();
 		snprintf(err, errlen, "%s/ca.key is not the key of %s", dir, path);
 		return -1;
 	}
-	if (join_path(path, sizeof(path), dir, "server.key", err, errlen) != 0 ||
-	    (*key = key_load(path, err, errlen)) == NULL)
+	if (ca_join_path(path, sizeof(path), dir, "server.key", err, errlen) != 0 ||
+	    (*key = ca_key_load(path, err, errlen)) == NULL)
 		return -1;
-	if (join_path(path, sizeof(path), dir, "server.crt", err, errlen) != 0 ||
-	    (*old = cert_load(path, err, errlen)) == NULL)
+	if (ca_join_path(path, sizeof(path), dir, "server.crt", err, errlen) != 0 ||
+	    (*old = ca_cert_load(path, err, errlen)) == NULL)
 		return -1;
 	if (X509_check_private_key(*old, *key) != 1) {
 		ERR_clear_error();
@@ -682,12 +709,12 @@ ca_renew_server(const char *dir, long days, struct ca_cert_info *out,
 	}
 	if (renew_inputs(dir, &ca, &cakey, &old, &key, err, errlen) != 0)
 		goto out;
-	if ((x = server_cert_renewed(old, key, ca, cakey, days, err,
+	if ((x = ca_server_cert_renewed(old, key, ca, cakey, days, err,
 	    errlen)) == NULL)
 		goto out;
-	if (write_cert(x, dir, "server.crt", err, errlen) != 0)
+	if (ca_write_cert(x, dir, "server.crt", err, errlen) != 0)
 		goto out;
-	cert_info(x, out);
+	ca_cert_info_of(x, out);
 	r = 0;
 out:
 	X509_free(x);
@@ -703,12 +730,12 @@ int
 ca_server_check(X509 *leaf, const char *ca_path, struct ca_cert_info *out,
     char *err, size_t errlen)
 {
-	X509 *ca = cert_load(ca_path, err, errlen);
+	X509 *ca = ca_cert_load(ca_path, err, errlen);
 	int r = -1;
 
 	if (ca == NULL)
 		return -1;
-	cert_info(leaf, out);
+	ca_cert_info_of(leaf, out);
 	if (X509_verify(leaf, X509_get0_pubkey(ca)) != 1)
 		snprintf(err, errlen, "not issued by %s", ca_path);
 	else if (X509_cmp_current_time(X509_get0_notAfter(leaf)) <= 0)
@@ -735,30 +762,31 @@ ca_renew_peer(const char *dir, long days, struct ca_cert_info *out, char *err,
 		snprintf(err, errlen, "days must be 1 to %d", CA_DAYS);
 		return -1;
 	}
-	if (join_path(path, sizeof(path), dir, "ca.key", err, errlen) != 0)
+	if (no_rotation_under_way(dir, err, errlen) != 0 ||
+	    ca_join_path(path, sizeof(path), dir, "ca.key", err, errlen) != 0)
 		goto out;
 	if (!file_exists(path)) {
 		snprintf(err, errlen, "%s: no CA key here: run cert renew where "
 		    "the CA key is", path);
 		goto out;
 	}
-	if ((cakey = key_load(path, err, errlen)) == NULL ||
-	    join_path(path, sizeof(path), dir, "ca.crt", err, errlen) != 0 ||
-	    (ca = cert_load(path, err, errlen)) == NULL)
+	if ((cakey = ca_key_load(path, err, errlen)) == NULL ||
+	    ca_join_path(path, sizeof(path), dir, "ca.crt", err, errlen) != 0 ||
+	    (ca = ca_cert_load(path, err, errlen)) == NULL)
 		goto out;
 	if (X509_check_private_key(ca, cakey) != 1) {
 		snprintf(err, errlen, "%s/ca.key is not the key of %s", dir, path);
 		goto out;
 	}
-	if ((key = p256_generate()) == NULL ||
-	    (x = peer_cert_new(key, ca, cakey, days)) == NULL) {
+	if ((key = ca_p256_generate()) == NULL ||
+	    (x = ca_peer_cert_new(key, ca, cakey, days)) == NULL) {
 		snprintf(err, errlen, "cannot build the peer certificate");
 		goto out;
 	}
-	if (write_key(key, dir, "peer.key", err, errlen) != 0 ||
-	    write_cert(x, dir, "peer.crt", err, errlen) != 0)
+	if (ca_write_key(key, dir, "peer.key", err, errlen) != 0 ||
+	    ca_write_cert(x, dir, "peer.crt", err, errlen) != 0)
 		goto out;
-	cert_info(x, out);
+	ca_cert_info_of(x, out);
 	r = 0;
 out:
 	X509_free(x);
@@ -793,11 +821,11 @@ int
 ca_cert_file_info(const char *path, struct ca_cert_info *out, char *err,
     size_t errlen)
 {
-	X509 *x = cert_load(path, err, errlen);
+	X509 *x = ca_cert_load(path, err, errlen);
 
 	if (x == NULL)
 		return -1;
-	cert_info(x, out);
+	ca_cert_info_of(x, out);
 	X509_free(x);
 	return 0;
 }

@@ -84,6 +84,11 @@ int ca_is_peer_cert(struct x509_st *x);
 int ca_server_check(struct x509_st *leaf, const char *ca_path,
     struct ca_cert_info *out, char *err, size_t errlen);
 
+/* Checksum of a certificate's DER encoding (der, len bytes).  0, or -1
+ * if SHA-256 failed. */
+int ca_checksum_der(const unsigned char *der, size_t len,
+    char out[CA_CHECKSUM_MAX]);
+
 /* Checksum of the first certificate in a PEM buffer.  Returns 0 or -1. */
 int ca_checksum_pem(const char *pem, size_t len, char out[CA_CHECKSUM_MAX],
     char *err, size_t errlen);

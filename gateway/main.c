@@ -24,6 +24,7 @@
 #include "agentkey.h"
 #include "api.h"
 #include "ca.h"
+#include "cacmd.h"
 #include "certcmd.h"
 #include "certreload.h"
 #include "dial.h"
@@ -108,6 +109,7 @@ static const char usage_head[] =
 "                            [--store URL]\n"
 "       tether-gateway serve --data-dir DIR [--config FILE] [options]\n"
 "       tether-gateway cert renew --data-dir DIR [--days N]\n"
+"       tether-gateway ca rotate start|finish|status --data-dir DIR\n"
 "       tether-gateway --help | --version\n"
 "\n"
 "Tether's gateway: agents on nodes behind NAT dial in over one authenticated\n"
@@ -125,6 +127,9 @@ static const char usage_head[] =
 "\n"
 "cert   renew: a new server.crt from DIR's CA (same names and key, new\n"
 "       serial); SIGHUP makes a running gateway serve it ('cert --help').\n"
+"\n"
+"ca     rotate start|finish|status: a new CA without joining nodes again;\n"
+"       agents follow over their tunnels ('ca --help').\n"
 "\n"
 "serve  serves HTTPS and the agent tunnels on one port (below).\n"
 "\n";
@@ -999,5 +1004,7 @@ main(int argc, char **argv)
 		return cmd_serve(argc - 1, argv + 1);
 	if (strcmp(argv[1], "cert") == 0)
 		return cmd_cert(argc - 1, argv + 1);
-	usage_error("unknown command \"%s\": use init, serve or cert", argv[1]);
+	if (strcmp(argv[1], "ca") == 0)
+		return cmd_ca(argc - 1, argv + 1);
+	usage_error("unknown command \"%s\": use init, serve, cert or ca", argv[1]);
 }

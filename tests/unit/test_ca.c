@@ -1,7 +1,9 @@
 /*
  * test_ca.c: the gateway CA (auth/ca.c): the six files `tether-gateway init`
  * writes, the server certificate's chain and names, the peer credential,
- * `cert renew` (server and peer), and the CA checksum.
+ * `cert renew` (server and peer), the CA checksum, and CA rotation
+ * (auth/carotate.c): the cross-certificate chain during the overlap and
+ * what is refused after the finish.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,17 +18,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
 #include "ca.h"
+#include "carotate.h"
 #include "fileio.h"
 
 static const char *const files[] = { "ca.crt", "ca.key", "server.crt",
     "server.key", "peer.crt", "peer.key" };
 #define NFILES (sizeof(files) / sizeof(files[0]))
+/* What a CA rotation adds. */
+static const char *const rotation_files[] = { "ca.next.crt", "ca.next.key",
+    "ca.cross.crt", "ca.old.crt" };
 
 struct fixture {
 	char dir[64];
@@ -36,6 +43,15 @@ static void
 path_in(const struct fixture *f, const char *name, char *out, size_t outlen)
 {
 	snprintf(out, outlen, "%s/%s", f->dir, name);
+}
+
+static void
+unlink_in(const struct fixture *f, const char *name)
+{
+	char path[128];
+
+	path_in(f, name, path, sizeof(path));
+	unlink(path);
 }
 
 static int
@@ -63,6 +79,10 @@ teardown(void **state)
 
 	for (i = 0; i < NFILES; i++) {
 		path_in(f, files[i], path, sizeof(path));
+		unlink(path);
+	}
+	for (i = 0; i < sizeof(rotation_files) / sizeof(rotation_files[0]); i++) {
+		path_in(f, rotation_files[i], path, sizeof(path));
 		unlink(path);
 	}
 	rmdir(f->dir);
@@ -552,6 +572,312 @@ test_checksum_valid(void **state)
 	assert_int_equal(ca_checksum_valid(s), -1);
 }
 
+/* ---- CA rotation ---- */
+
+/* Every certificate of the PEM file dir/name, in order. */
+static STACK_OF(X509) *
+load_chain(const struct fixture *f, const char *name)
+{
+	STACK_OF(X509) *sk = sk_X509_new_null();
+	char path[128];
+	FILE *fp;
+	X509 *x;
+
+	assert_non_null(sk);
+	path_in(f, name, path, sizeof(path));
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	while ((x = PEM_read_X509(fp, NULL, NULL, NULL)) != NULL)
+		assert_true(sk_X509_push(sk, x) > 0);
+	ERR_clear_error();
+	fclose(fp);
+	assert_true(sk_X509_num(sk) > 0);
+	return sk;
+}
+
+/*
+ * What a client trusting only anchor makes of the chain in file name (the
+ * leaf first, the rest sent as untrusted intermediates, as TLS does), for
+ * purpose: X509_V_OK or the verify error.
+ */
+static int
+verify_with(const struct fixture *f, X509 *anchor, const char *name,
+    int purpose)
+{
+	STACK_OF(X509) *chain = load_chain(f, name);
+	X509_STORE *store = X509_STORE_new();
+	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	int e;
+
+	assert_non_null(store);
+	assert_non_null(ctx);
+	assert_int_equal(X509_STORE_add_cert(store, anchor), 1);
+	assert_int_equal(X509_STORE_CTX_init(ctx, store, sk_X509_value(chain, 0),
+	    chain), 1);
+	assert_int_equal(X509_STORE_CTX_set_purpose(ctx, purpose), 1);
+	e = X509_verify_cert(ctx) == 1 ? X509_V_OK : X509_STORE_CTX_get_error(ctx);
+	if (e == X509_V_OK)
+		assert_int_equal(X509_STORE_CTX_get_error(ctx), X509_V_OK);
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(store);
+	sk_X509_pop_free(chain, X509_free);
+	ERR_clear_error();
+	return e;
+}
+
+static void
+assert_checksum_of(const struct fixture *f, const char *name, const char *want)
+{
+	char path[128], sum[CA_CHECKSUM_MAX], err[256];
+
+	path_in(f, name, path, sizeof(path));
+	assert_int_equal(ca_checksum_file(path, sum, err, sizeof(err)), 0);
+	assert_string_equal(sum, want);
+}
+
+static int
+exists_in(const struct fixture *f, const char *name)
+{
+	char path[128];
+
+	path_in(f, name, path, sizeof(path));
+	return file_exists(path);
+}
+
+static void
+rotate_start(struct fixture *f, struct ca_rotation *r)
+{
+	char err[512] = "";
+
+	if (ca_rotate_start(f->dir, r, err, sizeof(err)) != 0)
+		fail_msg("ca_rotate_start: %s", err);
+}
+
+/* The overlap: the server chain and the peer chain verify for a client
+ * trusting only the old CA (through the cross-certificate) and for one
+ * trusting only the new CA; server.key is kept, peer.key is new. */
+static void
+test_rotate_start(void **state)
+{
+	struct fixture *f = *state;
+	struct ca_rotation *r = calloc(1, sizeof(*r));
+	X509 *old, *next, *cross, *server;
+	EVP_PKEY *oldpeer, *peer;
+	struct ca_cert_info info;
+	char path[128], err[512], oldsum[CA_CHECKSUM_MAX];
+	struct stat st;
+
+	assert_non_null(r);
+	create(f);
+	old = load_cert(f, "ca.crt");
+	oldpeer = load_key(f, "peer.key");
+	path_in(f, "ca.crt", path, sizeof(path));
+	assert_int_equal(ca_checksum_file(path, oldsum, err, sizeof(err)), 0);
+	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), 0);
+	assert_int_equal(r->phase, CA_PHASE_NONE);
+
+	rotate_start(f, r);
+	assert_int_equal(r->phase, CA_PHASE_OVERLAP);
+	assert_string_equal(r->current_checksum, oldsum);
+	assert_checksum_of(f, "ca.next.crt", r->next_checksum);
+	assert_string_not_equal(r->next_checksum, oldsum);
+	assert_true(r->cross_len > 0 && r->next_len > 0);
+	path_in(f, "ca.next.key", path, sizeof(path));
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+
+	next = load_cert(f, "ca.next.crt");
+	cross = load_cert(f, "ca.cross.crt");
+	server = load_cert(f, "server.crt");
+	assert_int_equal(X509_verify(next, X509_get0_pubkey(next)), 1);
+	assert_int_equal(X509_verify(cross, X509_get0_pubkey(old)), 1);
+	assert_int_equal(X509_NAME_cmp(X509_get_subject_name(cross),
+	    X509_get_subject_name(next)), 0);
+	assert_true(X509_check_ca(cross) > 0);
+	assert_int_equal(X509_verify(server, X509_get0_pubkey(next)), 1);
+	assert_int_equal(X509_check_host(server, "gw.example.com", 0, 0, NULL), 1);
+
+	/* The point of the overlap: both kinds of client verify both chains. */
+	assert_int_equal(verify_with(f, old, "server.crt", X509_PURPOSE_SSL_SERVER),
+	    X509_V_OK);
+	assert_int_equal(verify_with(f, next, "server.crt", X509_PURPOSE_SSL_SERVER),
+	    X509_V_OK);
+	assert_int_equal(verify_with(f, old, "peer.crt", X509_PURPOSE_SSL_CLIENT),
+	    X509_V_OK);
+	assert_int_equal(verify_with(f, next, "peer.crt", X509_PURPOSE_SSL_CLIENT),
+	    X509_V_OK);
+	peer = load_key(f, "peer.key");
+	assert_int_not_equal(EVP_PKEY_eq(peer, oldpeer), 1);
+	/* What certreload checks it serves: the new CA's, not the old one's. */
+	path_in(f, "ca.crt", path, sizeof(path));
+	assert_int_equal(ca_server_check(server, path, &info, err, sizeof(err)), -1);
+	path_in(f, "ca.next.crt", path, sizeof(path));
+	assert_int_equal(ca_server_check(server, path, &info, err, sizeof(err)), 0);
+
+	/* Under way: a second start and cert renew are refused. */
+	assert_int_equal(ca_rotate_start(f->dir, r, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "under way"));
+	assert_int_equal(ca_renew_server(f->dir, 90, &info, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "rotation is under way"));
+	assert_int_equal(ca_renew_peer(f->dir, 90, &info, err, sizeof(err)), -1);
+	assert_checksum_of(f, "ca.next.crt", r->next_checksum);
+
+	EVP_PKEY_free(peer);
+	EVP_PKEY_free(oldpeer);
+	X509_free(server);
+	X509_free(cross);
+	X509_free(next);
+	X509_free(old);
+	free(r);
+}
+
+/* The finish: the new CA alone; a client trusting only the old one is
+ * refused by the server chain and the peer chain. */
+static void
+test_rotate_finish(void **state)
+{
+	struct fixture *f = *state;
+	struct ca_rotation *r = calloc(1, sizeof(*r));
+	X509 *old, *next, *ca;
+	EVP_PKEY *key;
+	STACK_OF(X509) *chain;
+	struct ca_cert_info info;
+	char err[512] = "", oldsum[CA_CHECKSUM_MAX], newsum[CA_CHECKSUM_MAX];
+
+	assert_non_null(r);
+	create(f);
+	old = load_cert(f, "ca.crt");
+	assert_int_equal(ca_rotate_finish(f->dir, r, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "no CA rotation under way"));
+	rotate_start(f, r);
+	snprintf(oldsum, sizeof(oldsum), "%s", r->current_checksum);
+	snprintf(newsum, sizeof(newsum), "%s", r->next_checksum);
+	next = load_cert(f, "ca.next.crt");
+
+	if (ca_rotate_finish(f->dir, r, err, sizeof(err)) != 0)
+		fail_msg("ca_rotate_finish: %s", err);
+	assert_int_equal(r->phase, CA_PHASE_FINAL);
+	assert_string_equal(r->current_checksum, newsum);
+	assert_string_equal(r->next_checksum, newsum);
+	assert_string_equal(r->old_checksum, oldsum);
+	assert_int_equal(r->cross_len, 0);
+	assert_checksum_of(f, "ca.crt", newsum);
+	assert_checksum_of(f, "ca.old.crt", oldsum);
+	assert_false(exists_in(f, "ca.next.crt"));
+	assert_false(exists_in(f, "ca.next.key"));
+	assert_false(exists_in(f, "ca.cross.crt"));
+	ca = load_cert(f, "ca.crt");
+	key = load_key(f, "ca.key");
+	assert_int_equal(X509_check_private_key(ca, key), 1);
+	chain = load_chain(f, "server.crt");
+	assert_int_equal(sk_X509_num(chain), 1);
+	sk_X509_pop_free(chain, X509_free);
+
+	/* The old CA is refused now; the new one verifies. */
+	assert_int_not_equal(verify_with(f, old, "server.crt",
+	    X509_PURPOSE_SSL_SERVER), X509_V_OK);
+	assert_int_not_equal(verify_with(f, old, "peer.crt",
+	    X509_PURPOSE_SSL_CLIENT), X509_V_OK);
+	assert_int_equal(verify_with(f, next, "server.crt",
+	    X509_PURPOSE_SSL_SERVER), X509_V_OK);
+	assert_int_equal(verify_with(f, next, "peer.crt",
+	    X509_PURPOSE_SSL_CLIENT), X509_V_OK);
+
+	/* Final until ca.old.crt goes; a second finish is refused; cert
+	 * renew works again, from the new CA. */
+	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), 0);
+	assert_int_equal(r->phase, CA_PHASE_FINAL);
+	assert_int_equal(ca_rotate_finish(f->dir, r, err, sizeof(err)), -1);
+	assert_int_equal(ca_renew_server(f->dir, 90, &info, err, sizeof(err)), 0);
+	assert_int_equal(verify_with(f, next, "server.crt",
+	    X509_PURPOSE_SSL_SERVER), X509_V_OK);
+	unlink_in(f, "ca.old.crt");
+	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), 0);
+	assert_int_equal(r->phase, CA_PHASE_NONE);
+
+	EVP_PKEY_free(key);
+	X509_free(ca);
+	X509_free(next);
+	X509_free(old);
+	free(r);
+}
+
+/* dir/to := dir/from's bytes. */
+static void
+copy_in(const struct fixture *f, const char *from, const char *to, mode_t mode)
+{
+	char src[128], dst[128], *data = NULL, err[256];
+	size_t len = 0;
+
+	path_in(f, from, src, sizeof(src));
+	path_in(f, to, dst, sizeof(dst));
+	assert_int_equal(file_read_all(src, 65536, &data, &len, err,
+	    sizeof(err)), 0);
+	assert_int_equal(file_write_atomic(dst, data, len, mode, err,
+	    sizeof(err)), 0);
+	free(data);
+}
+
+/* A finish cut short after ca.crt became the new CA is still an overlap
+ * and finishes when run again, keeping the real old CA as ca.old.crt. */
+static void
+test_rotate_finish_resumes(void **state)
+{
+	struct fixture *f = *state;
+	struct ca_rotation *r = calloc(1, sizeof(*r));
+	char err[512] = "", oldsum[CA_CHECKSUM_MAX], newsum[CA_CHECKSUM_MAX];
+
+	assert_non_null(r);
+	create(f);
+	rotate_start(f, r);
+	snprintf(oldsum, sizeof(oldsum), "%s", r->current_checksum);
+	snprintf(newsum, sizeof(newsum), "%s", r->next_checksum);
+	copy_in(f, "ca.crt", "ca.old.crt", 0644);
+	copy_in(f, "ca.next.key", "ca.key", 0600);
+	copy_in(f, "ca.next.crt", "ca.crt", 0644);
+	unlink_in(f, "ca.next.key");
+	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), 0);
+	assert_int_equal(r->phase, CA_PHASE_OVERLAP);
+	if (ca_rotate_finish(f->dir, r, err, sizeof(err)) != 0)
+		fail_msg("ca_rotate_finish: %s", err);
+	assert_int_equal(r->phase, CA_PHASE_FINAL);
+	assert_checksum_of(f, "ca.crt", newsum);
+	assert_checksum_of(f, "ca.old.crt", oldsum);
+	free(r);
+}
+
+/* What a serving replica will not send agents: a cross-certificate that is
+ * not a CA, a "new CA" that is not self-signed; and start needs ca.key. */
+static void
+test_rotation_read_refuses(void **state)
+{
+	struct fixture *f = *state;
+	struct ca_rotation *r = calloc(1, sizeof(*r));
+	char err[512] = "";
+
+	assert_non_null(r);
+	create(f);
+	rotate_start(f, r);
+	copy_in(f, "ca.cross.crt", "ca.next.crt.keep", 0644);
+	copy_in(f, "server.crt", "ca.cross.crt", 0644);
+	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "ca.cross.crt is not a CA certificate"));
+	assert_int_equal(r->phase, CA_PHASE_NONE);
+	assert_true(r->current_checksum[0] != '\0');
+	copy_in(f, "ca.next.crt.keep", "ca.cross.crt", 0644);
+	copy_in(f, "ca.next.crt.keep", "ca.next.crt", 0644);
+	unlink_in(f, "ca.next.crt.keep");
+	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "not a self-signed CA"));
+
+	unlink_in(f, "ca.next.crt");
+	unlink_in(f, "ca.key");
+	assert_int_equal(ca_rotate_start(f->dir, r, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "no CA key here"));
+	assert_false(exists_in(f, "ca.next.crt"));
+	free(r);
+}
+
 int
 main(void)
 {
@@ -566,6 +892,12 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_bad_hostnames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_hostnames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_checksum, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rotate_start, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rotate_finish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rotate_finish_resumes, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_rotation_read_refuses, setup,
+		    teardown),
 		cmocka_unit_test(test_checksum_errors),
 		cmocka_unit_test(test_checksum_valid),
 	};
