@@ -39,6 +39,7 @@ enum field_kind {
 	F_PAYLOAD,  /* struct frame_data: a bin left in the input buffer */
 	F_MAP,      /* the frame's map, its keys in frame_desc.keys */
 	F_URLS,     /* struct frame_urls: a list of strings, and whether given */
+	F_CA,       /* struct frame_ca: a map of variable-length values */
 };
 
 enum field_flag {
@@ -48,7 +49,8 @@ enum field_flag {
 	F_NODE = 1 << 3,       /* node name syntax, see node_name_ok */
 	F_POSITIONAL = 1 << 4, /* an array element: its name is only for messages */
 	F_OMIT_EMPTY = 1 << 5, /* with F_OPTIONAL: not encoded when "" or 0
-	                        * (F_URLS: when not present) */
+	                        * (F_URLS, F_CA: when not present) */
+	F_ACK = 1 << 6,        /* F_CA: SETTINGS_ACK's members, not SETTINGS' */
 };
 
 struct field {
@@ -138,9 +140,15 @@ static const struct field reconnect_keys[] = {
 };
 
 /* SETTINGS and SETTINGS_ACK: every key optional (frame.h).  A new setting
- * is one line here. */
+ * is one line in each. */
 static const struct field settings_keys[] = {
 	{ "urls", F_URLS, AT(u.settings.urls), 0, F_OPTIONAL | F_OMIT_EMPTY },
+	{ "ca", F_CA, AT(u.settings.ca), 0, F_OPTIONAL | F_OMIT_EMPTY },
+};
+
+static const struct field settings_ack_keys[] = {
+	{ "urls", F_URLS, AT(u.settings.urls), 0, F_OPTIONAL | F_OMIT_EMPTY },
+	{ "ca", F_CA, AT(u.settings.ca), 0, F_OPTIONAL | F_OMIT_EMPTY | F_ACK },
 };
 
 static const struct field key_rotate_keys[] = {
@@ -226,7 +234,7 @@ static const struct frame_desc descs[] = {
 	[FRAME_PONG] = CONTROL("PONG", ping_keys),
 	[FRAME_RECONNECT] = CONTROL("RECONNECT", reconnect_keys),
 	[FRAME_SETTINGS] = CONTROL("SETTINGS", settings_keys),
-	[FRAME_SETTINGS_ACK] = CONTROL("SETTINGS_ACK", settings_keys),
+	[FRAME_SETTINGS_ACK] = CONTROL("SETTINGS_ACK", settings_ack_keys),
 	[FRAME_KEY_ROTATE] = CONTROL("KEY_ROTATE", key_rotate_keys),
 	[FRAME_KEY_PROOF] = CONTROL("KEY_PROOF", key_proof_keys),
 	[FRAME_KEY_ROTATED] = CONTROL("KEY_ROTATED", key_done_keys),
@@ -525,6 +533,89 @@ str_is(const msgpack_object *o, const char *s)
 	    (n == 0 || memcmp(o->via.str.ptr, s, n) == 0);
 }
 
+static int map_lookup(struct ctx *c, const msgpack_object_map *m,
+    const char *key, const msgpack_object **val);
+
+/* A bin of 1..FRAME_CA_DER_MAX bytes (a certificate's DER; parsing it is
+ * the agent's). */
+static int
+dec_der(struct ctx *c, const struct field *fld, const msgpack_object *o,
+    uint8_t *dst, size_t *len)
+{
+	if (o->type != MSGPACK_OBJECT_BIN)
+		return field_fail(c, fld, "is not binary");
+	if (o->via.bin.size == 0)
+		return field_fail(c, fld, "is empty");
+	if (o->via.bin.size > FRAME_CA_DER_MAX)
+		return field_fail(c, fld, "is too long (%" PRIu32 " > %d bytes)",
+		    o->via.bin.size, FRAME_CA_DER_MAX);
+	memcpy(dst, o->via.bin.ptr, o->via.bin.size);
+	*len = o->via.bin.size;
+	return 0;
+}
+
+/* 1..FRAME_CA_MAX_HELD strings; their syntax is check_ca's. */
+static int
+dec_held(struct ctx *c, const struct field *fld, const msgpack_object *o,
+    struct frame_ca *ca)
+{
+	struct field one = { fld->name, F_STR, 0, FRAME_CA_SUM_LEN + 1, 0 };
+
+	if (o->type != MSGPACK_OBJECT_ARRAY)
+		return field_fail(c, fld, "is not an array");
+	if (o->via.array.size < 1 || o->via.array.size > FRAME_CA_MAX_HELD)
+		return field_fail(c, fld, "must list 1 to %d CAs, got %" PRIu32,
+		    FRAME_CA_MAX_HELD, o->via.array.size);
+	for (uint32_t i = 0; i < o->via.array.size; i++) {
+		if (dec_str(c, &one, &o->via.array.ptr[i], ca->held[i],
+		    sizeof(ca->held[i])) < 0)
+			return -1;
+	}
+	ca->nheld = o->via.array.size;
+	return 0;
+}
+
+/*
+ * "ca": a map whose members are looked up by name (unknown ones skipped,
+ * as in every map); which of them a direction needs is check_ca's.
+ */
+static int
+dec_ca(struct ctx *c, const struct field *fld, const msgpack_object *o,
+    struct frame_ca *ca)
+{
+	static const struct field phase = { "ca.phase", F_STR, 0, 0, 0 };
+	static const struct field next = { "ca.next", F_BIN, 0, 0, 0 };
+	static const struct field cross = { "ca.cross", F_BIN, 0, 0, 0 };
+	static const struct field held = { "ca.held", F_STR, 0, 0, 0 };
+	const msgpack_object_map *m = &o->via.map;
+	const msgpack_object *v;
+
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return field_fail(c, fld, "is not a map");
+	ca->present = true;
+	if (map_lookup(c, m, "phase", &v) < 0)
+		return -1;
+	if (v != NULL) {
+		if (str_is(v, "overlap"))
+			ca->phase = FRAME_CA_OVERLAP;
+		else if (str_is(v, "final"))
+			ca->phase = FRAME_CA_FINAL;
+		else
+			return field_fail(c, &phase,
+			    "must be \"overlap\" or \"final\"");
+	}
+	if (map_lookup(c, m, "next", &v) < 0 ||
+	    (v != NULL && dec_der(c, &next, v, ca->next, &ca->next_len) < 0))
+		return -1;
+	if (map_lookup(c, m, "cross", &v) < 0 ||
+	    (v != NULL && dec_der(c, &cross, v, ca->cross, &ca->cross_len) < 0))
+		return -1;
+	if (map_lookup(c, m, "held", &v) < 0 ||
+	    (v != NULL && dec_held(c, &held, v, ca) < 0))
+		return -1;
+	return 0;
+}
+
 static int
 dec_cred(struct ctx *c, const struct field *fld, const msgpack_object *o,
     enum frame_cred *cred)
@@ -588,6 +679,8 @@ dec_field(struct ctx *c, const struct frame_desc *d, const struct field *fld,
 		return dec_map(c, d, fld, o, f);
 	case F_URLS:
 		return dec_urls(c, fld, o, FIELD(f, fld, struct frame_urls));
+	case F_CA:
+		return dec_ca(c, fld, o, FIELD(f, fld, struct frame_ca));
 	}
 	return fail(c, "internal error: field kind %d", (int)fld->kind);
 }
@@ -709,6 +802,69 @@ check_urls(struct ctx *c, const struct field *fld, const struct frame_urls *u)
 	return 0;
 }
 
+/* "sha256:" and 64 lowercase hex digits, as ca_checksum (auth/ca.h). */
+static int
+ca_sum_ok(const char *s)
+{
+	static const char prefix[] = "sha256:";
+
+	if (strnlen(s, FRAME_CA_SUM_LEN + 1) != FRAME_CA_SUM_LEN ||
+	    strncmp(s, prefix, sizeof(prefix) - 1) != 0)
+		return 0;
+	return strspn(s + sizeof(prefix) - 1, "0123456789abcdef") ==
+	    FRAME_CA_SUM_LEN - (sizeof(prefix) - 1);
+}
+
+/* The gateway's word: a phase, next, and cross in "overlap"; nothing of
+ * the agent's. */
+static int
+check_ca_settings(struct ctx *c, const struct field *fld, const struct frame_ca *ca)
+{
+	if (ca->nheld != 0)
+		return field_fail(c, fld, "has \"held\" (SETTINGS_ACK's)");
+	if (ca->phase != FRAME_CA_OVERLAP && ca->phase != FRAME_CA_FINAL)
+		return field_fail(c, fld, "needs a \"phase\"");
+	if (ca->next_len == 0)
+		return field_fail(c, fld, "needs \"next\"");
+	if (ca->phase == FRAME_CA_OVERLAP && ca->cross_len == 0)
+		return field_fail(c, fld, "needs \"cross\" in \"overlap\"");
+	return 0;
+}
+
+/* The agent's word: the checksums it holds, nothing of the gateway's. */
+static int
+check_ca_ack(struct ctx *c, const struct field *fld, const struct frame_ca *ca)
+{
+	if (ca->phase != FRAME_CA_NONE || ca->next_len != 0 || ca->cross_len != 0)
+		return field_fail(c, fld, "has SETTINGS' members in an ACK");
+	if (ca->nheld < 1)
+		return field_fail(c, fld, "needs \"held\"");
+	for (size_t i = 0; i < ca->nheld; i++) {
+		if (!ca_sum_ok(ca->held[i]))
+			return field_fail(c, fld, "\"held\" lists a malformed "
+			    "checksum (want sha256:<64 hex>)");
+	}
+	return 0;
+}
+
+static int
+check_ca(struct ctx *c, const struct field *fld, const struct frame_ca *ca)
+{
+	if (!ca->present) {
+		if (ca->phase != FRAME_CA_NONE || ca->next_len != 0 ||
+		    ca->cross_len != 0 || ca->nheld != 0)
+			return field_fail(c, fld, "has values but is absent");
+		return 0;
+	}
+	/* Only an encoder's caller can get these wrong; decode bounds them. */
+	if (ca->next_len > FRAME_CA_DER_MAX || ca->cross_len > FRAME_CA_DER_MAX ||
+	    ca->nheld > FRAME_CA_MAX_HELD)
+		return field_fail(c, fld, "has a value over its limit");
+	if (fld->flags & F_ACK)
+		return check_ca_ack(c, fld, ca);
+	return check_ca_settings(c, fld, ca);
+}
+
 static int
 check_field(struct ctx *c, const struct frame_desc *d, const struct field *fld,
     const struct frame *f)
@@ -741,6 +897,8 @@ check_field(struct ctx *c, const struct frame_desc *d, const struct field *fld,
 		return check_fields(c, d, d->keys, d->nkeys, f);
 	case F_URLS:
 		return check_urls(c, fld, CFIELD(f, fld, struct frame_urls));
+	case F_CA:
+		return check_ca(c, fld, CFIELD(f, fld, struct frame_ca));
 	case F_BIN:
 	case F_U64:
 	case F_I64:
@@ -859,6 +1017,8 @@ enc_omitted(const struct field *fld, const struct frame *f)
 		return 0;
 	if (fld->kind == F_URLS)
 		return !CFIELD(f, fld, struct frame_urls)->present;
+	if (fld->kind == F_CA)
+		return !CFIELD(f, fld, struct frame_ca)->present;
 	if (fld->kind == F_U32)
 		return *CFIELD(f, fld, uint32_t) == 0;
 	if (fld->kind == F_STR)
@@ -880,6 +1040,37 @@ enc_key_count(const struct frame_desc *d, const struct frame *f)
 	for (size_t i = 0; i < d->nkeys; i++)
 		n += !enc_omitted(&d->keys[i], f);
 	return n;
+}
+
+static int
+enc_key(msgpack_packer *pk, const char *s)
+{
+	return msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+/* "ca": only the members that are there (check_ca said which may be). */
+static int
+enc_ca(msgpack_packer *pk, const struct frame_ca *ca)
+{
+	const char *phase = ca->phase == FRAME_CA_OVERLAP ? "overlap" : "final";
+	int rc;
+
+	rc = msgpack_pack_map(pk, (ca->phase != FRAME_CA_NONE) +
+	    (ca->next_len > 0) + (ca->cross_len > 0) + (ca->nheld > 0));
+	if (ca->phase != FRAME_CA_NONE)
+		rc |= enc_key(pk, "phase") | enc_key(pk, phase);
+	if (ca->next_len > 0)
+		rc |= enc_key(pk, "next") |
+		    msgpack_pack_bin_with_body(pk, ca->next, ca->next_len);
+	if (ca->cross_len > 0)
+		rc |= enc_key(pk, "cross") |
+		    msgpack_pack_bin_with_body(pk, ca->cross, ca->cross_len);
+	if (ca->nheld > 0) {
+		rc |= enc_key(pk, "held") | msgpack_pack_array(pk, ca->nheld);
+		for (size_t i = 0; i < ca->nheld; i++)
+			rc |= enc_key(pk, ca->held[i]);
+	}
+	return rc;
 }
 
 static int
@@ -925,6 +1116,8 @@ enc_field(msgpack_packer *pk, const struct frame_desc *d,
 			    strlen(u->url[i]));
 		return rc;
 	}
+	case F_CA:
+		return enc_ca(pk, CFIELD(f, fld, struct frame_ca));
 	case F_MAP:
 		rc = msgpack_pack_map(pk, enc_key_count(d, f));
 		for (size_t i = 0; i < d->nkeys; i++) {

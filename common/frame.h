@@ -21,8 +21,10 @@
  *   PING        [11, {"seq":int}]
  *   PONG        [12, {"seq":int}]
  *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
- *   SETTINGS    [14, {"urls":[str...]?}]                  gateway -> agent
- *   SETTINGS_ACK [15, {"urls":[str...]?}]                 agent -> gateway
+ *   SETTINGS    [14, {"urls":[str...]?, "ca":{"phase":"overlap"|"final",
+ *                     "next":bin, "cross":bin?}?}]         gateway -> agent
+ *   SETTINGS_ACK [15, {"urls":[str...]?, "ca":{"held":[str...]}?}]
+ *                                                        agent -> gateway
  *   KEY_ROTATE  [16, {"nonce":bin(32)?}]   gateway -> agent: rotate now
  *               (with nonce); agent -> gateway: please ask me (without)
  *   KEY_PROOF   [17, {"pubkey":bin(32), "old_pubkey":bin(32),
@@ -77,6 +79,9 @@
 #define FRAME_DATA_HEADER_MAX 16  /* bytes frame_data_header may write */
 #define FRAME_MAX_URLS       8    /* SETTINGS: gateway URLs in the list */
 #define FRAME_URL_MAX        255  /* each, https://HOST[:PORT] */
+#define FRAME_CA_DER_MAX     4096 /* SETTINGS "ca": each certificate's DER */
+#define FRAME_CA_MAX_HELD    4    /* SETTINGS_ACK "ca": CAs listed (1 or 2 now) */
+#define FRAME_CA_SUM_LEN     71   /* "sha256:" + 64 lowercase hex digits */
 
 enum frame_type {
 	FRAME_HELLO = 1,
@@ -199,7 +204,8 @@ struct frame_reconnect {
  * Every key is optional: an absent one means "no word on this", so a frame
  * may carry one setting, and a later release adds keys that an older agent
  * skips (the decoder's rule for unknown keys).  To add a setting: a member
- * here, one line in frame.c's settings_keys, its handling in the agent.
+ * here, one line in each of frame.c's settings_keys and settings_ack_keys,
+ * its handling in the agent.
  */
 struct frame_urls {
 	bool present;              /* the key was there; an empty list is a
@@ -208,9 +214,38 @@ struct frame_urls {
 	char url[FRAME_MAX_URLS][FRAME_URL_MAX + 1];
 };
 
+/*
+ * "ca": a CA rotation (docs/0033).  In SETTINGS the gateway's word: phase
+ * and next (DER of the new CA certificate), cross (DER of the new CA's
+ * cross-certificate issued by the current one; required in "overlap",
+ * optional in "final").  In SETTINGS_ACK the agent's: held, the checksums
+ * of the CAs it trusts now (sha256 of the DER, as the join document's
+ * ca_checksum).  Each direction's members only: the other's are refused.
+ * The decoder checks sizes and syntax; whether the certificates mean
+ * anything is the agent's to check (tunnel-client/catrust.h).
+ */
+enum frame_ca_phase {
+	FRAME_CA_NONE = 0,     /* absent (SETTINGS_ACK) */
+	FRAME_CA_OVERLAP = 1,  /* trust next as well as the current CA */
+	FRAME_CA_FINAL = 2,    /* next is the only CA now */
+};
+
+struct frame_ca {
+	bool present;                      /* the key was there */
+	enum frame_ca_phase phase;         /* SETTINGS */
+	size_t next_len;                   /* SETTINGS: 1..FRAME_CA_DER_MAX */
+	uint8_t next[FRAME_CA_DER_MAX];
+	size_t cross_len;                  /* 0 (absent)..FRAME_CA_DER_MAX */
+	uint8_t cross[FRAME_CA_DER_MAX];
+	size_t nheld;                      /* SETTINGS_ACK: 1..FRAME_CA_MAX_HELD */
+	char held[FRAME_CA_MAX_HELD][FRAME_CA_SUM_LEN + 1];
+};
+
 struct frame_settings {
 	struct frame_urls urls;    /* "urls": the gateway's public URLs, in
 	                            * the order agents should dial them */
+	struct frame_ca ca;        /* "ca": a CA rotation's step, or (ACK)
+	                            * the CAs the agent holds */
 };
 
 /* KEY_ROTATE: nonce all zero when an agent asks for a rotation. */

@@ -34,7 +34,10 @@ static const enum frame_type all_types[] = {
 	FRAME_RESET,
 };
 
-static uint8_t pattern[1024]; /* bin fields and small payloads */
+#define SUM_A "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define SUM_B "sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
+
+static uint8_t pattern[FRAME_CA_DER_MAX + 1]; /* bin fields and small payloads */
 static char long_str[1024];   /* 'a' * 1024, for over-long strings */
 
 static void
@@ -113,6 +116,18 @@ sample(enum frame_type type, struct frame *f)
 		f->u.settings.urls.n = 2;
 		strcpy(f->u.settings.urls.url[0], "https://gw-b.example:8443");
 		strcpy(f->u.settings.urls.url[1], "https://[::1]");
+		f->u.settings.ca.present = true;
+		if (type == FRAME_SETTINGS_ACK) {
+			f->u.settings.ca.nheld = 2;
+			strcpy(f->u.settings.ca.held[0], SUM_A);
+			strcpy(f->u.settings.ca.held[1], SUM_B);
+			break;
+		}
+		f->u.settings.ca.phase = FRAME_CA_OVERLAP;
+		f->u.settings.ca.next_len = 600;
+		fill(f->u.settings.ca.next, 600, 15);
+		f->u.settings.ca.cross_len = 700;
+		fill(f->u.settings.ca.cross, 700, 16);
 		break;
 	case FRAME_KEY_ROTATE:
 		fill(f->u.key_rotate.nonce, FRAME_NONCE_LEN, 9);
@@ -317,6 +332,42 @@ test_roundtrip_variants(void **state)
 		memset(f.u.settings.urls.url[i], 'u', FRAME_URL_MAX);
 	roundtrip(&f);
 
+	/* SETTINGS "ca" (docs/0033): "final" with and without cross, the
+	 * largest certificates, "ca" alone; the ACK with 1 and with the most
+	 * checksums. */
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.phase = FRAME_CA_FINAL;
+	roundtrip(&f);
+	f.u.settings.ca.cross_len = 0;
+	CLEAR(f.u.settings.ca.cross);
+	roundtrip(&f);
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.next_len = FRAME_CA_DER_MAX;
+	fill(f.u.settings.ca.next, FRAME_CA_DER_MAX, 17);
+	f.u.settings.ca.cross_len = FRAME_CA_DER_MAX;
+	fill(f.u.settings.ca.cross, FRAME_CA_DER_MAX, 18);
+	roundtrip(&f);
+	f.u.settings.ca.next_len = 1;
+	CLEAR(f.u.settings.ca.next);
+	f.u.settings.ca.next[0] = 0x30;
+	roundtrip(&f);
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.urls.present = false;
+	f.u.settings.urls.n = 0;
+	CLEAR(f.u.settings.urls.url);
+	roundtrip(&f);
+	sample(FRAME_SETTINGS, &f);
+	memset(&f.u.settings.ca, 0, sizeof(f.u.settings.ca));
+	roundtrip(&f);
+	sample(FRAME_SETTINGS_ACK, &f);
+	f.u.settings.ca.nheld = 1;
+	CLEAR(f.u.settings.ca.held[1]);
+	roundtrip(&f);
+	f.u.settings.ca.nheld = FRAME_CA_MAX_HELD;
+	for (size_t i = 0; i < FRAME_CA_MAX_HELD; i++)
+		strcpy(f.u.settings.ca.held[i], i % 2 ? SUM_A : SUM_B);
+	roundtrip(&f);
+
 	/* Node key rotation: AUTH with a pending key's signature, WELCOME
 	 * naming the key, KEY_ROTATE without a nonce (an agent's request). */
 	sample(FRAME_AUTH, &f);
@@ -432,6 +483,38 @@ test_golden_bytes(void **state)
 		free(out);
 	}
 
+	/* SETTINGS "ca" (docs/interface.md, "Settings"): the members in
+	 * this order, each only when there; the ACK's list. */
+	{
+		static const uint8_t ca_final[] = { 0x92, 0x0e, 0x81,
+		    0xa2, 'c', 'a', 0x82,
+		    0xa5, 'p', 'h', 'a', 's', 'e', 0xa5, 'f', 'i', 'n', 'a', 'l',
+		    0xa4, 'n', 'e', 'x', 't', 0xc4, 0x01, 0x30 };
+		static const uint8_t ack_head[] = { 0x92, 0x0f, 0x81,
+		    0xa2, 'c', 'a', 0x81, 0xa4, 'h', 'e', 'l', 'd', 0x91, 0xd9, 71 };
+
+		memset(&f, 0, sizeof(f));
+		f.type = FRAME_SETTINGS;
+		f.u.settings.ca.present = true;
+		f.u.settings.ca.phase = FRAME_CA_FINAL;
+		f.u.settings.ca.next_len = 1;
+		f.u.settings.ca.next[0] = 0x30;
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(ca_final));
+		assert_memory_equal(out, ca_final, len);
+		free(out);
+		memset(&f, 0, sizeof(f));
+		f.type = FRAME_SETTINGS_ACK;
+		f.u.settings.ca.present = true;
+		f.u.settings.ca.nheld = 1;
+		strcpy(f.u.settings.ca.held[0], SUM_A);
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(ack_head) + 71);
+		assert_memory_equal(out, ack_head, sizeof(ack_head));
+		assert_memory_equal(out + sizeof(ack_head), SUM_A, 71);
+		free(out);
+	}
+
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_OPEN;
 	f.stream_id = 3;
@@ -542,6 +625,60 @@ static const msgpack_object u_max[] = { LONG(255) };
 static const msgpack_object u_empty[] = { STR("https://a"), STR("") };
 static const msgpack_object u_num[] = { UINT(443) };
 static const msgpack_object u_nul[] = { STRN("https://a\0b", 11) };
+#define SUM_A_OBJ STR(SUM_A)
+#define MAP0     { .type = MSGPACK_OBJECT_MAP, .via.map = { 0, NULL } }
+static const msgpack_object h_one[] = { SUM_A_OBJ };
+static const msgpack_object h_five[] = { SUM_A_OBJ, SUM_A_OBJ, SUM_A_OBJ, SUM_A_OBJ, SUM_A_OBJ };
+static const msgpack_object h_num[] = { UINT(1) };
+static const msgpack_object h_long[] = { STR(SUM_A "0") };
+static const msgpack_object h_short[] = { STR("sha256:0123") };
+static const msgpack_object h_upper[] = {
+	STR("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef") };
+static const msgpack_object h_md5[] = {
+	STR("md5:000123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef") };
+static const msgpack_object h_nul[] = {
+	STRN("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\0", 71) };
+static const msgpack_object_kv ca_final[] = {
+	{ STR("phase"), STR("final") }, { STR("next"), BINN(300) } };
+static const msgpack_object_kv ca_max[] = {
+	{ STR("phase"), STR("overlap") }, { STR("next"), BINN(4096) },
+	{ STR("cross"), BINN(4096) } };
+static const msgpack_object_kv ca_future[] = {
+	{ STR("phase"), STR("overlap") }, { STR("next"), BINN(30) },
+	{ STR("cross"), BINN(31) }, { STR("grace_s"), UINT(86400) } };
+static const msgpack_object_kv ca_no_phase[] = { { STR("next"), BINN(30) } };
+static const msgpack_object_kv ca_bad_phase[] = {
+	{ STR("phase"), STR("start") }, { STR("next"), BINN(30) } };
+static const msgpack_object_kv ca_num_phase[] = {
+	{ STR("phase"), UINT(1) }, { STR("next"), BINN(30) } };
+static const msgpack_object_kv ca_no_next[] = { { STR("phase"), STR("final") } };
+static const msgpack_object_kv ca_no_cross[] = {
+	{ STR("phase"), STR("overlap") }, { STR("next"), BINN(30) } };
+static const msgpack_object_kv ca_next_over[] = {
+	{ STR("phase"), STR("final") }, { STR("next"), BINN(4097) } };
+static const msgpack_object_kv ca_cross_over[] = {
+	{ STR("phase"), STR("overlap") }, { STR("next"), BINN(30) },
+	{ STR("cross"), BINN(4097) } };
+static const msgpack_object_kv ca_next_empty[] = {
+	{ STR("phase"), STR("final") }, { STR("next"), BINN(0) } };
+static const msgpack_object_kv ca_next_str[] = {
+	{ STR("phase"), STR("final") }, { STR("next"), STR("MIIB") } };
+static const msgpack_object_kv ca_dup[] = {
+	{ STR("phase"), STR("final") }, { STR("next"), BINN(30) },
+	{ STR("next"), BINN(31) } };
+static const msgpack_object_kv ca_held_in_settings[] = {
+	{ STR("phase"), STR("final") }, { STR("next"), BINN(30) },
+	{ STR("held"), ARR(h_one) } };
+static const msgpack_object_kv ca_held_one[] = { { STR("held"), ARR(h_one) } };
+static const msgpack_object_kv ca_held_none[] = { { STR("held"), ARR0 } };
+static const msgpack_object_kv ca_held_five[] = { { STR("held"), ARR(h_five) } };
+static const msgpack_object_kv ca_held_map[] = { { STR("held"), MAP0 } };
+static const msgpack_object_kv ca_held_num[] = { { STR("held"), ARR(h_num) } };
+static const msgpack_object_kv ca_held_long[] = { { STR("held"), ARR(h_long) } };
+static const msgpack_object_kv ca_held_short[] = { { STR("held"), ARR(h_short) } };
+static const msgpack_object_kv ca_held_upper[] = { { STR("held"), ARR(h_upper) } };
+static const msgpack_object_kv ca_held_md5[] = { { STR("held"), ARR(h_md5) } };
+static const msgpack_object_kv ca_held_nul[] = { { STR("held"), ARR(h_nul) } };
 static const msgpack_object_kv kv_future[] = {
 	{ STR("a"), ARR(v_nine) },
 	{ UINT(7), NIL }, /* non-string keys deeper down are not ours to judge */
@@ -560,6 +697,39 @@ static const struct edit edits[] = {
 	KEY(FRAME_SETTINGS, "urls", STR("https://a"), "SETTINGS: \"urls\" is not an array"),
 	KEY(FRAME_SETTINGS_ACK, "urls", NIL, "SETTINGS_ACK: \"urls\" is not an array"),
 	{ FRAME_SETTINGS, ADD, "ca_bundle", 0, STR("-----BEGIN"), NULL },
+
+	/* SETTINGS "ca": each direction's members, bounded, nothing else */
+	MISSING(FRAME_SETTINGS, "ca", NULL),
+	MISSING(FRAME_SETTINGS_ACK, "ca", NULL),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_final), NULL),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_max), NULL),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_future), NULL),
+	KEY(FRAME_SETTINGS, "ca", NIL, "SETTINGS: \"ca\" is not a map"),
+	KEY(FRAME_SETTINGS, "ca", BINN(10), "SETTINGS: \"ca\" is not a map"),
+	KEY(FRAME_SETTINGS, "ca", MAP0, "SETTINGS: \"ca\" needs a \"phase\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_no_phase), "SETTINGS: \"ca\" needs a \"phase\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_bad_phase), "SETTINGS: \"ca.phase\" must be \"overlap\" or \"final\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_num_phase), "SETTINGS: \"ca.phase\" must be \"overlap\" or \"final\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_no_next), "SETTINGS: \"ca\" needs \"next\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_no_cross), "SETTINGS: \"ca\" needs \"cross\" in \"overlap\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_next_over), "SETTINGS: \"ca.next\" is too long (4097 > 4096 bytes)"),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_cross_over), "SETTINGS: \"ca.cross\" is too long (4097 > 4096 bytes)"),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_next_empty), "SETTINGS: \"ca.next\" is empty"),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_next_str), "SETTINGS: \"ca.next\" is not binary"),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_dup), "SETTINGS: duplicate key \"next\""),
+	KEY(FRAME_SETTINGS, "ca", MAP(ca_held_in_settings), "SETTINGS: \"ca\" has \"held\" (SETTINGS_ACK's)"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_one), NULL),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_final), "SETTINGS_ACK: \"ca\" has SETTINGS' members in an ACK"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP0, "SETTINGS_ACK: \"ca\" needs \"held\""),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_none), "SETTINGS_ACK: \"ca.held\" must list 1 to 4 CAs, got 0"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_five), "SETTINGS_ACK: \"ca.held\" must list 1 to 4 CAs, got 5"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_map), "SETTINGS_ACK: \"ca.held\" is not an array"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_num), "SETTINGS_ACK: \"ca.held\" is not a string"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_long), "SETTINGS_ACK: \"ca.held\" is too long (72 > 71 bytes)"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_short), "SETTINGS_ACK: \"ca\" \"held\" lists a malformed checksum"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_upper), "SETTINGS_ACK: \"ca\" \"held\" lists a malformed checksum"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_md5), "SETTINGS_ACK: \"ca\" \"held\" lists a malformed checksum"),
+	KEY(FRAME_SETTINGS_ACK, "ca", MAP(ca_held_nul), "SETTINGS_ACK: \"ca.held\" contains a NUL byte"),
 
 	/* the array */
 	EL(FRAME_HELLO, 0, STR("1"), "frame type is not a positive integer"),
@@ -1248,6 +1418,34 @@ test_encode_rejects(void **state)
 	sample(FRAME_SETTINGS, &f);
 	f.u.settings.urls.present = false;
 	expect_encode_fail(&f, "SETTINGS with URLs but no key");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.present = false;
+	expect_encode_fail(&f, "SETTINGS with a CA but no key");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.next_len = FRAME_CA_DER_MAX + 1;
+	expect_encode_fail(&f, "SETTINGS with next over 4096 bytes");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.cross_len = 0;
+	expect_encode_fail(&f, "SETTINGS overlap without cross");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.phase = (enum frame_ca_phase)3;
+	expect_encode_fail(&f, "SETTINGS with phase 3");
+	sample(FRAME_SETTINGS, &f);
+	f.u.settings.ca.nheld = 1;
+	strcpy(f.u.settings.ca.held[0], SUM_A);
+	expect_encode_fail(&f, "SETTINGS with held");
+	sample(FRAME_SETTINGS_ACK, &f);
+	f.u.settings.ca.nheld = 0;
+	expect_encode_fail(&f, "SETTINGS_ACK with no CA held");
+	sample(FRAME_SETTINGS_ACK, &f);
+	f.u.settings.ca.nheld = FRAME_CA_MAX_HELD + 1;
+	expect_encode_fail(&f, "SETTINGS_ACK with 5 CAs held");
+	sample(FRAME_SETTINGS_ACK, &f);
+	f.u.settings.ca.held[1][10] = 'X';
+	expect_encode_fail(&f, "SETTINGS_ACK with a malformed checksum");
+	sample(FRAME_SETTINGS_ACK, &f);
+	f.u.settings.ca.phase = FRAME_CA_FINAL;
+	expect_encode_fail(&f, "SETTINGS_ACK with a phase");
 	sample(FRAME_RESET, &f);
 	f.u.reset_code[0] = '\0';
 	expect_encode_fail(&f, "empty RESET code");
