@@ -575,8 +575,10 @@ job_submit(struct gateway *gw, struct session *s, struct session_job *j,
 	}
 	j->s = s;
 	j->then = then;
-	if (store_worker_submit(job_worker(gw, j->kind), job_work, job_done,
-	    j) == -1) {
+	/* job_work writes its answers into j and reads none back: it may run
+	 * in a group, and again alone if the group cannot commit. */
+	if (store_worker_submit_grouped(job_worker(gw, j->kind), job_work,
+	    job_done, j) == -1) {
 		OPENSSL_cleanse(j, sizeof(*j));
 		free(j);
 		if (s != NULL)

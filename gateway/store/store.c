@@ -92,10 +92,19 @@ store_timer_done(struct store_timer *t)
 
 /* ---- running statements ------------------------------------------------- */
 
+/* In a broken group nothing runs: a statement would commit on its own
+ * what the group's caller is to make again, alone. */
 static int
 run(struct store *s, const struct store_stmt *q, store_row_fn *fn, void *arg,
     struct store_outcome *out, char *err, size_t errlen)
 {
+	if (s->group != STORE_GROUP_NONE && !store_group_whole(s)) {
+		if (out != NULL)
+			*out = (struct store_outcome){ 0 };
+		snprintf(err, errlen, "%s: the store group was rolled back",
+		    q->what);
+		return STORE_ERR;
+	}
 	return s->be->run(s, q, fn, arg, out, err, errlen);
 }
 
@@ -250,9 +259,91 @@ query_all(struct store *s, const struct store_stmt *q, size_t elem,
 	return STORE_OK;
 }
 
+/* ---- groups (store_backend.h) ------------------------------------------ */
+
+/* Every call's transaction in a group is this savepoint (calls do not
+ * nest, so one name serves). */
+#define SAVEPOINT_SQL  "SAVEPOINT call"
+#define RELEASE_SQL    "RELEASE call"
+#define ROLLBACK_TO_SQL "ROLLBACK TO call"
+
+bool
+store_group_able(const struct store *s)
+{
+	return s->be->in_transaction != NULL;
+}
+
+int
+store_group_begin(struct store *s, char *err, size_t errlen)
+{
+	int rc;
+
+	if (!store_group_able(s) || s->group != STORE_GROUP_NONE) {
+		snprintf(err, errlen, "begin group: not here");
+		return STORE_ERR;
+	}
+	if ((rc = s->be->begin(s, false, err, errlen)) == STORE_OK)
+		s->group = STORE_GROUP_OPEN;
+	return rc;
+}
+
+bool
+store_group_whole(struct store *s)
+{
+	if (s->group == STORE_GROUP_OPEN && !s->be->in_transaction(s))
+		s->group = STORE_GROUP_BROKEN;
+	return s->group == STORE_GROUP_OPEN;
+}
+
+int
+store_group_end(struct store *s, char *err, size_t errlen)
+{
+	bool whole = store_group_whole(s);
+
+	s->group = STORE_GROUP_NONE;
+	if (!whole) {
+		s->be->rollback(s);     /* a no-op once the engine rolled back */
+		snprintf(err, errlen, "the store group was rolled back");
+		return STORE_ERR;
+	}
+	return store_finish(s, STORE_OK, err, errlen);
+}
+
+/* Ends a call's savepoint in a group: kept (released into the group) on
+ * STORE_OK, else undone alone.  A savepoint that cannot be undone breaks
+ * the group. */
+static int
+savepoint_finish(struct store *s, int rc, char *err, size_t errlen)
+{
+	char why[STORE_ERROR_MAX + 1];
+
+	if (!store_group_whole(s)) {
+		if (rc == STORE_OK) {
+			snprintf(err, errlen, "the store group was rolled back");
+			rc = STORE_ERR;
+		}
+		return rc;
+	}
+	if (rc == STORE_OK && (rc = s->be->exec(s, RELEASE_SQL,
+	    "release savepoint", err, errlen)) == STORE_OK)
+		return STORE_OK;
+	if (s->be->exec(s, ROLLBACK_TO_SQL, "roll back savepoint", why,
+	    sizeof(why)) != STORE_OK ||
+	    s->be->exec(s, RELEASE_SQL, "release savepoint", why,
+	    sizeof(why)) != STORE_OK) {
+		error("store: a failed call could not be undone alone; its "
+		    "group is rolled back", KV_S("err", why));
+		s->group = STORE_GROUP_BROKEN;
+		s->be->rollback(s);
+	}
+	return rc;
+}
+
 int
 store_finish(struct store *s, int rc, char *err, size_t errlen)
 {
+	if (s->group != STORE_GROUP_NONE)
+		return savepoint_finish(s, rc, err, errlen);
 	if (rc != STORE_OK) {
 		s->be->rollback(s);
 		return rc;
@@ -264,10 +355,17 @@ store_finish(struct store *s, int rc, char *err, size_t errlen)
 	return STORE_OK;
 }
 
+/* A call's transaction: its own, or a savepoint in s's group. */
 static int
 begin(struct store *s, char *err, size_t errlen)
 {
-	return s->be->begin(s, false, err, errlen);
+	if (s->group == STORE_GROUP_NONE)
+		return s->be->begin(s, false, err, errlen);
+	if (!store_group_whole(s)) {
+		snprintf(err, errlen, "begin: the store group was rolled back");
+		return STORE_ERR;
+	}
+	return s->be->exec(s, SAVEPOINT_SQL, "begin savepoint", err, errlen);
 }
 
 /* The longest presence statement, with {NOW} spelled out. */

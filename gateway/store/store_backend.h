@@ -127,6 +127,10 @@ struct store_backend {
 	int (*begin)(struct store *s, bool migrating, char *err, size_t errlen);
 	int (*commit)(struct store *s, char *err, size_t errlen);
 	void (*rollback)(struct store *s);    /* logs its own failure */
+	/* Whether a transaction is open on s (the engine may end one on its
+	 * own: SQLite rolls back on a full disk).  NULL for a backend that
+	 * runs no groups (store_group_begin). */
+	bool (*in_transaction)(struct store *s);
 	/* Column accessors; col counts from 0. */
 	bool (*col_null)(const struct store_row *r, int col);
 	int64_t (*col_int)(const struct store_row *r, int col);
@@ -139,6 +143,14 @@ struct store_backend {
 	void (*close)(struct store *s);
 };
 
+/* Where s stands with a group (store_group_begin). */
+enum store_group_state {
+	STORE_GROUP_NONE = 0,  /* no group: each call is its own transaction */
+	STORE_GROUP_OPEN,      /* in a group: each call is a savepoint */
+	STORE_GROUP_BROKEN,    /* the group's transaction ended under it: every
+	                        * call fails until store_group_end */
+};
+
 /* What every backend shares; impl is the backend's own connection. */
 struct store {
 	const struct store_backend *be;
@@ -146,6 +158,7 @@ struct store {
 	int version;          /* schema version after migration */
 	store_timing_fn *timing;  /* store_set_timing's hook, or NULL */
 	void *timing_arg;
+	enum store_group_state group;  /* store_group_begin's, else NONE */
 };
 
 /*
@@ -168,6 +181,38 @@ int store_pg_connect(const char *url, struct store *s, char *err,
  * else rolls back.  Returns the final result (a failed commit's).
  */
 int store_finish(struct store *s, int rc, char *err, size_t errlen);
+
+/* ---- groups: many calls, one commit (docs/0038) -------------------------- */
+
+/*
+ * Whether s's backend runs groups (SQLite: one writer, whose commit is the
+ * cost; not PostgreSQL, whose row locks a group would hold across calls).
+ */
+bool store_group_able(const struct store *s);
+
+/*
+ * Opens a group on s: one transaction (the backend's begin, so SQLite's
+ * write lock) in which each of s's calls runs as a savepoint, committed
+ * or rolled back alone as it would be alone (a failed call leaves the
+ * others), and a statement run outside a call is part of the group.
+ * Nothing is durable, and no caller may be told a result, until
+ * store_group_end commits.  STORE_OK, or STORE_ERR with err (no group).
+ * Only when store_group_able; groups do not nest.
+ */
+int store_group_begin(struct store *s, char *err, size_t errlen);
+
+/* Whether s's group still holds every call made in it since
+ * store_group_begin (false once the engine rolled it back on its own:
+ * every call since fails, and the group's work is lost). */
+bool store_group_whole(struct store *s);
+
+/*
+ * Ends s's group: commits it when it is whole, else rolls back what is
+ * left.  STORE_OK when every call of the group is committed; otherwise
+ * STORE_ERR/STORE_FULL with err and none is (each must be made again,
+ * alone, for its answer to be true).  s is out of the group either way.
+ */
+int store_group_end(struct store *s, char *err, size_t errlen);
 
 /* ---- the schema (store_schema.c) ---------------------------------------- */
 

@@ -267,6 +267,14 @@ sqlite_commit(struct store *s, char *err, size_t errlen)
 	return sqlite_exec(s, "COMMIT", "commit", err, errlen);
 }
 
+/* SQLite ends a transaction on its own after some failures (a full disk,
+ * an I/O error): a group (store_group_begin) must hear of it. */
+static bool
+sqlite_in_transaction(struct store *s)
+{
+	return !sqlite3_get_autocommit(DB(s));
+}
+
 /* ---- columns ------------------------------------------------------------- */
 
 static bool
@@ -349,6 +357,7 @@ static const struct store_backend sqlite_backend = {
 	.begin = sqlite_begin,
 	.commit = sqlite_commit,
 	.rollback = sqlite_rollback,
+	.in_transaction = sqlite_in_transaction,
 	.col_null = sqlite_col_null,
 	.col_int = sqlite_col_int,
 	.col_text = sqlite_col_text,

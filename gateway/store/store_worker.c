@@ -6,6 +6,13 @@
  * calls their done callbacks).  The threads never call into libevent.  A
  * pool's threads each hold their own connection and take the next job as
  * they come free; one thread runs the jobs in order.
+ *
+ * Group commit (SQLite, store_group_begin): when a groupable job is taken
+ * with another groupable one queued behind it, the thread runs them, and
+ * those queued meanwhile, in one transaction, each store call a savepoint,
+ * up to GROUP_JOBS jobs or GROUP_HOLD_MS of holding the write lock; one
+ * commit, then every job of the group goes to the loop.  A group that
+ * cannot commit is rolled back and its jobs run again, one by one, alone.
  */
 #include "store_worker.h"
 
@@ -17,17 +24,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "log.h"
+#include "store_backend.h"
+
+/* A group's bounds: the jobs one commit answers, and how long it holds
+ * SQLite's write lock (another process's writer waits that long; the
+ * first job's answer waits for the last's).  A job that alone runs longer
+ * ends its group all the same, once done. */
+#define GROUP_JOBS    64
+#define GROUP_HOLD_MS 10
 
 struct store_job {
 	struct store_job *next;
 	store_work_fn *work;
 	store_done_fn *done;
 	void *arg;
+	bool groupable;            /* store_worker_submit_grouped's */
 };
 
 /* A singly linked FIFO; O(1) push and pop. */
@@ -56,6 +73,8 @@ struct store_worker {
 	size_t running;            /* threads running a job (under mu) */
 	bool stopping;             /* under mu */
 	size_t cap;
+	size_t group_jobs;         /* under mu: a group's bounds */
+	unsigned group_hold_ms;
 	int efd;                   /* eventfd: done has jobs */
 	struct event *ev;
 };
@@ -107,6 +126,75 @@ notify_loop(struct store_worker *w)
 		;
 }
 
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Whether th should open a group for j, the job it just took (mu held):
+ * another groupable job waits behind it and its store runs groups. */
+static bool
+group_worth(const struct store_thread *th, const struct store_job *j)
+{
+	const struct store_worker *w = th->w;
+
+	return j->groupable && w->group_jobs > 1 && w->todo.head != NULL &&
+	    w->todo.head->groupable && store_group_able(th->store);
+}
+
+/*
+ * Runs first and the groupable jobs queued behind it in one group on th's
+ * store (see the top of the file); mu held on entry and on return, not
+ * while jobs run.  Every job taken ends on the done list after the commit,
+ * or after running again alone if there was none.
+ */
+static void
+run_group(struct store_thread *th, struct store_job *first)
+{
+	struct store_worker *w = th->w;
+	struct job_list group = { 0 };
+	struct store_job *j = first;
+	char err[STORE_ERROR_MAX + 1];
+	double until = now_ms() + w->group_hold_ms;
+	int rc;
+
+	pthread_mutex_unlock(&w->mu);
+	rc = store_group_begin(th->store, err, sizeof(err));
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		list_push(&group, j);
+		pthread_mutex_unlock(&w->mu);
+		j->work(th->store, j->arg);
+		pthread_mutex_lock(&w->mu);
+		if (rc != STORE_OK || group.len >= w->group_jobs ||
+		    w->todo.head == NULL || !w->todo.head->groupable ||
+		    now_ms() >= until || !store_group_whole(th->store))
+			break;
+		j = list_pop(&w->todo);
+		w->running++;
+	}
+	pthread_mutex_unlock(&w->mu);
+	/* Not begun, the first job ran alone as any other.  Not committed,
+	 * every answer of the group is false: each job runs again, alone,
+	 * and answers what it finds then. */
+	if (rc == STORE_OK &&
+	    (rc = store_group_end(th->store, err, sizeof(err))) != STORE_OK) {
+		warn("store: a group of calls could not commit; each runs "
+		    "again alone", KV_U("jobs", group.len), KV_S("err", err));
+		for (j = group.head; j != NULL; j = j->next)
+			j->work(th->store, j->arg);
+	}
+	pthread_mutex_lock(&w->mu);
+	w->running -= group.len;
+	while ((j = list_pop(&group)) != NULL)
+		list_push(&w->done, j);
+	notify_loop(w);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -124,6 +212,10 @@ worker_main(void *arg)
 			break;
 		j = list_pop(&w->todo);
 		w->running++;
+		if (group_worth(th, j)) {
+			run_group(th, j);
+			continue;
+		}
 		pthread_mutex_unlock(&w->mu);
 		j->work(th->store, j->arg);
 		pthread_mutex_lock(&w->mu);
@@ -192,6 +284,8 @@ store_worker_start_pool(struct event_base *base, const char *url, size_t cap,
 	}
 	w->nthreads = nthreads;
 	w->cap = cap;
+	w->group_jobs = GROUP_JOBS;
+	w->group_hold_ms = GROUP_HOLD_MS;
 	w->efd = -1;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->wake, NULL);
@@ -226,9 +320,9 @@ fail:
 	return -1;
 }
 
-int
-store_worker_submit(struct store_worker *w, store_work_fn *work,
-    store_done_fn *done, void *arg)
+static int
+submit(struct store_worker *w, store_work_fn *work, store_done_fn *done,
+    void *arg, bool groupable)
 {
 	struct store_job *j;
 
@@ -243,11 +337,36 @@ store_worker_submit(struct store_worker *w, store_work_fn *work,
 	j->work = work;
 	j->done = done;
 	j->arg = arg;
+	j->groupable = groupable;
 	pthread_mutex_lock(&w->mu);
 	list_push(&w->todo, j);
 	pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->mu);
 	return 0;
+}
+
+int
+store_worker_submit(struct store_worker *w, store_work_fn *work,
+    store_done_fn *done, void *arg)
+{
+	return submit(w, work, done, arg, false);
+}
+
+int
+store_worker_submit_grouped(struct store_worker *w, store_work_fn *work,
+    store_done_fn *done, void *arg)
+{
+	return submit(w, work, done, arg, true);
+}
+
+void
+store_worker_set_group(struct store_worker *w, size_t max_jobs,
+    unsigned hold_ms)
+{
+	pthread_mutex_lock(&w->mu);
+	w->group_jobs = max_jobs;
+	w->group_hold_ms = hold_ms;
+	pthread_mutex_unlock(&w->mu);
 }
 
 size_t

@@ -17,6 +17,12 @@
  * go there (docs/0033: a PostgreSQL far away answers N registrations in
  * the time of one).
  *
+ * A job submitted grouped (store_worker_submit_grouped) may share one
+ * transaction and one commit with the jobs queued beside it, on a store
+ * that runs groups (SQLite: its commit is what a call costs, docs/0038);
+ * each of its store calls still commits or fails alone, and done runs only
+ * once the group is committed.
+ *
  * Costs: one thread and one store connection each, one eventfd; at most
  * cap jobs waiting (a submit past it is refused), each a small node.
  */
@@ -57,6 +63,25 @@ size_t store_worker_threads(const struct store_worker *w);
  */
 int store_worker_submit(struct store_worker *w, store_work_fn *work,
     store_done_fn *done, void *arg);
+
+/*
+ * The same for a job that may run in a group (see above).  Its work must
+ * be one that can run twice: when its group cannot commit (a full disk),
+ * nothing of it was kept and it runs again, alone; work then starts from
+ * arg as submitted (it writes its answers there, never reads them back)
+ * and its store calls are made again.  Loop thread only.
+ */
+int store_worker_submit_grouped(struct store_worker *w, store_work_fn *work,
+    store_done_fn *done, void *arg);
+
+/*
+ * Bounds w's groups: at most max_jobs jobs (0 or 1: no groups, each job
+ * alone as store_worker_submit's), a group taking no further job once it
+ * has held the store hold_ms.  The defaults (64 jobs, 10 ms) serve the
+ * gateway; tests and benchmarks set others.  Loop thread.
+ */
+void store_worker_set_group(struct store_worker *w, size_t max_jobs,
+    unsigned hold_ms);
 
 /* Jobs queued or running (loop thread). */
 size_t store_worker_pending(const struct store_worker *w);

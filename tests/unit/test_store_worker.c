@@ -3,7 +3,9 @@
  * SQLite file: jobs run on another thread in the order they were queued,
  * their done callbacks run on the loop's thread, a full queue refuses, and
  * stopping runs what was queued before calling every done; a pool's threads
- * (store_worker_start_pool) run jobs at once, each on its own connection.
+ * (store_worker_start_pool) run jobs at once, each on its own connection;
+ * grouped jobs queued together share one commit, a failed one undone alone,
+ * and are answered only once committed.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -248,6 +250,208 @@ test_stop_drains(void **state)
 	}
 }
 
+/* ---- groups (store_worker_submit_grouped) ---- */
+
+#define GTOKEN "1111111111111111"
+
+enum gkind { G_REGISTER, G_USER_TOKEN };
+
+/* A grouped job: a registration, or a user token scoped to a cluster that
+ * exists and one that does not (it fails after writing its token row). */
+struct gjob {
+	int seq;
+	enum gkind kind;
+	const char *token;        /* G_REGISTER: the import token */
+	const char *node;
+	uint8_t key;              /* its pubkey: 32 bytes of this */
+	struct store *peek;       /* another connection: what is committed */
+	const char *cluster;
+	int rc;
+	char err[STORE_ERROR_MAX + 1];
+	bool created;
+	size_t seen_in_work;      /* agents committed when its work ended */
+	size_t seen_at_done;      /* ... and when it was answered */
+};
+
+static size_t
+committed_agents(struct store *peek)
+{
+	struct store_agent *a = NULL;
+	size_t n = 0;
+
+	assert_int_equal(store_agent_list(peek, NULL, &a, &n), STORE_OK);
+	free(a);
+	return n;
+}
+
+static void
+gwork(struct store *s, void *arg)
+{
+	struct gjob *j = arg;
+	struct store_agent a;
+	struct store_token t = { .id = "2222222222222222", .kind = TOKEN_USER,
+	    .name = "ann", .uses_left = -1, .created_at = 1700000000 };
+	const char *clusters[2] = { j->cluster, "c-000000000000" };
+	uint8_t pub[32];
+
+	memset(pub, j->key, sizeof(pub));
+	if (j->kind == G_REGISTER)
+		j->rc = store_agent_register(s, j->token, j->node, pub,
+		    1700000000, &a, &j->created, j->err, sizeof(j->err));
+	else
+		j->rc = store_user_token_create(s, &t, clusters, 2, NULL, j->err,
+		    sizeof(j->err));
+	j->seen_in_work = committed_agents(j->peek);
+}
+
+static void
+gdone(void *arg)
+{
+	struct gjob *j = arg;
+
+	j->seen_at_done = committed_agents(j->peek);
+	done_order[ndone++] = j->seq;
+}
+
+/* A connection beside the worker's with a cluster and an import token of
+ * four uses: *cluster gets the cluster's id. */
+static struct store *
+group_store(struct fixture *f, char cluster[STORE_ID_MAX + 1])
+{
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster c;
+	struct store_token t = { .id = GTOKEN, .kind = TOKEN_IMPORT,
+	    .uses_left = 4, .created_at = 1700000000 };
+	struct store *peek;
+
+	assert_int_equal(store_open(f->url, &peek, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_cluster_create(peek, "prod", 1700000000, &c, err,
+	    sizeof(err)), STORE_OK);
+	snprintf(cluster, STORE_ID_MAX + 1, "%s", c.id);
+	snprintf(t.cluster, sizeof(t.cluster), "%s", c.id);
+	assert_int_equal(store_token_insert(peek, &t, err, sizeof(err)),
+	    STORE_OK);
+	return peek;
+}
+
+/* Holds the store thread on a job of its own until the gate opens, so
+ * that what is submitted meanwhile is queued together. */
+static void
+hold_thread(struct fixture *f, struct job *hold, sem_t *started, sem_t *gate)
+{
+	sem_init(started, 0, 0);
+	sem_init(gate, 0, 0);
+	*hold = (struct job){ .seq = 0, .name = "hold", .started = started,
+	    .gate = gate };
+	assert_int_equal(store_worker_submit(f->w, work, done, hold), 0);
+	sem_wait(started);
+}
+
+/*
+ * Five registrations and a user token queued together run as one group:
+ * none is committed while the group runs (another connection sees no
+ * agent), each is answered once all are, and the ones that failed were
+ * undone alone: the taken node and the unknown token spent no use, the
+ * user token whose second cluster does not exist left no row, and the two
+ * good registrations spent two of the four uses.
+ */
+static void
+test_group_one_commit(void **state)
+{
+	struct fixture *f = *state;
+	char cluster[STORE_ID_MAX + 1];
+	struct store *peek = NULL;
+	struct store_token t;
+	struct job hold;
+	sem_t started, gate;
+	struct gjob g[5];
+
+	start(f, 16);
+	peek = group_store(f, cluster);
+	/* One group whatever the machine's speed. */
+	store_worker_set_group(f->w, 64, 600000);
+	hold_thread(f, &hold, &started, &gate);
+	g[0] = (struct gjob){ .kind = G_REGISTER, .token = GTOKEN, .node = "n1",
+	    .key = 1 };
+	g[1] = (struct gjob){ .kind = G_USER_TOKEN, .cluster = cluster };
+	g[2] = (struct gjob){ .kind = G_REGISTER, .token = GTOKEN, .node = "n1",
+	    .key = 2 };
+	g[3] = (struct gjob){ .kind = G_REGISTER, .token = "3333333333333333",
+	    .node = "n2", .key = 3 };
+	g[4] = (struct gjob){ .kind = G_REGISTER, .token = GTOKEN, .node = "n3",
+	    .key = 4 };
+	for (int i = 0; i < 5; i++) {
+		g[i].seq = i + 1;
+		g[i].peek = peek;
+		assert_int_equal(store_worker_submit_grouped(f->w, gwork, gdone,
+		    &g[i]), 0);
+	}
+	sem_post(&gate);
+	run_until(f, 6);
+
+	assert_int_equal(g[0].rc, STORE_OK);
+	assert_true(g[0].created);
+	assert_int_equal(g[1].rc, STORE_NOTFOUND);
+	/* The group sees its own writes: n1 is taken already. */
+	assert_int_equal(g[2].rc, STORE_REFUSED);
+	assert_non_null(strstr(g[2].err, "already registered"));
+	assert_int_equal(g[3].rc, STORE_REFUSED);
+	assert_string_equal(g[3].err, "unknown import token");
+	assert_int_equal(g[4].rc, STORE_OK);
+	assert_true(g[4].created);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(done_order[i + 1], i + 1);
+		assert_int_equal(g[i].seen_in_work, 0);   /* one transaction */
+		assert_int_equal(g[i].seen_at_done, 2);   /* answered committed */
+	}
+	assert_int_equal(store_token_get(peek, GTOKEN, &t), STORE_OK);
+	assert_int_equal(t.uses_left, 2);
+	assert_int_equal(store_token_get(peek, "2222222222222222", &t),
+	    STORE_NOTFOUND);
+	store_close(peek);
+	sem_destroy(&started);
+	sem_destroy(&gate);
+}
+
+/* A group takes at most its cap of jobs: with two, four registrations
+ * queued together commit in two groups, the second after the first. */
+static void
+test_group_cap(void **state)
+{
+	struct fixture *f = *state;
+	char cluster[STORE_ID_MAX + 1];
+	struct store *peek;
+	struct job hold;
+	sem_t started, gate;
+	struct gjob g[4];
+	const char *nodes[4] = { "m1", "m2", "m3", "m4" };
+
+	start(f, 16);
+	peek = group_store(f, cluster);
+	store_worker_set_group(f->w, 2, 600000);
+	hold_thread(f, &hold, &started, &gate);
+	for (int i = 0; i < 4; i++) {
+		g[i] = (struct gjob){ .seq = i + 1, .kind = G_REGISTER,
+		    .token = GTOKEN, .node = nodes[i], .key = (uint8_t)(i + 1),
+		    .peek = peek };
+		assert_int_equal(store_worker_submit_grouped(f->w, gwork, gdone,
+		    &g[i]), 0);
+	}
+	sem_post(&gate);
+	run_until(f, 5);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(g[i].rc, STORE_OK);
+	assert_int_equal(g[1].seen_in_work, 0);
+	assert_int_equal(g[2].seen_in_work, 2);
+	assert_int_equal(g[3].seen_in_work, 2);
+	/* The first two may be answered after the second group committed. */
+	assert_true(g[1].seen_at_done >= 2);
+	assert_int_equal(g[3].seen_at_done, 4);
+	store_close(peek);
+	sem_destroy(&started);
+	sem_destroy(&gate);
+}
+
 int
 main(void)
 {
@@ -258,6 +462,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_pool_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_drains, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_group_one_commit, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_group_cap, setup, teardown),
 	};
 
 	log_init("test", LOG_LEVEL_WARN);
