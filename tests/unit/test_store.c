@@ -30,6 +30,7 @@
 
 #include "log.h"
 #include "store.h"
+#include "store_backend.h"   /* groups: the store thread's (store_worker.c) */
 
 #define NOW 1700000000
 #define SCHEMA_NOW 8      /* the schema version this gateway migrates to */
@@ -1958,6 +1959,50 @@ test_remote_agents(void **state)
 	free(ra);
 }
 
+/*
+ * A group (store_group_begin) whose transaction the engine ended on its
+ * own, as SQLite does on a full disk: no call made after it runs, not
+ * even a statement that would commit by itself, the group ends in an
+ * error, nothing of it is kept, and the connection works alone again.
+ */
+static void
+test_group_broken(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster c = { 0 };
+	struct store_agent a, *all = NULL;
+	bool created;
+	size_t n = 9;
+	uint8_t k[32];
+
+	sqlite_only();
+	make_import(f, "4444444444444444", 5, false, &c);
+	assert_true(store_group_able(f->s));
+	assert_int_equal(store_group_begin(f->s, err, sizeof(err)), STORE_OK);
+	key(k, 1);
+	assert_int_equal(store_agent_register(f->s, "4444444444444444", "g1",
+	    k, NOW, &a, &created, err, sizeof(err)), STORE_OK);
+	assert_true(store_group_whole(f->s));
+	f->s->be->rollback(f->s);           /* what the engine does itself */
+	assert_false(store_group_whole(f->s));
+	key(k, 2);
+	assert_int_equal(store_agent_register(f->s, "4444444444444444", "g2",
+	    k, NOW, &a, &created, err, sizeof(err)), STORE_ERR);
+	assert_non_null(strstr(err, "rolled back"));
+	assert_int_equal(store_agent_seen(f->s, a.id, "1.0", NOW, err,
+	    sizeof(err)), STORE_ERR);
+	assert_int_equal(store_group_end(f->s, err, sizeof(err)), STORE_ERR);
+	assert_int_equal(store_agent_list(f->s, NULL, &all, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	free(all);
+	assert_int_equal(uses_of(f, "4444444444444444"), 5);
+	/* Alone again: the call commits as ever. */
+	assert_int_equal(store_agent_register(f->s, "4444444444444444", "g2",
+	    k, NOW, &a, &created, err, sizeof(err)), STORE_OK);
+	assert_int_equal(uses_of(f, "4444444444444444"), 4);
+}
+
 int
 main(void)
 {
@@ -1998,6 +2043,7 @@ main(void)
 		T(test_tunnels_sync),
 		T(test_replicas_forget_dead),
 		T(test_remote_agents),
+		T(test_group_broken),
 #undef T
 	};
 
