@@ -69,12 +69,23 @@ static const struct column agent_columns[] = {
 	{ "LAST SEEN", "last_seen" },
 	{ "UPDATED", "updated_at" },
 	{ "URLS", "urls" },
+	{ "CAS", "cas" },
 	{ "LAST ERROR", "last_error" },
 	{ NULL, NULL },
 };
 
 static const struct column urls_columns[] = {
 	{ "URLS", "urls" },
+	{ NULL, NULL },
+};
+
+static const struct column ca_columns[] = {
+	{ "PHASE", "phase" },
+	{ "NEW CA", "new_ca" },
+	{ "AGENTS", "agents" },
+	{ "HOLDING", "holding_new_ca" },
+	{ "CONNECTED", "connected" },
+	{ "CONNECTED HOLDING", "connected_holding_new_ca" },
 	{ NULL, NULL },
 };
 
@@ -299,6 +310,29 @@ help_gateway(void)
 	    "  tetherctl -o json agent list | jq '.[] | {node, urls}'\n");
 }
 
+static void
+help_ca(void)
+{
+	printf(
+	    "usage: tetherctl ca status\n"
+	    "\n"
+	    "How far a CA rotation has gone (docs/0033): the phase the answering\n"
+	    "replica serves (none, overlap, final), the CA it hands out, the new\n"
+	    "CA's checksum, and how many agents (not revoked; every replica's,\n"
+	    "from the store) said they hold the new CA, in all and among those\n"
+	    "connected now.  Finish the rotation ('tether-gateway ca rotate\n"
+	    "finish' where ca.key is) when HOLDING is every agent you keep.\n"
+	    "`tetherctl agent list -o json` shows each agent's CAs (\"cas\").\n"
+	    "\n"
+	    "  -o json   {\"phase\", \"ca\", \"new_ca\", \"old_ca\", \"handed_out\",\n"
+	    "            \"agents\", \"holding_new_ca\", \"connected\",\n"
+	    "            \"connected_holding_new_ca\"} (counts null in phase none)\n"
+	    "\n"
+	    "example:\n"
+	    "  tetherctl ca status\n"
+	    "  tetherctl -o json agent list | jq '.[] | {node, cas}'\n");
+}
+
 static void help_status(void);
 
 int
@@ -316,6 +350,7 @@ ctl_group_help(const char *group)
 		{ "connect", help_connect },
 		{ "forward", help_forward },
 		{ "gateway", help_gateway },
+		{ "ca", help_ca },
 		{ "status", help_status },
 	};
 
@@ -780,6 +815,22 @@ cmd_gateway(struct ctl *c, int argc, char **argv)
 	}
 	return ctl_usage_error("gateway", "unknown: urls %s (urls, urls set "
 	    "URL..., urls clear)", argv[2]);
+}
+
+/* --- ca --- */
+
+int
+cmd_ca(struct ctl *c, int argc, char **argv)
+{
+	if (ctl_wants_help(argc, argv)) {
+		help_ca();
+		return CTL_EXIT_OK;
+	}
+	if (argc != 2 || strcmp(argv[1], "status") != 0)
+		return ctl_usage_error("ca", argc < 2 ? "missing subcommand "
+		    "(status)" : "unknown: %s (status)", argc < 2 ? "" : argv[1]);
+	return call_and_print(c, "GET", "/v1/ca/status", NULL, JSON_OBJECT,
+	    ca_columns);
 }
 
 /* --- user --- */

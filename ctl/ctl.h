@@ -39,6 +39,8 @@ int cmd_connect(struct ctl *c, int argc, char **argv);
 int cmd_forward(struct ctl *c, int argc, char **argv);
 /* `gateway urls [set URL...|clear]`: the public URL list agents dial. */
 int cmd_gateway(struct ctl *c, int argc, char **argv);
+/* `ca status`: how far a CA rotation has gone (GET /v1/ca/status). */
+int cmd_ca(struct ctl *c, int argc, char **argv);
 /* `status`: the answering replica's id and served certificate. */
 int cmd_status(struct ctl *c, int argc, char **argv);
 

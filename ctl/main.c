@@ -49,6 +49,7 @@ usage(FILE *f)
 	    "                                forward a local port to HOST:PORT on a node\n"
 	    "  gateway urls [set URL...|clear]\n"
 	    "                                the public URL list agents dial\n"
+	    "  ca status                     how far a CA rotation has gone\n"
 	    "  status                        the answering replica and its certificate\n"
 	    "\n"
 	    "global flags (before or after the command):\n"
@@ -205,6 +206,7 @@ dispatch(struct ctl *c, int argc, char **argv)
 		{ "connect", cmd_connect },
 		{ "forward", cmd_forward },
 		{ "gateway", cmd_gateway },
+		{ "ca", cmd_ca },
 		{ "status", cmd_status },
 	};
 

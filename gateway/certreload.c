@@ -19,7 +19,10 @@
 #include <openssl/ssl.h>
 
 #include "ca.h"
+#include "carotate.h"
+#include "fileio.h"
 #include "gateway.h"
+#include "hub.h"
 #include "joindoc.h"
 #include "log.h"
 #include "metrics.h"
@@ -34,10 +37,23 @@
 #define RENEW_DAYS 730
 #define DAY_S 86400
 
+/* What the data directory says of its CA: read by the job's thread (and
+ * at start), used on the loop (ca_use). */
+struct ca_read {
+	struct ca_rotation *rot;      /* malloc'd; NULL until read */
+	char *ca_pem;                 /* the CA handed out (/v1/ca, join
+	                               * documents, kubeconfigs); NULL: keep
+	                               * gw's (--public-ca) */
+	size_t ca_pem_len;
+	char ca_checksum[CA_CHECKSUM_MAX];
+};
+
 /* One job's input and output; the thread owns it from start to its byte
  * on the pipe, the loop before and after. */
 struct job {
 	char dir[4096];
+	int ca_fixed;                 /* --public-ca: do not read ca_pem */
+	struct ca_read ca;
 	int renew;                    /* renew server.crt first */
 	int peer;                     /* build --peer-listen's context too */
 	SSL_CTX *main, *peer_ctx;     /* made by the thread; NULL on failure */
@@ -65,6 +81,46 @@ struct certreload {
 
 /* ---- the thread ---- */
 
+/* Frees what r holds; r itself is kept, emptied. */
+static void
+ca_read_clear(struct ca_read *r)
+{
+	free(r->rot);
+	free(r->ca_pem);
+	memset(r, 0, sizeof(*r));
+}
+
+/*
+ * Reads dir's CA rotation (carotate.h) into r, the path of the CA that
+ * issues server.crt now into issuer (ca.next.crt in an overlap, else
+ * ca.crt), and, unless fixed, the CA handed out: the new one from the
+ * overlap on.  0, or -1 with err.  Files only: the thread, or start.
+ */
+static int
+ca_read(const char *dir, int fixed, struct ca_read *r, char *issuer,
+    size_t issuerlen, char *err, size_t errlen)
+{
+	char why[400];
+
+	if ((r->rot = malloc(sizeof(*r->rot))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (ca_rotation_read(dir, r->rot, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "the CA rotation's files: %s", why);
+		return -1;
+	}
+	snprintf(issuer, issuerlen, "%s/%s", dir,
+	    r->rot->phase == CA_PHASE_OVERLAP ? "ca.next.crt" : "ca.crt");
+	if (fixed)
+		return 0;
+	if (file_read_all(issuer, 65536, &r->ca_pem, &r->ca_pem_len, err,
+	    errlen) != 0)
+		return -1;
+	return ca_checksum_pem(r->ca_pem, r->ca_pem_len, r->ca_checksum, err,
+	    errlen);
+}
+
 static void
 job_run(struct job *j)
 {
@@ -89,7 +145,11 @@ job_run(struct job *j)
 		snprintf(j->err, sizeof(j->err), "%s", why);
 		return;
 	}
-	snprintf(ca, sizeof(ca), "%s/ca.crt", j->dir);
+	if (ca_read(j->dir, j->ca_fixed, &j->ca, ca, sizeof(ca), why,
+	    sizeof(why)) != 0) {
+		snprintf(j->err, sizeof(j->err), "%s", why);
+		return;
+	}
 	if (ca_server_check(SSL_CTX_get0_certificate(j->main), ca, &j->info, why,
 	    sizeof(why)) != 0)
 		snprintf(j->err, sizeof(j->err), "%s/server.crt: %s", j->dir, why);
@@ -118,6 +178,37 @@ job_clear(struct job *j)
 	SSL_CTX_free(j->main);
 	SSL_CTX_free(j->peer_ctx);
 	j->main = j->peer_ctx = NULL;
+	ca_read_clear(&j->ca);
+}
+
+/* r (read just now) becomes gw's: the rotation, the CA handed out, the
+ * metric; agents are told when the phase or the new CA changed. */
+static void
+ca_use(struct gateway *gw, struct ca_read *r)
+{
+	const struct ca_rotation *was = gw->ca_rotation;
+	bool changed = was == NULL ? r->rot->phase != CA_PHASE_NONE :
+	    was->phase != r->rot->phase ||
+	    strcmp(was->next_checksum, r->rot->next_checksum) != 0;
+
+	free(gw->ca_rotation);
+	gw->ca_rotation = r->rot;
+	r->rot = NULL;
+	if (r->ca_pem != NULL) {
+		free(gw->ca_pem);
+		gw->ca_pem = r->ca_pem;
+		gw->ca_pem_len = r->ca_pem_len;
+		memcpy(gw->ca_checksum, r->ca_checksum, sizeof(gw->ca_checksum));
+		r->ca_pem = NULL;
+	}
+	metrics_ca_rotation((int)gw->ca_rotation->phase);
+	if (!changed)
+		return;
+	info("CA rotation", KV_S("phase", ca_phase_name(gw->ca_rotation->phase)),
+	    KV_S("ca", gw->ca_rotation->current_checksum),
+	    KV_S("new_ca", gw->ca_rotation->next_checksum),
+	    KV_S("handed_out", gw->ca_checksum),
+	    KV_U("agents_told", hub_send_settings(gw->hub)));
 }
 
 /* The served certificate is now info's: gw->cert and the metric. */
@@ -135,6 +226,7 @@ job_start(struct certreload *cr, const char *why, int renew)
 
 	memset(j, 0, sizeof(*j));
 	snprintf(j->dir, sizeof(j->dir), "%s", cr->gw->data_dir);
+	j->ca_fixed = cr->gw->ca_pem_fixed;
 	j->renew = renew;
 	j->peer = server_mtls_port(cr->gw) >= 0;
 	snprintf(cr->why, sizeof(cr->why), "%s", why);
@@ -168,6 +260,7 @@ job_done(evutil_socket_t fd, short what, void *arg)
 		j->main = j->peer_ctx = NULL;
 		peer_link_tls_renewed(cr->gw);
 		served(cr->gw, &j->info);
+		ca_use(cr->gw, &j->ca);
 		rfc3339_format((int64_t)j->info.not_after, after);
 		if (j->renewed)
 			info("server certificate renewed, now serving it",
@@ -281,7 +374,17 @@ certreload_start(struct gateway *gw, unsigned renew_before_days)
 		certreload_free(cr);
 		return NULL;
 	}
-	snprintf(ca, sizeof(ca), "%s/ca.crt", gw->data_dir);
+	if (ca_read(gw->data_dir, gw->ca_pem_fixed, &cr->job.ca, ca, sizeof(ca),
+	    why, sizeof(why)) != 0) {
+		/* Served as before a rotation: ca.crt alone. */
+		warn("the CA rotation's files cannot be read: serving as if there "
+		    "were none", KV_S("err", why));
+		ca_read_clear(&cr->job.ca);
+		snprintf(ca, sizeof(ca), "%s/ca.crt", gw->data_dir);
+	} else {
+		ca_use(gw, &cr->job.ca);
+		ca_read_clear(&cr->job.ca);
+	}
 	if (x != NULL && ca_server_check(x, ca, &gw->cert, why, sizeof(why)) != 0)
 		warn("the server certificate served is not one to keep serving",
 		    KV_S("serial", gw->cert.serial), KV_S("err", why));

@@ -371,6 +371,7 @@ load_config(struct gateway *gw, const char *public_ca, char *err, size_t errlen)
 	}
 	json_decref(v);
 
+	gw->ca_pem_fixed = public_ca != NULL;
 	if (public_ca != NULL)
 		snprintf(path, sizeof(path), "%s", public_ca);
 	else
@@ -940,6 +941,7 @@ serve_stop(struct serve *sv)
 	store_close(gw->store);
 	(void)log_set_audit_file(NULL, err, sizeof(err));
 	free(gw->ca_pem);
+	free(gw->ca_rotation);
 	opts_free(&sv->o);
 }
 

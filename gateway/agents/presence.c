@@ -25,6 +25,7 @@
 
 #include <event2/event.h>
 
+#include "carotate.h"
 #include "gateway.h"
 #include "hub.h"
 #include "log.h"
@@ -91,6 +92,10 @@ struct pjob {
 	struct store_version_count versions[STORE_VERSIONS_MAX];  /* RENEW_COUNT */
 	size_t nversions;
 	int versions_ok;           /* ... if they were read */
+	char ca_sum[CA_CHECKSUM_MAX];  /* RENEW_COUNT in a CA rotation: the new
+	                            * CA ("": none) */
+	struct store_ca_count ca;  /* ... who holds it */
+	int ca_ok;                 /* ... if it was counted */
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
 };
@@ -198,6 +203,8 @@ pjob_work(struct store *st, void *arg)
 		offline_count(st, j);
 		j->versions_ok = store_agents_by_version(st, j->versions,
 		    &j->nversions, verr, sizeof(verr)) == STORE_OK;
+		j->ca_ok = j->ca_sum[0] != '\0' && store_agents_holding_ca(st,
+		    j->ca_sum, &j->ca, verr, sizeof(verr)) == STORE_OK;
 		if (j->gw->lease_mine_ms != 0)   /* its tunnels are this process's */
 			seen_here(st, j);
 		/* FALLTHROUGH */
@@ -347,6 +354,8 @@ renew_done(struct gateway *gw, struct pjob *j)
 		}
 		metrics_agents_by_version(names, counts, j->nversions);
 	}
+	if (j->ca_ok || (j->kind == PJ_RENEW_COUNT && j->ca_sum[0] == '\0'))
+		metrics_agents_holding_new_ca(j->ca_ok ? j->ca.holding : 0);
 	/* A full disk still answers (reads work); anything else is a store
 	 * this replica cannot reach (/readyz says so, docs/0021). */
 	p->unreachable = j->rc != STORE_OK && j->rc != STORE_FULL;
@@ -442,6 +451,10 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 	snprintf(j->agent_id, sizeof(j->agent_id), "%s", agent_id != NULL ? agent_id : "");
 	if (kind == PJ_RENEW || kind == PJ_RENEW_COUNT)
 		renew_ids(gw, j);
+	if (kind == PJ_RENEW_COUNT && gw->ca_rotation != NULL &&
+	    gw->ca_rotation->phase != CA_PHASE_NONE)
+		snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
+		    gw->ca_rotation->next_checksum);
 	if (store_worker_submit(gw->storew, pjob_work, pjob_done, j) != 0) {
 		warn("presence: store queue full: a presence update is lost",
 		    KV_S("replica", gw->replica_id));

@@ -36,6 +36,7 @@ struct presence;
 struct peers;
 struct notices;
 struct access_cache;
+struct ca_rotation;
 struct srccount;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
@@ -106,8 +107,15 @@ struct gateway {
 	char data_dir[4096];
 	char url[256];                  /* public URL for join documents */
 	char ca_checksum[CA_CHECKSUM_MAX];
-	char *ca_pem;                   /* served at /v1/ca */
+	char *ca_pem;                   /* served at /v1/ca; the CA join documents
+	                                 * and kubeconfigs carry: the new one
+	                                 * from a rotation's overlap on
+	                                 * (certreload.c), unless ca_pem_fixed */
 	size_t ca_pem_len;
+	bool ca_pem_fixed;              /* --public-ca gave it: kept as it is */
+	struct ca_rotation *ca_rotation; /* the data directory's CA rotation
+	                                 * (auth/carotate.h) as last read by
+	                                 * certreload.c; NULL before; loop only */
 	struct ca_cert_info cert;       /* the server certificate new handshakes get
 	                                 * (certreload.c sets it; /readyz, /v1/status) */
 	uint32_t handshakes;            /* tunnels not yet authenticated */

@@ -118,6 +118,14 @@ static struct prom_metric k8s_duration = {
 	.help = "Time from a /k8s request's head to the end of its answer.",
 	.bounds = k8s_bounds, .nbounds = sizeof(k8s_bounds) / sizeof(k8s_bounds[0]),
 };
+static struct prom_metric ca_rotation = {
+	.name = "tether_ca_rotation_phase", .kind = PROM_GAUGE,
+	.help = "The CA rotation this replica serves, as its data directory says at start and at SIGHUP: 0 none, 1 overlap (agents are sent the new CA, clients of either CA verify), 2 final (finished; agents still told).",
+};
+static struct prom_metric agents_new_ca = {
+	.name = "tether_agents_holding_new_ca", .kind = PROM_GAUGE,
+	.help = "Agents not revoked that said they hold the CA this replica hands out (during a rotation, the new one); counted in the store every 30 s.",
+};
 static struct prom_metric store_duration = {
 	.name = "tether_store_duration_seconds", .kind = PROM_HISTOGRAM,
 	.help = "Time of each store call, by call.",
@@ -126,7 +134,8 @@ static struct prom_metric store_duration = {
 };
 
 static struct prom_metric *const families[] = {
-	&build_info, &agents, &agents_offline, &agents_by_version, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
+	&build_info, &agents, &agents_offline, &agents_by_version, &agents_new_ca,
+	&ca_rotation, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
 	&tls_shed, &loop_handshakes, &loop_cpu, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
@@ -286,6 +295,18 @@ void
 metrics_server_certificate(int64_t not_after)
 {
 	prom_set(&cert_expiry, "server", (double)not_after);
+}
+
+void
+metrics_ca_rotation(int phase)
+{
+	prom_set(&ca_rotation, NULL, (double)phase);
+}
+
+void
+metrics_agents_holding_new_ca(int64_t n)
+{
+	prom_set(&agents_new_ca, NULL, (double)n);
 }
 
 void

@@ -21,6 +21,10 @@
  *                                                1h, 1d ago (presence.c counts)
  *   tether_agents_by_version{version}            agents not revoked by release
  *                                                (presence.c counts)
+ *   tether_agents_holding_new_ca                 agents not revoked whose
+ *                                                SETTINGS_ACK named the CA
+ *                                                handed out (presence.c)
+ *   tether_ca_rotation_phase                     0 none, 1 overlap, 2 final
  *   tether_certificate_expiry_timestamp_seconds{cert}
  *                                                notAfter of the server
  *                                                certificate and of the CA
@@ -102,6 +106,11 @@ int metrics_certificates(const char *server_pem, const char *ca_pem,
 /* tether_certificate_expiry_timestamp_seconds{cert="server"} = not_after
  * (Unix s): the certificate now served, after a reload or a renewal. */
 void metrics_server_certificate(int64_t not_after);
+/* tether_ca_rotation_phase = phase (enum ca_phase: 0 none, 1 overlap,
+ * 2 final), as certreload.c last read it. */
+void metrics_ca_rotation(int phase);
+/* tether_agents_holding_new_ca = n (presence.c's periodic count). */
+void metrics_agents_holding_new_ca(int64_t n);
 /* ...{cert="peer"}: the replicas' peer credential (peer.crt) as read at
  * start, on SIGHUP and after a renewal. */
 void metrics_peer_certificate(int64_t not_after);

@@ -20,6 +20,10 @@
  *   GET  /v1/gateway/urls                                      -> {"urls"}
  *   POST /v1/gateway/urls              {"urls"}                -> {"urls","agents_told"}
  *        (the public URL list pushed to agents, docs/0031)
+ *   GET  /v1/ca/status                                         -> {"phase","ca","new_ca",
+ *        "old_ca","handed_out","agents","holding_new_ca","connected",
+ *        "connected_holding_new_ca"} (CA rotation, docs/0033; the counts
+ *        are the store's, every replica's agents; null in phase none)
  *
  * (/metrics, /v1/status and /ui/ are routes of their own: metrics_route.c,
  * ui.c; /v1/connect is the tunnel's, tunnel.c; dial is dial.c's.)
@@ -41,6 +45,7 @@
 #include "access.h"
 #include "agentkey.h"
 #include "apibody.h"
+#include "carotate.h"
 #include "gateway.h"
 #include "hub.h"
 #include "joindoc.h"
@@ -113,6 +118,8 @@ struct api_job {
 	struct store_user_token u;           /* a new user token */
 	int64_t count;                       /* users revoke: tokens revoked */
 	char urls[STORE_URLS_MAX + 1];       /* gateway urls: as stored */
+	char ca_sum[CA_CHECKSUM_MAX];        /* ca status: the new CA ("": none) */
+	struct store_ca_count ca_count;      /* ca status: who holds it */
 };
 
 static void
@@ -272,7 +279,7 @@ agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent
 
 	if (p != NULL)
 		since = p->since_ms / 1000;
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 	    "id", a->id, "cluster", a->cluster, "node", a->node,
 	    "state", agent_state_name(a->state), "last_error", a->last_error,
 	    "connected", since != 0,
@@ -283,7 +290,8 @@ agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent
 	    "last_seen", time_or_null(since != 0 ? gateway_now() : a->last_seen),
 	    "connected_since", time_or_null(since),
 	    "key", key_json(a),
-	    "urls", a->urls_known ? urls_json(a->urls) : json_null());
+	    "urls", a->urls_known ? urls_json(a->urls) : json_null(),
+	    "cas", a->cas_known ? urls_json(a->cas) : json_null());
 }
 
 /* ---- clusters ---- */
@@ -1047,8 +1055,58 @@ urls_set_effects(struct gateway *gw, struct api_job *j,
 	    urls_json(j->b.urls), "agents_told", (json_int_t)told));
 }
 
+/* ---- the CA rotation (docs/0033) ---- */
+
+static void
+ca_status_store(struct store *st, struct api_job *j)
+{
+	j->rc = STORE_OK;
+	if (j->ca_sum[0] != '\0')
+		j->rc = store_agents_holding_ca(st, j->ca_sum, &j->ca_count, j->err,
+		    sizeof(j->err));
+}
+
+static json_t *
+sum_or_null(const char *sum)
+{
+	return sum[0] != '\0' ? json_string(sum) : json_null();
+}
+
+static json_t *
+count_or_null(const struct api_job *j, int64_t n)
+{
+	return j->ca_sum[0] != '\0' ? json_integer((json_int_t)n) : json_null();
+}
+
+static void
+ca_status_effects(struct gateway *gw, struct api_job *j,
+    struct route_response *r)
+{
+	const struct ca_rotation *rot = gw->ca_rotation;
+	static const struct ca_rotation none;
+
+	if (j->rc != STORE_OK) {
+		respond_store_error(r, j->rc, j->err);
+		return;
+	}
+	if (rot == NULL)
+		rot = &none;
+	route_respond_json(r, 200, json_pack("{s:s, s:o, s:o, s:o, s:s, s:o, s:o, "
+	    "s:o, s:o}", "phase", ca_phase_name(rot->phase),
+	    "ca", sum_or_null(rot->current_checksum),
+	    "new_ca", sum_or_null(rot->next_checksum),
+	    "old_ca", sum_or_null(rot->old_checksum),
+	    "handed_out", gw->ca_checksum,
+	    "agents", count_or_null(j, j->ca_count.agents),
+	    "holding_new_ca", count_or_null(j, j->ca_count.holding),
+	    "connected", count_or_null(j, j->ca_count.connected),
+	    "connected_holding_new_ca", count_or_null(j,
+	    j->ca_count.connected_holding)));
+}
+
 static const struct api_handler
     h_none = { 0, NULL, no_route_effects },
+    h_ca_status = { 0, ca_status_store, ca_status_effects },
     h_urls_get = { 0, urls_get_store, urls_get_effects },
     h_urls_set = { API_BODY_URLS + 1, urls_set_store, urls_set_effects },
     h_clusters_create = { API_BODY_CLUSTER + 1, clusters_create_store,
@@ -1094,6 +1152,9 @@ admin_handler(struct api_job *j, char **seg, size_t n, int get, int post)
 	} else if (n == 4 && strcmp(seg[1], "tokens") == 0) {
 		if (post && strcmp(seg[3], "revoke") == 0)
 			return &h_token_revoke;
+	} else if (n == 3 && get && strcmp(seg[1], "ca") == 0 &&
+	    strcmp(seg[2], "status") == 0) {
+		return &h_ca_status;
 	} else if (n == 3 && strcmp(seg[1], "gateway") == 0 &&
 	    strcmp(seg[2], "urls") == 0) {
 		return post ? &h_urls_set : get ? &h_urls_get : &h_none;
@@ -1125,6 +1186,10 @@ admin_prepare(struct gateway *gw, struct api_job *j,
 		    "query parameter cluster: given twice or too long");
 	} else if (j->h == &h_agents_action) {
 		j->held = hub_find(gw->hub, j->id) != NULL;
+	} else if (j->h == &h_ca_status && gw->ca_rotation != NULL &&
+	    gw->ca_rotation->phase != CA_PHASE_NONE) {
+		snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
+		    gw->ca_rotation->next_checksum);
 	}
 }
 

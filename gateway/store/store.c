@@ -37,10 +37,10 @@
 	"token_id, created_at, updated_at"
 /* What is read of an agent: the columns written at insert, then those
  * kept up by store_agent_seen (schema version 6), key rotation's (7) and
- * store_agent_urls (8). */
+ * store_agent_urls (8) and store_agent_cas (9). */
 #define AGENT_READ_COLS AGENT_COLS ", version, last_seen, " \
 	"CASE WHEN next_pubkey IS NULL THEN 0 ELSE 1 END, " \
-	"COALESCE(next_pubkey, pubkey), key_rotate, key_since, urls"
+	"COALESCE(next_pubkey, pubkey), key_rotate, key_since, urls, cas"
 
 /* Stored as words rather than enum values so the database reads on its own
  * and a reordered enum cannot silently change meaning. */
@@ -1154,6 +1154,9 @@ read_agent(const struct store_row *row, void *out)
 	a->urls_known = !row->be->col_null(row, 15);
 	if (a->urls_known && col_text(row, 15, a->urls, sizeof(a->urls)) == -1)
 		return -1;
+	a->cas_known = !row->be->col_null(row, 16);
+	if (a->cas_known && col_text(row, 16, a->cas, sizeof(a->cas)) == -1)
+		return -1;
 	return 0;
 }
 
@@ -1204,6 +1207,63 @@ store_agent_urls(struct store *s, const char *id, const char *urls,
 	    .sql = "UPDATE agents SET urls = ? WHERE id = ?",
 	    .what = "record agent urls", PARAMS(P_TEXT(urls), P_TEXT(id)) },
 	    NULL, NULL, err, errlen);
+}
+
+int
+store_agent_cas(struct store *s, const char *id, const char *cas,
+    char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	if (strlen(cas) > STORE_CAS_MAX) {
+		snprintf(err, errlen, "record agent cas: over %d bytes",
+		    STORE_CAS_MAX);
+		return STORE_ERR;
+	}
+	return write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET cas = ? WHERE id = ?",
+	    .what = "record agent cas", PARAMS(P_TEXT(cas), P_TEXT(id)) },
+	    NULL, NULL, err, errlen);
+}
+
+static int
+read_ca_count(const struct store_row *row, void *out)
+{
+	struct store_ca_count *c = out;
+
+	c->agents = col_int(row, 0);
+	c->holding = col_int(row, 1);
+	c->connected = col_int(row, 2);
+	c->connected_holding = col_int(row, 3);
+	return 0;
+}
+
+int
+store_agents_holding_ca(struct store *s, const char *checksum,
+    struct store_ca_count *out, char *err, size_t errlen)
+{
+	char sql[NOW_SQL_MAX], like[80];
+	STORE_TIMED(s);
+
+	memset(out, 0, sizeof(*out));
+	/* Its shape keeps LIKE's wildcards out of the pattern. */
+	if (strncmp(checksum, "sha256:", 7) != 0 || strlen(checksum) != 71 ||
+	    strspn(checksum + 7, "0123456789abcdef") != 64) {
+		snprintf(err, errlen, "count agents holding a CA: not a checksum");
+		return STORE_ERR;
+	}
+	snprintf(like, sizeof(like), "%% %s %%", checksum);
+	return query_one(s, &(struct store_stmt){
+	    .sql = db_now_sql(s, "SELECT COUNT(*), COALESCE(SUM(h), 0),"
+	    " COALESCE(SUM(c), 0), COALESCE(SUM(h * c), 0) FROM (SELECT"
+	    " CASE WHEN a.cas IS NOT NULL AND (' ' || a.cas || ' ') LIKE ?"
+	    " THEN 1 ELSE 0 END AS h,"
+	    " CASE WHEN EXISTS (SELECT 1 FROM tunnels t JOIN replicas r"
+	    " ON r.id = t.replica_id WHERE t.agent_id = a.id"
+	    " AND r.lease_until > {NOW}) THEN 1 ELSE 0 END AS c"
+	    " FROM agents a WHERE a.state <> 'revoked') x", sql, sizeof(sql)),
+	    .what = "count agents holding a CA", PARAMS(P_TEXT(like)) },
+	    read_ca_count, out, err, errlen);
 }
 
 /* ---- gateway settings --------------------------------------------------- */

@@ -43,6 +43,8 @@
 #define STORE_VERSION_MAX 63   /* an agent's release: [A-Za-z0-9.+~_-] */
 #define STORE_TOKEN_CLUSTERS_MAX 64   /* clusters one user token may reach */
 #define STORE_URLS_MAX 511    /* a URL list: its URLs joined by one space */
+#define STORE_CAS_MAX 299     /* CA checksums ("sha256:" + 64 hex) joined
+                               * by one space: four of them */
 
 enum store_result {
 	STORE_OK = 0,
@@ -110,6 +112,11 @@ struct store_agent {
 	                                   * spaces; "" for none */
 	bool urls_known;                  /* it said so once; never for an
 	                                   * agent older than SETTINGS */
+	char cas[STORE_CAS_MAX + 1];      /* the CAs it last said it trusts
+	                                   * (SETTINGS_ACK "ca", schema 9):
+	                                   * checksums joined by spaces */
+	bool cas_known;                   /* it said so once (a CA rotation
+	                                   * reached it) */
 };
 
 /* Opens (creating and migrating as needed).  Returns STORE_OK or STORE_ERR
@@ -277,6 +284,27 @@ int store_agent_key_abandon(struct store *s, const char *id,
  */
 int store_agent_urls(struct store *s, const char *id, const char *urls,
     char *err, size_t errlen);
+
+/*
+ * Records the CAs agent id says it trusts (cas: checksums joined by
+ * spaces, at most STORE_CAS_MAX bytes): cas_known from then on.  As
+ * store_agent_urls: no state, no updated_at, no notice; STORE_OK for an
+ * unknown id, or STORE_ERR with err.
+ */
+int store_agent_cas(struct store *s, const char *id, const char *cas,
+    char *err, size_t errlen);
+
+/* How far a CA rotation reached: agents not revoked, those of them whose
+ * last word (store_agent_cas) named the CA with this checksum, and the
+ * same two among those a live replica holds a tunnel of. */
+struct store_ca_count {
+	int64_t agents, holding;
+	int64_t connected, connected_holding;
+};
+/* One query, O(agents) in the database.  STORE_OK, or STORE_ERR with
+ * err (also for a checksum that is not ca_checksum_valid's shape). */
+int store_agents_holding_ca(struct store *s, const char *checksum,
+    struct store_ca_count *out, char *err, size_t errlen);
 
 /* ---- gateway settings (docs/0031) ---- */
 

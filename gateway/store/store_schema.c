@@ -139,6 +139,10 @@ static const char *const migrations[] = {
 	"{END};"
 	"ALTER TABLE agents ADD COLUMN urls TEXT;"
 	"{NOTIFY_SETTINGS}",
+	/* 9: CA rotation (docs/0033): the CAs each agent last said it trusts
+	 * (SETTINGS_ACK "ca": their checksums joined by spaces; NULL until
+	 * one did: an older agent never does). */
+	"ALTER TABLE agents ADD COLUMN cas TEXT;",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

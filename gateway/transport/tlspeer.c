@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -94,13 +95,21 @@ tlspeer_setup(SSL_CTX *ctx, const char *data_dir, enum tlspeer_mode mode,
 	char ca[4200];
 	unsigned long e;
 
-	snprintf(ca, sizeof(ca), "%s/ca.crt", data_dir);
-	if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
-		e = ERR_get_error();
-		ERR_clear_error();
-		snprintf(err, errlen, "cannot load %s: %s", ca,
-		    e != 0 ? ERR_reason_error_string(e) : "unknown error");
-		return -1;
+	for (int i = 0; i < 2; i++) {
+		/* A CA rotation's overlap (auth/carotate.h): replicas' peer
+		 * credentials from the new CA are trusted too.  Read again
+		 * with the rest on SIGHUP; after the finish ca.crt alone. */
+		snprintf(ca, sizeof(ca), "%s/%s", data_dir,
+		    i == 0 ? "ca.crt" : "ca.next.crt");
+		if (i == 1 && access(ca, F_OK) != 0)
+			break;
+		if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
+			e = ERR_get_error();
+			ERR_clear_error();
+			snprintf(err, errlen, "cannot load %s: %s", ca,
+			    e != 0 ? ERR_reason_error_string(e) : "unknown error");
+			return -1;
+		}
 	}
 	/* Each side checks the other's certificate itself (leaf_is_peer,
 	 * the chain): OpenSSL's purpose check would want serverAuth from a

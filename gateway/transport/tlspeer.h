@@ -10,6 +10,9 @@
  * The server certificate faces the internet and is not one: server.key
  * alone opens no peer link (docs/0030).  Another certificate signed by
  * the same CA is not a replica either.  No bearer token is involved.
+ * During a CA rotation's overlap (ca.next.crt there, auth/carotate.h) a
+ * chain to either CA is accepted; after the finish only to ca.crt (the
+ * new one).
  *
  * Cost: one public-key compare per handshake that presents a certificate.
  */

@@ -31,7 +31,8 @@ for m in tether_agents tether_agents_offline tether_agents_by_version tether_tun
 	tether_stream_bytes_total tether_stream_blocked_seconds_total \
 	tether_k8s_requests_total tether_k8s_request_duration_seconds \
 	tether_store_duration_seconds tether_store_up \
-	tether_certificate_expiry_timestamp_seconds process_cpu_seconds_total \
+	tether_certificate_expiry_timestamp_seconds tether_ca_rotation_phase \
+	tether_agents_holding_new_ca process_cpu_seconds_total \
 	process_resident_memory_bytes process_open_fds process_max_fds \
 	process_start_time_seconds; do
 	grep -q "^# TYPE $m " "$T/m0.txt" || fail "/metrics lacks $m"

@@ -33,7 +33,7 @@
 #include "store_backend.h"   /* groups: the store thread's (store_worker.c) */
 
 #define NOW 1700000000
-#define SCHEMA_NOW 8      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 9      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -1104,6 +1104,81 @@ test_agents_offline(void **state)
 	assert_int_equal(n[2], 1);
 }
 
+/* store_agent_cas and store_agents_holding_ca (CA rotation, docs/0033):
+ * unknown (NULL) until an agent said; counted by the CA it named, among
+ * all agents not revoked and among those a live replica holds. */
+static void
+test_agent_cas(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, b, r, got;
+	struct store_ca_count n;
+	char err[STORE_ERROR_MAX + 1] = "", two[200], big[STORE_CAS_MAX + 2];
+	const char *oldca = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+	const char *newca = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+	int64_t mine = 0;
+	bool created = false;
+
+	make_import(f, "7878787878787878", 3, false, &c);
+	do_register(f, "7878787878787878", "node-a", 0x78, &a, &created);
+	do_register(f, "7878787878787878", "node-b", 0x79, &b, &created);
+	do_register(f, "7878787878787878", "node-r", 0x7a, &r, &created);
+	assert_false(a.cas_known);
+	assert_string_equal(a.cas, "");
+	assert_int_equal(store_agents_holding_ca(f->s, newca, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n.agents, 3);
+	assert_int_equal(n.holding, 0);
+
+	snprintf(two, sizeof(two), "%s %s", oldca, newca);
+	assert_int_equal(store_agent_cas(f->s, a.id, two, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_agent_cas(f->s, b.id, oldca, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_agent_cas(f->s, r.id, newca, err, sizeof(err)),
+	    STORE_OK);
+	do_transition(f->s, r.id, AGENT_EV_REVOKE, NULL, &r);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_true(got.cas_known);
+	assert_string_equal(got.cas, two);
+	assert_int_equal(got.updated_at, a.updated_at);
+	assert_int_equal(store_agents_holding_ca(f->s, newca, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n.agents, 2);         /* r is revoked */
+	assert_int_equal(n.holding, 1);        /* a */
+	assert_int_equal(n.connected, 0);
+	assert_int_equal(store_agents_holding_ca(f->s, oldca, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n.holding, 2);
+
+	/* b moves to the new CA alone; a is connected through r1. */
+	assert_int_equal(store_agent_cas(f->s, b.id, newca, err, sizeof(err)),
+	    STORE_OK);
+	assert_int_equal(store_replica_claim(f->s, "r1", "", 6000, &mine, NULL,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_record(f->s, a.id, "r1", (int64_t)NOW * 1000,
+	    err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_agents_holding_ca(f->s, newca, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n.agents, 2);
+	assert_int_equal(n.holding, 2);
+	assert_int_equal(n.connected, 1);
+	assert_int_equal(n.connected_holding, 1);
+	assert_int_equal(store_agents_holding_ca(f->s, oldca, &n, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(n.holding, 1);
+	assert_int_equal(n.connected_holding, 1);
+
+	/* Refused: too long; a pattern that is not a checksum. */
+	memset(big, 'c', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(store_agent_cas(f->s, a.id, big, err, sizeof(err)),
+	    STORE_ERR);
+	assert_int_equal(store_agents_holding_ca(f->s, "sha256:%", &n, err,
+	    sizeof(err)), STORE_ERR);
+}
+
 static void
 test_register_manual_and_unlimited(void **state)
 {
@@ -2023,6 +2098,7 @@ main(void)
 		T(test_agent_seen),
 		T(test_agent_key_rotation),
 		T(test_agent_urls_and_settings),
+		T(test_agent_cas),
 		T(test_agents_offline),
 		T(test_register_manual_and_unlimited),
 		T(test_register_refusals),
