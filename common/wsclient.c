@@ -597,12 +597,20 @@ cert_name(const X509_NAME *name, char *out, size_t outlen)
 	BIO_free(b);
 }
 
+/* The name a gateway's CA has (auth/ca.c's ca_root_new: "Tether CA " and
+ * random hex), as cert_name writes it. */
+#define GATEWAY_CA_NAME "CN=Tether CA "
+
 /*
  * The server's certificate does not verify against the CA this client
  * trusts (for the agent: the gateway's CA, pinned at join).  Whatever
- * answered presented someone else's certificate: a TLS-inspecting proxy or
- * firewall is the usual reason, so the message names the certificate it
- * got, its issuer, and what the operator can do about it.
+ * answered presented someone else's certificate.  When its issuer is named
+ * as a gateway's CA is, the gateway's CA most likely changed while this
+ * node was away (a CA rotation finished without it: docs/0033), and the
+ * message says so first, with the recovery, so that a status line cut
+ * short still carries them.  Otherwise a TLS-inspecting proxy or firewall
+ * is the usual reason, so the message names the certificate it got, its
+ * issuer, and what the operator can do about it.
  */
 static void
 server_verify_error(struct wsclient *c, SSL *ssl, char *buf, size_t len)
@@ -616,6 +624,16 @@ server_verify_error(struct wsclient *c, SSL *ssl, char *buf, size_t len)
 	    sizeof(subject));
 	cert_name(leaf != NULL ? X509_get_issuer_name(leaf) : NULL, issuer,
 	    sizeof(issuer));
+	if (strncmp(issuer, GATEWAY_CA_NAME, strlen(GATEWAY_CA_NAME)) == 0) {
+		snprintf(buf, len, "the gateway's CA changed (a CA rotation "
+		    "finished while this node was away?): recover with a new join "
+		    "document: tether-client join --rejoin (docs/0033); TLS "
+		    "certificate verify failed for %s: %s; its certificate is "
+		    "issued by \"%s\", not by the CA this node trusts", c->host,
+		    X509_verify_cert_error_string(SSL_get_verify_result(ssl)),
+		    issuer);
+		return;
+	}
 	snprintf(buf, len, "TLS certificate verify failed for %s: %s; it got "
 	    "subject \"%s\" issued by \"%s\", which the pinned CA did not "
 	    "issue: %s%s%s may be intercepting TLS. Exempt %s from TLS "

@@ -5,8 +5,8 @@
  * keepalive, backoff and the streams' multiplexer), the dialer's sockets,
  * signals and the metrics listener.  This file is the process around the
  * tunnel: it loads the state directory, keeps in it what the tunnel learns
- * (the agent id after REGISTERED, the gateway's URL list after SETTINGS,
- * status.json), and exits with
+ * (the agent id after REGISTERED, the gateway's URL list and a CA
+ * rotation's CAs after SETTINGS, status.json), and exits with
  * AGENT_EXIT_REVOKED (77) after an operator's revocation, 1 and the
  * gateway's reason after another final refusal, 0 after SIGINT/SIGTERM;
  * systemd's STATUS= says which (tether-client.service restarts it on any
@@ -32,6 +32,7 @@
 #include "agent_metrics.h"
 #include "agent_tunnel.h"
 #include "agentkey.h"
+#include "catrust.h"
 #include "dialer.h"
 #include "fileio.h"
 #include "log.h"
@@ -57,6 +58,7 @@ struct agent {
 	char import_id[TOKEN_ID_LEN + 1];
 	char gw_host[URL_HOST_MAX + 1]; /* matched against NO_PROXY */
 	char ca_path[PATH_MAX];
+	struct catrust ca;            /* DIR/ca.crt and ca.next.crt (catrust.h) */
 	char *proxy_password;       /* from --proxy-password-file, or NULL */
 
 	struct event_base *base;
@@ -163,6 +165,7 @@ agent_settle(struct agent *a, bool up)
 }
 
 static void agent_key_age_check(struct agent *a);
+static void agent_ca_reread(struct agent *a);
 
 static void
 agent_status(void *arg, const char *state, bool connected, const char *last_error)
@@ -172,10 +175,12 @@ agent_status(void *arg, const char *state, bool connected, const char *last_erro
 	snprintf(a->state, sizeof(a->state), "%s", state);
 	snprintf(a->last_error, sizeof(a->last_error), "%s", last_error);
 	agent_write_status(a, connected);
-	if (!connected)
+	if (!connected) {
 		a->key_asked = false;
-	else
+		agent_ca_reread(a);
+	} else {
 		agent_key_age_check(a);
+	}
 	agent_settle(a, connected && strcmp(state, "active") == 0);
 }
 
@@ -204,6 +209,98 @@ agent_urls(void *arg, const char *const *urls, size_t n)
 	}
 	a->st = next;
 	return 0;
+}
+
+/* ---- CA rotation (docs/0033-key-and-ca-rotation.md) ---- */
+
+static SSL_CTX *agent_tls_context(struct agent *a, bool quiet);
+
+/* The tunnel dials trusting a->ca from now on. */
+static void
+agent_ca_dial_with(struct agent *a)
+{
+	SSL_CTX *ctx = agent_tls_context(a, true);
+
+	if (ctx == NULL)
+		return;   /* logged; the tunnel keeps the context it has */
+	agent_tunnel_set_tls(a->tunnel, ctx);
+	SSL_CTX_free(ctx);
+}
+
+/* state.json's ca_checksum names ca.crt's (also after a crash between
+ * the promotion's rename and this write: the repeated "final" comes here). */
+static void
+agent_ca_checksum_save(struct agent *a)
+{
+	struct client_state next = a->st;
+	char err[512];
+
+	if (strcmp(a->st.ca_checksum, a->ca.ca_sum) == 0)
+		return;
+	snprintf(next.ca_checksum, sizeof(next.ca_checksum), "%s", a->ca.ca_sum);
+	if (client_state_save(a->dir, &next, err, sizeof(err)) != 0) {
+		error("CA rotation: cannot record the new CA's checksum in "
+		    "state.json (ca.crt is the new CA)", KV_S("err", err));
+		return;
+	}
+	a->st = next;
+}
+
+/*
+ * SETTINGS "ca" over the established tunnel (in NULL: the ACK's question
+ * only): applied to the files (catrust_apply), the tunnel given the new
+ * trust, and the CAs held now told back.
+ */
+static size_t
+agent_ca(void *arg, const struct frame_ca *in,
+    char held[FRAME_CA_MAX_HELD][FRAME_CA_SUM_LEN + 1])
+{
+	struct agent *a = arg;
+	char why[256];
+	int r = in != NULL ? catrust_apply(a->dir, &a->ca, in, why, sizeof(why)) : 0;
+
+	if (r < 0)
+		warn("CA rotation: the gateway's new CA is not believed: kept the "
+		    "CAs this node has", KV_S("phase", in->phase ==
+		    FRAME_CA_FINAL ? "final" : "overlap"), KV_S("err", why));
+	if (r == 1 && a->ca.next != NULL)
+		info("CA rotation: trusting the gateway's next CA as well from the "
+		    "next connection (DIR/ca.next.crt)", KV_S("ca", a->ca.ca_sum),
+		    KV_S("next", a->ca.next_sum));
+	else if (r == 1)
+		info("CA rotation finished: the new CA is this node's CA (DIR/ca.crt)",
+		    KV_S("ca", a->ca.ca_sum));
+	if (r == 1)
+		agent_ca_dial_with(a);
+	if (in != NULL && in->phase == FRAME_CA_FINAL && r >= 0)
+		agent_ca_checksum_save(a);
+	return catrust_held(&a->ca, held);
+}
+
+/*
+ * While the tunnel is down, the CA files may have changed under the agent:
+ * `tether-client join --rejoin` pinned a new CA after a rotation this node
+ * missed.  Read again (two small files per failed dial), and dial with
+ * them when they differ.
+ */
+static void
+agent_ca_reread(struct agent *a)
+{
+	struct catrust now;
+	char err[512];
+
+	if (a->tunnel == NULL || catrust_load(a->dir, &now, err, sizeof(err)) < 0)
+		return;
+	if (strcmp(now.ca_sum, a->ca.ca_sum) == 0 &&
+	    strcmp(now.next_sum, a->ca.next_sum) == 0) {
+		catrust_clear(&now);
+		return;
+	}
+	info("the CA files changed: dialling with them", KV_S("ca", now.ca_sum),
+	    KV_S("next", now.next_sum));
+	catrust_clear(&a->ca);
+	a->ca = now;
+	agent_ca_dial_with(a);
 }
 
 /* ---- node key rotation (docs/interface.md, "Node key rotation") ---- */
@@ -309,6 +406,7 @@ static const struct agent_tunnel_hooks agent_hooks = {
 	.stopped = agent_stopped,
 	.on_open = agent_stream_open,
 	.urls = agent_urls,
+	.ca = agent_ca,
 	.key_pending = agent_key_pending,
 	.key_settle = agent_key_settle,
 };
@@ -462,19 +560,28 @@ agent_fd_limit(const struct agent *a)
 }
 
 /*
- * The TLS context every dial to the gateway uses: the CA pinned at join,
- * plus, when the operator asked for it, a TLS-inspecting proxy's CA (then
- * the proxy can read the tunnel: said loudly at every start).  NULL after
- * logging why.
+ * The TLS context every dial to the gateway uses: the CA pinned at join
+ * (DIR/ca.crt), during a CA rotation's overlap the next one as well
+ * (DIR/ca.next.crt, catrust.h), plus, when the operator asked for it, a
+ * TLS-inspecting proxy's CA (then the proxy can read the tunnel: said
+ * loudly at every start, not again when a rotation makes a new context:
+ * quiet).  NULL after logging why.
  */
 static SSL_CTX *
-agent_tls_context(struct agent *a)
+agent_tls_context(struct agent *a, bool quiet)
 {
-	char err[512];
+	char err[512], next[PATH_MAX];
 	SSL_CTX *ctx = wsclient_tls_context(a->ca_path, err, sizeof(err));
 
 	if (ctx == NULL) {
 		error("cannot load the gateway's CA", KV_S("err", err));
+		return NULL;
+	}
+	if (a->ca.next != NULL &&
+	    (client_path(a->dir, "ca.next.crt", next, sizeof(next)) != 0 ||
+	    wsclient_tls_trust_more(ctx, next, err, sizeof(err)) != 0)) {
+		error("cannot load the gateway's next CA", KV_S("err", err));
+		SSL_CTX_free(ctx);
 		return NULL;
 	}
 	if (a->opt.trust_proxy_ca == NULL)
@@ -484,10 +591,12 @@ agent_tls_context(struct agent *a)
 		SSL_CTX_free(ctx);
 		return NULL;
 	}
-	warn("TRUSTING A TLS-INSPECTING PROXY'S CA FOR THE GATEWAY: whoever holds "
-	    "its key can read and change this node's tunnel; prefer exempting the "
-	    "gateway from TLS inspection", KV_S("trust_proxy_ca", a->opt.trust_proxy_ca),
-	    KV_S("gateway", a->st.gateway_url));
+	if (!quiet)
+		warn("TRUSTING A TLS-INSPECTING PROXY'S CA FOR THE GATEWAY: whoever "
+		    "holds its key can read and change this node's tunnel; prefer "
+		    "exempting the gateway from TLS inspection",
+		    KV_S("trust_proxy_ca", a->opt.trust_proxy_ca),
+		    KV_S("gateway", a->st.gateway_url));
 	return ctx;
 }
 
@@ -495,7 +604,7 @@ agent_tls_context(struct agent *a)
 static int
 agent_start_tunnel(struct agent *a)
 {
-	SSL_CTX *ctx = agent_tls_context(a);
+	SSL_CTX *ctx = agent_tls_context(a, false);
 	const char *urls[CLIENT_MAX_URLS];
 	struct agent_tunnel_config cfg = {
 		.gateway_url = a->st.gateway_url,
@@ -569,6 +678,7 @@ agent_free(struct agent *a)
 	EVP_PKEY_free(a->agent_key);
 	EVP_PKEY_free(a->pending_key);
 	EVP_PKEY_free(a->import_key);
+	catrust_clear(&a->ca);
 }
 
 int
@@ -601,6 +711,18 @@ agent_run(const char *state_dir, const struct agent_options *opt)
 	/* An agent killed while writing status.json left a temporary file. */
 	file_sweep_temps(state_dir);
 	client_path(state_dir, "ca.crt", a.ca_path, sizeof(a.ca_path));
+	r = catrust_load(state_dir, &a.ca, err, sizeof(err));
+	if (r < 0) {
+		error("cannot read the gateway's CA", KV_S("err", err));
+		agent_free(&a);
+		return 1;
+	}
+	if (r == 1)
+		warn("ca.next.crt is not a certificate: ignored (the gateway sends "
+		    "it again during a CA rotation)", KV_S("err", err));
+	else if (a.ca.next != NULL)
+		info("CA rotation under way: trusting ca.crt and ca.next.crt",
+		    KV_S("ca", a.ca.ca_sum), KV_S("next", a.ca.next_sum));
 	if (agent_load_credentials(&a) != 0 || agent_read_proxy_password(&a) != 0) {
 		agent_free(&a);
 		return 1;

@@ -486,11 +486,16 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 
 /* ---- settings pushed by the gateway ---- */
 
-/* Tells the gateway what this agent holds now: every setting it knows. */
+/*
+ * Tells the gateway what this agent holds now: every setting it knows.
+ * The CAs (hooks.ca) are asked for here, so that SETTINGS "ca" in, when
+ * not NULL, is applied first.
+ */
 static void
-tunnel_send_settings_ack(struct agent_tunnel *t)
+tunnel_send_settings_ack(struct agent_tunnel *t, const struct frame_ca *ca_in)
 {
 	struct frame f;
+	struct frame_ca *ca = &f.u.settings.ca;
 
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_SETTINGS_ACK;
@@ -499,6 +504,12 @@ tunnel_send_settings_ack(struct agent_tunnel *t)
 	for (size_t i = 0; i < t->urls.npushed; i++)
 		snprintf(f.u.settings.urls.url[i], sizeof(f.u.settings.urls.url[i]),
 		    "%s", t->urls.url[i]);
+	if (t->cfg.hooks->ca != NULL) {
+		ca->nheld = t->cfg.hooks->ca(t->cfg.arg, ca_in, ca->held);
+		ca->present = ca->nheld > 0 && ca->nheld <= FRAME_CA_MAX_HELD;
+		if (!ca->present)
+			memset(ca, 0, sizeof(*ca));
+	}
 	tunnel_send(t, &f);
 }
 
@@ -544,7 +555,8 @@ on_settings(struct agent_tunnel *t, const struct frame *in)
 {
 	if (in->u.settings.urls.present)
 		on_settings_urls(t, &in->u.settings.urls);
-	tunnel_send_settings_ack(t);
+	tunnel_send_settings_ack(t, in->u.settings.ca.present ?
+	    &in->u.settings.ca : NULL);
 }
 
 /* ---- drain: moving to another replica ---- */
@@ -928,6 +940,10 @@ ws_close(struct wsface *c, int http_status, const char *reason, void *arg)
 		warn("cannot open the tunnel", KV_S("gateway", gwlist_current(&t->urls)),
 		    KV_S("reason", reason), KV_I("http_status", http_status));
 		t->old_dial_failed = true;   /* the retired one may go when idle */
+		/* What `status` says until a WELCOME clears it: a TLS failure
+		 * names its likely cause and recovery (wsclient.c). */
+		if (reason != NULL && reason[0] != '\0')
+			snprintf(t->last_error, sizeof(t->last_error), "%s", reason);
 	}
 	else if (was_up)
 		warn("tunnel lost", KV_S("reason", reason));
@@ -1190,6 +1206,15 @@ agent_tunnel_ping(struct agent_tunnel *t, uint32_t seq)
 	ping.u.ping.seq = seq;
 	tunnel_send(t, &ping);
 	return 0;
+}
+
+void
+agent_tunnel_set_tls(struct agent_tunnel *t, struct ssl_ctx_st *ctx)
+{
+	if (ctx == NULL || SSL_CTX_up_ref(ctx) != 1)
+		return;
+	SSL_CTX_free(t->tls_ctx);
+	t->tls_ctx = ctx;
 }
 
 void

@@ -101,6 +101,18 @@ struct agent_tunnel_hooks {
 	 * the tunnel's memory only.  Called only when the list changed. */
 	int (*urls)(void *arg, const char *const *urls, size_t n);
 	/*
+	 * Optional: the CAs this agent trusts, and a CA rotation's step
+	 * (SETTINGS "ca" over this authenticated tunnel, the only way one
+	 * comes in; in NULL when a SETTINGS said nothing of CAs).  Check in
+	 * against the pinned CA and keep what is believed (catrust.h), give
+	 * the tunnel the trust to dial with from now on
+	 * (agent_tunnel_set_tls), fill held with the checksums of the CAs
+	 * trusted now and return how many (SETTINGS_ACK "ca"; 0: the ACK
+	 * says nothing of CAs).  NULL: "ca" is ignored.
+	 */
+	size_t (*ca)(void *arg, const struct frame_ca *in,
+	    char held[FRAME_CA_MAX_HELD][FRAME_CA_SUM_LEN + 1]);
+	/*
 	 * Optional, both or neither (without them KEY_ROTATE is ignored):
 	 * node key rotation (docs/interface.md, "Node key rotation").
 	 * key_pending makes a new key and keeps it durably as the pending
@@ -179,6 +191,10 @@ int agent_tunnel_ping(struct agent_tunnel *t, uint32_t seq);
 /* Asks the gateway for a key rotation (KEY_ROTATE without a nonce) when
  * established and none is under way.  0 if asked, -1 if not. */
 int agent_tunnel_ask_rotation(struct agent_tunnel *t);
+/* The TLS context for every dial from now on (the tunnel takes a
+ * reference and drops the one it had; a connection already open keeps
+ * its own): the CAs a rotation added or promoted (catrust.h). */
+void agent_tunnel_set_tls(struct agent_tunnel *t, struct ssl_ctx_st *ctx);
 /* Closes the connection as if the gateway had dropped it: the tunnel
  * redials with backoff. */
 void agent_tunnel_drop(struct agent_tunnel *t);

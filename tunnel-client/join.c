@@ -52,6 +52,7 @@ struct join_opts {
 	const char *state_dir;
 	const char *node_name;
 	const char *ca_checksum;  /* --ca-checksum, or NULL */
+	bool rejoin;              /* --rejoin: re-pin the CA of a joined DIR */
 	const char *proxy_url;    /* --proxy, else the environment's, or NULL */
 	const char *no_proxy;     /* no_proxy / NO_PROXY, or NULL */
 	int proxy_auth;           /* --proxy-auth: enum proxy_auth */
@@ -89,6 +90,8 @@ client_join_usage(void)
 	    "           [--ca-checksum sha256:HEX] [--proxy URL]\n"
 	    "           [--proxy-auth basic|ntlm|negotiate] [--proxy-user DOMAIN\\USER]\n"
 	    "           [--proxy-password-file FILE] < JOIN_DOCUMENT\n"
+	    "       tether-client join --rejoin --state-dir DIR [--ca-checksum ...]\n"
+	    "           [--proxy ...] < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
@@ -119,6 +122,12 @@ client_join_usage(void)
 	    "  --proxy-password-file FILE  how to authenticate to the proxy, as\n"
 	    "                      `run` does (basic, ntlm, negotiate; the password\n"
 	    "                      file readable by its owner only)\n"
+	    "  --rejoin            DIR is joined to the document's cluster already:\n"
+	    "                      keep its agent, key and settings, and only pin\n"
+	    "                      the CA the document names (its import token is\n"
+	    "                      not used).  The recovery of a node that missed\n"
+	    "                      a whole CA rotation (docs/0033); a running\n"
+	    "                      agent dials with the new CA at its next attempt\n"
 	    "\n"
 	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
 	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
@@ -328,6 +337,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "proxy-auth", required_argument, NULL, 'A' },
 		{ "proxy-user", required_argument, NULL, 'U' },
 		{ "proxy-password-file", required_argument, NULL, 'W' },
+		{ "rejoin", no_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -379,6 +389,9 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			if ((r = join_proxy_password(o, optarg)) != -1)
 				return r;
 			break;
+		case 'R':
+			o->rejoin = true;
+			break;
 		case 'h':
 			client_join_usage();
 			return JOIN_EXIT_OK;
@@ -394,6 +407,12 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 	if (strlen(o->state_dir) > PATH_MAX - 64)
 		return client_usage_error("join", "--state-dir %s: path too long",
 		    o->state_dir);
+	if (o->rejoin && (o->node_name != NULL || o->st.nallow > 0 ||
+	    o->st.nservices > 0 || o->nsvc_ca > 0 || o->nsvc_tok > 0))
+		return client_usage_error("join", "%s keeps DIR's node name, "
+		    "targets and services: --node-name, --allow, --service, "
+		    "--service-ca and --service-token cannot be given with it",
+		    "--rejoin");
 	if ((r = check_service_tokens(o)) != -1)
 		return r;
 	return check_service_cas(o);
@@ -857,6 +876,61 @@ out:
 	return r;
 }
 
+/*
+ * --rejoin: DIR must be joined to doc's cluster.  Its ca.crt becomes the CA
+ * the document pins (join_fetch_ca checked it), ca.next.crt goes (a
+ * rotation's leftover), and state.json names the CA and the document's
+ * gateway URL; the agent id, key and settings stay.  Each step atomic: a
+ * crash leaves the old CA or the new one, either a valid pin.
+ */
+static int
+join_rejoin_check(const char *dir, const struct joindoc *doc,
+    struct client_state *old)
+{
+	char err[512];
+	int r = client_state_load(dir, old, err, sizeof(err));
+
+	if (r == 1) {
+		fprintf(stderr, "tether-client join: --rejoin: %s is not joined; join "
+		    "without --rejoin\n", dir);
+		return JOIN_EXIT_CONFLICT;
+	}
+	if (r == -1) {
+		fprintf(stderr, "tether-client join: --rejoin: %s\n", err);
+		return JOIN_EXIT_CONFLICT;
+	}
+	if (strcmp(old->cluster, doc->cluster) != 0) {
+		fprintf(stderr, "tether-client join: --rejoin: %s belongs to cluster "
+		    "%s, the document is for %s\n", dir, old->cluster, doc->cluster);
+		return JOIN_EXIT_CONFLICT;
+	}
+	return -1;
+}
+
+static int
+join_rejoin_write(const char *dir, const struct joindoc *doc, const char *ca_pem,
+    struct client_state *st)
+{
+	char err[512];
+
+	if (write_file(dir, "ca.crt", ca_pem, strlen(ca_pem), 0644, err,
+	    sizeof(err)) == -1)
+		goto fail;
+	remove_file(dir, "ca.next.crt");
+	snprintf(st->ca_checksum, sizeof(st->ca_checksum), "%s", doc->ca_checksum);
+	snprintf(st->gateway_url, sizeof(st->gateway_url), "%s", doc->gateway_url);
+	if (client_state_save(dir, st, err, sizeof(err)) == -1)
+		goto fail;
+	printf("re-pinned the gateway's CA %s for cluster %s (node %s%s%s kept; "
+	    "the document's import token was not used); a running agent dials "
+	    "with it at its next attempt\n", doc->ca_checksum, st->cluster,
+	    st->node, st->agent_id[0] != '\0' ? ", agent " : "", st->agent_id);
+	return JOIN_EXIT_OK;
+fail:
+	fprintf(stderr, "tether-client join: %s\n", err);
+	return JOIN_EXIT_FAIL;
+}
+
 int
 client_join(int argc, char **argv)
 {
@@ -879,13 +953,21 @@ client_join(int argc, char **argv)
 		goto out;
 	if ((r = join_check_expected_ca(o, &doc)) != -1)
 		goto out;
-	if ((r = join_check_dir(o->state_dir, &doc, &replace)) != -1)
+	if (o->rejoin)
+		r = join_rejoin_check(o->state_dir, &doc, &o->st);
+	else
+		r = join_check_dir(o->state_dir, &doc, &replace);
+	if (r != -1)
 		goto out;
 	if (o->proxy_url == NULL)
 		o->proxy_url = env_first("https_proxy", "HTTPS_PROXY");
 	o->no_proxy = env_first("no_proxy", "NO_PROXY");
 	if ((r = join_fetch_ca(o, &doc, &ca_pem)) != -1)
 		goto out;
+	if (o->rejoin) {
+		r = join_rejoin_write(o->state_dir, &doc, ca_pem, &o->st);
+		goto out;
+	}
 	snprintf(o->st.gateway_url, sizeof(o->st.gateway_url), "%s",
 	    doc.gateway_url);
 	snprintf(o->st.ca_checksum, sizeof(o->st.ca_checksum), "%s",

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "catrust.h"
 #include "cli.h"
 #include "fileio.h"
 #include "state.h"
@@ -27,7 +28,8 @@ client_status_usage(void)
 	    "usage: tether-client status --state-dir DIR\n"
 	    "\n"
 	    "Prints one JSON object: cluster, agent_id, state, connected,\n"
-	    "gateway_url, node, last_error, gateway_urls, current_gateway_url.\n"
+	    "gateway_url, node, last_error, gateway_urls, current_gateway_url,\n"
+	    "cas.\n"
 	    "state is \"not-registered\" before the first `run`, \"not-running\"\n"
 	    "when no agent is running, else the state the gateway assigned\n"
 	    "(pending-approval, enroll, verifying, active, revoked).\n"
@@ -36,6 +38,8 @@ client_status_usage(void)
 	    "dialled first, in order, before gateway_url ([] until one came);\n"
 	    "current_gateway_url the one the running agent dials or holds now\n"
 	    "(\"\" when none runs).\n"
+	    "cas: the checksums of the gateway CAs this node trusts: DIR/ca.crt's,\n"
+	    "then, during a CA rotation's overlap, DIR/ca.next.crt's (docs/0033).\n"
 	    "\n"
 	    "exit: 0 ok; 1 DIR is not joined or unreadable; 2 bad usage.\n");
 }
@@ -88,11 +92,30 @@ out:
 	free(buf);
 }
 
+/* The CAs held, as SETTINGS_ACK tells the gateway: [] if unreadable. */
+static json_t *
+cas_json(const char *dir)
+{
+	char held[FRAME_CA_MAX_HELD][FRAME_CA_SUM_LEN + 1], err[512];
+	json_t *cas = json_array();
+	struct catrust t;
+	size_t n;
+
+	if (cas == NULL || catrust_load(dir, &t, err, sizeof(err)) < 0)
+		return cas;
+	n = catrust_held(&t, held);
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(cas, json_string(held[i]));
+	catrust_clear(&t);
+	return cas;
+}
+
 static int
-status_print(const struct client_state *st, const struct agent_status *as)
+status_print(const char *dir, const struct client_state *st,
+    const struct agent_status *as)
 {
 	const char *state;
-	json_t *root, *urls;
+	json_t *root, *urls, *cas;
 	char *text;
 
 	if (as->running && as->state[0] != '\0')
@@ -103,9 +126,13 @@ status_print(const struct client_state *st, const struct agent_status *as)
 		state = "not-running";
 	if ((urls = json_array()) == NULL)
 		return 1;
+	if ((cas = cas_json(dir)) == NULL) {
+		json_decref(urls);
+		return 1;
+	}
 	for (size_t i = 0; i < st->ngateway_urls; i++)
 		json_array_append_new(urls, json_string(st->gateway_urls[i]));
-	root = json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:s, s:o, s:s}",
+	root = json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:s, s:o, s:s, s:o}",
 	    "cluster", st->cluster,
 	    "agent_id", st->agent_id,
 	    "state", state,
@@ -114,7 +141,8 @@ status_print(const struct client_state *st, const struct agent_status *as)
 	    "node", st->node,
 	    "last_error", as->last_error,
 	    "gateway_urls", urls,
-	    "current_gateway_url", as->running ? as->gateway : "");
+	    "current_gateway_url", as->running ? as->gateway : "",
+	    "cas", cas);
 	if (root == NULL ||
 	    (text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL) {
 		json_decref(root);
@@ -169,5 +197,5 @@ client_status(int argc, char **argv)
 		return 1;
 	}
 	read_status(dir, &as);
-	return status_print(&st, &as);
+	return status_print(dir, &st, &as);
 }
