@@ -41,6 +41,9 @@
 #define AGENT_READ_COLS AGENT_COLS ", version, last_seen, " \
 	"CASE WHEN next_pubkey IS NULL THEN 0 ELSE 1 END, " \
 	"COALESCE(next_pubkey, pubkey), key_rotate, key_since, urls, cas"
+/* How many columns AGENT_READ_COLS reads (register_at_once's answer
+ * follows them): change the two together. */
+#define AGENT_READ_NCOLS 17
 
 /* Stored as words rather than enum values so the database reads on its own
  * and a reordered enum cannot silently change meaning. */
@@ -1618,6 +1621,93 @@ register_locked(struct store *s, const char *token_id, const char *node,
 	return STORE_OK;
 }
 
+/* What the server-side register (tether_register) answered: the agent's
+ * columns (read_agent's), then its code and detail. */
+struct register_answer {
+	char code[16];
+	char detail[STORE_ERROR_MAX + 1];
+	struct store_agent agent;
+};
+
+static int
+read_register_answer(const struct store_row *row, void *out)
+{
+	struct register_answer *r = out;
+
+	if (col_text(row, AGENT_READ_NCOLS, r->code, sizeof(r->code)) == -1 ||
+	    col_text(row, AGENT_READ_NCOLS + 1, r->detail,
+	    sizeof(r->detail)) == -1)
+		return -1;
+	/* Refusals and collisions carry no agent. */
+	if (strcmp(r->code, "refused") == 0 || strcmp(r->code, "collided") == 0)
+		return 0;
+	return read_agent(row, &r->agent);
+}
+
+/*
+ * register_locked's rules in one statement, where the backend has them as
+ * a function (the dialect's register_fn, docs/0038): one round trip, the
+ * token row locked only while the server runs them.  The statement is its
+ * own transaction.  A drawn id already taken is drawn again, as new_agent
+ * does.
+ */
+static int
+register_at_once(struct store *s, const char *token_id, const char *node,
+    const uint8_t pubkey[32], int64_t now, struct store_agent *out,
+    bool *created, char *err, size_t errlen)
+{
+	struct register_answer r;
+	char id[STORE_ID_MAX + 1];
+	int attempt, rc;
+
+	for (attempt = 0; attempt < ID_ATTEMPTS; attempt++) {
+		if (make_id("a-", id, err, errlen) != STORE_OK)
+			return STORE_ERR;
+		memset(&r, 0, sizeof(r));
+		rc = query_one(s, &(struct store_stmt){
+		    .sql = "SELECT v.*, r.code, r.detail "
+		    "FROM tether_register(?, ?, ?, ?, ?) r "
+		    "LEFT JOIN LATERAL (SELECT " AGENT_READ_COLS
+		    " FROM (SELECT (r.agent).*) agents) v ON true",
+		    .what = "register agent", .flags = STORE_STMT_WRITES,
+		    PARAMS(P_TEXT(token_id), P_TEXT(node), P_KEY(pubkey),
+		    P_INT(now), P_TEXT(id)) },
+		    read_register_answer, &r, err, errlen);
+		if (rc == STORE_NOTFOUND) {
+			snprintf(err, errlen, "register agent: no answer");
+			return STORE_ERR;
+		}
+		if (rc != STORE_OK)
+			return rc;
+		if (strcmp(r.code, "collided") != 0)
+			break;
+	}
+	if (strcmp(r.code, "refused") == 0) {
+		snprintf(err, errlen, "%s", r.detail);
+		return STORE_REFUSED;
+	}
+	if (strcmp(r.code, "taken") == 0) {
+		snprintf(err, errlen, "node %s is already registered in "
+		    "cluster %s as agent %s", r.agent.node, r.detail, r.agent.id);
+		return STORE_REFUSED;
+	}
+	if (strcmp(r.code, "created") != 0 && strcmp(r.code, "retry") != 0) {
+		snprintf(err, errlen, "insert agent: no free agent id");
+		return STORE_ERR;
+	}
+	*out = r.agent;
+	*created = strcmp(r.code, "created") == 0;
+	return STORE_OK;
+}
+
+static bool
+has_register_fn(const struct store *s)
+{
+	const char *fn = s->be->dialect->register_fn;
+
+	return fn != NULL && *fn != '\0';
+}
+
 int
 store_agent_register(struct store *s, const char *token_id,
     const char *node, const uint8_t pubkey[32], int64_t now,
@@ -1634,12 +1724,18 @@ store_agent_register(struct store *s, const char *token_id,
 		snprintf(err, errlen, "unknown import token");
 		return STORE_REFUSED;
 	}
-	if (begin(s, err, errlen) != STORE_OK)
-		return STORE_ERR;
-	rc = register_locked(s, token_id, node, pubkey, now, &a, &made, err,
-	    errlen);
-	if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
-		return rc;
+	if (has_register_fn(s)) {
+		if ((rc = register_at_once(s, token_id, node, pubkey, now, &a,
+		    &made, err, errlen)) != STORE_OK)
+			return rc;
+	} else {
+		if (begin(s, err, errlen) != STORE_OK)
+			return STORE_ERR;
+		rc = register_locked(s, token_id, node, pubkey, now, &a, &made,
+		    err, errlen);
+		if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
+			return rc;
+	}
 	/* Only a committed result is handed out. */
 	if (out != NULL)
 		*out = a;

@@ -48,6 +48,9 @@ struct store_param {
 #define STORE_STMT_LOCK 0x1  /* lock the rows read until the transaction
                               * ends (PostgreSQL: FOR UPDATE; SQLite's
                               * BEGIN IMMEDIATE already holds the lock) */
+#define STORE_STMT_WRITES 0x2 /* a statement that does not start with INSERT,
+                              * UPDATE or DELETE and still writes (a
+                              * function): never sent twice */
 
 struct store_stmt {
 	const char *sql;      /* constant text, '?' placeholders, no '?' else */
@@ -103,6 +106,10 @@ struct store_dialect {
 	                          * rotate its key (schema 7), or "" */
 	const char *notify_settings; /* the trigger announcing a gateway
 	                          * setting changed (docs/0031), or "" */
+	const char *register_fn; /* a server-side function tether_register
+	                          * running store_agent_register's rules in
+	                          * one statement (docs/0038), or "" / NULL:
+	                          * the rules run statement by statement */
 };
 
 struct store_backend {

@@ -12,7 +12,10 @@
  * Concurrency: READ COMMITTED transactions in which the rules lock the rows
  * they decide on (STORE_STMT_LOCK adds FOR UPDATE): two replicas spending
  * the same import token queue on its row, the second reading what the first
- * committed.  Migrations run under a transaction-scoped advisory lock, so
+ * committed.  A registration is one statement, the function
+ * tether_register that the dialect's register_fn creates (schema 10,
+ * docs/0038): one round trip, the token row locked only while the server
+ * runs it.  Migrations run under a transaction-scoped advisory lock, so
  * replicas starting at once migrate one after the other.
  *
  * Calls block until the server answers (docs/0016 says how the event loop
@@ -288,7 +291,8 @@ pg_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
 	}
 	pg_params(q, values, lengths, formats, nums);
 	res = pg_send(s, sql, &(struct pg_params){ (int)q->nparams, values,
-	    lengths, formats }, strncmp(q->sql, "SELECT", 6) == 0);
+	    lengths, formats }, strncmp(q->sql, "SELECT", 6) == 0 &&
+	    (q->flags & STORE_STMT_WRITES) == 0);
 	if (res == NULL || !res_ok(res)) {
 		if (out != NULL && res != NULL)
 			out->violation = violation(res);
@@ -474,6 +478,64 @@ static const struct store_dialect pg_dialect = {
 	"  END $$;"
 	"CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE ON settings"
 	"  FOR EACH ROW EXECUTE FUNCTION tether_setting_changed();",
+	/*
+	 * store_agent_register's rules (store.h) in one round trip (docs/0038):
+	 * the token row is locked for the server's microseconds, not for the
+	 * client's round trips, so registrations sharing a token stop queueing
+	 * behind each other's network latency.  The same steps, in the same
+	 * order, as store.c's register_locked, which SQLite keeps running; each
+	 * statement of a VOLATILE function under READ COMMITTED reads what was
+	 * committed before it, as the client's statements did.  p_id is the new
+	 * agent's id; one already taken inserts nothing ('collided': the caller
+	 * draws another).  code: 'created', 'retry' (the same node and key's
+	 * agent, no use spent), 'taken' (agent: the live one, detail: its
+	 * cluster's name), 'refused' (detail: why), 'collided'.
+	 */
+	.register_fn =
+	"CREATE FUNCTION tether_register(p_token TEXT, p_node TEXT,"
+	"    p_key BYTEA, p_now BIGINT, p_id TEXT,"
+	"    OUT code TEXT, OUT detail TEXT, OUT agent agents)"
+	"  LANGUAGE plpgsql AS $$"
+	"  DECLARE t tokens%ROWTYPE;"
+	"  BEGIN"
+	"    SELECT * INTO t FROM tokens WHERE id = p_token FOR UPDATE;"
+	"    code := 'refused';"
+	"    IF NOT FOUND THEN"
+	"      detail := 'unknown import token'; RETURN;"
+	"    ELSIF t.kind <> 'import' THEN"
+	"      detail := 'not an import token'; RETURN;"
+	"    ELSIF t.revoked <> 0 THEN"
+	"      detail := 'import token revoked'; RETURN;"
+	"    ELSIF t.expires_at <> 0 AND p_now >= t.expires_at THEN"
+	"      detail := 'import token expired'; RETURN;"
+	"    END IF;"
+	"    SELECT * INTO agent FROM agents WHERE cluster_id = t.cluster_id"
+	"      AND node = p_node AND pubkey = p_key"
+	"      ORDER BY state = 'revoked', created_at DESC, rowid DESC LIMIT 1;"
+	"    IF FOUND THEN code := 'retry'; RETURN; END IF;"
+	"    IF t.uses_left = 0 THEN"
+	"      detail := 'import token used up'; RETURN;"
+	"    END IF;"
+	"    SELECT * INTO agent FROM agents WHERE cluster_id = t.cluster_id"
+	"      AND node = p_node AND state <> 'revoked';"
+	"    IF FOUND THEN"
+	"      code := 'taken';"
+	"      SELECT COALESCE(max(name), t.cluster_id) INTO detail"
+	"        FROM clusters WHERE id = t.cluster_id;"
+	"      RETURN;"
+	"    END IF;"
+	"    INSERT INTO agents (id, cluster_id, node, pubkey, state,"
+	"      last_error, token_id, created_at, updated_at)"
+	"      VALUES (p_id, t.cluster_id, p_node, p_key,"
+	"      CASE WHEN t.approval_manual <> 0 THEN 'pending-approval'"
+	"      ELSE 'enroll' END, '', t.id, p_now, p_now)"
+	"      ON CONFLICT (id) DO NOTHING RETURNING * INTO agent;"
+	"    IF NOT FOUND THEN code := 'collided'; RETURN; END IF;"
+	"    IF t.uses_left > 0 THEN"
+	"      UPDATE tokens SET uses_left = uses_left - 1 WHERE id = t.id;"
+	"    END IF;"
+	"    code := 'created';"
+	"  END $$;",
 };
 
 static const struct store_backend pg_backend = {

@@ -15,6 +15,9 @@
  *   {NOTIFY_TUNNELS} the same for a tunnel's record (docs/0023)
  *   {NOTIFY_KEYS} the same for an agent asked to rotate its key
  *   {NOTIFY_SETTINGS} the same for a gateway setting (docs/0031)
+ *   {REGISTER_FN} the server-side function registering an agent in one
+ *           statement (PostgreSQL; SQLite: nothing, docs/0038)
+ * A dialect that leaves a marker's word NULL spells it "".
  * Everything else (partial indexes, CHECKs, foreign keys) is SQL both
  * engines read the same.
  */
@@ -143,6 +146,9 @@ static const char *const migrations[] = {
 	 * (SETTINGS_ACK "ca": their checksums joined by spaces; NULL until
 	 * one did: an older agent never does). */
 	"ALTER TABLE agents ADD COLUMN cas TEXT;",
+	/* 10: a registration in one round trip (docs/0038): PostgreSQL runs
+	 * its rules in a function; SQLite, in the same process, needs none. */
+	"{REGISTER_FN}",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
@@ -176,14 +182,18 @@ marker_word(const struct store_dialect *d, const char *p, size_t *mlen)
 		{ "{NOTIFY_KEYS}", offsetof(struct store_dialect, notify_keys) },
 		{ "{NOTIFY_SETTINGS}", offsetof(struct store_dialect, notify_settings) },
 		{ "{NOTIFY}", offsetof(struct store_dialect, notify) },
+		{ "{REGISTER_FN}", offsetof(struct store_dialect, register_fn) },
 	};
+	const char *w;
 	size_t i;
 
 	for (i = 0; i < sizeof(markers) / sizeof(markers[0]); i++) {
 		*mlen = strlen(markers[i].marker);
-		if (strncmp(p, markers[i].marker, *mlen) == 0)
-			return *(const char *const *)(const void *)
-			    ((const char *)d + markers[i].off);
+		if (strncmp(p, markers[i].marker, *mlen) != 0)
+			continue;
+		w = *(const char *const *)(const void *)
+		    ((const char *)d + markers[i].off);
+		return w != NULL ? w : "";
 	}
 	return NULL;
 }

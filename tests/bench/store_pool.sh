@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# store_pool.sh: registrations per second with and without the PostgreSQL
-# store pool (--store-pool, docs/0035), in one run.
+# store_pool.sh: registrations per second for N agents at once, on SQLite,
+# PostgreSQL on loopback and PostgreSQL 20 ms away, in one run (issue 23,
+# docs/0035, docs/0038).
 #
 # A benchmark, not a test: it reports figures and fails only when it cannot
 # take them.  A private PostgreSQL (lib.sh pg_start) and, for the far store,
 # a TCP relay that delays every byte by BENCH_DELAY_MS (default 10) each way
 # (tests/bench/delay_relay.py: a round trip costs 2x that, 20 ms by
-# default).  For each store (SQLite, PostgreSQL on loopback, PostgreSQL
-# behind the relay) and each --store-pool (0: every store call on the one
-# store thread, as before; then 4), a fresh gateway and N agents started at
-# once (one tether-swarm, one multi-use token): seconds until the gateway
-# has logged N registrations, and until the swarm reports all N active.
-# SQLite has no pool (one writer whatever the threads): its row is the
-# same gateway twice.
+# default).  For each store, a fresh gateway (the default --store-pool, or
+# STORE_POOL) and N agents started at once (one tether-swarm, one token of N
+# uses): seconds until the gateway has logged N registrations, and until
+# the swarm reports all N active.  A run stops waiting after BENCH_LIMIT_S
+# (default 300) and reports what it got by then ("640 in 300 s": the rate
+# is still measured).
 #
-# usage: bash tests/bench/store_pool.sh [N [N_FAR]]   (defaults 1000, 200:
-#        the far store without the pool registers a few agents a second)
+# With BASE_BIN (an earlier release's bin directory) each store runs on it
+# first, then on TETHER_BIN, and the table holds both side by side with the
+# ratio of their registrations per second: before and after in one run.
+#
+# usage: bash tests/bench/store_pool.sh [N]   (default 1000)
 #   TETHER_BIN      default build/release/bin
+#   BASE_BIN        optional: the build to compare with
+#   STORE_POOL      optional: --store-pool for every gateway
 #   BENCH_DELAY_MS  the relay's delay each way (default 10)
+#   BENCH_LIMIT_S   the longest wait for one gateway's agents (default 300)
+#   BENCH_STORES    which stores, default "sqlite loopback far"
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,14 +33,16 @@ export ASAN_OPTIONS=
 # shellcheck source=../integration/lib.sh
 source "$SRC/tests/integration/lib.sh"
 TEST_NAME=store_pool
-SWARM=$TETHER_BIN/tether-swarm
 DELAY_MS=${BENCH_DELAY_MS:-10}
+LIMIT_S=${BENCH_LIMIT_S:-300}
+STORES=${BENCH_STORES:-sqlite loopback far}
 N=${1:-1000}
-N_FAR=${2:-200}
+AFTER_BIN=$TETHER_BIN
 ulimit -Sn "$(ulimit -Hn)"
 
 echo "# store_pool.sh $(date -u +%FT%TZ) $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# TETHER_BIN=$TETHER_BIN N=$N N_FAR=$N_FAR delay=${DELAY_MS}ms each way"
+echo "# TETHER_BIN=$AFTER_BIN BASE_BIN=${BASE_BIN:-none} N=$N delay=${DELAY_MS}ms each way" \
+	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s"
 
 pg_start
 RELAY_PORT=$(free_port)
@@ -44,54 +53,96 @@ wait_until 10 "the delay relay" grep -q '^ready' "$T/relay.log"
 FAR=postgres://postgres@127.0.0.1:$RELAY_PORT/tether
 NEAR=$PG_URL
 now_ms() { date +%s%3N; }
+secs() { echo "scale=2; $1 / 1000" | bc; }
 
-# run LABEL URL POOL COUNT: prints "registered_s active_s".
+# run BIN LABEL URL: prints "registered reg_ms active act_ms" (the counts
+# reached and when; the limit's ms when a count stopped short).
 run() {
-	local label=$1 url=$2 pool=$3 n=$4 dir t0 reg=
-	dir=$T/$label-$pool
+	local bin=$1 label=$2 url=$3 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=()
+	dir=$T/$label-$RANDOM
 	[ "$label" != sqlite ] || url=sqlite://$dir/tether.db
 	[ "$label" = sqlite ] || psql -X -q "$NEAR" -c 'DROP SCHEMA public CASCADE; CREATE SCHEMA public' 2>/dev/null
+	[ -z "${STORE_POOL:-}" ] || pool=(--store-pool "$STORE_POOL")
+	GATEWAY=$bin/tether-gateway CTL=$bin/tetherctl
 	GW_PORT=$(free_port)
 	GW_URL=https://127.0.0.1:$GW_PORT
 	GW_DIR=$dir
 	"$GATEWAY" init --data-dir "$dir" --url "$GW_URL" --store "$url" >"$dir.init" 2>&1
 	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$dir/admin.token TETHER_CACERT=$dir/ca.crt
 	"$GATEWAY" serve --data-dir "$dir" --listen "127.0.0.1:$GW_PORT" --store "$url" \
-		--store-pool "$pool" --max-handshakes 4096 --max-handshakes-per-source 100000 \
+		"${pool[@]}" --max-handshakes 4096 --max-handshakes-per-source 100000 \
 		--max-tls-per-source 100000 --max-connections-per-source 100000 \
 		--handshake-timeout 600000 --hello-timeout 600000 >"$dir.log" 2>&1 &
 	GW_PID=$!
 	PIDS+=("$GW_PID")
 	wait_until 60 "gateway $label ready" gateway_ready
-	ctl token create --cluster "$(cluster_create regs)" --uses "$n" >"$dir.json"
+	ctl token create --cluster "$(cluster_create regs)" --uses "$N" >"$dir.json"
 	t0=$(now_ms)
-	"$SWARM" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$n" \
+	"$bin/tether-swarm" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$N" \
 		--prefix "$label" --report-ms 250 --log-level error >"$dir.out" 2>&1 &
 	SW_PID=$!
 	PIDS+=("$SW_PID")
-	while ! grep -q '^swarm all_active' "$dir.out"; do
-		if [ -z "$reg" ] && [ "$(grep -c 'msg="agent registered"' "$dir.log")" -ge "$n" ]; then
-			reg=$(( $(now_ms) - t0 ))
+	while :; do
+		now=$(now_ms)
+		if [ -z "$reg_ms" ]; then
+			regs=$(grep -c 'msg="agent registered"' "$dir.log" || true)
+			[ "$regs" -lt "$N" ] || reg_ms=$((now - t0))
+		fi
+		if grep -q '^swarm all_active' "$dir.out"; then
+			act=$N act_ms=$((now - t0))
+			break
+		fi
+		if [ $((now - t0)) -ge $((LIMIT_S * 1000)) ]; then
+			act=$(sed -n 's/^swarm ms=.* active=\([0-9]*\).*/\1/p' "$dir.out" | tail -n 1)
+			act=${act:-0} act_ms=$((now - t0))
+			break
 		fi
 		kill -0 "$SW_PID" 2>/dev/null || fail "the swarm exited: $(tail -n 2 "$dir.out")"
 		sleep 0.1
 	done
-	local act=$(( $(now_ms) - t0 ))
-	[ -n "$reg" ] || reg=$act
+	[ -n "$reg_ms" ] || reg_ms=$act_ms
 	kill -TERM "$SW_PID"; wait "$SW_PID" || true
 	kill -TERM "$GW_PID"; wait "$GW_PID" || true
-	echo "$(echo "scale=2; $reg / 1000" | bc) $(echo "scale=2; $act / 1000" | bc)"
+	echo "$regs $reg_ms $act $act_ms"
 }
 
+# cell COUNT MS: "12.34" when COUNT is N, else "640 in 300.00".
+cell() {
+	if [ "$1" -ge "$N" ]; then secs "$2"; else echo "$1 in $(secs "$2")"; fi
+}
+rate() { echo "scale=1; $1 * 1000 / $2" | bc; }
+
 echo
-echo "| store | agents | --store-pool 0: registered (s) | all active (s) | registrations/s | --store-pool 4: registered (s) | all active (s) | registrations/s | ratio |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-for cfg in "sqlite::$N" "postgres-loopback:$NEAR:$N" "postgres-$((2 * DELAY_MS))ms:$FAR:$N_FAR"; do
-	label=${cfg%%:*}; rest=${cfg#*:}
-	count=${rest##*:}; url=${rest%:*}
-	read -r b_reg b_act < <(run "$label" "$url" 0 "$count")
-	read -r a_reg a_act < <(run "$label" "$url" 4 "$count")
-	b_rate=$(echo "scale=1; $count / $b_reg" | bc)
-	a_rate=$(echo "scale=1; $count / $a_reg" | bc)
-	echo "| $label | $count | $b_reg | $b_act | $b_rate | $a_reg | $a_act | $a_rate | $(echo "scale=2; $a_rate / $b_rate" | bc) |"
+if [ -n "${BASE_BIN:-}" ]; then
+	echo "| store | agents | before: registered (s) | all active (s) | registrations/s | after: registered (s) | all active (s) | registrations/s | ratio |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+else
+	echo "| store | agents | registered (s) | all active (s) | registrations/s |"
+	echo "|---|---:|---:|---:|---:|"
+fi
+for store in $STORES; do
+	case $store in
+	sqlite) label=sqlite url= ;;
+	loopback) label=postgres-loopback url=$NEAR ;;
+	far) label=postgres-$((2 * DELAY_MS))ms url=$FAR ;;
+	*) fail "unknown store $store (sqlite, loopback, far)" ;;
+	esac
+	if [ -n "${BASE_BIN:-}" ]; then
+		run "$BASE_BIN" "$label" "$url" >"$T/result"
+		read -r b_regs b_reg b_act b_actms < <(tail -n 1 "$T/result")
+		b_rate=$(rate "$b_regs" "$b_reg")
+		before="$(cell "$b_regs" "$b_reg") | $(cell "$b_act" "$b_actms") | $b_rate"
+	fi
+	# Not in a subshell: the gateway and swarm it starts stay in PIDS,
+	# which lib.sh's trap stops on any exit.
+	run "$AFTER_BIN" "$label" "$url" >"$T/result"
+	read -r a_regs a_reg a_act a_actms < <(tail -n 1 "$T/result")
+	a_rate=$(rate "$a_regs" "$a_reg")
+	after="$(cell "$a_regs" "$a_reg") | $(cell "$a_act" "$a_actms") | $a_rate"
+	if [ -z "${BASE_BIN:-}" ]; then
+		echo "| $label | $N | $after |"
+	else
+		echo "| $label | $N | $before | $after | $(echo "scale=2; $a_rate / $b_rate" | bc) |"
+	fi
 done
+echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -33,7 +33,7 @@
 #include "store_backend.h"   /* groups: the store thread's (store_worker.c) */
 
 #define NOW 1700000000
-#define SCHEMA_NOW 9      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 10      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -1649,7 +1649,9 @@ struct racer {
 	const char *url;
 	int id;
 	pthread_barrier_t *go;
-	int created, refused, failed;
+	int created, refused, failed, retried;
+	bool same_key;         /* race_twin: every racer's key the same */
+	const char *node;      /* race_twin's node */
 };
 
 /* Registers RACE_TRIES new nodes with the shared token, all racers at once. */
@@ -1721,6 +1723,123 @@ test_register_concurrent(void **state)
 	assert_int_equal(store_agent_list(f->s, c.id, &list, &n), STORE_OK);
 	assert_int_equal(n, RACE_USES);
 	free(list);
+}
+
+/* Registers the one node r->node with its own key (same_key: the same
+ * key as every other racer), all racers at once. */
+static void *
+race_twin(void *arg)
+{
+	struct racer *r = arg;
+	char err[STORE_ERROR_MAX + 1], want[80];
+	struct store *s = NULL;
+	struct store_agent a;
+	bool created = false;
+	int rc;
+
+	snprintf(want, sizeof(want), "node %s is already registered in "
+	    "cluster twins as agent a-", r->node);
+
+	if (store_open(r->url, &s, err, sizeof(err)) != STORE_OK) {
+		r->failed = 1;
+		pthread_barrier_wait(r->go);
+		return NULL;
+	}
+	pthread_barrier_wait(r->go);
+	rc = store_agent_register(s, "twintokentwintok", r->node,
+	    (const uint8_t[32]){ (uint8_t)(r->same_key ? 1 : r->id + 1) }, NOW,
+	    &a, &created, err, sizeof(err));
+	if (rc == STORE_OK && created)
+		r->created++;
+	else if (rc == STORE_OK)
+		r->retried++;
+	else if (rc == STORE_REFUSED && strncmp(err, want, strlen(want)) == 0)
+		r->refused++;
+	else
+		r->failed++;
+	store_close(s);
+	return NULL;
+}
+
+/* One node registering through several connections at once: with
+ * different keys exactly one agent is made and the others are refused
+ * as a duplicate node; with the same key (retries) one is made and the
+ * others get it back.  One use is spent either way. */
+static void
+test_register_twins_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent *list;
+	struct racer r[RACERS];
+	pthread_t th[RACERS];
+	pthread_barrier_t go;
+	int i, round, created, refused, retried, failed;
+	size_t n;
+
+	make_cluster(f, "twins", &c);
+	make_import(f, "twintokentwintok", 10, false, &c);
+	for (round = 0; round < 2; round++) {
+		created = refused = retried = failed = 0;
+		assert_int_equal(pthread_barrier_init(&go, NULL, RACERS), 0);
+		for (i = 0; i < RACERS; i++) {
+			r[i] = (struct racer){ .url = f->url, .id = i, .go = &go,
+			    .same_key = round == 1,
+			    .node = round == 0 ? "twin-a" : "twin-b" };
+			assert_int_equal(pthread_create(&th[i], NULL, race_twin,
+			    &r[i]), 0);
+		}
+		for (i = 0; i < RACERS; i++) {
+			pthread_join(th[i], NULL);
+			created += r[i].created;
+			refused += r[i].refused;
+			retried += r[i].retried;
+			failed += r[i].failed;
+		}
+		pthread_barrier_destroy(&go);
+		assert_int_equal(failed, 0);
+		assert_int_equal(created, 1);
+		assert_int_equal(refused, round == 0 ? RACERS - 1 : 0);
+		assert_int_equal(retried, round == 0 ? 0 : RACERS - 1);
+		assert_int_equal(uses_of(f, "twintokentwintok"), 9 - round);
+		assert_int_equal(store_agent_list(f->s, c.id, &list, &n), STORE_OK);
+		assert_int_equal(n, (size_t)round + 1);
+		free(list);
+	}
+}
+
+/*
+ * PostgreSQL: a registration is one statement, its own transaction, so one
+ * round trip to a far database and the token row locked only while the
+ * server runs it (docs/0038).  Triggers record the client statement (by
+ * its start time) that inserted the agent and the one that spent the
+ * token's use: the same one.
+ */
+static void
+test_register_one_statement(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a;
+	bool created = false;
+
+	if (pg_url == NULL)
+		skip();
+	assert_int_equal(pg_sql(
+	    "CREATE TABLE probe (stamp TIMESTAMPTZ NOT NULL);"
+	    "CREATE FUNCTION probe() RETURNS trigger LANGUAGE plpgsql AS $$"
+	    "  BEGIN INSERT INTO probe VALUES (statement_timestamp());"
+	    "  RETURN NULL; END $$;"
+	    "CREATE TRIGGER probe AFTER INSERT ON agents"
+	    "  FOR EACH ROW EXECUTE FUNCTION probe();"
+	    "CREATE TRIGGER probe AFTER UPDATE OF uses_left ON tokens"
+	    "  FOR EACH ROW EXECUTE FUNCTION probe()"), 0);
+	make_import(f, "onestatementtokn", 2, false, &c);
+	do_register(f, "onestatementtokn", "node-one", 0x31, &a, &created);
+	assert_true(created);
+	assert_int_equal(uses_of(f, "onestatementtokn"), 1);
+	assert_int_equal(pg_sql("SELECT count(*) FROM probe"), 2);
+	assert_int_equal(pg_sql("SELECT count(DISTINCT stamp) FROM probe"), 1);
 }
 
 struct opener {
@@ -2114,6 +2233,8 @@ main(void)
 		T(test_second_connection),
 		T(test_waits_for_lock),
 		T(test_register_concurrent),
+		T(test_register_twins_concurrent),
+		T(test_register_one_statement),
 		T(test_open_concurrent),
 		T(test_presence),
 		T(test_tunnels_sync),
