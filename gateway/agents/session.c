@@ -95,6 +95,8 @@ struct session_agent {
 	uint64_t urls_hash;           /* of that list (urls_hash): an ACK
 	                               * saying the same is not written again */
 	bool skips_unknown;           /* its HELLO named its release */
+	bool cas_known;               /* the record holds the CAs it trusts */
+	uint64_t cas_hash;            /* of those (urls_hash), as urls_hash */
 };
 
 struct session {
@@ -136,6 +138,7 @@ enum job_kind {
 	JOB_KEY_COMMIT,        /* in: id, pubkey (the staged key); out: agent */
 	JOB_KEY_ABANDON,       /* in: id, pubkey (the staged key) */
 	JOB_URLS,              /* in: id (the agent), urls */
+	JOB_CAS,               /* in: id (the agent), urls holding its CAs */
 };
 
 /*
@@ -156,7 +159,7 @@ struct session_job {
 	uint8_t next_sig[FRAME_SIG_LEN];
 	enum agent_event ev;
 	char reason[STORE_ERROR_MAX + 1];
-	char urls[STORE_URLS_MAX + 1];  /* JOB_URLS */
+	char urls[STORE_URLS_MAX + 1];  /* JOB_URLS; JOB_CAS: the CAs */
 	bool has_reason;
 	int64_t now;
 	int rc;
@@ -431,6 +434,8 @@ session_keep_agent(struct session *s, const struct store_agent *a)
 	s->agent.state = a->state;
 	s->agent.urls_known = a->urls_known;
 	s->agent.urls_hash = urls_hash(a->urls);
+	s->agent.cas_known = a->cas_known;
+	s->agent.cas_hash = urls_hash(a->cas);
 }
 
 /* Tells the agent its state, from its record a (the one just kept). */
@@ -474,6 +479,12 @@ job_work(struct store *st, void *arg)
 		j->rc = store_agent_urls(st, j->id, j->urls, j->err, sizeof(j->err));
 		if (j->rc != STORE_OK)
 			warn("tunnel: cannot record the agent's URL list",
+			    KV_S("agent", j->id), KV_S("err", j->err));
+		break;
+	case JOB_CAS:
+		j->rc = store_agent_cas(st, j->id, j->urls, j->err, sizeof(j->err));
+		if (j->rc != STORE_OK)
+			warn("tunnel: cannot record the CAs the agent holds",
 			    KV_S("agent", j->id), KV_S("err", j->err));
 		break;
 	case JOB_SEEN:
@@ -1157,10 +1168,34 @@ session_send_settings(struct session *s)
 
 	/* An agent too old to know SETTINGS would drop its tunnel over it
 	 * (docs/interface.md, "Compatibility between releases"). */
-	if (!session_skips_unknown_frames(s) || !settings_loaded(s->gw))
+	if (!session_skips_unknown_frames(s) || !settings_any(s->gw))
 		return;
 	settings_frame(s->gw, &f);
 	session_send(s, &f);
+}
+
+/* SETTINGS_ACK "ca": the CAs the agent trusts now, recorded when they
+ * are not what the store says already. */
+static void
+on_cas_ack(struct session *s, const struct frame_ca *ca)
+{
+	struct session_job *j;
+	char cas[STORE_CAS_MAX + 1];
+
+	if (settings_cas_join(ca, cas, sizeof(cas)) != 0) {
+		warn("tunnel: the agent's CA list is too long to record",
+		    KV_S("agent", s->agent.id));
+		return;
+	}
+	if (s->agent.cas_known && s->agent.cas_hash == urls_hash(cas))
+		return;
+	if ((j = job_new(JOB_CAS, s->agent.id)) == NULL)
+		return;
+	snprintf(j->urls, sizeof(j->urls), "%s", cas);
+	s->agent.cas_known = true;
+	s->agent.cas_hash = urls_hash(cas);
+	info("agent holds the CAs", KV_S("agent", s->agent.id), KV_S("cas", cas));
+	job_submit(s->gw, NULL, j, seen_then, "the CAs the agent holds");
 }
 
 /* SETTINGS_ACK: what the agent now holds, recorded when it is not what
@@ -1171,6 +1206,8 @@ on_settings_ack(struct session *s, const struct frame *in)
 	struct session_job *j;
 	char urls[STORE_URLS_MAX + 1];
 
+	if (in->u.settings.ca.present)
+		on_cas_ack(s, &in->u.settings.ca);
 	if (!in->u.settings.urls.present)
 		return;
 	if (settings_urls_join(&in->u.settings.urls, urls, sizeof(urls)) != 0) {

@@ -82,9 +82,10 @@ void session_verifying(struct session *s, const struct store_agent *a);
  */
 void session_record_changed(struct session *s, const struct store_agent *a);
 /* Sends an established agent the gateway's settings (SETTINGS, from
- * settings.h) once they were read from the store; no-op otherwise.  The
- * agent answers SETTINGS_ACK, whose URL list is recorded in the store when
- * it differs from the agent's record. */
+ * settings.h) once there are any (the URL list read from the store, a CA
+ * rotation); no-op otherwise, and for an agent whose HELLO named no
+ * release.  The agent answers SETTINGS_ACK, whose URL list and CAs held
+ * are recorded in the store when they differ from the agent's record. */
 void session_send_settings(struct session *s);
 /* Sends ERROR(code, reason) and closes the tunnel; for "unavailable" and
  * "timeout" the frame also says when to come back (retry_after_ms,

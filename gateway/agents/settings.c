@@ -10,6 +10,7 @@
 
 #include <event2/event.h>
 
+#include "carotate.h"
 #include "frame.h"
 #include "gateway.h"
 #include "hub.h"
@@ -32,6 +33,39 @@ settings_loaded(const struct gateway *gw)
 	return gw->public_urls_loaded;
 }
 
+/* The CA rotation agents are told of, or NULL for none. */
+static const struct ca_rotation *
+rotation(const struct gateway *gw)
+{
+	const struct ca_rotation *r = gw->ca_rotation;
+
+	return r != NULL && r->phase != CA_PHASE_NONE ? r : NULL;
+}
+
+bool
+settings_any(const struct gateway *gw)
+{
+	return settings_loaded(gw) || rotation(gw) != NULL;
+}
+
+/* "ca": overlap, the new CA and its cross-certificate; final, the new CA
+ * (ca.crt now) alone (carotate.h). */
+static void
+ca_frame(const struct ca_rotation *r, struct frame_ca *ca)
+{
+	_Static_assert(CA_DER_MAX <= FRAME_CA_DER_MAX,
+	    "what carotate reads fits SETTINGS");
+	ca->present = true;
+	ca->phase = r->phase == CA_PHASE_OVERLAP ? FRAME_CA_OVERLAP :
+	    FRAME_CA_FINAL;
+	memcpy(ca->next, r->next, r->next_len);
+	ca->next_len = r->next_len;
+	if (r->phase == CA_PHASE_OVERLAP) {
+		memcpy(ca->cross, r->cross, r->cross_len);
+		ca->cross_len = r->cross_len;
+	}
+}
+
 void
 settings_frame(const struct gateway *gw, struct frame *f)
 {
@@ -40,6 +74,10 @@ settings_frame(const struct gateway *gw, struct frame *f)
 
 	memset(f, 0, sizeof(*f));
 	f->type = FRAME_SETTINGS;
+	if (rotation(gw) != NULL)
+		ca_frame(rotation(gw), &f->u.settings.ca);
+	if (!settings_loaded(gw))
+		return;
 	u->present = true;
 	while (*p != '\0' && u->n < FRAME_MAX_URLS) {
 		size_t len = strcspn(p, " ");
@@ -64,6 +102,25 @@ settings_urls_join(const struct frame_urls *urls, char *out, size_t outlen)
 	for (size_t i = 0; i < urls->n; i++) {
 		int n = snprintf(out + used, outlen - used, "%s%s",
 		    i > 0 ? " " : "", urls->url[i]);
+
+		if (n < 0 || (size_t)n >= outlen - used)
+			return -1;
+		used += (size_t)n;
+	}
+	return 0;
+}
+
+int
+settings_cas_join(const struct frame_ca *ca, char *out, size_t outlen)
+{
+	size_t used = 0;
+
+	if (outlen == 0)
+		return -1;
+	out[0] = '\0';
+	for (size_t i = 0; i < ca->nheld; i++) {
+		int n = snprintf(out + used, outlen - used, "%s%s",
+		    i > 0 ? " " : "", ca->held[i]);
 
 		if (n < 0 || (size_t)n >= outlen - used)
 			return -1;

@@ -1,7 +1,11 @@
 /*
  * settings.h: what this replica pushes to its agents in SETTINGS
  * (docs/0031-moving-the-gateway.md): the gateway's public URL list, as the
- * store holds it (the setting "urls", `tetherctl gateway urls set`).
+ * store holds it (the setting "urls", `tetherctl gateway urls set`), and
+ * a CA rotation's step ("ca", docs/0033): the new CA and its
+ * cross-certificate in the overlap, the new CA alone once final, as the
+ * data directory says (gw->ca_rotation, read by certreload.c, which tells
+ * every agent held here when it changes).
  *
  * The replica keeps the list in gw->public_urls: read from the store on
  * the store thread at start (again every SETTINGS_RETRY_MS until a read
@@ -22,6 +26,7 @@
 struct gateway;
 struct frame;
 struct frame_urls;
+struct frame_ca;
 
 #define SETTINGS_RETRY_MS 5000
 
@@ -29,7 +34,12 @@ struct frame_urls;
  * only then (an agent is never told "none" for want of a read). */
 bool settings_loaded(const struct gateway *gw);
 
-/* Fills f with a SETTINGS frame carrying gw's list. */
+/* Whether there is anything to send: the list was read, or a CA rotation
+ * is under way (or final).  An agent gets SETTINGS only then. */
+bool settings_any(const struct gateway *gw);
+
+/* Fills f with a SETTINGS frame carrying gw's list (once read) and its CA
+ * rotation (when there is one). */
 void settings_frame(const struct gateway *gw, struct frame *f);
 
 /*
@@ -46,6 +56,10 @@ void settings_refresh(struct gateway *gw);
 
 /* Stops the retries (the gateway is stopping).  Idempotent. */
 void settings_stop(struct gateway *gw);
+
+/* SETTINGS_ACK "ca"'s held checksums joined by single spaces into out, as
+ * the store keeps them (store_agent_cas).  0, or -1 if they do not fit. */
+int settings_cas_join(const struct frame_ca *ca, char *out, size_t outlen);
 
 /* urls' list joined by single spaces into out.  0, or -1 if it does not
  * fit (outlen bytes with the NUL). */

@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "agentkey.h"
+#include "carotate.h"
 #include "fake_tunnel.h"
 #include "frame.h"
 #include "gateway.h"
@@ -191,6 +192,97 @@ test_agent_active_welcome(void **state)
 	assert_string_equal(t->sent[1].u.welcome.state, "active");
 	assert_true(session_is_active(t->s));
 	assert_int_equal(t->nsent, 2);
+	EVP_PKEY_free(key);
+}
+
+/* ---- CA rotation: SETTINGS "ca" (docs/0033) ---- */
+
+/* An active agent whose HELLO names a release, up to WELCOME. */
+static struct ft_tun *
+connect_released(struct ft *f, const struct store_agent *a, EVP_PKEY *key)
+{
+	struct ft_tun *t = ft_tun_open(f);
+	struct frame h;
+
+	ft_make_hello(&h, FRAME_CRED_AGENT, a->id, a->node);
+	snprintf(h.u.hello.version, sizeof(h.u.hello.version), "9.9.9");
+	ft_deliver(t, &h);
+	assert_int_equal(t->sent[0].type, FRAME_CHALLENGE);
+	ft_auth(t, key, FRAME_CRED_AGENT, a->id, a->node,
+	    t->sent[0].u.challenge.nonce);
+	ft_wait_sent(t, 2);
+	assert_int_equal(t->sent[1].type, FRAME_WELCOME);
+	return t;
+}
+
+/* Without a rotation (and no URL list read) no SETTINGS; in the overlap
+ * the new CA and its cross-certificate follow WELCOME; the agent's ACK
+ * is recorded in the store once (the same ACK again writes nothing). */
+static void
+test_ca_settings(void **state)
+{
+	struct ft *f = *state;
+	struct ca_rotation *rot = calloc(1, sizeof(*rot));
+	struct frame ack = { .type = FRAME_SETTINGS_ACK };
+	const char *sum1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+	const char *sum2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+	struct store_agent a, got;
+	EVP_PKEY *key;
+	struct ft_tun *t;
+	int i;
+
+	assert_non_null(rot);
+	ft_make_agent(f, "node-1", &key, &a);
+	ft_make_active(f, &a);
+	t = connect_released(f, &a, key);
+	assert_int_equal(t->nsent, 2);
+	ft_tun_gone(t);
+
+	rot->phase = CA_PHASE_OVERLAP;
+	memset(rot->next, 0x4e, 700);
+	rot->next_len = 700;
+	memset(rot->cross, 0x43, 650);
+	rot->cross_len = 650;
+	f->gw.ca_rotation = rot;
+	t = connect_released(f, &a, key);
+	ft_wait_sent(t, 3);
+	assert_int_equal(t->sent[2].type, FRAME_SETTINGS);
+	assert_false(t->sent[2].u.settings.urls.present);
+	assert_true(t->sent[2].u.settings.ca.present);
+	assert_int_equal(t->sent[2].u.settings.ca.phase, FRAME_CA_OVERLAP);
+	assert_int_equal(t->sent[2].u.settings.ca.next_len, 700);
+	assert_memory_equal(t->sent[2].u.settings.ca.next, rot->next, 700);
+	assert_int_equal(t->sent[2].u.settings.ca.cross_len, 650);
+	assert_memory_equal(t->sent[2].u.settings.ca.cross, rot->cross, 650);
+
+	ack.u.settings.ca.present = true;
+	ack.u.settings.ca.nheld = 2;
+	snprintf(ack.u.settings.ca.held[0], sizeof(ack.u.settings.ca.held[0]),
+	    "%s", sum1);
+	snprintf(ack.u.settings.ca.held[1], sizeof(ack.u.settings.ca.held[1]),
+	    "%s", sum2);
+	ft_deliver(t, &ack);
+	for (i = 0; i < 200; i++) {
+		assert_int_equal(store_agent_get(f->st, a.id, &got), STORE_OK);
+		if (got.cas_known)
+			break;
+		ft_loop_once(f);
+	}
+	assert_true(got.cas_known);
+	assert_non_null(strstr(got.cas, sum1));
+	assert_non_null(strstr(got.cas, sum2));
+	assert_int_equal(t->closed, 0);
+
+	/* Final: the new CA alone, no cross-certificate. */
+	rot->phase = CA_PHASE_FINAL;
+	assert_int_equal(hub_send_settings(f->gw.hub), 1);
+	ft_wait_sent(t, 4);
+	assert_int_equal(t->sent[3].u.settings.ca.phase, FRAME_CA_FINAL);
+	assert_int_equal(t->sent[3].u.settings.ca.next_len, 700);
+	assert_int_equal(t->sent[3].u.settings.ca.cross_len, 0);
+	ft_tun_gone(t);
+	f->gw.ca_rotation = NULL;
+	free(rot);
 	EVP_PKEY_free(key);
 }
 
@@ -755,6 +847,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_agent_welcome_and_verify, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_verify_version_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_agent_active_welcome, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ca_settings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_out_of_phase, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_version, setup, teardown),
