@@ -6,7 +6,8 @@
 # reconnects; /v1/ca, join documents and kubeconfigs carry the new CA;
 # `tetherctl ca status` and the metric say "overlap".  After `finish` and
 # SIGHUP the old CA is refused, the new one verifies, the phase is final.
-# (The agents' side, SETTINGS "ca", is test_ca_rotation.)
+# The one agent follows (SETTINGS "ca"; agent list "cas", ca status); the
+# whole fleet with an offline node is test_ca_rotation.
 source "$(dirname "$0")/lib.sh"
 
 KUBECTL=$(command -v kubectl) || fail "kubectl not found (run config/setup.sh)"
@@ -115,6 +116,18 @@ jq -e --arg n "$new" --arg o "$old" '.phase == "overlap" and .new_ca == $n and
 [ "$(metric tether_ca_rotation_phase)" = 1 ] || fail "tether_ca_rotation_phase is not 1"
 pass "overlap: /v1/ca, join documents and kubeconfigs carry the new CA; ca status, metric"
 
+# The agent was sent the new CA (SETTINGS "ca") and said it holds both.
+holds() { # holds NODE CHECKSUM...: the agent's "cas" are exactly these
+	local want
+	want=$(printf '%s\n' "${@:2}" | sort | jq -R . | jq -sc .)
+	ctl agent list | jq -e --arg n "$1" --argjson w "$want" \
+		'.[] | select(.node == $n) | (.cas // []) | sort == $w' >/dev/null
+}
+holding_is() { ctl ca status | jq -e --argjson h "$1" '.holding_new_ca == $h and .connected_holding_new_ca == $h' >/dev/null; }
+wait_until 20 "n1 holds the old and the new CA" holds n1 "$old" "$new"
+wait_until 10 "ca status counts n1" holding_is 1
+pass "overlap: the agent holds both CAs (agent list \"cas\"), ca status counts it"
+
 # An agent that pinned the old CA reconnects through the cross-certificate.
 kill "$CLIENT_PID"
 wait "$CLIENT_PID" 2>/dev/null || true
@@ -142,5 +155,8 @@ jq -e --arg n "$new" --arg o "$old" '.phase == "final" and .ca == $n and
 	.old_ca == $o and .handed_out == $n' "$T/status.json" >/dev/null ||
 	fail "ca status after the finish: $(cat "$T/status.json")"
 pass "finish: the old CA refused (OpenSSL, Go), the new one verifies; phase final"
+TETHER_CACERT=$T/new-ca.crt wait_until 20 "n1 holds the new CA alone" holds n1 "$new"
+TETHER_CACERT=$T/new-ca.crt connected_is n1 true || fail "n1 is not connected after the finish"
+pass "final: the agent holds the new CA alone and stays connected"
 
 gateway_stop
