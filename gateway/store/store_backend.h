@@ -189,7 +189,7 @@ int store_pg_connect(const char *url, struct store *s, char *err,
  */
 int store_finish(struct store *s, int rc, char *err, size_t errlen);
 
-/* ---- groups: many calls, one commit (docs/0016) -------------------------- */
+/* ---- groups: many calls, one commit (docs/0039) -------------------------- */
 
 /*
  * Whether s's backend runs groups (SQLite: one writer, whose commit is the

@@ -19,7 +19,7 @@
  *
  * A job submitted grouped (store_worker_submit_grouped) may share one
  * transaction and one commit with the jobs queued beside it, on a store
- * that runs groups (SQLite: its commit is what a call costs, docs/0016);
+ * that runs groups (SQLite: its commit is what a call costs, docs/0039);
  * each of its store calls still commits or fails alone, and done runs only
  * once the group is committed.
  *
