@@ -22,14 +22,21 @@
 #define CA_NEXT_FILE "ca.next.crt"
 #define CA_PEM_MAX   (64 * 1024)
 
+/* Exactly one DER certificate, nothing after it. */
 static X509 *
 der_cert(const uint8_t *der, size_t len)
 {
 	const unsigned char *p = der;
+	X509 *x;
 
 	if (der == NULL || len == 0 || len > LONG_MAX)
 		return NULL;
-	return d2i_X509(NULL, &p, (long)len);
+	x = d2i_X509(NULL, &p, (long)len);
+	if (x != NULL && p != der + len) {
+		X509_free(x);
+		x = NULL;
+	}
+	return x;
 }
 
 static int

@@ -208,6 +208,15 @@ test_cross_refused(void **state)
 	    a->cross_len, "next is not a certificate");
 	check_refused(f->pinned_a, a->next, a->next_len, a->cross, 0,
 	    "cross is not a certificate");
+	/* one certificate and something after it */
+	{
+		unsigned char longer[CA_DER_MAX + 1];
+
+		memcpy(longer, a->next, a->next_len);
+		longer[a->next_len] = 0;
+		check_refused(f->pinned_a, longer, a->next_len + 1, a->cross,
+		    a->cross_len, "next is not a certificate");
+	}
 	check_refused(NULL, a->next, a->next_len, a->cross, a->cross_len,
 	    "no pinned CA");
 }
