@@ -469,6 +469,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	    KV_U("tunnels", hub_count(gw->hub)),
 	    KV_U("drain_timeout_ms", gw->drain_timeout_ms));
 	gw->stopping = 1;
+	tunnel_wait_stop(gw);   /* upgrades waiting for a slot: come back later */
 	sdnotify_stopping();
 	sd->drain_deadline_ms = gateway_now_ms() + gw->drain_timeout_ms;
 	if (gw->drain_timeout_ms == 0)
@@ -560,6 +561,7 @@ serve_limits(struct gateway_limits *l, const struct opt_set *o)
 	l->tls_hello_timeout_ms = opts_num(o, SERVE_OPT_TLS_HELLO_TIMEOUT);
 	l->tls_handshake_timeout_ms = opts_num(o, SERVE_OPT_TLS_HANDSHAKE_TIMEOUT);
 	l->max_handshakes_per_source = opts_num(o, SERVE_OPT_MAX_HANDSHAKES_PER_SOURCE);
+	l->handshake_wait_ms = opts_num(o, SERVE_OPT_HANDSHAKE_WAIT);
 	l->hello_timeout_ms = opts_num(o, SERVE_OPT_HELLO_TIMEOUT);
 	l->max_connections = opts_num(o, SERVE_OPT_MAX_CONNECTIONS);
 	l->max_connections_per_source = opts_num(o, SERVE_OPT_MAX_CONNECTIONS_PER_SOURCE);
@@ -909,6 +911,7 @@ serve_stop(struct serve *sv)
 	settings_stop(gw);
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(gw);
+	tunnel_wait_stop(gw);
 	server_stop(gw);
 	/* After the accepted links ended with the server's connections. */
 	peer_link_shutdown(gw);

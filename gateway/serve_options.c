@@ -116,8 +116,8 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "tunnel handshake deadline" },
 	[SERVE_OPT_MAX_HANDSHAKES] = { .name = "max-handshakes", .type = OPT_U32,
 	    .arg = "N", .def = "256", .min = 1, .max = 1000000,
-	    .help = "unauthenticated tunnels at once; past it an upgrade gets 503 "
-	    "and the agent retries with backoff" },
+	    .help = "unauthenticated tunnels at once; past it an upgrade waits "
+	    "for a slot (--handshake-wait) or gets 503 with Retry-After" },
 	[SERVE_OPT_MAX_TLS_HANDSHAKES] = { .name = "max-tls-handshakes", .type = OPT_U32,
 	    .arg = "N", .def = "32", .min = 1, .max = 1000000,
 	    .help = "TLS handshakes under way at once; connections accepted past "
@@ -142,6 +142,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .type = OPT_U32, .arg = "N", .def = "32", .min = 1, .max = 1000000,
 	    .help = "tunnel handshakes one source address holds at once; past it "
 	    "its upgrades get 503" },
+	[SERVE_OPT_HANDSHAKE_WAIT] = { .name = "handshake-wait", .type = OPT_U32,
+	    .arg = "MS", .def = "5000", .min = 0, .max = 60000,
+	    .help = "an upgrade past --max-handshakes waits up to this long for a "
+	    "slot (first come, first served; at most --max-tls-queue wait); then "
+	    "503 with Retry-After (0: 503 at once)" },
 	[SERVE_OPT_HELLO_TIMEOUT] = { .name = "hello-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = "2000", .min = 50, .max = 600000,
 	    .help = "a new tunnel must send HELLO within this (then the rest of "

@@ -201,8 +201,7 @@ session_set_phase(struct session *s, enum session_phase next)
 		s->counted_handshake = 0;
 		s->gw->handshakes--;
 		session_source_put(s);
-		retry_after_done(&s->gw->retry_after, s->began_ms,
-		    runtime_monotonic_ms());
+		gateway_handshake_freed(s->gw, s->began_ms);
 		gateway_handshake_ended(s->gw);
 		if (s->handshake_timer != NULL)
 			evtimer_del(s->handshake_timer);
@@ -1670,8 +1669,7 @@ session_closed(struct session *s)
 		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "closed");
 		s->gw->handshakes--;
 		session_source_put(s);
-		retry_after_done(&s->gw->retry_after, s->began_ms,
-		    runtime_monotonic_ms());
+		gateway_handshake_freed(s->gw, s->began_ms);
 		gateway_handshake_ended(s->gw);
 	}
 	if (s->handshake_timer != NULL)

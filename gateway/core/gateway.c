@@ -39,6 +39,17 @@ gateway_handshake_ended(struct gateway *gw)
 	evtimer_add(gw->trim_timer, &tv);
 }
 
+void
+gateway_handshake_freed(struct gateway *gw, int64_t began_ms)
+{
+	int busy = gw->handshakes_waiting > 0 ||
+	    gw->handshakes + 1 >= gw->limits.max_handshakes;
+
+	retry_after_done(&gw->retry_after, began_ms, runtime_monotonic_ms(), busy);
+	if (gw->handshake_freed != NULL)
+		gw->handshake_freed(gw);
+}
+
 uint32_t
 gateway_retry_after_ms(struct gateway *gw, uint32_t ahead)
 {

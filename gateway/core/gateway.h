@@ -37,6 +37,7 @@ struct peers;
 struct notices;
 struct access_cache;
 struct ca_rotation;
+struct tunnel_wait;
 struct srccount;
 
 /* Limits and timings, each settable by a `serve` flag (see main.c). */
@@ -49,6 +50,8 @@ struct gateway_limits {
 	uint32_t tls_hello_timeout_ms;  /* a TLS slot's ClientHello must come within */
 	uint32_t tls_handshake_timeout_ms; /* its whole TLS handshake within */
 	uint32_t max_handshakes_per_source; /* tunnel handshakes of one source */
+	uint32_t handshake_wait_ms;     /* an upgrade past max_handshakes may wait
+	                                   this long for a slot (0: 503 at once) */
 	uint32_t hello_timeout_ms;      /* a new tunnel's HELLO must come within */
 	uint32_t max_connections;       /* HTTP connections (not WebSockets) */
 	uint32_t max_connections_per_source; /* of them, from one source */
@@ -73,6 +76,7 @@ struct gateway_limits {
 	.tls_hello_timeout_ms = 1000, \
 	.tls_handshake_timeout_ms = 3000, \
 	.max_handshakes_per_source = 32, \
+	.handshake_wait_ms = 5000, \
 	.hello_timeout_ms = 2000, \
 	.max_connections = 8192, \
 	.max_connections_per_source = 256, \
@@ -132,6 +136,13 @@ struct gateway {
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	struct retry_after retry_after; /* when turned-away agents come back
 	                                   (gateway_retry_after_ms) */
+	/* Upgrades of /v1/connect waiting for a handshake slot (routes/tunnel.c,
+	 * --handshake-wait): how many, the route's list (made on first use,
+	 * freed by tunnel_wait_stop), and what gateway_handshake_freed calls
+	 * when a slot frees (NULL: nothing). */
+	uint32_t handshakes_waiting;
+	struct tunnel_wait *tunnel_wait;
+	void (*handshake_freed)(struct gateway *gw);
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
 	int require_proxy_header;         /* --require-proxy-header: and must */
@@ -170,6 +181,15 @@ struct gateway {
  */
 #define GATEWAY_TRIM_DELAY_MS 2000
 void gateway_handshake_ended(struct gateway *gw);
+
+/*
+ * A tunnel handshake that began at began_ms (monotonic) gave its slot
+ * back, whichever way it ended: its time and whether the gateway was busy
+ * (every slot taken, or upgrades waiting) feed the come-back schedule's
+ * rate (retry_after_done), and gw->handshake_freed, if set, is told.
+ * Call after gw->handshakes went down.  Loop thread only.  Cost: O(1).
+ */
+void gateway_handshake_freed(struct gateway *gw, int64_t began_ms);
 
 /*
  * How long an agent turned away now should wait before it dials again, in

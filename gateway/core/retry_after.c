@@ -2,12 +2,38 @@
  * retry_after.h). */
 #include "retry_after.h"
 
+/* Closes the current window if it is RA_WINDOW_MS old: one that was busy
+ * throughout gives a sample of the rate (not one that a quiet spell
+ * stretched: its handshakes ended before the gateway went quiet). */
+static void
+window_roll(struct retry_after *ra, int64_t now_ms)
+{
+	double r;
+
+	if (ra->window_ms != 0 && now_ms - ra->window_ms < RA_WINDOW_MS)
+		return;
+	if (ra->window_ms != 0 && !ra->window_idle && ra->window_ended > 0 &&
+	    now_ms - ra->window_ms <= 2 * RA_WINDOW_MS) {
+		r = ra->window_ended * 1000.0 / (double)(now_ms - ra->window_ms);
+		ra->measured = ra->measured == 0 ? r :
+		    ra->measured + (r - ra->measured) / RA_WINDOW_WEIGHT;
+	}
+	ra->window_ms = now_ms;
+	ra->window_ended = 0;
+	ra->window_idle = 0;
+}
+
 void
-retry_after_done(struct retry_after *ra, int64_t began_ms, int64_t now_ms)
+retry_after_done(struct retry_after *ra, int64_t began_ms, int64_t now_ms,
+    int busy)
 {
 	double took = now_ms > began_ms ? (double)(now_ms - began_ms) : 1.0;
 
 	ra->mean_ms = ra->mean_ms == 0 ? took : ra->mean_ms + (took - ra->mean_ms) / 8;
+	window_roll(ra, now_ms);
+	ra->window_ended++;
+	if (!busy)
+		ra->window_idle = 1;
 }
 
 double
@@ -15,7 +41,8 @@ retry_after_rate(const struct retry_after *ra, uint32_t capacity,
     uint32_t timeout_ms)
 {
 	double mean = ra->mean_ms > 0 ? ra->mean_ms : RA_GUESS_MS;
-	double rate = (double)capacity * 1000.0 / mean;
+	double rate = ra->measured > 0 ? ra->measured :
+	    (double)capacity * 1000.0 / mean;
 	double floor = timeout_ms > 0 ? (double)capacity * 1000.0 / timeout_ms : 1.0;
 
 	if (rate < floor)
@@ -27,10 +54,9 @@ uint32_t
 retry_after_next(struct retry_after *ra, int64_t now_ms, uint32_t ahead,
     uint32_t capacity, uint32_t timeout_ms, uint32_t jitter)
 {
-	double rate = retry_after_rate(ra, capacity, timeout_ms) *
-	    RA_SHARE_PCT / 100.0;
-	double gap = 1000.0 / rate;
-	double start = (double)now_ms + (double)ahead * gap;
+	double full = retry_after_rate(ra, capacity, timeout_ms);
+	double gap = 1000.0 / (full * RA_SHARE_PCT / 100.0);
+	double start = (double)now_ms + (double)ahead * 1000.0 / full;
 	int64_t wait;
 
 	if (start < (double)(now_ms + RA_MIN_MS))

@@ -29,32 +29,47 @@
 #define RA_MIN_MS    1000
 #define RA_MAX_MS    60000
 /* Slots are handed out at this share (percent) of the rate: the rest is
- * left to dials that were never refused (agents still arriving). */
-#define RA_SHARE_PCT 75
+ * left to dials that were never refused (agents still arriving; those
+ * that come a little early wait for a slot, tunnel.c). */
+#define RA_SHARE_PCT 90
+/* The rate's measuring window, and the weight of each busy one (1/N). */
+#define RA_WINDOW_MS 250
+#define RA_WINDOW_WEIGHT 4
 
 struct retry_after {
 	double mean_ms;               /* a handshake's time, moving average
 	                               * (1/8 per sample); 0: none yet */
 	double horizon_ms;            /* the end of the last slot handed out
 	                               * (fractions kept: no drift) */
+	double measured;              /* handshakes ended per second in busy
+	                               * windows, moving average; 0: none yet */
+	int64_t window_ms;            /* the current window's start; 0: none */
+	uint32_t window_ended;        /* handshakes ended in it */
+	int window_idle;              /* one ended in it while not busy */
 };
 
-/* A tunnel handshake that began at began_ms ended at now_ms (either way). */
-void retry_after_done(struct retry_after *ra, int64_t began_ms, int64_t now_ms);
+/*
+ * A tunnel handshake that began at began_ms ended at now_ms (either way).
+ * busy: every slot was taken, or upgrades were waiting for one, when it
+ * ended (the gateway was the limit, not the demand).
+ */
+void retry_after_done(struct retry_after *ra, int64_t began_ms, int64_t now_ms,
+    int busy);
 
 /*
- * Handshakes the gateway can finish per second: capacity * 1000 / the mean
- * handshake time (RA_GUESS_MS before any ended).  Never below capacity *
- * 1000 / timeout_ms (every slot held until the handshake deadline), nor
- * below 1.
+ * Handshakes the gateway can finish per second: the measured rate of busy
+ * windows, or before there is one capacity * 1000 / the mean handshake
+ * time (RA_GUESS_MS before any ended).  Never below capacity * 1000 /
+ * timeout_ms (every slot held until the handshake deadline), nor below 1.
  */
 double retry_after_rate(const struct retry_after *ra, uint32_t capacity,
     uint32_t timeout_ms);
 
 /*
  * The wait, in ms, for an agent turned away at now_ms with `ahead`
- * connections waiting in front of it: the next slot of the schedule, at
- * the latest of the horizon, now + RA_MIN_MS and now + ahead / rate, plus
+ * connections waiting in front of it: the next slot of the schedule (slots
+ * RA_SHARE_PCT of the rate apart), at the latest of the horizon,
+ * now + RA_MIN_MS and now + ahead / rate, plus
  * jitter (any 32 random bits) within the slot; at most RA_MAX_MS.  Moves
  * the horizon one slot on.
  */

@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
+
+#include <event2/event.h>
 
 #include "frame.h"
 #include "gateway.h"
@@ -20,6 +23,7 @@
 #include "log.h"
 #include "mux.h"
 #include "route.h"
+#include "runtime.h"
 #include "server.h"
 #include "session.h"
 #include "srccount.h"
@@ -200,7 +204,8 @@ tunnel_request(struct gateway *gw, const struct route_request *req,
 }
 
 /* When an agent turned away for now (draining, handshakes at their cap)
- * should come back: after the connections the TLS queue holds. */
+ * should come back: after the connections the TLS queue holds and the
+ * upgrades waiting for a slot. */
 static uint32_t
 tunnel_retry_after(struct gateway *gw)
 {
@@ -208,8 +213,188 @@ tunnel_retry_after(struct gateway *gw)
 	uint64_t shed;
 
 	server_tls_admission(gw, &handshaking, &waiting, &shed);
-	return gateway_retry_after_ms(gw, waiting);
+	return gateway_retry_after_ms(gw, waiting + gw->handshakes_waiting);
 }
+
+static void tunnel_take(struct gateway *gw, struct upgrade *u);
+
+/* ---- waiting for a handshake slot (--handshake-wait, docs/0035) ----
+ *
+ * An upgrade that finds every slot taken waits, first come first served,
+ * for one to free up, instead of being answered 503 at once: a storm's
+ * burst then costs each agent one dial, not two.  Each waits at most
+ * --handshake-wait, then gets 503 with a Retry-After: by then the gateway
+ * has measured how fast it takes them (retry_after.h), which at the
+ * burst's first instant it cannot know, and the moment it names is its
+ * queue over that rate.  At most --max-tls-queue wait (the same budget as
+ * connections waiting for TLS); past it 503 at once.  A waiting upgrade
+ * holds its connection (TLS done, input parked) and no CPU: established
+ * tunnels are not starved by it. */
+
+struct tunnel_waiter {
+	TAILQ_ENTRY(tunnel_waiter) link;
+	struct tunnel_wait *wl;
+	struct upgrade *u;
+	int64_t deadline_ms;
+};
+
+struct tunnel_wait {
+	struct gateway *gw;
+	TAILQ_HEAD(, tunnel_waiter) q;
+	struct event *serve;              /* a slot freed: run from the loop */
+	struct event *expire;             /* the first waiter's deadline */
+};
+
+static void
+waiter_remove(struct tunnel_waiter *w)
+{
+	TAILQ_REMOVE(&w->wl->q, w, link);
+	w->wl->gw->handshakes_waiting--;
+	free(w);
+}
+
+/* The client went away while its upgrade waited. */
+static void
+waiter_abandoned(void *arg)
+{
+	waiter_remove(arg);
+}
+
+static void
+waiter_refuse(struct tunnel_waiter *w, const char *reason)
+{
+	struct gateway *gw = w->wl->gw;
+	struct upgrade *u = w->u;
+
+	upgrade_on_abandon(u, NULL, NULL);
+	waiter_remove(w);
+	upgrade_refuse_later(u, 503, reason, tunnel_retry_after(gw));
+}
+
+static void
+wait_arm(struct tunnel_wait *wl)
+{
+	struct tunnel_waiter *w = TAILQ_FIRST(&wl->q);
+	int64_t left;
+	struct timeval tv;
+
+	if (w == NULL) {
+		evtimer_del(wl->expire);
+		return;
+	}
+	left = w->deadline_ms - runtime_monotonic_ms();
+	tv = runtime_ms_timeval(left > 0 ? (uint32_t)left : 0);
+	evtimer_add(wl->expire, &tv);
+}
+
+/* Slots free: the first waiters take them. */
+static void
+wait_serve(evutil_socket_t fd, short what, void *arg)
+{
+	struct tunnel_wait *wl = arg;
+	struct gateway *gw = wl->gw;
+	struct tunnel_waiter *w;
+	struct upgrade *u;
+
+	while ((w = TAILQ_FIRST(&wl->q)) != NULL &&
+	    gw->handshakes < gw->limits.max_handshakes) {
+		u = w->u;
+		upgrade_on_abandon(u, NULL, NULL);
+		waiter_remove(w);
+		tunnel_take(gw, u);
+	}
+	wait_arm(wl);
+}
+
+/* The first waiters' time is up: come back later. */
+static void
+wait_expire(evutil_socket_t fd, short what, void *arg)
+{
+	struct tunnel_wait *wl = arg;
+	struct tunnel_waiter *w;
+	int64_t now = runtime_monotonic_ms();
+
+	while ((w = TAILQ_FIRST(&wl->q)) != NULL && w->deadline_ms <= now)
+		waiter_refuse(w, "no tunnel handshake slot freed within "
+		    "--handshake-wait: retry later");
+	wait_arm(wl);
+}
+
+static void
+wait_slot_freed(struct gateway *gw)
+{
+	if (gw->tunnel_wait != NULL && gw->handshakes_waiting > 0)
+		event_active(gw->tunnel_wait->serve, EV_TIMEOUT, 0);
+}
+
+static struct tunnel_wait *
+wait_list(struct gateway *gw)
+{
+	struct tunnel_wait *wl = gw->tunnel_wait;
+
+	if (wl != NULL)
+		return wl;
+	if ((wl = calloc(1, sizeof(*wl))) == NULL)
+		return NULL;
+	wl->gw = gw;
+	TAILQ_INIT(&wl->q);
+	wl->serve = evtimer_new(gw->base, wait_serve, wl);
+	wl->expire = evtimer_new(gw->base, wait_expire, wl);
+	if (wl->serve == NULL || wl->expire == NULL) {
+		if (wl->serve != NULL)
+			event_free(wl->serve);
+		if (wl->expire != NULL)
+			event_free(wl->expire);
+		free(wl);
+		return NULL;
+	}
+	gw->tunnel_wait = wl;
+	gw->handshake_freed = wait_slot_freed;
+	return wl;
+}
+
+/* Puts u in the line for a slot (at most --max-tls-queue wait); 0 if it
+ * waits (u is the list's until it is taken, refused or abandoned), -1 if
+ * not. */
+static int
+wait_for_slot(struct gateway *gw, struct upgrade *u)
+{
+	struct tunnel_wait *wl;
+	struct tunnel_waiter *w;
+
+	if (gw->limits.handshake_wait_ms == 0 ||
+	    gw->handshakes_waiting >= gw->limits.max_tls_queue ||
+	    (wl = wait_list(gw)) == NULL || (w = calloc(1, sizeof(*w))) == NULL)
+		return -1;
+	w->wl = wl;
+	w->u = u;
+	w->deadline_ms = runtime_monotonic_ms() + gw->limits.handshake_wait_ms;
+	TAILQ_INSERT_TAIL(&wl->q, w, link);
+	gw->handshakes_waiting++;
+	upgrade_on_abandon(u, waiter_abandoned, w);
+	if (w == TAILQ_FIRST(&wl->q))
+		wait_arm(wl);
+	return 0;
+}
+
+void
+tunnel_wait_stop(struct gateway *gw)
+{
+	struct tunnel_wait *wl = gw->tunnel_wait;
+	struct tunnel_waiter *w;
+
+	if (wl == NULL)
+		return;
+	while ((w = TAILQ_FIRST(&wl->q)) != NULL)
+		waiter_refuse(w, "the gateway is shutting down");
+	event_free(wl->serve);
+	event_free(wl->expire);
+	free(wl);
+	gw->tunnel_wait = NULL;
+	gw->handshake_freed = NULL;
+}
+
+/* ---- a new tunnel ---- */
 
 /* A new tunnel, if the gateway takes one. */
 static void
@@ -217,7 +402,6 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
     struct upgrade *u)
 {
 	char reason[128];
-	struct tunnel *c;
 	uint32_t later;
 
 	if (!http_token_list_has(upgrade_offered_protocols(u), TETHER_SUBPROTOCOL)) {
@@ -230,16 +414,32 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 		    tunnel_retry_after(gw));
 		return;
 	}
-	if (gw->handshakes >= gw->limits.max_handshakes) {
+	/* Earlier upgrades waiting for a slot go first. */
+	if (gw->handshakes >= gw->limits.max_handshakes ||
+	    gw->handshakes_waiting > 0) {
+		if (wait_for_slot(gw, u) == 0)
+			return;
 		later = tunnel_retry_after(gw);
 		warn("refusing a tunnel: too many handshakes under way (--max-handshakes)",
 		    KV_S("peer", upgrade_peer(u)), KV_U("handshakes", gw->handshakes),
+		    KV_U("waiting", gw->handshakes_waiting),
 		    KV_U("retry_after_ms", later));
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
 		    "retry later", gw->handshakes);
 		upgrade_refuse_later(u, 503, reason, later);
 		return;
 	}
+	tunnel_take(gw, u);
+}
+
+/* The upgrade takes a handshake slot: its source's share is checked, then
+ * the WebSocket is accepted and carries a new session. */
+static void
+tunnel_take(struct gateway *gw, struct upgrade *u)
+{
+	char reason[128];
+	struct tunnel *c;
+
 	/* One source's share (docs/0028): a flood of silent upgrades from one
 	 * address cannot hold every slot and shut reconnecting agents out. */
 	if (gw->handshake_sources != NULL && srccount_get(gw->handshake_sources,

@@ -2,9 +2,10 @@
  * test_retry_after.c: the come-back schedule for turned-away agents
  * (gateway/core/retry_after.c, docs/0035): the rate is capacity over the
  * mean time a handshake holds its slot (RA_GUESS_MS before any ended,
- * never below the every-slot-times-out floor); each refusal gets its own
- * slot, spaced by the rate at RA_SHARE_PCT, after the connections waiting
- * ahead, with no drift; the jitter stays inside the slot; waits stay within
+ * never below the every-slot-times-out floor) until busy windows measure
+ * it; each refusal gets its own slot, spaced by the rate at RA_SHARE_PCT,
+ * after the connections waiting ahead (served at the full rate), with no
+ * drift; the jitter stays inside the slot; waits stay within
  * [RA_MIN_MS, RA_MAX_MS]; a quiet gateway's old horizon holds nobody back.
  */
 #include <stdarg.h>
@@ -32,13 +33,53 @@ test_rate(void **state)
 	assert_true(retry_after_rate(&ra, 0, 10000) == 1.0);
 	/* Handshakes of 40 ms: 4 slots free up 100 times a second. */
 	for (int i = 0; i < 200; i++)
-		retry_after_done(&ra, T0 + i, T0 + i + 40);
+		retry_after_done(&ra, T0 + i, T0 + i + 40, 0);
 	r = retry_after_rate(&ra, 4, 10000);
 	assert_true(r > 99.0 && r < 101.0);
 	/* Slow handshakes: never below capacity per timeout. */
 	memset(&ra, 0, sizeof(ra));
-	retry_after_done(&ra, T0, T0 + 100000);
+	retry_after_done(&ra, T0, T0 + 100000, 0);
 	assert_true(retry_after_rate(&ra, 50, 10000) == 5.0);
+}
+
+/* The rate measured on the fly: handshakes ended per second in windows
+ * where the gateway was busy throughout; not in a window where one ended
+ * while it was not (that is the demand), nor in one a quiet spell
+ * stretched. */
+static void
+test_measured_rate(void **state)
+{
+	struct retry_after ra;
+	int64_t t = T0;
+	double r;
+
+	memset(&ra, 0, sizeof(ra));
+	/* Handshakes of 1 s each would say 8 slots free 8 times a second... */
+	retry_after_done(&ra, t - 1000, t, 1);
+	/* ...but busy, 300 end each second (one every 10/3 ms) for 2 s. */
+	for (int i = 1; i <= 600; i++)
+		retry_after_done(&ra, t - 1000, t + i * 10 / 3, 1);
+	r = retry_after_rate(&ra, 8, 10000);
+	assert_true(r > 285.0 && r < 315.0);
+	/* Not busy: 10 a second is the demand, not what the gateway can do. */
+	t += 2000;
+	for (int i = 1; i <= 20; i++)
+		retry_after_done(&ra, t - 5, t + i * 100, 0);
+	r = retry_after_rate(&ra, 8, 10000);
+	assert_true(r > 285.0 && r < 315.0);
+	/* A busy window stretched by a quiet minute gives no sample. */
+	t += 2000;
+	retry_after_done(&ra, t - 5, t, 1);
+	retry_after_done(&ra, t - 5, t + 60000, 1);
+	retry_after_done(&ra, t - 5, t + 60001, 1);
+	r = retry_after_rate(&ra, 8, 10000);
+	assert_true(r > 285.0 && r < 315.0);
+	/* Busy again at 100 a second: the average follows. */
+	t += 61000;
+	for (int i = 1; i <= 800; i++)
+		retry_after_done(&ra, t - 5, t + i * 10, 1);
+	r = retry_after_rate(&ra, 8, 10000);
+	assert_true(r > 95.0 && r < 110.0);
 }
 
 /* Each refusal its own slot: successive waits grow by the slot width. */
@@ -50,7 +91,7 @@ test_slots_spread(void **state)
 	double gap;
 
 	memset(&ra, 0, sizeof(ra));
-	retry_after_done(&ra, T0, T0 + 40);      /* 4 slots: 100/s */
+	retry_after_done(&ra, T0, T0 + 40, 0);   /* 4 slots: 100/s */
 	gap = 1000.0 / (retry_after_rate(&ra, 4, 10000) * RA_SHARE_PCT / 100.0);
 	for (int i = 0; i < 300; i++) {
 		w = retry_after_next(&ra, T0 + 2000, 0, 4, 10000, 0);
@@ -74,13 +115,14 @@ test_ahead_and_jitter(void **state)
 
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
-	/* 20 slots of RA_GUESS_MS: 100/s, handed out at 75/s (13.3 ms). */
+	/* 20 slots of RA_GUESS_MS: 100/s, handed out at 90/s (11.1 ms); the
+	 * ones ahead are served at the full rate. */
 	wa = retry_after_next(&a, T0, 750, 20, 10000, 0);
-	assert_true(wa >= 9990 && wa <= 10010);    /* 750 ahead: 10 s */
-	wb = retry_after_next(&b, T0, 0, 20, 10000, 13);
-	assert_int_equal(wb, RA_MIN_MS + 0);       /* 13 % 13 */
-	wb = retry_after_next(&b, T0, 0, 20, 10000, 12);
-	assert_true(wb >= RA_MIN_MS + 13 + 12 - 1 && wb <= RA_MIN_MS + 13 + 12 + 1);
+	assert_true(wa >= 7490 && wa <= 7510);     /* 750 ahead: 7.5 s */
+	wb = retry_after_next(&b, T0, 0, 20, 10000, 11);
+	assert_int_equal(wb, RA_MIN_MS + 0);       /* 11 % 11 */
+	wb = retry_after_next(&b, T0, 0, 20, 10000, 10);
+	assert_true(wb >= RA_MIN_MS + 11 + 10 - 1 && wb <= RA_MIN_MS + 11 + 10 + 1);
 }
 
 /* The schedule never promises past RA_MAX_MS, and a quiet gateway's old
@@ -104,6 +146,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rate),
+		cmocka_unit_test(test_measured_rate),
 		cmocka_unit_test(test_slots_spread),
 		cmocka_unit_test(test_ahead_and_jitter),
 		cmocka_unit_test(test_bounds_and_horizon),
