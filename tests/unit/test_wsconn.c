@@ -1,0 +1,262 @@
+/*
+ * test_wsconn.c: the gateway's server-side WebSocket
+ * (gateway/transport/wsconn.c), on a plain socketpair in one event loop
+ * (without TLS its TLS helpers do nothing).
+ *
+ * Fairness: a peer whose input holds thousands of small frames gets a turn
+ * of the loop like any other connection, not the loop.  A read used to
+ * parse and deliver every frame it brought in one callback: a flood of
+ * 30-byte OPENs took the loop for seconds on a loaded machine while an
+ * operator's connect waited for its upgrade (test_peer_floods under load).
+ * Here another socket becomes readable while the first message is
+ * delivered; its callback must run after a turn's worth of messages, long
+ * before the whole flood is delivered, and every message must still
+ * arrive, in order.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+#include <unistd.h>
+
+#include <sys/socket.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "wsconn.h"
+#include "wsface.h"
+
+#define FLOOD      2000        /* small frames waiting in one read */
+#define TURN_MAX   128         /* what one turn may deliver, with slack */
+
+struct flood {
+	int other_fd;               /* written when the first message arrives */
+	uint32_t delivered;
+	uint32_t in_order;          /* messages whose payload was the next index */
+	long seen_by_other;         /* delivered when the other socket ran; -1 */
+	int closed;
+	struct event_base *base;
+};
+
+static void
+on_message(struct wsface *f, const uint8_t *data, size_t len, int binary, void *arg)
+{
+	struct flood *fl = arg;
+	uint32_t i;
+
+	(void)f;
+	(void)binary;
+	if (len == sizeof(i)) {
+		memcpy(&i, data, sizeof(i));
+		if (i == fl->delivered)
+			fl->in_order++;
+	}
+	if (fl->delivered++ == 0)
+		assert_int_equal(write(fl->other_fd, "x", 1), 1);
+	if (fl->delivered == FLOOD && fl->seen_by_other >= 0)
+		event_base_loopbreak(fl->base);
+}
+
+static void
+on_close(struct wsface *f, int status, const char *reason, void *arg)
+{
+	struct flood *fl = arg;
+
+	(void)f;
+	(void)status;
+	(void)reason;
+	fl->closed = 1;
+}
+
+static const struct wsface_handlers flood_handlers = {
+	.on_message = on_message,
+	.on_close = on_close,
+};
+
+static void
+other_ready(evutil_socket_t fd, short what, void *arg)
+{
+	struct flood *fl = arg;
+	char b;
+
+	(void)what;
+	assert_int_equal(read(fd, &b, 1), 1);
+	fl->seen_by_other = fl->delivered;
+	if (fl->delivered == FLOOD)
+		event_base_loopbreak(fl->base);
+}
+
+/* A masked binary frame of 4 bytes, the index, as a client sends it. */
+static size_t
+client_frame(uint8_t *p, uint32_t i)
+{
+	static const uint8_t mask[4] = { 0x11, 0x22, 0x33, 0x44 };
+	uint8_t b[4];
+
+	memcpy(b, &i, sizeof(b));
+	p[0] = 0x82;                /* FIN, binary */
+	p[1] = 0x80 | 4;            /* masked, 4 bytes */
+	memcpy(p + 2, mask, 4);
+	for (int k = 0; k < 4; k++)
+		p[6 + k] = b[k] ^ mask[k];
+	return 10;
+}
+
+static void
+test_flood_shares_the_loop(void **state)
+{
+	static uint8_t wire[FLOOD * 10];
+	struct flood fl = { .seen_by_other = -1 };
+	struct event_base *base = event_base_new();
+	struct wsconn_set *set;
+	struct bufferevent *bev;
+	struct event *other;
+	const struct timeval guard = { 60, 0 };
+	int ws[2], ot[2];
+	size_t n = 0;
+
+	(void)state;
+	assert_non_null(base);
+	fl.base = base;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ws), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ot), 0);
+	fl.other_fd = ot[1];
+	for (uint32_t i = 0; i < FLOOD; i++)
+		n += client_frame(wire + n, i);
+	/* The whole flood is in the socket before the loop first reads it. */
+	assert_int_equal(write(ws[1], wire, n), (ssize_t)n);
+
+	assert_non_null(set = wsconn_set_new(base, 250));
+	bev = bufferevent_socket_new(base, ws[0], BEV_OPT_CLOSE_ON_FREE);
+	assert_non_null(bev);
+	assert_non_null(wsconn_new(set, bev, "flooder", &flood_handlers, &fl));
+	/* One read takes the whole flood (20 KB): what a TLS read of up to a
+	 * message's worth does on the gateway. */
+	bufferevent_set_max_single_read(bev, sizeof(wire));
+	other = event_new(base, ot[0], EV_READ | EV_PERSIST, other_ready, &fl);
+	assert_non_null(other);
+	assert_int_equal(event_add(other, NULL), 0);
+
+	/* A guard, not a goal: a loop that never ends fails below. */
+	assert_int_equal(event_base_loopexit(base, &guard), 0);
+	assert_int_equal(event_base_dispatch(base), 0);
+	assert_int_equal(fl.delivered, FLOOD);
+	assert_int_equal(fl.in_order, FLOOD);
+	assert_false(fl.closed);
+	/* The other socket became readable at the first message: it ran after
+	 * one turn, not after the flood. */
+	assert_true(fl.seen_by_other >= 1);
+	assert_true(fl.seen_by_other <= TURN_MAX);
+
+	event_free(other);
+	wsconn_set_free(set);
+	assert_true(fl.closed);
+	close(ws[1]);
+	close(ot[0]);
+	close(ot[1]);
+	event_base_free(base);
+}
+
+struct split {
+	uint8_t got[1000];
+	size_t len;
+	int messages;
+	int closed;
+};
+
+static void
+split_message(struct wsface *f, const uint8_t *data, size_t len, int binary, void *arg)
+{
+	struct split *sp = arg;
+
+	(void)f;
+	(void)binary;
+	sp->messages++;
+	sp->len = len;
+	if (len <= sizeof(sp->got))
+		memcpy(sp->got, data, len);
+}
+
+static void
+split_close(struct wsface *f, int status, const char *reason, void *arg)
+{
+	struct split *sp = arg;
+
+	(void)f;
+	(void)status;
+	(void)reason;
+	sp->closed = 1;
+}
+
+static const struct wsface_handlers split_handlers = {
+	.on_message = split_message,
+	.on_close = split_close,
+};
+
+/* Runs base until nothing is ready now. */
+static void
+run_ready(struct event_base *base)
+{
+	for (int i = 0; i < 8; i++)
+		assert_true(event_base_loop(base, EVLOOP_NONBLOCK) >= 0);
+}
+
+static void
+test_split_frame_plain(void **state)
+{
+	static const uint8_t mask[4] = { 0xa1, 0xb2, 0xc3, 0xd4 };
+	uint8_t frame[4 + 4 + 1000], payload[1000];
+	struct split sp = { .len = 0 };
+	struct event_base *base = event_base_new();
+	struct wsconn_set *set;
+	struct bufferevent *bev;
+	int ws[2];
+
+	(void)state;
+	assert_non_null(base);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ws), 0);
+	for (size_t i = 0; i < sizeof(payload); i++)
+		payload[i] = (uint8_t)(i * 7);
+	frame[0] = 0x82;               /* FIN, binary */
+	frame[1] = 0x80 | 126;         /* masked, 16-bit length */
+	frame[2] = sizeof(payload) >> 8;
+	frame[3] = sizeof(payload) & 0xff;
+	memcpy(frame + 4, mask, 4);
+	for (size_t i = 0; i < sizeof(payload); i++)
+		frame[8 + i] = payload[i] ^ mask[i % 4];
+
+	assert_non_null(set = wsconn_set_new(base, 250));
+	bev = bufferevent_socket_new(base, ws[0], BEV_OPT_CLOSE_ON_FREE);
+	assert_non_null(bev);
+	assert_non_null(wsconn_new(set, bev, "split", &split_handlers, &sp));
+	/* The first half is read (and kept) before the second is sent. */
+	assert_int_equal(write(ws[1], frame, 500), 500);
+	run_ready(base);
+	assert_int_equal(sp.messages, 0);
+	assert_int_equal(write(ws[1], frame + 500, sizeof(frame) - 500),
+	    (ssize_t)(sizeof(frame) - 500));
+	run_ready(base);
+	assert_false(sp.closed);
+	assert_int_equal(sp.messages, 1);
+	assert_int_equal(sp.len, sizeof(payload));
+	assert_memory_equal(sp.got, payload, sizeof(payload));
+
+	wsconn_set_free(set);
+	close(ws[1]);
+	event_base_free(base);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_flood_shares_the_loop),
+		cmocka_unit_test(test_split_frame_plain),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
