@@ -25,6 +25,7 @@
 
 #include "log.h"
 #include "store.h"
+#include "store_backend.h"   /* a group broken as SQLite breaks one */
 #include "store_worker.h"
 
 #define JOBS 20
@@ -254,7 +255,7 @@ test_stop_drains(void **state)
 
 #define GTOKEN "1111111111111111"
 
-enum gkind { G_REGISTER, G_USER_TOKEN };
+enum gkind { G_REGISTER, G_USER_TOKEN, G_BREAK };
 
 /* A grouped job: a registration, or a user token scoped to a cluster that
  * exists and one that does not (it fails after writing its token row). */
@@ -271,6 +272,8 @@ struct gjob {
 	bool created;
 	size_t seen_in_work;      /* agents committed when its work ended */
 	size_t seen_at_done;      /* ... and when it was answered */
+	int runs;                 /* its work ran this many times */
+	int answers;              /* its done ran this many times */
 };
 
 static size_t
@@ -295,7 +298,14 @@ gwork(struct store *s, void *arg)
 	uint8_t pub[32];
 
 	memset(pub, j->key, sizeof(pub));
-	if (j->kind == G_REGISTER)
+	j->runs++;
+	if (j->kind == G_BREAK) {
+		/* The first time, what SQLite does on a full disk: the whole
+		 * transaction rolled back under the group. */
+		if (j->runs == 1)
+			s->be->rollback(s);
+		j->rc = STORE_OK;
+	} else if (j->kind == G_REGISTER)
 		j->rc = store_agent_register(s, j->token, j->node, pub,
 		    1700000000, &a, &j->created, j->err, sizeof(j->err));
 	else
@@ -310,6 +320,7 @@ gdone(void *arg)
 	struct gjob *j = arg;
 
 	j->seen_at_done = committed_agents(j->peek);
+	j->answers++;
 	done_order[ndone++] = j->seq;
 }
 
@@ -452,6 +463,59 @@ test_group_cap(void **state)
 	sem_destroy(&gate);
 }
 
+/*
+ * A group SQLite rolled back under it (a full disk) commits nothing, so
+ * its jobs run again, alone: the registration made before the break is
+ * made again and answered once, as committed, and the job queued behind
+ * runs after; two uses spent, two agents, no answer before its commit.
+ */
+static void
+test_group_broken_runs_again(void **state)
+{
+	struct fixture *f = *state;
+	char cluster[STORE_ID_MAX + 1];
+	struct store *peek;
+	struct store_token t;
+	struct job hold;
+	sem_t started, gate;
+	struct gjob g[3];
+
+	start(f, 16);
+	peek = group_store(f, cluster);
+	store_worker_set_group(f->w, 64, 600000);
+	hold_thread(f, &hold, &started, &gate);
+	g[0] = (struct gjob){ .kind = G_REGISTER, .token = GTOKEN, .node = "b1",
+	    .key = 1 };
+	g[1] = (struct gjob){ .kind = G_BREAK };
+	g[2] = (struct gjob){ .kind = G_REGISTER, .token = GTOKEN, .node = "b2",
+	    .key = 2 };
+	for (int i = 0; i < 3; i++) {
+		g[i].seq = i + 1;
+		g[i].peek = peek;
+		assert_int_equal(store_worker_submit_grouped(f->w, gwork, gdone,
+		    &g[i]), 0);
+	}
+	sem_post(&gate);
+	run_until(f, 4);
+	assert_int_equal(g[0].rc, STORE_OK);
+	assert_true(g[0].created);
+	assert_int_equal(g[0].runs, 2);
+	assert_int_equal(g[1].runs, 2);
+	assert_int_equal(g[2].runs, 1);
+	assert_int_equal(g[2].rc, STORE_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(g[i].answers, 1);
+		assert_int_equal(done_order[i + 1], i + 1);
+	}
+	assert_true(g[0].seen_at_done >= 1);
+	assert_int_equal(committed_agents(peek), 2);
+	assert_int_equal(store_token_get(peek, GTOKEN, &t), STORE_OK);
+	assert_int_equal(t.uses_left, 2);
+	store_close(peek);
+	sem_destroy(&started);
+	sem_destroy(&gate);
+}
+
 int
 main(void)
 {
@@ -465,6 +529,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_group_one_commit, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_group_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group_broken_runs_again,
+		    setup, teardown),
 	};
 
 	log_init("test", LOG_LEVEL_WARN);
