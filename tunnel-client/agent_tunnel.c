@@ -29,7 +29,9 @@
  * one when a connection ends before it was established.  The list changes
  * only by a SETTINGS frame on the current, authenticated tunnel (never a
  * retired one, a redirect, a proxy's answer or a RECONNECT); the agent
- * answers SETTINGS_ACK with the list it now holds.
+ * answers SETTINGS_ACK with the list it now holds.  A CA rotation's
+ * SETTINGS "ca" comes the same way only, and goes to hooks.ca (the files
+ * are the agent's: catrust.h); the ACK says the CAs held.
  *
  * Told when to come back (docs/0033): a gateway that turns a dial away for
  * now (a 503 with Retry-After on the upgrade, or an ERROR frame with

@@ -9,7 +9,9 @@
  *                     the tunnel; absent until one came: docs/0031).
  *                     Written last by join: its presence means "joined";
  *                     rewritten whole by run (registered, a new URL list).
- *   DIR/ca.crt        (0644) the gateway CA, pinned by ca_checksum at join.
+ *   DIR/ca.crt        (0644) the gateway CA, pinned by ca_checksum at join
+ *                     (a finished CA rotation replaces it: catrust.h).
+ *   DIR/ca.next.crt   (0644) a CA rotation's next CA, during its overlap.
  *   DIR/agent.key     (0600) this node's Ed25519 private key.
  *   DIR/import.token  (0600) the import token; deleted once registered.
  *   DIR/service-NAME-ca.crt (0644) `join --service-ca NAME=FILE`.
