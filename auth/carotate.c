@@ -129,20 +129,14 @@ static int
 read_overlap(const char *dir, X509 *ca, struct ca_rotation *out, char *err,
     size_t errlen)
 {
-	X509 *next = NULL, *cross = NULL, *old = NULL;
+	X509 *next = NULL, *cross = NULL;
 	struct ca_cert_info info;
 	char sum[CA_CHECKSUM_MAX];
 	int r = -1;
 
 	if ((next = load_cert(dir, F_NEXT, err, errlen)) == NULL ||
-	    (cross = load_cert(dir, F_CROSS, err, errlen)) == NULL)
-		goto out;
-	/* A finish cut short after ca.crt became the new CA: the
-	 * cross-certificate's issuer is ca.old.crt by then. */
-	if (X509_cmp(ca, next) == 0 &&
-	    (ca = old = load_cert(dir, F_OLD, err, errlen)) == NULL)
-		goto out;
-	if (overlap_check(ca, next, cross, err, errlen) != 0 ||
+	    (cross = load_cert(dir, F_CROSS, err, errlen)) == NULL ||
+	    overlap_check(ca, next, cross, err, errlen) != 0 ||
 	    cert_der(next, F_NEXT, out->next, &out->next_len, out->next_checksum,
 	    err, errlen) != 0 ||
 	    cert_der(cross, F_CROSS, out->cross, &out->cross_len, sum, err,
@@ -155,7 +149,6 @@ read_overlap(const char *dir, X509 *ca, struct ca_rotation *out, char *err,
 out:
 	X509_free(next);
 	X509_free(cross);
-	X509_free(old);
 	return r;
 }
 
@@ -169,9 +162,13 @@ read_final(const char *dir, X509 *ca, struct ca_rotation *out, char *err,
 	size_t len;
 	int r = -1;
 
-	if ((old = load_cert(dir, F_OLD, err, errlen)) == NULL ||
-	    cert_der(old, F_OLD, der, &len, out->old_checksum, err, errlen) != 0 ||
-	    cert_der(ca, F_CA, out->next, &out->next_len, out->next_checksum, err,
+	/* ca.old.crt may be missing where ca.crt already is ca.next.crt
+	 * (a replica given the new ca.crt but not the rest). */
+	if (present(dir, F_OLD) &&
+	    ((old = load_cert(dir, F_OLD, err, errlen)) == NULL ||
+	    cert_der(old, F_OLD, der, &len, out->old_checksum, err, errlen) != 0))
+		goto out;
+	if (cert_der(ca, F_CA, out->next, &out->next_len, out->next_checksum, err,
 	    errlen) != 0)
 		goto out;
 	ca_cert_info_of(ca, &info);
@@ -181,6 +178,20 @@ read_final(const char *dir, X509 *ca, struct ca_rotation *out, char *err,
 out:
 	X509_free(old);
 	return r;
+}
+
+/* Whether dir's ca.next.crt is ca already: a finish cut short, or a
+ * replica given the finished ca.crt beside the overlap's left-overs.  The
+ * phase is final then. */
+static int
+next_is(const char *dir, X509 *ca)
+{
+	char err[8];
+	X509 *next = load_cert(dir, F_NEXT, err, sizeof(err));
+	int same = next != NULL && X509_cmp(ca, next) == 0;
+
+	X509_free(next);
+	return same;
 }
 
 int
@@ -196,9 +207,9 @@ ca_rotation_read(const char *dir, struct ca_rotation *out, char *err,
 	if ((ca = load_cert(dir, F_CA, err, errlen)) == NULL ||
 	    cert_der(ca, F_CA, der, &len, out->current_checksum, err, errlen) != 0)
 		goto out;
-	if (present(dir, F_NEXT))
+	if (present(dir, F_NEXT) && !next_is(dir, ca))
 		r = read_overlap(dir, ca, out, err, errlen);
-	else if (present(dir, F_OLD))
+	else if (present(dir, F_OLD) || present(dir, F_NEXT))
 		r = read_final(dir, ca, out, err, errlen);
 	else
 		r = 0;
@@ -445,7 +456,9 @@ ca_rotate_finish(const char *dir, struct ca_rotation *out, char *err,
 	}
 	if (ca_rotation_read(dir, now, err, errlen) != 0)
 		goto out;
-	if (now->phase != CA_PHASE_OVERLAP) {
+	/* Final with ca.next.crt still there: a finish cut short. */
+	if (now->phase != CA_PHASE_OVERLAP &&
+	    !(now->phase == CA_PHASE_FINAL && present(dir, F_NEXT))) {
 		snprintf(err, errlen, "%s: no CA rotation under way (phase %s): "
 		    "'ca rotate start' begins one", dir, ca_phase_name(now->phase));
 		goto out;

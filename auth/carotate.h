@@ -16,7 +16,9 @@
  *            the cross-certificate and removed ca.next.key, ca.next.crt and
  *            ca.cross.crt.  It lasts while ca.old.crt is there: agents that
  *            connect then are still told "final".  Removing ca.old.crt ends
- *            it (phase none).
+ *            it (phase none).  ca.next.crt equal to ca.crt (a finish cut
+ *            short, or a replica given the new ca.crt beside the overlap's
+ *            files) is final too.
  * Serving replicas need none of the keys but server.key and peer.key: they
  * read the phase from the certificates (ca_rotation_read).
  *

@@ -818,8 +818,9 @@ copy_in(const struct fixture *f, const char *from, const char *to, mode_t mode)
 	free(data);
 }
 
-/* A finish cut short after ca.crt became the new CA is still an overlap
- * and finishes when run again, keeping the real old CA as ca.old.crt. */
+/* A finish cut short after ca.crt became the new CA reads as final (what
+ * a replica given the new ca.crt beside the overlap's files serves) and
+ * finishes when run again, keeping the real old CA as ca.old.crt. */
 static void
 test_rotate_finish_resumes(void **state)
 {
@@ -837,7 +838,10 @@ test_rotate_finish_resumes(void **state)
 	copy_in(f, "ca.next.crt", "ca.crt", 0644);
 	unlink_in(f, "ca.next.key");
 	assert_int_equal(ca_rotation_read(f->dir, r, err, sizeof(err)), 0);
-	assert_int_equal(r->phase, CA_PHASE_OVERLAP);
+	assert_int_equal(r->phase, CA_PHASE_FINAL);
+	assert_string_equal(r->next_checksum, newsum);
+	assert_string_equal(r->old_checksum, oldsum);
+	assert_int_equal(r->cross_len, 0);
 	if (ca_rotate_finish(f->dir, r, err, sizeof(err)) != 0)
 		fail_msg("ca_rotate_finish: %s", err);
 	assert_int_equal(r->phase, CA_PHASE_FINAL);
