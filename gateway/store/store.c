@@ -302,6 +302,7 @@ int
 store_group_end(struct store *s, char *err, size_t errlen)
 {
 	bool whole = store_group_whole(s);
+	STORE_TIMED(s);     /* "group_end": the group's commit and its sync */
 
 	s->group = STORE_GROUP_NONE;
 	if (!whole) {

@@ -218,6 +218,7 @@ bool store_group_whole(struct store *s);
  * left.  STORE_OK when every call of the group is committed; otherwise
  * STORE_ERR/STORE_FULL with err and none is (each must be made again,
  * alone, for its answer to be true).  s is out of the group either way.
+ * Timed as "group_end" (store_set_timing).
  */
 int store_group_end(struct store *s, char *err, size_t errlen);
 

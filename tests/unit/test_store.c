@@ -2197,6 +2197,35 @@ test_group_broken(void **state)
 	assert_int_equal(uses_of(f, "4444444444444444"), 4);
 }
 
+/* A group's calls are committed by store_group_end, which the timing hook
+ * hears as "group_end" (its commit and sync), after the calls. */
+static void
+test_group_commit_timed(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct store_cluster c = { 0 };
+	struct store_agent a, got;
+	struct heard h = { .n = 0 };
+	bool created;
+	uint8_t k[32];
+
+	sqlite_only();
+	make_import(f, "6666666666666666", 5, false, &c);
+	store_set_timing(f->s, hear, &h);
+	assert_int_equal(store_group_begin(f->s, err, sizeof(err)), STORE_OK);
+	key(k, 1);
+	assert_int_equal(store_agent_register(f->s, "6666666666666666", "t1",
+	    k, NOW, &a, &created, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_group_end(f->s, err, sizeof(err)), STORE_OK);
+	assert_int_equal(h.n, 2);
+	assert_string_equal(h.ops[0], "agent_register");
+	assert_string_equal(h.ops[1], "group_end");
+	store_set_timing(f->s, NULL, NULL);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_int_equal(uses_of(f, "6666666666666666"), 4);
+}
+
 int
 main(void)
 {
@@ -2241,6 +2270,7 @@ main(void)
 		T(test_replicas_forget_dead),
 		T(test_remote_agents),
 		T(test_group_broken),
+		T(test_group_commit_timed),
 #undef T
 	};
 
