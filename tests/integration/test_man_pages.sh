@@ -57,7 +57,7 @@ same_flags() {
 
 help_flags 'tetherctl|tether-client' \
 	"$GATEWAY --help" "$GATEWAY init --help" "$GATEWAY serve --help" \
-	"$GATEWAY cert --help" >"$T/gw.flags"
+	"$GATEWAY cert --help" "$GATEWAY ca --help" >"$T/gw.flags"
 same_flags tether-gateway tether-gateway.8 "$T/gw.flags"
 help_flags 'tetherctl|tether-gateway' \
 	"$CLIENT --help" "$CLIENT join --help" "$CLIENT run --help" \
