@@ -200,6 +200,7 @@ ca_rotation_read(const char *dir, struct ca_rotation *out, char *err,
 {
 	X509 *ca = NULL;
 	unsigned char der[CA_DER_MAX];
+	struct ca_cert_info info;
 	size_t len;
 	int r = -1;
 
@@ -207,6 +208,8 @@ ca_rotation_read(const char *dir, struct ca_rotation *out, char *err,
 	if ((ca = load_cert(dir, F_CA, err, errlen)) == NULL ||
 	    cert_der(ca, F_CA, der, &len, out->current_checksum, err, errlen) != 0)
 		goto out;
+	ca_cert_info_of(ca, &info);
+	out->current_not_after = info.not_after;
 	if (present(dir, F_NEXT) && !next_is(dir, ca))
 		r = read_overlap(dir, ca, out, err, errlen);
 	else if (present(dir, F_OLD) || present(dir, F_NEXT))
@@ -217,10 +220,12 @@ out:
 	X509_free(ca);
 	if (r != 0) {
 		char keep[CA_CHECKSUM_MAX];
+		long long after = out->current_not_after;
 
 		memcpy(keep, out->current_checksum, sizeof(keep));
 		memset(out, 0, sizeof(*out));
 		memcpy(out->current_checksum, keep, sizeof(keep));
+		out->current_not_after = after;
 	}
 	return r;
 }

@@ -57,6 +57,7 @@ struct ca_rotation {
 	unsigned char cross[CA_DER_MAX];
 	size_t cross_len;
 	char current_checksum[CA_CHECKSUM_MAX]; /* ca.crt's */
+	long long current_not_after;            /* ca.crt's notAfter, Unix s */
 	char old_checksum[CA_CHECKSUM_MAX];     /* ca.old.crt's in final, else "" */
 };
 

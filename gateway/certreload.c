@@ -202,6 +202,7 @@ ca_use(struct gateway *gw, struct ca_read *r)
 		r->ca_pem = NULL;
 	}
 	metrics_ca_rotation((int)gw->ca_rotation->phase);
+	metrics_ca_certificate((int64_t)gw->ca_rotation->current_not_after);
 	if (!changed)
 		return;
 	info("CA rotation", KV_S("phase", ca_phase_name(gw->ca_rotation->phase)),

@@ -298,6 +298,12 @@ metrics_server_certificate(int64_t not_after)
 }
 
 void
+metrics_ca_certificate(int64_t not_after)
+{
+	prom_set(&cert_expiry, "ca", (double)not_after);
+}
+
+void
 metrics_ca_rotation(int phase)
 {
 	prom_set(&ca_rotation, NULL, (double)phase);

@@ -106,6 +106,9 @@ int metrics_certificates(const char *server_pem, const char *ca_pem,
 /* tether_certificate_expiry_timestamp_seconds{cert="server"} = not_after
  * (Unix s): the certificate now served, after a reload or a renewal. */
 void metrics_server_certificate(int64_t not_after);
+/* ...{cert="ca"}: ca.crt, as read again on SIGHUP (a CA rotation's
+ * finish replaces it). */
+void metrics_ca_certificate(int64_t not_after);
 /* tether_ca_rotation_phase = phase (enum ca_phase: 0 none, 1 overlap,
  * 2 final), as certreload.c last read it. */
 void metrics_ca_rotation(int phase);

@@ -154,7 +154,15 @@ TETHER_CACERT=$T/new-ca.crt ctl ca status >"$T/status.json"
 jq -e --arg n "$new" --arg o "$old" '.phase == "final" and .ca == $n and
 	.old_ca == $o and .handed_out == $n' "$T/status.json" >/dev/null ||
 	fail "ca status after the finish: $(cat "$T/status.json")"
-pass "finish: the old CA refused (OpenSSL, Go), the new one verifies; phase final"
+not_after() { date -u -d "$(openssl x509 -in "$1" -noout -enddate | sed 's/^notAfter=//')" +%s; }
+metric_final() { # the metrics as the new CA's client reads them
+	curl -sf --cacert "$T/new-ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		"$GW_URL/metrics" | grep "^$1 " | cut -d' ' -f2
+}
+[ "$(metric_final tether_ca_rotation_phase)" = 2 ] || fail "tether_ca_rotation_phase is not 2 after the finish"
+[ "$(metric_final 'tether_certificate_expiry_timestamp_seconds{cert="ca"}')" = "$(not_after "$T/new-ca.crt")" ] ||
+	fail "the CA expiry metric is not the new CA's after the finish"
+pass "finish: the old CA refused (OpenSSL, Go), the new one verifies; phase final, metrics follow"
 TETHER_CACERT=$T/new-ca.crt wait_until 20 "n1 holds the new CA alone" holds n1 "$new"
 TETHER_CACERT=$T/new-ca.crt connected_is n1 true || fail "n1 is not connected after the finish"
 pass "final: the agent holds the new CA alone and stays connected"
