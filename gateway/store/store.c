@@ -1814,7 +1814,7 @@ update_agent_state(struct store *s, const struct store_agent *a, char *err,
 	return write_stmt(s, &(struct store_stmt){
 	    .sql = "UPDATE agents SET state = ?, last_error = ?, "
 	    "updated_at = ? WHERE id = ?", .what = "update agent",
-	    PARAMS(P_TEXT(agent_state_name(a->state)), P_TEXT(a->last_error),
+	    .flags = STORE_STMT_DEFER, PARAMS(P_TEXT(agent_state_name(a->state)), P_TEXT(a->last_error),
 	    P_INT(a->updated_at), P_TEXT(a->id)) }, NULL, NULL, err, errlen);
 }
 

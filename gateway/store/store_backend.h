@@ -48,6 +48,11 @@ struct store_param {
 #define STORE_STMT_LOCK 0x1  /* lock the rows read until the transaction
                               * ends (PostgreSQL: FOR UPDATE; SQLite's
                               * BEGIN IMMEDIATE already holds the lock) */
+#define STORE_STMT_DEFER 0x4  /* inside a transaction, a write whose
+                              * changes and violation no one reads: the
+                              * backend may send it with what follows
+                              * (PostgreSQL: with the COMMIT, one round
+                              * trip) and fail that instead */
 #define STORE_STMT_WRITES 0x2 /* a statement that does not start with INSERT,
                               * UPDATE or DELETE and still writes (a
                               * function): never sent twice */

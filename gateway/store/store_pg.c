@@ -39,11 +39,22 @@
 #include "runtime.h"
 #include "store_backend.h"
 
+/* The most statements sent ahead in one pipeline (BEGIN, deferred writes,
+ * the statement or COMMIT that ends it). */
+#define PIPE_MAX 8
+
 /* A struct store's connection and when it may next be re-opened. */
 struct pg {
 	PGconn *conn;
 	int64_t next_reset_ms;     /* monotonic; 0: at once */
 	bool lost_logged;          /* "connection lost" said once per outage */
+	/* Pipeline mode (docs/0038): a BEGIN asked for and not sent yet goes
+	 * with the transaction's first statement, and writes no one reads
+	 * the answer of (STORE_STMT_DEFER) go with what follows them, so a
+	 * transition is two round trips, not four. */
+	bool begin_due;            /* BEGIN not sent yet */
+	int queued;                /* statements sent, answers not read */
+	const char *queued_what[PIPE_MAX];  /* theirs, for errors */
 };
 
 #define PGS(s) ((struct pg *)(s)->impl)
@@ -160,7 +171,7 @@ revive(struct store *s)
 	}
 }
 
-/* ---- statements ---------------------------------------------------------- */
+/* ---- the pipeline -------------------------------------------------------- */
 
 /* A statement's parameters in libpq's form. */
 struct pg_params {
@@ -168,6 +179,97 @@ struct pg_params {
 	const char *const *values;
 	const int *lengths, *formats;
 };
+
+/* Whether a transaction is open or due on s's connection. */
+static bool
+in_txn(struct store *s)
+{
+	struct pg *g = PGS(s);
+	PGTransactionStatusType ts = PQtransactionStatus(g->conn);
+
+	return g->begin_due || g->queued > 0 || ts == PQTRANS_INTRANS ||
+	    ts == PQTRANS_INERROR;
+}
+
+/* Sends sql (p NULL: no parameters) in pipeline mode, after the BEGIN
+ * that is due, without waiting for an answer.  0, or -1 (connection). */
+static int
+pipe_send(struct store *s, const char *sql, const struct pg_params *p,
+    const char *what)
+{
+	struct pg *g = PGS(s);
+
+	if (PQpipelineStatus(g->conn) == PQ_PIPELINE_OFF &&
+	    PQenterPipelineMode(g->conn) != 1)
+		return -1;
+	if (g->begin_due) {
+		if (PQsendQueryParams(g->conn, "BEGIN", 0, NULL, NULL, NULL,
+		    NULL, 0) != 1)
+			return -1;
+		g->queued_what[g->queued++] = "begin transaction";
+		g->begin_due = false;
+	}
+	if (PQsendQueryParams(g->conn, sql, p != NULL ? p->n : 0, NULL,
+	    p != NULL ? p->values : NULL, p != NULL ? p->lengths : NULL,
+	    p != NULL ? p->formats : NULL, 0) != 1)
+		return -1;
+	g->queued_what[g->queued++] = what;
+	return 0;
+}
+
+/*
+ * Ends the pipeline: a sync, then every queued statement's answer, one
+ * round trip for all.  Returns the first that failed (later ones were
+ * skipped by the server), else the last one's, *what naming it; the
+ * caller clears it.  NULL when the connection gave none.  Leaves pipeline
+ * mode with nothing queued.
+ */
+static PGresult *
+pipe_finish(struct store *s, const char **what)
+{
+	struct pg *g = PGS(s);
+	PGresult *res[PIPE_MAX] = { NULL }, *r, *pick = NULL;
+	int i = 0, nulls = 0, n = g->queued;
+
+	*what = n > 0 ? g->queued_what[n - 1] : "statement";
+	if (PQpipelineSync(g->conn) == 1) {
+		/* Each statement's results end with a NULL; the sync's answer
+		 * ends the lot.  A lost connection answers NULL over and over. */
+		while (nulls <= n + 1) {
+			if ((r = PQgetResult(g->conn)) == NULL) {
+				nulls++;
+				if (i < n)
+					i++;
+				if (PQstatus(g->conn) == CONNECTION_BAD)
+					break;
+				continue;
+			}
+			nulls = 0;
+			if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+				PQclear(r);
+				break;
+			}
+			if (i < n && res[i] == NULL)
+				res[i] = r;
+			else
+				PQclear(r);
+		}
+	}
+	for (i = 0; i < n; i++) {
+		if (pick == NULL && res[i] != NULL &&
+		    (!res_ok(res[i]) || i == n - 1)) {
+			pick = res[i];
+			*what = g->queued_what[i];
+		} else
+			PQclear(res[i]);
+	}
+	g->queued = 0;
+	if (PQpipelineStatus(g->conn) != PQ_PIPELINE_OFF)
+		(void)PQexitPipelineMode(g->conn);
+	return pick;
+}
+
+/* ---- statements ---------------------------------------------------------- */
 
 /*
  * Runs sql with p (NULL: constant SQL, possibly several statements).
@@ -194,6 +296,45 @@ pg_send(struct store *s, const char *sql, const struct pg_params *p, bool again)
 		    PQstatus(PG(s)) != CONNECTION_BAD)
 			break;
 	}
+	return res;
+}
+
+/*
+ * Runs sql after what is queued or due (the BEGIN, deferred writes) in one
+ * pipeline: one round trip.  The first failure among them, else sql's
+ * result; *what names the statement it is.  A transaction that has only
+ * just begun (the BEGIN due, nothing queued) is sent again once on a
+ * connection found lost, as pg_send does, when again allows.
+ */
+static PGresult *
+pg_send_piped(struct store *s, const char *sql, const struct pg_params *p,
+    const char *what_in, bool again, const char **what)
+{
+	struct pg *g = PGS(s);
+	bool fresh = g->begin_due && g->queued == 0;
+	PGresult *res = NULL;
+	int tries;
+
+	*what = what_in;
+	for (tries = 0; tries < (fresh && again ? 2 : 1); tries++) {
+		if (tries > 0) {
+			PQclear(res);
+			res = NULL;
+			g->begin_due = true;
+		}
+		if (fresh)
+			revive(s);
+		if (pipe_send(s, sql, p, what_in) == 0)
+			res = pipe_finish(s, what);
+		else {
+			PQclear(pipe_finish(s, what));
+			*what = what_in;
+		}
+		if ((res != NULL && res_ok(res)) ||
+		    PQstatus(g->conn) != CONNECTION_BAD)
+			break;
+	}
+	g->begin_due = false;
 	return res;
 }
 
@@ -280,7 +421,10 @@ pg_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
 	const char *values[MAX_PARAMS];
 	int lengths[MAX_PARAMS], formats[MAX_PARAMS];
 	char nums[MAX_PARAMS][24], sql[MAX_SQL];
+	const char *what = q->what;
+	struct pg_params pp;
 	PGresult *res;
+	bool again;
 	int rc;
 
 	if (out != NULL)
@@ -290,13 +434,28 @@ pg_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
 		return STORE_ERR;
 	}
 	pg_params(q, values, lengths, formats, nums);
-	res = pg_send(s, sql, &(struct pg_params){ (int)q->nparams, values,
-	    lengths, formats }, strncmp(q->sql, "SELECT", 6) == 0 &&
-	    (q->flags & STORE_STMT_WRITES) == 0);
+	pp = (struct pg_params){ (int)q->nparams, values, lengths, formats };
+	again = strncmp(q->sql, "SELECT", 6) == 0 &&
+	    (q->flags & STORE_STMT_WRITES) == 0;
+	/* A write no one reads the answer of waits for what follows it.
+	 * The parameters are copied by libpq when sent. */
+	if ((q->flags & STORE_STMT_DEFER) != 0 && fn == NULL && in_txn(s) &&
+	    PGS(s)->queued + 3 <= PIPE_MAX) {
+		if (pipe_send(s, sql, &pp, q->what) == 0)
+			return STORE_OK;
+		res = pipe_finish(s, &what);
+		rc = res_fail(s, res, what, err, errlen);
+		PQclear(res);
+		return rc;
+	}
+	if (PGS(s)->begin_due || PGS(s)->queued > 0)
+		res = pg_send_piped(s, sql, &pp, q->what, again, &what);
+	else
+		res = pg_send(s, sql, &pp, again);
 	if (res == NULL || !res_ok(res)) {
 		if (out != NULL && res != NULL)
 			out->violation = violation(res);
-		rc = res_fail(s, res, q->what, err, errlen);
+		rc = res_fail(s, res, what, err, errlen);
 		PQclear(res);
 		return rc;
 	}
@@ -308,14 +467,24 @@ pg_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
 }
 
 /* Runs constant SQL, possibly several statements (the migrations). */
+/* Sends what is due or queued (the BEGIN, deferred writes) and reads
+ * their answers: STORE_OK, or the first failure. */
 static int
-pg_exec(struct store *s, const char *sql, const char *what, char *err,
-    size_t errlen)
+pipe_flush(struct store *s, char *err, size_t errlen)
 {
+	struct pg *g = PGS(s);
+	const char *what;
 	PGresult *res;
 	int rc = STORE_OK;
 
-	res = pg_send(s, sql, NULL, strcmp(sql, "BEGIN") == 0);
+	if (g->begin_due && g->queued == 0) {
+		g->begin_due = false;
+		res = pg_send(s, "BEGIN", NULL, true);
+		what = "begin transaction";
+	} else if (g->queued > 0)
+		res = pipe_finish(s, &what);
+	else
+		return STORE_OK;
 	if (res == NULL || !res_ok(res))
 		rc = res_fail(s, res, what, err, errlen);
 	PQclear(res);
@@ -323,10 +492,34 @@ pg_exec(struct store *s, const char *sql, const char *what, char *err,
 }
 
 static int
+pg_exec(struct store *s, const char *sql, const char *what, char *err,
+    size_t errlen)
+{
+	PGresult *res;
+	int rc = STORE_OK;
+
+	/* Constant SQL may hold several statements, which a pipeline cannot
+	 * carry: what is due goes first. */
+	if ((rc = pipe_flush(s, err, errlen)) != STORE_OK)
+		return rc;
+	res = pg_send(s, sql, NULL, strcmp(sql, "BEGIN") == 0);
+	if (res == NULL || !res_ok(res))
+		rc = res_fail(s, res, what, err, errlen);
+	PQclear(res);
+	return rc;
+}
+
+/* A rule's transaction begins with its first statement, in the same
+ * round trip (pipe_send); the migrations' at once, with their lock. */
+static int
 pg_begin(struct store *s, bool migrating, char *err, size_t errlen)
 {
 	int rc;
 
+	if (!migrating) {
+		PGS(s)->begin_due = true;
+		return STORE_OK;
+	}
 	if ((rc = pg_exec(s, "BEGIN", "begin transaction", err, errlen)) !=
 	    STORE_OK)
 		return rc;
@@ -339,8 +532,16 @@ pg_begin(struct store *s, bool migrating, char *err, size_t errlen)
 static void
 pg_rollback(struct store *s)
 {
+	struct pg *g = PGS(s);
+	const char *what;
 	PGresult *res;
 
+	g->begin_due = false;
+	/* Deferred writes still unanswered are ended with the rollback. */
+	if (g->queued > 0 && pipe_send(s, "ROLLBACK", NULL, "rollback") == 0)
+		PQclear(pipe_finish(s, &what));
+	else if (g->queued > 0)
+		PQclear(pipe_finish(s, &what));
 	if (PQtransactionStatus(PG(s)) == PQTRANS_IDLE)
 		return;
 	res = PQexec(PG(s), "ROLLBACK");
@@ -355,11 +556,24 @@ pg_rollback(struct store *s)
 static int
 pg_commit(struct store *s, char *err, size_t errlen)
 {
-	PGresult *res = PQexec(PG(s), "COMMIT");
+	struct pg *g = PGS(s);
+	const char *what = "commit";
+	PGresult *res;
 	int rc = STORE_OK;
 
+	/* A transaction that ran no statement has nothing to commit. */
+	if (g->begin_due && g->queued == 0) {
+		g->begin_due = false;
+		return STORE_OK;
+	}
+	/* Deferred writes go with the COMMIT: their failure is its. */
+	if (g->queued > 0)
+		res = pipe_send(s, "COMMIT", NULL, "commit") == 0 ?
+		    pipe_finish(s, &what) : (PQclear(pipe_finish(s, &what)), NULL);
+	else
+		res = PQexec(PG(s), "COMMIT");
 	if (res == NULL || !res_ok(res))
-		rc = res_fail(s, res, "commit", err, errlen);
+		rc = res_fail(s, res, what, err, errlen);
 	else if (strcmp(PQcmdStatus(res), "COMMIT") != 0) {
 		snprintf(err, errlen, "commit: the transaction was rolled back");
 		rc = STORE_ERR;
