@@ -106,11 +106,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    "stream; the others run TLS handshakes and hand the connections to "
 	    "it (docs/0032)" },
 	[SERVE_OPT_STORE_POOL] = { .name = "store-pool", .type = OPT_U32, .arg = "N",
-	    .def = "4", .max = 64,
+	    .def = "8", .max = 64,
 	    .help = "PostgreSQL only: connections, each on a thread of its own, "
 	    "that run the registrations and import-token lookups of tunnel "
 	    "handshakes at once (0: they wait their turn on the store thread; "
-	    "docs/0034)" },
+	    "docs/0035, docs/0038)" },
 	[SERVE_OPT_HANDSHAKE_TIMEOUT] = { .name = "handshake-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = "10000", .min = 100, .max = 600000,
 	    .help = "tunnel handshake deadline" },

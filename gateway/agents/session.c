@@ -557,7 +557,7 @@ static void session_store_failed(struct session *s, const char *what, int rc,
  * Where a job runs.  An import token's lookup and a registration need no
  * order with anything else (the store's transaction keeps a registration
  * exact against any other, as it does across replicas), so they go to the
- * pool when there is one (--store-pool, docs/0034).  An agent's lookup
+ * pool when there is one (--store-pool, docs/0035).  An agent's lookup
  * stays with its state changes on the ordered store thread: a tunnel that
  * reconnects reads what its previous tunnel's last change left.
  */
