@@ -77,6 +77,8 @@ struct certreload {
 	char why[32];                 /* the running job's reason */
 	char again[32];               /* asked while one ran: run once more */
 	int no_ca_key_said;           /* the missing ca.key was logged once */
+	int rotation_said;            /* ... and a renewal put off by a CA
+	                               * rotation */
 };
 
 /* ---- the thread ---- */
@@ -317,6 +319,26 @@ can_renew(struct certreload *cr)
 	return 0;
 }
 
+/* Whether a CA rotation's overlap is served (said once): the server
+ * certificate is then the new CA's, which `cert renew` refuses to
+ * replace; `ca rotate finish` ends it. */
+static int
+in_rotation(struct certreload *cr)
+{
+	const struct ca_rotation *r = cr->gw->ca_rotation;
+
+	if (r == NULL || r->phase != CA_PHASE_OVERLAP) {
+		cr->rotation_said = 0;
+		return 0;
+	}
+	if (!cr->rotation_said)
+		warn("the server certificate expires soon but is not renewed "
+		    "during a CA rotation: finish it ('tether-gateway ca rotate "
+		    "finish'), then it is renewed", KV_S("serial", cr->gw->cert.serial));
+	cr->rotation_said = 1;
+	return 1;
+}
+
 static void
 renew_check(evutil_socket_t fd, short what, void *arg)
 {
@@ -326,7 +348,7 @@ renew_check(evutil_socket_t fd, short what, void *arg)
 
 	evtimer_add(cr->check, &tv);
 	if (left > (long long)cr->renew_before_days * DAY_S || cr->running ||
-	    !can_renew(cr))
+	    in_rotation(cr) || !can_renew(cr))
 		return;
 	info("the server certificate expires within --cert-renew-before: "
 	    "renewing it", KV_S("serial", cr->gw->cert.serial),

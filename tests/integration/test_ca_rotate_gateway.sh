@@ -128,6 +128,17 @@ wait_until 20 "n1 holds the old and the new CA" holds n1 "$old" "$new"
 wait_until 10 "ca status counts n1" holding_is 1
 pass "overlap: the agent holds both CAs (agent list \"cas\"), ca status counts it"
 
+# A restart in the overlap reads the phase from the files; a renewal that
+# would be due is put off (cert renew refuses during the overlap), said once.
+gateway_stop
+gateway_start --cert-renew-before 3650
+[ "$(grep -c 'msg="CA rotation" phase=overlap' "$T/gateway.log")" = 2 ] ||
+	fail "the restarted gateway did not read the overlap from its files"
+wait_until 10 "the put-off renewal logged" grep -q "not renewed during a CA rotation" "$T/gateway.log"
+! grep -q "renewal failed" "$T/gateway.log" || fail "the gateway tried to renew during the overlap"
+verifies "$T/old-ca.crt" && verifies "$T/new-ca.crt" || fail "after a restart the overlap chain is not served"
+pass "overlap: a restart reads the phase; renewal by itself waits for the finish"
+
 # An agent that pinned the old CA reconnects through the cross-certificate.
 kill "$CLIENT_PID"
 wait "$CLIENT_PID" 2>/dev/null || true
