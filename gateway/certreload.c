@@ -1,5 +1,5 @@
 /*
- * certreload.c: the served certificate loaded again on SIGHUP, and renewed
+ * certreload.c: the served certificate and CA rotation loaded again on SIGHUP, and renewed
  * by itself before it expires (see certreload.h).  One job at a time, on a
  * thread of its own that reads files, signs and builds TLS contexts; it
  * hands its result back through a pipe the loop watches, and only the

@@ -12,11 +12,22 @@
  * stayed.  The metric tether_certificate_expiry_timestamp_seconds{cert=
  * "server"} and gw->cert (/readyz, /v1/status) follow.
  *
+ * The same job (and the start) reads the CA rotation's phase from the
+ * files (auth/carotate.h): in an overlap server.crt must be the new CA's.
+ * With a good result gw->ca_rotation becomes what was read, and, unless
+ * --public-ca fixed it, gw->ca_pem and gw->ca_checksum the CA handed out
+ * (the new one from the overlap on); tether_ca_rotation_phase and
+ * {cert="ca"} follow; when the phase or the new CA changed, one line
+ * ("CA rotation", phase=...) says so and every agent held here is sent
+ * SETTINGS (agents/settings.h).  Files the rotation cannot be read from
+ * fail the job like a bad certificate: nothing changes.
+ *
  * Renewal by itself: every hour (and at start) the served certificate's
  * notAfter is compared with --cert-renew-before; when it is that close,
  * the job first renews server.crt as `tether-gateway cert renew` does
  * (ca_renew_server, which needs ca.key in the data directory), then loads
- * it as above.  Nothing of it runs on the loop but the swap.
+ * it as above; not during a CA rotation's overlap (said once: `cert
+ * renew` refuses then).  Nothing of it runs on the loop but the swap.
  */
 #ifndef TETHER_CERTRELOAD_H
 #define TETHER_CERTRELOAD_H
