@@ -3,7 +3,7 @@
  * (docs/0033-key-and-ca-rotation.md, "CA rotation").
  *
  * The files, and the phase they make:
- *   none     ca.crt, ca.key as `init` made them (no ca.next.crt, no ca.old.crt).
+ *   none     ca.crt, ca.key as `init` made them (no ca.next.crt or .old.crt).
  *   overlap  `ca rotate start` added ca.next.key and ca.next.crt (a new
  *            self-signed CA) and ca.cross.crt (the new CA's subject and key,
  *            issued by ca.crt: CA:TRUE), and rewrote server.crt and peer.crt

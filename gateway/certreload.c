@@ -1,9 +1,9 @@
 /*
- * certreload.c: the served certificate and CA rotation loaded again on SIGHUP, and renewed
- * by itself before it expires (see certreload.h).  One job at a time, on a
- * thread of its own that reads files, signs and builds TLS contexts; it
- * hands its result back through a pipe the loop watches, and only the
- * loop touches the gateway.
+ * certreload.c: the served certificate and the CA rotation loaded again
+ * on SIGHUP, the certificate renewed by itself before it expires (see
+ * certreload.h).  One job at a time, on a thread of its own that reads
+ * files, signs and builds TLS contexts; it hands its result back through
+ * a pipe the loop watches, and only the loop touches the gateway.
  */
 #include "certreload.h"
 
