@@ -92,21 +92,22 @@
  * ~2 MiB per connection that way: docs/0036). */
 #define WS_COMPACT_MAX       (16u << 10)
 #define WS_PING_PAYLOAD_MAX  125
-/* Frames parsed per turn of the loop: then the connection waits until the
- * loop has polled for I/O and served every other ready connection
- * (ws_yield).  A read takes up to a message's worth of input (1 MiB), and
- * a peer that floods 30-byte OPENs or PINGs fills it with ~35,000 frames,
- * each answered: parsed in one callback, that was 2.4-4.9 s of the loop on
- * a loaded 2-core machine (ASan), long enough for an operator's connect to
- * time out waiting for its upgrade behind a flooding agent.  Bulk data
- * (frames of 16 KiB and more) is not slowed: a turn still takes 1 MiB. */
-#define WS_FRAMES_PER_TURN   64
 /* glibc keeps freed chunks in the middle of the heap: every
  * WS_TRIM_EVERY_MS the set gives them back to the system (malloc_trim)
  * when more than WS_TRIM_FREE bytes lie free (100 pinging connections
  * left 45 MiB so after they were served: docs/0036). */
 #define WS_TRIM_EVERY_MS     2000
 #define WS_TRIM_FREE         (16u << 20)
+/* A turn of the loop: a connection parses at most this many frames, and
+ * takes at most one read's worth of TLS records (ws_pull: WS_READ_SMALL,
+ * a message's worth in bulk mode); with more to do it waits, not reading,
+ * until the loop has polled for I/O and served every other ready
+ * connection (ws_yield).  A peer that floods 30-byte OPENs filled a 1 MiB
+ * read with ~35,000 frames, each answered: parsed in one callback, that
+ * was 2.4-4.9 s of the loop on a loaded 2-core machine (ASan), and an
+ * operator's connect timed out waiting for its upgrade.  Bulk data
+ * (frames of 16 KiB and more) is not slowed: a turn still takes 1 MiB. */
+#define WS_FRAMES_PER_TURN   64
 
 enum ws_state {
 	WS_OPEN,
@@ -174,6 +175,9 @@ struct wsconn {
 	int in_soon;
 	int bulk;                         /* reads reserve WS_READ_BULK */
 	size_t data_in;                   /* data payload parsed since the last read */
+	int yielded;                      /* waiting for its next turn: not reading */
+	int more;                         /* the last pull stopped at its limit */
+	size_t need;                      /* bytes the frame at the input's start needs */
 	int pong_owed;                    /* a PING waits for the output to drain */
 	size_t pong_debt;                 /* PONGs those PINGs would have queued */
 	uint8_t pong_len;
@@ -379,7 +383,14 @@ ws_yield(struct wsconn *c)
 {
 	static const struct timeval now = { 0, 0 };
 
-	if (c->in_soon || c->state == WS_CLOSED)
+	if (c->state == WS_CLOSED)
+		return;
+	/* Nothing more is read until the turn comes: what a connection holds
+	 * stays one pull's worth (100 pinging peers would otherwise each
+	 * keep a read high-water mark's worth, docs/0036). */
+	c->yielded = 1;
+	bufferevent_disable(c->bev, EV_READ);
+	if (c->in_soon)
 		return;
 	if (LIST_EMPTY(&c->set->soon))
 		event_add(c->set->soon_ev, &now);
@@ -852,8 +863,11 @@ ws_next_frame(struct wsconn *c, struct evbuffer *in)
 		return STEP_NEXT;
 	}
 	need = (uint64_t)hl + h.payload_len;
-	if (len < need)
-		return STEP_WAIT;   /* each wakeup drains the socket: see ws_read_cb */
+	if (len < need) {
+		c->need = (size_t)need;  /* within max_message: checked above */
+		return STEP_WAIT;   /* ws_pull reads at least that far */
+	}
+	c->need = 0;
 	p = evbuffer_pullup(in, (ev_ssize_t)need);
 	if (p == NULL) {
 		ws_fail(c, 1011, "out of memory for input");
@@ -909,6 +923,40 @@ ws_process(struct wsconn *c)
 		frames++;
 	}
 	ws_compact(c, in);
+	if (c->yielded && c->in_soon)
+		return;                  /* its turn is over: more next time */
+	if (c->more && c->state == WS_OPEN && !c->paused && !c->finish &&
+	    !c->discard) {
+		/* The records the pull left (in OpenSSL, read ahead) raise
+		 * no socket event: they are the next turn's. */
+		c->more = 0;
+		ws_yield(c);
+		return;
+	}
+	if (c->yielded) {
+		c->yielded = 0;
+		if (c->state == WS_OPEN && !c->paused && !c->finish && !c->discard)
+			bufferevent_enable(c->bev, EV_READ);
+	}
+}
+
+/* Takes the TLS records ready now, one turn's worth: up to WS_READ_SMALL
+ * of input, or a message's worth in bulk mode, or the frame under way's
+ * size if larger.  c->more: stopped at that limit (what is left gets no
+ * socket event: ws_process comes back for it). */
+static void
+ws_pull(struct wsconn *c)
+{
+	size_t limit = c->bulk ? c->max_message + 16 : WS_READ_SMALL;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	if (c->need > limit)
+		limit = c->need;    /* a frame larger than a turn: all of it */
+	if (c->paused || evbuffer_get_length(in) >= limit)
+		return;
+	tls_read_available(c->bev, limit);
+	c->more = bufferevent_openssl_get_ssl(c->bev) != NULL &&
+	    evbuffer_get_length(in) >= limit;
 }
 
 /* ---- libevent callbacks ---- */
@@ -943,8 +991,9 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 	}
 	ws_size_reads(c, c->data_in);
 	c->data_in = 0;
-	/* Take every record that is ready now, not one per loop iteration. */
-	tls_read_available(bev, c->max_message + 16);
+	/* Take the records ready now, not one per loop iteration. */
+	if (!c->yielded)
+		ws_pull(c);
 	ws_process(c);
 }
 
@@ -1036,8 +1085,7 @@ ws_serve_soon(struct wsconn *c)
 		ws_finish(c, c->finish);
 		return;
 	}
-	if (!c->paused)
-		tls_read_available(c->bev, c->max_message + 16);
+	ws_pull(c);
 	ws_process(c);
 }
 
