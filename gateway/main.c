@@ -879,6 +879,8 @@ serve_listen(struct serve *sv)
 		return -1;
 	}
 	serve_certificates_seen(gw);
+	if (gateway_heap_start(gw) != 0)
+		warn("cannot start the heap check: freed memory stays with the process");
 	if (serve_listen_more(gw, &sv->o, SERVE_OPT_PLAIN_LISTEN) != 0 ||
 	    serve_listen_more(gw, &sv->o, SERVE_OPT_PEER_LISTEN) != 0)
 		return -1;
@@ -928,8 +930,7 @@ serve_stop(struct serve *sv)
 	if (sv->sd.poll != NULL)
 		event_free(sv->sd.poll);
 	sdnotify_watchdog_stop();
-	if (gw->trim_timer != NULL)
-		event_free(gw->trim_timer);
+	gateway_heap_stop(gw);
 	srccount_free(gw->handshake_sources);
 	gw->handshake_sources = NULL;
 	srccount_free(gw->k8s_checks);

@@ -1,7 +1,8 @@
 /*
  * gateway.c: what every part of the running gateway shares besides
  * struct gateway itself (see gateway.h): the wall clock, giving the
- * heap back after a burst of handshakes, and when turned-away agents should
+ * heap back (the process's one heap check: after a burst of handshakes,
+ * and when much of it lies free), and when turned-away agents should
  * come back.  In the library,
  * not in main.c, so that everything that calls it links without the
  * command line.
@@ -17,26 +18,54 @@
 #include "log.h"
 #include "runtime.h"
 
+/* The heap check's tick (gateway.h): a burst of handshakes settled, or
+ * much of the heap lies free. */
 static void
-gateway_trim(evutil_socket_t fd, short what, void *arg)
+gateway_heap_check(evutil_socket_t fd, short what, void *arg)
 {
 	struct gateway *gw = arg;
+	struct mallinfo2 mi;
 
-	debug("handshakes settled: heap trimmed", KV_I("released",
-	    malloc_trim(0)), KV_U("handshakes", gw->handshakes));
+	(void)fd;
+	(void)what;
+	if (gw->trim_after_handshakes && runtime_monotonic_ms() -
+	    gw->trim_handshake_ms >= GATEWAY_TRIM_DELAY_MS) {
+		gw->trim_after_handshakes = false;
+		debug("handshakes settled: heap trimmed", KV_I("released",
+		    malloc_trim(0)), KV_U("handshakes", gw->handshakes));
+		return;
+	}
+	mi = mallinfo2();
+	if (mi.fordblks > GATEWAY_TRIM_FREE)
+		debug("heap trimmed", KV_U("free", mi.fordblks),
+		    KV_I("released", malloc_trim(0)));
+}
+
+int
+gateway_heap_start(struct gateway *gw)
+{
+	struct timeval tv = runtime_ms_timeval(GATEWAY_TRIM_EVERY_MS);
+
+	if (gw->trim_timer == NULL &&
+	    (gw->trim_timer = event_new(gw->base, -1, EV_PERSIST,
+	    gateway_heap_check, gw)) == NULL)
+		return -1;
+	return event_add(gw->trim_timer, &tv);
+}
+
+void
+gateway_heap_stop(struct gateway *gw)
+{
+	if (gw->trim_timer != NULL)
+		event_free(gw->trim_timer);
+	gw->trim_timer = NULL;
 }
 
 void
 gateway_handshake_ended(struct gateway *gw)
 {
-	struct timeval tv = runtime_ms_timeval(GATEWAY_TRIM_DELAY_MS);
-
-	if (gw->base == NULL)
-		return;
-	if (gw->trim_timer == NULL &&
-	    (gw->trim_timer = evtimer_new(gw->base, gateway_trim, gw)) == NULL)
-		return;
-	evtimer_add(gw->trim_timer, &tv);
+	gw->trim_handshake_ms = runtime_monotonic_ms();
+	gw->trim_after_handshakes = true;
 }
 
 void

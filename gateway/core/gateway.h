@@ -125,7 +125,10 @@ struct gateway {
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	unsigned workers;               /* --workers: event loops, loop 0 (base)
 	                                   and handshake loops (server.c); 0: 1 */
-	struct event *trim_timer;       /* gateway_handshake_ended; freed by main.c */
+	struct event *trim_timer;       /* the heap check (gateway_heap_start);
+	                                   freed by gateway_heap_stop */
+	int64_t trim_handshake_ms;      /* monotonic: the last handshake ended */
+	bool trim_after_handshakes;     /* one ended since the last trim */
 	struct srccount *handshake_sources; /* tunnel handshakes per source
 	                                   (session.c makes it; freed by main.c) */
 	struct srccount *k8s_checks;    /* /k8s token checks waiting on the
@@ -170,16 +173,29 @@ struct gateway {
 };
 
 /*
- * A tunnel handshake ended (authenticated or not).  A burst of them leaves
- * the heap full of freed buffers that idle tunnels never reuse (TLS
- * handshake state, 16 KiB records, read chains reserved while messages
- * were coming); once none has ended for GATEWAY_TRIM_DELAY_MS, the free
- * pages go back to the kernel (malloc_trim), which takes the gateway's
- * resident memory per idle tunnel from ~35 to ~20 KiB after a ramp.
- * Cost: re-arming one timer per handshake; one walk of the heap's free
- * chunks per burst.
+ * The one owner of giving the heap back (malloc_trim): glibc keeps freed
+ * chunks in the middle of the heap, and two kinds of burst leave many.
+ * One timer on gw->base checks every GATEWAY_TRIM_EVERY_MS and trims
+ *  - once no tunnel handshake has ended for GATEWAY_TRIM_DELAY_MS after
+ *    some did (a ramp's TLS state, records and read chains, which idle
+ *    tunnels never reuse: ~35 KiB of resident memory per idle tunnel
+ *    before, ~20 after, docs/0018), and
+ *  - whenever more than GATEWAY_TRIM_FREE bytes lie free (mallinfo2): the
+ *    buffers of connections a flood made and the caps dropped (100
+ *    pinging connections left 45 MiB so, docs/0036).
+ * The trim is process-wide: loop 0 runs it for every loop (--workers).
+ * gateway_heap_start: 0, or -1 when out of memory (nothing is trimmed
+ * then).  Cost: one mallinfo2 (a walk of the arenas' bins) per tick, a
+ * trim rarely.  gateway_heap_stop stops and frees it; safe when never
+ * started.
  */
+#define GATEWAY_TRIM_EVERY_MS 2000
 #define GATEWAY_TRIM_DELAY_MS 2000
+#define GATEWAY_TRIM_FREE     (16u << 20)
+int gateway_heap_start(struct gateway *gw);
+void gateway_heap_stop(struct gateway *gw);
+/* A tunnel handshake ended (authenticated or not): noted for the heap
+ * check.  Cost: two stores. */
 void gateway_handshake_ended(struct gateway *gw);
 
 /*

@@ -46,7 +46,6 @@
 #include "twheel.h"
 
 #include <assert.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,12 +91,6 @@
  * ~2 MiB per connection that way: docs/0036). */
 #define WS_COMPACT_MAX       (16u << 10)
 #define WS_PING_PAYLOAD_MAX  125
-/* glibc keeps freed chunks in the middle of the heap: every
- * WS_TRIM_EVERY_MS the set gives them back to the system (malloc_trim)
- * when more than WS_TRIM_FREE bytes lie free (100 pinging connections
- * left 45 MiB so after they were served: docs/0036). */
-#define WS_TRIM_EVERY_MS     2000
-#define WS_TRIM_FREE         (16u << 20)
 /* A turn of the loop: a connection parses at most this many frames, and
  * takes at most one read's worth of TLS records (ws_pull: WS_READ_SMALL,
  * a message's worth in bulk mode); with more to do it waits, not reading,
@@ -138,7 +131,6 @@ struct wsconn_set {
 	struct twheel wheel;
 	struct budget *budget;            /* what connections hold; NULL: not counted */
 	struct event *evict_ev;           /* made active when a holding is over */
-	struct event *trim_ev;            /* persistent: malloc_trim when worth it */
 };
 
 struct wsconn {
@@ -245,20 +237,6 @@ ws_finish(struct wsconn *c, int graceful)
 }
 
 /* ---- the memory budget ---- */
-
-/* Freed heap goes back to the system when there is enough of it: one
- * mallinfo2 (a walk of the arenas' bins) per interval, a trim rarely. */
-static void
-ws_trim_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct mallinfo2 mi = mallinfo2();
-
-	(void)fd;
-	(void)what;
-	(void)arg;
-	if (mi.fordblks > WS_TRIM_FREE)
-		malloc_trim(0);
-}
 
 /* Input or output changed: c holds their bytes; past a budget the set
  * drops the largest holders from the loop (ws_evict_cb). */
@@ -1204,9 +1182,7 @@ wsconn_set_new(struct event_base *base, uint32_t tick_ms)
 	set->tick = event_new(base, -1, EV_PERSIST, ws_tick_cb, set);
 	set->soon_ev = event_new(base, -1, 0, ws_soon_cb, set);
 	set->evict_ev = event_new(base, -1, 0, ws_evict_cb, set);
-	set->trim_ev = event_new(base, -1, EV_PERSIST, ws_trim_cb, set);
 	if (set->tick == NULL || set->soon_ev == NULL || set->evict_ev == NULL ||
-	    set->trim_ev == NULL ||
 	    twheel_init(&set->wheel, tick_ms, WS_WHEEL_SLOTS,
 	    (uint64_t)runtime_monotonic_ms()) != 0) {
 		if (set->tick != NULL)
@@ -1215,8 +1191,6 @@ wsconn_set_new(struct event_base *base, uint32_t tick_ms)
 			event_free(set->soon_ev);
 		if (set->evict_ev != NULL)
 			event_free(set->evict_ev);
-		if (set->trim_ev != NULL)
-			event_free(set->trim_ev);
 		free(set);
 		return NULL;
 	}
@@ -1239,7 +1213,6 @@ wsconn_set_free(struct wsconn_set *all)
 	event_free(all->tick);
 	event_free(all->soon_ev);
 	event_free(all->evict_ev);
-	event_free(all->trim_ev);
 	twheel_free(&all->wheel);
 	free(all);
 }
@@ -1320,11 +1293,7 @@ ws_charge_to(struct wsface *f, struct budget_account *who, const char *name)
 void
 wsconn_set_budget(struct wsconn_set *all, struct budget *b)
 {
-	struct timeval tv = runtime_ms_timeval(WS_TRIM_EVERY_MS);
-
 	all->budget = b;
-	if (event_add(all->trim_ev, &tv) != 0)
-		warn("websocket: cannot start the heap trim timer");
 }
 
 static const char *

@@ -50,9 +50,8 @@ struct wsconn_set *wsconn_set_new(struct event_base *base, uint32_t tick_ms);
  * input buffers) in b's memory budget (budget.h, docs/0036): past
  * b->memory, or a principal's b->memory_share (wsface_charge_to), the
  * largest holders are dropped from the loop, with a warning line each,
- * until it is back within; and every 2 s, when more than 16 MiB of the
- * heap lies free, it goes back to the system (malloc_trim).  b outlives
- * the set.  Without it nothing is counted. */
+ * until it is back within (what they held goes back to the system with
+ * the gateway's heap check, core/gateway.h).  b outlives the set.  Without it nothing is counted. */
 struct budget;
 void wsconn_set_budget(struct wsconn_set *all, struct budget *b);
 /* The tick for keepalives of interval_ms and timeout_ms: an eighth of the

@@ -150,9 +150,10 @@ for n in "${COUNTS[@]}"; do
 		sleep 0.2
 	done
 	active_s=$(echo "$(date +%s.%N) - $t0" | bc)
-	# The gateway gives the heap back 2 s after the last handshake
-	# (GATEWAY_TRIM_DELAY_MS): measure after that.
-	sleep 3
+	# The gateway gives the heap back 2 to 4 s after the last handshake
+	# (GATEWAY_TRIM_DELAY_MS, checked every GATEWAY_TRIM_EVERY_MS):
+	# measure after that.
+	sleep 5
 	rss=$(settle)
 	fds=$(find "/proc/$GW_PID/fd" -mindepth 1 | wc -l)
 	# Idle CPU: the gateway's and the swarms' while the tunnels are pinged.
