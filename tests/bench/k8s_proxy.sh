@@ -7,31 +7,41 @@
 # between paths hold even where the absolute figures move between runs.
 #
 # One upstream, an nginx serving a small static JSON (/version), reached
-# four ways by the same wrk command (keep-alive, wrk's default):
-#   tether  wrk -> https://127.0.0.1:GW/k8s/clusters/ID/version with a
-#           user token (tetherctl kubeconfig) -> tether-gateway serve ->
-#           a tunnel stream per client connection, reused across its
-#           requests -> tether-client run (--service
-#           kube-api=http://127.0.0.1:UP) -> upstream
-#   tether-token  the same through a second node joined with
-#           --service-token kube-api=FILE: the agent puts the node's token
-#           on every request (docs/0007)
-#   nginx   wrk -> https://127.0.0.1:PX/version -> nginx TLS reverse proxy
-#           (self-signed P-256 certificate made by openssl req now;
-#           proxy_pass to an upstream block with keepalive) -> upstream
+# these ways by the same wrk command (keep-alive, wrk's default):
+#   tether-wN  wrk -> https://127.0.0.1:GW/k8s/clusters/ID/version with a
+#           user token (tetherctl kubeconfig) -> tether-gateway serve
+#           --workers N -> a tunnel stream per client connection, reused
+#           across its requests -> tether-client run (--service
+#           kube-api=http://127.0.0.1:UP) -> upstream; one gateway (and
+#           agent) per N of BENCH_WORKERS, all up for the whole run
+#   tether-token-wN  the same through a second node of the first gateway,
+#           joined with --service-token kube-api=FILE: the agent puts the
+#           node's token on every request (docs/0007)
+#   nginx-wN  wrk -> https://127.0.0.1:PX/version -> nginx TLS reverse
+#           proxy with worker_processes N (self-signed P-256 certificate
+#           made by openssl req now; proxy_pass to an upstream block with
+#           keepalive) -> upstream; one per N of BENCH_NGINX_WORKERS
 #   direct  wrk -> http://127.0.0.1:UP/version
-# The two nginx run one worker each, as the gateway and the agent are one
-# event loop each.  Reported per path: requests/s, p50/p90/p99 latency,
-# errors (non-2xx, socket errors), and the relays' CPU ms per 1000
-# requests; then the ratios tether/nginx and tether-token/nginx for
-# requests/s and p99.
+# The upstream nginx runs one worker.  With --workers N the gateway runs N
+# loops, but loops 1..N-1 take TLS handshakes only (docs/0032): tunnels,
+# streams and /k8s requests stay on loop 0, so a second loop is not
+# expected to raise the requests/s of keep-alive connections; nginx's
+# second worker serves requests.  Reported per path: requests/s,
+# p50/p90/p99 latency, errors (non-2xx, socket errors), and the relays'
+# CPU ms per 1000 requests; then the ratios tether-wN/nginx-wN (same
+# count; for scale_speed.sh the first pair also as "tether/nginx") and
+# tether-token/nginx for requests/s and p99, and each side's second value
+# against its first (w2/w1).
 #
 # usage: tests/bench/k8s_proxy.sh
 #   TETHER_BIN          tether-gateway, tether-client, tetherctl
 #                       (default: build/release/bin of this repo)
 #   BENCH_WRK_ARGS      wrk's load options (default "-t2 -c16 -d10s")
 #   BENCH_WARMUP        seconds of unreported wrk per path first (default 2)
-#   BENCH_WORKERS       the gateway's --workers (default: its own default)
+#   BENCH_WORKERS       the gateways' --workers values, one gateway each
+#                       (default "1 2")
+#   BENCH_NGINX_WORKERS the proxies' worker_processes values, one nginx
+#                       each (default "1 2")
 #   BENCH_KEEP=1        keep the work directory (logs, wrk output)
 #   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent,
 #                       bench-ctl, out of reach of other sessions' pkill -f
@@ -48,7 +58,9 @@ KEEP=${BENCH_KEEP:-0}
 PRIVATE_NAMES=${BENCH_PRIVATE_NAMES:-0}
 PY=/usr/bin/python3
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_WRK_ARGS BENCH_WARMUP BENCH_PRIVATE_NAMES; do
+GW_WORKERS=${BENCH_WORKERS:-1 2}
+NGX_WORKERS=${BENCH_NGINX_WORKERS:-1 2}
+for v in TETHER_BIN BENCH_WRK_ARGS BENCH_WARMUP BENCH_WORKERS BENCH_NGINX_WORKERS BENCH_PRIVATE_NAMES; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -58,6 +70,13 @@ die() { say "error: $*"; exit 1; }
 
 [ $# -eq 0 ] || die "no arguments (usage: $0; see the header for the environment)"
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be a whole number of seconds, got '$WARMUP'"
+for n in $GW_WORKERS $NGX_WORKERS; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "BENCH_WORKERS and BENCH_NGINX_WORKERS are lists of counts, got '$n'"
+done
+if [ -z "${GW_WORKERS// /}" ] || [ -z "${NGX_WORKERS// /}" ]; then
+	die "BENCH_WORKERS and BENCH_NGINX_WORKERS may not be empty"
+fi
+FIRST_W=${GW_WORKERS%% *}
 for b in "$GATEWAY" "$CLIENT" "$CTL"; do
 	[ -x "$b" ] || die "$b missing: run 'make build' or set TETHER_BIN"
 done
@@ -115,7 +134,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$W/logs" "$W/runs" "$W/bin" "$W/www" "$W/nginx-up" "$W/nginx-px"
+mkdir -p "$W/logs" "$W/runs" "$W/bin" "$W/www" "$W/nginx-up"
 
 # Run copies: a rebuild during the run must not change the binaries.
 if [ "$PRIVATE_NAMES" = 1 ]; then
@@ -187,11 +206,11 @@ CLK_TCK=$(getconf CLK_TCK)
 
 UP_PORT=$(free_port)
 printf '{"major":"1","minor":"28","gitVersion":"v1.28.0-tether-bench","platform":"linux/amd64"}\n' >"$W/www/version"
-nginx_common() { # nginx_common DIR: the directives both nginx share
+nginx_common() { # nginx_common DIR WORKERS: the directives every nginx shares
 	cat <<CONF
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes $2;
 pid $1/nginx.pid;
 error_log $1/error.log warn;
 events { worker_connections 1024; }
@@ -203,7 +222,7 @@ temp_paths() {
 	echo "    uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;"
 }
 {
-	nginx_common "$W/nginx-up"
+	nginx_common "$W/nginx-up" 1
 	cat <<CONF
 http {
     access_log off;
@@ -218,24 +237,29 @@ start nginx-up.log nginx -c "$W/nginx-up/nginx.conf" -p "$W/nginx-up"
 UP_PID=$LAST_PID
 wait_until 10 "upstream nginx on $UP_PORT" curl -sf "http://127.0.0.1:$UP_PORT/version"
 
-# --- nginx as a TLS reverse proxy in front of it ------------------------------
+# --- nginx as a TLS reverse proxy in front of it, one per worker count --------
 
-PX_PORT=$(free_port)
+mkdir -p "$W/tls"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-	-keyout "$W/nginx-px/proxy.key" -out "$W/nginx-px/proxy.crt" -subj /CN=127.0.0.1 \
+	-keyout "$W/tls/proxy.key" -out "$W/tls/proxy.crt" -subj /CN=127.0.0.1 \
 	-addext subjectAltName=IP:127.0.0.1 2>"$W/logs/openssl.log" || die "openssl req failed"
-{
-	nginx_common "$W/nginx-px"
-	cat <<CONF
+declare -A PX_PORT PX_PID
+for n in $NGX_WORKERS; do
+	d=$W/nginx-px$n
+	mkdir -p "$d"
+	PX_PORT[$n]=$(free_port)
+	{
+		nginx_common "$d" "$n"
+		cat <<CONF
 http {
     access_log off;
     keepalive_requests 1000000;
-$(temp_paths "$W/nginx-px")
+$(temp_paths "$d")
     upstream kube { server 127.0.0.1:$UP_PORT; keepalive 32; }
     server {
-        listen 127.0.0.1:$PX_PORT ssl;
-        ssl_certificate $W/nginx-px/proxy.crt;
-        ssl_certificate_key $W/nginx-px/proxy.key;
+        listen 127.0.0.1:${PX_PORT[$n]} ssl;
+        ssl_certificate $W/tls/proxy.crt;
+        ssl_certificate_key $W/tls/proxy.key;
         ssl_protocols TLSv1.2 TLSv1.3;
         location / {
             proxy_pass http://kube;
@@ -246,93 +270,96 @@ $(temp_paths "$W/nginx-px")
     }
 }
 CONF
-} >"$W/nginx-px/nginx.conf"
-start nginx-px.log nginx -c "$W/nginx-px/nginx.conf" -p "$W/nginx-px"
-PX_PID=$LAST_PID
-wait_until 10 "nginx proxy on $PX_PORT" curl -sf --cacert "$W/nginx-px/proxy.crt" "https://127.0.0.1:$PX_PORT/version"
+	} >"$d/nginx.conf"
+	start "nginx-px$n.log" nginx -c "$d/nginx.conf" -p "$d"
+	PX_PID[$n]=$LAST_PID
+	wait_until 10 "nginx proxy ($n workers) on ${PX_PORT[$n]}" \
+		curl -sf --cacert "$W/tls/proxy.crt" "https://127.0.0.1:${PX_PORT[$n]}/version"
+done
 
-# --- Tether: gateway, agent with the kube-api service, a user token -----------
+# --- Tether: per --workers value a gateway, an agent with the kube-api service,
+#     a user token; the first gateway also a --service-token node ------------
 
-GW_PORT=$(free_port)
-GW_URL=https://127.0.0.1:$GW_PORT
-GW_DIR=$W/gw
-"$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init.log" 2>&1 ||
-	die "gateway init failed: $(cat "$W/logs/init.log")"
-export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
-start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
-GW_PID=$LAST_PID
-wait_until 20 "gateway ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
-
+declare -A URL AUTH CACERT RELAYS GW_CMDS
 ctl() { "$CTL" -o json "$@"; }
-CID=$(ctl cluster create bench-k8s | jq -er .id) || die "cluster create failed"
-ctl token create --cluster "$CID" >"$W/join.json" || die "token create failed"
-"$CLIENT" join --state-dir "$W/node" --node-name node \
-	--service "kube-api=http://127.0.0.1:$UP_PORT" \
-	<"$W/join.json" >"$W/logs/join.log" 2>&1 || die "join failed: $(cat "$W/logs/join.log")"
-start agent.log "$CLIENT" run --state-dir "$W/node"
-AGENT_PID=$LAST_PID
-agent_active() {
+# node_active DIR: the agent of state dir DIR is connected and active.
+node_active() {
 	local id
-	id=$(jq -er '.agent_id | select(. != "")' "$W/node/state.json") || return 1
+	id=$(jq -er '.agent_id | select(. != "")' "$1/state.json") || return 1
 	ctl agent list | jq -e --arg id "$id" \
 		'.[] | select(.id == $id and .state == "active" and .connected == true)' >/dev/null
 }
-wait_until 30 "the agent connected and active" agent_active
-"$CTL" kubeconfig --cluster "$CID" --user bench >"$W/kc.yaml" || die "tetherctl kubeconfig failed"
-USER_TOKEN=$(awk '$1 == "token:" { print $2; exit }' "$W/kc.yaml" | tr -d '"')
-[ -n "$USER_TOKEN" ] || die "no token in the issued kubeconfig"
-TETHER_URL=$GW_URL/k8s/clusters/$CID/version
-wait_until 20 "GET /version through the gateway" \
-	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN" "$TETHER_URL"
-
-# The same service on a second node joined with --service-token: the agent
-# puts the node's token on every request (docs/0007).
-CID2=$(ctl cluster create bench-k8s-token | jq -er .id) || die "cluster create failed"
-ctl token create --cluster "$CID2" >"$W/join2.json" || die "token create failed"
-printf 'bench-node-token-%s\n' "$RANDOM$RANDOM" >"$W/node.token"
-"$CLIENT" join --state-dir "$W/node2" --node-name node2 \
-	--service "kube-api=http://127.0.0.1:$UP_PORT" --service-token "kube-api=$W/node.token" \
-	<"$W/join2.json" >"$W/logs/join2.log" 2>&1 || die "join with --service-token failed: $(cat "$W/logs/join2.log")"
-start agent2.log "$CLIENT" run --state-dir "$W/node2"
-AGENT2_PID=$LAST_PID
-agent2_active() {
-	local id
-	id=$(jq -er '.agent_id | select(. != "")' "$W/node2/state.json") || return 1
-	ctl agent list | jq -e --arg id "$id" \
-		'.[] | select(.id == $id and .state == "active" and .connected == true)' >/dev/null
+# tether_node G NODE PATH [join flags]: joins NODE to gateway G's new
+# cluster, runs its agent, issues a user token; PATH's URL, token and relays.
+tether_node() {
+	local g=$1 node=$2 path=$3 cid token
+	shift 3
+	cid=$(ctl cluster create "bench-$node" | jq -er .id) || die "cluster create failed"
+	ctl token create --cluster "$cid" >"$W/$node.join.json" || die "token create failed"
+	"$CLIENT" join --state-dir "$W/$node" --node-name "$node" \
+		--service "kube-api=http://127.0.0.1:$UP_PORT" "$@" \
+		<"$W/$node.join.json" >"$W/logs/join-$node.log" 2>&1 ||
+		die "join of $node failed: $(cat "$W/logs/join-$node.log")"
+	start "agent-$node.log" "$CLIENT" run --state-dir "$W/$node"
+	RELAYS[$path]="${GW_PID[$g]} $LAST_PID"
+	wait_until 30 "the agent $node connected and active" node_active "$W/$node"
+	"$CTL" kubeconfig --cluster "$cid" --user "bench-$node" >"$W/$node.kc.yaml" ||
+		die "tetherctl kubeconfig failed"
+	token=$(awk '$1 == "token:" { print $2; exit }' "$W/$node.kc.yaml" | tr -d '"')
+	[ -n "$token" ] || die "no token in the kubeconfig for $node"
+	URL[$path]=$GW_URL/k8s/clusters/$cid/version
+	AUTH[$path]=$token
+	CACERT[$path]=$GW_DIR/ca.crt
+	wait_until 20 "GET /version through $node" \
+		curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" "${URL[$path]}"
 }
-wait_until 30 "the --service-token agent connected and active" agent2_active
-"$CTL" kubeconfig --cluster "$CID2" --user bench2 >"$W/kc2.yaml" || die "tetherctl kubeconfig failed"
-USER_TOKEN2=$(awk '$1 == "token:" { print $2; exit }' "$W/kc2.yaml" | tr -d '"')
-[ -n "$USER_TOKEN2" ] || die "no token in the second kubeconfig"
-TOKEN_URL=$GW_URL/k8s/clusters/$CID2/version
-wait_until 20 "GET /version through the --service-token node" \
-	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN2" "$TOKEN_URL"
+declare -A GW_PID GW_PORTS
+TETHER_PATHS=()
+for g in $GW_WORKERS; do
+	GW_PORT=$(free_port)
+	GW_PORTS[$g]=$GW_PORT
+	GW_URL=https://127.0.0.1:$GW_PORT
+	GW_DIR=$W/gw$g
+	"$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init-gw$g.log" 2>&1 ||
+		die "gateway init failed: $(cat "$W/logs/init-gw$g.log")"
+	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
+	GW_CMDS[$g]="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --workers $g"
+	start "gateway-w$g.log" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" --workers "$g"
+	GW_PID[$g]=$LAST_PID
+	wait_until 20 "gateway (--workers $g) ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
+	tether_node "$g" "node-w$g" "tether-w$g"
+	TETHER_PATHS+=("tether-w$g")
+	if [ "$g" = "$FIRST_W" ]; then
+		# The agent puts the node's token on every request (docs/0007).
+		printf 'bench-node-token-%s\n' "$RANDOM$RANDOM" >"$W/node.token"
+		tether_node "$g" "node-token-w$g" "tether-token-w$g" \
+			--service-token "kube-api=$W/node.token"
+		TETHER_PATHS+=("tether-token-w$g")
+	fi
+done
 
 # Every path answers the same body.
+for n in $NGX_WORKERS; do
+	URL[nginx-w$n]=https://127.0.0.1:${PX_PORT[$n]}/version
+	CACERT[nginx-w$n]=$W/tls/proxy.crt
+	RELAYS[nginx-w$n]=${PX_PID[$n]}
+done
+URL[direct]=http://127.0.0.1:$UP_PORT/version
+RELAYS[direct]=
+PATHS=("${TETHER_PATHS[@]}")
+for n in $NGX_WORKERS; do PATHS+=("nginx-w$n"); done
+PATHS+=(direct)
 curl -sf "http://127.0.0.1:$UP_PORT/version" >"$W/want"
-curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN" "$TETHER_URL" >"$W/got-tether"
-curl -sf --cacert "$W/nginx-px/proxy.crt" "https://127.0.0.1:$PX_PORT/version" >"$W/got-nginx"
-cmp -s "$W/want" "$W/got-tether" || die "the gateway's answer differs from the upstream's"
-curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $USER_TOKEN2" "$TOKEN_URL" >"$W/got-token"
-cmp -s "$W/want" "$W/got-token" || die "the --service-token node's answer differs from the upstream's"
-cmp -s "$W/want" "$W/got-nginx" || die "the nginx proxy's answer differs from the upstream's"
+for p in "${PATHS[@]}"; do
+	curl -sf ${CACERT[$p]:+--cacert "${CACERT[$p]}"} \
+		${AUTH[$p]:+-H "Authorization: Bearer ${AUTH[$p]}"} "${URL[$p]}" >"$W/got-$p" ||
+		die "GET ${URL[$p]} failed"
+	cmp -s "$W/want" "$W/got-$p" || die "$p's answer differs from the upstream's"
+done
 
 # --- measurements --------------------------------------------------------------
 
-PATHS=(tether tether-token nginx direct)
-declare -A URL HDR RELAYS CMDS RPS P50 P90 P99 ERRS CPU REQS AUTH
-URL[tether]=$TETHER_URL
-URL[tether-token]=$TOKEN_URL
-AUTH[tether]=$USER_TOKEN
-AUTH[tether-token]=$USER_TOKEN2
-URL[nginx]=https://127.0.0.1:$PX_PORT/version
-URL[direct]=http://127.0.0.1:$UP_PORT/version
-RELAYS[tether]="$GW_PID $AGENT_PID"
-RELAYS[tether-token]="$GW_PID $AGENT2_PID"
-RELAYS[nginx]=$PX_PID
-RELAYS[direct]=
+declare -A CMDS RPS P50 P90 P99 ERRS CPU REQS
 # shellcheck disable=SC2206
 WRK=(wrk $WRK_ARGS --latency)
 
@@ -395,11 +422,26 @@ for p in "${PATHS[@]}"; do
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
-RPS_RATIO=$(ratio "${RPS[tether]}" "${RPS[nginx]}")
-P99_RATIO=$(ratio "${P99[tether]}" "${P99[nginx]}")
-RPS_RATIO_DIRECT=$(ratio "${RPS[tether]}" "${RPS[direct]}")
-RPS_RATIO_TOKEN=$(ratio "${RPS[tether-token]}" "${RPS[nginx]}")
-P99_RATIO_TOKEN=$(ratio "${P99[tether-token]}" "${P99[nginx]}")
+FIRST_N=${NGX_WORKERS%% *}
+# nginx_for N: the proxy with N workers, else the first one.
+nginx_for() { [[ " $NGX_WORKERS " == *" $1 "* ]] && echo "nginx-w$1" || echo "nginx-w$FIRST_N"; }
+# RATIOS: "A/B: requests/s xR, p99 xP" lines, the first as scale_speed.sh reads it.
+RATIOS=()
+ratio_line() { # ratio_line LABEL A B
+	RATIOS+=("$1: requests/s x$(ratio "${RPS[$2]}" "${RPS[$3]}"), p99 x$(ratio "${P99[$2]}" "${P99[$3]}")   ($2 / $3)")
+}
+ratio_line tether/nginx "tether-w$FIRST_W" "$(nginx_for "$FIRST_W")"
+ratio_line tether-token/nginx "tether-token-w$FIRST_W" "$(nginx_for "$FIRST_W")"
+for g in $GW_WORKERS; do
+	[ "$g" = "$FIRST_W" ] || ratio_line "tether-w$g/$(nginx_for "$g")" "tether-w$g" "$(nginx_for "$g")"
+done
+for g in $GW_WORKERS; do
+	[ "$g" = "$FIRST_W" ] || ratio_line "tether-w$g/tether-w$FIRST_W" "tether-w$g" "tether-w$FIRST_W"
+done
+for n in $NGX_WORKERS; do
+	[ "$n" = "$FIRST_N" ] || ratio_line "nginx-w$n/nginx-w$FIRST_N" "nginx-w$n" "nginx-w$FIRST_N"
+done
+RPS_RATIO_DIRECT=$(ratio "${RPS[tether-w$FIRST_W]}" "${RPS[direct]}")
 
 kernel=$(uname -sr)
 cpus=$(nproc)
@@ -410,8 +452,8 @@ version=$("$GATEWAY" --version 2>/dev/null | head -1 || echo unknown)
 nginx_version=$(nginx -v 2>&1 | sed 's/^nginx version: //' || true)
 wrk_version=$( (wrk -v 2>&1 || true) | head -1 | awk '{ print $1, $2 }')
 tls_of() { (echo | openssl s_client -connect "127.0.0.1:$1" 2>/dev/null || true) | awk '/^New,/ { print; exit }'; }
-tls_tether=$(tls_of "$GW_PORT")
-tls_nginx=$(tls_of "$PX_PORT")
+tls_tether=$(tls_of "${GW_PORTS[$FIRST_W]}")
+tls_nginx=$(tls_of "${PX_PORT[$FIRST_N]}")
 elapsed=$((SECONDS - T_START))
 
 {
@@ -425,24 +467,29 @@ elapsed=$((SECONDS - T_START))
 	echo "  TLS:      gateway: ${tls_tether:-?}; nginx proxy: ${tls_nginx:-?}"
 	echo "  upstream: nginx (1 worker, access_log off) serving $(wc -c <"$W/www/version")-byte /version"
 	echo "  paths:"
-	echo "    tether  wrk -> $GW_CMD -> tether-client run (--service kube-api=http://127.0.0.1:$UP_PORT) -> upstream"
-	echo "    tether-token  the same through a second node joined with --service-token kube-api=FILE (the node's token on every request)"
-	echo "    nginx   wrk -> nginx (1 worker) listen ssl, proxy_pass to upstream{keepalive 32}, HTTP/1.1 -> upstream"
+	for g in $GW_WORKERS; do
+		echo "    tether-w$g  wrk -> ${GW_CMDS[$g]} -> tether-client run (--service kube-api=http://127.0.0.1:$UP_PORT) -> upstream"
+	done
+	echo "    tether-token-w$FIRST_W  the same through a second node joined with --service-token kube-api=FILE (the node's token on every request)"
+	for n in $NGX_WORKERS; do
+		echo "    nginx-w$n  wrk -> nginx (worker_processes $n) listen ssl, proxy_pass to upstream{keepalive 32}, HTTP/1.1 -> upstream"
+	done
 	echo "    direct  wrk -> upstream"
+	echo "  (every gateway, agent and nginx is up for the whole run; one path is measured at a time)"
 	echo "  commands (after a ${WARMUP}s warm-up each, one after the other):"
 	for p in "${PATHS[@]}"; do
-		printf '    %-12s %s\n' "$p" "${CMDS[$p]}"
+		printf '    %-16s %s\n' "$p" "${CMDS[$p]}"
 	done
 	echo
-	printf '  %-12s %12s %10s %10s %10s %10s %14s  %s\n' path requests/s p50_ms p90_ms p99_ms requests "relay_cpu_ms/1k" errors
+	printf '  %-16s %12s %10s %10s %10s %10s %14s  %s\n' path requests/s p50_ms p90_ms p99_ms requests "relay_cpu_ms/1k" errors
 	for p in "${PATHS[@]}"; do
-		printf '  %-12s %12s %10s %10s %10s %10s %14s  %s\n' "$p" "${RPS[$p]}" "${P50[$p]}" \
+		printf '  %-16s %12s %10s %10s %10s %10s %14s  %s\n' "$p" "${RPS[$p]}" "${P50[$p]}" \
 			"${P90[$p]}" "${P99[$p]}" "${REQS[$p]}" "${CPU[$p]}" "${ERRS[$p]}"
 	done
 	echo
-	echo "  tether/nginx: requests/s x$RPS_RATIO, p99 x$P99_RATIO   (tether/direct requests/s x$RPS_RATIO_DIRECT)"
-	echo "  tether-token/nginx: requests/s x$RPS_RATIO_TOKEN, p99 x$P99_RATIO_TOKEN"
-	echo "  relay CPU: tether = gateway + agent; nginx = the proxy's master + worker (CPU ms per 1000 requests)"
+	for r in "${RATIOS[@]}"; do echo "  $r"; done
+	echo "  tether-w$FIRST_W/direct: requests/s x$RPS_RATIO_DIRECT"
+	echo "  relay CPU: tether = gateway + agent; nginx = the proxy's master + workers (CPU ms per 1000 requests)"
 	echo
 	echo "Markdown:"
 	echo
@@ -451,8 +498,13 @@ elapsed=$((SECONDS - T_START))
 	for p in "${PATHS[@]}"; do
 		echo "| $p | ${RPS[$p]} | ${P50[$p]} | ${P99[$p]} | ${CPU[$p]} |"
 	done
-	echo "| **tether / nginx** | **x$RPS_RATIO** | | **x$P99_RATIO** | |"
-	echo "| **tether-token / nginx** | **x$RPS_RATIO_TOKEN** | | **x$P99_RATIO_TOKEN** | |"
+	echo
+	echo "| ratio | requests/s | p99 |"
+	echo "|---|---:|---:|"
+	for r in "${RATIOS[@]}"; do
+		awk -v r="$r" 'BEGIN { split(r, a, ": requests/s "); split(a[2], b, ", p99 "); sub(/ .*/, "", b[2])
+			sub(/,$/, "", b[1]); printf "| %s | %s | %s |\n", a[1], b[1], b[2] }'
+	done
 	echo
 	echo "($cpus CPUs, ${cpu_model:-unknown}, $kernel; \`${WRK[*]}\`, keep-alive; one run)"
 }

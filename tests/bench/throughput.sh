@@ -59,7 +59,7 @@ PY=/usr/bin/python3
 ECHO_RTT=$SRC/tests/bench/echo_rtt.py
 TCPSERVER=$SRC/tests/integration/tcpserver.py
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_SECONDS BENCH_CONNECTIONS BENCH_PRIVATE_NAMES; do
+for v in TETHER_BIN BENCH_SECONDS BENCH_CONNECTIONS BENCH_WORKERS BENCH_PRIVATE_NAMES; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v=${!v} "
 done
 COMMAND_LINE+="$0${*:+ $*}"
