@@ -25,6 +25,7 @@
 #   BENCH_DELAY_MS  the relay's delay each way (default 10)
 #   BENCH_LIMIT_S   the longest wait for one gateway's agents (default 300)
 #   BENCH_STORES    which stores, default "sqlite loopback far"
+#   BENCH_KEEP      a directory the logs are copied to at the end
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -44,6 +45,10 @@ echo "# store_pool.sh $(date -u +%FT%TZ) $(nproc) CPUs, $(uname -r), load $(cut 
 echo "# TETHER_BIN=$AFTER_BIN BASE_BIN=${BASE_BIN:-none} N=$N delay=${DELAY_MS}ms each way" \
 	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s"
 
+# BENCH_KEEP=DIR: the gateways' logs and the swarms' reports are copied
+# there at the end.
+[ -z "${BENCH_KEEP:-}" ] ||
+	on_cleanup 'mkdir -p "$BENCH_KEEP"; cp "$T"/*.log "$T"/*.out "$PG_DIR/log" "$BENCH_KEEP"/ 2>/dev/null'
 pg_start
 RELAY_PORT=$(free_port)
 python3 "$SRC/tests/bench/delay_relay.py" "$RELAY_PORT" "$PG_PORT" "$DELAY_MS" \
