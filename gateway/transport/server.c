@@ -1816,6 +1816,34 @@ tls_error(char *err, size_t errlen, const char *what, const char *path)
 	snprintf(err, errlen, "%s %s: %s", what, path, detail);
 }
 
+/*
+ * The certificate chain the server presents, built once here instead of
+ * at every handshake.  A server.crt holding the leaf alone leaves OpenSSL
+ * to "auto-chain": each handshake ran X509_verify_cert over ca.crt (and
+ * ca.next.crt) to find the chain to send, an ECDSA verify of our own
+ * certificate costing about three times the handshake's own signature.
+ * SSL_CTX_build_cert_chain runs that same search once, from the same store,
+ * and keeps its result; without SSL_BUILD_CHAIN_FLAG_NO_ROOT it keeps the
+ * trust anchor too, so the Certificate message is unchanged (leaf, then
+ * the chain auto-chain found).  Errors are ignored as auto-chain ignores
+ * them (whatever chain was found is sent).  A server.crt that carries its
+ * own chain (SSL_CTX_use_certificate_chain_file put it in) is left as it
+ * is: auto-chain never ran for it.  Should the build fail (out of memory,
+ * a CA below the security level), nothing is set and auto-chain stays,
+ * as before.  The context is made again from the files on every reload.
+ */
+static void
+tls_fix_chain(SSL_CTX *ctx)
+{
+	STACK_OF(X509) *chain = NULL;
+
+	if (SSL_CTX_get0_chain_certs(ctx, &chain) != 1 || chain != NULL)
+		return;
+	(void)SSL_CTX_build_cert_chain(ctx, SSL_BUILD_CHAIN_FLAG_IGNORE_ERROR |
+	    SSL_BUILD_CHAIN_FLAG_CLEAR_ERROR);
+	ERR_clear_error();
+}
+
 static SSL_CTX *
 tls_context(const char *dir, enum tlspeer_mode mode, char *err, size_t errlen)
 {
@@ -1854,6 +1882,7 @@ tls_context(const char *dir, enum tlspeer_mode mode, char *err, size_t errlen)
 	}
 	if (tlspeer_setup(ctx, dir, mode, err, errlen) != 0)
 		goto fail;
+	tls_fix_chain(ctx);
 	return ctx;
 fail:
 	SSL_CTX_free(ctx);
