@@ -3,20 +3,33 @@
 # a gateway restart, and an established tunnel's ping round trip meanwhile.
 #
 # A benchmark, not a test: it reports figures and fails only if it cannot
-# take them.  One gateway on loopback; N agents in one tether-swarm process
+# take them.  One gateway on loopback; N agents in tether-swarm processes
 # (tests/bench/swarm.c: the agent's own tunnel code, its backoff with
-# jitter) register and become active; one more swarm runs one probe agent
-# that pings the gateway every 100 ms over its tunnel (--probe).  Then the
-# gateway is stopped (SIGTERM: agents hear "shutdown" and redial after
-# 250-500 ms) and started again on the same port and data directory, and the
-# script reports:
+# jitter; at most 9,900 agents a process, for the open-files limit)
+# register and become active; one more swarm runs one probe agent that
+# pings the gateway every 100 ms over its tunnel (--probe).  Then the
+# gateway is stopped and started again on the same port and data
+# directory, once per --workers value asked for (BENCH_WORKERS="1 2": the
+# same agents, a storm with one loop, then one with two), and the script
+# reports for each, side by side:
 #   - seconds from the new gateway's start (and from the stop) until the
-#     swarm reports every agent active again;
-#   - the probe tunnel's ping round trips (p50/p99/max) while the storm is on
-#     and once it is over, beside the same before the restart;
-#   - the gateway's and the swarm's CPU during the storm, the dials the
-#     agents made, the TLS admission's figures (tether_tls_*) and how many
-#     upgrades --max-handshakes answered 503.
+#     swarms report every agent active again;
+#   - the dials the agents made, those before the new gateway was ready
+#     (they found no gateway: nothing could take them) apart;
+#   - the probe tunnel's ping round trips (p50/p99/max) while the storm is
+#     on, beside the same before the first restart and after the storm;
+#   - the gateway's and the swarms' CPU during the storm, each loop's TLS
+#     handshakes and CPU, the TLS admission's figures (tether_tls_*) and
+#     how many upgrades --max-handshakes answered 503;
+#   - the load average when the storm was over (the machine may be shared).
+# The per-source caps are raised (every agent dials from 127.0.0.1; with
+# them, most dials were closed at accept or answered 503 by
+# --max-tls-per-source and --max-handshakes-per-source).
+#
+# The stop: BENCH_KILL=TERM (default) drains (agents hear "shutdown" and
+# redial after 250-500 ms); BENCH_KILL=KILL is a kill -9, the crash of
+# issue 23's storm: agents hear nothing, find their tunnel gone and redial
+# on their backoff, and the new gateway is started at once.
 #
 # usage: tests/bench/reconnect_storm.sh [N]        (default 10000; run it
 #        under flock(1) on a shared machine, one benchmark at a time)
@@ -24,19 +37,25 @@
 #   BENCH_RATE       agents started per second for the first registration
 #                    (default 400; the storm itself is all at once)
 #   BENCH_GW_FLAGS   extra `serve` flags, e.g. "--max-tls-handshakes 8"
-#   BENCH_WORKERS    the gateway's --workers (default: its own default); the
-#                    report gives each loop's TLS handshakes and CPU seconds
+#   BENCH_WORKERS    the gateway's --workers, one storm per value (default:
+#                    its own default, one storm); each loop's TLS
+#                    handshakes and CPU seconds are reported
+#   BENCH_KILL       TERM (default) or KILL: how the gateway is stopped
 #   BENCH_KEEP=1     keep the work directory
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
 RATE=${BENCH_RATE:-400}
-GW_FLAGS="${BENCH_GW_FLAGS:-}${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
+GW_FLAGS=${BENCH_GW_FLAGS:-}
+read -r -a LOOPS <<<"${BENCH_WORKERS:-}"
+[ "${#LOOPS[@]}" -gt 0 ] || LOOPS=("")
+KILL=${BENCH_KILL:-TERM}
 KEEP=${BENCH_KEEP:-0}
 N=${1:-10000}
+PER_SWARM=9900
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS; do
+for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS BENCH_KILL; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -44,6 +63,10 @@ COMMAND_LINE+="$0${*:+ $*}"
 say() { printf '[bench] %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 [[ $N =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$N'"
+[ "$KILL" = TERM ] || [ "$KILL" = KILL ] || die "BENCH_KILL is TERM or KILL, got '$KILL'"
+for w in "${LOOPS[@]}"; do
+	[ -z "$w" ] || [[ $w =~ ^[1-9][0-9]*$ ]] || die "BENCH_WORKERS: numbers, got '$w'"
+done
 for b in tether-gateway tether-swarm tetherctl; do
 	[ -x "$TETHER_BIN/$b" ] || die "$TETHER_BIN/$b missing: run 'make build' or set TETHER_BIN"
 done
@@ -51,20 +74,22 @@ for tool in jq curl python3 bc; do
 	command -v "$tool" >/dev/null || die "$tool is required"
 done
 ulimit -Sn "$(ulimit -Hn)"
-[ "$(ulimit -Hn)" = unlimited ] || [ $((N + 300)) -le "$(ulimit -Hn)" ] ||
-	die "$N agents do not fit in the open-files limit $(ulimit -Hn) of one process"
+# The gateway holds every tunnel in one process; the agents are split.
+[ "$(ulimit -Hn)" = unlimited ] || [ $((N + 100)) -le "$(ulimit -Hn)" ] ||
+	die "$N tunnels do not fit in the open-files limit $(ulimit -Hn) of the gateway's process"
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/tether-storm.XXXXXX")
 mkdir -p "$W/bin" "$W/logs"
 cp "$TETHER_BIN/tether-gateway" "$TETHER_BIN/tether-swarm" "$TETHER_BIN/tetherctl" "$W/bin/"
 GATEWAY=$W/bin/tether-gateway SWARM=$W/bin/tether-swarm CTL=$W/bin/tetherctl
-GW_PID= SW_PID= PROBE_PID=
+GW_PID='' PROBE_PID=''
+SW_PIDS=() OUTS=()
 
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	set +e
-	for p in $SW_PID $PROBE_PID; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	for p in "${SW_PIDS[@]}" $PROBE_PID; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 	[ -z "$GW_PID" ] || { kill -TERM "$GW_PID" 2>/dev/null; wait "$GW_PID" 2>/dev/null; }
 	if [ "$KEEP" = 1 ]; then say "work directory kept: $W"; else rm -rf "$W"; fi
 	exit "$rc"
@@ -75,20 +100,28 @@ trap 'exit 143' TERM
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+swarm_ticks() { local p t=0; for p in "${SW_PIDS[@]}"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 TICKS=$(getconf CLK_TCK)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 URL=https://127.0.0.1:$PORT
 GW_DIR=$W/gw
 MP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+GW_LOG=$W/logs/gateway.log
+# Every agent dials from 127.0.0.1: the per-source caps, which in the field
+# hold one address's share, would shut most of them out here.
+CAPS="--max-handshakes-per-source 1000000 --max-tls-per-source 1000000 --max-connections-per-source 1000000"
 
+# gw_start [LOOPS]: a gateway on the port and data, ready; its log is
+# $GW_LOG (the previous one's appended to gateway.all.log).
 gw_start() {
+	[ ! -f "$GW_LOG" ] || { cat "$GW_LOG" >>"$W/logs/gateway.all.log"; : >"$GW_LOG"; }
 	# shellcheck disable=SC2086  # BENCH_GW_FLAGS is a list of flags
 	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$PORT" \
-		--metrics-listen "127.0.0.1:$MP" $GW_FLAGS >>"$W/logs/gateway.log" 2>&1 &
+		--metrics-listen "127.0.0.1:$MP" $CAPS $GW_FLAGS ${1:+--workers $1} >>"$GW_LOG" 2>&1 &
 	GW_PID=$!
 	local deadline=$((SECONDS + 30))
 	until curl -sf --cacert "$GW_DIR/ca.crt" "$URL/readyz" >/dev/null 2>&1; do
-		kill -0 "$GW_PID" 2>/dev/null || die "the gateway exited: $(tail -3 "$W/logs/gateway.log")"
+		kill -0 "$GW_PID" 2>/dev/null || die "the gateway exited: $(tail -3 "$GW_LOG")"
 		[ "$SECONDS" -lt "$deadline" ] || die "gateway not ready after 30 s"
 		sleep 0.02
 	done
@@ -104,6 +137,25 @@ wait_line() {
 		sleep 0.1
 	done
 }
+# all_back AFTER_MS LIMIT_S: the ms when the last swarm had all its agents
+# active again after AFTER_MS.
+all_back() {
+	local f ms last=0
+	for f in "${OUTS[@]}"; do
+		ms=$(wait_line "$f" "$1" "$2") || return 1
+		[ "$ms" -le "$last" ] || last=$ms
+	done
+	echo "$last"
+}
+# swarm_sum NAME: NAME's value on each swarm's last report line, summed.
+swarm_sum() {
+	local f t=0 v
+	for f in "${OUTS[@]}"; do
+		v=$(grep '^swarm ms=' "$f" | tail -n 1 | grep -o " $1=[0-9]*" | cut -d= -f2)
+		t=$((t + ${v:-0}))
+	done
+	echo "$t"
+}
 # probe_stats FILE FROM_MS TO_MS: "n p50_max_ms p99_max_ms max_ms lost" of
 # the probe lines in that window (per-interval p50/p99: the worst interval).
 probe_stats() {
@@ -117,20 +169,28 @@ probe_stats() {
 	} END { printf "%d %.1f %.1f %.1f %d\n", n, p50 / 1000, p99 / 1000, mx / 1000, lost }' "$1"
 }
 metric() { curl -sf "http://127.0.0.1:$MP/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+s1() { echo "scale=1; $1" | bc; }
 
 "$GATEWAY" init --data-dir "$GW_DIR" --url "$URL" >"$W/logs/init.out" 2>&1 || die "init failed"
 export TETHER_SERVER=$URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-gw_start
+gw_start "${LOOPS[0]}"
 CID=$("$CTL" -o json cluster create storm | jq -er .id)
-"$CTL" -o json token create --cluster "$CID" --uses $((N + 1)) --ttl 1h >"$W/join.json"
+"$CTL" -o json token create --cluster "$CID" --uses $((N + 1)) --ttl 2h >"$W/join.json"
 
-say "registering $N agents at $RATE/s"
+NSW=$(((N + PER_SWARM - 1) / PER_SWARM))
+say "registering $N agents at $RATE/s ($NSW swarm process(es))"
 t0=$(now_ms)
-"$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$N" --rate "$RATE" \
-	--report-ms 500 >"$W/logs/swarm.out" 2>"$W/logs/swarm.log" &
-SW_PID=$!
-wait_line "$W/logs/swarm.out" 0 900 >/dev/null || die "not all active after 900 s: $(tail -1 "$W/logs/swarm.out")"
-reg_s=$(echo "scale=1; ($(now_ms) - $t0) / 1000" | bc)
+for ((i = 0; i < NSW; i++)); do
+	first=$((i * PER_SWARM + 1))
+	n=$((N - i * PER_SWARM < PER_SWARM ? N - i * PER_SWARM : PER_SWARM))
+	OUTS+=("$W/logs/swarm.$i.out")
+	"$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$n" --first "$first" \
+		--rate $(((RATE + NSW - 1) / NSW)) --report-ms 250 \
+		>"$W/logs/swarm.$i.out" 2>"$W/logs/swarm.$i.log" &
+	SW_PIDS+=($!)
+done
+all_back 0 1800 >/dev/null || die "not all active after 1800 s: $(swarm_sum active) of $N"
+reg_s=$(s1 "($(now_ms) - $t0) / 1000")
 "$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents 1 --prefix probe --probe \
 	--report-ms 500 >"$W/logs/probe.out" 2>"$W/logs/probe.log" &
 PROBE_PID=$!
@@ -140,66 +200,100 @@ idle_from=$(now_ms)
 sleep 5
 read -r idle_n idle_p50 idle_p99 idle_max idle_lost < <(probe_stats "$W/logs/probe.out" "$idle_from" "$(now_ms)")
 
-say "restarting the gateway"
-t_stop=$(now_ms)
-kill -TERM "$GW_PID"
-wait "$GW_PID" || true
-t_down=$(now_ms)
-dials0=$(tail -1 "$W/logs/swarm.out" | grep -o 'dials=[0-9]*' | cut -d= -f2)
-s0=$(cpu_ticks "$SW_PID")
-gw_start
-t_up=$(now_ms)
-g0=$(cpu_ticks "$GW_PID")
-back_ms=$(wait_line "$W/logs/swarm.out" "$t_stop" 600) || die "not all back after 600 s: $(tail -1 "$W/logs/swarm.out")"
-g1=$(cpu_ticks "$GW_PID") s1=$(cpu_ticks "$SW_PID")
-dials1=$(tail -1 "$W/logs/swarm.out" | grep -o 'dials=[0-9]*' | cut -d= -f2)
-probe_back=$(wait_line "$W/logs/probe.out" "$t_stop" 60) || probe_back=never
-sleep 5
-read -r st_n st_p50 st_p99 st_max st_lost < <(probe_stats "$W/logs/probe.out" "$t_up" "$back_ms")
-read -r af_n af_p50 af_p99 af_max af_lost < <(probe_stats "$W/logs/probe.out" "$((back_ms + 500))" "$(now_ms)")
-shed=$(metric tether_tls_shed_total) || shed=?
-# Per loop (--workers), since the new start: "loop handshakes cpu_s" lines.
-curl -sf "http://127.0.0.1:$MP/metrics" | awk '
-	match($1, /^tether_loop_tls_handshakes_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); h[a[2]] = $2 }
-	match($1, /^tether_loop_cpu_seconds_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); c[a[2]] = $2 }
-	END { for (l in h) printf "%s %d %.1f\n", l, h[l], c[l] }' | sort -n >"$W/loops.txt" || true
-refused=$(grep -c 'refusing a tunnel: too many handshakes' "$W/logs/gateway.log" || true)
-storm_s=$(echo "scale=1; ($back_ms - $t_up) / 1000" | bc)
-total_s=$(echo "scale=1; ($back_ms - $t_stop) / 1000" | bc)
-gw_cpu=$(echo "scale=1; ($g1 - $g0) / $TICKS" | bc)
-sw_cpu=$(echo "scale=1; ($s1 - $s0) / $TICKS" | bc)
+# storm K LOOPS: stop the gateway (SIGTERM or SIGKILL), start one with
+# LOOPS loops, wait until all are back; the figures go to R_*[K].
+declare -a R_stop R_back R_total R_probe R_dials R_nogw R_refused R_shed R_gcpu R_scpu R_loops R_load R_st R_af
+storm() {
+	local k=$1 loops=$2 t_stop t_down t_up d0 d_up d1 s0 s1_ g0 g1 back_ms probe_back st af
+	say "storm $((k + 1)): kill -$KILL, then a gateway with ${loops:-its default} loop(s)"
+	t_stop=$(now_ms)
+	d0=$(swarm_sum dials)
+	s0=$(swarm_ticks)
+	kill "-$KILL" "$GW_PID"
+	wait "$GW_PID" 2>/dev/null || true
+	t_down=$(now_ms)
+	gw_start "$loops"
+	t_up=$(now_ms)
+	g0=$(cpu_ticks "$GW_PID")
+	sleep 0.3   # a report line (every 250 ms) since the gateway is ready
+	d_up=$(swarm_sum dials)
+	back_ms=$(all_back "$t_stop" 900) || die "not all back after 900 s: $(swarm_sum active) of $N"
+	g1=$(cpu_ticks "$GW_PID") s1_=$(swarm_ticks)
+	d1=$(swarm_sum dials)
+	probe_back=$(wait_line "$W/logs/probe.out" "$t_stop" 60) || probe_back=never
+	R_load[k]=$(cut -d' ' -f1 /proc/loadavg)
+	sleep 5
+	st=$(probe_stats "$W/logs/probe.out" "$t_up" "$back_ms")
+	af=$(probe_stats "$W/logs/probe.out" "$((back_ms + 500))" "$(now_ms)")
+	R_st[k]=$st R_af[k]=$af
+	R_stop[k]=$(s1 "($t_down - $t_stop) / 1000")
+	R_back[k]=$(s1 "($back_ms - $t_up) / 1000")
+	R_total[k]=$(s1 "($back_ms - $t_stop) / 1000")
+	if [ "$probe_back" = never ]; then R_probe[k]=never; else R_probe[k]=$(s1 "($probe_back - $t_up) / 1000"); fi
+	R_dials[k]="$((d1 - d0)) ($(echo "scale=2; ($d1 - $d0) / $N" | bc))"
+	R_nogw[k]="$((d_up - d0)) / $((d1 - d_up)) ($(echo "scale=2; ($d1 - $d_up) / $N" | bc))"
+	R_refused[k]=$(grep -c 'refusing a tunnel: too many handshakes' "$GW_LOG" || true)
+	R_shed[k]=$(metric tether_tls_shed_total) || R_shed[k]='?'
+	R_gcpu[k]=$(s1 "($g1 - $g0) / $TICKS")
+	R_scpu[k]=$(s1 "($s1_ - $s0) / $TICKS")
+	# Per loop, since the new start: "loop handshakes/cpu_s" words.
+	R_loops[k]=$(curl -sf "http://127.0.0.1:$MP/metrics" | awk '
+		match($1, /^tether_loop_tls_handshakes_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); h[a[2]] = $2 }
+		match($1, /^tether_loop_cpu_seconds_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); c[a[2]] = $2 }
+		END { for (l in h) printf "%s=%d/%.1f\n", l, h[l], c[l] }' | sort -n | tr '\n' ' ') || R_loops[k]=
+	say "storm $((k + 1)): all back ${R_back[k]} s after the new start, dials ${R_dials[k]}, load ${R_load[k]}"
+}
+for k in "${!LOOPS[@]}"; do storm "$k" "${LOOPS[$k]}"; done
 
+# row FIGURE VALUES...: one table row.
+row() { local line="| $1 |"; shift; for v in "$@"; do line+=" $v |"; done; echo "$line"; }
 {
 	echo
-	echo "Tether reconnect storm: $N agents (tether-swarm) after a gateway restart"
+	echo "Tether reconnect storm: $N agents (tether-swarm, $NSW process(es)) after a gateway $([ "$KILL" = KILL ] && echo "kill -9" || echo "stop (SIGTERM)") and restart"
 	echo "  command:  $COMMAND_LINE"
 	echo "  binaries: $TETHER_BIN ($("$GATEWAY" --version | head -1))"
 	echo "  machine:  $(nproc) CPUs, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "  serve flags: ${GW_FLAGS:-(defaults)}"
+	echo "  serve flags: ${GW_FLAGS:-(defaults)} (and the per-source caps raised: every agent dials from 127.0.0.1)"
+	echo "  first registration at $RATE/s: all $N active after $reg_s s"
 	echo
-	echo "| figure | value |"
-	echo "|---|---:|"
-	echo "| agents | $N |"
-	echo "| first registration at $RATE/s: all active after (s) | $reg_s |"
-	echo "| gateway stop (SIGTERM until exit) (s) | $(echo "scale=1; ($t_down - $t_stop) / 1000" | bc) |"
-	echo "| all active again, from the new gateway's start (s) | $storm_s |"
-	echo "| all active again, from the stop (s) | $total_s |"
-	echo "| probe tunnel back at (s after the new start) | $( [ "$probe_back" = never ] && echo never || echo "scale=1; ($probe_back - $t_up) / 1000" | bc) |"
-	echo "| dials during the storm (per agent) | $((dials1 - dials0)) ($(echo "scale=2; ($dials1 - $dials0) / $N" | bc)) |"
-	echo "| upgrades answered 503 (--max-handshakes) | $refused |"
-	echo "| connections shed by the TLS queue (tether_tls_shed_total) | $shed |"
-	echo "| gateway CPU during the storm (s) | $gw_cpu |"
-	echo "| swarm CPU during the storm (s) | $sw_cpu |"
-	while read -r l h c; do
-		echo "| loop $l: TLS handshakes / CPU s since the new start | $h / $c |"
-	done <"$W/loops.txt"
+	hdr="| figure |" sep="|---|"
+	for w in "${LOOPS[@]}"; do hdr+=" ${w:+--workers $w}"; [ -n "$w" ] || hdr+=" value"; hdr+=" |"; sep+="---:|"; done
+	echo "$hdr"
+	echo "$sep"
+	ns=(); for _ in "${LOOPS[@]}"; do ns+=("$N"); done
+	row "agents" "${ns[@]}"
+	row "gateway stop (SIG$KILL until exit) (s)" "${R_stop[@]}"
+	row "all active again, from the new gateway's start (s)" "${R_back[@]}"
+	row "all active again, from the stop (s)" "${R_total[@]}"
+	row "load average (1 min) when all were back" "${R_load[@]}"
+	row "probe tunnel back at (s after the new start)" "${R_probe[@]}"
+	row "dials during the storm (per agent)" "${R_dials[@]}"
+	row "of them before / after the new gateway was ready (after, per agent)" "${R_nogw[@]}"
+	row "upgrades answered 503 (--max-handshakes, after --handshake-wait)" "${R_refused[@]}"
+	row "connections shed by the TLS queue (tether_tls_shed_total)" "${R_shed[@]}"
+	row "gateway CPU during the storm (s)" "${R_gcpu[@]}"
+	row "swarms' CPU during the storm (s)" "${R_scpu[@]}"
+	nl=$(for k in "${!LOOPS[@]}"; do wc -w <<<"${R_loops[k]}"; done | sort -n | tail -n 1)
+	for ((l = 0; l < nl; l++)); do
+		vals=()
+		for k in "${!LOOPS[@]}"; do
+			v=$(tr ' ' '\n' <<<"${R_loops[k]}" | awk -F= -v l="$l" '$1 == l { sub("/", " / ", $2); print $2 }')
+			vals+=("${v:--}")
+		done
+		row "loop $l: TLS handshakes / CPU s since the new start" "${vals[@]}"
+	done
 	echo
 	echo "| probe tunnel ping round trip | pings | worst p50 (ms) | worst p99 (ms) | max (ms) | lost |"
 	echo "|---|---:|---:|---:|---:|---:|"
 	echo "| before the restart, idle | $idle_n | $idle_p50 | $idle_p99 | $idle_max | $idle_lost |"
-	echo "| during the storm (probe back .. all active) | $st_n | $st_p50 | $st_p99 | $st_max | $st_lost |"
-	echo "| after the storm | $af_n | $af_p50 | $af_p99 | $af_max | $af_lost |"
+	for k in "${!LOOPS[@]}"; do
+		read -r a b c d e <<<"${R_st[k]}"
+		echo "| storm $((k + 1))${LOOPS[k]:+ (--workers ${LOOPS[k]})}: during (probe back .. all active) | $a | $b | $c | $d | $e |"
+		read -r a b c d e <<<"${R_af[k]}"
+		echo "| storm $((k + 1)): after | $a | $b | $c | $d | $e |"
+	done
 	echo
-	echo "worst p50/p99: the highest of the per-500 ms figures in that window; lost: pings"
-	echo "unanswered within 1 s."
+	echo "Dials before the new gateway was ready found none (refused at TCP); those after"
+	echo "are what the gateway had to take.  worst p50/p99: the highest of the per-500 ms"
+	echo "figures in that window; lost: pings unanswered within 1 s."
 }
