@@ -143,7 +143,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "tunnel handshakes one source address holds at once; past it "
 	    "its upgrades get 503" },
 	[SERVE_OPT_HANDSHAKE_WAIT] = { .name = "handshake-wait", .type = OPT_U32,
-	    .arg = "MS", .def = "5000", .min = 0, .max = 60000,
+	    .arg = "MS", .def = "3000", .min = 0, .max = 60000,
 	    .help = "an upgrade past --max-handshakes waits up to this long for a "
 	    "slot (first come, first served; at most --max-tls-queue wait); then "
 	    "503 with Retry-After (0: 503 at once)" },

@@ -76,7 +76,7 @@ struct gateway_limits {
 	.tls_hello_timeout_ms = 1000, \
 	.tls_handshake_timeout_ms = 3000, \
 	.max_handshakes_per_source = 32, \
-	.handshake_wait_ms = 5000, \
+	.handshake_wait_ms = 3000, \
 	.hello_timeout_ms = 2000, \
 	.max_connections = 8192, \
 	.max_connections_per_source = 256, \

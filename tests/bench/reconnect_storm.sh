@@ -178,6 +178,11 @@ CID=$("$CTL" -o json cluster create storm | jq -er .id)
 "$CTL" -o json token create --cluster "$CID" --uses $((N + 1)) --ttl 2h >"$W/join.json"
 
 NSW=$(((N + PER_SWARM - 1) / PER_SWARM))
+# Thousands of agents share one swarm's loop, which lags seconds behind
+# while it makes their TLS handshakes and keys: with the agent's own 4 s
+# ping timeout they would drop tunnels that are fine (one agent is one
+# process in the field); the gateway's keepalive (20 s / 30 s) instead.
+SWARM_KEEPALIVE=(--ping-interval 20000 --ping-timeout 30000)
 say "registering $N agents at $RATE/s ($NSW swarm process(es))"
 t0=$(now_ms)
 for ((i = 0; i < NSW; i++)); do
@@ -185,7 +190,7 @@ for ((i = 0; i < NSW; i++)); do
 	n=$((N - i * PER_SWARM < PER_SWARM ? N - i * PER_SWARM : PER_SWARM))
 	OUTS+=("$W/logs/swarm.$i.out")
 	"$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$n" --first "$first" \
-		--rate $(((RATE + NSW - 1) / NSW)) --report-ms 250 \
+		--rate $(((RATE + NSW - 1) / NSW)) --report-ms 250 "${SWARM_KEEPALIVE[@]}" \
 		>"$W/logs/swarm.$i.out" 2>"$W/logs/swarm.$i.log" &
 	SW_PIDS+=($!)
 done

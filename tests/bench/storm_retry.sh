@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # storm_retry.sh: a kill -9 reconnect storm, before and after the agents
-# honour the gateway's retry-after (docs/0035-no-stampede.md), in one run.
+# honour the gateway's retry-after and the gateway lets a burst wait for a
+# handshake slot (docs/0035-no-stampede.md), in one run.
 #
 # A benchmark, not a test: it reports figures and fails only if it cannot
 # take them.  One gateway on loopback with a low --max-handshakes (the
@@ -9,10 +10,13 @@
 # own tunnel code) register and become active, the gateway is killed
 # (SIGKILL) and started again on the same port and data, and the script
 # times how long until the swarm reports every agent active, and counts the
-# dials the agents made meanwhile.  "before": the swarm runs with
-# --ignore-retry-after (the agents count the gateway's retry-after but
-# redial on their own backoff, as agents before it did); "after": they wait
-# as told.  Also reported: the upgrades --max-handshakes answered 503, the
+# dials the agents made meanwhile.  Three storms: "before": the gateway
+# answers 503 at once past --max-handshakes (--handshake-wait 0) and the
+# swarm runs with --ignore-retry-after (the agents count the gateway's
+# retry-after but redial on their own backoff, as agents before it did);
+# "told": the same gateway, the agents wait as told; "after": the agents
+# wait as told and the upgrades past the slots wait for one (the default
+# --handshake-wait).  Also reported: the upgrades --max-handshakes answered 503, the
 # connections the TLS queue shed unread (nothing can be told to those), and
 # how many dials came earlier than the gateway said (0 after).
 #
@@ -52,7 +56,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/tether-stormra.XXXXXX")
 mkdir -p "$W/bin" "$W/logs"
 cp "$TETHER_BIN/tether-gateway" "$TETHER_BIN/tether-swarm" "$TETHER_BIN/tetherctl" "$W/bin/"
 GATEWAY=$W/bin/tether-gateway SWARM=$W/bin/tether-swarm CTL=$W/bin/tetherctl
-GW_PID= SW_PID=
+GW_PID='' SW_PID='' STORM_FLAGS=''
 
 cleanup() {
 	local rc=$?
@@ -77,7 +81,7 @@ CAPS="--max-handshakes-per-source 1000000 --max-tls-per-source 1000000 --max-con
 gw_start() {
 	# shellcheck disable=SC2086  # flag lists
 	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$PORT" \
-		--metrics-listen "127.0.0.1:$MP" $CAPS $GW_FLAGS >>"$W/logs/gateway.log" 2>&1 &
+		--metrics-listen "127.0.0.1:$MP" $CAPS $GW_FLAGS $STORM_FLAGS >>"$W/logs/gateway.log" 2>&1 &
 	GW_PID=$!
 	local deadline=$((SECONDS + 30))
 	until curl -sf --cacert "$GW_DIR/ca.crt" "$URL/readyz" >/dev/null 2>&1; do
@@ -144,29 +148,33 @@ storm() {
 	gw_start
 }
 
+STORM_FLAGS="--handshake-wait 0"
 storm before --ignore-retry-after
 B=("$R_secs" "$R_dials" "$R_per" "$R_told" "$R_early" "$R_refused" "$R_shed")
+storm told
+T=("$R_secs" "$R_dials" "$R_per" "$R_told" "$R_early" "$R_refused" "$R_shed")
+STORM_FLAGS=
 storm after
 A=("$R_secs" "$R_dials" "$R_per" "$R_told" "$R_early" "$R_refused" "$R_shed")
 ratio() { echo "scale=2; $1 / $2" | bc 2>/dev/null || echo "-"; }
 
 {
 	echo
-	echo "Tether kill -9 storm: $N agents (tether-swarm), before/after retry-after"
+	echo "Tether kill -9 storm: $N agents (tether-swarm), before/after retry-after and the wait for a slot"
 	echo "  command:  $COMMAND_LINE"
 	echo "  binaries: $TETHER_BIN ($("$GATEWAY" --version | head -1))"
 	echo "  machine:  $(nproc) CPUs, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "  serve flags: $GW_FLAGS (and the per-source caps raised)"
 	echo
-	echo "| figure | before (own backoff) | after (retry-after) | after/before |"
-	echo "|---|---:|---:|---:|"
-	echo "| all active again, from the kill (s) | ${B[0]} | ${A[0]} | $(ratio "${A[0]}" "${B[0]}") |"
-	echo "| dials in the storm | ${B[1]} | ${A[1]} | $(ratio "${A[1]}" "${B[1]}") |"
-	echo "| dials per agent | ${B[2]} | ${A[2]} | $(ratio "${A[2]}" "${B[2]}") |"
-	echo "| refusals that said when to come back | ${B[3]} | ${A[3]} | |"
-	echo "| dials earlier than told | ${B[4]} | ${A[4]} | |"
-	echo "| upgrades answered 503 (--max-handshakes) | ${B[5]} | ${A[5]} | |"
-	echo "| connections shed by the TLS queue (since the restart) | ${B[6]} | ${A[6]} | |"
+	echo "| figure | before (503 at once, own backoff) | told (503 at once, retry-after) | after (wait for a slot, retry-after) | after/before |"
+	echo "|---|---:|---:|---:|---:|"
+	echo "| all active again, from the kill (s) | ${B[0]} | ${T[0]} | ${A[0]} | $(ratio "${A[0]}" "${B[0]}") |"
+	echo "| dials in the storm | ${B[1]} | ${T[1]} | ${A[1]} | $(ratio "${A[1]}" "${B[1]}") |"
+	echo "| dials per agent | ${B[2]} | ${T[2]} | ${A[2]} | $(ratio "${A[2]}" "${B[2]}") |"
+	echo "| refusals that said when to come back | ${B[3]} | ${T[3]} | ${A[3]} | |"
+	echo "| dials earlier than told | ${B[4]} | ${T[4]} | ${A[4]} | |"
+	echo "| upgrades answered 503 (--max-handshakes) | ${B[5]} | ${T[5]} | ${A[5]} | |"
+	echo "| connections shed by the TLS queue (since the restart) | ${B[6]} | ${T[6]} | ${A[6]} | |"
 	echo
 	echo "Dials include those that found no gateway between the kill and the restart."
 }
