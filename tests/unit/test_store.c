@@ -1639,6 +1639,64 @@ test_waits_for_lock(void **state)
 	pthread_barrier_destroy(&h.locked);
 }
 
+/* Runs sql on the test's SQLite file with a connection of our own: 0, or
+ * -1 on a failure. */
+static int
+sqlite_sql(struct fixture *f, const char *sql)
+{
+	sqlite3 *db = NULL;
+	int rc = -1;
+
+	if (sqlite3_open(f->path, &db) == SQLITE_OK &&
+	    sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK)
+		rc = 0;
+	sqlite3_close(db);
+	return rc;
+}
+
+/*
+ * A transition whose write the database refuses (a trigger here) fails
+ * with the write's reason and changes nothing, and the connection goes on
+ * serving: on PostgreSQL that write is sent with the COMMIT (pipeline
+ * mode, docs/0038), so its failure is the commit's.
+ */
+static void
+test_transition_write_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent bad, ok, got;
+	char err[STORE_ERROR_MAX + 1] = "";
+	bool created = false;
+	int i;
+
+	make_import(f, "deferdeferdefer1", 2, false, &c);
+	do_register(f, "deferdeferdefer1", "node-bad", 0x41, &bad, &created);
+	do_register(f, "deferdeferdefer1", "node-ok", 0x42, &ok, &created);
+	assert_int_equal(pg_url != NULL ? (int)pg_sql(
+	    "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+	    "  BEGIN RAISE EXCEPTION 'refused by the test'; END $$;"
+	    "CREATE TRIGGER refuse BEFORE UPDATE OF state ON agents"
+	    "  FOR EACH ROW WHEN (NEW.node = 'node-bad')"
+	    "  EXECUTE FUNCTION refuse()") : sqlite_sql(f,
+	    "CREATE TRIGGER refuse BEFORE UPDATE OF state ON agents"
+	    "  WHEN NEW.node = 'node-bad'"
+	    "  BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"), 0);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(store_agent_transition(f->s, bad.id,
+		    AGENT_EV_VERIFY, NULL, NOW, &got, NULL, err, sizeof(err)),
+		    STORE_ERR);
+		assert_non_null(strstr(err, "update agent"));
+		assert_non_null(strstr(err, "refused by the test"));
+		assert_int_equal(store_agent_get(f->s, bad.id, &got), STORE_OK);
+		assert_int_equal(got.state, AGENT_ENROLL);
+	}
+	do_transition(f->s, ok.id, AGENT_EV_VERIFY, NULL, &got);
+	assert_int_equal(got.state, AGENT_VERIFYING);
+	assert_int_equal(store_agent_get(f->s, ok.id, &got), STORE_OK);
+	assert_int_equal(got.state, AGENT_VERIFYING);
+}
+
 /* ---- several connections at once --------------------------------------- */
 
 #define RACERS     4     /* connections, each on its own thread */
@@ -2256,6 +2314,7 @@ main(void)
 		T(test_register_after_revoke),
 		T(test_transitions_persist),
 		T(test_transition_says_what_moved),
+		T(test_transition_write_refused),
 		T(test_timing_hook),
 		T(test_list_by_cluster),
 		T(test_list_many),
