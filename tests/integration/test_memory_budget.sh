@@ -106,7 +106,7 @@ PIDS+=($!)
 dropped() { grep -q "memory budget: dropping a connection" "$T/gateway.log"; }
 wait_until 240 "a connection dropped at alice's share" dropped
 grep "memory budget: dropping a connection" "$T/gateway.log" | head -1 |
-	grep -q 'who=user:alice' || fail "the drop line does not name alice"
+	grep -q 'who=user:alice' || { grep "memory budget: dropping a connection" "$T/gateway.log" | head -3 >&2; fail "the drop line does not name alice"; }
 grep -q 'reason="memory budget: the largest holder of its principal' "$T/gateway.log" ||
 	fail "no line says which holder went and why"
 served
