@@ -7,6 +7,8 @@
  * whole (up to PIPE_BUF bytes on a pipe, whole lines on an O_APPEND file).
  * Audit lines may instead be held (log_audit_hold): the lines of one loop
  * pass then leave together, in one write(2) of at most PIPE_BUF bytes.
+ * Held lines are per thread (one loop per thread): each loop's pass leaves
+ * whole, and two loops' passes interleave pass by pass, never in a line.
  */
 #include "log.h"
 
@@ -28,14 +30,19 @@ static int audit_fd = STDERR_FILENO;
 static char *audit_path;
 
 /* Held audit lines (log_audit_hold): whole lines, in the order logged, at
- * most PIPE_BUF bytes, so one write(2) of them is never split on a pipe. */
+ * most PIPE_BUF bytes, so one write(2) of them is never split on a pipe.
+ * Per thread (docs/0040: one event loop per thread, each holding its own
+ * pass's lines): a thread's lines are held only if it called
+ * log_audit_hold, and only it flushes them. */
 #define AUDIT_HELD_MAX PIPE_BUF
-static char audit_held[AUDIT_HELD_MAX];
-static size_t audit_held_len;
-static bool audit_holding;
-static pthread_t audit_holder;		/* the only thread whose lines are held */
-static void (*audit_first_held)(void *);
-static void *audit_first_held_arg;
+static _Thread_local char audit_held[AUDIT_HELD_MAX];
+static _Thread_local size_t audit_held_len;
+static _Thread_local bool audit_holding;
+static _Thread_local void (*audit_first_held)(void *);
+static _Thread_local void *audit_first_held_arg;
+/* atexit(flush_at_exit) registered once for the process: ok says it was. */
+static pthread_once_t audit_atexit_once = PTHREAD_ONCE_INIT;
+static bool audit_atexit_ok;
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_DEBUG] = "debug",
@@ -478,18 +485,12 @@ encode_now(char *line, size_t cap, const char *level, const char *msg,
 	    fields, nfields);
 }
 
-static bool
-holding_here(void)
-{
-	return audit_holding && pthread_equal(pthread_self(), audit_holder);
-}
-
 void
 log_audit_flush(void)
 {
 	size_t len = audit_held_len;
 
-	if (len == 0 || !holding_here())
+	if (len == 0)
 		return;
 	audit_held_len = 0;
 	write_line(audit_fd, audit_held, len);
@@ -508,15 +509,15 @@ emit(int fd, const char *level, const char *msg, const struct log_field *fields,
 	write_line(fd, line, len);
 }
 
-/* An audit line joins the held ones, or leaves now (not holding, another
- * thread, longer than the buffer). */
+/* An audit line joins this thread's held ones, or leaves now (this
+ * thread not holding, longer than the buffer). */
 static void
 emit_audit(const struct log_field *fields, size_t nfields)
 {
 	static _Thread_local char line[LOG_LINE_MAX];
 	size_t len;
 
-	if (!holding_here()) {
+	if (!audit_holding) {
 		emit(audit_fd, "info", "audit", fields, nfields);
 		return;
 	}
@@ -533,17 +534,23 @@ emit_audit(const struct log_field *fields, size_t nfields)
 		audit_first_held(audit_first_held_arg);
 }
 
+/* At exit(3): the exiting thread's held lines (other threads flush theirs
+ * before they return: log_audit_hold(NULL, NULL)). */
 static void
 flush_at_exit(void)
 {
 	log_audit_flush();
 }
 
+static void
+register_flush_at_exit(void)
+{
+	audit_atexit_ok = atexit(flush_at_exit) == 0;
+}
+
 void
 log_audit_hold(void (*first_held)(void *), void *arg)
 {
-	static bool registered;
-
 	log_audit_flush();
 	if (first_held == NULL) {
 		audit_holding = false;
@@ -551,10 +558,9 @@ log_audit_hold(void (*first_held)(void *), void *arg)
 		audit_first_held_arg = NULL;
 		return;
 	}
-	if (!registered && atexit(flush_at_exit) != 0)
+	if (pthread_once(&audit_atexit_once, register_flush_at_exit) != 0 ||
+	    !audit_atexit_ok)
 		return;		/* not holding: nothing may wait for an exit */
-	registered = true;
-	audit_holder = pthread_self();
 	audit_first_held = first_held;
 	audit_first_held_arg = arg;
 	audit_holding = true;

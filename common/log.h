@@ -88,21 +88,24 @@ int log_set_audit_file(const char *path, char *err, size_t errlen);
 int log_reopen_audit_file(char *err, size_t errlen);
 
 /*
- * Holding audit lines: from now on the audit lines this thread logs wait in
- * a buffer (at most PIPE_BUF bytes, 4 KiB) and leave together in one
- * write(2) when log_audit_flush is called, when the buffer would overflow,
- * before any other line this thread logs (a shared stderr keeps the order),
- * when the audit file changes or is reopened, and at exit(3) (atexit).
- * first_held(arg) is called when a line is held with none before it: the
- * owner schedules a flush (runtime_audit_per_pass: at the end of the loop
- * pass).  Lines of other threads leave at once, as before.  A crash
- * (a signal that kills) loses the lines held, at most one loop pass's.
- * first_held NULL: flushes and stops holding.  Call from the thread that
- * logs the audit lines, while no other thread logs.
+ * Holding audit lines, per thread (each event loop thread holds its own,
+ * docs/0040): from now on the audit lines the calling thread logs wait in
+ * that thread's buffer (at most PIPE_BUF bytes, 4 KiB) and leave together
+ * in one write(2) when it calls log_audit_flush, when the buffer would
+ * overflow, before any other line it logs (a shared stderr keeps the
+ * order), when it changes or reopens the audit file, and at exit(3) if it
+ * is the thread that exits (atexit).  first_held(arg) is called, on this
+ * thread, when a line is held with none before it: the owner schedules a
+ * flush (runtime_audit_per_pass: at the end of the loop pass).  Threads
+ * that did not call this write their lines at once, as before.  Lines of
+ * two holding threads never mix inside a line; their passes interleave.
+ * A crash (a signal that kills) loses the lines held, at most one loop
+ * pass's per thread.  first_held NULL: flushes this thread's lines and
+ * stops holding; a holding thread other than the one that calls exit(3)
+ * must do so before it returns, or its held lines are lost.
  */
 void log_audit_hold(void (*first_held)(void *), void *arg);
-/* Writes the held audit lines now (nothing when none, or from a thread
- * other than the holder's). */
+/* Writes the calling thread's held audit lines now (nothing when none). */
 void log_audit_flush(void);
 
 /*

@@ -1,4 +1,4 @@
-/* runtime.c: process-wide settings (see runtime.h). */
+/* runtime.c: process-wide settings, and per-loop helpers (see runtime.h). */
 #include "runtime.h"
 
 #include <fcntl.h>
@@ -105,7 +105,9 @@ runtime_event_base(void)
 	return base;
 }
 
-static struct event *audit_flush_ev;
+/* The calling thread's flush event, on the base of its loop (one loop per
+ * thread, docs/0040): each loop flushes the audit lines it held. */
+static _Thread_local struct event *audit_flush_ev;
 
 static void
 audit_flush_cb(evutil_socket_t fd, short what, void *arg)

@@ -71,9 +71,11 @@ struct timeval runtime_common_timeval(struct event_base *base, uint32_t ms);
  * of the pass (log_audit_hold; the first held line activates an event that
  * runs after the callbacks already active).  The gateway writes an audit
  * line per proxied request: one write per request was ~8 % of its CPU
- * under wrk.  Returns 0, or -1 (out of memory: lines leave at once, as
- * before).  runtime_audit_per_pass(NULL) writes what is held and stops:
- * call it before event_base_free.
+ * under wrk.  Call on the thread that runs base's loop: the held lines and
+ * the event are that thread's (each loop thread calls it for its own
+ * base).  Returns 0, or -1 (out of memory: lines leave at once, as
+ * before).  runtime_audit_per_pass(NULL) writes what this thread holds and
+ * stops: call it before event_base_free, on the same thread.
  */
 int runtime_audit_per_pass(struct event_base *base);
 

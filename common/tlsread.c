@@ -2,6 +2,7 @@
 #include "tlsread.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +41,13 @@ struct tls_rbatch {
 	size_t start, end;       /* buf[start..end) not yet given to OpenSSL */
 };
 
+/* Made once for the process (rbatch_method_get), then only read: every
+ * loop thread shares it. */
+static pthread_once_t rbatch_once = PTHREAD_ONCE_INIT;
 static BIO_METHOD *rbatch_method;
 static int rbatch_type;            /* its BIO type, for BIO_method_type */
+
+static BIO_METHOD *rbatch_method_get(void);
 
 static int
 rbatch_read(BIO *bio, char *out, int outl)
@@ -109,7 +115,7 @@ rbatch_idle(SSL *ssl)
 	BIO *bio = SSL_get_rbio(ssl);
 	struct tls_rbatch *t;
 
-	if (bio == NULL || rbatch_method == NULL ||
+	if (bio == NULL || rbatch_method_get() == NULL ||
 	    BIO_method_type(bio) != rbatch_type || SSL_pending(ssl) > 0)
 		return 0;
 	t = BIO_get_data(bio);
@@ -155,24 +161,31 @@ rbatch_destroy(BIO *bio)
 	return 1;
 }
 
-/* The method, made once (the process's one event loop thread). */
-static BIO_METHOD *
-rbatch_method_get(void)
+/* Makes the method (pthread_once: loop threads may ask at once). */
+static void
+rbatch_method_make(void)
 {
-	BIO_METHOD *m;
+	int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
+	BIO_METHOD *m = BIO_meth_new(type, "tether batched socket reads");
 
-	if (rbatch_method != NULL)
-		return rbatch_method;
-	rbatch_type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
-	m = BIO_meth_new(rbatch_type, "tether batched socket reads");
 	if (m == NULL || BIO_meth_set_read(m, rbatch_read) != 1 ||
 	    BIO_meth_set_ctrl(m, rbatch_ctrl) != 1 ||
 	    BIO_meth_set_destroy(m, rbatch_destroy) != 1) {
 		BIO_meth_free(m);
-		return NULL;
+		return;
 	}
+	rbatch_type = type;
 	rbatch_method = m;
-	return m;
+}
+
+/* The method, made once for the process; NULL if it could not be (out of
+ * memory then: OpenSSL's own read-ahead instead). */
+static BIO_METHOD *
+rbatch_method_get(void)
+{
+	if (pthread_once(&rbatch_once, rbatch_method_make) != 0)
+		return NULL;
+	return rbatch_method;
 }
 
 void

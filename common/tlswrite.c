@@ -4,14 +4,17 @@
  * The BIO sits where OpenSSL's socket BIO was, as the SSL's write BIO only
  * (reads still go through the socket BIO).  A record OpenSSL writes is
  * copied to the end of the buffer; the first one of a batch puts the batch
- * on the flush list and makes the process's one flush event active, so
- * every batch of a loop pass goes out in one send(2) each, in one
- * callback, once the loop has run the callbacks that are ready.  A write
- * that does not fit flushes first; if the socket will not take the
- * buffer, OpenSSL is told to retry (it keeps the record and tries again
- * when libevent sees the socket writable), and the batch's own write
- * event (made the first time a socket refuses bytes) waits for the socket
- * to be writable.  An idle connection thus holds no event here.
+ * on its thread's flush list and makes that thread's flush event active,
+ * so every batch of a loop pass goes out in one send(2) each, in one
+ * callback, once the loop has run the callbacks that are ready.  The flush
+ * list and event are per thread (one event loop per thread, docs/0040): a
+ * batch is written, flushed and freed on the thread of its bufferevent's
+ * loop, never another.  A write that does not fit flushes first; if the
+ * socket will not take the buffer, OpenSSL is told to retry (it keeps the
+ * record and tries again when libevent sees the socket writable), and the
+ * batch's own write event (made the first time a socket refuses bytes)
+ * waits for the socket to be writable.  An idle connection thus holds no
+ * event here.
  *
  * libevent closes the socket through the write BIO's fd (BIO_get_fd)
  * before SSL_free frees the BIO: the BIO answers with the fd and never
@@ -20,6 +23,7 @@
 #include "tlswrite.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,16 +60,20 @@ struct tls_batch {
  * moves to TLS_WRITE_BATCH_MAX at once (one copy of at most this). */
 #define TLS_WRITE_BATCH_SMALL 2048u
 
+/* Made once for the process (batch_method_get), then only read. */
+static pthread_once_t batch_once = PTHREAD_ONCE_INIT;
 static BIO_METHOD *batch_method;
 static int batch_type;            /* its BIO type, for BIO_method_type */
 
 /* The batches waiting for the flush event, which is active while this is
- * not empty.  One per process (one loop thread): the event is set up
- * again on another base only while nothing waits (a test's next base). */
-static LIST_HEAD(, tls_batch) flush_list = LIST_HEAD_INITIALIZER(flush_list);
-static struct event flush_ev;
-static struct event_base *flush_base;
-static int flush_active;          /* made active, its callback not yet run */
+ * not empty.  One per thread (each loop thread flushes its own): the event
+ * is set up again on another base only while nothing waits (a test's next
+ * base on the same thread). */
+static _Thread_local LIST_HEAD(, tls_batch) flush_list =
+    LIST_HEAD_INITIALIZER(flush_list);
+static _Thread_local struct event flush_ev;
+static _Thread_local struct event_base *flush_base;
+static _Thread_local int flush_active; /* made active, its callback not yet run */
 
 static void batch_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -333,24 +341,31 @@ batch_destroy(BIO *bio)
 	return 1;
 }
 
-/* The method, made once (the process's one event loop thread). */
-static BIO_METHOD *
-batch_method_get(void)
+/* Makes the method (pthread_once: loop threads may ask at once). */
+static void
+batch_method_make(void)
 {
-	BIO_METHOD *m;
+	int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
+	BIO_METHOD *m = BIO_meth_new(type, "tether batched socket writes");
 
-	if (batch_method != NULL)
-		return batch_method;
-	batch_type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
-	m = BIO_meth_new(batch_type, "tether batched socket writes");
 	if (m == NULL || BIO_meth_set_write(m, batch_write) != 1 ||
 	    BIO_meth_set_ctrl(m, batch_ctrl) != 1 ||
 	    BIO_meth_set_destroy(m, batch_destroy) != 1) {
 		BIO_meth_free(m);
-		return NULL;
+		return;
 	}
+	batch_type = type;
 	batch_method = m;
-	return m;
+}
+
+/* The method, made once for the process; NULL if it could not be (out of
+ * memory then: batching stays off). */
+static BIO_METHOD *
+batch_method_get(void)
+{
+	if (pthread_once(&batch_once, batch_method_make) != 0)
+		return NULL;
+	return batch_method;
 }
 
 int
@@ -396,7 +411,7 @@ tls_write_now(struct bufferevent *bev, const void *data, size_t len)
 	struct tls_batch *t;
 	int r;
 
-	if (bio == NULL || batch_method == NULL || BIO_method_type(bio) != batch_type ||
+	if (bio == NULL || batch_method_get() == NULL || BIO_method_type(bio) != batch_type ||
 	    len == 0 || len > TLS_WRITE_NOW_MAX ||
 	    evbuffer_get_length(bufferevent_get_output(bev)) > 0)
 		return 0;
@@ -421,7 +436,7 @@ tls_write_pending(struct bufferevent *bev)
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	BIO *bio = ssl != NULL ? SSL_get_wbio(ssl) : NULL;
 
-	if (bio == NULL || batch_method == NULL || BIO_method_type(bio) != batch_type)
+	if (bio == NULL || batch_method_get() == NULL || BIO_method_type(bio) != batch_type)
 		return 0;
 	return (size_t)BIO_wpending(bio);
 }

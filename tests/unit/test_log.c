@@ -6,7 +6,9 @@
  * invalid UTF-8, control characters and empty values cannot add a line or
  * a field, or change one.  Held audit lines (log_audit_hold) all reach
  * the file, whole and in order: after a burst, beside other lines on a
- * shared stderr, when the audit file changes, and at exit.
+ * shared stderr, when the audit file changes, and at exit.  Holding is per
+ * thread (one event loop per thread, docs/0040): two threads each hold and
+ * flush their own lines, and every line of both is whole.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -498,6 +502,190 @@ test_audit_held_written_at_exit(void **state)
 	unlink(path);
 }
 
+/* ---- held audit lines, per thread ---- */
+
+enum auditor_step { STEP_HOLD3, STEP_FLUSH, STEP_BURST, STEP_QUIT };
+
+/* A thread that logs audit lines event=EVENT n=0,1,... when told, holding
+ * its own (an event loop thread in small). */
+struct auditor {
+	const char *event;
+	pthread_t thread;
+	sem_t go, done;
+	enum auditor_step step;
+	int next_n;
+	int held_calls;		/* its first_held, called on its own thread */
+	int held_elsewhere;	/* ... or on another: a failure */
+};
+
+static void
+auditor_held(void *arg)
+{
+	struct auditor *a = arg;
+
+	a->held_calls++;
+	if (!pthread_equal(pthread_self(), a->thread))
+		a->held_elsewhere++;
+}
+
+static void
+auditor_log(struct auditor *a, int count)
+{
+	for (int i = 0; i < count; i++)
+		log_audit_kv(a->event, "192.0.2.1:4242",
+		    LOG_FIELDS_(KV_I("n", a->next_n++)));
+}
+
+static void *
+auditor_main(void *arg)
+{
+	struct auditor *a = arg;
+
+	for (;;) {
+		while (sem_wait(&a->go) != 0)
+			;
+		switch (a->step) {
+		case STEP_HOLD3:
+			log_audit_hold(auditor_held, a);
+			auditor_log(a, 3);
+			break;
+		case STEP_FLUSH:
+			log_audit_flush();
+			break;
+		case STEP_BURST:
+			/* More than the buffer: flushed whole as it fills. */
+			auditor_log(a, 400);
+			log_audit_hold(NULL, NULL);
+			break;
+		case STEP_QUIT:
+			sem_post(&a->done);
+			return NULL;
+		}
+		sem_post(&a->done);
+	}
+}
+
+static void
+auditor_start(struct auditor *a, const char *event)
+{
+	memset(a, 0, sizeof(*a));
+	a->event = event;
+	assert_int_equal(sem_init(&a->go, 0, 0), 0);
+	assert_int_equal(sem_init(&a->done, 0, 0), 0);
+	assert_int_equal(pthread_create(&a->thread, NULL, auditor_main, a), 0);
+}
+
+static void
+auditor_tell(struct auditor *a, enum auditor_step step)
+{
+	a->step = step;
+	sem_post(&a->go);
+}
+
+static void
+auditor_wait(struct auditor *a)
+{
+	while (sem_wait(&a->done) != 0)
+		;
+}
+
+/* Runs one step on a and waits for it. */
+static void
+auditor_do(struct auditor *a, enum auditor_step step)
+{
+	auditor_tell(a, step);
+	auditor_wait(a);
+}
+
+/* Counts the file's lines per event (a, b, main); each must be a whole
+ * audit line, and each event's n must run 0, 1, ... in order. */
+static void
+count_thread_lines(const char *path, int *na, int *nb, int *nmain)
+{
+	FILE *f = fopen(path, "r");
+	char *l = NULL, ev[16];
+	size_t cap = 0;
+	ssize_t len;
+	int n, used, *seen;
+
+	assert_non_null(f);
+	*na = *nb = *nmain = 0;
+	while ((len = getline(&l, &cap, f)) > 0) {
+		const char *p = strstr(l, " msg=audit event=");
+
+		assert_true(strncmp(l, "time=", 5) == 0);
+		assert_true(l[len - 1] == '\n');
+		assert_non_null(p);
+		used = 0;
+		assert_int_equal(sscanf(p, " msg=audit event=%15[a-z] n=%d%n", ev,
+		    &n, &used), 2);
+		assert_string_equal(p + used, " client=192.0.2.1:4242\n");
+		seen = strcmp(ev, "a") == 0 ? na : strcmp(ev, "b") == 0 ? nb :
+		    strcmp(ev, "main") == 0 ? nmain : NULL;
+		assert_non_null(seen);
+		assert_int_equal(n, *seen);
+		(*seen)++;
+	}
+	free(l);
+	fclose(f);
+}
+
+static void
+test_audit_held_per_thread(void **state)
+{
+	struct auditor a, b;
+	char path[256], err[256];
+	int na, nb, nmain;
+
+	(void)state;
+	tmp_path(path, sizeof(path), "threads");
+	assert_int_equal(log_set_audit_file(path, err, sizeof(err)), 0);
+	auditor_start(&a, "a");
+	auditor_start(&b, "b");
+	/* Both hold: neither's lines are written, each was told once, on its
+	 * own thread. */
+	auditor_do(&a, STEP_HOLD3);
+	auditor_do(&b, STEP_HOLD3);
+	assert_int_equal(file_size(path), 0);
+	assert_int_equal(a.held_calls, 1);
+	assert_int_equal(b.held_calls, 1);
+	/* A thread that does not hold writes at once, beside them. */
+	log_audit_kv("main", "192.0.2.1:4242", LOG_FIELDS_(KV_I("n", 0)));
+	count_thread_lines(path, &na, &nb, &nmain);
+	assert_int_equal(na + nb, 0);
+	assert_int_equal(nmain, 1);
+	/* Each flush writes that thread's lines, and only them. */
+	auditor_do(&a, STEP_FLUSH);
+	count_thread_lines(path, &na, &nb, &nmain);
+	assert_int_equal(na, 3);
+	assert_int_equal(nb, 0);
+	auditor_do(&b, STEP_FLUSH);
+	count_thread_lines(path, &na, &nb, &nmain);
+	assert_int_equal(nb, 3);
+	/* Both at once, past their buffers: every line whole, each thread's
+	 * in its order. */
+	auditor_tell(&a, STEP_BURST);
+	auditor_tell(&b, STEP_BURST);
+	auditor_wait(&a);
+	auditor_wait(&b);
+	count_thread_lines(path, &na, &nb, &nmain);
+	assert_int_equal(na, 403);
+	assert_int_equal(nb, 403);
+	assert_int_equal(nmain, 1);
+	assert_int_equal(a.held_elsewhere + b.held_elsewhere, 0);
+	assert_true(a.held_calls > 1 && b.held_calls > 1);
+	auditor_do(&a, STEP_QUIT);
+	auditor_do(&b, STEP_QUIT);
+	assert_int_equal(pthread_join(a.thread, NULL), 0);
+	assert_int_equal(pthread_join(b.thread, NULL), 0);
+	sem_destroy(&a.go);
+	sem_destroy(&a.done);
+	sem_destroy(&b.go);
+	sem_destroy(&b.done);
+	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -517,6 +705,7 @@ main(void)
 		cmocka_unit_test(test_audit_burst_held_then_all_written_in_order),
 		cmocka_unit_test(test_audit_held_keeps_order_on_shared_stderr),
 		cmocka_unit_test(test_audit_held_written_at_exit),
+		cmocka_unit_test(test_audit_held_per_thread),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
