@@ -34,6 +34,7 @@
 #include "k8s.h"
 #include "livestreams.h"
 #include "log.h"
+#include "loop.h"
 #include "srccount.h"
 #include "metrics.h"
 #include "metrics_route.h"
@@ -874,6 +875,14 @@ serve_listen(struct serve *sv)
 	}
 	/* The URL list agents are told (SETTINGS), read on the store thread. */
 	settings_refresh(gw);
+	/* The loops (loop 0 on gw->base), before the listener: every loop
+	 * runs once the port takes connections. */
+	gw->nloops = gw->workers > 0 ? gw->workers : 1;
+	gw->loops = loops_new(gw->base, gw->nloops, gw, err, sizeof(err));
+	if (gw->loops == NULL) {
+		error("cannot start the loops (--workers)", KV_S("err", err));
+		return -1;
+	}
 	if (server_start(gw, routes, sv->host, sv->port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		return -1;
@@ -937,6 +946,10 @@ serve_stop(struct serve *sv)
 	gw->k8s_checks = NULL;
 	/* Every held audit line is written before the loop goes. */
 	(void)runtime_audit_per_pass(NULL);
+	/* Their threads stopped with the server; loop 0's inbox watch is on
+	 * gw->base: before it goes. */
+	loops_free(gw->loops, gw->nloops);
+	gw->loops = NULL;
 	if (gw->base != NULL)
 		event_base_free(gw->base);
 	hub_free(gw->hub);

@@ -27,6 +27,7 @@
 #include "retry_after.h"
 
 struct event_base;
+struct loop;
 struct server;
 struct store;
 struct store_worker;
@@ -125,6 +126,12 @@ struct gateway {
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	unsigned workers;               /* --workers: event loops, loop 0 (base)
 	                                   and handshake loops (server.c); 0: 1 */
+	struct loop *loops;             /* [nloops] (loop.h): loop 0 runs on base;
+	                                   main.c makes them before the server
+	                                   and frees them after; server_stop
+	                                   stops 1..nloops-1 (their handshakes
+	                                   come back).  NULL: not made */
+	unsigned nloops;
 	struct event *trim_timer;       /* the heap check (gateway_heap_start);
 	                                   freed by gateway_heap_stop */
 	int64_t trim_handshake_ms;      /* monotonic: the last handshake ended */

@@ -75,6 +75,7 @@
 #include "gateway.h"
 #include "http.h"
 #include "log.h"
+#include "loop.h"
 #include "netaddr.h"
 #include "proxyv2.h"
 #include "route.h"
@@ -152,15 +153,15 @@ struct server {
 	int64_t refused_log_ms;           /* monotonic: that line's time */
 	int plain_port;
 	int mtls_port;
-	/* Loops (--workers, docs/0032): loop 0 is gw->base, the home of every
-	 * connection; loops 1..nloops-1 only run TLS handshakes (tlsloop.h).
-	 * Per loop: handshakes it holds now and finished since start. */
+	/* Loops (--workers, docs/0032; gw->loops, core/loop.h): loop 0 is
+	 * gw->base, the home of every connection; loops 1..nloops-1 only run
+	 * TLS handshakes (tlsloop.h).  Per loop: handshakes it holds now and
+	 * finished since start. */
 	struct tlsloops *loops;           /* NULL with --workers 1 */
 	unsigned nloops;
 	unsigned loop_next;               /* where the next pick starts */
 	uint32_t *loop_inflight;          /* [nloops] */
 	uint64_t *loop_handshakes;        /* [nloops] */
-	pthread_t home;                   /* loop 0's thread */
 	int closing;                      /* server_stop under way */
 };
 
@@ -1980,8 +1981,7 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	srv->http_sources = srccount_new();
 	srv->ws = wsconn_set_new(gw->base, wsconn_tick_for(gw->limits.ping_interval_ms,
 	    gw->limits.ping_timeout_ms));
-	srv->home = pthread_self();
-	srv->nloops = gw->workers > 0 ? gw->workers : 1;
+	srv->nloops = gw->loops != NULL ? gw->nloops : 1;
 	srv->loop_inflight = calloc(srv->nloops, sizeof(*srv->loop_inflight));
 	srv->loop_handshakes = calloc(srv->nloops, sizeof(*srv->loop_handshakes));
 	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL ||
@@ -1991,7 +1991,7 @@ server_start(struct gateway *gw, const struct route *const *routes,
 		goto fail;
 	}
 	/* Before the listener: every loop runs once the port takes connections. */
-	if (srv->nloops > 1 && (srv->loops = tlsloops_new(gw->base, srv->nloops - 1,
+	if (srv->nloops > 1 && (srv->loops = tlsloops_new(gw->loops, srv->nloops,
 	    tls_job_done, srv, err, errlen)) == NULL)
 		goto fail;
 	wsconn_set_budget(srv->ws, &gw->budget);
@@ -2027,19 +2027,13 @@ server_loop_stats(const struct gateway *gw, unsigned i, uint64_t *handshakes,
     double *cpu_seconds)
 {
 	const struct server *srv = gw->server;
-	clockid_t cid;
-	struct timespec ts;
 
 	*handshakes = 0;
 	*cpu_seconds = 0;
 	if (srv == NULL || i >= srv->nloops)
 		return;
 	*handshakes = srv->loop_handshakes[i];
-	if (i > 0)
-		*cpu_seconds = tlsloop_cpu_seconds(srv->loops, i);
-	else if (pthread_getcpuclockid(srv->home, &cid) == 0 &&
-	    clock_gettime(cid, &ts) == 0)
-		*cpu_seconds = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	*cpu_seconds = gw->loops != NULL ? loop_cpu_seconds(&gw->loops[i]) : 0;
 }
 
 int
@@ -2123,7 +2117,10 @@ server_stop(struct gateway *gw)
 	}
 	free(srv->queue);
 	srv->queue = NULL;
-	/* The handshake loops stop; what they held comes back and is closed. */
+	/* The handshake loops stop; what they held comes back (through loop
+	 * 0's inbox, which loops_stop runs) and is closed. */
+	tlsloops_stop(srv->loops);
+	loops_stop(gw->loops, gw->nloops);
 	tlsloops_free(srv->loops);
 	srv->loops = NULL;
 	while (!LIST_EMPTY(&srv->http)) {

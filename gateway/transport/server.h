@@ -21,7 +21,8 @@ struct route;
  * Listens on host:port (an IPv4 or IPv6 literal; port 0: any free port) on
  * gw->base, with the TLS certificate and key in gw->data_dir, serving
  * routes (a NULL-terminated table, read in order; kept, not copied).
- * Returns 0 or -1 with err.
+ * TLS handshakes run on gw->loops 1..nloops-1 when there are (core/loop.h;
+ * gw->loops NULL: all on gw->base).  Returns 0 or -1 with err.
  */
 int server_start(struct gateway *gw, const struct route *const *routes,
     const char *host, int port, char *err, size_t errlen);
@@ -84,7 +85,9 @@ void server_tls_use(struct gateway *gw, struct ssl_ctx_st *main,
     struct ssl_ctx_st *peer);
 /* Closes the listener and frees every connection (WebSockets get their
  * on_close, pending upgrades their abandon callback, exchanges their
- * route's client_gone).  Idempotent. */
+ * route's client_gone).  Stops gw->loops 1..nloops-1 (loops_stop: the
+ * handshakes they held come back and are closed); the loops stay
+ * allocated for loops_free.  Idempotent. */
 void server_stop(struct gateway *gw);
 
 /*

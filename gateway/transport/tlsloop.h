@@ -1,17 +1,17 @@
 /*
- * tlsloop.h: the gateway's handshake loops (--workers, docs/0032): threads
- * of their own, each with its own libevent loop, that run the CPU-heavy
- * part of a connection's life, its TLS handshake, and hand the
- * established connection back to the home loop (the process's loop, where
- * every connection, tunnel, stream and route lives).
+ * tlsloop.h: TLS handshakes on the gateway's loops 1..n-1 (--workers,
+ * docs/0032; the loops themselves are core/loop.h's): the CPU-heavy part
+ * of a connection's life runs there, and the established connection goes
+ * back to loop 0 (the home loop, where every connection, tunnel, stream
+ * and route lives).
  *
  * The home loop keeps every count and cap (admission, docs/0028): a job is
- * given to a handshake loop only once it holds its slot, and comes back,
- * done or failed, through one locked list and an eventfd watched on the
- * home loop.  A handshake loop touches nothing but its jobs: no route, no
- * metric, no state of the gateway.  A job belongs to whoever holds it: the
- * server until tlsloop_submit, then its handshake loop, then the server
- * again in the done callback.
+ * given to a handshake loop only once it holds its slot.  A job travels as
+ * an inbox message (loop_call) both ways: to its handshake loop, and back,
+ * done or failed, to the home loop.  A handshake loop touches nothing but
+ * its jobs: no route, no metric, no state of the gateway.  A job belongs
+ * to whoever holds it: the server until tlsloop_submit, then its handshake
+ * loop, then the server again in the done callback.
  */
 #ifndef TETHER_TLSLOOP_H
 #define TETHER_TLSLOOP_H
@@ -23,7 +23,7 @@
 #include <openssl/ssl.h>
 
 struct event;
-struct event_base;
+struct loop;
 struct tlsloop_worker;
 
 /* How a handshake ended. */
@@ -32,7 +32,7 @@ enum tlsloop_result {
 	TLSLOOP_FAILED,       /* a TLS error or the client went away */
 	TLSLOOP_NO_HELLO,     /* no ClientHello within hello_ms */
 	TLSLOOP_TOO_SLOW,     /* not finished within handshake_ms */
-	TLSLOOP_STOPPED,      /* the loops stopped first */
+	TLSLOOP_STOPPED,      /* the handshake loops stopped first */
 };
 
 /* One connection's handshake.  The server embeds it in its own record and
@@ -60,30 +60,35 @@ struct tlsloop_job {
 struct tlsloops;
 
 /*
- * Starts n handshake loops (threads, signals blocked in them) and watches
- * their answers on home: done(job, arg) runs on home's loop for every job
- * submitted, exactly once, once its handshake ended (or at tlsloops_free).
- * Returns the set, or NULL with err (nothing left running).
+ * Runs handshakes on loops[1..n-1] and gives them back on loops[0]:
+ * done(job, arg) runs on loop 0's thread for every job submitted, exactly
+ * once, once its handshake ended (or at the stop: tlsloops_stop, then
+ * loops_stop).  The loops are the caller's and outlive the set.  Returns
+ * the set (nothing started: its state is made on each loop on first use),
+ * or NULL with err.  Cost: one small allocation per loop.
  */
-struct tlsloops *tlsloops_new(struct event_base *home, unsigned n,
+struct tlsloops *tlsloops_new(struct loop *loops, unsigned n,
     void (*done)(struct tlsloop_job *job, void *arg), void *arg, char *err,
     size_t errlen);
 
-/* The number of handshake loops (n of tlsloops_new). */
+/* The number of handshake loops (n - 1 of tlsloops_new). */
 unsigned tlsloops_count(const struct tlsloops *t);
 
-/* Hands job to loop i (1..n); it is the loop's until done.  From home's
- * thread only.  Cost: one lock and one eventfd write. */
+/* Hands job to handshake loop i (1..n-1); it is the loop's until done.
+ * From loop 0's thread only.  Cost: one loop_call (a malloc, a lock, an
+ * eventfd write when the loop's inbox was empty). */
 void tlsloop_submit(struct tlsloops *t, unsigned i, struct tlsloop_job *job);
 
-/* CPU seconds loop i's thread (1..n) used since it started; any thread. */
-double tlsloop_cpu_seconds(const struct tlsloops *t, unsigned i);
-
 /*
- * Stops every handshake loop and joins its thread; every job not yet
- * given back is given back (done, TLSLOOP_STOPPED) before it returns, on
- * the calling (home's) thread.  NULL: nothing.
+ * Asks every handshake loop to give back what it holds (done,
+ * TLSLOOP_STOPPED), and to give back at once what comes later.  The jobs
+ * come back through loop 0's inbox: loops_stop, called next, joins the
+ * handshake loops and runs it.  From loop 0's thread.  NULL: nothing.
  */
+void tlsloops_stop(struct tlsloops *t);
+
+/* Frees the set, after tlsloops_stop and loops_stop (no job is out then).
+ * NULL: nothing. */
 void tlsloops_free(struct tlsloops *t);
 
 #endif

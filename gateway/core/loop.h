@@ -1,0 +1,111 @@
+/*
+ * loop.h: the gateway's event loops (--workers, docs/0032 and docs/0040)
+ * and the one way a thread hands work to another loop: its inbox.
+ *
+ * Loop 0 runs on the thread that made the set, on the caller's base
+ * (gw->base); loops 1..n-1 each have a thread and an event_base of their
+ * own (signals blocked: they stay loop 0's).  Across loops nothing is
+ * shared by pointer but a message's arg: loop_call gives it to the
+ * receiver, which runs fn on its own thread, or, once it stopped, drop
+ * frees it.  An inbox is a mutex-guarded list and an eventfd written only
+ * when the list goes from empty to not; each wake takes the list whole and
+ * runs it in order, so one sender's messages run in the order it sent them.
+ * Today loops 1..n-1 run TLS handshakes only (transport/tlsloop.h); tunnels
+ * and streams stay on loop 0 (docs/0040 step 2).
+ */
+#ifndef TETHER_LOOP_H
+#define TETHER_LOOP_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+struct event;
+struct event_base;
+struct gateway;
+struct loop_msg;
+
+/* One loop.  index, base, gw and thread are set before any thread starts
+ * and never change; the inbox is the only part other threads touch. */
+struct loop {
+	unsigned index;               /* 0..n-1 */
+	struct event_base *base;      /* loop 0's: the caller's; others' own */
+	struct gateway *gw;           /* may be NULL (unit tests) */
+	pthread_t thread;             /* the thread that runs it */
+	int started;                  /* 1..n-1: the thread runs (joinable) */
+	int owns_base;                /* 1..n-1: base is freed with the loop */
+	/* The inbox: every field under mu but efd, wake and running. */
+	pthread_mutex_t mu;
+	struct loop_msg *head, *tail; /* waiting, oldest first */
+	int closed;                   /* stopped: calls are dropped at once */
+	int efd;                      /* eventfd: head went from NULL to not */
+	struct event *wake;           /* efd readable, on base */
+};
+
+/* The loop whose thread calls it, or NULL on a thread that is no loop's.
+ * Cost: one thread-local read. */
+struct loop *loop_self(void);
+
+/*
+ * Makes n loops (n >= 1): loop 0 on home (this thread's base, watched for
+ * its inbox from now on), 1..n-1 each with a base and a thread, running.
+ * gw is stored in each (may be NULL).  Returns the array, the caller's to
+ * give to loops_free, or NULL with err (nothing left running).  From the
+ * thread that runs home, which becomes loop 0's (loop_self()).
+ */
+struct loop *loops_new(struct event_base *home, unsigned n,
+    struct gateway *gw, char *err, size_t errlen);
+
+/*
+ * Has fn(arg) run on to's thread, after every message this thread sent to
+ * to before; or, when to has stopped (or memory is out), drop(arg) on the
+ * calling thread, at once.  Either way arg is no longer the caller's: fn
+ * or drop runs exactly once (drop may be NULL: nothing to free).  From any
+ * thread, to itself included (fn runs on a later pass, never inline).
+ * Returns 0 queued, -1 dropped.  Cost: one malloc, one lock, and one
+ * eventfd write when to's inbox was empty.
+ */
+int loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
+    void (*drop)(void *arg));
+
+/*
+ * loop_call(fn, arg) to each of loops[0..n-1], the caller's own included
+ * (from its inbox, never inline): fn(arg) runs once on each loop that has
+ * not stopped; arg is shared, so fn only reads it (or writes what it owns
+ * by loop index).  Once every loop ran it or dropped it, done(arg) runs
+ * exactly once, on the thread of the last one (the caller's when all were
+ * dropped at once) (may be NULL).  Returns how
+ * many loops will run fn (the others dropped it at once).  Cost: one
+ * allocation for the count, then n loop_calls.
+ */
+unsigned loop_broadcast(struct loop *loops, unsigned n,
+    void (*fn)(void *arg), void *arg, void (*done)(void *arg));
+
+/* Asks l (1..n-1) to stop: it runs what was sent to it before, then its
+ * inbox closes (what comes after is dropped) and its thread returns;
+ * loops_stop joins it.  Any thread.  Cost: one loop_call. */
+void loop_stop(struct loop *l);
+
+/* CPU seconds loop l's thread used since it started; any thread.  0 when
+ * it cannot be read. */
+double loop_cpu_seconds(const struct loop *l);
+
+/*
+ * Stops loops 1..n-1 (each runs what was sent to it before, then drops
+ * whatever comes after) and joins their threads; then runs loop 0's inbox
+ * on this thread until empty, so what they sent back is taken.  From loop
+ * 0's thread.  Safe to call twice; loops NULL: nothing.  Blocks until
+ * every thread returned (at shutdown only).
+ */
+void loops_stop(struct loop *loops, unsigned n);
+
+/*
+ * Stops and joins loops 1..n-1 if they still run (what they were sent
+ * before runs), then closes every inbox (what is left in loop 0's is
+ * dropped: loops_stop first to have loop 0 run it) and frees every loop:
+ * bases of 1..n-1, eventfds, the array; no thread may call them after.
+ * Loop 0's base stays the caller's; call before freeing it.  From loop
+ * 0's thread.  NULL: nothing.
+ */
+void loops_free(struct loop *loops, unsigned n);
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * test_loop.c: the loops' inboxes (gateway/core/loop.h, docs/0040 step 2).
+ * Messages from one sender run on the receiving loop's thread in the order
+ * sent, whatever other senders do meanwhile; a call to a loop that stopped
+ * (queued behind its stop, or made after) is dropped, its arg freed by its
+ * drop and nothing run (ASan's leak check sees a lost one); a broadcast
+ * runs once on every loop, the caller's own from its inbox, and its done
+ * runs once after the last.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include <event2/event.h>
+
+#include "loop.h"
+
+#define NLOOPS   3
+#define SENDERS  3          /* two threads of their own and loop 0's */
+#define PER      4000       /* messages per sender per receiving loop */
+
+/* What each loop saw: written only by that loop's thread, read after the
+ * loops were joined. */
+struct seen {
+	unsigned next[SENDERS];   /* the sequence number expected next */
+	unsigned wrong_order;
+	unsigned wrong_thread;
+};
+
+static struct seen seen[NLOOPS];
+
+struct order_msg {
+	unsigned sender, seq, to;
+};
+
+static void
+order_run(void *arg)
+{
+	struct order_msg *m = arg;
+	struct seen *s = &seen[m->to];
+
+	if (loop_self() == NULL || loop_self()->index != m->to)
+		s->wrong_thread++;
+	if (m->seq != s->next[m->sender])
+		s->wrong_order++;
+	s->next[m->sender] = m->seq + 1;
+	free(m);
+}
+
+static void
+order_drop(void *arg)
+{
+	free(arg);
+}
+
+struct sender {
+	struct loop *loops;
+	unsigned id;
+};
+
+/* Sends PER numbered messages to every loop, interleaved. */
+static void *
+send_all(void *arg)
+{
+	struct sender *sd = arg;
+
+	for (unsigned seq = 0; seq < PER; seq++)
+		for (unsigned to = 0; to < NLOOPS; to++) {
+			struct order_msg *m = malloc(sizeof(*m));
+
+			assert_non_null(m);
+			*m = (struct order_msg){ .sender = sd->id, .seq = seq, .to = to };
+			assert_int_equal(loop_call(&sd->loops[to], order_run, m,
+			    order_drop), 0);
+		}
+	return NULL;
+}
+
+static void
+test_order_per_sender(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, NLOOPS, NULL, err, sizeof(err));
+	pthread_t th[SENDERS - 1];
+	struct sender sd[SENDERS];
+
+	(void)state;
+	assert_non_null(loops);
+	assert_ptr_equal(loop_self(), &loops[0]);
+	for (unsigned i = 0; i < SENDERS; i++)
+		sd[i] = (struct sender){ .loops = loops, .id = i };
+	for (unsigned i = 0; i < SENDERS - 1; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, send_all, &sd[i]), 0);
+	send_all(&sd[SENDERS - 1]);          /* loop 0's thread sends too */
+	for (unsigned i = 0; i < SENDERS - 1; i++)
+		pthread_join(th[i], NULL);
+	/* Every message was sent before the stops: each runs first; loop 0's
+	 * own run in loops_stop's pass over its inbox. */
+	loops_stop(loops, NLOOPS);
+	for (unsigned to = 0; to < NLOOPS; to++) {
+		assert_int_equal(seen[to].wrong_order, 0);
+		assert_int_equal(seen[to].wrong_thread, 0);
+		for (unsigned s = 0; s < SENDERS; s++)
+			assert_int_equal(seen[to].next[s], PER);
+	}
+	loops_free(loops, NLOOPS);
+	assert_null(loop_self());
+	event_base_free(base);
+}
+
+/* Calls to a stopped loop. */
+static atomic_uint ran, dropped;
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_in, gate_open;
+
+/* Holds loop 1 until the test opens the gate, so that calls queue. */
+static void
+gate_run(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&gate_mu);
+	gate_in = 1;
+	pthread_cond_broadcast(&gate_cv);
+	while (!gate_open)
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+static void
+count_run(void *arg)
+{
+	atomic_fetch_add(&ran, 1);
+	free(arg);
+}
+
+static void
+count_drop(void *arg)
+{
+	atomic_fetch_add(&dropped, 1);
+	free(arg);
+}
+
+static void
+test_stopped_loop_drops(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, 2, NULL, err, sizeof(err));
+	struct loop *l1;
+
+	(void)state;
+	assert_non_null(loops);
+	l1 = &loops[1];
+	assert_int_equal(loop_call(l1, gate_run, NULL, NULL), 0);
+	pthread_mutex_lock(&gate_mu);
+	while (!gate_in)
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+	/* Before the stop: run.  Behind it: queued, then dropped. */
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(loop_call(l1, count_run, malloc(64), count_drop), 0);
+	loop_stop(l1);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(loop_call(l1, count_run, malloc(64), count_drop), 0);
+	pthread_mutex_lock(&gate_mu);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	loops_stop(loops, 2);
+	assert_int_equal(atomic_load(&ran), 10);
+	assert_int_equal(atomic_load(&dropped), 10);
+	/* After: dropped at once, on this thread. */
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(loop_call(l1, count_run, malloc(64), count_drop), -1);
+	assert_int_equal(atomic_load(&dropped), 20);
+	/* Loop 0's inbox, closed by loops_free: what waits there is dropped. */
+	assert_int_equal(loop_call(&loops[0], count_run, malloc(64), count_drop), 0);
+	loops_free(loops, 2);
+	assert_int_equal(atomic_load(&ran), 10);
+	assert_int_equal(atomic_load(&dropped), 21);
+	event_base_free(base);
+}
+
+/* Broadcasts. */
+#define BLOOPS 4
+static atomic_uint hits[BLOOPS], off_loop, done_calls;
+
+static void
+hit_run(void *arg)
+{
+	struct loop *l = loop_self();
+
+	(void)arg;
+	if (l == NULL || l->index >= BLOOPS)
+		atomic_fetch_add(&off_loop, 1);
+	else
+		atomic_fetch_add(&hits[l->index], 1);
+}
+
+static void
+hit_done(void *arg)
+{
+	atomic_fetch_add(&done_calls, 1);
+	free(arg);
+}
+
+static void
+test_broadcast_once(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, BLOOPS, NULL, err, sizeof(err));
+
+	(void)state;
+	assert_non_null(loops);
+	assert_int_equal(loop_broadcast(loops, BLOOPS, hit_run, malloc(16),
+	    hit_done), BLOOPS);
+	/* Loop 0's part waits in its inbox: never inline. */
+	assert_int_equal(atomic_load(&hits[0]), 0);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_int_equal(atomic_load(&hits[0]), 1);
+	loops_stop(loops, BLOOPS);
+	for (unsigned i = 0; i < BLOOPS; i++)
+		assert_int_equal(atomic_load(&hits[i]), 1);
+	assert_int_equal(atomic_load(&off_loop), 0);
+	assert_int_equal(atomic_load(&done_calls), 1);
+	/* With 1..3 stopped only loop 0 runs it; done still runs once. */
+	assert_int_equal(loop_broadcast(loops, BLOOPS, hit_run, malloc(16),
+	    hit_done), 1);
+	assert_int_equal(atomic_load(&done_calls), 1);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_int_equal(atomic_load(&hits[0]), 2);
+	for (unsigned i = 1; i < BLOOPS; i++)
+		assert_int_equal(atomic_load(&hits[i]), 1);
+	assert_int_equal(atomic_load(&done_calls), 2);
+	loops_free(loops, BLOOPS);
+	event_base_free(base);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_order_per_sender),
+		cmocka_unit_test(test_stopped_loop_drops),
+		cmocka_unit_test(test_broadcast_once),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
