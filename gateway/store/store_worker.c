@@ -13,6 +13,15 @@
  * up to GROUP_JOBS jobs or GROUP_HOLD_MS of holding the write lock; one
  * commit, then every job of the group goes to the loop.  A group that
  * cannot commit is rolled back and its jobs run again, one by one, alone.
+ *
+ * Home loops (docs/0040 step 3): a job remembers the loop that submitted
+ * it (loop_self()).  A job of the worker's own loop (the one whose base it
+ * was started on, or no loop at all) ends on the done list as above; any
+ * other loop's goes to that loop through its inbox (loop_call), sent by the
+ * store thread that ran it, so each loop sees its answers in the order one
+ * store thread ran them.  A job whose home loop has stopped is dropped
+ * there onto the orphans list, whose done callbacks run only in
+ * store_worker_stop, once every loop is joined.
  */
 #include "store_worker.h"
 
@@ -30,6 +39,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "loop.h"
 #include "store_backend.h"
 
 /* A group's bounds: the jobs one commit answers, and how long it holds
@@ -45,6 +55,8 @@ struct store_job {
 	store_done_fn *done;
 	void *arg;
 	bool groupable;            /* store_worker_submit_grouped's */
+	struct loop *home;         /* loop_self() at submit; NULL: none */
+	struct store_worker *w;    /* for the drop when home has stopped */
 };
 
 /* A singly linked FIFO; O(1) push and pop. */
@@ -69,7 +81,9 @@ struct store_worker {
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
 	struct job_list todo;      /* under mu */
-	struct job_list done;      /* under mu */
+	struct job_list done;      /* under mu: for base's loop */
+	struct job_list orphans;   /* under mu: home stopped; run at stop */
+	struct event_base *base;   /* the loop done runs on (no home set) */
 	size_t running;            /* threads running a job (under mu) */
 	bool stopping;             /* under mu */
 	size_t cap;
@@ -135,6 +149,46 @@ now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* On j's home loop's thread: its answer. */
+static void
+job_done_home(void *arg)
+{
+	struct store_job *j = arg;
+
+	j->done(j->arg);
+	free(j);
+}
+
+/* j's home loop has stopped (any thread; w outlives every loop): j waits
+ * for store_worker_stop, which calls its done once the loops are joined. */
+static void
+job_orphan(void *arg)
+{
+	struct store_job *j = arg;
+	struct store_worker *w = j->w;
+
+	pthread_mutex_lock(&w->mu);
+	list_push(&w->orphans, j);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * Hands j, run, to its home (mu held): the done list when home is the
+ * worker's own loop (or none), else home's inbox, with mu released
+ * meanwhile (a stopped home drops j at once, and job_orphan takes mu).
+ */
+static void
+job_answer(struct store_worker *w, struct store_job *j)
+{
+	if (j->home == NULL || j->home->base == w->base) {
+		list_push(&w->done, j);
+		return;
+	}
+	pthread_mutex_unlock(&w->mu);
+	(void)loop_call(j->home, job_done_home, j, job_orphan);
+	pthread_mutex_lock(&w->mu);
+}
+
 /* Whether th should open a group for j, the job it just took (mu held):
  * another groupable job waits behind it and its store runs groups. */
 static bool
@@ -191,7 +245,7 @@ run_group(struct store_thread *th, struct store_job *first)
 	pthread_mutex_lock(&w->mu);
 	w->running -= group.len;
 	while ((j = list_pop(&group)) != NULL)
-		list_push(&w->done, j);
+		job_answer(w, j);
 	notify_loop(w);
 }
 
@@ -220,7 +274,7 @@ worker_main(void *arg)
 		j->work(th->store, j->arg);
 		pthread_mutex_lock(&w->mu);
 		w->running--;
-		list_push(&w->done, j);
+		job_answer(w, j);
 		notify_loop(w);
 	}
 	pthread_mutex_unlock(&w->mu);
@@ -287,6 +341,7 @@ store_worker_start_pool(struct event_base *base, const char *url, size_t cap,
 	w->group_jobs = GROUP_JOBS;
 	w->group_hold_ms = GROUP_HOLD_MS;
 	w->efd = -1;
+	w->base = base;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->wake, NULL);
 	for (size_t i = 0; i < nthreads; i++) {
@@ -338,6 +393,8 @@ submit(struct store_worker *w, store_work_fn *work, store_done_fn *done,
 	j->done = done;
 	j->arg = arg;
 	j->groupable = groupable;
+	j->home = loop_self();
+	j->w = w;
 	pthread_mutex_lock(&w->mu);
 	list_push(&w->todo, j);
 	pthread_cond_signal(&w->wake);
@@ -400,6 +457,7 @@ store_worker_stop(struct store_worker *w)
 			pthread_join(w->threads[i].thread, NULL);
 	/* The threads ran every job (or none started: none ran). */
 	finish_all(list_take(&w->done));
+	finish_all(list_take(&w->orphans));
 	finish_all(list_take(&w->todo));
 	if (w->ev != NULL)
 		event_free(w->ev);

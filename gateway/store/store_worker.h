@@ -23,6 +23,13 @@
  * each of its store calls still commits or fails alone, and done runs only
  * once the group is committed.
  *
+ * Each job is answered on its home loop: the loop that submitted it
+ * (loop_self(), core/loop.h; none: the loop of base).  Each loop sees its
+ * own answers in the order one store thread ran them; another loop's go
+ * through that loop's inbox (loop_call: one malloc, one lock per job).  A
+ * job whose home has stopped is not answered there: its done runs in
+ * store_worker_stop, after the other done callbacks (docs/0040 step 3).
+ *
  * Costs: one thread and one store connection each, one eventfd; at most
  * cap jobs waiting (a submit past it is refused), each a small node.
  */
@@ -89,8 +96,11 @@ size_t store_worker_pending(const struct store_worker *w);
 /*
  * Lets the threads run every job queued so far (the last state changes of
  * sessions closed at shutdown), stops it, then calls done for each job, in
- * order.  Closes the connection and frees w.  Loop thread, once the loop
- * has stopped (done runs here, not from the loop).  NULL is allowed.
+ * order, and for each job whose home loop had stopped.  Closes the
+ * connection and frees w.  Loop thread, once the loop has stopped (done
+ * runs here, not from the loop), and once every other home loop has been
+ * stopped and joined (loops_stop: a stopped loop's inbox hands its jobs
+ * back to w).  NULL is allowed.
  */
 void store_worker_stop(struct store_worker *w);
 

@@ -5,7 +5,10 @@
  * stopping runs what was queued before calling every done; a pool's threads
  * (store_worker_start_pool) run jobs at once, each on its own connection;
  * grouped jobs queued together share one commit, a failed one undone alone,
- * and are answered only once committed.
+ * and are answered only once committed; jobs submitted from other loops
+ * (core/loop.h) are answered on their submitting loop's thread, in the
+ * order each loop asked, and a job whose loop has stopped is answered only
+ * when the worker stops (docs/0040 step 3).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,7 @@
 
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "loop.h"
 #include "store.h"
 #include "store_backend.h"   /* a group broken as SQLite breaks one */
 #include "store_worker.h"
@@ -516,6 +521,186 @@ test_group_broken_runs_again(void **state)
 	sem_destroy(&gate);
 }
 
+/* Jobs of loops 1 and 2 (docs/0040 step 3): each is answered on the loop
+ * that submitted it, in its own order.  Written only on that loop's
+ * thread; read by the test's once the loops are joined. */
+#define HOME_JOBS 16
+
+struct home_job {
+	int loop;                /* 1 or 2 */
+	int seq;                 /* per loop */
+	char name[32];
+	pthread_t done_on;
+	int rc;
+	sem_t *started;          /* posted when the work starts, when set */
+	sem_t *gate;             /* the work waits on it, when set */
+};
+
+struct home_run {
+	struct store_worker *w;
+	struct home_job jobs[2][HOME_JOBS];
+	int order[3][2 * HOME_JOBS]; /* by loop index: seqs answered */
+	int nanswered[3];
+	sem_t answered;          /* posted once per done */
+	atomic_int refused;
+};
+
+static struct home_run *home_run;
+
+static void
+home_work(struct store *s, void *arg)
+{
+	struct home_job *j = arg;
+	char err[STORE_ERROR_MAX + 1];
+
+	if (j->started != NULL)
+		sem_post(j->started);
+	if (j->gate != NULL)
+		sem_wait(j->gate);
+	j->rc = store_cluster_create(s, j->name, 1700000000, NULL, err,
+	    sizeof(err));
+}
+
+static void
+home_done(void *arg)
+{
+	struct home_job *j = arg;
+	struct loop *l = loop_self();
+	unsigned at = l != NULL ? l->index : 0;
+
+	j->done_on = pthread_self();
+	home_run->order[at][home_run->nanswered[at]++] = j->seq;
+	sem_post(&home_run->answered);
+}
+
+/* On loop 1 or 2: submits its jobs, grouped and alone in turn. */
+static void
+home_submit(void *arg)
+{
+	struct home_job *jobs = arg;
+
+	for (int i = 0; i < HOME_JOBS; i++) {
+		int rc = (i % 3 == 0) ?
+		    store_worker_submit(home_run->w, home_work, home_done,
+			&jobs[i]) :
+		    store_worker_submit_grouped(home_run->w, home_work,
+			home_done, &jobs[i]);
+
+		if (rc != 0)
+			atomic_fetch_add(&home_run->refused, 1);
+	}
+}
+
+/* Waits for one answer; fails rather than hangs when none comes. */
+static void
+wait_answer(sem_t *sem)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	assert_int_equal(sem_timedwait(sem, &until), 0);
+}
+
+static void
+test_home_loops(void **state)
+{
+	struct fixture *f = *state;
+	struct home_run *r = calloc(1, sizeof(*r));
+	char err[256];
+	struct loop *loops;
+
+	assert_non_null(r);
+	home_run = r;
+	start(f, 2 * HOME_JOBS);
+	r->w = f->w;
+	sem_init(&r->answered, 0, 0);
+	loops = loops_new(f->base, 3, NULL, err, sizeof(err));
+	assert_non_null(loops);
+	for (int l = 1; l <= 2; l++)
+		for (int i = 0; i < HOME_JOBS; i++) {
+			struct home_job *j = &r->jobs[l - 1][i];
+
+			j->loop = l;
+			j->seq = i;
+			snprintf(j->name, sizeof(j->name), "home-%d-%d", l, i);
+		}
+	assert_int_equal(loop_call(&loops[1], home_submit, r->jobs[0], NULL), 0);
+	assert_int_equal(loop_call(&loops[2], home_submit, r->jobs[1], NULL), 0);
+	for (int i = 0; i < 2 * HOME_JOBS; i++)
+		wait_answer(&r->answered);
+	loops_stop(loops, 3);
+	assert_int_equal(atomic_load(&r->refused), 0);
+	assert_int_equal(r->nanswered[0], 0);
+	for (int l = 1; l <= 2; l++) {
+		assert_int_equal(r->nanswered[l], HOME_JOBS);
+		for (int i = 0; i < HOME_JOBS; i++) {
+			struct home_job *j = &r->jobs[l - 1][i];
+
+			assert_int_equal(j->rc, STORE_OK);
+			assert_true(pthread_equal(j->done_on, loops[l].thread));
+			assert_int_equal(r->order[l][i], i);
+		}
+	}
+	loops_free(loops, 3);
+	sem_destroy(&r->answered);
+	free(r);
+	home_run = NULL;
+}
+
+/* A job whose loop stopped while it ran: not answered on that loop (whose
+ * inbox is closed) nor lost: its done runs in store_worker_stop, on the
+ * stopping thread, and the worker's node for it is freed (ASan finds a
+ * leak else). */
+static void
+orphan_submit(void *arg)
+{
+	if (store_worker_submit_grouped(home_run->w, home_work, home_done,
+	    arg) != 0)
+		atomic_fetch_add(&home_run->refused, 1);
+}
+
+static void
+test_home_stopped(void **state)
+{
+	struct fixture *f = *state;
+	struct home_run *r = calloc(1, sizeof(*r));
+	struct home_job *j = &r->jobs[0][0];
+	sem_t started, gate;
+	char err[256];
+	struct loop *loops;
+
+	assert_non_null(r);
+	home_run = r;
+	start(f, 4);
+	r->w = f->w;
+	sem_init(&r->answered, 0, 0);
+	sem_init(&started, 0, 0);
+	sem_init(&gate, 0, 0);
+	*j = (struct home_job){ .loop = 1, .seq = 0, .name = "orphan",
+	    .started = &started, .gate = &gate };
+	loops = loops_new(f->base, 2, NULL, err, sizeof(err));
+	assert_non_null(loops);
+	assert_int_equal(loop_call(&loops[1], orphan_submit, j, NULL), 0);
+	wait_answer(&started);
+	loops_stop(loops, 2);      /* loop 1 joined, its inbox closed */
+	sem_post(&gate);
+	/* Drains the job: it ran, its home dropped it back to the worker. */
+	store_worker_stop(f->w);
+	f->w = NULL;
+	assert_int_equal(atomic_load(&r->refused), 0);
+	assert_int_equal(j->rc, STORE_OK);
+	assert_int_equal(r->nanswered[1], 0);
+	assert_int_equal(r->nanswered[0], 1);
+	assert_true(pthread_equal(j->done_on, pthread_self()));
+	loops_free(loops, 2);
+	sem_destroy(&r->answered);
+	sem_destroy(&started);
+	sem_destroy(&gate);
+	free(r);
+	home_run = NULL;
+}
+
 int
 main(void)
 {
@@ -523,6 +708,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_order_and_threads, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_home_loops, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_home_stopped, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_pool_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_drains, setup,
 		    teardown),
