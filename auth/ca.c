@@ -726,6 +726,31 @@ out:
 	return r;
 }
 
+/* The rotation's pair (ca.h). */
+const char *
+ca_cross_why_not(X509 *ca, X509 *next, X509 *cross)
+{
+	const char *why = NULL;
+
+	if (X509_check_ca(next) < 1 ||
+	    X509_NAME_cmp(X509_get_subject_name(next),
+	    X509_get_issuer_name(next)) != 0 ||
+	    X509_verify(next, X509_get0_pubkey(next)) != 1)
+		why = "next is not a self-signed CA certificate";
+	else if (X509_check_ca(cross) < 1)
+		why = "cross is not a CA certificate";
+	else if (X509_NAME_cmp(X509_get_subject_name(cross),
+	    X509_get_subject_name(next)) != 0 ||
+	    EVP_PKEY_eq(X509_get0_pubkey(cross), X509_get0_pubkey(next)) != 1)
+		why = "cross does not name next's subject and key";
+	else if (X509_NAME_cmp(X509_get_issuer_name(cross),
+	    X509_get_subject_name(ca)) != 0 ||
+	    X509_verify(cross, X509_get0_pubkey(ca)) != 1)
+		why = "cross was not issued by the trusted CA";
+	ERR_clear_error();
+	return why;
+}
+
 int
 ca_server_check(X509 *leaf, const char *ca_path, struct ca_cert_info *out,
     char *err, size_t errlen)

@@ -77,6 +77,19 @@ struct x509_st;
 int ca_is_peer_cert(struct x509_st *x);
 
 /*
+ * The rule a CA rotation's pair meets (docs/0033), one place for the
+ * replica reading its files and the agent reading SETTINGS: next is a
+ * self-signed CA certificate; cross is a CA certificate with next's
+ * subject and public key, issued by ca (issuer name and signature).
+ * Returns NULL when it holds, else why not, a static string naming them
+ * "next", "cross" and "the trusted CA".  Judges no dates (the caller
+ * decides whether expiry matters).  Clears OpenSSL's error queue.
+ * Cost: three signature checks.
+ */
+const char *ca_cross_why_not(struct x509_st *ca, struct x509_st *next,
+    struct x509_st *cross);
+
+/*
  * Checks that leaf, about to be served, was issued by the CA certificate in
  * the PEM file ca_path and is valid now, and fills *out.  Returns 0, or -1
  * with err saying what is wrong.

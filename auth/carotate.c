@@ -98,30 +98,17 @@ cert_der(X509 *x, const char *name, unsigned char buf[CA_DER_MAX],
 	return 0;
 }
 
-/* next is a self-signed CA; cross has its subject and key, is a CA and was
- * issued by ca.  0, or -1 with err. */
+/* next and cross meet the rotation's rule (ca_cross_why_not) against ca.
+ * 0, or -1 with err naming the files. */
 static int
 overlap_check(X509 *ca, X509 *next, X509 *cross, char *err, size_t errlen)
 {
-	const char *why = NULL;
+	const char *why = ca_cross_why_not(ca, next, cross);
 
-	if (X509_check_ca(next) < 1 ||
-	    X509_NAME_cmp(X509_get_subject_name(next),
-	    X509_get_issuer_name(next)) != 0 ||
-	    X509_verify(next, X509_get0_pubkey(next)) != 1)
-		why = F_NEXT " is not a self-signed CA certificate";
-	else if (X509_check_ca(cross) < 1)
-		why = F_CROSS " is not a CA certificate";
-	else if (X509_NAME_cmp(X509_get_subject_name(cross),
-	    X509_get_subject_name(next)) != 0 ||
-	    EVP_PKEY_eq(X509_get0_pubkey(cross), X509_get0_pubkey(next)) != 1)
-		why = F_CROSS " does not name " F_NEXT "'s subject and key";
-	else if (X509_verify(cross, X509_get0_pubkey(ca)) != 1)
-		why = F_CROSS " was not issued by " F_CA;
-	ERR_clear_error();
 	if (why == NULL)
 		return 0;
-	snprintf(err, errlen, "%s", why);
+	snprintf(err, errlen, "%s (next: " F_NEXT ", cross: " F_CROSS
+	    ", the trusted CA: " F_CA ")", why);
 	return -1;
 }
 

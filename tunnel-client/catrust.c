@@ -15,6 +15,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include "ca.h"
 #include "fileio.h"
 #include "state.h"
 
@@ -53,14 +54,6 @@ not_expired(X509 *x)
 	return X509_cmp_current_time(X509_get0_notAfter(x)) > 0;
 }
 
-static int
-self_signed_ca(X509 *x)
-{
-	return X509_check_ca(x) >= 1 &&
-	    X509_NAME_cmp(X509_get_subject_name(x), X509_get_issuer_name(x)) == 0 &&
-	    X509_verify(x, X509_get0_pubkey(x)) == 1;
-}
-
 int
 catrust_check_cross(X509 *pinned, const uint8_t *next, size_t next_len,
     const uint8_t *cross, size_t cross_len, X509 **next_out, char *why,
@@ -76,21 +69,12 @@ catrust_check_cross(X509 *pinned, const uint8_t *next, size_t next_len,
 		bad = "next is not a certificate";
 	else if (c == NULL)
 		bad = "cross is not a certificate";
-	else if (!self_signed_ca(n))
-		bad = "next is not a self-signed CA certificate";
-	else if (!not_expired(n))
-		bad = "next has expired";
-	else if (X509_check_ca(c) < 1)
-		bad = "cross is not a CA certificate";
-	else if (X509_NAME_cmp(X509_get_subject_name(c), X509_get_subject_name(n)) != 0 ||
-	    EVP_PKEY_eq(X509_get0_pubkey(c), X509_get0_pubkey(n)) != 1)
-		bad = "cross does not name next's subject and key";
-	else if (X509_NAME_cmp(X509_get_issuer_name(c),
-	    X509_get_subject_name(pinned)) != 0 ||
-	    X509_verify(c, X509_get0_pubkey(pinned)) != 1)
-		bad = "cross was not issued by the pinned CA";
-	else if (!not_expired(c))
-		bad = "cross has expired";
+	else if ((bad = ca_cross_why_not(pinned, n, c)) == NULL) {
+		if (!not_expired(n))
+			bad = "next has expired";
+		else if (!not_expired(c))
+			bad = "cross has expired";
+	}
 	ERR_clear_error();
 	X509_free(c);
 	if (bad != NULL) {

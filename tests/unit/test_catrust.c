@@ -188,13 +188,13 @@ test_cross_refused(void **state)
 	memset(junk, 0x30, sizeof(junk));
 	/* another installation's rotation, offered to gw_a's nodes */
 	check_refused(f->pinned_a, b->next, b->next_len, b->cross, b->cross_len,
-	    "cross was not issued by the pinned CA");
+	    "cross was not issued by the trusted CA");
 	/* a next the cross-certificate does not name */
 	check_refused(f->pinned_a, b->next, b->next_len, a->cross, a->cross_len,
 	    "cross does not name next's subject and key");
 	/* the new CA vouching for itself */
 	check_refused(f->pinned_a, a->next, a->next_len, a->next, a->next_len,
-	    "cross was not issued by the pinned CA");
+	    "cross was not issued by the trusted CA");
 	/* a leaf as the next CA */
 	check_refused(f->pinned_a, f->server_der, f->server_len, a->cross,
 	    a->cross_len, "next is not a self-signed CA certificate");
@@ -339,7 +339,7 @@ test_refusals_change_nothing(void **state)
 	/* another installation's overlap */
 	settings_ca(&in, FRAME_CA_OVERLAP, &f->rot_b, true);
 	assert_int_equal(catrust_apply(f->node, &t, &in, why, sizeof(why)), -1);
-	assert_string_equal(why, "cross was not issued by the pinned CA");
+	assert_string_equal(why, "cross was not issued by the trusted CA");
 	assert_false(exists_in(f->node, "ca.next.crt"));
 	/* "final" naming a CA nothing vouches for */
 	settings_ca(&in, FRAME_CA_FINAL, &f->rot_a, false);
