@@ -34,13 +34,19 @@ build-asan: setup
 
 build-tsan: setup
 	@test -f build/tsan/Makefile || cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DTETHER_TSAN=ON >/dev/null
-	cmake --build build/tsan -j$(JOBS) --target tether-gateway tether-client tetherctl
+	cmake --build build/tsan -j$(JOBS) --target tether-gateway tether-client tetherctl $(TSAN_UNIT)
 
 # A few integration tests against the ThreadSanitizer build, the gateway
 # with two loops (docs/0032); not part of `make test` (minutes on two cores).
 # Run as scripts, not through ctest (whose TETHER_BIN is build/asan's).
+# The unit tests whose threads share state (docs/0040) run first.
 TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain
+TSAN_UNIT ?= test_loop test_looplink
 test-tsan: build-tsan
+	@for t in $(TSAN_UNIT); do \
+	  echo "== unit/$$t (ThreadSanitizer)"; \
+	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/tests/$$t || exit 1; \
+	done
 	@for t in $(TSAN_TESTS); do \
 	  echo "== $$t (ThreadSanitizer)"; \
 	  TETHER_BIN=$(CURDIR)/build/tsan/bin TETHER_SRC=$(CURDIR) ASAN_OPTIONS= \

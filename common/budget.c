@@ -77,18 +77,23 @@ budget_take(struct budget *b, struct budget_account *tunnel,
     struct budget_account *principal, uint32_t want, struct budget_charge *c,
     enum budget_refusal *why)
 {
-	uint32_t w = budget_window(b, tunnel, principal, want, why);
+	uint32_t w;
 
+	if (b->mu != NULL)
+		pthread_mutex_lock(b->mu);
+	w = budget_window(b, tunnel, principal, want, why);
 	c->tunnel = tunnel;
 	c->principal = principal;
 	c->bytes = w;
-	if (w == 0)
-		return 0;
-	b->used += w;
-	if (tunnel != NULL)
-		tunnel->used += w;
-	if (principal != NULL)
-		principal->used += w;
+	if (w > 0) {
+		b->used += w;
+		if (tunnel != NULL)
+			tunnel->used += w;
+		if (principal != NULL)
+			principal->used += w;
+	}
+	if (b->mu != NULL)
+		pthread_mutex_unlock(b->mu);
 	return w;
 }
 
@@ -97,11 +102,15 @@ budget_release(struct budget *b, struct budget_charge *c)
 {
 	if (c->bytes == 0)
 		return;
+	if (b->mu != NULL)
+		pthread_mutex_lock(b->mu);
 	b->used -= c->bytes;
 	if (c->tunnel != NULL)
 		c->tunnel->used -= c->bytes;
 	if (c->principal != NULL)
 		c->principal->used -= c->bytes;
+	if (b->mu != NULL)
+		pthread_mutex_unlock(b->mu);
 	c->bytes = 0;
 }
 

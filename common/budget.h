@@ -27,6 +27,7 @@
 #ifndef TETHER_BUDGET_H
 #define TETHER_BUDGET_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,10 @@ struct budget {
 	size_t principal_share;  /* limit of each principal's account */
 	uint32_t min_window;     /* smallest window granted under pressure */
 	size_t used;             /* bytes of windows charged now */
+	/* Held by budget_take and budget_release while they charge and give
+	 * back (used, and the accounts' used), when windows are charged from
+	 * several threads (the loops' links, docs/0040); NULL: one thread. */
+	pthread_mutex_t *mu;
 	/* Queued output and buffers (budget_holder): all connections'
 	 * together within memory, one principal's within memory_share. */
 	size_t memory;           /* 0: not counted */
@@ -86,12 +91,13 @@ enum budget_refusal {
 uint32_t budget_window(const struct budget *b, const struct budget_account *tunnel,
     const struct budget_account *principal, uint32_t want, enum budget_refusal *why);
 /* The same, and charges the window to the process, the tunnel and the
- * principal, recorded in *c.  Returns the window, or 0 (nothing charged,
- * c->bytes 0). */
+ * principal, recorded in *c, under b->mu when set.  Returns the window, or
+ * 0 (nothing charged, c->bytes 0). */
 uint32_t budget_take(struct budget *b, struct budget_account *tunnel,
     struct budget_account *principal, uint32_t want, struct budget_charge *c,
     enum budget_refusal *why);
-/* Gives back what c holds.  Idempotent (c->bytes becomes 0). */
+/* Gives back what c holds, under b->mu when set.  Idempotent (c->bytes
+ * becomes 0). */
 void budget_release(struct budget *b, struct budget_charge *c);
 /* A reason for a refusal, for OPEN_FAIL and logs. */
 const char *budget_refusal_str(enum budget_refusal why);

@@ -28,6 +28,7 @@
 
 struct event_base;
 struct loop;
+struct looplinks;
 struct server;
 struct store;
 struct store_worker;
@@ -132,6 +133,9 @@ struct gateway {
 	                                   stops 1..nloops-1 (their handshakes
 	                                   come back).  NULL: not made */
 	unsigned nloops;
+	struct looplinks *looplinks;    /* streams between the loops
+	                                   (looplink.h, docs/0040); NULL: not
+	                                   made (one loop, or until step 6) */
 	struct event *trim_timer;       /* the heap check (gateway_heap_start);
 	                                   freed by gateway_heap_stop */
 	int64_t trim_handshake_ms;      /* monotonic: the last handshake ended */

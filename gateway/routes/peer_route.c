@@ -8,7 +8,8 @@
  * over any link names the agent and the principal; the agent's tunnel must
  * be here and active, and the stream is then spliced to a new stream on it
  * by relay_start_stream, exactly like a `tetherctl forward` stream, so
- * credit flows end to end.
+ * credit flows end to end.  A stream from another loop of this process
+ * (core/looplink.h) gets the same check and splice, quiet.
  */
 #include "peer_route.h"
 
@@ -20,6 +21,7 @@
 #include "http.h"
 #include "hub.h"
 #include "log.h"
+#include "loop.h"
 #include "mux.h"
 #include "peer_link.h"
 #include "reach.h"
@@ -28,9 +30,10 @@
 #include "server.h"
 #include "session.h"
 
-/* An OPEN from replica `replica` (peer_link_open_fn). */
+/* An OPEN naming an agent here, from replica `via` (NULL: from another
+ * loop of this process, quiet). */
 static void
-peer_on_open(struct gateway *gw, const char *replica, struct mux_stream *s,
+far_open(struct gateway *gw, const char *via, struct mux_stream *s,
     const struct frame_open *req)
 {
 	struct session *agent;
@@ -39,14 +42,20 @@ peer_on_open(struct gateway *gw, const char *replica, struct mux_stream *s,
 	char reason[FRAME_REASON_MAX + 1];
 
 	if (req->agent[0] == '\0' || req->principal[0] == '\0') {
-		mux_stream_refuse(s, "protocol", "an OPEN on a peer link names the "
-		    "agent and the principal");
+		mux_stream_refuse(s, "protocol", via != NULL ? "an OPEN on a peer "
+		    "link names the agent and the principal" : "an OPEN on a loop "
+		    "link names the agent and the principal");
 		return;
 	}
 	agent = hub_find(gw->hub, req->agent);
 	if (agent == NULL) {
-		snprintf(reason, sizeof(reason), "agent %s has no tunnel on replica %s",
-		    req->agent, gw->replica_id);
+		if (via != NULL)
+			snprintf(reason, sizeof(reason), "agent %s has no tunnel on "
+			    "replica %s", req->agent, gw->replica_id);
+		else
+			snprintf(reason, sizeof(reason), "agent %s has no tunnel on "
+			    "loop %u of replica %s", req->agent, loop_self()->index,
+			    gw->replica_id);
 		mux_stream_refuse(s, "agent_not_here", reason);
 		return;
 	}
@@ -59,9 +68,26 @@ peer_on_open(struct gateway *gw, const char *replica, struct mux_stream *s,
 	who.cluster = session_cluster(agent);
 	who.target = req->target[0] != '\0' ? req->target : req->service;
 	who.service = req->service[0] != '\0' ? req->service : NULL;
-	who.via = replica;
+	who.via = via;
+	who.quiet = via == NULL;
 	reach_local(&here, gw, agent);
 	relay_start_stream(gw, &here, s, &who);
+}
+
+/* An OPEN from replica `replica` (peer_link_open_fn). */
+static void
+peer_on_open(struct gateway *gw, const char *replica, struct mux_stream *s,
+    const struct frame_open *req)
+{
+	far_open(gw, replica, s, req);
+}
+
+void
+peer_route_loop_open(void *ctx, unsigned from, struct mux_stream *s,
+    const struct frame_open *req)
+{
+	(void)from;
+	far_open(ctx, NULL, s, req);
 }
 
 int

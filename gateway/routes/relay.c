@@ -54,6 +54,7 @@ struct relay {
 	char client[64];               /* relay_who's, "" when none */
 	char reason[256];              /* the agent's OPEN_FAIL reason, or the revocation */
 	char token_id[64], agent_id[STORE_ID_MAX + 1];   /* what a revocation matches */
+	int quiet;                     /* relay_who's: no audit, not listed */
 	struct live_stream live;       /* listed for the status page while it lives */
 };
 
@@ -93,7 +94,8 @@ relay_maybe_free(struct relay *r)
 {
 	if (r->agent != NULL || r->ws != NULL || r->cs != NULL || r->upgrade != NULL)
 		return;
-	relay_audit(r);
+	if (!r->quiet)
+		relay_audit(r);
 	live_stream_remove(&r->live);
 	if (r->end_ev != NULL)
 		event_free(r->end_ev);
@@ -454,14 +456,17 @@ relay_end(struct live_stream *ls, const char *reason)
  * "admin:peer-link:ID" for an admin principal, which may use the reserve).
  * A replica naming a new principal per OPEN still has one share on this
  * side, and the agent's side stays charged to the principal it named
- * (issue 22: 150 MiB of windows against a 64 MiB share).  NULL when out of
- * memory.
+ * (issue 22: 150 MiB of windows against a 64 MiB share).  A quiet relay's
+ * (over a loop link): none, NULL, the link's multiplexer has the link's
+ * account ("loop-link:A>B").  NULL too when out of memory.
  */
 static struct budget_account *
 client_account(struct relay *r)
 {
 	char link[sizeof(r->via) + 32];
 
+	if (r->quiet)
+		return NULL;
 	if (r->via[0] == '\0')
 		return shares_principal(r->gw, r->principal);
 	snprintf(link, sizeof(link), "%speer-link:%s",
@@ -556,12 +561,14 @@ relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who 
 	snprintf(r->token_id, sizeof(r->token_id), "%s",
 	    who->token_id != NULL ? who->token_id : "");
 	snprintf(r->agent_id, sizeof(r->agent_id), "%s", agent->agent_id);
+	r->quiet = who->quiet;
 	r->live = (struct live_stream){ .kind = kind == CLIENT_RAW ? "connect" : "forward",
 	    .principal = r->principal, .cluster = r->cluster, .node = r->node,
 	    .target = r->target, .up = &r->up, .down = &r->down,
 	    .started = r->started.tv_sec, .token_id = r->token_id,
 	    .agent_id = r->agent_id, .end = relay_end };
-	live_stream_add(&gw->live_streams, &r->live);
+	if (!r->quiet)
+		live_stream_add(&gw->live_streams, &r->live);
 	return r;
 }
 

@@ -42,6 +42,12 @@ struct relay_who {
 	/* The operator's address (ip:port) for the audit line's client=;
 	 * NULL on a peer link (the asking replica's line has it). */
 	const char *client;
+	/* The far half of a stream that crossed from another loop of this
+	 * process (core/looplink.h, docs/0040): no audit line and no entry in
+	 * the live streams (the near half, where the operator is, has both),
+	 * and the client side charged to the link's own account, never to
+	 * the principal (the agent's side is, as always). */
+	int quiet;
 };
 
 /*
