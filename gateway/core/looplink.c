@@ -59,6 +59,14 @@ struct looplink_end {
 	char name[40];                  /* "loop-link:A>B", its account's name */
 };
 
+/* A frame split over chains, copied whole to decode it: one per
+ * receiving loop (it decodes one frame at a time), grown to the largest
+ * frame it saw (a DATA frame: max_payload and a few bytes). */
+struct scratch {
+	uint8_t *p;
+	size_t len;
+};
+
 struct looplinks {
 	struct loop *loops;
 	unsigned n;
@@ -67,6 +75,7 @@ struct looplinks {
 	void *ctx;
 	struct looplink_half *halves;   /* [from * n + to] */
 	struct looplink_end *ends;      /* [from * n + to] */
+	struct scratch *scratch;        /* [n]: each loop's, to decode */
 };
 
 static struct looplink_end *
@@ -193,6 +202,30 @@ link_drained(void *arg)
 		mux_on_drain(e->mux);
 }
 
+/* The first len bytes of e->rx in one piece: in place when one chain
+ * holds them (control frames), else copied into the loop's scratch (a
+ * DATA frame's header and payload are two chains; evbuffer_pullup would
+ * allocate a chain per frame).  NULL when out of memory. */
+static const uint8_t *
+rx_frame(struct looplink_end *e, size_t len)
+{
+	struct scratch *s = &e->set->scratch[e->from];
+	struct evbuffer_iovec v;
+	uint8_t *grown;
+
+	if (evbuffer_peek(e->rx, (ev_ssize_t)len, NULL, &v, 1) == 1 &&
+	    v.iov_len >= len)
+		return v.iov_base;
+	if (len > s->len) {
+		if ((grown = realloc(s->p, len)) == NULL)
+			return NULL;
+		s->p = grown;
+		s->len = len;
+	}
+	evbuffer_copyout(e->rx, s->p, len);
+	return s->p;
+}
+
 /* Decodes every whole frame in e->rx and hands it to e's multiplexer
  * (dropped once e closed).  A frame that does not decode is a bug of this
  * process, not hostile input: logged and skipped. */
@@ -202,7 +235,7 @@ rx_run(struct looplink_end *e)
 	struct frame f;
 	uint32_t len;
 	char err[200];
-	uint8_t *p;
+	const uint8_t *p;
 
 	while (evbuffer_copyout(e->rx, &len, sizeof(len)) == sizeof(len)) {
 		assert(evbuffer_get_length(e->rx) >= sizeof(len) + len);
@@ -211,7 +244,7 @@ rx_run(struct looplink_end *e)
 			evbuffer_drain(e->rx, len);
 			continue;
 		}
-		p = evbuffer_pullup(e->rx, len);
+		p = rx_frame(e, len);
 		if (p == NULL || frame_decode(p, len, &f, err, sizeof(err)) != 0 ||
 		    f.type < FRAME_OPEN) {
 			warn("loop link: a frame did not decode", KV_S("link", e->name),
@@ -380,9 +413,11 @@ looplinks_new(struct loop *loops, unsigned n, const struct mux_config *cfg,
 	ls = calloc(1, sizeof(*ls));
 	if (ls == NULL || n < 2 || (ls->halves = calloc((size_t)n * n,
 	    sizeof(*ls->halves))) == NULL || (ls->ends = calloc((size_t)n * n,
-	    sizeof(*ls->ends))) == NULL) {
+	    sizeof(*ls->ends))) == NULL || (ls->scratch = calloc(n,
+	    sizeof(*ls->scratch))) == NULL) {
 		snprintf(err, errlen, n < 2 ? "a link needs two loops" : "out of memory");
 		if (ls != NULL) {
+			free(ls->ends);
 			free(ls->halves);
 			free(ls);
 		}
@@ -440,6 +475,9 @@ looplinks_free(struct looplinks *ls)
 			evbuffer_free(h->q);
 		pthread_mutex_destroy(&h->mu);
 	}
+	for (unsigned i = 0; ls->scratch != NULL && i < ls->n; i++)
+		free(ls->scratch[i].p);
+	free(ls->scratch);
 	free(ls->ends);
 	free(ls->halves);
 	free(ls);

@@ -30,7 +30,8 @@
  * Costs: per pair of loops two halves and two multiplexers (~1 KiB with
  * no streams); per crossing stream one more window (each side's receive
  * window), one encode and one decode per frame, one copy of each DATA
- * payload on the receiving side (the frame is made contiguous to decode),
+ * payload on the receiving side (into a buffer of the loop's, to decode
+ * the frame whole),
  * one lock per frame sent and one per pending() check; per busy pass and
  * direction one loop_call (a malloc, a lock, an eventfd write).
  */
