@@ -112,6 +112,9 @@ half_push(struct looplink_end *e, size_t framelen)
 		evbuffer_drain(e->stage, n);
 		return -1;
 	}
+	/* Only the writer's loop sends while the reader's end is open (after
+	 * the joins, looplinks_free closed every half first). */
+	assert(loop_self() == &e->set->loops[e->from]);
 	h->queued += n;
 	if (!h->posted)
 		post = h->posted = true;
