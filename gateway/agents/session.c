@@ -6,7 +6,7 @@
  * single setter session_set_phase logs every change.  Store transitions
  * (agent states) are persisted before the agent is told of them.
  *
- * Every store call goes to the store thread (store_worker.h) and the
+ * Every store call goes to a store thread (store_worker.h, job_worker) and the
  * handshake continues in the job's continuation, so a slow database never
  * holds up the loop.  While a handshake job is out, the one frame an agent
  * may send ahead (REGISTER right after AUTH) is held and handled after it.
@@ -557,16 +557,25 @@ static void session_store_failed(struct session *s, const char *what, int rc,
  * Where a job runs.  An import token's lookup and a registration need no
  * order with anything else (the store's transaction keeps a registration
  * exact against any other, as it does across replicas), so they go to the
- * pool when there is one (--store-pool, docs/0035).  An agent's lookup
- * stays with its state changes on the ordered store thread: a tunnel that
- * reconnects reads what its previous tunnel's last change left.
+ * pool when there is one (--store-pool, docs/0035), to whichever
+ * connection comes free.  An agent's own calls (its lookup, state changes,
+ * last seen, URL and CA lists, key rotation) keep their order among
+ * themselves: a tunnel that reconnects reads what its previous tunnel's
+ * last change left.  With a pool they go to the connection the agent's id
+ * picks (store_worker_submit_keyed): one agent's in order, agents beside
+ * one another (docs/0041).  Without one, all on the ordered store thread.
+ * Returns the worker; *key is the agent id to order by, or NULL.
  */
 static struct store_worker *
-job_worker(struct gateway *gw, enum job_kind kind)
+job_worker(struct gateway *gw, enum job_kind kind, const char *id,
+    const char **key)
 {
-	if (gw->storep != NULL && (kind == JOB_TOKEN_GET || kind == JOB_REGISTER))
-		return gw->storep;
-	return gw->storew;
+	*key = NULL;
+	if (gw->storep == NULL)
+		return gw->storew;
+	if (kind != JOB_TOKEN_GET && kind != JOB_REGISTER)
+		*key = id;
+	return gw->storep;
 }
 
 /*
@@ -578,6 +587,9 @@ static void
 job_submit(struct gateway *gw, struct session *s, struct session_job *j,
     void (*then)(struct session *, struct session_job *), const char *what)
 {
+	struct store_worker *w;
+	const char *key;
+
 	if (j == NULL) {
 		if (s != NULL)
 			session_store_failed(s, what, STORE_ERR, "out of memory");
@@ -587,8 +599,8 @@ job_submit(struct gateway *gw, struct session *s, struct session_job *j,
 	j->then = then;
 	/* job_work writes its answers into j and reads none back: it may run
 	 * in a group, and again alone if the group cannot commit. */
-	if (store_worker_submit_grouped(job_worker(gw, j->kind), job_work,
-	    job_done, j) == -1) {
+	w = job_worker(gw, j->kind, j->id, &key);
+	if (store_worker_submit_keyed(w, key, true, job_work, job_done, j) == -1) {
 		OPENSSL_cleanse(j, sizeof(*j));
 		free(j);
 		if (s != NULL)
@@ -1421,7 +1433,10 @@ key_job_submit(struct session *s, bool commit, const uint8_t *old_pub,
 		memcpy(k->old_pub, old_pub, sizeof(k->old_pub));
 	memcpy(k->new_pub, new_pub, sizeof(k->new_pub));
 	k->now = gateway_now();
-	if (store_worker_submit(s->gw->storew, key_job_work, key_job_done, k) == -1) {
+	/* Not groupable: its work is not one that can run twice.  In the
+	 * agent's order, as its other calls (job_worker). */
+	if (store_worker_submit_keyed(s->gw->storep != NULL ? s->gw->storep :
+	    s->gw->storew, k->id, false, key_job_work, key_job_done, k) == -1) {
 		free(k);
 		rotation_failed(s, "too many store calls waiting");
 	}

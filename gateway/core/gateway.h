@@ -104,7 +104,9 @@ struct gateway {
 	                                   the admin API, the status page */
 	struct store_worker *storep;    /* --store-pool (PostgreSQL), or NULL:
 	                                   registrations and import-token lookups,
-	                                   which need no order among them */
+	                                   which need no order among them, and
+	                                   agents' own calls, each agent's in
+	                                   order on one connection (docs/0041) */
 	struct hub *hub;
 	struct gateway_limits limits;
 	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */

@@ -22,6 +22,13 @@
  * store thread ran them.  A job whose home loop has stopped is dropped
  * there onto the orphans list, whose done callbacks run only in
  * store_worker_stop, once every loop is joined.
+ *
+ * Keyed jobs (store_worker_submit_keyed, docs/0041): in a pool, each
+ * thread also has a list of its own, the jobs whose key picks it
+ * (store_worker_shard); a thread takes its own jobs and the shared ones in
+ * turn.  Each thread waits on its own condition variable: a keyed job
+ * wakes its thread, a shared one the first idle thread.  One thread has no
+ * lists of its own: it runs every job in order anyway.
  */
 #include "store_worker.h"
 
@@ -73,14 +80,18 @@ struct store_thread {
 	struct store *store;
 	pthread_t thread;
 	bool started;
+	pthread_cond_t wake;       /* this thread's: work for it, or stopping */
+	struct job_list own;       /* under mu: keyed jobs for this thread */
+	bool idle;                 /* under mu: waiting, and not yet woken */
+	bool took_own;             /* under mu: its last job was from own */
 };
 
 struct store_worker {
 	struct store_thread *threads;
 	size_t nthreads;
 	pthread_mutex_t mu;
-	pthread_cond_t wake;
-	struct job_list todo;      /* under mu */
+	struct job_list todo;      /* under mu: shared, any thread takes them */
+	size_t owned;              /* under mu: jobs in the threads' own lists */
 	struct job_list done;      /* under mu: for base's loop */
 	struct job_list orphans;   /* under mu: home stopped; run at stop */
 	struct event_base *base;   /* the loop done runs on (no home set) */
@@ -249,6 +260,25 @@ run_group(struct store_thread *th, struct store_job *first)
 	notify_loop(w);
 }
 
+/* The next job for th (mu held): its own and the shared ones in turn
+ * while both have some (neither waits behind a long run of the other),
+ * else whichever has one; NULL when both are empty. */
+static struct store_job *
+take_next(struct store_thread *th)
+{
+	struct store_worker *w = th->w;
+	struct store_job *j;
+
+	if (th->own.head != NULL && (!th->took_own || w->todo.head == NULL)) {
+		j = list_pop(&th->own);
+		w->owned--;
+		th->took_own = true;
+		return j;
+	}
+	th->took_own = false;
+	return list_pop(&w->todo);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -258,13 +288,16 @@ worker_main(void *arg)
 
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		while (w->todo.head == NULL && !w->stopping)
-			pthread_cond_wait(&w->wake, &w->mu);
+		while (th->own.head == NULL && w->todo.head == NULL &&
+		    !w->stopping) {
+			th->idle = true;
+			pthread_cond_wait(&th->wake, &w->mu);
+			th->idle = false;
+		}
 		/* Stopping drains what was queued: the last state changes of
 		 * sessions closed at shutdown. */
-		if (w->todo.head == NULL)
+		if ((j = take_next(th)) == NULL)
 			break;
-		j = list_pop(&w->todo);
 		w->running++;
 		if (group_worth(th, j)) {
 			run_group(th, j);
@@ -343,7 +376,8 @@ store_worker_start_pool(struct event_base *base, const char *url, size_t cap,
 	w->efd = -1;
 	w->base = base;
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->wake, NULL);
+	for (size_t i = 0; i < nthreads; i++)
+		pthread_cond_init(&w->threads[i].wake, NULL);
 	for (size_t i = 0; i < nthreads; i++) {
 		w->threads[i].w = w;
 		if (store_open(url, &w->threads[i].store, err, errlen) != STORE_OK)
@@ -375,14 +409,63 @@ fail:
 	return -1;
 }
 
+/* Wakes the first idle thread for a shared job (mu held); none idle, the
+ * next to come free takes it. */
+static void
+wake_one(struct store_worker *w)
+{
+	for (size_t i = 0; i < w->nthreads; i++)
+		if (w->threads[i].idle) {
+			w->threads[i].idle = false;
+			pthread_cond_signal(&w->threads[i].wake);
+			return;
+		}
+}
+
+size_t
+store_worker_shard(const char *key, size_t nthreads)
+{
+	/* FNV-1a, 64 bits: cheap, and spreads agent ids (random) evenly. */
+	uint64_t h = 14695981039346656037ULL;
+
+	if (nthreads <= 1)
+		return 0;
+	for (const unsigned char *p = (const unsigned char *)key; *p != '\0'; p++) {
+		h ^= *p;
+		h *= 1099511628211ULL;
+	}
+	return (size_t)(h % nthreads);
+}
+
+/* Queues j (mu held): on the thread key picks, or shared when key is NULL
+ * or w has one thread (it runs every job in order anyway). */
+static void
+enqueue(struct store_worker *w, struct store_job *j, const char *key)
+{
+	struct store_thread *th;
+
+	if (key == NULL || w->nthreads == 1) {
+		list_push(&w->todo, j);
+		wake_one(w);
+		return;
+	}
+	th = &w->threads[store_worker_shard(key, w->nthreads)];
+	list_push(&th->own, j);
+	w->owned++;
+	if (th->idle) {
+		th->idle = false;
+		pthread_cond_signal(&th->wake);
+	}
+}
+
 static int
-submit(struct store_worker *w, store_work_fn *work, store_done_fn *done,
-    void *arg, bool groupable)
+submit(struct store_worker *w, const char *key, store_work_fn *work,
+    store_done_fn *done, void *arg, bool groupable)
 {
 	struct store_job *j;
 
 	pthread_mutex_lock(&w->mu);
-	if (w->todo.len >= w->cap || w->stopping) {
+	if (w->todo.len + w->owned >= w->cap || w->stopping) {
 		pthread_mutex_unlock(&w->mu);
 		return -1;
 	}
@@ -396,8 +479,7 @@ submit(struct store_worker *w, store_work_fn *work, store_done_fn *done,
 	j->home = loop_self();
 	j->w = w;
 	pthread_mutex_lock(&w->mu);
-	list_push(&w->todo, j);
-	pthread_cond_signal(&w->wake);
+	enqueue(w, j, key);
 	pthread_mutex_unlock(&w->mu);
 	return 0;
 }
@@ -406,14 +488,21 @@ int
 store_worker_submit(struct store_worker *w, store_work_fn *work,
     store_done_fn *done, void *arg)
 {
-	return submit(w, work, done, arg, false);
+	return submit(w, NULL, work, done, arg, false);
 }
 
 int
 store_worker_submit_grouped(struct store_worker *w, store_work_fn *work,
     store_done_fn *done, void *arg)
 {
-	return submit(w, work, done, arg, true);
+	return submit(w, NULL, work, done, arg, true);
+}
+
+int
+store_worker_submit_keyed(struct store_worker *w, const char *key,
+    bool groupable, store_work_fn *work, store_done_fn *done, void *arg)
+{
+	return submit(w, key, work, done, arg, groupable);
 }
 
 void
@@ -438,7 +527,7 @@ store_worker_pending(const struct store_worker *w)
 	size_t n;
 
 	pthread_mutex_lock((pthread_mutex_t *)&w->mu);
-	n = w->todo.len + w->running + w->done.len;
+	n = w->todo.len + w->owned + w->running + w->done.len;
 	pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
 	return n;
 }
@@ -450,7 +539,8 @@ store_worker_stop(struct store_worker *w)
 		return;
 	pthread_mutex_lock(&w->mu);
 	w->stopping = true;
-	pthread_cond_broadcast(&w->wake);
+	for (size_t i = 0; i < w->nthreads; i++)
+		pthread_cond_signal(&w->threads[i].wake);
 	pthread_mutex_unlock(&w->mu);
 	for (size_t i = 0; i < w->nthreads; i++)
 		if (w->threads[i].started)
@@ -459,14 +549,17 @@ store_worker_stop(struct store_worker *w)
 	finish_all(list_take(&w->done));
 	finish_all(list_take(&w->orphans));
 	finish_all(list_take(&w->todo));
+	for (size_t i = 0; i < w->nthreads; i++)
+		finish_all(list_take(&w->threads[i].own));
 	if (w->ev != NULL)
 		event_free(w->ev);
 	if (w->efd != -1)
 		close(w->efd);
-	for (size_t i = 0; i < w->nthreads; i++)
+	for (size_t i = 0; i < w->nthreads; i++) {
 		store_close(w->threads[i].store);
+		pthread_cond_destroy(&w->threads[i].wake);
+	}
 	free(w->threads);
-	pthread_cond_destroy(&w->wake);
 	pthread_mutex_destroy(&w->mu);
 	free(w);
 }

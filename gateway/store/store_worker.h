@@ -17,6 +17,11 @@
  * go there (docs/0033: a PostgreSQL far away answers N registrations in
  * the time of one).
  *
+ * A keyed job (store_worker_submit_keyed) runs on the one thread its key
+ * picks: the jobs of one key run one after another in the order submitted,
+ * on one connection, while other keys' run beside them (an agent's calls,
+ * docs/0041).
+ *
  * A job submitted grouped (store_worker_submit_grouped) may share one
  * transaction and one commit with the jobs queued beside it, on a store
  * that runs groups (SQLite: its commit is what a call costs, docs/0039);
@@ -36,6 +41,7 @@
 #ifndef TETHER_STORE_WORKER_H
 #define TETHER_STORE_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "store.h"
@@ -80,6 +86,24 @@ int store_worker_submit(struct store_worker *w, store_work_fn *work,
  */
 int store_worker_submit_grouped(struct store_worker *w, store_work_fn *work,
     store_done_fn *done, void *arg);
+
+/*
+ * Queues a job on the thread key picks (store_worker_shard(key, threads));
+ * key NULL: as store_worker_submit (groupable false) or
+ * store_worker_submit_grouped (true).  A job of one key never runs before
+ * nor beside an earlier job of the same key; in a pool it may run before
+ * an earlier shared or other-keyed job.  key is read during the call only.
+ * Returns 0, or -1 as store_worker_submit.  Loop thread only.
+ */
+int store_worker_submit_keyed(struct store_worker *w, const char *key,
+    bool groupable, store_work_fn *work, store_done_fn *done, void *arg);
+
+/*
+ * The thread of nthreads a key picks: the same key always the same
+ * thread, keys spread evenly (a 64-bit FNV-1a hash, modulo nthreads); 0
+ * when nthreads is 0 or 1.  Pure; any thread.
+ */
+size_t store_worker_shard(const char *key, size_t nthreads);
 
 /*
  * Bounds w's groups: at most max_jobs jobs (0 or 1: no groups, each job

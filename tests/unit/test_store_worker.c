@@ -8,7 +8,8 @@
  * and are answered only once committed; jobs submitted from other loops
  * (core/loop.h) are answered on their submitting loop's thread, in the
  * order each loop asked, and a job whose loop has stopped is answered only
- * when the worker stops (docs/0040 step 3).
+ * when the worker stops (docs/0040 step 3); keyed jobs run in their key's
+ * order on the thread the key picks, other keys' beside them (docs/0041).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <errno.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -92,6 +94,19 @@ teardown(void **state)
 	return 0;
 }
 
+/* On a store thread: waits for the test to open gate, at most 30 s, so
+ * that a test that failed before opening it still stops its worker. */
+static void
+gate_wait(sem_t *gate)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	while (sem_timedwait(gate, &until) != 0 && errno == EINTR)
+		;
+}
+
 static void
 work(struct store *s, void *arg)
 {
@@ -101,7 +116,7 @@ work(struct store *s, void *arg)
 	if (j->started != NULL)
 		sem_post(j->started);
 	if (j->gate != NULL)
-		sem_wait(j->gate);
+		gate_wait(j->gate);
 	j->worked_on = pthread_self();
 	j->rc = store_cluster_create(s, j->name, 1700000000, NULL, err,
 	    sizeof(err));
@@ -701,6 +716,101 @@ test_home_stopped(void **state)
 	home_run = NULL;
 }
 
+/* The sharding rule (docs/0041): a key always picks the same thread, one
+ * of nthreads, and agent ids spread evenly; one thread or none: 0. */
+static void
+test_shard_rule(void **state)
+{
+	size_t count[8] = { 0 };
+	char id[40];
+
+	(void)state;
+	assert_int_equal(store_worker_shard("ag_1", 0), 0);
+	assert_int_equal(store_worker_shard("ag_1", 1), 0);
+	assert_int_equal(store_worker_shard("", 8),
+	    store_worker_shard("", 8));
+	for (int i = 0; i < 4000; i++) {
+		size_t k;
+
+		/* As agent ids look: a prefix and random hex. */
+		snprintf(id, sizeof(id), "ag_%08x%08x", (unsigned)i * 2654435761u,
+		    (unsigned)i ^ 0x5bd1e995u);
+		k = store_worker_shard(id, 8);
+		assert_true(k < 8);
+		assert_int_equal(store_worker_shard(id, 8), k);
+		count[k]++;
+	}
+	/* 500 each on average: none under 400 nor over 600. */
+	for (int k = 0; k < 8; k++) {
+		assert_true(count[k] > 400);
+		assert_true(count[k] < 600);
+	}
+}
+
+/* Two keys that pick different threads of n. */
+static void
+two_keys(size_t n, char a[16], char b[16])
+{
+	snprintf(a, 16, "agent-a");
+	for (int i = 0; i < 100; i++) {
+		snprintf(b, 16, "agent-b%d", i);
+		if (store_worker_shard(b, n) != store_worker_shard(a, n))
+			return;
+	}
+	fail_msg("no key picks another thread than %s", a);
+}
+
+/*
+ * Keyed jobs in a pool of three: while the first job of key A is held, the
+ * four A queued behind it do not start (on a shared queue the two free
+ * threads would take them), and the jobs of key B, on another thread, run
+ * and are answered meanwhile; once released, A's run in the order
+ * submitted, on one thread.  A full queue counts keyed jobs too.
+ */
+static void
+test_keyed_order(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1], names[10][16], ka[16], kb[16];
+	struct job jobs[10], extra = { .seq = 10, .name = "x" };
+	sem_t started, gate;
+
+	assert_int_equal(store_worker_start_pool(f->base, f->url, 10, 3, NULL,
+	    NULL, &f->w, err, sizeof(err)), 0);
+	two_keys(3, ka, kb);
+	sem_init(&started, 0, 0);
+	sem_init(&gate, 0, 0);
+	for (int i = 0; i < 10; i++) {
+		snprintf(names[i], sizeof(names[i]), "k%d", i);
+		jobs[i] = (struct job){ .seq = i, .name = names[i], .rc = 0xdead };
+	}
+	jobs[0].started = &started;
+	jobs[0].gate = &gate;
+	/* A: 0..4, B: 5..9. */
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(store_worker_submit_keyed(f->w, i < 5 ? ka : kb,
+		    true, work, done, &jobs[i]), 0);
+	/* Ten waiting or running: the eleventh is refused, keyed or not. */
+	assert_int_equal(store_worker_submit_keyed(f->w, ka, false, work,
+	    done, &extra), -1);
+	wait_answer(&started);
+	run_until(f, 5);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(done_order[i], 5 + i);
+	for (int i = 1; i < 5; i++)
+		assert_int_equal(jobs[i].rc, 0xdead);
+	sem_post(&gate);
+	run_until(f, 10);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(done_order[5 + i], i);
+		assert_int_equal(jobs[i].rc, STORE_OK);
+		assert_true(pthread_equal(jobs[i].worked_on, jobs[0].worked_on));
+	}
+	assert_false(pthread_equal(jobs[5].worked_on, jobs[0].worked_on));
+	sem_destroy(&started);
+	sem_destroy(&gate);
+}
+
 int
 main(void)
 {
@@ -712,6 +822,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_home_stopped, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_pool_at_once, setup, teardown),
+		cmocka_unit_test(test_shard_rule),
+		cmocka_unit_test_setup_teardown(test_keyed_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_drains, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_group_one_commit, setup,
