@@ -17,6 +17,8 @@
 # With BASE_BIN (an earlier release's bin directory) each store runs on it
 # first, then on TETHER_BIN, and the table holds both side by side with the
 # ratio of their registrations per second: before and after in one run.
+# Each row also gives the gateway's CPU (utime + stime, /proc) until all
+# were active (or the limit), per agent: what one join costs it.
 #
 # usage: bash tests/bench/store_pool.sh [N]   (default 1000)
 #   TETHER_BIN      default build/release/bin
@@ -26,6 +28,9 @@
 #   BENCH_LIMIT_S   the longest wait for one gateway's agents (default 300)
 #   BENCH_STORES    which stores, default "sqlite loopback far"
 #   BENCH_KEEP      a directory the logs are copied to at the end
+#   BENCH_WORKERS   the gateway's --workers, one row per value (default:
+#                   the gateway's own default, one row), e.g. "1 2"
+#   BENCH_GW_FLAGS  extra `serve` flags (default none)
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -38,12 +43,15 @@ DELAY_MS=${BENCH_DELAY_MS:-10}
 LIMIT_S=${BENCH_LIMIT_S:-300}
 STORES=${BENCH_STORES:-sqlite loopback far}
 N=${1:-1000}
+read -r -a LOOPS <<<"${BENCH_WORKERS:-}"
+[ "${#LOOPS[@]}" -gt 0 ] || LOOPS=("")
 AFTER_BIN=$TETHER_BIN
 ulimit -Sn "$(ulimit -Hn)"
 
 echo "# store_pool.sh $(date -u +%FT%TZ) $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# TETHER_BIN=$AFTER_BIN BASE_BIN=${BASE_BIN:-none} N=$N delay=${DELAY_MS}ms each way" \
-	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s"
+	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s workers=${BENCH_WORKERS:-default}" \
+	"flags=${BENCH_GW_FLAGS:-none}"
 
 # BENCH_KEEP=DIR: the gateways' logs and the swarms' reports are copied
 # there at the end.
@@ -59,11 +67,19 @@ FAR=postgres://postgres@127.0.0.1:$RELAY_PORT/tether
 NEAR=$PG_URL
 now_ms() { date +%s%3N; }
 secs() { echo "scale=2; $1 / 1000" | bc; }
+# cpu_ms PID: the process's user + system CPU so far, in ms.
+cpu_ms() {
+	local f
+	read -r -a f <"/proc/$1/stat"
+	# Fields 14 and 15 (utime, stime), counting from 1; comm has no space.
+	echo $(((f[13] + f[14]) * 1000 / $(getconf CLK_TCK)))
+}
 
-# run BIN LABEL URL: prints "registered reg_ms active act_ms" (the counts
-# reached and when; the limit's ms when a count stopped short).
+# run BIN LABEL URL WORKERS: prints "registered reg_ms active act_ms cpu_ms"
+# (the counts reached and when, the limit's ms when a count stopped short;
+# the gateway's CPU from the swarm's start until then).
 run() {
-	local bin=$1 label=$2 url=$3 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=()
+	local bin=$1 label=$2 url=$3 workers=$4 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=() c0 c1
 	dir=$T/$label-$RANDOM
 	[ "$label" != sqlite ] || url=sqlite://$dir/tether.db
 	[ "$label" = sqlite ] || psql -X -q "$NEAR" -c 'DROP SCHEMA public CASCADE; CREATE SCHEMA public' 2>/dev/null
@@ -74,14 +90,17 @@ run() {
 	GW_DIR=$dir
 	"$GATEWAY" init --data-dir "$dir" --url "$GW_URL" --store "$url" >"$dir.init" 2>&1
 	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$dir/admin.token TETHER_CACERT=$dir/ca.crt
+	# shellcheck disable=SC2086  # BENCH_GW_FLAGS is a list of flags
 	"$GATEWAY" serve --data-dir "$dir" --listen "127.0.0.1:$GW_PORT" --store "$url" \
 		"${pool[@]}" --max-handshakes 4096 --max-handshakes-per-source 100000 \
 		--max-tls-per-source 100000 --max-connections-per-source 100000 \
-		--handshake-timeout 600000 --hello-timeout 600000 >"$dir.log" 2>&1 &
+		--handshake-timeout 600000 --hello-timeout 600000 \
+		${workers:+--workers "$workers"} ${BENCH_GW_FLAGS:-} >"$dir.log" 2>&1 &
 	GW_PID=$!
 	PIDS+=("$GW_PID")
 	wait_until 60 "gateway $label ready" gateway_ready
 	ctl token create --cluster "$(cluster_create regs)" --uses "$N" >"$dir.json"
+	c0=$(cpu_ms "$GW_PID")
 	t0=$(now_ms)
 	"$bin/tether-swarm" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$N" \
 		--prefix "$label" --report-ms 250 --log-level error >"$dir.out" 2>&1 &
@@ -106,9 +125,10 @@ run() {
 		sleep 0.1
 	done
 	[ -n "$reg_ms" ] || reg_ms=$act_ms
+	c1=$(cpu_ms "$GW_PID")
 	kill -TERM "$SW_PID"; wait "$SW_PID" || true
 	kill -TERM "$GW_PID"; wait "$GW_PID" || true
-	echo "$regs $reg_ms $act $act_ms"
+	echo "$regs $reg_ms $act $act_ms $((c1 - c0))"
 }
 
 # cell COUNT MS: "12.34" when COUNT is N, else "640 in 300.00".
@@ -116,16 +136,19 @@ cell() {
 	if [ "$1" -ge "$N" ]; then secs "$2"; else echo "$1 in $(secs "$2")"; fi
 }
 rate() { echo "scale=1; $1 * 1000 / $2" | bc; }
+# per_agent CPU_MS: the gateway's CPU per agent, ms.
+per_agent() { echo "scale=2; $1 / $N" | bc; }
 
 echo
 if [ -n "${BASE_BIN:-}" ]; then
-	echo "| store | agents | before: registered (s) | all active (s) | registrations/s | after: registered (s) | all active (s) | registrations/s | ratio |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| store | workers | agents | before: registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | after: registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | ratio |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 else
-	echo "| store | agents | registered (s) | all active (s) | registrations/s |"
-	echo "|---|---:|---:|---:|---:|"
+	echo "| store | workers | agents | registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
 fi
 for store in $STORES; do
+for workers in "${LOOPS[@]}"; do
 	case $store in
 	sqlite) label=sqlite url= ;;
 	loopback) label=postgres-loopback url=$NEAR ;;
@@ -133,21 +156,23 @@ for store in $STORES; do
 	*) fail "unknown store $store (sqlite, loopback, far)" ;;
 	esac
 	if [ -n "${BASE_BIN:-}" ]; then
-		run "$BASE_BIN" "$label" "$url" >"$T/result"
-		read -r b_regs b_reg b_act b_actms < <(tail -n 1 "$T/result")
+		run "$BASE_BIN" "$label" "$url" "$workers" >"$T/result"
+		read -r b_regs b_reg b_act b_actms b_cpu < <(tail -n 1 "$T/result")
 		b_rate=$(rate "$b_regs" "$b_reg")
-		before="$(cell "$b_regs" "$b_reg") | $(cell "$b_act" "$b_actms") | $b_rate"
+		before="$(cell "$b_regs" "$b_reg") | $(cell "$b_act" "$b_actms") | $b_rate | $(per_agent "$b_cpu")"
 	fi
 	# Not in a subshell: the gateway and swarm it starts stay in PIDS,
 	# which lib.sh's trap stops on any exit.
-	run "$AFTER_BIN" "$label" "$url" >"$T/result"
-	read -r a_regs a_reg a_act a_actms < <(tail -n 1 "$T/result")
+	run "$AFTER_BIN" "$label" "$url" "$workers" >"$T/result"
+	read -r a_regs a_reg a_act a_actms a_cpu < <(tail -n 1 "$T/result")
 	a_rate=$(rate "$a_regs" "$a_reg")
-	after="$(cell "$a_regs" "$a_reg") | $(cell "$a_act" "$a_actms") | $a_rate"
+	after="$(cell "$a_regs" "$a_reg") | $(cell "$a_act" "$a_actms") | $a_rate | $(per_agent "$a_cpu")"
 	if [ -z "${BASE_BIN:-}" ]; then
-		echo "| $label | $N | $after |"
+		echo "| $label | ${workers:-default} | $N | $after |"
 	else
-		echo "| $label | $N | $before | $after | $(echo "scale=2; $a_rate / $b_rate" | bc) |"
+		echo "| $label | ${workers:-default} | $N | $before | $after | $(echo "scale=2; $a_rate / $b_rate" | bc) |"
 	fi
+	echo "# load $(cut -d' ' -f1-3 /proc/loadavg)"
+done
 done
 echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
