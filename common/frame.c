@@ -140,10 +140,13 @@ static const struct field reconnect_keys[] = {
 };
 
 /* SETTINGS and SETTINGS_ACK: every key optional (frame.h).  A new setting
- * is one line in each. */
+ * is one line in SETTINGS', and one in the ACK's if the agent echoes it
+ * (redial_spread_ms: not). */
 static const struct field settings_keys[] = {
 	{ "urls", F_URLS, AT(u.settings.urls), 0, F_OPTIONAL | F_OMIT_EMPTY },
 	{ "ca", F_CA, AT(u.settings.ca), 0, F_OPTIONAL | F_OMIT_EMPTY },
+	NUM("redial_spread_ms", F_U32, u.settings.redial_spread_ms,
+	    F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 static const struct field settings_ack_keys[] = {

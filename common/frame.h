@@ -22,7 +22,8 @@
  *   PONG        [12, {"seq":int}]
  *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
  *   SETTINGS    [14, {"urls":[str...]?, "ca":{"phase":"overlap"|"final",
- *                     "next":bin, "cross":bin?}?}]         gateway -> agent
+ *                     "next":bin, "cross":bin?}?, "redial_spread_ms":int?}]
+ *                                                        gateway -> agent
  *   SETTINGS_ACK [15, {"urls":[str...]?, "ca":{"held":[str...]}?}]
  *                                                        agent -> gateway
  *   KEY_ROTATE  [16, {"nonce":bin(32)?}]   gateway -> agent: rotate now
@@ -204,8 +205,8 @@ struct frame_reconnect {
  * Every key is optional: an absent one means "no word on this", so a frame
  * may carry one setting, and a later release adds keys that an older agent
  * skips (the decoder's rule for unknown keys).  To add a setting: a member
- * here, one line in each of frame.c's settings_keys and settings_ack_keys,
- * its handling in the agent.
+ * here, one line in frame.c's settings_keys (and in settings_ack_keys when
+ * the agent says what it holds of it), its handling in the agent.
  */
 struct frame_urls {
 	bool present;              /* the key was there; an empty list is a
@@ -246,6 +247,10 @@ struct frame_settings {
 	                            * the order agents should dial them */
 	struct frame_ca ca;        /* "ca": a CA rotation's step, or (ACK)
 	                            * the CAs the agent holds */
+	uint32_t redial_spread_ms; /* "redial_spread_ms" (SETTINGS only): how
+	                            * widely to spread the first redial after
+	                            * losing this gateway unannounced
+	                            * (docs/0035); 0: absent, no word */
 };
 
 /* KEY_ROTATE: nonce all zero when an agent asks for a rotation. */

@@ -563,6 +563,7 @@ serve_limits(struct gateway_limits *l, const struct opt_set *o)
 	l->tls_handshake_timeout_ms = opts_num(o, SERVE_OPT_TLS_HANDSHAKE_TIMEOUT);
 	l->max_handshakes_per_source = opts_num(o, SERVE_OPT_MAX_HANDSHAKES_PER_SOURCE);
 	l->handshake_wait_ms = opts_num(o, SERVE_OPT_HANDSHAKE_WAIT);
+	l->redial_spread_min_ms = opts_num(o, SERVE_OPT_REDIAL_SPREAD_MIN);
 	l->hello_timeout_ms = opts_num(o, SERVE_OPT_HELLO_TIMEOUT);
 	l->max_connections = opts_num(o, SERVE_OPT_MAX_CONNECTIONS);
 	l->max_connections_per_source = opts_num(o, SERVE_OPT_MAX_CONNECTIONS_PER_SOURCE);
@@ -888,6 +889,9 @@ serve_listen(struct serve *sv)
 		return -1;
 	}
 	serve_certificates_seen(gw);
+	/* The redial spread agents are told (SETTINGS), checked from now on. */
+	if (settings_spread_start(gw) != 0)
+		warn("cannot start the redial spread's check: agents are told none");
 	if (gateway_heap_start(gw) != 0)
 		warn("cannot start the heap check: freed memory stays with the process");
 	if (serve_listen_more(gw, &sv->o, SERVE_OPT_PLAIN_LISTEN) != 0 ||

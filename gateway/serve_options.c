@@ -147,6 +147,12 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "an upgrade past --max-handshakes waits up to this long for a "
 	    "slot (first come, first served; at most --max-tls-queue wait); then "
 	    "503 with Retry-After (0: 503 at once)" },
+	[SERVE_OPT_REDIAL_SPREAD_MIN] = { .name = "redial-spread-min", .type = OPT_U32,
+	    .arg = "MS", .def = "500", .min = 100, .max = 300000,
+	    .help = "the least redial spread agents are told (SETTINGS): one that "
+	    "loses this gateway without a word draws its first redial in "
+	    "[0, spread], spread = its tunnels over the handshakes it finishes "
+	    "per second, at most 300000 (docs/0035)" },
 	[SERVE_OPT_HELLO_TIMEOUT] = { .name = "hello-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = "2000", .min = 50, .max = 600000,
 	    .help = "a new tunnel must send HELLO within this (then the rest of "

@@ -40,6 +40,20 @@
  * of its own below AGENT_RETRY_AFTER_JITTER_MS, instead of the
  * exponential backoff; a connection closed unread (the gateway's TLS
  * queue shed it) says nothing, and the backoff applies.
+ *
+ * Told ahead of time (docs/0035): a gateway that dies without a word
+ * (kill -9, a crash: no RECONNECT, no ERROR) cannot say when to come back,
+ * and every agent it held would redial within the same half second.  So
+ * the gateway says beforehand, in SETTINGS "redial_spread_ms", how widely
+ * to spread that redial (its tunnels over its handshake rate), and after
+ * such a loss of an established tunnel the first redial is drawn
+ * uniformly in [0, spread] (the CSPRNG); the backoff then goes on from its
+ * start (not after the keepalive dropped a silent tunnel: those losses
+ * are spread over the ping interval already).  The price: an agent alone
+ * in losing its tunnel so (a reset on its path) waits too, half the
+ * spread on average.  The spread is held in memory for the current
+ * connection's gateway only (each WELCOME forgets it): one that does not
+ * send it gets the backoff, as before.
  */
 #include "agent_tunnel.h"
 #include "url.h"
@@ -113,6 +127,11 @@ struct agent_tunnel {
 	                               * (wsclient writes an upgrade's), 0 none */
 	int64_t come_back_ms;         /* monotonic: no dial before, as told; 0 none */
 	uint32_t told, early;         /* agent_tunnel_retry_after */
+	bool heard_error;             /* this connection's gateway sent ERROR */
+	bool dropped_silent;          /* the keepalive dropped this connection */
+	bool spread_next;             /* lost unannounced: draw the next redial */
+	int64_t lost_ms;              /* monotonic: that loss; 0 none pending */
+	struct agent_spread spread;   /* agent_tunnel_spread */
 
 	enum tunnel_phase phase;
 	uint32_t backoff_ms;
@@ -332,6 +351,7 @@ on_welcome(struct agent_tunnel *t, const struct frame *in)
 	tunnel_set_phase(t, TUNNEL_ESTABLISHED);
 	t->was_established = true;
 	t->backoff_ms = 0;
+	t->spread.spread_ms = 0;      /* this gateway's SETTINGS say it again */
 	info("connected", KV_S("gateway", gwlist_current(&t->urls)),
 	    KV_S("agent", in->u.welcome.agent_id));
 	tunnel_follow_state(t, in->u.welcome.state, "");
@@ -477,6 +497,7 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 		tunnel_stop(t, revoked ? AGENT_EXIT_REVOKED : AGENT_EXIT_REFUSED);
 		return;
 	}
+	t->heard_error = true;
 	warn("gateway closed the tunnel", KV_S("code", code), KV_S("reason", reason));
 	if (strcmp(code, "shutdown") == 0)
 		t->backoff_ms = 0;
@@ -555,6 +576,13 @@ on_settings_urls(struct agent_tunnel *t, const struct frame_urls *in)
 static void
 on_settings(struct agent_tunnel *t, const struct frame *in)
 {
+	uint32_t spread = in->u.settings.redial_spread_ms;
+
+	if (spread != 0) {
+		t->spread.spread_ms = spread > AGENT_REDIAL_SPREAD_MAX_MS ?
+		    AGENT_REDIAL_SPREAD_MAX_MS : spread;
+		debug("gateway's redial spread", KV_U("spread_ms", t->spread.spread_ms));
+	}
 	if (in->u.settings.urls.present)
 		on_settings_urls(t, &in->u.settings.urls);
 	tunnel_send_settings_ack(t, in->u.settings.ca.present ?
@@ -805,6 +833,7 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 			    "reconnecting", KV_U("ping_timeout_ms",
 			    t->cfg.ping_timeout_ms));
 			t->ping_ms = 0;
+			t->dropped_silent = true;
 			/* A gateway that answers no ping answers no close
 			 * either: the connection goes now, as if it had
 			 * closed (its streams end, the redial is scheduled). */
@@ -949,6 +978,16 @@ ws_close(struct wsface *c, int http_status, const char *reason, void *arg)
 	}
 	else if (was_up)
 		warn("tunnel lost", KV_S("reason", reason));
+	/* Lost without a word from the gateway: the spread it told applies.
+	 * Not to a silence the keepalive ended: each agent's silence clock
+	 * starts at its own last message, so those are spread already (over
+	 * the ping interval), and a hung replica is left as soon as may be. */
+	if (was_up && !t->heard_error && !t->dropped_silent) {
+		t->spread.losses++;
+		t->lost_ms = runtime_monotonic_ms();
+		t->spread_next = t->spread.spread_ms != 0 &&
+		    !t->cfg.ignore_redial_spread;
+	}
 	/* Never established on this URL: the next one is dialled (a
 	 * registration's planned redial stays where it registered). */
 	if (!t->was_established && !t->reconnect_now && t->urls.n > 1) {
@@ -1001,6 +1040,12 @@ tunnel_dial(struct agent_tunnel *t)
 	    KV_S("proxy", cfg.proxy_url != NULL ? "yes" : "no"));
 	t->dials++;
 	t->was_established = false;
+	t->heard_error = false;
+	t->dropped_silent = false;
+	if (t->lost_ms != 0) {
+		t->spread.waited_ms += (uint64_t)(runtime_monotonic_ms() - t->lost_ms);
+		t->lost_ms = 0;
+	}
 	if (t->come_back_ms != 0 && runtime_monotonic_ms() < t->come_back_ms)
 		t->early++;
 	t->come_back_ms = 0;
@@ -1068,6 +1113,15 @@ tunnel_schedule_reconnect(struct agent_tunnel *t)
 		delay = told_delay(t);
 		info("reconnecting", KV_U("delay_ms", delay),
 		    KV_U("retry_after_ms", told));
+	} else if (t->spread_next) {
+		random_bytes((uint8_t *)&jitter, sizeof(jitter));
+		delay = jitter % (t->spread.spread_ms + 1);
+		t->spread.draws++;
+		t->spread.drawn_ms += delay;
+		if (delay > t->spread.max_drawn_ms)
+			t->spread.max_drawn_ms = delay;
+		info("reconnecting", KV_U("delay_ms", delay),
+		    KV_U("redial_spread_ms", t->spread.spread_ms));
 	} else {
 		if (t->told_ms != 0) {   /* ignored (a benchmark's "before") */
 			t->told++;
@@ -1084,6 +1138,7 @@ tunnel_schedule_reconnect(struct agent_tunnel *t)
 		delay = t->backoff_ms / 2 + jitter % (t->backoff_ms / 2 + 1);
 		info("reconnecting", KV_U("delay_ms", delay));
 	}
+	t->spread_next = false;   /* one draw per loss; then the backoff */
 	tv = runtime_ms_timeval(delay);
 	evtimer_add(t->reconnect_timer, &tv);
 }
@@ -1256,6 +1311,12 @@ agent_tunnel_retry_after(const struct agent_tunnel *t, uint32_t *told,
 {
 	*told = t->told;
 	*early = t->early;
+}
+
+void
+agent_tunnel_spread(const struct agent_tunnel *t, struct agent_spread *out)
+{
+	*out = t->spread;
 }
 
 struct mux *

@@ -52,6 +52,11 @@
  * the second that follows. */
 #define AGENT_RETRY_AFTER_MAX_MS    60000
 #define AGENT_RETRY_AFTER_JITTER_MS 1000
+/* A gateway tells, ahead of time, how widely its agents should spread the
+ * first redial after losing it without a word (SETTINGS
+ * "redial_spread_ms", docs/0035): the agent draws that redial uniformly in
+ * [0, spread], the spread held at most AGENT_REDIAL_SPREAD_MAX_MS. */
+#define AGENT_REDIAL_SPREAD_MAX_MS  300000
 
 /* The keepalive's defaults (`run --ping-interval`, `--ping-timeout`): a
  * tunnel silent for the interval is pinged, and abandoned if nothing comes
@@ -164,6 +169,10 @@ struct agent_tunnel_config {
 	 * if none came: tether-swarm's --ignore-retry-after, for a storm
 	 * benchmark's "before" figure.  false everywhere else. */
 	bool ignore_retry_after;
+	/* The same for the redial spread: the backoff applies after an
+	 * unannounced loss as if no spread had been told (tether-swarm's
+	 * --ignore-redial-spread, a test's control). */
+	bool ignore_redial_spread;
 };
 
 /*
@@ -213,6 +222,23 @@ uint32_t agent_tunnel_dials(const struct agent_tunnel *t);
  * refusal to the next dial. */
 void agent_tunnel_retry_after(const struct agent_tunnel *t, uint32_t *told,
     uint32_t *early);
+/*
+ * The redial spread (docs/0035): the one the gateway told last (0: none,
+ * an older gateway; AGENT_REDIAL_SPREAD_MAX_MS at most); how many redials
+ * after an unannounced loss were drawn in [0, spread] (draws), the sum
+ * and the largest of the delays drawn, and the sum of the waits measured
+ * on the monotonic clock from the loss to the redial's dial (waited_ms:
+ * with ignore_redial_spread, the backoff's waits, counted the same way).
+ */
+struct agent_spread {
+	uint32_t spread_ms;
+	uint32_t draws;
+	uint64_t drawn_ms;
+	uint32_t max_drawn_ms;
+	uint32_t losses;           /* unannounced losses of an established tunnel */
+	uint64_t waited_ms;        /* over those losses' first redials */
+};
+void agent_tunnel_spread(const struct agent_tunnel *t, struct agent_spread *out);
 /* The tunnel's multiplexer while established, else NULL. */
 struct mux *agent_tunnel_mux(const struct agent_tunnel *t);
 

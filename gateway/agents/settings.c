@@ -74,6 +74,7 @@ settings_frame(const struct gateway *gw, struct frame *f)
 
 	memset(f, 0, sizeof(*f));
 	f->type = FRAME_SETTINGS;
+	f->u.settings.redial_spread_ms = gw->redial_spread_ms;
 	if (rotation(gw) != NULL)
 		ca_frame(rotation(gw), &f->u.settings.ca);
 	if (!settings_loaded(gw))
@@ -211,6 +212,45 @@ settings_refresh(struct gateway *gw)
 	}
 }
 
+/* The spread for the tunnels held now; agents told again when it moved
+ * far enough (retry_after_spread_moved), on a tick, never per tunnel. */
+static void
+spread_check(struct gateway *gw)
+{
+	uint32_t tunnels = gw->hub != NULL ? (uint32_t)hub_count(gw->hub) : 0;
+	uint32_t spread = gateway_redial_spread_ms(gw, tunnels);
+	size_t told = 0;
+
+	if (!retry_after_spread_moved(gw->redial_spread_ms, spread))
+		return;
+	gw->redial_spread_ms = spread;
+	if (settings_any(gw) && gw->hub != NULL)
+		told = hub_send_settings(gw->hub);
+	info("settings: the redial spread after an unannounced loss",
+	    KV_U("spread_ms", spread), KV_U("tunnels", tunnels),
+	    KV_U("agents_told", told));
+}
+
+static void
+spread_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	spread_check(arg);
+}
+
+int
+settings_spread_start(struct gateway *gw)
+{
+	struct timeval tv = runtime_ms_timeval(SETTINGS_SPREAD_EVERY_MS);
+
+	spread_check(gw);
+	gw->spread_timer = event_new(gw->base, -1, EV_PERSIST, spread_tick, gw);
+	if (gw->spread_timer == NULL)
+		return -1;
+	return event_add(gw->spread_timer, &tv);
+}
+
 void
 settings_stop(struct gateway *gw)
 {
@@ -218,6 +258,9 @@ settings_stop(struct gateway *gw)
 	if (gw->settings_timer != NULL)
 		event_free(gw->settings_timer);
 	gw->settings_timer = NULL;
+	if (gw->spread_timer != NULL)
+		event_free(gw->spread_timer);
+	gw->spread_timer = NULL;
 }
 
 _Static_assert(sizeof(((struct gateway *)0)->public_urls) == STORE_URLS_MAX + 1,

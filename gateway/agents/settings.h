@@ -14,8 +14,16 @@
  * listener was down.  An agent gets SETTINGS right after WELCOME once the
  * list was read; when the list changes, every agent held here gets it.
  *
+ * And the redial spread ("redial_spread_ms", docs/0035): how widely an
+ * agent that loses this gateway without a word (kill -9, a crash) spreads
+ * its first redial, the tunnels held here over the handshakes the gateway
+ * finishes per second (gateway_redial_spread_ms), checked every
+ * SETTINGS_SPREAD_EVERY_MS and told again only when it grew by a quarter
+ * or halved (retry_after_spread_moved).
+ *
  * Cost: one store read per change heard; one small frame per agent held
- * here per change, and one per tunnel at WELCOME.
+ * here per change (the spread's included: a few per storm, none per
+ * tunnel that comes or goes), and one per tunnel at WELCOME.
  */
 #ifndef TETHER_SETTINGS_H
 #define TETHER_SETTINGS_H
@@ -29,6 +37,7 @@ struct frame_urls;
 struct frame_ca;
 
 #define SETTINGS_RETRY_MS 5000
+#define SETTINGS_SPREAD_EVERY_MS 5000
 
 /* Whether the list was read from the store since start: SETTINGS is sent
  * only then (an agent is never told "none" for want of a read). */
@@ -38,8 +47,8 @@ bool settings_loaded(const struct gateway *gw);
  * is under way (or final).  An agent gets SETTINGS only then. */
 bool settings_any(const struct gateway *gw);
 
-/* Fills f with a SETTINGS frame carrying gw's list (once read) and its CA
- * rotation (when there is one). */
+/* Fills f with a SETTINGS frame carrying gw's list (once read), its CA
+ * rotation (when there is one) and the redial spread (once worked out). */
 void settings_frame(const struct gateway *gw, struct frame *f);
 
 /*
@@ -54,7 +63,13 @@ size_t settings_urls_changed(struct gateway *gw, const char *urls);
  * loop; on a failure, again SETTINGS_RETRY_MS later (until stopped). */
 void settings_refresh(struct gateway *gw);
 
-/* Stops the retries (the gateway is stopping).  Idempotent. */
+/* Works out the redial spread now and every SETTINGS_SPREAD_EVERY_MS on
+ * gw->base (stopped by settings_stop).  0, or -1 out of memory (agents
+ * are told the spread of now, or none, and no more). */
+int settings_spread_start(struct gateway *gw);
+
+/* Stops the retries and the spread's check (the gateway is stopping).
+ * Idempotent. */
 void settings_stop(struct gateway *gw);
 
 /* SETTINGS_ACK "ca"'s held checksums joined by single spaces into out, as

@@ -10,12 +10,14 @@
 #include "gateway.h"
 
 #include <malloc.h>
+#include <stdio.h>
 #include <time.h>
 
 #include <event2/event.h>
 
 #include "agentkey.h"
 #include "log.h"
+#include "loop.h"
 #include "runtime.h"
 
 /* The heap check's tick (gateway.h): a burst of handshakes settled, or
@@ -90,6 +92,88 @@ gateway_retry_after_ms(struct gateway *gw, uint32_t ahead)
 		    r % (gw->drain_jitter_ms + 1) : 0);
 	return retry_after_next(&gw->retry_after, runtime_monotonic_ms(), ahead,
 	    gw->limits.max_handshakes, gw->limits.handshake_timeout_ms, r);
+}
+
+void
+gateway_tls_ended(struct gateway *gw, int64_t began_ms, int busy)
+{
+	gw->tls_ended++;
+	retry_after_done(&gw->tls_rate, began_ms, runtime_monotonic_ms(), busy);
+}
+
+double
+gateway_tls_rate(const struct gateway *gw)
+{
+	return retry_after_rate(&gw->tls_rate, gw->limits.max_tls_handshakes,
+	    gw->limits.tls_handshake_timeout_ms);
+}
+
+/* Loop 0's thread (the process's first): ns on a CPU and ns runnable but
+ * waiting for one, since it started.  -1 where the kernel does not say. */
+static int
+sched_times(uint64_t *run_ns, uint64_t *wait_ns)
+{
+	FILE *f = fopen("/proc/self/schedstat", "re");
+	unsigned long long run, wait;
+	int n;
+
+	if (f == NULL)
+		return -1;
+	n = fscanf(f, "%llu %llu", &run, &wait);
+	fclose(f);
+	if (n != 2)
+		return -1;
+	*run_ns = run;
+	*wait_ns = wait;
+	return 0;
+}
+
+/* Handshakes per CPU second of the loops since the last sample (the first
+ * from the start, which counts the start-up's CPU too), times the share of
+ * a CPU loop 0 got when it wanted one, averaged in once
+ * GATEWAY_SPREAD_SAMPLE ended. */
+static void
+spread_sample(struct gateway *gw)
+{
+	uint64_t n = gw->tls_ended - gw->spread_ended, run = 0, wait = 0;
+	double cpu = 0, r, share = 1.0, dr, dw;
+
+	if (n < GATEWAY_SPREAD_SAMPLE || gw->loops == NULL)
+		return;
+	for (unsigned i = 0; i < gw->nloops; i++)
+		cpu += loop_cpu_seconds(&gw->loops[i]);
+	if (cpu <= gw->spread_cpu_s)
+		return;
+	if (sched_times(&run, &wait) == 0 && run >= gw->spread_run_ns &&
+	    wait >= gw->spread_wait_ns) {
+		dr = (double)(run - gw->spread_run_ns);
+		dw = (double)(wait - gw->spread_wait_ns);
+		if (dr > 0)
+			share = dr / (dr + dw);
+		gw->spread_run_ns = run;
+		gw->spread_wait_ns = wait;
+	}
+	r = (double)n / (cpu - gw->spread_cpu_s) * share;
+	gw->spread_cpu_rate = gw->spread_cpu_rate == 0 ? r :
+	    gw->spread_cpu_rate + (r - gw->spread_cpu_rate) / 4;
+	gw->spread_cpu_s = cpu;
+	gw->spread_ended = gw->tls_ended;
+}
+
+uint32_t
+gateway_redial_spread_ms(struct gateway *gw, uint32_t tunnels)
+{
+	unsigned loops = gw->nloops > 0 ? gw->nloops : 1;
+	double rate;
+
+	spread_sample(gw);
+	if (gw->tls_rate.measured > 0)
+		rate = gw->tls_rate.measured;
+	else if (gw->spread_cpu_rate > 0)
+		rate = gw->spread_cpu_rate * loops;
+	else
+		rate = GATEWAY_SPREAD_GUESS * loops;
+	return retry_after_spread_ms(tunnels, rate, gw->limits.redial_spread_min_ms);
 }
 
 int64_t

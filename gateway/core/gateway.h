@@ -67,6 +67,8 @@ struct gateway_limits {
 	uint32_t http_timeout_ms;       /* TLS handshake + request, or keep-alive idle */
 	uint32_t ping_interval_ms;      /* WebSocket silence before the gateway pings */
 	uint32_t ping_timeout_ms;       /* no answer to that ping: the peer is dropped */
+	uint32_t redial_spread_min_ms;  /* the least redial spread agents are
+	                                   told (SETTINGS, docs/0035) */
 };
 
 #define GATEWAY_DEFAULT_LIMITS { \
@@ -92,6 +94,7 @@ struct gateway_limits {
 	.http_timeout_ms = 20000, \
 	.ping_interval_ms = 20000, \
 	.ping_timeout_ms = 30000, \
+	.redial_spread_min_ms = RA_SPREAD_MIN_MS, \
 }
 
 struct gateway {
@@ -159,6 +162,22 @@ struct gateway {
 	uint32_t handshakes_waiting;
 	struct tunnel_wait *tunnel_wait;
 	void (*handshake_freed)(struct gateway *gw);
+	/* TLS handshakes (docs/0035): their rate, busy while connections wait
+	 * in the TLS queue (server.c feeds it: gateway_tls_ended), which
+	 * bounds what the queue admits; and the redial spread agents are told
+	 * (gateway_redial_spread_ms, settings.c), from that rate or from what
+	 * a handshake costs the loops' CPU, sampled.  Loop 0 only. */
+	struct retry_after tls_rate;
+	uint64_t tls_ended;             /* TLS handshakes ended since start */
+	double spread_cpu_rate;         /* handshakes per CPU second, sampled
+	                                   (a moving average); 0: none yet */
+	double spread_cpu_s;            /* the loops' CPU at the last sample */
+	uint64_t spread_ended;          /* tls_ended then */
+	uint64_t spread_run_ns;         /* loop 0's thread: on a CPU, and */
+	uint64_t spread_wait_ns;        /* runnable but waiting for one, then
+	                                   (/proc/self/schedstat; 0: unread) */
+	uint32_t redial_spread_ms;      /* what agents are told now; 0: none */
+	struct event *spread_timer;     /* settings.c's check, or NULL */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
 	int require_proxy_header;         /* --require-proxy-header: and must */
@@ -231,6 +250,38 @@ void gateway_handshake_freed(struct gateway *gw, int64_t began_ms);
  * Loop thread only.  Cost: O(1) and 4 random bytes.
  */
 uint32_t gateway_retry_after_ms(struct gateway *gw, uint32_t ahead);
+
+/*
+ * A TLS handshake that took its slot at began_ms (monotonic) ended, either
+ * way; busy: connections were waiting in the TLS queue (the gateway, not
+ * the demand, was the limit).  Feeds gw->tls_rate.  Loop 0 only.  O(1).
+ */
+void gateway_tls_ended(struct gateway *gw, int64_t began_ms, int busy);
+
+/*
+ * TLS handshakes the gateway finishes per second: measured over busy
+ * windows, or before one max_tls_handshakes over the mean time a
+ * handshake held its slot (retry_after_rate).  Loop 0 only.  O(1).
+ */
+double gateway_tls_rate(const struct gateway *gw);
+
+/*
+ * The redial spread to tell agents when `tunnels` are held (docs/0035):
+ * retry_after_spread_ms at the TLS rate measured while busy, or, before
+ * any busy window, at the handshakes one CPU second of the loops finished
+ * (sampled here once GATEWAY_SPREAD_SAMPLE handshakes ended since the last
+ * sample: an under-estimate, the loops do more than handshakes) times the
+ * loops, times the share of the CPU loop 0 got when it wanted one in that
+ * sample (on a CPU over on a CPU or waiting in the run queue, the kernel's
+ * schedstat: a machine shared with other work finishes fewer handshakes a
+ * second than their CPU cost says; 1 where it cannot be read), or
+ * GATEWAY_SPREAD_GUESS per loop before any sample.  At least
+ * limits.redial_spread_min_ms.  Loop 0 only.  Cost: one CPU clock read
+ * per loop, and a read of /proc/self/schedstat per sample.
+ */
+#define GATEWAY_SPREAD_SAMPLE 64
+#define GATEWAY_SPREAD_GUESS  200.0
+uint32_t gateway_redial_spread_ms(struct gateway *gw, uint32_t tunnels);
 
 /* Unix time in seconds and milliseconds (wall clock). */
 int64_t gateway_now(void);

@@ -77,7 +77,11 @@ static struct prom_metric tls_waiting = {
 };
 static struct prom_metric tls_shed = {
 	.name = "tether_tls_shed_total", .kind = PROM_COUNTER,
-	.help = "Connections closed unread: their client closed while waiting for a TLS slot, or they waited over half of --handshake-timeout.",
+	.help = "Connections closed unread: their client closed while waiting for a TLS slot, they waited over half of --handshake-timeout, or the queue held what it finishes in that time (closed at accept).",
+};
+static struct prom_metric tls_shed_accept = {
+	.name = "tether_tls_shed_at_accept_total", .kind = PROM_COUNTER,
+	.help = "Of tether_tls_shed_total, the connections closed at accept: the TLS queue held what its handshakes finish in half of --handshake-timeout.",
 };
 static struct prom_metric loop_handshakes = {
 	.name = "tether_loop_tls_handshakes_total", .kind = PROM_COUNTER,
@@ -136,7 +140,7 @@ static struct prom_metric store_duration = {
 static struct prom_metric *const families[] = {
 	&build_info, &agents, &agents_offline, &agents_by_version, &agents_new_ca,
 	&ca_rotation, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
-	&tls_shed, &loop_handshakes, &loop_cpu, &store_up, &cert_expiry, &handshakes, &registrations,
+	&tls_shed, &tls_shed_accept, &loop_handshakes, &loop_cpu, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
@@ -213,6 +217,12 @@ metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed)
 	prom_set(&tls_handshaking, NULL, (double)in_progress);
 	prom_set(&tls_waiting, NULL, (double)waiting);
 	prom_set(&tls_shed, NULL, (double)shed);
+}
+
+void
+metrics_tls_shed_at_accept(uint64_t shed)
+{
+	prom_set(&tls_shed_accept, NULL, (double)shed);
 }
 
 void

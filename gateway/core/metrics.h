@@ -121,6 +121,8 @@ void metrics_peer_certificate(int64_t not_after);
 /* The TLS admission's gauges and counter, set before each exposition
  * (server_tls_admission). */
 void metrics_tls_admission(uint32_t in_progress, uint32_t waiting, uint64_t shed);
+/* Of the shed, those closed at accept (server_tls_shed_at_accept). */
+void metrics_tls_shed_at_accept(uint64_t shed);
 /* Event loop number loop (--workers): its TLS handshakes finished and its
  * thread's CPU seconds, both since start (server_loop_stats).  Under
  * metrics_lock. */

@@ -73,3 +73,23 @@ retry_after_next(struct retry_after *ra, int64_t now_ms, uint32_t ahead,
 		wait = RA_MAX_MS;
 	return (uint32_t)wait;
 }
+
+uint32_t
+retry_after_spread_ms(uint32_t tunnels, double rate, uint32_t min_ms)
+{
+	double ms = (double)tunnels * 1000.0 / (rate > 1.0 ? rate : 1.0);
+	double lo = min_ms != 0 ? min_ms : RA_SPREAD_MIN_MS;
+
+	if (lo > RA_SPREAD_MAX_MS)
+		lo = RA_SPREAD_MAX_MS;
+	if (ms < lo)
+		ms = lo;
+	return ms > RA_SPREAD_MAX_MS ? RA_SPREAD_MAX_MS : (uint32_t)ms;
+}
+
+int
+retry_after_spread_moved(uint32_t told, uint32_t now)
+{
+	return told == 0 || (uint64_t)now * 4 >= (uint64_t)told * 5 ||
+	    (uint64_t)told >= (uint64_t)now * 2;
+}

@@ -76,4 +76,28 @@ double retry_after_rate(const struct retry_after *ra, uint32_t capacity,
 uint32_t retry_after_next(struct retry_after *ra, int64_t now_ms,
     uint32_t ahead, uint32_t capacity, uint32_t timeout_ms, uint32_t jitter);
 
+/*
+ * The redial spread (docs/0035, "Told ahead of time"): how widely agents
+ * that lose this gateway without a word (kill -9, a crash: no RECONNECT)
+ * should spread their first redial, so that the replacement takes them
+ * about as fast as it can: tunnels over the handshakes it can finish per
+ * second, at least min_ms (RA_SPREAD_MIN_MS when 0), at most
+ * RA_SPREAD_MAX_MS.  rate <= 0 counts as 1 per second.  Told in SETTINGS
+ * "redial_spread_ms"; the agent draws its first redial in [0, spread].
+ */
+#define RA_SPREAD_MIN_MS 500
+#define RA_SPREAD_MAX_MS 300000
+uint32_t retry_after_spread_ms(uint32_t tunnels, double rate, uint32_t min_ms);
+
+/*
+ * Whether a spread computed now differs enough from the one agents were
+ * told to tell them again: wider by a quarter or more (a spread told too
+ * narrow brings the agents back faster than they can be taken), narrower
+ * by half or more (too wide only slows them), or none was told (told 0).
+ * Retelling is one frame per agent, so it happens on such moves only,
+ * never per tunnel that comes or goes: in a ramp from nothing to N tunnels
+ * about 5 N frames in all (a geometric series of ratio 4/5).
+ */
+int retry_after_spread_moved(uint32_t told, uint32_t now);
+
 #endif

@@ -34,6 +34,7 @@ metrics_render(void *arg, size_t *len)
 	store_up = notices_store_problem(gw, why, sizeof(why)) == NULL;
 	metrics_lock();
 	metrics_tls_admission(tls_handshaking, tls_waiting, tls_shed);
+	metrics_tls_shed_at_accept(server_tls_shed_at_accept(gw));
 	for (unsigned i = 0; i < server_loops(gw); i++) {
 		uint64_t handshakes;
 		double cpu;

@@ -140,6 +140,9 @@ struct server {
 	uint32_t qhead, qlen;
 	int listener_paused;              /* by a full queue */
 	uint64_t shed;                    /* waited past the handshake timeout */
+	uint64_t shed_at_accept;          /* of them, closed at accept (the
+	                                   * queue held what it finishes in
+	                                   * time: tls_queue_room) */
 	/* Per source (docs/0028): slots and queue places held, at most
 	 * --max-tls-per-source each. */
 	struct srccount *tls_sources;
@@ -256,7 +259,8 @@ static void hconn_process(struct hconn *h);
 static void hconn_kick_read(struct hconn *h);
 static void hconn_linger(struct hconn *h);
 static void tls_slot_free(struct hconn *h);
-static void tls_slot_release(struct server *srv, const char *peer, int exempt);
+static void tls_slot_release(struct server *srv, const char *peer, int exempt,
+    int64_t began_ms);
 static void hconn_tls_timer(struct hconn *h);
 static int conn_admit(struct server *srv, const char *peer, int exempt);
 
@@ -1372,7 +1376,7 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 		if (!tj->exempt)
 			srccount_put(srv->http_sources, tj->peer);
 	}
-	tls_slot_release(srv, tj->peer, tj->exempt);
+	tls_slot_release(srv, tj->peer, tj->exempt, tj->job.since_ms);
 	free(tj);
 }
 
@@ -1437,12 +1441,14 @@ tls_waiter_gone(evutil_socket_t fd)
  * RECONNECT (its dial must fail now, not at its 10 s deadline, so that it
  * lets the draining tunnel go: docs/0017). */
 static void
-tls_slot_release(struct server *srv, const char *peer, int exempt)
+tls_slot_release(struct server *srv, const char *peer, int exempt,
+    int64_t began_ms)
 {
 	struct gateway *gw = srv->gw;
 	uint32_t cap = gw->limits.max_tls_queue;
 	int64_t now = runtime_monotonic_ms();
 
+	gateway_tls_ended(gw, began_ms, srv->qlen > 0);
 	srv->tls_handshakes--;
 	if (!exempt)
 		srccount_put(srv->tls_sources, peer);
@@ -1477,7 +1483,28 @@ tls_slot_free(struct hconn *h)
 {
 	h->tls_counted = 0;
 	h->srv->loop_inflight[0]--;
-	tls_slot_release(h->srv, h->peer, h->exempt);
+	tls_slot_release(h->srv, h->peer, h->exempt, h->tls_since_ms);
+}
+
+/*
+ * How many connections the TLS queue takes now (docs/0035): what the TLS
+ * handshakes finish, at the rate measured (gateway_tls_rate), before a
+ * waiting connection is closed unread (half of --handshake-timeout,
+ * tls_slot_release); at least a slot's worth, at most --max-tls-queue.  One
+ * more would wait that long for nothing: it is closed at accept instead
+ * (conn_start), at once, and its agent redials on its backoff or its
+ * redial spread while those taken finish.  Cost: O(1).
+ */
+static uint32_t
+tls_queue_room(const struct server *srv)
+{
+	const struct gateway_limits *l = &srv->gw->limits;
+	double room = gateway_tls_rate(srv->gw) *
+	    (double)(l->handshake_timeout_ms / 2) / 1000.0;
+
+	if (room < (double)l->max_tls_handshakes)
+		room = (double)l->max_tls_handshakes;
+	return room >= (double)l->max_tls_queue ? l->max_tls_queue : (uint32_t)room;
 }
 
 /* No slot free: the connection waits, unencrypted and unread. */
@@ -1576,6 +1603,15 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
 	    srv->qlen == 0) {
 		tls_start(srv, fd, peer, port, exempt);
+	} else if (port == PORT_TLS && srv->qlen >= tls_queue_room(srv)) {
+		/* It would wait past what it may: told nothing either way
+		 * (there is no TLS yet to say it with), at once is cheaper. */
+		srv->shed++;
+		srv->shed_at_accept++;
+		conn_refused(srv, peer, "TLS queue holds what it can finish in time");
+		if (!exempt)
+			srccount_put(srv->tls_sources, peer);
+		evutil_closesocket(fd);
 	} else {
 		tls_wait(srv, fd, peer, port, exempt);
 	}
@@ -2014,6 +2050,12 @@ server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
 	*handshaking = srv != NULL ? srv->tls_handshakes : 0;
 	*waiting = srv != NULL ? srv->qlen : 0;
 	*shed = srv != NULL ? srv->shed : 0;
+}
+
+uint64_t
+server_tls_shed_at_accept(const struct gateway *gw)
+{
+	return gw->server != NULL ? gw->server->shed_at_accept : 0;
 }
 
 unsigned

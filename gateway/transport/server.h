@@ -32,6 +32,9 @@ int server_start(struct gateway *gw, const struct route *const *routes,
  * waited over half of --handshake-timeout) since start.  Zeros before server_start. */
 void server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
     uint32_t *waiting, uint64_t *shed);
+/* Of those shed, the ones closed at accept because the queue held what
+ * the TLS handshakes finish in time (docs/0035).  0 before server_start. */
+uint64_t server_tls_shed_at_accept(const struct gateway *gw);
 int server_port(struct gateway *gw);
 /* The event loops serving (gw->workers, docs/0032): loop 0 is gw->base,
  * the others run TLS handshakes only.  0 before server_start. */

@@ -156,6 +156,15 @@ swarm_sum() {
 	done
 	echo "$t"
 }
+# swarm_max NAME: the largest of NAME's values on each swarm's last line.
+swarm_max() {
+	local f m=0 v
+	for f in "${OUTS[@]}"; do
+		v=$(grep '^swarm ms=' "$f" | tail -n 1 | grep -o " $1=[0-9]*" | cut -d= -f2)
+		[ "${v:-0}" -le "$m" ] || m=$v
+	done
+	echo "$m"
+}
 # probe_stats FILE FROM_MS TO_MS: "n p50_max_ms p99_max_ms max_ms lost" of
 # the probe lines in that window (per-interval p50/p99: the worst interval).
 probe_stats() {
@@ -207,13 +216,16 @@ read -r idle_n idle_p50 idle_p99 idle_max idle_lost < <(probe_stats "$W/logs/pro
 
 # storm K LOOPS: stop the gateway (SIGTERM or SIGKILL), start one with
 # LOOPS loops, wait until all are back; the figures go to R_*[K].
-declare -a R_stop R_back R_total R_probe R_dials R_nogw R_refused R_shed R_gcpu R_scpu R_loops R_load R_st R_af
+declare -a R_stop R_back R_total R_probe R_dials R_nogw R_refused R_shed R_gcpu R_scpu R_loops R_load R_st R_af R_spread R_draws R_accept
 storm() {
 	local k=$1 loops=$2 t_stop t_down t_up d0 d_up d1 s0 s1_ g0 g1 back_ms probe_back st af
 	say "storm $((k + 1)): kill -$KILL, then a gateway with ${loops:-its default} loop(s)"
 	t_stop=$(now_ms)
 	d0=$(swarm_sum dials)
 	s0=$(swarm_ticks)
+	R_spread[k]=$(swarm_max spread_ms)
+	local w0
+	w0=$(swarm_sum draws)
 	kill "-$KILL" "$GW_PID"
 	wait "$GW_PID" 2>/dev/null || true
 	t_down=$(now_ms)
@@ -225,6 +237,7 @@ storm() {
 	back_ms=$(all_back "$t_stop" 900) || die "not all back after 900 s: $(swarm_sum active) of $N"
 	g1=$(cpu_ticks "$GW_PID") s1_=$(swarm_ticks)
 	d1=$(swarm_sum dials)
+	R_draws[k]=$(($(swarm_sum draws) - w0))
 	probe_back=$(wait_line "$W/logs/probe.out" "$t_stop" 60) || probe_back=never
 	R_load[k]=$(cut -d' ' -f1 /proc/loadavg)
 	sleep 5
@@ -239,6 +252,7 @@ storm() {
 	R_nogw[k]="$((d_up - d0)) / $((d1 - d_up)) ($(echo "scale=2; ($d1 - $d_up) / $N" | bc))"
 	R_refused[k]=$(grep -c 'refusing a tunnel: too many handshakes' "$GW_LOG" || true)
 	R_shed[k]=$(metric tether_tls_shed_total) || R_shed[k]='?'
+	R_accept[k]=$(metric tether_tls_shed_at_accept_total) || R_accept[k]='?'
 	R_gcpu[k]=$(s1 "($g1 - $g0) / $TICKS")
 	R_scpu[k]=$(s1 "($s1_ - $s0) / $TICKS")
 	# Per loop, since the new start: "loop handshakes/cpu_s" words.
@@ -272,10 +286,13 @@ row() { local line="| $1 |"; shift; for v in "$@"; do line+=" $v |"; done; echo 
 	row "all active again, from the stop (s)" "${R_total[@]}"
 	row "load average (1 min) when all were back" "${R_load[@]}"
 	row "probe tunnel back at (s after the new start)" "${R_probe[@]}"
+	row "redial spread told before the stop (ms, SETTINGS)" "${R_spread[@]}"
+	row "first redials drawn in that spread" "${R_draws[@]}"
 	row "dials during the storm (per agent)" "${R_dials[@]}"
 	row "of them before / after the new gateway was ready (after, per agent)" "${R_nogw[@]}"
 	row "upgrades answered 503 (--max-handshakes, after --handshake-wait)" "${R_refused[@]}"
 	row "connections shed by the TLS queue (tether_tls_shed_total)" "${R_shed[@]}"
+	row "of them closed at accept (the queue held what it finishes in time)" "${R_accept[@]}"
 	row "gateway CPU during the storm (s)" "${R_gcpu[@]}"
 	row "swarms' CPU during the storm (s)" "${R_scpu[@]}"
 	nl=$(for k in "${!LOOPS[@]}"; do wc -w <<<"${R_loops[k]}"; done | sort -n | tail -n 1)

@@ -18,6 +18,8 @@
  *
  *   swarm ms=WALL agents=N started=S established=E active=A stopped=X
  *         dials=D streams=K echoed=BYTES told=T early=Y max_dials=M
+ *         spread_ms=S losses=L draws=R drawn_ms=SUM max_drawn_ms=X
+ *         waited_ms=W
  *         [probe_n=.. probe_p50_us=.. probe_p99_us=.. probe_max_us=..
  *         probe_lost=..]
  *
@@ -25,7 +27,11 @@
  * whose agent state is `active`; stopped: agents refused for good; told:
  * refusals that said when to come back (Retry-After, an ERROR's
  * retry_after_ms); early: dials made before that moment, 0 unless
- * --ignore-retry-after; max_dials: the most one agent dialled), and
+ * --ignore-retry-after; max_dials: the most one agent dialled; spread_ms:
+ * the largest redial spread a gateway told an agent (docs/0035); losses:
+ * established tunnels lost without a word; draws: first redials drawn in
+ * [0, spread], their delays' sum and largest; waited_ms: the measured
+ * waits from each such loss to its next dial, summed), and
  * `swarm all_active ms=WALL` each time every agent becomes active again.
  * --probe makes agent 1 send a tunnel PING every 100 ms and report the
  * round trips of the interval: an established tunnel's latency while the
@@ -104,6 +110,7 @@ struct swarm {
 	const char *ca_file, *prefix;
 	uint32_t ping_interval_ms, ping_timeout_ms;
 	bool ignore_retry_after;
+	bool ignore_redial_spread;
 	struct event *starter, *reporter, *prober, *stopper, *sigterm, *sigint;
 	uint32_t report_ms, seconds;
 	/* --probe */
@@ -289,6 +296,7 @@ swarm_start_one(struct swarm *sw, struct swarm_agent *a, uint32_t index)
 		.hooks = &swarm_hooks,
 		.arg = a,
 		.ignore_retry_after = sw->ignore_retry_after,
+		.ignore_redial_spread = sw->ignore_redial_spread,
 	};
 
 	a->sw = sw;
@@ -333,10 +341,19 @@ swarm_report(evutil_socket_t fd, short what, void *arg)
 {
 	struct swarm *sw = arg;
 	struct timeval tv = runtime_ms_timeval(sw->report_ms);
-	uint64_t dials = 0, told = 0, early = 0;
-	uint32_t n, t, e, d, max_dials = 0;
+	uint64_t dials = 0, told = 0, early = 0, drawn = 0, waited = 0;
+	uint32_t n, t, e, d, max_dials = 0, spread = 0, max_drawn = 0;
+	uint32_t losses = 0, draws = 0;
+	struct agent_spread sp;
 
 	for (uint32_t i = 0; i < sw->started; i++) {
+		agent_tunnel_spread(sw->agents[i].t, &sp);
+		spread = sp.spread_ms > spread ? sp.spread_ms : spread;
+		max_drawn = sp.max_drawn_ms > max_drawn ? sp.max_drawn_ms : max_drawn;
+		losses += sp.losses;
+		draws += sp.draws;
+		drawn += sp.drawn_ms;
+		waited += sp.waited_ms;
 		d = agent_tunnel_dials(sw->agents[i].t);
 		dials += d;
 		max_dials = d > max_dials ? d : max_dials;
@@ -347,10 +364,12 @@ swarm_report(evutil_socket_t fd, short what, void *arg)
 	printf("swarm ms=%" PRId64 " agents=%" PRIu32 " started=%" PRIu32
 	    " established=%" PRIu32 " active=%" PRIu32 " stopped=%" PRIu32
 	    " dials=%" PRIu64 " streams=%" PRIu64 " echoed=%" PRIu64
-	    " told=%" PRIu64 " early=%" PRIu64 " max_dials=%" PRIu32,
+	    " told=%" PRIu64 " early=%" PRIu64 " max_dials=%" PRIu32
+	    " spread_ms=%" PRIu32 " losses=%" PRIu32 " draws=%" PRIu32
+	    " drawn_ms=%" PRIu64 " max_drawn_ms=%" PRIu32 " waited_ms=%" PRIu64,
 	    now_us(CLOCK_REALTIME) / 1000, sw->n, sw->started, sw->established,
 	    sw->active, sw->stopped, dials, sw->streams, sw->echoed, told, early,
-	    max_dials);
+	    max_dials, spread, losses, draws, drawn, max_drawn, waited);
 	if (sw->probe) {
 		n = sw->nsamples;
 		qsort(sw->samples, n, sizeof(sw->samples[0]), cmp_i64);
@@ -401,7 +420,8 @@ usage(const char *why)
 	    "usage: tether-swarm --join FILE --ca-file FILE --agents N [--first K]\n"
 	    "         [--prefix NAME] [--rate PER_S] [--ping-interval MS]\n"
 	    "         [--ping-timeout MS] [--report-ms MS] [--seconds S] [--probe]\n"
-	    "         [--ignore-retry-after] [--log-level LEVEL]\n"
+	    "         [--ignore-retry-after] [--ignore-redial-spread]\n"
+	    "         [--log-level LEVEL]\n"
 	    "  --join FILE      the join document of a multi-use import token\n"
 	    "                   (tetherctl token create --uses N)\n"
 	    "  --ca-file FILE   the gateway's CA certificate (PEM)\n"
@@ -417,6 +437,8 @@ usage(const char *why)
 	    "  --probe          agent K pings every 100 ms; report round trips\n"
 	    "  --ignore-retry-after  count the gateway's retry-after but redial\n"
 	    "                   on the agents' own backoff (a benchmark's before)\n"
+	    "  --ignore-redial-spread  after a loss nobody announced, redial on\n"
+	    "                   the backoff, not in the gateway's spread\n"
 	    "  --log-level L    the agents' log level (default error)\n");
 	exit(2);
 }
@@ -492,6 +514,7 @@ swarm_parse(struct swarm *sw, int argc, char **argv)
 		{ "seconds", required_argument, NULL, 's' },
 		{ "probe", no_argument, NULL, 'P' },
 		{ "ignore-retry-after", no_argument, NULL, 'I' },
+		{ "ignore-redial-spread", no_argument, NULL, 'S' },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -519,6 +542,7 @@ swarm_parse(struct swarm *sw, int argc, char **argv)
 		case 's': sw->seconds = parse_u32(optarg, "--seconds"); break;
 		case 'P': sw->probe = true; break;
 		case 'I': sw->ignore_retry_after = true; break;
+		case 'S': sw->ignore_redial_spread = true; break;
 		case 'l':
 			if (log_level_parse(optarg, &level) != 0)
 				usage("--log-level: debug, info, warn or error");

@@ -22,6 +22,14 @@
 # 3. A control swarm that counts the same refusals but ignores them
 #    (--ignore-retry-after, the old backoff) is caught redialling early:
 #    the check of 2 can fail.
+# 4. Told ahead of time (SETTINGS "redial_spread_ms"): N agents and a
+#    control swarm of N/2 that ignores the spread (--ignore-redial-spread)
+#    lose the gateway to a kill -9 (nothing said) and a new one starts on
+#    the same data.  Each of the N agents drew its first redial once, in
+#    [0, the spread it was told] (at least --redial-spread-min 6000), and
+#    waited on average more than a quarter of it, measured from the loss to
+#    the dial; the control waited less (its backoff: the check can fail);
+#    the N agents dialled the new gateway at most 1.3 times each.
 # Counts only: timing lives in tests/bench/storm_retry.sh.
 source "$(dirname "$0")/lib.sh"
 
@@ -32,7 +40,7 @@ CAPS=(--max-handshakes 8 --hello-timeout 10000 --max-handshakes-per-source 10000
 gateway_init
 gateway_start "${CAPS[@]}"
 cid=$(cluster_create storm)
-ctl token create --cluster "$cid" --uses $((3 * N)) >"$T/join.json"
+ctl token create --cluster "$cid" --uses $((4 * N)) >"$T/join.json"
 
 # field FILE NAME: NAME's value on FILE's last report line.
 field() { grep '^swarm ms=' "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2; }
@@ -113,4 +121,60 @@ pass "control: ignoring the retry-after, $(field "$T/ignore.out" early) dials ca
 	"(told $(field "$T/ignore.out" told) times)"
 kill -TERM "$SWARM_PID"
 wait "$SWARM_PID" || fail "tether-swarm exited $? after SIGTERM"
+gateway_stop
+
+# 4. kill -9: the agents spread their first redial as the gateway told them.
+SPREAD_CAPS=(--redial-spread-min 6000 --hello-timeout 10000 --max-handshakes-per-source 100000
+	--max-tls-per-source 100000 --max-connections-per-source 100000)
+gateway_start "${SPREAD_CAPS[@]}"
+run_swarm "$T/spread.out" spread
+spread_pid=$SWARM_PID
+N_CONTROL=$((N / 2))
+"$SWARM" --join "$T/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$N_CONTROL" \
+	--prefix spreadless --rate 200 --report-ms 100 --log-level error \
+	--ignore-redial-spread >"$T/spreadless.out" 2>>"$T/swarm.log" &
+control_pid=$!
+PIDS+=("$control_pid")
+told_spread() { [ "$(field "$1" spread_ms)" -ge 6000 ]; }
+wait_until 240 "$N agents active" all_active "$T/spread.out" "$N"
+wait_until 240 "$N_CONTROL control agents active" all_active "$T/spreadless.out" "$N_CONTROL"
+wait_until 30 "the agents told a redial spread" told_spread "$T/spread.out"
+wait_until 30 "the control agents told a redial spread" told_spread "$T/spreadless.out"
+d0=$(field "$T/spread.out" dials)
+kill -KILL "$GW_PID"
+wait "$GW_PID" 2>/dev/null || true
+lost() { [ "$(field "$1" losses)" -ge "$2" ]; }
+wait_until 30 "every agent saw its tunnel lost" lost "$T/spread.out" "$N"
+wait_until 30 "every control agent saw its tunnel lost" lost "$T/spreadless.out" "$N_CONTROL"
+gateway_start "${SPREAD_CAPS[@]}"
+# As in storm: the dials counted from the first report after readiness
+# (those that found no gateway before are the restart's, not the storm's).
+n0=$(grep -c '^swarm ms=' "$T/spread.out")
+wait_until 10 "a swarm report after the restart" \
+	bash -c "[ \$(grep -c '^swarm ms=' '$T/spread.out') -gt $n0 ]"
+d1=$(field "$T/spread.out" dials)
+wait_until 240 "$N agents active again after the kill" all_active "$T/spread.out" "$N"
+wait_until 240 "$N_CONTROL control agents active again" all_active "$T/spreadless.out" "$N_CONTROL"
+S=$(field "$T/spread.out" spread_ms)
+draws=$(field "$T/spread.out" draws) drawn=$(field "$T/spread.out" drawn_ms)
+max_drawn=$(field "$T/spread.out" max_drawn_ms) waited=$(field "$T/spread.out" waited_ms)
+dials=$(( $(field "$T/spread.out" dials) - d1 ))
+[ "$draws" -eq "$N" ] || fail "$draws of $N agents drew their redial in the spread told ($S ms)"
+[ "$max_drawn" -le "$S" ] || fail "a redial drawn $max_drawn ms out, past the spread told ($S ms)"
+[ $((waited * 4)) -ge $((N * S)) ] ||
+	fail "the agents waited $((waited / N)) ms on average after the loss: not spread over $S ms"
+[ $((dials * 10)) -le $((N * 13)) ] ||
+	fail "kill -9: $dials dials for $N agents, over 1.3 per agent"
+pass "kill -9: $N agents each drew their first redial in [0, $S ms] (mean" \
+	"$((drawn / N)) ms drawn, $((waited / N)) ms waited), $dials dials on the" \
+	"new gateway ($((d1 - d0)) before it was ready)"
+c_draws=$(field "$T/spreadless.out" draws) c_waited=$(field "$T/spreadless.out" waited_ms)
+[ "$c_draws" -eq 0 ] || fail "the control swarm drew $c_draws redials in a spread"
+[ $((c_waited * 4)) -lt $((N_CONTROL * S)) ] ||
+	fail "the control swarm (its backoff) waited $((c_waited / N_CONTROL)) ms on average: the check cannot fail"
+pass "control: ignoring the spread, its agents waited $((c_waited / N_CONTROL)) ms on average"
+for p in "$spread_pid" "$control_pid"; do
+	kill -TERM "$p"
+	wait "$p" || fail "tether-swarm exited $? after SIGTERM"
+done
 gateway_stop

@@ -123,6 +123,7 @@ sample(enum frame_type type, struct frame *f)
 			strcpy(f->u.settings.ca.held[1], SUM_B);
 			break;
 		}
+		f->u.settings.redial_spread_ms = 12345;
 		f->u.settings.ca.phase = FRAME_CA_OVERLAP;
 		f->u.settings.ca.next_len = 600;
 		fill(f->u.settings.ca.next, 600, 15);
@@ -363,6 +364,14 @@ test_roundtrip_variants(void **state)
 	f.u.settings.ca.nheld = 1;
 	CLEAR(f.u.settings.ca.held[1]);
 	roundtrip(&f);
+	/* "redial_spread_ms" (docs/0035): alone, and at its largest. */
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_SETTINGS;
+	f.u.settings.redial_spread_ms = 500;
+	roundtrip(&f);
+	f.u.settings.redial_spread_ms = UINT32_MAX;
+	roundtrip(&f);
+	sample(FRAME_SETTINGS_ACK, &f);
 	f.u.settings.ca.nheld = FRAME_CA_MAX_HELD;
 	for (size_t i = 0; i < FRAME_CA_MAX_HELD; i++)
 		strcpy(f.u.settings.ca.held[i], i % 2 ? SUM_A : SUM_B);
@@ -480,6 +489,28 @@ test_golden_bytes(void **state)
 		out = encode_ok(&f, &len);
 		assert_int_equal(len, sizeof(settings));
 		assert_memory_equal(out, settings, len);
+		free(out);
+	}
+
+	/* SETTINGS "redial_spread_ms" (docs/0035): a uint, last; never in
+	 * the ACK (the agent does not echo it). */
+	{
+		static const uint8_t spread[] = { 0x92, 0x0e, 0x81,
+		    0xb0, 'r', 'e', 'd', 'i', 'a', 'l', '_', 's', 'p', 'r', 'e',
+		    'a', 'd', '_', 'm', 's', 0xcd, 0x75, 0x30 };
+		static const uint8_t ack_none[] = { 0x92, 0x0f, 0x80 };
+
+		memset(&f, 0, sizeof(f));
+		f.type = FRAME_SETTINGS;
+		f.u.settings.redial_spread_ms = 30000;
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(spread));
+		assert_memory_equal(out, spread, len);
+		free(out);
+		f.type = FRAME_SETTINGS_ACK;
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(ack_none));
+		assert_memory_equal(out, ack_none, len);
 		free(out);
 	}
 
@@ -697,6 +728,15 @@ static const struct edit edits[] = {
 	KEY(FRAME_SETTINGS, "urls", STR("https://a"), "SETTINGS: \"urls\" is not an array"),
 	KEY(FRAME_SETTINGS_ACK, "urls", NIL, "SETTINGS_ACK: \"urls\" is not an array"),
 	{ FRAME_SETTINGS, ADD, "ca_bundle", 0, STR("-----BEGIN"), NULL },
+
+	/* SETTINGS "redial_spread_ms" (docs/0035): optional, a u32; an
+	 * ACK's is a key it does not have (skipped). */
+	MISSING(FRAME_SETTINGS, "redial_spread_ms", NULL),
+	KEY(FRAME_SETTINGS, "redial_spread_ms", UINT(0), NULL),
+	KEY(FRAME_SETTINGS, "redial_spread_ms", STR("1"), "SETTINGS: \"redial_spread_ms\" is not an integer"),
+	KEY(FRAME_SETTINGS, "redial_spread_ms", NEG(-1), "SETTINGS: \"redial_spread_ms\" is negative"),
+	KEY(FRAME_SETTINGS, "redial_spread_ms", UINT(1ULL << 32), "SETTINGS: \"redial_spread_ms\" is out of range"),
+	{ FRAME_SETTINGS_ACK, ADD, "redial_spread_ms", 0, UINT(500), NULL },
 
 	/* SETTINGS "ca": each direction's members, bounded, nothing else */
 	MISSING(FRAME_SETTINGS, "ca", NULL),

@@ -141,6 +141,29 @@ test_bounds_and_horizon(void **state)
 	assert_int_equal(w, RA_MIN_MS);
 }
 
+/* The redial spread: tunnels over the rate, bounded; retold only when it
+ * grew by a quarter or halved (or was never told). */
+static void
+test_spread(void **state)
+{
+	(void)state;
+	assert_int_equal(retry_after_spread_ms(19800, 200.0, 0), 99000);
+	assert_int_equal(retry_after_spread_ms(100, 1000.0, 0), RA_SPREAD_MIN_MS);
+	assert_int_equal(retry_after_spread_ms(0, 0.0, 0), RA_SPREAD_MIN_MS);
+	assert_int_equal(retry_after_spread_ms(100, 1000.0, 4000), 4000);
+	assert_int_equal(retry_after_spread_ms(100, 0.0, 0), 100000);
+	assert_int_equal(retry_after_spread_ms(UINT32_MAX, 1.0, 0), RA_SPREAD_MAX_MS);
+	assert_int_equal(retry_after_spread_ms(1, 1.0, UINT32_MAX), RA_SPREAD_MAX_MS);
+	assert_true(retry_after_spread_moved(0, 500));
+	assert_false(retry_after_spread_moved(500, 500));
+	assert_false(retry_after_spread_moved(500, 624));
+	assert_true(retry_after_spread_moved(500, 625));
+	assert_true(retry_after_spread_moved(500, 1000));
+	assert_false(retry_after_spread_moved(1000, 501));
+	assert_true(retry_after_spread_moved(1000, 500));
+	assert_true(retry_after_spread_moved(RA_SPREAD_MAX_MS, RA_SPREAD_MIN_MS));
+}
+
 int
 main(void)
 {
@@ -150,6 +173,7 @@ main(void)
 		cmocka_unit_test(test_slots_spread),
 		cmocka_unit_test(test_ahead_and_jitter),
 		cmocka_unit_test(test_bounds_and_horizon),
+		cmocka_unit_test(test_spread),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
