@@ -140,15 +140,30 @@ store_snapshot() {
 	pg_query "SELECT string_agg(id || ':' || uses_left || ':' || revoked, ',' ORDER BY id) FROM tokens"
 	pg_query "SELECT count(*) FROM clusters"
 }
+utc_now() { date -u +%H:%M:%S.%3N; }  # the logs' time= clock
+# window_logs FROM TO: the lines of every replica's and agent's log whose
+# time= (UTC, HH:MM:SS.mmm) falls in [FROM, TO], each prefixed with its
+# file: what a failed request's moment looked like on every side.
+window_logs() {
+	local f
+	for f in "$T"/replica?.log "$T"/client-*.log; do
+		awk -v from="$1" -v to="$2" -v name="${f##*/}" \
+			'match($0, /time=[0-9-]+T[0-9:.]+/) {
+				t = substr($0, RSTART + 16, 12)
+				if (t >= from && t <= to) print name ": " $0 }' "$f"
+	done
+}
+# shift_time HH:MM:SS.mmm SECONDS: the same clock time moved by SECONDS
+shift_time() { date -u -d "today $1 UTC $2 seconds" +%H:%M:%S.%3N; }
 load_loop() { # until $T/stop: ssh via connect and kubectl, one line per request
 	local i=0 n
 	while [ ! -e "$T/stop" ]; do
 		n=${NODES[$((i % 3))]}
-		if ssh_ok "$LB_URL" "$n"; then echo "ok ssh $n"; else echo "FAIL ssh $n $(date +%T.%N)"; fi
+		if ssh_ok "$LB_URL" "$n"; then echo "ok ssh $n"; else echo "FAIL ssh $n $(utc_now)"; fi
 		if "$KUBECTL" --kubeconfig "$T/kc.yaml" get --raw /version >/dev/null 2>>"$T/kubectl.err"; then
 			echo "ok kubectl"
 		else
-			echo "FAIL kubectl $(date +%T.%N)"
+			echo "FAIL kubectl $(utc_now)"
 		fi
 		i=$((i + 1))
 	done >>"$T/load.out"
@@ -177,7 +192,13 @@ touch "$T/stop"
 wait "$load_pid" || true
 total=$(grep -c . "$T/load.out")
 failed=$(grep -c FAIL "$T/load.out" || true)
-[ "$failed" = 0 ] || fail "$failed of $total requests failed during the rolling restart: $(grep FAIL "$T/load.out" | head -5) $(tail -5 "$T/ssh.err" "$T/kubectl.err")"
+if [ "$failed" != 0 ]; then
+	first=$(grep -m1 FAIL "$T/load.out" | awk '{print $NF}')
+	last=$(grep FAIL "$T/load.out" | tail -n 1 | awk '{print $NF}')
+	log "the logs from 3 s before the first failed request to 1 s after the last:"
+	window_logs "$(shift_time "$first" -3)" "$(shift_time "$last" 1)" >&2
+	fail "$failed of $total requests failed during the rolling restart: $(grep FAIL "$T/load.out" | head -n 5) $(tail -n 5 "$T/ssh.err" "$T/kubectl.err")"
+fi
 pass "rolling restart of r1, r2, r3 (SIGTERM, drain, start): $total requests (ssh through connect, kubectl), none failed"
 
 # --- kill -9 of the replica holding the most agents ---
