@@ -137,6 +137,7 @@ static const struct field ping_keys[] = {
 static const struct field reconnect_keys[] = {
 	STR("reason", u.reconnect.reason, 0),
 	NUM("jitter_ms", F_U32, u.reconnect.jitter_ms, 0),
+	NUM("elsewhere", F_U32, u.reconnect.elsewhere, F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 /* SETTINGS and SETTINGS_ACK: every key optional (frame.h).  A new setting

@@ -20,7 +20,8 @@
  *               means "come back later", absent otherwise: docs/interface.md)
  *   PING        [11, {"seq":int}]
  *   PONG        [12, {"seq":int}]
- *   RECONNECT   [13, {"reason":str, "jitter_ms":int}]      gateway -> agent
+ *   RECONNECT   [13, {"reason":str, "jitter_ms":int, "elsewhere":int?}]
+ *                                                        gateway -> agent
  *   SETTINGS    [14, {"urls":[str...]?, "ca":{"phase":"overlap"|"final",
  *                     "next":bin, "cross":bin?}?, "redial_spread_ms":int?}]
  *                                                        gateway -> agent
@@ -191,10 +192,14 @@ struct frame_ping {
  * RECONNECT: the gateway is draining (SIGTERM).  The agent waits a random
  * delay in [0, jitter_ms], then dials a new tunnel (through the balancer, to
  * another replica) and keeps this one only until its streams have ended.
+ * elsewhere (1, or absent: 0) says another replica is live: a redial the
+ * balancer sends back to the draining one is refused for now, and the agent
+ * keeps this tunnel until a new one is up (docs/0017).
  */
 struct frame_reconnect {
 	char reason[FRAME_REASON_MAX + 1];  /* for the log, may be "" */
 	uint32_t jitter_ms;
+	uint32_t elsewhere;                 /* 1: another replica is live */
 };
 
 /*

@@ -21,8 +21,13 @@
  * its streams (and answering pings, and taking streams the draining
  * replica still opens) and is closed once it has no stream left and the
  * new connection is established, or a dial since failed (the only gateway
- * is the one draining).  So the agent is reachable throughout a rolling
- * restart.  At most one connection is retired at a time.
+ * is the one draining).  When RECONNECT said another replica is live
+ * ("elsewhere"), a failed dial does not let it go: the balancer sent the
+ * dial back to the draining replica before its health check noticed, and
+ * the next dial (after the retry-after the refusal named) goes elsewhere;
+ * the draining replica's own drain timeout bounds the wait.  So the agent
+ * is reachable throughout a rolling restart.  At most one connection is
+ * retired at a time.
  *
  * Moving gateways (docs/0031): the tunnel dials the URLs of a gwlist.h
  * list, the gateway's pushed ones then the join URL, moving to the next
@@ -115,6 +120,8 @@ struct agent_tunnel {
 	struct wsface *old_ws;        /* a retired connection finishing its streams */
 	struct mux *old_mux;          /* its streams */
 	bool old_dial_failed;         /* a dial since retiring it failed */
+	bool old_elsewhere;           /* its replica said another one is live */
+	bool move_elsewhere;          /* ... the pending RECONNECT said so */
 	struct event *move_timer;     /* RECONNECT's jittered delay */
 	struct event *retire_poll;    /* closes the retired connection once idle */
 	struct event *reconnect_timer;
@@ -604,9 +611,11 @@ on_reconnect(struct agent_tunnel *t, const struct frame *in)
 	random_bytes((uint8_t *)&r, sizeof(r));
 	delay = in->u.reconnect.jitter_ms == 0 ? 0 :
 	    r % (in->u.reconnect.jitter_ms + 1);
+	t->move_elsewhere = in->u.reconnect.elsewhere != 0;
 	info("gateway asks to reconnect elsewhere", KV_S("reason",
 	    in->u.reconnect.reason), KV_U("delay_ms", delay),
-	    KV_U("streams", t->mux != NULL ? mux_stream_count(t->mux) : 0));
+	    KV_U("streams", t->mux != NULL ? mux_stream_count(t->mux) : 0),
+	    KV_U("elsewhere", in->u.reconnect.elsewhere));
 	tv = runtime_ms_timeval(delay);
 	evtimer_add(t->move_timer, &tv);
 }
@@ -667,6 +676,7 @@ tunnel_move(evutil_socket_t fd, short what, void *arg)
 		info("reconnecting elsewhere; the previous tunnel stays until "
 		    "the new one is up");
 	t->old_dial_failed = false;
+	t->old_elsewhere = t->move_elsewhere;
 	t->old_ws = t->ws;
 	t->old_mux = t->mux;
 	t->ws = NULL;
@@ -970,7 +980,15 @@ ws_close(struct wsface *c, int http_status, const char *reason, void *arg)
 	if (t->phase == TUNNEL_CONNECTING || http_status != 101) {
 		warn("cannot open the tunnel", KV_S("gateway", gwlist_current(&t->urls)),
 		    KV_S("reason", reason), KV_I("http_status", http_status));
-		t->old_dial_failed = true;   /* the retired one may go when idle */
+		/* The retired one may go when idle, unless its replica said
+		 * another is live: then this dial most likely came back to the
+		 * draining one (the balancer has not noticed yet), and the next
+		 * reaches the other.  Its drain's end bounds the wait. */
+		if (t->old_ws != NULL && t->old_elsewhere)
+			info("the previous tunnel stays: another replica is live "
+			    "and the next dial can reach it");
+		else
+			t->old_dial_failed = true;
 		/* What `status` says until a WELCOME clears it: a TLS failure
 		 * names its likely cause and recovery (wsclient.c). */
 		if (reason != NULL && reason[0] != '\0')

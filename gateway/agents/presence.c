@@ -50,6 +50,7 @@ struct presence {
 	/* The directory: agents other replicas hold, sorted by (cluster, node). */
 	struct store_remote_agent *dir;
 	size_t ndir;
+	int64_t others;            /* other replicas whose lease ran, then */
 	int64_t dir_ms;            /* monotonic: when it was read; 0 never */
 	unsigned rotate;           /* spreads picks among several agents */
 	int reading;               /* a directory read (PJ_DIR) is queued */
@@ -86,7 +87,8 @@ struct pjob {
 	                            * replica's records went with it */
 	struct store_remote_agent *dir;  /* RENEW, DIR: the directory read */
 	size_t ndir;
-	int dir_ok;                /* ... if it was read */
+	int64_t others;            /* ... and the other replicas live */
+	int dir_ok;                /* ... if both were read */
 	int64_t offline[STORE_OFFLINE_SPANS];  /* RENEW_COUNT: the counts */
 	int offline_ok;            /* ... if they were read */
 	struct store_version_count versions[STORE_VERSIONS_MAX];  /* RENEW_COUNT */
@@ -109,9 +111,10 @@ dir_cmp(const void *a, const void *b)
 	return c != 0 ? c : strcmp(x->node, y->node);
 }
 
-/* On the store thread: the directory as of the lease's start, sorted.  A
- * failed read leaves the loop's table as it is, until it is too old to use
- * (a store this replica cannot read also fails its renewals: logged). */
+/* On the store thread: the directory as of the lease's start, sorted, and
+ * the other replicas live.  A failed read leaves the loop's table as it
+ * is, until it is too old to use (a store this replica cannot read also
+ * fails its renewals: logged). */
 static void
 dir_read(struct store *st, struct pjob *j)
 {
@@ -120,6 +123,12 @@ dir_read(struct store *st, struct pjob *j)
 	if (store_remote_agents(st, j->replica, &j->dir, &j->ndir, err,
 	    sizeof(err)) != STORE_OK)
 		return;
+	if (store_replicas_live(st, j->replica, &j->others, err,
+	    sizeof(err)) != STORE_OK) {
+		free(j->dir);
+		j->dir = NULL;
+		return;
+	}
 	j->dir_ok = 1;
 	if (j->ndir > 1)
 		qsort(j->dir, j->ndir, sizeof(*j->dir), dir_cmp);
@@ -241,6 +250,7 @@ dir_swap(struct presence *p, struct pjob *j)
 	free(p->dir);
 	p->dir = j->dir;
 	p->ndir = j->ndir;
+	p->others = j->others;
 	p->dir_ms = runtime_monotonic_ms();
 	j->dir = NULL;
 }
@@ -667,6 +677,15 @@ presence_remote_pick(struct gateway *gw, const char *cluster, const char *node,
 	for (i = first; ; i++)
 		if (p->dir[i].state == AGENT_ACTIVE && want-- == 0)
 			return &p->dir[i];
+}
+
+int
+presence_others_live(struct gateway *gw)
+{
+	struct presence *p = gw->presence;
+
+	return p != NULL && p->dir_ms != 0 && p->others > 0 &&
+	    runtime_monotonic_ms() - p->dir_ms <= PRESENCE_LEASE_MS;
 }
 
 void

@@ -13,8 +13,9 @@
  *
  * The presence directory (docs/0023): each renewal also reads, in the same
  * job, the agents whose tunnels other live replicas hold (cluster, node,
- * state, the holder's id and peer URL), sorts them by (cluster, node) on
- * the store thread, and the loop swaps the table in whole.  Costs: one
+ * state, the holder's id and peer URL) and counts the other replicas
+ * whose lease runs, sorts the agents by (cluster, node) on the store
+ * thread, and the loop swaps the table in whole.  Costs: one
  * query per PRESENCE_RENEW_MS; ~460 bytes per remote agent, one array; a
  * lookup is a binary search then a walk of the matches, O(log n + agents
  * of the cluster), never a store call.  What it says is at most one
@@ -70,6 +71,11 @@ void presence_tunnel_down(struct gateway *gw, const char *agent_id);
  * read queued, and one more once it is answered however often this is
  * called meanwhile. */
 void presence_refresh(struct gateway *gw);
+
+/* Whether another replica's lease ran at the last directory read (0 when
+ * there is no directory, or it is too old to use): a draining replica's
+ * agents have somewhere else to go (docs/0017).  O(1). */
+int presence_others_live(struct gateway *gw);
 
 struct store_remote_agent;
 /* From the directory: an active agent of cluster (of node, when non-NULL)

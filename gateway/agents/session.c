@@ -243,9 +243,13 @@ session_drain(struct session *s, const char *reason, uint32_t jitter_ms)
 	f.type = FRAME_RECONNECT;
 	snprintf(f.u.reconnect.reason, sizeof(f.u.reconnect.reason), "%s", reason);
 	f.u.reconnect.jitter_ms = jitter_ms;
+	/* Somewhere to go: the agent keeps this tunnel until its new one is
+	 * up, even when a redial lands back here (docs/0017). */
+	f.u.reconnect.elsewhere = presence_others_live(s->gw) ? 1 : 0;
 	s->io->send(s->t, &f);
 	info("drain: agent told to reconnect elsewhere", KV_S("agent", s->agent.id),
-	    KV_U("streams", mux_stream_count(s->mux)), KV_U("jitter_ms", jitter_ms));
+	    KV_U("streams", mux_stream_count(s->mux)), KV_U("jitter_ms", jitter_ms),
+	    KV_U("elsewhere", f.u.reconnect.elsewhere));
 }
 
 void

@@ -102,7 +102,8 @@ void session_rotate_key(struct session *s, const char *why);
 
 /*
  * The gateway is draining: tells an established agent to move (RECONNECT
- * with reason and jitter_ms); its streams in flight carry on.  A session
+ * with reason, jitter_ms, and elsewhere when another replica's lease runs:
+ * presence_others_live); its streams in flight carry on.  A session
  * that is still in its handshake gets it once established.  No-op otherwise.
  */
 void session_drain(struct session *s, const char *reason, uint32_t jitter_ms);

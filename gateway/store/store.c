@@ -2349,3 +2349,19 @@ store_remote_agents(struct store *s, const char *self,
 	return query_all(s, &q, sizeof(**out), read_remote_agent, (void **)out, n,
 	    err, errlen);
 }
+
+int
+store_replicas_live(struct store *s, const char *self, int64_t *n, char *err,
+    size_t errlen)
+{
+	char sql[NOW_SQL_MAX];
+	const struct store_stmt q = {
+		.sql = db_now_sql(s, "SELECT count(*) FROM replicas"
+		    " WHERE lease_until > {NOW} AND id <> ?", sql, sizeof(sql)),
+		.what = "count live replicas",
+		PARAMS(P_TEXT(self)),
+	};
+
+	*n = 0;
+	return query_one(s, &q, read_now, n, err, errlen);
+}

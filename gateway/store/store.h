@@ -439,6 +439,12 @@ int store_tunnels_sync(struct store *s, const char *replica,
 int store_presence_list(struct store *s,
     struct store_presence **out, size_t *n, char *err, size_t errlen);
 
+/* How many replicas other than self have a running lease (database clock)
+ * into *n: where a draining replica's agents can go (docs/0017).  One
+ * query; STORE_OK, or STORE_ERR with err. */
+int store_replicas_live(struct store *s, const char *self, int64_t *n,
+    char *err, size_t errlen);
+
 /* An agent whose tunnel another live replica holds (docs/0023). */
 struct store_remote_agent {
 	char agent_id[STORE_ID_MAX + 1];

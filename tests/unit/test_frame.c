@@ -310,6 +310,10 @@ test_roundtrip_variants(void **state)
 	f.u.error.retry_after_ms = UINT32_MAX;
 	roundtrip(&f);
 
+	sample(FRAME_RECONNECT, &f);
+	f.u.reconnect.elsewhere = 1;        /* another replica is live (docs/0017) */
+	roundtrip(&f);
+
 	sample(FRAME_DATA, &f);
 	f.u.data.len = 0;
 	f.u.data.payload = NULL;
@@ -433,9 +437,31 @@ test_golden_bytes(void **state)
 	    0xa4, 'c', 'o', 'd', 'e', 0xa1, 'x', 0xa6, 'r', 'e', 'a', 's', 'o', 'n', 0xa0,
 	    0xae, 'r', 'e', 't', 'r', 'y', '_', 'a', 'f', 't', 'e', 'r', '_', 'm', 's',
 	    0xcd, 0x09, 0xc4 };
+	/* RECONNECT says "elsewhere" only when another replica is live: an
+	 * agent older than the key reads the same bytes as before. */
+	static const uint8_t reconnect[] = { 0x92, 0x0d, 0x82,
+	    0xa6, 'r', 'e', 'a', 's', 'o', 'n', 0xa0,
+	    0xa9, 'j', 'i', 't', 't', 'e', 'r', '_', 'm', 's', 0x05 };
+	static const uint8_t reconnect_elsewhere[] = { 0x92, 0x0d, 0x83,
+	    0xa6, 'r', 'e', 'a', 's', 'o', 'n', 0xa0,
+	    0xa9, 'j', 'i', 't', 't', 'e', 'r', '_', 'm', 's', 0x05,
+	    0xa9, 'e', 'l', 's', 'e', 'w', 'h', 'e', 'r', 'e', 0x01 };
 	struct frame f;
 	uint8_t *out;
 	size_t len;
+
+	memset(&f, 0, sizeof(f));
+	f.type = FRAME_RECONNECT;
+	f.u.reconnect.jitter_ms = 5;
+	out = encode_ok(&f, &len);
+	assert_int_equal(len, sizeof(reconnect));
+	assert_memory_equal(out, reconnect, len);
+	free(out);
+	f.u.reconnect.elsewhere = 1;
+	out = encode_ok(&f, &len);
+	assert_int_equal(len, sizeof(reconnect_elsewhere));
+	assert_memory_equal(out, reconnect_elsewhere, len);
+	free(out);
 
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_FIN;

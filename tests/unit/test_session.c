@@ -741,6 +741,8 @@ test_drain(void **state)
 	assert_int_equal(t->nsent, 3);
 	assert_int_equal(t->sent[2].type, FRAME_RECONNECT);
 	assert_int_equal(t->sent[2].u.reconnect.jitter_ms, 700);
+	/* No other replica's lease known (no presence here): nowhere else. */
+	assert_int_equal(t->sent[2].u.reconnect.elsewhere, 0);
 	session_drain(t->s, "again", 9);
 	assert_int_equal(ft_last(t)->type, FRAME_RECONNECT);
 	assert_string_equal(ft_last(t)->u.reconnect.reason, "again");

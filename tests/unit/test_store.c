@@ -2138,7 +2138,8 @@ test_tunnels_sync(void **state)
 
 /* The presence directory's read: agents other live replicas hold, with
  * cluster, node, state and the holder's peer URL; never ours, never a dead
- * replica's. */
+ * replica's.  store_replicas_live counts the other live replicas, with
+ * tunnels or not. */
 static void
 test_remote_agents(void **state)
 {
@@ -2148,7 +2149,7 @@ test_remote_agents(void **state)
 	struct store_agent a1, a2, a3;
 	struct store_remote_agent *ra;
 	const int64_t t0 = (int64_t)NOW * 1000;
-	int64_t m1 = 0, m2 = 0, m3 = 0;
+	int64_t m1 = 0, m2 = 0, m3 = 0, m4 = 0, live;
 	bool created;
 	size_t n;
 
@@ -2189,6 +2190,16 @@ test_remote_agents(void **state)
 		}
 	}
 	free(ra);
+	/* The other replicas live: r2 and r3, and r4 that holds no tunnel
+	 * (where a draining replica's agents can go, docs/0017). */
+	assert_int_equal(store_replicas_live(f->s, "me", &live, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(live, 2);
+	assert_int_equal(store_replica_claim(f->s, "r4", "https://127.0.0.1:4",
+	    6000, &m4, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replicas_live(f->s, "me", &live, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(live, 3);
 
 	/* r3's lease has ended: only r2's agent; its state is the store's as
 	 * of now. */
@@ -2201,6 +2212,14 @@ test_remote_agents(void **state)
 	assert_string_equal(ra[0].agent_id, a2.id);
 	assert_int_equal(ra[0].state, AGENT_REVOKED);
 	free(ra);
+	assert_int_equal(store_replicas_live(f->s, "me", &live, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(live, 2);          /* r2 and r4 */
+	assert_int_equal(store_replica_claim(f->s, "r4", "https://127.0.0.1:4",
+	    -1, &m4, NULL, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_replicas_live(f->s, "r2", &live, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(live, 1);          /* r2 sees me */
 
 	/* Another replica's view leaves its own out and sees ours. */
 	assert_int_equal(store_remote_agents(f->s, "r2", &ra, &n, err,
