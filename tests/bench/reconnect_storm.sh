@@ -19,8 +19,11 @@
 #   - the probe tunnel's ping round trips (p50/p99/max) while the storm is
 #     on, beside the same before the first restart and after the storm;
 #   - the gateway's and the swarms' CPU during the storm, each loop's TLS
-#     handshakes and CPU, the TLS admission's figures (tether_tls_*) and
-#     how many upgrades --max-handshakes answered 503;
+#     handshakes and CPU, the TLS admission's figures (tether_tls_*, those
+#     closed at accept apart) and how many upgrades --max-handshakes
+#     answered 503;
+#   - the redial spread the agents were told before the stop (SETTINGS,
+#     docs/0035) and how many first redials they drew in it;
 #   - the load average when the storm was over (the machine may be shared).
 # The per-source caps are raised (every agent dials from 127.0.0.1; with
 # them, most dials were closed at accept or answered 503 by
