@@ -10,6 +10,12 @@
  * one contiguous region in the output buffer per message and masks 8 bytes
  * at a time while copying the payload into it (ws_mask_copy in wsframe.c).
  *
+ * Input comes in turns (wsturn.h), as on the gateway's side: a callback
+ * parses at most WS_FRAMES_PER_TURN frames and takes one pull of TLS
+ * records; the rest waits, not reading, for the deferred event armed as a
+ * 0 ms timer (yield), so a server that floods small frames shares the loop
+ * with the other connections on it (a replica's peer links, tetherctl's).
+ *
  * Transport: bufferevent_openssl (wss://) or a socket bufferevent (ws://,
  * for a TLS-terminating load balancer).  Names are resolved with
  * evdns_getaddrinfo, so nothing here ever blocks the loop; we do the lookup
@@ -47,6 +53,7 @@
 #include "wsclient.h"
 #include "wsframe.h"
 #include "wshead.h"
+#include "wsturn.h"
 #include "printable.h"
 #include "proxy.h"
 #include "proxyauth.h"
@@ -122,7 +129,8 @@ enum state {
 
 /* Work the deferred event does on the loop, outside other callbacks. */
 #define DEFER_CLOSE 0x1 /* report on_close */
-#define DEFER_READ  0x2 /* process input already buffered (after a resume) */
+#define DEFER_READ  0x2 /* process input already buffered (after a resume,
+                         * or its next turn: wsturn.h) */
 #define DEFER_EOF   0x4 /* the transport ended: drain input, then finish */
 #define DEFER_FREE  0x8 /* released (wsface_free, or after on_close) */
 
@@ -196,6 +204,7 @@ struct wsclient {
 	size_t pool_off;
 	size_t out_room;            /* free bytes after the output's last chain */
 	size_t input_high;          /* the read high-water mark now set */
+	struct ws_turn turn;        /* its turns of the loop (wsturn.h) */
 };
 
 static void process_input(struct wsclient *);
@@ -1005,8 +1014,10 @@ open_connection(struct wsclient *c)
 	c->state = ST_OPEN;
 	evtimer_del(c->timer);
 	bufferevent_setwatermark(c->bev, EV_WRITE, c->low_water, 0);
-	/* From now on every read drains OpenSSL (read_cb, DEFER_READ), and
-	 * sealed records leave in batches. */
+	/* From now on every read drains OpenSSL (read_cb, DEFER_READ) one
+	 * turn's worth at a time, reads start small and grow with the traffic
+	 * (wsturn.h), and sealed records leave in batches. */
+	ws_turn_start(&c->turn, c->bev);
 	tls_read_ahead(c->bev);
 	tls_write_batch(c->bev);
 	if (c->paused)
@@ -1586,8 +1597,12 @@ read_frame(struct wsclient *c)
 	total = (size_t)hl + (size_t)h.payload_len;
 	if (avail < total) {
 		need_input(c, total);
+		c->turn.need = total;  /* the next pull reads at least that far */
 		return 0;
 	}
+	c->turn.need = 0;
+	if (!(h.opcode & WS_OP_CONTROL))
+		c->turn.data_in += (size_t)h.payload_len;
 
 	if (h.opcode & WS_OP_CONTROL)
 		return control_frame(c, &h, (size_t)hl);
@@ -1607,6 +1622,58 @@ read_frame(struct wsclient *c)
 	return 1;
 }
 
+/* Whether c may parse frames and read more now: open and not paused, or
+ * closing (waiting for the server's close frame). */
+static int
+frames_go_on(const struct wsclient *c)
+{
+	return !gone(c) && (c->state == ST_CLOSING ||
+	    (c->state == ST_OPEN && !c->paused));
+}
+
+/* c's turn is over with input left (ws_turn_end stopped its reading): the
+ * rest is read from the deferred event armed as a 0 ms timer, which
+ * libevent runs once it has polled for I/O and served every connection
+ * that became ready meanwhile: a flooding server gets a turn like every
+ * other connection on the loop, not the loop.  (Made active by defer()
+ * meanwhile, the event serves c too, sooner.) */
+static void
+yield(struct wsclient *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	c->deferred |= DEFER_READ;
+	evtimer_add(c->defer, &now);
+}
+
+/* One turn of frames: at most WS_FRAMES_PER_TURN, then the rest waits
+ * for c's next turn. */
+static void
+read_frames(struct wsclient *c)
+{
+	unsigned frames = 0;
+	int full;
+
+	while (frames_go_on(c) && frames < WS_FRAMES_PER_TURN) {
+		if (read_frame(c) <= 0)
+			break;
+		input_done(c);
+		frames++;
+	}
+	if (gone(c))
+		return;
+	full = frames == WS_FRAMES_PER_TURN && evbuffer_get_length(input_of(c)) > 0;
+	if (c->eof) {
+		/* Nothing more to read: the turns go on until the input is
+		 * used up, then handle_eof reports. */
+		if (full && frames_go_on(c))
+			yield(c);
+		return;
+	}
+	if (ws_turn_end(&c->turn, c->bev, full, frames_go_on(c)))
+		yield(c);
+}
+
 static void
 process_input(struct wsclient *c)
 {
@@ -1623,17 +1690,12 @@ process_input(struct wsclient *c)
 			read_body(c);
 			return;
 		case ST_OPEN:
-			if (c->paused)
-				return;
-			break;
 		case ST_CLOSING:
-			break;
+			read_frames(c);
+			return;
 		default:
 			return;
 		}
-		if (read_frame(c) <= 0)
-			return;
-		input_done(c);
 	}
 }
 
@@ -1643,8 +1705,8 @@ static void
 handle_eof(struct wsclient *c)
 {
 	process_input(c);
-	if (gone(c))
-		return;
+	if (gone(c) || (c->deferred & DEFER_READ))
+		return;     /* its next turn (yield) comes back here */
 	switch (c->state) {
 	case ST_OPEN:
 		if (c->paused && evbuffer_get_length(input_of(c)) > 0)
@@ -1694,8 +1756,12 @@ read_cb(struct bufferevent *bev, void *arg)
 {
 	struct wsclient *c = arg;
 
-	if (c->state == ST_OPEN)
-		tls_read_available(bev, c->max_message + 16);
+	if (frames_go_on(c)) {
+		ws_turn_read(&c->turn, bev);
+		/* Take the records ready now, not one per loop iteration. */
+		if (!c->turn.yielded)
+			ws_turn_pull(&c->turn, bev, c->max_message);
+	}
 	process_input(c);
 }
 
@@ -1799,8 +1865,8 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 			handle_eof(c);
 		else {
 			/* Records OpenSSL read ahead get no read event. */
-			if (c->state == ST_OPEN && c->bev != NULL && !c->paused)
-				tls_read_available(c->bev, c->max_message + 16);
+			if (frames_go_on(c))
+				ws_turn_pull(&c->turn, c->bev, c->max_message);
 			process_input(c);
 		}
 	}
@@ -2140,7 +2206,7 @@ client_pause_reading(struct wsface *f, int paused)
 		bufferevent_disable(c->bev, EV_READ);
 		return;
 	}
-	if (!c->eof)
+	if (!c->eof && !c->turn.yielded)   /* else its turn enables it */
 		bufferevent_enable(c->bev, EV_READ);
 	/* Messages already buffered get no read event of their own. */
 	defer(c, DEFER_READ);

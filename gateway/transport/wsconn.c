@@ -61,6 +61,7 @@
 #include "log.h"
 #include "runtime.h"
 #include "wsframe.h"
+#include "wsturn.h"
 
 #define WS_HEADER_MAX        14          /* 2 + 8 (length) + 4 (mask) */
 #define WS_DEFAULT_MAX       (1u << 20)  /* until wsface_set_max_message */
@@ -70,14 +71,6 @@
 #define WS_PING_TIMEOUT_MS   30000       /* then no answer before we give up */
 #define WS_CLOSE_TIMEOUT_MS  5000        /* close frame out, peer's close in */
 #define WS_CLOSE_REASON_MAX  123         /* a control frame's 125 minus the code */
-/* What the bufferevent's own read reserves in the input (libevent's
- * max_single_read): one TLS record while the connection carries small
- * messages (a pong, a window update), 1 MiB once a read brought more
- * than a record (bulk data: records land back to back in one chain).  A
- * 1 MiB reservation is a 2 MiB allocation: for a 28-byte pong it cost a
- * brk and page faults at the heap's top (docs/0018, "Pings, third pass"). */
-#define WS_READ_SMALL        (16u << 10)
-#define WS_READ_BULK         (1u << 20)
 /* A PING that finds more than this queued for the peer (output and the
  * TLS batch) is answered once it drains (only the latest, RFC 6455
  * 5.5.3): a peer that pings and never reads holds one payload, not a PONG
@@ -91,17 +84,6 @@
  * ~2 MiB per connection that way: docs/0036). */
 #define WS_COMPACT_MAX       (16u << 10)
 #define WS_PING_PAYLOAD_MAX  125
-/* A turn of the loop: a connection parses at most this many frames, and
- * takes at most one read's worth of TLS records (ws_pull: WS_READ_SMALL,
- * a message's worth in bulk mode); with more to do it waits, not reading,
- * until the loop has polled for I/O and served every other ready
- * connection (ws_yield).  A peer that floods 30-byte OPENs filled a 1 MiB
- * read with ~35,000 frames, each answered: parsed in one callback, that
- * was 2.4-4.9 s of the loop on a loaded 2-core machine (ASan), and an
- * operator's connect timed out waiting for its upgrade.  Bulk data
- * (frames of 16 KiB and more) is not slowed: a turn still takes 1 MiB. */
-#define WS_FRAMES_PER_TURN   64
-
 enum ws_state {
 	WS_OPEN,
 	WS_CLOSING,
@@ -165,11 +147,7 @@ struct wsconn {
 	int peer_closed;                  /* the peer's close frame arrived */
 	int finish;                       /* ending: queued to end with close_notify */
 	int in_soon;
-	int bulk;                         /* reads reserve WS_READ_BULK */
-	size_t data_in;                   /* data payload parsed since the last read */
-	int yielded;                      /* waiting for its next turn: not reading */
-	int more;                         /* the last pull stopped at its limit */
-	size_t need;                      /* bytes the frame at the input's start needs */
+	struct ws_turn turn;              /* its turns of the loop (wsturn.h) */
 	int pong_owed;                    /* a PING waits for the output to drain */
 	size_t pong_debt;                 /* PONGs those PINGs would have queued */
 	uint8_t pong_len;
@@ -350,25 +328,19 @@ ws_soon(struct wsconn *c)
 	c->in_soon = 1;
 }
 
-/* c used its turn (WS_FRAMES_PER_TURN) with input left: queued like
- * ws_soon, but the set's event is armed as a timer of 0 ms rather than
- * made active.  libevent polls for I/O before it runs due timers, so every
- * connection that became readable meanwhile is served before c goes on:
- * a flooding peer gets a turn like everyone else, not the loop.  (Made
- * active by ws_soon meanwhile, the event serves c too, sooner.) */
+/* c's turn is over with input left (ws_turn_end, which stopped its
+ * reading): queued like ws_soon, but the set's event is armed as a timer
+ * of 0 ms rather than made active.  libevent polls for I/O before it runs
+ * due timers, so every connection that became readable meanwhile is
+ * served before c goes on: a flooding peer gets a turn like everyone
+ * else, not the loop.  (Made active by ws_soon meanwhile, the event
+ * serves c too, sooner.) */
 static void
 ws_yield(struct wsconn *c)
 {
 	static const struct timeval now = { 0, 0 };
 
-	if (c->state == WS_CLOSED)
-		return;
-	/* Nothing more is read until the turn comes: what a connection holds
-	 * stays one pull's worth (100 pinging peers would otherwise each
-	 * keep a read high-water mark's worth, docs/0036). */
-	c->yielded = 1;
-	bufferevent_disable(c->bev, EV_READ);
-	if (c->in_soon)
+	if (c->state == WS_CLOSED || c->in_soon)
 		return;
 	if (LIST_EMPTY(&c->set->soon))
 		event_add(c->set->soon_ev, &now);
@@ -842,10 +814,10 @@ ws_next_frame(struct wsconn *c, struct evbuffer *in)
 	}
 	need = (uint64_t)hl + h.payload_len;
 	if (len < need) {
-		c->need = (size_t)need;  /* within max_message: checked above */
+		c->turn.need = (size_t)need;  /* within max_message: checked above */
 		return STEP_WAIT;   /* ws_pull reads at least that far */
 	}
-	c->need = 0;
+	c->turn.need = 0;
 	p = evbuffer_pullup(in, (ev_ssize_t)need);
 	if (p == NULL) {
 		ws_fail(c, 1011, "out of memory for input");
@@ -853,7 +825,7 @@ ws_next_frame(struct wsconn *c, struct evbuffer *in)
 	}
 	ws_mask(p + hl, (size_t)h.payload_len, h.mask, 0);
 	if (!(h.opcode & WS_OP_CONTROL))
-		c->data_in += (size_t)h.payload_len;
+		c->turn.data_in += (size_t)h.payload_len;
 	ws_on_frame(c, &h, p + hl, (size_t)h.payload_len);
 	/* The payload was the owner's during on_message only: drop it now. */
 	evbuffer_drain(in, (size_t)need);
@@ -878,6 +850,15 @@ ws_compact(struct wsconn *c, struct evbuffer *in)
 		ws_fail(c, 1011, "out of memory for input");
 }
 
+/* Whether c may parse and read more now: open and not paused, or
+ * closing (the peer's close frame ends it); not ending, not discarding. */
+static int
+ws_may_go_on(const struct wsconn *c)
+{
+	return (c->state == WS_OPEN ? !c->paused : c->state == WS_CLOSING) &&
+	    !c->finish && !c->discard;
+}
+
 /* Parses and delivers what the input holds, as far as allowed: at most
  * WS_FRAMES_PER_TURN frames, then the rest waits for c's next turn. */
 static void
@@ -886,72 +867,26 @@ ws_process(struct wsconn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	unsigned frames = 0;
 
-	while (!c->finish && !(c->state == WS_OPEN && c->paused)) {
-		if (c->discard) {
-			evbuffer_drain(in, evbuffer_get_length(in));
-			break;
-		}
-		if (frames == WS_FRAMES_PER_TURN) {
-			if (evbuffer_get_length(in) > 0)
-				ws_yield(c);
-			break;
-		}
-		if (ws_next_frame(c, in) != STEP_NEXT)
-			break;
+	while (!c->finish && !c->discard && !(c->state == WS_OPEN && c->paused) &&
+	    frames < WS_FRAMES_PER_TURN && ws_next_frame(c, in) == STEP_NEXT)
 		frames++;
-	}
+	if (c->discard)
+		evbuffer_drain(in, evbuffer_get_length(in));
 	ws_compact(c, in);
-	if (c->yielded && c->in_soon)
-		return;                  /* its turn is over: more next time */
-	if (c->more && c->state == WS_OPEN && !c->paused && !c->finish &&
-	    !c->discard) {
-		/* The records the pull left (in OpenSSL, read ahead) raise
-		 * no socket event: they are the next turn's. */
-		c->more = 0;
+	if (ws_turn_end(&c->turn, c->bev, frames == WS_FRAMES_PER_TURN &&
+	    evbuffer_get_length(in) > 0, ws_may_go_on(c)))
 		ws_yield(c);
-		return;
-	}
-	if (c->yielded) {
-		c->yielded = 0;
-		if (c->state == WS_OPEN && !c->paused && !c->finish && !c->discard)
-			bufferevent_enable(c->bev, EV_READ);
-	}
 }
 
-/* Takes the TLS records ready now, one turn's worth: up to WS_READ_SMALL
- * of input, or a message's worth in bulk mode, or the frame under way's
- * size if larger.  c->more: stopped at that limit (what is left gets no
- * socket event: ws_process comes back for it). */
+/* Takes the TLS records ready now, one turn's worth (ws_turn_pull). */
 static void
 ws_pull(struct wsconn *c)
 {
-	size_t limit = c->bulk ? c->max_message + 16 : WS_READ_SMALL;
-	struct evbuffer *in = bufferevent_get_input(c->bev);
-
-	if (c->need > limit)
-		limit = c->need;    /* a frame larger than a turn: all of it */
-	if (c->paused || evbuffer_get_length(in) >= limit)
-		return;
-	tls_read_available(c->bev, limit);
-	c->more = bufferevent_openssl_get_ssl(c->bev) != NULL &&
-	    evbuffer_get_length(in) >= limit;
+	if (!c->paused)
+		ws_turn_pull(&c->turn, c->bev, c->max_message);
 }
 
 /* ---- libevent callbacks ---- */
-
-/* Sizes the next reads by the data the last ones brought (WS_READ_SMALL):
- * data messages, not control frames, so a flood of PINGs keeps small
- * reservations (docs/0036). */
-static void
-ws_size_reads(struct wsconn *c, size_t data)
-{
-	int bulk = data > WS_READ_SMALL;
-
-	if (bulk == c->bulk)
-		return;
-	c->bulk = bulk;
-	bufferevent_set_max_single_read(c->bev, bulk ? WS_READ_BULK : WS_READ_SMALL);
-}
 
 static void
 ws_read_cb(struct bufferevent *bev, void *arg)
@@ -967,10 +902,9 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 		c->pinged = 0;
 		twheel_arm(&c->set->wheel, &c->due, c->heard_ms + c->ping_interval_ms);
 	}
-	ws_size_reads(c, c->data_in);
-	c->data_in = 0;
+	ws_turn_read(&c->turn, bev);
 	/* Take the records ready now, not one per loop iteration. */
-	if (!c->yielded)
+	if (!c->turn.yielded)
 		ws_pull(c);
 	ws_process(c);
 }
@@ -1058,11 +992,12 @@ ws_event_cb(struct bufferevent *bev, short what, void *arg)
 static void
 ws_serve_soon(struct wsconn *c)
 {
-	if (c->state != WS_OPEN) {
+	if (c->state != WS_OPEN && (c->finish || c->discard)) {
 		/* The close handshake completed (graceful), or an abort. */
 		ws_finish(c, c->finish);
 		return;
 	}
+	/* Open, or closing and waiting for the peer's close: its turn. */
 	ws_pull(c);
 	ws_process(c);
 }
@@ -1129,8 +1064,8 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
 	/* libevent moves at most 16 KiB per loop iteration by default; a
 	 * tunnel carries many streams' bulk data.  Reads start small and grow
-	 * with the traffic (ws_size_reads). */
-	bufferevent_set_max_single_read(bev, WS_READ_SMALL);
+	 * with the traffic (ws_turn_read). */
+	ws_turn_start(&c->turn, bev);
 	bufferevent_set_max_single_write(bev, 1 << 20);
 	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);

@@ -11,6 +11,11 @@
  * ws://, same event loop): upgrade checks, refusals and their reasons,
  * whole and fragmented messages, ping, close in both directions, protocol
  * errors, backpressure, and wsface_free from inside callbacks.
+ *
+ * Turns (wsturn.h): a server whose frames fill a read gets a turn of the
+ * loop like any other connection on it, not the loop, and every message
+ * still arrives, in order, across a pause and across the end of the
+ * transport.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -39,6 +45,7 @@
 #include "wsface.h"
 #include "wsframe.h"
 #include "wshead.h"
+#include "wsturn.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -358,6 +365,14 @@ struct client {
 	int msgs_while_paused;
 	size_t max_queue;          /* wsclient_config.max_queue (0: default) */
 	uint32_t retry_after_ms;   /* wsclient_config.retry_after_ms */
+	/* A flood (flood_message): messages counted, not kept. */
+	int flood;
+	uint32_t flood_got;        /* messages delivered */
+	uint32_t flood_in_order;   /* those whose payload was the next index */
+	int other_fd;              /* written at the first message (-1: none) */
+	long other_saw;            /* flood_got when the other socket ran; -1 */
+	uint32_t pause_at;         /* pause after this many (0: never) */
+	struct event *resume;      /* then resumes from this timer */
 };
 
 static struct server srv;
@@ -541,11 +556,19 @@ on_open(struct wsface *c, void *arg)
 	}
 }
 
+static void flood_message(struct wsface *c, const uint8_t *data, size_t len);
+
 static void
 on_message(struct wsface *c, const uint8_t *data, size_t len, int binary,
     void *arg)
 {
-	int i = cli.nmsg++;
+	int i;
+
+	if (cli.flood) {
+		flood_message(c, data, len);
+		return;
+	}
+	i = cli.nmsg++;
 
 	assert_true(i < (int)NELEM(cli.msgs));
 	if (cli.paused_now)
@@ -1143,6 +1166,134 @@ test_eof_without_close(void **state)
 	assert_non_null(strstr(cli.reason, "without a close frame"));
 }
 
+/* ---- turns: a flooding server shares the loop --------------------------- */
+
+#define FLOOD      2000        /* small frames waiting in one read */
+#define TURN_MAX   128         /* what one turn may deliver, with slack */
+
+static void
+flood_message(struct wsface *c, const uint8_t *data, size_t len)
+{
+	uint32_t i;
+
+	if (cli.paused_now)
+		cli.msgs_while_paused++;
+	if (len == sizeof(i)) {
+		memcpy(&i, data, sizeof(i));
+		if (i == cli.flood_got)
+			cli.flood_in_order++;
+	}
+	if (cli.flood_got++ == 0 && cli.other_fd >= 0)
+		assert_int_equal(write(cli.other_fd, "x", 1), 1);
+	if (cli.pause_at != 0 && cli.flood_got == cli.pause_at) {
+		struct timeval tv = { 0, 50000 };
+
+		wsface_pause_reading(c, 1);
+		cli.paused_now = 1;
+		assert_int_equal(evtimer_add(cli.resume, &tv), 0);
+	}
+}
+
+static void
+flood_resume(evutil_socket_t fd, short what, void *arg)
+{
+	cli.paused_now = 0;
+	wsface_pause_reading(cli.c, 0);
+}
+
+static void
+other_ready(evutil_socket_t fd, short what, void *arg)
+{
+	char b;
+
+	assert_int_equal(read(fd, &b, 1), 1);
+	cli.other_saw = cli.flood_got;
+}
+
+/* FLOOD 4-byte binary messages, the index in each: 12 KB, queued in one
+ * go right behind the 101, so the client's first read takes them all. */
+static void
+server_flood(void)
+{
+	for (uint32_t i = 0; i < FLOOD; i++)
+		server_frame(1, 0x2, &i, sizeof(i));
+}
+
+static void
+script_flood(struct server *s)
+{
+	server_flood();
+	server_close_frame(1000, "flood done");
+}
+
+static void
+script_flood_hangup(struct server *s)
+{
+	server_flood();
+	server_hangup();
+}
+
+/* Runs the client against script with the flood counters set up and
+ * another socket that becomes readable at the first message. */
+static void
+run_flood(void (*script)(struct server *), uint32_t pause_at)
+{
+	struct event *other;
+	int ot[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ot), 0);
+	cli.flood = 1;
+	cli.other_fd = ot[1];
+	cli.other_saw = -1;
+	cli.pause_at = pause_at;
+	assert_non_null(cli.resume = evtimer_new(cli.base, flood_resume, NULL));
+	other = event_new(cli.base, ot[0], EV_READ | EV_PERSIST, other_ready, NULL);
+	assert_non_null(other);
+	assert_int_equal(event_add(other, NULL), 0);
+	srv.after_upgrade = script;
+	run_client("/", NULL, 0, 0);
+	event_free(other);
+	event_free(cli.resume);
+	close(ot[0]);
+	close(ot[1]);
+	assert_int_equal(cli.flood_got, FLOOD);
+	assert_int_equal(cli.flood_in_order, FLOOD);
+}
+
+/* A read parsed whole in one callback delivered all 2,000 messages before
+ * anything else on the loop ran; now the other socket, readable since the
+ * first message, runs after one turn. */
+static void
+test_flood_shares_the_loop(void **state)
+{
+	run_flood(script_flood, 0);
+	if (cli.other_saw < 1 || cli.other_saw > TURN_MAX)
+		fail_msg("the other socket ran after %ld messages, not within "
+		    "a turn (%d)", cli.other_saw, TURN_MAX);
+	assert_int_equal(cli.status, 101);
+	assert_string_equal(cli.reason, "flood done");
+}
+
+/* The server hangs up right after its flood: the turns go on over what
+ * arrived, and the end is told after the last message. */
+static void
+test_flood_then_hangup(void **state)
+{
+	run_flood(script_flood_hangup, 0);
+	assert_int_equal(cli.status, 0);
+	assert_non_null(strstr(cli.reason, "without a close frame"));
+}
+
+/* Paused inside a turn (the second): nothing is delivered while paused,
+ * everything after the resume, in order. */
+static void
+test_flood_paused(void **state)
+{
+	run_flood(script_flood, WS_FRAMES_PER_TURN + 10);
+	assert_int_equal(cli.msgs_while_paused, 0);
+	assert_int_equal(cli.status, 101);
+}
+
 /* Paused in on_open: nothing is delivered until the resume. */
 static void
 script_three(struct server *s)
@@ -1391,6 +1542,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_error_close_one_byte, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof_without_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pause, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flood_shares_the_loop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flood_then_hangup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flood_paused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_in_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_in_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_at_once, setup, teardown),

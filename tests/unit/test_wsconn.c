@@ -11,7 +11,9 @@
  * Here another socket becomes readable while the first message is
  * delivered; its callback must run after a turn's worth of messages, long
  * before the whole flood is delivered, and every message must still
- * arrive, in order.
+ * arrive, in order.  An owner that closes during such a flood still gets
+ * the close handshake: the turns go on, dropping data, until the peer's
+ * close frame (a closing connection's turn used to end it, cut).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +41,8 @@ struct flood {
 	uint32_t in_order;          /* messages whose payload was the next index */
 	long seen_by_other;         /* delivered when the other socket ran; -1 */
 	int closed;
+	int status;                 /* on_close's */
+	uint32_t close_at;          /* wsface_close after this many (0: never) */
 	struct event_base *base;
 };
 
@@ -55,8 +59,10 @@ on_message(struct wsface *f, const uint8_t *data, size_t len, int binary, void *
 		if (i == fl->delivered)
 			fl->in_order++;
 	}
-	if (fl->delivered++ == 0)
+	if (fl->delivered++ == 0 && fl->other_fd >= 0)
 		assert_int_equal(write(fl->other_fd, "x", 1), 1);
+	if (fl->close_at != 0 && fl->delivered == fl->close_at)
+		wsface_close(f, 1000, "enough");
 	if (fl->delivered == FLOOD && fl->seen_by_other >= 0)
 		event_base_loopbreak(fl->base);
 }
@@ -67,9 +73,11 @@ on_close(struct wsface *f, int status, const char *reason, void *arg)
 	struct flood *fl = arg;
 
 	(void)f;
-	(void)status;
 	(void)reason;
 	fl->closed = 1;
+	fl->status = status;
+	if (fl->close_at != 0)
+		event_base_loopbreak(fl->base);
 }
 
 static const struct wsface_handlers flood_handlers = {
@@ -106,37 +114,62 @@ client_frame(uint8_t *p, uint32_t i)
 	return 10;
 }
 
+/* A masked close frame with code 1000, as a client sends it. */
+static size_t
+client_close_frame(uint8_t *p)
+{
+	static const uint8_t mask[4] = { 0x55, 0x66, 0x77, 0x88 };
+
+	p[0] = 0x88;                /* FIN, close */
+	p[1] = 0x80 | 2;            /* masked, 2 bytes */
+	memcpy(p + 2, mask, 4);
+	p[6] = 0x03 ^ mask[0];      /* 1000 */
+	p[7] = 0xe8 ^ mask[1];
+	return 8;
+}
+
+/* The flood (and, with_close, a close frame behind it) is in the socket
+ * pair ws before the loop first reads it; a connection of a new set takes
+ * it all in one read (~20 KB): what a TLS read of up to a message's worth
+ * does on the gateway. */
+static struct wsconn_set *
+flood_start(struct event_base *base, int ws[2], struct flood *fl, int with_close)
+{
+	static uint8_t wire[FLOOD * 10 + 8];
+	struct wsconn_set *set;
+	struct bufferevent *bev;
+	size_t n = 0;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ws), 0);
+	for (uint32_t i = 0; i < FLOOD; i++)
+		n += client_frame(wire + n, i);
+	if (with_close)
+		n += client_close_frame(wire + n);
+	assert_int_equal(write(ws[1], wire, n), (ssize_t)n);
+	assert_non_null(set = wsconn_set_new(base, 250));
+	bev = bufferevent_socket_new(base, ws[0], BEV_OPT_CLOSE_ON_FREE);
+	assert_non_null(bev);
+	assert_non_null(wsconn_new(set, bev, "flooder", &flood_handlers, fl));
+	bufferevent_set_max_single_read(bev, n);
+	return set;
+}
+
 static void
 test_flood_shares_the_loop(void **state)
 {
-	static uint8_t wire[FLOOD * 10];
 	struct flood fl = { .seen_by_other = -1 };
 	struct event_base *base = event_base_new();
 	struct wsconn_set *set;
-	struct bufferevent *bev;
 	struct event *other;
 	const struct timeval guard = { 60, 0 };
 	int ws[2], ot[2];
-	size_t n = 0;
 
 	(void)state;
 	assert_non_null(base);
 	fl.base = base;
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ws), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ot), 0);
 	fl.other_fd = ot[1];
-	for (uint32_t i = 0; i < FLOOD; i++)
-		n += client_frame(wire + n, i);
-	/* The whole flood is in the socket before the loop first reads it. */
-	assert_int_equal(write(ws[1], wire, n), (ssize_t)n);
-
-	assert_non_null(set = wsconn_set_new(base, 250));
-	bev = bufferevent_socket_new(base, ws[0], BEV_OPT_CLOSE_ON_FREE);
-	assert_non_null(bev);
-	assert_non_null(wsconn_new(set, bev, "flooder", &flood_handlers, &fl));
-	/* One read takes the whole flood (20 KB): what a TLS read of up to a
-	 * message's worth does on the gateway. */
-	bufferevent_set_max_single_read(bev, sizeof(wire));
+	set = flood_start(base, ws, &fl, 0);
 	other = event_new(base, ot[0], EV_READ | EV_PERSIST, other_ready, &fl);
 	assert_non_null(other);
 	assert_int_equal(event_add(other, NULL), 0);
@@ -158,6 +191,33 @@ test_flood_shares_the_loop(void **state)
 	close(ws[1]);
 	close(ot[0]);
 	close(ot[1]);
+	event_base_free(base);
+}
+
+static void
+test_close_during_flood(void **state)
+{
+	struct flood fl = { .other_fd = -1, .seen_by_other = -1, .close_at = 10 };
+	struct event_base *base = event_base_new();
+	struct wsconn_set *set;
+	const struct timeval guard = { 60, 0 };
+	int ws[2];
+
+	(void)state;
+	assert_non_null(base);
+	fl.base = base;
+	set = flood_start(base, ws, &fl, 1);
+
+	assert_int_equal(event_base_loopexit(base, &guard), 0);
+	assert_int_equal(event_base_dispatch(base), 0);
+	/* Closed at the 10th: nothing delivered after; the peer's close frame
+	 * behind the rest of the flood ended it (101), not a turn (0). */
+	assert_true(fl.closed);
+	assert_int_equal(fl.delivered, 10);
+	assert_int_equal(fl.status, 101);
+
+	wsconn_set_free(set);
+	close(ws[1]);
 	event_base_free(base);
 }
 
@@ -255,6 +315,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flood_shares_the_loop),
+		cmocka_unit_test(test_close_during_flood),
 		cmocka_unit_test(test_split_frame_plain),
 	};
 
