@@ -5,7 +5,8 @@
  * every handshake (an X509_verify_cert, an ECDSA verify, per connection);
  * the chain on the wire stays what it was (the leaf, then ca.crt); and a
  * server.crt that carries its own chain (a CA rotation's cross-certificate)
- * is sent as written.
+ * is sent as written; and no handshake issues a session ticket
+ * (docs/0042: nothing resumes, and two tickets cost a fifth of it).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,11 +111,35 @@ assert_context_chain(SSL_CTX *ctx, X509 *want)
 	assert_int_equal(X509_cmp(sk_X509_value(chain, 0), want), 0);
 }
 
-/* One TLS handshake in memory, a client against ctx; the chain the
- * client received (its reference, the caller frees it). */
+/* Session tickets the client of handshake() received. */
+static int tickets;
+/* The certificate and key handshake()'s client presents; NULL: none. */
+static const char *client_crt, *client_key;
+
+static void
+peer_client_cert(const char *crt, const char *key)
+{
+	client_crt = crt;
+	client_key = key;
+}
+
+static int
+on_ticket(SSL *ssl, SSL_SESSION *sess)
+{
+	(void)ssl;
+	(void)sess;
+	tickets++;
+	return 0;                 /* not kept: OpenSSL frees it */
+}
+
+/* One TLS handshake in memory, a client against ctx, then a byte from
+ * the server (a TLS 1.3 client reads its tickets, if any, before it); the
+ * chain the client received (its reference, the caller frees it), and the
+ * tickets it received in tickets. */
 static STACK_OF(X509) *
 handshake(SSL_CTX *ctx)
 {
+	char byte;
 	SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
 	SSL *c, *s;
 	BIO *cb = NULL, *sb = NULL;
@@ -122,6 +147,15 @@ handshake(SSL_CTX *ctx)
 	int cdone = 0, sdone = 0;
 
 	assert_non_null(cctx);
+	tickets = 0;
+	SSL_CTX_set_session_cache_mode(cctx, SSL_SESS_CACHE_CLIENT);
+	SSL_CTX_sess_set_new_cb(cctx, on_ticket);
+	if (client_crt != NULL) {
+		assert_int_equal(SSL_CTX_use_certificate_file(cctx, client_crt,
+		    SSL_FILETYPE_PEM), 1);
+		assert_int_equal(SSL_CTX_use_PrivateKey_file(cctx, client_key,
+		    SSL_FILETYPE_PEM), 1);
+	}
 	c = SSL_new(cctx);
 	s = SSL_new(ctx);
 	assert_non_null(c);
@@ -138,6 +172,8 @@ handshake(SSL_CTX *ctx)
 			sdone = SSL_do_handshake(s) == 1;
 	}
 	assert_true(cdone && sdone);
+	assert_int_equal(SSL_write(s, "x", 1), 1);
+	assert_int_equal(SSL_read(c, &byte, 1), 1);
 	got = SSL_get_peer_cert_chain(c);
 	assert_non_null(got);
 	got = X509_chain_up_ref(got);
@@ -183,6 +219,32 @@ test_chain_on_the_wire(void **state)
 	X509_free(leaf);
 }
 
+/* No session ticket after a handshake, on the main port's context or
+ * --peer-listen's: the client has nothing to resume with (OpenSSL's
+ * default sent two, each a session serialized, sealed and sent). */
+static void
+test_no_session_tickets(void **state)
+{
+	struct fixture *f = *state;
+	char crt[128], key[128];
+
+	snprintf(crt, sizeof(crt), "%s/peer.crt", f->dir);
+	snprintf(key, sizeof(key), "%s/peer.key", f->dir);
+	for (int peer = 0; peer < 2; peer++) {
+		SSL_CTX *ctx = context(f, peer);
+		STACK_OF(X509) *got;
+
+		/* --peer-listen asks for a replica's certificate. */
+		if (peer)
+			peer_client_cert(crt, key);
+		got = handshake(ctx);
+		peer_client_cert(NULL, NULL);
+		assert_int_equal(tickets, 0);
+		sk_X509_pop_free(got, X509_free);
+		SSL_CTX_free(ctx);
+	}
+}
+
 /* A CA rotation's overlap: server.crt is the leaf then the
  * cross-certificate; that chain is kept as written (ca.next.crt in the
  * store does not replace it) and sent as written. */
@@ -220,6 +282,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_chain_built_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chain_on_the_wire, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_session_tickets, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_rotation_chain_kept, setup,
 		    teardown),
 	};
