@@ -574,6 +574,7 @@ serve_limits(struct gateway_limits *l, const struct opt_set *o)
 	l->http_timeout_ms = opts_num(o, SERVE_OPT_HTTP_TIMEOUT);
 	l->ping_interval_ms = opts_num(o, SERVE_OPT_PING_INTERVAL);
 	l->ping_timeout_ms = opts_num(o, SERVE_OPT_PING_TIMEOUT);
+	l->census_interval_ms = opts_num(o, SERVE_OPT_CENSUS_INTERVAL);
 }
 
 /* This replica's name (--replica-id, else HOST-PID: the host name, at

@@ -254,6 +254,11 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "renew server.crt by itself (as 'cert renew' does, then as on "
 	    "SIGHUP) when it expires within DAYS days; needs ca.key in the data "
 	    "directory; 0: never" },
+	[SERVE_OPT_CENSUS_INTERVAL] = { .name = "census-interval", .type = OPT_U32,
+	    .arg = "MS", .def = "30000", .min = 2000, .max = 3600000,
+	    .help = "how often the store counts the agents (tether_agents_offline, "
+	    "_by_version, _holding_new_ca) and stamps last_seen on those this "
+	    "replica holds; in lease renewals (2 s), rounded up" },
 };
 
 const struct opt_command serve_command = {

@@ -37,8 +37,8 @@
 struct presence {
 	struct event *renew;       /* every PRESENCE_RENEW_MS */
 	int renewing;              /* a renewal is queued: the next one waits */
-	unsigned renewals;         /* queued so far: every PRESENCE_OFFLINE_EVERY
-	                            * th also counts the offline agents */
+	unsigned renewals;         /* queued so far: every census_every()th
+	                            * also takes the census (presence.h) */
 	int64_t renew_queued_ms;   /* monotonic: when that renewal was queued */
 	int failing;               /* the last renewal failed (logged once) */
 	int unreachable;           /* ... and not for a full disk: the store is down */
@@ -477,6 +477,17 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 	return 0;
 }
 
+/* The census's period in renewals: --census-interval rounded up to a
+ * whole number of them, at least one. */
+static unsigned
+census_every(const struct gateway *gw)
+{
+	unsigned n = (gw->limits.census_interval_ms + PRESENCE_RENEW_MS - 1) /
+	    PRESENCE_RENEW_MS;
+
+	return n > 0 ? n : 1;
+}
+
 static void
 presence_renew(evutil_socket_t fd, short what, void *arg)
 {
@@ -488,7 +499,7 @@ presence_renew(evutil_socket_t fd, short what, void *arg)
 		return;     /* stopping: no renewal takes the id back */
 	/* A store that stalls gets one renewal at a time, not a backlog. */
 	if (!p->renewing && pjob_submit(gw,
-	    p->renewals % PRESENCE_OFFLINE_EVERY == 0 ? PJ_RENEW_COUNT : PJ_RENEW,
+	    p->renewals % census_every(gw) == 0 ? PJ_RENEW_COUNT : PJ_RENEW,
 	    NULL, gateway_now_ms()) == 0) {
 		p->renewals++;
 		p->renewing = 1;

@@ -25,15 +25,18 @@
  * table not refreshed for PRESENCE_LEASE_MS (the store out of reach) is
  * not used.
  *
- * The offline agents (issue 20): every PRESENCE_OFFLINE_EVERY renewals
- * (30 s), the first one included, the renewal's job also counts the
- * agents no live replica holds by how long ago they were last seen
+ * The census (issue 20): every --census-interval (30 s by default, the
+ * 15th renewal; rounded up to whole renewals, at least every one), the
+ * first renewal included, the renewal's job also counts the agents no
+ * live replica holds by how long ago they were last seen
  * (store_agents_offline: one query, O(agents) in the database, three
  * numbers back) and the loop sets tether_agents_offline{over} from them:
  * no series per agent, and every replica reports the same cluster-wide
- * counts.  The same job sets last_seen to now for every agent whose tunnel
- * this replica holds (store_agents_seen_here: one statement), so a replica
- * killed with -9 leaves its agents' last contact at most 30 s old.
+ * counts.  It counts the agents by release and those holding a rotation's
+ * new CA the same way.  And it sets last_seen to now for every agent whose
+ * tunnel this replica holds (store_agents_seen_here: one statement), so a
+ * replica killed with -9 leaves its agents' last contact at most a census
+ * interval (and the lease) old.
  */
 #ifndef TETHER_PRESENCE_H
 #define TETHER_PRESENCE_H
@@ -42,7 +45,6 @@
 #include <stdint.h>
 
 #define PRESENCE_RENEW_MS 2000
-#define PRESENCE_OFFLINE_EVERY 15   /* renewals: the offline count's period */
 #define PRESENCE_LEASE_MS 6000
 #define PRESENCE_CLAIM_POLL_MS 250  /* start-up: a held id looked at again */
 #define PRESENCE_DEAD_MS 3600000    /* start-up: replicas whose lease ended

@@ -69,6 +69,7 @@ struct gateway_limits {
 	uint32_t ping_timeout_ms;       /* no answer to that ping: the peer is dropped */
 	uint32_t redial_spread_min_ms;  /* the least redial spread agents are
 	                                   told (SETTINGS, docs/0035) */
+	uint32_t census_interval_ms;    /* the store's agent counts (presence.h) */
 };
 
 #define GATEWAY_DEFAULT_LIMITS { \
@@ -95,6 +96,7 @@ struct gateway_limits {
 	.ping_interval_ms = 20000, \
 	.ping_timeout_ms = 30000, \
 	.redial_spread_min_ms = RA_SPREAD_MIN_MS, \
+	.census_interval_ms = 30000, \
 }
 
 struct gateway {

@@ -51,12 +51,12 @@ static struct prom_metric agents = {
 };
 static struct prom_metric agents_offline = {
 	.name = "tether_agents_offline", .kind = PROM_GAUGE,
-	.help = "Agents not revoked whose tunnel no replica holds, last seen longer ago than over; counted in the store every 30 s, the same on every replica.",
+	.help = "Agents not revoked whose tunnel no replica holds, last seen longer ago than over; counted in the store every --census-interval (30 s), the same on every replica.",
 	.label = "over", .preset = over_values,
 };
 static struct prom_metric agents_by_version = {
 	.name = "tether_agents_by_version", .kind = PROM_GAUGE,
-	.help = "Agents not revoked by the release their last HELLO named (unknown: none); counted in the store every 30 s, the same on every replica.",
+	.help = "Agents not revoked by the release their last HELLO named (unknown: none); counted in the store every --census-interval (30 s), the same on every replica.",
 	.label = "version", .preset = no_values,
 };
 static struct prom_metric tunnels = {
@@ -128,7 +128,7 @@ static struct prom_metric ca_rotation = {
 };
 static struct prom_metric agents_new_ca = {
 	.name = "tether_agents_holding_new_ca", .kind = PROM_GAUGE,
-	.help = "Agents not revoked that said they hold the CA this replica hands out (during a rotation, the new one); counted in the store every 30 s.",
+	.help = "Agents not revoked that said they hold the CA this replica hands out (during a rotation, the new one); counted in the store every --census-interval (30 s).",
 };
 static struct prom_metric store_duration = {
 	.name = "tether_store_duration_seconds", .kind = PROM_HISTOGRAM,

@@ -326,7 +326,7 @@ int store_setting_set(struct store *s, const char *name, const char *value,
  * Records that every agent whose tunnel replica holds (its rows in tunnels)
  * was seen at now (Unix s): the periodic last_seen of connected agents,
  * so that a replica killed with -9 leaves last contacts at most one period
- * old (presence.c, every PRESENCE_OFFLINE_EVERY renewals).  One statement
+ * old (presence.c, every --census-interval).  One statement
  * (O(replica's tunnels) rows written); nothing else changes and no replica
  * is notified.  STORE_OK, or STORE_ERR with err.
  */
