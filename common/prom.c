@@ -143,12 +143,27 @@ fmt_labels(const struct prom_metric *m, size_t i, char *buf, size_t len)
 {
 	char esc[2 * PROM_LABEL_LEN + 4];
 
+	char first[PROM_LABEL_LEN], esc2[2 * PROM_LABEL_LEN + 4];
+	const char *comma;
+	size_t n;
+
 	if (m->label == NULL) {
 		buf[0] = '\0';
 		return;
 	}
-	fmt_label(m->values[i], esc, sizeof(esc));
-	snprintf(buf, len, "%s=\"%s\"", m->label, esc);
+	comma = m->label2 != NULL ? strchr(m->values[i], ',') : NULL;
+	if (comma == NULL) {
+		fmt_label(m->values[i], esc, sizeof(esc));
+		snprintf(buf, len, "%s=\"%s\"", m->label, esc);
+		return;
+	}
+	/* Two labels: the value is "first,second". */
+	n = (size_t)(comma - m->values[i]);
+	memcpy(first, m->values[i], n);
+	first[n] = '\0';
+	fmt_label(first, esc, sizeof(esc));
+	fmt_label(comma + 1, esc2, sizeof(esc2));
+	snprintf(buf, len, "%s=\"%s\",%s=\"%s\"", m->label, esc, m->label2, esc2);
 }
 
 static int

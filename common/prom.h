@@ -3,8 +3,9 @@
  * (format 0.0.4, what /metrics serves).
  *
  * A metric is a static struct prom_metric: a family with at most one
- * label.  Counting is O(1) per event: the label value is found among at
- * most PROM_LABELS_MAX by comparing strings, never allocated.  A family
+ * label (or two, label2, kept as one value "a,b").  Counting is O(1) per
+ * event: the label value is found among at most PROM_LABELS_MAX by
+ * comparing strings, never allocated.  A family
  * holds the values it was declared with (preset) and those it met since,
  * up to PROM_LABELS_MAX - 1; past that every new value counts as "other",
  * so a label can never grow without bound whatever the callers pass.
@@ -32,6 +33,10 @@ struct prom_metric {
 	const char *help;
 	enum prom_kind kind;
 	const char *label;             /* the label's name, or NULL: none */
+	const char *label2;            /* a second label's name, or NULL: then a
+	                                  value "a,b" is written label="a",
+	                                  label2="b" (a value without a comma:
+	                                  label only) */
 	const char *const *preset;     /* values shown from the start (NULL-ended) */
 	const double *bounds;          /* histogram: upper bounds, ascending */
 	size_t nbounds;                /* at most PROM_BUCKETS_MAX */

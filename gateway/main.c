@@ -35,6 +35,7 @@
 #include "livestreams.h"
 #include "log.h"
 #include "loop.h"
+#include "looplink.h"
 #include "srccount.h"
 #include "metrics.h"
 #include "metrics_route.h"
@@ -855,6 +856,69 @@ serve_certificates_seen(struct gateway *gw)
 }
 
 /*
+ * The links between the loops (docs/0040 section 2 (ii)), with two loops
+ * or more: windows are then charged from every loop, so the budget takes
+ * its mutex first.  Returns 0 (also with one loop: nothing to make), or
+ * -1 after saying why.
+ */
+static int
+serve_links(struct gateway *gw)
+{
+	char err[256];
+
+	if (gw->nloops < 2)
+		return 0;
+	pthread_mutex_init(&gw->budget_mu, NULL);
+	gw->budget.mu = &gw->budget_mu;
+	gw->looplinks = looplinks_new(gw->loops, gw->nloops, &gw->mux_config,
+	    peer_route_loop_open, gw, err, sizeof(err));
+	if (gw->looplinks == NULL) {
+		error("cannot link the loops (--workers)", KV_S("err", err));
+		return -1;
+	}
+	return 0;
+}
+
+/* A loop's ends of the links close on its own thread. */
+static void
+links_close_here(void *arg)
+{
+	looplink_close(arg);
+}
+
+/*
+ * Stop, step 3 of docs/0040 section 4 for the links: each loop closes its
+ * ends (loops 1..n-1 by a message, which runs before the stop loops_stop
+ * sends them; loop 0 here), so streams crossing end "tunnel_lost" on both
+ * sides.  From loop 0's thread, outside any callback.
+ */
+static void
+serve_links_close(struct gateway *gw)
+{
+	if (gw->looplinks == NULL)
+		return;
+	for (unsigned i = 1; i < gw->nloops; i++)
+		(void)loop_call(&gw->loops[i], links_close_here, gw->looplinks, NULL);
+	looplink_close(gw->looplinks);
+}
+
+/* After the joins (loops_stop: safe twice), before the loops' bases go:
+ * the links, then the budget's mutex. */
+static void
+serve_links_free(struct gateway *gw)
+{
+	if (gw->looplinks != NULL) {
+		loops_stop(gw->loops, gw->nloops);
+		looplinks_free(gw->looplinks);
+		gw->looplinks = NULL;
+	}
+	if (gw->budget.mu != NULL) {
+		gw->budget.mu = NULL;
+		pthread_mutex_destroy(&gw->budget_mu);
+	}
+}
+
+/*
  * Presence, hearing other replicas, then every listener: the main port
  * (logged with what identifies this gateway), the optional ones, the
  * metrics.  Returns 0, or -1 after saying why.
@@ -885,6 +949,8 @@ serve_listen(struct serve *sv)
 		error("cannot start the loops (--workers)", KV_S("err", err));
 		return -1;
 	}
+	if (serve_links(gw) != 0)
+		return -1;
 	if (server_start(gw, routes, sv->host, sv->port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
 		return -1;
@@ -928,6 +994,7 @@ serve_stop(struct serve *sv)
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(gw);
 	tunnel_wait_stop(gw);
+	serve_links_close(gw);
 	server_stop(gw);
 	/* After the accepted links ended with the server's connections. */
 	peer_link_shutdown(gw);
@@ -952,7 +1019,9 @@ serve_stop(struct serve *sv)
 	/* Every held audit line is written before the loop goes. */
 	(void)runtime_audit_per_pass(NULL);
 	/* Their threads stopped with the server; loop 0's inbox watch is on
-	 * gw->base: before it goes. */
+	 * gw->base: before it goes.  The links' multiplexers are on the
+	 * loops' bases: before them. */
+	serve_links_free(gw);
 	loops_free(gw->loops, gw->nloops);
 	gw->loops = NULL;
 	if (gw->base != NULL)

@@ -15,6 +15,7 @@
 #ifndef TETHER_GATEWAY_H
 #define TETHER_GATEWAY_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -116,6 +117,9 @@ struct gateway {
 	struct gateway_limits limits;
 	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */
 	struct budget budget;           /* every stream's window, fairly shared */
+	pthread_mutex_t budget_mu;      /* budget.mu with two loops or more:
+	                                   the loop links charge windows from
+	                                   every loop (main.c inits it) */
 	struct share *shares;           /* principals' accounts in it (shares.c) */
 	char data_dir[4096];
 	char url[256];                  /* public URL for join documents */
@@ -141,8 +145,9 @@ struct gateway {
 	                                   come back).  NULL: not made */
 	unsigned nloops;
 	struct looplinks *looplinks;    /* streams between the loops
-	                                   (looplink.h, docs/0040); NULL: not
-	                                   made (one loop, or until step 6) */
+	                                   (looplink.h, docs/0040): main.c
+	                                   makes them with the loops and frees
+	                                   them after the joins; NULL: one loop */
 	struct event *trim_timer;       /* the heap check (gateway_heap_start);
 	                                   freed by gateway_heap_stop */
 	int64_t trim_handshake_ms;      /* monotonic: the last handshake ended */
@@ -152,7 +157,9 @@ struct gateway {
 	struct srccount *k8s_checks;    /* /k8s token checks waiting on the
 	                                   store per source (k8s.c makes it;
 	                                   freed by main.c) */
-	int stopping;                   /* SIGTERM received: draining, refuse new tunnels */
+	atomic_int stopping;            /* SIGTERM received: draining, refuse new
+	                                   tunnels; loop 0 sets it, any loop
+	                                   reads it (docs/0040) */
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	struct retry_after retry_after; /* when turned-away agents come back
@@ -195,8 +202,8 @@ struct gateway {
 	struct access_cache *access_cache; /* tokens proven moments ago (access.h);
 	                                 * NULL: none, every check reads the store */
 	struct live_streams live_streams; /* operator streams open now (livestreams.h) */
-	size_t answers_later;           /* requests waiting for the store thread
-	                                 * (answer_later.h) */
+	atomic_size_t answers_later;    /* requests waiting for the store thread
+	                                 * (answer_later.h), of every loop */
 	/* The public URL list agents are told (SETTINGS, agents/settings.h):
 	 * joined by spaces, "" for none; pushed only once read from the store. */
 	char public_urls[512];

@@ -24,6 +24,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +46,10 @@ struct looplink_half {
 	bool closed;
 	bool posted;
 	bool blocked;
+	/* Written by the writer's loop only, read by any thread (/metrics):
+	 * streams opened from the writer's end, DATA payload bytes sent. */
+	_Atomic uint64_t streams;
+	_Atomic uint64_t bytes;
 };
 
 /* Loop `from`'s end toward loop `to`; touched on loop `from` only. */
@@ -166,7 +171,10 @@ link_sendbuf(void *io, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src,
 		evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 		return -1;
 	}
-	return half_push(e, hdrlen + n);
+	if (half_push(e, hdrlen + n) != 0)
+		return -1;
+	atomic_fetch_add_explicit(&e->out->bytes, n, memory_order_relaxed);
+	return 0;
 }
 
 /* The half's bytes; at or past tx_high_water the reader is asked to say
@@ -370,6 +378,8 @@ looplink_open(struct looplinks *ls, unsigned to, const struct frame_open *req,
 	/* No principal: the link's own account (its multiplexer's share). */
 	if ((s = mux_open(e->mux, NULL, req, h, arg)) == NULL)
 		snprintf(err, errlen, "%s: %s", e->name, mux_refusal(e->mux));
+	else
+		atomic_fetch_add_explicit(&e->out->streams, 1, memory_order_relaxed);
 	return s;
 }
 
@@ -379,6 +389,26 @@ looplink_streams(const struct looplinks *ls, unsigned from, unsigned to)
 	const struct looplink_end *e = end_at(ls, from, to);
 
 	return from != to && e->mux != NULL ? mux_stream_count(e->mux) : 0;
+}
+
+void
+looplink_counts(const struct looplinks *ls, unsigned from, unsigned to,
+    uint64_t *streams, uint64_t *bytes)
+{
+	struct looplink_half *h;
+
+	*streams = *bytes = 0;
+	if (ls == NULL || from >= ls->n || to >= ls->n || from == to)
+		return;
+	h = &ls->halves[from * ls->n + to];
+	*streams = atomic_load_explicit(&h->streams, memory_order_relaxed);
+	*bytes = atomic_load_explicit(&h->bytes, memory_order_relaxed);
+}
+
+unsigned
+looplinks_loops(const struct looplinks *ls)
+{
+	return ls != NULL ? ls->n : 0;
 }
 
 /* ---- the set ---- */

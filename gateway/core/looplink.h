@@ -39,6 +39,7 @@
 #define TETHER_LOOPLINK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct frame_open;
 struct loop;
@@ -93,6 +94,19 @@ void looplink_close(struct looplinks *ls);
  * 0 once closed.  On loop `from` only.
  */
 size_t looplink_streams(const struct looplinks *ls, unsigned from, unsigned to);
+
+/*
+ * What the link from loop `from` to loop `to` carried since start: the
+ * streams opened from `from`'s end, and the DATA payload bytes sent
+ * from -> to (both directions of a stream count, each on its own half).
+ * Both 0 for ls NULL, from == to or a loop out of range.  Any thread
+ * (relaxed atomics: /metrics folds them).  O(1).
+ */
+void looplink_counts(const struct looplinks *ls, unsigned from, unsigned to,
+    uint64_t *streams, uint64_t *bytes);
+
+/* The loops ls links (0 for NULL).  Any thread. */
+unsigned looplinks_loops(const struct looplinks *ls);
 
 /*
  * Frees the set: any multiplexer a loop did not close is freed here (its

@@ -17,10 +17,12 @@
 
 #include "agent_state.h"
 
-/* The store thread (store_worker.c) times its calls through the store's
- * timing hook: tether_store_duration_seconds is written under this lock,
- * and every family is read under it (metrics_lock).  Every other family is
- * written on the loop only. */
+/* Every family is read under this lock (metrics_lock).  Written under it:
+ * tether_store_duration_seconds (the store thread times its calls through
+ * the store's timing hook), and the events any loop may count (an agent's
+ * state, a handshake, a /k8s answer: docs/0040, ~100 ns uncontended).  The
+ * others are written on loop 0 only, or under metrics_lock by the
+ * scrape. */
 static pthread_mutex_t metrics_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const no_values[] = { NULL };
@@ -93,6 +95,21 @@ static struct prom_metric loop_cpu = {
 	.help = "CPU time of each event loop's thread (--workers; loop 0 carries every tunnel, stream and route).",
 	.label = "loop", .preset = no_values,
 };
+static struct prom_metric loop_tunnels = {
+	.name = "tether_loop_tunnels", .kind = PROM_GAUGE,
+	.help = "Authenticated agent tunnels each event loop carries (--workers).",
+	.label = "loop", .preset = no_values,
+};
+static struct prom_metric link_streams = {
+	.name = "tether_loop_link_streams_total", .kind = PROM_COUNTER,
+	.help = "Streams opened from one event loop to another through their in-process link (docs/0040): an operator connection on loop from reaching a tunnel on loop to.",
+	.label = "from", .label2 = "to", .preset = no_values,
+};
+static struct prom_metric link_bytes = {
+	.name = "tether_loop_link_bytes_total", .kind = PROM_COUNTER,
+	.help = "Stream payload bytes carried from one event loop to another through their in-process link (docs/0040).",
+	.label = "from", .label2 = "to", .preset = no_values,
+};
 static struct prom_metric store_up = {
 	.name = "tether_store_up", .kind = PROM_GAUGE,
 	.help = "1 while this replica reaches its store (its /readyz is not 503 for the store), else 0.",
@@ -140,7 +157,8 @@ static struct prom_metric store_duration = {
 static struct prom_metric *const families[] = {
 	&build_info, &agents, &agents_offline, &agents_by_version, &agents_new_ca,
 	&ca_rotation, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
-	&tls_shed, &tls_shed_accept, &loop_handshakes, &loop_cpu, &store_up, &cert_expiry, &handshakes, &registrations,
+	&tls_shed, &tls_shed_accept, &loop_handshakes, &loop_cpu, &loop_tunnels,
+	&link_streams, &link_bytes, &store_up, &cert_expiry, &handshakes, &registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
@@ -157,10 +175,12 @@ metrics_agent_moved(int from, int to)
 {
 	if (from == to)
 		return;
+	pthread_mutex_lock(&metrics_mu);
 	if (from >= 0 && from < AGENT_STATE_ENTRIES)
 		prom_add(&agents, agent_state_name((enum agent_state)from), -1);
 	if (to >= 0 && to < AGENT_STATE_ENTRIES)
 		prom_add(&agents, agent_state_name((enum agent_state)to), 1);
+	pthread_mutex_unlock(&metrics_mu);
 }
 
 void
@@ -178,7 +198,9 @@ metrics_unlock(void)
 void
 metrics_handshake(int registering, const char *result)
 {
+	pthread_mutex_lock(&metrics_mu);
 	prom_inc(registering ? &registrations : &handshakes, result);
+	pthread_mutex_unlock(&metrics_mu);
 }
 
 void
@@ -188,8 +210,10 @@ metrics_k8s_request(int status, double seconds)
 
 	/* A status is 100..599 (the family caps the values it keeps anyway). */
 	snprintf(code, sizeof(code), "%d", status >= 100 && status <= 599 ? status : 0);
+	pthread_mutex_lock(&metrics_mu);
 	prom_inc(&k8s_requests, code);
 	prom_observe(&k8s_duration, NULL, seconds);
+	pthread_mutex_unlock(&metrics_mu);
 }
 
 void
@@ -233,6 +257,25 @@ metrics_loop(unsigned loop, uint64_t tls_handshakes, double cpu_seconds)
 	snprintf(name, sizeof(name), "%u", loop);
 	prom_set(&loop_handshakes, name, (double)tls_handshakes);
 	prom_set(&loop_cpu, name, cpu_seconds);
+}
+
+void
+metrics_loop_tunnels(unsigned loop, size_t n)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%u", loop);
+	prom_set(&loop_tunnels, name, (double)n);
+}
+
+void
+metrics_loop_link(unsigned from, unsigned to, uint64_t streams, uint64_t bytes)
+{
+	char name[24];
+
+	snprintf(name, sizeof(name), "%u,%u", from, to);
+	prom_set(&link_streams, name, (double)streams);
+	prom_set(&link_bytes, name, (double)bytes);
 }
 
 void

@@ -14,6 +14,11 @@
  *   tether_k8s_requests_total{code}              /k8s answers by HTTP status
  *   tether_k8s_request_duration_seconds          histogram
  *   tether_store_duration_seconds{op}            histogram, per store call
+ *   tether_loop_tls_handshakes_total{loop}, tether_loop_cpu_seconds_total{loop},
+ *   tether_loop_tunnels{loop}                    per event loop (--workers)
+ *   tether_loop_link_streams_total{from,to}, tether_loop_link_bytes_total{from,to}
+ *                                                streams and payload bytes
+ *                                                crossing between loops
  *   tether_store_up                              1 while this replica reaches
  *                                                its store (as /readyz says)
  *   tether_agents_offline{over}                  agents no replica holds, not
@@ -47,7 +52,7 @@ void metrics_init(void);
 
 /* An agent moved from one state to another (enum agent_state; -1: it did
  * not exist before), as a store call on the store thread said
- * (store.h).  Loop thread only. */
+ * (store.h).  Any loop (takes the metrics' lock). */
 void metrics_agent_moved(int from, int to);
 
 /* Held while the families are read (metrics_route.c): the store thread
@@ -56,10 +61,12 @@ void metrics_lock(void);
 void metrics_unlock(void);
 
 /* A tunnel's handshake ended (registering 0) or its registration did
- * (registering 1): result "ok" or a code of ours (a bounded set). */
+ * (registering 1): result "ok" or a code of ours (a bounded set).  Any
+ * loop (takes the metrics' lock). */
 void metrics_handshake(int registering, const char *result);
 
-/* A /k8s request was answered with status after seconds. */
+/* A /k8s request was answered with status after seconds.  Any loop
+ * (takes the metrics' lock). */
 void metrics_k8s_request(int status, double seconds);
 
 /*
@@ -127,5 +134,15 @@ void metrics_tls_shed_at_accept(uint64_t shed);
  * thread's CPU seconds, both since start (server_loop_stats).  Under
  * metrics_lock. */
 void metrics_loop(unsigned loop, uint64_t tls_handshakes, double cpu_seconds);
+/* tether_loop_tunnels{loop} = n: the authenticated tunnels loop
+ * carries now.  Under metrics_lock. */
+void metrics_loop_tunnels(unsigned loop, size_t n);
+/* tether_loop_link_streams_total{from,to} and _bytes_total{from,to}: what
+ * the link from loop `from` to loop `to` carried since start
+ * (looplink_counts).  Set only for links that carried something: at most
+ * PROM_LABELS_MAX - 1 pairs are shown apart (past that, "other").  Under
+ * metrics_lock. */
+void metrics_loop_link(unsigned from, unsigned to, uint64_t streams,
+    uint64_t bytes);
 
 #endif

@@ -50,7 +50,8 @@ void answer_later(struct gateway *gw, const struct route_request *req,
     struct route_response *resp, answer_later_store_fn *store,
     answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg);
 
-/* gw's requests out now (gw->answers_later; loop only). */
+/* gw's requests out now, of every loop (gw->answers_later, an atomic:
+ * any thread). */
 size_t answer_later_pending(const struct gateway *gw);
 
 #endif

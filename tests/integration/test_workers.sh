@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --workers (docs/0032): with two loops, a burst of TLS handshakes at once is
+# --workers (docs/0032, 0040): with two loops, a burst of TLS handshakes at once is
 # shared by both (tether_loop_tls_handshakes_total counts each loop's), the
 # connections handed over from the handshake loop carry tunnels, operator
 # streams and admin calls as before, a stalled reader holds only its own
@@ -39,6 +39,15 @@ client_start n1 --stream-window 262144
 agent_pid=$CLIENT_PID
 wait_until 30 "n1 active" agent_is n1 active
 pass "an agent's tunnel through a gateway with two loops is active"
+
+# The loops are linked from the start (docs/0040): the link families are
+# served.
+metrics >"$T/placed.metrics"
+grep -q '^# TYPE tether_loop_link_streams_total counter$' "$T/placed.metrics" ||
+	fail "no tether_loop_link_streams_total family"
+grep -q '^# TYPE tether_loop_link_bytes_total counter$' "$T/placed.metrics" ||
+	fail "no tether_loop_link_bytes_total family"
+pass "the loop link families are served"
 
 # A burst: 48 TLS handshakes at once (threads of one client), each then
 # asks /healthz on its connection.
@@ -145,7 +154,12 @@ metrics >"$T/after.metrics"
 log "handshakes of the four connects (and one scrape): loop 0" \
 	"$(($(loop_handshakes "$T/after.metrics" 0) - $(loop_handshakes "$T/before.metrics" 0))), loop 1" \
 	"$(($(loop_handshakes "$T/after.metrics" 1) - $(loop_handshakes "$T/before.metrics" 1)))"
-pass "4 streams of 4 MiB beside a stalled reader, all SHA-256 equal"
+# Operator connections still land on loop 0, where the tunnel is (docs/0040
+# step 6's landing on every loop is not built yet): no stream crossed a
+# loop link.
+! grep -q '^tether_loop_link_streams_total{' "$T/after.metrics" ||
+	fail "streams crossed a loop link: $(grep '^tether_loop_link' "$T/after.metrics")"
+pass "4 streams of 4 MiB beside a stalled reader, all SHA-256 equal, none crossing a loop link"
 
 client_stop "$agent_pid"
 gateway_stop

@@ -425,6 +425,23 @@ test_link(void **state)
 	assert_true(tx[STALLED].sent <= WINDOW);
 	assert_int_equal(snap->streams, 1);
 	assert_int_equal(looplink_streams(links, 0, 1), 1);
+	/* What /metrics folds: eight streams opened 0>1, none 1>0; the seven
+	 * done ones' bytes and the stalled one's at most a window went 0>1,
+	 * no payload came back. */
+	{
+		uint64_t n, bytes;
+
+		looplink_counts(links, 0, 1, &n, &bytes);
+		assert_int_equal(n, NSTREAMS);
+		assert_true(bytes >= (uint64_t)(NSTREAMS - 1) * BYTES);
+		assert_true(bytes <= (uint64_t)(NSTREAMS - 1) * BYTES + WINDOW);
+		looplink_counts(links, 1, 0, &n, &bytes);
+		assert_int_equal(n, 0);
+		assert_int_equal(bytes, 0);
+		looplink_counts(links, 0, 0, &n, &bytes);
+		assert_int_equal(n + bytes, 0);
+		assert_int_equal(looplinks_loops(links), 2);
+	}
 
 	/* RESET from loop 1: loop 0's stream ends with its code. */
 	assert_int_equal(loop_call(&loops[1], rx_reset_stalled, NULL, NULL), 0);

@@ -137,6 +137,24 @@ test_label_values_are_capped_and_escaped(void **state)
 }
 
 static void
+test_two_labels(void **state)
+{
+	static struct prom_metric m = { .name = "t_link_total", .help = "Links.",
+	    .kind = PROM_COUNTER, .label = "from", .label2 = "to" };
+	char *t;
+
+	(void)state;
+	prom_set(&m, "0,1", 5);
+	prom_set(&m, "1,0", 7);
+	prom_inc(&m, "solo");
+	t = text_of(&m);
+	assert_non_null(strstr(t, "t_link_total{from=\"0\",to=\"1\"} 5\n"));
+	assert_non_null(strstr(t, "t_link_total{from=\"1\",to=\"0\"} 7\n"));
+	assert_non_null(strstr(t, "t_link_total{from=\"solo\"} 1\n"));
+	free(t);
+}
+
+static void
 test_process_metrics_are_written(void **state)
 {
 	char *buf = NULL;
@@ -163,6 +181,7 @@ main(void)
 		cmocka_unit_test(test_gauge_fractions_and_negative),
 		cmocka_unit_test(test_histogram_buckets_are_cumulative),
 		cmocka_unit_test(test_label_values_are_capped_and_escaped),
+		cmocka_unit_test(test_two_labels),
 		cmocka_unit_test(test_process_metrics_are_written),
 	};
 
