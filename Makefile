@@ -40,7 +40,9 @@ build-tsan: setup
 # with two loops (docs/0032); not part of `make test` (minutes on two cores).
 # Run as scripts, not through ctest (whose TETHER_BIN is build/asan's).
 # The unit tests whose threads share state (docs/0040) run first.
-TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain
+TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain \
+  test_shutdown_streams test_revocation_ends_streams test_metrics test_ui \
+  test_key_rotation
 TSAN_UNIT ?= test_loop test_looplink
 test-tsan: build-tsan
 	@for t in $(TSAN_UNIT); do \
