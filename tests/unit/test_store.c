@@ -33,7 +33,7 @@
 #include "store_backend.h"   /* groups: the store thread's (store_worker.c) */
 
 #define NOW 1700000000
-#define SCHEMA_NOW 10      /* the schema version this gateway migrates to */
+#define SCHEMA_NOW 11      /* the schema version this gateway migrates to */
 
 /* The PostgreSQL database the tests run on, or NULL for SQLite. */
 static const char *pg_url;
@@ -338,6 +338,46 @@ test_open_creates_and_migrates(void **state)
 	if (pg_url == NULL)
 		assert_int_equal(raw_int(f->path,
 		    "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+}
+
+/*
+ * A registration's same-key read (store.c find_same_key, and PostgreSQL's
+ * tether_register) finds the node's agents, revoked ones too, through an
+ * index on (cluster_id, node): the partial agents_live_node cannot serve
+ * it, and without schema 11 SQLite scanned every agent of the cluster
+ * (agents_by_cluster), a join costing the cluster's size.  PostgreSQL
+ * plans by table statistics (an empty table is scanned whatever the
+ * indexes), so there the index's presence is what is checked.
+ */
+static void
+test_same_key_read_indexed(void **state)
+{
+	struct fixture *f = *state;
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	bool by_node = false;
+
+	if (pg_url != NULL) {
+		assert_int_equal(pg_sql("SELECT count(*) FROM pg_indexes "
+		    "WHERE tablename = 'agents' AND indexname = 'agents_by_node'"), 1);
+		return;
+	}
+	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
+	    NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "EXPLAIN QUERY PLAN "
+	    "SELECT id FROM agents WHERE cluster_id = ? AND node = ? "
+	    "AND pubkey = ? ORDER BY state = 'revoked', created_at DESC, "
+	    "rowid DESC LIMIT 1", -1, &st, NULL), SQLITE_OK);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		const char *detail = (const char *)sqlite3_column_text(st, 3);
+
+		if (detail != NULL && strstr(detail, "agents_by_node "
+		    "(cluster_id=? AND node=?)") != NULL)
+			by_node = true;
+	}
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	assert_true(by_node);
 }
 
 static void
@@ -2310,6 +2350,7 @@ main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 		T(test_open_creates_and_migrates),
 		T(test_open_bad_urls),
+		T(test_same_key_read_indexed),
 		T(test_newer_schema_refused),
 		T(test_migrates_v1_in_place),
 		T(test_user_tokens),
