@@ -230,6 +230,70 @@ loop_broadcast(struct loop *loops, unsigned n, void (*fn)(void *arg),
 	return ran;
 }
 
+/* A gather: a broadcast whose end goes home. */
+struct loop_gather {
+	void (*fill)(void *arg);
+	void (*done)(void *arg);
+	void (*drop)(void *arg);
+	void *arg;
+	struct loop *home;
+};
+
+static void
+gather_done(void *p)
+{
+	struct loop_gather *g = p;
+
+	g->done(g->arg);
+	free(g);
+}
+
+static void
+gather_drop(void *p)
+{
+	struct loop_gather *g = p;
+
+	if (g->drop != NULL)
+		g->drop(g->arg);
+	free(g);
+}
+
+static void
+gather_fill(void *p)
+{
+	struct loop_gather *g = p;
+
+	g->fill(g->arg);
+}
+
+/* Every loop ran its fill or dropped it: the answer goes home. */
+static void
+gather_end(void *p)
+{
+	struct loop_gather *g = p;
+
+	(void)loop_call(g->home, gather_done, g, gather_drop);
+}
+
+int
+loop_gather(struct loop *loops, unsigned n, struct loop *home,
+    void (*fill)(void *arg), void (*done)(void *arg), void (*drop)(void *arg),
+    void *arg)
+{
+	struct loop_gather *g = malloc(sizeof(*g));
+
+	if (g == NULL) {
+		warn("loop inbox: out of memory: a gather is dropped");
+		if (drop != NULL)
+			drop(arg);
+		return -1;
+	}
+	*g = (struct loop_gather){ .fill = fill, .done = done, .drop = drop,
+	    .arg = arg, .home = home };
+	(void)loop_broadcast(loops, n, gather_fill, g, gather_end);
+	return 0;
+}
+
 double
 loop_cpu_seconds(const struct loop *l)
 {

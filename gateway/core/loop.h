@@ -80,6 +80,21 @@ int loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
 unsigned loop_broadcast(struct loop *loops, unsigned n,
     void (*fn)(void *arg), void *arg, void (*done)(void *arg));
 
+/*
+ * A whole-process view (docs/0040: the status page, a revocation's
+ * count): fill(arg) runs once on each of loops[0..n-1] that has not
+ * stopped, from its inbox, where it copies what that loop owns into the
+ * part of arg its loop index names (fill writes nothing else of arg);
+ * once every loop ran it or dropped it, done(arg) runs on home's thread
+ * (the caller's loop, normally), from its inbox.  If home has stopped by
+ * then, drop(arg) runs instead (on the thread of the last loop; drop may
+ * be NULL).  Returns 0, or -1 when out of memory (drop(arg) ran at once).
+ * From any thread.  Cost: two allocations and n + 1 loop_calls.
+ */
+int loop_gather(struct loop *loops, unsigned n, struct loop *home,
+    void (*fill)(void *arg), void (*done)(void *arg), void (*drop)(void *arg),
+    void *arg);
+
 /* Asks l (1..n-1) to stop: it runs what was sent to it before, then its
  * inbox closes (what comes after is dropped) and its thread returns;
  * loops_stop joins it.  Any thread.  Cost: one loop_call. */

@@ -5,7 +5,9 @@
  * (queued behind its stop, or made after) is dropped, its arg freed by its
  * drop and nothing run (ASan's leak check sees a lost one); a broadcast
  * runs once on every loop, the caller's own from its inbox, and its done
- * runs once after the last.
+ * runs once after the last; a gather's rows are each filled by their own
+ * loop and its done runs once on its home loop after them (its drop when
+ * home stopped).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -245,6 +247,91 @@ test_broadcast_once(void **state)
 	event_base_free(base);
 }
 
+/* Gathers: each loop fills its own row, done runs once on home. */
+struct rows {
+	unsigned row[BLOOPS];         /* row[i] written by loop i only */
+	unsigned wrong_row;
+	int done_on;                  /* home's index as done saw it, -1 */
+};
+static atomic_uint gathers_done, gathers_dropped;
+
+static void
+row_fill(void *arg)
+{
+	struct rows *r = arg;
+	struct loop *l = loop_self();
+
+	if (l == NULL || l->index >= BLOOPS)
+		r->wrong_row++;
+	else
+		r->row[l->index] = l->index + 1;
+}
+
+static void
+rows_done(void *arg)
+{
+	struct rows *r = arg;
+
+	r->done_on = loop_self() != NULL ? (int)loop_self()->index : -2;
+	atomic_fetch_add(&gathers_done, 1);
+}
+
+static void
+rows_drop(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&gathers_dropped, 1);
+}
+
+/* Runs loop 0 until n gathers are done. */
+static void
+until_gathered(struct event_base *base, unsigned n)
+{
+	for (int i = 0; i < 100000 && atomic_load(&gathers_done) < n; i++)
+		(void)event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(atomic_load(&gathers_done), n);
+}
+
+static void
+test_gather(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, BLOOPS, NULL, err, sizeof(err));
+	struct rows a = { .done_on = -1 }, b = { .done_on = -1 }, c = { .done_on = -1 };
+
+	(void)state;
+	assert_non_null(loops);
+	/* Home loop 0 (the caller's): never inline. */
+	assert_int_equal(loop_gather(loops, BLOOPS, &loops[0], row_fill,
+	    rows_done, rows_drop, &a), 0);
+	assert_int_equal(a.row[0], 0);
+	until_gathered(base, 1);
+	assert_int_equal(a.done_on, 0);
+	/* Home loop 2: done runs there, after every row. */
+	assert_int_equal(loop_gather(loops, BLOOPS, &loops[2], row_fill,
+	    rows_done, rows_drop, &b), 0);
+	until_gathered(base, 2);
+	loops_stop(loops, BLOOPS);    /* the joins order b's rows before reads */
+	for (unsigned i = 0; i < BLOOPS; i++) {
+		assert_int_equal(a.row[i], i + 1);
+		assert_int_equal(b.row[i], i + 1);
+	}
+	assert_int_equal(b.done_on, 2);
+	assert_int_equal(a.wrong_row + b.wrong_row, 0);
+	/* Home stopped: loop 0 still fills, then drop, not done. */
+	assert_int_equal(loop_gather(loops, BLOOPS, &loops[2], row_fill,
+	    rows_done, rows_drop, &c), 0);
+	(void)event_base_loop(base, EVLOOP_ONCE);
+	assert_int_equal(c.row[0], 1);
+	assert_int_equal(c.row[1], 0);
+	assert_int_equal(atomic_load(&gathers_dropped), 1);
+	assert_int_equal(atomic_load(&gathers_done), 2);
+	assert_int_equal(c.done_on, -1);
+	loops_free(loops, BLOOPS);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -252,6 +339,7 @@ main(void)
 		cmocka_unit_test(test_order_per_sender),
 		cmocka_unit_test(test_stopped_loop_drops),
 		cmocka_unit_test(test_broadcast_once),
+		cmocka_unit_test(test_gather),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
