@@ -765,14 +765,14 @@ two_keys(size_t n, char a[16], char b[16])
  * four A queued behind it do not start (on a shared queue the two free
  * threads would take them), and the jobs of key B, on another thread, run
  * and are answered meanwhile; once released, A's run in the order
- * submitted, on one thread.  A full queue counts keyed jobs too.
+ * submitted, on one thread.
  */
 static void
 test_keyed_order(void **state)
 {
 	struct fixture *f = *state;
 	char err[STORE_ERROR_MAX + 1], names[10][16], ka[16], kb[16];
-	struct job jobs[10], extra = { .seq = 10, .name = "x" };
+	struct job jobs[10];
 	sem_t started, gate;
 
 	assert_int_equal(store_worker_start_pool(f->base, f->url, 10, 3, NULL,
@@ -790,9 +790,6 @@ test_keyed_order(void **state)
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(store_worker_submit_keyed(f->w, i < 5 ? ka : kb,
 		    true, work, done, &jobs[i]), 0);
-	/* Ten waiting or running: the eleventh is refused, keyed or not. */
-	assert_int_equal(store_worker_submit_keyed(f->w, ka, false, work,
-	    done, &extra), -1);
 	wait_answer(&started);
 	run_until(f, 5);
 	for (int i = 0; i < 5; i++)
@@ -811,6 +808,43 @@ test_keyed_order(void **state)
 	sem_destroy(&gate);
 }
 
+/* The cap counts keyed jobs waiting: with A's first job running and two
+ * more of A waiting (their thread is busy), a third is refused, keyed or
+ * not, and its done never runs. */
+static void
+test_keyed_cap(void **state)
+{
+	struct fixture *f = *state;
+	char err[STORE_ERROR_MAX + 1];
+	struct job a = { .seq = 0, .name = "a" }, b = { .seq = 1, .name = "b" },
+	    c = { .seq = 2, .name = "c" }, d = { .seq = 3, .name = "d" };
+	sem_t started, gate;
+
+	sem_init(&started, 0, 0);
+	sem_init(&gate, 0, 0);
+	a.started = &started;
+	a.gate = &gate;
+	assert_int_equal(store_worker_start_pool(f->base, f->url, 2, 2, NULL,
+	    NULL, &f->w, err, sizeof(err)), 0);
+	assert_int_equal(store_worker_submit_keyed(f->w, "A", true, work, done,
+	    &a), 0);
+	wait_answer(&started);
+	assert_int_equal(store_worker_submit_keyed(f->w, "A", true, work, done,
+	    &b), 0);
+	assert_int_equal(store_worker_submit_keyed(f->w, "A", false, work, done,
+	    &c), 0);
+	assert_int_equal(store_worker_submit_keyed(f->w, "B", true, work, done,
+	    &d), -1);
+	assert_int_equal(store_worker_submit(f->w, work, done, &d), -1);
+	sem_post(&gate);
+	run_until(f, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(done_order[i], i);
+	assert_int_equal(store_worker_pending(f->w), 0);
+	sem_destroy(&started);
+	sem_destroy(&gate);
+}
+
 int
 main(void)
 {
@@ -824,6 +858,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_pool_at_once, setup, teardown),
 		cmocka_unit_test(test_shard_rule),
 		cmocka_unit_test_setup_teardown(test_keyed_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_keyed_cap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_drains, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_group_one_commit, setup,
