@@ -20,6 +20,7 @@
 
 #include "ca.h"
 #include "carotate.h"
+#include "face.h"
 #include "fileio.h"
 #include "gateway.h"
 #include "hub.h"
@@ -188,37 +189,54 @@ job_clear(struct job *j)
 static void
 ca_use(struct gateway *gw, struct ca_read *r)
 {
-	const struct ca_rotation *was = gw->ca_rotation;
+	const struct ca_rotation *was = gw_face_now(gw)->ca_rotation;
 	bool changed = was == NULL ? r->rot->phase != CA_PHASE_NONE :
 	    was->phase != r->rot->phase ||
 	    strcmp(was->next_checksum, r->rot->next_checksum) != 0;
+	struct gw_face *f = gw_face_edit(gw);
+	const struct gw_face *now;
 
-	free(gw->ca_rotation);
-	gw->ca_rotation = r->rot;
+	if (f == NULL) {
+		error("out of memory: the CA rotation read is not used");
+		return;
+	}
+	free(f->ca_rotation);
+	f->ca_rotation = r->rot;
 	r->rot = NULL;
 	if (r->ca_pem != NULL) {
-		free(gw->ca_pem);
-		gw->ca_pem = r->ca_pem;
-		gw->ca_pem_len = r->ca_pem_len;
-		memcpy(gw->ca_checksum, r->ca_checksum, sizeof(gw->ca_checksum));
+		free(f->ca_pem);
+		f->ca_pem = r->ca_pem;
+		f->ca_pem_len = r->ca_pem_len;
+		memcpy(f->ca_checksum, r->ca_checksum, sizeof(f->ca_checksum));
 		r->ca_pem = NULL;
 	}
-	metrics_ca_rotation((int)gw->ca_rotation->phase);
-	metrics_ca_certificate((int64_t)gw->ca_rotation->current_not_after);
+	/* Published whole: no reader sees a CA with another's checksum. */
+	gw_face_publish(gw, f);
+	now = gw_face_now(gw);
+	metrics_ca_rotation((int)now->ca_rotation->phase);
+	metrics_ca_certificate((int64_t)now->ca_rotation->current_not_after);
 	if (!changed)
 		return;
-	info("CA rotation", KV_S("phase", ca_phase_name(gw->ca_rotation->phase)),
-	    KV_S("ca", gw->ca_rotation->current_checksum),
-	    KV_S("new_ca", gw->ca_rotation->next_checksum),
-	    KV_S("handed_out", gw->ca_checksum),
+	info("CA rotation", KV_S("phase", ca_phase_name(now->ca_rotation->phase)),
+	    KV_S("ca", now->ca_rotation->current_checksum),
+	    KV_S("new_ca", now->ca_rotation->next_checksum),
+	    KV_S("handed_out", now->ca_checksum),
 	    KV_U("agents_told", hub_send_settings(gw->hub)));
 }
 
-/* The served certificate is now info's: gw->cert and the metric. */
+/* The served certificate is now info's: the face's cert and the metric. */
 static void
 served(struct gateway *gw, const struct ca_cert_info *info)
 {
-	gw->cert = *info;
+	struct gw_face *f = gw_face_edit(gw);
+
+	if (f != NULL) {
+		f->cert = *info;
+		gw_face_publish(gw, f);
+	} else {
+		error("out of memory: /readyz and the status page keep naming the "
+		    "old server certificate", KV_S("serial", info->serial));
+	}
 	metrics_server_certificate((int64_t)info->not_after);
 }
 
@@ -254,10 +272,10 @@ job_done(evutil_socket_t fd, short what, void *arg)
 	pthread_join(cr->thread, NULL);
 	cr->running = 0;
 	if (j->err[0] != '\0') {
-		rfc3339_format((int64_t)cr->gw->cert.not_after, after);
+		rfc3339_format((int64_t)gw_face_now(cr->gw)->cert.not_after, after);
 		error("kept the old server certificate: the new one cannot be served",
 		    KV_S("reason", cr->why), KV_S("err", j->err),
-		    KV_S("serial", cr->gw->cert.serial), KV_S("not_after", after));
+		    KV_S("serial", gw_face_now(cr->gw)->cert.serial), KV_S("not_after", after));
 	} else {
 		server_tls_use(cr->gw, j->main, j->peer_ctx);
 		j->main = j->peer_ctx = NULL;
@@ -314,7 +332,7 @@ can_renew(struct certreload *cr)
 	if (!cr->no_ca_key_said)
 		warn("the server certificate expires soon and cannot be renewed "
 		    "here: no ca.key in the data directory; run 'tether-gateway "
-		    "cert renew' where it is", KV_S("serial", cr->gw->cert.serial));
+		    "cert renew' where it is", KV_S("serial", gw_face_now(cr->gw)->cert.serial));
 	cr->no_ca_key_said = 1;
 	return 0;
 }
@@ -325,7 +343,8 @@ can_renew(struct certreload *cr)
 static int
 in_rotation(struct certreload *cr)
 {
-	const struct ca_rotation *r = cr->gw->ca_rotation;
+	const struct gw_face *face = gw_face_now(cr->gw);
+	const struct ca_rotation *r = face->ca_rotation;
 
 	if (r == NULL || r->phase != CA_PHASE_OVERLAP) {
 		cr->rotation_said = 0;
@@ -334,7 +353,7 @@ in_rotation(struct certreload *cr)
 	if (!cr->rotation_said)
 		warn("the server certificate expires soon but is not renewed "
 		    "during a CA rotation: finish it ('tether-gateway ca rotate "
-		    "finish'), then it is renewed", KV_S("serial", cr->gw->cert.serial));
+		    "finish'), then it is renewed", KV_S("serial", face->cert.serial));
 	cr->rotation_said = 1;
 	return 1;
 }
@@ -344,14 +363,15 @@ renew_check(evutil_socket_t fd, short what, void *arg)
 {
 	struct certreload *cr = arg;
 	struct timeval tv = runtime_ms_timeval(RENEW_CHECK_MS);
-	long long left = cr->gw->cert.not_after - (long long)gateway_now();
+	const struct gw_face *face = gw_face_now(cr->gw);
+	long long left = face->cert.not_after - (long long)gateway_now();
 
 	evtimer_add(cr->check, &tv);
 	if (left > (long long)cr->renew_before_days * DAY_S || cr->running ||
 	    in_rotation(cr) || !can_renew(cr))
 		return;
 	info("the server certificate expires within --cert-renew-before: "
-	    "renewing it", KV_S("serial", cr->gw->cert.serial),
+	    "renewing it", KV_S("serial", face->cert.serial),
 	    KV_I("days_left", left / DAY_S),
 	    KV_U("renew_before_days", cr->renew_before_days));
 	job_start(cr, "renewal", 1);
@@ -380,6 +400,7 @@ certreload_start(struct gateway *gw, unsigned renew_before_days)
 {
 	struct certreload *cr = calloc(1, sizeof(*cr));
 	char ca[4200], why[400];
+	struct ca_cert_info cert;
 	X509 *x = server_certificate(gw);
 
 	if (cr == NULL) {
@@ -408,11 +429,12 @@ certreload_start(struct gateway *gw, unsigned renew_before_days)
 		ca_use(gw, &cr->job.ca);
 		ca_read_clear(&cr->job.ca);
 	}
-	if (x != NULL && ca_server_check(x, ca, &gw->cert, why, sizeof(why)) != 0)
+	cert = gw_face_now(gw)->cert;
+	if (x != NULL && ca_server_check(x, ca, &cert, why, sizeof(why)) != 0)
 		warn("the server certificate served is not one to keep serving",
-		    KV_S("serial", gw->cert.serial), KV_S("err", why));
+		    KV_S("serial", cert.serial), KV_S("err", why));
 	if (x != NULL)
-		served(gw, &gw->cert);
+		served(gw, &cert);
 	peer_seen(gw);
 	if (renew_before_days > 0)
 		renew_check(-1, 0, cr);

@@ -10,13 +10,13 @@
  * a bad one is logged and the old certificate kept.  Either way one line
  * says which certificate is served (serial, not_after) or why the old one
  * stayed.  The metric tether_certificate_expiry_timestamp_seconds{cert=
- * "server"} and gw->cert (/readyz, /v1/status) follow.
+ * "server"} and the face's cert (core/face.h: /readyz, /v1/status) follow.
  *
  * The same job (and the start) reads the CA rotation's phase from the
  * files (auth/carotate.h): in an overlap server.crt must be the new CA's.
- * With a good result gw->ca_rotation becomes what was read, and, unless
- * --public-ca fixed it, gw->ca_pem and gw->ca_checksum the CA handed out
- * (the new one from the overlap on); tether_ca_rotation_phase and
+ * With a good result the face's ca_rotation becomes what was read, and,
+ * unless --public-ca fixed it, its ca_pem and ca_checksum the CA handed
+ * out (the new one from the overlap on), published in one swap; tether_ca_rotation_phase and
  * {cert="ca"} follow; when the phase or the new CA changed, one line
  * ("CA rotation", phase=...) says so and every agent held here is sent
  * SETTINGS (agents/settings.h).  Files the rotation cannot be read from
@@ -36,7 +36,7 @@ struct gateway;
 struct certreload;
 
 /*
- * After server_start: records the certificate served now in gw->cert and
+ * After server_start: records the certificate served now in the face and
  * the metric, and arms the renewal check (renew_before_days 0: none).
  * Returns the state (freed by certreload_free), or NULL after saying why.
  */

@@ -21,6 +21,7 @@
 #include <openssl/crypto.h>
 
 #include "access.h"
+#include "agentdir.h"
 #include "agentkey.h"
 #include "api.h"
 #include "ca.h"
@@ -28,6 +29,7 @@
 #include "certcmd.h"
 #include "certreload.h"
 #include "dial.h"
+#include "face.h"
 #include "fileio.h"
 #include "gateway.h"
 #include "hub.h"
@@ -351,6 +353,7 @@ load_config(struct gateway *gw, const char *public_ca, char *err, size_t errlen)
 	json_t *v;
 	const char *url;
 	char why[160];
+	struct gw_face *face;
 
 	snprintf(path, sizeof(path), "%s/gateway.json", gw->data_dir);
 	v = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -378,9 +381,21 @@ load_config(struct gateway *gw, const char *public_ca, char *err, size_t errlen)
 		snprintf(path, sizeof(path), "%s", public_ca);
 	else
 		snprintf(path, sizeof(path), "%s/ca.crt", gw->data_dir);
-	if (file_read_all(path, 65536, &gw->ca_pem, &gw->ca_pem_len, err, errlen) != 0)
+	/* Before any other thread: the face's first content. */
+	if ((face = gw_face_edit(gw)) == NULL) {
+		snprintf(err, errlen, "out of memory");
 		return -1;
-	return ca_checksum_pem(gw->ca_pem, gw->ca_pem_len, gw->ca_checksum, err, errlen);
+	}
+	free(face->ca_pem);
+	face->ca_pem = NULL;
+	if (file_read_all(path, 65536, &face->ca_pem, &face->ca_pem_len, err,
+	    errlen) != 0 || ca_checksum_pem(face->ca_pem, face->ca_pem_len,
+	    face->ca_checksum, err, errlen) != 0) {
+		gw_face_put(face);
+		return -1;
+	}
+	gw_face_publish(gw, face);
+	return 0;
 }
 
 /*
@@ -718,6 +733,10 @@ serve_open(struct serve *sv)
 		    "that must send one)");
 		return -1;
 	}
+	if (gw_face_init(gw) != 0) {
+		error("out of memory");
+		return -1;
+	}
 	if (load_config(gw, opts_str(&sv->o, SERVE_OPT_PUBLIC_CA), err,
 	    sizeof(err)) != 0) {
 		error("cannot load the data directory", KV_S("err", err));
@@ -735,9 +754,11 @@ serve_open(struct serve *sv)
 		return -1;
 	}
 	gw->hub = hub_new(&hub_ops);
+	gw->agents = agentdir_new();
 	gw->access_cache = access_cache_new();
 	gw->base = runtime_event_base();
-	if (gw->hub == NULL || gw->access_cache == NULL || gw->base == NULL ||
+	if (gw->hub == NULL || gw->agents == NULL || gw->access_cache == NULL ||
+	    gw->base == NULL ||
 	    peer_route_init(gw) != 0) {
 		error("out of memory");
 		return -1;
@@ -972,7 +993,8 @@ serve_listen(struct serve *sv)
 	    KV_S("host", sv->host), KV_I("port", server_port(gw)),
 	    KV_S("url", gw->url), KV_S("store", strncmp(store_url, "sqlite://",
 	    9) == 0 ? store_url : "(configured)"),
-	    KV_S("ca_checksum", gw->ca_checksum), KV_S("replica", gw->replica_id),
+	    KV_S("ca_checksum", gw_face_now(gw)->ca_checksum),
+	    KV_S("replica", gw->replica_id),
 	    KV_U("workers", server_loops(gw)));
 	return serve_metrics(sv);
 }
@@ -1027,12 +1049,12 @@ serve_stop(struct serve *sv)
 	if (gw->base != NULL)
 		event_base_free(gw->base);
 	hub_free(gw->hub);
+	agentdir_free(gw->agents);
 	access_cache_free(gw->access_cache);
 	shares_free_all(gw);
 	store_close(gw->store);
 	(void)log_set_audit_file(NULL, err, sizeof(err));
-	free(gw->ca_pem);
-	free(gw->ca_rotation);
+	gw_face_fini(gw);
 	opts_free(&sv->o);
 }
 

@@ -17,8 +17,8 @@
 
 #include <openssl/crypto.h>
 
+#include "agentdir.h"
 #include "gateway.h"
-#include "hub.h"
 #include "presence.h"
 #include "reach.h"
 #include "runtime.h"
@@ -551,11 +551,15 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 {
 	const char *node = g->node[0] != '\0' ? g->node : NULL;
 	const struct store_remote_agent *ra;
+	struct agentdir_entry e;
 	struct session *s;
 	int here, elsewhere;
 
-	/* Here first: no extra hop. */
-	if ((s = hub_pick(gw->hub, g->cluster, node, &here)) != NULL) {
+	/* Here first: no extra hop.  Until tunnels live on every loop
+	 * (docs/0040 step 7) each one is on this loop, so session_here finds
+	 * every pick; one it does not is not reachable from here yet. */
+	if (agentdir_pick(gw->agents, g->cluster, node, &e, &here) &&
+	    (s = session_here(gw, &e)) != NULL) {
 		reach_local(out, gw, s);
 		return 0;
 	}

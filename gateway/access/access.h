@@ -21,7 +21,7 @@
  * compared in constant time on every call either way.  No check of a
  * peer's request reads the store on the loop: the asynchronous forms
  * below run the reads on the store thread.  access_pick is
- * O(agents of the cluster) (hub.h, presence.h), with no store call.
+ * O(agents of the cluster) (agentdir.h, presence.h), with no store call.
  */
 #ifndef TETHER_ACCESS_H
 #define TETHER_ACCESS_H

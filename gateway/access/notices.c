@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "access.h"
+#include "agentdir.h"
 #include "gateway.h"
-#include "hub.h"
 #include "livestreams.h"
 #include "log.h"
 #include "presence.h"
@@ -36,7 +36,7 @@ struct notices {
  * (ids in, records out), each with its read's result. */
 struct reread {
 	struct gateway *gw;
-	size_t n;
+	size_t n, cap;
 	struct {
 		char id[STORE_ID_MAX + 1];
 		int rc;
@@ -72,6 +72,7 @@ static void
 reread_done(void *arg)
 {
 	struct reread *r = arg;
+	struct agentdir_entry e;
 	struct session *s;
 
 	/* Stopped meanwhile (shutdown): the sessions are going away. */
@@ -82,7 +83,8 @@ reread_done(void *arg)
 		if (r->a[i].rec.state == AGENT_REVOKED)
 			notices_streams_end(r->gw, LIVE_BY_AGENT, "agent",
 			    r->a[i].id);
-		if ((s = hub_find(r->gw->hub, r->a[i].id)) != NULL)
+		if (agentdir_find(r->gw->agents, r->a[i].id, &e) &&
+		    (s = session_here(r->gw, &e)) != NULL)
 			session_record_changed(s, &r->a[i].rec);
 	}
 	free(r);
@@ -93,8 +95,10 @@ reread_new(struct gateway *gw, size_t n)
 {
 	struct reread *r = calloc(1, sizeof(*r) + n * sizeof(r->a[0]));
 
-	if (r != NULL)
+	if (r != NULL) {
 		r->gw = gw;
+		r->cap = n;
+	}
 	return r;
 }
 
@@ -111,11 +115,15 @@ reread_submit(struct gateway *gw, struct reread *r)
 }
 
 static void
-reread_add(struct session *s, void *arg)
+reread_add(const struct agentdir_entry *e, void *arg)
 {
 	struct reread *r = arg;
 
-	snprintf(r->a[r->n].id, sizeof(r->a[r->n].id), "%s", session_agent_id(s));
+	/* An agent that connected since the count is left out: its
+	 * handshake read its record after the listener came back. */
+	if (r->n == r->cap)
+		return;
+	snprintf(r->a[r->n].id, sizeof(r->a[r->n].id), "%s", e->agent_id);
 	r->n++;
 }
 
@@ -208,17 +216,18 @@ static void
 notices_resync(struct gateway *gw)
 {
 	struct reread *r;
+	size_t n;
 
 	access_revoked(gw);
 	notices_resync_streams(gw);
 	settings_refresh(gw);
-	if (hub_count(gw->hub) == 0)
+	if ((n = agentdir_count(gw->agents)) == 0)
 		return;
-	if ((r = reread_new(gw, hub_count(gw->hub))) == NULL) {
+	if ((r = reread_new(gw, n)) == NULL) {
 		warn("notices: out of memory to re-read the agents held here");
 		return;
 	}
-	hub_foreach(gw->hub, reread_add, r);
+	(void)agentdir_foreach(gw->agents, reread_add, r);
 	info("notices: re-reading the agents held here", KV_U("agents", r->n));
 	reread_submit(gw, r);
 }
@@ -228,7 +237,7 @@ notices_agent(struct gateway *gw, const char *id)
 {
 	struct reread *r;
 
-	if (strlen(id) > STORE_ID_MAX || hub_find(gw->hub, id) == NULL)
+	if (strlen(id) > STORE_ID_MAX || !agentdir_find(gw->agents, id, NULL))
 		return;     /* not held here: whoever holds it acts */
 	if ((r = reread_new(gw, 1)) == NULL) {
 		warn("notices: out of memory to re-read an agent", KV_S("agent", id));

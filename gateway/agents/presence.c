@@ -11,9 +11,10 @@
  * wrote it (gw->lease_mine_ms, kept by the store thread): a second process
  * with the same id cannot renew, drop or record under it.  A tunnel record
  * or removal the store did not take (down, full, the queue full) marks the
- * records dirty; the next renewal then carries the hub's agent ids and
- * makes the store's records match them (store_tunnels_sync): no ghost of a
- * tunnel that closed during an outage outlives the outage.
+ * records dirty; the next renewal then carries the ids of the agents held
+ * (agentdir.h) and makes the store's records match them
+ * (store_tunnels_sync): no ghost of a tunnel that closed during an outage
+ * outlives the outage.
  */
 #include "presence.h"
 
@@ -25,9 +26,10 @@
 
 #include <event2/event.h>
 
+#include "agentdir.h"
 #include "carotate.h"
+#include "face.h"
 #include "gateway.h"
-#include "hub.h"
 #include "log.h"
 #include "metrics.h"
 #include "runtime.h"
@@ -76,7 +78,7 @@ struct pjob {
 	char peer_url[sizeof(((struct gateway *)0)->peer_url)];
 	char agent_id[STORE_ID_MAX + 1];
 	int64_t ms;                /* now (RENEW, UP: since) */
-	char (*ids)[STORE_ID_MAX + 1];  /* RENEW while dirty: the hub's agents */
+	char (*ids)[STORE_ID_MAX + 1];  /* RENEW while dirty: the agents held */
 	size_t nids;
 	unsigned losses;           /* ... and p->losses when they were taken */
 	int synced;                /* the records match them now */
@@ -155,7 +157,7 @@ id_cmp(const void *a, const void *b)
 }
 
 /* On the store thread: renews the lease (a lease this process lost stays
- * lost: gw->lease_mine_ms 0), then, when the job carries the hub's agents,
+ * lost: gw->lease_mine_ms 0), then, when the job carries the agents held,
  * makes the tunnel records match them. */
 static void
 renew(struct store *st, struct pjob *j)
@@ -271,7 +273,7 @@ dir_done(struct gateway *gw, struct pjob *j)
 }
 
 /* A tunnel record or removal the store did not take: the next renewal
- * makes every record match the hub. */
+ * makes every record match the agents held. */
 static void
 records_lost(struct gateway *gw)
 {
@@ -415,27 +417,28 @@ struct ids_fill {
 };
 
 static void
-add_id(const char *agent_id, void *arg)
+add_id(const struct agentdir_entry *e, void *arg)
 {
 	struct ids_fill *f = arg;
 
 	if (f->n < f->cap)
-		snprintf(f->ids[f->n++], sizeof(f->ids[0]), "%s", agent_id);
+		snprintf(f->ids[f->n++], sizeof(f->ids[0]), "%s", e->agent_id);
 }
 
-/* While the records are dirty, a renewal carries the hub's agent ids (one
- * array, O(tunnels here)); out of memory, it goes without (a later one
- * carries them). */
+/* While the records are dirty, a renewal carries the ids of the agents
+ * this process holds (agentdir.h; one array, O(tunnels here)); out of
+ * memory, it goes without (a later one carries them).  One added between
+ * the count and the copy recorded its own tunnel. */
 static void
 renew_ids(struct gateway *gw, struct pjob *j)
 {
-	struct ids_fill f = { .cap = hub_count(gw->hub) };
+	struct ids_fill f = { .cap = agentdir_count(gw->agents) };
 
 	if (gw->presence == NULL || !gw->presence->dirty)
 		return;
 	if ((f.ids = calloc(f.cap > 0 ? f.cap : 1, sizeof(*f.ids))) == NULL)
 		return;
-	hub_foreach_id(gw->hub, add_id, &f);
+	(void)agentdir_foreach(gw->agents, add_id, &f);
 	j->ids = f.ids;
 	j->nids = f.n;
 	j->losses = gw->presence->losses;
@@ -461,10 +464,15 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 	snprintf(j->agent_id, sizeof(j->agent_id), "%s", agent_id != NULL ? agent_id : "");
 	if (kind == PJ_RENEW || kind == PJ_RENEW_COUNT)
 		renew_ids(gw, j);
-	if (kind == PJ_RENEW_COUNT && gw->ca_rotation != NULL &&
-	    gw->ca_rotation->phase != CA_PHASE_NONE)
-		snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
-		    gw->ca_rotation->next_checksum);
+	if (kind == PJ_RENEW_COUNT) {
+		const struct gw_face *face = gw_face_get(gw);
+
+		if (face->ca_rotation != NULL &&
+		    face->ca_rotation->phase != CA_PHASE_NONE)
+			snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
+			    face->ca_rotation->next_checksum);
+		gw_face_put(face);
+	}
 	if (store_worker_submit(gw->storew, pjob_work, pjob_done, j) != 0) {
 		warn("presence: store queue full: a presence update is lost",
 		    KV_S("replica", gw->replica_id));

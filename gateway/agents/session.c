@@ -22,11 +22,13 @@
 #include <event2/event.h>
 #include <openssl/crypto.h>
 
+#include "agentdir.h"
 #include "agentkey.h"
 #include "frame.h"
 #include "gateway.h"
 #include "hub.h"
 #include "log.h"
+#include "loop.h"
 #include "metrics.h"
 #include "mux.h"
 #include "presence.h"
@@ -125,6 +127,8 @@ struct session {
 	bool closed;                  /* session_closed runs: it is going away */
 	struct session_rotation *rot; /* a key rotation under way, or NULL */
 	bool key_asked;               /* the agent asked for one (once a tunnel) */
+	struct agentdir_place dir_at; /* its entry in gw->agents (generation 0:
+	                               * none yet) */
 };
 
 /* What a session asks of the store thread. */
@@ -191,12 +195,33 @@ session_hs_free(struct session *s)
 
 static void session_source_put(struct session *s);
 
+/* The loop this session lives on (its index: 0 off any loop). */
+static unsigned
+session_loop_index(void)
+{
+	const struct loop *l = loop_self();
+
+	return l != NULL ? l->index : 0;
+}
+
+/* Tells the process's directory what may have changed: the node and
+ * whether the agent may carry streams (a no-op before WELCOME added it, or
+ * once a newer tunnel took the entry over).  One agentdir lookup. */
+static void
+session_dir_sync(struct session *s)
+{
+	if (s->dir_at.generation != 0)
+		(void)agentdir_update(s->gw->agents, s->agent.id, s->dir_at,
+		    s->agent.node, session_is_active(s));
+}
+
 static void
 session_set_phase(struct session *s, enum session_phase next)
 {
 	debug("tunnel phase", KV_S("peer", tr_peer(s)),
 	    KV_S("from", phase_names[s->phase]), KV_S("to", phase_names[next]));
 	s->phase = next;
+	session_dir_sync(s);
 	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
 		s->counted_handshake = 0;
 		s->gw->handshakes--;
@@ -439,6 +464,7 @@ session_keep_agent(struct session *s, const struct store_agent *a)
 	s->agent.urls_hash = urls_hash(a->urls);
 	s->agent.cas_known = a->cas_known;
 	s->agent.cas_hash = urls_hash(a->cas);
+	session_dir_sync(s);
 }
 
 /* Tells the agent its state, from its record a (the one just kept). */
@@ -805,6 +831,17 @@ int
 session_is_active(const struct session *s)
 {
 	return s->phase == PHASE_ESTABLISHED && s->agent.state == AGENT_ACTIVE;
+}
+
+struct session *
+session_here(struct gateway *gw, const struct agentdir_entry *e)
+{
+	struct session *s;
+
+	if (e->at.loop != session_loop_index())
+		return NULL;
+	s = hub_find(gw->hub, e->agent_id);
+	return s != NULL && s->dir_at.generation == e->at.generation ? s : NULL;
 }
 
 bool
@@ -1265,6 +1302,12 @@ session_welcome(struct session *s)
 		return;
 	}
 	old = hub_add(s->gw->hub, s->agent.id, s->agent.cluster, s);
+	/* The process's directory: a newer generation takes the entry over.
+	 * With tunnels on one loop the replaced tunnel is the hub's old. */
+	s->dir_at.loop = session_loop_index();
+	s->dir_at.generation = agentdir_add(s->gw->agents, s->agent.id,
+	    s->agent.cluster, s->agent.node, session_is_active(s),
+	    s->dir_at.loop, NULL);
 	if (old != NULL) {
 		info("agent reconnected: closing its previous tunnel",
 		    KV_S("agent", s->agent.id));
@@ -1673,6 +1716,11 @@ session_closed(struct session *s)
 	s->job = NULL;
 	free(s->held);
 	s->held = NULL;
+	/* A replaced tunnel's generation is stale: a no-op for it. */
+	if (s->dir_at.generation != 0) {
+		(void)agentdir_remove(s->gw->agents, s->agent.id, s->dir_at);
+		s->dir_at.generation = 0;
+	}
 	if (s->agent.id[0] != '\0' && hub_find(s->gw->hub, s->agent.id) == s) {
 		if (s->verifying)
 			session_verify_fail(s, "agent disconnected during verification");

@@ -117,6 +117,17 @@ const char *session_cluster(const struct session *s);
 /* The agent's id ("" before it is known). */
 const char *session_agent_id(const struct session *s);
 int session_is_active(const struct session *s);
+
+struct agentdir_entry;
+/*
+ * The session of e's tunnel when it lives on the calling loop and is still
+ * the one e names (same generation); NULL otherwise: gone, replaced, or on
+ * another loop, which the caller reaches by agent id through that loop's
+ * inbox instead (docs/0040; with tunnels on loop 0 only, readers there
+ * always find it here).  e comes from agentdir_find or agentdir_pick.
+ * Valid until the loop runs again.  O(1): one hub lookup.
+ */
+struct session *session_here(struct gateway *gw, const struct agentdir_entry *e);
 /*
  * Whether the established agent skips a frame of a type it does not know:
  * true when its HELLO named its release ("version").  Every release that

@@ -10,7 +10,9 @@
 
 #include <event2/event.h>
 
+#include "agentdir.h"
 #include "carotate.h"
+#include "face.h"
 #include "frame.h"
 #include "gateway.h"
 #include "hub.h"
@@ -28,24 +30,32 @@ struct settings_read {
 };
 
 bool
-settings_loaded(const struct gateway *gw)
+settings_loaded(struct gateway *gw)
 {
-	return gw->public_urls_loaded;
+	const struct gw_face *face = gw_face_get(gw);
+	bool loaded = face->public_urls_loaded;
+
+	gw_face_put(face);
+	return loaded;
 }
 
 /* The CA rotation agents are told of, or NULL for none. */
 static const struct ca_rotation *
-rotation(const struct gateway *gw)
+rotation(const struct gw_face *face)
 {
-	const struct ca_rotation *r = gw->ca_rotation;
+	const struct ca_rotation *r = face->ca_rotation;
 
 	return r != NULL && r->phase != CA_PHASE_NONE ? r : NULL;
 }
 
 bool
-settings_any(const struct gateway *gw)
+settings_any(struct gateway *gw)
 {
-	return settings_loaded(gw) || rotation(gw) != NULL;
+	const struct gw_face *face = gw_face_get(gw);
+	bool any = face->public_urls_loaded || rotation(face) != NULL;
+
+	gw_face_put(face);
+	return any;
 }
 
 /* "ca": overlap, the new CA and its cross-certificate; final, the new CA
@@ -67,18 +77,21 @@ ca_frame(const struct ca_rotation *r, struct frame_ca *ca)
 }
 
 void
-settings_frame(const struct gateway *gw, struct frame *f)
+settings_frame(struct gateway *gw, struct frame *f)
 {
 	struct frame_urls *u = &f->u.settings.urls;
-	const char *p = gw->public_urls;
+	const struct gw_face *face = gw_face_get(gw);
+	const char *p = face->public_urls;
 
 	memset(f, 0, sizeof(*f));
 	f->type = FRAME_SETTINGS;
 	f->u.settings.redial_spread_ms = gw->redial_spread_ms;
-	if (rotation(gw) != NULL)
-		ca_frame(rotation(gw), &f->u.settings.ca);
-	if (!settings_loaded(gw))
+	if (rotation(face) != NULL)
+		ca_frame(rotation(face), &f->u.settings.ca);
+	if (!face->public_urls_loaded) {
+		gw_face_put(face);
 		return;
+	}
 	u->present = true;
 	while (*p != '\0' && u->n < FRAME_MAX_URLS) {
 		size_t len = strcspn(p, " ");
@@ -90,6 +103,7 @@ settings_frame(const struct gateway *gw, struct frame *f)
 		p += len;
 		p += strspn(p, " ");
 	}
+	gw_face_put(face);
 }
 
 int
@@ -133,12 +147,22 @@ settings_cas_join(const struct frame_ca *ca, char *out, size_t outlen)
 size_t
 settings_urls_changed(struct gateway *gw, const char *urls)
 {
+	const struct gw_face *now = gw_face_get(gw);
+	bool same = now->public_urls_loaded && strcmp(now->public_urls, urls) == 0;
+	struct gw_face *f;
 	size_t told;
 
-	if (gw->public_urls_loaded && strcmp(gw->public_urls, urls) == 0)
+	gw_face_put(now);
+	if (same)
 		return 0;
-	snprintf(gw->public_urls, sizeof(gw->public_urls), "%s", urls);
-	gw->public_urls_loaded = true;
+	if ((f = gw_face_edit(gw)) == NULL) {
+		warn("settings: out of memory to keep the gateway's URL list: "
+		    "agents are not told", KV_S("urls", urls));
+		return 0;
+	}
+	snprintf(f->public_urls, sizeof(f->public_urls), "%s", urls);
+	f->public_urls_loaded = true;
+	gw_face_publish(gw, f);
 	told = hub_send_settings(gw->hub);
 	info("settings: the gateway's URL list", KV_S("urls", urls),
 	    KV_U("agents_told", told));
@@ -217,7 +241,8 @@ settings_refresh(struct gateway *gw)
 static void
 spread_check(struct gateway *gw)
 {
-	uint32_t tunnels = gw->hub != NULL ? (uint32_t)hub_count(gw->hub) : 0;
+	uint32_t tunnels = gw->agents != NULL ?
+	    (uint32_t)agentdir_count(gw->agents) : 0;
 	uint32_t spread = gateway_redial_spread_ms(gw, tunnels);
 	size_t told = 0;
 
@@ -263,5 +288,5 @@ settings_stop(struct gateway *gw)
 	gw->spread_timer = NULL;
 }
 
-_Static_assert(sizeof(((struct gateway *)0)->public_urls) == STORE_URLS_MAX + 1,
-    "gw->public_urls holds what the store holds");
+_Static_assert(sizeof(((struct gw_face *)0)->public_urls) == STORE_URLS_MAX + 1,
+    "the face's public_urls holds what the store holds");

@@ -4,10 +4,10 @@
  * store holds it (the setting "urls", `tetherctl gateway urls set`), and
  * a CA rotation's step ("ca", docs/0033): the new CA and its
  * cross-certificate in the overlap, the new CA alone once final, as the
- * data directory says (gw->ca_rotation, read by certreload.c, which tells
- * every agent held here when it changes).
+ * data directory says (the face's ca_rotation, face.h, read by
+ * certreload.c, which tells every agent held here when it changes).
  *
- * The replica keeps the list in gw->public_urls: read from the store on
+ * The replica keeps the list in its face (face.h): read from the store on
  * the store thread at start (again every SETTINGS_RETRY_MS until a read
  * succeeds), when the admin API changed it here, when another replica did
  * (the store's notice "setting:urls", access/notices.c) and after its
@@ -41,21 +41,22 @@ struct frame_ca;
 
 /* Whether the list was read from the store since start: SETTINGS is sent
  * only then (an agent is never told "none" for want of a read). */
-bool settings_loaded(const struct gateway *gw);
+bool settings_loaded(struct gateway *gw);
 
 /* Whether there is anything to send: the list was read, or a CA rotation
  * is under way (or final).  An agent gets SETTINGS only then. */
-bool settings_any(const struct gateway *gw);
+bool settings_any(struct gateway *gw);
 
 /* Fills f with a SETTINGS frame carrying gw's list (once read), its CA
- * rotation (when there is one) and the redial spread (once worked out). */
-void settings_frame(const struct gateway *gw, struct frame *f);
+ * rotation (when there is one), both from one face (face.h), and the
+ * redial spread (once worked out). */
+void settings_frame(struct gateway *gw, struct frame *f);
 
 /*
  * The store holds urls (joined by spaces; "" for none) now: kept in
- * gw->public_urls and, if it differs from what this replica had or is the
- * first read, sent to every agent held here.  Returns how many agents were
- * told.
+ * the face (published anew, face.h) and, if it differs from what this
+ * replica had or is the first read, sent to every agent held here.
+ * Returns how many agents were told.  Loop 0 only.
  */
 size_t settings_urls_changed(struct gateway *gw, const char *urls);
 

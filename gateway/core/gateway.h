@@ -15,6 +15,7 @@
 #ifndef TETHER_GATEWAY_H
 #define TETHER_GATEWAY_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,12 +35,13 @@ struct server;
 struct store;
 struct store_worker;
 struct hub;
+struct agentdir;
 struct share;
 struct presence;
 struct peers;
 struct notices;
 struct access_cache;
-struct ca_rotation;
+struct gw_face;
 struct tunnel_wait;
 struct srccount;
 
@@ -113,7 +115,11 @@ struct gateway {
 	                                   which need no order among them, and
 	                                   agents' own calls, each agent's in
 	                                   order on one connection (docs/0041) */
-	struct hub *hub;
+	struct hub *hub;                /* loop 0's sessions (hub.h): that
+	                                   loop's own; every other reader
+	                                   goes through agents */
+	struct agentdir *agents;        /* the agents held, whole process
+	                                   (agentdir.h: any thread) */
 	struct gateway_limits limits;
 	struct mux_config mux_config;   /* streams in agent tunnels (budget: &budget) */
 	struct budget budget;           /* every stream's window, fairly shared */
@@ -123,18 +129,15 @@ struct gateway {
 	struct share *shares;           /* principals' accounts in it (shares.c) */
 	char data_dir[4096];
 	char url[256];                  /* public URL for join documents */
-	char ca_checksum[CA_CHECKSUM_MAX];
-	char *ca_pem;                   /* served at /v1/ca; the CA join documents
-	                                 * and kubeconfigs carry: the new one
-	                                 * from a rotation's overlap on
-	                                 * (certreload.c), unless ca_pem_fixed */
-	size_t ca_pem_len;
 	bool ca_pem_fixed;              /* --public-ca gave it: kept as it is */
-	struct ca_rotation *ca_rotation; /* the data directory's CA rotation
-	                                 * (auth/carotate.h) as last read by
-	                                 * certreload.c; NULL before; loop only */
-	struct ca_cert_info cert;       /* the server certificate new handshakes get
-	                                 * (certreload.c sets it; /readyz, /v1/status) */
+	/* What the gateway shows that changes while it runs (the CA handed
+	 * out, the rotation, the certificate served, the URL list): one
+	 * immutable copy, read with gw_face_get/put from any thread, swapped
+	 * whole by loop 0 under publish_mu (face.h). */
+	pthread_mutex_t publish_mu;
+	bool publish_ready;             /* publish_mu made (gw_face_init); set
+	                                   before other threads run */
+	struct gw_face *face;
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	unsigned workers;               /* --workers: event loops, loop 0 (base)
 	                                   and handshake loops (server.c); 0: 1 */
@@ -204,10 +207,6 @@ struct gateway {
 	struct live_streams live_streams; /* operator streams open now (livestreams.h) */
 	atomic_size_t answers_later;    /* requests waiting for the store thread
 	                                 * (answer_later.h), of every loop */
-	/* The public URL list agents are told (SETTINGS, agents/settings.h):
-	 * joined by spaces, "" for none; pushed only once read from the store. */
-	char public_urls[512];
-	bool public_urls_loaded;
 	struct event *settings_timer;   /* a failed read's retry, or NULL */
 	bool settings_stopped;          /* settings_stop ran: reads still out
 	                                 * are only freed */

@@ -43,11 +43,12 @@
 #include <openssl/crypto.h>
 
 #include "access.h"
+#include "agentdir.h"
 #include "agentkey.h"
 #include "apibody.h"
 #include "carotate.h"
+#include "face.h"
 #include "gateway.h"
-#include "hub.h"
 #include "joindoc.h"
 #include "livestreams.h"
 #include "log.h"
@@ -68,7 +69,7 @@ struct api_job;
  * One admin endpoint (docs/0022): its store part runs on the store thread
  * (answer_later.h: its own connection; it reads the job's inputs and
  * writes its results, nothing else), its effects part on the loop once the
- * store part is done: hub lookups, what sessions are told, the cache of
+ * store part is done: agent directory lookups, what sessions are told, the cache of
  * proven tokens, and the answer.  body: the kind of JSON body it takes
  * plus one, or 0 for none.
  */
@@ -94,7 +95,7 @@ struct api_job {
 	char id[128];                        /* the path's cluster, agent or user */
 	char action[64];                     /* POST /v1/agents/ID/ACTION */
 	char filter[STORE_ID_MAX + 1];       /* GET /v1/agents?cluster= ("": all) */
-	int held;                            /* the agent's tunnel is here (hub) */
+	int held;                            /* the agent's tunnel is here (agentdir) */
 	struct api_body b;
 	int refuse_status;                   /* a bad body or query (400, 413), */
 	char refuse_why[256];                /* told after the admin check */
@@ -173,7 +174,7 @@ respond_store_error(struct route_response *r, int rc, const char *err)
 	route_respond_error(r, rc == STORE_FULL ? 503 : 500, "store: %s", err);
 }
 
-/* ---- records as JSON (on the loop: they read the hub) ---- */
+/* ---- records as JSON (on the loop: they read the agent directory) ---- */
 
 static json_t *
 time_json(int64_t t)
@@ -188,7 +189,7 @@ static json_t *
 cluster_json(struct gateway *gw, const struct store_cluster *c)
 {
 	return json_pack("{s:s, s:s, s:I, s:o}", "id", c->id, "name", c->name,
-	    "agents_connected", (json_int_t)hub_count_cluster(gw->hub, c->id),
+	    "agents_connected", (json_int_t)agentdir_count_cluster(gw->agents, c->id),
 	    "created_at", time_json(c->created_at));
 }
 
@@ -264,15 +265,15 @@ urls_json(const char *urls)
 }
 
 /*
- * An agent, its replica from j's presence; this replica's own hub counts
- * too.  last_seen is now while it is connected, else when its last tunnel
+ * An agent, its replica from j's presence; this replica's own agents
+ * (agentdir.h) count too.  last_seen is now while it is connected, else when its last tunnel
  * came up or ended (the store's; null if it never connected);
  * connected_since is when the tunnel it has now came up (null if none).
  */
 static json_t *
 agent_json(struct gateway *gw, const struct api_job *j, const struct store_agent *a)
 {
-	int64_t since = hub_connected_since(gw->hub, a->id);
+	int64_t since = agentdir_since(gw->agents, a->id);
 	const struct store_presence *p = since != 0 ? NULL : presence_of(j, a->id);
 	const char *replica = since != 0 ? gw->replica_id :
 	    p != NULL ? p->replica : NULL;
@@ -397,6 +398,7 @@ static void
 tokens_create_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
+	const struct gw_face *face;
 	struct joindoc doc;
 	char *text;
 
@@ -410,7 +412,9 @@ tokens_create_effects(struct gateway *gw, struct api_job *j,
 	}
 	memset(&doc, 0, sizeof(doc));
 	snprintf(doc.gateway_url, sizeof(doc.gateway_url), "%s", gw->url);
-	snprintf(doc.ca_checksum, sizeof(doc.ca_checksum), "%s", gw->ca_checksum);
+	face = gw_face_get(gw);
+	snprintf(doc.ca_checksum, sizeof(doc.ca_checksum), "%s", face->ca_checksum);
+	gw_face_put(face);
 	snprintf(doc.cluster, sizeof(doc.cluster), "%s", j->c.id);
 	token_format(&j->t, doc.token);
 	doc.expires_at = j->rec.expires_at;
@@ -570,11 +574,14 @@ agents_action_store(struct store *st, struct api_job *j)
 
 /* Tells the agent's session here, if it is still here: a session that
  * left meanwhile was told nothing (a verifying agent runs its round trip
- * when it connects again). */
+ * when it connects again).  Until tunnels live on every loop (docs/0040
+ * step 7) each held agent's session is on this loop. */
 static void
 agents_action_tell(struct gateway *gw, struct api_job *j)
 {
-	struct session *s = hub_find(gw->hub, j->id);
+	struct agentdir_entry e;
+	struct session *s = agentdir_find(gw->agents, j->id, &e) ?
+	    session_here(gw, &e) : NULL;
 
 	if (strcmp(j->action, "approve") == 0) {
 		info("agent approved", KV_S("agent", j->id));
@@ -851,16 +858,17 @@ yaml_quote(const char *s, char *out, size_t outlen)
 /* The gateway's CA certificate (PEM) in base64, as kubeconfigs carry it;
  * NULL when out of memory. */
 static char *
-ca_base64(const struct gateway *gw)
+ca_base64(struct gateway *gw)
 {
-	char *b64;
+	const struct gw_face *face = gw_face_get(gw);
+	char *b64 = NULL;
 
-	if (gw->ca_pem_len > (size_t)INT32_MAX / 2)
-		return NULL;
-	if ((b64 = malloc(4 * ((gw->ca_pem_len + 2) / 3) + 1)) == NULL)
-		return NULL;
-	EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)gw->ca_pem,
-	    (int)gw->ca_pem_len);
+	if (face->ca_pem_len <= (size_t)INT32_MAX / 2 &&
+	    (b64 = malloc(4 * ((face->ca_pem_len + 2) / 3) + 1)) != NULL)
+		EVP_EncodeBlock((unsigned char *)b64,
+		    (const unsigned char *)(face->ca_pem != NULL ? face->ca_pem : ""),
+		    (int)face->ca_pem_len);
+	gw_face_put(face);
 	return b64;
 }
 
@@ -870,7 +878,7 @@ ca_base64(const struct gateway *gw)
  * token (the caller wipes it), or NULL.
  */
 static char *
-kubeconfig_format(const struct gateway *gw, const char *cluster,
+kubeconfig_format(struct gateway *gw, const char *cluster,
     const char *user, const char *token)
 {
 	static const char fmt[] =
@@ -1082,26 +1090,28 @@ static void
 ca_status_effects(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
-	const struct ca_rotation *rot = gw->ca_rotation;
 	static const struct ca_rotation none;
+	const struct gw_face *face;
+	const struct ca_rotation *rot;
 
 	if (j->rc != STORE_OK) {
 		respond_store_error(r, j->rc, j->err);
 		return;
 	}
-	if (rot == NULL)
-		rot = &none;
+	face = gw_face_get(gw);
+	rot = face->ca_rotation != NULL ? face->ca_rotation : &none;
 	route_respond_json(r, 200, json_pack("{s:s, s:o, s:o, s:o, s:s, s:o, s:o, "
 	    "s:o, s:o}", "phase", ca_phase_name(rot->phase),
 	    "ca", sum_or_null(rot->current_checksum),
 	    "new_ca", sum_or_null(rot->next_checksum),
 	    "old_ca", sum_or_null(rot->old_checksum),
-	    "handed_out", gw->ca_checksum,
+	    "handed_out", face->ca_checksum,
 	    "agents", count_or_null(j, j->ca_count.agents),
 	    "holding_new_ca", count_or_null(j, j->ca_count.holding),
 	    "connected", count_or_null(j, j->ca_count.connected),
 	    "connected_holding_new_ca", count_or_null(j,
 	    j->ca_count.connected_holding)));
+	gw_face_put(face);
 }
 
 static const struct api_handler
@@ -1185,11 +1195,15 @@ admin_prepare(struct gateway *gw, struct api_job *j,
 		snprintf(j->refuse_why, sizeof(j->refuse_why),
 		    "query parameter cluster: given twice or too long");
 	} else if (j->h == &h_agents_action) {
-		j->held = hub_find(gw->hub, j->id) != NULL;
-	} else if (j->h == &h_ca_status && gw->ca_rotation != NULL &&
-	    gw->ca_rotation->phase != CA_PHASE_NONE) {
-		snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
-		    gw->ca_rotation->next_checksum);
+		j->held = agentdir_find(gw->agents, j->id, NULL);
+	} else if (j->h == &h_ca_status) {
+		const struct gw_face *face = gw_face_get(gw);
+
+		if (face->ca_rotation != NULL &&
+		    face->ca_rotation->phase != CA_PHASE_NONE)
+			snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
+			    face->ca_rotation->next_checksum);
+		gw_face_put(face);
 	}
 }
 
@@ -1225,6 +1239,7 @@ static void
 readyz(struct gateway *gw, struct route_response *r)
 {
 	char why[384], body[600], after[32];
+	const struct gw_face *face;
 	int n, status = 200;
 
 	if (gw->stopping) {
@@ -1236,10 +1251,12 @@ readyz(struct gateway *gw, struct route_response *r)
 	} else {
 		n = snprintf(body, sizeof(body), "ready\n");
 	}
-	rfc3339_format((int64_t)gw->cert.not_after, after);
+	face = gw_face_get(gw);
+	rfc3339_format((int64_t)face->cert.not_after, after);
 	if (n < (int)sizeof(body))
 		n += snprintf(body + n, sizeof(body) - (size_t)n,
-		    "certificate serial %s not_after %s\n", gw->cert.serial, after);
+		    "certificate serial %s not_after %s\n", face->cert.serial, after);
+	gw_face_put(face);
 	route_respond_text(r, status, "text/plain", body,
 	    n < (int)sizeof(body) ? (size_t)n : sizeof(body) - 1);
 }
@@ -1254,8 +1271,11 @@ api_handle(struct gateway *gw, const struct route_request *req,
 	} else if (strcmp(req->path, "/readyz") == 0) {
 		readyz(gw, r);
 	} else if (strcmp(req->path, "/v1/ca") == 0 && strcmp(req->method, "GET") == 0) {
-		route_respond_text(r, 200, "application/x-pem-file", gw->ca_pem,
-		    gw->ca_pem_len);
+		const struct gw_face *face = gw_face_get(gw);
+
+		route_respond_text(r, 200, "application/x-pem-file",
+		    face->ca_pem != NULL ? face->ca_pem : "", face->ca_pem_len);
+		gw_face_put(face);
 	} else if (strncmp(req->path, "/v1/", 4) == 0) {
 		admin_request(gw, req, r);
 	} else {

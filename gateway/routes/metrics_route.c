@@ -1,8 +1,9 @@
 /*
  * metrics_route.c: the gateway's /metrics text: its own families (with
- * the gauges read from the hub and the store's health in O(1)), the stream metrics and the
- * process metrics; and GET /metrics on the main port as a route (route.h),
- * for admin tokens (checked on the store thread: answer_later.h).
+ * the gauges read from the agent directory and the store's health in
+ * O(1)), the stream metrics and the process metrics; and GET /metrics on
+ * the main port as a route (route.h), for admin tokens (checked on the
+ * store thread: answer_later.h).
  */
 #include "metrics_route.h"
 
@@ -10,8 +11,8 @@
 #include <string.h>
 
 #include "access.h"
+#include "agentdir.h"
 #include "gateway.h"
-#include "hub.h"
 #include "metrics.h"
 #include "mux_metrics.h"
 #include "notices.h"
@@ -44,7 +45,7 @@ metrics_render(void *arg, size_t *len)
 	}
 	metrics_store_up(store_up);
 	lists[0].n = metrics_families(&lists[0].ms,
-	    gw->hub != NULL ? hub_count(gw->hub) : 0, gw->handshakes);
+	    gw->agents != NULL ? agentdir_count(gw->agents) : 0, gw->handshakes);
 	lists[1].n = mux_metrics_families(&lists[1].ms);
 	text = prom_text(lists, 2, len);
 	metrics_unlock();

@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "agentdir.h"
 #include "frame.h"
 #include "gateway.h"
 #include "http.h"
-#include "hub.h"
 #include "log.h"
 #include "loop.h"
 #include "mux.h"
@@ -36,6 +36,7 @@ static void
 far_open(struct gateway *gw, const char *via, struct mux_stream *s,
     const struct frame_open *req)
 {
+	struct agentdir_entry e;
 	struct session *agent;
 	struct reach here;
 	struct relay_who who = { 0 };
@@ -47,7 +48,10 @@ far_open(struct gateway *gw, const char *via, struct mux_stream *s,
 		    "link names the agent and the principal");
 		return;
 	}
-	agent = hub_find(gw->hub, req->agent);
+	/* Until tunnels live on every loop (docs/0040 step 7) each is on
+	 * this one: session_here finds every agent held. */
+	agent = agentdir_find(gw->agents, req->agent, &e) ? session_here(gw, &e) :
+	    NULL;
 	if (agent == NULL) {
 		if (via != NULL)
 			snprintf(reason, sizeof(reason), "agent %s has no tunnel on "

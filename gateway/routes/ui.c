@@ -11,8 +11,9 @@
 #include <jansson.h>
 
 #include "access.h"
+#include "agentdir.h"
+#include "face.h"
 #include "gateway.h"
-#include "hub.h"
 #include "joindoc.h"
 #include "livestreams.h"
 #include "route.h"
@@ -117,7 +118,7 @@ time_or_null(int64_t t)
 /*
  * GET /v1/status in two parts (answer_later.h): the viewer's check and
  * the clusters and agents it may see are read on the store thread; the
- * connected agents (the hub) and live streams are added on the loop.
+ * connected agents (agentdir.h) and live streams are added on the loop.
  * Cost while it is out: the viewer (~2 KiB) and the rows read.
  */
 struct status_ask {
@@ -204,7 +205,7 @@ add_agents(struct gateway *gw, const struct status_ask *a, json_t *arr,
 {
 	for (size_t i = 0; i < a->nas; i++) {
 		const struct store_agent *ag = &a->as[i];
-		int64_t since = hub_connected_since(gw->hub, ag->id);
+		int64_t since = agentdir_since(gw->agents, ag->id);
 		json_t *c = json_object_get(counts, ag->cluster);
 		json_int_t all = json_integer_value(json_array_get(c, 0));
 		json_int_t up = json_integer_value(json_array_get(c, 1));
@@ -275,6 +276,7 @@ static void
 status_answer(struct gateway *gw, void *arg, struct route_response *r)
 {
 	struct status_ask *a = arg;
+	const struct gw_face *face;
 	struct stream_walk w;
 	json_t *out;
 
@@ -290,9 +292,11 @@ status_answer(struct gateway *gw, void *arg, struct route_response *r)
 	}
 	add_clusters(gw, a, out);
 	/* The server certificate this replica serves (docs/0030). */
+	face = gw_face_get(gw);
 	json_object_set_new(out, "certificate", json_pack("{s:s, s:o, s:s}",
-	    "serial", gw->cert.serial, "not_after",
-	    time_or_null((int64_t)gw->cert.not_after), "replica", gw->replica_id));
+	    "serial", face->cert.serial, "not_after",
+	    time_or_null((int64_t)face->cert.not_after), "replica", gw->replica_id));
+	gw_face_put(face);
 	w = (struct stream_walk){ .v = &a->v, .arr = json_array(), .now = gateway_now() };
 	live_stream_foreach(&gw->live_streams, add_stream, &w);
 	json_object_set_new(out, "streams", w.arr);

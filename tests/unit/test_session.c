@@ -21,8 +21,10 @@
 #include <event2/event.h>
 #include <openssl/evp.h>
 
+#include "agentdir.h"
 #include "agentkey.h"
 #include "carotate.h"
+#include "face.h"
 #include "fake_tunnel.h"
 #include "frame.h"
 #include "gateway.h"
@@ -106,6 +108,7 @@ test_agent_welcome_and_verify(void **state)
 	struct ft *f = *state;
 	struct store_agent a, now;
 	struct frame ok = { .type = FRAME_VERIFY_OK }, ping = { .type = FRAME_PING };
+	struct agentdir_entry e;
 	EVP_PKEY *key;
 	struct ft_tun *t;
 
@@ -120,6 +123,11 @@ test_agent_welcome_and_verify(void **state)
 	assert_int_equal(session_max_message(t->s), f->gw.limits.max_frame_bytes);
 	assert_int_equal(session_max_queue(t->s), f->gw.limits.max_queue_bytes);
 	assert_false(session_is_active(t->s));
+	/* The process's directory holds it too, not active yet. */
+	assert_int_equal(agentdir_find(f->gw.agents, a.id, &e), 1);
+	assert_false(e.active);
+	assert_string_equal(e.node, "node-1");
+	assert_ptr_equal(session_here(&f->gw, &e), t->s);
 	/* Enroll: the verification starts (stored first, then told). */
 	ft_wait_sent(t, 4);
 	assert_int_equal(t->sent[2].type, FRAME_STATE);
@@ -136,6 +144,11 @@ test_agent_welcome_and_verify(void **state)
 	assert_int_equal(store_agent_get(f->st, a.id, &now), STORE_OK);
 	assert_int_equal(now.state, AGENT_ACTIVE);
 	assert_ptr_equal(hub_pick(f->gw.hub, f->cluster, "node-1", NULL), t->s);
+	/* Its state change reached the directory: now it is picked there. */
+	assert_int_equal(agentdir_pick(f->gw.agents, f->cluster, "node-1", &e,
+	    NULL), 1);
+	assert_string_equal(e.agent_id, a.id);
+	assert_ptr_equal(session_here(&f->gw, &e), t->s);
 	/* PING gets its PONG, same sequence. */
 	ping.u.ping.seq = 77;
 	ft_deliver(t, &ping);
@@ -145,6 +158,7 @@ test_agent_welcome_and_verify(void **state)
 	/* The tunnel goes: the hub forgets it. */
 	ft_tun_gone(t);
 	assert_null(hub_find(f->gw.hub, a.id));
+	assert_int_equal(agentdir_find(f->gw.agents, a.id, NULL), 0);
 	EVP_PKEY_free(key);
 }
 
@@ -218,6 +232,23 @@ connect_released(struct ft *f, const struct store_agent *a, EVP_PKEY *key)
 /* Without a rotation (and no URL list read) no SETTINGS; in the overlap
  * the new CA and its cross-certificate follow WELCOME; the agent's ACK
  * is recorded in the store once (the same ACK again writes nothing). */
+/* The CA rotation the gateway shows becomes rot (NULL: none), published
+ * as certreload.c does (face.h). */
+static void
+set_rotation(struct ft *f, const struct ca_rotation *rot)
+{
+	struct gw_face *face = gw_face_edit(&f->gw);
+
+	assert_non_null(face);
+	free(face->ca_rotation);
+	face->ca_rotation = NULL;
+	if (rot != NULL) {
+		assert_non_null(face->ca_rotation = malloc(sizeof(*rot)));
+		*face->ca_rotation = *rot;
+	}
+	gw_face_publish(&f->gw, face);
+}
+
 static void
 test_ca_settings(void **state)
 {
@@ -243,7 +274,7 @@ test_ca_settings(void **state)
 	rot->next_len = 700;
 	memset(rot->cross, 0x43, 650);
 	rot->cross_len = 650;
-	f->gw.ca_rotation = rot;
+	set_rotation(f, rot);
 	t = connect_released(f, &a, key);
 	ft_wait_sent(t, 3);
 	assert_int_equal(t->sent[2].type, FRAME_SETTINGS);
@@ -275,13 +306,14 @@ test_ca_settings(void **state)
 
 	/* Final: the new CA alone, no cross-certificate. */
 	rot->phase = CA_PHASE_FINAL;
+	set_rotation(f, rot);
 	assert_int_equal(hub_send_settings(f->gw.hub), 1);
 	ft_wait_sent(t, 4);
 	assert_int_equal(t->sent[3].u.settings.ca.phase, FRAME_CA_FINAL);
 	assert_int_equal(t->sent[3].u.settings.ca.next_len, 700);
 	assert_int_equal(t->sent[3].u.settings.ca.cross_len, 0);
 	ft_tun_gone(t);
-	f->gw.ca_rotation = NULL;
+	set_rotation(f, NULL);
 	free(rot);
 	EVP_PKEY_free(key);
 }
@@ -683,19 +715,31 @@ test_replaced(void **state)
 	struct store_agent a;
 	EVP_PKEY *key;
 	struct ft_tun *old, *newer;
+	struct agentdir_entry e, e2;
 
 	ft_make_agent(f, "node-1", &key, &a);
 	ft_transition(f, &a, AGENT_EV_VERIFY);
 	ft_transition(f, &a, AGENT_EV_VERIFY_OK);
 	old = ft_agent_connect(f, &a, key);
+	assert_int_equal(agentdir_find(f->gw.agents, a.id, &e), 1);
 	newer = ft_agent_connect(f, &a, key);
 	ft_assert_refused(old, "replaced");
 	assert_int_equal(newer->closed, 0);
 	assert_ptr_equal(hub_find(f->gw.hub, a.id), newer->s);
-	/* The old tunnel's end leaves its successor in the hub. */
+	/* A new generation: the old one names no session any more. */
+	assert_int_equal(agentdir_find(f->gw.agents, a.id, &e2), 1);
+	assert_true(e2.at.generation != e.at.generation);
+	assert_null(session_here(&f->gw, &e));
+	assert_ptr_equal(session_here(&f->gw, &e2), newer->s);
+	/* The old tunnel's end leaves its successor in the hub and the
+	 * directory, active. */
 	ft_tun_gone(old);
 	assert_ptr_equal(hub_find(f->gw.hub, a.id), newer->s);
 	assert_int_equal(hub_count(f->gw.hub), 1);
+	assert_int_equal(agentdir_find(f->gw.agents, a.id, &e), 1);
+	assert_true(e.at.generation == e2.at.generation);
+	assert_true(e.active);
+	assert_int_equal(agentdir_count(f->gw.agents), 1);
 	EVP_PKEY_free(key);
 }
 

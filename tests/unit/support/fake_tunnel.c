@@ -18,7 +18,9 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "agentdir.h"
 #include "agentkey.h"
+#include "face.h"
 #include "hub.h"
 #include "mux.h"
 #include "session.h"
@@ -176,6 +178,8 @@ ft_new(size_t cap)
 	f->gw.store = f->st;      /* start-up calls (presence_start) */
 	assert_non_null(f->gw.base = event_base_new());
 	assert_non_null(f->gw.hub = hub_new(&ft_hub_ops));
+	assert_non_null(f->gw.agents = agentdir_new());
+	assert_int_equal(gw_face_init(&f->gw), 0);
 	assert_non_null(f->watchdog = evtimer_new(f->gw.base, on_watchdog, f));
 	assert_int_equal(store_worker_start(f->gw.base, url, cap, NULL, NULL, &f->gw.storew, err,
 	    sizeof(err)), 0);
@@ -199,10 +203,13 @@ ft_free(struct ft *f)
 		evbuffer_free(f->tun[i].to_gateway);
 	}
 	assert_int_equal(hub_count(f->gw.hub), 0);
+	assert_int_equal(agentdir_count(f->gw.agents), 0);
 	assert_int_equal(f->gw.handshakes, 0);
 	event_free(f->watchdog);
 	store_worker_stop(f->gw.storew);
 	hub_free(f->gw.hub);
+	agentdir_free(f->gw.agents);
+	gw_face_fini(&f->gw);
 	shares_free_all(&f->gw);
 	if (f->gw.trim_timer != NULL)
 		event_free(f->gw.trim_timer);

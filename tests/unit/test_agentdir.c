@@ -1,0 +1,289 @@
+/*
+ * test_agentdir.c: the process's directory of held agents
+ * (gateway/agents/agentdir.c): an agent added is found by id, counted
+ * whole and in its cluster, with when it came up; a reconnect on another
+ * loop takes the entry over with a new generation and hands back the old
+ * (loop, generation), after which the old tunnel's remove and update are
+ * no-ops; a remove keeps every other entry findable; agentdir_pick skips
+ * inactive agents (saying they are connected), filters by node and gives
+ * each active agent of a cluster its turn as the hub does; and threads
+ * adding and removing the same agents leave nothing behind.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "agentdir.h"
+
+static int
+setup(void **state)
+{
+	*state = agentdir_new();
+	return *state != NULL ? 0 : -1;
+}
+
+static int
+teardown(void **state)
+{
+	agentdir_free(*state);
+	return 0;
+}
+
+static void
+test_add_find_count(void **state)
+{
+	struct agentdir *d = *state;
+	struct agentdir_entry e;
+	struct agentdir_place old = { 7, 7 };
+	int64_t before = (int64_t)time(NULL);
+	uint64_t g;
+
+	assert_int_equal(agentdir_find(d, "a-1", &e), 0);
+	assert_int_equal(agentdir_since(d, "a-1"), 0);
+	g = agentdir_add(d, "a-1", "c-one", "n1", true, 0, &old);
+	assert_true(g != 0);
+	assert_int_equal(old.generation, 0);        /* nothing replaced */
+	(void)agentdir_add(d, "a-2", "c-one", "n2", false, 0, NULL);
+	(void)agentdir_add(d, "a-3", "c-two", "n1", true, 0, NULL);
+
+	assert_int_equal(agentdir_find(d, "a-1", &e), 1);
+	assert_string_equal(e.agent_id, "a-1");
+	assert_string_equal(e.cluster, "c-one");
+	assert_string_equal(e.node, "n1");
+	assert_true(e.active);
+	assert_int_equal(e.at.loop, 0);
+	assert_true(e.at.generation == g);
+	assert_true(e.since >= before && e.since <= (int64_t)time(NULL));
+	assert_true(agentdir_since(d, "a-1") == e.since);
+	assert_int_equal(agentdir_find(d, "a-2", NULL), 1);
+	assert_int_equal(agentdir_count(d), 3);
+	assert_int_equal(agentdir_count_cluster(d, "c-one"), 2);
+	assert_int_equal(agentdir_count_cluster(d, "c-two"), 1);
+	assert_int_equal(agentdir_count_cluster(d, "c-none"), 0);
+}
+
+/* A reconnect lands on loop 1 while the old tunnel is on loop 0: the new
+ * generation owns the entry; the old tunnel's update and remove (its
+ * close, later) change nothing; the new one's remove removes it. */
+static void
+test_replace_across_loops(void **state)
+{
+	struct agentdir *d = *state;
+	struct agentdir_place was, old, now;
+	struct agentdir_entry e;
+
+	was.loop = 0;
+	was.generation = agentdir_add(d, "a-1", "c-one", "n1", true, 0, NULL);
+	now.loop = 1;
+	now.generation = agentdir_add(d, "a-1", "c-one", "n1", false, 1, &old);
+	assert_int_equal(old.loop, was.loop);
+	assert_true(old.generation == was.generation);
+	assert_true(now.generation != was.generation && now.generation != 0);
+	assert_int_equal(agentdir_count(d), 1);
+	assert_int_equal(agentdir_count_cluster(d, "c-one"), 1);
+	assert_int_equal(agentdir_find(d, "a-1", &e), 1);
+	assert_int_equal(e.at.loop, 1);
+	assert_true(e.at.generation == now.generation);
+	assert_false(e.active);
+
+	/* The stale tunnel: neither its update nor its remove counts. */
+	assert_int_equal(agentdir_update(d, "a-1", was, "n9", true), 0);
+	assert_int_equal(agentdir_remove(d, "a-1", was), 0);
+	/* Same generation, wrong loop: not that tunnel either. */
+	assert_int_equal(agentdir_remove(d, "a-1",
+	    (struct agentdir_place){ 0, now.generation }), 0);
+	assert_int_equal(agentdir_find(d, "a-1", &e), 1);
+	assert_string_equal(e.node, "n1");
+	assert_false(e.active);
+	assert_int_equal(agentdir_count(d), 1);
+
+	/* The current one's update and remove do. */
+	assert_int_equal(agentdir_update(d, "a-1", now, "n1", true), 1);
+	assert_int_equal(agentdir_find(d, "a-1", &e), 1);
+	assert_true(e.active);
+	assert_int_equal(agentdir_remove(d, "a-1", now), 1);
+	assert_int_equal(agentdir_find(d, "a-1", NULL), 0);
+	assert_int_equal(agentdir_count(d), 0);
+	assert_int_equal(agentdir_count_cluster(d, "c-one"), 0);
+	assert_int_equal(agentdir_remove(d, "a-1", now), 0);
+	assert_int_equal(agentdir_update(d, "a-1", now, "n1", true), 0);
+}
+
+/* Many agents share chains (4096 buckets): removing every other one keeps
+ * the rest findable, counted and pickable. */
+static void
+test_remove_keeps_others(void **state)
+{
+	struct agentdir *d = *state;
+	static struct agentdir_place at[10000];
+	char id[32];
+	int connected;
+
+	for (int i = 0; i < 10000; i++) {
+		snprintf(id, sizeof(id), "a-%d", i);
+		at[i].loop = (unsigned)i % 3;
+		at[i].generation = agentdir_add(d, id, i % 2 ? "c-odd" : "c-even",
+		    "n", true, at[i].loop, NULL);
+	}
+	for (int i = 0; i < 10000; i += 2) {
+		snprintf(id, sizeof(id), "a-%d", i);
+		assert_int_equal(agentdir_remove(d, id, at[i]), 1);
+	}
+	assert_int_equal(agentdir_count(d), 5000);
+	assert_int_equal(agentdir_count_cluster(d, "c-even"), 0);
+	assert_int_equal(agentdir_count_cluster(d, "c-odd"), 5000);
+	for (int i = 0; i < 10000; i++) {
+		snprintf(id, sizeof(id), "a-%d", i);
+		assert_int_equal(agentdir_find(d, id, NULL), i % 2);
+	}
+	assert_int_equal(agentdir_pick(d, "c-even", NULL, NULL, &connected), 0);
+	assert_int_equal(connected, 0);
+	assert_int_equal(agentdir_pick(d, "c-odd", NULL, NULL, &connected), 1);
+	assert_int_equal(connected, 1);
+}
+
+static void
+count_one(const struct agentdir_entry *e, void *arg)
+{
+	int *seen = arg;
+
+	assert_int_equal(e->agent_id[0], 'a');
+	seen[e->agent_id[2] - '0']++;
+}
+
+static void
+test_foreach(void **state)
+{
+	struct agentdir *d = *state;
+	int seen[10] = { 0 };
+
+	assert_int_equal(agentdir_foreach(d, count_one, seen), 0);
+	(void)agentdir_add(d, "a-1", "c-one", "n1", true, 0, NULL);
+	(void)agentdir_add(d, "a-2", "c-two", "n1", true, 1, NULL);
+	(void)agentdir_add(d, "a-2", "c-two", "n1", true, 0, NULL);
+	assert_int_equal(agentdir_foreach(d, count_one, seen), 2);
+	assert_int_equal(seen[1], 1);
+	assert_int_equal(seen[2], 1);
+}
+
+/* As hub_pick: inactive agents are connected but not picked; a node picks
+ * that node only; several active agents take turns evenly. */
+static void
+test_pick(void **state)
+{
+	struct agentdir *d = *state;
+	struct agentdir_entry e;
+	struct agentdir_place px;
+	int connected = 7, got[3] = { 0 };
+
+	assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, &connected), 0);
+	assert_int_equal(connected, 0);
+	px.loop = 0;
+	px.generation = agentdir_add(d, "x", "c-one", "n1", false, 0, NULL);
+	assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, &connected), 0);
+	assert_int_equal(connected, 1);
+	assert_int_equal(agentdir_pick(d, "c-one", "n1", &e, &connected), 0);
+	assert_int_equal(connected, 1);
+	assert_int_equal(agentdir_pick(d, "c-one", "ghost", &e, &connected), 0);
+	assert_int_equal(connected, 0);
+
+	(void)agentdir_add(d, "y", "c-one", "n2", true, 1, NULL);
+	(void)agentdir_add(d, "z", "c-one", "n3", true, 0, NULL);
+	(void)agentdir_add(d, "other", "c-two", "n1", true, 0, NULL);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(agentdir_pick(d, "c-one", "n2", &e, &connected), 1);
+		assert_string_equal(e.agent_id, "y");
+		assert_int_equal(e.at.loop, 1);
+	}
+	/* Two active of c-one: each every other time, never x or other. */
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, NULL), 1);
+		assert_true(strcmp(e.agent_id, "y") == 0 || strcmp(e.agent_id, "z") == 0);
+		got[e.agent_id[0] - 'x']++;
+	}
+	assert_int_equal(got[1], 50);
+	assert_int_equal(got[2], 50);
+	/* x becomes active: three take turns, 300 picks give each 100. */
+	assert_int_equal(agentdir_update(d, "x", px, "n1", true), 1);
+	memset(got, 0, sizeof(got));
+	for (int i = 0; i < 300; i++) {
+		assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, NULL), 1);
+		got[e.agent_id[0] - 'x']++;
+	}
+	assert_int_equal(got[0], 100);
+	assert_int_equal(got[1], 100);
+	assert_int_equal(got[2], 100);
+	assert_int_equal(agentdir_pick(d, "c-two", "n1", &e, NULL), 1);
+	assert_string_equal(e.agent_id, "other");
+}
+
+/* Two loops' threads connect and disconnect the same agents at once, each
+ * removing by its own (loop, generation): however they interleave, a
+ * remove never takes the other loop's entry, and nothing is left. */
+#define RACE_AGENTS 64
+#define RACE_ROUNDS 2000
+
+struct racer {
+	struct agentdir *d;
+	unsigned loop;
+	unsigned removed;
+};
+
+static void *
+race(void *arg)
+{
+	struct racer *r = arg;
+	char id[32];
+
+	for (int i = 0; i < RACE_ROUNDS; i++) {
+		struct agentdir_place at = { r->loop, 0 };
+		struct agentdir_entry e;
+
+		snprintf(id, sizeof(id), "a-%d", i % RACE_AGENTS);
+		at.generation = agentdir_add(r->d, id, "c-one", "n", true, r->loop,
+		    NULL);
+		/* Whoever holds the entry now, it is a whole entry. */
+		if (agentdir_find(r->d, id, &e))
+			assert_string_equal(e.cluster, "c-one");
+		r->removed += (unsigned)agentdir_remove(r->d, id, at);
+	}
+	return NULL;
+}
+
+static void
+test_threads(void **state)
+{
+	struct agentdir *d = *state;
+	struct racer r[2] = { { d, 0, 0 }, { d, 1, 0 } };
+	pthread_t t[2];
+
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, race, &r[i]), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+	assert_int_equal(agentdir_count(d), 0);
+	assert_true(r[0].removed + r[1].removed <= 2 * RACE_ROUNDS);
+	assert_true(r[0].removed > 0 && r[1].removed > 0);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_add_find_count, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replace_across_loops, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remove_keeps_others, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pick, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
