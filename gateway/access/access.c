@@ -550,7 +550,7 @@ access_pick(struct gateway *gw, const struct access_grant *g,
     struct reach *out, char *err, size_t errlen)
 {
 	const char *node = g->node[0] != '\0' ? g->node : NULL;
-	const struct store_remote_agent *ra;
+	struct store_remote_agent ra;
 	struct agentdir_entry e;
 	struct session *s;
 	int here, elsewhere;
@@ -563,12 +563,12 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 		reach_local(out, gw, s);
 		return 0;
 	}
-	if ((ra = presence_remote_pick(gw, g->cluster, node, &elsewhere)) != NULL) {
+	if (presence_remote_pick(gw, g->cluster, node, &ra, &elsewhere)) {
 		memset(out, 0, sizeof(*out));
-		snprintf(out->agent_id, sizeof(out->agent_id), "%s", ra->agent_id);
-		snprintf(out->node, sizeof(out->node), "%s", ra->node);
-		snprintf(out->replica, sizeof(out->replica), "%s", ra->replica);
-		snprintf(out->peer_url, sizeof(out->peer_url), "%s", ra->peer_url);
+		snprintf(out->agent_id, sizeof(out->agent_id), "%s", ra.agent_id);
+		snprintf(out->node, sizeof(out->node), "%s", ra.node);
+		snprintf(out->replica, sizeof(out->replica), "%s", ra.replica);
+		snprintf(out->peer_url, sizeof(out->peer_url), "%s", ra.peer_url);
 		return 0;
 	}
 	if (node != NULL)

@@ -18,7 +18,9 @@
  */
 #include "presence.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +51,6 @@ struct presence {
 	int dirty;                 /* a tunnel record or removal was lost: the
 	                            * next renewal makes the records match */
 	unsigned losses;           /* such losses so far */
-	/* The directory: agents other replicas hold, sorted by (cluster, node). */
-	struct store_remote_agent *dir;
-	size_t ndir;
-	int64_t others;            /* other replicas whose lease ran, then */
-	int64_t dir_ms;            /* monotonic: when it was read; 0 never */
-	unsigned rotate;           /* spreads picks among several agents */
 	int reading;               /* a directory read (PJ_DIR) is queued */
 	int read_again;            /* ... and another was asked for meanwhile */
 };
@@ -87,10 +83,8 @@ struct pjob {
 	int lost;                  /* ... another process's, live */
 	int retaken;               /* ... gone or a dead holder's: this
 	                            * replica's records went with it */
-	struct store_remote_agent *dir;  /* RENEW, DIR: the directory read */
-	size_t ndir;
-	int64_t others;            /* ... and the other replicas live */
-	int dir_ok;                /* ... if both were read */
+	struct presence_table *table;  /* RENEW, DIR: the directory read and
+	                            * indexed (NULL: not read) */
 	int64_t offline[STORE_OFFLINE_SPANS];  /* RENEW_COUNT: the counts */
 	int offline_ok;            /* ... if they were read */
 	struct store_version_count versions[STORE_VERSIONS_MAX];  /* RENEW_COUNT */
@@ -104,6 +98,22 @@ struct pjob {
 	char err[STORE_ERROR_MAX + 1];
 };
 
+/*
+ * The directory as one published, immutable table (docs/0040 step 4):
+ * made and indexed on the store thread, published by loop 0 under
+ * gw->publish_mu, read by any loop with a reference (table_get/put), so
+ * a swap never frees a table a reader is searching.
+ */
+struct presence_table {
+	atomic_uint refs;          /* readers + 1 while published */
+	atomic_uint rotor;         /* spreads picks (carried over at a swap) */
+	int64_t read_ms;           /* monotonic: when loop 0 took it */
+	int64_t others;            /* other replicas whose lease ran, then */
+	size_t n;
+	struct store_remote_agent *dir;         /* sorted by (cluster, node) */
+	const struct store_remote_agent **by_id; /* the same, by agent id */
+};
+
 static int
 dir_cmp(const void *a, const void *b)
 {
@@ -113,27 +123,90 @@ dir_cmp(const void *a, const void *b)
 	return c != 0 ? c : strcmp(x->node, y->node);
 }
 
-/* On the store thread: the directory as of the lease's start, sorted, and
- * the other replicas live.  A failed read leaves the loop's table as it
- * is, until it is too old to use (a store this replica cannot read also
- * fails its renewals: logged). */
+static int
+by_id_cmp(const void *a, const void *b)
+{
+	const struct store_remote_agent *const *x = a, *const *y = b;
+
+	return strcmp((*x)->agent_id, (*y)->agent_id);
+}
+
+static void
+table_put(struct presence_table *t)
+{
+	if (t == NULL ||
+	    atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	free(t->by_id);
+	free(t->dir);
+	free(t);
+}
+
+/* The table published now, with a reference (table_put), or NULL. */
+static struct presence_table *
+table_get(struct gateway *gw)
+{
+	struct presence_table *t;
+
+	if (!gw->publish_ready)
+		return NULL;      /* a unit test's gateway: nothing published */
+	pthread_mutex_lock(&gw->publish_mu);
+	if ((t = gw->remote_agents) != NULL)
+		atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&gw->publish_mu);
+	return t;
+}
+
+/* Loop 0: t (NULL: none) becomes the published table; the old is put. */
+static void
+table_publish(struct gateway *gw, struct presence_table *t)
+{
+	struct presence_table *old;
+
+	if (!gw->publish_ready) {
+		table_put(t);     /* a unit test's gateway: nowhere to publish */
+		return;
+	}
+	pthread_mutex_lock(&gw->publish_mu);
+	old = gw->remote_agents;
+	gw->remote_agents = t;
+	pthread_mutex_unlock(&gw->publish_mu);
+	if (old != NULL && t != NULL)
+		atomic_store(&t->rotor, atomic_load(&old->rotor));
+	table_put(old);
+}
+
+/* On the store thread: the directory as of the lease's start, sorted by
+ * (cluster, node) and indexed by agent id (O(n log n) here, none on a
+ * loop), and the other replicas live.  A failed read (or no memory)
+ * leaves j->table NULL and the loop's table as it is, until it is too old
+ * to use (a store this replica cannot read also fails its renewals:
+ * logged). */
 static void
 dir_read(struct store *st, struct pjob *j)
 {
 	char err[STORE_ERROR_MAX + 1];
+	struct presence_table *t = calloc(1, sizeof(*t));
 
-	if (store_remote_agents(st, j->replica, &j->dir, &j->ndir, err,
-	    sizeof(err)) != STORE_OK)
+	if (t == NULL)
 		return;
-	if (store_replicas_live(st, j->replica, &j->others, err,
-	    sizeof(err)) != STORE_OK) {
-		free(j->dir);
-		j->dir = NULL;
+	atomic_init(&t->refs, 1);
+	atomic_init(&t->rotor, 0);
+	if (store_remote_agents(st, j->replica, &t->dir, &t->n, err,
+	    sizeof(err)) != STORE_OK ||
+	    store_replicas_live(st, j->replica, &t->others, err,
+	    sizeof(err)) != STORE_OK ||
+	    (t->by_id = malloc((t->n > 0 ? t->n : 1) * sizeof(*t->by_id))) == NULL) {
+		table_put(t);
 		return;
 	}
-	j->dir_ok = 1;
-	if (j->ndir > 1)
-		qsort(j->dir, j->ndir, sizeof(*j->dir), dir_cmp);
+	if (t->n > 1)
+		qsort(t->dir, t->n, sizeof(*t->dir), dir_cmp);
+	for (size_t i = 0; i < t->n; i++)
+		t->by_id[i] = &t->dir[i];
+	if (t->n > 1)
+		qsort(t->by_id, t->n, sizeof(*t->by_id), by_id_cmp);
+	j->table = t;
 }
 
 /* On the store thread: the agents offline beyond each span (one query);
@@ -242,19 +315,16 @@ pjob_work(struct store *st, void *arg)
 	}
 }
 
-/* A directory read: the table takes it whole (jobs end in the order they
- * were queued, so a later read is never replaced by an earlier one). */
+/* A directory read: published whole (jobs end in the order they were
+ * queued, so a later read is never replaced by an earlier one). */
 static void
-dir_swap(struct presence *p, struct pjob *j)
+dir_swap(struct gateway *gw, struct pjob *j)
 {
-	if (!j->dir_ok)
+	if (j->table == NULL)
 		return;
-	free(p->dir);
-	p->dir = j->dir;
-	p->ndir = j->ndir;
-	p->others = j->others;
-	p->dir_ms = runtime_monotonic_ms();
-	j->dir = NULL;
+	j->table->read_ms = runtime_monotonic_ms();
+	table_publish(gw, j->table);
+	j->table = NULL;
 }
 
 static void
@@ -265,7 +335,7 @@ dir_done(struct gateway *gw, struct pjob *j)
 	if (p == NULL)
 		return;       /* stopped meanwhile */
 	p->reading = 0;
-	dir_swap(p, j);
+	dir_swap(gw, j);
 	if (p->read_again) {
 		p->read_again = 0;
 		presence_refresh(gw);
@@ -337,7 +407,7 @@ renew_done(struct gateway *gw, struct pjob *j)
 	if (p == NULL)
 		return;       /* stopped meanwhile */
 	p->renewing = 0;
-	dir_swap(p, j);
+	dir_swap(gw, j);
 	if (j->lost) {
 		lease_lost(p, j);
 		return;
@@ -397,7 +467,7 @@ pjob_done(void *arg)
 			renew_done(j->gw, j);
 		else
 			dir_done(j->gw, j);
-		free(j->dir);           /* NULL once the table took it */
+		table_put(j->table);    /* NULL once published */
 		free(j->ids);
 	} else if (j->rc != STORE_OK && j->kind == PJ_DROP)
 		warn("presence: cannot give up this replica's lease: it ends by "
@@ -607,7 +677,7 @@ presence_stop(struct gateway *gw)
 	if (p == NULL)
 		return;
 	event_free(p->renew);
-	free(p->dir);
+	table_publish(gw, NULL);
 	free(p);
 	gw->presence = NULL;
 	/* After whatever is queued: no renewal can bring the lease back. */
@@ -643,19 +713,20 @@ presence_problem(struct gateway *gw)
 	return p->unreachable ? p->problem : NULL;
 }
 
-/* The first entry of p's directory at or after (cluster, node). */
+/* The first entry of t at or after (cluster, node). */
 static size_t
-dir_lower_bound(const struct presence *p, const char *cluster, const char *node)
+dir_lower_bound(const struct presence_table *t, const char *cluster,
+    const char *node)
 {
 	struct store_remote_agent key;
-	size_t lo = 0, hi = p->ndir;
+	size_t lo = 0, hi = t->n;
 
 	snprintf(key.cluster, sizeof(key.cluster), "%s", cluster);
 	snprintf(key.node, sizeof(key.node), "%s", node != NULL ? node : "");
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (dir_cmp(&p->dir[mid], &key) < 0)
+		if (dir_cmp(&t->dir[mid], &key) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -672,39 +743,94 @@ dir_matches(const struct store_remote_agent *e, const char *cluster,
 	    (node == NULL || strcmp(e->node, node) == 0);
 }
 
-const struct store_remote_agent *
-presence_remote_pick(struct gateway *gw, const char *cluster, const char *node,
+/* The table published now if it is fresh enough to use (with a reference:
+ * table_put), else NULL. */
+static struct presence_table *
+table_fresh(struct gateway *gw)
+{
+	struct presence_table *t = table_get(gw);
+
+	if (t != NULL && runtime_monotonic_ms() - t->read_ms > PRESENCE_LEASE_MS) {
+		table_put(t);
+		t = NULL;
+	}
+	return t;
+}
+
+/* Of t, an active agent of cluster (node) in turn, or NULL. */
+static const struct store_remote_agent *
+table_pick(struct presence_table *t, const char *cluster, const char *node,
     int *seen)
 {
-	struct presence *p = gw->presence;
 	size_t first, i, active = 0, want;
 
-	if (seen != NULL)
-		*seen = 0;
-	if (p == NULL || p->dir == NULL ||
-	    runtime_monotonic_ms() - p->dir_ms > PRESENCE_LEASE_MS)
-		return NULL;
-	first = dir_lower_bound(p, cluster, node);
-	for (i = first; i < p->ndir && dir_matches(&p->dir[i], cluster, node); i++) {
-		if (seen != NULL)
-			*seen = 1;
-		active += p->dir[i].state == AGENT_ACTIVE;
+	first = dir_lower_bound(t, cluster, node);
+	for (i = first; i < t->n && dir_matches(&t->dir[i], cluster, node); i++) {
+		*seen = 1;
+		active += t->dir[i].state == AGENT_ACTIVE;
 	}
 	if (active == 0)
 		return NULL;
-	want = p->rotate++ % active;
+	want = atomic_fetch_add_explicit(&t->rotor, 1, memory_order_relaxed) %
+	    active;
 	for (i = first; ; i++)
-		if (p->dir[i].state == AGENT_ACTIVE && want-- == 0)
-			return &p->dir[i];
+		if (t->dir[i].state == AGENT_ACTIVE && want-- == 0)
+			return &t->dir[i];
+}
+
+int
+presence_remote_pick(struct gateway *gw, const char *cluster, const char *node,
+    struct store_remote_agent *out, int *seen)
+{
+	struct presence_table *t;
+	const struct store_remote_agent *e = NULL;
+	int any = 0;
+
+	if ((t = table_fresh(gw)) != NULL) {
+		if ((e = table_pick(t, cluster, node, &any)) != NULL)
+			*out = *e;
+		table_put(t);
+	}
+	if (seen != NULL)
+		*seen = any;
+	return e != NULL;
+}
+
+int
+presence_remote_find(struct gateway *gw, const char *agent_id,
+    struct store_remote_agent *out)
+{
+	struct presence_table *t;
+	int found = 0;
+
+	if ((t = table_fresh(gw)) == NULL)
+		return 0;
+	for (size_t lo = 0, hi = t->n; lo < hi && !found; ) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(t->by_id[mid]->agent_id, agent_id);
+
+		if (c == 0) {
+			if (out != NULL)
+				*out = *t->by_id[mid];
+			found = 1;
+		} else if (c < 0) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	table_put(t);
+	return found;
 }
 
 int
 presence_others_live(struct gateway *gw)
 {
-	struct presence *p = gw->presence;
+	struct presence_table *t = table_fresh(gw);
+	int live = t != NULL && t->others > 0;
 
-	return p != NULL && p->dir_ms != 0 && p->others > 0 &&
-	    runtime_monotonic_ms() - p->dir_ms <= PRESENCE_LEASE_MS;
+	table_put(t);
+	return live;
 }
 
 void

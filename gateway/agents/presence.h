@@ -14,11 +14,14 @@
  * The presence directory (docs/0023): each renewal also reads, in the same
  * job, the agents whose tunnels other live replicas hold (cluster, node,
  * state, the holder's id and peer URL) and counts the other replicas
- * whose lease runs, sorts the agents by (cluster, node) on the store
- * thread, and the loop swaps the table in whole.  Costs: one
- * query per PRESENCE_RENEW_MS; ~460 bytes per remote agent, one array; a
- * lookup is a binary search then a walk of the matches, O(log n + agents
- * of the cluster), never a store call.  What it says is at most one
+ * whose lease runs; it sorts the agents by (cluster, node) and indexes
+ * them by agent id on the store thread, and loop 0 publishes the table
+ * whole (refcounted, immutable, under gw->publish_mu: any loop reads it,
+ * and a swap never frees a table a reader holds; docs/0040 step 4).
+ * Costs: one query per PRESENCE_RENEW_MS; ~470 bytes per remote agent, two
+ * arrays; a lookup is a lock and two atomics to hold the table, then a
+ * binary search (and, for a pick, a walk of the matches), O(log n +
+ * agents of the cluster), never a store call.  What it says is at most one
  * renewal (plus the store's answer time) old, and on PostgreSQL a tunnel
  * recorded, moved or forgotten anywhere (or an agent's state changed) is
  * heard at once (notices.h) and read again then: presence_refresh.  A
@@ -76,15 +79,20 @@ void presence_refresh(struct gateway *gw);
 
 /* Whether another replica's lease ran at the last directory read (0 when
  * there is no directory, or it is too old to use): a draining replica's
- * agents have somewhere else to go (docs/0017).  O(1). */
+ * agents have somewhere else to go (docs/0017).  O(1).  Any thread. */
 int presence_others_live(struct gateway *gw);
 
 struct store_remote_agent;
 /* From the directory: an active agent of cluster (of node, when non-NULL)
- * whose tunnel another replica holds, rotating among several; NULL if
- * none.  *seen (optional) is set to 1 when a matching agent is held
- * elsewhere at all, active or not.  Valid until the loop runs again. */
-const struct store_remote_agent *presence_remote_pick(struct gateway *gw,
-    const char *cluster, const char *node, int *seen);
+ * whose tunnel another replica holds, rotating among several: 1 and a
+ * copy in *out, or 0 if none.  *seen (optional) is set to 1 when a
+ * matching agent is held elsewhere at all, active or not.  Any thread. */
+int presence_remote_pick(struct gateway *gw, const char *cluster,
+    const char *node, struct store_remote_agent *out, int *seen);
+/* From the directory: agent_id's record if another live replica holds its
+ * tunnel (whatever its state): 1 and a copy in *out (optional), else 0.
+ * O(log n) (the agent-id index).  Any thread. */
+int presence_remote_find(struct gateway *gw, const char *agent_id,
+    struct store_remote_agent *out);
 
 #endif

@@ -42,6 +42,7 @@ struct peers;
 struct notices;
 struct access_cache;
 struct gw_face;
+struct presence_table;
 struct tunnel_wait;
 struct srccount;
 
@@ -138,6 +139,9 @@ struct gateway {
 	bool publish_ready;             /* publish_mu made (gw_face_init); set
 	                                   before other threads run */
 	struct gw_face *face;
+	struct presence_table *remote_agents; /* the presence directory as
+	                                   published under publish_mu
+	                                   (presence.c); NULL: none */
 	uint32_t handshakes;            /* tunnels not yet authenticated */
 	unsigned workers;               /* --workers: event loops, loop 0 (base)
 	                                   and handshake loops (server.c); 0: 1 */

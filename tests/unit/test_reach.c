@@ -6,7 +6,9 @@
  * replica; an agent only another live replica holds is picked with that
  * replica's id and peer URL; a replica whose lease ran out is not used;
  * refusals (503) say whether the agent is connected but not active or not
- * connected anywhere.
+ * connected anywhere; the directory's agent-id index finds an agent held
+ * elsewhere; and a thread reading the directory while loop 0 swaps tables
+ * always finds it and never reads a freed table.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,10 +97,11 @@ held_elsewhere(struct ft *f, const char *node, bool active, const char *replica,
 static void
 read_directory(struct ft *f)
 {
+	struct store_remote_agent ra;
 	char err[128];
 
 	assert_int_equal(presence_start(&f->gw, err, sizeof(err)), 0);
-	while (presence_remote_pick(&f->gw, f->cluster, "sentinel", NULL) == NULL)
+	while (!presence_remote_pick(&f->gw, f->cluster, "sentinel", &ra, NULL))
 		ft_loop_once(f);
 }
 
@@ -176,6 +181,7 @@ test_remote(void **state)
 {
 	struct ft *f = *state;
 	struct store_agent sentinel, far, idle, dead;
+	struct store_remote_agent ra;
 	struct access_grant g;
 	struct reach r;
 	char err[256], want[256];
@@ -203,6 +209,24 @@ test_remote(void **state)
 	g = grant(f, "node-dead");
 	assert_int_equal(access_pick(&f->gw, &g, &r, err, sizeof(err)), 503);
 	assert_non_null(strstr(err, "not connected to any replica"));
+	/* By agent id (the index beside the table): held elsewhere, active or
+	 * not, with its replica; not the dead replica's, not an unknown id. */
+	assert_int_equal(presence_remote_find(&f->gw, far.id, &ra), 1);
+	assert_string_equal(ra.agent_id, far.id);
+	assert_string_equal(ra.node, "node-far");
+	assert_string_equal(ra.replica, "r-far");
+	assert_string_equal(ra.peer_url, FAR_URL);
+	assert_int_equal(presence_remote_find(&f->gw, idle.id, &ra), 1);
+	assert_string_equal(ra.node, "node-idle");
+	assert_int_equal(ra.state, AGENT_ENROLL);
+	assert_int_equal(presence_remote_find(&f->gw, sentinel.id, NULL), 1);
+	assert_int_equal(presence_remote_find(&f->gw, dead.id, NULL), 0);
+	assert_int_equal(presence_remote_find(&f->gw, "no-such-agent", NULL), 0);
+	/* Stopped: nothing is published any more. */
+	presence_stop(&f->gw);
+	assert_int_equal(presence_remote_find(&f->gw, far.id, NULL), 0);
+	g = grant(f, "node-far");
+	assert_int_equal(access_pick(&f->gw, &g, &r, err, sizeof(err)), 503);
 }
 
 /* Here first: an agent here wins over agents elsewhere, every time. */
@@ -256,6 +280,59 @@ test_open_local_inactive(void **state)
 	EVP_PKEY_free(k);
 }
 
+/* Another loop's thread reads the directory by cluster and by id while
+ * loop 0 swaps in 30 new tables: every read finds the agent, and no read
+ * touches a table freed under it (ASan). */
+struct dir_reader {
+	struct gateway *gw;
+	const char *cluster, *id;
+	atomic_int stop;
+	long reads, misses;
+};
+
+static void *
+read_dir(void *arg)
+{
+	struct dir_reader *r = arg;
+	struct store_remote_agent ra;
+
+	while (!atomic_load(&r->stop) || r->reads < 100) {
+		if (!presence_remote_pick(r->gw, r->cluster, "node-far", &ra, NULL) ||
+		    strcmp(ra.agent_id, r->id) != 0 ||
+		    !presence_remote_find(r->gw, r->id, &ra))
+			r->misses++;
+		r->reads++;
+	}
+	return NULL;
+}
+
+static void
+test_readers_during_swaps(void **state)
+{
+	struct ft *f = *state;
+	struct store_agent sentinel, far;
+	struct dir_reader r = { .gw = &f->gw };
+	pthread_t t;
+
+	held_elsewhere(f, "sentinel", true, "r-far", 60000, &sentinel);
+	held_elsewhere(f, "node-far", true, "r-far", 60000, &far);
+	read_directory(f);
+	r.cluster = f->cluster;
+	r.id = far.id;
+	assert_int_equal(pthread_create(&t, NULL, read_dir, &r), 0);
+	for (int i = 0; i < 30; i++) {
+		struct presence_table *was = f->gw.remote_agents;
+
+		presence_refresh(&f->gw);
+		while (f->gw.remote_agents == was)
+			ft_loop_once(f);
+	}
+	atomic_store(&r.stop, 1);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(r.misses, 0);
+	assert_true(r.reads >= 100);
+}
+
 int
 main(void)
 {
@@ -265,6 +342,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_here_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_local_inactive, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_during_swaps, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
