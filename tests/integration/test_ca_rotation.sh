@@ -144,10 +144,18 @@ export TETHER_CACERT=$T/new-ca.crt
 client_start n4
 pid[n4]=$CLIENT_PID
 wait_until 30 "n4 says why it cannot connect" grep -q "the gateway's CA changed" "$T/client-n4.log"
-"$CLIENT" status --state-dir "$T/n4" >"$T/n4-status.json"
-jq -e '.connected == false and (.last_error | startswith("the gateway'"'"'s CA changed")) and
-	(.last_error | contains("join --rejoin"))' "$T/n4-status.json" >/dev/null ||
-	fail "n4 status does not name the cause and recovery: $(cat "$T/n4-status.json")"
+n4_status_names_cause() {
+	"$CLIENT" status --state-dir "$T/n4" >"$T/n4-status.json" &&
+	jq -e '.connected == false and (.last_error | startswith("the gateway'"'"'s CA changed")) and
+		(.last_error | contains("join --rejoin"))' "$T/n4-status.json" >/dev/null
+}
+# The agent logs the failure before it writes its status file: polled.
+deadline=$((SECONDS + 10))
+until n4_status_names_cause; do
+	[ "$SECONDS" -lt "$deadline" ] ||
+		fail "n4 status does not name the cause and recovery: $(cat "$T/n4-status.json")"
+	sleep 0.05
+done
 wait_until 30 "n4 keeps retrying" bash -c "[ \$(grep -c 'cannot open the tunnel' '$T/client-n4.log') -ge 2 ]"
 kill -0 "${pid[n4]}" || fail "n4 gave up"
 ctl token create --cluster "$cid" >"$T/join-n4-again.json"
