@@ -13,6 +13,7 @@
 #include "access.h"
 #include "agentdir.h"
 #include "gateway.h"
+#include "looplink.h"
 #include "metrics.h"
 #include "mux_metrics.h"
 #include "notices.h"
@@ -20,6 +21,54 @@
 #include "route.h"
 #include "server.h"
 #include "answer_later.h"
+
+/* Loops whose tunnels are counted apart (tether_loop_tunnels): as many as
+ * a family shows label values apart. */
+#define LOOPS_SHOWN (PROM_LABELS_MAX - 1)
+
+/* Counts one entry's tunnel on its loop (tether_loop_tunnels). */
+static void
+count_loop(const struct agentdir_entry *e, void *arg)
+{
+	size_t *per_loop = arg;
+
+	if (e->at.loop < LOOPS_SHOWN)
+		per_loop[e->at.loop]++;
+}
+
+/*
+ * The per-loop series (docs/0040): each loop's handshakes, CPU and
+ * tunnels (one walk of the agent directory under its mutex: O(agents) per
+ * scrape), and what each loop link carried (only the pairs that carried
+ * something: a family shows PROM_LABELS_MAX - 1 label values apart).
+ * Under metrics_lock.
+ */
+static void
+render_loops(struct gateway *gw)
+{
+	size_t per_loop[LOOPS_SHOWN] = { 0 };
+	unsigned n = server_loops(gw);
+
+	if (gw->agents != NULL)
+		(void)agentdir_foreach(gw->agents, count_loop, per_loop);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t handshakes;
+		double cpu;
+
+		server_loop_stats(gw, i, &handshakes, &cpu);
+		metrics_loop(i, handshakes, cpu);
+		if (i < LOOPS_SHOWN)
+			metrics_loop_tunnels(i, per_loop[i]);
+	}
+	for (unsigned from = 0; from < looplinks_loops(gw->looplinks); from++)
+		for (unsigned to = 0; to < looplinks_loops(gw->looplinks); to++) {
+			uint64_t streams, bytes;
+
+			looplink_counts(gw->looplinks, from, to, &streams, &bytes);
+			if (streams > 0 || bytes > 0)
+				metrics_loop_link(from, to, streams, bytes);
+		}
+}
 
 char *
 metrics_render(void *arg, size_t *len)
@@ -36,13 +85,7 @@ metrics_render(void *arg, size_t *len)
 	metrics_lock();
 	metrics_tls_admission(tls_handshaking, tls_waiting, tls_shed);
 	metrics_tls_shed_at_accept(server_tls_shed_at_accept(gw));
-	for (unsigned i = 0; i < server_loops(gw); i++) {
-		uint64_t handshakes;
-		double cpu;
-
-		server_loop_stats(gw, i, &handshakes, &cpu);
-		metrics_loop(i, handshakes, cpu);
-	}
+	render_loops(gw);
 	metrics_store_up(store_up);
 	lists[0].n = metrics_families(&lists[0].ms,
 	    gw->agents != NULL ? agentdir_count(gw->agents) : 0, gw->handshakes);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --workers (docs/0032, 0040): with two loops, a burst of TLS handshakes at once is
 # shared by both (tether_loop_tls_handshakes_total counts each loop's), the
-# connections handed over from the handshake loop carry tunnels, operator
+# tunnel's loop is shown (tether_loop_tunnels), the connections handed over from the handshake loop carry tunnels, operator
 # streams and admin calls as before, a stalled reader holds only its own
 # stream, and a clean stop joins every thread (exit 0, no leak).  With
 # --workers 1 there is one loop, as before the flag.
@@ -40,14 +40,18 @@ agent_pid=$CLIENT_PID
 wait_until 30 "n1 active" agent_is n1 active
 pass "an agent's tunnel through a gateway with two loops is active"
 
-# The loops are linked from the start (docs/0040): the link families are
-# served.
+# Where the tunnel lives (docs/0040): every tunnel on loop 0 until tunnels
+# land on every loop (step 7); the loops are linked from the start.
 metrics >"$T/placed.metrics"
+grep -q '^tether_loop_tunnels{loop="0"} 1$' "$T/placed.metrics" ||
+	fail "tether_loop_tunnels: loop 0 does not carry the one tunnel: $(grep tether_loop_tunnels "$T/placed.metrics")"
+grep -q '^tether_loop_tunnels{loop="1"} 0$' "$T/placed.metrics" ||
+	fail "tether_loop_tunnels: loop 1 is not shown carrying none"
 grep -q '^# TYPE tether_loop_link_streams_total counter$' "$T/placed.metrics" ||
 	fail "no tether_loop_link_streams_total family"
 grep -q '^# TYPE tether_loop_link_bytes_total counter$' "$T/placed.metrics" ||
 	fail "no tether_loop_link_bytes_total family"
-pass "the loop link families are served"
+pass "tether_loop_tunnels shows the tunnel on loop 0; the loop link families are served"
 
 # A burst: 48 TLS handshakes at once (threads of one client), each then
 # asks /healthz on its connection.
