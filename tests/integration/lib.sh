@@ -388,6 +388,10 @@ haproxy_pool() {
 
 # haproxy_start NAME POOLS: Debian's haproxy in the foreground with the
 # frontends and backends POOLS (haproxy_pool's lines); its PID in HAPROXY_PID.
+# A check waits up to 2 s for its answer (timeout check): a replica's 503 is
+# still heard at once, but on a loaded machine a slow 200 no longer counts
+# as a failure (the default, inter's 300 ms, took every replica out at once
+# under a load average of 20: the test's next request then failed).
 haproxy_start() {
 	command -v haproxy >/dev/null || fail "haproxy is not installed (config/setup.sh)"
 	cat >"$T/$1.cfg" <<CFG
@@ -398,6 +402,7 @@ defaults
 	timeout connect 2s
 	timeout client 60s
 	timeout server 60s
+	timeout check 2s
 	retries 3
 	option redispatch
 $2
