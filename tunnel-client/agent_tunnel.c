@@ -134,7 +134,8 @@ struct agent_tunnel {
 	                               * (wsclient writes an upgrade's), 0 none */
 	int64_t come_back_ms;         /* monotonic: no dial before, as told; 0 none */
 	uint32_t told, early;         /* agent_tunnel_retry_after */
-	bool heard_error;             /* this connection's gateway sent ERROR */
+	bool heard_word;              /* this connection's gateway said it
+	                               * leaves or refuses: ERROR, RECONNECT */
 	bool dropped_silent;          /* the keepalive dropped this connection */
 	bool spread_next;             /* lost unannounced: draw the next redial */
 	int64_t lost_ms;              /* monotonic: that loss; 0 none pending */
@@ -504,7 +505,7 @@ on_error(struct agent_tunnel *t, const struct frame *in)
 		tunnel_stop(t, revoked ? AGENT_EXIT_REVOKED : AGENT_EXIT_REFUSED);
 		return;
 	}
-	t->heard_error = true;
+	t->heard_word = true;
 	warn("gateway closed the tunnel", KV_S("code", code), KV_S("reason", reason));
 	if (strcmp(code, "shutdown") == 0)
 		t->backoff_ms = 0;
@@ -606,6 +607,7 @@ on_reconnect(struct agent_tunnel *t, const struct frame *in)
 	uint32_t r = 0, delay;
 	struct timeval tv;
 
+	t->heard_word = true;   /* announced: no redial spread if it closes */
 	if (evtimer_pending(t->move_timer, NULL))
 		return;
 	random_bytes((uint8_t *)&r, sizeof(r));
@@ -1000,7 +1002,7 @@ ws_close(struct wsface *c, int http_status, const char *reason, void *arg)
 	 * Not to a silence the keepalive ended: each agent's silence clock
 	 * starts at its own last message, so those are spread already (over
 	 * the ping interval), and a hung replica is left as soon as may be. */
-	if (was_up && !t->heard_error && !t->dropped_silent) {
+	if (was_up && !t->heard_word && !t->dropped_silent) {
 		t->spread.losses++;
 		t->lost_ms = runtime_monotonic_ms();
 		t->spread_next = t->spread.spread_ms != 0 &&
@@ -1058,7 +1060,7 @@ tunnel_dial(struct agent_tunnel *t)
 	    KV_S("proxy", cfg.proxy_url != NULL ? "yes" : "no"));
 	t->dials++;
 	t->was_established = false;
-	t->heard_error = false;
+	t->heard_word = false;
 	t->dropped_silent = false;
 	if (t->lost_ms != 0) {
 		t->spread.waited_ms += (uint64_t)(runtime_monotonic_ms() - t->lost_ms);

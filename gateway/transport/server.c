@@ -142,7 +142,7 @@ struct server {
 	uint64_t shed;                    /* waited past the handshake timeout */
 	uint64_t shed_at_accept;          /* of them, closed at accept (the
 	                                   * queue held what it finishes in
-	                                   * time: tls_queue_room) */
+	                                   * time: tls_queue_over) */
 	/* Per source (docs/0028): slots and queue places held, at most
 	 * --max-tls-per-source each. */
 	struct srccount *tls_sources;
@@ -1487,24 +1487,34 @@ tls_slot_free(struct hconn *h)
 }
 
 /*
- * How many connections the TLS queue takes now (docs/0035): what the TLS
- * handshakes finish, at the rate measured (gateway_tls_rate), before a
- * waiting connection is closed unread (half of --handshake-timeout,
- * tls_slot_release); at least a slot's worth, at most --max-tls-queue.  One
- * more would wait that long for nothing: it is closed at accept instead
- * (conn_start), at once, and its agent redials on its backoff or its
- * redial spread while those taken finish.  Cost: O(1).
+ * Whether the TLS queue holds already what it can serve in time (docs/0035):
+ * more connections than the TLS handshakes finish, at the rate measured
+ * while the queue was busy (gateway_tls_rate), in half of
+ * --handshake-timeout, the wait after which a waiting connection is
+ * closed unread (tls_slot_release); at least a slot's worth.  And the queue
+ * is seen to be slow: its oldest connection has waited a quarter of
+ * --handshake-timeout (at a burst's first instant the depth alone says
+ * little: the first handshakes after a start are the slowest, and the
+ * first windows' rate with them).  Never on a guess: not before a busy
+ * window was measured.  One more connection would wait for nothing: it is
+ * closed at accept instead (conn_start), at once, and its agent redials on
+ * its backoff or its redial spread while those taken finish.  Cost: O(1).
  */
-static uint32_t
-tls_queue_room(const struct server *srv)
+static int
+tls_queue_over(const struct server *srv)
 {
 	const struct gateway_limits *l = &srv->gw->limits;
-	double room = gateway_tls_rate(srv->gw) *
-	    (double)(l->handshake_timeout_ms / 2) / 1000.0;
+	double room;
 
+	if (srv->qlen == 0 || srv->gw->tls_rate.measured <= 0 ||
+	    runtime_monotonic_ms() - srv->queue[srv->qhead].since_ms <
+	    (int64_t)(l->handshake_timeout_ms / 4))
+		return 0;
+	room = gateway_tls_rate(srv->gw) * (double)(l->handshake_timeout_ms / 2) /
+	    1000.0;
 	if (room < (double)l->max_tls_handshakes)
 		room = (double)l->max_tls_handshakes;
-	return room >= (double)l->max_tls_queue ? l->max_tls_queue : (uint32_t)room;
+	return (double)srv->qlen >= room;
 }
 
 /* No slot free: the connection waits, unencrypted and unread. */
@@ -1603,7 +1613,7 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
 	    srv->qlen == 0) {
 		tls_start(srv, fd, peer, port, exempt);
-	} else if (port == PORT_TLS && srv->qlen >= tls_queue_room(srv)) {
+	} else if (port == PORT_TLS && tls_queue_over(srv)) {
 		/* It would wait past what it may: told nothing either way
 		 * (there is no TLS yet to say it with), at once is cheaper. */
 		srv->shed++;
