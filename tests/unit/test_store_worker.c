@@ -53,6 +53,11 @@ struct job {
 	sem_t *gate;             /* the work waits on it, when set */
 };
 
+/* A third connection, for gwork on the store thread: a connection serves
+ * one thread at a time, and the loop reads peek (gdone) while the store
+ * thread runs the next group.  Opened by group_store, closed by teardown. */
+static struct store *work_peek;
+
 static int done_order[JOBS + 4];
 static int ndone;
 static pthread_t loop_thread;
@@ -86,6 +91,8 @@ teardown(void **state)
 	char p[256];
 
 	store_worker_stop(f->w);
+	store_close(work_peek);
+	work_peek = NULL;
 	event_base_free(f->base);
 	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
 	if (system(p) != 0)
@@ -285,7 +292,8 @@ struct gjob {
 	const char *token;        /* G_REGISTER: the import token */
 	const char *node;
 	uint8_t key;              /* its pubkey: 32 bytes of this */
-	struct store *peek;       /* another connection: what is committed */
+	struct store *peek;       /* another connection: what is committed,
+	                           * read by done on the loop's thread */
 	const char *cluster;
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
@@ -331,7 +339,7 @@ gwork(struct store *s, void *arg)
 	else
 		j->rc = store_user_token_create(s, &t, clusters, 2, NULL, j->err,
 		    sizeof(j->err));
-	j->seen_in_work = committed_agents(j->peek);
+	j->seen_in_work = committed_agents(work_peek);
 }
 
 static void
@@ -356,6 +364,8 @@ group_store(struct fixture *f, char cluster[STORE_ID_MAX + 1])
 	struct store *peek;
 
 	assert_int_equal(store_open(f->url, &peek, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_open(f->url, &work_peek, err, sizeof(err)),
+	    STORE_OK);
 	assert_int_equal(store_cluster_create(peek, "prod", 1700000000, &c, err,
 	    sizeof(err)), STORE_OK);
 	snprintf(cluster, STORE_ID_MAX + 1, "%s", c.id);
