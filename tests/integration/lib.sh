@@ -90,12 +90,23 @@ gateway_ready() {
 	curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 }
 
+# The TLS slot deadlines of the gateways tests start (gateway_start,
+# replica_start): serve's defaults (--tls-hello-timeout 1 s,
+# --tls-handshake-timeout 3 s) suit a gateway's own machine, but here every
+# client shares two loaded cores with the suite at nice 10, and the static
+# agents run under qemu-user: from connect to ClientHello the armhf agent
+# took 0.35 s at load 16, over 1 s at times (test_agent_static's arm64
+# join, test_drain_redial's tetherctl: closed unread, "unexpected eof" /
+# SSL_ERROR_SYSCALL).  A test of the deadlines themselves names its own
+# (a later flag wins).
+TLS_DEADLINES=(--tls-hello-timeout 10000 --tls-handshake-timeout 30000)
+
 # gateway_start [extra serve flags]: starts serve and waits for /readyz.
 # SIGTERM closes at once (--drain-timeout $GW_DRAIN_TIMEOUT, default 0)
 # unless the test gives its own --drain-timeout (test_drain).
 gateway_start() {
 	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
-		--drain-timeout "${GW_DRAIN_TIMEOUT:-0}" "$@" \
+		--drain-timeout "${GW_DRAIN_TIMEOUT:-0}" "${TLS_DEADLINES[@]}" "$@" \
 		>>"$T/gateway.log" 2>&1 &
 	GW_PID=$!
 	PIDS+=("$GW_PID")
@@ -318,7 +329,8 @@ replica_start() {
 		id=(--replica-id "r$n")
 	"$GATEWAY" serve --data-dir "$d" --listen "127.0.0.1:${RPORT[$n]}" \
 		--store "$PG_URL" "${id[@]}" "${peer[@]}" \
-		--drain-timeout "${REPLICA_DRAIN_MS:-0}" "${REPLICA_FLAGS[@]}" "$@" \
+		--drain-timeout "${REPLICA_DRAIN_MS:-0}" "${TLS_DEADLINES[@]}" \
+		"${REPLICA_FLAGS[@]}" "$@" \
 		>>"$T/replica$n.log" 2>&1 &
 	RPID[$n]=$!
 	PIDS+=("${RPID[$n]}")

@@ -9,7 +9,8 @@
 source "$(dirname "$0")/lib.sh"
 
 gateway_init
-gateway_start --trusted-proxy 127.0.0.1/32
+# serve's default deadline (lib.sh raises it for other tests).
+gateway_start --trusted-proxy 127.0.0.1/32 --tls-hello-timeout 1000
 fds() { find "/proc/$GW_PID/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 base=$(fds)
 python3 - "$GW_PORT" "$T/idle.ready" <<'PY' &

@@ -15,7 +15,9 @@ source "$(dirname "$0")/lib.sh"
 DEADLINE=25   # seconds for the agent's return and the operator's requests
 MP=$(free_port)
 gateway_init
-gateway_start --max-handshakes 64 --metrics-listen "127.0.0.1:$MP"
+# serve's default TLS deadlines (lib.sh raises them for other tests).
+gateway_start --max-handshakes 64 --metrics-listen "127.0.0.1:$MP" \
+	--tls-hello-timeout 1000 --tls-handshake-timeout 3000
 cid=$(cluster_create slots)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" >/dev/null

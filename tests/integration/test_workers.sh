@@ -28,7 +28,10 @@ loop_handshakes() {
 }
 
 gateway_init
-gateway_start --workers 2 --stream-window 262144
+# The deadlines are serve's defaults here (lib.sh raises them): the silent
+# connections below are closed at 1 s.
+gateway_start --workers 2 --stream-window 262144 --tls-hello-timeout 1000 \
+	--tls-handshake-timeout 3000
 grep -q 'msg="tether-gateway listening".* workers=2' "$T/gateway.log" ||
 	fail "the listening line does not say workers=2"
 cid=$(cluster_create workers)
