@@ -403,14 +403,20 @@ load_config(struct gateway *gw, const char *public_ca, char *err, size_t errlen)
  * new tunnels refused), tells every agent to reconnect elsewhere, and waits
  * until no tunnel is left or --drain-timeout is over; then what is left is
  * kicked and gets SHUTDOWN_GRACE_MS to close.  A second signal ends the
- * drain at once.
+ * drain at once.  New connections are accepted and served for the whole
+ * drain and for --drain-grace at least (a balancer sends them until its
+ * check has seen /readyz 503); at its end the listeners close, and the
+ * connections accepted are answered (at most SHUTDOWN_GRACE_MS) before the
+ * loop stops.
  */
 struct shutdown_state {
 	struct gateway *gw;
 	struct event *poll;
 	int64_t drain_deadline_ms;    /* the drain ends (tunnels are kicked) */
-	int64_t deadline_ms;          /* kicked: the loop stops at the latest */
+	int64_t grace_end_ms;         /* new connections are served until then */
+	int64_t deadline_ms;          /* closing: the loop stops at the latest */
 	int kicked;
+	int closing;                  /* no longer accepting (the drain ended) */
 };
 
 #define DRAIN_JITTER_MAX_MS 5000
@@ -430,6 +436,18 @@ drain_session(struct session *s, void *arg)
 	session_drain(s, "gateway draining", gw->drain_jitter_ms);
 }
 
+/* The drain is over: no new connection is taken; what was accepted, the
+ * tunnels kicked or leaving, get SHUTDOWN_GRACE_MS at most. */
+static void
+shutdown_close(struct shutdown_state *sd)
+{
+	if (sd->closing)
+		return;
+	sd->closing = 1;
+	server_stop_accepting(sd->gw);
+	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
+}
+
 static void
 shutdown_kick(struct shutdown_state *sd)
 {
@@ -438,30 +456,36 @@ shutdown_kick(struct shutdown_state *sd)
 		    KV_U("tunnels", hub_count(sd->gw->hub)));
 	sd->kicked = 1;
 	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
+	shutdown_close(sd);
 	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
 }
 
-/* Waits for the tunnels to leave and the operator streams to end: the
- * drain, then (tunnels only) at most SHUTDOWN_GRACE_MS. */
+/* Waits for the tunnels to leave and the operator streams to end (the
+ * drain, --drain-grace at least), then for the connections accepted to be
+ * answered and the tunnels kicked to close: at most SHUTDOWN_GRACE_MS
+ * after the close or the kick. */
 static void
 shutdown_poll(evutil_socket_t fd, short what, void *arg)
 {
 	struct shutdown_state *sd = arg;
+	struct gateway *gw = sd->gw;
 	struct timeval tv = runtime_ms_timeval(SHUTDOWN_POLL_MS);
 	int64_t now = gateway_now_ms();
-
 	/* Until the drain is over, operator streams carried to agents on
 	 * other replicas (docs/0023) hold the exit back too: no tunnel here
 	 * keeps them. */
-	if (hub_count(sd->gw->hub) == 0 && sd->gw->handshakes == 0 &&
-	    (sd->kicked || live_stream_count(&sd->gw->live_streams) == 0)) {
-		event_base_loopbreak(sd->gw->base);
-		return;
-	}
+	int done = hub_count(gw->hub) == 0 && gw->handshakes == 0 &&
+	    (sd->kicked || live_stream_count(&gw->live_streams) == 0);
+
 	if (!sd->kicked && now >= sd->drain_deadline_ms)
 		shutdown_kick(sd);
-	if (sd->kicked && now >= sd->deadline_ms) {
-		event_base_loopbreak(sd->gw->base);
+	if (done && now >= sd->grace_end_ms)
+		shutdown_close(sd);
+	/* A stream opened by a connection answered after the close has the
+	 * rest of the drain, like any other: then it is kicked. */
+	if (sd->closing && ((done && server_unanswered(gw) == 0) ||
+	    ((done || sd->kicked) && now >= sd->deadline_ms))) {
+		event_base_loopbreak(gw->base);
 		return;
 	}
 	evtimer_add(sd->poll, &tv);
@@ -473,6 +497,8 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	struct shutdown_state *sd = arg;
 	struct gateway *gw = sd->gw;
 	uint32_t jitter = gw->drain_timeout_ms / 4;
+	uint32_t grace = gw->drain_grace_ms < gw->drain_timeout_ms ?
+	    gw->drain_grace_ms : gw->drain_timeout_ms;
 
 	if (gw->stopping) {
 		if (!sd->kicked) {
@@ -484,11 +510,13 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	gw->drain_jitter_ms = jitter < DRAIN_JITTER_MAX_MS ? jitter : DRAIN_JITTER_MAX_MS;
 	info("stopping: draining", KV_S("signal", strsignal((int)sig)),
 	    KV_U("tunnels", hub_count(gw->hub)),
-	    KV_U("drain_timeout_ms", gw->drain_timeout_ms));
+	    KV_U("drain_timeout_ms", gw->drain_timeout_ms),
+	    KV_U("drain_grace_ms", grace));
 	gw->stopping = 1;
 	tunnel_wait_stop(gw);   /* upgrades waiting for a slot: come back later */
 	sdnotify_stopping();
 	sd->drain_deadline_ms = gateway_now_ms() + gw->drain_timeout_ms;
+	sd->grace_end_ms = gateway_now_ms() + grace;
 	if (gw->drain_timeout_ms == 0)
 		shutdown_kick(sd);
 	else
@@ -673,6 +701,7 @@ serve_settings(struct serve *sv)
 	serve_limits(&gw->limits, &sv->o);
 	gw->workers = serve_workers(&sv->o);
 	gw->drain_timeout_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_TIMEOUT);
+	gw->drain_grace_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_GRACE);
 	gw->impersonate = (int)opts_num(&sv->o, SERVE_OPT_IMPERSONATE);
 	gw->require_proxy_header = (int)opts_num(&sv->o,
 	    SERVE_OPT_REQUIRE_PROXY_HEADER);

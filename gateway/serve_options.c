@@ -196,6 +196,12 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .arg = "MS", .def = "25000", .min = 0, .max = 3600000,
 	    .help = "after SIGTERM, streams in flight get this long to finish "
 	    "while agents move to another replica (0: close at once)" },
+	[SERVE_OPT_DRAIN_GRACE] = { .name = "drain-grace", .type = OPT_U32,
+	    .arg = "MS", .def = "2000", .min = 0, .max = 600000,
+	    .help = "after SIGTERM, new connections are still accepted and served "
+	    "this long at least (the balancer's health check must see /readyz "
+	    "503 first: its interval times its fall count; at most "
+	    "--drain-timeout)" },
 	[SERVE_OPT_STREAM_WINDOW] = { .name = "stream-window", .type = OPT_U32,
 	    .arg = "BYTES", .def = "1048576", .min = 4096, .max = 64u << 20,
 	    .help = "flow-control window per stream" },
@@ -269,7 +275,9 @@ const struct opt_command serve_command = {
 	.footer =
 	    "SIGTERM or SIGINT: drain: /readyz answers 503, no new tunnel is\n"
 	    "accepted, agents are told to reconnect elsewhere, streams in flight\n"
-	    "get --drain-timeout to finish; then the rest is closed, exit 0.\n"
+	    "get --drain-timeout to finish; new connections are served for\n"
+	    "--drain-grace at least, then no more are accepted, those accepted\n"
+	    "are answered, and the rest is closed, exit 0.\n"
 	    "SIGHUP: reopen the --audit-log file (after logrotate moved it) and\n"
 	    "serve server.crt and server.key as they are now in the data directory\n"
 	    "(after 'tether-gateway cert renew'): new handshakes get them, tunnels\n"

@@ -168,6 +168,7 @@ struct gateway {
 	                                   tunnels; loop 0 sets it, any loop
 	                                   reads it (docs/0040) */
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
+	uint32_t drain_grace_ms;        /* --drain-grace: the drain lasts at least this */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
 	struct retry_after retry_after; /* when turned-away agents come back
 	                                   (gateway_retry_after_ms) */

@@ -247,6 +247,7 @@ struct hconn {
 	int x_keep;                       /* the client allows keep-alive */
 	int tls_counted;                  /* in srv->tls_handshakes */
 	int exempt;                       /* a --trusted-proxy's own: no share */
+	unsigned requests;                /* request heads read, ever */
 	int64_t tls_since_ms;             /* monotonic: when it took its slot */
 	enum conn_port port;              /* the listener it came from */
 	void *kept;                       /* a route's state between exchanges */
@@ -1030,12 +1031,15 @@ hconn_process(struct hconn *h)
 				hconn_refuse(h, status, reason);
 			break;
 		}
-		if (res == HTTP_READ_HEAD)
+		if (res == HTTP_READ_HEAD) {
+			h->requests++;
 			hconn_exchange_start(h, http_reader_request(h->reader), 0);
-		else if (res == HTTP_READ_REQUEST && h->state == HC_EXCHANGING)
+		} else if (res == HTTP_READ_REQUEST && h->state == HC_EXCHANGING)
 			hconn_exchange_body_done(h);
-		else if (res == HTTP_READ_REQUEST)
+		else if (res == HTTP_READ_REQUEST) {
+			h->requests++;
 			hconn_dispatch(h);
+		}
 	}
 	/* A proxied body the exchange cannot take yet: stop reading until
 	 * exchange_resume_input. */
@@ -1538,7 +1542,7 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
 	w->port = port;
 	w->exempt = exempt;
 	snprintf(w->peer, sizeof(w->peer), "%s", peer);
-	if (++srv->qlen == cap && !srv->listener_paused) {
+	if (++srv->qlen == cap && !srv->listener_paused && srv->listener != NULL) {
 		srv->listener_paused = 1;
 		evconnlistener_disable(srv->listener);
 		warn("TLS admission queue full (--max-tls-queue): new connections "
@@ -1826,12 +1830,84 @@ server_accept_retry(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
 
-	if (!srv->listener_paused)
+	if (!srv->listener_paused && srv->listener != NULL)
 		evconnlistener_enable(srv->listener);
 	if (srv->plain != NULL)
 		evconnlistener_enable(srv->plain);
 	if (srv->mtls != NULL)
 		evconnlistener_enable(srv->mtls);
+}
+
+/* Takes what the kernel has already accepted on l (its listen backlog:
+ * clients that see their connection as open) and closes l. */
+static void
+listener_close(struct server *srv, struct evconnlistener **lp)
+{
+	struct evconnlistener *l = *lp;
+	evutil_socket_t lfd;
+
+	if (l == NULL)
+		return;
+	lfd = evconnlistener_get_fd(l);
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		evutil_socket_t fd = accept(lfd, (struct sockaddr *)&ss, &sl);
+
+		if (fd < 0)
+			break;     /* EAGAIN: the backlog is empty (or an error) */
+		if (evutil_make_socket_nonblocking(fd) != 0 ||
+		    evutil_make_socket_closeonexec(fd) != 0) {
+			evutil_closesocket(fd);
+			continue;
+		}
+		server_accept(l, fd, (struct sockaddr *)&ss, (int)sl, srv);
+	}
+	*lp = NULL;
+	evconnlistener_free(l);
+}
+
+void
+server_stop_accepting(struct gateway *gw)
+{
+	struct server *srv = gw->server;
+
+	if (srv == NULL || srv->listener == NULL)
+		return;
+	if (srv->accept_retry != NULL)
+		evtimer_del(srv->accept_retry);
+	listener_close(srv, &srv->listener);
+	listener_close(srv, &srv->plain);
+	listener_close(srv, &srv->mtls);
+	info("stopped accepting connections: those accepted are served",
+	    KV_U("unanswered", server_unanswered(gw)));
+}
+
+/* A kept-alive connection between two requests: nothing of it is owed. */
+static int
+hconn_idle(const struct hconn *h)
+{
+	return h->state == HC_READING && h->requests > 0 && !h->tls_counted &&
+	    !http_reader_started(h->reader) &&
+	    evbuffer_get_length(bufferevent_get_input(h->bev)) == 0 &&
+	    evbuffer_get_length(bufferevent_get_output(h->bev)) == 0;
+}
+
+unsigned
+server_unanswered(const struct gateway *gw)
+{
+	const struct server *srv = gw->server;
+	const struct hconn *h;
+	unsigned n;
+
+	if (srv == NULL)
+		return 0;
+	n = srv->prefaces_n + srv->qlen + srv->tls_handshakes;
+	LIST_FOREACH(h, &srv->http, link)
+		if (!h->tls_counted && h->state != HC_DONE &&
+		    h->state != HC_LINGERING && !hconn_idle(h))
+			n++;
+	return n;
 }
 
 /* ---- TLS ---- */

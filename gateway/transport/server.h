@@ -86,6 +86,18 @@ struct x509_st *server_certificate(struct gateway *gw);
  */
 void server_tls_use(struct gateway *gw, struct ssl_ctx_st *main,
     struct ssl_ctx_st *peer);
+/*
+ * The drain's end (docs/0017): takes the connections the kernel already
+ * accepted (the listen backlog), then closes every listener.  What was
+ * accepted goes on as usual.  Idempotent.
+ */
+void server_stop_accepting(struct gateway *gw);
+/* Connections accepted and owed an answer: in a PROXY preface, waiting for
+ * a TLS slot, in a TLS handshake, or an HTTP connection before or in a
+ * request (not a kept-alive one between two, not one whose last answer is
+ * out).  WebSockets are not counted (streams, tunnels).  O(HTTP
+ * connections). */
+unsigned server_unanswered(const struct gateway *gw);
 /* Closes the listener and frees every connection (WebSockets get their
  * on_close, pending upgrades their abandon callback, exchanges their
  * route's client_gone).  Stops gw->loops 1..nloops-1 (loops_stop: the
