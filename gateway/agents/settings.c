@@ -248,6 +248,10 @@ spread_check(struct gateway *gw)
 
 	if (!retry_after_spread_moved(gw->redial_spread_ms, spread))
 		return;
+	if (gw->spread_told_ms != 0 &&
+	    runtime_monotonic_ms() - gw->spread_told_ms < SETTINGS_SPREAD_RETELL_MS)
+		return;
+	gw->spread_told_ms = runtime_monotonic_ms();
 	gw->redial_spread_ms = spread;
 	if (settings_any(gw) && gw->hub != NULL)
 		told = hub_send_settings(gw->hub);

@@ -194,6 +194,8 @@ struct gateway {
 	uint64_t spread_wait_ns;        /* runnable but waiting for one, then
 	                                   (/proc/self/schedstat; 0: unread) */
 	uint32_t redial_spread_ms;      /* what agents are told now; 0: none */
+	int64_t spread_told_ms;         /* monotonic: when it was last told
+	                                   to every agent; 0: never */
 	struct event *spread_timer;     /* settings.c's check, or NULL */
 	int impersonate;                /* --impersonate: /k8s requests carry Impersonate-User */
 	struct cidr_list trusted_proxies; /* --trusted-proxy: may send PROXY v2 headers */
