@@ -123,7 +123,10 @@ job_cb(evutil_socket_t fd, short what, void *arg)
 	int64_t held = runtime_monotonic_ms() - j->since_ms;
 
 	(void)fd;
-	if (!(what & EV_TIMEOUT)) {
+	/* Ready and timed out at once (a loop that stalled past the deadline
+	 * sees both): what arrived is read first; a handshake that then still
+	 * waits does so with no time left (job_wait), so the deadline holds. */
+	if (what & (EV_READ | EV_WRITE)) {
 		job_step(w, j);
 		return;
 	}
