@@ -46,6 +46,7 @@ cleanup() {
 			tail -40 "$f" >&2
 		done
 	fi
+	release_ports
 	rm -rf "$T"
 	exit "$rc"
 }
@@ -59,9 +60,47 @@ fail() {
 
 pass() { log "ok: $*"; }
 
-# A TCP port nothing listens on right now.
+# A TCP port nothing listens on right now, below the kernel's ephemeral
+# range (net.ipv4.ip_local_port_range, 32768-60999 by default) so that no
+# outgoing connection (a test's own clients, a benchmark's thousands beside
+# it) takes it between this pick and the bind it is for, and reserved for
+# this test (a directory under /tmp/tether-ports, removed at its exit) so
+# that a test running beside it (ctest -j) does not pick it too.
+PORT_RESERVED=/tmp/tether-ports
 free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+	mkdir -p "$PORT_RESERVED" 2>/dev/null
+	python3 - "$PORT_RESERVED" "$T/ports" <<'PY'
+import os, random, socket, sys
+held, mine = sys.argv[1], sys.argv[2]
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(500):
+	p = random.randint(10000, max(10001, lo - 1))
+	s = socket.socket()
+	try:
+		s.bind(("127.0.0.1", p))
+	except OSError:
+		continue
+	finally:
+		s.close()
+	try:
+		os.mkdir(os.path.join(held, str(p)))
+	except OSError:
+		continue
+	with open(mine, "a") as f:
+		f.write("%d\n" % p)
+	print(p)
+	sys.exit(0)
+s = socket.socket()    # no reservable port: the kernel's pick
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+PY
+}
+
+# free_port's reservations of this test, given back at its exit.
+release_ports() {
+	local p
+	[ -f "$T/ports" ] || return 0
+	while read -r p; do rmdir "$PORT_RESERVED/$p" 2>/dev/null; done <"$T/ports"
 }
 
 # wait_until SECONDS DESCRIPTION CMD...: polls CMD every 50 ms.
