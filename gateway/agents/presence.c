@@ -534,15 +534,8 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 	snprintf(j->agent_id, sizeof(j->agent_id), "%s", agent_id != NULL ? agent_id : "");
 	if (kind == PJ_RENEW || kind == PJ_RENEW_COUNT)
 		renew_ids(gw, j);
-	if (kind == PJ_RENEW_COUNT) {
-		const struct gw_face *face = gw_face_get(gw);
-
-		if (face->ca_rotation != NULL &&
-		    face->ca_rotation->phase != CA_PHASE_NONE)
-			snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
-			    face->ca_rotation->next_checksum);
-		gw_face_put(face);
-	}
+	if (kind == PJ_RENEW_COUNT)
+		gw_face_rotating_ca(gw, j->ca_sum, sizeof(j->ca_sum));
 	if (store_worker_submit(gw->storew, pjob_work, pjob_done, j) != 0) {
 		warn("presence: store queue full: a presence update is lost",
 		    KV_S("replica", gw->replica_id));

@@ -7,6 +7,7 @@
 #include "face.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,4 +128,17 @@ gw_face_publish(struct gateway *gw, struct gw_face *f)
 	gw->face = f;
 	pthread_mutex_unlock(&gw->publish_mu);
 	gw_face_put(old);
+}
+
+void
+gw_face_rotating_ca(struct gateway *gw, char *out, size_t len)
+{
+	const struct gw_face *face = gw_face_get(gw);
+
+	if (len > 0)
+		out[0] = '\0';
+	if (face->ca_rotation != NULL &&
+	    face->ca_rotation->phase != CA_PHASE_NONE)
+		snprintf(out, len, "%s", face->ca_rotation->next_checksum);
+	gw_face_put(face);
 }

@@ -77,4 +77,10 @@ const struct gw_face *gw_face_now(struct gateway *gw);
  * (freed once its last reader put it). */
 void gw_face_publish(struct gateway *gw, struct gw_face *f);
 
+/* The new CA's checksum while a CA rotation is under way (phase not none)
+ * into out (size len, NUL-terminated), else "": what the census counts
+ * agents holding and /v1/ca/status reports.  Any thread; takes and puts a
+ * reference. */
+void gw_face_rotating_ca(struct gateway *gw, char *out, size_t len);
+
 #endif

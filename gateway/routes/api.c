@@ -1197,13 +1197,7 @@ admin_prepare(struct gateway *gw, struct api_job *j,
 	} else if (j->h == &h_agents_action) {
 		j->held = agentdir_find(gw->agents, j->id, NULL);
 	} else if (j->h == &h_ca_status) {
-		const struct gw_face *face = gw_face_get(gw);
-
-		if (face->ca_rotation != NULL &&
-		    face->ca_rotation->phase != CA_PHASE_NONE)
-			snprintf(j->ca_sum, sizeof(j->ca_sum), "%s",
-			    face->ca_rotation->next_checksum);
-		gw_face_put(face);
+		gw_face_rotating_ca(gw, j->ca_sum, sizeof(j->ca_sum));
 	}
 }
 
