@@ -54,6 +54,9 @@ skew_case() {
 	local clog=$T/client-$node.log
 	GATEWAY=$gw_bin/tether-gateway
 	CLIENT=$agent_bin/tether-client
+	# lib.sh's TLS slot deadlines are flags the old release may not have:
+	# its gateway runs on its own defaults.
+	[ "$gw_bin" = "$NEW" ] || local -a TLS_DEADLINES=()
 	unset GW_PORT
 	rm -rf "$T/gw" "$T/gateway.log"
 	gateway_init
