@@ -24,7 +24,13 @@
 #     answered 503;
 #   - the redial spread the agents were told before the stop (SETTINGS,
 #     docs/0035) and how many first redials they drew in it;
-#   - the load average when the storm was over (the machine may be shared).
+#   - the load average when the storm was over (the machine may be shared);
+#   - each loop's tunnels once all were back (tether_loop_tunnels) and the
+#     streams and bytes its links carried (tether_loop_link_*_total).
+# The report is printed on every exit once the first registration is done:
+# a storm that was not all back in time (900 s, or BENCH_DEADLINE_S) is
+# reported with how many were, the storms after it are not run, and the
+# report ends "INCOMPLETE" (exit 1).
 # The per-source caps are raised (every agent dials from 127.0.0.1; with
 # them, most dials were closed at accept or answered 503 by
 # --max-tls-per-source and --max-handshakes-per-source).
@@ -43,8 +49,16 @@
 #   BENCH_WORKERS    the gateway's --workers, one storm per value (default:
 #                    its own default, one storm); each loop's TLS
 #                    handshakes and CPU seconds are reported
+#   BENCH_REG_WORKERS the first gateway's --workers, the one the agents
+#                    register with (default: the first BENCH_WORKERS value)
 #   BENCH_KILL       TERM (default) or KILL: how the gateway is stopped
-#   BENCH_KEEP=1     keep the work directory
+#   BENCH_PER_SWARM  agents per tether-swarm process (default 9900, the most
+#                    the open-files limit of 20,000 allows with room; fewer
+#                    where more cores can run more load generators)
+#   BENCH_DEADLINE_S stop waiting this many seconds after the script's start
+#                    (for a machine lent for a few minutes): the storm then
+#                    on is reported as far as it got
+#   BENCH_KEEP=1     keep the work directory (BENCH_KEEP=DIR: keep it as DIR)
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -53,12 +67,14 @@ RATE=${BENCH_RATE:-400}
 GW_FLAGS=${BENCH_GW_FLAGS:-}
 read -r -a LOOPS <<<"${BENCH_WORKERS:-}"
 [ "${#LOOPS[@]}" -gt 0 ] || LOOPS=("")
+REG_LOOPS=${BENCH_REG_WORKERS:-${LOOPS[0]}}
 KILL=${BENCH_KILL:-TERM}
 KEEP=${BENCH_KEEP:-0}
 N=${1:-10000}
-PER_SWARM=9900
+DEADLINE_S=${BENCH_DEADLINE_S:-}
+PER_SWARM=${BENCH_PER_SWARM:-9900}
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS BENCH_KILL; do
+for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS BENCH_REG_WORKERS BENCH_PER_SWARM BENCH_KILL BENCH_DEADLINE_S; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -66,8 +82,10 @@ COMMAND_LINE+="$0${*:+ $*}"
 say() { printf '[bench] %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 [[ $N =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$N'"
+[[ $PER_SWARM =~ ^[1-9][0-9]*$ ]] || die "BENCH_PER_SWARM must be a positive integer, got '$PER_SWARM'"
 [ "$KILL" = TERM ] || [ "$KILL" = KILL ] || die "BENCH_KILL is TERM or KILL, got '$KILL'"
-for w in "${LOOPS[@]}"; do
+[ -z "$DEADLINE_S" ] || [[ $DEADLINE_S =~ ^[1-9][0-9]*$ ]] || die "BENCH_DEADLINE_S: seconds, got '$DEADLINE_S'"
+for w in "${LOOPS[@]}" "$REG_LOOPS"; do
 	[ -z "$w" ] || [[ $w =~ ^[1-9][0-9]*$ ]] || die "BENCH_WORKERS: numbers, got '$w'"
 done
 for b in tether-gateway tether-swarm tetherctl; do
@@ -81,17 +99,23 @@ ulimit -Sn "$(ulimit -Hn)"
 [ "$(ulimit -Hn)" = unlimited ] || [ $((N + 100)) -le "$(ulimit -Hn)" ] ||
 	die "$N tunnels do not fit in the open-files limit $(ulimit -Hn) of the gateway's process"
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/tether-storm.XXXXXX")
+if [ "$KEEP" != 0 ] && [ "$KEEP" != 1 ]; then W=$KEEP; mkdir -p "$W"; KEEP=1; else W=$(mktemp -d "${TMPDIR:-/tmp}/tether-storm.XXXXXX"); fi
 mkdir -p "$W/bin" "$W/logs"
 cp "$TETHER_BIN/tether-gateway" "$TETHER_BIN/tether-swarm" "$TETHER_BIN/tetherctl" "$W/bin/"
 GATEWAY=$W/bin/tether-gateway SWARM=$W/bin/tether-swarm CTL=$W/bin/tetherctl
 GW_PID='' PROBE_PID=''
 SW_PIDS=() OUTS=()
 
+REPORTED=1   # no report until the first registration is done
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	set +e
+	if [ "$REPORTED" = 0 ]; then
+		[ -n "$STOPPED" ] || STOPPED="the script ended (exit $rc) after $((SECONDS - T_START)) s, before every storm was over"
+		report
+		rc=1
+	fi
 	for p in "${SW_PIDS[@]}" $PROBE_PID; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 	[ -z "$GW_PID" ] || { kill -TERM "$GW_PID" 2>/dev/null; wait "$GW_PID" 2>/dev/null; }
 	if [ "$KEEP" = 1 ]; then say "work directory kept: $W"; else rm -rf "$W"; fi
@@ -182,10 +206,19 @@ probe_stats() {
 }
 metric() { curl -sf "http://127.0.0.1:$MP/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 s1() { echo "scale=1; $1" | bc; }
+# limit S: S, or the seconds left before BENCH_DEADLINE_S if fewer (>= 0).
+T_START=$SECONDS
+limit() {
+	local left
+	[ -n "$DEADLINE_S" ] || { echo "$1"; return; }
+	left=$((T_START + DEADLINE_S - SECONDS))
+	[ "$left" -ge 0 ] || left=0
+	echo $((left < $1 ? left : $1))
+}
 
 "$GATEWAY" init --data-dir "$GW_DIR" --url "$URL" >"$W/logs/init.out" 2>&1 || die "init failed"
 export TETHER_SERVER=$URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-gw_start "${LOOPS[0]}"
+gw_start "$REG_LOOPS"
 CID=$("$CTL" -o json cluster create storm | jq -er .id)
 "$CTL" -o json token create --cluster "$CID" --uses $((N + 1)) --ttl 2h >"$W/join.json"
 
@@ -206,8 +239,9 @@ for ((i = 0; i < NSW; i++)); do
 		>"$W/logs/swarm.$i.out" 2>"$W/logs/swarm.$i.log" &
 	SW_PIDS+=($!)
 done
-all_back 0 1800 >/dev/null || die "not all active after 1800 s: $(swarm_sum active) of $N"
+all_back 0 "$(limit 1800)" >/dev/null || die "not all active after $((SECONDS - T_START)) s: $(swarm_sum active) of $N"
 reg_s=$(s1 "($(now_ms) - $t0) / 1000")
+reg_gcpu=$(s1 "$(cpu_ticks "$GW_PID") / $TICKS") reg_scpu=$(s1 "$(swarm_ticks) / $TICKS")
 "$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents 1 --prefix probe --probe \
 	--report-ms 500 >"$W/logs/probe.out" 2>"$W/logs/probe.log" &
 PROBE_PID=$!
@@ -217,11 +251,30 @@ idle_from=$(now_ms)
 sleep 5
 read -r idle_n idle_p50 idle_p99 idle_max idle_lost < <(probe_stats "$W/logs/probe.out" "$idle_from" "$(now_ms)")
 
+# loop_figures: each loop's "loop=handshakes/cpu_s/tunnels" and each link's
+# "from>to=streams/MiB" words, from /metrics (since the gateway's start).
+loop_figures() {
+	curl -sf "http://127.0.0.1:$MP/metrics" | awk '
+		function lab(s, k,   a) { if (match(s, k "=\"[0-9]+\"")) { a = substr(s, RSTART, RLENGTH); gsub(/[^0-9]/, "", a); return a } return "" }
+		/^tether_loop_tls_handshakes_total\{/ { h[lab($1, "loop")] = $2 }
+		/^tether_loop_cpu_seconds_total\{/ { c[lab($1, "loop")] = $2 }
+		/^tether_loop_tunnels\{/ { t[lab($1, "loop")] = $2 }
+		/^tether_loop_link_streams_total\{/ { k = lab($1, "from") ">" lab($1, "to"); ls[k] = $2 }
+		/^tether_loop_link_bytes_total\{/ { k = lab($1, "from") ">" lab($1, "to"); lb[k] = $2 }
+		END {
+			for (l in h) printf "%s=%d/%.1f/%s\n", l, h[l], c[l], (l in t ? t[l] : "-")
+			for (k in ls) printf "%s=%d/%.1f\n", k, ls[k], lb[k] / 1048576
+		}' | sort -n | tr '\n' ' '
+}
+
 # storm K LOOPS: stop the gateway (SIGTERM or SIGKILL), start one with
-# LOOPS loops, wait until all are back; the figures go to R_*[K].
+# LOOPS loops, wait until all are back (900 s, or BENCH_DEADLINE_S); the
+# figures go to R_*[K].  Returns 1 if they were not all back in time.
 declare -a R_stop R_back R_total R_probe R_dials R_nogw R_refused R_shed R_gcpu R_scpu R_loops R_load R_st R_af R_spread R_draws R_accept
+DONE=() STOPPED=''
+# shellcheck disable=SC2034  # the R_* arrays are read by name (cols)
 storm() {
-	local k=$1 loops=$2 t_stop t_down t_up d0 d_up d1 s0 s1_ g0 g1 back_ms probe_back st af
+	local k=$1 loops=$2 t_stop t_down t_up d0 d_up d1 s0 s1_ g0 g1 back_ms probe_back late=''
 	say "storm $((k + 1)): kill -$KILL, then a gateway with ${loops:-its default} loop(s)"
 	t_stop=$(now_ms)
 	d0=$(swarm_sum dials)
@@ -232,93 +285,118 @@ storm() {
 	kill "-$KILL" "$GW_PID"
 	wait "$GW_PID" 2>/dev/null || true
 	t_down=$(now_ms)
+	R_stop[k]=$(s1 "($t_down - $t_stop) / 1000")
 	gw_start "$loops"
 	t_up=$(now_ms)
+	DONE+=("$k")
 	g0=$(cpu_ticks "$GW_PID")
 	sleep 0.3   # a report line (every 250 ms) since the gateway is ready
 	d_up=$(swarm_sum dials)
-	back_ms=$(all_back "$t_stop" 900) || die "not all back after 900 s: $(swarm_sum active) of $N"
+	if ! back_ms=$(all_back "$t_stop" "$(limit 900)"); then
+		back_ms=$(now_ms)
+		late="$(swarm_sum active) of $N active"
+		STOPPED="storm $((k + 1))${loops:+ (--workers $loops)}: not all back $(s1 "($back_ms - $t_up) / 1000") s after the new start ($late); the storms after it were not run"
+	fi
 	g1=$(cpu_ticks "$GW_PID") s1_=$(swarm_ticks)
 	d1=$(swarm_sum dials)
 	R_draws[k]=$(($(swarm_sum draws) - w0))
-	probe_back=$(wait_line "$W/logs/probe.out" "$t_stop" 60) || probe_back=never
+	probe_back=$(wait_line "$W/logs/probe.out" "$t_stop" "$([ -z "$late" ] && echo 60 || echo 0)") || probe_back=never
 	R_load[k]=$(cut -d' ' -f1 /proc/loadavg)
-	sleep 5
-	st=$(probe_stats "$W/logs/probe.out" "$t_up" "$back_ms")
-	af=$(probe_stats "$W/logs/probe.out" "$((back_ms + 500))" "$(now_ms)")
-	R_st[k]=$st R_af[k]=$af
-	R_stop[k]=$(s1 "($t_down - $t_stop) / 1000")
 	R_back[k]=$(s1 "($back_ms - $t_up) / 1000")
 	R_total[k]=$(s1 "($back_ms - $t_stop) / 1000")
+	[ -z "$late" ] || { R_back[k]="> ${R_back[k]} ($late)"; R_total[k]="> ${R_total[k]}"; }
+	R_gcpu[k]=$(s1 "($g1 - $g0) / $TICKS")
+	R_scpu[k]=$(s1 "($s1_ - $s0) / $TICKS")
 	if [ "$probe_back" = never ]; then R_probe[k]=never; else R_probe[k]=$(s1 "($probe_back - $t_up) / 1000"); fi
 	R_dials[k]="$((d1 - d0)) ($(echo "scale=2; ($d1 - $d0) / $N" | bc))"
 	R_nogw[k]="$((d_up - d0)) / $((d1 - d_up)) ($(echo "scale=2; ($d1 - $d_up) / $N" | bc))"
 	R_refused[k]=$(grep -c 'refusing a tunnel: too many handshakes' "$GW_LOG" || true)
 	R_shed[k]=$(metric tether_tls_shed_total) || R_shed[k]='?'
 	R_accept[k]=$(metric tether_tls_shed_at_accept_total) || R_accept[k]='?'
-	R_gcpu[k]=$(s1 "($g1 - $g0) / $TICKS")
-	R_scpu[k]=$(s1 "($s1_ - $s0) / $TICKS")
-	# Per loop, since the new start: "loop handshakes/cpu_s" words.
-	R_loops[k]=$(curl -sf "http://127.0.0.1:$MP/metrics" | awk '
-		match($1, /^tether_loop_tls_handshakes_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); h[a[2]] = $2 }
-		match($1, /^tether_loop_cpu_seconds_total\{loop="[0-9]+"\}$/) { split($1, a, "\""); c[a[2]] = $2 }
-		END { for (l in h) printf "%s=%d/%.1f\n", l, h[l], c[l] }' | sort -n | tr '\n' ' ') || R_loops[k]=
+	R_loops[k]=$(loop_figures) || R_loops[k]=
+	R_st[k]=$(probe_stats "$W/logs/probe.out" "$t_up" "$back_ms")
+	if [ -z "$late" ]; then
+		sleep 5
+		R_af[k]=$(probe_stats "$W/logs/probe.out" "$((back_ms + 500))" "$(now_ms)")
+	else
+		R_af[k]="- - - - -"
+	fi
 	say "storm $((k + 1)): all back ${R_back[k]} s after the new start, dials ${R_dials[k]}, load ${R_load[k]}"
+	[ -z "$late" ]
 }
-for k in "${!LOOPS[@]}"; do storm "$k" "${LOOPS[$k]}"; done
 
 # row FIGURE VALUES...: one table row.
 row() { local line="| $1 |"; shift; for v in "$@"; do line+=" $v |"; done; echo "$line"; }
-{
+# cols ARRAY: the values of R_ARRAY for the storms that ran ("-" if unset).
+cols() { local -n a=$1; local k; for k in "${DONE[@]}"; do echo "${a[k]:--}"; done; }
+# report: the table of the storms that ran; "INCOMPLETE: why" if they were not all.
+report() {
+	REPORTED=1
+	local hdr="| figure |" sep="|---|" k w v l nl ns=() vals=() fig
 	echo
 	echo "Tether reconnect storm: $N agents (tether-swarm, $NSW process(es)) after a gateway $([ "$KILL" = KILL ] && echo "kill -9" || echo "stop (SIGTERM)") and restart"
 	echo "  command:  $COMMAND_LINE"
 	echo "  binaries: $TETHER_BIN ($("$GATEWAY" --version | head -1))"
 	echo "  machine:  $(nproc) CPUs, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "  serve flags: ${GW_FLAGS:-(defaults)} (and the per-source caps raised: every agent dials from 127.0.0.1)"
-	echo "  first registration at $RATE/s: all $N active after $reg_s s"
+	echo "  first registration at $RATE/s, ${REG_LOOPS:-the default} loop(s): all $N active after $reg_s s (CPU: gateway $reg_gcpu s, swarms $reg_scpu s)"
 	echo
-	hdr="| figure |" sep="|---|"
-	for w in "${LOOPS[@]}"; do hdr+=" ${w:+--workers $w}"; [ -n "$w" ] || hdr+=" value"; hdr+=" |"; sep+="---:|"; done
+	for k in "${DONE[@]}"; do w=${LOOPS[k]}; hdr+=" ${w:+--workers $w}"; [ -n "$w" ] || hdr+=" value"; hdr+=" |"; sep+="---:|"; ns+=("$N"); done
 	echo "$hdr"
 	echo "$sep"
-	ns=(); for _ in "${LOOPS[@]}"; do ns+=("$N"); done
 	row "agents" "${ns[@]}"
-	row "gateway stop (SIG$KILL until exit) (s)" "${R_stop[@]}"
-	row "all active again, from the new gateway's start (s)" "${R_back[@]}"
-	row "all active again, from the stop (s)" "${R_total[@]}"
-	row "load average (1 min) when all were back" "${R_load[@]}"
-	row "probe tunnel back at (s after the new start)" "${R_probe[@]}"
-	row "redial spread told before the stop (ms, SETTINGS)" "${R_spread[@]}"
-	row "first redials drawn in that spread" "${R_draws[@]}"
-	row "dials during the storm (per agent)" "${R_dials[@]}"
-	row "of them before / after the new gateway was ready (after, per agent)" "${R_nogw[@]}"
-	row "upgrades answered 503 (--max-handshakes, after --handshake-wait)" "${R_refused[@]}"
-	row "connections shed by the TLS queue (tether_tls_shed_total)" "${R_shed[@]}"
-	row "of them closed at accept (the queue held what it finishes in time)" "${R_accept[@]}"
-	row "gateway CPU during the storm (s)" "${R_gcpu[@]}"
-	row "swarms' CPU during the storm (s)" "${R_scpu[@]}"
-	nl=$(for k in "${!LOOPS[@]}"; do wc -w <<<"${R_loops[k]}"; done | sort -n | tail -n 1)
-	for ((l = 0; l < nl; l++)); do
+	mapfile -t vals < <(cols R_stop); row "gateway stop (SIG$KILL until exit) (s)" "${vals[@]}"
+	mapfile -t vals < <(cols R_back); row "all active again, from the new gateway's start (s)" "${vals[@]}"
+	mapfile -t vals < <(cols R_total); row "all active again, from the stop (s)" "${vals[@]}"
+	mapfile -t vals < <(cols R_load); row "load average (1 min) when all were back" "${vals[@]}"
+	mapfile -t vals < <(cols R_probe); row "probe tunnel back at (s after the new start)" "${vals[@]}"
+	mapfile -t vals < <(cols R_spread); row "redial spread told before the stop (ms, SETTINGS)" "${vals[@]}"
+	mapfile -t vals < <(cols R_draws); row "first redials drawn in that spread" "${vals[@]}"
+	mapfile -t vals < <(cols R_dials); row "dials during the storm (per agent)" "${vals[@]}"
+	mapfile -t vals < <(cols R_nogw); row "of them before / after the new gateway was ready (after, per agent)" "${vals[@]}"
+	mapfile -t vals < <(cols R_refused); row "upgrades answered 503 (--max-handshakes, after --handshake-wait)" "${vals[@]}"
+	mapfile -t vals < <(cols R_shed); row "connections shed by the TLS queue (tether_tls_shed_total)" "${vals[@]}"
+	mapfile -t vals < <(cols R_accept); row "of them closed at accept (the queue held what it finishes in time)" "${vals[@]}"
+	mapfile -t vals < <(cols R_gcpu); row "gateway CPU during the storm (s)" "${vals[@]}"
+	mapfile -t vals < <(cols R_scpu); row "swarms' CPU during the storm (s)" "${vals[@]}"
+	# Per loop: "handshakes / CPU s / tunnels" since the new start; per link
+	# between loops: "streams / MiB".
+	nl=$(for k in "${DONE[@]}"; do tr ' ' '\n' <<<"${R_loops[k]:-}" | grep -c '^[0-9]*='; done | sort -n | tail -n 1)
+	for ((l = 0; l < ${nl:-0}; l++)); do
 		vals=()
-		for k in "${!LOOPS[@]}"; do
-			v=$(tr ' ' '\n' <<<"${R_loops[k]}" | awk -F= -v l="$l" '$1 == l { sub("/", " / ", $2); print $2 }')
+		for k in "${DONE[@]}"; do
+			v=$(tr ' ' '\n' <<<"${R_loops[k]:-}" | awk -F= -v l="$l" '$1 == l { gsub("/", " / ", $2); print $2 }')
 			vals+=("${v:--}")
 		done
-		row "loop $l: TLS handshakes / CPU s since the new start" "${vals[@]}"
+		row "loop $l: TLS handshakes / CPU s / tunnels, since the new start" "${vals[@]}"
+	done
+	for fig in $(for k in "${DONE[@]}"; do tr ' ' '\n' <<<"${R_loops[k]:-}" | grep -o '^[0-9]*>[0-9]*'; done | sort -u); do
+		vals=()
+		for k in "${DONE[@]}"; do
+			v=$(tr ' ' '\n' <<<"${R_loops[k]:-}" | awk -F= -v f="$fig" '$1 == f { sub("/", " / ", $2); print $2 }')
+			vals+=("${v:--}")
+		done
+		row "link loop ${fig/>/ -> loop }: streams / MiB" "${vals[@]}"
 	done
 	echo
 	echo "| probe tunnel ping round trip | pings | worst p50 (ms) | worst p99 (ms) | max (ms) | lost |"
 	echo "|---|---:|---:|---:|---:|---:|"
 	echo "| before the restart, idle | $idle_n | $idle_p50 | $idle_p99 | $idle_max | $idle_lost |"
-	for k in "${!LOOPS[@]}"; do
-		read -r a b c d e <<<"${R_st[k]}"
+	local a b c d e
+	for k in "${DONE[@]}"; do
+		read -r a b c d e <<<"${R_st[k]:-- - - - -}"
 		echo "| storm $((k + 1))${LOOPS[k]:+ (--workers ${LOOPS[k]})}: during (probe back .. all active) | $a | $b | $c | $d | $e |"
-		read -r a b c d e <<<"${R_af[k]}"
+		read -r a b c d e <<<"${R_af[k]:-- - - - -}"
 		echo "| storm $((k + 1)): after | $a | $b | $c | $d | $e |"
 	done
 	echo
 	echo "Dials before the new gateway was ready found none (refused at TCP); those after"
 	echo "are what the gateway had to take.  worst p50/p99: the highest of the per-500 ms"
 	echo "figures in that window; lost: pings unanswered within 1 s."
+	[ -z "$STOPPED" ] || { echo; echo "INCOMPLETE: $STOPPED"; }
 }
+
+REPORTED=0
+for k in "${!LOOPS[@]}"; do storm "$k" "${LOOPS[$k]}" || break; done
+report
+[ -z "$STOPPED" ]

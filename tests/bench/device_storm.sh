@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# device_storm.sh: issue 23's kill -9 reconnect storm at 1, 2, 4, 8 and 16
+# loops, in one short run on a lent machine with more cores, from a bundle
+# of this build (tests/bench/bundle.sh: the binaries, their libraries and
+# the loader; nothing is installed there).
+#
+# From the repository root on that machine:
+#     bash tests/bench/device_storm.sh .devbundle
+# It rewrites the bundle's wrappers for where it is, raises the open-files
+# limit as far as the machine lets it, checks that curl, jq, bc and the
+# Tether binaries all come from the bundle, and runs
+#     BENCH_KILL=KILL BENCH_WORKERS="1 2 4 8 16" reconnect_storm.sh N
+# with BENCH_DEADLINE_S set so that it ends, report written, inside
+# STORM_BUDGET_S (a storm not over by then is reported as far as it got,
+# and the storms after it are not run).  Into $OUT (at most 8 files):
+#   report.md     reconnect_storm.sh's report (stdout)
+#   progress.log  its progress lines, then this script's own lines
+#   machine.txt   CPUs, memory, kernel, limits, the exact command
+#   samples.txt   every 2 s: load, and each Tether process's threads, CPU
+#                 ticks, RSS and descriptors
+#   gateway.txt   the gateway logs' lines counted by message, and the last 200
+#   logs.tar.gz   the work directory's logs (the gateway's left out if the
+#                 archive would pass 15 MiB)
+#
+#   STORM_N          agents (default 19800: two swarms of 9,900)
+#   STORM_WORKERS    the --workers values, one storm each (default "1 2 4 8 16")
+#   STORM_BUDGET_S   seconds the whole run may take (default 450)
+#   STORM_RATE       first registration, agents/s (default 1000)
+#   STORM_REG_WORKERS the first gateway's --workers, the agents register
+#                    with it (default: the largest of STORM_WORKERS)
+#   STORM_PER_SWARM  agents per tether-swarm process (default 2475: 8 load
+#                    generators for 19,800 where cores allow)
+#   OUT              where the files go (default ./device-storm-out)
+set -uo pipefail
+
+T0=$SECONDS
+say() { printf '[device_storm] %s\n' "$*" | tee -a "$OUT/progress.log" >&2; }
+OUT=${OUT:-$PWD/device-storm-out}
+mkdir -p "$OUT" || exit 1
+[ $# -eq 1 ] || { say "usage: $0 BUNDLE_DIR"; exit 2; }
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+B=$(cd "$1" && pwd) || { say "no bundle at $1"; exit 1; }
+N=${STORM_N:-19800}
+WORKERS=${STORM_WORKERS:-1 2 4 8 16}
+BUDGET=${STORM_BUDGET_S:-450}
+RATE=${STORM_RATE:-1000}
+REG=${STORM_REG_WORKERS:-$(tr ' ' '\n' <<<"$WORKERS" | sort -n | tail -n 1)}
+PER_SWARM=${STORM_PER_SWARM:-2475}
+
+bash "$HERE/bundle.sh" --rewrap "$B" || { say "cannot rewrap $B"; exit 1; }
+export PATH="$B/bin:$PATH" TETHER_BIN="$B/bin"
+for t in curl jq bc tether-gateway tether-swarm tetherctl; do
+	p=$(command -v "$t") || { say "$t missing from the bundle"; exit 1; }
+	[ "$p" = "$B/bin/$t" ] || { say "$t resolves to $p, not the bundle"; exit 1; }
+done
+"$B/bin/tether-gateway" --version >/dev/null || { say "the bundled gateway does not run here"; exit 1; }
+
+# The gateway holds every tunnel in one process: N + ~100 descriptors.
+for n in 1048576 524288 262144 131072 65536 40000; do ulimit -Hn "$n" 2>/dev/null && break; done
+ulimit -Sn "$(ulimit -Hn)"
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt $((N + 200)) ]; then
+	say "the open-files limit is $hard: $N agents do not fit; running $((hard - 200))"
+	N=$((hard - 200))
+fi
+
+{
+	echo "command: OUT=$OUT STORM_N=${STORM_N:-} STORM_WORKERS='$WORKERS' STORM_BUDGET_S=$BUDGET STORM_RATE=$RATE STORM_REG_WORKERS=$REG STORM_PER_SWARM=$PER_SWARM bash $0 $1"
+	echo "storm:   BENCH_KILL=KILL BENCH_WORKERS='$WORKERS' BENCH_REG_WORKERS=$REG BENCH_PER_SWARM=$PER_SWARM BENCH_RATE=$RATE bash tests/bench/reconnect_storm.sh $N"
+	echo "date:    $(date -u)"
+	echo "gateway: $("$B/bin/tether-gateway" --version | head -1)"
+	echo "uname:   $(uname -a)"
+	echo "cpus:    $(nproc) ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo))"
+	echo "memory:  $(awk '/^MemTotal|^MemAvailable/ { printf "%s %s kB  ", $1, $2 }' /proc/meminfo)"
+	echo "nofile:  soft $(ulimit -Sn) hard $(ulimit -Hn)"
+	echo "nproc:   $(ulimit -u)"
+	for f in /proc/sys/net/ipv4/ip_local_port_range /proc/sys/net/core/somaxconn \
+	    /proc/sys/net/ipv4/tcp_max_syn_backlog /proc/sys/net/ipv4/tcp_tw_reuse /proc/sys/fs/nr_open; do
+		echo "$f: $(tr '\t' ' ' 2>/dev/null <"$f" || echo '?')"
+	done
+	echo "load:    $(cat /proc/loadavg)"
+} >"$OUT/machine.txt"
+
+# samples: every 2 s, the load and each Tether process (run through the
+# bundle's loader: found by its command line).
+sampler() {
+	local p cmd
+	while :; do
+		printf 'T+%ds load %s\n' $((SECONDS - T0)) "$(cut -d' ' -f1-3 /proc/loadavg)"
+		for p in /proc/[0-9]*; do
+			cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+			case $cmd in
+			*"$B/real/tether-"*) ;;
+			*) continue ;;
+			esac
+			awk -v fds="$(find "$p/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" \
+				-v what="$(awk '{ print $4, $5 }' <<<"$cmd")" \
+				'{ printf "  pid %s %s threads %s ticks %d rss_kib %d fds %s\n", $1, what, $20, $14 + $15, $24 * 4, fds }' \
+				"$p/stat" 2>/dev/null
+		done
+		sleep 2
+	done
+}
+sampler >"$OUT/samples.txt" 2>&1 &
+SAMPLER=$!
+trap 'kill "$SAMPLER" 2>/dev/null' EXIT
+
+WORK=${TMPDIR:-/tmp}/tether-device-storm.$$
+left=$((BUDGET - (SECONDS - T0)))
+say "$N agents, workers '$WORKERS', $left s left of $BUDGET; work directory $WORK"
+# The storm script's own deadline leaves ~40 s for its report and this
+# script's collection; timeout(1) is the backstop.
+BENCH_KILL=KILL BENCH_WORKERS="$WORKERS" BENCH_RATE=$RATE BENCH_KEEP=$WORK \
+	BENCH_REG_WORKERS=$REG BENCH_PER_SWARM=$PER_SWARM \
+	BENCH_DEADLINE_S=$((left - 40)) \
+	timeout -k 10 $((left - 15)) bash "$HERE/reconnect_storm.sh" "$N" \
+	>"$OUT/report.md" 2>>"$OUT/progress.log"
+rc=$?
+say "reconnect_storm.sh exited $rc after $((SECONDS - T0)) s"
+kill "$SAMPLER" 2>/dev/null
+
+if [ -d "$WORK/logs" ]; then
+	{
+		echo "== gateway log lines by message (level and text, numbers and ids folded)"
+		cat "$WORK"/logs/gateway.all.log "$WORK"/logs/gateway.log 2>/dev/null |
+			sed -E 's/^[^ ]+ //; s/[0-9a-f]{8,}/X/g; s/[0-9]+/N/g' | cut -c1-160 |
+			sort | uniq -c | sort -rn | head -60
+		echo
+		echo "== the last gateway's last 200 lines"
+		tail -n 200 "$WORK/logs/gateway.log"
+	} >"$OUT/gateway.txt" 2>&1
+	tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+	if [ "$(stat -c %s "$OUT/logs.tar.gz" 2>/dev/null || echo 0)" -gt $((15 * 1048576)) ]; then
+		tar -C "$WORK" -czf "$OUT/logs.tar.gz" --exclude 'logs/gateway*' logs 2>/dev/null
+		say "logs.tar.gz: the gateway's logs left out (over 15 MiB); gateway.txt has their summary"
+	fi
+fi
+rm -rf "$WORK"
+say "done in $((SECONDS - T0)) s; files in $OUT: $(cd "$OUT" && echo *)"
+exit "$rc"
