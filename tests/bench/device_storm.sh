@@ -14,6 +14,9 @@
 # STORM_BUDGET_S (a storm not over by then is reported as far as it got,
 # and the storms after it are not run).  Into $OUT (at most 8 files):
 #   report.md     reconnect_storm.sh's report (stdout)
+#   calibration.md the same for 1,000 agents and one storm at
+#                 STORM_REG_WORKERS loops, run first: N is cut if its
+#                 registration would take over a quarter of what is left
 #   progress.log  its progress lines, then this script's own lines
 #   machine.txt   CPUs, memory, kernel, limits, the exact command
 #   samples.txt   every 2 s: load, and each Tether process's threads, CPU
@@ -30,6 +33,7 @@
 #                    with it (default: the largest of STORM_WORKERS)
 #   STORM_PER_SWARM  agents per tether-swarm process (default 2475: 8 load
 #                    generators for 19,800 where cores allow)
+#   STORM_CALIBRATE  0: no calibration run (default 1)
 #   OUT              where the files go (default ./device-storm-out)
 set -uo pipefail
 
@@ -106,6 +110,29 @@ SAMPLER=$!
 trap 'kill "$SAMPLER" 2>/dev/null' EXIT
 
 WORK=${TMPDIR:-/tmp}/tether-device-storm.$$
+
+# Calibration: 1,000 agents registered and one storm at REG loops, to see
+# whether N's first registration fits; N is cut so that it takes about a
+# quarter of what is left (the storms need the rest), and says so.
+if [ "${STORM_CALIBRATE:-1}" = 1 ] && [ "$N" -gt 1000 ]; then
+	say "calibration: 1000 agents, one storm at $REG loop(s)"
+	BENCH_KILL=KILL BENCH_WORKERS="$REG" BENCH_RATE=$RATE BENCH_REG_WORKERS=$REG \
+		BENCH_PER_SWARM=$PER_SWARM BENCH_DEADLINE_S=60 \
+		timeout -k 5 70 bash "$HERE/reconnect_storm.sh" 1000 >"$OUT/calibration.md" 2>>"$OUT/progress.log"
+	reg=$(awk '/first registration at/ { for (i = 1; i < NF; i++) if ($i == "after") { print $(i + 1); exit } }' "$OUT/calibration.md")
+	left=$((BUDGET - (SECONDS - T0)))
+	if [ -n "$reg" ]; then
+		fit=$(awk -v r="$reg" -v l="$left" 'BEGIN { n = int(1000 / r * l / 4 / 100) * 100; print (n < 1000 ? 1000 : n) }')
+		say "calibration: 1000 registered in $reg s; ${left} s left: $fit agents register in about a quarter of it"
+		if [ "$fit" -lt "$N" ]; then
+			say "N cut from $N to $fit so that the storms fit the budget"
+			N=$fit
+		fi
+	else
+		say "calibration gave no registration time (see calibration.md); N stays $N"
+	fi
+	echo "calibration: 1000 agents registered in ${reg:-?} s; N=$N" >>"$OUT/machine.txt"
+fi
 left=$((BUDGET - (SECONDS - T0)))
 say "$N agents, workers '$WORKERS', $left s left of $BUDGET; work directory $WORK"
 # The storm script's own deadline leaves ~40 s for its report and this
