@@ -20,7 +20,8 @@ struct answer_later_job {
 	struct reply *reply;
 	char *authorization;       /* the request's, wiped after the store part */
 	answer_later_store_fn *store;
-	answer_later_answer_fn *answer;
+	answer_later_answer_fn *answer;      /* or: */
+	answer_later_hold_fn *hold;          /* takes the ticket and arg */
 	void (*free_arg)(void *);
 	void *arg;
 };
@@ -41,17 +42,23 @@ job_done(void *p)
 	struct route_response r = { 0 };
 
 	j->gw->answers_later--;
-	j->answer(j->gw, j->arg, &r);
-	reply_send(j->reply, &r);
-	j->free_arg(j->arg);
+	if (j->hold != NULL) {
+		j->hold(j->gw, j->arg, j->reply);
+	} else {
+		j->answer(j->gw, j->arg, &r);
+		reply_send(j->reply, &r);
+		j->free_arg(j->arg);
+	}
 	free(j->authorization);
 	free(j);
 }
 
-void
-answer_later(struct gateway *gw, const struct route_request *req,
+/* answer_later and answer_later_held: one of answer and hold is set. */
+static void
+later(struct gateway *gw, const struct route_request *req,
     struct route_response *resp, answer_later_store_fn *store,
-    answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg)
+    answer_later_answer_fn *answer, answer_later_hold_fn *hold,
+    void (*free_arg)(void *arg), void *arg)
 {
 	struct answer_later_job *j;
 
@@ -74,6 +81,7 @@ answer_later(struct gateway *gw, const struct route_request *req,
 	j->gw = gw;
 	j->store = store;
 	j->answer = answer;
+	j->hold = hold;
 	j->free_arg = free_arg;
 	j->arg = arg;
 	if (store_worker_submit(gw->storew, job_work, job_done, j) != 0) {
@@ -89,6 +97,22 @@ answer_later(struct gateway *gw, const struct route_request *req,
 		return;
 	}
 	gw->answers_later++;
+}
+
+void
+answer_later(struct gateway *gw, const struct route_request *req,
+    struct route_response *resp, answer_later_store_fn *store,
+    answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg)
+{
+	later(gw, req, resp, store, answer, NULL, free_arg, arg);
+}
+
+void
+answer_later_held(struct gateway *gw, const struct route_request *req,
+    struct route_response *resp, answer_later_store_fn *store,
+    answer_later_hold_fn *hold, void (*free_arg)(void *arg), void *arg)
+{
+	later(gw, req, resp, store, NULL, hold, free_arg, arg);
 }
 
 size_t

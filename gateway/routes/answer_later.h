@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 struct gateway;
+struct reply;
 struct store;
 struct route_request;
 struct route_response;
@@ -49,6 +50,25 @@ typedef void answer_later_answer_fn(struct gateway *gw, void *arg,
 void answer_later(struct gateway *gw, const struct route_request *req,
     struct route_response *resp, answer_later_store_fn *store,
     answer_later_answer_fn *answer, void (*free_arg)(void *arg), void *arg);
+
+/* On the loop, instead of an answer part: takes the reply ticket t (server.h)
+ * and answers it, now or later, exactly once, on this same loop
+ * (reply_send), then frees arg itself: for an answer that waits for other
+ * loops first (docs/0040: an admin action run on its session's loop, the
+ * status page's gather, /metrics rendered on loop 0). */
+typedef void answer_later_hold_fn(struct gateway *gw, void *arg,
+    struct reply *t);
+
+/*
+ * answer_later whose answer part is hold: the same caps, refusals and
+ * store part; once the store part is done, hold(gw, arg, t) runs on the
+ * loop that asked and owns arg and t from then on (answer_later never
+ * frees arg after that).  free_arg frees arg only where neither part runs.
+ * Loop only.
+ */
+void answer_later_held(struct gateway *gw, const struct route_request *req,
+    struct route_response *resp, answer_later_store_fn *store,
+    answer_later_hold_fn *hold, void (*free_arg)(void *arg), void *arg);
 
 /* gw's requests out now, of every loop (gw->answers_later, an atomic:
  * any thread). */

@@ -45,6 +45,7 @@
 #include "access.h"
 #include "agentdir.h"
 #include "agentkey.h"
+#include "api_act.h"
 #include "apibody.h"
 #include "carotate.h"
 #include "face.h"
@@ -52,13 +53,15 @@
 #include "joindoc.h"
 #include "livestreams.h"
 #include "log.h"
+#include "loop.h"
 #include "metrics.h"
 #include "notices.h"
 #include "route.h"
-#include "session.h"
+#include "server.h"
 #include "settings.h"
 #include "store.h"
 #include "answer_later.h"
+#include "answer_there.h"
 #include "token.h"
 
 /* ---- one admin request, in two parts ---- */
@@ -68,16 +71,20 @@ struct api_job;
 /*
  * One admin endpoint (docs/0022): its store part runs on the store thread
  * (answer_later.h: its own connection; it reads the job's inputs and
- * writes its results, nothing else), its effects part on the loop once the
- * store part is done: agent directory lookups, what sessions are told, the cache of
+ * writes its results, nothing else), its effects part on the loop that
+ * asked once the store part is done: agent directory lookups, the cache of
  * proven tokens, and the answer.  body: the kind of JSON body it takes
- * plus one, or 0 for none.
+ * plus one, or 0 for none.  An endpoint whose effects must run on another
+ * loop first (a session is told on its own loop, the URL list on loop 0:
+ * docs/0040) has effects_later instead, which answers with api_job_finish
+ * once they came back.
  */
 struct api_handler {
 	int body;
 	void (*store)(struct store *st, struct api_job *j);
 	void (*effects)(struct gateway *gw, struct api_job *j,
 	    struct route_response *r);
+	void (*effects_later)(struct gateway *gw, struct api_job *j);
 };
 
 /*
@@ -121,6 +128,8 @@ struct api_job {
 	char urls[STORE_URLS_MAX + 1];       /* gateway urls: as stored */
 	char ca_sum[CA_CHECKSUM_MAX];        /* ca status: the new CA ("": none) */
 	struct store_ca_count ca_count;      /* ca status: who holds it */
+	size_t told;                         /* gateway urls: agents told */
+	struct reply *reply;                 /* the answer's ticket (server.h) */
 };
 
 static void
@@ -149,21 +158,120 @@ api_job_store(struct store *st, const char *authorization, void *arg)
 		j->h->store(st, j);
 }
 
-/* On the loop: the agent counts moved by what the store part changed,
- * then refusals first, in the order the checks were made. */
+/* Sends r as j's answer and frees j; on the loop that asked.  j's
+ * ticket is gone when that loop stopped meanwhile (api_job_visit): then
+ * only frees. */
 static void
-api_job_effects(struct gateway *gw, void *arg, struct route_response *r)
+api_job_finish(struct api_job *j, struct route_response *r)
+{
+	if (j->reply != NULL)
+		reply_send(j->reply, r);
+	else
+		free(r->body);
+	api_job_free(j);
+}
+
+/* On the loop that asked (answer_later_held): the agent counts moved by
+ * what the store part changed, then refusals first, in the order the
+ * checks were made, then the endpoint's effects and answer. */
+static void
+api_job_effects(struct gateway *gw, void *arg, struct reply *t)
 {
 	struct api_job *j = arg;
+	struct route_response r = { 0 };
 
+	j->reply = t;
 	for (size_t i = 0; i < j->nmoves; i++)
 		metrics_agent_moved(j->moves[i].from, j->moves[i].to);
 	if (j->auth_status != 0)
-		route_respond_error(r, j->auth_status, "%s", j->auth_err);
+		route_respond_error(&r, j->auth_status, "%s", j->auth_err);
 	else if (j->refuse_status != 0)
-		route_respond_error(r, j->refuse_status, "%s", j->refuse_why);
-	else
-		j->h->effects(gw, j, r);
+		route_respond_error(&r, j->refuse_status, "%s", j->refuse_why);
+	else if (j->h->effects_later != NULL) {
+		j->h->effects_later(gw, j);
+		return;
+	} else
+		j->h->effects(gw, j, &r);
+	api_job_finish(j, &r);
+}
+
+/* A job on its way to another loop and back (api_job_visit). */
+struct api_visit {
+	struct gateway *gw;
+	struct api_job *j;
+	struct loop *home;
+	void (*there)(struct gateway *gw, struct api_job *j);
+	void (*back)(struct gateway *gw, struct api_job *j);
+};
+
+static void
+visit_back(void *arg)
+{
+	struct api_visit *v = arg;
+
+	v->back(v->gw, v->j);
+	free(v);
+}
+
+/* The loop that asked stopped (shutdown): its connection went with it,
+ * and the ticket is that loop's: not touched here; the job is freed. */
+static void
+visit_orphan(void *arg)
+{
+	struct api_visit *v = arg;
+
+	v->j->reply = NULL;
+	api_job_free(v->j);
+	free(v);
+}
+
+static void
+visit_there(void *arg)
+{
+	struct api_visit *v = arg;
+
+	v->there(v->gw, v->j);
+	(void)loop_call(v->home, visit_back, v, visit_orphan);
+}
+
+/* The far loop stopped (shutdown): there did not run; back still runs. */
+static void
+visit_dropped(void *arg)
+{
+	struct api_visit *v = arg;
+
+	(void)loop_call(v->home, visit_back, v, visit_orphan);
+}
+
+/*
+ * Runs there(gw, j) on loop `to` (what lives only there: loop 0's face
+ * and hub), then back(gw, j) on the calling loop, which answers.  j
+ * crosses as the message's arg: the far side reads and writes only j's
+ * own fields, never its ticket.  Off any loop, or without gw->loops (unit
+ * tests), both inline.  Out of memory: back only.
+ */
+static void
+api_job_visit(struct gateway *gw, struct api_job *j, unsigned to,
+    void (*there)(struct gateway *gw, struct api_job *j),
+    void (*back)(struct gateway *gw, struct api_job *j))
+{
+	struct loop *home = loop_self();
+	struct api_visit *v;
+
+	if (home == NULL || gw->loops == NULL || to >= gw->nloops) {
+		there(gw, j);
+		back(gw, j);
+		return;
+	}
+	if ((v = malloc(sizeof(*v))) == NULL) {
+		warn("api: out of memory to reach another loop",
+		    KV_S("path", j->path));
+		back(gw, j);
+		return;
+	}
+	*v = (struct api_visit){ .gw = gw, .j = j, .home = home,
+	    .there = there, .back = back };
+	(void)loop_call(&gw->loops[to], visit_there, v, visit_dropped);
 }
 
 /* A store failure: 503 when it was for want of space (the same request can
@@ -572,68 +680,111 @@ agents_action_store(struct store *st, struct api_job *j)
 	presence_read(st, j);
 }
 
-/* Tells the agent's session here, if it is still here: a session that
- * left meanwhile was told nothing (a verifying agent runs its round trip
- * when it connects again).  Until tunnels live on every loop (docs/0040
- * step 7) each held agent's session is on this loop. */
+/* The answer to an action: what the store part left. */
 static void
-agents_action_tell(struct gateway *gw, struct api_job *j)
-{
-	struct agentdir_entry e;
-	struct session *s = agentdir_find(gw->agents, j->id, &e) ?
-	    session_here(gw, &e) : NULL;
-
-	if (strcmp(j->action, "approve") == 0) {
-		info("agent approved", KV_S("agent", j->id));
-		if (s != NULL && j->verifying) {
-			session_agent_changed(s, &j->approved);
-			if (j->rc == STORE_OK)
-				session_verifying(s, &j->a);
-		}
-	} else if (strcmp(j->action, "verify") == 0) {
-		if (s != NULL && j->held)
-			session_verifying(s, &j->a);
-	} else if (strcmp(j->action, "revoke") == 0) {
-		info("agent revoked", KV_S("agent", j->id));
-		revoked_streams_end(gw, LIVE_BY_AGENT, j->id, "agent", j->id);
-		if (s != NULL)
-			session_kick(s, "revoked", "agent revoked by an operator");
-	} else if (strcmp(j->action, "rotate-key") == 0) {
-		info("agent key rotation requested", KV_S("agent", j->id),
-		    KV_S("held", s != NULL ? "here" : "elsewhere or offline"));
-		/* Elsewhere: that replica hears it; offline: at its next
-		 * handshake. */
-		if (s != NULL)
-			session_rotate_key(s, "an operator asked (tetherctl agent rotate-key)");
-	}
-}
-
-static void
-agents_action_effects(struct gateway *gw, struct api_job *j,
+agents_action_answer(struct gateway *gw, struct api_job *j,
     struct route_response *r)
 {
-	int known = strcmp(j->action, "approve") == 0 ||
-	    strcmp(j->action, "verify") == 0 || strcmp(j->action, "revoke") == 0 ||
-	    strcmp(j->action, "rotate-key") == 0;
-
-	if (j->rc == STORE_NOTFOUND) {
-		route_respond_error(r, 404, "no agent %s", j->id);
-		return;
-	}
-	if (!known) {
-		route_respond_error(r, 404, "no action \"%s\": use approve, verify, "
-		    "revoke or rotate-key", j->action);
-		return;
-	}
-	/* An approve whose VERIFY failed still approved: tell it. */
-	if (j->rc == STORE_OK || j->verifying)
-		agents_action_tell(gw, j);
 	if (j->rc == STORE_REFUSED)
 		route_respond_error(r, 409, "%s", j->err);
 	else if (j->rc != STORE_OK)
 		respond_store_error(r, j->rc, j->err);
 	else
 		route_respond_json(r, 200, agent_json(gw, j, &j->a));
+}
+
+/* Back on the loop that asked, the session told or not (act->told):
+ * answers. */
+static void
+agents_action_told(struct api_act *act)
+{
+	struct api_job *j = act->ctx;
+	struct gateway *gw = act->gw;
+	struct route_response r = { 0 };
+
+	if (act->orphan) {
+		/* The loop that asked stopped: its ticket went with it. */
+		j->reply = NULL;
+		api_job_free(j);
+		free(act);
+		return;
+	}
+	if (act->kind == API_ACT_ROTATE_KEY)
+		info("agent key rotation requested", KV_S("agent", j->id),
+		    KV_S("held", act->told ? "here" : "elsewhere or offline"));
+	free(act);
+	agents_action_answer(gw, j, &r);
+	api_job_finish(j, &r);
+}
+
+/*
+ * Tells the agent's session, if it is still held here: on its own loop
+ * (api_act.h), found there by agent id and generation.  A session that
+ * left meanwhile is told nothing (a verifying agent runs its round trip
+ * when it connects again); elsewhere: that replica hears the change;
+ * offline: at its next handshake.  Then answers, on this loop.
+ */
+static void
+agents_action_tell(struct gateway *gw, struct api_job *j)
+{
+	struct api_act *act = calloc(1, sizeof(*act));
+	struct route_response r = { 0 };
+	int held;
+
+	if (act == NULL) {
+		route_respond_error(&r, 500, "out of memory");
+		api_job_finish(j, &r);
+		return;
+	}
+	held = agentdir_find(gw->agents, j->id, &act->at);
+	if (strcmp(j->action, "approve") == 0) {
+		info("agent approved", KV_S("agent", j->id));
+		act->kind = API_ACT_APPROVE;
+		act->verifying = j->verifying;
+		act->verified = j->verifying && j->rc == STORE_OK;
+		act->approved = j->approved;
+		held = held && j->verifying;
+	} else if (strcmp(j->action, "verify") == 0) {
+		act->kind = API_ACT_VERIFY;
+		/* Held elsewhere when asked: that replica runs the round trip. */
+		held = held && j->held;
+	} else if (strcmp(j->action, "revoke") == 0) {
+		info("agent revoked", KV_S("agent", j->id));
+		act->kind = API_ACT_REVOKE;
+		revoked_streams_end(gw, LIVE_BY_AGENT, j->id, "agent", j->id);
+	} else {
+		act->kind = API_ACT_ROTATE_KEY;
+	}
+	act->a = j->a;
+	if (!held) {
+		act->gw = gw;
+		act->ctx = j;
+		agents_action_told(act);
+		return;
+	}
+	api_act_run(gw, act, agents_action_told, j);
+}
+
+static void
+agents_action_effects(struct gateway *gw, struct api_job *j)
+{
+	int known = strcmp(j->action, "approve") == 0 ||
+	    strcmp(j->action, "verify") == 0 || strcmp(j->action, "revoke") == 0 ||
+	    strcmp(j->action, "rotate-key") == 0;
+	struct route_response r = { 0 };
+
+	if (j->rc == STORE_NOTFOUND)
+		route_respond_error(&r, 404, "no agent %s", j->id);
+	else if (!known)
+		route_respond_error(&r, 404, "no action \"%s\": use approve, verify, "
+		    "revoke or rotate-key", j->action);
+	else if (j->rc == STORE_OK || j->verifying) {
+		/* An approve whose VERIFY failed still approved: tell it. */
+		agents_action_tell(gw, j);
+		return;
+	} else
+		agents_action_answer(gw, j, &r);
+	api_job_finish(j, &r);
 }
 
 /* ---- users and kubeconfigs ---- */
@@ -1044,23 +1195,39 @@ urls_set_store(struct store *st, struct api_job *j)
 	    j->err, sizeof(j->err));
 }
 
-/* Stored: every agent held here is told now; other replicas hear the
- * store's notice and tell theirs. */
+/* On loop 0, which publishes the face and holds the tunnels (docs/0040
+ * step 7 makes this every loop's): every agent held here is told now. */
 static void
-urls_set_effects(struct gateway *gw, struct api_job *j,
-    struct route_response *r)
+urls_tell(struct gateway *gw, struct api_job *j)
 {
-	size_t told;
+	j->told = settings_urls_changed(gw, j->b.urls);
+}
+
+static void
+urls_told(struct gateway *gw, struct api_job *j)
+{
+	struct route_response r = { 0 };
+
+	info("gateway URL list set", KV_S("urls", j->b.urls),
+	    KV_U("agents_told", j->told));
+	route_respond_json(&r, 200, json_pack("{s:o, s:I}", "urls",
+	    urls_json(j->b.urls), "agents_told", (json_int_t)j->told));
+	api_job_finish(j, &r);
+}
+
+/* Stored: the agents held here are told (on loop 0), then the answer;
+ * other replicas hear the store's notice and tell theirs. */
+static void
+urls_set_effects(struct gateway *gw, struct api_job *j)
+{
+	struct route_response r = { 0 };
 
 	if (j->rc != STORE_OK) {
-		respond_store_error(r, j->rc, j->err);
+		respond_store_error(&r, j->rc, j->err);
+		api_job_finish(j, &r);
 		return;
 	}
-	told = settings_urls_changed(gw, j->b.urls);
-	info("gateway URL list set", KV_S("urls", j->b.urls),
-	    KV_U("agents_told", told));
-	route_respond_json(r, 200, json_pack("{s:o, s:I}", "urls",
-	    urls_json(j->b.urls), "agents_told", (json_int_t)told));
+	api_job_visit(gw, j, 0, urls_tell, urls_told);
 }
 
 /* ---- the CA rotation (docs/0033) ---- */
@@ -1115,26 +1282,26 @@ ca_status_effects(struct gateway *gw, struct api_job *j,
 }
 
 static const struct api_handler
-    h_none = { 0, NULL, no_route_effects },
-    h_ca_status = { 0, ca_status_store, ca_status_effects },
-    h_urls_get = { 0, urls_get_store, urls_get_effects },
-    h_urls_set = { API_BODY_URLS + 1, urls_set_store, urls_set_effects },
+    h_none = { 0, NULL, no_route_effects, NULL },
+    h_ca_status = { 0, ca_status_store, ca_status_effects, NULL },
+    h_urls_get = { 0, urls_get_store, urls_get_effects, NULL },
+    h_urls_set = { API_BODY_URLS + 1, urls_set_store, NULL, urls_set_effects },
     h_clusters_create = { API_BODY_CLUSTER + 1, clusters_create_store,
-	clusters_create_effects },
-    h_clusters_list = { 0, clusters_list_store, clusters_list_effects },
-    h_cluster_get = { 0, cluster_get_store, cluster_get_effects },
+	clusters_create_effects, NULL },
+    h_clusters_list = { 0, clusters_list_store, clusters_list_effects, NULL },
+    h_cluster_get = { 0, cluster_get_store, cluster_get_effects, NULL },
     h_tokens_create = { API_BODY_TOKENS + 1, tokens_create_store,
-	tokens_create_effects },
+	tokens_create_effects, NULL },
     h_kubeconfig_create = { API_BODY_KUBECONFIG + 1, kubeconfig_create_store,
-	kubeconfig_create_effects },
+	kubeconfig_create_effects, NULL },
     h_users_create = { API_BODY_USER + 1, users_create_store,
-	users_create_effects },
-    h_users_list = { 0, users_list_store, users_list_effects },
-    h_users_revoke = { 0, users_revoke_store, users_revoke_effects },
-    h_token_revoke = { 0, token_revoke_store, token_revoke_effects },
-    h_agents_list = { 0, agents_list_store, agents_list_effects },
-    h_agent_get = { 0, agent_get_store, agent_get_effects },
-    h_agents_action = { 0, agents_action_store, agents_action_effects };
+	users_create_effects, NULL },
+    h_users_list = { 0, users_list_store, users_list_effects, NULL },
+    h_users_revoke = { 0, users_revoke_store, users_revoke_effects, NULL },
+    h_token_revoke = { 0, token_revoke_store, token_revoke_effects, NULL },
+    h_agents_list = { 0, agents_list_store, agents_list_effects, NULL },
+    h_agent_get = { 0, agent_get_store, agent_get_effects, NULL },
+    h_agents_action = { 0, agents_action_store, NULL, agents_action_effects };
 
 /* The endpoint for method and the path's segments (seg[0] is "v1"), with
  * the path's id and action copied into j; &h_none if there is none. */
@@ -1223,19 +1390,22 @@ admin_request(struct gateway *gw, const struct route_request *req,
 	j->h = admin_handler(j, seg, n, strcmp(req->method, "GET") == 0,
 	    strcmp(req->method, "POST") == 0);
 	admin_prepare(gw, j, req);
-	answer_later(gw, req, r, api_job_store, api_job_effects, api_job_free, j);
+	answer_later_held(gw, req, r, api_job_store, api_job_effects,
+	    api_job_free, j);
 }
 
 /* 503 while draining or while the store is out of reach (docs/0021).  A
  * second line says which server certificate new handshakes get and when
- * it expires (docs/0030). */
+ * it expires (docs/0030).  On loop 0 (answer_there.h): the store
+ * listener's and the lease's health are its own. */
 static void
-readyz(struct gateway *gw, struct route_response *r)
+readyz(struct gateway *gw, void *arg, struct route_response *r)
 {
 	char why[384], body[600], after[32];
 	const struct gw_face *face;
 	int n, status = 200;
 
+	(void)arg;
 	if (gw->stopping) {
 		n = snprintf(body, sizeof(body), "stopping\n");
 		status = 503;
@@ -1256,6 +1426,12 @@ readyz(struct gateway *gw, struct route_response *r)
 }
 
 static void
+nothing_to_free(void *arg)
+{
+	(void)arg;
+}
+
+static void
 api_handle(struct gateway *gw, const struct route_request *req,
     struct route_response *r)
 {
@@ -1263,7 +1439,7 @@ api_handle(struct gateway *gw, const struct route_request *req,
 	if (strcmp(req->path, "/healthz") == 0) {
 		route_respond_text(r, 200, "text/plain", "ok\n", 3);
 	} else if (strcmp(req->path, "/readyz") == 0) {
-		readyz(gw, r);
+		answer_there(gw, req, r, 0, readyz, nothing_to_free, NULL);
 	} else if (strcmp(req->path, "/v1/ca") == 0 && strcmp(req->method, "GET") == 0) {
 		const struct gw_face *face = gw_face_get(gw);
 

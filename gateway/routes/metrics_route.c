@@ -3,7 +3,10 @@
  * the gauges read from the agent directory and the store's health in
  * O(1)), the stream metrics and the process metrics; and GET /metrics on
  * the main port as a route (route.h), for admin tokens (checked on the
- * store thread: answer_later.h).
+ * store thread: answer_later.h).  The text is rendered on loop 0, whose
+ * state it reads (the server's admission counts, the store listener's
+ * and the lease's health, the stream counters of its tunnels), and sent
+ * from the loop the scrape came to (answer_there.h, docs/0040).
  */
 #include "metrics_route.h"
 
@@ -21,6 +24,7 @@
 #include "route.h"
 #include "server.h"
 #include "answer_later.h"
+#include "answer_there.h"
 
 /* Loops whose tunnels are counted apart (tether_loop_tunnels): as many as
  * a family shows label values apart. */
@@ -118,18 +122,31 @@ metrics_check(struct store *st, const char *authorization, void *arg)
 	    sizeof(principal), m->err, sizeof(m->err));
 }
 
+/* On loop 0 (metrics_render's readers are its own). */
 static void
-metrics_answer(struct gateway *gw, void *arg, struct route_response *r)
+metrics_text(struct gateway *gw, void *arg, struct route_response *r)
+{
+	(void)arg;
+	r->body = metrics_render(gw, &r->body_len);
+	r->status = r->body != NULL ? 200 : 500;
+	r->content_type = PROM_CONTENT_TYPE;
+}
+
+/* Back on the loop that asked: refused, or the text made on loop 0. */
+static void
+metrics_answer(struct gateway *gw, void *arg, struct reply *t)
 {
 	struct metrics_ask *m = arg;
 
 	if (m->status != 0) {
-		route_respond_error(r, m->status, "%s", m->err);
+		struct route_response r = { 0 };
+
+		route_respond_error(&r, m->status, "%s", m->err);
+		reply_send(t, &r);
+		free(m);
 		return;
 	}
-	r->body = metrics_render(gw, &r->body_len);
-	r->status = r->body != NULL ? 200 : 500;
-	r->content_type = PROM_CONTENT_TYPE;
+	answer_there_ticket(gw, t, 0, metrics_text, free, m);
 }
 
 static void
@@ -147,7 +164,7 @@ metrics_request(struct gateway *gw, const struct route_request *req,
 		route_respond_error(r, 500, "out of memory");
 		return;
 	}
-	answer_later(gw, req, r, metrics_check, metrics_answer, free, m);
+	answer_later_held(gw, req, r, metrics_check, metrics_answer, free, m);
 }
 
 const struct route metrics_route = {

@@ -1,6 +1,7 @@
 /*
  * ui.c: the status page's files and its view, GET /v1/status (see ui.h),
- * whose store reads run on the store thread (answer_later.h).
+ * whose store reads run on the store thread (answer_later.h) and whose
+ * live streams are gathered from every loop (loop_gather, docs/0040).
  */
 #include "ui.h"
 
@@ -16,7 +17,9 @@
 #include "gateway.h"
 #include "joindoc.h"
 #include "livestreams.h"
+#include "loop.h"
 #include "route.h"
+#include "server.h"
 #include "store.h"
 #include "answer_later.h"
 #include "ui_assets.h"
@@ -116,10 +119,12 @@ time_or_null(int64_t t)
 }
 
 /*
- * GET /v1/status in two parts (answer_later.h): the viewer's check and
- * the clusters and agents it may see are read on the store thread; the
- * connected agents (agentdir.h) and live streams are added on the loop.
- * Cost while it is out: the viewer (~2 KiB) and the rows read.
+ * GET /v1/status in three parts: the viewer's check and the clusters and
+ * agents it may see are read on the store thread (answer_later.h); the
+ * connected agents (agentdir.h) are added on the loop that asked; each
+ * loop lists its own live streams (loop_gather), and the loop that asked
+ * answers once every loop did.  Cost while it is out: the viewer (~2 KiB),
+ * the rows read, and one JSON array per loop.
  */
 struct status_ask {
 	struct viewer v;
@@ -272,23 +277,106 @@ add_stream(const struct live_stream *ls, void *arg)
 	    "age_seconds", (json_int_t)(w->now - ls->started)));
 }
 
+/* This loop's live streams.  Until they are per loop (docs/0040 step 6)
+ * every stream is in loop 0's list, gw's; other loops have none. */
+static const struct live_streams *
+streams_here(struct gateway *gw)
+{
+	const struct loop *self = loop_self();
+
+	return self == NULL || self->index == 0 ? &gw->live_streams : NULL;
+}
+
+/* The status answer on its way through the loops: what the loop that
+ * asked made, and one row of streams per loop, each written by its own. */
+struct status_gather {
+	struct gateway *gw;
+	struct status_ask *a;
+	struct reply *t;                   /* the asking loop's */
+	json_t *out;                       /* the answer but its streams */
+	int64_t now;
+	unsigned n;
+	json_t *rows[];                    /* [n]: loop i's streams, or NULL */
+};
+
 static void
-status_answer(struct gateway *gw, void *arg, struct route_response *r)
+status_gather_free(struct status_gather *g)
+{
+	for (unsigned i = 0; i < g->n; i++)
+		json_decref(g->rows[i]);
+	json_decref(g->out);
+	status_ask_free(g->a);
+	free(g);
+}
+
+/* On each loop: its streams that the viewer may see, into its row. */
+static void
+status_fill(void *arg)
+{
+	struct status_gather *g = arg;
+	const struct loop *self = loop_self();
+	const struct live_streams *l = streams_here(g->gw);
+	unsigned i = self != NULL ? self->index : 0;
+	struct stream_walk w = { .v = &g->a->v, .arr = json_array(), .now = g->now };
+
+	if (l != NULL && w.arr != NULL)
+		live_stream_foreach(l, add_stream, &w);
+	if (i < g->n)
+		g->rows[i] = w.arr;
+	else
+		json_decref(w.arr);
+}
+
+/* On the loop that asked, after every loop: the rows in loop order, then
+ * the answer. */
+static void
+status_done(void *arg)
+{
+	struct status_gather *g = arg;
+	struct route_response r = { 0 };
+	json_t *streams = json_array();
+
+	for (unsigned i = 0; i < g->n && streams != NULL; i++)
+		if (g->rows[i] != NULL)
+			json_array_extend(streams, g->rows[i]);
+	json_object_set_new(g->out, "streams", streams);
+	route_respond_json(&r, 200, g->out);
+	g->out = NULL;                     /* route_respond_json took it */
+	reply_send(g->t, &r);
+	status_gather_free(g);
+}
+
+/* The loop that asked stopped (shutdown): nobody waits; its ticket stays
+ * with its connection's loop. */
+static void
+status_orphan(void *arg)
+{
+	status_gather_free(arg);
+}
+
+/* Back on the loop that asked, with what the store part read. */
+static void
+status_answer(struct gateway *gw, void *arg, struct reply *t)
 {
 	struct status_ask *a = arg;
+	struct loop *self = loop_self();
+	unsigned n = self != NULL && gw->loops != NULL ? gw->nloops : 1;
+	struct route_response r = { 0 };
 	const struct gw_face *face;
-	struct stream_walk w;
+	struct status_gather *g;
 	json_t *out;
 
 	if (a->status != 0) {
-		route_respond_error(r, a->status, "%s", a->err);
-		return;
+		route_respond_error(&r, a->status, "%s", a->err);
+		goto now;
 	}
 	out = json_pack("{s:s, s:b, s:o}", "principal", a->v.principal,
 	    "admin", a->v.admin, "time", time_or_null(gateway_now()));
-	if (out == NULL) {
-		route_respond_error(r, 500, "out of memory");
-		return;
+	if (out == NULL ||
+	    (g = calloc(1, sizeof(*g) + n * sizeof(g->rows[0]))) == NULL) {
+		json_decref(out);
+		route_respond_error(&r, 500, "out of memory");
+		goto now;
 	}
 	add_clusters(gw, a, out);
 	/* The server certificate this replica serves (docs/0030). */
@@ -297,10 +385,21 @@ status_answer(struct gateway *gw, void *arg, struct route_response *r)
 	    "serial", face->cert.serial, "not_after",
 	    time_or_null((int64_t)face->cert.not_after), "replica", gw->replica_id));
 	gw_face_put(face);
-	w = (struct stream_walk){ .v = &a->v, .arr = json_array(), .now = gateway_now() };
-	live_stream_foreach(&gw->live_streams, add_stream, &w);
-	json_object_set_new(out, "streams", w.arr);
-	route_respond_json(r, 200, out);
+	*g = (struct status_gather){ .gw = gw, .a = a, .t = t, .out = out,
+	    .now = gateway_now(), .n = n };
+	if (n == 1 || self == NULL) {
+		status_fill(g);
+		status_done(g);
+	} else if (loop_gather(gw->loops, n, self, status_fill, status_done,
+	    status_orphan, g) != 0) {
+		/* Out of memory: status_orphan freed g, a with it. */
+		route_respond_error(&r, 500, "out of memory");
+		reply_send(t, &r);
+	}
+	return;
+now:
+	reply_send(t, &r);
+	status_ask_free(a);
 }
 
 static void
@@ -312,7 +411,8 @@ ui_status(struct gateway *gw, const struct route_request *req, struct route_resp
 		route_respond_error(r, 500, "out of memory");
 		return;
 	}
-	answer_later(gw, req, r, status_read, status_answer, status_ask_free, a);
+	answer_later_held(gw, req, r, status_read, status_answer,
+	    status_ask_free, a);
 }
 
 static int
