@@ -13,6 +13,8 @@
 # while the tunnels sit idle and are pinged (with the defaults, the agents
 # ping a tunnel silent for 6 s, the gateway one silent for 20 s: the
 # agents' pings keep it from ever being that silent; docs/0026).
+# Per loop (--workers): its tunnels and its CPU over that window (the
+# gateway's /metrics, tests/bench/loops.sh).
 #
 # usage: tests/bench/idle_tunnels.sh [COUNTS...]   (run it under
 #        flock(1) on a shared machine, one benchmark at a time)
@@ -115,8 +117,12 @@ URL=https://127.0.0.1:$PORT
 GW_DIR=$W/gw
 "$GATEWAY" init --data-dir "$GW_DIR" --url "$URL" >"$W/logs/init.out" 2>&1 || die "init failed"
 export TETHER_SERVER=$URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
+MP=$(free_port)
+GW_METRICS=http://127.0.0.1:$MP/metrics
+# shellcheck source=tests/bench/loops.sh
+. "$(dirname "${BASH_SOURCE[0]}")/loops.sh"
 # shellcheck disable=SC2086  # BENCH_GW_FLAGS is a list of flags
-"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$PORT" $GW_FLAGS \
+"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$MP" $GW_FLAGS \
 	>>"$W/logs/gateway.log" 2>&1 &
 GW_PID=$!
 deadline=$((SECONDS + 20))
@@ -130,7 +136,7 @@ CID=$("$CTL" -o json cluster create idle | jq -er .id)
 BASE=$(settle)
 say "baseline: gateway VmRSS $BASE KiB"
 
-ROWS=()
+ROWS=() LOOP_ROWS=()
 prev_n=0 prev_rss=$BASE
 for n in "${COUNTS[@]}"; do
 	add=$((n - prev_n))
@@ -159,7 +165,9 @@ for n in "${COUNTS[@]}"; do
 	# Idle CPU: the gateway's and the swarms' while the tunnels are pinged.
 	g0=$(cpu_ticks "$GW_PID") s0=0
 	for p in "${SWARM_PIDS[@]}"; do s0=$((s0 + $(cpu_ticks "$p"))); done
+	l0=$(loops_read "$GW_METRICS")
 	sleep "$WINDOW"
+	l1=$(loops_read "$GW_METRICS")
 	g1=$(cpu_ticks "$GW_PID") s1=0
 	for p in "${SWARM_PIDS[@]}"; do s1=$((s1 + $(cpu_ticks "$p"))); done
 	gw_pct=$(echo "scale=2; ($g1 - $g0) * 100 / $TICKS / $WINDOW" | bc)
@@ -168,6 +176,9 @@ for n in "${COUNTS[@]}"; do
 	step=$(echo "scale=1; ($rss - $prev_rss) / $add" | bc)
 	hwm=$(status_kib "$GW_PID" VmHWM)
 	ROWS+=("$n $rss $hwm $fds $per $step $(printf '%.1f' "$active_s") $gw_pct $sw_pct")
+	# Per loop: its tunnels, and its CPU over the window in % of a core.
+	LOOP_ROWS+=("$n: $(tr ' ' '\n' <<<"$(loops_delta "$l0" "$l1")" | awk -F'[=/]' -v w="$WINDOW" \
+		'$1 ~ /^[0-9]+$/ { printf "%sloop %s %s tunnels, %.2f %%", (n++ ? "; " : ""), $1, $4, $3 * 100 / w } END { print (n ? "" : "-") }')")
 	say "step $n: RSS $rss KiB, $per KiB/tunnel, gateway ${gw_pct}% of a core idle"
 	prev_n=$n prev_rss=$rss
 done
@@ -192,4 +203,8 @@ version=$("$GATEWAY" --version | head -1)
 	echo "KiB per idle tunnel: (RSS - baseline) / tunnels, after every agent is active and"
 	echo "RSS settled; CPU: utime+stime over ${WINDOW} s of idle tunnels (pinged by the agents"
 	echo "after their --ping-interval of silence, by the gateway after its own${SWARM_FLAGS:+; swarm flags: $SWARM_FLAGS})."
+	echo
+	echo "Per loop (--workers ${BENCH_WORKERS:-default}; tether_loop_tunnels, and tether_loop_cpu_seconds_total over the"
+	echo "window in % of a core), by step:"
+	for r in "${LOOP_ROWS[@]}"; do echo "  $r"; done
 }

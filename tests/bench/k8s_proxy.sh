@@ -31,7 +31,9 @@
 # CPU ms per 1000 requests; then the ratios tether-wN/nginx-wN (same
 # count; for scale_speed.sh the first pair also as "tether/nginx") and
 # tether-token/nginx for requests/s and p99, and each side's second value
-# against its first (w2/w1).
+# against its first (w2/w1); and per Tether path each gateway loop's CPU
+# during its run and the streams that crossed between loops (/metrics,
+# tests/bench/loops.sh).
 #
 # usage: tests/bench/k8s_proxy.sh
 #   TETHER_BIN          tether-gateway, tether-client, tetherctl
@@ -302,6 +304,7 @@ tether_node() {
 		die "join of $node failed: $(cat "$W/logs/join-$node.log")"
 	start "agent-$node.log" "$CLIENT" run --state-dir "$W/$node"
 	RELAYS[$path]="${GW_PID[$g]} $LAST_PID"
+	METRICS_OF[$path]=${GW_METRICS[$g]}
 	wait_until 30 "the agent $node connected and active" node_active "$W/$node"
 	"$CTL" kubeconfig --cluster "$cid" --user "bench-$node" >"$W/$node.kc.yaml" ||
 		die "tetherctl kubeconfig failed"
@@ -313,7 +316,7 @@ tether_node() {
 	wait_until 20 "GET /version through $node" \
 		curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" "${URL[$path]}"
 }
-declare -A GW_PID GW_PORTS
+declare -A GW_PID GW_PORTS GW_METRICS METRICS_OF
 TETHER_PATHS=()
 for g in $GW_WORKERS; do
 	GW_PORT=$(free_port)
@@ -323,8 +326,11 @@ for g in $GW_WORKERS; do
 	"$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init-gw$g.log" 2>&1 ||
 		die "gateway init failed: $(cat "$W/logs/init-gw$g.log")"
 	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-	GW_CMDS[$g]="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --workers $g"
-	start "gateway-w$g.log" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" --workers "$g"
+	GW_MP=$(free_port)
+	GW_METRICS[$g]=http://127.0.0.1:$GW_MP/metrics
+	GW_CMDS[$g]="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --metrics-listen 127.0.0.1:MPORT --workers $g"
+	start "gateway-w$g.log" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
+		--metrics-listen "127.0.0.1:$GW_MP" --workers "$g"
 	GW_PID[$g]=$LAST_PID
 	wait_until 20 "gateway (--workers $g) ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 	tether_node "$g" "node-w$g" "tether-w$g"
@@ -359,7 +365,9 @@ done
 
 # --- measurements --------------------------------------------------------------
 
-declare -A CMDS RPS P50 P90 P99 ERRS CPU REQS
+declare -A CMDS RPS P50 P90 P99 ERRS CPU REQS LOOPS_RUN
+# shellcheck source=tests/bench/loops.sh
+. "$SRC/tests/bench/loops.sh"
 # shellcheck disable=SC2206
 WRK=(wrk $WRK_ARGS --latency)
 
@@ -397,10 +405,12 @@ for p in "${PATHS[@]}"; do
 	say "$p: ${CMDS[$p]}"
 	# shellcheck disable=SC2086
 	c0=$(cpu_ticks ${RELAYS[$p]})
+	l0=$([ -z "${METRICS_OF[$p]:-}" ] || loops_read "${METRICS_OF[$p]}")
 	# shellcheck disable=SC2086
 	run_wrk "$p" "$W/runs/$p.out" $WRK_ARGS --latency || die "wrk on $p failed: $(cat "$W/runs/$p.out.err")"
 	# shellcheck disable=SC2086
 	c1=$(cpu_ticks ${RELAYS[$p]})
+	[ -z "${METRICS_OF[$p]:-}" ] || LOOPS_RUN[$p]=$(loops_delta "$l0" "$(loops_read "${METRICS_OF[$p]}")")
 	out=$W/runs/$p.out
 	RPS[$p]=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
 	REQS[$p]=$(awk '/requests in/ { print $1; exit }' "$out")
@@ -490,6 +500,14 @@ elapsed=$((SECONDS - T_START))
 	for r in "${RATIOS[@]}"; do echo "  $r"; done
 	echo "  tether-w$FIRST_W/direct: requests/s x$RPS_RATIO_DIRECT"
 	echo "  relay CPU: tether = gateway + agent; nginx = the proxy's master + workers (CPU ms per 1000 requests)"
+	echo
+	echo "  the gateways' loops during each run (/metrics: tether_loop_cpu_seconds_total; streams and MiB"
+	echo "  crossing from one loop to another, tether_loop_link_*_total):"
+	for p in "${PATHS[@]}"; do
+		[ -n "${METRICS_OF[$p]:-}" ] || continue
+		printf '    %-16s CPU s per loop: %-30s crossings: %s\n' "$p" "$(loops_cpu_line "${LOOPS_RUN[$p]:-}")" \
+			"$(loops_link_line "${LOOPS_RUN[$p]:-}")"
+	done
 	echo
 	echo "Markdown:"
 	echo

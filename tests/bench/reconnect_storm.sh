@@ -251,21 +251,8 @@ idle_from=$(now_ms)
 sleep 5
 read -r idle_n idle_p50 idle_p99 idle_max idle_lost < <(probe_stats "$W/logs/probe.out" "$idle_from" "$(now_ms)")
 
-# loop_figures: each loop's "loop=handshakes/cpu_s/tunnels" and each link's
-# "from>to=streams/MiB" words, from /metrics (since the gateway's start).
-loop_figures() {
-	curl -sf "http://127.0.0.1:$MP/metrics" | awk '
-		function lab(s, k,   a) { if (match(s, k "=\"[0-9]+\"")) { a = substr(s, RSTART, RLENGTH); gsub(/[^0-9]/, "", a); return a } return "" }
-		/^tether_loop_tls_handshakes_total\{/ { h[lab($1, "loop")] = $2 }
-		/^tether_loop_cpu_seconds_total\{/ { c[lab($1, "loop")] = $2 }
-		/^tether_loop_tunnels\{/ { t[lab($1, "loop")] = $2 }
-		/^tether_loop_link_streams_total\{/ { k = lab($1, "from") ">" lab($1, "to"); ls[k] = $2 }
-		/^tether_loop_link_bytes_total\{/ { k = lab($1, "from") ">" lab($1, "to"); lb[k] = $2 }
-		END {
-			for (l in h) printf "%s=%d/%.1f/%s\n", l, h[l], c[l], (l in t ? t[l] : "-")
-			for (k in ls) printf "%s=%d/%.1f\n", k, ls[k], lb[k] / 1048576
-		}' | sort -n | tr '\n' ' '
-}
+# shellcheck source=tests/bench/loops.sh
+. "$SRC/tests/bench/loops.sh"
 
 # storm K LOOPS: stop the gateway (SIGTERM or SIGKILL), start one with
 # LOOPS loops, wait until all are back (900 s, or BENCH_DEADLINE_S); the
@@ -313,7 +300,7 @@ storm() {
 	R_refused[k]=$(grep -c 'refusing a tunnel: too many handshakes' "$GW_LOG" || true)
 	R_shed[k]=$(metric tether_tls_shed_total) || R_shed[k]='?'
 	R_accept[k]=$(metric tether_tls_shed_at_accept_total) || R_accept[k]='?'
-	R_loops[k]=$(loop_figures) || R_loops[k]=
+	R_loops[k]=$(loops_read "http://127.0.0.1:$MP/metrics")
 	R_st[k]=$(probe_stats "$W/logs/probe.out" "$t_up" "$back_ms")
 	if [ -z "$late" ]; then
 		sleep 5
@@ -365,7 +352,7 @@ report() {
 	for ((l = 0; l < ${nl:-0}; l++)); do
 		vals=()
 		for k in "${DONE[@]}"; do
-			v=$(tr ' ' '\n' <<<"${R_loops[k]:-}" | awk -F= -v l="$l" '$1 == l { gsub("/", " / ", $2); print $2 }')
+			v=$(tr ' ' '\n' <<<"${R_loops[k]:-}" | awk -F'[=/]' -v l="$l" '$1 == l { printf "%d / %.1f / %s\n", $2, $3, $4 }')
 			vals+=("${v:--}")
 		done
 		row "loop $l: TLS handshakes / CPU s / tunnels, since the new start" "${vals[@]}"
@@ -373,7 +360,7 @@ report() {
 	for fig in $(for k in "${DONE[@]}"; do tr ' ' '\n' <<<"${R_loops[k]:-}" | grep -o '^[0-9]*>[0-9]*'; done | sort -u); do
 		vals=()
 		for k in "${DONE[@]}"; do
-			v=$(tr ' ' '\n' <<<"${R_loops[k]:-}" | awk -F= -v f="$fig" '$1 == f { sub("/", " / ", $2); print $2 }')
+			v=$(tr ' ' '\n' <<<"${R_loops[k]:-}" | awk -F'[=/]' -v f="$fig" '$1 == f { printf "%d / %.1f\n", $2, $3 / 1048576 }')
 			vals+=("${v:--}")
 		done
 		row "link loop ${fig/>/ -> loop }: streams / MiB" "${vals[@]}"

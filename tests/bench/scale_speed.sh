@@ -128,12 +128,27 @@ storm() {
 	local f="$OUT/$1.reconnect_storm.txt"
 	[ -f "$f" ] || { echo "-"; return; }
 	case $2 in
-	back) awk -F'|' '/from the new gateway.s start/ { gsub(/ /, "", $3); print $3 " s"; exit }' "$f" ;;
+	back) awk -F'|' '/from the new gateway.s start/ { gsub(/^ +| +$/, "", $3); print $3 " s"; exit }' "$f" ;;
 	loops) awk -F'|' '/^\| loop [0-9]+: TLS handshakes/ { split($2, a, " "); sub(/:$/, "", a[2]); sub(/ \/.*/, "", $3); gsub(/ /, "", $3)
 		printf "%s%s: %s", (n++ ? ", " : ""), a[2], $3 } END { print (n ? "" : "-") }' "$f" ;;
-	ping) awk -F'|' '/^\| during the storm/ { gsub(/ /, "", $4); gsub(/ /, "", $6); gsub(/ /, "", $7)
+	ping) awk -F'|' '/: during \(probe back/ { gsub(/ /, "", $4); gsub(/ /, "", $6); gsub(/ /, "", $7)
 		print "p50 " $4 " / max " $6 " ms, lost " $7; exit }' "$f" ;;
+	tunnels) awk -F'|' '/^\| loop [0-9]+: TLS handshakes/ { split($2, a, " "); sub(/:$/, "", a[2]); n3 = split($3, v, "/"); t = v[n3]; gsub(/ /, "", t)
+		printf "%s%s: %s", (n++ ? ", " : ""), a[2], t } END { print (n ? "" : "-") }' "$f" ;;
 	esac
+}
+# loops NAME BENCH: each loop's CPU seconds during the benchmark's headline
+# run (throughput: 8 streams up; k8s: the tether-wN path), and the streams
+# that crossed between loops.
+loops() {
+	local f="$OUT/$1.$2.txt" line
+	[ -f "$f" ] || { echo "-"; return; }
+	case $2 in
+	throughput) line=$(grep -m1 '^  up8 *CPU s per loop:' "$f") ;;
+	k8s_proxy) line=$(grep -m1 "^    tether-w${WORKERS[$1]} *CPU s per loop:" "$f") ;;
+	esac
+	[ -n "$line" ] || { echo "-"; return; }
+	sed -E 's/.*CPU s per loop: *//; s/ +crossings: */; crossings: /' <<<"$line"
 }
 
 row() { # row FIGURE GOAL FUNC ARGS...
@@ -164,10 +179,12 @@ row() { # row FIGURE GOAL FUNC ARGS...
 		row "8 streams up" ">= 1.5x" tput 3
 		row "8 streams down" ">= 1.5x" tput 4
 		row "CPU s per GiB, all relays (x the chain's)" "half" tput cpu
+		row "the gateway's loops, 8 streams up: CPU s per loop" "(reported)" loops throughput
 	fi
 	if wants k8s; then
 		row "k8s proxy requests/s, x nginx (p99 x nginx's)" ">= 0.7x (p99 <= 1.5x)" k8s tether
 		row "the same, --service-token" ">= 0.7x (p99 <= 1.5x)" k8s tether-token
+		row "the gateway's loops during the k8s run: CPU s per loop" "(reported)" loops k8s_proxy
 	fi
 	if wants idle; then
 		row "KiB per idle tunnel" "<= 16" idle kib
@@ -177,6 +194,7 @@ row() { # row FIGURE GOAL FUNC ARGS...
 		row "$STORM agents all active after a restart" "<= 30 s" storm back
 		row "an established tunnel's ping during the storm" "(reported)" storm ping
 		row "TLS handshakes per loop during the storm" "(reported)" storm loops
+		row "tunnels per loop once all were back" "(reported)" storm tunnels
 	fi
 	if [ ${#FAILED[@]} -gt 0 ]; then
 		echo

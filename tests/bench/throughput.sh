@@ -30,6 +30,8 @@
 #     iperf3 runs, for every relay process: tetherctl forward, the gateway
 #     and the agent; ssh -L, sshd (all its processes) and ssh -R
 #   - VmRSS / VmHWM of those processes after all the runs
+#   - each of the gateway's loops' CPU during each Tether iperf3 run and the
+#     streams that crossed between loops (its /metrics, tests/bench/loops.sh)
 # The iperf3 and echo processes themselves are not counted anywhere.
 #
 # usage: tests/bench/throughput.sh
@@ -262,8 +264,10 @@ GW_DIR=$W/gw
 "$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init.log" 2>&1 ||
 	die "gateway init failed: $(cat "$W/logs/init.log")"
 export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
-start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
+GW_MP=$(free_port)
+GW_CMD="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --metrics-listen 127.0.0.1:MPORT${BENCH_WORKERS:+ --workers $BENCH_WORKERS}"
+start gateway.log "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
+	--metrics-listen "127.0.0.1:$GW_MP" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
 GW_PID=$LAST_PID
 wait_until 20 "gateway ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 
@@ -406,7 +410,10 @@ declare -A MODE_TITLE=(
 	[up8]="8 parallel streams, operator -> node (iperf3 -P 8)"
 	[down8]="8 parallel streams, node -> operator (iperf3 -P 8 -R)"
 )
-declare -A BPS BYTES ERR CMD TICKS ECHO_JSON ECHO_TICKS SPREAD
+declare -A BPS BYTES ERR CMD TICKS ECHO_JSON ECHO_TICKS SPREAD LOOPS_RUN
+# shellcheck source=tests/bench/loops.sh
+. "$SRC/tests/bench/loops.sh"
+GW_METRICS=http://127.0.0.1:$GW_MP/metrics
 
 iperf_cmd() { # iperf_cmd PATH MODE: the command line, as run
 	echo "iperf3 -c 127.0.0.1 -p ${IPERF_AT[$1]} -t $SECS -J --connect-timeout 10000${MODE_ARGS[$2]:+ ${MODE_ARGS[$2]}}"
@@ -417,9 +424,11 @@ run_iperf() { # run_iperf PATH MODE
 	local -A before
 	CMD[$path,$mode]=$(iperf_cmd "$path" "$mode")
 	for g in ${GROUPS_OF[$path]}; do before[$g]=$(group_ticks "$g"); done
+	[ "$path" != tether ] || before[loops]=$(loops_read "$GW_METRICS")
 	# shellcheck disable=SC2086  # the command line splits into its words
 	fg_run "$out" timeout $((SECS + 40)) ${CMD[$path,$mode]} || rc=$?
 	check_alive "iperf3 $path $mode"
+	[ "$path" != tether ] || LOOPS_RUN[$mode]=$(loops_delta "${before[loops]}" "$(loops_read "$GW_METRICS")")
 	for g in ${GROUPS_OF[$path]}; do
 		TICKS[$path,$g,$mode]=$(($(group_ticks "$g") - before[$g]))
 	done
@@ -633,6 +642,13 @@ log_issues() { # log_issues FILE: count and most frequent warning/error lines
 			"$(ratio "$(cpu_per_gib_total "$path" "${MODES[@]}")" "$(cpu_per_gib_total chain "${MODES[@]}")")"
 	done
 	echo "  GiB moved: tether $(gib_moved tether), chain $(gib_moved chain), sshR $(gib_moved sshR), direct $(gib_moved direct)"
+	echo
+	echo "The gateway's loops (--workers ${BENCH_WORKERS:-default}) during each Tether iperf3 run (/metrics:"
+	echo "tether_loop_cpu_seconds_total; streams and MiB that crossed from one loop to another, tether_loop_link_*_total)"
+	for mode in "${MODES[@]}"; do
+		printf '  %-6s CPU s per loop: %-36s crossings: %s\n' "$mode" "$(loops_cpu_line "${LOOPS_RUN[$mode]:-}")" \
+			"$(loops_link_line "${LOOPS_RUN[$mode]:-}")"
+	done
 	echo "  per run (CPU s/GiB of each relay process):"
 	for path in tether chain sshR; do
 		for mode in "${MODES[@]}"; do
