@@ -3,6 +3,8 @@
  */
 #include "mux_metrics.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "prom.h"
@@ -38,6 +40,16 @@ static struct prom_metric *const families[] = {
 	&streams_open, &streams_opened, &stream_bytes, &stream_blocked,
 };
 
+#define NRESULTS (sizeof(results) / sizeof(results[0]) - 1)
+
+/* The counts themselves: relaxed atomics, so that multiplexers on every
+ * loop count without a lock (docs/0040 step 7); copied into the families
+ * when they are read (mux_metrics_families). */
+static _Atomic int64_t open_now;
+static _Atomic uint64_t opened[NRESULTS];
+static _Atomic uint64_t bytes[2];             /* [1] sent, [0] received */
+static _Atomic uint64_t blocked_ns;
+
 void
 mux_metrics_opened(const char *result)
 {
@@ -46,30 +58,45 @@ mux_metrics_opened(const char *result)
 	for (i = 0; results[i] != NULL; i++)
 		if (result != NULL && strcmp(results[i], result) == 0)
 			break;
-	prom_inc(&streams_opened, results[i] != NULL ? results[i] : "other");
+	if (results[i] == NULL)
+		i = NRESULTS - 1;                     /* "other" */
+	atomic_fetch_add_explicit(&opened[i], 1, memory_order_relaxed);
 }
 
 void
 mux_metrics_open_delta(int delta)
 {
-	prom_add(&streams_open, NULL, delta);
+	atomic_fetch_add_explicit(&open_now, delta, memory_order_relaxed);
 }
 
 void
 mux_metrics_bytes(int sent, size_t n)
 {
-	prom_add(&stream_bytes, sent ? "sent" : "received", (double)n);
+	atomic_fetch_add_explicit(&bytes[sent ? 1 : 0], n, memory_order_relaxed);
 }
 
 void
 mux_metrics_blocked(double seconds)
 {
-	prom_add(&stream_blocked, NULL, seconds);
+	if (seconds > 0)
+		atomic_fetch_add_explicit(&blocked_ns, (uint64_t)(seconds * 1e9),
+		    memory_order_relaxed);
 }
 
 size_t
 mux_metrics_families(struct prom_metric *const **out)
 {
+	prom_set(&streams_open, NULL, (double)atomic_load_explicit(&open_now,
+	    memory_order_relaxed));
+	for (size_t i = 0; i < NRESULTS; i++)
+		prom_set(&streams_opened, results[i], (double)atomic_load_explicit(
+		    &opened[i], memory_order_relaxed));
+	prom_set(&stream_bytes, "sent", (double)atomic_load_explicit(&bytes[1],
+	    memory_order_relaxed));
+	prom_set(&stream_bytes, "received", (double)atomic_load_explicit(
+	    &bytes[0], memory_order_relaxed));
+	prom_set(&stream_blocked, NULL, (double)atomic_load_explicit(&blocked_ns,
+	    memory_order_relaxed) / 1e9);
 	*out = families;
 	return sizeof(families) / sizeof(families[0]);
 }

@@ -12,7 +12,8 @@
  *   tether_stream_blocked_seconds_total     time streams waited for credit
  *                                           or for room in the tunnel
  *
- * Each call is O(1).
+ * Each call is O(1): a relaxed atomic add, from any thread (multiplexers
+ * on every loop count into the same figures, docs/0040 step 7).
  */
 #ifndef TETHER_MUX_METRICS_H
 #define TETHER_MUX_METRICS_H
@@ -31,7 +32,10 @@ void mux_metrics_bytes(int sent, size_t n);
 /* A stream waited this long on flow control. */
 void mux_metrics_blocked(double seconds);
 
-/* The families, for exposition: returns their count, *out the array. */
+/* The families, for exposition: the counts copied into them now; returns
+ * their count, *out the array.  Callers that may run at once on two
+ * threads hold one lock over this call and the reading (the gateway's
+ * metrics_lock). */
 size_t mux_metrics_families(struct prom_metric *const **out);
 
 #endif
