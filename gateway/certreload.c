@@ -23,13 +23,13 @@
 #include "face.h"
 #include "fileio.h"
 #include "gateway.h"
-#include "hub.h"
 #include "joindoc.h"
 #include "log.h"
 #include "metrics.h"
 #include "peer_link.h"
 #include "runtime.h"
 #include "server.h"
+#include "settings.h"
 
 /* How often the served certificate's notAfter is compared with
  * --cert-renew-before. */
@@ -221,7 +221,7 @@ ca_use(struct gateway *gw, struct ca_read *r)
 	    KV_S("ca", now->ca_rotation->current_checksum),
 	    KV_S("new_ca", now->ca_rotation->next_checksum),
 	    KV_S("handed_out", now->ca_checksum),
-	    KV_U("agents_told", hub_send_settings(gw->hub)));
+	    KV_U("agents_told", settings_tell_all(gw)));
 }
 
 /* The served certificate is now info's: the face's cert and the metric. */

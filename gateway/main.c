@@ -422,12 +422,15 @@ struct shutdown_state {
 #define DRAIN_JITTER_MAX_MS 5000
 #define SHUTDOWN_POLL_MS 20
 
+/* Each runs on its session's loop (session_foreach_everywhere). */
 static void
 kick_for_shutdown(struct session *s, void *arg)
 {
 	session_kick(s, "shutdown", "gateway shutting down");
 }
 
+/* arg: the gateway, whose drain_jitter_ms on_signal set once before the
+ * broadcast (the inbox's lock orders it for every loop). */
 static void
 drain_session(struct session *s, void *arg)
 {
@@ -451,11 +454,12 @@ shutdown_close(struct shutdown_state *sd)
 static void
 shutdown_kick(struct shutdown_state *sd)
 {
-	if (hub_count(sd->gw->hub) > 0)
-		info("drain over: closing the tunnels left",
-		    KV_U("tunnels", hub_count(sd->gw->hub)));
+	size_t left = agentdir_count(sd->gw->agents);
+
+	if (left > 0)
+		info("drain over: closing the tunnels left", KV_U("tunnels", left));
 	sd->kicked = 1;
-	hub_foreach(sd->gw->hub, kick_for_shutdown, NULL);
+	(void)session_foreach_everywhere(sd->gw, kick_for_shutdown, NULL);
 	shutdown_close(sd);
 	sd->deadline_ms = gateway_now_ms() + SHUTDOWN_GRACE_MS;
 }
@@ -474,7 +478,7 @@ shutdown_poll(evutil_socket_t fd, short what, void *arg)
 	/* Until the drain is over, operator streams carried to agents on
 	 * other replicas (docs/0023) hold the exit back too: no tunnel here
 	 * keeps them. */
-	int done = hub_count(gw->hub) == 0 && gw->handshakes == 0 &&
+	int done = agentdir_count(gw->agents) == 0 && gw->handshakes == 0 &&
 	    (sd->kicked || live_stream_count(&gw->live_streams) == 0);
 
 	if (!sd->kicked && now >= sd->drain_deadline_ms)
@@ -509,18 +513,18 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	}
 	gw->drain_jitter_ms = jitter < DRAIN_JITTER_MAX_MS ? jitter : DRAIN_JITTER_MAX_MS;
 	info("stopping: draining", KV_S("signal", strsignal((int)sig)),
-	    KV_U("tunnels", hub_count(gw->hub)),
+	    KV_U("tunnels", agentdir_count(gw->agents)),
 	    KV_U("drain_timeout_ms", gw->drain_timeout_ms),
 	    KV_U("drain_grace_ms", grace));
 	gw->stopping = 1;
-	tunnel_wait_stop(gw);   /* upgrades waiting for a slot: come back later */
+	tunnel_wait_stop_everywhere(gw);   /* upgrades waiting for a slot: come back later */
 	sdnotify_stopping();
 	sd->drain_deadline_ms = gateway_now_ms() + gw->drain_timeout_ms;
 	sd->grace_end_ms = gateway_now_ms() + grace;
 	if (gw->drain_timeout_ms == 0)
 		shutdown_kick(sd);
 	else
-		hub_foreach(gw->hub, drain_session, gw);
+		(void)session_foreach_everywhere(gw, drain_session, gw);
 	shutdown_poll(-1, 0, sd);
 }
 
@@ -969,6 +973,35 @@ serve_links_free(struct gateway *gw)
 }
 
 /*
+ * A hub per loop (docs/0040 step 7): loop 0's is gw->hub, 1..n-1 get
+ * their own, each used by its loop's thread only once a tunnel lands
+ * there (the inbox's lock orders this store before).  0, or -1 after
+ * saying why.
+ */
+static int
+serve_hubs(struct gateway *gw)
+{
+	gw->loops[0].hub = gw->hub;
+	for (unsigned i = 1; i < gw->nloops; i++)
+		if ((gw->loops[i].hub = hub_new(&hub_ops)) == NULL) {
+			error("out of memory");
+			return -1;
+		}
+	return 0;
+}
+
+/* After the joins (every session closed on its loop), before the loops
+ * go: the hubs of loops 1..n-1 (loop 0's is gw->hub). */
+static void
+serve_hubs_free(struct gateway *gw)
+{
+	for (unsigned i = 1; gw->loops != NULL && i < gw->nloops; i++) {
+		hub_free(gw->loops[i].hub);
+		gw->loops[i].hub = NULL;
+	}
+}
+
+/*
  * Presence, hearing other replicas, then every listener: the main port
  * (logged with what identifies this gateway), the optional ones, the
  * metrics.  Returns 0, or -1 after saying why.
@@ -999,7 +1032,7 @@ serve_listen(struct serve *sv)
 		error("cannot start the loops (--workers)", KV_S("err", err));
 		return -1;
 	}
-	if (serve_links(gw) != 0)
+	if (serve_hubs(gw) != 0 || serve_links(gw) != 0)
 		return -1;
 	if (server_start(gw, routes, sv->host, sv->port, err, sizeof(err)) != 0) {
 		error("cannot start the server", KV_S("err", err));
@@ -1044,7 +1077,7 @@ serve_stop(struct serve *sv)
 	settings_stop(gw);
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(gw);
-	tunnel_wait_stop(gw);
+	tunnel_wait_stop_everywhere(gw);
 	serve_links_close(gw);
 	server_stop(gw);
 	/* After the accepted links ended with the server's connections. */
@@ -1063,8 +1096,6 @@ serve_stop(struct serve *sv)
 		event_free(sv->sd.poll);
 	sdnotify_watchdog_stop();
 	gateway_heap_stop(gw);
-	srccount_free(gw->handshake_sources);
-	gw->handshake_sources = NULL;
 	srccount_free(gw->k8s_checks);
 	gw->k8s_checks = NULL;
 	/* Every held audit line is written before the loop goes. */
@@ -1073,6 +1104,8 @@ serve_stop(struct serve *sv)
 	 * gw->base: before it goes.  The links' multiplexers are on the
 	 * loops' bases: before them. */
 	serve_links_free(gw);
+	loops_stop(gw->loops, gw->nloops);
+	serve_hubs_free(gw);
 	loops_free(gw->loops, gw->nloops);
 	gw->loops = NULL;
 	if (gw->base != NULL)
@@ -1084,6 +1117,7 @@ serve_stop(struct serve *sv)
 	store_close(gw->store);
 	(void)log_set_audit_file(NULL, err, sizeof(err));
 	gw_face_fini(gw);
+	gateway_counts_fini(gw);
 	opts_free(&sv->o);
 }
 
@@ -1102,6 +1136,7 @@ cmd_serve(int argc, char **argv)
 	case OPTS_HELP: return 0;
 	default: return 2;
 	}
+	gateway_counts_init(&sv.gw);
 	serve_settings(&sv);
 	if (serve_logs(&sv.o) != 0)
 		goto out;

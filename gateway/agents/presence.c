@@ -33,6 +33,7 @@
 #include "face.h"
 #include "gateway.h"
 #include "log.h"
+#include "loop.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "store.h"
@@ -342,15 +343,31 @@ dir_done(struct gateway *gw, struct pjob *j)
 	}
 }
 
+static void records_lost(struct gateway *gw);
+
+static void
+records_lost_home(void *arg)
+{
+	records_lost(arg);
+}
+
 /* A tunnel record or removal the store did not take: the next renewal
- * makes every record match the agents held. */
+ * makes every record match the agents held.  The presence is loop 0's:
+ * a tunnel's loop tells it there (docs/0040 step 7). */
 static void
 records_lost(struct gateway *gw)
 {
-	if (gw->presence == NULL)
+	struct presence *p;
+	struct loop *l = loop_self();
+
+	if (l != NULL && l->index != 0 && l->gw == gw && gw->loops != NULL) {
+		(void)loop_call(&gw->loops[0], records_lost_home, gw, NULL);
 		return;
-	gw->presence->dirty = 1;
-	gw->presence->losses++;
+	}
+	if ((p = gw->presence) == NULL)
+		return;
+	p->dirty = 1;
+	p->losses++;
 }
 
 /* Writes "2026-01-02T03:04:05.678Z" for a Unix ms time into buf. */

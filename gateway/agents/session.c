@@ -35,7 +35,6 @@
 #include "runtime.h"
 #include "settings.h"
 #include "shares.h"
-#include "srccount.h"
 #include "store.h"
 #include "store_worker.h"
 #include "token.h"
@@ -103,11 +102,13 @@ struct session_agent {
 
 struct session {
 	struct gateway *gw;
+	struct loop *loop;            /* the loop it lives on (NULL: off any
+	                               * loop, unit tests): its counts */
 	const struct session_transport *io;   /* the tunnel (tunnel.c) */
 	void *t;                              /* io's argument */
 	enum session_phase phase;
-	int counted_handshake;        /* counted in gw->handshakes */
-	int counted_source;           /* and in gw->handshake_sources */
+	int counted_handshake;        /* holds a slot (gateway_handshake_take) */
+	int counted_source;           /* and its source's share */
 	int hello_seen;               /* past the HELLO deadline's check */
 	uint32_t version;             /* negotiated protocol version */
 	struct session_hs *hs;        /* until PHASE_ESTABLISHED, then NULL */
@@ -204,6 +205,75 @@ session_loop_index(void)
 	return l != NULL ? l->index : 0;
 }
 
+struct hub *
+session_hub(struct gateway *gw)
+{
+	const struct loop *l = loop_self();
+
+	return l != NULL && l->gw == gw && l->hub != NULL ? l->hub : gw->hub;
+}
+
+/* The calling loop's base: a session's timers and multiplexer live on
+ * the loop its tunnel landed on (gw->base off any loop). */
+static struct event_base *
+session_base(struct gateway *gw)
+{
+	const struct loop *l = loop_self();
+
+	return l != NULL && l->gw == gw ? l->base : gw->base;
+}
+
+/* The counts its loop shows the others (loop.h: where /v1/connect lands,
+ * tether_loop_tunnels). */
+static void
+session_count_handshake(struct session *s, int delta)
+{
+	if (s->loop != NULL)
+		atomic_fetch_add(&s->loop->nhandshakes, (unsigned)delta);
+}
+
+static void
+session_count_tunnels(struct session *s)
+{
+	if (s->loop != NULL)
+		atomic_store(&s->loop->ntunnels,
+		    (unsigned)hub_count(session_hub(s->gw)));
+}
+
+/* A broadcast over every loop's sessions (session_foreach_everywhere). */
+struct foreach_all {
+	struct gateway *gw;
+	void (*fn)(struct session *s, void *arg);
+	void *arg;
+};
+
+static void
+foreach_here(void *arg)
+{
+	struct foreach_all *a = arg;
+
+	hub_foreach(session_hub(a->gw), a->fn, a->arg);
+}
+
+size_t
+session_foreach_everywhere(struct gateway *gw,
+    void (*fn)(struct session *s, void *arg), void *arg)
+{
+	size_t held = gw->agents != NULL ? agentdir_count(gw->agents) : 0;
+	struct foreach_all *a;
+
+	if (gw->loops == NULL || (a = malloc(sizeof(*a))) == NULL) {
+		/* No loops (unit tests), or out of memory: this loop's own. */
+		hub_foreach(session_hub(gw), fn, arg);
+		return gw->loops == NULL ? hub_count(session_hub(gw)) : held;
+	}
+	a->gw = gw;
+	a->fn = fn;
+	a->arg = arg;
+	(void)loop_broadcast(gw->loops, gw->nloops, foreach_here, a, free);
+	return held;
+}
+
 /* Tells the process's directory what may have changed: the node and
  * whether the agent may carry streams (a no-op before WELCOME added it, or
  * once a newer tunnel took the entry over).  One agentdir lookup. */
@@ -224,9 +294,9 @@ session_set_phase(struct session *s, enum session_phase next)
 	session_dir_sync(s);
 	if (next >= PHASE_ESTABLISHED && s->counted_handshake) {
 		s->counted_handshake = 0;
-		s->gw->handshakes--;
 		session_source_put(s);
-		gateway_handshake_freed(s->gw, s->began_ms);
+		session_count_handshake(s, -1);
+		gateway_handshake_free(s->gw, s->began_ms);
 		gateway_handshake_ended(s->gw);
 		if (s->handshake_timer != NULL)
 			evtimer_del(s->handshake_timer);
@@ -337,7 +407,7 @@ session_source_put(struct session *s)
 	if (!s->counted_source)
 		return;
 	s->counted_source = 0;
-	srccount_put(s->gw->handshake_sources, tr_peer(s));
+	gateway_handshake_source_put(s->gw, tr_peer(s));
 }
 
 static void
@@ -393,7 +463,7 @@ session_new(struct gateway *gw, const struct session_transport *io, void *t)
 	s->t = t;
 	s->phase = PHASE_AWAIT_HELLO;
 	s->hs = calloc(1, sizeof(*s->hs));
-	s->handshake_timer = evtimer_new(gw->base, session_handshake_timeout, s);
+	s->handshake_timer = evtimer_new(session_base(gw), session_handshake_timeout, s);
 	if (s->hs == NULL || s->handshake_timer == NULL) {
 		if (s->handshake_timer != NULL)
 			event_free(s->handshake_timer);
@@ -405,14 +475,13 @@ session_new(struct gateway *gw, const struct session_transport *io, void *t)
 	    gw->limits.handshake_timeout_ms ? gw->limits.hello_timeout_ms :
 	    gw->limits.handshake_timeout_ms);
 	evtimer_add(s->handshake_timer, &tv);
+	/* The route (tunnel.c) took both under their caps: the session
+	 * gives them back when its handshake ends. */
 	s->counted_handshake = 1;
+	s->counted_source = 1;
 	s->began_ms = runtime_monotonic_ms();
-	gw->handshakes++;
-	if (gw->handshake_sources == NULL)
-		gw->handshake_sources = srccount_new();
-	/* The cap was checked by the route (tunnel.c): here it only counts. */
-	s->counted_source = gw->handshake_sources != NULL &&
-	    srccount_take(gw->handshake_sources, io->peer(t), UINT32_MAX) == 0;
+	s->loop = loop_self() != NULL && loop_self()->gw == gw ? loop_self() : NULL;
+	session_count_handshake(s, 1);
 	debug("tunnel connected", KV_S("peer", io->peer(t)));
 	return s;
 }
@@ -840,7 +909,7 @@ session_here(struct gateway *gw, const struct agentdir_entry *e)
 
 	if (e->at.loop != session_loop_index())
 		return NULL;
-	s = hub_find(gw->hub, e->agent_id);
+	s = hub_find(session_hub(gw), e->agent_id);
 	return s != NULL && s->dir_at.generation == e->at.generation ? s : NULL;
 }
 
@@ -1062,7 +1131,7 @@ session_start_round_trip(struct session *s)
 	struct timeval tv;
 
 	if (s->verify_timer == NULL &&
-	    (s->verify_timer = evtimer_new(s->gw->base, session_verify_timeout, s)) == NULL) {
+	    (s->verify_timer = evtimer_new(session_base(s->gw), session_verify_timeout, s)) == NULL) {
 		session_verify_fail(s, "out of memory for the verification timer");
 		return;
 	}
@@ -1279,11 +1348,54 @@ on_settings_ack(struct session *s, const struct frame *in)
 	job_submit(s->gw, NULL, j, seen_then, "the agent's URL list");
 }
 
+/* A tunnel replaced by one on another loop (docs/0040 section 2,
+ * "Placement over time"): the new loop names the old tunnel by agent id
+ * and generation; the old loop kicks it if it is still there. */
+struct kick_replaced {
+	char agent_id[STORE_ID_MAX + 1];
+	uint64_t generation;
+	struct gateway *gw;
+};
+
+static void
+kick_replaced_here(void *arg)
+{
+	struct kick_replaced *k = arg;
+	struct session *s = hub_find(session_hub(k->gw), k->agent_id);
+
+	if (s != NULL && s->dir_at.generation == k->generation) {
+		info("agent reconnected on another loop: closing its previous "
+		    "tunnel", KV_S("agent", k->agent_id));
+		session_kick(s, "replaced", "a newer tunnel of this agent took over");
+	}
+	free(k);
+}
+
+static void
+session_kick_elsewhere(struct gateway *gw, const char *agent_id,
+    struct agentdir_place at)
+{
+	struct kick_replaced *k;
+
+	if (gw->loops == NULL || at.loop >= gw->nloops ||
+	    (k = calloc(1, sizeof(*k))) == NULL) {
+		warn("agent reconnected: cannot reach its previous tunnel's loop",
+		    KV_S("agent", agent_id), KV_U("loop", at.loop));
+		return;
+	}
+	snprintf(k->agent_id, sizeof(k->agent_id), "%s", agent_id);
+	k->generation = at.generation;
+	k->gw = gw;
+	/* A stopped loop's sessions are closing anyway. */
+	(void)loop_call(&gw->loops[at.loop], kick_replaced_here, k, free);
+}
+
 static void
 session_welcome(struct session *s)
 {
 	struct frame out;
 	struct session *old;
+	struct agentdir_place was;
 	char key[sizeof(s->hs->key)];
 	bool rotate = s->hs->key_rotate;
 
@@ -1294,24 +1406,28 @@ session_welcome(struct session *s)
 
 	metrics_handshake(0, "ok");
 	session_set_phase(s, PHASE_ESTABLISHED);
-	s->mux = mux_new(s->gw->base, &s->gw->mux_config, s->io->bulk,
+	s->mux = mux_new(session_base(s->gw), &s->gw->mux_config, s->io->bulk,
 	    s->io->bulk_arg != NULL ? s->io->bulk_arg(s->t) : s->t,
 	    &tunnel_mux_handlers, s);
 	if (s->mux == NULL) {
 		session_protocol_error(s, "internal", "out of memory");
 		return;
 	}
-	old = hub_add(s->gw->hub, s->agent.id, s->agent.cluster, s);
+	old = hub_add(session_hub(s->gw), s->agent.id, s->agent.cluster, s);
+	session_count_tunnels(s);
 	/* The process's directory: a newer generation takes the entry over.
-	 * With tunnels on one loop the replaced tunnel is the hub's old. */
+	 * A replaced tunnel on this loop is the hub's old; one on another
+	 * loop is kicked there (session_kick_replaced). */
 	s->dir_at.loop = session_loop_index();
 	s->dir_at.generation = agentdir_add(s->gw->agents, s->agent.id,
 	    s->agent.cluster, s->agent.node, session_is_active(s),
-	    s->dir_at.loop, NULL);
+	    s->dir_at.loop, &was);
 	if (old != NULL) {
 		info("agent reconnected: closing its previous tunnel",
 		    KV_S("agent", s->agent.id));
 		session_kick(old, "replaced", "a newer tunnel of this agent took over");
+	} else if (was.generation != 0 && was.loop != s->dir_at.loop) {
+		session_kick_elsewhere(s->gw, s->agent.id, was);
 	}
 	presence_tunnel_up(s->gw, s->agent.id);
 	memset(&out, 0, sizeof(out));
@@ -1436,7 +1552,7 @@ static void
 key_job_done(void *arg)
 {
 	struct key_job *k = arg;
-	struct session *s = hub_find(k->gw->hub, k->id);
+	struct session *s = hub_find(session_hub(k->gw), k->id);
 	struct frame f;
 
 	if (s == NULL || s->phase != PHASE_ESTABLISHED || s->rot == NULL ||
@@ -1707,6 +1823,8 @@ session_on_message(struct session *s, const uint8_t *buf, size_t len)
 void
 session_closed(struct session *s)
 {
+	int current = 0;
+
 	/* Only the hub's current session speaks for the agent: a replaced one
 	 * must not fail the verification its successor is running. */
 	s->closed = true;
@@ -1716,27 +1834,33 @@ session_closed(struct session *s)
 	s->job = NULL;
 	free(s->held);
 	s->held = NULL;
-	/* A replaced tunnel's generation is stale: a no-op for it. */
+	/* A replaced tunnel's generation is stale: a no-op for it, and it
+	 * speaks no more for the agent, whichever loop its successor is on. */
 	if (s->dir_at.generation != 0) {
-		(void)agentdir_remove(s->gw->agents, s->agent.id, s->dir_at);
+		current = agentdir_remove(s->gw->agents, s->agent.id, s->dir_at);
 		s->dir_at.generation = 0;
 	}
-	if (s->agent.id[0] != '\0' && hub_find(s->gw->hub, s->agent.id) == s) {
-		if (s->verifying)
+	if (s->agent.id[0] != '\0' && hub_find(session_hub(s->gw),
+	    s->agent.id) == s) {
+		if (current && s->verifying)
 			session_verify_fail(s, "agent disconnected during verification");
-		info("agent disconnected", KV_S("agent", s->agent.id));
-		hub_remove(s->gw->hub, s->agent.id, s);
-		presence_tunnel_down(s->gw, s->agent.id);
-		session_record_seen(s->gw, s->agent.id, NULL);
+		if (current)
+			info("agent disconnected", KV_S("agent", s->agent.id));
+		hub_remove(session_hub(s->gw), s->agent.id, s);
+		session_count_tunnels(s);
+		if (current) {
+			presence_tunnel_down(s->gw, s->agent.id);
+			session_record_seen(s->gw, s->agent.id, NULL);
+		}
 	}
 	/* Every stream of the tunnel ends now: their clients see it at once. */
 	mux_free(s->mux);
 	s->mux = NULL;
 	if (s->counted_handshake) {
 		metrics_handshake(s->phase == PHASE_AWAIT_REGISTER, "closed");
-		s->gw->handshakes--;
 		session_source_put(s);
-		gateway_handshake_freed(s->gw, s->began_ms);
+		session_count_handshake(s, -1);
+		gateway_handshake_free(s->gw, s->began_ms);
 		gateway_handshake_ended(s->gw);
 	}
 	if (s->handshake_timer != NULL)

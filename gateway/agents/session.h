@@ -46,8 +46,12 @@ struct session_transport {
 	void *(*bulk_arg)(void *t);
 };
 
-/* A new session on tunnel t (io is kept, not copied).  NULL when out of
- * memory. */
+/* A new session on tunnel t (io is kept, not copied), on the calling
+ * loop (its timers, its multiplexer, its hub).  The caller took a
+ * handshake slot (gateway_handshake_take) and its source's share
+ * (gateway_handshake_source_take with io->peer(t)): the session gives
+ * both back when its handshake ends.  NULL when out of memory: the caller
+ * still holds both. */
 struct session *session_new(struct gateway *gw, const struct session_transport *io,
     void *t);
 /* One complete WebSocket message (a frame, not yet decoded). */
@@ -117,6 +121,27 @@ const char *session_cluster(const struct session *s);
 /* The agent's id ("" before it is known). */
 const char *session_agent_id(const struct session *s);
 int session_is_active(const struct session *s);
+
+struct hub;
+/*
+ * The hub of the calling loop's sessions (docs/0040 step 7): loop_self()'s,
+ * or gw->hub off any loop or where the loop has none (unit tests).  Its
+ * loop's thread only.  O(1).
+ */
+struct hub *session_hub(struct gateway *gw);
+/*
+ * Has fn(s, arg) run for every established session of every loop of gw,
+ * each on its own loop's thread, from its inbox (loop_broadcast: never
+ * inline, the caller's loop included); arg is shared and must outlive the
+ * broadcast (gw itself, or a constant).  Without loops (gw->loops NULL:
+ * unit tests) at once over gw->hub.  fn may kick or drain s; it may not
+ * add a session.  Returns how many agents the process holds now
+ * (agentdir_count): those fn will be called for, give or take the ones
+ * coming and going meanwhile.  Any loop's thread.  Cost: one allocation
+ * and one loop_call per loop, then O(sessions) on each.
+ */
+size_t session_foreach_everywhere(struct gateway *gw,
+    void (*fn)(struct session *s, void *arg), void *arg);
 
 struct agentdir_entry;
 /*

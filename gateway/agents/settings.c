@@ -15,7 +15,7 @@
 #include "face.h"
 #include "frame.h"
 #include "gateway.h"
-#include "hub.h"
+#include "session.h"
 #include "log.h"
 #include "runtime.h"
 #include "store.h"
@@ -144,6 +144,19 @@ settings_cas_join(const struct frame_ca *ca, char *out, size_t outlen)
 	return 0;
 }
 
+static void
+tell_one(struct session *s, void *arg)
+{
+	(void)arg;
+	session_send_settings(s);
+}
+
+size_t
+settings_tell_all(struct gateway *gw)
+{
+	return session_foreach_everywhere(gw, tell_one, NULL);
+}
+
 size_t
 settings_urls_changed(struct gateway *gw, const char *urls)
 {
@@ -163,7 +176,7 @@ settings_urls_changed(struct gateway *gw, const char *urls)
 	snprintf(f->public_urls, sizeof(f->public_urls), "%s", urls);
 	f->public_urls_loaded = true;
 	gw_face_publish(gw, f);
-	told = hub_send_settings(gw->hub);
+	told = settings_tell_all(gw);
 	info("settings: the gateway's URL list", KV_S("urls", urls),
 	    KV_U("agents_told", told));
 	return told;
@@ -254,7 +267,7 @@ spread_check(struct gateway *gw)
 	gw->spread_told_ms = runtime_monotonic_ms();
 	gw->redial_spread_ms = spread;
 	if (settings_any(gw) && gw->hub != NULL)
-		told = hub_send_settings(gw->hub);
+		told = settings_tell_all(gw);
 	info("settings: the redial spread after an unannounced loss",
 	    KV_U("spread_ms", spread), KV_U("tunnels", tunnels),
 	    KV_U("agents_told", told));

@@ -65,6 +65,14 @@ void settings_frame(struct gateway *gw, struct frame *f);
  */
 size_t settings_urls_changed(struct gateway *gw, const char *urls);
 
+/*
+ * Sends SETTINGS to every agent held here, on every loop, each from its
+ * own loop (session_foreach_everywhere); an agent whose HELLO named no
+ * release is skipped (session_send_settings).  Returns how many agents
+ * the process holds (those told).  Any loop's thread.
+ */
+size_t settings_tell_all(struct gateway *gw);
+
 /* Reads the list on the store thread, then settings_urls_changed on the
  * loop; on a failure, again SETTINGS_RETRY_MS later (until stopped). */
 void settings_refresh(struct gateway *gw);

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "loop.h"
 #include "runtime.h"
+#include "srccount.h"
 
 /* The heap check's tick (gateway.h): a burst of handshakes settled, or
  * much of the heap lies free. */
@@ -34,7 +35,8 @@ gateway_heap_check(evutil_socket_t fd, short what, void *arg)
 	    gw->trim_handshake_ms >= GATEWAY_TRIM_DELAY_MS) {
 		gw->trim_after_handshakes = false;
 		debug("handshakes settled: heap trimmed", KV_I("released",
-		    malloc_trim(0)), KV_U("handshakes", gw->handshakes));
+		    malloc_trim(0)), KV_U("handshakes",
+		    atomic_load(&gw->handshakes)));
 		return;
 	}
 	mi = mallinfo2();
@@ -71,27 +73,88 @@ gateway_handshake_ended(struct gateway *gw)
 }
 
 void
-gateway_handshake_freed(struct gateway *gw, int64_t began_ms)
+gateway_counts_init(struct gateway *gw)
 {
-	int busy = gw->handshakes_waiting > 0 ||
-	    gw->handshakes + 1 >= gw->limits.max_handshakes;
+	pthread_mutex_init(&gw->hs_mu, NULL);
+	pthread_mutex_init(&gw->ra_mu, NULL);
+}
 
-	retry_after_done(&gw->retry_after, began_ms, runtime_monotonic_ms(), busy);
-	if (gw->handshake_freed != NULL)
-		gw->handshake_freed(gw);
+void
+gateway_counts_fini(struct gateway *gw)
+{
+	srccount_free(gw->handshake_sources);
+	gw->handshake_sources = NULL;
+	pthread_mutex_destroy(&gw->hs_mu);
+	pthread_mutex_destroy(&gw->ra_mu);
+}
+
+int
+gateway_handshake_take(struct gateway *gw)
+{
+	unsigned n = atomic_load(&gw->handshakes);
+
+	do {
+		if (n >= gw->limits.max_handshakes)
+			return -1;
+	} while (!atomic_compare_exchange_weak(&gw->handshakes, &n, n + 1));
+	return 0;
+}
+
+int
+gateway_handshake_source_take(struct gateway *gw, const char *peer)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&gw->hs_mu);
+	if (gw->handshake_sources == NULL)
+		gw->handshake_sources = srccount_new();
+	if (gw->handshake_sources != NULL)
+		rc = srccount_take(gw->handshake_sources, peer,
+		    gw->limits.max_handshakes_per_source);
+	pthread_mutex_unlock(&gw->hs_mu);
+	return rc;
+}
+
+void
+gateway_handshake_source_put(struct gateway *gw, const char *peer)
+{
+	pthread_mutex_lock(&gw->hs_mu);
+	srccount_put(gw->handshake_sources, peer);
+	pthread_mutex_unlock(&gw->hs_mu);
+}
+
+void
+gateway_handshake_free(struct gateway *gw, int64_t began_ms)
+{
+	unsigned was = atomic_fetch_sub(&gw->handshakes, 1);
+	int busy = atomic_load(&gw->handshakes_waiting) > 0 ||
+	    was >= gw->limits.max_handshakes;
+	void (*freed)(struct gateway *) = atomic_load(&gw->handshake_freed);
+
+	if (began_ms >= 0) {
+		pthread_mutex_lock(&gw->ra_mu);
+		retry_after_done(&gw->retry_after, began_ms,
+		    runtime_monotonic_ms(), busy);
+		pthread_mutex_unlock(&gw->ra_mu);
+	}
+	if (freed != NULL)
+		freed(gw);
 }
 
 uint32_t
 gateway_retry_after_ms(struct gateway *gw, uint32_t ahead)
 {
-	uint32_t r = 0;
+	uint32_t r = 0, ms;
 
 	(void)random_bytes((uint8_t *)&r, sizeof(r));  /* jitter: 0 will do */
 	if (gw->stopping)
 		return RA_MIN_MS + (gw->drain_jitter_ms > 0 ?
 		    r % (gw->drain_jitter_ms + 1) : 0);
-	return retry_after_next(&gw->retry_after, runtime_monotonic_ms(), ahead,
+	pthread_mutex_lock(&gw->ra_mu);
+	ms = retry_after_next(&gw->retry_after, runtime_monotonic_ms(), ahead,
 	    gw->limits.max_handshakes, gw->limits.handshake_timeout_ms, r);
+	pthread_mutex_unlock(&gw->ra_mu);
+	return ms;
 }
 
 void

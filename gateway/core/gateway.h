@@ -142,7 +142,9 @@ struct gateway {
 	struct presence_table *remote_agents; /* the presence directory as
 	                                   published under publish_mu
 	                                   (presence.c); NULL: none */
-	uint32_t handshakes;            /* tunnels not yet authenticated */
+	atomic_uint handshakes;         /* tunnels not yet authenticated, of
+	                                   every loop: taken by CAS against
+	                                   max_handshakes (gateway_handshake_take) */
 	unsigned workers;               /* --workers: event loops, loop 0 (base)
 	                                   and handshake loops (server.c); 0: 1 */
 	struct loop *loops;             /* [nloops] (loop.h): loop 0 runs on base;
@@ -157,10 +159,14 @@ struct gateway {
 	                                   them after the joins; NULL: one loop */
 	struct event *trim_timer;       /* the heap check (gateway_heap_start);
 	                                   freed by gateway_heap_stop */
-	int64_t trim_handshake_ms;      /* monotonic: the last handshake ended */
-	bool trim_after_handshakes;     /* one ended since the last trim */
-	struct srccount *handshake_sources; /* tunnel handshakes per source
-	                                   (session.c makes it; freed by main.c) */
+	_Atomic int64_t trim_handshake_ms; /* monotonic: the last handshake
+	                                   ended (any loop writes it) */
+	atomic_bool trim_after_handshakes; /* one ended since the last trim */
+	pthread_mutex_t hs_mu;          /* handshake_sources, any loop
+	                                   (gateway_counts_init) */
+	struct srccount *handshake_sources; /* tunnel handshakes per source,
+	                                   under hs_mu (made on first use;
+	                                   freed by gateway_counts_fini) */
 	struct srccount *k8s_checks;    /* /k8s token checks waiting on the
 	                                   store per source (k8s.c makes it;
 	                                   freed by main.c) */
@@ -170,15 +176,18 @@ struct gateway {
 	uint32_t drain_timeout_ms;      /* --drain-timeout: streams in flight may finish */
 	uint32_t drain_grace_ms;        /* --drain-grace: the drain lasts at least this */
 	uint32_t drain_jitter_ms;       /* RECONNECT's jitter: agents spread their moves */
+	pthread_mutex_t ra_mu;          /* retry_after, any loop
+	                                   (gateway_counts_init) */
 	struct retry_after retry_after; /* when turned-away agents come back
 	                                   (gateway_retry_after_ms) */
 	/* Upgrades of /v1/connect waiting for a handshake slot (routes/tunnel.c,
-	 * --handshake-wait): how many, the route's list (made on first use,
-	 * freed by tunnel_wait_stop), and what gateway_handshake_freed calls
-	 * when a slot frees (NULL: nothing). */
-	uint32_t handshakes_waiting;
+	 * --handshake-wait): how many on every loop, the route's list off any
+	 * loop (unit tests; each loop has its own, loop.h), and what
+	 * gateway_handshake_free calls when a slot frees (NULL: nothing; set
+	 * once by the route, read by any loop). */
+	atomic_uint handshakes_waiting;
 	struct tunnel_wait *tunnel_wait;
-	void (*handshake_freed)(struct gateway *gw);
+	void (*_Atomic handshake_freed)(struct gateway *gw);
 	/* TLS handshakes (docs/0035): their rate, busy while connections wait
 	 * in the TLS queue (server.c feeds it: gateway_tls_ended), which
 	 * bounds what the queue admits; and the redial spread agents are told
@@ -193,7 +202,9 @@ struct gateway {
 	uint64_t spread_run_ns;         /* loop 0's thread: on a CPU, and */
 	uint64_t spread_wait_ns;        /* runnable but waiting for one, then
 	                                   (/proc/self/schedstat; 0: unread) */
-	uint32_t redial_spread_ms;      /* what agents are told now; 0: none */
+	_Atomic uint32_t redial_spread_ms; /* what agents are told now; 0:
+	                                   none (loop 0 writes, SETTINGS on
+	                                   every loop read) */
 	int64_t spread_told_ms;         /* monotonic: when it was last told
 	                                   to every agent; 0: never */
 	struct event *spread_timer;     /* settings.c's check, or NULL */
@@ -202,7 +213,9 @@ struct gateway {
 	int require_proxy_header;         /* --require-proxy-header: and must */
 	char replica_id[64];            /* --replica-id (default: HOST-PID) */
 	char peer_url[256];             /* --peer-url, or "" */
-	struct presence *presence;      /* the lease and tunnel records (presence.c) */
+	struct presence *_Atomic presence; /* the lease and tunnel records
+	                                 * (presence.c): loop 0's; any loop
+	                                 * reads whether it runs */
 	int64_t lease_mine_ms;          /* the lease's end as this process last
 	                                 * wrote it, 0: not held (presence.c; the
 	                                 * store thread's once presence started) */
@@ -242,17 +255,43 @@ struct gateway {
 int gateway_heap_start(struct gateway *gw);
 void gateway_heap_stop(struct gateway *gw);
 /* A tunnel handshake ended (authenticated or not): noted for the heap
- * check.  Cost: two stores. */
+ * check.  Any loop.  Cost: two atomic stores. */
 void gateway_handshake_ended(struct gateway *gw);
 
 /*
- * A tunnel handshake that began at began_ms (monotonic) gave its slot
- * back, whichever way it ended: its time and whether the gateway was busy
- * (every slot taken, or upgrades waiting) feed the come-back schedule's
- * rate (retry_after_done), and gw->handshake_freed, if set, is told.
- * Call after gw->handshakes went down.  Loop thread only.  Cost: O(1).
+ * The locks of the counts any loop shares (hs_mu, ra_mu): init before any
+ * thread uses gw, fini after the last (it also frees handshake_sources).
  */
-void gateway_handshake_freed(struct gateway *gw, int64_t began_ms);
+void gateway_counts_init(struct gateway *gw);
+void gateway_counts_fini(struct gateway *gw);
+
+/*
+ * Takes one of the max_handshakes tunnel handshake slots (one CAS on
+ * gw->handshakes): 0 taken (the caller owes one gateway_handshake_free),
+ * -1 every slot is taken.  Any thread.  Cost: an atomic or a few.
+ */
+int gateway_handshake_take(struct gateway *gw);
+
+/*
+ * Counts one more tunnel handshake for peer's source unless it holds
+ * max_handshakes_per_source already (docs/0028): 0 counted (the caller
+ * owes one gateway_handshake_source_put with the same peer), -1 not (at
+ * its share, or out of memory).  Any thread; under hs_mu.  One hash
+ * lookup.
+ */
+int gateway_handshake_source_take(struct gateway *gw, const char *peer);
+void gateway_handshake_source_put(struct gateway *gw, const char *peer);
+
+/*
+ * Gives back a slot gateway_handshake_take gave.  began_ms >= 0: a
+ * handshake began then (monotonic) and ended now, either way: its time
+ * and whether the gateway was busy (every slot taken, or upgrades
+ * waiting) feed the come-back schedule's rate (retry_after_done, under
+ * ra_mu); began_ms < 0: no handshake ran on it (the upgrade failed), the
+ * schedule is not fed.  Then gw->handshake_freed, if set, is told (on
+ * this thread).  Any loop's thread.  Cost: O(1).
+ */
+void gateway_handshake_free(struct gateway *gw, int64_t began_ms);
 
 /*
  * How long an agent turned away now should wait before it dials again, in
@@ -262,7 +301,8 @@ void gateway_handshake_freed(struct gateway *gw, int64_t began_ms);
  * connections already waiting (the TLS queue), at the rate its handshake
  * slots free up (session.c feeds it each handshake's time).  Within
  * [RA_MIN_MS, RA_MAX_MS].
- * Loop thread only.  Cost: O(1) and 4 random bytes.
+ * Any loop's thread (the schedule is under ra_mu).  Cost: O(1) and 4
+ * random bytes.
  */
 uint32_t gateway_retry_after_ms(struct gateway *gw, uint32_t ahead);
 

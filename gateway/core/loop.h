@@ -17,12 +17,16 @@
 #define TETHER_LOOP_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct event;
 struct event_base;
 struct gateway;
+struct hub;
 struct loop_msg;
+struct tunnel_wait;
 
 /* One loop.  index, base, gw and thread are set before any thread starts
  * and never change; the inbox is the only part other threads touch. */
@@ -39,6 +43,19 @@ struct loop {
 	int closed;                   /* stopped: calls are dropped at once */
 	int efd;                      /* eventfd: head went from NULL to not */
 	struct event *wake;           /* efd readable, on base */
+	/* Tunnels (agents/session.c, routes/tunnel.c; docs/0040 step 7).
+	 * hub and tunnel_wait are this loop's thread's only; the atomics
+	 * are written here and read by any loop. */
+	struct hub *hub;              /* the sessions of this loop (hub.h):
+	                                 main.c makes it after loops_new and
+	                                 frees it after the joins; NULL: the
+	                                 gateway's gw->hub stands for it */
+	struct tunnel_wait *tunnel_wait; /* upgrades waiting here for a
+	                                 handshake slot (tunnel.c), or NULL */
+	_Atomic int64_t wait_oldest_ms; /* monotonic: when the oldest of them
+	                                 began to wait; 0: none waits here */
+	atomic_uint ntunnels;         /* established tunnels here (its hub) */
+	atomic_uint nhandshakes;      /* tunnel handshakes under way here */
 };
 
 /* The loop whose thread calls it, or NULL on a thread that is no loop's.

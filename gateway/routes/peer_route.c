@@ -30,6 +30,30 @@
 #include "server.h"
 #include "session.h"
 
+/* Whether e's tunnel is on another loop that a link reaches. */
+static int
+far_loop(struct gateway *gw, const struct agentdir_entry *e)
+{
+	const struct loop *l = loop_self();
+
+	return gw->looplinks != NULL && gw->loops != NULL && l != NULL &&
+	    e->at.loop != l->index && e->at.loop < gw->nloops;
+}
+
+/* Who the stream is for, as the OPEN says (via: the replica it came
+ * from, or NULL from another loop: quiet, the near side logs it). */
+static void
+far_who(struct relay_who *who, const struct frame_open *req,
+    const char *cluster, const char *via)
+{
+	who->principal = req->principal;
+	who->cluster = cluster;
+	who->target = req->target[0] != '\0' ? req->target : req->service;
+	who->service = req->service[0] != '\0' ? req->service : NULL;
+	who->via = via;
+	who->quiet = via == NULL;
+}
+
 /* An OPEN naming an agent here, from replica `via` (NULL: from another
  * loop of this process, quiet). */
 static void
@@ -38,6 +62,7 @@ far_open(struct gateway *gw, const char *via, struct mux_stream *s,
 {
 	struct agentdir_entry e;
 	struct session *agent;
+	int found;
 	struct reach here;
 	struct relay_who who = { 0 };
 	char reason[FRAME_REASON_MAX + 1];
@@ -48,10 +73,23 @@ far_open(struct gateway *gw, const char *via, struct mux_stream *s,
 		    "link names the agent and the principal");
 		return;
 	}
-	/* Until tunnels live on every loop (docs/0040 step 7) each is on
-	 * this one: session_here finds every agent held. */
-	agent = agentdir_find(gw->agents, req->agent, &e) ? session_here(gw, &e) :
-	    NULL;
+	found = agentdir_find(gw->agents, req->agent, &e);
+	agent = found ? session_here(gw, &e) : NULL;
+	/* From a replica, for an agent on another loop of this one (docs/0040
+	 * step 7): spliced to a stream over the loop link, whose far side
+	 * runs this check again there, quietly. */
+	if (agent == NULL && found && via != NULL && far_loop(gw, &e)) {
+		if (!e.active) {
+			snprintf(reason, sizeof(reason), "agent %s is not active",
+			    req->agent);
+			mux_stream_refuse(s, "agent_inactive", reason);
+			return;
+		}
+		far_who(&who, req, e.cluster, via);
+		reach_on_loop(&here, gw, &gw->loops[e.at.loop], e.agent_id, e.node);
+		relay_start_stream(gw, &here, s, &who);
+		return;
+	}
 	if (agent == NULL) {
 		if (via != NULL)
 			snprintf(reason, sizeof(reason), "agent %s has no tunnel on "
@@ -68,12 +106,7 @@ far_open(struct gateway *gw, const char *via, struct mux_stream *s,
 		mux_stream_refuse(s, "agent_inactive", reason);
 		return;
 	}
-	who.principal = req->principal;
-	who.cluster = session_cluster(agent);
-	who.target = req->target[0] != '\0' ? req->target : req->service;
-	who.service = req->service[0] != '\0' ? req->service : NULL;
-	who.via = via;
-	who.quiet = via == NULL;
+	far_who(&who, req, session_cluster(agent), via);
 	reach_local(&here, gw, agent);
 	relay_start_stream(gw, &here, s, &who);
 }

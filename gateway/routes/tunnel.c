@@ -10,6 +10,8 @@
 #include "tunnel.h"
 
 #include <assert.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +23,12 @@
 #include "gateway.h"
 #include "http.h"
 #include "log.h"
+#include "loop.h"
 #include "mux.h"
 #include "route.h"
 #include "runtime.h"
 #include "server.h"
 #include "session.h"
-#include "srccount.h"
 #include "wsface.h"
 #include "wsmux.h"
 
@@ -235,21 +237,50 @@ struct tunnel_waiter {
 	TAILQ_ENTRY(tunnel_waiter) link;
 	struct tunnel_wait *wl;
 	struct upgrade *u;
+	int64_t since_ms;                 /* monotonic, at least 1 */
 	int64_t deadline_ms;
 };
 
+/* One loop's line (docs/0040 step 7: waiters per loop; an upgrade waits
+ * on the loop that holds its connection).  The loop publishes when its
+ * first waiter began to wait (loop->wait_oldest_ms), and a slot freed on
+ * any loop pokes the loop whose first waiter is the oldest, so the
+ * process serves first come first served across its loops. */
 struct tunnel_wait {
 	struct gateway *gw;
+	struct loop *loop;                /* NULL: off any loop (unit tests) */
 	TAILQ_HEAD(, tunnel_waiter) q;
 	struct event *serve;              /* a slot freed: run from the loop */
 	struct event *expire;             /* the first waiter's deadline */
 };
 
+/* The calling loop's line: its loop's, or the gateway's off any loop. */
+static struct tunnel_wait **
+wait_here(struct gateway *gw)
+{
+	struct loop *l = loop_self();
+
+	return l != NULL && l->gw == gw ? &l->tunnel_wait : &gw->tunnel_wait;
+}
+
+/* Tells the other loops when this line's first waiter began (0: none). */
+static void
+wait_publish(struct tunnel_wait *wl)
+{
+	struct tunnel_waiter *w = TAILQ_FIRST(&wl->q);
+
+	if (wl->loop != NULL)
+		atomic_store(&wl->loop->wait_oldest_ms, w != NULL ? w->since_ms : 0);
+}
+
 static void
 waiter_remove(struct tunnel_waiter *w)
 {
-	TAILQ_REMOVE(&w->wl->q, w, link);
-	w->wl->gw->handshakes_waiting--;
+	struct tunnel_wait *wl = w->wl;
+
+	TAILQ_REMOVE(&wl->q, w, link);
+	atomic_fetch_sub(&wl->gw->handshakes_waiting, 1);
+	wait_publish(wl);
 	free(w);
 }
 
@@ -287,7 +318,10 @@ wait_arm(struct tunnel_wait *wl)
 	evtimer_add(wl->expire, &tv);
 }
 
-/* Slots free: the first waiters take them. */
+static void wait_slot_freed(struct gateway *gw);
+
+/* Slots free: the first waiters take them.  A slot still free with none
+ * waiting here goes on to the loop whose waiter is now the oldest. */
 static void
 wait_serve(evutil_socket_t fd, short what, void *arg)
 {
@@ -297,13 +331,15 @@ wait_serve(evutil_socket_t fd, short what, void *arg)
 	struct upgrade *u;
 
 	while ((w = TAILQ_FIRST(&wl->q)) != NULL &&
-	    gw->handshakes < gw->limits.max_handshakes) {
+	    gateway_handshake_take(gw) == 0) {
 		u = w->u;
 		upgrade_on_abandon(u, NULL, NULL);
 		waiter_remove(w);
 		tunnel_take(gw, u);
 	}
 	wait_arm(wl);
+	if (TAILQ_EMPTY(&wl->q) && gw->handshakes < gw->limits.max_handshakes)
+		wait_slot_freed(gw);
 }
 
 /* The first waiters' time is up: come back later. */
@@ -320,26 +356,71 @@ wait_expire(evutil_socket_t fd, short what, void *arg)
 	wait_arm(wl);
 }
 
+/* A poke from the loop that freed a slot: this loop's line is served. */
+static void
+wait_poke(void *arg)
+{
+	struct tunnel_wait *wl = *wait_here(arg);
+
+	if (wl != NULL)
+		event_active(wl->serve, EV_TIMEOUT, 0);
+}
+
+/* The loop whose first waiter began first, or NULL when none waits on a
+ * loop.  Reads one atomic per loop. */
+static struct loop *
+wait_oldest_loop(struct gateway *gw)
+{
+	struct loop *best = NULL;
+	int64_t best_ms = 0, t;
+
+	for (unsigned i = 0; gw->loops != NULL && i < gw->nloops; i++) {
+		t = atomic_load(&gw->loops[i].wait_oldest_ms);
+		if (t != 0 && (best == NULL || t < best_ms)) {
+			best = &gw->loops[i];
+			best_ms = t;
+		}
+	}
+	return best;
+}
+
+/* gateway_handshake_free's hook, on the thread that freed the slot. */
 static void
 wait_slot_freed(struct gateway *gw)
 {
-	if (gw->tunnel_wait != NULL && gw->handshakes_waiting > 0)
-		event_active(gw->tunnel_wait->serve, EV_TIMEOUT, 0);
+	struct loop *to;
+
+	if (atomic_load(&gw->handshakes_waiting) == 0)
+		return;
+	if ((to = wait_oldest_loop(gw)) == NULL) {
+		/* Off any loop (unit tests): the gateway's own line. */
+		if (gw->tunnel_wait != NULL && loop_self() == NULL)
+			event_active(gw->tunnel_wait->serve, EV_TIMEOUT, 0);
+		return;
+	}
+	if (to == loop_self())
+		wait_poke(gw);
+	else
+		(void)loop_call(to, wait_poke, gw, NULL);
 }
 
 static struct tunnel_wait *
 wait_list(struct gateway *gw)
 {
-	struct tunnel_wait *wl = gw->tunnel_wait;
+	struct tunnel_wait **slot = wait_here(gw);
+	struct tunnel_wait *wl = *slot;
+	struct loop *l = loop_self();
+	struct event_base *base = l != NULL && l->gw == gw ? l->base : gw->base;
 
 	if (wl != NULL)
 		return wl;
 	if ((wl = calloc(1, sizeof(*wl))) == NULL)
 		return NULL;
 	wl->gw = gw;
+	wl->loop = l != NULL && l->gw == gw ? l : NULL;
 	TAILQ_INIT(&wl->q);
-	wl->serve = evtimer_new(gw->base, wait_serve, wl);
-	wl->expire = evtimer_new(gw->base, wait_expire, wl);
+	wl->serve = evtimer_new(base, wait_serve, wl);
+	wl->expire = evtimer_new(base, wait_expire, wl);
 	if (wl->serve == NULL || wl->expire == NULL) {
 		if (wl->serve != NULL)
 			event_free(wl->serve);
@@ -348,19 +429,20 @@ wait_list(struct gateway *gw)
 		free(wl);
 		return NULL;
 	}
-	gw->tunnel_wait = wl;
-	gw->handshake_freed = wait_slot_freed;
+	*slot = wl;
+	atomic_store(&gw->handshake_freed, wait_slot_freed);
 	return wl;
 }
 
-/* Puts u in the line for a slot (at most --max-tls-queue wait); 0 if it
- * waits (u is the list's until it is taken, refused or abandoned), -1 if
- * not. */
+/* Puts u in this loop's line for a slot (at most --max-tls-queue wait in
+ * the process); 0 if it waits (u is the list's until it is taken, refused
+ * or abandoned), -1 if not. */
 static int
 wait_for_slot(struct gateway *gw, struct upgrade *u)
 {
 	struct tunnel_wait *wl;
 	struct tunnel_waiter *w;
+	int64_t now = runtime_monotonic_ms();
 
 	if (gw->limits.handshake_wait_ms == 0 ||
 	    gw->handshakes_waiting >= gw->limits.max_tls_queue ||
@@ -368,19 +450,27 @@ wait_for_slot(struct gateway *gw, struct upgrade *u)
 		return -1;
 	w->wl = wl;
 	w->u = u;
-	w->deadline_ms = runtime_monotonic_ms() + gw->limits.handshake_wait_ms;
+	w->since_ms = now > 0 ? now : 1;
+	w->deadline_ms = now + gw->limits.handshake_wait_ms;
 	TAILQ_INSERT_TAIL(&wl->q, w, link);
-	gw->handshakes_waiting++;
+	atomic_fetch_add(&gw->handshakes_waiting, 1);
 	upgrade_on_abandon(u, waiter_abandoned, w);
-	if (w == TAILQ_FIRST(&wl->q))
+	if (w == TAILQ_FIRST(&wl->q)) {
+		wait_publish(wl);
 		wait_arm(wl);
+	}
+	/* A slot freed on another loop between the caller's take and the
+	 * count above found no waiter to poke: look again. */
+	if (gw->handshakes < gw->limits.max_handshakes)
+		event_active(wl->serve, EV_TIMEOUT, 0);
 	return 0;
 }
 
 void
 tunnel_wait_stop(struct gateway *gw)
 {
-	struct tunnel_wait *wl = gw->tunnel_wait;
+	struct tunnel_wait **slot = wait_here(gw);
+	struct tunnel_wait *wl = *slot;
 	struct tunnel_waiter *w;
 
 	if (wl == NULL)
@@ -390,8 +480,47 @@ tunnel_wait_stop(struct gateway *gw)
 	event_free(wl->serve);
 	event_free(wl->expire);
 	free(wl);
-	gw->tunnel_wait = NULL;
-	gw->handshake_freed = NULL;
+	*slot = NULL;
+}
+
+static void
+wait_stop_here(void *arg)
+{
+	tunnel_wait_stop(arg);
+}
+
+void
+tunnel_wait_stop_everywhere(struct gateway *gw)
+{
+	for (unsigned i = 1; gw->loops != NULL && i < gw->nloops; i++)
+		(void)loop_call(&gw->loops[i], wait_stop_here, gw, NULL);
+	tunnel_wait_stop(gw);
+}
+
+/* ---- where a new tunnel lands (docs/0040 section 2) ---- */
+
+unsigned
+tunnel_land_loop(struct gateway *gw)
+{
+	static atomic_uint rotor;
+	unsigned n = gw->loops != NULL ? gw->nloops : 1;
+	unsigned start, best = 0, best_load = UINT_MAX;
+
+	if (n < 2)
+		return 0;
+	/* Ties go round the loops: a burst lands before any count moved. */
+	start = atomic_fetch_add_explicit(&rotor, 1, memory_order_relaxed) % n;
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = (start + k) % n;
+		unsigned load = atomic_load(&gw->loops[i].ntunnels) +
+		    atomic_load(&gw->loops[i].nhandshakes);
+
+		if (load < best_load) {
+			best = i;
+			best_load = load;
+		}
+	}
+	return best;
 }
 
 /* ---- a new tunnel ---- */
@@ -403,6 +532,7 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 {
 	char reason[128];
 	uint32_t later;
+	unsigned n;
 
 	if (!http_token_list_has(upgrade_offered_protocols(u), TETHER_SUBPROTOCOL)) {
 		upgrade_refuse(u, 400, TUNNEL_PATH " needs the WebSocket subprotocol "
@@ -415,35 +545,45 @@ tunnel_upgrade(struct gateway *gw, const struct route_request *req,
 		return;
 	}
 	/* Earlier upgrades waiting for a slot go first. */
-	if (gw->handshakes >= gw->limits.max_handshakes ||
-	    gw->handshakes_waiting > 0) {
+	if (gw->handshakes_waiting > 0 || gateway_handshake_take(gw) != 0) {
 		if (wait_for_slot(gw, u) == 0)
 			return;
 		later = tunnel_retry_after(gw);
+		n = gw->handshakes;
 		warn("refusing a tunnel: too many handshakes under way (--max-handshakes)",
-		    KV_S("peer", upgrade_peer(u)), KV_U("handshakes", gw->handshakes),
+		    KV_S("peer", upgrade_peer(u)), KV_U("handshakes", n),
 		    KV_U("waiting", gw->handshakes_waiting),
 		    KV_U("retry_after_ms", later));
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way: "
-		    "retry later", gw->handshakes);
+		    "retry later", n);
 		upgrade_refuse_later(u, 503, reason, later);
 		return;
 	}
 	tunnel_take(gw, u);
 }
 
-/* The upgrade takes a handshake slot: its source's share is checked, then
- * the WebSocket is accepted and carries a new session. */
+/* A slot and a source's share taken for an upgrade that carries no
+ * session after all. */
+static void
+tunnel_untake(struct gateway *gw, const char *peer)
+{
+	gateway_handshake_source_put(gw, peer);
+	gateway_handshake_free(gw, -1);
+}
+
+/* The upgrade holds a handshake slot (gateway_handshake_take): its
+ * source's share is taken, then the WebSocket is accepted and carries a
+ * new session, which owns both; on any failure both are given back. */
 static void
 tunnel_take(struct gateway *gw, struct upgrade *u)
 {
-	char reason[128];
+	char reason[128], peer[128];
 	struct tunnel *c;
 
 	/* One source's share (docs/0028): a flood of silent upgrades from one
 	 * address cannot hold every slot and shut reconnecting agents out. */
-	if (gw->handshake_sources != NULL && srccount_get(gw->handshake_sources,
-	    upgrade_peer(u)) >= gw->limits.max_handshakes_per_source) {
+	if (gateway_handshake_source_take(gw, upgrade_peer(u)) != 0) {
+		gateway_handshake_free(gw, -1);
 		debug("refusing a tunnel: its source's handshakes are at "
 		    "--max-handshakes-per-source", KV_S("peer", upgrade_peer(u)));
 		snprintf(reason, sizeof(reason), "%u tunnel handshakes under way "
@@ -454,17 +594,22 @@ tunnel_take(struct gateway *gw, struct upgrade *u)
 	}
 	c = calloc(1, sizeof(*c));
 	if (c == NULL) {
+		tunnel_untake(gw, upgrade_peer(u));
 		upgrade_refuse(u, 500, "out of memory");
 		return;
 	}
 	c->gw = gw;
+	/* The peer before the accept, which may free the upgrade. */
+	snprintf(peer, sizeof(peer), "%s", upgrade_peer(u));
 	c->ws = upgrade_accept(u, TETHER_SUBPROTOCOL, &tunnel_handlers, c);
 	if (c->ws == NULL) {
+		tunnel_untake(gw, peer);
 		free(c);
 		return;
 	}
 	c->session = session_new(gw, &tunnel_transport, c);
 	if (c->session == NULL) {
+		tunnel_untake(gw, peer);
 		warn("tunnel: out of memory for a session: closing",
 		    KV_S("peer", tunnel_peer(c)));
 		c->closing = 1;

@@ -19,11 +19,25 @@ struct gateway;
 extern const struct route tunnel_route;
 
 /*
- * Upgrades waiting for a handshake slot (--handshake-wait, docs/0035) are
- * answered 503 with a Retry-After now, and the list is freed: at the
- * drain's start (the gateway takes no new tunnel) and before server_stop.
- * Idempotent; loop thread only.
+ * Upgrades waiting on the calling loop for a handshake slot
+ * (--handshake-wait, docs/0035) are answered 503 with a Retry-After now,
+ * and the loop's list is freed.  Idempotent; that loop's thread only.
  */
 void tunnel_wait_stop(struct gateway *gw);
+/*
+ * tunnel_wait_stop on every loop: loops 1..n-1 by a message (run before a
+ * loop_stop sent after it), the caller's here and now.  At the drain's
+ * start (the gateway takes no new tunnel) and before server_stop.  From
+ * loop 0's thread (or off any loop without loops: unit tests).
+ */
+void tunnel_wait_stop_everywhere(struct gateway *gw);
+
+/*
+ * The loop a new /v1/connect lands on (docs/0040 section 2): the one with
+ * the fewest tunnels plus tunnel handshakes (loop->ntunnels +
+ * loop->nhandshakes), ties taken in turn; 0 with one loop.  Any thread
+ * (the handshake loop asks).  Cost: two atomic loads per loop.
+ */
+unsigned tunnel_land_loop(struct gateway *gw);
 
 #endif

@@ -25,7 +25,6 @@
 #include "mux.h"
 #include "session.h"
 #include "shares.h"
-#include "srccount.h"
 #include "store_worker.h"
 
 /* How long one wait may take before the test fails instead of hanging (an
@@ -172,6 +171,7 @@ ft_new(size_t cap)
 	snprintf(url, sizeof(url), "sqlite://%s/tether.db", f->dir);
 	assert_int_equal(store_open(url, &f->st, err, sizeof(err)), STORE_OK);
 	f->gw.limits = limits;
+	gateway_counts_init(&f->gw);
 	mc.odd_ids = 1;
 	f->gw.mux_config = mc;
 	snprintf(f->gw.replica_id, sizeof(f->gw.replica_id), "r-here");
@@ -213,8 +213,7 @@ ft_free(struct ft *f)
 	shares_free_all(&f->gw);
 	if (f->gw.trim_timer != NULL)
 		event_free(f->gw.trim_timer);
-	srccount_free(f->gw.handshake_sources);
-	f->gw.handshake_sources = NULL;
+	gateway_counts_fini(&f->gw);
 	event_base_free(f->gw.base);
 	store_close(f->st);
 	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
@@ -234,6 +233,9 @@ ft_tun_open(struct ft *f)
 	t->ft = f;
 	assert_non_null(t->to_agent = evbuffer_new());
 	assert_non_null(t->to_gateway = evbuffer_new());
+	/* What the route takes before it makes a session (tunnel.c). */
+	assert_int_equal(gateway_handshake_take(&f->gw), 0);
+	assert_int_equal(gateway_handshake_source_take(&f->gw, tun_peer(t)), 0);
 	assert_non_null(t->s = session_new(&f->gw, &tun_io, t));
 	return t;
 }
