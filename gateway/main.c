@@ -704,6 +704,7 @@ serve_settings(struct serve *sv)
 
 	serve_limits(&gw->limits, &sv->o);
 	gw->workers = serve_workers(&sv->o);
+	gw->landing_any = opts_num(&sv->o, SERVE_OPT_LANDING) == SERVE_LANDING_ANY;
 	gw->drain_timeout_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw->drain_grace_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_GRACE);
 	gw->impersonate = (int)opts_num(&sv->o, SERVE_OPT_IMPERSONATE);
@@ -1078,6 +1079,9 @@ serve_stop(struct serve *sv)
 	/* First: one statement forgets every tunnel here, not one per tunnel. */
 	presence_stop(gw);
 	tunnel_wait_stop_everywhere(gw);
+	/* Each loop closes its connections, then its ends of the links
+	 * (docs/0040 section 4, stop step 3): messages, run in this order. */
+	server_stop_loops(gw);
 	serve_links_close(gw);
 	server_stop(gw);
 	/* After the accepted links ended with the server's connections. */

@@ -14,6 +14,8 @@
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 /* In the order of enum log_format (common/log.h). */
 static const char *const log_formats[] = { "logfmt", "json", NULL };
+/* In the order of enum serve_landing (serve_options.h). */
+static const char *const landings[] = { "zero", "any", NULL };
 
 static int
 check_store(const char *v, char *why, size_t whylen)
@@ -105,6 +107,12 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "event loops: the first carries every connection, tunnel and "
 	    "stream; the others run TLS handshakes and hand the connections to "
 	    "it (docs/0032)" },
+	[SERVE_OPT_LANDING] = { .name = "landing", .type = OPT_CHOICE,
+	    .arg = "WHERE", .def = "zero", .choices = landings,
+	    .help = "where an HTTPS connection lives once its TLS handshake is "
+	    "done (docs/0040): zero: on the first loop; any: on the loop that "
+	    "ran the handshake, unless its first request is an agent's tunnel "
+	    "or a replica's link (those stay on the first loop)" },
 	[SERVE_OPT_STORE_POOL] = { .name = "store-pool", .type = OPT_U32, .arg = "N",
 	    .def = "8", .max = 64,
 	    .help = "PostgreSQL only: connections, each on a thread of its own, "

@@ -23,6 +23,7 @@ enum serve_opt {
 	SERVE_OPT_PEER_LISTEN,
 	SERVE_OPT_STORE,
 	SERVE_OPT_WORKERS,
+	SERVE_OPT_LANDING,
 	SERVE_OPT_STORE_POOL,
 	SERVE_OPT_HANDSHAKE_TIMEOUT,
 	SERVE_OPT_MAX_HANDSHAKES,
@@ -63,6 +64,12 @@ enum serve_opt {
 	SERVE_OPT_CERT_RENEW_BEFORE,
 	SERVE_OPT_CENSUS_INTERVAL,
 	SERVE_OPT_COUNT
+};
+
+/* --landing's values, in its choices' order (docs/0040 section 2 (i-a)). */
+enum serve_landing {
+	SERVE_LANDING_ZERO,   /* every connection lives on loop 0 */
+	SERVE_LANDING_ANY,    /* on its handshake's loop, but tunnels, links */
 };
 
 /* The command: table, synopsis and the text around the option list. */

@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "runtime.h"
 
 /* One call waiting in an inbox: the receiver's once queued. */
 struct loop_msg {
@@ -316,6 +317,10 @@ loop_main(void *arg)
 	self = l;
 	debug("loop running", KV_U("loop", l->index));
 	event_base_dispatch(l->base);
+	/* Stopped: what its last callbacks deferred (the frees of the
+	 * connections it closed, docs/0015) runs on this thread before it
+	 * returns (docs/0040 section 4, stop step 3). */
+	runtime_drain(l->base);
 	return NULL;
 }
 

@@ -167,6 +167,7 @@ peer_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 const struct route peer_route = {
 	.name = "peer",
 	.matches = peer_matches,
+	.home_loop = 1,
 	.request = peer_request,
 	.upgrade = peer_upgrade,
 	.mtls_port = 1,

@@ -624,6 +624,7 @@ tunnel_take(struct gateway *gw, struct upgrade *u)
 const struct route tunnel_route = {
 	.name = "tunnel",
 	.matches = tunnel_matches,
+	.home_loop = 1,
 	.request = tunnel_request,
 	.upgrade = tunnel_upgrade,
 };

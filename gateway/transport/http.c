@@ -737,3 +737,39 @@ http_reader_take_continue(struct http_reader *r)
 	r->want_continue = 0;
 	return want;
 }
+
+int
+http_line_path(const char *buf, size_t len, char *path, size_t pathlen)
+{
+	const char *nl = memchr(buf, '\n', len);
+	const char *sp1, *sp2, *end;
+	struct http_parser_url u;
+	char *decoded;
+	size_t n;
+
+	if (nl == NULL)
+		return -1;
+	end = nl > buf && nl[-1] == '\r' ? nl - 1 : nl;
+	if ((sp1 = memchr(buf, ' ', (size_t)(end - buf))) == NULL || sp1 == buf ||
+	    (sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1))) == NULL ||
+	    sp2 == sp1 + 1 || (size_t)(end - sp2 - 1) < 5 ||
+	    memcmp(sp2 + 1, "HTTP/", 5) != 0)
+		return -1;
+	http_parser_url_init(&u);
+	if (http_parser_parse_url(sp1 + 1, (size_t)(sp2 - sp1 - 1), 0, &u) != 0 ||
+	    !(u.field_set & (1 << UF_PATH)) || u.field_data[UF_PATH].len == 0 ||
+	    sp1[1 + u.field_data[UF_PATH].off] != '/')
+		return -1;
+	decoded = pct_decode(sp1 + 1 + u.field_data[UF_PATH].off,
+	    u.field_data[UF_PATH].len, 0);
+	if (decoded == NULL)
+		return -1;
+	n = strlen(decoded);
+	if (n >= pathlen) {
+		free(decoded);
+		return -1;
+	}
+	memcpy(path, decoded, n + 1);
+	free(decoded);
+	return 0;
+}

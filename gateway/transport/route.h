@@ -104,6 +104,17 @@ struct route {
 	/* Also served on the mutual-TLS port (--peer-listen), where only
 	 * routes marked so are. */
 	int mtls_port;
+	/* Its connections live on loop 0 (docs/0040 section 2: the hub of
+	 * tunnels, the peers registry are loop 0's): with --landing any, a
+	 * connection whose request line names it lands there, and one that
+	 * asks for it later on another loop is refused (421). */
+	int home_loop;
+	/* With --landing any, for a connection whose request line names this
+	 * route (home_loop unset): the loop (0..nloops-1) it lands on, asked
+	 * on its handshake loop's thread, so it reads only what any thread
+	 * may (atomics).  NULL: it stays where its handshake ran.  Cost: one
+	 * call per landing. */
+	unsigned (*land_loop)(struct gateway *gw);
 };
 
 /* Answers for request routes.  route_respond_text copies text;

@@ -56,6 +56,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,6 +100,7 @@
 
 struct hconn;
 struct preface;
+struct server;
 
 /* Which listener a connection came from. */
 enum conn_port {
@@ -117,6 +119,26 @@ struct tls_waiter {
 	char peer[PEER_MAX];
 };
 
+/* A loop's part of the server (docs/0040 section 2): the HTTP connections
+ * and WebSockets that live on that loop, touched only by its thread.
+ * Loop k's set is made (serve_loop_start) and freed (serve_loop_stop) on
+ * loop k's own thread: wsconn_set_new arms its events on the loop's base. */
+struct server_loop {
+	struct server *srv;
+	struct loop *loop;                /* NULL: no loops (one, unit tests) */
+	unsigned index;                   /* 0..nloops-1 */
+	struct event_base *base;
+	LIST_HEAD(hconn_list, hconn) http;
+	struct wsconn_set *ws;            /* every WebSocket of this loop, their
+	                                   * ping wheel; NULL until made (loop k:
+	                                   * its first message) or if out of
+	                                   * memory there */
+	int stopped;                      /* serve_loop_stop ran: nothing lands */
+	atomic_uint owed;                 /* its hconns neither lingering nor
+	                                   * done (loop 0 reads it at a drain:
+	                                   * server_unanswered) */
+};
+
 struct server {
 	struct gateway *gw;
 	const struct route *const *routes;  /* NULL-terminated, in order */
@@ -127,9 +149,7 @@ struct server {
 	struct evconnlistener *plain;     /* --plain-listen, or NULL */
 	struct evconnlistener *mtls;      /* --peer-listen, or NULL */
 	struct event *accept_retry;       /* re-enables the listeners */
-	LIST_HEAD(hconn_list, hconn) http;
 	LIST_HEAD(preface_list, preface) prefaces;
-	struct wsconn_set *ws;       /* every WebSocket, their ping wheel */
 	int port;
 	/* Admission (docs/0018): at most max_tls_handshakes TLS handshakes
 	 * at once; the connections accepted past that wait in a ring of
@@ -165,6 +185,8 @@ struct server {
 	unsigned loop_next;               /* where the next pick starts */
 	uint32_t *loop_inflight;          /* [nloops] */
 	uint64_t *loop_handshakes;        /* [nloops] */
+	struct server_loop *per;          /* [nloops]: each loop's connections */
+	int loops_stopping;               /* server_stop_loops ran */
 	int closing;                      /* server_stop under way */
 };
 
@@ -231,8 +253,9 @@ struct reply {
 };
 
 struct hconn {
-	LIST_ENTRY(hconn) link;           /* in server.http */
+	LIST_ENTRY(hconn) link;           /* in its loop's http */
 	struct server *srv;
+	struct server_loop *sl;           /* the loop it lives on */
 	struct bufferevent *bev;          /* NULL once handed to a wsconn */
 	struct event *timer;              /* request, flush or linger deadline */
 	struct http_reader *reader;
@@ -246,6 +269,7 @@ struct hconn {
 	int x_raw;                        /* after a 101: input is raw bytes */
 	int x_keep;                       /* the client allows keep-alive */
 	int tls_counted;                  /* in srv->tls_handshakes */
+	int owed;                         /* in sl->owed */
 	int exempt;                       /* a --trusted-proxy's own: no share */
 	unsigned requests;                /* request heads read, ever */
 	int64_t tls_since_ms;             /* monotonic: when it took its slot */
@@ -263,7 +287,18 @@ static void tls_slot_free(struct hconn *h);
 static void tls_slot_release(struct server *srv, const char *peer, int exempt,
     int64_t began_ms);
 static void hconn_tls_timer(struct hconn *h);
+static int hconn_idle(const struct hconn *h);
 static int conn_admit(struct server *srv, const char *peer, int exempt);
+
+/* h no longer owes an answer (lingering, done or freed). */
+static void
+hconn_unowe(struct hconn *h)
+{
+	if (!h->owed)
+		return;
+	h->owed = 0;
+	atomic_fetch_sub_explicit(&h->sl->owed, 1, memory_order_relaxed);
+}
 
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
@@ -272,6 +307,8 @@ hconn_set_state(struct hconn *h, enum hconn_state next)
 	    KV_S("from", hconn_state_names[h->state]),
 	    KV_S("to", hconn_state_names[next]));
 	h->state = next;
+	if (next == HC_LINGERING || next == HC_DONE)
+		hconn_unowe(h);
 }
 
 static void
@@ -295,16 +332,58 @@ hconn_drop_reply(struct hconn *h)
 	h->reply = NULL;
 }
 
+/* A connection landed on loop k ended or became a WebSocket: its place in
+ * --max-connections and its source's share, loop 0's counts (docs/0040
+ * section 3), go back there. */
+struct conn_release {
+	struct server *srv;
+	int exempt;
+	char peer[PEER_MAX];
+};
+
+static void
+conn_release_home(void *arg)
+{
+	struct conn_release *r = arg;
+
+	r->srv->http_conns--;
+	if (!r->exempt)
+		srccount_put(r->srv->http_sources, r->peer);
+	free(r);
+}
+
+/* Tells loop 0 (from loop k); loop 0 gone: nothing left to count. */
+static void
+server_conn_released(struct server *srv, const char *peer, int exempt)
+{
+	struct conn_release *r = malloc(sizeof(*r));
+
+	if (r == NULL) {
+		/* Its place stays taken: one fewer connection until restart. */
+		warn("http: out of memory telling loop 0 a connection ended",
+		    KV_S("peer", peer));
+		return;
+	}
+	r->srv = srv;
+	r->exempt = exempt;
+	snprintf(r->peer, sizeof(r->peer), "%s", peer);
+	(void)loop_call(srv->per[0].loop, conn_release_home, r, free);
+}
+
 static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
+	hconn_unowe(h);
 	hconn_drop_reply(h);
 	if (h->tls_counted)
 		tls_slot_free(h);
-	h->srv->http_conns--;
-	if (!h->exempt)
-		srccount_put(h->srv->http_sources, h->peer);
+	if (h->sl->index == 0) {
+		h->srv->http_conns--;
+		if (!h->exempt)
+			srccount_put(h->srv->http_sources, h->peer);
+	} else
+		server_conn_released(h->srv, h->peer, h->exempt);
 	if (h->kept != NULL) {
 		void *kept = h->kept;
 
@@ -461,7 +540,8 @@ hconn_to_websocket(struct hconn *h, const char *subprotocol,
 		hconn_refuse(h, 500, "out of memory");
 		return NULL;
 	}
-	ws = wsconn_new(h->srv->ws, h->bev, h->peer, handlers, arg);
+	ws = h->sl->ws != NULL ? wsconn_new(h->sl->ws, h->bev, h->peer, handlers,
+	    arg) : NULL;
 	if (ws == NULL) {
 		/* The 101 may be on its way: nothing else can be said. */
 		warn("http: out of memory for a WebSocket: closing", KV_S("peer", h->peer));
@@ -585,6 +665,20 @@ no_exchange(const char *path)
 	return 0;
 }
 
+/* A route whose connections live on loop 0 (a tunnel, a replica's link)
+ * asked for on a connection that landed elsewhere: a later request of a
+ * kept-alive connection (the first one's line landed it): refused, 421,
+ * and closed; its client asks again on a new connection.  1 if so. */
+static int
+hconn_misplaced(struct hconn *h, const struct route *r)
+{
+	if (!r->home_loop || h->sl->index == 0)
+		return 0;
+	hconn_refuse(h, 421, "this endpoint must be the first request of its "
+	    "connection: ask again on a new one");
+	return 1;
+}
+
 /* 1 if the client proved a replica's certificate (tlspeer.h). */
 static int
 hconn_from_replica(struct hconn *h)
@@ -611,6 +705,8 @@ hconn_route_upgrade(struct hconn *h, const struct http_request *rq)
 		hconn_refuse(h, 404, reason);
 		return;
 	}
+	if (hconn_misplaced(h, r))
+		return;
 	h->upgrade.h = h;
 	hconn_set_state(h, HC_UPGRADING);
 	evtimer_del(h->timer);
@@ -688,6 +784,8 @@ hconn_request(struct hconn *h, const struct http_request *rq)
 		hconn_refuse(h, 404, "no route");
 		return;
 	}
+	if (hconn_misplaced(h, r))
+		return;
 	r->request(h->srv->gw, &req, &resp);
 	if (h->replies != replies) {
 		/* The ticket answers, now or later (reply_send). */
@@ -1228,15 +1326,17 @@ format_peer(const struct sockaddr *sa, char *out, size_t outlen)
 		snprintf(out, outlen, "?");
 }
 
-/* A new connection in HC_READING, TLS unless from the plain port.
- * established: NULL, or an SSL whose handshake a handshake loop finished
- * (taken, freed on failure too).  Returns NULL (fd still ours) on failure. */
+/* A new connection in HC_READING on loop sl (the calling thread's),
+ * TLS unless from the plain port.  established: NULL, or an SSL whose
+ * handshake a handshake loop finished (taken, freed on failure too).
+ * Returns NULL (fd still ours) on failure. */
 static struct hconn *
-hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
+hconn_new(struct server_loop *sl, evutil_socket_t fd, const char *peer,
     enum conn_port port, int exempt, SSL *established)
 {
+	struct server *srv = sl->srv;
 	int plain = port == PORT_PLAIN;
-	struct event_base *base = srv->gw->base;
+	struct event_base *base = sl->base;
 	struct hconn *h = calloc(1, sizeof(*h));
 	SSL *ssl = established;
 
@@ -1246,6 +1346,7 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
 		return NULL;
 	}
 	h->srv = srv;
+	h->sl = sl;
 	h->port = port;
 	h->exempt = exempt;
 	h->state = HC_READING;
@@ -1281,8 +1382,13 @@ hconn_new(struct server *srv, evutil_socket_t fd, const char *peer,
 	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
 	/* The TLS handshake and the first request share the deadline. */
 	hconn_arm(h, srv->gw->limits.http_timeout_ms);
-	LIST_INSERT_HEAD(&srv->http, h, link);
-	srv->http_conns++;        /* its share was taken by conn_admit */
+	LIST_INSERT_HEAD(&sl->http, h, link);
+	h->owed = 1;
+	atomic_fetch_add_explicit(&sl->owed, 1, memory_order_relaxed);
+	/* Its share was taken by conn_admit; on loop k its place was too, and
+	 * stays loop 0's (tls_land). */
+	if (sl->index == 0)
+		srv->http_conns++;
 	return h;
 fail:
 	if (ssl != NULL)
@@ -1341,23 +1447,213 @@ tls_hand_out(struct server *srv, unsigned i, evutil_socket_t fd,
 	tj->job.since_ms = runtime_monotonic_ms();
 	tj->job.hello_ms = l->tls_hello_timeout_ms;
 	tj->job.handshake_ms = l->tls_handshake_timeout_ms;
+	/* --landing any: the main port's connections may stay on the loop
+	 * that runs their handshake (tls_land); the plain and the replicas'
+	 * ports stay on loop 0. */
+	tj->job.read_line = srv->gw->landing_any && port == PORT_TLS;
 	srv->tls_handshakes++;
 	srv->http_conns++;        /* its place, until it is a hconn or closed */
 	srv->loop_inflight[i]++;
 	tlsloop_submit(srv->loops, i, &tj->job);
 }
 
+/* Bytes read before the connection had a bufferevent (the landing's
+ * request line and what came with it): wiped and freed. */
+static void
+head_free(char *head, size_t len)
+{
+	if (head != NULL)
+		OPENSSL_cleanse(head, len);
+	free(head);
+}
+
+/* The bytes the handshake loop read are the first of h's input, before
+ * anything its bufferevent reads (it reads nothing before its loop runs
+ * again); taken. */
+static void
+hconn_take_head(struct hconn *h, char *head, size_t len)
+{
+	if (len > 0 && evbuffer_add(bufferevent_get_input(h->bev), head,
+	    len) != 0) {
+		warn("http: out of memory for a request: closing",
+		    KV_S("peer", h->peer));
+		hconn_end(h);
+	} else if (len > 0)
+		hconn_kick_read(h);
+	head_free(head, len);
+}
+
+/* Where a connection whose request line is head lives (docs/0040 section
+ * 2 (i-a)), its handshake having run on loop `here`: loop 0 for a route
+ * whose connections live there (home_loop), or a line not read whole or
+ * not understood; the loop a route's land_loop names; else here.  On the
+ * handshake loop; reads the route table and what land_loop reads. */
+static unsigned
+land_where(const struct server *srv, unsigned here, const char *head,
+    size_t len)
+{
+	char path[LAND_LINE_MAX];
+
+	if (head == NULL || http_line_path(head, len, path, sizeof(path)) != 0)
+		return 0;
+	for (const struct route *const *r = srv->routes; *r != NULL; r++) {
+		unsigned to;
+
+		if ((*r)->matches == NULL || !(*r)->matches(path))
+			continue;
+		if ((*r)->home_loop)
+			return 0;
+		if ((*r)->land_loop == NULL)
+			continue;
+		to = (*r)->land_loop(srv->gw);
+		return to < srv->nloops ? to : 0;
+	}
+	return here;
+}
+
+/* A landed connection becomes a hconn on sl (its thread), head its first
+ * input (taken); on failure it is closed and its place given back. */
+static void
+land_on(struct server_loop *sl, evutil_socket_t fd, SSL *ssl,
+    const char *peer, enum conn_port port, int exempt, char *head,
+    size_t head_len)
+{
+	struct hconn *h = NULL;
+
+	if (!sl->stopped && sl->ws != NULL)
+		h = hconn_new(sl, fd, peer, port, exempt, ssl);
+	else
+		SSL_free(ssl);
+	if (h == NULL) {
+		warn("http: out of memory for a connection: closed",
+		    KV_S("peer", peer), KV_U("loop", sl->index));
+		evutil_closesocket(fd);
+		head_free(head, head_len);
+		if (sl->index == 0) {
+			sl->srv->http_conns--;
+			if (!exempt)
+				srccount_put(sl->srv->http_sources, peer);
+		} else
+			server_conn_released(sl->srv, peer, exempt);
+		return;
+	}
+	debug("http: landed", KV_S("peer", peer), KV_U("loop", sl->index));
+	hconn_take_head(h, head, head_len);
+}
+
+/* A connection sent from its handshake loop to the loop it lands on
+ * (server_adopt): the receiver's once sent. */
+struct adopt {
+	struct server_loop *to;
+	evutil_socket_t fd;
+	SSL *ssl;
+	char *head;
+	size_t head_len;
+	enum conn_port port;
+	int exempt;
+	char peer[PEER_MAX];
+};
+
+static void
+adopt_here(void *arg)
+{
+	struct adopt *a = arg;
+
+	land_on(a->to, a->fd, a->ssl, a->peer, a->port, a->exempt, a->head,
+	    a->head_len);
+	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
+	free(a);
+}
+
+/* The loop stopped first: closed, its place given back. */
+static void
+adopt_dropped(void *arg)
+{
+	struct adopt *a = arg;
+
+	SSL_free(a->ssl);
+	evutil_closesocket(a->fd);
+	head_free(a->head, a->head_len);
+	server_conn_released(a->to->srv, a->peer, a->exempt);
+	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
+	free(a);
+}
+
+/* Sends a connection (established, its head read) to loop `to` (not the
+ * calling one, not 0): LOOP_MSG_ADOPT of docs/0040.  Takes fd, ssl, head. */
+static void
+server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
+    const char *peer, enum conn_port port, int exempt, char *head,
+    size_t head_len)
+{
+	struct adopt *a = malloc(sizeof(*a));
+
+	if (a == NULL) {
+		warn("http: out of memory for a connection: closed",
+		    KV_S("peer", peer));
+		SSL_free(ssl);
+		evutil_closesocket(fd);
+		head_free(head, head_len);
+		server_conn_released(to->srv, peer, exempt);
+		return;
+	}
+	*a = (struct adopt){ .to = to, .fd = fd, .ssl = ssl, .head = head,
+	    .head_len = head_len, .port = port, .exempt = exempt };
+	snprintf(a->peer, sizeof(a->peer), "%s", peer);
+	/* Owed from now (a drain's count), not only once it arrived. */
+	atomic_fetch_add_explicit(&to->owed, 1, memory_order_relaxed);
+	(void)loop_call(to->loop, adopt_here, a, adopt_dropped);
+}
+
+/* tlsloops' land callback, on handshake loop job->loop (--landing any):
+ * the connection becomes a hconn there, its head the first input, unless
+ * it belongs on loop 0 (then 0: the job goes home).  Its place in the
+ * connection counts stays taken on loop 0 until it ends or becomes a
+ * WebSocket (server_conn_released); only its slot goes home
+ * (TLSLOOP_LANDED, tls_job_done). */
+static int
+tls_land(struct tlsloop_job *job, void *arg)
+{
+	struct server *srv = arg;
+	struct tls_job *tj = (struct tls_job *)job;
+	struct server_loop *sl = &srv->per[job->loop];
+	unsigned to;
+
+	if (sl->stopped || sl->ws == NULL ||
+	    (to = land_where(srv, job->loop, job->head, job->head_len)) == 0)
+		return 0;
+	if (to == job->loop)
+		land_on(sl, job->fd, job->ssl, tj->peer, tj->port, tj->exempt,
+		    job->head, job->head_len);
+	else
+		server_adopt(&srv->per[to], job->fd, job->ssl, tj->peer, tj->port,
+		    tj->exempt, job->head, job->head_len);
+	job->ssl = NULL;
+	job->head = NULL;
+	return 1;
+}
+
 /* A handshake loop gave a connection back (on loop 0): established, it
- * becomes a hconn reading its first request; else it is closed. */
+ * becomes a hconn reading its first request (the bytes the loop read of
+ * it first); landed there, only its slot is released here; else it is
+ * closed. */
 static void
 tls_job_done(struct tlsloop_job *job, void *arg)
 {
 	struct server *srv = arg;
 	struct tls_job *tj = (struct tls_job *)job;
 	SSL *ssl = job->ssl;
+	struct hconn *h;
 
 	job->ssl = NULL;
 	srv->loop_inflight[job->loop]--;
+	if (job->result == TLSLOOP_LANDED) {
+		/* Its place stays taken: the hconn on job->loop holds it. */
+		srv->loop_handshakes[job->loop]++;
+		tls_slot_release(srv, tj->peer, tj->exempt, tj->job.since_ms);
+		free(tj);
+		return;
+	}
 	srv->http_conns--;
 	if (job->result == TLSLOOP_NO_HELLO || job->result == TLSLOOP_TOO_SLOW)
 		srv->shed++;
@@ -1365,13 +1661,16 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 		srv->loop_handshakes[job->loop]++;
 		debug("http: TLS handshake done", KV_S("peer", tj->peer),
 		    KV_U("loop", job->loop));
-		if (hconn_new(srv, job->fd, tj->peer, tj->port, tj->exempt,
-		    ssl) == NULL) {
+		if ((h = hconn_new(&srv->per[0], job->fd, tj->peer, tj->port,
+		    tj->exempt, ssl)) == NULL) {
 			warn("http: out of memory for a connection: closed",
 			    KV_S("peer", tj->peer));
 			if (!tj->exempt)
 				srccount_put(srv->http_sources, tj->peer);
 			evutil_closesocket(job->fd);
+		} else {
+			hconn_take_head(h, job->head, job->head_len);
+			job->head = NULL;
 		}
 	} else {
 		if (ssl != NULL)
@@ -1380,6 +1679,7 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 		if (!tj->exempt)
 			srccount_put(srv->http_sources, tj->peer);
 	}
+	head_free(job->head, job->head_len);
 	tls_slot_release(srv, tj->peer, tj->exempt, tj->job.since_ms);
 	free(tj);
 }
@@ -1403,7 +1703,7 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
 		tls_hand_out(srv, loop, fd, peer, port, exempt);
 		return;
 	}
-	h = hconn_new(srv, fd, peer, port, exempt, NULL);
+	h = hconn_new(&srv->per[0], fd, peer, port, exempt, NULL);
 	if (h == NULL) {
 		warn("http: out of memory for a connection: closed", KV_S("peer", peer));
 		if (!exempt) {
@@ -1601,7 +1901,8 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 	if (port == PORT_PLAIN) {
 		if (conn_admit(srv, peer, exempt) != 0) {
 			evutil_closesocket(fd);
-		} else if (hconn_new(srv, fd, peer, PORT_PLAIN, exempt, NULL) == NULL) {
+		} else if (hconn_new(&srv->per[0], fd, peer, PORT_PLAIN, exempt,
+		    NULL) == NULL) {
 			warn("http: out of memory for a connection: closed",
 			    KV_S("peer", peer));
 			if (!exempt)
@@ -1867,6 +2168,24 @@ listener_close(struct server *srv, struct evconnlistener **lp)
 	evconnlistener_free(l);
 }
 
+/* On loop k once no connection is accepted any more (a drain's end): its
+ * kept-alive connections between two requests close (on loop 0 they stay
+ * until the exit; here they would hold it: server_unanswered counts loop
+ * k's in one number), and every later answer closes its connection
+ * (gw->stopping). */
+static void
+serve_loop_idle_close(void *arg)
+{
+	struct server_loop *sl = arg;
+	struct hconn *h, *next;
+
+	for (h = LIST_FIRST(&sl->http); h != NULL; h = next) {
+		next = LIST_NEXT(h, link);
+		if (hconn_idle(h))
+			hconn_end(h);
+	}
+}
+
 void
 server_stop_accepting(struct gateway *gw)
 {
@@ -1879,6 +2198,9 @@ server_stop_accepting(struct gateway *gw)
 	listener_close(srv, &srv->listener);
 	listener_close(srv, &srv->plain);
 	listener_close(srv, &srv->mtls);
+	for (unsigned i = 1; i < srv->nloops; i++)
+		(void)loop_call(srv->per[i].loop, serve_loop_idle_close,
+		    &srv->per[i], NULL);
 	info("stopped accepting connections: those accepted are served",
 	    KV_U("unanswered", server_unanswered(gw)));
 }
@@ -1903,10 +2225,15 @@ server_unanswered(const struct gateway *gw)
 	if (srv == NULL)
 		return 0;
 	n = srv->prefaces_n + srv->qlen + srv->tls_handshakes;
-	LIST_FOREACH(h, &srv->http, link)
+	LIST_FOREACH(h, &srv->per[0].http, link)
 		if (!h->tls_counted && h->state != HC_DONE &&
 		    h->state != HC_LINGERING && !hconn_idle(h))
 			n++;
+	/* Landed on another loop: each counted there (made before its slot
+	 * came back, so never between the two); its idle ones were closed
+	 * when the listeners were (serve_loop_idle_close). */
+	for (unsigned i = 1; i < srv->nloops; i++)
+		n += atomic_load_explicit(&srv->per[i].owed, memory_order_relaxed);
 	return n;
 }
 
@@ -2051,6 +2378,107 @@ server_tls_use(struct gateway *gw, SSL_CTX *main, SSL_CTX *peer)
 	}
 }
 
+/* ---- each loop's part (docs/0040 section 2) ---- */
+
+/* Ends every connection of sl (on_close for each WebSocket: a tunnel ends
+ * its session there) and frees its set.  On sl's thread, or on loop 0's
+ * once sl's thread was joined. */
+static void
+serve_loop_close(struct server_loop *sl)
+{
+	sl->stopped = 1;
+	while (!LIST_EMPTY(&sl->http)) {
+		struct hconn *h = LIST_FIRST(&sl->http);
+
+		if (h->state == HC_UPGRADING)
+			hconn_abandon(h);
+		hconn_free(h);
+	}
+	if (sl->ws != NULL)
+		wsconn_destroy_all(sl->ws);
+}
+
+/* Loop k's first message: its WebSocket set, on its own base. */
+static void
+serve_loop_start(void *arg)
+{
+	struct server_loop *sl = arg;
+	const struct gateway_limits *l = &sl->srv->gw->limits;
+
+	sl->ws = wsconn_set_new(sl->base, wsconn_tick_for(l->ping_interval_ms,
+	    l->ping_timeout_ms));
+	if (sl->ws == NULL) {
+		warn("http: out of memory for a loop's WebSockets: connections "
+		    "land on loop 0", KV_U("loop", sl->index));
+		return;
+	}
+	wsconn_set_budget(sl->ws, &sl->srv->gw->budget);
+}
+
+/* Stop, step 3 of docs/0040 section 4, on loop k's thread: its
+ * connections end and its set goes; what the loop defers of them runs
+ * before its thread returns (loop.c). */
+static void
+serve_loop_stop(void *arg)
+{
+	struct server_loop *sl = arg;
+
+	serve_loop_close(sl);
+	wsconn_set_free(sl->ws);
+	sl->ws = NULL;
+}
+
+/* Every loop's part: loop 0's set made here, loop k's by its first
+ * message (sent before any handshake: a loop runs its inbox in order).
+ * 0, or -1 when out of memory. */
+static int
+server_loops_new(struct server *srv)
+{
+	struct gateway *gw = srv->gw;
+
+	if ((srv->per = calloc(srv->nloops, sizeof(*srv->per))) == NULL)
+		return -1;
+	for (unsigned i = 0; i < srv->nloops; i++) {
+		struct server_loop *sl = &srv->per[i];
+
+		sl->srv = srv;
+		sl->index = i;
+		sl->loop = gw->loops != NULL ? &gw->loops[i] : NULL;
+		sl->base = sl->loop != NULL ? sl->loop->base : gw->base;
+		LIST_INIT(&sl->http);
+	}
+	serve_loop_start(&srv->per[0]);
+	if (srv->per[0].ws == NULL)
+		return -1;
+	for (unsigned i = 1; i < srv->nloops; i++)
+		(void)loop_call(srv->per[i].loop, serve_loop_start, &srv->per[i],
+		    NULL);
+	return 0;
+}
+
+/* After the joins, on loop 0's thread: loop 0's connections end, then
+ * what a stopped loop k did not close itself (its stop message dropped),
+ * and every set is freed. */
+static void
+server_loops_free(struct server *srv)
+{
+	if (srv->per == NULL)
+		return;
+	serve_loop_close(&srv->per[0]);
+	for (unsigned i = 1; i < srv->nloops; i++)
+		if (!srv->per[i].stopped || srv->per[i].ws != NULL) {
+			serve_loop_close(&srv->per[i]);
+			/* Their places come back through loop 0's inbox. */
+			loops_stop(srv->gw->loops, srv->gw->nloops);
+		}
+	/* What loop 0 still holds of them goes too (runtime.h). */
+	runtime_drain(srv->gw->base);
+	for (unsigned i = 0; i < srv->nloops; i++)
+		wsconn_set_free(srv->per[i].ws);
+	free(srv->per);
+	srv->per = NULL;
+}
+
 /* ---- start and stop ---- */
 
 /* A listener on host:port feeding server_accept.  NULL with err. */
@@ -2097,7 +2525,6 @@ server_start(struct gateway *gw, const struct route *const *routes,
 		if ((*r)->exchange != NULL)
 			srv->exchange = *r;
 	}
-	LIST_INIT(&srv->http);
 	LIST_INIT(&srv->prefaces);
 	gw->server = srv;
 	srv->ssl_ctx = tls_context(gw->data_dir, TLSPEER_ASK, err, errlen);
@@ -2107,22 +2534,20 @@ server_start(struct gateway *gw, const struct route *const *routes,
 	srv->queue = calloc(gw->limits.max_tls_queue, sizeof(*srv->queue));
 	srv->tls_sources = srccount_new();
 	srv->http_sources = srccount_new();
-	srv->ws = wsconn_set_new(gw->base, wsconn_tick_for(gw->limits.ping_interval_ms,
-	    gw->limits.ping_timeout_ms));
 	srv->nloops = gw->loops != NULL ? gw->nloops : 1;
 	srv->loop_inflight = calloc(srv->nloops, sizeof(*srv->loop_inflight));
 	srv->loop_handshakes = calloc(srv->nloops, sizeof(*srv->loop_handshakes));
-	if (srv->accept_retry == NULL || srv->queue == NULL || srv->ws == NULL ||
+	if (srv->accept_retry == NULL || srv->queue == NULL ||
 	    srv->tls_sources == NULL || srv->http_sources == NULL ||
-	    srv->loop_inflight == NULL || srv->loop_handshakes == NULL) {
+	    srv->loop_inflight == NULL || srv->loop_handshakes == NULL ||
+	    server_loops_new(srv) != 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
 	/* Before the listener: every loop runs once the port takes connections. */
 	if (srv->nloops > 1 && (srv->loops = tlsloops_new(gw->loops, srv->nloops,
-	    tls_job_done, srv, err, errlen)) == NULL)
+	    tls_job_done, tls_land, srv, err, errlen)) == NULL)
 		goto fail;
-	wsconn_set_budget(srv->ws, &gw->budget);
 	srv->listener = listen_on(srv, host, port, err, errlen);
 	if (srv->listener == NULL)
 		goto fail;
@@ -2225,12 +2650,29 @@ server_plain_port(struct gateway *gw)
 }
 
 void
+server_stop_loops(struct gateway *gw)
+{
+	struct server *srv = gw->server;
+
+	if (srv == NULL || srv->loops_stopping)
+		return;
+	srv->loops_stopping = 1;
+	/* First the handshakes they hold (back to loop 0), then what lives
+	 * there: each loop's inbox runs them in this order. */
+	tlsloops_stop(srv->loops);
+	for (unsigned i = 1; srv->per != NULL && i < srv->nloops; i++)
+		(void)loop_call(srv->per[i].loop, serve_loop_stop, &srv->per[i],
+		    NULL);
+}
+
+void
 server_stop(struct gateway *gw)
 {
 	struct server *srv = gw->server;
 
 	if (srv == NULL)
 		return;
+	server_stop_loops(gw);
 	srv->closing = 1;
 	if (srv->listener != NULL)
 		evconnlistener_free(srv->listener);
@@ -2252,28 +2694,17 @@ server_stop(struct gateway *gw)
 	free(srv->queue);
 	srv->queue = NULL;
 	/* The handshake loops stop; what they held comes back (through loop
-	 * 0's inbox, which loops_stop runs) and is closed. */
-	tlsloops_stop(srv->loops);
+	 * 0's inbox, which loops_stop runs) and is closed; each closed its
+	 * own connections first (server_stop_loops), and their places came
+	 * back the same way. */
 	loops_stop(gw->loops, gw->nloops);
 	tlsloops_free(srv->loops);
 	srv->loops = NULL;
-	while (!LIST_EMPTY(&srv->http)) {
-		struct hconn *h = LIST_FIRST(&srv->http);
-
-		if (h->state == HC_UPGRADING)
-			hconn_abandon(h);
-		hconn_free(h);
-	}
+	server_loops_free(srv);
 	srccount_free(srv->tls_sources);    /* after the slots gave theirs back */
 	srv->tls_sources = NULL;
 	srccount_free(srv->http_sources);
 	srv->http_sources = NULL;
-	/* Every WebSocket gets its on_close (a tunnel ends its session there). */
-	if (srv->ws != NULL)
-		wsconn_destroy_all(srv->ws);
-	/* What the loop still holds of them goes too (runtime.h). */
-	runtime_drain(gw->base);
-	wsconn_set_free(srv->ws);
 	if (srv->ssl_ctx != NULL)
 		SSL_CTX_free(srv->ssl_ctx);
 	if (srv->mtls_ctx != NULL)

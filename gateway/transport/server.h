@@ -98,6 +98,13 @@ void server_stop_accepting(struct gateway *gw);
  * out).  WebSockets are not counted (streams, tunnels).  O(HTTP
  * connections). */
 unsigned server_unanswered(const struct gateway *gw);
+/* Stop, step 3 of docs/0040 section 4: asks loops 1..nloops-1 to give back
+ * the handshakes they hold and then to close, each on its own thread, the
+ * connections living there (WebSockets get their on_close); their places
+ * come back to loop 0 through its inbox (loops_stop runs it).  Sent before
+ * the loops' links close (main.c), so their streams end with them.  From
+ * loop 0's thread; server_stop calls it too.  Idempotent. */
+void server_stop_loops(struct gateway *gw);
 /* Closes the listener and frees every connection (WebSockets get their
  * on_close, pending upgrades their abandon callback, exchanges their
  * route's client_gone).  Stops gw->loops 1..nloops-1 (loops_stop: the

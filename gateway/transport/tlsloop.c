@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <event2/event.h>
 #include <openssl/err.h>
@@ -29,6 +30,7 @@ struct tlsloops {
 	struct loop *home;            /* loop 0: where jobs go back */
 	struct tlsloop_worker *w;     /* [n]: w[i - 1] is loop i's */
 	void (*done)(struct tlsloop_job *, void *);
+	int (*land)(struct tlsloop_job *, void *);
 	void *arg;
 };
 
@@ -77,19 +79,104 @@ job_finish(struct tlsloop_worker *w, struct tlsloop_job *j,
 
 static void job_cb(evutil_socket_t fd, short what, void *arg);
 
-/* Waits for what the handshake needs, until the deadline that applies:
- * the ClientHello's while none came, else the whole handshake's. */
+/* The monotonic time the job waits until: while its request line is read,
+ * LAND_WAIT_MS after the handshake or the slot's deadline, whichever is
+ * first; before, the ClientHello's while none came, else the whole
+ * handshake's. */
+static int64_t
+job_deadline(const struct tlsloop_job *j)
+{
+	int64_t slot = j->since_ms + j->handshake_ms;
+
+	if (j->line_since_ms != 0)
+		return j->line_since_ms + LAND_WAIT_MS < slot ?
+		    j->line_since_ms + LAND_WAIT_MS : slot;
+	return j->since_ms + (SSL_get_state(j->ssl) == TLS_ST_BEFORE ?
+	    j->hello_ms : j->handshake_ms);
+}
+
+/* Waits for what the job needs, until its deadline. */
 static void
 job_wait(struct tlsloop_worker *w, struct tlsloop_job *j, short what)
 {
-	int64_t limit = SSL_get_state(j->ssl) == TLS_ST_BEFORE ? j->hello_ms :
-	    j->handshake_ms;
-	int64_t left = j->since_ms + limit - runtime_monotonic_ms();
+	int64_t left = job_deadline(j) - runtime_monotonic_ms();
 	struct timeval tv = runtime_ms_timeval(left > 0 ? (uint32_t)left : 0);
 
 	if (event_assign(j->ev, w->loop->base, j->fd, what, job_cb, j) != 0 ||
 	    event_add(j->ev, &tv) != 0)
 		job_finish(w, j, TLSLOOP_FAILED);
+}
+
+/* The line's wait is over (read, or not in time, or the client closed or
+ * failed: its connection will see that again on its first read): the
+ * server decides where the connection lives. */
+static void
+line_done(struct tlsloop_worker *w, struct tlsloop_job *j)
+{
+	struct tlsloops *t = w->set;
+
+	ERR_clear_error();
+	j->loop = w->loop->index;
+	if (j->ev != NULL)
+		event_free(j->ev);
+	j->ev = NULL;
+	job_finish(w, j, t->land != NULL && t->land(j, t->arg) ? TLSLOOP_LANDED :
+	    TLSLOOP_OK);
+}
+
+/* Whether the head holds a whole line (its LF). */
+static int
+line_whole(const struct tlsloop_job *j)
+{
+	return j->head != NULL && memchr(j->head, '\n', j->head_len) != NULL;
+}
+
+/* Reads the request line: until its LF or LAND_LINE_MAX bytes, then what
+ * the SSL still holds decrypted (SSL_pending: the rest of that record).
+ * Waits for the socket when it needs more; at the deadline (late) it
+ * takes what is there.  The head grows by at most a record past the cap. */
+static void
+line_step(struct tlsloop_worker *w, struct tlsloop_job *j, int late)
+{
+	for (;;) {
+		int enough = line_whole(j) || j->head_len >= LAND_LINE_MAX;
+		size_t want = enough ? (size_t)SSL_pending(j->ssl) :
+		    LAND_LINE_MAX - j->head_len;
+		char *grown;
+		int r;
+
+		if (want == 0) {
+			line_done(w, j);
+			return;
+		}
+		if ((grown = realloc(j->head, j->head_len + want)) == NULL) {
+			job_finish(w, j, TLSLOOP_FAILED);
+			return;
+		}
+		j->head = grown;
+		r = SSL_read(j->ssl, j->head + j->head_len, (int)want);
+		if (r > 0) {
+			j->head_len += (size_t)r;
+			continue;
+		}
+		switch (SSL_get_error(j->ssl, r)) {
+		case SSL_ERROR_WANT_READ:
+			if (late || enough)
+				line_done(w, j);
+			else
+				job_wait(w, j, EV_READ);
+			return;
+		case SSL_ERROR_WANT_WRITE:
+			if (late)
+				line_done(w, j);
+			else
+				job_wait(w, j, EV_WRITE);
+			return;
+		default:                 /* closed or failed: it will say so */
+			line_done(w, j);
+			return;
+		}
+	}
 }
 
 /* One step of the handshake: done, failed, or waiting again. */
@@ -98,6 +185,11 @@ job_step(struct tlsloop_worker *w, struct tlsloop_job *j)
 {
 	int r = SSL_do_handshake(j->ssl);
 
+	if (r == 1 && j->read_line) {
+		j->line_since_ms = runtime_monotonic_ms();
+		line_step(w, j, 0);
+		return;
+	}
 	if (r == 1) {
 		job_finish(w, j, TLSLOOP_OK);
 		return;
@@ -123,6 +215,10 @@ job_cb(evutil_socket_t fd, short what, void *arg)
 	int64_t held = runtime_monotonic_ms() - j->since_ms;
 
 	(void)fd;
+	if (j->line_since_ms != 0) {     /* reading the request line */
+		line_step(w, j, (what & EV_TIMEOUT) != 0);
+		return;
+	}
 	/* Ready and timed out at once (a loop that stalled past the deadline
 	 * sees both): what arrived is read first; a handshake that then still
 	 * waits does so with no time left (job_wait), so the deadline holds. */
@@ -190,7 +286,8 @@ worker_stop(void *arg)
 
 struct tlsloops *
 tlsloops_new(struct loop *loops, unsigned n,
-    void (*done)(struct tlsloop_job *job, void *arg), void *arg, char *err,
+    void (*done)(struct tlsloop_job *job, void *arg),
+    int (*land)(struct tlsloop_job *job, void *arg), void *arg, char *err,
     size_t errlen)
 {
 	struct tlsloops *t = calloc(1, sizeof(*t));
@@ -204,6 +301,7 @@ tlsloops_new(struct loop *loops, unsigned n,
 	t->n = n - 1;
 	t->home = &loops[0];
 	t->done = done;
+	t->land = land;
 	t->arg = arg;
 	for (unsigned i = 0; i < t->n; i++) {
 		t->w[i].set = t;
@@ -224,6 +322,9 @@ tlsloop_submit(struct tlsloops *t, unsigned i, struct tlsloop_job *job)
 	struct tlsloop_worker *w = &t->w[i - 1];
 
 	job->ev = NULL;
+	job->head = NULL;
+	job->head_len = 0;
+	job->line_since_ms = 0;
 	job->worker = w;
 	job->next = job->prev = NULL;
 	(void)loop_call(w->loop, job_start, job, job_start_dropped);

@@ -2,8 +2,10 @@
  * tlsloop.h: TLS handshakes on the gateway's loops 1..n-1 (--workers,
  * docs/0032; the loops themselves are core/loop.h's): the CPU-heavy part
  * of a connection's life runs there, and the established connection goes
- * back to loop 0 (the home loop, where every connection, tunnel, stream
- * and route lives).
+ * back to loop 0 (the home loop), or, once its request line was read there
+ * (a job with read_line, docs/0040 section 2 (i-a)), may stay on its
+ * handshake loop: the land callback decides, and only the job's slot
+ * goes home.
  *
  * The home loop keeps every count and cap (admission, docs/0028): a job is
  * given to a handshake loop only once it holds its slot.  A job travels as
@@ -33,7 +35,18 @@ enum tlsloop_result {
 	TLSLOOP_NO_HELLO,     /* no ClientHello within hello_ms */
 	TLSLOOP_TOO_SLOW,     /* not finished within handshake_ms */
 	TLSLOOP_STOPPED,      /* the handshake loops stopped first */
+	TLSLOOP_LANDED,       /* established, and the land callback took the
+	                         connection on its handshake loop: fd, ssl and
+	                         head are no longer the job's */
 };
+
+/* Landing (docs/0040 section 2 (i-a)): the request line is read within
+ * LAND_WAIT_MS of the handshake's end (or by its slot's deadline, if
+ * sooner), at most LAND_LINE_MAX bytes; what the TLS record holding its
+ * end carries beyond it is read too (SSL_pending), so no plaintext stays
+ * inside the SSL where no socket event would wake the loop it lands on. */
+#define LAND_LINE_MAX 8192
+#define LAND_WAIT_MS  250
 
 /* One connection's handshake.  The server embeds it in its own record and
  * fills the first part; the handshake loop fills the rest. */
@@ -47,9 +60,19 @@ struct tlsloop_job {
 	int64_t since_ms;             /* monotonic: when the slot was taken */
 	uint32_t hello_ms;            /* deadlines from since_ms */
 	uint32_t handshake_ms;
+	int read_line;                /* once established, read the request line
+	                                 (then the land callback decides) */
 	/* Filled by the handshake loop, read in the done callback. */
-	unsigned loop;                /* 1..n: the loop that ran it */
+	unsigned loop;                /* 1..n: the loop that ran it (set before
+	                                 the land callback too) */
 	enum tlsloop_result result;
+	char *head;                   /* read_line: the application bytes read
+	                                 after the handshake (malloc'd, possibly
+	                                 NULL): the first of the connection's
+	                                 input; the server's (or the land
+	                                 callback's) to wipe and free */
+	size_t head_len;
+	int64_t line_since_ms;        /* monotonic: when the line's wait began */
 	/* The handshake loop's own. */
 	struct tlsloop_worker *worker;
 	struct event *ev;
@@ -63,12 +86,19 @@ struct tlsloops;
  * Runs handshakes on loops[1..n-1] and gives them back on loops[0]:
  * done(job, arg) runs on loop 0's thread for every job submitted, exactly
  * once, once its handshake ended (or at the stop: tlsloops_stop, then
- * loops_stop).  The loops are the caller's and outlive the set.  Returns
- * the set (nothing started: its state is made on each loop on first use),
- * or NULL with err.  Cost: one small allocation per loop.
+ * loops_stop).  A job with read_line, established, first has its request
+ * line read and then land(job, arg) run on its handshake loop's thread
+ * (job->loop, head and head_len set): it returns 1 when it took the
+ * connection there (fd, ssl and head become its own; done then sees
+ * TLSLOOP_LANDED: only the slot is left to release), or 0 to send it home
+ * as TLSLOOP_OK with its head (land NULL: always home).  The loops are the
+ * caller's and outlive the set.  Returns the set (nothing started: its
+ * state is made on each loop on first use), or NULL with err.  Cost: one
+ * small allocation per loop.
  */
 struct tlsloops *tlsloops_new(struct loop *loops, unsigned n,
-    void (*done)(struct tlsloop_job *job, void *arg), void *arg, char *err,
+    void (*done)(struct tlsloop_job *job, void *arg),
+    int (*land)(struct tlsloop_job *job, void *arg), void *arg, char *err,
     size_t errlen);
 
 /* The number of handshake loops (n - 1 of tlsloops_new). */

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# --landing any (docs/0040 section 2 (i-a)): the loop that ran a
+# connection's TLS handshake reads its request line and keeps it, unless
+# it is an agent's tunnel (/v1/connect, loop 0's until step 7).  The
+# bytes read there are the connection's first input: a request line, its
+# body and a pipelined second request sent in one TLS record are all
+# answered (what OpenSSL decrypted past the line, SSL_pending, is taken
+# along; left inside the SSL no socket event would wake the loop it lands
+# on).  A line sent late or in pieces is read whole; a connection that
+# says nothing for longer than the line's wait lands on loop 0 and is
+# served.  A later request for /v1/connect on a connection landed on loop
+# 1 is refused with 421.  The tunnel is on loop 0.
+source "$(dirname "$0")/lib.sh"
+
+py=/usr/bin/python3
+# The scrapes go to the plain metrics port (loop 0's): /metrics on the
+# main port could land on loop 1, whose render of loop 0's counters is
+# not built yet (docs/0040 step 6: metrics folded per loop).
+MP=$(free_port)
+metrics() { curl -sf "http://127.0.0.1:$MP/metrics"; }
+# landed N: how many connections landed on loop N so far (debug lines).
+landed() { grep -c "msg=\"http: landed\".* loop=\"\?$1\"\?\( \|$\)" "$T/gateway.log" || true; }
+
+gateway_init
+gateway_start --workers 2 --landing any --log-level debug --metrics-listen "127.0.0.1:$MP"
+grep -q 'msg="tether-gateway listening".* workers=2' "$T/gateway.log" ||
+	fail "the listening line does not say workers=2"
+
+# One TLS record (under 16 KiB): a POST with a 12,000-byte body, then a
+# pipelined GET.  The first SSL_read takes LAND_LINE_MAX (8 KiB) of it;
+# the rest of the record is only in the SSL.  Eight connections: the
+# handshakes alternate between the loops, so some land on loop 1.
+$py - "$GW_PORT" "$GW_DIR/ca.crt" 8 >"$T/record.out" 2>&1 <<'PY' || fail "one record: $(cat "$T/record.out")"
+import re, socket, ssl, sys
+port, ca, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+ctx = ssl.create_default_context(cafile=ca)
+body = b'{"name":"' + b"x" * 11988 + b'"}'
+req = (b"POST /v1/clusters HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+       b"Content-Length: %d\r\n\r\n" % len(body)) + body + \
+      b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+assert len(req) < 16384
+for i in range(n):
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            t.sendall(req)          # one SSL_write: one record
+            data = b""
+            while True:
+                try:
+                    b = t.recv(65536)
+                except TimeoutError:
+                    sys.exit("connection %d: no answer to both within 20 s: %r" % (i, data[:300]))
+                if not b:
+                    break
+                data += b
+    heads = re.findall(rb"HTTP/1\.1 [0-9]{3}[^\r\n]*", data)
+    if len(heads) != 2 or not heads[1].startswith(b"HTTP/1.1 200"):
+        sys.exit("connection %d: answers %r" % (i, heads))
+    print(i, heads[0].decode(), heads[1].decode())
+PY
+cat "$T/record.out" >&2
+[ "$(landed 1)" -ge 1 ] || fail "no connection landed on loop 1: $(grep -c 'http: TLS handshake done' "$T/gateway.log") handshakes came back to loop 0"
+pass "a request, its 12,000-byte body and a pipelined request in one TLS record: both answered, on 8 connections ($(landed 1) landed on loop 1)"
+
+# A line in pieces (two records 100 ms apart), and a connection silent past
+# the line's wait (250 ms): each answered.
+$py - "$GW_PORT" "$GW_DIR/ca.crt" >"$T/late.out" 2>&1 <<'PY' || fail "late lines: $(cat "$T/late.out")"
+import socket, ssl, sys, time
+port, ca = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(cafile=ca)
+def ask(parts, pause):
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            time.sleep(pause[0])
+            for p in parts:
+                t.sendall(p)
+                time.sleep(pause[1])
+            data = b""
+            while True:
+                b = t.recv(65536)
+                if not b:
+                    break
+                data += b
+    return data
+for i in range(4):
+    d = ask([b"GET /heal", b"thz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"], (0, 0.1))
+    if not d.startswith(b"HTTP/1.1 200"):
+        sys.exit("in pieces: %r" % d[:200])
+    d = ask([b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"], (0.6, 0))
+    if not d.startswith(b"HTTP/1.1 200"):
+        sys.exit("silent first: %r" % d[:200])
+print("ok")
+PY
+pass "a request line in two records, and one sent 600 ms after the handshake: answered"
+
+# A connection landed on loop 1 by its first request may not become a
+# tunnel: /v1/connect later on it is refused (421).
+$py - "$GW_PORT" "$GW_DIR/ca.crt" 8 >"$T/misplaced.out" 2>&1 <<'PY' || fail "421: $(cat "$T/misplaced.out")"
+import re, socket, ssl, sys
+port, ca, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+ctx = ssl.create_default_context(cafile=ca)
+codes = []
+for i in range(n):
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            t.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /v1/connect HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                      b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            data = b""
+            while True:
+                b = t.recv(65536)
+                if not b:
+                    break
+                data += b
+    heads = re.findall(rb"HTTP/1\.1 [0-9]{3}[^\r\n]*", data)
+    codes.append(heads[1][9:12].decode() if len(heads) > 1 else "none")
+print(" ".join(codes))
+# Those landed on loop 0 go on to the tunnel route (which refuses a
+# client without a protocol); those on loop 1 hear 421.
+sys.exit(0 if "421" in codes and all(c != "none" for c in codes) else 1)
+PY
+log "second request /v1/connect: $(cat "$T/misplaced.out")"
+pass "/v1/connect asked later on a connection landed on loop 1: 421"
+
+# The agent's tunnel lands on loop 0 whichever loop runs its handshake:
+# connects until one's handshake ran on loop 1 (they alternate), each
+# tunnel shown on loop 0.
+# from_loop1: tunnels (upgraded connections) whose handshake loop 1 ran.
+from_loop1() {
+	local p n=0
+	for p in $(sed -n 's/.*msg="http upgraded to WebSocket" peer=\([^ ]*\).*/\1/p' "$T/gateway.log"); do
+		grep -q "msg=\"http: TLS handshake done\" peer=$p loop=1\( \|\$\)" "$T/gateway.log" && n=$((n + 1))
+	done
+	echo "$n"
+}
+n1_gone() { ! agent_is n1 active; }
+cid=$(cluster_create landing)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" >/dev/null
+for i in 1 2 3 4 5 6 7 8; do
+	client_start n1
+	wait_until 30 "n1 active ($i)" agent_is n1 active
+	metrics >"$T/placed.metrics"
+	grep -q '^tether_loop_tunnels{loop="0"} 1$' "$T/placed.metrics" ||
+		fail "connect $i: the tunnel is not on loop 0: $(grep tether_loop_tunnels "$T/placed.metrics")"
+	client_stop "$CLIENT_PID"
+	wait_until 30 "n1's tunnel gone ($i)" n1_gone
+	[ "$(from_loop1)" -ge 1 ] && break
+done
+[ "$(from_loop1)" -ge 1 ] || fail "in $i connects no tunnel's handshake ran on loop 1"
+pass "with --landing any the tunnel lives on loop 0 ($i connects, $(from_loop1) of them handshaken on loop 1)"
+
+gateway_stop
+pass "SIGTERM: exit 0 with connections landed on loop 1 (closed on their loop)"
