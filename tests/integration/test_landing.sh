@@ -13,9 +13,8 @@
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
-# The scrapes go to the plain metrics port (loop 0's): /metrics on the
-# main port could land on loop 1, whose render of loop 0's counters is
-# not built yet (docs/0040 step 6: metrics folded per loop).
+# The scrapes go to the plain metrics port, on loop 0: they land nowhere
+# and do not shift which loop runs the test's own handshakes.
 MP=$(free_port)
 metrics() { curl -sf "http://127.0.0.1:$MP/metrics"; }
 # landed N: how many connections landed on loop N so far (debug lines).
