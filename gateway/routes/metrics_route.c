@@ -5,17 +5,19 @@
  * the main port as a route (route.h), for admin tokens (checked on the
  * store thread: answer_later.h).  The text is rendered on loop 0, whose
  * state it reads (the server's admission counts, the store listener's
- * and the lease's health, the stream counters of its tunnels), and sent
+ * and the lease's health), and sent
  * from the loop the scrape came to (answer_there.h, docs/0040).
  */
 #include "metrics_route.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "access.h"
 #include "agentdir.h"
 #include "gateway.h"
+#include "loop.h"
 #include "looplink.h"
 #include "metrics.h"
 #include "mux_metrics.h"
@@ -30,39 +32,27 @@
  * a family shows label values apart. */
 #define LOOPS_SHOWN (PROM_LABELS_MAX - 1)
 
-/* Counts one entry's tunnel on its loop (tether_loop_tunnels). */
-static void
-count_loop(const struct agentdir_entry *e, void *arg)
-{
-	size_t *per_loop = arg;
-
-	if (e->at.loop < LOOPS_SHOWN)
-		per_loop[e->at.loop]++;
-}
-
 /*
  * The per-loop series (docs/0040): each loop's handshakes, CPU and
- * tunnels (one walk of the agent directory under its mutex: O(agents) per
- * scrape), and what each loop link carried (only the pairs that carried
- * something: a family shows PROM_LABELS_MAX - 1 label values apart).
- * Under metrics_lock.
+ * tunnels (its `ntunnels`, an atomic its own loop keeps), and what each
+ * loop link carried (only the pairs that carried something: a family
+ * shows PROM_LABELS_MAX - 1 label values apart).  Under metrics_lock.
  */
 static void
 render_loops(struct gateway *gw)
 {
-	size_t per_loop[LOOPS_SHOWN] = { 0 };
 	unsigned n = server_loops(gw);
 
-	if (gw->agents != NULL)
-		(void)agentdir_foreach(gw->agents, count_loop, per_loop);
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t handshakes;
 		double cpu;
 
 		server_loop_stats(gw, i, &handshakes, &cpu);
 		metrics_loop(i, handshakes, cpu);
-		if (i < LOOPS_SHOWN)
-			metrics_loop_tunnels(i, per_loop[i]);
+		if (i < LOOPS_SHOWN && gw->loops != NULL && i < gw->nloops)
+			metrics_loop_tunnels(i,
+			    atomic_load_explicit(&gw->loops[i].ntunnels,
+			    memory_order_relaxed));
 	}
 	for (unsigned from = 0; from < looplinks_loops(gw->looplinks); from++)
 		for (unsigned to = 0; to < looplinks_loops(gw->looplinks); to++) {

@@ -10,9 +10,9 @@
 
 /* The exposition text, malloc'd, with *len; NULL when out of memory.  The
  * signature is prom_render_fn's (arg: the gateway).  Loop 0 only (it
- * reads loop 0's server, store listener and lease state, and the stream
- * counters its tunnels write): --metrics-listen serves from loop 0, and
- * the route renders there (docs/0040). */
+ * reads loop 0's server, store listener and lease state): --metrics-listen
+ * serves from loop 0, and the route renders there (docs/0040).  Each
+ * loop's tunnels are its `ntunnels` (an atomic): no walk of the agents. */
 char *metrics_render(void *gw, size_t *len);
 
 /* GET /metrics on the main port, for admin tokens (route.h). */
