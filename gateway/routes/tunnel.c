@@ -211,10 +211,14 @@ tunnel_request(struct gateway *gw, const struct route_request *req,
 static uint32_t
 tunnel_retry_after(struct gateway *gw)
 {
-	uint32_t handshaking, waiting;
+	uint32_t handshaking, waiting = 0;
 	uint64_t shed;
+	const struct loop *l = loop_self();
 
-	server_tls_admission(gw, &handshaking, &waiting, &shed);
+	/* The TLS queue is loop 0's (server.c): read there only; elsewhere
+	 * the upgrades waiting for a slot are the queue ahead. */
+	if (l == NULL || l->index == 0)
+		server_tls_admission(gw, &handshaking, &waiting, &shed);
 	return gateway_retry_after_ms(gw, waiting + gw->handshakes_waiting);
 }
 
@@ -624,7 +628,7 @@ tunnel_take(struct gateway *gw, struct upgrade *u)
 const struct route tunnel_route = {
 	.name = "tunnel",
 	.matches = tunnel_matches,
-	.home_loop = 1,
+	.land_loop = tunnel_land_loop,
 	.request = tunnel_request,
 	.upgrade = tunnel_upgrade,
 };

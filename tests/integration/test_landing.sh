@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # --landing any (docs/0040 section 2 (i-a)): the loop that ran a
 # connection's TLS handshake reads its request line and keeps it, unless
-# it is an agent's tunnel (/v1/connect, loop 0's until step 7).  The
+# it is a replica's link (/v1/peer, loop 0's).  The
 # bytes read there are the connection's first input: a request line, its
 # body and a pipelined second request sent in one TLS record are all
 # answered (what OpenSSL decrypted past the line, SSL_pending, is taken
 # along; left inside the SSL no socket event would wake the loop it lands
 # on).  A line sent late or in pieces is read whole; a connection that
 # says nothing for longer than the line's wait lands on loop 0 and is
-# served.  A later request for /v1/connect on a connection landed on loop
-# 1 is refused with 421.  The tunnel is on loop 0.
+# served.  A later request for /v1/peer on a connection landed on loop 1
+# is refused with 421.  An agent's tunnel (/v1/connect) lands by count
+# (docs/0040 step 7): alone, on either loop in turn.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -92,7 +93,7 @@ PY
 pass "a request line in two records, and one sent 600 ms after the handshake: answered"
 
 # A connection landed on loop 1 by its first request may not become a
-# tunnel: /v1/connect later on it is refused (421).
+# replica's link (loop 0's): /v1/peer later on it is refused (421).
 $py - "$GW_PORT" "$GW_DIR/ca.crt" 8 >"$T/misplaced.out" 2>&1 <<'PY' || fail "421: $(cat "$T/misplaced.out")"
 import re, socket, ssl, sys
 port, ca, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -102,7 +103,7 @@ for i in range(n):
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
             t.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-                      b"GET /v1/connect HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                      b"GET /v1/peer HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
                       b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
                       b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
             data = b""
@@ -114,16 +115,17 @@ for i in range(n):
     heads = re.findall(rb"HTTP/1\.1 [0-9]{3}[^\r\n]*", data)
     codes.append(heads[1][9:12].decode() if len(heads) > 1 else "none")
 print(" ".join(codes))
-# Those landed on loop 0 go on to the tunnel route (which refuses a
-# client without a protocol); those on loop 1 hear 421.
+# Those landed on loop 0 go on to the peer route (which refuses a
+# client that is no replica); those on loop 1 hear 421.
 sys.exit(0 if "421" in codes and all(c != "none" for c in codes) else 1)
 PY
-log "second request /v1/connect: $(cat "$T/misplaced.out")"
-pass "/v1/connect asked later on a connection landed on loop 1: 421"
+log "second request /v1/peer: $(cat "$T/misplaced.out")"
+pass "/v1/peer asked later on a connection landed on loop 1: 421"
 
-# The agent's tunnel lands on loop 0 whichever loop runs its handshake:
-# connects until one's handshake ran on loop 1 (they alternate), each
-# tunnel shown on loop 0.
+# The agent's tunnel lands by count (docs/0040 step 7), whichever loop
+# runs its handshake: with no other tunnel the loops take turns.  Connects
+# until one's handshake ran on loop 1 and each loop carried the tunnel
+# once, each tunnel shown on one loop.
 # from_loop1: tunnels (upgraded connections) whose handshake loop 1 ran.
 from_loop1() {
 	local p n=0
@@ -136,18 +138,27 @@ n1_gone() { ! agent_is n1 active; }
 cid=$(cluster_create landing)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" >/dev/null
+on0=0 on1=0
 for i in 1 2 3 4 5 6 7 8; do
 	client_start n1
 	wait_until 30 "n1 active ($i)" agent_is n1 active
 	metrics >"$T/placed.metrics"
-	grep -q '^tether_loop_tunnels{loop="0"} 1$' "$T/placed.metrics" ||
-		fail "connect $i: the tunnel is not on loop 0: $(grep tether_loop_tunnels "$T/placed.metrics")"
+	if grep -q '^tether_loop_tunnels{loop="0"} 1$' "$T/placed.metrics" &&
+		grep -q '^tether_loop_tunnels{loop="1"} 0$' "$T/placed.metrics"; then
+		on0=$((on0 + 1))
+	elif grep -q '^tether_loop_tunnels{loop="1"} 1$' "$T/placed.metrics" &&
+		grep -q '^tether_loop_tunnels{loop="0"} 0$' "$T/placed.metrics"; then
+		on1=$((on1 + 1))
+	else
+		fail "connect $i: the tunnel is not on one loop: $(grep tether_loop_tunnels "$T/placed.metrics")"
+	fi
 	client_stop "$CLIENT_PID"
 	wait_until 30 "n1's tunnel gone ($i)" n1_gone
-	[ "$(from_loop1)" -ge 1 ] && break
+	[ "$(from_loop1)" -ge 1 ] && [ "$on0" -ge 1 ] && [ "$on1" -ge 1 ] && break
 done
 [ "$(from_loop1)" -ge 1 ] || fail "in $i connects no tunnel's handshake ran on loop 1"
-pass "with --landing any the tunnel lives on loop 0 ($i connects, $(from_loop1) of them handshaken on loop 1)"
+[ "$on0" -ge 1 ] && [ "$on1" -ge 1 ] || fail "in $i connects the tunnel was on loop 0 $on0 times, on loop 1 $on1"
+pass "with --landing any the tunnel lands on either loop ($i connects: loop 0 $on0, loop 1 $on1; $(from_loop1) handshaken on loop 1)"
 
 gateway_stop
 pass "SIGTERM: exit 0 with connections landed on loop 1 (closed on their loop)"

@@ -4,7 +4,10 @@
 # tunnel's loop is shown (tether_loop_tunnels), the connections handed over from the handshake loop carry tunnels, operator
 # streams and admin calls as before, a stalled reader holds only its own
 # stream, and a clean stop joins every thread (exit 0, no leak).  With
-# --workers 1 there is one loop, as before the flag.
+# --landing any, tunnels land on the loop with the fewest (two agents, one
+# per loop), an agent that redials while its old tunnel stands on another
+# loop has that one closed there, and the stop tells the agents of both
+# loops.  With --workers 1 there is one loop, as before the flag.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -171,6 +174,72 @@ pass "4 streams of 4 MiB beside a stalled reader, all SHA-256 equal, none crossi
 client_stop "$agent_pid"
 gateway_stop
 pass "SIGTERM: the gateway and its handshake loop stopped, exit 0"
+
+# Tunnels on every loop (docs/0040 step 7): with --landing any a tunnel
+# lands on the loop with the fewest tunnels plus tunnel handshakes.  n1,
+# then n2 (of another cluster) once n1 is active: one tunnel per loop.
+# tunnel_loop FILE N: loop N's tether_loop_tunnels in a scrape in FILE.
+tunnel_loop() {
+	awk -v l="tether_loop_tunnels{loop=\"$2\"}" '$1 == l { v = $2 } END { print v + 0 }' "$1"
+}
+stopped=()
+on_cleanup 'for p in "${stopped[@]}"; do kill -CONT "$p" 2>/dev/null; done'
+gateway_start --workers 2 --landing any --stream-window 262144
+client_start n1 --stream-window 262144
+n1_pid=$CLIENT_PID
+wait_until 30 "n1 active" agent_is n1 active
+metrics >"$T/one.metrics"
+if [ "$(tunnel_loop "$T/one.metrics" 0)" = 1 ]; then a=0 b=1; else a=1 b=0; fi
+[ "$(tunnel_loop "$T/one.metrics" $a)" = 1 ] && [ "$(tunnel_loop "$T/one.metrics" $b)" = 0 ] ||
+	fail "n1's one tunnel is not on one loop: $(grep tether_loop_tunnels "$T/one.metrics")"
+cid2=$(cluster_create workers2)
+ctl token create --cluster "$cid2" >"$T/join2.json"
+join_node n2 "$T/join2.json" --allow "127.0.0.1:$echo_port" >/dev/null
+client_start n2 --stream-window 262144
+n2_pid=$CLIENT_PID
+wait_until 30 "n2 active" agent_is n2 active
+metrics >"$T/two.metrics"
+[ "$(tunnel_loop "$T/two.metrics" $a)" = 1 ] && [ "$(tunnel_loop "$T/two.metrics" $b)" = 1 ] ||
+	fail "n2 did not land on the other loop ($b): $(grep tether_loop_tunnels "$T/two.metrics")"
+pass "n1's tunnel on loop $a, n2's on loop $b: a new tunnel lands on the loop with the fewest"
+
+# Rehome across loops: n1 stopped (its tunnel stays), n2 gone (loop $b
+# empty); n1 dials again from a second process: the new tunnel lands on
+# loop $b and loop $a closes the old one when loop $b says so.
+kill -STOP "$n1_pid"
+stopped+=("$n1_pid")
+client_stop "$n2_pid"
+n2_gone() { metrics >"$T/n2gone.metrics" && [ "$(tunnel_loop "$T/n2gone.metrics" $b)" = 0 ]; }
+wait_until 30 "n2's tunnel gone from loop $b" n2_gone
+client_start n1 --stream-window 262144
+n1b_pid=$CLIENT_PID
+rehomed() { grep -q 'msg="agent reconnected on another loop: closing its previous tunnel"' "$T/gateway.log"; }
+wait_until 30 "loop $a to close n1's old tunnel" rehomed
+placed() {
+	metrics >"$T/rehome.metrics" && [ "$(tunnel_loop "$T/rehome.metrics" $a)" = 0 ] &&
+		[ "$(tunnel_loop "$T/rehome.metrics" $b)" = 1 ]
+}
+wait_until 30 "n1 on loop $b alone" placed
+wait_until 30 "n1 active again" agent_is n1 active
+kill -KILL "$n1_pid"
+kill -CONT "$n1_pid" 2>/dev/null || true
+stopped=()
+pass "n1 redialled while its old tunnel stood: the new one on loop $b, the old one on loop $a closed"
+
+# A drain with tunnels on both loops: every loop's agents are told.
+client_start n2 --stream-window 262144
+n2_pid=$CLIENT_PID
+wait_until 30 "n2 active again" agent_is n2 active
+metrics >"$T/both.metrics"
+[ "$(tunnel_loop "$T/both.metrics" 0)" = 1 ] && [ "$(tunnel_loop "$T/both.metrics" 1)" = 1 ] ||
+	fail "n2 back, not one tunnel per loop: $(grep tether_loop_tunnels "$T/both.metrics")"
+gateway_stop
+told() { grep -q 'msg="gateway closed the tunnel".* code="\?shutdown' "$T/client-$1.log"; }
+wait_until 20 "n1 told of the shutdown" told n1
+wait_until 20 "n2 told of the shutdown" told n2
+pass "SIGTERM with a tunnel on each loop: both agents told 'shutdown' by their own loop, exit 0"
+client_stop "$n1b_pid"
+client_stop "$n2_pid"
 
 # One loop: as before the flag.
 gateway_start --workers 1
