@@ -122,10 +122,104 @@ budget_refusal_str(enum budget_refusal why)
 
 /* ---- the memory budget (held bytes) ---- */
 
-void
-budget_hold_init(struct budget_holder *h, struct budget *b)
+/* How many slices count now (budget_slice_init). */
+static unsigned
+slices_counting(const struct budget *b)
 {
-	h->budget = b;
+	unsigned n = (unsigned)__builtin_popcountll(atomic_load_explicit(&b->slices,
+	    memory_order_relaxed));
+
+	return n > 0 ? n : 1;
+}
+
+void
+budget_slice_init(struct budget_slice *s, struct budget *b)
+{
+	uint64_t bits, bit;
+	unsigned i;
+
+	s->budget = b;
+	s->index = BUDGET_SLICES;
+	s->held = s->published = 0;
+	if (b == NULL)
+		return;
+	bits = atomic_load(&b->slices);
+	do {
+		if (bits == UINT64_MAX)
+			return;
+		i = (unsigned)__builtin_ctzll(~bits);
+		bit = (uint64_t)1 << i;
+	} while (!atomic_compare_exchange_weak(&b->slices, &bits, bits | bit));
+	s->index = i;
+}
+
+void
+budget_slice_fini(struct budget_slice *s)
+{
+	struct budget *b = s->budget;
+
+	if (b == NULL)
+		return;
+	atomic_fetch_sub_explicit(&b->held, s->published, memory_order_relaxed);
+	if (s->index < BUDGET_SLICES)
+		atomic_fetch_and(&b->slices, ~((uint64_t)1 << s->index));
+	s->budget = NULL;
+	s->index = BUDGET_SLICES;
+	s->held = s->published = 0;
+}
+
+size_t
+budget_slice_total(const struct budget_slice *s)
+{
+	if (s->budget == NULL)
+		return 0;
+	/* Modular: the others' published figures are never negative. */
+	return atomic_load_explicit(&s->budget->held, memory_order_relaxed) -
+	    s->published + s->held;
+}
+
+int
+budget_slice_over(const struct budget_slice *s)
+{
+	const struct budget *b = s->budget;
+
+	if (b == NULL || b->memory == 0 || budget_slice_total(s) <= b->memory)
+		return 0;
+	return s->index >= BUDGET_SLICES || s->held > b->memory / slices_counting(b);
+}
+
+/* s's held moved: the process's figure follows once it moved by a
+ * granule since s last published, or fell to 0 (exact when idle). */
+static void
+slice_publish(struct budget_slice *s)
+{
+	size_t d = s->held - s->published;   /* modular: may be "negative" */
+
+	if (d == 0 || (s->held != 0 && (d < BUDGET_GRANULE || -d < BUDGET_GRANULE)))
+		return;
+	atomic_fetch_add_explicit(&s->budget->held, d, memory_order_relaxed);
+	s->published = s->held;
+}
+
+/* The budget's mutex, when windows and holders are charged from several
+ * threads. */
+static void
+hold_lock(const struct budget_holder *h, int lock)
+{
+	pthread_mutex_t *mu = h->slice != NULL ? h->slice->budget->mu : NULL;
+
+	if (mu == NULL)
+		return;
+	if (lock)
+		pthread_mutex_lock(mu);
+	else
+		pthread_mutex_unlock(mu);
+}
+
+void
+budget_hold_init(struct budget_holder *h, struct budget_slice *s)
+{
+	h->slice = s != NULL && s->budget != NULL ? s : NULL;
 	h->principal = NULL;
 	h->held = 0;
 }
@@ -137,44 +231,72 @@ budget_hold_charge(struct budget_holder *h, struct budget_account *principal)
 
 	if (h->principal == principal)
 		return;
-	budget_hold_release(h);
-	h->principal = principal;
+	budget_hold_set(h, 0);
+	hold_lock(h, 1);
+	if (h->principal != NULL)
+		h->principal->holders--;
 	if (principal != NULL)
 		principal->holders++;
+	hold_lock(h, 0);
+	h->principal = principal;
 	budget_hold_set(h, held);
 }
 
 void
 budget_hold_set(struct budget_holder *h, size_t bytes)
 {
-	if (h->budget == NULL || bytes == h->held)
+	struct budget_slice *s = h->slice;
+	struct budget_account *p = h->principal;
+	size_t d = bytes - h->held;          /* modular */
+
+	if (s == NULL || bytes == h->held)
 		return;
-	h->budget->held = h->budget->held - h->held + bytes;
-	if (h->principal != NULL)
-		h->principal->held = h->principal->held - h->held + bytes;
+	s->held += d;
+	if (p != NULL) {
+		atomic_fetch_add_explicit(&p->held, d, memory_order_relaxed);
+		if (p->part != NULL && s->index < BUDGET_SLICES)
+			p->part[s->index] += d;
+	}
 	h->held = bytes;
+	slice_publish(s);
 }
 
 void
 budget_hold_release(struct budget_holder *h)
 {
 	budget_hold_set(h, 0);
-	if (h->principal != NULL)
+	if (h->principal != NULL) {
+		hold_lock(h, 1);
 		h->principal->holders--;
+		hold_lock(h, 0);
+	}
 	h->principal = NULL;
+}
+
+/* Whether h's principal is past its share and h's loop holds more than
+ * its part of it (all of it without parts). */
+static int
+principal_over(const struct budget_holder *h)
+{
+	const struct budget *b = h->slice->budget;
+	const struct budget_account *p = h->principal;
+	unsigned i = h->slice->index;
+
+	if (p == NULL || b->memory_share == 0 ||
+	    atomic_load_explicit(&p->held, memory_order_relaxed) <= b->memory_share)
+		return 0;
+	return p->part == NULL || i >= BUDGET_SLICES ||
+	    p->part[i] > b->memory_share / slices_counting(b);
 }
 
 enum budget_refusal
 budget_hold_over(const struct budget_holder *h)
 {
-	const struct budget *b = h->budget;
-
-	if (b == NULL)
+	if (h->slice == NULL)
 		return BUDGET_OK;
-	if (b->memory > 0 && b->held > b->memory)
+	if (budget_slice_over(h->slice))
 		return BUDGET_TOTAL;
-	if (h->principal != NULL && b->memory_share > 0 &&
-	    h->principal->held > b->memory_share)
+	if (principal_over(h))
 		return BUDGET_PRINCIPAL;
 	return BUDGET_OK;
 }

@@ -23,21 +23,44 @@
  * it refuses the next one.
  *
  * Costs: a budget and an account are a few words; every call is O(1).
+ *
+ * Threads (docs/0040): windows (`used`) and the principals' `holders` are
+ * charged under `mu` when it is set (two loops or more).  What connections
+ * hold (`held`) is counted per loop: each loop has a slice
+ * (struct budget_slice) that counts its holders exactly, on that loop's
+ * thread only, and publishes to the process's figure (an atomic) only when
+ * its own total moved by BUDGET_GRANULE; a principal's figure is an atomic
+ * beside a per-slice part.  A loop evicts only its own holders, only when
+ * the process (or a principal) is over and its own part is over its
+ * 1/slices of the limit (budget_hold_over, budget_slice_over).
  */
 #ifndef TETHER_BUDGET_H
 #define TETHER_BUDGET_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Slices at most: one per loop, and --workers is at most 64. */
+#define BUDGET_SLICES 64
+/* A slice publishes its held bytes to the process's figure when they
+ * moved by this much since it last did (or fell to 0): the figure is
+ * within slices x BUDGET_GRANULE of the exact sum. */
+#define BUDGET_GRANULE ((size_t)64 << 10)
 
 /* One tunnel's or one principal's share. */
 struct budget_account {
 	size_t used;             /* bytes of windows charged to it now */
 	size_t limit;            /* its share; 0: no share of its own (no limit) */
 	int admin;               /* a principal that may use the admin reserve */
-	size_t held;             /* bytes its connections hold now (budget_holder) */
-	unsigned holders;        /* connections charged to it (budget_hold_charge) */
+	/* Bytes its connections hold now, on every loop (budget_holder):
+	 * exact, changed by each holder with one relaxed atomic add. */
+	_Atomic size_t held;
+	/* NULL, or BUDGET_SLICES counts: of held, what each slice's holders
+	 * hold (part[i] written and read by slice i's thread only). */
+	size_t *part;
+	unsigned holders;        /* connections charged to it (budget_hold_charge), under mu */
 };
 
 struct budget {
@@ -55,7 +78,10 @@ struct budget {
 	 * together within memory, one principal's within memory_share. */
 	size_t memory;           /* 0: not counted */
 	size_t memory_share;     /* 0: no share per principal */
-	size_t held;             /* bytes held now */
+	/* Bytes held now, as the slices published them: within
+	 * slices x BUDGET_GRANULE of the exact sum (budget_slice_total). */
+	_Atomic size_t held;
+	_Atomic uint64_t slices; /* bit i: slice i counts (budget_slice_init) */
 };
 
 #define BUDGET_DEFAULT { \
@@ -106,28 +132,59 @@ const char *budget_refusal_str(enum budget_refusal why);
  * The memory budget (docs/0036-memory-budget.md): what connections hold
  * now, not what they may be sent.  Each connection is a holder: its
  * queued output and input buffers, set again whenever they change
- * (budget_hold_set), counted in the process's `held` and its principal's.
- * Past `memory` or a principal's `memory_share` the owner drops holders,
- * largest first (budget_hold_over, budget_pick), until it is back within.
+ * (budget_hold_set), counted in its loop's slice, the process's `held`
+ * and its principal's.  Past `memory` or a principal's `memory_share` a
+ * loop that holds more than its part drops its own holders, largest first
+ * (budget_hold_over, budget_slice_over, budget_pick), until it is back
+ * within.  A slice and its holders belong to one thread (a loop's).
  */
+struct budget_slice {
+	struct budget *budget;   /* NULL: not counted */
+	unsigned index;          /* its bit in budget->slices; BUDGET_SLICES: none free */
+	size_t held;             /* its holders' bytes, exact */
+	size_t published;        /* of held, what budget->held counts */
+};
+
 struct budget_holder {
-	struct budget *budget;             /* NULL: not counted */
+	struct budget_slice *slice;        /* NULL: not counted */
 	struct budget_account *principal;  /* NULL: only in the process's total */
 	size_t held;                       /* bytes it holds now */
 };
 
-/* Starts counting h in b (held 0, no principal).  b may be NULL. */
-void budget_hold_init(struct budget_holder *h, struct budget *b);
+/* Starts a slice of b (b NULL: counts nothing) for the calling loop,
+ * holding 0: takes the lowest free index (all BUDGET_SLICES taken: the
+ * slice still counts in the process's figure but has no part of the
+ * principals' and no share of its own).  Cost: an atomic CAS. */
+void budget_slice_init(struct budget_slice *s, struct budget *b);
+/* Ends s (its holders released first): what it published is taken back,
+ * its index freed.  Idempotent. */
+void budget_slice_fini(struct budget_slice *s);
+/* The process's held bytes as s's loop sees them: the others' published
+ * figures and its own exact one.  O(1). */
+size_t budget_slice_total(const struct budget_slice *s);
+/* Whether s's loop must drop its largest holders for the process's
+ * budget: the process is past `memory` and s holds more than
+ * memory / (slices counting).  With one slice: the process is past it. */
+int budget_slice_over(const struct budget_slice *s);
+
+/* Starts counting h in s (held 0, no principal).  s may be NULL, or a
+ * slice of no budget: nothing is counted. */
+void budget_hold_init(struct budget_holder *h, struct budget_slice *s);
 /* Charges h (what it holds now and later) to principal as well, in place
- * of any principal before; principal->holders counts h, so an account is
- * kept while a holder uses it (NULL: none). */
+ * of any principal before; principal->holders counts h (under the
+ * budget's mu), so an account is kept while a holder uses it (NULL:
+ * none). */
 void budget_hold_charge(struct budget_holder *h, struct budget_account *principal);
-/* h holds bytes now: the process's and the principal's counts follow. */
+/* h holds bytes now: its slice's, the principal's and (by granules) the
+ * process's counts follow.  From its slice's thread; no lock: one relaxed
+ * atomic add for the principal, one for the process per granule moved. */
 void budget_hold_set(struct budget_holder *h, size_t bytes);
 /* h holds nothing any more and leaves its principal.  Idempotent. */
 void budget_hold_release(struct budget_holder *h);
-/* Which pool h's holding is past: BUDGET_TOTAL (the process's memory),
- * BUDGET_PRINCIPAL (its principal's memory_share), or BUDGET_OK. */
+/* Which pool h's loop must drop holders from: BUDGET_TOTAL
+ * (budget_slice_over of h's slice), BUDGET_PRINCIPAL (its principal is
+ * past memory_share and, when the account has parts, h's slice holds more
+ * than memory_share / slices of it), or BUDGET_OK. */
 enum budget_refusal budget_hold_over(const struct budget_holder *h);
 /* The largest-first choice: of best (NULL: none yet) and cand, the one to
  * drop first when `pool` is over: cand only if it counts in that pool

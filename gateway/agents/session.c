@@ -863,6 +863,7 @@ session_open_stream(struct session *s, const char *principal, const char *target
 	}
 	frame_open_init(&req, target, service);
 	st = mux_open(s->mux, who, &req, h, arg);
+	shares_unpin(s->gw, who);      /* the stream's charge holds it now */
 	if (st == NULL) {
 		snprintf(err, errlen, "agent %s: %s", s->agent.id, mux_refusal(s->mux));
 		debug("stream refused", KV_S("who", principal), KV_S("agent", s->agent.id),

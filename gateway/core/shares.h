@@ -7,24 +7,43 @@
  * windows; "admin:" principals may also use the admin reserve.  Its
  * connections together hold at most --memory-share bytes of queued output
  * and buffers (budget_holder, docs/0036).  An account exists while
- * streams are charged to it or connections hold it (budget_hold_charge):
- * one with neither is freed at the next lookup, so callers look one up
- * right before they charge it (mux_open, mux_stream_accept,
- * wsface_charge_to) and never keep the pointer otherwise.
+ * streams are charged to it, connections hold it (budget_hold_charge) or
+ * a caller pinned it: one with none of these is freed at the next lookup
+ * (from any loop).
  *
- * Costs: one small allocation per principal with streams open; a lookup
- * walks them all (O(principals with streams)).
+ * Threads (docs/0040): with two loops or more (gw->budget.mu set) the
+ * list, the lookup, the insert and that sweep are under budget.mu, the
+ * mutex budget_take and budget_hold_charge charge under, so an account a
+ * loop found stays until it charged it: shares_principal returns it
+ * pinned, and the caller, once it charged it (mux_open,
+ * mux_stream_accept, wsface_charge_to) or gave up, calls shares_unpin.
+ * From then on the charge (its `used`, its `holders`) keeps it, until the
+ * stream's charge ends or the connection leaves it.
+ *
+ * Costs: one small allocation per principal with streams open (and
+ * BUDGET_SLICES words for its per-loop parts); a lookup walks them all
+ * (O(principals with streams)) under the mutex, as does an unpin's lock.
  */
 #ifndef TETHER_SHARES_H
 #define TETHER_SHARES_H
 
+#include <stddef.h>
+
 struct gateway;
 struct budget_account;
 
-/* The account of principal, made if needed.  Valid until the next call;
- * NULL when out of memory. */
+/* The account of principal, made if needed, pinned: valid until
+ * shares_unpin, which the caller calls once it charged the account (or
+ * not).  NULL when out of memory.  Any loop. */
 struct budget_account *shares_principal(struct gateway *gw, const char *principal);
-/* Frees every account (shutdown, after every stream ended). */
+/* Gives back the pin of shares_principal (a NULL account: nothing).  The
+ * account may be freed by the next lookup unless something charged it. */
+void shares_unpin(struct gateway *gw, struct budget_account *account);
+/* How many accounts exist now (pinned, charged or not yet swept).  Any
+ * loop; O(accounts) under the mutex. */
+size_t shares_count(struct gateway *gw);
+/* Frees every account (shutdown, after every stream ended and every
+ * loop thread was joined). */
 void shares_free_all(struct gateway *gw);
 
 #endif

@@ -669,6 +669,7 @@ peer_link_open_stream(struct gateway *gw, const char *replica, const char *peer_
 	snprintf(req.agent, sizeof(req.agent), "%s", agent_id);
 	snprintf(req.principal, sizeof(req.principal), "%s", principal);
 	st = mux_open(l->mux, who, &req, h, arg);
+	shares_unpin(gw, who);         /* the stream's charge holds it now */
 	if (st == NULL)
 		snprintf(err, errlen, "link to replica %s: %s", replica, mux_refusal(l->mux));
 	return st;

@@ -231,6 +231,7 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 {
 	struct ctlconn *c = calloc(1, sizeof(*c));
 	struct mux_config cfg = gw->mux_config;
+	struct budget_account *who;
 
 	if (c == NULL) {
 		upgrade_refuse(u, 500, "out of memory");
@@ -245,8 +246,9 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 		free(c);
 		return;
 	}
-	wsface_charge_to(c->ws, shares_principal(gw, c->grant.principal),
-	    c->grant.principal);
+	who = shares_principal(gw, c->grant.principal);
+	wsface_charge_to(c->ws, who, c->grant.principal);
+	shares_unpin(gw, who);         /* the connection holds it now */
 	c->mux = wsmux_new(gw->base, &cfg, c->ws, &ctl_mux_handlers, c);
 	if (c->mux == NULL) {
 		warn("dial: out of memory for a multiplexer: closing",

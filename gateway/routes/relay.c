@@ -458,7 +458,8 @@ relay_end(struct live_stream *ls, const char *reason)
  * side, and the agent's side stays charged to the principal it named
  * (issue 22: 150 MiB of windows against a 64 MiB share).  A quiet relay's
  * (over a loop link): none, NULL, the link's multiplexer has the link's
- * account ("loop-link:A>B").  NULL too when out of memory.
+ * account ("loop-link:A>B").  NULL too when out of memory.  Pinned: the
+ * caller charges it, then shares_unpin.
  */
 static struct budget_account *
 client_account(struct relay *r)
@@ -478,7 +479,9 @@ static void
 agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason, void *arg)
 {
 	struct relay *r = arg;
+	struct budget_account *who;
 	char msg[512];
+	int rc;
 
 	if (!ok) {
 		r->agent = NULL;
@@ -507,8 +510,9 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 			return;
 		}
 		wsface_set_low_water(r->ws, 256 * 1024);
-		wsface_charge_to(r->ws, shares_principal(r->gw, r->principal),
-		    r->principal);
+		who = shares_principal(r->gw, r->principal);
+		wsface_charge_to(r->ws, who, r->principal);
+		shares_unpin(r->gw, who);  /* the connection holds it now */
 		/* The node's bytes go straight to the socket, bounded by the
 		 * stream's window (credit returns as they drain); PONGs to a
 		 * client that does not read count on top, up to --max-queue. */
@@ -519,8 +523,10 @@ agent_opened(struct mux_stream *s, int ok, const char *code, const char *reason,
 	/* The client's side of the stream is charged to the same principal
 	 * (over a peer link: the link's), and to the forward connection's (the
 	 * link's) own share. */
-	if (r->cs == NULL || mux_stream_accept(r->cs, client_account(r),
-	    &cs_handlers, r) != 0) {
+	who = r->cs != NULL ? client_account(r) : NULL;
+	rc = r->cs == NULL ? -1 : mux_stream_accept(r->cs, who, &cs_handlers, r);
+	shares_unpin(r->gw, who);      /* the stream's charge holds it now */
+	if (rc != 0) {
 		r->cs = NULL;
 		relay_note_end(r, "client_gone");
 		mux_stream_reset(s, "client_gone");

@@ -111,7 +111,7 @@ struct wsconn_set {
 	struct event *soon_ev;            /* active (ws_yield: due) while soon is not empty */
 	int ticking;
 	struct twheel wheel;
-	struct budget *budget;            /* what connections hold; NULL: not counted */
+	struct budget_slice slice;        /* what its connections hold (budget NULL: not counted) */
 	struct event *evict_ev;           /* made active when a holding is over */
 };
 
@@ -251,13 +251,14 @@ static void ws_abort(struct wsconn *c, const char *why);
 static void
 ws_evict(struct wsconn *c, enum budget_refusal pool)
 {
-	const struct budget *b = c->hold.budget;
+	const struct budget *b = c->set->slice.budget;
 	char why[160];
 
 	snprintf(why, sizeof(why), "memory budget: the largest holder %s "
 	    "(%zu bytes queued; %zu held of %zu)", pool == BUDGET_TOTAL ?
 	    "of the process" : "of its principal's share", c->hold.held,
-	    pool == BUDGET_TOTAL ? b->held : c->hold.principal->held,
+	    pool == BUDGET_TOTAL ? budget_slice_total(&c->set->slice) :
+	    (size_t)c->hold.principal->held,
 	    pool == BUDGET_TOTAL ? b->memory : b->memory_share);
 	warn("memory budget: dropping a connection", KV_S("peer", c->peer),
 	    KV_S("who", c->who), KV_U("held", c->hold.held),
@@ -289,8 +290,10 @@ ws_largest(struct wsconn_set *set, enum budget_refusal pool,
 	return victim;
 }
 
-/* Past the process's budget: the largest holders go first until it is
- * back within; then each principal past its share loses its largest. */
+/* Past the process's budget, while this loop holds more than its part of
+ * it: this loop's largest holders go first until either is back within;
+ * then each principal past its share loses its largest here while this
+ * loop holds more than its part of the share (budget_hold_over). */
 static void
 ws_evict_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -299,7 +302,7 @@ ws_evict_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	while (set->budget->memory > 0 && set->budget->held > set->budget->memory &&
+	while (budget_slice_over(&set->slice) &&
 	    (victim = ws_largest(set, BUDGET_TOTAL, NULL)) != NULL)
 		ws_evict(victim, BUDGET_TOTAL);
 	for (;;) {
@@ -1074,8 +1077,8 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	 * wheel keeps the connection's time. */
 	bufferevent_set_timeouts(bev, NULL, NULL);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
-	budget_hold_init(&c->hold, all->budget);
-	if (all->budget != NULL &&
+	budget_hold_init(&c->hold, &all->slice);
+	if (all->slice.budget != NULL &&
 	    ((c->in_cb = evbuffer_add_cb(bufferevent_get_input(bev), ws_count, c)) == NULL ||
 	    (c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), ws_count, c)) == NULL)) {
 		if (c->in_cb != NULL)
@@ -1114,6 +1117,7 @@ wsconn_set_new(struct event_base *base, uint32_t tick_ms)
 	LIST_INIT(&set->conns);
 	LIST_INIT(&set->soon);
 	set->base = base;
+	budget_slice_init(&set->slice, NULL);
 	set->tick = event_new(base, -1, EV_PERSIST, ws_tick_cb, set);
 	set->soon_ev = event_new(base, -1, 0, ws_soon_cb, set);
 	set->evict_ev = event_new(base, -1, 0, ws_evict_cb, set);
@@ -1145,6 +1149,7 @@ wsconn_set_free(struct wsconn_set *all)
 	if (all == NULL)
 		return;
 	wsconn_destroy_all(all);
+	budget_slice_fini(&all->slice);
 	event_free(all->tick);
 	event_free(all->soon_ev);
 	event_free(all->evict_ev);
@@ -1228,7 +1233,8 @@ ws_charge_to(struct wsface *f, struct budget_account *who, const char *name)
 void
 wsconn_set_budget(struct wsconn_set *all, struct budget *b)
 {
-	all->budget = b;
+	budget_slice_fini(&all->slice);
+	budget_slice_init(&all->slice, b);
 }
 
 static const char *

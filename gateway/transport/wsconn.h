@@ -47,11 +47,13 @@ struct wsconn_set;
  * deadlines' granularity.  NULL when out of memory. */
 struct wsconn_set *wsconn_set_new(struct event_base *base, uint32_t tick_ms);
 /* Counts what each connection made from now on holds (queued output and
- * input buffers) in b's memory budget (budget.h, docs/0036): past
- * b->memory, or a principal's b->memory_share (wsface_charge_to), the
- * largest holders are dropped from the loop, with a warning line each,
- * until it is back within (what they held goes back to the system with
- * the gateway's heap check, core/gateway.h).  b outlives the set.  Without it nothing is counted. */
+ * input buffers) in b's memory budget (budget.h, docs/0036), as one slice
+ * of it (the set is one loop's): past b->memory, or a principal's
+ * b->memory_share (wsface_charge_to), while this set holds more than its
+ * part (1/slices), its largest holders are dropped from the loop, with a
+ * warning line each, until it is back within (what they held goes back to
+ * the system with the gateway's heap check, core/gateway.h).  Once, before
+ * any connection; b outlives the set.  Without it nothing is counted. */
 struct budget;
 void wsconn_set_budget(struct wsconn_set *all, struct budget *b);
 /* The tick for keepalives of interval_ms and timeout_ms: an eighth of the

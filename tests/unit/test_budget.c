@@ -16,6 +16,12 @@
  * again keep every count exact; which pool is over; and the largest-first
  * choice walks holders the way the gateway's eviction does, within the
  * pool that is over.
+ *
+ * Per loop (docs/0040): a slice publishes to the process's figure by
+ * granules and is exact itself; loops counting at once on their own
+ * threads keep the process's figure within slices x granule of the exact
+ * sum and every principal's exact; and a loop evicts only when it holds
+ * more than its part of the pool that is over, its largest first.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +29,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <string.h>
 
 #include "budget.h"
@@ -287,13 +294,15 @@ static void
 test_holders_count_in_process_and_principal(void **state)
 {
 	struct budget b = memory_budget();
+	struct budget_slice sl;
 	struct budget_account alice = { 0 }, bob = { 0 };
 	struct budget_holder h1, h2, h3;
 
 	(void)state;
-	budget_hold_init(&h1, &b);
-	budget_hold_init(&h2, &b);
-	budget_hold_init(&h3, &b);
+	budget_slice_init(&sl, &b);
+	budget_hold_init(&h1, &sl);
+	budget_hold_init(&h2, &sl);
+	budget_hold_init(&h3, &sl);
 	budget_hold_set(&h1, 1 * MiB);          /* before it has a principal */
 	budget_hold_charge(&h1, &alice);
 	budget_hold_charge(&h2, &alice);
@@ -345,12 +354,14 @@ static void
 test_over_names_the_pool(void **state)
 {
 	struct budget b = memory_budget();
+	struct budget_slice sl;
 	struct budget_account alice = { 0 }, bob = { 0 };
 	struct budget_holder a1, b1;
 
 	(void)state;
-	budget_hold_init(&a1, &b);
-	budget_hold_init(&b1, &b);
+	budget_slice_init(&sl, &b);
+	budget_hold_init(&a1, &sl);
+	budget_hold_init(&b1, &sl);
 	budget_hold_charge(&a1, &alice);
 	budget_hold_charge(&b1, &bob);
 	budget_hold_set(&a1, 4 * MiB);           /* at the share: not past it */
@@ -385,6 +396,7 @@ static void
 test_largest_first_within_the_pool(void **state)
 {
 	struct budget b = memory_budget();
+	struct budget_slice sl;
 	struct budget_account alice = { 0 }, bob = { 0 };
 	struct budget_holder hs[5];
 	const size_t sizes[5] = { 1 * MiB, 3 * MiB, 2 * MiB, 5 * MiB, 0 };
@@ -392,8 +404,9 @@ test_largest_first_within_the_pool(void **state)
 	int dropped = 0;
 
 	(void)state;
+	budget_slice_init(&sl, &b);
 	for (int i = 0; i < 5; i++) {
-		budget_hold_init(&hs[i], &b);
+		budget_hold_init(&hs[i], &sl);
 		budget_hold_charge(&hs[i], who[i]);
 		budget_hold_set(&hs[i], sizes[i]);
 	}
@@ -423,6 +436,210 @@ test_largest_first_within_the_pool(void **state)
 	assert_int_equal(b.held, 0);
 }
 
+/* ---- per loop: slices ---- */
+
+static void
+test_slice_publishes_by_granule(void **state)
+{
+	struct budget b = memory_budget();
+	struct budget_slice sl;
+	struct budget_holder h;
+
+	(void)state;
+	budget_slice_init(&sl, &b);
+	budget_hold_init(&h, &sl);
+	budget_hold_set(&h, BUDGET_GRANULE - 1);
+	assert_int_equal(b.held, 0);                       /* not yet published */
+	assert_int_equal(budget_slice_total(&sl), BUDGET_GRANULE - 1);  /* exact here */
+	budget_hold_set(&h, BUDGET_GRANULE + 10);
+	assert_int_equal(b.held, BUDGET_GRANULE + 10);
+	budget_hold_set(&h, 20);                           /* down by less */
+	assert_int_equal(b.held, BUDGET_GRANULE + 10);
+	budget_hold_set(&h, 9);                            /* a granule: published */
+	assert_int_equal(b.held, 9);
+	budget_hold_set(&h, 0);                            /* idle: exact */
+	assert_int_equal(b.held, 0);
+	budget_slice_fini(&sl);
+	budget_slice_fini(&sl);                            /* idempotent */
+	assert_int_equal(b.slices, 0);
+}
+
+#define LOOPS 3
+#define LOOP_HOLDERS 16
+#define LOOP_STEPS 40000
+
+/* One loop's thread: its slice and holders, charged to two shared
+ * principals, set again and again; left holding at the end. */
+struct loop_run {
+	struct budget *b;
+	struct budget_account *who[2];
+	struct budget_slice slice;
+	struct budget_holder h[LOOP_HOLDERS];
+	unsigned seed;
+	size_t max_error;         /* most its own total was off the slice's exact */
+};
+
+/* xorshift32: each thread's own sequence. */
+static unsigned
+next_rand(unsigned *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 17;
+	*x ^= *x << 5;
+	return *x;
+}
+
+static void *
+loop_counts(void *arg)
+{
+	struct loop_run *r = arg;
+
+	budget_slice_init(&r->slice, r->b);
+	for (int i = 0; i < LOOP_HOLDERS; i++) {
+		budget_hold_init(&r->h[i], &r->slice);
+		budget_hold_charge(&r->h[i], r->who[i % 2]);
+	}
+	for (int n = 0; n < LOOP_STEPS; n++) {
+		unsigned i = (unsigned)next_rand(&r->seed) % LOOP_HOLDERS;
+		size_t bytes = (size_t)next_rand(&r->seed) % (256 * KiB);
+		size_t err;
+
+		if (n % 997 == 0)            /* a connection moves to the other principal */
+			budget_hold_charge(&r->h[i], r->who[(n / 997) % 2]);
+		budget_hold_set(&r->h[i], bytes);
+		err = r->slice.held > r->slice.published ?
+		    r->slice.held - r->slice.published : r->slice.published - r->slice.held;
+		if (err > r->max_error)
+			r->max_error = err;
+	}
+	return NULL;
+}
+
+static void
+test_loops_count_at_once(void **state)
+{
+	struct budget b = memory_budget();
+	size_t parts[2][BUDGET_SLICES] = { { 0 } };
+	struct budget_account alice = { .part = parts[0] }, bob = { .part = parts[1] };
+	struct loop_run runs[LOOPS];
+	pthread_t t[LOOPS];
+	size_t exact = 0, exact_who[2] = { 0, 0 }, published;
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+	(void)state;
+	b.mu = &mu;                  /* several threads: the gateway sets it too */
+	for (int l = 0; l < LOOPS; l++) {
+		memset(&runs[l], 0, sizeof(runs[l]));
+		runs[l].b = &b;
+		runs[l].who[0] = &alice;
+		runs[l].who[1] = &bob;
+		runs[l].seed = 7u + (unsigned)l;
+		assert_int_equal(pthread_create(&t[l], NULL, loop_counts, &runs[l]), 0);
+	}
+	for (int l = 0; l < LOOPS; l++)
+		assert_int_equal(pthread_join(t[l], NULL), 0);
+	for (int l = 0; l < LOOPS; l++) {
+		size_t here[2] = { 0, 0 };
+
+		assert_true(runs[l].max_error < BUDGET_GRANULE);
+		for (int i = 0; i < LOOP_HOLDERS; i++) {
+			const struct budget_holder *h = &runs[l].h[i];
+
+			here[h->principal == &bob] += h->held;
+		}
+		assert_int_equal(here[0] + here[1], runs[l].slice.held);
+		assert_int_equal(parts[0][runs[l].slice.index], here[0]);
+		assert_int_equal(parts[1][runs[l].slice.index], here[1]);
+		exact += runs[l].slice.held;
+		exact_who[0] += here[0];
+		exact_who[1] += here[1];
+	}
+	/* The principals are exact; the process within a granule per loop. */
+	assert_int_equal(alice.held, exact_who[0]);
+	assert_int_equal(bob.held, exact_who[1]);
+	assert_int_equal(alice.holders + bob.holders, LOOPS * LOOP_HOLDERS);
+	published = b.held;
+	assert_true(published + LOOPS * BUDGET_GRANULE > exact &&
+	    exact + LOOPS * BUDGET_GRANULE > published);
+	for (int l = 0; l < LOOPS; l++) {
+		for (int i = 0; i < LOOP_HOLDERS; i++)
+			budget_hold_release(&runs[l].h[i]);
+		budget_slice_fini(&runs[l].slice);
+	}
+	assert_int_equal(b.held, 0);
+	assert_int_equal(alice.held, 0);
+	assert_int_equal(bob.held, 0);
+	assert_int_equal(alice.holders + bob.holders, 0);
+	assert_int_equal(b.slices, 0);
+}
+
+/* Two loops, A and B, of a 10 MiB budget with 4 MiB shares: each loop's
+ * part is 5 MiB of the process and 2 MiB of a principal. */
+static void
+test_eviction_within_the_loop_over_its_part(void **state)
+{
+	struct budget b = memory_budget();
+	size_t parts[2][BUDGET_SLICES] = { { 0 } };
+	struct budget_account alice = { .part = parts[0] }, bob = { .part = parts[1] };
+	struct budget_slice A, B;
+	struct budget_holder a[2], bh[3];
+
+	(void)state;
+	budget_slice_init(&A, &b);
+	budget_slice_init(&B, &b);
+	assert_int_not_equal(A.index, B.index);
+	for (int i = 0; i < 2; i++)
+		budget_hold_init(&a[i], &A);
+	for (int i = 0; i < 3; i++)
+		budget_hold_init(&bh[i], &B);
+	budget_hold_charge(&a[0], &alice);
+	budget_hold_charge(&a[1], &bob);
+	budget_hold_charge(&bh[0], &alice);
+	budget_hold_charge(&bh[1], &bob);
+	budget_hold_charge(&bh[2], &bob);
+	budget_hold_set(&a[0], 1 * MiB);
+	budget_hold_set(&a[1], 4 * MiB);
+	budget_hold_set(&bh[0], 3 * MiB);
+	budget_hold_set(&bh[1], 2 * MiB);
+	budget_hold_set(&bh[2], 1 * MiB + 1);
+	/* 11 MiB + 1: the process is over.  A holds 5 MiB, its part: A's
+	 * largest (4 MiB, larger than any of B's) is not dropped for the
+	 * total; B (6 MiB) drops its own largest.  (Alice, 4 MiB, is at her
+	 * share, not past it.) */
+	assert_true(budget_slice_total(&A) > b.memory);
+	assert_false(budget_slice_over(&A));
+	assert_int_equal(budget_hold_over(&a[0]), BUDGET_OK);
+	assert_true(budget_slice_over(&B));
+	assert_int_equal(budget_hold_over(&bh[2]), BUDGET_TOTAL);
+	assert_ptr_equal(largest(bh, 3, BUDGET_TOTAL, NULL), &bh[0]);
+	budget_hold_release(&bh[0]);             /* alice's 3 MiB on B */
+	/* 8 MiB + 1: within the total.  Bob holds 7 MiB + 1 of a 4 MiB share:
+	 * 4 MiB on A and 3 MiB + 1 on B, both over their 2 MiB part: each
+	 * loop drops its own largest of bob's. */
+	assert_false(budget_slice_over(&B));
+	assert_int_equal(budget_hold_over(&a[0]), BUDGET_OK);   /* alice: 1 MiB */
+	assert_int_equal(budget_hold_over(&a[1]), BUDGET_PRINCIPAL);
+	assert_int_equal(budget_hold_over(&bh[1]), BUDGET_PRINCIPAL);
+	assert_ptr_equal(largest(bh, 3, BUDGET_PRINCIPAL, &bob), &bh[1]);
+	budget_hold_release(&bh[1]);             /* B: 1 MiB + 1 of bob's left */
+	/* Bob: 5 MiB + 1, still over; B holds 1 MiB + 1 of it, under its
+	 * part: B keeps it.  A (4 MiB) drops its largest of bob's. */
+	assert_int_equal(budget_hold_over(&bh[2]), BUDGET_OK);
+	assert_int_equal(budget_hold_over(&a[1]), BUDGET_PRINCIPAL);
+	assert_ptr_equal(largest(a, 2, BUDGET_PRINCIPAL, &bob), &a[1]);
+	budget_hold_release(&a[1]);
+	assert_int_equal(bob.held, 1 * MiB + 1);
+	assert_int_equal(budget_hold_over(&bh[2]), BUDGET_OK);
+	for (int i = 0; i < 2; i++)
+		budget_hold_release(&a[i]);
+	for (int i = 0; i < 3; i++)
+		budget_hold_release(&bh[i]);
+	budget_slice_fini(&A);
+	budget_slice_fini(&B);
+	assert_int_equal(b.held, 0);
+	assert_int_equal(parts[0][0] + parts[0][1] + parts[1][0] + parts[1][1], 0);
+}
+
 int
 main(void)
 {
@@ -442,6 +659,9 @@ main(void)
 		cmocka_unit_test(test_uncounted_holder_changes_nothing),
 		cmocka_unit_test(test_over_names_the_pool),
 		cmocka_unit_test(test_largest_first_within_the_pool),
+		cmocka_unit_test(test_slice_publishes_by_granule),
+		cmocka_unit_test(test_loops_count_at_once),
+		cmocka_unit_test(test_eviction_within_the_loop_over_its_part),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
