@@ -151,15 +151,39 @@ runtime_monotonic_ms(void)
 
 struct release {
 	uintptr_t page;
-	int pagemap;        /* /proc/self/pagemap, or -1 */
+	int pagemap;        /* /proc/self/pagemap (a test's stand-in), or -1 */
+	uint8_t *copy;      /* one page of an object's file, or NULL */
 	size_t released;
 };
 
-/* Of a writable segment, the pages still the file's (present, pagemap's
- * "file page" bit: never written, so the file holds what they hold),
- * released one at a time; written (anonymous) pages stay. */
+/* Whether the page at a holds exactly what the object's file fd holds at
+ * off: what a private file page refaults to once dropped, so that dropping
+ * it then changes nothing.  Read byte by byte without the sanitizer (a page
+ * of globals holds ASan's redzones; no memcmp it would intercept). */
+__attribute__((no_sanitize_address)) static int
+page_as_in_file(const struct release *r, int fd, uintptr_t a, off_t off)
+{
+	const volatile uint8_t *p = (const volatile uint8_t *)a;
+
+	if (pread(fd, r->copy, r->page, off) != (ssize_t)r->page)
+		return 0;
+	for (size_t i = 0; i < r->page; i++)
+		if (p[i] != r->copy[i])
+			return 0;
+	return 1;
+}
+
+/* Of a writable segment (start..end, the file's bytes from off), the pages
+ * still the file's, released one at a time; written (anonymous) pages stay.
+ * pagemap's "present" and "file page" bits pick the candidates, and a page
+ * goes only if it holds what the file holds: under qemu-user the pagemap
+ * read is the host's, whose bits say nothing of the guest's pages (dropping
+ * a written page there reverted glibc's __stack_chk_guard to the file's 0:
+ * "stack smashing detected" on the armhf agent, 2 s after a tunnel came
+ * up). */
 static void
-release_file_pages(struct release *r, uintptr_t start, uintptr_t end)
+release_file_pages(struct release *r, int fd, uintptr_t start, uintptr_t end,
+    off_t off)
 {
 	uint64_t e[64];
 
@@ -171,8 +195,9 @@ release_file_pages(struct release *r, uintptr_t start, uintptr_t end)
 		if (pread(r->pagemap, e, bytes, (off_t)(a / r->page * sizeof(e[0]))) !=
 		    (ssize_t)bytes)
 			return;
-		for (size_t i = 0; i < n; i++, a += r->page)
+		for (size_t i = 0; i < n; i++, a += r->page, off += (off_t)r->page)
 			if ((e[i] >> 63 & 1) != 0 && (e[i] >> 61 & 1) != 0 &&
+			    page_as_in_file(r, fd, a, off) &&
 			    madvise((void *)a, r->page, MADV_DONTNEED) == 0)
 				r->released += r->page;
 	}
@@ -184,6 +209,9 @@ release_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct release *r = arg;
 	uintptr_t page = r->page;
+	const char *file = info->dlpi_name != NULL && info->dlpi_name[0] != '\0' ?
+	    info->dlpi_name : "/proc/self/exe";
+	int fd = -1;
 
 	(void)size;
 	/* The vDSO is the kernel's, not a file mapping. */
@@ -193,32 +221,47 @@ release_object(struct dl_phdr_info *info, size_t size, void *arg)
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_filesz;
 		uintptr_t start = (lo + page - 1) & ~(page - 1), end = hi & ~(page - 1);
+		uintptr_t first = lo & ~(page - 1);
 
 		if (ph->p_type != PT_LOAD)
 			continue;
 		if ((ph->p_flags & PF_W) != 0) {
-			if (r->pagemap >= 0)
-				release_file_pages(r, lo & ~(page - 1), (hi + page - 1) & ~(page - 1));
+			if (r->pagemap < 0 || r->copy == NULL || ph->p_offset < lo - first)
+				continue;
+			if (fd < 0 && (fd = open(file, O_RDONLY | O_CLOEXEC)) < 0)
+				continue;
+			release_file_pages(r, fd, first, (hi + page - 1) & ~(page - 1),
+			    (off_t)(ph->p_offset - (lo - first)));
 		} else if (end > start && madvise((void *)start, end - start, MADV_DONTNEED) == 0) {
 			r->released += end - start;
 		}
 	}
+	if (fd >= 0)
+		close(fd);
 	return 0;
+}
+
+size_t
+runtime_release_startup_with(const char *pagemap)
+{
+	struct release r = {
+		.page = (uintptr_t)sysconf(_SC_PAGESIZE),
+		.pagemap = open(pagemap, O_RDONLY | O_CLOEXEC),
+	};
+
+	malloc_trim(0);
+	r.copy = malloc(r.page);
+	dl_iterate_phdr(release_object, &r);
+	free(r.copy);
+	if (r.pagemap >= 0)
+		close(r.pagemap);
+	return r.released;
 }
 
 size_t
 runtime_release_startup(void)
 {
-	struct release r = {
-		.page = (uintptr_t)sysconf(_SC_PAGESIZE),
-		.pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC),
-	};
-
-	malloc_trim(0);
-	dl_iterate_phdr(release_object, &r);
-	if (r.pagemap >= 0)
-		close(r.pagemap);
-	return r.released;
+	return runtime_release_startup_with("/proc/self/pagemap");
 }
 
 void

@@ -87,16 +87,24 @@ int runtime_audit_per_pass(struct event_base *base);
  * entries; the pages stay in the page cache, and what is still used is
  * mapped back by the next touch, a minor fault per 64 KiB), and the pages
  * of their writable segments (RELRO'd tables) that /proc/self/pagemap
- * says were never written, so the file holds them as they are.  Written
- * pages are left alone.  Single-threaded callers only: a page written by
- * another thread between the look and the release would be lost.  For a
- * long-lived process once its start-up (key loading, certificate parsing,
- * a TLS handshake) is done: the agent calls it when its tunnel becomes
- * active (docs/0025).  Returns the bytes released.  Cost: a walk of the loaded
- * objects, one madvise per read-only segment and per unwritten page of a
- * writable one, then the refaults of what is still in use.
+ * says were never written and that hold what the object's file holds at
+ * their place (what a dropped page refaults to; under qemu-user the
+ * pagemap is the host's and says nothing of ours).  Written pages are left
+ * alone.  Single-threaded callers only: a page written by another thread
+ * between the look and the release would be lost.  For a long-lived
+ * process once its start-up (key loading, certificate parsing, a TLS
+ * handshake) is done: the agent calls it when its tunnel becomes active
+ * (docs/0025).  Returns the bytes released.  Cost: a walk of the loaded
+ * objects, one madvise per read-only segment, and per page of a writable
+ * one that pagemap calls unwritten a 4 KiB read of its file, a compare and
+ * a madvise; then the refaults of what is still in use.
  */
 size_t runtime_release_startup(void);
+
+/* runtime_release_startup reading page states from the file pagemap (laid
+ * out as /proc/self/pagemap) instead: a test's stand-in for a pagemap that
+ * misreports pages, as qemu-user's does. */
+size_t runtime_release_startup_with(const char *pagemap);
 
 /* Milliseconds on CLOCK_MONOTONIC: for deadlines and ages, never for
  * times shown or stored (a wall-clock step does not move it). */
