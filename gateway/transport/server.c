@@ -101,6 +101,7 @@
 struct hconn;
 struct preface;
 struct server;
+struct conn_release;
 
 /* Which listener a connection came from. */
 enum conn_port {
@@ -134,6 +135,9 @@ struct server_loop {
 	                                   * its first message) or if out of
 	                                   * memory there */
 	int stopped;                      /* serve_loop_stop ran: nothing lands */
+	struct conn_release *released;    /* places to give back to loop 0 at
+	                                   * the end of this pass (loop k) */
+	struct event *release_ev;         /* active while released is not empty */
 	atomic_uint owed;                 /* its hconns neither lingering nor
 	                                   * done (loop 0 reads it at a drain:
 	                                   * server_unanswered) */
@@ -158,6 +162,8 @@ struct server {
 	uint32_t tls_handshakes;
 	struct tls_waiter *queue;
 	uint32_t qhead, qlen;
+	atomic_uint qlen_seen;            /* qlen as of its last change, for
+	                                   * any loop (server_tls_waiting) */
 	int listener_paused;              /* by a full queue */
 	uint64_t shed;                    /* waited past the handshake timeout */
 	uint64_t shed_at_accept;          /* of them, closed at accept (the
@@ -337,26 +343,67 @@ hconn_drop_reply(struct hconn *h)
  * section 3), go back there. */
 struct conn_release {
 	struct server *srv;
+	struct conn_release *next;        /* the rest of the batch */
 	int exempt;
 	char peer[PEER_MAX];
 };
 
+/* On loop 0: a batch of released places (one loop's pass). */
 static void
 conn_release_home(void *arg)
 {
-	struct conn_release *r = arg;
+	struct conn_release *r = arg, *next;
 
-	r->srv->http_conns--;
-	if (!r->exempt)
-		srccount_put(r->srv->http_sources, r->peer);
-	free(r);
+	for (; r != NULL; r = next) {
+		next = r->next;
+		r->srv->http_conns--;
+		if (!r->exempt)
+			srccount_put(r->srv->http_sources, r->peer);
+		free(r);
+	}
 }
 
-/* Tells loop 0 (from loop k); loop 0 gone: nothing left to count. */
+/* Loop 0 stopped first: nothing left to count. */
+static void
+conn_release_drop(void *arg)
+{
+	struct conn_release *r = arg, *next;
+
+	for (; r != NULL; r = next) {
+		next = r->next;
+		free(r);
+	}
+}
+
+/* Sends sl's batch to loop 0 (one message). */
+static void
+conn_release_flush(struct server_loop *sl)
+{
+	struct conn_release *batch = sl->released;
+
+	sl->released = NULL;
+	if (batch != NULL)
+		(void)loop_call(sl->srv->per[0].loop, conn_release_home, batch,
+		    conn_release_drop);
+}
+
+/* The end of a pass in which connections ended on this loop. */
+static void
+conn_release_cb(evutil_socket_t fd, short what, void *arg)
+{
+	conn_release_flush(arg);
+}
+
+/* Tells loop 0 (from loop k) that a connection's place is free: batched
+ * per pass of the calling loop when it is one of the server's running
+ * loops (one message for the pass), else sent at once. */
 static void
 server_conn_released(struct server *srv, const char *peer, int exempt)
 {
 	struct conn_release *r = malloc(sizeof(*r));
+	struct loop *self = loop_self();
+	struct server_loop *sl = self != NULL && self->index < srv->nloops &&
+	    srv->per[self->index].loop == self ? &srv->per[self->index] : NULL;
 
 	if (r == NULL) {
 		/* Its place stays taken: one fewer connection until restart. */
@@ -365,9 +412,18 @@ server_conn_released(struct server *srv, const char *peer, int exempt)
 		return;
 	}
 	r->srv = srv;
+	r->next = NULL;
 	r->exempt = exempt;
 	snprintf(r->peer, sizeof(r->peer), "%s", peer);
-	(void)loop_call(srv->per[0].loop, conn_release_home, r, free);
+	if (sl == NULL || sl->release_ev == NULL) {
+		(void)loop_call(srv->per[0].loop, conn_release_home, r,
+		    conn_release_drop);
+		return;
+	}
+	if (sl->released == NULL)
+		event_active(sl->release_ev, EV_TIMEOUT, 1);
+	r->next = sl->released;
+	sl->released = r;
 }
 
 static void
@@ -1761,6 +1817,8 @@ tls_slot_release(struct server *srv, const char *peer, int exempt,
 
 		srv->qhead = (srv->qhead + 1) % cap;
 		srv->qlen--;
+		atomic_store_explicit(&srv->qlen_seen, srv->qlen,
+		    memory_order_relaxed);
 		if (now - w.since_ms > (int64_t)gw->limits.handshake_timeout_ms / 2 ||
 		    tls_waiter_gone(w.fd)) {
 			srv->shed++;
@@ -1842,7 +1900,8 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
 	w->port = port;
 	w->exempt = exempt;
 	snprintf(w->peer, sizeof(w->peer), "%s", peer);
-	if (++srv->qlen == cap && !srv->listener_paused && srv->listener != NULL) {
+	atomic_store_explicit(&srv->qlen_seen, ++srv->qlen, memory_order_relaxed);
+	if (srv->qlen == cap && !srv->listener_paused && srv->listener != NULL) {
 		srv->listener_paused = 1;
 		evconnlistener_disable(srv->listener);
 		warn("TLS admission queue full (--max-tls-queue): new connections "
@@ -2407,6 +2466,12 @@ serve_loop_start(void *arg)
 
 	sl->ws = wsconn_set_new(sl->base, wsconn_tick_for(l->ping_interval_ms,
 	    l->ping_timeout_ms));
+	if (sl->index > 0 && sl->ws != NULL &&
+	    (sl->release_ev = event_new(sl->base, -1, 0, conn_release_cb,
+	    sl)) == NULL) {
+		wsconn_set_free(sl->ws);
+		sl->ws = NULL;
+	}
 	if (sl->ws == NULL) {
 		warn("http: out of memory for a loop's WebSockets: connections "
 		    "land on loop 0", KV_U("loop", sl->index));
@@ -2426,6 +2491,11 @@ serve_loop_stop(void *arg)
 	serve_loop_close(sl);
 	wsconn_set_free(sl->ws);
 	sl->ws = NULL;
+	/* The places of what it closed go home now, in one message. */
+	conn_release_flush(sl);
+	if (sl->release_ev != NULL)
+		event_free(sl->release_ev);
+	sl->release_ev = NULL;
 }
 
 /* Every loop's part: loop 0's set made here, loop k's by its first
@@ -2466,8 +2536,9 @@ server_loops_free(struct server *srv)
 		return;
 	serve_loop_close(&srv->per[0]);
 	for (unsigned i = 1; i < srv->nloops; i++)
-		if (!srv->per[i].stopped || srv->per[i].ws != NULL) {
-			serve_loop_close(&srv->per[i]);
+		if (!srv->per[i].stopped || srv->per[i].ws != NULL ||
+		    srv->per[i].release_ev != NULL) {
+			serve_loop_stop(&srv->per[i]);
 			/* Their places come back through loop 0's inbox. */
 			loops_stop(srv->gw->loops, srv->gw->nloops);
 		}
@@ -2567,6 +2638,15 @@ server_tls_admission(const struct gateway *gw, uint32_t *handshaking,
 	*handshaking = srv != NULL ? srv->tls_handshakes : 0;
 	*waiting = srv != NULL ? srv->qlen : 0;
 	*shed = srv != NULL ? srv->shed : 0;
+}
+
+uint32_t
+server_tls_waiting(const struct gateway *gw)
+{
+	const struct server *srv = gw->server;
+
+	return srv != NULL ? atomic_load_explicit(&srv->qlen_seen,
+	    memory_order_relaxed) : 0;
 }
 
 uint64_t
@@ -2687,6 +2767,7 @@ server_stop(struct gateway *gw)
 		preface_free(LIST_FIRST(&srv->prefaces));
 	if (srv->accept_retry != NULL)
 		event_free(srv->accept_retry);
+	atomic_store_explicit(&srv->qlen_seen, 0, memory_order_relaxed);
 	for (; srv->qlen > 0; srv->qlen--) {
 		evutil_closesocket(srv->queue[srv->qhead].fd);
 		srv->qhead = (srv->qhead + 1) % srv->gw->limits.max_tls_queue;

@@ -27,6 +27,10 @@ struct route;
 int server_start(struct gateway *gw, const struct route *const *routes,
     const char *host, int port, char *err, size_t errlen);
 /* The port actually bound (useful with port 0). */
+/* How many accepted connections wait for a TLS slot (the queue), as of
+ * its last change: any thread (a relaxed atomic; loop 0's own count may
+ * have moved since).  0 before server_start and after server_stop. */
+uint32_t server_tls_waiting(const struct gateway *gw);
 /* The TLS admission's state (docs/0018): handshakes under way, accepted
  * connections waiting for a slot, and those closed unread (client gone or
  * waited over half of --handshake-timeout) since start.  Zeros before server_start. */
