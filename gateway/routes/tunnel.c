@@ -211,15 +211,10 @@ tunnel_request(struct gateway *gw, const struct route_request *req,
 static uint32_t
 tunnel_retry_after(struct gateway *gw)
 {
-	uint32_t handshaking, waiting = 0;
-	uint64_t shed;
-	const struct loop *l = loop_self();
-
-	/* The TLS queue is loop 0's (server.c): read there only; elsewhere
-	 * the upgrades waiting for a slot are the queue ahead. */
-	if (l == NULL || l->index == 0)
-		server_tls_admission(gw, &handshaking, &waiting, &shed);
-	return gateway_retry_after_ms(gw, waiting + gw->handshakes_waiting);
+	/* The TLS queue is loop 0's: its length as last published, from any
+	 * loop (server_tls_waiting). */
+	return gateway_retry_after_ms(gw, server_tls_waiting(gw) +
+	    gw->handshakes_waiting);
 }
 
 static void tunnel_take(struct gateway *gw, struct upgrade *u);
