@@ -45,7 +45,7 @@ TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain \
   test_key_rotation test_peer_links test_api_loops
 TSAN_UNIT ?= test_loop test_looplink test_agentdir test_face test_reach test_api_act \
   test_shares test_budget \
-  test_store_worker
+  test_store_worker test_access test_revoke_loops
 test-tsan: build-tsan
 	@for t in $(TSAN_UNIT); do \
 	  echo "== unit/$$t (ThreadSanitizer)"; \

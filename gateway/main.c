@@ -479,7 +479,7 @@ shutdown_poll(evutil_socket_t fd, short what, void *arg)
 	 * other replicas (docs/0023) hold the exit back too: no tunnel here
 	 * keeps them. */
 	int done = agentdir_count(gw->agents) == 0 && gw->handshakes == 0 &&
-	    (sd->kicked || live_stream_count(&gw->live_streams) == 0);
+	    (sd->kicked || live_streams_count_all(gw) == 0);
 
 	if (!sd->kicked && now >= sd->drain_deadline_ms)
 		shutdown_kick(sd);
@@ -1110,6 +1110,9 @@ serve_stop(struct serve *sv)
 	serve_links_free(gw);
 	loops_stop(gw->loops, gw->nloops);
 	serve_hubs_free(gw);
+	/* After the store threads (a check's answer orphaned by its loop's
+	 * stop counts out of that loop's cache). */
+	access_loops_free(gw);
 	loops_free(gw->loops, gw->nloops);
 	gw->loops = NULL;
 	if (gw->base != NULL)

@@ -1,8 +1,9 @@
 /*
  * access.c: who may do what, and which agent they reach (see access.h).
  *
- * Three parts, top down: the cache of proven (token, cluster) pairs (one
- * per gateway, gw->access_cache), the bearer and scope checks, and the
+ * Four parts, top down: the cache of proven (token, cluster) pairs (one
+ * per loop: gw->access_cache is loop 0's, loop->access_cache loop k's), a
+ * revocation's effects on every loop, the bearer and scope checks, and the
  * calls routes make.  Nothing here knows
  * a transport: routes pass an Authorization header in and get a status,
  * a reason and (for access_pick) a struct reach out.
@@ -19,6 +20,8 @@
 
 #include "agentdir.h"
 #include "gateway.h"
+#include "log.h"
+#include "loop.h"
 #include "presence.h"
 #include "reach.h"
 #include "runtime.h"
@@ -57,13 +60,16 @@ struct id_entry {
 	int64_t until_ms;                 /* 0: empty */
 };
 
-/* One gateway's cache (gw->access_cache); the loop's alone. */
+/* One loop's cache (gw->access_cache, loop->access_cache); that loop's
+ * thread alone touches it. */
 struct access_cache {
 	struct cache_entry slots[CACHE_SLOTS];
 	struct id_entry ids[ID_SLOTS];
-	/* Bumped by every access_revoked: a check that read the store before
-	 * a revocation must not put what it read into the cache after it. */
-	uint64_t generation;
+	/* gw->access_revocations when the slots were last emptied: a
+	 * revocation on any thread bumps that, and the cache empties itself
+	 * before its next use (cache_here); a check that read the store
+	 * before a revocation must not put what it read into it after. */
+	uint64_t seen;
 	/* Checks on the store thread or waiting for it, cancelled ones
 	 * included (ACCESS_CHECKS_MAX). */
 	int checks_out;
@@ -177,20 +183,149 @@ id_put(struct access_cache *c, const char *token_id, const char *cluster)
 void
 access_revoked(struct gateway *gw)
 {
-	struct access_cache *c = gw->access_cache;
-
-	if (c == NULL)
-		return;
-	OPENSSL_cleanse(c->slots, sizeof(c->slots));
-	memset(c->ids, 0, sizeof(c->ids));
-	c->generation++;
+	atomic_fetch_add(&gw->access_revocations, 1);
 }
 
-/* The generation of gw's cache now (0 without one). */
+/* How many revocations gw has seen (any thread). */
 static uint64_t
-cache_generation(const struct gateway *gw)
+cache_generation(struct gateway *gw)
 {
-	return gw->access_cache != NULL ? gw->access_cache->generation : 0;
+	return atomic_load(&gw->access_revocations);
+}
+
+/*
+ * The calling loop's cache (loop 0, or off every loop: gw->access_cache;
+ * loop k: its own, made at its first check when gw has one), emptied if a
+ * revocation came since it was last used; NULL: none (every check reads
+ * the store).  One atomic load; ~100 KiB written after a revocation.
+ */
+static struct access_cache *
+cache_here(struct gateway *gw)
+{
+	struct loop *l = loop_here(gw);
+	struct access_cache *c = gw->access_cache;
+	uint64_t now = cache_generation(gw);
+
+	if (l != NULL && l->index > 0) {
+		if (l->access_cache == NULL && c != NULL &&
+		    (l->access_cache = access_cache_new()) != NULL)
+			l->access_cache->seen = now;
+		c = l->access_cache;
+	}
+	if (c != NULL && c->seen != now) {
+		OPENSSL_cleanse(c->slots, sizeof(c->slots));
+		memset(c->ids, 0, sizeof(c->ids));
+		c->seen = now;
+	}
+	return c;
+}
+
+void
+access_loops_free(struct gateway *gw)
+{
+	for (unsigned i = 1; gw->loops != NULL && i < gw->nloops; i++) {
+		access_cache_free(gw->loops[i].access_cache);
+		gw->loops[i].access_cache = NULL;
+	}
+}
+
+/* ---- a revocation's effects on every loop ---- */
+
+/* One revocation under way: what it names, and each loop's count. */
+struct revoke_job {
+	struct gateway *gw;
+	enum live_credential by;
+	char match[128];
+	char what[16];
+	char name[128];
+	char reason[160];
+	const char *log;
+	access_revoke_done_fn *done;
+	void (*drop)(void *arg);
+	void *arg;
+	unsigned nloops;
+	size_t ended[];                 /* [nloops], each by its loop */
+};
+
+/* On each loop: its own streams that the revocation matches end. */
+static void
+revoke_fill(void *p)
+{
+	struct revoke_job *j = p;
+	struct loop *l = loop_here(j->gw);
+	unsigned i = l != NULL ? l->index : 0;
+
+	if (i < j->nloops)
+		j->ended[i] = live_stream_end_matching(live_streams_here(j->gw),
+		    j->by, j->match, j->reason);
+}
+
+/* On the asking loop, once every loop ended its own. */
+static void
+revoke_done(void *p)
+{
+	struct revoke_job *j = p;
+	size_t n = 0;
+
+	for (unsigned i = 0; i < j->nloops; i++)
+		n += j->ended[i];
+	if (n > 0 && j->log != NULL)
+		log_kv(LOG_LEVEL_INFO, j->log, (const struct log_field[]){
+		    KV_S(j->what, j->name), KV_U("streams", n) }, 2);
+	if (j->done != NULL)
+		j->done(j->arg, n);
+	free(j);
+}
+
+/* The asking loop stopped first (shutdown). */
+static void
+revoke_drop(void *p)
+{
+	struct revoke_job *j = p;
+
+	if (j->drop != NULL)
+		j->drop(j->arg);
+	free(j);
+}
+
+int
+access_revoke_broadcast(struct gateway *gw, const struct revoke_what *w,
+    access_revoke_done_fn *done, void (*drop)(void *arg), void *arg)
+{
+	struct loop *home = loop_here(gw);
+	unsigned n = home != NULL && gw->loops != NULL ? gw->nloops : 1;
+	struct revoke_job *j;
+
+	/* Every loop's cache first, at once: no check anywhere takes what was
+	 * proven before this call for proven after it. */
+	access_revoked(gw);
+	if ((j = calloc(1, sizeof(*j) + n * sizeof(j->ended[0]))) == NULL) {
+		warn("revocation: out of memory to end the streams it opened",
+		    KV_S("what", w->what != NULL ? w->what : ""));
+		if (drop != NULL)
+			drop(arg);
+		return -1;
+	}
+	j->gw = gw;
+	j->by = w->by;
+	snprintf(j->match, sizeof(j->match), "%s", w->match != NULL ? w->match : "");
+	snprintf(j->what, sizeof(j->what), "%s", w->what != NULL ? w->what : "id");
+	snprintf(j->name, sizeof(j->name), "%s", w->name != NULL ? w->name :
+	    j->match);
+	snprintf(j->reason, sizeof(j->reason), "%s %s revoked", j->what, j->name);
+	j->log = w->log;
+	j->done = done;
+	j->drop = drop;
+	j->arg = arg;
+	j->nloops = n;
+	if (home == NULL || gw->loops == NULL) {
+		/* No loops (unit tests): gw's own list, here and now. */
+		revoke_fill(j);
+		revoke_done(j);
+		return 0;
+	}
+	return loop_gather(gw->loops, gw->nloops, home, revoke_fill, revoke_done,
+	    revoke_drop, j) == 0 ? 0 : -1;
 }
 
 /* ---- bearer tokens and their scope ---- */
@@ -553,15 +688,26 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 	struct store_remote_agent ra;
 	struct agentdir_entry e;
 	struct session *s;
+	struct loop *self = loop_here(gw);
 	int here, elsewhere;
 
-	/* Here first: no extra hop.  Until tunnels live on every loop
-	 * (docs/0040 step 7) each one is on this loop, so session_here finds
-	 * every pick; one it does not is not reachable from here yet. */
-	if (agentdir_pick(gw->agents, g->cluster, node, &e, &here) &&
-	    (s = session_here(gw, &e)) != NULL) {
-		reach_local(out, gw, s);
-		return 0;
+	/* This process first: on this loop no extra hop; on another loop
+	 * (docs/0040 step 6: tunnels on loop 0, operators on every loop) over
+	 * the link between the two, whose far side checks the agent is still
+	 * there (a stale entry costs a crossing and that side's refusal, never
+	 * a refusal here).  An entry of this loop whose session is gone
+	 * (replaced meanwhile) is looked for on other replicas. */
+	if (agentdir_pick(gw->agents, g->cluster, node, &e, &here)) {
+		if ((s = session_here(gw, &e)) != NULL) {
+			reach_local(out, gw, s);
+			return 0;
+		}
+		if (self != NULL && e.at.loop != self->index &&
+		    e.at.loop < gw->nloops && gw->looplinks != NULL) {
+			reach_on_loop(out, gw, &gw->loops[e.at.loop], e.agent_id,
+			    e.node);
+			return 0;
+		}
 	}
 	if (presence_remote_pick(gw, g->cluster, node, &ra, &elsewhere)) {
 		memset(out, 0, sizeof(*out));
@@ -592,7 +738,8 @@ enum check_kind { CHECK_CLUSTER, CHECK_SOLE, CHECK_RECHECK };
  * ~1 KiB while it is out.
  */
 struct access_check {
-	struct gateway *gw;                /* whose cache it reads and fills */
+	struct gateway *gw;
+	struct access_cache *cache;        /* the starting loop's: it fills it */
 	access_done_fn *done;              /* NULL once cancelled */
 	void *arg;
 	enum check_kind kind;
@@ -669,7 +816,9 @@ check_done(void *arg)
 {
 	struct access_check *c = arg;
 
-	struct access_cache *cache = c->gw->access_cache;
+	/* The cache of the loop that started c: this one (the store thread
+	 * answers there), or, at shutdown, one whose thread was joined. */
+	struct access_cache *cache = c->cache;
 
 	if (c->counted && cache != NULL)
 		cache->checks_out--;
@@ -690,11 +839,13 @@ check_done(void *arg)
 static struct access_check *
 check_start(struct gateway *gw, struct access_check *c)
 {
-	struct access_cache *cache = gw->access_cache;
+	uint64_t generation = cache_generation(gw);
+	struct access_cache *cache = cache_here(gw);
 	int sole = 0;
 
 	c->gw = gw;
-	c->generation = cache_generation(gw);
+	c->cache = cache;
+	c->generation = generation;
 	if (c->kind != CHECK_RECHECK)
 		(void)bearer_id(c->authorization, c->token_id);
 	if (c->kind == CHECK_SOLE) {

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 
+#include "livestreams.h"
 #include "store.h"
 #include "token.h"
 
@@ -74,10 +75,12 @@ int access_admin(struct store *st, const char *authorization,
 /*
  * The agent g reaches, into *out (reach.h): a connected, active agent of
  * g->cluster (of g->node, if set) whose tunnel this replica holds, rotating
- * among several; else one whose tunnel another live replica holds (the
- * presence directory, presence.h: no store call).  Returns 0, or 503 with
- * a reason when there is none ("node N of cluster C is not connected to
- * any replica").  out->local is valid until the loop runs again.
+ * among several (on this loop: out->local; on another loop of this
+ * process: out->loop, reached over the link between the two, docs/0040);
+ * else one whose tunnel another live replica holds (the presence
+ * directory, presence.h: no store call).  Returns 0, or 503 with a reason
+ * when there is none ("node N of cluster C is not connected to any
+ * replica").  out->local is valid until the loop runs again.
  */
 int access_pick(struct gateway *gw, const struct access_grant *g,
     struct reach *out, char *err, size_t errlen);
@@ -96,19 +99,55 @@ int access_viewer(struct store *st, const char *authorization,
 
 /*
  * The cache of (token, cluster) pairs proven within ACCESS_CACHE_TTL_MS,
- * one per gateway (gw->access_cache, made by main.c before it serves);
- * without one (NULL) every check reads the store.  ~100 KiB (512 token
- * records).  Loop only.  Returns NULL when out of memory.
+ * one per loop: loop 0's is gw->access_cache (made by main.c before it
+ * serves), loop k's is made at its first check (loop->access_cache, when
+ * gw has one: without it (NULL) every check on every loop reads the
+ * store).  ~100 KiB (512 token records) each.  Each loop's is touched by
+ * its thread only.  Returns NULL when out of memory.
  */
 struct access_cache;
 struct access_cache *access_cache_new(void);
 /* Wipes (it holds token records) and frees c.  NULL is allowed. */
 void access_cache_free(struct access_cache *c);
+/* Frees loops 1..n-1's caches (gw->access_cache stays the caller's):
+ * after their threads were joined and the store threads stopped (their
+ * orphaned checks' answers count out of them), before loops_free. */
+void access_loops_free(struct gateway *gw);
 
-/* Tokens were revoked: nothing gw proved before counts any more (checks
- * under way on the store thread do not put what they read into its
- * cache).  Loop only. */
+/* Tokens were revoked: nothing any loop of gw proved before counts any
+ * more (each loop's cache empties itself before its next use; checks
+ * under way on the store thread do not put what they read into it).
+ * Any thread.  Cost: one atomic add; each loop then wipes ~100 KiB. */
 void access_revoked(struct gateway *gw);
+
+/* What a revocation names (access_revoke_broadcast). */
+struct revoke_what {
+	enum live_credential by;    /* what the streams' match field is */
+	const char *match;          /* a token id, "user:<name>", an agent id */
+	const char *what;           /* "token", "user", "agent": the reason's
+	                               word and the log line's key */
+	const char *name;           /* the id shown (NULL: match) */
+	const char *log;            /* a string literal: the info line written
+	                               once when streams ended; NULL: none */
+};
+
+/*
+ * A revocation's effects in this process (docs/0027, docs/0040): every
+ * loop's cache forgets what it proved (access_revoked, at once: no check
+ * started after this call returns uses it), and on every loop the live
+ * streams w matches end (live_stream_end_matching, reason "WHAT NAME
+ * revoked", each by its own loop from its inbox).  Once every loop ended
+ * its own, one info line w->log (WHAT=NAME streams=N) when N > 0, then
+ * done(arg, N) on the calling loop (may be NULL); if that loop stopped
+ * first (shutdown), drop(arg) instead, on another thread (may be NULL).
+ * Off every loop of gw (unit tests without loops): gw's own streams, and
+ * done before it returns.  Returns 0, or -1 out of memory (caches still
+ * forgotten; drop(arg) ran).  From a loop of gw.  Cost: one allocation,
+ * n + 1 loop calls, O(live streams) on each loop.
+ */
+typedef void access_revoke_done_fn(void *arg, size_t ended);
+int access_revoke_broadcast(struct gateway *gw, const struct revoke_what *w,
+    access_revoke_done_fn *done, void (*drop)(void *arg), void *arg);
 
 /*
  * The cluster checks (docs/0022), with their store reads on the store

@@ -15,6 +15,7 @@
 #include "gateway.h"
 #include "livestreams.h"
 #include "log.h"
+#include "loop.h"
 #include "presence.h"
 #include "session.h"
 #include "settings.h"
@@ -53,19 +54,18 @@ reread_work(struct store *st, void *arg)
 		r->a[i].rc = store_agent_get(st, r->a[i].id, &r->a[i].rec);
 }
 
-/* Ends the streams open here that the revocation of `what` id took the
- * right from (livestreams.h): O(live streams), no store call. */
+/* Ends the streams open on any loop of this process that the revocation
+ * of `what` id took the right from, and forgets every proven token
+ * (access_revoke_broadcast): O(live streams), no store call; the count is
+ * logged once every loop ended its own. */
 static void
 notices_streams_end(struct gateway *gw, enum live_credential by,
     const char *what, const char *id)
 {
-	char reason[160];
-	size_t n;
-
-	snprintf(reason, sizeof(reason), "%s %s revoked", what, id);
-	if ((n = live_stream_end_matching(&gw->live_streams, by, id, reason)) > 0)
-		info("notices: a revocation ends the streams it opened here",
-		    KV_S(what, id), KV_U("streams", n));
+	(void)access_revoke_broadcast(gw, &(struct revoke_what){ .by = by,
+	    .match = id, .what = what, .name = id,
+	    .log = "notices: a revocation ends the streams it opened here" },
+	    NULL, NULL, NULL);
 }
 
 static void
@@ -163,16 +163,23 @@ token_reread_done(void *arg)
 	free(r);
 }
 
-static void
-token_reread_add(const struct live_stream *ls, void *arg)
-{
-	struct token_reread *r = arg;
+/* The token ids of one loop's streams (token_gather's row): n ids,
+ * cap = the streams live when it was made. */
+struct token_ids {
+	size_t n, cap;
+	char (*id)[TOKEN_ID_LEN + 1];
+};
 
-	if (ls->token_id == NULL || ls->token_id[0] == '\0' ||
+static void
+token_ids_add(const struct live_stream *ls, void *arg)
+{
+	struct token_ids *t = arg;
+
+	if (t->n == t->cap || ls->token_id == NULL || ls->token_id[0] == '\0' ||
 	    strlen(ls->token_id) > TOKEN_ID_LEN)
 		return;
-	snprintf(r->t[r->n].id, sizeof(r->t[r->n].id), "%s", ls->token_id);
-	r->n++;
+	snprintf(t->id[t->n], sizeof(t->id[t->n]), "%s", ls->token_id);
+	t->n++;
 }
 
 static int
@@ -181,34 +188,105 @@ token_id_cmp(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-/* Re-reads the tokens of every stream open here (distinct ids: one read
- * each, on the store thread). */
-static void
-notices_resync_streams(struct gateway *gw)
-{
-	size_t live = live_stream_count(&gw->live_streams), n = 0;
-	struct token_reread *r;
+/* The tokens of the streams open on every loop, gathered (loop_gather):
+ * a row per loop, each filled by its loop. */
+struct token_gather {
+	struct gateway *gw;
+	unsigned nloops;
+	struct token_ids row[];
+};
 
-	if (live == 0)
-		return;
-	if ((r = calloc(1, sizeof(*r) + live * sizeof(r->t[0]))) == NULL) {
-		warn("notices: out of memory to re-read the tokens of open streams");
+/* On each loop: a copy of its streams' token ids. */
+static void
+token_gather_fill(void *p)
+{
+	struct token_gather *g = p;
+	struct loop *l = loop_here(g->gw);
+	struct live_streams *ls = live_streams_here(g->gw);
+	struct token_ids *t = &g->row[l != NULL ? l->index : 0];
+	size_t live = live_stream_count(ls);
+
+	if (live == 0 || (t->id = calloc(live, sizeof(t->id[0]))) == NULL) {
+		if (live > 0)
+			warn("notices: out of memory to re-read the tokens of "
+			    "open streams");
 		return;
 	}
-	r->gw = gw;
-	live_stream_foreach(&gw->live_streams, token_reread_add, r);
+	t->cap = live;
+	live_stream_foreach(ls, token_ids_add, t);
+}
+
+static void
+token_gather_free(void *p)
+{
+	struct token_gather *g = p;
+
+	for (unsigned i = 0; i < g->nloops; i++)
+		free(g->row[i].id);
+	free(g);
+}
+
+/* On loop 0, once every loop gave its ids: distinct ids, one read each
+ * on the store thread. */
+static void
+token_gather_done(void *p)
+{
+	struct token_gather *g = p;
+	struct token_reread *r;
+	size_t all = 0, n = 0;
+
+	for (unsigned i = 0; i < g->nloops; i++)
+		all += g->row[i].n;
+	if (all == 0 || g->gw->notices == NULL ||
+	    (r = calloc(1, sizeof(*r) + all * sizeof(r->t[0]))) == NULL) {
+		if (all > 0 && g->gw->notices != NULL)
+			warn("notices: out of memory to re-read the tokens of open "
+			    "streams");
+		token_gather_free(g);
+		return;
+	}
+	r->gw = g->gw;
+	for (unsigned i = 0; i < g->nloops; i++)
+		for (size_t k = 0; k < g->row[i].n; k++)
+			memcpy(r->t[r->n++].id, g->row[i].id[k], sizeof(r->t[0].id));
+	token_gather_free(g);
 	qsort(r->t, r->n, sizeof(r->t[0]), token_id_cmp);
 	for (size_t i = 0; i < r->n; i++)
 		if (n == 0 || strcmp(r->t[n - 1].id, r->t[i].id) != 0)
 			r->t[n++] = r->t[i];
 	r->n = n;
-	if (r->n == 0 || store_worker_submit(gw->storew, token_reread_work,
+	if (store_worker_submit(r->gw->storew, token_reread_work,
 	    token_reread_done, r) != 0) {
-		if (r->n > 0)
-			warn("notices: store queue full: the tokens of open streams "
-			    "are not re-read", KV_U("tokens", r->n));
+		warn("notices: store queue full: the tokens of open streams are "
+		    "not re-read", KV_U("tokens", r->n));
 		free(r);
 	}
+}
+
+/* Re-reads the tokens of every stream open on any loop (gathered first,
+ * then distinct ids: one read each, on the store thread). */
+static void
+notices_resync_streams(struct gateway *gw)
+{
+	struct loop *home = loop_here(gw);
+	unsigned n = home != NULL && gw->loops != NULL ? gw->nloops : 1;
+	struct token_gather *g;
+
+	if (live_streams_count_all(gw) == 0)
+		return;
+	if ((g = calloc(1, sizeof(*g) + n * sizeof(g->row[0]))) == NULL) {
+		warn("notices: out of memory to re-read the tokens of open streams");
+		return;
+	}
+	g->gw = gw;
+	g->nloops = n;
+	if (home == NULL || gw->loops == NULL) {
+		token_gather_fill(g);
+		token_gather_done(g);
+		return;
+	}
+	(void)loop_gather(gw->loops, gw->nloops, home, token_gather_fill,
+	    token_gather_done, token_gather_free, g);
 }
 
 /* The listener (re)started: whatever was missed meanwhile. */
@@ -262,8 +340,8 @@ notices_on_notice(const char *payload, void *arg)
 	if (payload == NULL)
 		notices_resync(gw);
 	else if (strncmp(payload, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) == 0) {
-		/* Cheap and rare: the whole cache, whoever's token it was. */
-		access_revoked(gw);
+		/* Cheap and rare: every loop's whole cache, whoever's token
+		 * it was (notices_streams_end). */
 		info("notices: a token was revoked: proven tokens forgotten",
 		    KV_S("token", payload + strlen(TOKEN_PREFIX)));
 		notices_streams_end(gw, LIVE_BY_TOKEN, "token",

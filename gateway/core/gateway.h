@@ -106,9 +106,10 @@ struct gateway_limits {
 struct gateway {
 	struct event_base *base;
 	struct server *server;          /* the listening port (server.c) */
-	struct store *store;            /* the loop's connection: start-up (open,
-	                                   migrate, seed the metrics) and access.c's
-	                                   synchronous token checks only (store.h) */
+	struct store *store;            /* loop 0's connection: start-up only
+	                                   (open, migrate, seed the metrics, the
+	                                   lease's claim) (store.h); no route
+	                                   reads it: their reads run on storew */
 	struct store_worker *storew;    /* the store thread: sessions, presence,
 	                                   the admin API, the status page */
 	struct store_worker *storep;    /* --store-pool (PostgreSQL), or NULL:
@@ -174,8 +175,9 @@ struct gateway {
 	                                   under hs_mu (made on first use;
 	                                   freed by gateway_counts_fini) */
 	struct srccount *k8s_checks;    /* /k8s token checks waiting on the
-	                                   store per source (k8s.c makes it;
-	                                   freed by main.c) */
+	                                   store per source, loop 0's (loop
+	                                   k's: loop->k8s_checks; k8s.c makes
+	                                   it; freed by main.c) */
 	atomic_int stopping;            /* SIGTERM received: draining, refuse new
 	                                   tunnels; loop 0 sets it, any loop
 	                                   reads it (docs/0040) */
@@ -228,9 +230,15 @@ struct gateway {
 	struct peers *peers;            /* links to other replicas (replicas/peer_link.c), made on
 	                                 * first use */
 	struct notices *notices;        /* other replicas' changes, heard (notices.c) */
-	struct access_cache *access_cache; /* tokens proven moments ago (access.h);
+	struct access_cache *access_cache; /* tokens proven moments ago (access.h),
+	                                 * loop 0's (loop k's: loop->access_cache);
 	                                 * NULL: none, every check reads the store */
-	struct live_streams live_streams; /* operator streams open now (livestreams.h) */
+	_Atomic uint64_t access_revocations; /* bumped by every revocation, from
+	                                 * any thread: each loop's cache drops
+	                                 * what it proved before (access.c) */
+	struct live_streams live_streams; /* operator streams open now on loop 0
+	                                 * (loop k's: loop->live_streams;
+	                                 * livestreams.h) */
 	atomic_size_t answers_later;    /* requests waiting for the store thread
 	                                 * (answer_later.h), of every loop */
 	struct event *settings_timer;   /* a failed read's retry, or NULL */

@@ -1,11 +1,32 @@
 /*
- * livestreams.c: a gateway's list of live operator streams (see
+ * livestreams.c: a loop's list of live operator streams (see
  * livestreams.h).
  */
 #include "livestreams.h"
 
 #include <stddef.h>
 #include <string.h>
+
+#include "gateway.h"
+#include "loop.h"
+
+struct live_streams *
+live_streams_here(struct gateway *gw)
+{
+	struct loop *l = loop_here(gw);
+
+	return l != NULL && l->index > 0 ? &l->live_streams : &gw->live_streams;
+}
+
+size_t
+live_streams_count_all(const struct gateway *gw)
+{
+	size_t n = live_stream_count(&gw->live_streams);
+
+	for (unsigned i = 1; gw->loops != NULL && i < gw->nloops; i++)
+		n += live_stream_count(&gw->loops[i].live_streams);
+	return n;
+}
 
 void
 live_stream_add(struct live_streams *l, struct live_stream *ls)
@@ -17,7 +38,8 @@ live_stream_add(struct live_streams *l, struct live_stream *ls)
 		TAILQ_INIT(&l->head);
 	TAILQ_INSERT_TAIL(&l->head, ls, link);
 	ls->list = l;
-	l->n++;
+	atomic_store_explicit(&l->n, atomic_load_explicit(&l->n,
+	    memory_order_relaxed) + 1, memory_order_relaxed);
 }
 
 void
@@ -29,13 +51,14 @@ live_stream_remove(struct live_stream *ls)
 		return;
 	TAILQ_REMOVE(&l->head, ls, link);
 	ls->list = NULL;
-	l->n--;
+	atomic_store_explicit(&l->n, atomic_load_explicit(&l->n,
+	    memory_order_relaxed) - 1, memory_order_relaxed);
 }
 
 size_t
 live_stream_count(const struct live_streams *l)
 {
-	return l->n;
+	return atomic_load_explicit(&l->n, memory_order_relaxed);
 }
 
 void

@@ -5,7 +5,11 @@
  * A relay or a /k8s exchange embeds one struct live_stream, points it at
  * its own fields and enters it in its gateway's list while it lives:
  * adding and removing are O(1) (a doubly linked list); listing is
- * O(streams).  One list per gateway (gw->live_streams), loop only.
+ * O(streams).  One list per loop (docs/0040 step 6): loop 0's is
+ * gw->live_streams, loop k's loop->live_streams (loop.h); a stream is in
+ * the list of the loop it lives on (live_streams_here when it is made),
+ * and only that loop's thread adds, removes, walks or ends it.  The count
+ * alone may be read from any thread (live_streams_count_all).
  *
  * It is also the index a revocation ends streams by (docs/0027): each
  * entry names the credential it was opened with (its token id, its
@@ -14,9 +18,12 @@
 #ifndef TETHER_LIVESTREAMS_H
 #define TETHER_LIVESTREAMS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
+
+struct gateway;
 
 struct live_stream {
 	TAILQ_ENTRY(live_stream) link;
@@ -47,19 +54,30 @@ enum live_credential {
 	LIVE_BY_AGENT,       /* id: an agent id */
 };
 
-/* The live streams of one gateway.  All zeroes is an empty list (a
- * struct gateway needs no call to make it). */
+/* The live streams of one loop.  All zeroes is an empty list (a struct
+ * gateway or a struct loop needs no call to make it).  n is written by the
+ * owning loop only, and read by any thread. */
 struct live_streams {
 	TAILQ_HEAD(, live_stream) head;
-	size_t n;
+	atomic_size_t n;
 };
+
+/* The list of the loop that calls it: loop_here(gw)'s (loop.h) for loops
+ * 1..n-1, gw->live_streams on loop 0 or off every loop of gw (unit tests
+ * without loops).  O(1). */
+struct live_streams *live_streams_here(struct gateway *gw);
+
+/* How many streams are live on every loop of gw together (the drain's
+ * poll), from any thread: a sum of relaxed loads, each loop's exact at
+ * some moment of the call.  O(loops). */
+size_t live_streams_count_all(const struct gateway *gw);
 
 /* Enters ls in l (its fields must stay valid until live_stream_remove); a
  * stream already in a list stays where it is. */
 void live_stream_add(struct live_streams *l, struct live_stream *ls);
 /* Leaves the list it is in; idempotent. */
 void live_stream_remove(struct live_stream *ls);
-/* How many are live in l now.  O(1). */
+/* How many are live in l now.  O(1), any thread. */
 size_t live_stream_count(const struct live_streams *l);
 /* Calls fn for every live stream of l, oldest first (fn may not add or
  * remove). */

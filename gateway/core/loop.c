@@ -19,8 +19,10 @@
 
 #include <event2/event.h>
 
+#include "gateway.h"
 #include "log.h"
 #include "runtime.h"
+#include "srccount.h"
 
 /* One call waiting in an inbox: the receiver's once queued. */
 struct loop_msg {
@@ -44,6 +46,20 @@ struct loop *
 loop_self(void)
 {
 	return self;
+}
+
+struct loop *
+loop_here(const struct gateway *gw)
+{
+	return self != NULL && gw != NULL && self->gw == gw ? self : NULL;
+}
+
+struct event_base *
+loop_base_here(struct gateway *gw)
+{
+	struct loop *l = loop_here(gw);
+
+	return l != NULL ? l->base : gw->base;
 }
 
 static void
@@ -449,6 +465,7 @@ loops_free(struct loop *loops, unsigned n)
 			event_base_free(l->base);
 		if (l->efd >= 0)
 			close(l->efd);
+		srccount_free(l->k8s_checks);
 		pthread_mutex_destroy(&l->mu);
 	}
 	for (unsigned i = 0; i < n; i++)

@@ -21,6 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "livestreams.h"
+
+struct access_cache;
 struct event;
 struct event_base;
 struct gateway;
@@ -56,11 +59,31 @@ struct loop {
 	                                 began to wait; 0: none waits here */
 	atomic_uint ntunnels;         /* established tunnels here (its hub) */
 	atomic_uint nhandshakes;      /* tunnel handshakes under way here */
+	/* Streams and access (docs/0040 step 6: livestreams.c, access.c,
+	 * k8s.c): loops 1..n-1's own, used on their thread only.  Loop 0's
+	 * are the gateway's (gw->live_streams, gw->access_cache,
+	 * gw->k8s_checks), as gw->base is loop 0's base: reach "this loop's"
+	 * with live_streams_here (livestreams.h) and the like, never by
+	 * index.  live_streams' count may be read from any thread. */
+	struct live_streams live_streams; /* operator streams open here */
+	struct access_cache *access_cache; /* made on first use (access.c),
+	                                   freed by access_loops_free */
+	struct srccount *k8s_checks;  /* made on first use (k8s.c), freed
+	                                 by loops_free */
 };
 
 /* The loop whose thread calls it, or NULL on a thread that is no loop's.
  * Cost: one thread-local read. */
 struct loop *loop_self(void);
+
+/* loop_self() when it is one of gw's loops, else NULL (a thread that runs
+ * no loop of gw: unit tests without loops, the store thread).  O(1). */
+struct loop *loop_here(const struct gateway *gw);
+
+/* The event base of the calling loop of gw (loop_here's), or gw->base off
+ * every loop of gw: where an object made now must put its events (it
+ * lives on this loop).  O(1). */
+struct event_base *loop_base_here(struct gateway *gw);
 
 /*
  * Makes n loops (n >= 1): loop 0 on home (this thread's base, watched for

@@ -4,6 +4,7 @@
  */
 #include "answer_later.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +63,10 @@ later(struct gateway *gw, const struct route_request *req,
 {
 	struct answer_later_job *j;
 
-	if (gw->answers_later >= ANSWER_LATER_MAX) {
+	/* Taken before it is known to fit, so that two loops at once cannot
+	 * both pass the cap; given back when it does not fit or is refused. */
+	if (atomic_fetch_add(&gw->answers_later, 1) >= ANSWER_LATER_MAX) {
+		gw->answers_later--;
 		route_respond_error(resp, 503, "the store is busy: %d requests wait "
 		    "for it already; retry shortly", ANSWER_LATER_MAX);
 		free_arg(arg);
@@ -74,6 +78,7 @@ later(struct gateway *gw, const struct route_request *req,
 		if (j != NULL)
 			free(j->authorization);
 		free(j);
+		gw->answers_later--;
 		route_respond_error(resp, 500, "out of memory");
 		free_arg(arg);
 		return;
@@ -90,13 +95,13 @@ later(struct gateway *gw, const struct route_request *req,
 		route_respond_error(&busy, 503, "the store's queue is full: "
 		    "retry shortly");
 		reply_send(j->reply, &busy);
+		gw->answers_later--;
 		free_arg(arg);
 		OPENSSL_cleanse(j->authorization, strlen(j->authorization));
 		free(j->authorization);
 		free(j);
 		return;
 	}
-	gw->answers_later++;
 }
 
 void

@@ -614,20 +614,18 @@ agent_transition(struct store *st, struct api_job *j, enum agent_event ev,
 	return j->rc;
 }
 
-/* Ends the streams open here that a revocation of `what` id (an agent,
- * a user) took the right from (livestreams.h); other replicas end theirs
- * on the store's notice (notices.c). */
+/* Ends the streams open on every loop here that a revocation of `what`
+ * id (an agent, a user) took the right from, and forgets every proven
+ * token (access_revoke_broadcast: the count logged once all loops ended
+ * theirs); other replicas end theirs on the store's notice (notices.c). */
 static void
 revoked_streams_end(struct gateway *gw, enum live_credential by,
     const char *match, const char *what, const char *id)
 {
-	char reason[160];
-	size_t n;
-
-	snprintf(reason, sizeof(reason), "%s %s revoked", what, id);
-	if ((n = live_stream_end_matching(&gw->live_streams, by, match, reason)) > 0)
-		info("revocation: ending the streams it opened here",
-		    KV_S(what, id), KV_U("streams", n));
+	(void)access_revoke_broadcast(gw, &(struct revoke_what){ .by = by,
+	    .match = match, .what = what, .name = id,
+	    .log = "revocation: ending the streams it opened here" },
+	    NULL, NULL, NULL);
 }
 
 /* Whether a live replica's lease holds j->id's tunnel (from j's presence). */

@@ -18,6 +18,7 @@
 #include "hostname.h"
 #include "http.h"
 #include "log.h"
+#include "loop.h"
 #include "mux.h"
 #include "reach.h"
 #include "relay.h"
@@ -249,7 +250,7 @@ ctl_start(struct gateway *gw, struct upgrade *u, const struct access_grant *g)
 	who = shares_principal(gw, c->grant.principal);
 	wsface_charge_to(c->ws, who, c->grant.principal);
 	shares_unpin(gw, who);         /* the connection holds it now */
-	c->mux = wsmux_new(gw->base, &cfg, c->ws, &ctl_mux_handlers, c);
+	c->mux = wsmux_new(loop_base_here(gw), &cfg, c->ws, &ctl_mux_handlers, c);
 	if (c->mux == NULL) {
 		warn("dial: out of memory for a multiplexer: closing",
 		    KV_S("peer", wsface_peer(c->ws)));

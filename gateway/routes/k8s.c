@@ -72,6 +72,7 @@
 #include "httphead.h"
 #include "livestreams.h"
 #include "log.h"
+#include "loop.h"
 #include "metrics.h"
 #include "mux.h"
 #include "route.h"
@@ -158,7 +159,8 @@ struct k8s_exchange {
 
 	/* The token check (X_CHECKING), and the head's tail it waits for. */
 	struct access_check *check;   /* NULL once answered or cancelled */
-	int counted_check;            /* in gw->k8s_checks (x_uncount) */
+	struct srccount *counted_check; /* the loop's k8s_checks x counts in
+	                                 (x_uncount), or NULL */
 	struct event *deadline;       /* --http-timeout for the check */
 	int in_start, checked, check_status;
 	struct access_grant grant;
@@ -337,10 +339,10 @@ x_detach(struct k8s_exchange *x, const char *reset_code)
 static void
 x_uncount(struct k8s_exchange *x)
 {
-	if (!x->counted_check)
+	if (x->counted_check == NULL)
 		return;
-	x->counted_check = 0;
-	srccount_put(x->gw->k8s_checks, x->client);
+	srccount_put(x->counted_check, x->client);
+	x->counted_check = NULL;
 }
 
 static void
@@ -410,7 +412,7 @@ x_end(struct live_stream *ls, const char *reason)
 	    ((char *)ls - offsetof(struct k8s_exchange, live));
 
 	snprintf(x->revoked, sizeof(x->revoked), "%s", reason);
-	if (x->end_ev == NULL && (x->end_ev = event_new(x->gw->base, -1, 0,
+	if (x->end_ev == NULL && (x->end_ev = event_new(loop_base_here(x->gw), -1, 0,
 	    x_revoked, x)) == NULL) {
 		warn("k8s: out of memory to end a revoked exchange",
 		    KV_S("who", x->principal));
@@ -1567,7 +1569,7 @@ x_go(struct k8s_exchange *x)
 	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
 	    .down = &x->down, .started = x->started.tv_sec,
 	    .token_id = x->token_id, .agent_id = x->agent_id, .end = x_end };
-	live_stream_add(&x->gw->live_streams, &x->live);
+	live_stream_add(live_streams_here(x->gw), &x->live);
 	if (write_request_tail(x) != 0) {
 		if (parked != NULL)
 			link_free(parked, "closed");
@@ -1637,6 +1639,16 @@ x_check_late(evutil_socket_t fd, short what, void *arg)
 	(void)x_refuse(x, 503, msg);
 }
 
+/* The calling loop's table of token checks out per source (loop 0, or
+ * off every loop: gw's; loop k: its own), to make at first use. */
+static struct srccount **
+k8s_checks_here(struct gateway *gw)
+{
+	struct loop *l = loop_here(gw);
+
+	return l != NULL && l->index > 0 ? &l->k8s_checks : &gw->k8s_checks;
+}
+
 /*
  * An exchange's start (route.h): the cluster from the path, then the
  * exchange, which waits for its token check (access_cluster_async: never
@@ -1649,6 +1661,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 {
 	char cluster[STORE_ID_MAX + 1], err[512];
 	struct k8s_exchange *x;
+	struct srccount **checks;
 	struct timeval tv;
 	const char *rest;
 	int status, root;
@@ -1662,15 +1675,15 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		return NULL;
 	/* One source cannot fill the store's queue with checks (issue 22):
 	 * past K8S_CHECKS_PER_SOURCE waiting, 503 and when to come back. */
-	if (gw->k8s_checks == NULL)
-		gw->k8s_checks = srccount_new();
-	if (gw->k8s_checks == NULL ||
-	    srccount_take(gw->k8s_checks, x->client, K8S_CHECKS_PER_SOURCE) != 0) {
+	if (*(checks = k8s_checks_here(gw)) == NULL)
+		*checks = srccount_new();
+	if (*checks == NULL ||
+	    srccount_take(*checks, x->client, K8S_CHECKS_PER_SOURCE) != 0) {
 		x_refuse_later(x, "too many token checks from this address are "
 		    "waiting for the store: retry shortly");
 		return NULL;
 	}
-	x->counted_check = 1;
+	x->counted_check = *checks;
 	x->in_start = 1;
 	x->check = access_cluster_async(gw, rq->authorization, root ? NULL :
 	    cluster, NULL, x_checked, x);
@@ -1678,7 +1691,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	if (x->checked)
 		return x_go(x) == 0 ? x : NULL;
 	tv = runtime_ms_timeval(gw->limits.http_timeout_ms);
-	if ((x->deadline = evtimer_new(gw->base, x_check_late, x)) == NULL ||
+	if ((x->deadline = evtimer_new(loop_base_here(gw), x_check_late, x)) == NULL ||
 	    evtimer_add(x->deadline, &tv) != 0) {
 		(void)x_refuse(x, 500, "out of memory");
 		return NULL;

@@ -24,6 +24,7 @@
 #include "gateway.h"
 #include "livestreams.h"
 #include "log.h"
+#include "loop.h"
 #include "mux.h"
 #include "server.h"
 #include "reach.h"
@@ -34,6 +35,7 @@ enum client_kind { CLIENT_RAW, CLIENT_STREAM };
 
 struct relay {
 	struct gateway *gw;
+	struct event_base *base;       /* its loop's: it lives there */
 	enum client_kind kind;
 	struct mux_stream *agent;      /* NULL once ended */
 	struct upgrade *upgrade;       /* raw, until answered */
@@ -439,7 +441,7 @@ relay_end(struct live_stream *ls, const char *reason)
 
 	snprintf(r->end, sizeof(r->end), "revoked");
 	snprintf(r->reason, sizeof(r->reason), "%s", reason);
-	if (r->end_ev == NULL && (r->end_ev = event_new(r->gw->base, -1, 0,
+	if (r->end_ev == NULL && (r->end_ev = event_new(r->base, -1, 0,
 	    relay_revoked, r)) == NULL) {
 		warn("relay: out of memory to end a revoked stream",
 		    KV_S("who", r->principal));
@@ -544,6 +546,7 @@ relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who 
 	if (r == NULL)
 		return NULL;
 	r->gw = gw;
+	r->base = loop_base_here(gw);
 	r->kind = kind;
 	r->to_agent = evbuffer_new();
 	r->to_client = evbuffer_new();
@@ -574,7 +577,7 @@ relay_new(struct gateway *gw, const struct reach *agent, const struct relay_who 
 	    .started = r->started.tv_sec, .token_id = r->token_id,
 	    .agent_id = r->agent_id, .end = relay_end };
 	if (!r->quiet)
-		live_stream_add(&gw->live_streams, &r->live);
+		live_stream_add(live_streams_here(gw), &r->live);
 	return r;
 }
 

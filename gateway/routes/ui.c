@@ -277,16 +277,6 @@ add_stream(const struct live_stream *ls, void *arg)
 	    "age_seconds", (json_int_t)(w->now - ls->started)));
 }
 
-/* This loop's live streams.  Until they are per loop (docs/0040 step 6)
- * every stream is in loop 0's list, gw's; other loops have none. */
-static const struct live_streams *
-streams_here(struct gateway *gw)
-{
-	const struct loop *self = loop_self();
-
-	return self == NULL || self->index == 0 ? &gw->live_streams : NULL;
-}
-
 /* The status answer on its way through the loops: what the loop that
  * asked made, and one row of streams per loop, each written by its own. */
 struct status_gather {
@@ -315,7 +305,8 @@ status_fill(void *arg)
 {
 	struct status_gather *g = arg;
 	const struct loop *self = loop_self();
-	const struct live_streams *l = streams_here(g->gw);
+	/* This loop's own list (livestreams.h). */
+	const struct live_streams *l = live_streams_here(g->gw);
 	unsigned i = self != NULL ? self->index : 0;
 	struct stream_walk w = { .v = &g->a->v, .arr = json_array(), .now = g->now };
 

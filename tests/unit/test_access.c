@@ -7,7 +7,9 @@
  * of the cache; a cancelled check never calls back; a user token's sole
  * cluster; the recheck of a grant; an id the store does not know is
  * refused inside the call the second time (no store read), and a user
- * token's one cluster is remembered for root paths.
+ * token's one cluster is remembered for root paths.  With two loops
+ * (docs/0040 step 6): a check on loop 1 is answered on loop 1 and fills
+ * loop 1's cache, not loop 0's; a revocation on loop 0 empties loop 1's.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,7 @@
 
 #include "access.h"
 #include "gateway.h"
+#include "loop.h"
 #include "store.h"
 #include "store_worker.h"
 #include "token.h"
@@ -124,6 +129,11 @@ teardown(void **state)
 	struct fixture *f = *state;
 	char p[256];
 
+	if (f->gw.loops != NULL) {   /* test_cache_per_loop's, on any exit */
+		loops_stop(f->gw.loops, f->gw.nloops);
+		access_loops_free(&f->gw);
+		loops_free(f->gw.loops, f->gw.nloops);
+	}
 	store_worker_stop(f->gw.storew);
 	access_cache_free(f->gw.access_cache);
 	event_base_free(f->gw.base);
@@ -329,11 +339,109 @@ test_recheck(void **state)
 	assert_non_null(strstr(c.err, "revoked"));
 }
 
+/* ---- two loops ---- */
+
+/* One check run on loop 1 (step_run), reported to loop 0 once answered. */
+struct step {
+	struct fixture *f;
+	struct loop *loops;
+	const char *auth;
+	int in_call;                 /* loop 1: inside access_cluster_async */
+	int inside;                  /* it answered inside the call */
+	struct seen seen;
+	pthread_t answered_on;
+	atomic_int reported;
+};
+
+static void
+step_report(void *arg)
+{
+	struct step *st = arg;
+
+	atomic_store(&st->reported, 1);
+}
+
+static void
+step_done(void *arg, int status, const struct access_grant *g, const char *err)
+{
+	struct step *st = arg;
+
+	on_done(&st->seen, status, g, err);
+	st->answered_on = pthread_self();
+	if (!st->in_call)
+		assert_int_equal(loop_call(&st->loops[0], step_report, st, NULL), 0);
+}
+
+static void
+step_run(void *arg)
+{
+	struct step *st = arg;
+
+	st->seen.calls = 0;
+	st->in_call = 1;
+	(void)access_cluster_async(&st->f->gw, st->auth, st->f->cluster, NULL,
+	    step_done, st);
+	st->in_call = 0;
+	st->inside = st->seen.calls == 1;
+	if (st->inside)
+		assert_int_equal(loop_call(&st->loops[0], step_report, st, NULL), 0);
+}
+
+/* Runs st's check on loop 1; loop 0 (this thread) runs until it answered. */
+static void
+on_loop1(struct fixture *f, struct step *st)
+{
+	atomic_store(&st->reported, 0);
+	assert_int_equal(loop_call(&st->loops[1], step_run, st, NULL), 0);
+	while (!atomic_load(&st->reported))
+		assert_int_equal(event_base_loop(f->gw.base, EVLOOP_ONCE), 0);
+	assert_int_equal(st->seen.calls, 1);
+	assert_int_equal(st->seen.status, 0);
+}
+
+static void
+test_cache_per_loop(void **state)
+{
+	struct fixture *f = *state;
+	struct seen a = { 0 }, b = { 0 };
+	struct step st = { .f = f, .auth = f->admin };
+	char err[128];
+
+	st.loops = loops_new(f->gw.base, 2, &f->gw, err, sizeof(err));
+	assert_non_null(st.loops);
+	f->gw.loops = st.loops;
+	f->gw.nloops = 2;
+	/* Loop 1's first check reads the store; its answer comes on loop 1;
+	 * its second is answered from loop 1's cache, inside the call. */
+	on_loop1(f, &st);
+	assert_false(st.inside);
+	assert_true(pthread_equal(st.answered_on, st.loops[1].thread));
+	on_loop1(f, &st);
+	assert_true(st.inside);
+	assert_non_null(st.loops[1].access_cache);
+	/* Loop 0's cache did not see it: the store again, then cached. */
+	assert_non_null(access_cluster_async(&f->gw, f->admin, f->cluster, NULL,
+	    on_done, &a));
+	assert_int_equal(a.calls, 0);
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	assert_null(access_cluster_async(&f->gw, f->admin, f->cluster, NULL,
+	    on_done, &b));
+	assert_int_equal(b.calls, 1);
+	/* A revocation on loop 0: loop 1 forgets what it proved too. */
+	access_revoked(&f->gw);
+	on_loop1(f, &st);
+	assert_false(st.inside);
+	on_loop1(f, &st);
+	assert_true(st.inside);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_store_then_cache, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cache_per_loop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_while_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),

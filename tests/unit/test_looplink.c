@@ -11,8 +11,9 @@
  * sees nothing leaked.
  *
  * The far side in the gateway (peer_route_loop_open, reach_on_loop): loop
- * 1 opens a stream over the link naming an agent whose tunnel (a real
- * session, fake_tunnel.h) loop 0 holds; it reaches the agent, bytes cross
+ * 1 picks an agent whose tunnel (a real session, fake_tunnel.h) loop 0
+ * holds (access_pick gives the way over the link, docs/0040 step 6) and
+ * opens a stream to it; it reaches the agent, bytes cross
  * both hops with credit, the far half is quiet (not in the live streams)
  * and charges the principal one window only (the agent's side), the link
  * its own; an agent not on loop 0 is refused "agent_not_here".
@@ -32,6 +33,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "access.h"
 #include "budget.h"
 #include "fake_tunnel.h"
 #include "frame.h"
@@ -518,6 +520,8 @@ struct far_op {
 	struct mux_stream *s;
 	size_t sent;
 	int opened, ok, closed, fin_sent;
+	int pick_status, pick_local;      /* access_pick's on loop 1 */
+	int pick_loop;                    /* its reach.loop's index, -1: none */
 	char code[32], close_code[32];
 };
 
@@ -620,19 +624,26 @@ static const struct mux_stream_handlers far_handlers = {
 	.on_close = far_close,
 };
 
-/* On loop 1: opens far_ops[0] to the agent on loop 0, far_ops[1] to an
- * agent loop 0 does not hold. */
+/* On loop 1: opens far_ops[0] to the agent on loop 0, as access_pick
+ * reaches it from here, far_ops[1] to an agent loop 0 does not hold. */
 static void
 far_open(void *arg)
 {
 	struct gateway *gw = &far_f->gw;
+	struct access_grant g = { .principal = "user:alice" };
 	struct reach r;
 	char err[200];
 
 	(void)arg;
+	snprintf(g.cluster, sizeof(g.cluster), "%s", far_f->cluster);
+	far_ops[0].pick_status = access_pick(gw, &g, &r, err, sizeof(err));
+	far_ops[0].pick_local = r.local != NULL;
+	far_ops[0].pick_loop = r.loop != NULL ? (int)r.loop->index : -1;
+	if (far_ops[0].pick_status != 0)
+		fail_msg("access_pick on loop 1: %s", err);
 	for (int i = 0; i < 2; i++) {
-		reach_on_loop(&r, gw, &loops[0], i == 0 ? far_agent_id : "nobody",
-		    far_node);
+		if (i == 1)
+			reach_on_loop(&r, gw, &loops[0], "nobody", far_node);
 		far_ops[i].s = reach_open_stream(gw, &r, "user:alice", "127.0.0.1:22",
 		    NULL, &far_handlers, &far_ops[i], err, sizeof(err));
 		if (far_ops[i].s == NULL)
@@ -773,8 +784,14 @@ test_far_side(void **state)
 	    err, sizeof(err));
 	assert_non_null(gw->looplinks);
 
+	gw->loops = loops;
+	gw->nloops = 2;
 	assert_int_equal(loop_call(&loops[1], far_open, NULL, NULL), 0);
 	far_wait(t, far_both_answered);
+	/* Picked on loop 1: the agent on loop 0, over the link. */
+	assert_int_equal(far_seen[0].pick_status, 0);
+	assert_false(far_seen[0].pick_local);
+	assert_int_equal(far_seen[0].pick_loop, 0);
 	assert_true(far_seen[0].ok);
 	assert_false(far_seen[1].ok);
 	assert_string_equal(far_seen[1].code, "agent_not_here");
@@ -801,6 +818,8 @@ test_far_side(void **state)
 	loops_stop(loops, 2);
 	looplinks_free(gw->looplinks);
 	gw->looplinks = NULL;
+	gw->loops = NULL;
+	gw->nloops = 0;
 	loops_free(loops, 2);
 	loops = NULL;
 	ft_free(far_f);
