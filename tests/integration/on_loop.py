@@ -3,12 +3,15 @@
 
 One admin request served on event loop LOOP of a gateway started with
 --landing any --log-level debug (docs/0040): opens connections until one
-lands on LOOP (the gateway's debug line 'http: landed' names the
-connection's peer, i.e. this client's port, and the loop), asking
-GET /healthz on each first; once the answer came the line is in the log
-(written before the answer, in one write(2)).  Then sends the request on
-that same connection (keep-alive) and prints its status on the first line
-and its body after.  Exits 1 when no connection landed there in 40 tries.
+lives on LOOP, asking GET /healthz on each first.  A connection kept by
+the loop that ran its handshake, or sent to another, is named by the
+gateway's debug line 'http: landed' (its peer, i.e. this client's port,
+and the loop), written before the connection reads its first request, so
+in the log once the answer came; one with no such line went to loop 0
+(its handshake ran there, or it was sent home).  Then sends the request
+on that same connection (keep-alive) and prints its status on the first
+line and its body after.  Exits 1 when no connection lived there in 40
+tries.
 """
 import http.client
 import re
@@ -16,11 +19,16 @@ import ssl
 import sys
 
 
-def landed_on(log, port, loop):
-    pat = re.compile(r'msg="?http: landed"? .*peer="?127\.0\.0\.1:%d"?( |$).*loop="?%s"?( |$)'
-                     % (port, loop))
+def loop_of(log, port):
+    """The loop the connection from port lives on (0 unless it landed)."""
+    pat = re.compile(r'msg="?http: landed"? .*peer="?127\.0\.0\.1:%d"?( |$).*loop="?([0-9]+)"?( |$)'
+                     % port)
     with open(log, errors="replace") as f:
-        return any(pat.search(line) for line in f)
+        for line in f:
+            m = pat.search(line)
+            if m:
+                return m.group(2)
+    return "0"
 
 
 def main():
@@ -35,7 +43,7 @@ def main():
         r.read()
         if r.status != 200:
             sys.exit("GET /healthz: %d" % r.status)
-        if not landed_on(log, conn.sock.getsockname()[1], loop):
+        if loop_of(log, conn.sock.getsockname()[1]) != loop:
             conn.close()
             continue
         headers = {"Authorization": "Bearer " + token}

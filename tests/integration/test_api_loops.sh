@@ -1,96 +1,149 @@
 #!/usr/bin/env bash
-# The admin API, the status page, /metrics and /readyz served on loop 1
-# while the agent's tunnel lives on loop 0 (--workers 2 --landing any,
-# docs/0040 step 6): each request goes on a connection that landed on
-# loop 1 (on_loop.py), and each session action reaches the session on its
-# own loop and is answered as with one loop:
+# The admin API, the status page, /metrics and /readyz served on one loop
+# while the agent's tunnel lives on the other (--workers 2 --landing any,
+# docs/0040 step 6): two agents, one tunnel per loop (step 7 lands a
+# tunnel on the loop with the fewest: the second goes where the first is
+# not, shown by tether_loop_tunnels); each agent's requests go on
+# connections that landed on the loop its tunnel is not on (on_loop.py),
+# and each session action reaches the session on its own loop and is
+# answered as with one loop:
 #   - approve of a manual-approval agent: 200 "verifying", then active
 #     (the session was told and ran the VERIFY round trip);
 #   - verify: 200 "verifying", then active again;
 #   - rotate-key: 200, the session was found ("held=here") and the agent's
 #     key is new, the agent active throughout;
-#   - the URL list: the agent on loop 0 is told (agents_told 1);
-#   - /v1/status, /metrics, /readyz: answered, the tunnel shown on loop 0;
+#   - the URL list: both agents are told (agents_told 2);
+#   - /v1/status, /metrics, /readyz: answered;
 #   - revoke: 200 "revoked", the tunnel closes and the agent exits 77.
-# Without the crossing (an action run on loop 1 finds no session there)
-# the agent stays "verifying" and is never kicked.
+# Without the crossing (an action run on the asking loop finds no session
+# there) the agent stays "verifying" and is never kicked.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
 here=$(dirname "$0")
 
-# on1 METHOD PATH [BODY]: the admin request on a connection landed on
-# loop 1; its status in $T/on1.status, its body in $T/on1.body.
-on1() {
+# ask METHOD PATH [BODY]: the admin request on a connection landed on loop
+# $AL; its status in $T/ask.status, its body in $T/ask.body.
+ask() {
 	$py "$here/on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" "$GW_DIR/admin.token" \
-		"$T/gateway.log" 1 "$@" >"$T/on1.out" 2>&1 || fail "on loop 1: $*: $(cat "$T/on1.out")"
-	head -n 1 "$T/on1.out" >"$T/on1.status"
-	tail -n +2 "$T/on1.out" >"$T/on1.body"
+		"$T/gateway.log" "$AL" "$@" >"$T/ask.out" 2>&1 || fail "on loop $AL: $*: $(cat "$T/ask.out")"
+	head -n 1 "$T/ask.out" >"$T/ask.status"
+	tail -n +2 "$T/ask.out" >"$T/ask.body"
 }
-# answered STATUS [JQ]: the last on1's answer.
+# answered STATUS [JQ]: the last ask's answer.
 answered() {
-	[ "$(cat "$T/on1.status")" = "$1" ] || fail "answer $(cat "$T/on1.status"), want $1: $(cat "$T/on1.body")"
-	[ -z "${2:-}" ] || jq -e "$2" "$T/on1.body" >/dev/null || fail "answer does not hold $2: $(cat "$T/on1.body")"
+	[ "$(cat "$T/ask.status")" = "$1" ] || fail "answer $(cat "$T/ask.status"), want $1: $(cat "$T/ask.body")"
+	[ -z "${2:-}" ] || jq -e "$2" "$T/ask.body" >/dev/null || fail "answer does not hold $2: $(cat "$T/ask.body")"
+}
+metrics() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		"$GW_URL/metrics"
+}
+# tunnels_on N: the tunnels loop N holds (tether_loop_tunnels).
+tunnels_on() {
+	metrics | awk -v l="$1" '$1 == "tether_loop_tunnels{loop=\"" l "\"}" { n = $2 } END { print n + 0 }'
 }
 pub_of() { openssl pkey -in "$1" -pubout -outform DER | tail -c 32 | od -An -tx1 | tr -d ' \n'; }
-rotated() {
-	[ "$(agent_field "$id" key | jq -er .rotation)" = none ] &&
-		[ "$(pub_of "$T/edge1/agent.key")" != "$pub0" ]
+rotated() { # rotated NODE ID OLDPUB
+	[ "$(agent_field "$2" key | jq -er .rotation)" = none ] &&
+		[ "$(pub_of "$T/$1/agent.key")" != "$3" ]
 }
-gone() { ! kill -0 "$edge1" 2>/dev/null; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# connect NODE: joins NODE (manual approval) and runs its agent until it
+# waits for approval; sets PID_<NODE> and ID_<NODE>.
+connect() {
+	join_node "$1" "$T/join.json" >/dev/null
+	client_start "$1"
+	printf -v "PID_$1" %s "$CLIENT_PID"
+	wait_until 20 "$1 connected, pending approval" agent_is "$1" pending-approval
+	printf -v "ID_$1" %s "$(agent_id_of "$1")"
+}
+
+# actions NODE TL: approve, verify and rotate-key of NODE, whose tunnel is
+# on loop TL, each asked on the other loop.
+actions() {
+	local node=$1 TL=$2 id pub0
+	local -n pid=PID_$node
+	id=$(agent_id_of "$node")
+	AL=$((1 - TL))
+	ask POST "/v1/agents/$id/approve"
+	answered 200 '.state == "verifying"'
+	wait_until 20 "$node active after an approve served on loop $AL" agent_is "$node" active
+	pass "$node: approve served on loop $AL: the session on loop $TL ran the VERIFY round trip"
+
+	ask POST "/v1/agents/$id/verify"
+	answered 200 '.state == "verifying"'
+	wait_until 20 "$node active again after a verify served on loop $AL" agent_is "$node" active
+	pass "$node: verify served on loop $AL: the session on loop $TL verified again"
+
+	pub0=$(pub_of "$T/$node/agent.key")
+	ask POST "/v1/agents/$id/rotate-key"
+	answered 200 '.key.rotation != "none"'
+	grep -q "msg=\"agent key rotation requested\" agent=$id held=here" "$T/gateway.log" ||
+		fail "rotate-key did not find $node's session: $(grep 'rotation requested' "$T/gateway.log")"
+	wait_until 30 "$node's key rotated" rotated "$node" "$id" "$pub0"
+	agent_is "$node" active || fail "$node not active after its rotation"
+	pass "$node: rotate-key served on loop $AL: the session on loop $TL rotated the agent's key"
+	: "$pid"
+}
+
+# revoke NODE TL: revoke of NODE, whose tunnel is on loop TL, asked on
+# the other loop.
+revoke() {
+	local node=$1 TL=$2 id rc=0
+	local -n pid=PID_$node
+	id=$(agent_id_of "$node")
+	AL=$((1 - TL))
+	ask POST "/v1/agents/$id/revoke"
+	answered 200 '.state == "revoked"'
+	wait_until 20 "$node gone after a revoke served on loop $AL" gone "$pid"
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 77 ] || fail "$node: revoked agent's run exited $rc, want 77"
+	pass "$node: revoke served on loop $AL closes the tunnel on loop $TL; the agent exits 77"
+}
 
 gateway_init
 gateway_start --workers 2 --landing any --log-level debug
 cid=$(cluster_create loops)
-ctl token create --cluster "$cid" --approval manual >"$T/join.json"
-join_node edge1 "$T/join.json" >/dev/null
-client_start edge1
-edge1=$CLIENT_PID
-wait_until 20 "edge1 connected, pending approval" agent_is edge1 pending-approval
-id=$(agent_id_of edge1)
+ctl token create --cluster "$cid" --approval manual --uses 2 >"$T/join.json"
+connect edge_a
+if [ "$(tunnels_on 0)" -eq 1 ]; then TL_A=0; else TL_A=1; fi
+[ "$(tunnels_on "$TL_A")" -eq 1 ] && [ "$(tunnels_on $((1 - TL_A)))" -eq 0 ] ||
+	fail "edge_a's tunnel is not on one loop: $(metrics | grep tether_loop_tunnels)"
+log "edge_a's tunnel is on loop $TL_A"
 
-on1 GET /metrics
+AL=$((1 - TL_A))
+ask GET /metrics
 answered 200
-grep -q '^tether_loop_tunnels{loop="0"} 1$' "$T/on1.body" ||
-	fail "the tunnel is not on loop 0: $(grep tether_loop_tunnels "$T/on1.body")"
-on1 GET /readyz
+grep -q "^tether_loop_tunnels{loop=\"$TL_A\"} 1\$" "$T/ask.body" ||
+	fail "/metrics on loop $AL: $(grep tether_loop_tunnels "$T/ask.body")"
+ask GET /readyz
 answered 200
-grep -q '^ready$' "$T/on1.body" || fail "/readyz: $(cat "$T/on1.body")"
-pass "/metrics and /readyz answered on loop 1; the tunnel is on loop 0"
+grep -q '^ready$' "$T/ask.body" || fail "/readyz: $(cat "$T/ask.body")"
+pass "/metrics and /readyz answered on loop $AL"
 
-on1 POST "/v1/agents/$id/approve"
-answered 200 '.state == "verifying"'
-wait_until 20 "edge1 active after an approve served on loop 1" agent_is edge1 active
-pass "approve served on loop 1: the session on loop 0 ran the VERIFY round trip"
+actions edge_a "$TL_A"
 
-on1 POST "/v1/agents/$id/verify"
-answered 200 '.state == "verifying"'
-wait_until 20 "edge1 active again after a verify served on loop 1" agent_is edge1 active
-pass "verify served on loop 1: the session on loop 0 verified again"
+# edge_b, once edge_a is active, lands on the loop with the fewest tunnels.
+connect edge_b
+TL_B=$((1 - TL_A))
+[ "$(tunnels_on "$TL_A")" -eq 1 ] && [ "$(tunnels_on "$TL_B")" -eq 1 ] ||
+	fail "edge_b did not land on loop $TL_B: $(metrics | grep tether_loop_tunnels)"
+log "edge_b's tunnel is on loop $TL_B"
+actions edge_b "$TL_B"
 
-pub0=$(pub_of "$T/edge1/agent.key")
-on1 POST "/v1/agents/$id/rotate-key"
-answered 200 '.key.rotation != "none"'
-grep -q "msg=\"agent key rotation requested\" agent=$id held=here" "$T/gateway.log" ||
-	fail "rotate-key did not find the session: $(grep 'rotation requested' "$T/gateway.log")"
-wait_until 30 "edge1's key rotated" rotated
-agent_is edge1 active || fail "edge1 not active after its rotation"
-pass "rotate-key served on loop 1: the session on loop 0 rotated the agent's key"
+ask POST /v1/gateway/urls "{\"urls\":[\"$GW_URL\"]}"
+answered 200 '.agents_told == 2'
+pass "the URL list set on loop $AL is told to both agents, one on each loop"
 
-on1 POST /v1/gateway/urls "{\"urls\":[\"$GW_URL\"]}"
-answered 200 '.agents_told == 1'
-pass "the URL list set on loop 1 is told to the agent on loop 0"
+ask GET /v1/status
+answered 200 "[.agents[] | select(.connected)] | length == 2"
+pass "/v1/status served on loop $AL shows both agents connected"
 
-on1 GET /v1/status
-answered 200 "[.agents[] | select(.id == \"$id\" and .connected)] | length == 1"
-pass "/v1/status served on loop 1 shows the agent connected"
-
-on1 POST "/v1/agents/$id/revoke"
-answered 200 '.state == "revoked"'
-wait_until 20 "edge1 gone after a revoke served on loop 1" gone
-rc=0
-wait "$edge1" || rc=$?
-[ "$rc" -eq 77 ] || fail "revoked agent's run exited $rc, want 77"
-pass "revoke served on loop 1 closes the tunnel on loop 0; the agent exits 77"
+[ "$(tunnels_on "$TL_A")" -eq 1 ] && [ "$(tunnels_on "$TL_B")" -eq 1 ] ||
+	fail "a tunnel moved during the test: $(metrics | grep tether_loop_tunnels)"
+revoke edge_a "$TL_A"
+revoke edge_b "$TL_B"
 
 gateway_stop
