@@ -223,6 +223,16 @@ session_base(struct gateway *gw)
 	return l != NULL && l->gw == gw ? l->base : gw->base;
 }
 
+/* The hub of s's own loop: the calling loop's while s lives; at stop a
+ * loop's leftovers may be closed on loop 0 once that loop was joined
+ * (server.c), and still leave their own loop's hub. */
+static struct hub *
+session_own_hub(struct session *s)
+{
+	return s->loop != NULL && s->loop->hub != NULL ? s->loop->hub :
+	    s->gw->hub;
+}
+
 /* The counts its loop shows the others (loop.h: where /v1/connect lands,
  * tether_loop_tunnels). */
 static void
@@ -237,7 +247,7 @@ session_count_tunnels(struct session *s)
 {
 	if (s->loop != NULL)
 		atomic_store(&s->loop->ntunnels,
-		    (unsigned)hub_count(session_hub(s->gw)));
+		    (unsigned)hub_count(session_own_hub(s)));
 }
 
 /* A broadcast over every loop's sessions (session_foreach_everywhere). */
@@ -1414,7 +1424,7 @@ session_welcome(struct session *s)
 		session_protocol_error(s, "internal", "out of memory");
 		return;
 	}
-	old = hub_add(session_hub(s->gw), s->agent.id, s->agent.cluster, s);
+	old = hub_add(session_own_hub(s), s->agent.id, s->agent.cluster, s);
 	session_count_tunnels(s);
 	/* The process's directory: a newer generation takes the entry over.
 	 * A replaced tunnel on this loop is the hub's old; one on another
@@ -1841,13 +1851,13 @@ session_closed(struct session *s)
 		current = agentdir_remove(s->gw->agents, s->agent.id, s->dir_at);
 		s->dir_at.generation = 0;
 	}
-	if (s->agent.id[0] != '\0' && hub_find(session_hub(s->gw),
+	if (s->agent.id[0] != '\0' && hub_find(session_own_hub(s),
 	    s->agent.id) == s) {
 		if (current && s->verifying)
 			session_verify_fail(s, "agent disconnected during verification");
 		if (current)
 			info("agent disconnected", KV_S("agent", s->agent.id));
-		hub_remove(session_hub(s->gw), s->agent.id, s);
+		hub_remove(session_own_hub(s), s->agent.id, s);
 		session_count_tunnels(s);
 		if (current) {
 			presence_tunnel_down(s->gw, s->agent.id);

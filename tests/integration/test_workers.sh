@@ -7,7 +7,8 @@
 # --landing any, tunnels land on the loop with the fewest (two agents, one
 # per loop), an agent that redials while its old tunnel stands on another
 # loop has that one closed there, and the stop tells the agents of both
-# loops.  With --workers 1 there is one loop, as before the flag.
+# loops; streams from connections on either loop reach the agent on the
+# other over the loop link, both ways, intact.  With --workers 1 there is one loop, as before the flag.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -220,6 +221,31 @@ join_node n2 "$T/join2.json" --allow "127.0.0.1:$echo_port" >/dev/null
 start_beside n2
 n2_pid=$CLIENT_PID
 pass "n1's tunnel on one loop, n2's on the other: a new tunnel lands on the loop with the fewest"
+
+# Streams both ways across (docs/0040 sections 2 and 5): a connect to
+# n1's cluster and one to n2's, again and again; each lands on the loop
+# that ran its handshake, so some reach their agent on the other loop over
+# the loop link, from loop 0 to loop 1 and from loop 1 to loop 0, each
+# stream's 1 MiB intact (at most 12 rounds, until both ways were crossed).
+link_streams() {  # link_streams FILE FROM TO
+	awk -v l="tether_loop_link_streams_total{from=\"$2\",to=\"$3\"}" \
+		'$1 == l { v = $2 } END { print v + 0 }' "$1"
+}
+head -c $((1 << 20)) /dev/urandom >"$T/blob1"
+want1=$(sha256sum <"$T/blob1")
+for round in 1 2 3 4 5 6 7 8 9 10 11 12; do
+	for c in "$cid" "$cid2"; do
+		"$CTL" connect --cluster "$c" "127.0.0.1:$echo_port" <"$T/blob1" >"$T/cross.out" ||
+			fail "round $round: a connect to cluster $c exited $?"
+		[ "$(sha256sum <"$T/cross.out")" = "$want1" ] || fail "round $round: cluster $c's echo differs"
+	done
+	metrics >"$T/cross.metrics"
+	[ "$(link_streams "$T/cross.metrics" 0 1)" -ge 1 ] &&
+		[ "$(link_streams "$T/cross.metrics" 1 0)" -ge 1 ] && break
+done
+[ "$(link_streams "$T/cross.metrics" 0 1)" -ge 1 ] && [ "$(link_streams "$T/cross.metrics" 1 0)" -ge 1 ] ||
+	fail "in $round rounds streams did not cross both ways: $(grep '^tether_loop_link_streams_total' "$T/cross.metrics")"
+pass "streams both ways across the loops ($round rounds: 0>1 $(link_streams "$T/cross.metrics" 0 1), 1>0 $(link_streams "$T/cross.metrics" 1 0)), every echo intact"
 
 # Rehome across loops: n1 stopped (its tunnel stays), n2 gone (its loop
 # empty); n1 dials again from a second process: the new tunnel lands on
