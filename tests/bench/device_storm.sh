@@ -51,6 +51,10 @@ RATE=${STORM_RATE:-1000}
 REG=${STORM_REG_WORKERS:-$(tr ' ' '\n' <<<"$WORKERS" | sort -n | tail -n 1)}
 PER_SWARM=${STORM_PER_SWARM:-2475}
 
+# What the scripts take from the machine itself (the rest is bundled).
+for t in awk sed grep sort uniq cut tr find stat timeout mktemp python3 tar gzip; do
+	command -v "$t" >/dev/null || { say "$t is missing on this machine"; exit 1; }
+done
 bash "$HERE/bundle.sh" --rewrap "$B" || { say "cannot rewrap $B"; exit 1; }
 export PATH="$B/bin:$PATH" TETHER_BIN="$B/bin"
 for t in curl jq bc tether-gateway tether-swarm tetherctl; do

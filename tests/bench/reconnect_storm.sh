@@ -128,7 +128,7 @@ trap 'exit 143' TERM
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 swarm_ticks() { local p t=0; for p in "${SW_PIDS[@]}"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
-TICKS=$(getconf CLK_TCK)
+TICKS=$(getconf CLK_TCK 2>/dev/null || python3 -c 'import os; print(os.sysconf("SC_CLK_TCK"))')
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 URL=https://127.0.0.1:$PORT
 GW_DIR=$W/gw
