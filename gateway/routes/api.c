@@ -614,18 +614,78 @@ agent_transition(struct store *st, struct api_job *j, enum agent_event ev,
 	return j->rc;
 }
 
-/* Ends the streams open on every loop here that a revocation of `what`
- * id (an agent, a user) took the right from, and forgets every proven
- * token (access_revoke_broadcast: the count logged once all loops ended
- * theirs); other replicas end theirs on the store's notice (notices.c). */
+/* A revocation's effects on every loop on their way (revoked_everywhere). */
+struct api_revoke {
+	struct gateway *gw;
+	struct api_job *j;
+	void (*next)(struct gateway *gw, struct api_job *j);
+	int calling;                     /* inside access_revoke_broadcast */
+	int over;                        /* ... and it ended or failed there */
+};
+
+/* On this loop once every loop ended its own streams. */
 static void
-revoked_streams_end(struct gateway *gw, enum live_credential by,
-    const char *match, const char *what, const char *id)
+api_revoke_done(void *arg, size_t ended)
 {
-	(void)access_revoke_broadcast(gw, &(struct revoke_what){ .by = by,
-	    .match = match, .what = what, .name = id,
-	    .log = "revocation: ending the streams it opened here" },
-	    NULL, NULL, NULL);
+	struct api_revoke *v = arg;
+
+	(void)ended;                     /* logged by access_revoke_broadcast */
+	if (v->calling) {
+		v->over = 1;             /* no loops: ran inside the call */
+		return;
+	}
+	v->next(v->gw, v->j);
+	free(v);
+}
+
+/* Out of memory inside the call (v->calling), or this loop stopped before
+ * the end came back (shutdown: nobody waits; its ticket is that loop's). */
+static void
+api_revoke_drop(void *arg)
+{
+	struct api_revoke *v = arg;
+
+	if (v->calling) {
+		v->over = 1;
+		return;
+	}
+	v->j->reply = NULL;
+	api_job_free(v->j);
+	free(v);
+}
+
+/*
+ * Ends the streams open on every loop here that a revocation of `what` id
+ * (an agent, a user, a token) took the right from, and forgets every
+ * proven token (access_revoke_broadcast: the count logged once all loops
+ * ended theirs); then next(gw, j) on this loop, once every loop ended its
+ * own, so an answer made there means they are ended.  Other replicas end
+ * theirs on the store's notice (notices.c).  Out of memory: next at once
+ * (the caches are forgotten all the same).
+ */
+static void
+revoked_everywhere(struct gateway *gw, struct api_job *j,
+    enum live_credential by, const char *match, const char *what,
+    const char *id, void (*next)(struct gateway *gw, struct api_job *j))
+{
+	const struct revoke_what w = { .by = by, .match = match, .what = what,
+	    .name = id, .log = "revocation: ending the streams it opened here" };
+	struct api_revoke *v = calloc(1, sizeof(*v));
+
+	if (v == NULL) {
+		(void)access_revoke_broadcast(gw, &w, NULL, NULL, NULL);
+		next(gw, j);
+		return;
+	}
+	*v = (struct api_revoke){ .gw = gw, .j = j, .next = next, .calling = 1 };
+	(void)access_revoke_broadcast(gw, &w, api_revoke_done, api_revoke_drop, v);
+	/* This loop cannot stop while it runs this: a later drop or done
+	 * comes after, from its inbox. */
+	v->calling = 0;
+	if (v->over) {
+		free(v);
+		next(gw, j);
+	}
 }
 
 /* Whether a live replica's lease holds j->id's tunnel (from j's presence). */
@@ -723,7 +783,7 @@ agents_action_told(struct api_act *act)
  * offline: at its next handshake.  Then answers, on this loop.
  */
 static void
-agents_action_tell(struct gateway *gw, struct api_job *j)
+agents_action_send(struct gateway *gw, struct api_job *j)
 {
 	struct api_act *act = calloc(1, sizeof(*act));
 	struct route_response r = { 0 };
@@ -736,7 +796,6 @@ agents_action_tell(struct gateway *gw, struct api_job *j)
 	}
 	held = agentdir_find(gw->agents, j->id, &act->at);
 	if (strcmp(j->action, "approve") == 0) {
-		info("agent approved", KV_S("agent", j->id));
 		act->kind = API_ACT_APPROVE;
 		act->verifying = j->verifying;
 		act->verified = j->verifying && j->rc == STORE_OK;
@@ -747,9 +806,7 @@ agents_action_tell(struct gateway *gw, struct api_job *j)
 		/* Held elsewhere when asked: that replica runs the round trip. */
 		held = held && j->held;
 	} else if (strcmp(j->action, "revoke") == 0) {
-		info("agent revoked", KV_S("agent", j->id));
 		act->kind = API_ACT_REVOKE;
-		revoked_streams_end(gw, LIVE_BY_AGENT, j->id, "agent", j->id);
 	} else {
 		act->kind = API_ACT_ROTATE_KEY;
 	}
@@ -761,6 +818,23 @@ agents_action_tell(struct gateway *gw, struct api_job *j)
 		return;
 	}
 	api_act_run(gw, act, agents_action_told, j);
+}
+
+/* What an action does here once stored: a revoke ends the agent's
+ * streams on every loop first (they end "revoked", before the tunnel's
+ * kick could cut them), then the session is told. */
+static void
+agents_action_tell(struct gateway *gw, struct api_job *j)
+{
+	if (strcmp(j->action, "approve") == 0)
+		info("agent approved", KV_S("agent", j->id));
+	if (strcmp(j->action, "revoke") != 0) {
+		agents_action_send(gw, j);
+		return;
+	}
+	info("agent revoked", KV_S("agent", j->id));
+	revoked_everywhere(gw, j, LIVE_BY_AGENT, j->id, "agent", j->id,
+	    agents_action_send);
 }
 
 static void
@@ -954,27 +1028,40 @@ users_revoke_store(struct store *st, struct api_job *j)
 }
 
 static void
-users_revoke_effects(struct gateway *gw, struct api_job *j,
-    struct route_response *r)
+users_revoked(struct gateway *gw, struct api_job *j)
 {
+	struct route_response r = { 0 };
+
+	(void)gw;
+	route_respond_json(&r, 200, json_pack("{s:s, s:I}", "name", j->id,
+	    "revoked_tokens", (json_int_t)j->count));
+	api_job_finish(j, &r);
+}
+
+/* Answered once every loop ended the user's streams. */
+static void
+users_revoke_effects(struct gateway *gw, struct api_job *j)
+{
+	struct route_response r = { 0 };
 	char principal[96];
 
 	/* Whatever this user proved a moment ago no longer counts. */
 	access_revoked(gw);
-	if (j->rc == STORE_REFUSED)
-		route_respond_error(r, 400, "%s", j->err);
-	else if (j->rc == STORE_NOTFOUND)
-		route_respond_error(r, 404, "%s", j->err);
-	else if (j->rc != STORE_OK)
-		respond_store_error(r, j->rc, j->err);
-	else {
+	if (j->rc == STORE_OK) {
 		info("user tokens revoked", KV_S("user", j->id),
 		    KV_I("tokens", j->count));
 		snprintf(principal, sizeof(principal), "user:%s", j->id);
-		revoked_streams_end(gw, LIVE_BY_PRINCIPAL, principal, "user", j->id);
-		route_respond_json(r, 200, json_pack("{s:s, s:I}", "name", j->id,
-		    "revoked_tokens", (json_int_t)j->count));
+		revoked_everywhere(gw, j, LIVE_BY_PRINCIPAL, principal, "user",
+		    j->id, users_revoked);
+		return;
 	}
+	if (j->rc == STORE_REFUSED)
+		route_respond_error(&r, 400, "%s", j->err);
+	else if (j->rc == STORE_NOTFOUND)
+		route_respond_error(&r, 404, "%s", j->err);
+	else
+		respond_store_error(&r, j->rc, j->err);
+	api_job_finish(j, &r);
 }
 
 /*
@@ -1145,20 +1232,34 @@ token_revoke_store(struct store *st, struct api_job *j)
 }
 
 static void
-token_revoke_effects(struct gateway *gw, struct api_job *j,
-    struct route_response *r)
+token_revoked(struct gateway *gw, struct api_job *j)
 {
+	struct route_response r = { 0 };
+
+	(void)gw;
+	route_respond_json(&r, 200, user_json(&j->u));
+	api_job_finish(j, &r);
+}
+
+/* Answered once every loop ended the token's streams. */
+static void
+token_revoke_effects(struct gateway *gw, struct api_job *j)
+{
+	struct route_response r = { 0 };
+
 	access_revoked(gw);
-	if (j->rc == STORE_NOTFOUND)
-		route_respond_error(r, 404, "%s", j->err);
-	else if (j->rc != STORE_OK)
-		respond_store_error(r, j->rc, j->err);
-	else {
+	if (j->rc == STORE_OK) {
 		info("user token revoked", KV_S("user", j->u.name),
 		    KV_S("token", j->u.id));
-		revoked_streams_end(gw, LIVE_BY_TOKEN, j->u.id, "token", j->u.id);
-		route_respond_json(r, 200, user_json(&j->u));
+		revoked_everywhere(gw, j, LIVE_BY_TOKEN, j->u.id, "token",
+		    j->u.id, token_revoked);
+		return;
 	}
+	if (j->rc == STORE_NOTFOUND)
+		route_respond_error(&r, 404, "%s", j->err);
+	else
+		respond_store_error(&r, j->rc, j->err);
+	api_job_finish(j, &r);
 }
 
 /* ---- the gateway's public URL list (docs/0031) ---- */
@@ -1295,8 +1396,8 @@ static const struct api_handler
     h_users_create = { API_BODY_USER + 1, users_create_store,
 	users_create_effects, NULL },
     h_users_list = { 0, users_list_store, users_list_effects, NULL },
-    h_users_revoke = { 0, users_revoke_store, users_revoke_effects, NULL },
-    h_token_revoke = { 0, token_revoke_store, token_revoke_effects, NULL },
+    h_users_revoke = { 0, users_revoke_store, NULL, users_revoke_effects },
+    h_token_revoke = { 0, token_revoke_store, NULL, token_revoke_effects },
     h_agents_list = { 0, agents_list_store, agents_list_effects, NULL },
     h_agent_get = { 0, agent_get_store, agent_get_effects, NULL },
     h_agents_action = { 0, agents_action_store, NULL, agents_action_effects };

@@ -14,7 +14,12 @@
 #     key is new, the agent active throughout;
 #   - the URL list: both agents are told (agents_told 2);
 #   - /v1/status, /metrics, /readyz: answered;
-#   - revoke: 200 "revoked", the tunnel closes and the agent exits 77.
+#   - streams to edge_a from connections landed on both loops (those on
+#     the other loop cross the loop link): /v1/status lists every one
+#     (each loop lists its own: a gather);
+#   - revoke: 200 "revoked" once every loop ended the agent's streams
+#     (each audited end=revoked, none cut as "tunnel_lost" by the kick
+#     that follows), the tunnel closes and the agent exits 77.
 # Without the crossing (an action run on the asking loop finds no session
 # there) the agent stays "verifying" and is never kicked.
 source "$(dirname "$0")/lib.sh"
@@ -53,7 +58,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 # connect NODE: joins NODE (manual approval) and runs its agent until it
 # waits for approval; sets PID_<NODE> and ID_<NODE>.
 connect() {
-	join_node "$1" "$T/join.json" >/dev/null
+	join_node "$1" "$T/join.json" --allow "127.0.0.1:$echo_port" >/dev/null
 	client_start "$1"
 	printf -v "PID_$1" %s "$CLIENT_PID"
 	wait_until 20 "$1 connected, pending approval" agent_is "$1" pending-approval
@@ -88,6 +93,27 @@ actions() {
 	: "$pid"
 }
 
+# crossed FROM TO: streams opened from loop FROM to loop TO over their link.
+crossed() {
+	metrics | awk -v k="tether_loop_link_streams_total{from=\"$1\",to=\"$2\"}" \
+		'$1 == k { n = $2 } END { print n + 0 }'
+}
+# open4 B NODE: four `tetherctl connect`s to the echo server through NODE,
+# held open (held_streams.py, its report in $T/heldB.streams), each a
+# connection of its own, living on loop 0 or 1.
+open4() {
+	local b=$1 node=$2 specs=() i
+	for i in 1 2 3 4; do specs+=("dial:s$b-$i:$GW_URL"); done
+	CTL=$CTL CLUSTER=$cid NODE=$node ECHO_PORT=$echo_port TOKEN=$(cat "$GW_DIR/admin.token") \
+		CAFILE=$GW_DIR/ca.crt $py "$here/held_streams.py" "${specs[@]}" >"$T/held$b.streams" &
+	PIDS+=($!)
+	wait_until 30 "the four streams of batch $b echo" \
+		sh -c "[ \$(grep -c '^ready ' '$T/held$b.streams') -eq 4 ]"
+	if grep '^broken ' "$T/held$b.streams"; then fail "batch $b: a stream broke"; fi
+	nstreams=$((nstreams + 4))
+}
+ended_all() { [ "$(cat "$T"/held*.streams | grep -c '^ended ')" -eq "$nstreams" ]; }
+
 # revoke NODE TL: revoke of NODE, whose tunnel is on loop TL, asked on
 # the other loop.
 revoke() {
@@ -103,6 +129,7 @@ revoke() {
 	pass "$node: revoke served on loop $AL closes the tunnel on loop $TL; the agent exits 77"
 }
 
+echo_server_start
 gateway_init
 gateway_start --workers 2 --landing any --log-level debug
 cid=$(cluster_create loops)
@@ -141,9 +168,34 @@ ask GET /v1/status
 answered 200 "[.agents[] | select(.connected)] | length == 2"
 pass "/v1/status served on loop $AL shows both agents connected"
 
+# Streams to edge_a from connections on both loops: those living on loop
+# $TL_B cross the link to its tunnel, the others live on loop $TL_A.
+# Batches of four until both loops hold some.
+nstreams=0
+for b in 1 2 3; do
+	open4 "$b" edge_a
+	k=$(crossed "$TL_B" "$TL_A")
+	[ "$k" -gt 0 ] && [ "$k" -lt "$nstreams" ] && break
+done
+[ "$k" -gt 0 ] && [ "$k" -lt "$nstreams" ] ||
+	fail "the $nstreams streams did not spread over both loops ($k crossed from loop $TL_B)"
+for AL in 0 1; do
+	ask GET /v1/status
+	answered 200 "[.streams[] | select(.kind == \"connect\" and .node == \"edge_a\")] | length == $nstreams"
+done
+pass "/v1/status on either loop lists all $nstreams live streams: $k on loop $TL_B, $((nstreams - k)) on loop $TL_A"
+
 [ "$(tunnels_on "$TL_A")" -eq 1 ] && [ "$(tunnels_on "$TL_B")" -eq 1 ] ||
 	fail "a tunnel moved during the test: $(metrics | grep tether_loop_tunnels)"
 revoke edge_a "$TL_A"
+wait_until 10 "every stream of edge_a ended" ended_all
+audited_revoked() {
+	[ "$(grep -c "msg=audit event=stream .*end=revoked reason=\"agent $ID_edge_a revoked\"" "$T/gateway.log")" -eq "$nstreams" ]
+}
+wait_until 10 "every stream audited end=revoked" audited_revoked
+! grep -q 'msg=audit event=stream .*end=tunnel_lost' "$T/gateway.log" ||
+	fail "a stream was cut by the tunnel's close: $(grep 'end=tunnel_lost' "$T/gateway.log")"
+pass "edge_a's $nstreams streams on both loops ended, each audited end=revoked (none cut by the kick)"
 revoke edge_b "$TL_B"
 
 gateway_stop
