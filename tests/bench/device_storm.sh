@@ -113,7 +113,18 @@ sampler >"$OUT/samples.txt" 2>&1 &
 SAMPLER=$!
 trap 'kill "$SAMPLER" 2>/dev/null' EXIT
 
-WORK=${TMPDIR:-/tmp}/tether-device-storm.$$
+# The benchmark runs copies of the wrappers from its work directory: it
+# must allow exec (a noexec /tmp does not; then one inside the bundle).
+T=${TMPDIR:-/tmp}
+if ! { printf '#!/bin/sh\nexit 0\n' >"$T/.exec-probe.$$" && chmod +x "$T/.exec-probe.$$" &&
+	"$T/.exec-probe.$$"; } 2>/dev/null; then
+	T=$B/tmp
+	mkdir -p "$T"
+	say "no exec in ${TMPDIR:-/tmp}: work in $T"
+fi
+rm -f "${TMPDIR:-/tmp}/.exec-probe.$$"
+export TMPDIR=$T
+WORK=$T/tether-device-storm.$$
 
 # Calibration: 1,000 agents registered and one storm at REG loops, to see
 # whether N's first registration fits; N is cut so that it takes about a
