@@ -301,6 +301,22 @@ budget_hold_over(const struct budget_holder *h)
 	return BUDGET_OK;
 }
 
+size_t
+budget_hold_part(const struct budget_holder *h, enum budget_refusal pool)
+{
+	const struct budget_account *p = h->principal;
+
+	if (h->slice == NULL)
+		return 0;
+	if (pool != BUDGET_PRINCIPAL)
+		return h->slice->held;
+	if (p == NULL)
+		return 0;
+	if (p->part == NULL || h->slice->index >= BUDGET_SLICES)
+		return atomic_load_explicit(&p->held, memory_order_relaxed);
+	return p->part[h->slice->index];
+}
+
 const struct budget_holder *
 budget_pick(const struct budget_holder *best, const struct budget_holder *cand,
     enum budget_refusal pool, const struct budget_account *principal)

@@ -186,6 +186,10 @@ void budget_hold_release(struct budget_holder *h);
  * past memory_share and, when the account has parts, h's slice holds more
  * than memory_share / slices of it), or BUDGET_OK. */
 enum budget_refusal budget_hold_over(const struct budget_holder *h);
+/* What h's slice holds of pool (BUDGET_TOTAL: all its holders';
+ * BUDGET_PRINCIPAL: of h's principal, or the principal's whole figure when
+ * the account has no parts): the part the eviction judged.  Logs. */
+size_t budget_hold_part(const struct budget_holder *h, enum budget_refusal pool);
 /* The largest-first choice: of best (NULL: none yet) and cand, the one to
  * drop first when `pool` is over: cand only if it counts in that pool
  * (BUDGET_PRINCIPAL: charged to principal) and holds more than best

@@ -59,6 +59,7 @@
 
 #include "budget.h"
 #include "log.h"
+#include "loop.h"
 #include "runtime.h"
 #include "wsframe.h"
 #include "wsturn.h"
@@ -252,6 +253,7 @@ static void
 ws_evict(struct wsconn *c, enum budget_refusal pool)
 {
 	const struct budget *b = c->set->slice.budget;
+	const struct loop *l = loop_self();
 	char why[160];
 
 	snprintf(why, sizeof(why), "memory budget: the largest holder %s "
@@ -262,7 +264,9 @@ ws_evict(struct wsconn *c, enum budget_refusal pool)
 	    pool == BUDGET_TOTAL ? b->memory : b->memory_share);
 	warn("memory budget: dropping a connection", KV_S("peer", c->peer),
 	    KV_S("who", c->who), KV_U("held", c->hold.held),
-	    KV_S("pool", pool == BUDGET_TOTAL ? "process" : "principal"));
+	    KV_S("pool", pool == BUDGET_TOTAL ? "process" : "principal"),
+	    KV_U("loop", l != NULL ? l->index : 0),
+	    KV_U("loop_held", budget_hold_part(&c->hold, pool)));
 	ws_abort(c, why);
 	evbuffer_drain(bufferevent_get_output(c->bev),
 	    evbuffer_get_length(bufferevent_get_output(c->bev)));

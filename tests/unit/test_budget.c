@@ -611,6 +611,8 @@ test_eviction_within_the_loop_over_its_part(void **state)
 	assert_int_equal(budget_hold_over(&a[0]), BUDGET_OK);
 	assert_true(budget_slice_over(&B));
 	assert_int_equal(budget_hold_over(&bh[2]), BUDGET_TOTAL);
+	assert_int_equal(budget_hold_part(&bh[2], BUDGET_TOTAL), 6 * MiB + 1);
+	assert_int_equal(budget_hold_part(&bh[2], BUDGET_PRINCIPAL), 3 * MiB + 1);
 	assert_ptr_equal(largest(bh, 3, BUDGET_TOTAL, NULL), &bh[0]);
 	budget_hold_release(&bh[0]);             /* alice's 3 MiB on B */
 	/* 8 MiB + 1: within the total.  Bob holds 7 MiB + 1 of a 4 MiB share:
