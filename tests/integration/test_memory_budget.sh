@@ -14,6 +14,10 @@
 #   4. With --memory-share 1 MiB the same flood passes alice's share:
 #      her largest connections are dropped, with a line saying why, and
 #      the others are still served.
+#   5. Again with two loops and --landing any (docs/0040): the connections
+#      land on both, and each loop drops only its own, only while what it
+#      holds of alice's share is over its half (every drop line's
+#      loop_held), on loop 0 and on loop 1; the others are still served.
 #
 # VmRSS is the release build's (build/release, built by `make test`
 # before the sanitized one): ASan's allocator, quarantine and shadow are
@@ -122,5 +126,34 @@ grep -q 'reason="memory budget: the largest holder of its principal' "$T/gateway
 	fail "no line says which holder went and why"
 served
 pass "past alice's share her largest connections are dropped ($(grep -c "memory budget: dropping" "$T/gateway.log") lines); bob, an admin and the agent served"
+
+# 5. Two loops, connections landed on both: per-loop eviction.
+gateway_stop
+mark=$(wc -l <"$T/gateway.log")
+SHARE=$((1 << 20))
+gateway_start --workers 2 --landing any --memory-budget "$BUDGET" --memory-share "$SHARE"
+wait_until 20 "n1 active again" agent_is n1 active
+$py "$TETHER_SRC/tests/integration/ping_flood.py" "$GW_URL" "$GW_DIR/ca.crt" "$alice" \
+	"$cid" "127.0.0.1:$echo_port" 100 ping $((2 << 20)) "$T/ping3" 2>>"$T/flood.log" &
+PIDS+=($!)
+# dropped_on LOOP: a drop line of this gateway from that loop.
+dropped_on() {
+	awk -v from="$mark" -v l=" loop=$1 " 'NR > from &&
+		/memory budget: dropping a connection/ && index($0, l) { found = 1; exit }
+		END { exit !found }' "$T/gateway.log"
+}
+wait_until 240 "alice's connections dropped on loop 0 and on loop 1" \
+	eval 'dropped_on 0 && dropped_on 1'
+awk -v from="$mark" 'NR > from && /memory budget: dropping a connection/' \
+	"$T/gateway.log" >"$T/drops5"
+# Every drop: alice's share, judged by a loop holding more than half of it.
+awk -v half=$((SHARE / 2)) '{
+	if (!match($0, / loop_held=[0-9]+/) || index($0, " who=user:alice ") == 0 ||
+	    index($0, " pool=principal") == 0) { bad = 1; print; next }
+	if (substr($0, RSTART + 11, RLENGTH - 11) + 0 <= half) { bad = 1; print }
+} END { exit bad }' "$T/drops5" ||
+	fail "a loop dropped a connection without holding more than its half of alice's share (lines above)"
+served
+pass "two loops: alice's connections dropped on loop 0 and loop 1 ($(wc -l <"$T/drops5") lines), each by a loop over its half of her share; bob, an admin and the agent served"
 
 gateway_stop
