@@ -710,11 +710,12 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 		}
 	}
 	if (presence_remote_pick(gw, g->cluster, node, &ra, &elsewhere)) {
-		memset(out, 0, sizeof(*out));
-		snprintf(out->agent_id, sizeof(out->agent_id), "%s", ra.agent_id);
-		snprintf(out->node, sizeof(out->node), "%s", ra.node);
-		snprintf(out->replica, sizeof(out->replica), "%s", ra.replica);
-		snprintf(out->peer_url, sizeof(out->peer_url), "%s", ra.peer_url);
+		reach_remote(out, &ra);
+		/* The peer links are loop 0's (class d, docs/0040): from
+		 * another loop the stream goes over the link to loop 0, whose
+		 * far side (peer_route.c) opens it on the peer link. */
+		if (self != NULL && self->index != 0 && gw->looplinks != NULL)
+			out->loop = &gw->loops[0];
 		return 0;
 	}
 	if (node != NULL)

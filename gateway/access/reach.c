@@ -35,6 +35,16 @@ reach_on_loop(struct reach *r, struct gateway *gw, struct loop *l,
 	snprintf(r->replica, sizeof(r->replica), "%s", gw->replica_id);
 }
 
+void
+reach_remote(struct reach *r, const struct store_remote_agent *ra)
+{
+	memset(r, 0, sizeof(*r));
+	snprintf(r->agent_id, sizeof(r->agent_id), "%s", ra->agent_id);
+	snprintf(r->node, sizeof(r->node), "%s", ra->node);
+	snprintf(r->replica, sizeof(r->replica), "%s", ra->replica);
+	snprintf(r->peer_url, sizeof(r->peer_url), "%s", ra->peer_url);
+}
+
 /* Over the link to the loop holding the tunnel: the OPEN names the agent
  * and the principal, as a peer link's does. */
 static struct mux_stream *

@@ -26,7 +26,10 @@ struct mux_stream_handlers;
 
 struct reach {
 	struct session *local;                 /* the agent's tunnel on this loop, or NULL */
-	struct loop *loop;                     /* else the loop holding it, or NULL: on a peer */
+	struct loop *loop;                     /* else the loop holding it, or, for an
+	                                          agent on a peer reached from loop k,
+	                                          loop 0 (the peer links are loop 0's,
+	                                          docs/0040); NULL: on a peer, from here */
 	char agent_id[STORE_ID_MAX + 1];
 	char node[STORE_NAME_MAX + 1];
 	char replica[64];                      /* the replica holding the tunnel (ours when local) */
@@ -42,6 +45,10 @@ void reach_local(struct reach *r, struct gateway *gw, struct session *s);
  * other than l. */
 void reach_on_loop(struct reach *r, struct gateway *gw, struct loop *l,
     const char *agent_id, const char *node);
+
+/* Fills r for ra, an agent whose tunnel another replica holds (the
+ * presence directory): reached through the peer link to ra->replica. */
+void reach_remote(struct reach *r, const struct store_remote_agent *ra);
 
 /*
  * Opens a stream to target (HOST:PORT) or service on r's agent for

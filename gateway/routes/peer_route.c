@@ -9,7 +9,9 @@
  * be here and active, and the stream is then spliced to a new stream on it
  * by relay_start_stream, exactly like a `tetherctl forward` stream, so
  * credit flows end to end.  A stream from another loop of this process
- * (core/looplink.h) gets the same check and splice, quiet.
+ * (core/looplink.h) gets the same check and splice, quiet; on loop 0 one
+ * for an agent another replica holds (access_pick sends those there: the
+ * peer links are loop 0's) is spliced to a stream on the peer link.
  */
 #include "peer_route.h"
 
@@ -24,6 +26,7 @@
 #include "loop.h"
 #include "mux.h"
 #include "peer_link.h"
+#include "presence.h"
 #include "reach.h"
 #include "relay.h"
 #include "route.h"
@@ -61,6 +64,7 @@ far_open(struct gateway *gw, const char *via, struct mux_stream *s,
     const struct frame_open *req)
 {
 	struct agentdir_entry e;
+	struct store_remote_agent ra;
 	struct session *agent;
 	int found;
 	struct reach here;
@@ -87,6 +91,16 @@ far_open(struct gateway *gw, const char *via, struct mux_stream *s,
 		}
 		far_who(&who, req, e.cluster, via);
 		reach_on_loop(&here, gw, &gw->loops[e.at.loop], e.agent_id, e.node);
+		relay_start_stream(gw, &here, s, &who);
+		return;
+	}
+	/* From another loop of this process (loop 0 holds the peer links,
+	 * docs/0040), for an agent another replica holds: spliced to a
+	 * stream over the peer link, quietly (the near loop audits it). */
+	if (agent == NULL && !found && via == NULL && (loop_self() == NULL ||
+	    loop_self()->index == 0) && presence_remote_find(gw, req->agent, &ra)) {
+		far_who(&who, req, ra.cluster, NULL);
+		reach_remote(&here, &ra);
 		relay_start_stream(gw, &here, s, &who);
 		return;
 	}

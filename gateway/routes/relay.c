@@ -384,8 +384,11 @@ cs_close(struct mux_stream *s, const char *code, void *arg)
 
 	r->cs = NULL;
 	relay_note_end(r, strcmp(code, "done") == 0 ? "done" : code);
+	/* A quiet relay is a splice in the middle of one stream (a loop
+	 * link's end, docs/0040): the code goes on as it came, so the far
+	 * end hears "revoked" as the near one said it. */
 	if (r->agent != NULL && strcmp(code, "done") != 0) {
-		mux_stream_reset(r->agent, "client_gone");
+		mux_stream_reset(r->agent, r->quiet ? code : "client_gone");
 		r->agent = NULL;
 	}
 	relay_maybe_free(r);

@@ -152,6 +152,17 @@ gateway_start() {
 	wait_until 20 "gateway ready on $GW_URL" gateway_ready
 }
 
+# loop_crossings [URL]: how many streams the gateway at URL (default
+# $GW_URL) opened over the links between its loops so far
+# (tether_loop_link_streams_total, every pair, from its /metrics;
+# docs/0040): nonzero once an operator connection on one loop reached a
+# tunnel on another (--landing any).
+loop_crossings() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		"${1:-$GW_URL}/metrics" |
+		awk '$1 ~ /^tether_loop_link_streams_total[{]/ { n += $2 } END { print n + 0 }'
+}
+
 # gateway_stop: SIGTERM, and the gateway must exit 0 (no leaks, no errors).
 gateway_stop() {
 	kill -TERM "$GW_PID"

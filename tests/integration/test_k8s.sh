@@ -5,7 +5,10 @@
 # the gateway's token never reaches it; wrong, foreign and revoked tokens
 # are refused with Kubernetes Status objects; an answer that streams is
 # relayed as it comes; a 101 turns the exchange into raw bytes both ways;
-# a cluster without an agent answers 503.
+# a cluster without an agent answers 503.  With two loops whose operator
+# connections stay on the loop that ran their handshake (--landing any,
+# docs/0040): requests reach the tunnel from both loops, some over the
+# link between them.
 source "$(dirname "$0")/lib.sh"
 chmod 755 "$T"
 
@@ -34,7 +37,7 @@ wait_until 10 "python upstream" test -s "$T/py.port"
 py_port=$(cat "$T/py.port")
 
 gateway_init
-gateway_start
+gateway_start --workers 2 --landing any
 cid=$(cluster_create k8s)
 cid2=$(cluster_create k8s-py)
 cid3=$(cluster_create k8s-empty)
@@ -253,6 +256,9 @@ client_stop "$node4_pid"
 # Requests just before SIGTERM (node2's upstream closes after each): their
 # audit lines are written at exit, if not before.
 burst 5 "$cid2" "$admin"
+crossings=$(loop_crossings)
+[ "$crossings" -gt 0 ] || fail "no request crossed between the loops (--landing any)"
+log "$crossings streams crossed between the loops"
 gateway_stop
 [ "$(grep -c 'msg=audit event=k8s .*path=/burst/5/[0-9]* status=200 ' "$T/gateway.log")" = 50 ] ||
 	fail "SIGTERM right after 50 requests: $(grep -c 'path=/burst/5/' "$T/gateway.log") audit lines"

@@ -15,14 +15,19 @@
 #   is lost): the re-read of open streams' tokens at reconnect ends them;
 # - the agent, revoked on A while B holds its tunnel (streams as admin).
 # The time from the revocation to the last stream ended is logged (the
-# figure for docs/0027); the pass/fail deadline is a generous 5 s.
+# figure for docs/0027); the pass/fail deadline is a generous 5 s.  Each
+# replica has two loops whose operator connections stay on the loop that
+# ran their handshake (--workers 2 --landing any, docs/0040): streams live
+# on both loops of each, the agent's tunnel on one of B's, and a dial
+# through A on loop 1 reaches B through loop 0 (which holds the peer
+# links); every loop's streams end.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
 PING=(--ping-interval 300 --ping-timeout 1000)
 now_ms() { date +%s%3N; }
 
-two_replicas_on_pg "${PING[@]}"
+two_replicas_on_pg "${PING[@]}" --workers 2 --landing any
 $py "$TETHER_SRC/tests/integration/k8s_upstream.py" "$T/py.port" &
 PIDS+=($!)
 wait_until 10 "the kube-api stand-in" test -s "$T/py.port"
@@ -171,6 +176,13 @@ rc=0
 wait "$n1" || rc=$?
 [ "$rc" -eq 77 ] || fail "the revoked agent exited $rc, want 77"
 pass "an agent revoked on A while B holds it: its four streams ended, each audited end=revoked"
+
+# Streams were on both loops of each replica: some crossed between them.
+for i in 1 2; do
+	c=$(loop_crossings "https://127.0.0.1:${RPORT[$i]}")
+	[ "$c" -gt 0 ] || fail "replica $i: no stream crossed between its loops (--landing any)"
+	log "replica $i: $c streams crossed between its loops"
+done
 
 for i in 1 2; do replica_stop "$i"; done
 pass "both replicas stop cleanly"

@@ -2,7 +2,9 @@
 # Streams through the tunnel: integrity of 64 MiB each way through
 # `tetherctl connect`, 100 concurrent streams through `tetherctl forward`,
 # half-close, isolation of a stopped reader, and every refusal with its
-# reason and exit code.
+# reason and exit code.  With two loops whose operator connections stay on
+# the loop that ran their handshake (--landing any, docs/0040): streams
+# reach the tunnel from both loops, some over the link between them.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -20,7 +22,7 @@ source_port=$(cat "$T/source.port")
 closed_port=$(free_port)
 
 gateway_init
-gateway_start --stream-window 262144
+gateway_start --workers 2 --landing any --stream-window 262144
 cid=$(cluster_create streams)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" --allow "127.0.0.1:$source_port" \
@@ -130,6 +132,9 @@ pass "with no agent connected: 503 and exit 1"
 
 grep -q "msg=audit event=stream who=admin:" "$T/gateway.log" || fail "no audit line in the gateway log"
 pass "every stream leaves an audit line"
+crossings=$(loop_crossings)
+[ "$crossings" -gt 0 ] || fail "no stream crossed between the loops (--landing any)"
+pass "$crossings streams crossed between the loops"
 
 kill -TERM "$fwd_pid"
 wait "$fwd_pid" || fail "forward did not exit 0 on SIGTERM"

@@ -8,7 +8,9 @@
  * refusals (503) say whether the agent is connected but not active or not
  * connected anywhere; the directory's agent-id index finds an agent held
  * elsewhere; and a thread reading the directory while loop 0 swaps tables
- * always finds it and never reads a freed table.
+ * always finds it and never reads a freed table.  With two loops
+ * (docs/0040): from loop 1 an agent on another replica is reached through
+ * loop 0, which holds the peer links; from loop 0 directly.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,9 +24,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "access.h"
+#include "budget.h"
 #include "fake_tunnel.h"
 #include "gateway.h"
+#include "loop.h"
+#include "looplink.h"
+#include "peer_route.h"
 #include "presence.h"
 #include "reach.h"
 #include "session.h"
@@ -229,6 +237,96 @@ test_remote(void **state)
 	assert_int_equal(access_pick(&f->gw, &g, &r, err, sizeof(err)), 503);
 }
 
+/* What loop 1's pick gave (written there, read on loop 0 after done). */
+static struct {
+	struct ft *f;
+	struct loop *loops;
+	int status, loop;
+	char replica[64], agent[STORE_ID_MAX + 1];
+	atomic_int done;
+} from1;
+
+static void
+pick_report(void *arg)
+{
+	(void)arg;
+	atomic_store(&from1.done, 1);
+}
+
+static void
+pick_on_1(void *arg)
+{
+	struct access_grant g = grant(from1.f, "node-far");
+	struct reach r;
+	char err[256];
+
+	(void)arg;
+	from1.status = access_pick(&from1.f->gw, &g, &r, err, sizeof(err));
+	from1.loop = r.loop != NULL ? (int)r.loop->index : -1;
+	snprintf(from1.replica, sizeof(from1.replica), "%s", r.replica);
+	snprintf(from1.agent, sizeof(from1.agent), "%s", r.agent_id);
+	assert_int_equal(loop_call(&from1.loops[0], pick_report, NULL, NULL), 0);
+}
+
+static void
+close_links_here(void *arg)
+{
+	looplink_close(arg);
+}
+
+static void
+test_remote_from_loop(void **state)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	struct ft *f = *state;
+	struct gateway *gw = &f->gw;
+	struct mux_config cfg = MUX_DEFAULT_CONFIG;
+	struct store_agent sentinel, far;
+	struct access_grant g;
+	struct reach r;
+	char err[256];
+
+	held_elsewhere(f, "sentinel", true, "r-far", 60000, &sentinel);
+	held_elsewhere(f, "node-far", true, "r-far", 60000, &far);
+	read_directory(f);
+	from1.f = f;
+	from1.loops = loops_new(gw->base, 2, gw, err, sizeof(err));
+	assert_non_null(from1.loops);
+	gw->loops = from1.loops;
+	gw->nloops = 2;
+	gw->budget = (struct budget)BUDGET_DEFAULT;
+	gw->budget.mu = &mu;
+	cfg.budget = &gw->budget;
+	gw->looplinks = looplinks_new(gw->loops, 2, &cfg, peer_route_loop_open, gw,
+	    err, sizeof(err));
+	assert_non_null(gw->looplinks);
+	/* Loop 0 (this thread): the peer link, from here. */
+	g = grant(f, "node-far");
+	assert_int_equal(access_pick(gw, &g, &r, err, sizeof(err)), 0);
+	assert_null(r.local);
+	assert_null(r.loop);
+	assert_string_equal(r.replica, "r-far");
+	/* Loop 1: through loop 0, still naming the replica that holds it. */
+	assert_int_equal(loop_call(&gw->loops[1], pick_on_1, NULL, NULL), 0);
+	while (!atomic_load(&from1.done))
+		assert_int_equal(event_base_loop(gw->base, EVLOOP_ONCE), 0);
+	assert_int_equal(from1.status, 0);
+	assert_int_equal(from1.loop, 0);
+	assert_string_equal(from1.replica, "r-far");
+	assert_string_equal(from1.agent, far.id);
+
+	assert_int_equal(loop_call(&gw->loops[1], close_links_here, gw->looplinks,
+	    NULL), 0);
+	looplink_close(gw->looplinks);
+	loops_stop(gw->loops, 2);
+	looplinks_free(gw->looplinks);
+	gw->looplinks = NULL;
+	loops_free(gw->loops, 2);
+	gw->loops = NULL;
+	gw->nloops = 0;
+	gw->budget.mu = NULL;
+}
+
 /* Here first: an agent here wins over agents elsewhere, every time. */
 static void
 test_here_first(void **state)
@@ -340,6 +438,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_local, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remote_from_loop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_here_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_local_inactive, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers_during_swaps, setup, teardown),
