@@ -152,7 +152,16 @@ link_sendv(void *io, const struct iovec *iov, int iovcnt)
 	for (int i = 0; i < iovcnt; i++)
 		if (evbuffer_add(e->stage, iov[i].iov_base, iov[i].iov_len) != 0)
 			goto fail;
-	return half_push(e, len);
+	if (half_push(e, len) != 0)
+		return -1;
+	/* A DATA frame copied (mux_stream_send: its header, then the
+	 * payload) counts as one by reference does (link_sendbuf). */
+	if (iovcnt == 2 && iov[0].iov_len >= 2 &&
+	    ((const uint8_t *)iov[0].iov_base)[0] == 0x93 &&
+	    ((const uint8_t *)iov[0].iov_base)[1] == FRAME_DATA)
+		atomic_fetch_add_explicit(&e->out->bytes, iov[1].iov_len,
+		    memory_order_relaxed);
+	return 0;
 fail:
 	evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 	return -1;

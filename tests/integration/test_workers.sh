@@ -8,7 +8,11 @@
 # per loop), an agent that redials while its old tunnel stands on another
 # loop has that one closed there, and the stop tells the agents of both
 # loops; streams from connections on either loop reach the agent on the
-# other over the loop link, both ways, intact.  With --workers 1 there is one loop, as before the flag.
+# other over the loop link, both ways, intact.  Issue 23's case: a stream
+# whose connection landed on the loop without the tunnel crosses the loop
+# link; its reader stalls, the gateway holds at most a window per hop of
+# it, and streams beside it finish.  With --workers 1 there is one loop,
+# as before the flag.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -165,9 +169,8 @@ metrics >"$T/after.metrics"
 log "handshakes of the four connects (and one scrape): loop 0" \
 	"$(($(loop_handshakes "$T/after.metrics" 0) - $(loop_handshakes "$T/before.metrics" 0))), loop 1" \
 	"$(($(loop_handshakes "$T/after.metrics" 1) - $(loop_handshakes "$T/before.metrics" 1)))"
-# Operator connections still land on loop 0, where the tunnel is (docs/0040
-# step 6's landing on every loop is not built yet): no stream crossed a
-# loop link.
+# With --landing zero (the default) operator connections live on loop 0,
+# where the tunnel is: no stream crossed a loop link.
 ! grep -q '^tether_loop_link_streams_total{' "$T/after.metrics" ||
 	fail "streams crossed a loop link: $(grep '^tether_loop_link' "$T/after.metrics")"
 pass "4 streams of 4 MiB beside a stalled reader, all SHA-256 equal, none crossing a loop link"
@@ -300,6 +303,111 @@ done
 pass "SIGTERM with a tunnel on each loop: both agents told to reconnect elsewhere by their own loop; exit 0"
 client_stop "$n1b_pid"
 client_stop "$n2_pid"
+
+# Issue 23's case (docs/0040 step 6): with --landing any an operator's
+# connection lives on the loop that ran its handshake; n1's one tunnel is
+# on loop T, so streams from connections on the other loop O cross the
+# loop link O>T.  A reader that never reads (its connection on O) stalls
+# its stream only: the gateway holds at most a window per hop of it (the
+# tunnel's stream on T, the link's) while four streams beside it finish,
+# SHA-256 equal, and it moves not a byte meanwhile.
+gw_get() { # gw_get PATH: an admin GET into $T/get.out
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		-o "$T/get.out" "$GW_URL$1"
+}
+scrape() { # scrape NAME: /metrics into $T/NAME.metrics
+	metrics >"$T/$1.metrics"
+}
+family() { # family FILE SERIES: its value (0 if absent)
+	awk -v s="$2" '$1 == s { v = $2 } END { print v + 0 }' "$1"
+}
+gateway_start --workers 2 --landing any --stream-window 262144
+client_start n1 --stream-window 262144
+n1_pid=$CLIENT_PID
+wait_until 30 "n1 active" agent_is n1 active
+scrape t
+if [ "$(tunnel_loop "$T/t.metrics" 0)" = 1 ]; then tl=0 ol=1; else tl=1 ol=0; fi
+[ "$(tunnel_loop "$T/t.metrics" $tl)" = 1 ] || fail "n1's tunnel on no loop: $(grep tether_loop_tunnels "$T/t.metrics")"
+xs="tether_loop_link_streams_total{from=\"$ol\",to=\"$tl\"}"
+xb="tether_loop_link_bytes_total{from=\"$tl\",to=\"$ol\"}"
+recv='tether_stream_bytes_total{direction="received"}'
+# The stalled stream: a connect to the source whose output is never read,
+# again until one lands on loop O (its stream then crosses the link).
+src_down() { # the stream to the source: its bytes_down in /v1/status
+	gw_get /v1/status && jq -er --arg t "127.0.0.1:$source_port" \
+		'[.streams[] | select(.target == $t)] | if length == 1 then .[0].bytes_down
+		 else error("want one stream to the source, got \(length)") end' "$T/get.out"
+}
+to_source() { # streams to the source in /v1/status
+	gw_get /v1/status && jq -er --arg t "127.0.0.1:$source_port" \
+		'[.streams[] | select(.target == $t)] | length' "$T/get.out"
+}
+no_source_stream() { [ "$(to_source)" = 0 ]; }
+crossed=0
+for try in 1 2 3 4 5 6 7 8; do
+	# Handshakes alternate between the loops: one more connection every
+	# other try, in case each try makes an even number of them.
+	[ $((try % 2)) = 0 ] || gw_get /healthz
+	scrape r                           # from the tunnel before this stream
+	received0=$(family "$T/r.metrics" "$recv")
+	rm -f "$T/held.pid"
+	$py - "$CTL" "$cid" "$source_port" "$T/held.pid" <<'PY' &
+import subprocess, sys, time
+held = subprocess.Popen([sys.argv[1], "connect", "--cluster", sys.argv[2],
+                         "127.0.0.1:" + sys.argv[3]], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+open(sys.argv[4], "w").write("%d\n" % held.pid)
+time.sleep(3600)   # holds the pipes; never reads
+PY
+	PIDS+=($!)
+	wait_until 10 "the stalled connect's pid ($try)" test -s "$T/held.pid"
+	PIDS+=("$(cat "$T/held.pid")")
+	wait_until 20 "the source to start sending ($try)" src_down
+	scrape x
+	if [ "$(family "$T/x.metrics" "$xs")" -ge 1 ]; then crossed=1; break; fi
+	kill "$(cat "$T/held.pid")"        # on loop $tl: no crossing; again
+	wait_until 20 "the uncrossed stream gone ($try)" no_source_stream
+done
+[ "$crossed" = 1 ] || fail "in $try connects no stream's connection landed on loop $ol"
+wait_until 60 "the stalled stream to stop absorbing bytes" count_stable
+# Held inside the gateway: received from the tunnel minus passed on to the
+# client (bytes_down), read at one instant (bytes_down the same around the
+# /metrics read).
+held_at_one_instant() {
+	local down now again
+	down=$(src_down) && scrape h && now=$(family "$T/h.metrics" "$recv") &&
+		again=$(src_down) && [ "$down" = "$again" ] || return 1
+	echo $((now - received0 - down)) >"$T/held"
+	echo "$down" >"$T/down0"
+}
+wait_until 60 "the stalled stream's bytes_down equal around a /metrics read" held_at_one_instant
+held=$(cat "$T/held")
+window=262144
+[ "$held" -ge 0 ] && [ "$held" -le $((2 * window)) ] ||
+	fail "the gateway holds $held bytes of the stalled stream, more than two windows of $window"
+# Four streams beside it, from connections on either loop.
+scrape b
+pids=()
+for i in 1 2 3 4; do
+	"$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" <"$T/blob" >"$T/echo.$i" &
+	pids+=($!)
+done
+for p in "${pids[@]}"; do
+	wait "$p" || fail "a connect beside the stalled reader exited $?"
+done
+for i in 1 2 3 4; do
+	[ "$(sha256sum <"$T/echo.$i")" = "$want" ] || fail "stream $i: SHA-256 differs"
+done
+scrape a
+n=$(($(family "$T/a.metrics" "$xs") - $(family "$T/b.metrics" "$xs")))
+moved=$(($(family "$T/a.metrics" "$xb") - $(family "$T/b.metrics" "$xb")))
+log "streams crossing $ol>$tl beside the stalled one: $n; bytes $tl>$ol meanwhile: $moved"
+[ "$moved" -eq $((n * (4 << 20))) ] ||
+	fail "$tl>$ol carried $moved bytes for $n crossing echo streams of 4 MiB: the stalled stream moved"
+[ "$(src_down)" = "$(cat "$T/down0")" ] || fail "the stalled stream's bytes_down moved"
+pass "n1's tunnel on loop $tl, a stalled stream from loop $ol across the link held $held bytes (at most two windows of $window), 4 streams beside it ($n crossing $ol>$tl) intact"
+kill "$(cat "$T/held.pid")"
+client_stop "$n1_pid"
+gateway_stop
 
 # One loop: as before the flag.
 gateway_start --workers 1
