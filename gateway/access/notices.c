@@ -68,12 +68,59 @@ notices_streams_end(struct gateway *gw, enum live_credential by,
 	    NULL, NULL, NULL);
 }
 
+/* A re-read record on its way to the loop that holds the agent's tunnel
+ * (docs/0040: a session is touched on its own loop only). */
+struct record_tell {
+	struct gateway *gw;
+	struct agentdir_entry e;        /* the tunnel it was read for */
+	struct store_agent rec;
+};
+
+/* On the tunnel's loop: its session, re-found by id and generation (gone
+ * or replaced meanwhile: nothing to tell), is told. */
+static void
+record_tell_run(void *arg)
+{
+	struct record_tell *t = arg;
+	struct session *s = session_here(t->gw, &t->e);
+
+	if (s != NULL)
+		session_record_changed(s, &t->rec);
+	free(t);
+}
+
+/* Tells the session of e's tunnel its record changed: here when the
+ * tunnel is on this loop, else by a message to its loop. */
+static void
+record_tell(struct gateway *gw, const struct agentdir_entry *e,
+    const struct store_agent *rec)
+{
+	struct loop *self = loop_here(gw);
+	struct record_tell *t;
+	struct session *s;
+
+	if (self == NULL || gw->loops == NULL || e->at.loop == self->index ||
+	    e->at.loop >= gw->nloops) {
+		if ((s = session_here(gw, e)) != NULL)
+			session_record_changed(s, rec);
+		return;
+	}
+	if ((t = malloc(sizeof(*t))) == NULL) {
+		warn("notices: out of memory to tell an agent's loop of its record",
+		    KV_S("agent", e->agent_id));
+		return;
+	}
+	t->gw = gw;
+	t->e = *e;
+	t->rec = *rec;
+	(void)loop_call(&gw->loops[e->at.loop], record_tell_run, t, free);
+}
+
 static void
 reread_done(void *arg)
 {
 	struct reread *r = arg;
 	struct agentdir_entry e;
-	struct session *s;
 
 	/* Stopped meanwhile (shutdown): the sessions are going away. */
 	for (size_t i = 0; r->gw->notices != NULL && i < r->n; i++) {
@@ -83,9 +130,8 @@ reread_done(void *arg)
 		if (r->a[i].rec.state == AGENT_REVOKED)
 			notices_streams_end(r->gw, LIVE_BY_AGENT, "agent",
 			    r->a[i].id);
-		if (agentdir_find(r->gw->agents, r->a[i].id, &e) &&
-		    (s = session_here(r->gw, &e)) != NULL)
-			session_record_changed(s, &r->a[i].rec);
+		if (agentdir_find(r->gw->agents, r->a[i].id, &e))
+			record_tell(r->gw, &e, &r->a[i].rec);
 	}
 	free(r);
 }

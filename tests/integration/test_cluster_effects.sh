@@ -9,7 +9,11 @@
 # - an agent revoked on A while B holds its tunnel: B closes the tunnel
 #   (the agent exits 77, "revoked"); nothing but the notice could have done
 #   it (B's log names it).
-# Latencies are logged, not asserted (timing is for tests/bench/).
+# Latencies are logged, not asserted (timing is for tests/bench/).  Each
+# replica runs two loops that land connections where they ran their
+# handshake and tunnels by count (--workers 2 --landing any, docs/0040):
+# B's two tunnels are most often one per loop (logged), and each notice
+# reaches its session on the loop it lives on.
 source "$(dirname "$0")/lib.sh"
 
 PING=(--ping-interval 300 --ping-timeout 1000)
@@ -19,7 +23,7 @@ held_by_b() { # held_by_b ID STATE: B holds the agent's tunnel, in STATE
 }
 now_ms() { date +%s%3N; }
 
-two_replicas_on_pg "${PING[@]}"
+two_replicas_on_pg "${PING[@]}" --workers 2 --landing any
 
 cid=$(on 1 cluster create effects | jq -er .id)
 on 1 token create --cluster "$cid" >"$T/join.json"
@@ -57,6 +61,9 @@ client_start n2 "${PING[@]}"
 wait_until 20 "n2 joined" jq -er '.agent_id | select(. != "")' "$T/n2/state.json"
 id2=$(jq -er .agent_id "$T/n2/state.json")
 wait_until 30 "n2 pending approval on B" held_by_b "$id2" pending-approval
+log "B's tunnels per loop: $(curl -sf --cacert "$GW_DIR/ca.crt" \
+	-H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+	"https://127.0.0.1:${RPORT[2]}/metrics" | grep '^tether_loop_tunnels{' | tr '\n' ' ')"
 on 1 agent approve "$id2" >/dev/null
 t0=$(now_ms)
 wait_until 10 "n2 active on B after the approval on A" held_by_b "$id2" active
