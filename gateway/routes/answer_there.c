@@ -32,12 +32,13 @@ there_send(void *p)
 	free(x);
 }
 
-/* Home stopped first: the answer is dropped, the ticket left alone. */
+/* Home stopped first: the answer is dropped. */
 static void
 there_orphan(void *p)
 {
 	struct there *x = p;
 
+	answer_there_orphan(x->t);
 	free(x->r.body);
 	x->free_arg(x->arg);
 	free(x);
@@ -70,6 +71,15 @@ here(struct gateway *gw, unsigned to)
 
 	return self == NULL || gw->loops == NULL || to >= gw->nloops ||
 	    self == &gw->loops[to];
+}
+
+void
+answer_there_orphan(struct reply *t)
+{
+	struct route_response none = { 0 };
+
+	if (t != NULL && reply_client_gone(t))
+		reply_send(t, &none);
 }
 
 void

@@ -38,9 +38,18 @@ void answer_there(struct gateway *gw, const struct route_request *req,
  * (answer_later_held): the answer goes through t, now when this is loop
  * `to`, else once made there.  If `to` has stopped, 503.  If this loop
  * stops before the answer comes back (shutdown), nobody waits for it: it
- * is freed, and t stays with its connection's loop.
+ * is freed, and t with answer_there_orphan.
  */
 void answer_there_ticket(struct gateway *gw, struct reply *t, unsigned to,
     answer_there_fn *make, void (*free_arg)(void *arg), void *arg);
+
+/*
+ * The loop that holds ticket t stopped before t's answer came back
+ * (shutdown), told on whatever thread learns it: frees t when its
+ * connection is gone (reply_client_gone: a loop closes its connections
+ * before its inbox, so that is the order of a clean stop); else leaves it
+ * (a few bytes), never touching a connection of another thread.  NULL: no-op.
+ */
+void answer_there_orphan(struct reply *t);
 
 #endif

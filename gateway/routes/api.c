@@ -213,13 +213,14 @@ visit_back(void *arg)
 	free(v);
 }
 
-/* The loop that asked stopped (shutdown): its connection went with it,
- * and the ticket is that loop's: not touched here; the job is freed. */
+/* The loop that asked stopped (shutdown): its connection went with it;
+ * the job is freed, its ticket by answer_there_orphan. */
 static void
 visit_orphan(void *arg)
 {
 	struct api_visit *v = arg;
 
+	answer_there_orphan(v->j->reply);
 	v->j->reply = NULL;
 	api_job_free(v->j);
 	free(v);
@@ -649,6 +650,7 @@ api_revoke_drop(void *arg)
 		v->over = 1;
 		return;
 	}
+	answer_there_orphan(v->j->reply);
 	v->j->reply = NULL;
 	api_job_free(v->j);
 	free(v);
@@ -761,7 +763,8 @@ agents_action_told(struct api_act *act)
 	struct route_response r = { 0 };
 
 	if (act->orphan) {
-		/* The loop that asked stopped: its ticket went with it. */
+		/* The loop that asked stopped: nobody waits. */
+		answer_there_orphan(j->reply);
 		j->reply = NULL;
 		api_job_free(j);
 		free(act);

@@ -22,6 +22,7 @@
 #include "server.h"
 #include "store.h"
 #include "answer_later.h"
+#include "answer_there.h"
 #include "ui_assets.h"
 
 /* Everything from the gateway itself; no inline script or style, no
@@ -285,6 +286,7 @@ struct status_gather {
 	struct reply *t;                   /* the asking loop's */
 	json_t *out;                       /* the answer but its streams */
 	int64_t now;
+	int calling;                       /* inside loop_gather */
 	unsigned n;
 	json_t *rows[];                    /* [n]: loop i's streams, or NULL */
 };
@@ -337,12 +339,17 @@ status_done(void *arg)
 	status_gather_free(g);
 }
 
-/* The loop that asked stopped (shutdown): nobody waits; its ticket stays
- * with its connection's loop. */
+/* Out of memory inside loop_gather (g->calling: the caller answers), or
+ * the loop that asked stopped (shutdown): nobody waits. */
 static void
 status_orphan(void *arg)
 {
-	status_gather_free(arg);
+	struct status_gather *g = arg;
+
+	if (g->calling)
+		return;
+	answer_there_orphan(g->t);
+	status_gather_free(g);
 }
 
 /* Back on the loop that asked, with what the store part read. */
@@ -381,9 +388,16 @@ status_answer(struct gateway *gw, void *arg, struct reply *t)
 	if (n == 1 || self == NULL) {
 		status_fill(g);
 		status_done(g);
-	} else if (loop_gather(gw->loops, n, self, status_fill, status_done,
-	    status_orphan, g) != 0) {
-		/* Out of memory: status_orphan freed g, a with it. */
+	} else {
+		/* This loop cannot stop while it runs this: done or a later
+		 * drop comes after, from its inbox. */
+		g->calling = 1;
+		if (loop_gather(gw->loops, n, self, status_fill, status_done,
+		    status_orphan, g) == 0) {
+			g->calling = 0;
+			return;
+		}
+		status_gather_free(g);         /* a with it */
 		route_respond_error(&r, 500, "out of memory");
 		reply_send(t, &r);
 	}
