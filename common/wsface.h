@@ -82,6 +82,8 @@ struct wsface_ops {
 	void (*close)(struct wsface *f, uint16_t code, const char *reason);
 	void (*free)(struct wsface *f);
 	const char *(*peer)(const struct wsface *f);
+	/* NULL: never (the dialled side). */
+	int (*input_pending)(const struct wsface *f);
 };
 
 /* The first member of struct wsconn and struct wsclient: set by the side
@@ -194,6 +196,19 @@ static inline void
 wsface_free(struct wsface *f)
 {
 	f->ops->free(f);
+}
+
+/* 1 when input arrived that the owner has not been given yet: bytes in
+ * the socket, in TLS, in the input buffer, or messages held back (paused,
+ * or waiting for their turn of the loop).  A deadline judged when the loop
+ * comes back from a stall sees the timer before the read callback (it is
+ * deferred to the next pass): a deadline that finds input pending gives
+ * it one more pass before judging.  Costs a poll() of the socket; 0 on the
+ * dialled side. */
+static inline int
+wsface_input_pending(const struct wsface *f)
+{
+	return f->ops->input_pending != NULL ? f->ops->input_pending(f) : 0;
 }
 
 /* Who is at the other end: "IP:PORT" accepted, the URL's host dialled. */

@@ -110,6 +110,9 @@ struct session {
 	int counted_handshake;        /* holds a slot (gateway_handshake_take) */
 	int counted_source;           /* and its source's share */
 	int hello_seen;               /* past the HELLO deadline's check */
+	int deadline_passes;          /* extra passes the deadline now due
+	                               * gave unread input (at most
+	                               * SESSION_DEADLINE_PASSES) */
 	uint32_t version;             /* negotiated protocol version */
 	struct session_hs *hs;        /* until PHASE_ESTABLISHED, then NULL */
 	struct session_agent agent;   /* PHASE_ESTABLISHED: the agent */
@@ -420,6 +423,32 @@ session_source_put(struct session *s)
 	gateway_handshake_source_put(s->gw, tr_peer(s));
 }
 
+/*
+ * A deadline is judged after what came in time was read.  A loop back from
+ * a stall may run the expired timer before the socket's read (epoll timed
+ * out while the process was stopped: the bytes show in the next pass),
+ * and the socket's read defers the session's read callback (every
+ * bufferevent does) to the pass after it: a HELLO that came in time would
+ * be called missing.  So while input is pending the timer is re-armed for
+ * 0 ms, up to SESSION_DEADLINE_PASSES times per deadline (the socket's
+ * read, the deferred callback, one spare), and 1 returned; a peer that
+ * keeps trickling bytes gains those passes, no time.
+ */
+#define SESSION_DEADLINE_PASSES 3
+
+static int
+session_deadline_grace(struct session *s)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (s->deadline_passes >= SESSION_DEADLINE_PASSES ||
+	    s->io->input_pending == NULL || !s->io->input_pending(s->t))
+		return 0;
+	s->deadline_passes++;
+	evtimer_add(s->handshake_timer, &now);
+	return 1;
+}
+
 static void
 session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 {
@@ -427,6 +456,8 @@ session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 	struct gateway_limits *l = &s->gw->limits;
 	char reason[96];
 
+	if (session_deadline_grace(s))
+		return;
 	/* First the HELLO deadline (--hello-timeout): a silent upgrade gives
 	 * its handshake slot back within it; then the rest of the whole. */
 	if (!s->hello_seen && s->phase == PHASE_AWAIT_HELLO) {
@@ -441,6 +472,7 @@ session_handshake_timeout(evutil_socket_t fd, short what, void *arg)
 		    l->hello_timeout_ms);
 
 		s->hello_seen = 1;
+		s->deadline_passes = 0;    /* the whole's own extra passes */
 		evtimer_add(s->handshake_timer, &tv);
 		return;
 	}

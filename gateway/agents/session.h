@@ -44,6 +44,10 @@ struct session_transport {
 	 * adapter over its face, common/wsmux.h). */
 	const struct mux_io *bulk;
 	void *(*bulk_arg)(void *t);
+	/* Optional (NULL: never): 1 when input arrived that the session has
+	 * not been given yet (wsface_input_pending).  A handshake deadline
+	 * that finds some gives it one more pass of the loop before judging. */
+	int (*input_pending)(const void *t);
 };
 
 /* A new session on tunnel t (io is kept, not copied), on the calling

@@ -98,12 +98,21 @@ tunnel_bulk_arg(void *arg)
 	return c->ws;
 }
 
+static int
+tunnel_input_pending(const void *arg)
+{
+	const struct tunnel *c = arg;
+
+	return c->ws != NULL && wsface_input_pending(c->ws);
+}
+
 static const struct session_transport tunnel_transport = {
 	.send = tunnel_send,
 	.close = tunnel_close,
 	.peer = tunnel_peer,
 	.bulk = &wsmux_io,
 	.bulk_arg = tunnel_bulk_arg,
+	.input_pending = tunnel_input_pending,
 };
 
 /* The limits follow the session's (they grow once the agent is

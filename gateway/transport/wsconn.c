@@ -39,6 +39,9 @@
  * epoll_ctl per ping), and a timer per connection costs an event.  A read
  * only notes the wheel's time (heard_ms); when the node comes due the
  * connection is pinged, dropped, or the node moves to heard_ms + interval.
+ * A ping's timeout that finds input not yet read (a loop back from a stall
+ * runs the tick before the deferred read callback) waits one more tick
+ * before dropping: the pong that came in time is read first (docs/0035).
  */
 #include "wsconn.h"
 #include "tlsread.h"
@@ -46,6 +49,7 @@
 #include "twheel.h"
 
 #include <assert.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +147,7 @@ struct wsconn {
 	uint32_t ping_timeout_ms;         /* a ping unanswered this long: drop */
 	int paused;                       /* owner asked: no messages, no reading */
 	int pinged;                       /* silence: a ping is out */
+	int ping_grace;                   /* its timeout gave unread input a tick */
 	int discard;                      /* input is no longer parsed */
 	int close_flushed;                /* our close frame is written */
 	int peer_closed;                  /* the peer's close frame arrived */
@@ -944,6 +949,25 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 		ws_finish(c, 1);
 }
 
+/* 1 when c holds input its read callback has not taken yet: messages
+ * waiting for their turn or for the owner to resume, bytes in the input
+ * buffer, in OpenSSL (decrypted or read ahead by tlsread's BIO), or in the
+ * socket (one poll(), only when the rest is empty). */
+static int
+ws_has_input(const struct wsconn *c)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+	struct pollfd p = { .fd = bufferevent_getfd(c->bev), .events = POLLIN };
+
+	if ((c->in_soon && c->state == WS_OPEN) ||
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+		return 1;
+	if (ssl != NULL && (SSL_has_pending(ssl) ||
+	    BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0))
+		return 1;
+	return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 /* c's node came due (the set's tick): the close deadline, or keepalive. */
 static void
 ws_due(struct twheel_node *n, void *arg)
@@ -963,6 +987,14 @@ ws_due(struct twheel_node *n, void *arg)
 		return;
 	}
 	if (c->pinged) {
+		/* An answer that came in time may still be unread: a loop back
+		 * from a stall runs this tick in the pass whose read callbacks
+		 * are deferred to the next.  One more tick, then judged. */
+		if (!c->ping_grace && ws_has_input(c)) {
+			c->ping_grace = 1;
+			ws_due_in(c, 1);
+			return;
+		}
 		info("websocket: no answer to a ping: dropping", KV_S("peer", c->peer),
 		    KV_U("ping_timeout_ms", c->ping_timeout_ms));
 		ws_finish(c, 0);
@@ -974,6 +1006,7 @@ ws_due(struct twheel_node *n, void *arg)
 		return;
 	}
 	c->pinged = 1;
+	c->ping_grace = 0;
 	if (ws_put_frame(c, WS_OP_PING, NULL, 0) != 0)
 		return;
 	ws_due_in(c, c->ping_timeout_ms);
@@ -1247,6 +1280,12 @@ ws_peer(const struct wsface *f)
 	return of_face_const(f)->peer;
 }
 
+static int
+ws_input_pending(const struct wsface *f)
+{
+	return ws_has_input(of_face_const(f));
+}
+
 /* What a face its owner let go of hears: nothing. */
 static const struct wsface_handlers ws_unheard = { 0 };
 
@@ -1274,6 +1313,7 @@ static const struct wsface_ops ws_ops = {
 	.close = ws_close,
 	.free = ws_free,
 	.peer = ws_peer,
+	.input_pending = ws_input_pending,
 };
 
 struct wsface *
