@@ -807,6 +807,14 @@ test_far_side(void **state)
 
 	assert_int_equal(loop_call(&loops[1], far_fin_now, NULL, NULL), 0);
 	far_wait(t, far_done);
+	/* Its DATA was copied into the link (mux_stream_send: link_sendv),
+	 * counted as one sent by reference is. */
+	{
+		uint64_t n, bytes;
+
+		looplink_counts(gw->looplinks, 1, 0, &n, &bytes);
+		assert_int_equal(bytes, FAR_BYTES);
+	}
 	assert_string_equal(far_seen[0].close_code, "done");
 	assert_string_equal(agent_end.close_code, "done");
 	assert_true(agent_end.fin);
