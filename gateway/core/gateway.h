@@ -175,9 +175,11 @@ struct gateway {
 	                                   under hs_mu (made on first use;
 	                                   freed by gateway_counts_fini) */
 	struct srccount *k8s_checks;    /* /k8s token checks waiting on the
-	                                   store per source, loop 0's (loop
-	                                   k's: loop->k8s_checks; k8s.c makes
-	                                   it; freed by main.c) */
+	                                   store per source, of every loop:
+	                                   the store thread is one (k8s.c
+	                                   makes it; freed by main.c) */
+	atomic_int k8s_checks_lock;     /* held (1) around every use of it,
+	                                   from any loop (k8s.c); 0: free */
 	atomic_int stopping;            /* SIGTERM received: draining, refuse new
 	                                   tunnels; loop 0 sets it, any loop
 	                                   reads it (docs/0040) */

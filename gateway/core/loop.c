@@ -22,7 +22,6 @@
 #include "gateway.h"
 #include "log.h"
 #include "runtime.h"
-#include "srccount.h"
 
 /* One call waiting in an inbox: the receiver's once queued. */
 struct loop_msg {
@@ -465,7 +464,6 @@ loops_free(struct loop *loops, unsigned n)
 			event_base_free(l->base);
 		if (l->efd >= 0)
 			close(l->efd);
-		srccount_free(l->k8s_checks);
 		pthread_mutex_destroy(&l->mu);
 	}
 	for (unsigned i = 0; i < n; i++)

@@ -59,17 +59,15 @@ struct loop {
 	                                 began to wait; 0: none waits here */
 	atomic_uint ntunnels;         /* established tunnels here (its hub) */
 	atomic_uint nhandshakes;      /* tunnel handshakes under way here */
-	/* Streams and access (docs/0040 step 6: livestreams.c, access.c,
-	 * k8s.c): loops 1..n-1's own, used on their thread only.  Loop 0's
-	 * are the gateway's (gw->live_streams, gw->access_cache,
-	 * gw->k8s_checks), as gw->base is loop 0's base: reach "this loop's"
+	/* Streams and access (docs/0040 step 6: livestreams.c, access.c):
+	 * loops 1..n-1's own, used on their thread only.  Loop 0's are the
+	 * gateway's (gw->live_streams, gw->access_cache), as gw->base is
+	 * loop 0's base: reach "this loop's"
 	 * with live_streams_here (livestreams.h) and the like, never by
 	 * index.  live_streams' count may be read from any thread. */
 	struct live_streams live_streams; /* operator streams open here */
 	struct access_cache *access_cache; /* made on first use (access.c),
 	                                   freed by access_loops_free */
-	struct srccount *k8s_checks;  /* made on first use (k8s.c), freed
-	                                 by loops_free */
 };
 
 /* The loop whose thread calls it, or NULL on a thread that is no loop's.

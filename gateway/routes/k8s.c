@@ -53,6 +53,8 @@
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -159,8 +161,7 @@ struct k8s_exchange {
 
 	/* The token check (X_CHECKING), and the head's tail it waits for. */
 	struct access_check *check;   /* NULL once answered or cancelled */
-	struct srccount *counted_check; /* the loop's k8s_checks x counts in
-	                                 (x_uncount), or NULL */
+	int counted_check;            /* in gw->k8s_checks (x_uncount) */
 	struct event *deadline;       /* --http-timeout for the check */
 	int in_start, checked, check_status;
 	struct access_grant grant;
@@ -335,14 +336,36 @@ x_detach(struct k8s_exchange *x, const char *reset_code)
 	}
 }
 
+/*
+ * gw->k8s_checks is the whole process's (the per-source cap guards the one
+ * store thread's queue, whichever loop asks, docs/0040): every take and
+ * put is under this lock, held for one hash lookup (a spin: the holder
+ * never blocks inside).  Zero-initialized: free.
+ */
+static void
+k8s_checks_lock(struct gateway *gw)
+{
+	while (atomic_exchange_explicit(&gw->k8s_checks_lock, 1,
+	    memory_order_acquire) != 0)
+		sched_yield();
+}
+
+static void
+k8s_checks_unlock(struct gateway *gw)
+{
+	atomic_store_explicit(&gw->k8s_checks_lock, 0, memory_order_release);
+}
+
 /* x's token check no longer waits: its source's count goes down. */
 static void
 x_uncount(struct k8s_exchange *x)
 {
-	if (x->counted_check == NULL)
+	if (!x->counted_check)
 		return;
-	srccount_put(x->counted_check, x->client);
-	x->counted_check = NULL;
+	x->counted_check = 0;
+	k8s_checks_lock(x->gw);
+	srccount_put(x->gw->k8s_checks, x->client);
+	k8s_checks_unlock(x->gw);
 }
 
 static void
@@ -1639,16 +1662,6 @@ x_check_late(evutil_socket_t fd, short what, void *arg)
 	(void)x_refuse(x, 503, msg);
 }
 
-/* The calling loop's table of token checks out per source (loop 0, or
- * off every loop: gw's; loop k: its own), to make at first use. */
-static struct srccount **
-k8s_checks_here(struct gateway *gw)
-{
-	struct loop *l = loop_here(gw);
-
-	return l != NULL && l->index > 0 ? &l->k8s_checks : &gw->k8s_checks;
-}
-
 /*
  * An exchange's start (route.h): the cluster from the path, then the
  * exchange, which waits for its token check (access_cluster_async: never
@@ -1661,10 +1674,9 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 {
 	char cluster[STORE_ID_MAX + 1], err[512];
 	struct k8s_exchange *x;
-	struct srccount **checks;
 	struct timeval tv;
 	const char *rest;
-	int status, root;
+	int status, root, taken;
 
 	if ((status = k8s_target(rq, cluster, &rest, &root, err,
 	    sizeof(err))) != 0) {
@@ -1675,15 +1687,18 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		return NULL;
 	/* One source cannot fill the store's queue with checks (issue 22):
 	 * past K8S_CHECKS_PER_SOURCE waiting, 503 and when to come back. */
-	if (*(checks = k8s_checks_here(gw)) == NULL)
-		*checks = srccount_new();
-	if (*checks == NULL ||
-	    srccount_take(*checks, x->client, K8S_CHECKS_PER_SOURCE) != 0) {
+	k8s_checks_lock(gw);
+	if (gw->k8s_checks == NULL)
+		gw->k8s_checks = srccount_new();
+	taken = gw->k8s_checks != NULL &&
+	    srccount_take(gw->k8s_checks, x->client, K8S_CHECKS_PER_SOURCE) == 0;
+	k8s_checks_unlock(gw);
+	if (!taken) {
 		x_refuse_later(x, "too many token checks from this address are "
 		    "waiting for the store: retry shortly");
 		return NULL;
 	}
-	x->counted_check = *checks;
+	x->counted_check = 1;
 	x->in_start = 1;
 	x->check = access_cluster_async(gw, rq->authorization, root ? NULL :
 	    cluster, NULL, x_checked, x);

@@ -4,12 +4,14 @@
 # one address leave at most 16 checks queued for the store; the rest are
 # answered at once with 503 and Retry-After, and another address still
 # gets its check queued (its answer is the store's late 503, not the cap's).
-# Once the store is back the first address is checked again (401).
+# Once the store is back the first address is checked again (401).  The
+# requests land on both loops (--workers 2 --landing any, docs/0040): the
+# cap is the process's (the store thread is one), not each loop's.
 source "$(dirname "$0")/lib.sh"
 
 pg_start
 gateway_init --store "$PG_URL"
-gateway_start --store "$PG_URL" --http-timeout 8000
+gateway_start --store "$PG_URL" --http-timeout 8000 --workers 2 --landing any
 cid=$(cluster_create capped)
 
 pg_freeze
