@@ -812,6 +812,43 @@ check_work(struct store *st, void *arg)
 		OPENSSL_cleanse(c->authorization, strlen(c->authorization));
 }
 
+/* An id the store does not know, told to every loop's cache. */
+struct id_note {
+	struct gateway *gw;
+	char id[TOKEN_ID_LEN + 1];
+};
+
+static void
+id_note_run(void *arg)
+{
+	struct id_note *n = arg;
+
+	id_put(cache_here(n->gw), n->id, "");
+}
+
+/*
+ * The store did not know id: cache (the asking loop's) remembers it now,
+ * and every other loop of gw from its inbox, so that a flood of one
+ * made-up token costs one store read per ACCESS_ID_TTL_MS for the whole
+ * process, whichever loop its connections land on (issue 22, docs/0040).
+ * Cost: one allocation and a loop_call per loop.
+ */
+static void
+unknown_everywhere(struct gateway *gw, struct access_cache *cache,
+    const char *id)
+{
+	struct loop *self = loop_here(gw);
+	struct id_note *n;
+
+	id_put(cache, id, "");
+	if (self == NULL || gw->loops == NULL || gw->nloops < 2 || id[0] == '\0' ||
+	    (n = malloc(sizeof(*n))) == NULL)
+		return;
+	n->gw = gw;
+	snprintf(n->id, sizeof(n->id), "%s", id);
+	(void)loop_broadcast(gw->loops, gw->nloops, id_note_run, n, free);
+}
+
 static void
 check_done(void *arg)
 {
@@ -827,7 +864,7 @@ check_done(void *arg)
 	if (c->put && c->generation == cache_generation(c->gw))
 		cache_put(cache, c->rec.id, c->g.cluster, &c->rec);
 	if (c->unknown)
-		id_put(cache, c->token_id, "");
+		unknown_everywhere(c->gw, cache, c->token_id);
 	else if (c->sole_put && c->generation == cache_generation(c->gw))
 		id_put(cache, c->token_id, c->cluster);
 	if (c->done != NULL)

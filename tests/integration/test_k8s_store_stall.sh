@@ -17,7 +17,8 @@ py=/usr/bin/python3
 echo_server_start
 pg_start
 gateway_init --store "$PG_URL"
-gateway_start --store "$PG_URL" --http-timeout 3000 --ping-interval 200 --ping-timeout 1000
+gateway_start --store "$PG_URL" --http-timeout 3000 --ping-interval 200 --ping-timeout 1000 \
+	--workers 2 --landing any
 cid=$(cluster_create stall)
 ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" >/dev/null
