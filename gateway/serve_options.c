@@ -104,15 +104,16 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    .help = "the store: sqlite://PATH or postgresql://..." },
 	[SERVE_OPT_WORKERS] = { .name = "workers", .type = OPT_U32, .arg = "N",
 	    .def_help = "the CPUs this process may use", .min = 1, .max = 64,
-	    .help = "event loops: the first carries every connection, tunnel and "
-	    "stream; the others run TLS handshakes and hand the connections to "
-	    "it (docs/0032)" },
+	    .help = "event loops, each running TLS handshakes and, with --landing "
+	    "any, its share of the connections, tunnels and streams (docs/0032, "
+	    "docs/0040)" },
 	[SERVE_OPT_LANDING] = { .name = "landing", .type = OPT_CHOICE,
-	    .arg = "WHERE", .def = "zero", .choices = landings,
+	    .arg = "WHERE", .def = "any", .choices = landings,
 	    .help = "where an HTTPS connection lives once its TLS handshake is "
-	    "done (docs/0040): zero: on the first loop; any: on the loop that "
-	    "ran the handshake, unless its first request is an agent's tunnel "
-	    "or a replica's link (those stay on the first loop)" },
+	    "done (docs/0040): any: on the loop that ran the handshake, an "
+	    "agent's tunnel on the loop holding the fewest, a replica's link on "
+	    "the first; zero: every one on the first loop (the others only run "
+	    "TLS handshakes)" },
 	[SERVE_OPT_STORE_POOL] = { .name = "store-pool", .type = OPT_U32, .arg = "N",
 	    .def = "8", .max = 64,
 	    .help = "PostgreSQL only: connections, each on a thread of its own, "

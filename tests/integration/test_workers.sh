@@ -38,8 +38,8 @@ loop_handshakes() {
 gateway_init
 # The deadlines are serve's defaults here (lib.sh raises them): the silent
 # connections below are closed at 1 s.
-gateway_start --workers 2 --stream-window 262144 --tls-hello-timeout 1000 \
-	--tls-handshake-timeout 3000
+gateway_start --workers 2 --landing zero --stream-window 262144 \
+	--tls-hello-timeout 1000 --tls-handshake-timeout 3000
 grep -q 'msg="tether-gateway listening".* workers=2' "$T/gateway.log" ||
 	fail "the listening line does not say workers=2"
 cid=$(cluster_create workers)
@@ -169,7 +169,7 @@ metrics >"$T/after.metrics"
 log "handshakes of the four connects (and one scrape): loop 0" \
 	"$(($(loop_handshakes "$T/after.metrics" 0) - $(loop_handshakes "$T/before.metrics" 0))), loop 1" \
 	"$(($(loop_handshakes "$T/after.metrics" 1) - $(loop_handshakes "$T/before.metrics" 1)))"
-# With --landing zero (the default) operator connections live on loop 0,
+# With --landing zero operator connections live on loop 0,
 # where the tunnel is: no stream crossed a loop link.
 ! grep -q '^tether_loop_link_streams_total{' "$T/after.metrics" ||
 	fail "streams crossed a loop link: $(grep '^tether_loop_link' "$T/after.metrics")"
