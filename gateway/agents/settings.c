@@ -15,7 +15,8 @@
 #include "face.h"
 #include "frame.h"
 #include "gateway.h"
-#include "session.h"
+#include "hub.h"
+#include "loop.h"
 #include "log.h"
 #include "runtime.h"
 #include "store.h"
@@ -144,17 +145,25 @@ settings_cas_join(const struct frame_ca *ca, char *out, size_t outlen)
 	return 0;
 }
 
+/* On each loop: its own sessions, through its hub (loop 0's is gw->hub;
+ * the hub asks each session to send, hub_ops.send_settings). */
 static void
-tell_one(struct session *s, void *arg)
+tell_here(void *arg)
 {
-	(void)arg;
-	session_send_settings(s);
+	struct gateway *gw = arg;
+	const struct loop *l = loop_self();
+
+	(void)hub_send_settings(l != NULL && l->gw == gw && l->hub != NULL ?
+	    l->hub : gw->hub);
 }
 
 size_t
 settings_tell_all(struct gateway *gw)
 {
-	return session_foreach_everywhere(gw, tell_one, NULL);
+	if (gw->loops == NULL)
+		return hub_send_settings(gw->hub);
+	(void)loop_broadcast(gw->loops, gw->nloops, tell_here, gw, NULL);
+	return gw->agents != NULL ? agentdir_count(gw->agents) : 0;
 }
 
 size_t

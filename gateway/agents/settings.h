@@ -67,7 +67,7 @@ size_t settings_urls_changed(struct gateway *gw, const char *urls);
 
 /*
  * Sends SETTINGS to every agent held here, on every loop, each from its
- * own loop (session_foreach_everywhere); an agent whose HELLO named no
+ * own loop (each loop's hub: hub_send_settings); an agent whose HELLO named no
  * release is skipped (session_send_settings).  Returns how many agents
  * the process holds (those told).  Any loop's thread.
  */
