@@ -748,8 +748,8 @@ job_submit(struct gateway *gw, struct session *s, struct session_job *j,
 			session_store_failed(s, what, STORE_ERR,
 			    "too many store calls waiting");
 		else
-			error("tunnel: store queue full; a state change was lost",
-			    KV_S("what", what));
+			warn("tunnel: store queue full; not recorded (healed "
+			    "later: docs/0016)", KV_S("what", what));
 		return;
 	}
 	if (s != NULL)
