@@ -36,9 +36,14 @@ runtime_init(void)
 	signal(SIGPIPE, SIG_IGN);
 	json_set_alloc_funcs(malloc, json_free_wiped);
 	/* Keep message-sized buffers in the heap and the heap's top in place:
-	 * memory is still bounded by the flow-control windows. */
+	 * memory is still bounded by the flow-control windows.  The trim
+	 * threshold is also what a thread's own arena (every event loop but
+	 * the first, --workers) keeps free at its top: malloc_trim releases
+	 * the main arena's top and every arena's free chunks, not another
+	 * arena's top, which only shrinks past this on a free.  8 MiB: a
+	 * loop's flood, once closed, leaves at most that resident. */
 	mallopt(M_MMAP_THRESHOLD, 8 << 20);
-	mallopt(M_TRIM_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 8 << 20);
 }
 
 static long
