@@ -23,10 +23,10 @@
 #           keepalive) -> upstream; one per N of BENCH_NGINX_WORKERS
 #   direct  wrk -> http://127.0.0.1:UP/version
 # The upstream nginx runs one worker.  With --workers N the gateway runs N
-# loops, but loops 1..N-1 take TLS handshakes only (docs/0032): tunnels,
-# streams and /k8s requests stay on loop 0, so a second loop is not
-# expected to raise the requests/s of keep-alive connections; nginx's
-# second worker serves requests.  Reported per path: requests/s,
+# loops (docs/0040, --landing any, the default): each keeps the client
+# connections whose TLS handshake it ran and serves their requests, and a
+# request whose agent's tunnel is on another loop crosses the in-process
+# link (counted below), as nginx's second worker serves requests.  Reported per path: requests/s,
 # p50/p90/p99 latency, errors (non-2xx, socket errors), and the relays'
 # CPU ms per 1000 requests; then the ratios tether-wN/nginx-wN (same
 # count; for scale_speed.sh the first pair also as "tether/nginx") and
