@@ -18,7 +18,9 @@
 # first, then on TETHER_BIN, and the table holds both side by side with the
 # ratio of their registrations per second: before and after in one run.
 # Each row also gives the gateway's CPU (utime + stime, /proc) until all
-# were active (or the limit), per agent: what one join costs it.
+# were active (or the limit), per agent: what one join costs it; and the
+# swarm's, per agent: what the agents' side of a join costs the same
+# cores (both together are the floor of a join's CPU on this machine).
 #
 # usage: bash tests/bench/store_pool.sh [N]   (default 1000)
 #   TETHER_BIN      default build/release/bin
@@ -75,11 +77,12 @@ cpu_ms() {
 	echo $(((f[13] + f[14]) * 1000 / $(getconf CLK_TCK)))
 }
 
-# run BIN LABEL URL WORKERS: prints "registered reg_ms active act_ms cpu_ms"
-# (the counts reached and when, the limit's ms when a count stopped short;
-# the gateway's CPU from the swarm's start until then).
+# run BIN LABEL URL WORKERS: prints "registered reg_ms active act_ms cpu_ms
+# swarm_cpu_ms" (the counts reached and when, the limit's ms when a count
+# stopped short; the gateway's CPU from the swarm's start until then, and
+# the swarm's own).
 run() {
-	local bin=$1 label=$2 url=$3 workers=$4 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=() c0 c1
+	local bin=$1 label=$2 url=$3 workers=$4 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=() c0 c1 s1
 	dir=$T/$label-$RANDOM
 	[ "$label" != sqlite ] || url=sqlite://$dir/tether.db
 	[ "$label" = sqlite ] || psql -X -q "$NEAR" -c 'DROP SCHEMA public CASCADE; CREATE SCHEMA public' 2>/dev/null
@@ -126,9 +129,10 @@ run() {
 	done
 	[ -n "$reg_ms" ] || reg_ms=$act_ms
 	c1=$(cpu_ms "$GW_PID")
+	s1=$(cpu_ms "$SW_PID")
 	kill -TERM "$SW_PID"; wait "$SW_PID" || true
 	kill -TERM "$GW_PID"; wait "$GW_PID" || true
-	echo "$regs $reg_ms $act $act_ms $((c1 - c0))"
+	echo "$regs $reg_ms $act $act_ms $((c1 - c0)) $s1"
 }
 
 # cell COUNT MS: "12.34" when COUNT is N, else "640 in 300.00".
@@ -136,16 +140,16 @@ cell() {
 	if [ "$1" -ge "$N" ]; then secs "$2"; else echo "$1 in $(secs "$2")"; fi
 }
 rate() { echo "scale=1; $1 * 1000 / $2" | bc; }
-# per_agent CPU_MS: the gateway's CPU per agent, ms.
+# per_agent CPU_MS: a process's CPU per agent, ms.
 per_agent() { echo "scale=2; $1 / $N" | bc; }
 
 echo
 if [ -n "${BASE_BIN:-}" ]; then
-	echo "| store | workers | agents | before: registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | after: registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | ratio |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| store | workers | agents | before: registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | swarm CPU per agent (ms) | after: registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | swarm CPU per agent (ms) | ratio |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 else
-	echo "| store | workers | agents | registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) |"
-	echo "|---|---:|---:|---:|---:|---:|---:|"
+	echo "| store | workers | agents | registered (s) | all active (s) | registrations/s | gateway CPU per agent (ms) | swarm CPU per agent (ms) |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 fi
 for store in $STORES; do
 for workers in "${LOOPS[@]}"; do
@@ -157,16 +161,16 @@ for workers in "${LOOPS[@]}"; do
 	esac
 	if [ -n "${BASE_BIN:-}" ]; then
 		run "$BASE_BIN" "$label" "$url" "$workers" >"$T/result"
-		read -r b_regs b_reg b_act b_actms b_cpu < <(tail -n 1 "$T/result")
+		read -r b_regs b_reg b_act b_actms b_cpu b_sw < <(tail -n 1 "$T/result")
 		b_rate=$(rate "$b_regs" "$b_reg")
-		before="$(cell "$b_regs" "$b_reg") | $(cell "$b_act" "$b_actms") | $b_rate | $(per_agent "$b_cpu")"
+		before="$(cell "$b_regs" "$b_reg") | $(cell "$b_act" "$b_actms") | $b_rate | $(per_agent "$b_cpu") | $(per_agent "$b_sw")"
 	fi
 	# Not in a subshell: the gateway and swarm it starts stay in PIDS,
 	# which lib.sh's trap stops on any exit.
 	run "$AFTER_BIN" "$label" "$url" "$workers" >"$T/result"
-	read -r a_regs a_reg a_act a_actms a_cpu < <(tail -n 1 "$T/result")
+	read -r a_regs a_reg a_act a_actms a_cpu a_sw < <(tail -n 1 "$T/result")
 	a_rate=$(rate "$a_regs" "$a_reg")
-	after="$(cell "$a_regs" "$a_reg") | $(cell "$a_act" "$a_actms") | $a_rate | $(per_agent "$a_cpu")"
+	after="$(cell "$a_regs" "$a_reg") | $(cell "$a_act" "$a_actms") | $a_rate | $(per_agent "$a_cpu") | $(per_agent "$a_sw")"
 	if [ -z "${BASE_BIN:-}" ]; then
 		echo "| $label | ${workers:-default} | $N | $after |"
 	else
