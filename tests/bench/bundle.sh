@@ -12,23 +12,24 @@
 #   DIR/bin/NAME     a wrapper: exec DIR/lib/ld-linux-x86-64.so.2
 #                    --library-path DIR/lib DIR/real/NAME "$@"
 #
-# so that TETHER_BIN=DIR/bin, and PATH=DIR/bin:$PATH for curl, jq and bc,
-# run nothing of the other machine's but the kernel, bash, coreutils, awk
-# and python3.  The wrappers name DIR by its absolute path (a benchmark
+# so that TETHER_BIN=DIR/bin, and PATH=DIR/bin:$PATH for curl, jq, bc and
+# taskset, run nothing of the other machine's but the kernel, bash,
+# coreutils, awk and python3.  The wrappers name DIR by its absolute path (a benchmark
 # copies them elsewhere); on the other machine `bundle.sh --rewrap DIR`
 # writes them again for where DIR is there (device_storm.sh does).
 #
 # usage: tests/bench/bundle.sh DIR            (make build first)
 #        tests/bench/bundle.sh --rewrap DIR
 #   TETHER_BIN     where the release binaries are (default build/release/bin)
-#   BUNDLE_TOOLS   the other programs to take (default "curl jq bc": what
-#                  reconnect_storm.sh calls besides python3 and coreutils)
+#   BUNDLE_TOOLS   the other programs to take (default "curl jq bc taskset":
+#                  what the benchmarks device_*.sh run call besides python3
+#                  and coreutils; taskset for device_two_core.sh)
 #   BUNDLE_MAX_MIB refuse a bundle larger than this (default 60)
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
-TOOLS=${BUNDLE_TOOLS:-curl jq bc}
+TOOLS=${BUNDLE_TOOLS:-curl jq bc taskset}
 MAX_MIB=${BUNDLE_MAX_MIB:-60}
 LOADER=ld-linux-x86-64.so.2
 
@@ -80,6 +81,7 @@ done
 DIR=$1
 rm -rf "$DIR"
 mkdir -p "$DIR/real" "$DIR/lib" "$DIR/etc" "$DIR/bin"
+DIR=$(cd "$DIR" && pwd)   # the check below compares absolute paths
 for p in "${PROGS[@]}"; do
 	name=$(basename "$p")
 	# The tools are named as called (jq, not jq's real file name).

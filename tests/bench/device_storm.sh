@@ -37,13 +37,15 @@
 #   OUT              where the files go (default ./device-storm-out)
 set -uo pipefail
 
-T0=$SECONDS
-say() { printf '[device_storm] %s\n' "$*" | tee -a "$OUT/progress.log" >&2; }
 OUT=${OUT:-$PWD/device-storm-out}
 mkdir -p "$OUT" || exit 1
-[ $# -eq 1 ] || { say "usage: $0 BUNDLE_DIR"; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-B=$(cd "$1" && pwd) || { say "no bundle at $1"; exit 1; }
+DEVICE_TAG=device_storm
+# shellcheck source=tests/bench/device_lib.sh
+. "$HERE/device_lib.sh"
+T0=$DEV_T0
+say() { dev_say "$@"; }
+[ $# -eq 1 ] || { say "usage: $0 BUNDLE_DIR"; exit 2; }
 N=${STORM_N:-19800}
 WORKERS=${STORM_WORKERS:-1 2 4 8 16}
 BUDGET=${STORM_BUDGET_S:-450}
@@ -51,21 +53,7 @@ RATE=${STORM_RATE:-1000}
 REG=${STORM_REG_WORKERS:-$(tr ' ' '\n' <<<"$WORKERS" | sort -n | tail -n 1)}
 PER_SWARM=${STORM_PER_SWARM:-2475}
 
-# What the scripts take from the machine itself (the rest is bundled).
-for t in awk sed grep sort uniq cut tr find stat timeout mktemp python3 tar gzip; do
-	command -v "$t" >/dev/null || { say "$t is missing on this machine"; exit 1; }
-done
-bash "$HERE/bundle.sh" --rewrap "$B" || { say "cannot rewrap $B"; exit 1; }
-export PATH="$B/bin:$PATH" TETHER_BIN="$B/bin"
-for t in curl jq bc tether-gateway tether-swarm tetherctl; do
-	p=$(command -v "$t") || { say "$t missing from the bundle"; exit 1; }
-	[ "$p" = "$B/bin/$t" ] || { say "$t resolves to $p, not the bundle"; exit 1; }
-done
-"$B/bin/tether-gateway" --version >/dev/null || { say "the bundled gateway does not run here"; exit 1; }
-
-# The gateway holds every tunnel in one process: N + ~100 descriptors.
-for n in 1048576 524288 262144 131072 65536 40000; do ulimit -Hn "$n" 2>/dev/null && break; done
-ulimit -Sn "$(ulimit -Hn)"
+dev_setup "$1" "curl jq bc" || exit 1
 hard=$(ulimit -Hn)
 if [ "$hard" != unlimited ] && [ "$hard" -lt $((N + 200)) ]; then
 	say "the open-files limit is $hard: $N agents do not fit; running $((hard - 200))"
@@ -75,56 +63,13 @@ fi
 {
 	echo "command: OUT=$OUT STORM_N=${STORM_N:-} STORM_WORKERS='$WORKERS' STORM_BUDGET_S=$BUDGET STORM_RATE=$RATE STORM_REG_WORKERS=$REG STORM_PER_SWARM=$PER_SWARM bash $0 $1"
 	echo "storm:   BENCH_KILL=KILL BENCH_WORKERS='$WORKERS' BENCH_REG_WORKERS=$REG BENCH_PER_SWARM=$PER_SWARM BENCH_RATE=$RATE bash tests/bench/reconnect_storm.sh $N"
-	echo "date:    $(date -u)"
-	echo "gateway: $("$B/bin/tether-gateway" --version | head -1)"
-	echo "uname:   $(uname -a)"
-	echo "cpus:    $(nproc) ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo))"
-	echo "memory:  $(awk '/^MemTotal|^MemAvailable/ { printf "%s %s kB  ", $1, $2 }' /proc/meminfo)"
-	echo "nofile:  soft $(ulimit -Sn) hard $(ulimit -Hn)"
-	echo "nproc:   $(ulimit -u)"
-	for f in /proc/sys/net/ipv4/ip_local_port_range /proc/sys/net/core/somaxconn \
-	    /proc/sys/net/ipv4/tcp_max_syn_backlog /proc/sys/net/ipv4/tcp_tw_reuse /proc/sys/fs/nr_open; do
-		echo "$f: $(tr '\t' ' ' 2>/dev/null <"$f" || echo '?')"
-	done
-	echo "load:    $(cat /proc/loadavg)"
+	dev_machine
 } >"$OUT/machine.txt"
 
-# samples: every 2 s, the load and each Tether process (run through the
-# bundle's loader: found by its command line).
-sampler() {
-	local p cmd
-	while :; do
-		printf 'T+%ds load %s\n' $((SECONDS - T0)) "$(cut -d' ' -f1-3 /proc/loadavg)"
-		for p in /proc/[0-9]*; do
-			cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-			case $cmd in
-			*"$B/real/tether-"*) ;;
-			*) continue ;;
-			esac
-			awk -v fds="$(find "$p/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" \
-				-v what="$(awk '{ print $4, $5 }' <<<"$cmd")" \
-				'{ printf "  pid %s %s threads %s ticks %d rss_kib %d fds %s\n", $1, what, $20, $14 + $15, $24 * 4, fds }' \
-				"$p/stat" 2>/dev/null
-		done
-		sleep 2
-	done
-}
-sampler >"$OUT/samples.txt" 2>&1 &
-SAMPLER=$!
-trap 'kill "$SAMPLER" 2>/dev/null' EXIT
-
-# The benchmark runs copies of the wrappers from its work directory: it
-# must allow exec (a noexec /tmp does not; then one inside the bundle).
-T=${TMPDIR:-/tmp}
-if ! { printf '#!/bin/sh\nexit 0\n' >"$T/.exec-probe.$$" && chmod +x "$T/.exec-probe.$$" &&
-	"$T/.exec-probe.$$"; } 2>/dev/null; then
-	T=$B/tmp
-	mkdir -p "$T"
-	say "no exec in ${TMPDIR:-/tmp}: work in $T"
-fi
-rm -f "${TMPDIR:-/tmp}/.exec-probe.$$"
-export TMPDIR=$T
-WORK=$T/tether-device-storm.$$
+# samples: every 2 s, the load and each Tether process.
+dev_sampler_start "$OUT/samples.txt"
+trap dev_sampler_stop EXIT
+WORK=$TMPDIR/tether-device-storm.$$
 
 # Calibration: 1,000 agents registered and one storm at REG loops, to see
 # whether N's first registration fits; N is cut so that it takes about a
@@ -159,24 +104,8 @@ BENCH_KILL=KILL BENCH_WORKERS="$WORKERS" BENCH_RATE=$RATE BENCH_KEEP=$WORK \
 	>"$OUT/report.md" 2>>"$OUT/progress.log"
 rc=$?
 say "reconnect_storm.sh exited $rc after $((SECONDS - T0)) s"
-kill "$SAMPLER" 2>/dev/null
-
-if [ -d "$WORK/logs" ]; then
-	{
-		echo "== gateway log lines by message (level and text, numbers and ids folded)"
-		cat "$WORK"/logs/gateway.all.log "$WORK"/logs/gateway.log 2>/dev/null |
-			sed -E 's/^[^ ]+ //; s/[0-9a-f]{8,}/X/g; s/[0-9]+/N/g' | cut -c1-160 |
-			sort | uniq -c | sort -rn | head -60
-		echo
-		echo "== the last gateway's last 200 lines"
-		tail -n 200 "$WORK/logs/gateway.log"
-	} >"$OUT/gateway.txt" 2>&1
-	tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
-	if [ "$(stat -c %s "$OUT/logs.tar.gz" 2>/dev/null || echo 0)" -gt $((15 * 1048576)) ]; then
-		tar -C "$WORK" -czf "$OUT/logs.tar.gz" --exclude 'logs/gateway*' logs 2>/dev/null
-		say "logs.tar.gz: the gateway's logs left out (over 15 MiB); gateway.txt has their summary"
-	fi
-fi
+dev_sampler_stop
+dev_logs "$WORK"
 rm -rf "$WORK"
 say "done in $((SECONDS - T0)) s; files in $OUT: $(cd "$OUT" && echo *)"
 exit "$rc"

@@ -58,6 +58,10 @@
 #   BENCH_DEADLINE_S stop waiting this many seconds after the script's start
 #                    (for a machine lent for a few minutes): the storm then
 #                    on is reported as far as it got
+#   BENCH_GW_CPUS    the CPUs the storms' gateways may run on (taskset -c
+#                    LIST, e.g. "0,1": a 2-core gateway on a bigger
+#                    machine); the registering gateway runs on any
+#   BENCH_SWARM_CPUS the CPUs of the swarms and the probe (taskset -c LIST)
 #   BENCH_KEEP=1     keep the work directory (BENCH_KEEP=DIR: keep it as DIR)
 set -euo pipefail
 
@@ -73,8 +77,11 @@ KEEP=${BENCH_KEEP:-0}
 N=${1:-10000}
 DEADLINE_S=${BENCH_DEADLINE_S:-}
 PER_SWARM=${BENCH_PER_SWARM:-9900}
+GW_PIN=() SW_PIN=()
+[ -z "${BENCH_GW_CPUS:-}" ] || GW_PIN=(taskset -c "$BENCH_GW_CPUS")
+[ -z "${BENCH_SWARM_CPUS:-}" ] || SW_PIN=(taskset -c "$BENCH_SWARM_CPUS")
 COMMAND_LINE=
-for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS BENCH_REG_WORKERS BENCH_PER_SWARM BENCH_KILL BENCH_DEADLINE_S; do
+for v in TETHER_BIN BENCH_RATE BENCH_GW_FLAGS BENCH_WORKERS BENCH_REG_WORKERS BENCH_PER_SWARM BENCH_KILL BENCH_DEADLINE_S BENCH_GW_CPUS BENCH_SWARM_CPUS; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -94,6 +101,8 @@ done
 for tool in jq curl python3 bc; do
 	command -v "$tool" >/dev/null || die "$tool is required"
 done
+[ -z "${BENCH_GW_CPUS:-}${BENCH_SWARM_CPUS:-}" ] || command -v taskset >/dev/null ||
+	die "taskset (util-linux) is required for BENCH_GW_CPUS and BENCH_SWARM_CPUS"
 ulimit -Sn "$(ulimit -Hn)"
 # The gateway holds every tunnel in one process; the agents are split.
 [ "$(ulimit -Hn)" = unlimited ] || [ $((N + 100)) -le "$(ulimit -Hn)" ] ||
@@ -138,13 +147,16 @@ GW_LOG=$W/logs/gateway.log
 # hold one address's share, would shut most of them out here.
 CAPS="--max-handshakes-per-source 1000000 --max-tls-per-source 1000000 --max-connections-per-source 1000000"
 
-# gw_start [LOOPS]: a gateway on the port and data, ready; its log is
-# $GW_LOG (the previous one's appended to gateway.all.log).
+# gw_start LOOPS [PIN...]: a gateway on the port and data, ready, run under
+# PIN (a taskset command) if given; its log is $GW_LOG (the previous one's
+# appended to gateway.all.log).
 gw_start() {
+	local loops=$1
+	shift
 	[ ! -f "$GW_LOG" ] || { cat "$GW_LOG" >>"$W/logs/gateway.all.log"; : >"$GW_LOG"; }
 	# shellcheck disable=SC2086  # BENCH_GW_FLAGS is a list of flags
-	"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$PORT" \
-		--metrics-listen "127.0.0.1:$MP" $CAPS $GW_FLAGS ${1:+--workers $1} >>"$GW_LOG" 2>&1 &
+	"$@" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$PORT" \
+		--metrics-listen "127.0.0.1:$MP" $CAPS $GW_FLAGS ${loops:+--workers $loops} >>"$GW_LOG" 2>&1 &
 	GW_PID=$!
 	local deadline=$((SECONDS + 30))
 	until curl -sf --cacert "$GW_DIR/ca.crt" "$URL/readyz" >/dev/null 2>&1; do
@@ -234,7 +246,7 @@ for ((i = 0; i < NSW; i++)); do
 	first=$((i * PER_SWARM + 1))
 	n=$((N - i * PER_SWARM < PER_SWARM ? N - i * PER_SWARM : PER_SWARM))
 	OUTS+=("$W/logs/swarm.$i.out")
-	"$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$n" --first "$first" \
+	"${SW_PIN[@]}" "$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents "$n" --first "$first" \
 		--rate $(((RATE + NSW - 1) / NSW)) --report-ms 250 "${SWARM_KEEPALIVE[@]}" \
 		>"$W/logs/swarm.$i.out" 2>"$W/logs/swarm.$i.log" &
 	SW_PIDS+=($!)
@@ -242,7 +254,7 @@ done
 all_back 0 "$(limit 1800)" >/dev/null || die "not all active after $((SECONDS - T_START)) s: $(swarm_sum active) of $N"
 reg_s=$(s1 "($(now_ms) - $t0) / 1000")
 reg_gcpu=$(s1 "$(cpu_ticks "$GW_PID") / $TICKS") reg_scpu=$(s1 "$(swarm_ticks) / $TICKS")
-"$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents 1 --prefix probe --probe \
+"${SW_PIN[@]}" "$SWARM" --join "$W/join.json" --ca-file "$GW_DIR/ca.crt" --agents 1 --prefix probe --probe \
 	--report-ms 500 >"$W/logs/probe.out" 2>"$W/logs/probe.log" &
 PROBE_PID=$!
 wait_line "$W/logs/probe.out" 0 60 >/dev/null || die "the probe agent is not active"
@@ -257,7 +269,7 @@ read -r idle_n idle_p50 idle_p99 idle_max idle_lost < <(probe_stats "$W/logs/pro
 # storm K LOOPS: stop the gateway (SIGTERM or SIGKILL), start one with
 # LOOPS loops, wait until all are back (900 s, or BENCH_DEADLINE_S); the
 # figures go to R_*[K].  Returns 1 if they were not all back in time.
-declare -a R_stop R_back R_total R_probe R_dials R_nogw R_refused R_shed R_gcpu R_scpu R_loops R_load R_st R_af R_spread R_draws R_accept
+declare -a R_stop R_back R_total R_probe R_dials R_nogw R_refused R_shed R_gcpu R_scpu R_loops R_load R_st R_af R_spread R_draws R_accept R_cpus
 DONE=() STOPPED=''
 # shellcheck disable=SC2034  # the R_* arrays are read by name (cols)
 storm() {
@@ -273,8 +285,9 @@ storm() {
 	wait "$GW_PID" 2>/dev/null || true
 	t_down=$(now_ms)
 	R_stop[k]=$(s1 "($t_down - $t_stop) / 1000")
-	gw_start "$loops"
+	gw_start "$loops" "${GW_PIN[@]}"
 	t_up=$(now_ms)
+	R_cpus[k]=$(awk '/^Cpus_allowed_list:/ { print $2 }' "/proc/$GW_PID/status")
 	DONE+=("$k")
 	g0=$(cpu_ticks "$GW_PID")
 	sleep 0.3   # a report line (every 250 ms) since the gateway is ready
@@ -326,12 +339,15 @@ report() {
 	echo "  binaries: $TETHER_BIN ($("$GATEWAY" --version | head -1))"
 	echo "  machine:  $(nproc) CPUs, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "  serve flags: ${GW_FLAGS:-(defaults)} (and the per-source caps raised: every agent dials from 127.0.0.1)"
+	[ -z "${BENCH_GW_CPUS:-}${BENCH_SWARM_CPUS:-}" ] ||
+		echo "  CPUs (taskset -c): the storms' gateways on ${BENCH_GW_CPUS:-any}, the registering one on any, the swarms on ${BENCH_SWARM_CPUS:-any}"
 	echo "  first registration at $RATE/s, ${REG_LOOPS:-the default} loop(s): all $N active after $reg_s s (CPU: gateway $reg_gcpu s, swarms $reg_scpu s)"
 	echo
 	for k in "${DONE[@]}"; do w=${LOOPS[k]}; hdr+=" ${w:+--workers $w}"; [ -n "$w" ] || hdr+=" value"; hdr+=" |"; sep+="---:|"; ns+=("$N"); done
 	echo "$hdr"
 	echo "$sep"
 	row "agents" "${ns[@]}"
+	mapfile -t vals < <(cols R_cpus); row "the gateway's CPUs (Cpus_allowed_list)" "${vals[@]}"
 	mapfile -t vals < <(cols R_stop); row "gateway stop (SIG$KILL until exit) (s)" "${vals[@]}"
 	mapfile -t vals < <(cols R_back); row "all active again, from the new gateway's start (s)" "${vals[@]}"
 	mapfile -t vals < <(cols R_total); row "all active again, from the stop (s)" "${vals[@]}"

@@ -33,6 +33,11 @@
 #   BENCH_WORKERS   the gateway's --workers, one row per value (default:
 #                   the gateway's own default, one row), e.g. "1 2"
 #   BENCH_GW_FLAGS  extra `serve` flags (default none)
+#   BENCH_GW_CPUS   the CPUs the gateways may run on (taskset -c LIST, e.g.
+#                   "0,1": a 2-core gateway on a bigger machine)
+#   BENCH_SWARM_CPUS the CPUs of the swarms (taskset -c LIST)
+# PostgreSQL and the relay are started only for the stores that use them
+# (BENCH_STORES=sqlite needs neither: a machine with no PostgreSQL).
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -47,26 +52,32 @@ STORES=${BENCH_STORES:-sqlite loopback far}
 N=${1:-1000}
 read -r -a LOOPS <<<"${BENCH_WORKERS:-}"
 [ "${#LOOPS[@]}" -gt 0 ] || LOOPS=("")
+GW_PIN=() SW_PIN=()
+[ -z "${BENCH_GW_CPUS:-}" ] || GW_PIN=(taskset -c "$BENCH_GW_CPUS")
+[ -z "${BENCH_SWARM_CPUS:-}" ] || SW_PIN=(taskset -c "$BENCH_SWARM_CPUS")
 AFTER_BIN=$TETHER_BIN
 ulimit -Sn "$(ulimit -Hn)"
 
 echo "# store_pool.sh $(date -u +%FT%TZ) $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# TETHER_BIN=$AFTER_BIN BASE_BIN=${BASE_BIN:-none} N=$N delay=${DELAY_MS}ms each way" \
 	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s workers=${BENCH_WORKERS:-default}" \
-	"flags=${BENCH_GW_FLAGS:-none}"
+	"flags=${BENCH_GW_FLAGS:-none} gateway-cpus=${BENCH_GW_CPUS:-any} swarm-cpus=${BENCH_SWARM_CPUS:-any}"
 
 # BENCH_KEEP=DIR: the gateways' logs and the swarms' reports are copied
 # there at the end.
 [ -z "${BENCH_KEEP:-}" ] ||
-	on_cleanup 'mkdir -p "$BENCH_KEEP"; cp "$T"/*.log "$T"/*.out "$PG_DIR/log" "$BENCH_KEEP"/ 2>/dev/null'
-pg_start
-RELAY_PORT=$(free_port)
-python3 "$SRC/tests/bench/delay_relay.py" "$RELAY_PORT" "$PG_PORT" "$DELAY_MS" \
-	>"$T/relay.log" 2>&1 &
-PIDS+=($!)
-wait_until 10 "the delay relay" grep -q '^ready' "$T/relay.log"
-FAR=postgres://postgres@127.0.0.1:$RELAY_PORT/tether
-NEAR=$PG_URL
+	on_cleanup 'mkdir -p "$BENCH_KEEP"; cp "$T"/*.log "$T"/*.out "${PG_DIR:-$T}/log" "$BENCH_KEEP"/ 2>/dev/null'
+NEAR='' FAR=''
+if [ "$STORES" != sqlite ]; then
+	pg_start
+	RELAY_PORT=$(free_port)
+	python3 "$SRC/tests/bench/delay_relay.py" "$RELAY_PORT" "$PG_PORT" "$DELAY_MS" \
+		>"$T/relay.log" 2>&1 &
+	PIDS+=($!)
+	wait_until 10 "the delay relay" grep -q '^ready' "$T/relay.log"
+	FAR=postgres://postgres@127.0.0.1:$RELAY_PORT/tether
+	NEAR=$PG_URL
+fi
 now_ms() { date +%s%3N; }
 secs() { echo "scale=2; $1 / 1000" | bc; }
 # cpu_ms PID: the process's user + system CPU so far, in ms.
@@ -94,7 +105,7 @@ run() {
 	"$GATEWAY" init --data-dir "$dir" --url "$GW_URL" --store "$url" >"$dir.init" 2>&1
 	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$dir/admin.token TETHER_CACERT=$dir/ca.crt
 	# shellcheck disable=SC2086  # BENCH_GW_FLAGS is a list of flags
-	"$GATEWAY" serve --data-dir "$dir" --listen "127.0.0.1:$GW_PORT" --store "$url" \
+	"${GW_PIN[@]}" "$GATEWAY" serve --data-dir "$dir" --listen "127.0.0.1:$GW_PORT" --store "$url" \
 		"${pool[@]}" --max-handshakes 4096 --max-handshakes-per-source 100000 \
 		--max-tls-per-source 100000 --max-connections-per-source 100000 \
 		--handshake-timeout 600000 --hello-timeout 600000 \
@@ -105,7 +116,7 @@ run() {
 	ctl token create --cluster "$(cluster_create regs)" --uses "$N" >"$dir.json"
 	c0=$(cpu_ms "$GW_PID")
 	t0=$(now_ms)
-	"$bin/tether-swarm" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$N" \
+	"${SW_PIN[@]}" "$bin/tether-swarm" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$N" \
 		--prefix "$label" --report-ms 250 --log-level error >"$dir.out" 2>&1 &
 	SW_PID=$!
 	PIDS+=("$SW_PID")
