@@ -704,7 +704,9 @@ serve_settings(struct serve *sv)
 
 	serve_limits(&gw->limits, &sv->o);
 	gw->workers = serve_workers(&sv->o);
-	gw->landing_any = opts_num(&sv->o, SERVE_OPT_LANDING) == SERVE_LANDING_ANY;
+	gw->landing_any = opts_num(&sv->o, SERVE_OPT_LANDING) != SERVE_LANDING_ZERO;
+	gw->landing_route = opts_num(&sv->o, SERVE_OPT_LANDING) ==
+	    SERVE_LANDING_ROUTE;
 	gw->drain_timeout_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_TIMEOUT);
 	gw->drain_grace_ms = opts_num(&sv->o, SERVE_OPT_DRAIN_GRACE);
 	gw->impersonate = (int)opts_num(&sv->o, SERVE_OPT_IMPERSONATE);

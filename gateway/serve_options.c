@@ -15,7 +15,7 @@ static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL
 /* In the order of enum log_format (common/log.h). */
 static const char *const log_formats[] = { "logfmt", "json", NULL };
 /* In the order of enum serve_landing (serve_options.h). */
-static const char *const landings[] = { "zero", "any", NULL };
+static const char *const landings[] = { "zero", "any", "route", NULL };
 
 static int
 check_store(const char *v, char *why, size_t whylen)
@@ -105,15 +105,18 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	[SERVE_OPT_WORKERS] = { .name = "workers", .type = OPT_U32, .arg = "N",
 	    .def_help = "the CPUs this process may use", .min = 1, .max = 64,
 	    .help = "event loops, each running TLS handshakes and, with --landing "
-	    "any, its share of the connections, tunnels and streams (docs/0032, "
-	    "docs/0040)" },
+	    "route or any, its share of the connections, tunnels and streams "
+	    "(docs/0032, docs/0040)" },
 	[SERVE_OPT_LANDING] = { .name = "landing", .type = OPT_CHOICE,
-	    .arg = "WHERE", .def = "any", .choices = landings,
+	    .arg = "WHERE", .def = "route", .choices = landings,
 	    .help = "where an HTTPS connection lives once its TLS handshake is "
-	    "done (docs/0040): any: on the loop that ran the handshake, an "
-	    "agent's tunnel on the loop holding the fewest, a replica's link on "
-	    "the first; zero: every one on the first loop (the others only run "
-	    "TLS handshakes)" },
+	    "done (docs/0040): route: a /k8s request or a dial on the loop of "
+	    "an agent of its cluster, an agent's tunnel on the loop holding the "
+	    "fewest, a replica's link on the first, any other on the loop that "
+	    "ran the handshake; any: as route, but /k8s and dials too stay "
+	    "where their handshake ran (their streams may cross between loops); "
+	    "zero: every one on the first loop (the others only run TLS "
+	    "handshakes)" },
 	[SERVE_OPT_STORE_POOL] = { .name = "store-pool", .type = OPT_U32, .arg = "N",
 	    .def = "8", .max = 64,
 	    .help = "PostgreSQL only: connections, each on a thread of its own, "

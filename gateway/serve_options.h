@@ -70,6 +70,8 @@ enum serve_opt {
 enum serve_landing {
 	SERVE_LANDING_ZERO,   /* every connection lives on loop 0 */
 	SERVE_LANDING_ANY,    /* on its handshake's loop, but tunnels, links */
+	SERVE_LANDING_ROUTE,  /* as any, and /k8s and dials on their agent's
+	                         loop (docs/0040 step 8) */
 };
 
 /* The command: table, synopsis and the text around the option list. */

@@ -696,8 +696,10 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 	 * the link between the two, whose far side checks the agent is still
 	 * there (a stale entry costs a crossing and that side's refusal, never
 	 * a refusal here).  An entry of this loop whose session is gone
-	 * (replaced meanwhile) is looked for on other replicas. */
-	if (agentdir_pick(gw->agents, g->cluster, node, &e, &here)) {
+	 * (replaced meanwhile) is looked for on other replicas.  An agent on
+	 * this loop is preferred (docs/0040 step 8: nothing crosses). */
+	if (agentdir_pick(gw->agents, g->cluster, node,
+	    self != NULL ? self->index : AGENTDIR_NO_LOOP, &e, &here)) {
 		if ((s = session_here(gw, &e)) != NULL) {
 			reach_local(out, gw, s);
 			return 0;
@@ -726,6 +728,19 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 		snprintf(err, errlen, "no %sagent of cluster %s is connected to any "
 		    "replica", here || elsewhere ? "active " : "", g->cluster);
 	return 503;
+}
+
+unsigned
+access_land_loop(struct gateway *gw, const char *cluster, const char *node,
+    unsigned here)
+{
+	unsigned to;
+
+	if (!gw->landing_route || gw->agents == NULL || cluster[0] == '\0' ||
+	    !agentdir_land(gw->agents, cluster, node, here, &to) ||
+	    to >= gw->nloops)
+		return here;
+	return to;
 }
 
 /* ---- the same checks, their store reads on the store thread ---- */

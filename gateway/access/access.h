@@ -86,6 +86,21 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
     struct reach *out, char *err, size_t errlen);
 
 /*
+ * The loop (0..gw->nloops-1) a new operator connection for cluster (node,
+ * when non-NULL) lands on, its handshake having run on loop here
+ * (docs/0040 step 8, a route's land_loop): here when an active agent of
+ * it has its tunnel on here, else the loop of the agent access_pick would
+ * take from here; here when this process holds no active agent of it
+ * (unknown cluster, none active, or only on other replicas), and always
+ * unless gw->landing_route (--landing any keeps them where they are).  Nothing is
+ * checked of who asks: the route checks that on the landed loop.  Any
+ * thread.  O(agents of the cluster) under the agent directory's mutex
+ * (agentdir_land), no store call.
+ */
+unsigned access_land_loop(struct gateway *gw, const char *cluster,
+    const char *node, unsigned here);
+
+/*
  * Read-only views open to any token holder (GET /v1/status): an admin
  * token sees every cluster (*admin 1); a user token the clusters it is
  * scoped to, copied into clusters (*nclusters of them, at most

@@ -4,7 +4,7 @@
  * Two hash tables with chaining over the same entries, as hub.c has: by
  * agent id and by cluster, AGENTDIR_BUCKETS each (with 20,000 agents about
  * 5 per id chain).  One mutex guards both, the generation counter and the
- * pick rotor.
+ * pick rotors (one per calling loop, so one loop's turns are its own).
  */
 #include "agentdir.h"
 
@@ -15,6 +15,7 @@
 #include <time.h>
 
 #define AGENTDIR_BUCKETS 4096
+#define AGENTDIR_ROTORS  64    /* loops 64 apart share a rotor */
 
 struct agentdir_node {
 	struct agentdir_node *next;    /* same id bucket */
@@ -28,7 +29,9 @@ struct agentdir {
 	struct agentdir_node *cbuckets[AGENTDIR_BUCKETS];  /* by cluster */
 	size_t count;
 	uint64_t generation;           /* the last one given */
-	unsigned rotor;                /* spreads picks over a cluster's agents */
+	/* Spread picks over a cluster's agents: one per calling loop (index
+	 * modulo AGENTDIR_ROTORS), the last for AGENTDIR_NO_LOOP. */
+	unsigned rotors[AGENTDIR_ROTORS + 1];
 };
 
 static size_t
@@ -228,42 +231,102 @@ matches(const struct agentdir_entry *e, const char *cluster, const char *node)
 	    (node == NULL || strcmp(e->node, node) == 0);
 }
 
-int
-agentdir_pick(struct agentdir *d, const char *cluster, const char *node,
-    struct agentdir_entry *out, int *connected)
+/* The rotor of picks from loop near. */
+static unsigned *
+rotor_of(struct agentdir *d, unsigned near)
 {
-	struct agentdir_node *chain, *first = NULL, *got = NULL;
-	size_t nactive = 0, want;
-	int seen = 0;
+	return &d->rotors[near == AGENTDIR_NO_LOOP ? AGENTDIR_ROTORS :
+	    near % AGENTDIR_ROTORS];
+}
 
-	pthread_mutex_lock(&d->mu);
-	chain = d->cbuckets[bucket(cluster)];
-	/* Two walks of one cluster's chain: count the active agents, then
-	 * take the rotor's turn among them. */
+/* 1 if n may be picked from loop near: active, matching and, when
+ * near_only, on that loop. */
+static int
+takes(const struct agentdir_node *n, const char *cluster, const char *node,
+    unsigned near, int near_only)
+{
+	return n->e.active && matches(&n->e, cluster, node) &&
+	    (!near_only || n->e.at.loop == near);
+}
+
+/*
+ * Under mu: the pick from loop near (agentdir_pick), or NULL; *seen as
+ * agentdir_pick's *connected.  The rotor turns when there was a choice
+ * and turn_near (the pool was near's own agents) or turn_all (it was all
+ * the cluster's active agents) says so.  Two walks of one cluster's
+ * chain: count the agents each pool holds, then take the rotor's turn in
+ * the pool.
+ */
+static struct agentdir_node *
+pick_locked(struct agentdir *d, const char *cluster, const char *node,
+    unsigned near, int turn_near, int turn_all, int *seen)
+{
+	struct agentdir_node *chain = d->cbuckets[bucket(cluster)];
+	struct agentdir_node *first = NULL, *first_near = NULL;
+	size_t nactive = 0, nnear = 0, k, want;
+	int near_only, turn;
+	unsigned *rotor;
+
+	*seen = 0;
 	for (struct agentdir_node *n = chain; n != NULL; n = n->cnext) {
 		if (!matches(&n->e, cluster, node))
 			continue;
-		seen = 1;
+		*seen = 1;
 		if (!n->e.active)
 			continue;
 		if (first == NULL)
 			first = n;
 		nactive++;
+		if (near != AGENTDIR_NO_LOOP && n->e.at.loop == near) {
+			if (first_near == NULL)
+				first_near = n;
+			nnear++;
+		}
 	}
-	if (nactive <= 1) {
-		got = first;
-	} else {
-		want = d->rotor++ % nactive;
-		for (struct agentdir_node *n = chain; got == NULL; n = n->cnext)
-			if (matches(&n->e, cluster, node) && n->e.active &&
-			    want-- == 0)
-				got = n;
-	}
+	near_only = nnear > 0;
+	turn = near_only ? turn_near : turn_all;
+	k = near_only ? nnear : nactive;
+	if (k <= 1)
+		return near_only ? first_near : first;
+	rotor = rotor_of(d, near);
+	want = (turn ? (*rotor)++ : *rotor) % k;
+	for (struct agentdir_node *n = chain; n != NULL; n = n->cnext)
+		if (takes(n, cluster, node, near, near_only) && want-- == 0)
+			return n;
+	return NULL; /* not reached: the chain holds k such agents */
+}
+
+int
+agentdir_pick(struct agentdir *d, const char *cluster, const char *node,
+    unsigned near, struct agentdir_entry *out, int *connected)
+{
+	struct agentdir_node *got;
+	int seen;
+
+	pthread_mutex_lock(&d->mu);
+	got = pick_locked(d, cluster, node, near, 1, 1, &seen);
 	if (got != NULL && out != NULL)
 		*out = got->e;
 	pthread_mutex_unlock(&d->mu);
 	if (connected != NULL)
 		*connected = seen;
+	return got != NULL;
+}
+
+int
+agentdir_land(struct agentdir *d, const char *cluster, const char *node,
+    unsigned near, unsigned *loop)
+{
+	struct agentdir_node *got;
+	int seen;
+
+	pthread_mutex_lock(&d->mu);
+	/* An agent on near: stay, and leave near's turn to the pick there
+	 * (turning it here too would skip every other agent of near). */
+	got = pick_locked(d, cluster, node, near, 0, 1, &seen);
+	if (got != NULL)
+		*loop = got->e.at.loop;
+	pthread_mutex_unlock(&d->mu);
 	return got != NULL;
 }
 

@@ -24,6 +24,7 @@
 #ifndef TETHER_AGENTDIR_H
 #define TETHER_AGENTDIR_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -86,16 +87,37 @@ int64_t agentdir_since(struct agentdir *d, const char *agent_id);
 size_t agentdir_count(struct agentdir *d);
 size_t agentdir_count_cluster(struct agentdir *d, const char *cluster);
 
+/* agentdir_pick's near when the caller is on no loop: no preference. */
+#define AGENTDIR_NO_LOOP UINT_MAX
+
 /*
- * An active agent of cluster (of node, when node is non-NULL), taking turns
- * among several as the hub did (one rotor for the directory: n picks over
- * k active agents give each n/k, +-1): 1 and a copy in *out, or 0 if none.
- * *connected (optional) says whether any matching agent is held at all,
- * active or not.  O(agents of the cluster): every dial, forwarded stream
- * and /k8s request calls it.
+ * An active agent of cluster (of node, when node is non-NULL): one whose
+ * tunnel is on loop `near` when the cluster has one there (the caller's
+ * loop: its streams then cross no loop link, docs/0040 step 8), else any;
+ * among several, taking turns as the hub did (a rotor per calling loop,
+ * loops 64 apart sharing one, and one for AGENTDIR_NO_LOOP: n picks from one
+ * loop over the k agents it may take give each n/k, +-1, whatever other
+ * loops pick meanwhile).  A node names its agent wherever it lives: the
+ * preference only chooses among the agents that match.  1 and a copy in
+ * *out (optional), or 0 if none.  *connected (optional) says whether any
+ * matching agent is held at all, active or not.  O(agents of the cluster)
+ * under the mutex: every dial, forwarded stream and /k8s request calls it.
  */
 int agentdir_pick(struct agentdir *d, const char *cluster, const char *node,
-    struct agentdir_entry *out, int *connected);
+    unsigned near, struct agentdir_entry *out, int *connected);
+
+/*
+ * Where a connection for cluster (node, when non-NULL) should live so its
+ * streams cross no loop link (docs/0040 step 8's landing): `near` itself
+ * when an active matching agent's tunnel is there (its rotor untouched:
+ * the pick on that loop takes the turn), else the loop of the agent a
+ * pick from `near` takes now (near's rotor turns, so landings spread over
+ * the cluster's agents).  1 and *loop, or 0 (no active matching agent
+ * held: the caller keeps its own choice).  O(agents of the cluster) under
+ * the mutex, as agentdir_pick; no copy of the entry.
+ */
+int agentdir_land(struct agentdir *d, const char *cluster, const char *node,
+    unsigned near, unsigned *loop);
 
 /* Calls fn with a copy of every entry, under the mutex: fn must be short
  * and must not call agentdir (it would wait for itself).  Returns how many

@@ -154,12 +154,16 @@ struct gateway {
 	                                   stops 1..nloops-1 (their handshakes
 	                                   come back).  NULL: not made */
 	unsigned nloops;
-	int landing_any;                /* --landing any (land, docs/0040 2
-	                                   (i-a)): a connection whose handshake
-	                                   ran on loop k lives there unless its
-	                                   request line is a tunnel's or a
-	                                   replica's (loop 0); 0 (zero): every
-	                                   connection lives on loop 0 */
+	int landing_any;                /* --landing any or route (land,
+	                                   docs/0040 2 (i-a)): a connection
+	                                   whose handshake ran on loop k lives
+	                                   there unless its request line's
+	                                   route lands it (a tunnel by count,
+	                                   a replica's on loop 0); 0 (zero):
+	                                   every connection lives on loop 0 */
+	int landing_route;              /* --landing route (the default,
+	                                   docs/0040 step 8): /k8s and dials
+	                                   land on their agent's loop too */
 	struct looplinks *looplinks;    /* streams between the loops
 	                                   (looplink.h, docs/0040): main.c
 	                                   makes them with the loops and frees

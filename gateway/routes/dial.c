@@ -389,8 +389,34 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 	a->check = check;
 }
 
+/*
+ * The route's land_loop (docs/0040 step 8): a dial lands on the loop of
+ * the agent it will reach (the named node's, wherever it is, or an agent
+ * of the cluster), so a raw dial's stream and a tetherctl forward's
+ * streams cross no loop link; an unknown cluster or node, or a node given
+ * twice, stays where its handshake ran (the upgrade refuses it there).
+ */
+static unsigned
+dial_land_loop(struct gateway *gw, const struct route_landing *at)
+{
+	char cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
+	const char *seg = at->path + 13;
+	size_t n = strcspn(seg, "/");
+	int rc;
+
+	/* dial_matches vouched for the shape. */
+	if (n > STORE_ID_MAX)
+		return at->here;
+	snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
+	if ((rc = api_query_param(at->query, "node", node, sizeof(node))) == -2)
+		return at->here;
+	return access_land_loop(gw, cluster, rc == 0 && node[0] != '\0' ? node : NULL,
+	    at->here);
+}
+
 const struct route dial_route = {
 	.name = "dial",
 	.matches = dial_matches,
 	.upgrade = dial_upgrade,
+	.land_loop = dial_land_loop,
 };

@@ -1724,8 +1724,34 @@ static const struct route_exchange k8s_exchange_ops = {
 	.client_gone = k8s_client_gone,
 };
 
+/*
+ * The route's land_loop (docs/0040 step 8): a connection whose first
+ * request is for /k8s/clusters/ID/... lands on the loop of an agent of ID
+ * (access_land_loop), so its streams cross no loop link; a root path
+ * (/version...: the cluster is the token's, known only after the store
+ * read) or an unknown cluster stays where its handshake ran.  A later
+ * request of the connection for another cluster may cross.
+ */
+static unsigned
+k8s_land_loop(struct gateway *gw, const struct route_landing *at)
+{
+	char cluster[STORE_ID_MAX + 1];
+	const char *seg;
+	size_t n;
+
+	if (strncmp(at->path, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) != 0)
+		return at->here;
+	seg = at->path + strlen(K8S_CLUSTERS);
+	n = strcspn(seg, "/");
+	if (n == 0 || n > STORE_ID_MAX)
+		return at->here;
+	snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
+	return access_land_loop(gw, cluster, NULL, at->here);
+}
+
 const struct route k8s_route = {
 	.name = "k8s",
 	.matches = k8s_matches,
 	.exchange = &k8s_exchange_ops,
+	.land_loop = k8s_land_loop,
 };

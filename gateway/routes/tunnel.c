@@ -508,12 +508,13 @@ tunnel_wait_stop_everywhere(struct gateway *gw)
 /* ---- where a new tunnel lands (docs/0040 section 2) ---- */
 
 unsigned
-tunnel_land_loop(struct gateway *gw)
+tunnel_land_loop(struct gateway *gw, const struct route_landing *at)
 {
 	static atomic_uint rotor;
 	unsigned n = gw->loops != NULL ? gw->nloops : 1;
 	unsigned start, best = 0, best_load = UINT_MAX;
 
+	(void)at;
 	if (n < 2)
 		return 0;
 	/* Ties go round the loops: a burst lands before any count moved. */

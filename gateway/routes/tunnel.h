@@ -14,6 +14,7 @@
 #define TETHER_TUNNEL_H
 
 struct route;
+struct route_landing;
 struct gateway;
 
 extern const struct route tunnel_route;
@@ -35,9 +36,10 @@ void tunnel_wait_stop_everywhere(struct gateway *gw);
 /*
  * The loop a new /v1/connect lands on (docs/0040 section 2): the one with
  * the fewest tunnels plus tunnel handshakes (loop->ntunnels +
- * loop->nhandshakes), ties taken in turn; 0 with one loop.  Any thread
- * (the handshake loop asks).  Cost: two atomic loads per loop.
+ * loop->nhandshakes), ties taken in turn; 0 with one loop, whatever the
+ * request line says (at is unused).  Any thread (the handshake loop asks:
+ * the tunnel route's land_loop).  Cost: two atomic loads per loop.
  */
-unsigned tunnel_land_loop(struct gateway *gw);
+unsigned tunnel_land_loop(struct gateway *gw, const struct route_landing *at);
 
 #endif

@@ -738,14 +738,34 @@ http_reader_take_continue(struct http_reader *r)
 	return want;
 }
 
+/* A decoded copy of in[0..len) into out (outlen bytes, NUL-terminated):
+ * 0, or -1 (malformed, or too long). */
+static int
+decode_into(const char *in, size_t len, int plus_is_space, char *out,
+    size_t outlen)
+{
+	char *decoded = pct_decode(in, len, plus_is_space);
+	size_t n;
+
+	if (decoded == NULL)
+		return -1;
+	n = strlen(decoded);
+	if (n >= outlen) {
+		free(decoded);
+		return -1;
+	}
+	memcpy(out, decoded, n + 1);
+	free(decoded);
+	return 0;
+}
+
 int
-http_line_path(const char *buf, size_t len, char *path, size_t pathlen)
+http_line_target(const char *buf, size_t len, char *path, size_t pathlen,
+    char *query, size_t querylen)
 {
 	const char *nl = memchr(buf, '\n', len);
-	const char *sp1, *sp2, *end;
+	const char *sp1, *sp2, *end, *url;
 	struct http_parser_url u;
-	char *decoded;
-	size_t n;
 
 	if (nl == NULL)
 		return -1;
@@ -755,21 +775,20 @@ http_line_path(const char *buf, size_t len, char *path, size_t pathlen)
 	    sp2 == sp1 + 1 || (size_t)(end - sp2 - 1) < 5 ||
 	    memcmp(sp2 + 1, "HTTP/", 5) != 0)
 		return -1;
+	url = sp1 + 1;
 	http_parser_url_init(&u);
-	if (http_parser_parse_url(sp1 + 1, (size_t)(sp2 - sp1 - 1), 0, &u) != 0 ||
+	if (http_parser_parse_url(url, (size_t)(sp2 - url), 0, &u) != 0 ||
 	    !(u.field_set & (1 << UF_PATH)) || u.field_data[UF_PATH].len == 0 ||
-	    sp1[1 + u.field_data[UF_PATH].off] != '/')
+	    url[u.field_data[UF_PATH].off] != '/')
 		return -1;
-	decoded = pct_decode(sp1 + 1 + u.field_data[UF_PATH].off,
-	    u.field_data[UF_PATH].len, 0);
-	if (decoded == NULL)
+	if (decode_into(url + u.field_data[UF_PATH].off,
+	    u.field_data[UF_PATH].len, 0, path, pathlen) != 0)
 		return -1;
-	n = strlen(decoded);
-	if (n >= pathlen) {
-		free(decoded);
+	if (u.field_set & (1 << UF_QUERY))
+		return decode_into(url + u.field_data[UF_QUERY].off,
+		    u.field_data[UF_QUERY].len, 1, query, querylen);
+	if (querylen == 0)
 		return -1;
-	}
-	memcpy(path, decoded, n + 1);
-	free(decoded);
+	query[0] = '\0';
 	return 0;
 }

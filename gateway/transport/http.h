@@ -127,15 +127,17 @@ void http_reader_reset(struct http_reader *r);
 int http_token_list_has(const char *list, const char *token);
 
 /*
- * The decoded path of the request line at the start of buf (len bytes: the
- * first bytes of a connection), as the reader would decode it: the line
- * up to its LF (a CR before it dropped), "METHOD SP target SP HTTP/...",
- * the target's path part percent-decoded, copied into path (pathlen
- * bytes, NUL-terminated).  Returns 0, or -1 when buf holds no whole line,
- * the line is not of that shape, or the path does not fit: the caller
- * then knows nothing of the request (docs/0040's landing sends it to loop
- * 0).  Reads buf only; no allocation but the decode's.
+ * The decoded path and query of the request line at the start of buf (len
+ * bytes: the first bytes of a connection), as the reader would decode
+ * them: the line up to its LF (a CR before it dropped), "METHOD SP target
+ * SP HTTP/...", the target's path part percent-decoded into path (pathlen
+ * bytes, NUL-terminated), its query part ('+' a space, "" when none) into
+ * query (querylen bytes).  Returns 0, or -1 when buf holds no whole line,
+ * the line is not of that shape, or the path or the query does not fit:
+ * the caller then knows nothing of the request (docs/0040's landing sends
+ * it to loop 0).  Reads buf only; no allocation but the decodes'.
  */
-int http_line_path(const char *buf, size_t len, char *path, size_t pathlen);
+int http_line_target(const char *buf, size_t len, char *path, size_t pathlen,
+    char *query, size_t querylen);
 
 #endif

@@ -91,6 +91,15 @@ struct route_exchange {
 	void (*client_gone)(void *x);
 };
 
+/* What a route's land_loop is told of a connection before anything is
+ * built on it (docs/0040 section 2 (i-a)): its request line's path and
+ * query, decoded as the reader decodes them, valid during the call. */
+struct route_landing {
+	const char *path;             /* "/k8s/clusters/c-1/api", no query */
+	const char *query;            /* "node=n1&target=x:22", or "" */
+	unsigned here;                /* the loop its handshake ran on */
+};
+
 struct route {
 	const char *name;                       /* for logs */
 	int (*matches)(const char *path);       /* NULL: every path */
@@ -110,11 +119,14 @@ struct route {
 	 * asks for it later on another loop is refused (421). */
 	int home_loop;
 	/* With --landing any, for a connection whose request line names this
-	 * route (home_loop unset): the loop (0..nloops-1) it lands on, asked
-	 * on its handshake loop's thread, so it reads only what any thread
-	 * may (atomics).  NULL: it stays where its handshake ran.  Cost: one
-	 * call per landing. */
-	unsigned (*land_loop)(struct gateway *gw);
+	 * route (home_loop unset): the loop (0..nloops-1) it lands on,
+	 * chosen by what the line says (its path and query) and where its
+	 * handshake ran (at->here: return it to stay).  Asked on the
+	 * handshake loop's thread, so it reads only what any thread may
+	 * (atomics, the agent directory).  NULL: it stays where its
+	 * handshake ran.  Cost: one call per landing, which must take no
+	 * long lock (O(agents of one cluster) at most, docs/0040 step 8). */
+	unsigned (*land_loop)(struct gateway *gw, const struct route_landing *at);
 };
 
 /* Answers for request routes.  route_respond_text copies text;

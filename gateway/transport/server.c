@@ -1542,15 +1542,18 @@ hconn_take_head(struct hconn *h, char *head, size_t len)
 /* Where a connection whose request line is head lives (docs/0040 section
  * 2 (i-a)), its handshake having run on loop `here`: loop 0 for a route
  * whose connections live there (home_loop), or a line not read whole or
- * not understood; the loop a route's land_loop names; else here.  On the
+ * not understood; the loop a route's land_loop names (told the line's path
+ * and query, and here); else here.  On the
  * handshake loop; reads the route table and what land_loop reads. */
 static unsigned
 land_where(const struct server *srv, unsigned here, const char *head,
     size_t len)
 {
-	char path[LAND_LINE_MAX];
+	char path[LAND_LINE_MAX], query[LAND_LINE_MAX];
+	struct route_landing at = { path, query, here };
 
-	if (head == NULL || http_line_path(head, len, path, sizeof(path)) != 0)
+	if (head == NULL || http_line_target(head, len, path, sizeof(path),
+	    query, sizeof(query)) != 0)
 		return 0;
 	for (const struct route *const *r = srv->routes; *r != NULL; r++) {
 		unsigned to;
@@ -1561,7 +1564,7 @@ land_where(const struct server *srv, unsigned here, const char *head,
 			return 0;
 		if ((*r)->land_loop == NULL)
 			continue;
-		to = (*r)->land_loop(srv->gw);
+		to = (*r)->land_loop(srv->gw, &at);
 		return to < srv->nloops ? to : 0;
 	}
 	return here;

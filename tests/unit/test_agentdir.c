@@ -6,8 +6,11 @@
  * (loop, generation), after which the old tunnel's remove and update are
  * no-ops; a remove keeps every other entry findable; agentdir_pick skips
  * inactive agents (saying they are connected), filters by node and gives
- * each active agent of a cluster its turn as the hub does; and threads
- * adding and removing the same agents leave nothing behind.
+ * each active agent of a cluster its turn as the hub does, preferring the
+ * calling loop's agents in turns of that loop's own (docs/0040 step 8);
+ * agentdir_land names the loop a connection for a cluster should live
+ * on; and threads adding and removing the same agents leave nothing
+ * behind.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,6 +37,14 @@ teardown(void **state)
 {
 	agentdir_free(*state);
 	return 0;
+}
+
+/* A pick from no loop (agentdir_pick with no preference). */
+static int
+pick_any(struct agentdir *d, const char *cluster, const char *node,
+    struct agentdir_entry *out, int *connected)
+{
+	return agentdir_pick(d, cluster, node, AGENTDIR_NO_LOOP, out, connected);
 }
 
 static void
@@ -143,9 +154,9 @@ test_remove_keeps_others(void **state)
 		snprintf(id, sizeof(id), "a-%d", i);
 		assert_int_equal(agentdir_find(d, id, NULL), i % 2);
 	}
-	assert_int_equal(agentdir_pick(d, "c-even", NULL, NULL, &connected), 0);
+	assert_int_equal(pick_any(d, "c-even", NULL, NULL, &connected), 0);
 	assert_int_equal(connected, 0);
-	assert_int_equal(agentdir_pick(d, "c-odd", NULL, NULL, &connected), 1);
+	assert_int_equal(pick_any(d, "c-odd", NULL, NULL, &connected), 1);
 	assert_int_equal(connected, 1);
 }
 
@@ -183,28 +194,28 @@ test_pick(void **state)
 	struct agentdir_place px;
 	int connected = 7, got[3] = { 0 };
 
-	assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, &connected), 0);
+	assert_int_equal(pick_any(d, "c-one", NULL, &e, &connected), 0);
 	assert_int_equal(connected, 0);
 	px.loop = 0;
 	px.generation = agentdir_add(d, "x", "c-one", "n1", false, 0, NULL);
-	assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, &connected), 0);
+	assert_int_equal(pick_any(d, "c-one", NULL, &e, &connected), 0);
 	assert_int_equal(connected, 1);
-	assert_int_equal(agentdir_pick(d, "c-one", "n1", &e, &connected), 0);
+	assert_int_equal(pick_any(d, "c-one", "n1", &e, &connected), 0);
 	assert_int_equal(connected, 1);
-	assert_int_equal(agentdir_pick(d, "c-one", "ghost", &e, &connected), 0);
+	assert_int_equal(pick_any(d, "c-one", "ghost", &e, &connected), 0);
 	assert_int_equal(connected, 0);
 
 	(void)agentdir_add(d, "y", "c-one", "n2", true, 1, NULL);
 	(void)agentdir_add(d, "z", "c-one", "n3", true, 0, NULL);
 	(void)agentdir_add(d, "other", "c-two", "n1", true, 0, NULL);
 	for (int i = 0; i < 5; i++) {
-		assert_int_equal(agentdir_pick(d, "c-one", "n2", &e, &connected), 1);
+		assert_int_equal(pick_any(d, "c-one", "n2", &e, &connected), 1);
 		assert_string_equal(e.agent_id, "y");
 		assert_int_equal(e.at.loop, 1);
 	}
 	/* Two active of c-one: each every other time, never x or other. */
 	for (int i = 0; i < 100; i++) {
-		assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, NULL), 1);
+		assert_int_equal(pick_any(d, "c-one", NULL, &e, NULL), 1);
 		assert_true(strcmp(e.agent_id, "y") == 0 || strcmp(e.agent_id, "z") == 0);
 		got[e.agent_id[0] - 'x']++;
 	}
@@ -214,14 +225,143 @@ test_pick(void **state)
 	assert_int_equal(agentdir_update(d, "x", px, "n1", true), 1);
 	memset(got, 0, sizeof(got));
 	for (int i = 0; i < 300; i++) {
-		assert_int_equal(agentdir_pick(d, "c-one", NULL, &e, NULL), 1);
+		assert_int_equal(pick_any(d, "c-one", NULL, &e, NULL), 1);
 		got[e.agent_id[0] - 'x']++;
 	}
 	assert_int_equal(got[0], 100);
 	assert_int_equal(got[1], 100);
 	assert_int_equal(got[2], 100);
-	assert_int_equal(agentdir_pick(d, "c-two", "n1", &e, NULL), 1);
+	assert_int_equal(pick_any(d, "c-two", "n1", &e, NULL), 1);
 	assert_string_equal(e.agent_id, "other");
+}
+
+/* Index of e among the names of ids (NULL-terminated); fails if absent. */
+static int
+which(const struct agentdir_entry *e, const char *const *ids)
+{
+	for (int i = 0; ids[i] != NULL; i++)
+		if (strcmp(e->agent_id, ids[i]) == 0)
+			return i;
+	fail_msg("picked %s, not one of the expected agents", e->agent_id);
+	return -1;
+}
+
+/* docs/0040 step 8: a pick from loop L takes an active agent on L when the
+ * cluster has one there, in turns of L's own that picks from another loop
+ * do not disturb; from a loop with none, every active agent in turn; a
+ * node is exact wherever it lives. */
+static void
+test_pick_near(void **state)
+{
+	static const char *const all[] = { "a0", "b0", "c1", "d1", NULL };
+	struct agentdir *d = *state;
+	struct agentdir_entry e;
+	struct agentdir_place pc;
+	int got[4], connected;
+
+	(void)agentdir_add(d, "a0", "c", "na", true, 0, NULL);
+	(void)agentdir_add(d, "b0", "c", "nb", true, 0, NULL);
+	pc.loop = 1;
+	pc.generation = agentdir_add(d, "c1", "c", "nc", true, 1, NULL);
+	(void)agentdir_add(d, "d1", "c", "nd", true, 1, NULL);
+	(void)agentdir_add(d, "i1", "c", "ni", false, 1, NULL);
+	(void)agentdir_add(d, "o1", "other", "na", true, 1, NULL);
+
+	/* Loops 0 and 1 pick in alternation: each sees its own two agents,
+	 * half each (with one rotor for both, loop 0 took every other turn:
+	 * always the same agent). */
+	memset(got, 0, sizeof(got));
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(agentdir_pick(d, "c", NULL, 0, &e, &connected), 1);
+		assert_int_equal(e.at.loop, 0);
+		got[which(&e, all)]++;
+		assert_int_equal(agentdir_pick(d, "c", NULL, 1, &e, NULL), 1);
+		assert_int_equal(e.at.loop, 1);
+		got[which(&e, all)]++;
+	}
+	assert_int_equal(connected, 1);
+	assert_int_equal(got[0], 100);
+	assert_int_equal(got[1], 100);
+	assert_int_equal(got[2], 100);
+	assert_int_equal(got[3], 100);
+
+	/* From loop 2 (no agent of c there): all four active in turn. */
+	memset(got, 0, sizeof(got));
+	for (int i = 0; i < 400; i++) {
+		assert_int_equal(agentdir_pick(d, "c", NULL, 2, &e, NULL), 1);
+		got[which(&e, all)]++;
+	}
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(got[i], 100);
+
+	/* A node is that node's agent, on whichever loop. */
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(agentdir_pick(d, "c", "nc", 0, &e, NULL), 1);
+		assert_string_equal(e.agent_id, "c1");
+		assert_int_equal(agentdir_pick(d, "c", "na", 1, &e, NULL), 1);
+		assert_string_equal(e.agent_id, "a0");
+	}
+	/* An inactive agent on the loop is no reason to stay: i1 is never
+	 * taken, and with c1 inactive loop 1's only choice is d1. */
+	assert_int_equal(agentdir_update(d, "c1", pc, "nc", false), 1);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(agentdir_pick(d, "c", NULL, 1, &e, NULL), 1);
+		assert_string_equal(e.agent_id, "d1");
+	}
+	assert_int_equal(agentdir_pick(d, "c", "ni", 1, &e, &connected), 0);
+	assert_int_equal(connected, 1);
+}
+
+/* agentdir_land: the loop itself when an active agent is there, without
+ * taking that loop's turn from its picks; else the loops of the agents in
+ * turn; nothing for an unknown cluster or one with no active agent. */
+static void
+test_land(void **state)
+{
+	struct agentdir *d = *state;
+	struct agentdir_entry e;
+	unsigned loop = 77, lands[3] = { 0 };
+	char first[STORE_ID_MAX + 1];
+
+	assert_int_equal(agentdir_land(d, "c", NULL, 0, &loop), 0);
+	assert_int_equal(loop, 77);
+	(void)agentdir_add(d, "i1", "c", "ni", false, 1, NULL);
+	assert_int_equal(agentdir_land(d, "c", NULL, 0, &loop), 0);
+
+	(void)agentdir_add(d, "a0", "c", "na", true, 0, NULL);
+	(void)agentdir_add(d, "b0", "c", "nb", true, 0, NULL);
+	(void)agentdir_add(d, "c1", "c", "nc", true, 1, NULL);
+	(void)agentdir_add(d, "d2", "c", "nd", true, 2, NULL);
+	/* From loop 0: stays, and its picks still alternate a0, b0. */
+	assert_int_equal(agentdir_pick(d, "c", NULL, 0, &e, NULL), 1);
+	snprintf(first, sizeof(first), "%s", e.agent_id);
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(agentdir_land(d, "c", NULL, 0, &loop), 1);
+		assert_int_equal(loop, 0);
+		assert_int_equal(agentdir_pick(d, "c", NULL, 0, &e, NULL), 1);
+		assert_string_not_equal(e.agent_id, first);
+		snprintf(first, sizeof(first), "%s", e.agent_id);
+	}
+	/* From loop 1 (c1 there): stays; c1 gone inactive, i1 too: by turns
+	 * to a0's and b0's loop 0 and d2's loop 2. */
+	assert_int_equal(agentdir_land(d, "c", NULL, 1, &loop), 1);
+	assert_int_equal(loop, 1);
+	assert_int_equal(agentdir_find(d, "c1", &e), 1);
+	assert_int_equal(agentdir_update(d, "c1", e.at, "nc", false), 1);
+	for (int i = 0; i < 300; i++) {
+		assert_int_equal(agentdir_land(d, "c", NULL, 1, &loop), 1);
+		assert_true(loop == 0 || loop == 2);
+		lands[loop]++;
+	}
+	assert_int_equal(lands[0], 200);
+	assert_int_equal(lands[2], 100);
+	/* A node lands on its agent's loop; an inactive or unknown one
+	 * nowhere; another cluster's agents are no answer. */
+	assert_int_equal(agentdir_land(d, "c", "nd", 0, &loop), 1);
+	assert_int_equal(loop, 2);
+	assert_int_equal(agentdir_land(d, "c", "ni", 0, &loop), 0);
+	assert_int_equal(agentdir_land(d, "c", "ghost", 0, &loop), 0);
+	assert_int_equal(agentdir_land(d, "nope", NULL, 1, &loop), 0);
 }
 
 /* Two loops' threads connect and disconnect the same agents at once, each
@@ -282,6 +422,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_remove_keeps_others, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreach, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pick, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pick_near, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_land, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 	};
 

@@ -145,8 +145,8 @@ test_agent_welcome_and_verify(void **state)
 	assert_int_equal(now.state, AGENT_ACTIVE);
 	assert_ptr_equal(hub_pick(f->gw.hub, f->cluster, "node-1", NULL), t->s);
 	/* Its state change reached the directory: now it is picked there. */
-	assert_int_equal(agentdir_pick(f->gw.agents, f->cluster, "node-1", &e,
-	    NULL), 1);
+	assert_int_equal(agentdir_pick(f->gw.agents, f->cluster, "node-1",
+	    AGENTDIR_NO_LOOP, &e, NULL), 1);
 	assert_string_equal(e.agent_id, a.id);
 	assert_ptr_equal(session_here(&f->gw, &e), t->s);
 	/* PING gets its PONG, same sequence. */
