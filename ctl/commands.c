@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "duration.h"
+
 #define DEFAULT_TTL_SECONDS (24 * 3600)
 #define MAX_TTL_SECONDS     (INT64_C(10) * 366 * 24 * 3600)
 #define MAX_USES            1000000
@@ -453,36 +455,6 @@ cmd_cluster(struct ctl *c, int argc, char **argv)
 
 /* --- token --- */
 
-/* "Ns", "Nm", "Nh", "Nd" into seconds.  Returns 0 or -1. */
-static int
-parse_ttl(const char *s, int64_t *out)
-{
-	int64_t v = 0, mult;
-	size_t i, n = strlen(s);
-
-	if (n < 2)
-		return -1;
-	switch (s[n - 1]) {
-	case 's': mult = 1; break;
-	case 'm': mult = 60; break;
-	case 'h': mult = 3600; break;
-	case 'd': mult = 86400; break;
-	default: return -1;
-	}
-	for (i = 0; i + 1 < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-		if (v > MAX_TTL_SECONDS)
-			return -1;
-	}
-	v *= mult;
-	if (v <= 0 || v > MAX_TTL_SECONDS)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 static int
 parse_uses(const char *s, int64_t *out)
 {
@@ -563,7 +535,7 @@ token_create(struct ctl *c, int argc, char **argv)
 			cluster = optarg;
 			break;
 		case 't':
-			if (parse_ttl(optarg, &ttl) == -1)
+			if (duration_parse(optarg, MAX_TTL_SECONDS, &ttl) == -1)
 				return ctl_usage_error("token", "--ttl %s: want a "
 				    "positive duration like 90s, 30m, 24h or 7d", optarg);
 			break;

@@ -1103,15 +1103,13 @@ tunnel_on_reconnect(evutil_socket_t fd, short what, void *arg)
 static uint32_t
 told_delay(struct agent_tunnel *t)
 {
-	uint32_t told = t->told_ms > AGENT_RETRY_AFTER_MAX_MS ?
-	    AGENT_RETRY_AFTER_MAX_MS : t->told_ms, jitter = 0;
+	uint32_t told, delay = backoff_told(t->told_ms, &told);
 
-	random_bytes((uint8_t *)&jitter, sizeof(jitter));
 	t->told++;
 	t->come_back_ms = runtime_monotonic_ms() + told;
 	t->told_ms = 0;
 	t->backoff_cap_ms = 0;
-	return told + jitter % AGENT_RETRY_AFTER_JITTER_MS;
+	return delay;
 }
 
 /* Exponential backoff with jitter: the delay doubles up to
@@ -1148,14 +1146,8 @@ tunnel_schedule_reconnect(struct agent_tunnel *t)
 			t->come_back_ms = runtime_monotonic_ms() + t->told_ms;
 			t->told_ms = 0;
 		}
-		uint32_t cap = t->backoff_cap_ms != 0 ? t->backoff_cap_ms :
-		    AGENT_BACKOFF_MAX_MS;
-
+		delay = backoff_next(&t->backoff_ms, t->backoff_cap_ms);
 		t->backoff_cap_ms = 0;   /* one refusal, one shorter wait */
-		t->backoff_ms = t->backoff_ms == 0 ? AGENT_BACKOFF_MIN_MS :
-		    (t->backoff_ms * 2 > cap ? cap : t->backoff_ms * 2);
-		random_bytes((uint8_t *)&jitter, sizeof(jitter));
-		delay = t->backoff_ms / 2 + jitter % (t->backoff_ms / 2 + 1);
 		info("reconnecting", KV_U("delay_ms", delay));
 	}
 	t->spread_next = false;   /* one draw per loss; then the backoff */

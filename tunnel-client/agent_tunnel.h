@@ -35,23 +35,13 @@
 
 #include <openssl/evp.h>
 
+#include "backoff.h"
 #include "frame.h"
 #include "token.h"
 
-#define AGENT_BACKOFF_MIN_MS 500
-#define AGENT_BACKOFF_MAX_MS 30000
-/* The cap after a gateway answered "unavailable" or "timeout": it is up
- * and waits for its store, so the agent comes back within seconds of the
- * store's return, not after a network-sized backoff. */
-#define AGENT_BACKOFF_RETRY_MAX_MS 5000
-/* A gateway that turns a dial away for now says when to come back
- * (Retry-After, an ERROR's retry_after_ms: docs/interface.md): the agent
- * waits that long, at most AGENT_RETRY_AFTER_MAX_MS (a gateway's mistake
- * cannot park it for a day), plus its own jitter in
- * [0, AGENT_RETRY_AFTER_JITTER_MS): the header's whole seconds spread over
- * the second that follows. */
-#define AGENT_RETRY_AFTER_MAX_MS    60000
-#define AGENT_RETRY_AFTER_JITTER_MS 1000
+/* The backoff and the gateway's retry-after: backoff.h (AGENT_BACKOFF_*,
+ * AGENT_RETRY_AFTER_*), shared with `join`. */
+
 /* A gateway tells, ahead of time, how widely its agents should spread the
  * first redial after losing it without a word (SETTINGS
  * "redial_spread_ms", docs/0035): the agent draws that redial uniformly in
