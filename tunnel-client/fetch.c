@@ -9,6 +9,10 @@
  * answer otherwise), one GET with Connection: close, and the answer read
  * until common/getanswer.c says it is complete.  Every read and write
  * waits at most what is left of the deadline (SO_RCVTIMEO, SO_SNDTIMEO).
+ * Each layer names itself in the result (fetch_result's step) as it
+ * starts, and a failure that says more (a certificate that does not
+ * verify, a proxy's status, a malformed answer) names that instead, so
+ * that fetch_retryable can tell a fault of the way from a refusal.
  */
 #include "fetch.h"
 #include "wsclient.h"
@@ -37,6 +41,7 @@
 #include <openssl/x509v3.h>
 
 #include "getanswer.h"
+#include "httphead.h"
 #include "proxy.h"
 #include "proxyauth.h"
 #include "url.h"
@@ -56,6 +61,7 @@ struct fetch {
 	SSL *ssl;
 	char *err;
 	size_t errlen;
+	struct fetch_result *res;   /* the step under way, then where it failed */
 };
 
 static int
@@ -66,6 +72,23 @@ fail(struct fetch *f, const char *fmt, ...)
 {
 	va_list ap;
 
+	va_start(ap, fmt);
+	vsnprintf(f->err, f->errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* fail() where the failure says more than the step under way. */
+static int
+fail_at(struct fetch *f, enum fetch_step step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+fail_at(struct fetch *f, enum fetch_step step, const char *fmt, ...)
+{
+	va_list ap;
+
+	f->res->step = step;
 	va_start(ap, fmt);
 	vsnprintf(f->err, f->errlen, fmt, ap);
 	va_end(ap);
@@ -134,9 +157,10 @@ resolve(struct fetch *f, const char *host, unsigned int port,
 	hints.ai_protocol = IPPROTO_TCP;
 	snprintf(portstr, sizeof(portstr), "%u", port);
 	*out = NULL;
+	f->res->step = FETCH_LOOKUP;
 	if ((base = event_base_new()) == NULL ||
 	    (timer = evtimer_new(base, lookup_timeout, &l)) == NULL) {
-		fail(f, "cannot set up a name lookup");
+		fail_at(f, FETCH_LOCAL, "cannot set up a name lookup");
 		goto out;
 	}
 	dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
@@ -233,6 +257,7 @@ tcp_connect(struct fetch *f, const char *what, const char *host, unsigned int po
 
 	if (resolve(f, host, port, &ai) != 0)
 		return -1;
+	f->res->step = FETCH_CONNECT;
 	for (struct evutil_addrinfo *p = ai; p != NULL; p = p->ai_next) {
 		if (connect_one(f, p->ai_addr, (socklen_t)p->ai_addrlen) == 0)
 			break;
@@ -246,7 +271,7 @@ tcp_connect(struct fetch *f, const char *what, const char *host, unsigned int po
 		    e == ETIMEDOUT || ms_left(f) == 0 ? "timed out" : strerror(e));
 	arm_timeouts(f);
 	if ((f->transport = BIO_new_socket(f->fd, BIO_NOCLOSE)) == NULL)
-		return fail(f, "out of memory");
+		return fail_at(f, FETCH_LOCAL, "out of memory");
 	return 0;
 }
 
@@ -265,24 +290,29 @@ set_peer_name(SSL *ssl, const struct url *u)
 	    SSL_set_tlsext_host_name(ssl, u->host) == 1 ? 0 : -1;
 }
 
-/* Why a handshake with ssl failed, for "TLS with X: ...". */
-static void
+/* Why a handshake with ssl failed, for "TLS with X: ...".  Returns true
+ * when it was cut short (closed, reset, timed out: the way, or a server
+ * that shed it), false when it failed (verification, an alert). */
+static bool
 handshake_reason(struct fetch *f, SSL *ssl, int r, char *buf, size_t len)
 {
 	long v = SSL_get_verify_result(ssl);
 	int e = SSL_get_error(ssl, r);
+	bool cut = false;
 
 	if (v != X509_V_OK)
 		snprintf(buf, len, "certificate verify failed: %s",
 		    X509_verify_cert_error_string(v));
 	else if (e == SSL_ERROR_SYSCALL || (e == SSL_ERROR_WANT_READ ||
-	    e == SSL_ERROR_WANT_WRITE))
+	    e == SSL_ERROR_WANT_WRITE)) {
 		snprintf(buf, len, "%s", ms_left(f) == 0 || errno == EAGAIN ?
 		    "timed out" : errno != 0 ? strerror(errno) :
 		    "connection closed during the handshake");
-	else
+		cut = true;
+	} else
 		wsclient_tls_reason(buf, len, "handshake failed");
 	ERR_clear_error();
+	return cut;
 }
 
 /* The server's TLS context: the one pinned CA, or no verification. */
@@ -335,23 +365,27 @@ proxy_tls(struct fetch *f)
 	int r;
 
 	if ((ctx = wsclient_tls_context(f->o->proxy_ca_file, why, sizeof(why))) == NULL)
-		return fail(f, "proxy %s: %s", f->proxy_name, why);
+		return fail_at(f, FETCH_LOCAL, "proxy %s: %s", f->proxy_name, why);
+	f->res->step = FETCH_PROXY;
 	ssl = SSL_new(ctx);
 	SSL_CTX_free(ctx);  /* ssl holds its own reference */
 	if (ssl == NULL || set_peer_name(ssl, f->proxy) != 0) {
 		SSL_free(ssl);
-		return fail(f, "proxy %s: cannot set up TLS", f->proxy_name);
+		return fail_at(f, FETCH_LOCAL, "proxy %s: cannot set up TLS",
+		    f->proxy_name);
 	}
 	SSL_set_bio(ssl, f->transport, f->transport);
 	f->transport = NULL;
 	if ((r = SSL_connect(ssl)) != 1) {
-		handshake_reason(f, ssl, r, why, sizeof(why));
+		bool cut = handshake_reason(f, ssl, r, why, sizeof(why));
+
 		SSL_free(ssl);
-		return fail(f, "TLS with proxy %s: %s", f->proxy_name, why);
+		return fail_at(f, cut ? FETCH_PROXY : FETCH_TLS_REFUSED,
+		    "TLS with proxy %s: %s", f->proxy_name, why);
 	}
 	if ((b = BIO_new(BIO_f_ssl())) == NULL) {
 		SSL_free(ssl);
-		return fail(f, "out of memory");
+		return fail_at(f, FETCH_LOCAL, "out of memory");
 	}
 	BIO_set_ssl(b, ssl, BIO_CLOSE);
 	f->transport = b;
@@ -383,8 +417,8 @@ read_connect_answer(struct fetch *f, char head[PROXY_HEAD_MAX + 1])
 
 	while (len < 4 || memcmp(head + len - 4, "\r\n\r\n", 4) != 0) {
 		if (len == PROXY_HEAD_MAX)
-			return fail(f, "proxy %s: answer to CONNECT is over %d bytes",
-			    f->proxy_name, PROXY_HEAD_MAX);
+			return fail_at(f, FETCH_MALFORMED, "proxy %s: answer to CONNECT "
+			    "is over %d bytes", f->proxy_name, PROXY_HEAD_MAX);
 		if (BIO_read(f->transport, head + len, 1) != 1)
 			return fail(f, "proxy %s: %s before answering CONNECT",
 			    f->proxy_name, ms_left(f) == 0 || errno == EAGAIN ?
@@ -452,16 +486,18 @@ proxy_connect(struct fetch *f)
 	    f->o->proxy_user != NULL ? f->o->proxy_user : f->proxy->user,
 	    f->o->proxy_password != NULL ? f->o->proxy_password : f->proxy->password,
 	    f->proxy->host, why, sizeof(why));
+	f->res->step = FETCH_PROXY;
 	if (authn == NULL)
-		return fail(f, "proxy %s: %s", f->proxy_name, why);
+		return fail_at(f, FETCH_PROXY_AUTH, "proxy %s: %s", f->proxy_name, why);
 	step = proxy_authn_next(authn, NULL, &value, why, sizeof(why));
 	for (round = 0; round < 5; round++) {
 		if (step < 0) {
-			fail(f, "proxy %s: %s", f->proxy_name, why);
+			fail_at(f, FETCH_PROXY_AUTH, "proxy %s: %s", f->proxy_name, why);
 			break;
 		}
 		if (step > 0) {
-			fail(f, "proxy %s refused CONNECT to %s:%u: %s%s%s", f->proxy_name,
+			fail_at(f, FETCH_PROXY_AUTH, "proxy %s refused CONNECT to %s:%u: "
+			    "%s%s%s", f->proxy_name,
 			    f->server.host, f->server.port, status, why[0] != '\0' ? ": " : "",
 			    why);
 			break;
@@ -479,8 +515,8 @@ proxy_connect(struct fetch *f)
 		r = -1;
 		if (proxy_answer_parse(head, (size_t)len, proxy_authn_scheme(authn), &a,
 		    status, sizeof(status), why, sizeof(why)) != 0) {
-			fail(f, "proxy %s sent a malformed answer to CONNECT: %s (%s)",
-			    f->proxy_name, status, why);
+			fail_at(f, FETCH_MALFORMED, "proxy %s sent a malformed answer "
+			    "to CONNECT: %s (%s)", f->proxy_name, status, why);
 			break;
 		}
 		if (a.status >= 200 && a.status <= 299) {
@@ -489,8 +525,10 @@ proxy_connect(struct fetch *f)
 		}
 		if (a.status != 407 || a.closes || a.chunked || a.content_length < 0 ||
 		    a.content_length > (1 << 20)) {
-			fail(f, "proxy %s refused CONNECT to %s:%u: %s", f->proxy_name,
-			    f->server.host, f->server.port, status);
+			f->res->status = a.status;
+			fail_at(f, a.status == 407 ? FETCH_PROXY_AUTH :
+			    FETCH_PROXY_REFUSED, "proxy %s refused CONNECT to %s:%u: "
+			    "%s", f->proxy_name, f->server.host, f->server.port, status);
 			break;
 		}
 		if (skip_body(f, a.content_length) != 0)
@@ -498,7 +536,8 @@ proxy_connect(struct fetch *f)
 		step = proxy_authn_next(authn, &a, &value, why, sizeof(why));
 	}
 	if (round == 5)
-		fail(f, "proxy %s: still 407 after 5 rounds", f->proxy_name);
+		fail_at(f, FETCH_PROXY_AUTH, "proxy %s: still 407 after 5 rounds",
+		    f->proxy_name);
 	if (value != NULL) {
 		OPENSSL_cleanse(value, strlen(value));
 		free(value);
@@ -516,6 +555,7 @@ server_tls(struct fetch *f)
 	char why[300];
 	int r;
 
+	f->res->step = FETCH_LOCAL;
 	if ((f->ctx = server_context(f)) == NULL)
 		return -1;
 	if ((f->ssl = SSL_new(f->ctx)) == NULL || set_peer_name(f->ssl, &f->server) != 0)
@@ -523,8 +563,10 @@ server_tls(struct fetch *f)
 	SSL_set_bio(f->ssl, f->transport, f->transport);
 	f->transport = NULL;
 	if ((r = SSL_connect(f->ssl)) != 1) {
-		handshake_reason(f, f->ssl, r, why, sizeof(why));
-		return fail(f, "TLS with %s:%u: %s", f->server.host, f->server.port, why);
+		bool cut = handshake_reason(f, f->ssl, r, why, sizeof(why));
+
+		return fail_at(f, cut ? FETCH_TLS : FETCH_TLS_REFUSED,
+		    "TLS with %s:%u: %s", f->server.host, f->server.port, why);
 	}
 	return 0;
 }
@@ -541,12 +583,13 @@ read_answer(struct fetch *f, char **bufp, size_t *lenp, struct get_answer *a)
 	*bufp = buf;
 	*lenp = 0;
 	if (buf == NULL)
-		return fail(f, "out of memory");
+		return fail_at(f, FETCH_LOCAL, "out of memory");
 	while (r == 0) {
 		int n = 0;
 
 		if (len == cap)
-			return fail(f, "answer larger than %zu bytes", cap - 1);
+			return fail_at(f, FETCH_MALFORMED, "answer larger than %zu bytes",
+			    cap - 1);
 		if (!eof && (n = SSL_read(f->ssl, buf + len, (int)(cap - len))) <= 0) {
 			int e = SSL_get_error(f->ssl, n);
 
@@ -561,9 +604,30 @@ read_answer(struct fetch *f, char **bufp, size_t *lenp, struct get_answer *a)
 		*lenp = len;
 		r = get_answer_parse(buf, len, eof, f->o->max_body, a, why, sizeof(why));
 	}
+	/* Malformed, or (more bytes would have done) cut short. */
 	if (r == -1)
-		return fail(f, "%s", why);
+		return fail_at(f, eof && get_answer_parse(buf, len, 0, f->o->max_body,
+		    a, NULL, 0) == 0 ? FETCH_ANSWER : FETCH_MALFORMED, "%s", why);
 	return 0;
+}
+
+/* The Retry-After of the answer head at buf[0..len), in ms; 0: none (or
+ * the date form, which the caller's backoff replaces). */
+static uint32_t
+answer_retry_after_ms(const char *buf, size_t len)
+{
+	struct ws_response_head h;
+	char *head, line[64];
+	size_t hl = http_head_length(buf, len);
+
+	if (hl == 0 || (head = malloc(hl + 1)) == NULL)
+		return 0;
+	memcpy(head, buf, hl);
+	head[hl] = '\0';
+	if (ws_response_parse_head(head, &h, line, sizeof(line)) != 0)
+		h.retry_after_s = -1;
+	free(head);
+	return h.retry_after_s > 0 ? (uint32_t)h.retry_after_s * 1000u : 0;
 }
 
 static int
@@ -582,6 +646,7 @@ request(struct fetch *f, const char *path, struct httpbody *b)
 	    "Connection: close\r\n\r\n", path, auth);
 	if (n < 0 || (size_t)n >= sizeof(req))
 		return fail(f, "request too long");
+	f->res->step = FETCH_ANSWER;
 	if (SSL_write(f->ssl, req, n) != n) {
 		ERR_clear_error();
 		return fail(f, "cannot send the request: %s", ms_left(f) == 0 ?
@@ -590,13 +655,15 @@ request(struct fetch *f, const char *path, struct httpbody *b)
 	if (read_answer(f, &buf, &len, &a) != 0)
 		goto out;
 	if (a.status != 200) {
-		fail(f, "GET %s answered HTTP %d", path, a.status);
+		f->res->status = a.status;
+		f->res->retry_after_ms = answer_retry_after_ms(buf, len);
+		fail_at(f, FETCH_STATUS, "GET %s answered HTTP %d", path, a.status);
 		goto out;
 	}
 	memset(b, 0, sizeof(*b));
 	b->max = f->o->max_body;
 	if (a.body_len > 0 && httpbody_write(a.body, 1, a.body_len, b) != a.body_len) {
-		fail(f, "out of memory");
+		fail_at(f, FETCH_LOCAL, "out of memory");
 		goto out;
 	}
 	r = 0;
@@ -655,13 +722,16 @@ fetch_run(struct fetch *f, const char *base_url, const char *path,
 
 int
 fetch_get(const char *base_url, const char *path, const struct fetch_opts *o,
-    struct httpbody *b, char *err, size_t errlen)
+    struct httpbody *b, struct fetch_result *res, char *err, size_t errlen)
 {
 	struct fetch f;
 	int r;
 
 	memset(&f, 0, sizeof(f));
 	memset(b, 0, sizeof(*b));
+	memset(res, 0, sizeof(*res));
+	res->step = FETCH_LOCAL;
+	f.res = res;
 	f.o = o;
 	f.fd = -1;
 	f.err = err;
@@ -688,4 +758,32 @@ fetch_get(const char *base_url, const char *path, const struct fetch_opts *o,
 	url_clear(&f.server);
 	ERR_clear_error();
 	return r;
+}
+
+static bool
+status_retryable(int status)
+{
+	return status == 408 || status == 429 || (status >= 500 && status <= 599);
+}
+
+bool
+fetch_retryable(const struct fetch_result *res)
+{
+	switch (res->step) {
+	case FETCH_LOOKUP:
+	case FETCH_CONNECT:
+	case FETCH_PROXY:
+	case FETCH_TLS:
+	case FETCH_ANSWER:
+		return true;
+	case FETCH_PROXY_REFUSED:
+	case FETCH_STATUS:
+		return status_retryable(res->status);
+	case FETCH_LOCAL:
+	case FETCH_PROXY_AUTH:
+	case FETCH_TLS_REFUSED:
+	case FETCH_MALFORMED:
+		break;
+	}
+	return false;
 }

@@ -11,7 +11,9 @@
 #ifndef TETHER_CLIENT_FETCH_H
 #define TETHER_CLIENT_FETCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "httpbody.h"
 
@@ -30,14 +32,51 @@ struct fetch_opts {
 	size_t max_body;           /* a larger body is refused */
 };
 
+/* Where a request failed: what fetch_retryable judges. */
+enum fetch_step {
+	FETCH_LOCAL,          /* ours: a bad URL, memory, a TLS context */
+	FETCH_LOOKUP,         /* the name lookup: no answer, no such name */
+	FETCH_CONNECT,        /* TCP to the server or the proxy */
+	FETCH_PROXY,          /* TLS to the proxy or its CONNECT: cut, timed out */
+	FETCH_PROXY_REFUSED,  /* the proxy answered CONNECT with status */
+	FETCH_PROXY_AUTH,     /* no way to authenticate to the proxy */
+	FETCH_TLS,            /* the server's handshake cut, reset or timed out */
+	FETCH_TLS_REFUSED,    /* the handshake failed: the certificate does not
+	                       * verify, an alert, not TLS at all */
+	FETCH_ANSWER,         /* the request or the answer cut or timed out */
+	FETCH_MALFORMED,      /* not an HTTP answer, or over the size limits */
+	FETCH_STATUS,         /* a complete answer, but not 200: status */
+};
+
+struct fetch_result {
+	enum fetch_step step;     /* where it failed (fetch_get returned -1) */
+	int status;               /* FETCH_STATUS, FETCH_PROXY_REFUSED: the HTTP
+	                           * status; else 0 */
+	uint32_t retry_after_ms;  /* FETCH_STATUS: the answer's Retry-After
+	                           * (delta-seconds form) in ms; 0: none */
+};
+
 /*
  * GET base_url (an https:// origin) + path.  Returns 0 with the body of a
  * 200 answer in *b (caller wipes it with httpbody_wipe), or -1 with a
  * reason in err (any other status, a lookup, connect, proxy, TLS or
- * verification failure, the time or a size limit) and *b empty.  Costs
- * one connection; blocks up to timeout_ms.
+ * verification failure, the time or a size limit), where it failed in
+ * *res, and *b empty.  Costs one connection; blocks up to timeout_ms.
  */
 int fetch_get(const char *base_url, const char *path, const struct fetch_opts *o,
-    struct httpbody *b, char *err, size_t errlen);
+    struct httpbody *b, struct fetch_result *res, char *err, size_t errlen);
+
+/*
+ * Whether another try of a failed request may succeed, the server being
+ * the same: true for a fault of the way there or of a server not (yet)
+ * serving: a lookup, a connection refused or timed out, a proxy that lost
+ * its way (CONNECT cut, or answered 408, 429 or 5xx), a handshake or an
+ * answer cut short, an answer 408, 429 or 5xx.  False for what a retry
+ * cannot change: a certificate that does not verify, a TLS alert, an
+ * answer that is not HTTP or is too big, any other status (404: not a
+ * Tether gateway), a proxy that refuses or cannot be authenticated to,
+ * and our own failures.  Pure.
+ */
+bool fetch_retryable(const struct fetch_result *res);
 
 #endif

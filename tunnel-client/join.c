@@ -13,6 +13,20 @@
  * or a first `run` killed half way) is kept, so that the gateway, which may
  * have registered it, recognises the retry; temporary files such a kill left
  * are removed.
+ *
+ * A transient fault is not final (docs/0043): a gateway not reached (a
+ * name lookup, a connection refused or timed out, a handshake or an answer
+ * cut short, a proxy that lost its way) or answering 408, 429 or 5xx is
+ * asked again, both requests from the start, after the agent's own
+ * backoff with jitter (backoff.h), or after the Retry-After the gateway
+ * named plus the agent's jitter; each retry is printed with its reason.
+ * A refusal no retry changes ends join at once: a CA that does not match
+ * or does not verify, an answer that is not the gateway's (404, not PEM),
+ * a proxy that refuses.  --timeout bounds the retries (default
+ * JOIN_TIMEOUT_DEFAULT_S, 0: no bound), and so does the document's
+ * expiry.  Nothing is written before the gateway has answered, so a retry
+ * needs nothing undone, and the node key is made once, after it.  join
+ * never sends the import token: `run` exchanges it on first use.
  */
 #include "join.h"
 
@@ -36,8 +50,10 @@
 #include <openssl/x509.h>
 
 #include "agentkey.h"
+#include "backoff.h"
 #include "cli.h"
 #include "ca.h"
+#include "duration.h"
 #include "fetch.h"
 #include "fileio.h"
 #include "httpbody.h"
@@ -47,6 +63,14 @@
 
 #define GATEWAY_TIMEOUT_MS  10000u
 #define GATEWAY_MAX_BODY    (64 * 1024)
+/* --timeout's default: long enough to ride out a gateway's restart or a
+ * balancer's health checks catching up, short enough that a script (or an
+ * operator) told "exit 4: gateway unreachable" hears it within a minute
+ * (docs/0043). */
+#define JOIN_TIMEOUT_DEFAULT_S 30
+#define JOIN_TIMEOUT_MAX_S     (INT64_C(366) * 24 * 3600)
+/* join_try_ca's "a transient fault: try again". */
+#define JOIN_TRY_AGAIN      (-2)
 
 struct join_opts {
 	const char *state_dir;
@@ -55,6 +79,7 @@ struct join_opts {
 	bool rejoin;              /* --rejoin: re-pin the CA of a joined DIR */
 	const char *proxy_url;    /* --proxy, else the environment's, or NULL */
 	const char *no_proxy;     /* no_proxy / NO_PROXY, or NULL */
+	int64_t timeout_s;        /* --timeout: 0 retries without a bound */
 	int proxy_auth;           /* --proxy-auth: enum proxy_auth */
 	const char *proxy_user;   /* --proxy-user, or NULL */
 	char *proxy_password;     /* from --proxy-password-file, or NULL */
@@ -89,13 +114,19 @@ client_join_usage(void)
 	    "           [--service-ca NAME=FILE]... [--service-token NAME=FILE]...\n"
 	    "           [--ca-checksum sha256:HEX] [--proxy URL]\n"
 	    "           [--proxy-auth basic|ntlm|negotiate] [--proxy-user DOMAIN\\USER]\n"
-	    "           [--proxy-password-file FILE] < JOIN_DOCUMENT\n"
+	    "           [--proxy-password-file FILE] [--timeout DURATION]\n"
+	    "           < JOIN_DOCUMENT\n"
 	    "       tether-client join --rejoin --state-dir DIR [--ca-checksum ...]\n"
-	    "           [--proxy ...] < JOIN_DOCUMENT\n"
+	    "           [--proxy ...] [--timeout DURATION] < JOIN_DOCUMENT\n"
 	    "\n"
 	    "Reads the join document (from `tetherctl token create`) on stdin,\n"
 	    "checks it and the gateway's CA against its ca_checksum, and only then\n"
-	    "writes DIR (created 0700 if missing).\n"
+	    "writes DIR (created 0700 if missing).  A gateway not reached yet (no\n"
+	    "name, connection refused, a cut or timed-out handshake) or answering\n"
+	    "408, 429 or 5xx is asked again with backoff and jitter, after its\n"
+	    "Retry-After when it gives one; each retry is printed with its reason.\n"
+	    "A CA that does not match, or an answer that is not the gateway's, ends\n"
+	    "join at once.  The import token is exchanged by `run`, not here.\n"
 	    "\n"
 	    "  --state-dir DIR     where the agent keeps its key and state (required)\n"
 	    "  --node-name NAME    this node's name (default: the host name);\n"
@@ -122,6 +153,9 @@ client_join_usage(void)
 	    "  --proxy-password-file FILE  how to authenticate to the proxy, as\n"
 	    "                      `run` does (basic, ntlm, negotiate; the password\n"
 	    "                      file readable by its owner only)\n"
+	    "  --timeout DURATION  give up retrying after this long (Ns, Nm, Nh, Nd;\n"
+	    "                      default 30s; 0: retry until the document\n"
+	    "                      expires); join then exits 4 saying why\n"
 	    "  --rejoin            DIR is joined to the document's cluster already:\n"
 	    "                      keep its agent, key and settings, and only pin\n"
 	    "                      the CA the document names (its import token is\n"
@@ -129,13 +163,17 @@ client_join_usage(void)
 	    "                      a whole CA rotation (docs/0033); a running\n"
 	    "                      agent dials with the new CA at its next attempt\n"
 	    "\n"
-	    "exit: 0 joined; 2 invalid document or arguments; 3 DIR already belongs\n"
-	    "to a cluster; 4 gateway unreachable or CA checksum mismatch; 1 DIR\n"
-	    "cannot be written.  Nothing is written unless it exits 0.\n"
+	    "exit: 0 joined; 2 invalid document or arguments, or the document\n"
+	    "expired while retrying; 3 DIR already belongs to a cluster; 4 gateway\n"
+	    "still unreachable at --timeout, CA checksum mismatch, or not a\n"
+	    "gateway's answer; 1 DIR cannot be written.  Nothing is written unless\n"
+	    "it exits 0.\n"
 	    "\n"
-	    "example:\n"
+	    "examples:\n"
 	    "  tetherctl token create --cluster c-0123456789ab |\n"
-	    "    tether-client join --state-dir /var/lib/tether --allow 127.0.0.1:22\n");
+	    "    tether-client join --state-dir /var/lib/tether --allow 127.0.0.1:22\n"
+	    "  # provisioning (cloud-init) that may run before the gateway is up:\n"
+	    "  tether-client join --state-dir /var/lib/tether --timeout 15m < join.json\n");
 }
 
 /* --- flags --- */
@@ -338,6 +376,7 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 		{ "proxy-user", required_argument, NULL, 'U' },
 		{ "proxy-password-file", required_argument, NULL, 'W' },
 		{ "rejoin", no_argument, NULL, 'R' },
+		{ "timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -391,6 +430,15 @@ join_parse_flags(int argc, char **argv, struct join_opts *o)
 			break;
 		case 'R':
 			o->rejoin = true;
+			break;
+		case 't':
+			if (strcmp(optarg, "0") == 0)
+				o->timeout_s = 0;
+			else if (duration_parse(optarg, JOIN_TIMEOUT_MAX_S,
+			    &o->timeout_s) == -1)
+				return client_usage_error("join", "--timeout %s: want 0 "
+				    "(no bound) or a duration like 90s, 10m or 2h",
+				    optarg);
 			break;
 		case 'h':
 			client_join_usage();
@@ -596,13 +644,15 @@ env_first(const char *a, const char *b)
 }
 
 /*
- * GET base+path.  ca_pem NULL: no TLS verification (the answer is checked
- * by checksum); else verify the server against that CA alone.  Returns 0
- * with the body (caller wipes) or -1 with a reason.
+ * GET base+path within timeout_ms.  ca_pem NULL: no TLS verification (the
+ * answer is checked by checksum); else verify the server against that CA
+ * alone.  Returns 0 with the body (caller wipes) or -1 with a reason and
+ * where it failed (*res).
  */
 static int
 gateway_get(const struct join_opts *o, const char *base, const char *path,
-    const char *ca_pem, struct httpbody *b, char *err, size_t errlen)
+    const char *ca_pem, unsigned int timeout_ms, struct httpbody *b,
+    struct fetch_result *res, char *err, size_t errlen)
 {
 	struct fetch_opts fo;
 
@@ -613,9 +663,9 @@ gateway_get(const struct join_opts *o, const char *base, const char *path,
 	fo.proxy_user = o->proxy_user;
 	fo.proxy_password = o->proxy_password;
 	fo.ca_pem = ca_pem;
-	fo.timeout_ms = GATEWAY_TIMEOUT_MS;
+	fo.timeout_ms = timeout_ms;
 	fo.max_body = GATEWAY_MAX_BODY;
-	return fetch_get(base, path, &fo, b, err, errlen);
+	return fetch_get(base, path, &fo, b, res, err, errlen);
 }
 
 /* The first certificate of a PEM buffer, re-encoded as PEM (so that nothing
@@ -660,29 +710,47 @@ join_check_expected_ca(const struct join_opts *o, const struct joindoc *doc)
 	return JOIN_EXIT_GATEWAY;
 }
 
-/* Fetches and pins the gateway's CA.  Returns -1 with *ca_pem set (caller
- * frees), or an exit code. */
+/* One failed request: JOIN_TRY_AGAIN when another try may do (a transient
+ * fault: err says why, *res when to come back), else JOIN_EXIT_GATEWAY
+ * after saying why. */
 static int
-join_fetch_ca(const struct join_opts *o, const struct joindoc *doc, char **ca_pem)
+gateway_failed(const struct joindoc *doc, const char *what,
+    const struct fetch_result *res, const char *err)
 {
-	char err[512], sum[CA_CHECKSUM_MAX];
+	if (fetch_retryable(res))
+		return JOIN_TRY_AGAIN;
+	fprintf(stderr, "tether-client join: %s %s: %s (not retried: a new try "
+	    "would get the same answer)\n", what, doc->gateway_url, err);
+	return JOIN_EXIT_GATEWAY;
+}
+
+/*
+ * One try at pinning the gateway's CA: GET /v1/ca unverified, its first
+ * certificate checked against the document's ca_checksum, then GET
+ * /healthz verified against it.  Each request waits at most timeout_ms.
+ * Returns -1 with *ca_pem set (caller frees), JOIN_TRY_AGAIN with the
+ * transient fault in err and *res, or an exit code after saying why.
+ */
+static int
+join_try_ca(const struct join_opts *o, const struct joindoc *doc,
+    unsigned int timeout_ms, char **ca_pem, struct fetch_result *res,
+    char *err, size_t errlen)
+{
+	char sum[CA_CHECKSUM_MAX];
 	struct httpbody b;
 	char *pem = NULL;
 	int r = JOIN_EXIT_GATEWAY;
 
 	*ca_pem = NULL;
-	if (gateway_get(o, doc->gateway_url, "/v1/ca", NULL, &b, err,
-	    sizeof(err)) == -1) {
-		fprintf(stderr, "tether-client join: cannot reach gateway %s: %s\n",
-		    doc->gateway_url, err);
-		return JOIN_EXIT_GATEWAY;
-	}
+	if (gateway_get(o, doc->gateway_url, "/v1/ca", NULL, timeout_ms, &b, res,
+	    err, errlen) == -1)
+		return gateway_failed(doc, "cannot reach gateway", res, err);
 	if ((pem = first_cert_pem(b.buf != NULL ? b.buf : "", b.len)) == NULL) {
 		fprintf(stderr, "tether-client join: gateway %s did not answer "
 		    "/v1/ca with a PEM certificate\n", doc->gateway_url);
 		goto out;
 	}
-	if (ca_checksum_pem(pem, strlen(pem), sum, err, sizeof(err)) == -1) {
+	if (ca_checksum_pem(pem, strlen(pem), sum, err, errlen) == -1) {
 		fprintf(stderr, "tether-client join: gateway %s: CA certificate: "
 		    "%s\n", doc->gateway_url, err);
 		goto out;
@@ -693,10 +761,13 @@ join_fetch_ca(const struct join_opts *o, const struct joindoc *doc, char **ca_pe
 		goto out;
 	}
 	httpbody_wipe(&b);
-	if (gateway_get(o, doc->gateway_url, "/healthz", pem, &b, err,
-	    sizeof(err)) == -1) {
-		fprintf(stderr, "tether-client join: gateway %s does not verify "
-		    "with its pinned CA: %s\n", doc->gateway_url, err);
+	if (gateway_get(o, doc->gateway_url, "/healthz", pem, timeout_ms, &b, res,
+	    err, errlen) == -1) {
+		if (fetch_retryable(res))
+			r = JOIN_TRY_AGAIN;
+		else
+			fprintf(stderr, "tether-client join: gateway %s does not verify "
+			    "with its pinned CA: %s\n", doc->gateway_url, err);
 		goto out;
 	}
 	*ca_pem = pem;
@@ -706,6 +777,172 @@ out:
 	httpbody_wipe(&b);
 	free(pem);
 	return r;
+}
+
+/* Milliseconds on the monotonic clock. */
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleeps ms, whatever signals that do not end the process interrupt. */
+static void
+sleep_ms(uint32_t ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* How long join has been (or may go on) retrying, for people: "45s",
+ * "2m30s", "1h5m". */
+static void
+span(int64_t ms, char *out, size_t outlen)
+{
+	int64_t s = (ms + 500) / 1000;
+
+	if (s < 60)
+		snprintf(out, outlen, "%llds", (long long)s);
+	else if (s < 3600)
+		snprintf(out, outlen, "%lldm%llds", (long long)(s / 60),
+		    (long long)(s % 60));
+	else
+		snprintf(out, outlen, "%lldh%lldm", (long long)(s / 3600),
+		    (long long)(s % 3600 / 60));
+}
+
+/* Where join's retries stop, on the monotonic clock (INT64_MAX: never),
+ * and whether the document's expiry is what stops them. */
+struct join_bound {
+	int64_t start_ms;
+	int64_t end_ms;
+	bool expiry;
+};
+
+static void
+join_bound_init(struct join_bound *jb, const struct join_opts *o,
+    const struct joindoc *doc)
+{
+	int64_t left_s = doc->expires_at - (int64_t)time(NULL);
+
+	jb->start_ms = now_ms();
+	jb->end_ms = INT64_MAX;
+	jb->expiry = false;
+	if (o->timeout_s > 0)
+		jb->end_ms = jb->start_ms + o->timeout_s * 1000;
+	if (left_s < (jb->end_ms - jb->start_ms) / 1000) {
+		jb->end_ms = jb->start_ms + (left_s > 0 ? left_s : 0) * 1000;
+		jb->expiry = true;
+	}
+}
+
+/* The last transient fault was the last try: says why join stops.
+ * Returns the exit code. */
+static int
+join_give_up(const struct join_opts *o, const struct joindoc *doc,
+    const struct join_bound *jb, unsigned attempts, const char *err,
+    const char *why_now)
+{
+	char took[32], when[32];
+
+	span(now_ms() - jb->start_ms, took, sizeof(took));
+	if (jb->expiry) {
+		rfc3339_format(doc->expires_at, when);
+		fprintf(stderr, "tether-client join: gave up after %s and %u "
+		    "attempt%s: the join document expires at %s%s; the gateway %s "
+		    "was not reached: %s; create a new document with `tetherctl "
+		    "token create`\n", took, attempts, attempts == 1 ? "" : "s",
+		    when, why_now, doc->gateway_url, err);
+		return JOIN_EXIT_USAGE;
+	}
+	span(o->timeout_s * 1000, when, sizeof(when));
+	fprintf(stderr, "tether-client join: gave up after %s and %u attempt%s "
+	    "(--timeout %s%s): cannot reach gateway %s: %s; retry with a longer "
+	    "--timeout (0: until the document expires)\n", took, attempts,
+	    attempts == 1 ? "" : "s", when, why_now, doc->gateway_url, err);
+	return JOIN_EXIT_GATEWAY;
+}
+
+/* A wait for people: "0.7s" below 10 s, else span's. */
+static void
+wait_text(int64_t ms, char *out, size_t outlen)
+{
+	if (ms < 0)
+		ms = 0;
+	if (ms < 10000)
+		snprintf(out, outlen, "%d.%ds", (int)(ms / 1000),
+		    (int)(ms % 1000 / 100));
+	else
+		span(ms, out, outlen);
+}
+
+/* Says that join tries again, why, when, and until when. */
+static void
+say_retry(const struct joindoc *doc, const struct join_bound *jb,
+    const char *err, uint32_t told, uint32_t delay, unsigned next)
+{
+	char wait[32], asked[80] = "", left[32] = "never";
+
+	wait_text(delay, wait, sizeof(wait));
+	if (told != 0) {
+		snprintf(asked, sizeof(asked), ", and asks to come back in ");
+		wait_text(told, asked + strlen(asked), sizeof(asked) - strlen(asked));
+	}
+	if (jb->end_ms != INT64_MAX)
+		wait_text(jb->end_ms - now_ms(), left, sizeof(left));
+	fprintf(stderr, "tether-client join: cannot reach gateway %s: %s%s; "
+	    "trying again in %s (attempt %u; gives up in %s)\n",
+	    doc->gateway_url, err, asked, wait, next, left);
+}
+
+/*
+ * Pins the gateway's CA (join_try_ca), trying again after each transient
+ * fault until jb's end: the wait is the backoff's (backoff_next), or the
+ * gateway's Retry-After (backoff_told), each printed with its reason.  A
+ * Retry-After that reaches past the end ends it at once.  Returns -1 with
+ * *ca_pem set (caller frees), or an exit code.
+ */
+static int
+join_fetch_ca(const struct join_opts *o, const struct joindoc *doc, char **ca_pem)
+{
+	struct join_bound jb;
+	struct fetch_result res;
+	char err[512];
+	uint32_t backoff = 0, delay, told = 0;
+	unsigned attempts = 0;
+	int64_t now, room;
+	int r;
+
+	join_bound_init(&jb, o, doc);
+	for (;;) {
+		room = jb.end_ms - now_ms();
+		attempts++;
+		r = join_try_ca(o, doc, room < GATEWAY_TIMEOUT_MS ?
+		    (unsigned int)(room > 1000 ? room : 1000) : GATEWAY_TIMEOUT_MS,
+		    ca_pem, &res, err, sizeof(err));
+		if (r != JOIN_TRY_AGAIN)
+			return r;
+		told = 0;
+		if (res.retry_after_ms != 0)
+			delay = backoff_told(res.retry_after_ms, &told);
+		else
+			delay = backoff_next(&backoff, 0);
+		now = now_ms();
+		if (now >= jb.end_ms)
+			return join_give_up(o, doc, &jb, attempts, err, "");
+		if (told != 0 && now + told > jb.end_ms)
+			return join_give_up(o, doc, &jb, attempts, err,
+			    "; the gateway asks to come back later than that");
+		if (now + delay > jb.end_ms)
+			delay = (uint32_t)(jb.end_ms - now);
+		say_retry(doc, &jb, err, told, delay, attempts + 1);
+		sleep_ms(delay);
+	}
 }
 
 /* --- writing DIR --- */
@@ -945,6 +1182,7 @@ client_join(int argc, char **argv)
 		fprintf(stderr, "tether-client join: out of memory\n");
 		return JOIN_EXIT_FAIL;
 	}
+	o->timeout_s = JOIN_TIMEOUT_DEFAULT_S;
 	if ((r = join_parse_flags(argc, argv, o)) != -1)
 		goto out;
 	if ((r = join_node_name(o, o->st.node, sizeof(o->st.node))) != -1)

@@ -46,9 +46,12 @@ nothing_written "$T/wrongca"
 pass "a wrong CA checksum: exit 4, nothing written"
 
 jq -c --arg u "https://127.0.0.1:$(free_port)" ".gateway_url = \$u" "$T/join.json" >"$T/unreach.json"
+# With the default --timeout (30 s): retried, then given up (docs/0043).
 expect_exit 4 "$CLIENT" join --state-dir "$T/unreach" <"$T/unreach.json"
+assert_contains "$T/last.err" "gave up after"
+assert_contains "$T/last.err" "(--timeout 30s)"
 nothing_written "$T/unreach"
-pass "an unreachable gateway: exit 4, nothing written"
+pass "an unreachable gateway: retried for the default --timeout, then exit 4, nothing written"
 
 # A node that belongs to one cluster refuses a document for another.
 join_node node1 "$T/join.json" >/dev/null
