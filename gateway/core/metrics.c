@@ -31,6 +31,9 @@ static const char *const state_values[] = {
 	"pending-approval", "enroll", "verifying", "active", "revoked", NULL
 };
 static const char *const ok_values[] = { "ok", NULL };
+static const char *const wait_values[] = {
+	"served", "expired", "abandoned", "stopped", NULL
+};
 static const char *const over_values[] = { "5m", "1h", "1d", NULL };
 /* Seconds: 1 ms to 10 s for proxied requests, 50 us to 1 s for the store. */
 static const double k8s_bounds[] = {
@@ -124,6 +127,11 @@ static struct prom_metric handshakes = {
 	.help = "Tunnel handshakes ended, by result (ok or the refusal's code).",
 	.label = "result", .preset = ok_values,
 };
+static struct prom_metric handshake_waits = {
+	.name = "tether_handshake_waits_total", .kind = PROM_COUNTER,
+	.help = "Tunnel upgrades that waited for a handshake slot (past --max-handshakes, at most --handshake-wait), by how the wait ended: served (a slot freed), expired (503 with Retry-After), abandoned (the client left), stopped (the gateway stopped).",
+	.label = "result", .preset = wait_values,
+};
 static struct prom_metric registrations = {
 	.name = "tether_registrations_total", .kind = PROM_COUNTER,
 	.help = "Registrations with an import token, by result.",
@@ -158,7 +166,8 @@ static struct prom_metric *const families[] = {
 	&build_info, &agents, &agents_offline, &agents_by_version, &agents_new_ca,
 	&ca_rotation, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
 	&tls_shed, &tls_shed_accept, &loop_handshakes, &loop_cpu, &loop_tunnels,
-	&link_streams, &link_bytes, &store_up, &cert_expiry, &handshakes, &registrations,
+	&link_streams, &link_bytes, &store_up, &cert_expiry, &handshakes, &handshake_waits,
+	&registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
 };
 
@@ -200,6 +209,14 @@ metrics_handshake(int registering, const char *result)
 {
 	pthread_mutex_lock(&metrics_mu);
 	prom_inc(registering ? &registrations : &handshakes, result);
+	pthread_mutex_unlock(&metrics_mu);
+}
+
+void
+metrics_handshake_wait(const char *result)
+{
+	pthread_mutex_lock(&metrics_mu);
+	prom_inc(&handshake_waits, result);
 	pthread_mutex_unlock(&metrics_mu);
 }
 

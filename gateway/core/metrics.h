@@ -65,6 +65,11 @@ void metrics_unlock(void);
  * loop (takes the metrics' lock). */
 void metrics_handshake(int registering, const char *result);
 
+/* An upgrade's wait for a tunnel handshake slot (routes/tunnel.c,
+ * --handshake-wait) ended: result "served", "expired", "abandoned" or
+ * "stopped".  Any loop (takes the metrics' lock). */
+void metrics_handshake_wait(const char *result);
+
 /* A /k8s request was answered with status after seconds.  Any loop
  * (takes the metrics' lock). */
 void metrics_k8s_request(int status, double seconds);

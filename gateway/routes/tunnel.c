@@ -24,6 +24,7 @@
 #include "http.h"
 #include "log.h"
 #include "loop.h"
+#include "metrics.h"
 #include "mux.h"
 #include "route.h"
 #include "runtime.h"
@@ -281,11 +282,13 @@ wait_publish(struct tunnel_wait *wl)
 		atomic_store(&wl->loop->wait_oldest_ms, w != NULL ? w->since_ms : 0);
 }
 
+/* w's wait is over: how it ended is counted (metrics_handshake_wait). */
 static void
-waiter_remove(struct tunnel_waiter *w)
+waiter_remove(struct tunnel_waiter *w, const char *result)
 {
 	struct tunnel_wait *wl = w->wl;
 
+	metrics_handshake_wait(result);
 	TAILQ_REMOVE(&wl->q, w, link);
 	atomic_fetch_sub(&wl->gw->handshakes_waiting, 1);
 	wait_publish(wl);
@@ -296,17 +299,17 @@ waiter_remove(struct tunnel_waiter *w)
 static void
 waiter_abandoned(void *arg)
 {
-	waiter_remove(arg);
+	waiter_remove(arg, "abandoned");
 }
 
 static void
-waiter_refuse(struct tunnel_waiter *w, const char *reason)
+waiter_refuse(struct tunnel_waiter *w, const char *result, const char *reason)
 {
 	struct gateway *gw = w->wl->gw;
 	struct upgrade *u = w->u;
 
 	upgrade_on_abandon(u, NULL, NULL);
-	waiter_remove(w);
+	waiter_remove(w, result);
 	upgrade_refuse_later(u, 503, reason, tunnel_retry_after(gw));
 }
 
@@ -342,7 +345,7 @@ wait_serve(evutil_socket_t fd, short what, void *arg)
 	    gateway_handshake_take(gw) == 0) {
 		u = w->u;
 		upgrade_on_abandon(u, NULL, NULL);
-		waiter_remove(w);
+		waiter_remove(w, "served");
 		tunnel_take(gw, u);
 	}
 	wait_arm(wl);
@@ -359,7 +362,7 @@ wait_expire(evutil_socket_t fd, short what, void *arg)
 	int64_t now = runtime_monotonic_ms();
 
 	while ((w = TAILQ_FIRST(&wl->q)) != NULL && w->deadline_ms <= now)
-		waiter_refuse(w, "no tunnel handshake slot freed within "
+		waiter_refuse(w, "expired", "no tunnel handshake slot freed within "
 		    "--handshake-wait: retry later");
 	wait_arm(wl);
 }
@@ -484,7 +487,7 @@ tunnel_wait_stop(struct gateway *gw)
 	if (wl == NULL)
 		return;
 	while ((w = TAILQ_FIRST(&wl->q)) != NULL)
-		waiter_refuse(w, "the gateway is shutting down");
+		waiter_refuse(w, "stopped", "the gateway is shutting down");
 	event_free(wl->serve);
 	event_free(wl->expire);
 	free(wl);

@@ -7,11 +7,18 @@
 # per-source caps raised: every agent dials from 127.0.0.1) register, then
 # the gateway restarts under them and they all redial at once.
 #
-# 1. With the default --handshake-wait, the storm's dials on the new
-#    gateway (from its readiness until all are active again) stay under
-#    1.3 per agent, and none came before a moment it was told.  (Refusing
-#    every upgrade past the 8 slots at once, as before, costs the burst a
-#    second dial each: about 1.9 per agent.)
+# 1. With the default --handshake-wait, no upgrade is refused at once:
+#    every one past the 8 slots waits in line (refusing them at once, as
+#    before, costs the burst a second dial each: about 1.9 per agent).  A
+#    waiter whose --handshake-wait runs out is told when to come back, so
+#    the storm's dials on the new gateway (from its readiness until all
+#    are active again) stay under one per agent plus one per time told
+#    plus a tenth, and none came before a moment it was told; some waited
+#    and got a slot (tether_handshake_waits_total).  How many waits run
+#    out depends on the machine's speed (on 2 loaded cores the first
+#    handshakes took over 3 s and 82 of 200 ran out; 1.3 dials per agent,
+#    the bound here before, failed at 317): the dials per agent are a
+#    figure of tests/bench/storm_retry.sh, not a bound here.
 # 2. With --handshake-wait 0 (every upgrade past the cap refused at once),
 #    the 503s carry a Retry-After and no agent dials again before the moment
 #    it was told (the swarm measures, per agent, the monotonic time from the
@@ -21,7 +28,9 @@
 #    would add one for each).
 # 3. A control swarm that counts the same refusals but ignores them
 #    (--ignore-retry-after, the old backoff) is caught redialling early:
-#    the check of 2 can fail.
+#    the check of 2 can fail.  It registers through one slot
+#    (--max-handshakes 1): through 8 a fast machine may refuse none of
+#    200 registrations at --rate 200 (12 to 44 refused here, 2 cores).
 # 4. Told ahead of time (SETTINGS "redial_spread_ms"): N agents and a
 #    control swarm of N/2 that ignores the spread (--ignore-redial-spread)
 #    lose the gateway to a kill -9 (nothing said) and a new one starts on
@@ -46,6 +55,13 @@ ctl token create --cluster "$cid" --uses $((4 * N)) >"$T/join.json"
 field() { grep '^swarm ms=' "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2; }
 all_active() { [ "$(field "$1" active)" = "$2" ]; }
 refusals() { grep -c 'refusing a tunnel: too many handshakes' "$T/gateway.log" || true; }
+# waits RESULT: the gateway's upgrades whose wait for a slot ended so
+# (tether_handshake_waits_total: served, expired, ...).
+waits() {
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		"$GW_URL/metrics" | awk -v k="tether_handshake_waits_total{result=\"$1\"}" \
+		'$1 == k { n = $2 } END { print n + 0 }'
+}
 
 run_swarm() {   # run_swarm OUT PREFIX [swarm flags...]
 	local out=$1 prefix=$2
@@ -85,14 +101,25 @@ run_swarm "$T/honour.out" storm
 wait_until 240 "$N agents registered and active" all_active "$T/honour.out" "$N"
 pass "$N agents registered through --max-handshakes 8"
 
-# 1. Waiting for a slot: about one dial each.
+# 1. Waiting for a slot: one dial each, and one more only when told.
+# (told counts from before the stop: every time an agent was told in the
+# storm, whether its next dial came before the first report or after.)
+told0=$(field "$T/honour.out" told)
 storm "$T/honour.out"
+told=$(( $(field "$T/honour.out" told) - told0 ))
 early=$(field "$T/honour.out" early)
+served=$(waits served) expired=$(waits expired)
+[ "$REFUSED" -eq 0 ] ||
+	fail "storm: $REFUSED upgrades refused at once: they did not wait for a slot (--handshake-wait)"
+[ $((served + expired)) -gt 0 ] || fail "the storm met no full gateway: nothing was tested"
+[ "$served" -gt 0 ] || fail "storm: $expired upgrades waited for a slot, none got one"
 [ "$early" -eq 0 ] || fail "$early dials came before the gateway's retry-after"
-[ $((DIALS * 10)) -le $((N * 13)) ] ||
-	fail "storm: $DIALS dials for $N agents ($REFUSED refused), over 1.3 per agent"
-pass "storm: $DIALS dials for $N agents (at most 1.3 each), $REFUSED refused," \
-	"none early"
+[ $((DIALS * 10)) -le $((N * 11 + told * 10)) ] ||
+	fail "storm: $DIALS dials for $N agents, told $told times when to come back ($expired" \
+		"waits ran out): more dials than the agents were asked for"
+pass "storm: none refused at once, $served upgrades waited for a slot and got one," \
+	"$expired waited past --handshake-wait ($told times told when to come back), none" \
+	"early, $DIALS dials for $N agents (at most one each, one per time told and a tenth)"
 
 # 2. Refused at once: told when to come back, and in on that dial.
 told0=$(field "$T/honour.out" told)
@@ -111,9 +138,10 @@ wait "$SWARM_PID" || fail "tether-swarm exited $? after SIGTERM"
 
 # 3. The control: agents that count the retry-after but redial on their
 # own backoff (--ignore-retry-after) are caught redialling early, as soon
-# as they register through the same cap.
+# as they register through one slot (two registrations at once: one is
+# refused and told).
 gateway_stop
-gateway_start "${CAPS[@]}" --handshake-wait 0
+gateway_start "${CAPS[@]}" --handshake-wait 0 --max-handshakes 1
 run_swarm "$T/ignore.out" control --ignore-retry-after
 early_seen() { [ "$(field "$T/ignore.out" early)" -gt 0 ]; }
 wait_until 240 "a control agent redialling before its retry-after" early_seen
