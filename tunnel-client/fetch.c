@@ -309,6 +309,12 @@ handshake_reason(struct fetch *f, SSL *ssl, int r, char *buf, size_t len)
 		    "timed out" : errno != 0 ? strerror(errno) :
 		    "connection closed during the handshake");
 		cut = true;
+	} else if (e == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_last_error()) ==
+	    SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+		/* OpenSSL 3's word for a peer that closed (a gateway shedding
+		 * its TLS queue closes unread). */
+		snprintf(buf, len, "connection closed during the handshake");
+		cut = true;
 	} else
 		wsclient_tls_reason(buf, len, "handshake failed");
 	ERR_clear_error();

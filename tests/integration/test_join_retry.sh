@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `tether-client join` does not give up on a transient fault (docs/0041):
+# `tether-client join` does not give up on a transient fault (docs/0043):
 # a gateway not listening yet is asked again until it is, and the node then
 # runs; a gateway (here nginx in front of it) answering 503 with
-# Retry-After is waited out as told; a true refusal (a CA that does not
+# Retry-After is waited out as told, and so is a gateway closing
+# connections at accept (--max-tls-per-source); a true refusal (a CA that does not
 # match, an answer that is not a gateway's) ends join at once even with no
 # bound on the retries; --timeout and the document's expiry bound them,
 # join then exits non-zero saying why.  Nothing is written before the
@@ -48,6 +49,7 @@ join_wait "$JOIN_PID"
 cmp -s "$T/early/ca.crt" "$GW_DIR/ca.crt" || fail "the CA pinned is not the gateway's"
 assert_contains "$T/early.out" "joined cluster $cid"
 client_start early
+early_pid=$CLIENT_PID
 wait_until 60 "the node joined late to be active" agent_is early active
 pass "join started before the gateway retried ($(tries "$T/early.log") retries) and the node is active"
 
@@ -134,3 +136,30 @@ assert_contains "$T/last.err" "the join document expires at"
 [ "$(tries "$T/last.err")" -ge 1 ] || fail "gave up without a retry: $(cat "$T/last.err")"
 nothing_written "$T/soon"
 pass "--timeout 2s: exit 4 saying it gave up; --timeout 0 stops at the document's expiry (exit 2)"
+
+# --- 5. the gateway closes connections at accept (their source holds its
+# TLS share: --max-tls-per-source 1, the slot held by a socket that sends
+# no ClientHello): join tries again until the share is free ---
+client_stop "$early_pid"
+gateway_stop
+gateway_start --max-tls-per-source 1 --tls-hello-timeout 120000
+python3 - "$GW_PORT" "$T/hold.ready" <<'PY' &
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+open(sys.argv[2], "w").close()
+time.sleep(600)
+PY
+hold_pid=$!
+PIDS+=("$hold_pid")
+wait_until 20 "the slot held" test -f "$T/hold.ready"
+shed() { ! curl -s --cacert "$GW_DIR/ca.crt" -o /dev/null "$GW_URL/healthz"; }
+wait_until 20 "the held slot to shed new connections" shed
+join_bg shed "$T/join.json" --timeout 5m
+wait_until 60 "join retrying a connection closed at accept" grep -q "trying again" "$T/shed.log"
+nothing_written "$T/shed"
+kill "$hold_pid"
+join_wait "$JOIN_PID"
+[ "$rc" -eq 0 ] || { cat "$T/shed.log" >&2; fail "join exited $rc once the slot was free"; }
+cmp -s "$T/shed/ca.crt" "$GW_DIR/ca.crt" || fail "the CA pinned is not the gateway's"
+pass "connections closed at accept (--max-tls-per-source): $(tries "$T/shed.log") retries, then joined"
+gateway_stop
