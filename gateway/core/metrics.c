@@ -90,12 +90,12 @@ static struct prom_metric tls_shed_accept = {
 };
 static struct prom_metric loop_handshakes = {
 	.name = "tether_loop_tls_handshakes_total", .kind = PROM_COUNTER,
-	.help = "TLS handshakes finished by each event loop (--workers): loop 0 is the home of every connection, the others run handshakes only.",
+	.help = "TLS handshakes finished by each event loop (--workers); each loop runs its share, and the connection then lives where its route lands it (--landing any) or on loop 0 (--landing zero).",
 	.label = "loop", .preset = no_values,
 };
 static struct prom_metric loop_cpu = {
 	.name = "tether_loop_cpu_seconds_total", .kind = PROM_COUNTER,
-	.help = "CPU time of each event loop's thread (--workers; loop 0 carries every tunnel, stream and route).",
+	.help = "CPU time of each event loop's thread (--workers; with --landing zero loop 0 carries every tunnel, stream and route).",
 	.label = "loop", .preset = no_values,
 };
 static struct prom_metric loop_tunnels = {

@@ -182,10 +182,12 @@ struct server {
 	int64_t refused_log_ms;           /* monotonic: that line's time */
 	int plain_port;
 	int mtls_port;
-	/* Loops (--workers, docs/0032; gw->loops, core/loop.h): loop 0 is
-	 * gw->base, the home of every connection; loops 1..nloops-1 only run
-	 * TLS handshakes (tlsloop.h).  Per loop: handshakes it holds now and
-	 * finished since start. */
+	/* Loops (--workers, docs/0032 and 0040; gw->loops, core/loop.h):
+	 * loop 0 is gw->base, where admission and every count live; each loop
+	 * runs TLS handshakes (tls_pick_loop), as tlsloop.h jobs (loop 0's
+	 * too when its connection lands by its request line: tls_reads_line)
+	 * or, on loop 0, inline (hconn_tls_timer).  Per loop: handshakes it
+	 * holds now and finished since start. */
 	struct tlsloops *loops;           /* NULL with --workers 1 */
 	unsigned nloops;
 	unsigned loop_next;               /* where the next pick starts */
@@ -196,7 +198,7 @@ struct server {
 	int closing;                      /* server_stop under way */
 };
 
-/* A TLS handshake given to a handshake loop: what the connection becomes
+/* A TLS handshake given to a loop as a job: what the connection becomes
  * once it is back (tls_job_done). */
 struct tls_job {
 	struct tlsloop_job job;           /* first: the loop's part */
@@ -1472,8 +1474,19 @@ tls_pick_loop(struct server *srv)
 	return best;
 }
 
-/* The handshake goes to handshake loop i; the slot, the connection's place
- * and its shares stay taken until it comes back (tls_job_done). */
+/* Whether a connection from port reads its request line after its
+ * handshake and lands by it (docs/0040 section 2 (i-a)): --landing any
+ * or route (gw->landing_any), the main port, more than one loop; the
+ * plain port and the replicas' stay on loop 0. */
+static int
+tls_reads_line(const struct server *srv, enum conn_port port)
+{
+	return srv->loops != NULL && srv->gw->landing_any && port == PORT_TLS;
+}
+
+/* The handshake goes to loop i (0..nloops-1) as a job; the slot, the
+ * connection's place and its shares stay taken until it comes back
+ * (tls_job_done). */
 static void
 tls_hand_out(struct server *srv, unsigned i, evutil_socket_t fd,
     const char *peer, enum conn_port port, int exempt)
@@ -1503,10 +1516,9 @@ tls_hand_out(struct server *srv, unsigned i, evutil_socket_t fd,
 	tj->job.since_ms = runtime_monotonic_ms();
 	tj->job.hello_ms = l->tls_hello_timeout_ms;
 	tj->job.handshake_ms = l->tls_handshake_timeout_ms;
-	/* --landing any: the main port's connections may stay on the loop
-	 * that runs their handshake (tls_land); the plain and the replicas'
-	 * ports stay on loop 0. */
-	tj->job.read_line = srv->gw->landing_any && port == PORT_TLS;
+	/* The main port's connections land by their request line (tls_land),
+	 * whichever loop runs their handshake, loop 0 included. */
+	tj->job.read_line = tls_reads_line(srv, port);
 	srv->tls_handshakes++;
 	srv->http_conns++;        /* its place, until it is a hconn or closed */
 	srv->loop_inflight[i]++;
@@ -1571,11 +1583,12 @@ land_where(const struct server *srv, unsigned here, const char *head,
 }
 
 /* A landed connection becomes a hconn on sl (its thread), head its first
- * input (taken); on failure it is closed and its place given back. */
+ * input (taken); its handshake ran on loop `from`.  On failure it is
+ * closed and its place given back. */
 static void
 land_on(struct server_loop *sl, evutil_socket_t fd, SSL *ssl,
     const char *peer, enum conn_port port, int exempt, char *head,
-    size_t head_len)
+    size_t head_len, unsigned from)
 {
 	struct hconn *h = NULL;
 
@@ -1596,7 +1609,8 @@ land_on(struct server_loop *sl, evutil_socket_t fd, SSL *ssl,
 			server_conn_released(sl->srv, peer, exempt);
 		return;
 	}
-	debug("http: landed", KV_S("peer", peer), KV_U("loop", sl->index));
+	debug("http: landed", KV_S("peer", peer), KV_U("loop", sl->index),
+	    KV_U("from", from));
 	hconn_take_head(h, head, head_len);
 }
 
@@ -1610,6 +1624,7 @@ struct adopt {
 	size_t head_len;
 	enum conn_port port;
 	int exempt;
+	unsigned from;                    /* the loop that ran its handshake */
 	char peer[PEER_MAX];
 };
 
@@ -1619,7 +1634,7 @@ adopt_here(void *arg)
 	struct adopt *a = arg;
 
 	land_on(a->to, a->fd, a->ssl, a->peer, a->port, a->exempt, a->head,
-	    a->head_len);
+	    a->head_len, a->from);
 	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
 	free(a);
 }
@@ -1638,12 +1653,13 @@ adopt_dropped(void *arg)
 	free(a);
 }
 
-/* Sends a connection (established, its head read) to loop `to` (not the
- * calling one, not 0): LOOP_MSG_ADOPT of docs/0040.  Takes fd, ssl, head. */
+/* Sends a connection (established, its head read) from loop `from` (the
+ * calling one) to loop `to` (not the calling one, not 0): LOOP_MSG_ADOPT
+ * of docs/0040.  Takes fd, ssl, head. */
 static void
 server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
     const char *peer, enum conn_port port, int exempt, char *head,
-    size_t head_len)
+    size_t head_len, unsigned from)
 {
 	struct adopt *a = malloc(sizeof(*a));
 
@@ -1657,16 +1673,18 @@ server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
 		return;
 	}
 	*a = (struct adopt){ .to = to, .fd = fd, .ssl = ssl, .head = head,
-	    .head_len = head_len, .port = port, .exempt = exempt };
+	    .head_len = head_len, .port = port, .exempt = exempt, .from = from };
 	snprintf(a->peer, sizeof(a->peer), "%s", peer);
 	/* Owed from now (a drain's count), not only once it arrived. */
 	atomic_fetch_add_explicit(&to->owed, 1, memory_order_relaxed);
 	(void)loop_call(to->loop, adopt_here, a, adopt_dropped);
 }
 
-/* tlsloops' land callback, on handshake loop job->loop (--landing any):
- * the connection becomes a hconn there, its head the first input, unless
- * it belongs on loop 0 (then 0: the job goes home).  Its place in the
+/* tlsloops' land callback, on handshake loop job->loop (0..nloops-1,
+ * --landing any): the connection becomes a hconn on the loop land_where
+ * names (there, or sent on: server_adopt), its head the first input,
+ * unless it belongs on loop 0 (then 0: the job goes home, where
+ * tls_job_done makes the hconn).  Its place in the
  * connection counts stays taken on loop 0 until it ends or becomes a
  * WebSocket (server_conn_released); only its slot goes home
  * (TLSLOOP_LANDED, tls_job_done). */
@@ -1678,21 +1696,26 @@ tls_land(struct tlsloop_job *job, void *arg)
 	struct server_loop *sl = &srv->per[job->loop];
 	unsigned to;
 
+	if (job->head == NULL || memchr(job->head, '\n', job->head_len) == NULL)
+		debug("http: no whole request line in time or in 8 KiB: on "
+		    "loop 0", KV_S("peer", tj->peer), KV_U("loop", job->loop),
+		    KV_U("bytes", job->head_len), KV_I("waited_ms",
+		    runtime_monotonic_ms() - job->line_since_ms));
 	if (sl->stopped || sl->ws == NULL ||
 	    (to = land_where(srv, job->loop, job->head, job->head_len)) == 0)
 		return 0;
 	if (to == job->loop)
 		land_on(sl, job->fd, job->ssl, tj->peer, tj->port, tj->exempt,
-		    job->head, job->head_len);
+		    job->head, job->head_len, job->loop);
 	else
 		server_adopt(&srv->per[to], job->fd, job->ssl, tj->peer, tj->port,
-		    tj->exempt, job->head, job->head_len);
+		    tj->exempt, job->head, job->head_len, job->loop);
 	job->ssl = NULL;
 	job->head = NULL;
 	return 1;
 }
 
-/* A handshake loop gave a connection back (on loop 0): established, it
+/* A loop gave a job back (on loop 0): established, the connection
  * becomes a hconn reading its first request (the bytes the loop read of
  * it first); landed there, only its slot is released here; else it is
  * closed. */
@@ -1743,8 +1766,11 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 	free(tj);
 }
 
-/* Starts the TLS handshake of an accepted connection (it takes a slot),
- * on this loop or a handshake loop. */
+/* Starts the TLS handshake of an accepted connection (it takes a slot) on
+ * the loop tls_pick_loop names: a job (tlsloop.h) on loops 1..n-1, and on
+ * loop 0 too when the connection lands by its request line
+ * (tls_reads_line); else (--workers 1, --landing zero, the replicas'
+ * port) inline on loop 0, a hconn whose bufferevent runs the handshake. */
 static void
 tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
     enum conn_port port, int exempt)
@@ -1758,7 +1784,7 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
 		evutil_closesocket(fd);
 		return;
 	}
-	if ((loop = tls_pick_loop(srv)) != 0) {
+	if ((loop = tls_pick_loop(srv)) != 0 || tls_reads_line(srv, port)) {
 		tls_hand_out(srv, loop, fd, peer, port, exempt);
 		return;
 	}

@@ -1,8 +1,9 @@
 /*
- * tlsloop.c: TLS handshakes on the handshake loops (see tlsloop.h).  Each
- * handshake loop keeps the jobs it drives in a list of its own (touched
- * on its thread only); a job arrives and leaves as an inbox message
- * (core/loop.h), so nothing here takes a lock of its own.
+ * tlsloop.c: TLS handshakes as jobs on the gateway's loops (see
+ * tlsloop.h).  Each loop keeps the jobs it drives in a list of its own
+ * (touched on its thread only); a job arrives and leaves as an inbox
+ * message (core/loop.h), loop 0's own included, so nothing here takes a
+ * lock of its own.
  */
 #include "tlsloop.h"
 
@@ -17,7 +18,7 @@
 #include "loop.h"
 #include "runtime.h"
 
-/* A handshake loop's part: its running jobs (its thread's only). */
+/* A loop's part: its running jobs (its thread's only). */
 struct tlsloop_worker {
 	struct tlsloops *set;
 	struct loop *loop;
@@ -26,9 +27,9 @@ struct tlsloop_worker {
 };
 
 struct tlsloops {
-	unsigned n;                   /* handshake loops */
+	unsigned n;                   /* loops */
 	struct loop *home;            /* loop 0: where jobs go back */
-	struct tlsloop_worker *w;     /* [n]: w[i - 1] is loop i's */
+	struct tlsloop_worker *w;     /* [n]: w[i] is loop i's */
 	void (*done)(struct tlsloop_job *, void *);
 	int (*land)(struct tlsloop_job *, void *);
 	void *arg;
@@ -47,9 +48,10 @@ job_back(void *arg)
 }
 
 /* The job ends: it goes back to the home loop, whichever thread ends it
- * (its handshake loop's, or the caller's of a call its loop dropped).  The
- * home loop outlives the handshake loops (loops_stop), so the call back is
- * never dropped: job_back is its drop too, run then on home's thread. */
+ * (its handshake loop's, or the caller's of a call its loop dropped), as a
+ * message even from loop 0 itself (done never runs inside a job's step).
+ * The home loop outlives the other loops (loops_stop), so the call back
+ * is never dropped: job_back is its drop too, run then on home's thread. */
 static void
 job_end(struct tlsloop_job *j, enum tlsloop_result result)
 {
@@ -265,15 +267,15 @@ job_start(void *arg)
 	job_step(w, j);
 }
 
-/* Its handshake loop stopped before the job arrived: it goes back. */
+/* Its loop stopped before the job arrived: it goes back. */
 static void
 job_start_dropped(void *arg)
 {
 	job_end(arg, TLSLOOP_STOPPED);
 }
 
-/* On a handshake loop: every job it holds goes back, unfinished, and so
- * will every job that comes later. */
+/* On a loop: every job it holds goes back, unfinished, and so will every
+ * job that comes later. */
 static void
 worker_stop(void *arg)
 {
@@ -292,34 +294,27 @@ tlsloops_new(struct loop *loops, unsigned n,
 {
 	struct tlsloops *t = calloc(1, sizeof(*t));
 
-	if (t == NULL || n < 2 ||
-	    (t->w = calloc(n - 1, sizeof(*t->w))) == NULL) {
+	if (t == NULL || n < 2 || (t->w = calloc(n, sizeof(*t->w))) == NULL) {
 		free(t);
-		snprintf(err, errlen, n < 2 ? "no handshake loop" : "out of memory");
+		snprintf(err, errlen, n < 2 ? "one loop: no set" : "out of memory");
 		return NULL;
 	}
-	t->n = n - 1;
+	t->n = n;
 	t->home = &loops[0];
 	t->done = done;
 	t->land = land;
 	t->arg = arg;
 	for (unsigned i = 0; i < t->n; i++) {
 		t->w[i].set = t;
-		t->w[i].loop = &loops[i + 1];
+		t->w[i].loop = &loops[i];
 	}
 	return t;
-}
-
-unsigned
-tlsloops_count(const struct tlsloops *t)
-{
-	return t != NULL ? t->n : 0;
 }
 
 void
 tlsloop_submit(struct tlsloops *t, unsigned i, struct tlsloop_job *job)
 {
-	struct tlsloop_worker *w = &t->w[i - 1];
+	struct tlsloop_worker *w = &t->w[i];
 
 	job->ev = NULL;
 	job->head = NULL;

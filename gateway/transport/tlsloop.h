@@ -1,11 +1,14 @@
 /*
- * tlsloop.h: TLS handshakes on the gateway's loops 1..n-1 (--workers,
+ * tlsloop.h: TLS handshakes as jobs on the gateway's loops (--workers,
  * docs/0032; the loops themselves are core/loop.h's): the CPU-heavy part
- * of a connection's life runs there, and the established connection goes
- * back to loop 0 (the home loop), or, once its request line was read there
- * (a job with read_line, docs/0040 section 2 (i-a)), may stay on its
- * handshake loop: the land callback decides, and only the job's slot
- * goes home.
+ * of a connection's life runs on the loop the server picked, and the
+ * established connection goes back to loop 0 (the home loop), or, once
+ * its request line was read there (a job with read_line, docs/0040
+ * section 2 (i-a)), may stay on its handshake loop or be sent on to
+ * another: the land callback decides, and only the job's slot goes home.
+ * Every loop 0..n-1 runs jobs, loop 0 included (its jobs reach it through
+ * its own inbox), so that a connection lands by its route whichever loop
+ * ran its handshake.
  *
  * The home loop keeps every count and cap (admission, docs/0028): a job is
  * given to a handshake loop only once it holds its slot.  A job travels as
@@ -63,8 +66,8 @@ struct tlsloop_job {
 	int read_line;                /* once established, read the request line
 	                                 (then the land callback decides) */
 	/* Filled by the handshake loop, read in the done callback. */
-	unsigned loop;                /* 1..n: the loop that ran it (set before
-	                                 the land callback too) */
+	unsigned loop;                /* 0..n-1: the loop that ran it (set
+	                                 before the land callback too) */
 	enum tlsloop_result result;
 	char *head;                   /* read_line: the application bytes read
 	                                 after the handshake (malloc'd, possibly
@@ -83,37 +86,37 @@ struct tlsloop_job {
 struct tlsloops;
 
 /*
- * Runs handshakes on loops[1..n-1] and gives them back on loops[0]:
- * done(job, arg) runs on loop 0's thread for every job submitted, exactly
- * once, once its handshake ended (or at the stop: tlsloops_stop, then
- * loops_stop).  A job with read_line, established, first has its request
- * line read and then land(job, arg) run on its handshake loop's thread
- * (job->loop, head and head_len set): it returns 1 when it took the
- * connection there (fd, ssl and head become its own; done then sees
- * TLSLOOP_LANDED: only the slot is left to release), or 0 to send it home
- * as TLSLOOP_OK with its head (land NULL: always home).  The loops are the
- * caller's and outlive the set.  Returns the set (nothing started: its
- * state is made on each loop on first use), or NULL with err.  Cost: one
- * small allocation per loop.
+ * Runs handshakes on loops[0..n-1] (n >= 2) and gives them back on
+ * loops[0]: done(job, arg) runs on loop 0's thread for every job
+ * submitted, exactly once, once its handshake ended (or at the stop:
+ * tlsloops_stop, then loops_stop).  A job with read_line, established,
+ * first has its request line read and then land(job, arg) run on its
+ * handshake loop's thread (job->loop, head and head_len set): it returns
+ * 1 when it took the connection (fd, ssl and head become its own; done
+ * then sees TLSLOOP_LANDED: only the slot is left to release), or 0 to
+ * send it home as TLSLOOP_OK with its head (land NULL: always home).  The
+ * loops are the caller's and outlive the set.  Returns the set (nothing
+ * started: its state is made on each loop on first use), or NULL with
+ * err.  Cost: one small allocation per loop.
  */
 struct tlsloops *tlsloops_new(struct loop *loops, unsigned n,
     void (*done)(struct tlsloop_job *job, void *arg),
     int (*land)(struct tlsloop_job *job, void *arg), void *arg, char *err,
     size_t errlen);
 
-/* The number of handshake loops (n - 1 of tlsloops_new). */
-unsigned tlsloops_count(const struct tlsloops *t);
-
-/* Hands job to handshake loop i (1..n-1); it is the loop's until done.
- * From loop 0's thread only.  Cost: one loop_call (a malloc, a lock, an
- * eventfd write when the loop's inbox was empty). */
+/* Hands job to loop i (0..n-1) to run; it is the loop's until done.  From
+ * loop 0's thread only.  Loop 0's job, too, starts on a later pass of its
+ * loop (its inbox), never inside this call, so done never runs inside it.
+ * Cost: one loop_call (a malloc, a lock, an eventfd write when the loop's
+ * inbox was empty). */
 void tlsloop_submit(struct tlsloops *t, unsigned i, struct tlsloop_job *job);
 
 /*
- * Asks every handshake loop to give back what it holds (done,
- * TLSLOOP_STOPPED), and to give back at once what comes later.  The jobs
- * come back through loop 0's inbox: loops_stop, called next, joins the
- * handshake loops and runs it.  From loop 0's thread.  NULL: nothing.
+ * Asks every loop to give back the jobs it holds (done, TLSLOOP_STOPPED),
+ * and to give back at once what comes later.  The jobs come back through
+ * loop 0's inbox: loops_stop, called next, joins loops 1..n-1 and runs it
+ * (loop 0's own stop message runs there too, and the jobs it gives back
+ * after it).  From loop 0's thread.  NULL: nothing.
  */
 void tlsloops_stop(struct tlsloops *t);
 

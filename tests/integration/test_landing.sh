@@ -10,7 +10,8 @@
 # says nothing for longer than the line's wait lands on loop 0 and is
 # served.  A later request for /v1/peer on a connection landed on loop 1
 # is refused with 421.  An agent's tunnel (/v1/connect) lands by count
-# (docs/0040 step 7): alone, on either loop in turn.
+# (docs/0040 step 7): alone, on either loop in turn; several, one after
+# another, evenly, each handshake run on loop 0.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -188,6 +189,69 @@ done
 [ "$(from_loop1)" -ge 1 ] || fail "in $i connects no tunnel's handshake ran on loop 1"
 [ "$on0" -ge 1 ] && [ "$on1" -ge 1 ] || fail "in $i connects the tunnel was on loop 0 $on0 times, on loop 1 $on1"
 pass "with --landing any the tunnel lands on either loop ($i connects: loop 0 $on0, loop 1 $on1; $(from_loop1) handshaken on loop 1)"
+
+# A tunnel lands by count whichever loop runs its handshake, loop 0
+# included (fe83428 kept a connection whose handshake loop 0 ran on loop
+# 0: a second tunnel then stood beside the first).  Four agents dial one
+# after another, each once the one before is up, each handshake run on
+# loop 0: just before it a connection is kept by loop 1 (on_loop.py), and
+# handshakes go round the loops (shown by the loops' handshake counts,
+# read on the plain metrics port, which makes none).  After each the loops
+# carry the tunnels evenly.  A request line later than the landing's wait
+# (LAND_WAIT_MS, 250 ms: a loaded machine) lands on loop 0 whatever the
+# counts; the gateway says so (a debug line), and only then is that agent
+# dialled again (at most 3 times).
+hs() {  # hs FILE N: loop N's TLS handshakes in a scrape
+	awk -v l="tether_loop_tls_handshakes_total{loop=\"$2\"}" '$1 == l { v = $2 } END { print v + 0 }' "$1"
+}
+tun() {  # tun FILE N: loop N's tunnels in a scrape
+	awk -v l="tether_loop_tunnels{loop=\"$2\"}" '$1 == l { v = $2 } END { print v + 0 }' "$1"
+}
+tunnels_are() {  # tunnels_are N: N tunnels in all (scrape in $T/t.metrics)
+	metrics >"$T/t.metrics" && [ "$(($(tun "$T/t.metrics" 0) + $(tun "$T/t.metrics" 1)))" = "$1" ]
+}
+late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
+ctl token create --cluster "$cid" --uses 4 >"$T/join4.json"
+# Each registers on its first run (a tunnel of its own before the one that
+# stays): that run comes first, so that each dial below is one handshake.
+apids=()
+for i in 1 2 3 4; do
+	join_node "a$i" "$T/join4.json" >/dev/null
+	client_start "a$i"
+	apids+=("$CLIENT_PID")
+done
+wait_until 60 "a1..a4 registered, each a tunnel" tunnels_are 4
+for p in "${apids[@]}"; do
+	client_stop "$p"
+done
+wait_until 30 "a1..a4's tunnels gone" tunnels_are 0
+apids=()
+for i in 1 2 3 4; do
+	for try in 1 2 3; do
+		$py "$TETHER_SRC/tests/integration/on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" \
+			"$GW_DIR/admin.token" "$T/gateway.log" 1 GET /healthz >"$T/on1.out" ||
+			fail "a$i: no connection kept by loop 1: $(cat "$T/on1.out")"
+		metrics >"$T/before.metrics"
+		seen=$(late)
+		client_start "a$i"
+		wait_until 30 "a$i's tunnel" tunnels_are "$i"
+		[ "$(($(hs "$T/t.metrics" 0) - $(hs "$T/before.metrics" 0)))" = 1 ] &&
+			[ "$(hs "$T/t.metrics" 1)" = "$(hs "$T/before.metrics" 1)" ] ||
+			fail "a$i's handshake did not run on loop 0: $(grep tether_loop_tls_handshakes "$T/before.metrics" "$T/t.metrics")"
+		t0=$(tun "$T/t.metrics" 0) t1=$(tun "$T/t.metrics" 1)
+		[ $((t0 - t1)) -le 1 ] && [ $((t1 - t0)) -le 1 ] && break
+		[ "$(late)" -gt "$seen" ] && [ "$try" -lt 3 ] ||
+			fail "a$i (handshake on loop 0) landed beside the others: loop 0 $t0, loop 1 $t1 tunnels"
+		log "a$i's request line came late (try $try): on loop 0; again"
+		client_stop "$CLIENT_PID"
+		wait_until 30 "a$i's tunnel gone" tunnels_are $((i - 1))
+	done
+	apids+=("$CLIENT_PID")
+done
+pass "4 agents one after another, each handshake on loop 0: the tunnels land evenly (loop 0 $t0, loop 1 $t1)"
+for p in "${apids[@]}"; do
+	client_stop "$p"
+done
 
 gateway_stop
 pass "SIGTERM: exit 0 with connections landed on loop 1 (closed on their loop)"
