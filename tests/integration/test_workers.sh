@@ -143,12 +143,18 @@ time.sleep(3600)   # connects to the source and never reads
 PY
 PIDS+=($!)
 wait_until 20 "the source to start sending" test -s "$T/source.count"
+# count_stable: the source sent nothing more for 2 s (four looks 0.5 s
+# apart).  One look was not enough: under ThreadSanitizer on a loaded
+# machine the stalled stream sat still 0.5 s and then moved 3.6 MiB more
+# into the kernel's socket buffers while the echo streams ran.
 count_stable() {
-	local a b
+	local a b i
 	a=$(cat "$T/source.count")
-	sleep 0.5
-	b=$(cat "$T/source.count")
-	[ "$a" = "$b" ]
+	for i in 1 2 3 4; do
+		sleep 0.5
+		b=$(cat "$T/source.count")
+		[ "$a" = "$b" ] || return 1
+	done
 }
 wait_until 30 "the stalled stream to stop absorbing bytes" count_stable
 head -c $((4 << 20)) /dev/urandom >"$T/blob"
