@@ -553,7 +553,12 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 		renew_ids(gw, j);
 	if (kind == PJ_RENEW_COUNT)
 		gw_face_rotating_ca(gw, j->ca_sum, sizeof(j->ca_sum));
-	if (store_worker_submit(gw->storew, pjob_work, pjob_done, j) != 0) {
+	/* A tunnel's record, one statement whose work may run twice, shares
+	 * the commit of the calls queued beside it (on SQLite, docs/0039):
+	 * alone it was one commit, and one sync, per tunnel up or down, and
+	 * it ended the group of the joins around it. */
+	if (store_worker_submit_keyed(gw->storew, NULL, kind == PJ_UP || kind == PJ_DOWN,
+	    pjob_work, pjob_done, j) != 0) {
 		warn("presence: store queue full: a presence update is lost",
 		    KV_S("replica", gw->replica_id));
 		free(j->ids);

@@ -1,0 +1,174 @@
+/*
+ * test_presence_group.c: a tunnel's presence record (presence_tunnel_up,
+ * presence_tunnel_down, gateway/agents/presence.c) shares the group commit
+ * of the store calls queued beside it on SQLite (docs/0039)
+ * instead of committing, and syncing, alone between them.  The store
+ * thread is held while a grouped call, the record and another grouped
+ * call are queued; the second call, run in the same transaction, finds
+ * the record not yet committed (another connection does not see it), and
+ * it is committed by the time that call is answered.  The same for the
+ * record's removal.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <semaphore.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fake_tunnel.h"
+#include "gateway.h"
+#include "presence.h"
+#include "store.h"
+#include "store_worker.h"
+
+#define AGENT "a-000000000001"
+
+static int
+setup(void **state)
+{
+	*state = ft_new(16);
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct ft *f = *state;
+
+	presence_stop(&f->gw);
+	ft_free(f);
+	return 0;
+}
+
+/* The store thread's own job: it waits at the gate, so that what the test
+ * submits meanwhile is queued together behind it. */
+struct hold {
+	sem_t started;
+	sem_t gate;
+};
+
+static void
+hold_work(struct store *s, void *arg)
+{
+	struct hold *h = arg;
+
+	(void)s;
+	sem_post(&h->started);
+	sem_wait(&h->gate);
+}
+
+static void
+nothing_done(void *arg)
+{
+	(void)arg;
+}
+
+/* A grouped call that only looks: the tunnel records another connection
+ * (peek) sees committed while its work runs, and when it is answered. */
+struct look {
+	struct store *peek;
+	size_t in_work;
+	size_t at_done;
+	bool answered;
+};
+
+static size_t
+committed_records(struct store *peek)
+{
+	struct store_presence *p = NULL;
+	char err[STORE_ERROR_MAX + 1];
+	size_t n = 0;
+
+	assert_int_equal(store_presence_list(peek, &p, &n, err, sizeof(err)), STORE_OK);
+	free(p);
+	return n;
+}
+
+static void
+look_work(struct store *s, void *arg)
+{
+	struct look *l = arg;
+
+	(void)s;
+	l->in_work = committed_records(l->peek);
+}
+
+static void
+look_done(void *arg)
+{
+	struct look *l = arg;
+
+	l->at_done = committed_records(l->peek);
+	l->answered = true;
+}
+
+/* Queues, behind a held store thread: a grouped look, the record's change
+ * (up or down), and the look *after; then lets the thread go and runs
+ * the loop until after is answered. */
+static void
+queue_beside(struct ft *f, bool up, struct look *after)
+{
+	struct look before = { .peek = after->peek };
+	struct hold h;
+
+	sem_init(&h.started, 0, 0);
+	sem_init(&h.gate, 0, 0);
+	assert_int_equal(store_worker_submit(f->gw.storew, hold_work, nothing_done, &h), 0);
+	sem_wait(&h.started);
+	assert_int_equal(store_worker_submit_grouped(f->gw.storew, look_work, look_done,
+	    &before), 0);
+	if (up)
+		presence_tunnel_up(&f->gw, AGENT);
+	else
+		presence_tunnel_down(&f->gw, AGENT);
+	assert_int_equal(store_worker_submit_grouped(f->gw.storew, look_work, look_done,
+	    after), 0);
+	sem_post(&h.gate);
+	while (!after->answered)
+		ft_loop_once(f);
+	assert_true(before.answered);
+	sem_destroy(&h.started);
+	sem_destroy(&h.gate);
+}
+
+static void
+test_record_in_the_group(void **state)
+{
+	struct ft *f = *state;
+	char url[160], err[STORE_ERROR_MAX + 1];
+	struct look up = { 0 }, down = { 0 };
+	struct store *peek;
+
+	snprintf(url, sizeof(url), "sqlite://%s/tether.db", f->dir);
+	assert_int_equal(store_open(url, &peek, err, sizeof(err)), STORE_OK);
+	assert_int_equal(presence_start(&f->gw, err, sizeof(err)), 0);
+	assert_true(f->gw.lease_mine_ms != 0);   /* records are written */
+	/* One group whatever the machine's speed. */
+	store_worker_set_group(f->gw.storew, 64, 600000);
+
+	up.peek = peek;
+	queue_beside(f, true, &up);
+	assert_int_equal(up.in_work, 0);    /* in the group, not yet committed */
+	assert_int_equal(up.at_done, 1);    /* committed with the group */
+
+	down.peek = peek;
+	queue_beside(f, false, &down);
+	assert_int_equal(down.in_work, 1);  /* its removal not yet committed */
+	assert_int_equal(down.at_done, 0);
+	store_close(peek);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_record_in_the_group, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
