@@ -23,10 +23,13 @@
 #           keepalive) -> upstream; one per N of BENCH_NGINX_WORKERS
 #   direct  wrk -> http://127.0.0.1:UP/version
 # The upstream nginx runs one worker.  With --workers N the gateway runs N
-# loops (docs/0040, --landing any, the default): each keeps the client
-# connections whose TLS handshake it ran and serves their requests, and a
-# request whose agent's tunnel is on another loop crosses the in-process
-# link (counted below), as nginx's second worker serves requests.  Reported per path: requests/s,
+# loops (docs/0040): with --landing route, the default, a client
+# connection lands on the loop of its cluster's agent and its requests
+# cross nothing; with BENCH_GW_FLAGS="--landing any" each loop keeps the
+# client connections whose TLS handshake it ran and serves their
+# requests, and a request whose agent's tunnel is on another loop crosses
+# the in-process link (counted below), as nginx's second worker serves
+# requests.  Reported per path: requests/s,
 # p50/p90/p99 latency, errors (non-2xx, socket errors), and the relays'
 # CPU ms per 1000 requests; then the ratios tether-wN/nginx-wN (same
 # count; for scale_speed.sh the first pair also as "tether/nginx") and
@@ -44,6 +47,8 @@
 #                       (default "1 2")
 #   BENCH_NGINX_WORKERS the proxies' worker_processes values, one nginx
 #                       each (default "1 2")
+#   BENCH_GW_FLAGS      more serve flags for every gateway (default none;
+#                       "--landing any" measures docs/0040's crossings)
 #   BENCH_KEEP=1        keep the work directory (logs, wrk output)
 #   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent,
 #                       bench-ctl, out of reach of other sessions' pkill -f
@@ -61,8 +66,9 @@ PRIVATE_NAMES=${BENCH_PRIVATE_NAMES:-0}
 PY=/usr/bin/python3
 COMMAND_LINE=
 GW_WORKERS=${BENCH_WORKERS:-1 2}
+read -r -a GW_FLAGS <<<"${BENCH_GW_FLAGS:-}"
 NGX_WORKERS=${BENCH_NGINX_WORKERS:-1 2}
-for v in TETHER_BIN BENCH_WRK_ARGS BENCH_WARMUP BENCH_WORKERS BENCH_NGINX_WORKERS BENCH_PRIVATE_NAMES; do
+for v in TETHER_BIN BENCH_WRK_ARGS BENCH_WARMUP BENCH_WORKERS BENCH_NGINX_WORKERS BENCH_GW_FLAGS BENCH_PRIVATE_NAMES; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -328,9 +334,9 @@ for g in $GW_WORKERS; do
 	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
 	GW_MP=$(free_port)
 	GW_METRICS[$g]=http://127.0.0.1:$GW_MP/metrics
-	GW_CMDS[$g]="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --metrics-listen 127.0.0.1:MPORT --workers $g"
+	GW_CMDS[$g]="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --metrics-listen 127.0.0.1:MPORT --workers $g${GW_FLAGS[*]:+ ${GW_FLAGS[*]}}"
 	start "gateway-w$g.log" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
-		--metrics-listen "127.0.0.1:$GW_MP" --workers "$g"
+		--metrics-listen "127.0.0.1:$GW_MP" --workers "$g" "${GW_FLAGS[@]}"
 	GW_PID[$g]=$LAST_PID
 	wait_until 20 "gateway (--workers $g) ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 	tether_node "$g" "node-w$g" "tether-w$g"
