@@ -232,6 +232,20 @@ tls_tune_input(struct bufferevent *bev, size_t max_buffered)
 	bufferevent_setwatermark(bev, EV_READ, 0, max_buffered);
 }
 
+int
+tls_read_held(struct bufferevent *bev)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	BIO *rbio;
+
+	if (ssl == NULL)
+		return 0;
+	if (SSL_has_pending(ssl))
+		return 1;
+	rbio = SSL_get_rbio(ssl);
+	return rbio != NULL && BIO_ctrl_pending(rbio) > 0;
+}
+
 size_t
 tls_read_available(struct bufferevent *bev, size_t limit)
 {

@@ -21,6 +21,12 @@ struct bufferevent;
  * min(512 KiB, limit + 16 KiB) (at least 32 KiB). */
 size_t tls_read_available(struct bufferevent *bev, size_t limit);
 
+/* 1 when OpenSSL or the read BIO of tls_read_ahead hold bytes of bev's
+ * peer not yet in its input (a record's plaintext, records read ahead):
+ * bytes no socket event will announce.  0 for bufferevents without TLS.
+ * Cheap: no system call. */
+int tls_read_held(struct bufferevent *bev);
+
 /*
  * Lets OpenSSL take many records per read() (up to 256 KiB) instead of two
  * reads per record (header, then body), through a read BIO of our own on

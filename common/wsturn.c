@@ -34,11 +34,14 @@ ws_turn_pull(struct ws_turn *t, struct bufferevent *bev, size_t max_message)
 
 	if (t->need > limit)
 		limit = t->need;    /* a frame larger than a turn: all of it */
-	if (evbuffer_get_length(in) >= limit)
-		return;
-	tls_read_available(bev, limit);
-	t->more = bufferevent_openssl_get_ssl(bev) != NULL &&
-	    evbuffer_get_length(in) >= limit;
+	if (evbuffer_get_length(in) < limit)
+		tls_read_available(bev, limit);
+	/* Stopped at the limit, or found the input already there (the
+	 * bufferevent's own read takes a record, WS_READ_SMALL: a message
+	 * of two records waited in the BIO for an unrelated socket event,
+	 * a keepalive ping seconds later): what is still held is the next
+	 * turn's. */
+	t->more = evbuffer_get_length(in) >= limit && tls_read_held(bev);
 }
 
 int

@@ -54,9 +54,12 @@ void ws_turn_read(struct ws_turn *t, struct bufferevent *bev);
 
 /* Takes the TLS records ready now, one turn's worth (see above), into
  * bev's input, unless the input already holds that much.  Sets t->more
- * when it stopped at that limit: records OpenSSL read ahead raise no
- * socket event, so the caller comes back for them in its next turn.  A
- * no-op (more: 0) for a plain socket. */
+ * when the input holds that limit and TLS still holds bytes
+ * (tls_read_held), whether this pull stopped there or found the input
+ * full already: records OpenSSL read ahead raise no socket event, so the
+ * caller comes back for them in its next turn (ws_turn_end).  Clears it
+ * otherwise: the rest, if any, comes with a socket event.  A no-op
+ * (more: 0) for a plain socket. */
 void ws_turn_pull(struct ws_turn *t, struct bufferevent *bev, size_t max_message);
 
 /* A turn is over.  full: it parsed WS_FRAMES_PER_TURN frames and input

@@ -956,14 +956,11 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 static int
 ws_has_input(const struct wsconn *c)
 {
-	SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
 	struct pollfd p = { .fd = bufferevent_getfd(c->bev), .events = POLLIN };
 
 	if ((c->in_soon && c->state == WS_OPEN) ||
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
-		return 1;
-	if (ssl != NULL && (SSL_has_pending(ssl) ||
-	    BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0))
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 ||
+	    tls_read_held(c->bev))
 		return 1;
 	return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
@@ -1127,8 +1124,9 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	ws_due_in(c, c->ping_interval_ms);
 	c->heard_ms = twheel_now(&all->wheel);
 	/* Frames that came with the upgrade request: delivered from the loop,
-	 * once the owner holds the connection. */
-	if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
+	 * once the owner holds the connection (those still in OpenSSL too:
+	 * no socket event announces them). */
+	if (evbuffer_get_length(bufferevent_get_input(bev)) > 0 || tls_read_held(bev))
 		ws_soon(c);
 	return c;
 }
