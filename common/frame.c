@@ -94,11 +94,13 @@ static const struct field register_keys[] = {
 	STR("node", u.reg.node, F_NODE),
 	STR("hostname", u.reg.hostname, F_OPTIONAL),
 	STR("client_version", u.reg.client_version, F_OPTIONAL),
+	OPTBIN("key_sig", u.reg.key_sig),
 };
 
 static const struct field registered_keys[] = {
 	STR("agent_id", u.registered.agent_id, F_NONEMPTY),
 	STR("cluster", u.registered.cluster, F_NONEMPTY),
+	NUM("goes_on", F_U32, u.registered.goes_on, F_OPTIONAL | F_OMIT_EMPTY),
 };
 
 static const struct field welcome_keys[] = {

@@ -9,8 +9,12 @@
  *   HELLO       [1, {"versions":[int...], "node":str, "cred":"import"|"agent", "id":str, "version":str?}]
  *   CHALLENGE   [2, {"version":int, "nonce":bin(32)}]
  *   AUTH        [3, {"sig":bin(64), "next_pubkey":bin(32)?, "next_sig":bin(64)?}]
- *   REGISTER    [4, {"pubkey":bin(32), "node":str, "hostname":str, "client_version":str}]
- *   REGISTERED  [5, {"agent_id":str, "cluster":str}]
+ *   REGISTER    [4, {"pubkey":bin(32), "node":str, "hostname":str, "client_version":str,
+ *                    "key_sig":bin(64)?}]
+ *   REGISTERED  [5, {"agent_id":str, "cluster":str, "goes_on":int?}]
+ *               ("key_sig": the new key's signature over AUTH's transcript,
+ *               asking to go on as the agent on this connection; "goes_on":
+ *               1 when the gateway does, a WELCOME follows: docs/0044)
  *   WELCOME     [6, {"agent_id":str, "cluster":str, "state":str, "key":str?}]
  *   STATE       [7, {"state":str, "last_error":str}]        gateway -> agent
  *   VERIFY      [8, {"nonce":bin(16), "time_ms":int}]        gateway -> agent
@@ -144,16 +148,24 @@ struct frame_auth {
 	uint8_t next_sig[FRAME_SIG_LEN];
 };
 
+/* key_sig: all zero (absent) from an agent that redials with its key
+ * after REGISTERED; else pubkey's signature over the same transcript as
+ * AUTH's sig (docs/0044). */
 struct frame_register {
 	uint8_t pubkey[FRAME_PUBKEY_LEN];
 	char node[FRAME_NODE_MAX + 1];
 	char hostname[FRAME_NODE_MAX + 1];   /* optional, "" if absent */
 	char client_version[FRAME_ID_MAX + 1]; /* optional, "" if absent */
+	uint8_t key_sig[FRAME_SIG_LEN];
 };
 
+/* goes_on: 1 when the tunnel goes on as the agent (a WELCOME follows on
+ * this connection); 0 (absent) when the gateway closes it and the agent
+ * redials with its key. */
 struct frame_registered {
 	char agent_id[FRAME_ID_MAX + 1];
 	char cluster[FRAME_ID_MAX + 1];
+	uint32_t goes_on;
 };
 
 struct frame_welcome {

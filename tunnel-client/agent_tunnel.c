@@ -278,12 +278,20 @@ on_challenge(struct agent_tunnel *t, const struct frame *in)
 	snprintf(f.u.reg.node, sizeof(f.u.reg.node), "%s", t->node);
 	gethostname(f.u.reg.hostname, sizeof(f.u.reg.hostname) - 1);
 	snprintf(f.u.reg.client_version, sizeof(f.u.reg.client_version), "%s", TETHER_VERSION);
+	/* The new key's proof over the same transcript: a gateway that knows
+	 * it goes on with this tunnel as the agent (REGISTERED "goes_on",
+	 * then WELCOME); an older one skips it, closes, and the agent
+	 * redials with the key (docs/0044).  Without a proof it redials. */
+	if (agentkey_sign(t->cfg.agent_key, msg, len, f.u.reg.key_sig) != 0)
+		memset(f.u.reg.key_sig, 0, sizeof(f.u.reg.key_sig));
+	OPENSSL_cleanse(msg, sizeof(msg));
 	tunnel_send(t, &f);
 	tunnel_set_phase(t, TUNNEL_AWAIT_REGISTERED);
 }
 
 /* The credential swap: the owner keeps the agent id, then the tunnel
- * forgets the import token and redials with the agent key. */
+ * forgets the import token and waits for WELCOME on this connection
+ * (REGISTERED "goes_on") or redials with the agent key. */
 static void
 on_registered(struct agent_tunnel *t, const struct frame *in)
 {
@@ -308,6 +316,12 @@ on_registered(struct agent_tunnel *t, const struct frame *in)
 	snprintf(t->agent_id, sizeof(t->agent_id), "%s", in->u.registered.agent_id);
 	t->cfg.import_key = NULL;
 	OPENSSL_cleanse(t->import_id, sizeof(t->import_id));
+	if (in->u.registered.goes_on) {
+		info("registered: going on as the agent on this connection",
+		    KV_S("agent", t->agent_id), KV_S("cluster", t->cluster));
+		tunnel_set_phase(t, TUNNEL_AWAIT_WELCOME);
+		return;
+	}
 	info("registered: reconnecting with the agent key",
 	    KV_S("agent", t->agent_id), KV_S("cluster", t->cluster));
 	t->reconnect_now = true;

@@ -13,6 +13,8 @@
  *
  *   DISCONNECTED --connect--> AWAIT_CHALLENGE --CHALLENGE/AUTH-->
  *     import token:  AWAIT_REGISTERED --REGISTERED--> (hooks.registered) DISCONNECTED
+ *                    (REGISTERED "goes_on": AWAIT_WELCOME on the same
+ *                    connection, docs/0044)
  *     agent key:     AWAIT_WELCOME --WELCOME--> ESTABLISHED
  *
  * A refusal the gateway calls final (bad, expired or used-up token, unknown
@@ -69,8 +71,10 @@ struct agent_tunnel;
 
 struct agent_tunnel_hooks {
 	/* REGISTERED: the gateway made this node agent agent_id (in the
-	 * cluster the tunnel was given).  Keep it; return 0 to reconnect with
-	 * the agent key at once, or -1 to stop (hooks.stopped follows). */
+	 * cluster the tunnel was given).  Keep it; return 0 to go on as the
+	 * agent (on this connection when the gateway says so, else by
+	 * redialling with the agent key at once), or -1 to stop
+	 * (hooks.stopped follows). */
 	int (*registered)(void *arg, const char *agent_id);
 	/* The agent state, the tunnel's connectedness or the last error
 	 * changed (also called when nothing changed; cheap to repeat). */

@@ -66,6 +66,8 @@ struct session_hs {
 	struct store_token import;    /* PHASE_AWAIT_REGISTER: the proven token */
 	char key[8];                  /* WELCOME's "key": "current" or "next" */
 	bool key_rotate;              /* an operator asked for a rotation */
+	bool goes_on;                 /* REGISTER proved its key: the tunnel
+	                               * goes on as the agent (docs/0044) */
 };
 
 /* A node key rotation under way on this tunnel (docs/interface.md, "Node
@@ -809,13 +811,25 @@ session_transcript(struct session *s, uint8_t *msg)
 	return len;
 }
 
+/* sig verifies with pub over this connection's transcript.  The nonce is
+ * wiped, unless keep (an import token's proof: REGISTER's key proof signs
+ * the same transcript, docs/0044). */
 static bool
-session_check_sig(struct session *s, const uint8_t pub[32], const uint8_t sig[64])
+session_check_sig(struct session *s, const uint8_t pub[32], const uint8_t sig[64],
+    bool keep)
 {
-	uint8_t msg[AUTH_TRANSCRIPT_MAX];
-	size_t len = session_transcript(s, msg);
+	uint8_t msg[AUTH_TRANSCRIPT_MAX], nonce[FRAME_NONCE_LEN];
+	size_t len;
+	bool ok;
 
-	return len > 0 && agentkey_verify(pub, msg, len, sig);
+	memcpy(nonce, s->hs->nonce, sizeof(nonce));
+	len = session_transcript(s, msg);
+	ok = len > 0 && agentkey_verify(pub, msg, len, sig);
+	if (keep)
+		memcpy(s->hs->nonce, nonce, sizeof(nonce));
+	OPENSSL_cleanse(nonce, sizeof(nonce));
+	OPENSSL_cleanse(msg, sizeof(msg));
+	return ok;
 }
 
 static void auth_import_found(struct session *s, struct session_job *j);
@@ -845,7 +859,7 @@ auth_import_found(struct session *s, struct session_job *j)
 		session_protocol_error(s, "token_unknown", "unknown import token");
 		return;
 	}
-	if (!session_check_sig(s, s->hs->import.verifier, j->sig)) {
+	if (!session_check_sig(s, s->hs->import.verifier, j->sig, true)) {
 		session_protocol_error(s, "auth_refused", "import token proof does not verify");
 		return;
 	}
@@ -1122,6 +1136,18 @@ on_register(struct session *s, const struct frame *in)
 		session_protocol_error(s, "protocol", "REGISTER node differs from HELLO");
 		return;
 	}
+	/* A newer agent proves the key it registers and goes on as the
+	 * agent here instead of redialling with it (docs/0044); an older one
+	 * sends no proof, and the nonce has done its job either way. */
+	if (!all_zero(in->u.reg.key_sig, sizeof(in->u.reg.key_sig))) {
+		if (!session_check_sig(s, in->u.reg.pubkey, in->u.reg.key_sig, false)) {
+			session_protocol_error(s, "auth_refused",
+			    "REGISTER's key proof does not verify");
+			return;
+		}
+		s->hs->goes_on = true;
+	}
+	OPENSSL_cleanse(s->hs->nonce, sizeof(s->hs->nonce));
 	if ((j = job_new(JOB_REGISTER, s->hs->import.id)) != NULL) {
 		snprintf(j->node, sizeof(j->node), "%s", in->u.reg.node);
 		memcpy(j->pubkey, in->u.reg.pubkey, sizeof(j->pubkey));
@@ -1159,7 +1185,19 @@ on_registered(struct session *s, struct session_job *j)
 	out.type = FRAME_REGISTERED;
 	snprintf(out.u.registered.agent_id, sizeof(out.u.registered.agent_id), "%s", a.id);
 	snprintf(out.u.registered.cluster, sizeof(out.u.registered.cluster), "%s", a.cluster);
+	/* A staged key (a retry of an agent that rotated since) is settled by
+	 * AUTH's rules: that agent redials. */
+	out.u.registered.goes_on = s->hs->goes_on && !a.has_next;
 	session_send(s, &out);
+	if (out.u.registered.goes_on) {
+		/* It proved the key now registered to a: as if it had
+		 * redialled and proved it in AUTH (auth_agent_found). */
+		session_keep_agent(s, &a);
+		snprintf(s->hs->key, sizeof(s->hs->key), "current");
+		s->hs->key_rotate = a.key_rotate;
+		session_welcome(s);
+		return;
+	}
 	/* The import token did its one job: the agent reconnects as itself. */
 	session_set_phase(s, PHASE_CLOSING);
 	s->io->close(s->t);

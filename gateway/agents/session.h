@@ -9,6 +9,9 @@
  *                                  \                         |REGISTER
  *                                   \--AUTH(agent)--> ESTABLISHED   REGISTERED, close
  *
+ * and a REGISTER carrying its new key's proof (a newer agent, docs/0044):
+ *   AWAIT_REGISTER --REGISTER--> REGISTERED "goes_on", WELCOME, ESTABLISHED
+ *
  * A session is owned by its tunnel (tunnel.c): created when the WebSocket
  * is established, freed by session_closed when it goes away.  It reaches
  * the tunnel only through the struct session_transport it was given, so

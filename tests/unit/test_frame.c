@@ -75,10 +75,12 @@ sample(enum frame_type type, struct frame *f)
 		strcpy(f->u.reg.node, "worker-3");
 		strcpy(f->u.reg.hostname, "worker-3.local");
 		strcpy(f->u.reg.client_version, "0.1.0");
+		fill(f->u.reg.key_sig, FRAME_SIG_LEN, 9);
 		break;
 	case FRAME_REGISTERED:
 		strcpy(f->u.registered.agent_id, "ag_42");
 		strcpy(f->u.registered.cluster, "prod");
+		f->u.registered.goes_on = 1;
 		break;
 	case FRAME_WELCOME:
 		strcpy(f->u.welcome.agent_id, "ag_42");
@@ -267,6 +269,13 @@ test_roundtrip_variants(void **state)
 	sample(FRAME_REGISTER, &f);
 	CLEAR(f.u.reg.hostname);
 	CLEAR(f.u.reg.client_version);
+	roundtrip(&f);
+	/* An older agent's REGISTER (no key proof), an older gateway's
+	 * REGISTERED (it closes): absent, zero (docs/0044). */
+	CLEAR(f.u.reg.key_sig);
+	roundtrip(&f);
+	sample(FRAME_REGISTERED, &f);
+	f.u.registered.goes_on = 0;
 	roundtrip(&f);
 
 	sample(FRAME_STATE, &f);

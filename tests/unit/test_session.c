@@ -102,6 +102,94 @@ test_import_registers(void **state)
 	token_clear(&tok);
 }
 
+/* A newer agent proves its new key in REGISTER (docs/0044): REGISTERED
+ * says the tunnel goes on, WELCOME follows on the same connection, and
+ * the agent is held, verified and made active without a redial. */
+static void
+test_import_goes_on(void **state)
+{
+	struct ft *f = *state;
+	struct ft_tun *t = ft_tun_open(f);
+	const struct frame_challenge *c;
+	struct frame ok = { .type = FRAME_VERIFY_OK };
+	struct store_agent now;
+	struct token tok;
+	EVP_PKEY *ik, *agent_key = agentkey_generate();
+	uint8_t nonce[FRAME_NONCE_LEN];
+
+	ft_make_import(f, &tok, gateway_now() + 3600, 1, false);
+	assert_non_null(ik = token_import_key(&tok));
+	c = ft_hello(t, FRAME_CRED_IMPORT, tok.id, "node-1");
+	memcpy(nonce, c->nonce, sizeof(nonce));
+	ft_auth(t, ik, FRAME_CRED_IMPORT, tok.id, "node-1", nonce);
+	ft_register_proven(t, agent_key, agent_key, tok.id, "node-1", nonce);
+	ft_wait_sent(t, 3);
+	assert_int_equal(t->closed, 0);
+	assert_int_equal(t->sent[1].type, FRAME_REGISTERED);
+	assert_int_equal(t->sent[1].u.registered.goes_on, 1);
+	assert_int_equal(t->sent[2].type, FRAME_WELCOME);
+	assert_string_equal(t->sent[2].u.welcome.agent_id, t->sent[1].u.registered.agent_id);
+	assert_string_equal(t->sent[2].u.welcome.cluster, f->cluster);
+	assert_string_equal(t->sent[2].u.welcome.state, "enroll");
+	assert_string_equal(t->sent[2].u.welcome.key, "current");
+	/* Established: the handshake's slot is free, the hub holds it. */
+	assert_int_equal(f->gw.handshakes, 0);
+	assert_ptr_equal(hub_find(f->gw.hub, t->sent[1].u.registered.agent_id), t->s);
+	assert_int_equal(session_max_message(t->s), f->gw.limits.max_frame_bytes);
+	/* Verified on this connection: enroll, verifying, active. */
+	ft_wait_sent(t, 5);
+	assert_int_equal(t->sent[3].type, FRAME_STATE);
+	assert_string_equal(t->sent[3].u.state.state, "verifying");
+	assert_int_equal(t->sent[4].type, FRAME_VERIFY);
+	memcpy(ok.u.verify.nonce, t->sent[4].u.verify.nonce, FRAME_VERIFY_NONCE_LEN);
+	ok.u.verify.time_ms = gateway_now_ms();
+	ok.u.verify.version = TETHER_PROTOCOL_VERSION;
+	ft_deliver(t, &ok);
+	ft_wait_sent(t, 6);
+	assert_string_equal(t->sent[5].u.state.state, "active");
+	assert_true(session_is_active(t->s));
+	assert_int_equal(store_agent_get(f->st, t->sent[1].u.registered.agent_id, &now),
+	    STORE_OK);
+	assert_int_equal(now.state, AGENT_ACTIVE);
+	ft_tun_gone(t);
+	assert_int_equal(hub_count(f->gw.hub), 0);
+	EVP_PKEY_free(ik);
+	EVP_PKEY_free(agent_key);
+	token_clear(&tok);
+}
+
+/* A key proof made with another key than the one registered is refused
+ * before the store registers anything: no one adopts a public key whose
+ * private half they lack (docs/0044). */
+static void
+test_register_proof_refused(void **state)
+{
+	struct ft *f = *state;
+	struct ft_tun *t = ft_tun_open(f);
+	const struct frame_challenge *c;
+	struct store_agent *list;
+	struct token tok;
+	EVP_PKEY *ik, *agent_key = agentkey_generate(), *other = agentkey_generate();
+	uint8_t nonce[FRAME_NONCE_LEN];
+	size_t n;
+
+	ft_make_import(f, &tok, 0, -1, false);
+	assert_non_null(ik = token_import_key(&tok));
+	c = ft_hello(t, FRAME_CRED_IMPORT, tok.id, "node-1");
+	memcpy(nonce, c->nonce, sizeof(nonce));
+	ft_auth(t, ik, FRAME_CRED_IMPORT, tok.id, "node-1", nonce);
+	ft_register_proven(t, agent_key, other, tok.id, "node-1", nonce);
+	ft_assert_refused(t, "auth_refused");
+	assert_non_null(strstr(ft_last(t)->u.error.reason, "key proof"));
+	assert_int_equal(store_agent_list(f->st, f->cluster, &list, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	free(list);
+	EVP_PKEY_free(ik);
+	EVP_PKEY_free(agent_key);
+	EVP_PKEY_free(other);
+	token_clear(&tok);
+}
+
 static void
 test_agent_welcome_and_verify(void **state)
 {
@@ -890,6 +978,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_import_registers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_import_goes_on, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_register_proof_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_agent_welcome_and_verify, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_verify_version_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_agent_active_welcome, setup, teardown),

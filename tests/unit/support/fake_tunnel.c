@@ -357,6 +357,23 @@ ft_register(struct ft_tun *t, EVP_PKEY *agent_key, const char *node)
 	ft_deliver(t, &r);
 }
 
+void
+ft_register_proven(struct ft_tun *t, EVP_PKEY *agent_key, EVP_PKEY *prover,
+    const char *id, const char *node, const uint8_t nonce[FRAME_NONCE_LEN])
+{
+	struct frame r = { .type = FRAME_REGISTER };
+	uint8_t msg[AUTH_TRANSCRIPT_MAX];
+	size_t len;
+
+	len = auth_transcript(msg, sizeof(msg), TETHER_PROTOCOL_VERSION,
+	    FRAME_CRED_IMPORT, id, node, nonce);
+	assert_true(len > 0);
+	assert_int_equal(agentkey_sign(prover, msg, len, r.u.reg.key_sig), 0);
+	assert_int_equal(agentkey_public(agent_key, r.u.reg.pubkey), 0);
+	snprintf(r.u.reg.node, sizeof(r.u.reg.node), "%s", node);
+	ft_deliver(t, &r);
+}
+
 /* ---- the store's records ---- */
 
 void

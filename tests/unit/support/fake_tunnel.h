@@ -91,6 +91,11 @@ void ft_auth(struct ft_tun *t, EVP_PKEY *key, enum frame_cred cred, const char *
     const char *node, const uint8_t nonce[FRAME_NONCE_LEN]);
 /* REGISTER of node with agent_key's public key. */
 void ft_register(struct ft_tun *t, EVP_PKEY *agent_key, const char *node);
+/* The same with a key proof (docs/0044): prover's signature over the
+ * import transcript of (id, node, nonce), as a newer agent sends it with
+ * prover its agent_key. */
+void ft_register_proven(struct ft_tun *t, EVP_PKEY *agent_key, EVP_PKEY *prover,
+    const char *id, const char *node, const uint8_t nonce[FRAME_NONCE_LEN]);
 
 /* An import token of f's cluster in the store, as given; *tok its secret. */
 void ft_make_import(struct ft *f, struct token *tok, int64_t expires_at,
