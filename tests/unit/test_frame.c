@@ -505,6 +505,32 @@ test_golden_bytes(void **state)
 	assert_memory_equal(out, reset, len);
 	free(out);
 
+	/* REGISTERED says "goes_on" only when the gateway goes on (docs/0044):
+	 * an agent older than the key reads the same bytes as before. */
+	{
+		static const uint8_t registered[] = { 0x92, 0x05, 0x82,
+		    0xa8, 'a', 'g', 'e', 'n', 't', '_', 'i', 'd', 0xa1, 'a',
+		    0xa7, 'c', 'l', 'u', 's', 't', 'e', 'r', 0xa1, 'c' };
+		static const uint8_t registered_on[] = { 0x92, 0x05, 0x83,
+		    0xa8, 'a', 'g', 'e', 'n', 't', '_', 'i', 'd', 0xa1, 'a',
+		    0xa7, 'c', 'l', 'u', 's', 't', 'e', 'r', 0xa1, 'c',
+		    0xa7, 'g', 'o', 'e', 's', '_', 'o', 'n', 0x01 };
+
+		memset(&f, 0, sizeof(f));
+		f.type = FRAME_REGISTERED;
+		strcpy(f.u.registered.agent_id, "a");
+		strcpy(f.u.registered.cluster, "c");
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(registered));
+		assert_memory_equal(out, registered, len);
+		free(out);
+		f.u.registered.goes_on = 1;
+		out = encode_ok(&f, &len);
+		assert_int_equal(len, sizeof(registered_on));
+		assert_memory_equal(out, registered_on, len);
+		free(out);
+	}
+
 	/* SETTINGS: the list, or no key at all when it says nothing. */
 	{
 		static const uint8_t settings[] = { 0x92, 0x0e, 0x81,
