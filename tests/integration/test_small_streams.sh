@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Streams of a few TLS records (32 KiB, 64 KiB, 64 KiB + 1, 128 KiB) through
-# `tetherctl connect` to an echo server come back whole, each without
-# waiting for an unrelated event on its connections.  Each end reads a
+# `tetherctl connect` to an echo server (stdin a file, or a pipe) come back
+# whole, each without waiting for an unrelated event on its connections.  Each end reads a
 # socket's records in one read(2) (common/tlsread.c) and decrypts one turn's
 # worth (common/wsturn.c); records still held there raise no socket event.
 # A read that found its input full already ended its turn without coming
@@ -20,7 +20,6 @@ source "$(dirname "$0")/lib.sh"
 
 RARE_PINGS=(--ping-interval 600000 --ping-timeout 600000)
 SIZES=(32768 65536 65537 131072)
-ROUNDS=3
 
 echo_server_start
 gateway_init
@@ -45,13 +44,20 @@ stop_pair() {
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
 
-# stream SIZE TAG: SIZE random bytes through `tetherctl connect` to the
-# echo server; the answer must be those bytes, within the bounded wait.
+# stream SIZE TAG [pipe]: SIZE random bytes through `tetherctl connect` to
+# the echo server, its stdin the file (one message) or, with "pipe", a pipe
+# (messages of what each read gives, 64 KiB at most); the answer must be
+# those bytes, within the bounded wait.
 stream() {
-	local size=$1 tag=$2 pid rc=0
+	local size=$1 tag=$2 how=${3:-file} pid rc=0
 	head -c "$size" /dev/urandom >"$T/blob.$tag"
-	"$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" <"$T/blob.$tag" \
-		>"$T/out.$tag" 2>"$T/err.$tag" &
+	if [ "$how" = pipe ]; then
+		cat "$T/blob.$tag" | "$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" \
+			>"$T/out.$tag" 2>"$T/err.$tag" &
+	else
+		"$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" <"$T/blob.$tag" \
+			>"$T/out.$tag" 2>"$T/err.$tag" &
+	fi
 	pid=$!
 	PIDS+=("$pid")
 	wait_until 60 "the $size-byte stream $tag to end (held until an unrelated event?)" \
@@ -64,18 +70,18 @@ stream() {
 
 start_pair --workers 1
 for size in "${SIZES[@]}"; do
-	for round in $(seq "$ROUNDS"); do
-		stream "$size" "w1-$size-$round"
-	done
+	stream "$size" "w1-$size-1"
+	stream "$size" "w1-$size-2"
+	stream "$size" "w1-$size-3" pipe
 done
-pass "--workers 1: ${#SIZES[@]} sizes x $ROUNDS streams came back whole, none held"
+pass "--workers 1: ${#SIZES[@]} sizes x 3 streams (one from a pipe) came back whole, none held"
 stop_pair
 
 start_pair --workers 2 --landing any
 for size in "${SIZES[@]}"; do
-	for round in $(seq "$ROUNDS"); do
-		stream "$size" "w2-$size-$round"
-	done
+	stream "$size" "w2-$size-1"
+	stream "$size" "w2-$size-2"
+	stream "$size" "w2-$size-3" pipe
 done
-pass "--workers 2 --landing any: ${#SIZES[@]} sizes x $ROUNDS streams came back whole, none held"
+pass "--workers 2 --landing any: ${#SIZES[@]} sizes x 3 streams (one from a pipe) came back whole, none held"
 stop_pair
