@@ -10,8 +10,8 @@
 # says nothing for longer than the line's wait lands on loop 0 and is
 # served.  A later request for /v1/peer on a connection landed on loop 1
 # is refused with 421.  An agent's tunnel (/v1/connect) lands by count
-# (docs/0040 step 7): alone, on either loop in turn; several, one after
-# another, evenly, each handshake run on loop 0.
+# (docs/0040 step 7) whichever loop runs its handshake: alone, on either
+# loop in turn; several, one after another, evenly.
 source "$(dirname "$0")/lib.sh"
 
 py=/usr/bin/python3
@@ -152,55 +152,14 @@ PY
 log "second request /v1/peer: $(cat "$T/misplaced.out")"
 pass "/v1/peer asked later on a connection landed on loop 1: 421"
 
-# The agent's tunnel lands by count (docs/0040 step 7), whichever loop
-# runs its handshake: with no other tunnel the loops take turns.  Connects
-# until one's handshake ran on loop 1 and each loop carried the tunnel
-# once, each tunnel shown on one loop.
-# from_loop1: tunnels (upgraded connections) whose handshake loop 1 ran.
-from_loop1() {
-	local p n=0
-	for p in $(sed -n 's/.*msg="http upgraded to WebSocket" peer=\([^ ]*\).*/\1/p' "$T/gateway.log"); do
-		grep -q "msg=\"http: TLS handshake done\" peer=$p loop=1\( \|\$\)" "$T/gateway.log" && n=$((n + 1))
-	done
-	echo "$n"
-}
-n1_gone() { ! agent_is n1 active; }
-cid=$(cluster_create landing)
-ctl token create --cluster "$cid" >"$T/join.json"
-join_node n1 "$T/join.json" >/dev/null
-on0=0 on1=0
-for i in 1 2 3 4 5 6 7 8; do
-	client_start n1
-	wait_until 30 "n1 active ($i)" agent_is n1 active
-	metrics >"$T/placed.metrics"
-	if grep -q '^tether_loop_tunnels{loop="0"} 1$' "$T/placed.metrics" &&
-		grep -q '^tether_loop_tunnels{loop="1"} 0$' "$T/placed.metrics"; then
-		on0=$((on0 + 1))
-	elif grep -q '^tether_loop_tunnels{loop="1"} 1$' "$T/placed.metrics" &&
-		grep -q '^tether_loop_tunnels{loop="0"} 0$' "$T/placed.metrics"; then
-		on1=$((on1 + 1))
-	else
-		fail "connect $i: the tunnel is not on one loop: $(grep tether_loop_tunnels "$T/placed.metrics")"
-	fi
-	client_stop "$CLIENT_PID"
-	wait_until 30 "n1's tunnel gone ($i)" n1_gone
-	[ "$(from_loop1)" -ge 1 ] && [ "$on0" -ge 1 ] && [ "$on1" -ge 1 ] && break
-done
-[ "$(from_loop1)" -ge 1 ] || fail "in $i connects no tunnel's handshake ran on loop 1"
-[ "$on0" -ge 1 ] && [ "$on1" -ge 1 ] || fail "in $i connects the tunnel was on loop 0 $on0 times, on loop 1 $on1"
-pass "with --landing any the tunnel lands on either loop ($i connects: loop 0 $on0, loop 1 $on1; $(from_loop1) handshaken on loop 1)"
-
-# A tunnel lands by count whichever loop runs its handshake, loop 0
-# included (fe83428 kept a connection whose handshake loop 0 ran on loop
-# 0: a second tunnel then stood beside the first).  Four agents dial one
-# after another, each once the one before is up, each handshake run on
-# loop 0: just before it a connection is kept by loop 1 (on_loop.py), and
-# handshakes go round the loops (shown by the loops' handshake counts,
-# read on the plain metrics port, which makes none).  After each the loops
-# carry the tunnels evenly.  A request line later than the landing's wait
-# (LAND_WAIT_MS, 250 ms: a loaded machine) lands on loop 0 whatever the
-# counts; the gateway says so (a debug line), and only then is that agent
-# dialled again (at most 3 times).
+# Tunnels land by count (docs/0040 step 7) whichever loop runs their
+# handshake.  Each dial below has its handshake run on a chosen loop H:
+# just before it a connection is kept by the other loop (on_loop.py), and
+# handshakes go round the loops; the loops' handshake counts show it (read
+# on the plain metrics port, which makes none).  A request line later
+# than the landing's wait (LAND_WAIT_MS, 250 ms: a loaded machine) lands
+# on loop 0 whatever the counts; the gateway says so (a debug line), and
+# only then is that dial made again (at most 3 times).
 hs() {  # hs FILE N: loop N's TLS handshakes in a scrape
 	awk -v l="tether_loop_tls_handshakes_total{loop=\"$2\"}" '$1 == l { v = $2 } END { print v + 0 }' "$1"
 }
@@ -211,42 +170,80 @@ tunnels_are() {  # tunnels_are N: N tunnels in all (scrape in $T/t.metrics)
 	metrics >"$T/t.metrics" && [ "$(($(tun "$T/t.metrics" 0) + $(tun "$T/t.metrics" 1)))" = "$1" ]
 }
 late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
+# dial NODE H N: starts NODE's agent (CLIENT_PID), its handshake run on
+# loop H, and waits until N tunnels stand ($T/t.metrics); non-zero when a
+# request line came late meanwhile (the agent is then stopped again).
+dial() {
+	local node=$1 h=$2 n=$3 seen
+	$py "$TETHER_SRC/tests/integration/on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" \
+		"$GW_DIR/admin.token" "$T/gateway.log" $((1 - h)) GET /healthz >"$T/on.out" ||
+		fail "$node: no connection kept by loop $((1 - h)): $(cat "$T/on.out")"
+	metrics >"$T/before.metrics"
+	seen=$(late)
+	client_start "$node"
+	wait_until 30 "$node's tunnel" tunnels_are "$n"
+	[ "$(($(hs "$T/t.metrics" "$h") - $(hs "$T/before.metrics" "$h")))" = 1 ] &&
+		[ "$(hs "$T/t.metrics" $((1 - h)))" = "$(hs "$T/before.metrics" $((1 - h)))" ] ||
+		fail "$node's handshake did not run on loop $h: $(grep '^tether_loop_tls_handshakes' "$T/before.metrics" "$T/t.metrics")"
+	[ "$(late)" = "$seen" ] && return 0
+	log "$node's request line came late: on loop 0; again"
+	client_stop "$CLIENT_PID"
+	wait_until 30 "$node's tunnel gone" tunnels_are $((n - 1))
+	return 1
+}
+# dial_again NODE H N: dial, again while a request line came late (3 tries).
+dial_again() {
+	dial "$@" || dial "$@" || dial "$@" || fail "$1: a request line came late 3 times"
+}
+# register NODE...: each agent's first run registers it (a tunnel of its
+# own before the one that stays): that run comes first and is stopped, so
+# that each dial is one handshake.
+register() {
+	local p pids=()
+	for p in "$@"; do
+		client_start "$p"
+		pids+=("$CLIENT_PID")
+	done
+	wait_until 60 "$* registered, each a tunnel" tunnels_are $#
+	for p in "${pids[@]}"; do
+		client_stop "$p"
+	done
+	wait_until 30 "their tunnels gone" tunnels_are 0
+}
+
+# Alone, a tunnel lands on either loop in turn (ties go round): two dials,
+# each handshake run on loop 1; one is sent home to loop 0, one stays.
+cid=$(cluster_create landing)
+ctl token create --cluster "$cid" >"$T/join.json"
+join_node n1 "$T/join.json" >/dev/null
+register n1
+on0=0 on1=0
+for i in 1 2; do
+	dial_again n1 1 1
+	if [ "$(tun "$T/t.metrics" 0)" = 1 ]; then on0=$((on0 + 1)); else on1=$((on1 + 1)); fi
+	client_stop "$CLIENT_PID"
+	wait_until 30 "n1's tunnel gone ($i)" tunnels_are 0
+done
+[ "$on0" = 1 ] && [ "$on1" = 1 ] || fail "two lone tunnels, each handshake on loop 1: $on0 on loop 0, $on1 on loop 1"
+pass "with --landing any a lone tunnel lands on either loop in turn, its handshake on loop 1 (one sent to loop 0, one kept)"
+
+# Several, each handshake run on loop 0 (fe83428 kept a connection whose
+# handshake loop 0 ran on loop 0: a second tunnel then stood beside the
+# first, whatever the counts): four agents dial one after another, each
+# once the one before is up; after each the loops carry the tunnels
+# evenly.
 ctl token create --cluster "$cid" --uses 4 >"$T/join4.json"
-# Each registers on its first run (a tunnel of its own before the one that
-# stays): that run comes first, so that each dial below is one handshake.
-apids=()
 for i in 1 2 3 4; do
 	join_node "a$i" "$T/join4.json" >/dev/null
-	client_start "a$i"
-	apids+=("$CLIENT_PID")
 done
-wait_until 60 "a1..a4 registered, each a tunnel" tunnels_are 4
-for p in "${apids[@]}"; do
-	client_stop "$p"
-done
-wait_until 30 "a1..a4's tunnels gone" tunnels_are 0
+register a1 a2 a3 a4
 apids=()
 for i in 1 2 3 4; do
-	for try in 1 2 3; do
-		$py "$TETHER_SRC/tests/integration/on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" \
-			"$GW_DIR/admin.token" "$T/gateway.log" 1 GET /healthz >"$T/on1.out" ||
-			fail "a$i: no connection kept by loop 1: $(cat "$T/on1.out")"
-		metrics >"$T/before.metrics"
-		seen=$(late)
-		client_start "a$i"
-		wait_until 30 "a$i's tunnel" tunnels_are "$i"
-		[ "$(($(hs "$T/t.metrics" 0) - $(hs "$T/before.metrics" 0)))" = 1 ] &&
-			[ "$(hs "$T/t.metrics" 1)" = "$(hs "$T/before.metrics" 1)" ] ||
-			fail "a$i's handshake did not run on loop 0: $(grep tether_loop_tls_handshakes "$T/before.metrics" "$T/t.metrics")"
-		t0=$(tun "$T/t.metrics" 0) t1=$(tun "$T/t.metrics" 1)
-		[ $((t0 - t1)) -le 1 ] && [ $((t1 - t0)) -le 1 ] && break
-		[ "$(late)" -gt "$seen" ] && [ "$try" -lt 3 ] ||
-			fail "a$i (handshake on loop 0) landed beside the others: loop 0 $t0, loop 1 $t1 tunnels"
-		log "a$i's request line came late (try $try): on loop 0; again"
-		client_stop "$CLIENT_PID"
-		wait_until 30 "a$i's tunnel gone" tunnels_are $((i - 1))
-	done
+	dial_again "a$i" 0 "$i"
 	apids+=("$CLIENT_PID")
+	t0=$(tun "$T/t.metrics" 0) t1=$(tun "$T/t.metrics" 1)
+	[ $((t0 - t1)) -le 1 ] && [ $((t1 - t0)) -le 1 ] ||
+		fail "a$i (handshake on loop 0) landed beside the others: loop 0 $t0, loop 1 $t1 tunnels"
 done
 pass "4 agents one after another, each handshake on loop 0: the tunnels land evenly (loop 0 $t0, loop 1 $t1)"
 for p in "${apids[@]}"; do

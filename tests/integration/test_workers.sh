@@ -144,9 +144,8 @@ PY
 PIDS+=($!)
 wait_until 20 "the source to start sending" test -s "$T/source.count"
 # count_stable: the source sent nothing more for 2 s (four looks 0.5 s
-# apart).  One look was not enough: under ThreadSanitizer on a loaded
-# machine the stalled stream sat still 0.5 s and then moved 3.6 MiB more
-# into the kernel's socket buffers while the echo streams ran.
+# apart).  (The streams beside it must finish whether it moves on later or
+# not; issue 23's case below waits for more: stalled.)
 count_stable() {
 	local a b i
 	a=$(cat "$T/source.count")
@@ -200,6 +199,15 @@ one_each() {
 }
 # late: request lines not read whole in the landing's wait so far (debug).
 late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
+# next_on H: the next TLS handshake runs on loop H (--landing any, debug
+# log): a connection kept by the other loop just before (on_loop.py), and
+# handshakes go round the loops while none is under way.  An operator's
+# connection (tetherctl connect) stays on the loop that ran its handshake.
+next_on() {
+	$py "$TETHER_SRC/tests/integration/on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" \
+		"$GW_DIR/admin.token" "$T/gateway.log" $((1 - $1)) GET /healthz >"$T/on.out" ||
+		fail "no connection kept by loop $((1 - $1)): $(cat "$T/on.out")"
+}
 # start_beside NAME: starts agent NAME (CLIENT_PID) until it is active and
 # each loop carries one tunnel: it lands there whichever loop runs its
 # handshake.  Only a tunnel whose request line comes later than the
@@ -227,6 +235,7 @@ wait_until 30 "n1 active" agent_is n1 active
 metrics >"$T/one.metrics"
 [ "$(($(tunnel_loop "$T/one.metrics" 0) + $(tunnel_loop "$T/one.metrics" 1)))" = 1 ] ||
 	fail "n1's one tunnel is not on one loop: $(grep tether_loop_tunnels "$T/one.metrics")"
+if [ "$(tunnel_loop "$T/one.metrics" 0)" = 1 ]; then l1=0; else l1=1; fi
 cid2=$(cluster_create workers2)
 ctl token create --cluster "$cid2" >"$T/join2.json"
 join_node n2 "$T/join2.json" --allow "127.0.0.1:$echo_port" >/dev/null
@@ -234,30 +243,38 @@ start_beside n2
 n2_pid=$CLIENT_PID
 pass "n1's tunnel on one loop, n2's on the other: a new tunnel lands on the loop with the fewest"
 
-# Streams both ways across (docs/0040 sections 2 and 5): a connect to
-# n1's cluster and one to n2's, again and again; each lands on the loop
-# that ran its handshake, so some reach their agent on the other loop over
-# the loop link, from loop 0 to loop 1 and from loop 1 to loop 0, each
-# stream's 1 MiB intact (at most 12 rounds, until both ways were crossed).
+# Streams both ways across (docs/0040 sections 2 and 5): n1's tunnel is
+# on loop L1, n2's on the other, L2.  A connect to n1's cluster whose
+# handshake ran on L2 stays there and reaches n1 over the loop link
+# L2>L1, and one to n2's cluster from L1 crosses L1>L2: both ways, each
+# stream's 1 MiB intact, each counted once.  (A request line later than
+# the landing's wait lands on loop 0: only when the gateway says so is a
+# connect made again, at most 3 times.)
 link_streams() {  # link_streams FILE FROM TO
 	awk -v l="tether_loop_link_streams_total{from=\"$2\",to=\"$3\"}" \
 		'$1 == l { v = $2 } END { print v + 0 }' "$1"
 }
+l2=$((1 - l1))
 head -c $((1 << 20)) /dev/urandom >"$T/blob1"
 want1=$(sha256sum <"$T/blob1")
-for round in 1 2 3 4 5 6 7 8 9 10 11 12; do
-	for c in "$cid" "$cid2"; do
-		"$CTL" connect --cluster "$c" "127.0.0.1:$echo_port" <"$T/blob1" >"$T/cross.out" ||
-			fail "round $round: a connect to cluster $c exited $?"
-		[ "$(sha256sum <"$T/cross.out")" = "$want1" ] || fail "round $round: cluster $c's echo differs"
+for c in "$cid:$l2:$l1" "$cid2:$l1:$l2"; do
+	IFS=: read -r cl from to <<<"$c"
+	for try in 1 2 3; do
+		metrics >"$T/cross0.metrics"
+		seen=$(late)
+		next_on "$from"
+		"$CTL" connect --cluster "$cl" "127.0.0.1:$echo_port" <"$T/blob1" >"$T/cross.out" ||
+			fail "a connect to cluster $cl from loop $from exited $?"
+		[ "$(sha256sum <"$T/cross.out")" = "$want1" ] || fail "cluster $cl's echo (from loop $from) differs"
+		metrics >"$T/cross.metrics"
+		[ "$(($(link_streams "$T/cross.metrics" "$from" "$to") - $(link_streams "$T/cross0.metrics" "$from" "$to")))" = 1 ] &&
+			break
+		[ "$(late)" -gt "$seen" ] && [ "$try" -lt 3 ] ||
+			fail "a connect from loop $from did not cross $from>$to: $(grep '^tether_loop_link_streams_total' "$T/cross0.metrics" "$T/cross.metrics")"
+		log "a request line came late (try $try): the connect from loop $from may be on loop 0; again"
 	done
-	metrics >"$T/cross.metrics"
-	[ "$(link_streams "$T/cross.metrics" 0 1)" -ge 1 ] &&
-		[ "$(link_streams "$T/cross.metrics" 1 0)" -ge 1 ] && break
 done
-[ "$(link_streams "$T/cross.metrics" 0 1)" -ge 1 ] && [ "$(link_streams "$T/cross.metrics" 1 0)" -ge 1 ] ||
-	fail "in $round rounds streams did not cross both ways: $(grep '^tether_loop_link_streams_total' "$T/cross.metrics")"
-pass "streams both ways across the loops ($round rounds: 0>1 $(link_streams "$T/cross.metrics" 0 1), 1>0 $(link_streams "$T/cross.metrics" 1 0)), every echo intact"
+pass "streams both ways across the loops (n1 on loop $l1, n2 on loop $l2: one each way), every echo intact"
 
 # Rehome across loops: n1 stopped (its tunnel stays), n2 gone (its loop
 # empty); n1 dials again from a second process: the new tunnel lands on
@@ -332,7 +349,11 @@ scrape() { # scrape NAME: /metrics into $T/NAME.metrics
 family() { # family FILE SERIES: its value (0 if absent)
 	awk -v s="$2" '$1 == s { v = $2 } END { print v + 0 }' "$1"
 }
-gateway_start --workers 2 --landing any --stream-window 262144
+# Its own debug log (next_on reads "http: landed" lines by client port: an
+# earlier gateway's may name the same port).
+cat "$T/gateway.log" >>"$T/gateway-earlier.log"
+: >"$T/gateway.log"
+gateway_start --workers 2 --landing any --log-level debug --stream-window 262144
 client_start n1 --stream-window 262144
 n1_pid=$CLIENT_PID
 wait_until 30 "n1 active" agent_is n1 active
@@ -343,7 +364,9 @@ xs="tether_loop_link_streams_total{from=\"$ol\",to=\"$tl\"}"
 xb="tether_loop_link_bytes_total{from=\"$tl\",to=\"$ol\"}"
 recv='tether_stream_bytes_total{direction="received"}'
 # The stalled stream: a connect to the source whose output is never read,
-# again until one lands on loop O (its stream then crosses the link).
+# its handshake run on loop O (next_on), where it stays: its stream
+# crosses the link.  (Only a late request line, which the gateway says,
+# lands it on loop 0: then it is made again, at most 3 times.)
 src_down() { # the stream to the source: its bytes_down in /v1/status
 	gw_get /v1/status && jq -er --arg t "127.0.0.1:$source_port" \
 		'[.streams[] | select(.target == $t)] | if length == 1 then .[0].bytes_down
@@ -354,14 +377,12 @@ to_source() { # streams to the source in /v1/status
 		'[.streams[] | select(.target == $t)] | length' "$T/get.out"
 }
 no_source_stream() { [ "$(to_source)" = 0 ]; }
-crossed=0
-for try in 1 2 3 4 5 6 7 8; do
-	# Handshakes alternate between the loops: one more connection every
-	# other try, in case each try makes an even number of them.
-	[ $((try % 2)) = 0 ] || gw_get /healthz
+for try in 1 2 3; do
 	scrape r                           # from the tunnel before this stream
 	received0=$(family "$T/r.metrics" "$recv")
-	rm -f "$T/held.pid"
+	seen=$(late)
+	rm -f "$T/held.pid" "$T/source.count"
+	next_on "$ol"
 	$py - "$CTL" "$cid" "$source_port" "$T/held.pid" <<'PY' &
 import subprocess, sys, time
 held = subprocess.Popen([sys.argv[1], "connect", "--cluster", sys.argv[2],
@@ -372,14 +393,17 @@ PY
 	PIDS+=($!)
 	wait_until 10 "the stalled connect's pid ($try)" test -s "$T/held.pid"
 	PIDS+=("$(cat "$T/held.pid")")
-	wait_until 20 "the source to start sending ($try)" src_down
+	# No connection of ours before the connect's own (src_down makes one).
+	wait_until 20 "the source to start sending ($try)" test -s "$T/source.count"
+	wait_until 20 "the stream to the source in /v1/status ($try)" src_down
 	scrape x
-	if [ "$(family "$T/x.metrics" "$xs")" -ge 1 ]; then crossed=1; break; fi
-	kill "$(cat "$T/held.pid")"        # on loop $tl: no crossing; again
+	[ "$(family "$T/x.metrics" "$xs")" -ge 1 ] && break
+	[ "$(late)" -gt "$seen" ] && [ "$try" -lt 3 ] ||
+		fail "the stalled connect (its handshake on loop $ol) did not cross $ol>$tl: $(grep '^tether_loop_link_streams_total' "$T/x.metrics")"
+	log "a request line came late (try $try): the stalled connect may be on loop 0; again"
+	kill "$(cat "$T/held.pid")"
 	wait_until 20 "the uncrossed stream gone ($try)" no_source_stream
 done
-[ "$crossed" = 1 ] || fail "in $try connects no stream's connection landed on loop $ol"
-wait_until 60 "the stalled stream to stop absorbing bytes" count_stable
 # Held inside the gateway: received from the tunnel minus passed on to the
 # client (bytes_down), read at one instant (bytes_down the same around the
 # /metrics read).
@@ -390,9 +414,24 @@ held_at_one_instant() {
 	echo $((now - received0 - down)) >"$T/held"
 	echo "$down" >"$T/down0"
 }
-wait_until 60 "the stalled stream's bytes_down equal around a /metrics read" held_at_one_instant
-held=$(cat "$T/held")
+# stalled: the stream stands still because its reader does, not on its
+# way: the gateway holds at least half a window of it that it cannot pass
+# on (bytes_down, the source's count and the bytes held all the same
+# twice, 1 s apart).  A still source alone was not enough: a socket whose
+# window reopened unannounced waits for TCP's probe (0.2 s, doubling), so
+# the stream sat still 2-3 s with nothing held, then moved megabytes
+# more while the echo streams below ran ("the stalled stream moved").
 window=262144
+stalled() {
+	local s1 d1 h1
+	s1=$(cat "$T/source.count") && held_at_one_instant && d1=$(cat "$T/down0") &&
+		h1=$(cat "$T/held") && [ "$h1" -ge $((window / 2)) ] || return 1
+	sleep 1
+	held_at_one_instant && [ "$(cat "$T/down0")" = "$d1" ] && [ "$(cat "$T/held")" = "$h1" ] &&
+		[ "$(cat "$T/source.count")" = "$s1" ]
+}
+wait_until 60 "the stalled stream held in the gateway, still" stalled
+held=$(cat "$T/held")
 [ "$held" -ge 0 ] && [ "$held" -le $((2 * window)) ] ||
 	fail "the gateway holds $held bytes of the stalled stream, more than two windows of $window"
 # Four streams beside it, from connections on either loop.
