@@ -10,6 +10,7 @@
  */
 #include "access.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -730,15 +731,32 @@ access_pick(struct gateway *gw, const struct access_grant *g,
 	return 503;
 }
 
+/* Whether loop `to` holds more HTTP connections than loop `here` by more
+ * than the slack, max(2, a quarter of here's): then a connection landing
+ * there would crowd one loop while here idles (one busy cluster whose
+ * agents are all on `to`), and it stays here and crosses instead. */
+static int
+land_crowded(const struct gateway *gw, unsigned to, unsigned here)
+{
+	unsigned n_to = atomic_load_explicit(&gw->loops[to].nconns,
+	    memory_order_relaxed);
+	unsigned n_here = atomic_load_explicit(&gw->loops[here].nconns,
+	    memory_order_relaxed);
+	unsigned slack = n_here / 4 > 2 ? n_here / 4 : 2;
+
+	return n_to > n_here + slack;
+}
+
 unsigned
 access_land_loop(struct gateway *gw, const char *cluster, const char *node,
     unsigned here)
 {
 	unsigned to;
 
-	if (!gw->landing_route || gw->agents == NULL || cluster[0] == '\0' ||
+	if (!gw->landing_route || gw->agents == NULL || gw->loops == NULL ||
+	    cluster[0] == '\0' || here >= gw->nloops ||
 	    !agentdir_land(gw->agents, cluster, node, here, &to) ||
-	    to >= gw->nloops)
+	    to >= gw->nloops || (to != here && land_crowded(gw, to, here)))
 		return here;
 	return to;
 }

@@ -90,12 +90,16 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
  * when non-NULL) lands on, its handshake having run on loop here
  * (docs/0040 step 8, a route's land_loop): here when an active agent of
  * it has its tunnel on here, else the loop of the agent access_pick would
- * take from here; here when this process holds no active agent of it
- * (unknown cluster, none active, or only on other replicas), and always
- * unless gw->landing_route (--landing any keeps them where they are).  Nothing is
- * checked of who asks: the route checks that on the landed loop.  Any
- * thread.  O(agents of the cluster) under the agent directory's mutex
- * (agentdir_land), no store call.
+ * take from here, unless that loop holds more HTTP connections than here
+ * by more than max(2, a quarter of here's) (loop->nconns: one busy
+ * cluster's connections would all crowd one loop while here idles; this
+ * one stays and its streams cross); here when this process holds no
+ * active agent of it (unknown cluster, none active, or only on other
+ * replicas), and always unless gw->landing_route (--landing any keeps
+ * them where they are).  Nothing is checked of who asks: the route checks
+ * that on the landed loop.  Any thread.  O(agents of the cluster) under
+ * the agent directory's mutex (agentdir_land), two atomic loads, no store
+ * call.
  */
 unsigned access_land_loop(struct gateway *gw, const char *cluster,
     const char *node, unsigned here);

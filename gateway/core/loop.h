@@ -59,6 +59,10 @@ struct loop {
 	                                 began to wait; 0: none waits here */
 	atomic_uint ntunnels;         /* established tunnels here (its hub) */
 	atomic_uint nhandshakes;      /* tunnel handshakes under way here */
+	atomic_uint nconns;           /* HTTP connections living here (server.c's
+	                                 hconns, and those sent here not yet
+	                                 arrived): the landing's guard
+	                                 (access_land_loop) reads it */
 	/* Streams and access (docs/0040 step 6: livestreams.c, access.c):
 	 * loops 1..n-1's own, used on their thread only.  Loop 0's are the
 	 * gateway's (gw->live_streams, gw->access_cache), as gw->base is

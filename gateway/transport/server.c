@@ -428,10 +428,24 @@ server_conn_released(struct server *srv, const char *peer, int exempt)
 	sl->released = r;
 }
 
+/* sl's count of HTTP connections for any thread (loop->nconns, the
+ * landing's guard): up by one (up) or down. */
+static void
+conns_count(struct server_loop *sl, int up)
+{
+	if (sl->loop == NULL)
+		return;
+	if (up)
+		atomic_fetch_add_explicit(&sl->loop->nconns, 1, memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(&sl->loop->nconns, 1, memory_order_relaxed);
+}
+
 static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
+	conns_count(h->sl, 0);
 	hconn_unowe(h);
 	hconn_drop_reply(h);
 	if (h->tls_counted)
@@ -1441,6 +1455,7 @@ hconn_new(struct server_loop *sl, evutil_socket_t fd, const char *peer,
 	/* The TLS handshake and the first request share the deadline. */
 	hconn_arm(h, srv->gw->limits.http_timeout_ms);
 	LIST_INSERT_HEAD(&sl->http, h, link);
+	conns_count(sl, 1);
 	h->owed = 1;
 	atomic_fetch_add_explicit(&sl->owed, 1, memory_order_relaxed);
 	/* Its share was taken by conn_admit; on loop k its place was too, and
@@ -1636,6 +1651,7 @@ adopt_here(void *arg)
 	land_on(a->to, a->fd, a->ssl, a->peer, a->port, a->exempt, a->head,
 	    a->head_len, a->from);
 	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
+	conns_count(a->to, 0);
 	free(a);
 }
 
@@ -1650,6 +1666,7 @@ adopt_dropped(void *arg)
 	head_free(a->head, a->head_len);
 	server_conn_released(a->to->srv, a->peer, a->exempt);
 	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
+	conns_count(a->to, 0);
 	free(a);
 }
 
@@ -1675,8 +1692,10 @@ server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
 	*a = (struct adopt){ .to = to, .fd = fd, .ssl = ssl, .head = head,
 	    .head_len = head_len, .port = port, .exempt = exempt, .from = from };
 	snprintf(a->peer, sizeof(a->peer), "%s", peer);
-	/* Owed from now (a drain's count), not only once it arrived. */
+	/* Owed from now (a drain's count), not only once it arrived; and
+	 * counted where it lands from now (the next landing's guard). */
 	atomic_fetch_add_explicit(&to->owed, 1, memory_order_relaxed);
+	conns_count(to, 1);
 	(void)loop_call(to->loop, adopt_here, a, adopt_dropped);
 }
 

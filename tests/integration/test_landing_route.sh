@@ -5,7 +5,9 @@
 # without --node) land on the loop of their cluster's agent, so none
 # crosses the loop link (tether_loop_link_streams_total unchanged) while
 # their TLS handshakes ran on both loops (tether_loop_tls_handshakes_total
-# moved on each); every answer and echo intact.  With --landing any the
+# moved on each); every answer and echo intact.  A burst of 16 connections
+# at once to one cluster does not crowd its agent's loop: past a slack the
+# rest stay where their handshake ran (and cross).  With --landing any the
 # same requests stay where their handshake ran and some cross.
 source "$(dirname "$0")/lib.sh"
 chmod 755 "$T"
@@ -128,6 +130,47 @@ done
 [ "$(crossed "$T/after.metrics")" = "$(crossed "$T/before.metrics")" ] ||
 	fail "streams crossed the loop link with --landing route: $(grep '^tether_loop_link_streams_total' "$T/after.metrics")"
 pass "16 kubectl requests and 16 connects (8 naming the node), handshakes on both loops: none crossed between the loops"
+
+# A burst (docs/0040 step 8's guard): 16 connections at once to cluster
+# a, each holding its connection open until all were answered.  Landing
+# all of them on na's loop would crowd it while the other idles: once na's
+# loop holds more than the other's connections plus max(2, a quarter),
+# the rest stay where their handshake ran and cross.  Both loops serve
+# some (without the guard all 16 land on na's loop: nothing crosses).
+metrics >"$T/before.metrics"
+$py - "$GW_PORT" "$GW_DIR/ca.crt" "$GW_DIR/admin.token" "/k8s/clusters/${cid[a]}/version" 16 \
+	>"$T/burst.out" <<'PY' || fail "burst: $(cat "$T/burst.out")"
+import http.client, ssl, sys, threading
+port, ca, token_file, path, n = sys.argv[1:6]
+n = int(n)
+token = open(token_file).read().strip()
+ctx = ssl.create_default_context(cafile=ca)
+go, done = threading.Barrier(n), threading.Barrier(n)
+bad = []
+def one():
+    go.wait()
+    c = http.client.HTTPSConnection("127.0.0.1", int(port), context=ctx, timeout=60)
+    try:
+        c.request("GET", path, headers={"Authorization": "Bearer " + token})
+        r = c.getresponse()
+        body = r.read()
+        if r.status != 200 or b"v1.28.0-tether-test" not in body:
+            bad.append("%d %r" % (r.status, body[:200]))
+    except Exception as e:
+        bad.append(repr(e))
+    done.wait()   # every connection stays open until all were answered
+    c.close()
+ts = [threading.Thread(target=one) for _ in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+if bad:
+    sys.exit("; ".join(bad))
+PY
+metrics >"$T/after.metrics"
+n=$(($(crossed "$T/after.metrics") - $(crossed "$T/before.metrics")))
+[ "$n" -ge 3 ] && [ "$n" -le 13 ] ||
+	fail "a burst of 16 connections to one cluster: $n crossed (want both loops serving 3 or more)"
+pass "a burst of 16 connections to one cluster spreads over both loops: $n stayed on the handshake loop and crossed"
 
 # The same with --landing any: each connection stays on its handshake
 # loop, and those of a cluster whose agent is on the other loop cross.
