@@ -62,6 +62,15 @@ fwd2_port=$(free_port)
 	2>>"$T/forward2.log" &
 PIDS+=($!)
 wait_until 20 "second forward listening" port_open "$fwd2_port"
+gw_get() { # gw_get PATH: an admin GET into $T/get.out
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		-o "$T/get.out" "$GW_URL$1"
+}
+recv='tether_stream_bytes_total{direction="received"}'
+received() { # what the gateway received from tunnels, every stream so far
+	gw_get /metrics && awk -v s="$recv" '$1 == s { v = $2 } END { print v + 0 }' "$T/get.out"
+}
+received0=$(received)   # the streams before have ended: the stalled one's from here
 $py - "$fwd2_port" <<'PY' &
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -69,15 +78,39 @@ time.sleep(3600)   # connects to the source and never reads
 PY
 PIDS+=($!)
 wait_until 20 "the source to start sending" test -s "$T/source.count"
-# Stalled means: the count stops moving (every buffer on the way is full).
-count_stable() {
-	local a b
-	a=$(cat "$T/source.count")
-	sleep 0.5
-	b=$(cat "$T/source.count")
-	[ "$a" = "$b" ]
+src_down() { # the stream to the source: its bytes_down in /v1/status
+	gw_get /v1/status && jq -er --arg t "127.0.0.1:$source_port" \
+		'[.streams[] | select(.target == $t)] | if length == 1 then .[0].bytes_down
+		 else error("want one stream to the source, got \(length)") end' "$T/get.out"
 }
-wait_until 30 "the stalled stream to stop absorbing bytes" count_stable
+# Held inside the gateway: received from the tunnel minus passed on to the
+# client (bytes_down), read at one instant (bytes_down the same around the
+# /metrics read).
+held_at_one_instant() {
+	local down now again
+	down=$(src_down) && now=$(received) && again=$(src_down) && [ "$down" = "$again" ] ||
+		return 1
+	echo $((now - received0 - down)) >"$T/held"
+	echo "$down" >"$T/down0"
+}
+# Stalled means: the stream stands still because its reader does, every
+# buffer on the way full: the gateway holds at least half a window of it
+# that it cannot pass on, and that, bytes_down and the source's count are
+# the same twice, 1 s apart.  The source's count still for 0.5 s was not
+# enough: a socket whose window reopened unannounced waits for TCP's probe
+# (0.2 s, doubling), so a stream could sit still with nothing held and
+# move megabytes more while the bulk streams below ran (as test_workers'
+# stalled stream did: "still growing").
+window=262144
+stalled() {
+	local s1 d1 h1
+	s1=$(cat "$T/source.count") && held_at_one_instant && d1=$(cat "$T/down0") &&
+		h1=$(cat "$T/held") && [ "$h1" -ge $((window / 2)) ] || return 1
+	sleep 1
+	held_at_one_instant && [ "$(cat "$T/down0")" = "$d1" ] && [ "$(cat "$T/held")" = "$h1" ] &&
+		[ "$(cat "$T/source.count")" = "$s1" ]
+}
+wait_until 60 "the stalled stream held in the gateway, still" stalled
 count1=$(cat "$T/source.count")
 $py "$TETHER_SRC/tests/integration/streamclient.py" "$fwd_port" 4 $((8 << 20)) >"$T/bulk.out" ||
 	fail "bulk streams beside a stalled one: $(cat "$T/bulk.out")"
