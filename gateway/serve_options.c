@@ -108,7 +108,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    "route or any, its share of the connections, tunnels and streams "
 	    "(docs/0032, docs/0040)" },
 	[SERVE_OPT_LANDING] = { .name = "landing", .type = OPT_CHOICE,
-	    .arg = "WHERE", .def = "route", .choices = landings,
+	    .arg = "WHERE", .def = "any", .choices = landings,
 	    .help = "where an HTTPS connection lives once its TLS handshake is "
 	    "done (docs/0040): route: a /k8s request or a dial on the loop of "
 	    "an agent of its cluster, an agent's tunnel on the loop holding the "

@@ -23,9 +23,9 @@
 #           keepalive) -> upstream; one per N of BENCH_NGINX_WORKERS
 #   direct  wrk -> http://127.0.0.1:UP/version
 # The upstream nginx runs one worker.  With --workers N the gateway runs N
-# loops (docs/0040): with --landing route, the default, a client
+# loops (docs/0040): with BENCH_GW_FLAGS="--landing route" a client
 # connection lands on the loop of its cluster's agent and its requests
-# cross nothing; with BENCH_GW_FLAGS="--landing any" each loop keeps the
+# cross nothing; with --landing any, the default, each loop keeps the
 # client connections whose TLS handshake it ran and serves their
 # requests, and a request whose agent's tunnel is on another loop crosses
 # the in-process link (counted below), as nginx's second worker serves
@@ -48,7 +48,8 @@
 #   BENCH_NGINX_WORKERS the proxies' worker_processes values, one nginx
 #                       each (default "1 2")
 #   BENCH_GW_FLAGS      more serve flags for every gateway (default none;
-#                       "--landing any" measures docs/0040's crossings)
+#                       "--landing route" lands a cluster's requests on
+#                       its agent's loop, docs/0040 step 8)
 #   BENCH_KEEP=1        keep the work directory (logs, wrk output)
 #   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent,
 #                       bench-ctl, out of reach of other sessions' pkill -f

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --landing route (the default, docs/0040 step 8): with two loops and two
+# --landing route (docs/0040 step 8): with two loops and two
 # one-agent clusters, one agent's tunnel on each loop, kubectl requests
 # through /k8s/clusters/ID and `tetherctl connect` raw dials (with and
 # without --node) land on the loop of their cluster's agent, so none
@@ -111,12 +111,12 @@ requests() {
 }
 
 gateway_init
-two_agents
+two_agents --landing route
 for c in a b; do
 	"$CTL" kubeconfig --cluster "${cid[$c]}" --user "user-$c" >"$T/kc-$c.yaml" ||
 		fail "kubeconfig for cluster $c exited $?"
 done
-pass "na's tunnel on one loop, nb's on the other (--landing route, the default)"
+pass "na's tunnel on one loop, nb's on the other (--landing route)"
 
 metrics >"$T/before.metrics"
 requests route
