@@ -1670,9 +1670,24 @@ adopt_dropped(void *arg)
 	free(a);
 }
 
+/* Loop 0's pass after the one that sent a connection on (server_adopt):
+ * its epoll changes for the socket are made by now. */
+static void
+adopt_send(void *arg)
+{
+	struct adopt *a = arg;
+
+	(void)loop_call(a->to->loop, adopt_here, a, adopt_dropped);
+}
+
 /* Sends a connection (established, its head read) from loop `from` (the
  * calling one) to loop `to` (not the calling one, not 0): LOOP_MSG_ADOPT
- * of docs/0040.  Takes fd, ssl, head. */
+ * of docs/0040.  Takes fd, ssl, head.  From loop 0 it leaves a pass
+ * later: loop 0's base makes its epoll changes at its next dispatch
+ * (runtime_event_base: a changelist), so the removal of the handshake's
+ * event from the socket may come after the call; sent at once, `to` could
+ * close the socket first (a loop 0 epoll_ctl on a closed, maybe reused,
+ * descriptor: ThreadSanitizer saw it). */
 static void
 server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
     const char *peer, enum conn_port port, int exempt, char *head,
@@ -1696,7 +1711,10 @@ server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
 	 * counted where it lands from now (the next landing's guard). */
 	atomic_fetch_add_explicit(&to->owed, 1, memory_order_relaxed);
 	conns_count(to, 1);
-	(void)loop_call(to->loop, adopt_here, a, adopt_dropped);
+	if (from == 0)
+		(void)loop_call(to->srv->per[0].loop, adopt_send, a, adopt_dropped);
+	else
+		(void)loop_call(to->loop, adopt_here, a, adopt_dropped);
 }
 
 /* tlsloops' land callback, on handshake loop job->loop (0..nloops-1,
