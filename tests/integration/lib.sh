@@ -116,6 +116,35 @@ wait_until() {
 	done
 }
 
+# stream_stalled WINDOW COUNTFILE: true once a stream whose reader never
+# reads stands still because of it, every buffer on its way full: the
+# gateway holds at least half a window of it that it cannot pass on, and
+# that, its bytes_down and the source's count (COUNTFILE) are the same
+# twice, 1 s apart.  The caller defines src_down (the stream's bytes_down)
+# and gw_received (what the gateway received of it from the tunnel so
+# far).  A source still for 0.5 s alone was not enough: a socket whose
+# window reopened unannounced waits for TCP's probe (0.2 s, doubling), so
+# a stream could sit still 2-3 s with nothing held, then move megabytes
+# more (test_workers, test_streams).  Leaves the bytes held in $T/held.
+stream_stalled() {
+	local window=$1 count=$2 s1 d1 h1
+	s1=$(cat "$count") && held_at_one_instant && d1=$(cat "$T/down0") &&
+		h1=$(cat "$T/held") && [ "$h1" -ge $((window / 2)) ] || return 1
+	sleep 1
+	held_at_one_instant && [ "$(cat "$T/down0")" = "$d1" ] && [ "$(cat "$T/held")" = "$h1" ] &&
+		[ "$(cat "$count")" = "$s1" ]
+}
+# held_at_one_instant: the bytes the gateway holds of the stream (received
+# minus passed on) into $T/held, its bytes_down into $T/down0, read at one
+# instant (bytes_down the same around the received read).
+held_at_one_instant() {
+	local down now again
+	down=$(src_down) && now=$(gw_received) && again=$(src_down) && [ "$down" = "$again" ] ||
+		return 1
+	echo $((now - down)) >"$T/held"
+	echo "$down" >"$T/down0"
+}
+
 # gateway_init [extra init flags]: a data dir at $T/gw for 127.0.0.1:$GW_PORT.
 gateway_init() {
 	GW_PORT=${GW_PORT:-$(free_port)}

@@ -404,33 +404,11 @@ PY
 	kill "$(cat "$T/held.pid")"
 	wait_until 20 "the uncrossed stream gone ($try)" no_source_stream
 done
-# Held inside the gateway: received from the tunnel minus passed on to the
-# client (bytes_down), read at one instant (bytes_down the same around the
-# /metrics read).
-held_at_one_instant() {
-	local down now again
-	down=$(src_down) && scrape h && now=$(family "$T/h.metrics" "$recv") &&
-		again=$(src_down) && [ "$down" = "$again" ] || return 1
-	echo $((now - received0 - down)) >"$T/held"
-	echo "$down" >"$T/down0"
-}
-# stalled: the stream stands still because its reader does, not on its
-# way: the gateway holds at least half a window of it that it cannot pass
-# on (bytes_down, the source's count and the bytes held all the same
-# twice, 1 s apart).  A still source alone was not enough: a socket whose
-# window reopened unannounced waits for TCP's probe (0.2 s, doubling), so
-# the stream sat still 2-3 s with nothing held, then moved megabytes
-# more while the echo streams below ran ("the stalled stream moved").
+# What the gateway received of the stalled stream from the tunnel so far.
+gw_received() { scrape h && echo $(($(family "$T/h.metrics" "$recv") - received0)); }
 window=262144
-stalled() {
-	local s1 d1 h1
-	s1=$(cat "$T/source.count") && held_at_one_instant && d1=$(cat "$T/down0") &&
-		h1=$(cat "$T/held") && [ "$h1" -ge $((window / 2)) ] || return 1
-	sleep 1
-	held_at_one_instant && [ "$(cat "$T/down0")" = "$d1" ] && [ "$(cat "$T/held")" = "$h1" ] &&
-		[ "$(cat "$T/source.count")" = "$s1" ]
-}
-wait_until 60 "the stalled stream held in the gateway, still" stalled
+wait_until 60 "the stalled stream held in the gateway, still" \
+	stream_stalled "$window" "$T/source.count"
 held=$(cat "$T/held")
 [ "$held" -ge 0 ] && [ "$held" -le $((2 * window)) ] ||
 	fail "the gateway holds $held bytes of the stalled stream, more than two windows of $window"
