@@ -116,6 +116,32 @@ wait_until() {
 	done
 }
 
+# late: the gateway's request lines not read whole in the landing's wait
+# so far (its debug line: docs/0040; the gateway started --log-level debug).
+late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
+# start_beside NAME [client flags]: starts agent NAME (CLIENT_PID) until it
+# is active and the caller's one_each holds (each loop carries one tunnel
+# of two): it lands there whichever loop runs its handshake.  Only a
+# tunnel whose request line comes later than the landing waits for it
+# (LAND_WAIT_MS, 250 ms: a loaded machine) lands on loop 0 whatever the
+# counts; the gateway says so (late), and only then is it stopped and
+# dialled again (at most 4 tries).
+start_beside() {
+	local name=$1 try seen
+	shift
+	for try in 1 2 3 4; do
+		seen=$(late)
+		client_start "$name" "$@"
+		wait_until 30 "$name active" agent_is "$name" active
+		one_each && return 0
+		[ "$(late)" -gt "$seen" ] && [ "$try" -lt 4 ] ||
+			fail "$name landed beside the other tunnel (try $try): $(grep tether_loop_tunnels "$T/each.metrics")"
+		log "a request line came late (try $try): $name may have landed on loop 0; again"
+		client_stop "$CLIENT_PID"
+		wait_until 30 "$name gone" eval '! agent_is '"$name"' active'
+	done
+}
+
 # stream_stalled WINDOW COUNTFILE: true once a stream whose reader never
 # reads stands still because of it, every buffer on its way full: the
 # gateway holds at least half a window of it that it cannot pass on, and

@@ -169,7 +169,6 @@ tun() {  # tun FILE N: loop N's tunnels in a scrape
 tunnels_are() {  # tunnels_are N: N tunnels in all (scrape in $T/t.metrics)
 	metrics >"$T/t.metrics" && [ "$(($(tun "$T/t.metrics" 0) + $(tun "$T/t.metrics" 1)))" = "$1" ]
 }
-late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
 # dial NODE H N: starts NODE's agent (CLIENT_PID), its handshake run on
 # loop H, and waits until N tunnels stand ($T/t.metrics); non-zero when a
 # request line came late meanwhile (the agent is then stopped again).

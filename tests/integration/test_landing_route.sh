@@ -44,28 +44,6 @@ one_each() {
 	metrics >"$T/each.metrics" && [ "$(tunnels "$T/each.metrics" 0)" = 1 ] &&
 		[ "$(tunnels "$T/each.metrics" 1)" = 1 ]
 }
-# late: request lines not read whole in the landing's wait so far (debug).
-late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
-# start_beside NAME: starts agent NAME (CLIENT_PID) until it is active and
-# each loop carries one tunnel: it lands there whichever loop runs its
-# handshake.  Only a tunnel whose request line comes later than the
-# landing waits for it (a loaded machine) lands on loop 0 whatever the
-# counts; the gateway says so (a debug line), and only then is it stopped
-# and dialled again (at most 4 tries).
-start_beside() {
-	local try seen
-	for try in 1 2 3 4; do
-		seen=$(late)
-		client_start "$1"
-		wait_until 30 "$1 active" agent_is "$1" active
-		one_each && return 0
-		[ "$(late)" -gt "$seen" ] && [ "$try" -lt 4 ] ||
-			fail "$1 landed beside the other tunnel (try $try): $(grep tether_loop_tunnels "$T/each.metrics")"
-		log "a request line came late (try $try): $1 may have landed on loop 0; again"
-		client_stop "$CLIENT_PID"
-		wait_until 30 "$1 gone" eval '! agent_is '"$1"' active'
-	done
-}
 # two_agents FLAGS...: a gateway started with FLAGS (clusters a and b, one
 # agent each, made on the first call), na's tunnel on one loop and nb's on
 # the other.

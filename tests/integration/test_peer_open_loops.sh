@@ -47,7 +47,6 @@ wait_until 30 "n1 active" agent_is n1 active
 # the handshake: a loaded machine) lands it on loop 0 whatever the counts;
 # the gateway says so (a debug line), and only then does n2 dial again (at
 # most 4 times).
-late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
 for try in 1 2 3 4; do
 	seen=$(late)
 	client_start n2

@@ -197,8 +197,6 @@ one_each() {
 	metrics >"$T/each.metrics" && [ "$(tunnel_loop "$T/each.metrics" 0)" = 1 ] &&
 		[ "$(tunnel_loop "$T/each.metrics" 1)" = 1 ]
 }
-# late: request lines not read whole in the landing's wait so far (debug).
-late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }
 # next_on H: the next TLS handshake runs on loop H (--landing any, debug
 # log): a connection kept by the other loop just before (on_loop.py), and
 # handshakes go round the loops while none is under way.  An operator's
@@ -207,26 +205,6 @@ next_on() {
 	$py "$TETHER_SRC/tests/integration/on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" \
 		"$GW_DIR/admin.token" "$T/gateway.log" $((1 - $1)) GET /healthz >"$T/on.out" ||
 		fail "no connection kept by loop $((1 - $1)): $(cat "$T/on.out")"
-}
-# start_beside NAME: starts agent NAME (CLIENT_PID) until it is active and
-# each loop carries one tunnel: it lands there whichever loop runs its
-# handshake.  Only a tunnel whose request line comes later than the
-# landing waits for it (LAND_WAIT_MS, 250 ms: a loaded machine) lands on
-# loop 0 whatever the counts; the gateway says so (a debug line), and
-# only then is it stopped and dialled again (at most 4 tries).
-start_beside() {
-	local try seen
-	for try in 1 2 3 4; do
-		seen=$(late)
-		client_start "$1" --stream-window 262144
-		wait_until 30 "$1 active" agent_is "$1" active
-		one_each && return 0
-		[ "$(late)" -gt "$seen" ] && [ "$try" -lt 4 ] ||
-			fail "$1 landed beside the other tunnel (try $try): $(grep tether_loop_tunnels "$T/each.metrics")"
-		log "a request line came late (try $try): $1 may have landed on loop 0; again"
-		client_stop "$CLIENT_PID"
-		wait_until 30 "$1 gone" eval '! agent_is '"$1"' active'
-	done
 }
 gateway_start --workers 2 --landing any --log-level debug --stream-window 262144 --drain-timeout 2000
 client_start n1 --stream-window 262144
@@ -239,7 +217,7 @@ if [ "$(tunnel_loop "$T/one.metrics" 0)" = 1 ]; then l1=0; else l1=1; fi
 cid2=$(cluster_create workers2)
 ctl token create --cluster "$cid2" >"$T/join2.json"
 join_node n2 "$T/join2.json" --allow "127.0.0.1:$echo_port" >/dev/null
-start_beside n2
+start_beside n2 --stream-window 262144
 n2_pid=$CLIENT_PID
 pass "n1's tunnel on one loop, n2's on the other: a new tunnel lands on the loop with the fewest"
 
@@ -319,7 +297,7 @@ pass "n1 redialled while its old tunnel stood: the new one on the other loop, th
 # reconnect elsewhere (RECONNECT, from their own loop); with nowhere else
 # to go and no stream, each closes its tunnel, and the gateway exits 0
 # before --drain-timeout.
-start_beside n2
+start_beside n2 --stream-window 262144
 n2_pid=$CLIENT_PID
 gateway_stop
 drained() { grep -q 'msg="gateway asks to reconnect elsewhere"' "$T/client-$1.log"; }
