@@ -205,6 +205,8 @@ struct tls_job {
 	struct server *srv;
 	enum conn_port port;
 	int exempt;
+	int home_counted;                 /* tls_land sent it home: counted in
+	                                     loop 0's nconns from then on */
 	char peer[PEER_MAX];
 };
 
@@ -1739,8 +1741,14 @@ tls_land(struct tlsloop_job *job, void *arg)
 		    KV_U("bytes", job->head_len), KV_I("waited_ms",
 		    runtime_monotonic_ms() - job->line_since_ms));
 	if (sl->stopped || sl->ws == NULL ||
-	    (to = land_where(srv, job->loop, job->head, job->head_len)) == 0)
+	    (to = land_where(srv, job->loop, job->head, job->head_len)) == 0) {
+		/* Counted on loop 0 from now, as server_adopt counts from the
+		 * send: a burst's landings decided before its hconns exist see
+		 * each other (access.c's guard reads the counts). */
+		tj->home_counted = 1;
+		conns_count(&srv->per[0], 1);
 		return 0;
+	}
 	if (to == job->loop)
 		land_on(sl, job->fd, job->ssl, tj->peer, tj->port, tj->exempt,
 		    job->head, job->head_len, job->loop);
@@ -1766,6 +1774,8 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 
 	job->ssl = NULL;
 	srv->loop_inflight[job->loop]--;
+	if (tj->home_counted)     /* its hconn, if made, counts itself */
+		conns_count(&srv->per[0], 0);
 	if (job->result == TLSLOOP_LANDED) {
 		/* Its place stays taken: the hconn on job->loop holds it. */
 		srv->loop_handshakes[job->loop]++;
