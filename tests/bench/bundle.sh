@@ -12,24 +12,28 @@
 #   DIR/bin/NAME     a wrapper: exec DIR/lib/ld-linux-x86-64.so.2
 #                    --library-path DIR/lib DIR/real/NAME "$@"
 #
-# so that TETHER_BIN=DIR/bin, and PATH=DIR/bin:$PATH for curl, jq, bc and
-# taskset, run nothing of the other machine's but the kernel, bash,
-# coreutils, awk and python3.  The wrappers name DIR by its absolute path (a benchmark
+# so that TETHER_BIN=DIR/bin, and PATH=DIR/bin:$PATH for curl, jq, bc,
+# taskset, wrk, nginx and openssl, run nothing of the other machine's but
+# the kernel, bash, coreutils, awk, sed (and python3 for the storm
+# scripts; k8s_proxy.sh needs none).  nginx runs from the bundle with -p
+# and -c of the benchmark's own conf (no /etc/nginx, no modules).  The wrappers name DIR by its absolute path (a benchmark
 # copies them elsewhere); on the other machine `bundle.sh --rewrap DIR`
 # writes them again for where DIR is there (device_storm.sh does).
 #
 # usage: tests/bench/bundle.sh DIR            (make build first)
 #        tests/bench/bundle.sh --rewrap DIR
 #   TETHER_BIN     where the release binaries are (default build/release/bin)
-#   BUNDLE_TOOLS   the other programs to take (default "curl jq bc taskset":
-#                  what the benchmarks device_*.sh run call besides python3
-#                  and coreutils; taskset for device_two_core.sh)
+#   BUNDLE_TOOLS   the other programs to take (default "curl jq bc taskset
+#                  wrk nginx openssl": what the benchmarks device_*.sh run
+#                  call besides python3 and coreutils; taskset for
+#                  device_two_core.sh and device_k8s.sh, wrk, nginx and
+#                  openssl for k8s_proxy.sh)
 #   BUNDLE_MAX_MIB refuse a bundle larger than this (default 60)
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TETHER_BIN=${TETHER_BIN:-$SRC/build/release/bin}
-TOOLS=${BUNDLE_TOOLS:-curl jq bc taskset}
+TOOLS=${BUNDLE_TOOLS:-curl jq bc taskset wrk nginx openssl}
 MAX_MIB=${BUNDLE_MAX_MIB:-60}
 LOADER=ld-linux-x86-64.so.2
 
@@ -69,7 +73,7 @@ fi
 command -v ldd >/dev/null || die "ldd is required"
 
 PROGS=()
-for b in tether-gateway tether-swarm tetherctl; do
+for b in tether-gateway tether-swarm tetherctl tether-client; do
 	[ -x "$TETHER_BIN/$b" ] || die "$TETHER_BIN/$b missing: run 'make build' or set TETHER_BIN"
 	PROGS+=("$TETHER_BIN/$b")
 done

@@ -7,8 +7,10 @@
 #
 #   dev_say TEXT...        a progress line, to stderr and $OUT/progress.log
 #   dev_left BUDGET        seconds left of BUDGET since the script's start
-#   dev_setup BUNDLE TOOLS checks the machine's own tools (bash, coreutils,
-#                          awk, python3...), rewrites the bundle's wrappers
+#   dev_setup BUNDLE TOOLS [HOST]
+#                          checks the machine's own tools (bash, coreutils,
+#                          awk... and HOST, words: default python3; "" for
+#                          none), rewrites the bundle's wrappers
 #                          for where it is, puts its bin/ first in PATH and
 #                          sets TETHER_BIN and B (the bundle, absolute);
 #                          checks that each of TOOLS (words) and the Tether
@@ -22,6 +24,11 @@
 #   dev_pin_check LIST     whether taskset -c LIST holds: four busy shells
 #                          under it for about 1 s; prints "CPU_S WALL_S"
 #                          (CPU_S about the CPUs in LIST when it holds)
+#   dev_cpus_in LIST       how many CPUs a taskset list names ("0,1" 2,
+#                          "2-15" 14)
+#   dev_pin_judge LIST     dev_pin_check LIST judged: sets DEV_PIN_HELD
+#                          ("held" or "NOT HELD") and DEV_PIN_LINE (what
+#                          was seen, one line for a summary)
 #   dev_sampler_start FILE every 2 s into FILE: the load, and each Tether
 #                          process of the bundle (threads, CPU ticks, RSS,
 #                          descriptors); dev_sampler_stop ends it
@@ -39,7 +46,7 @@ dev_left() { echo $(($1 - (SECONDS - DEV_T0))); }
 
 dev_setup() {
 	local t p n hard T
-	for t in awk sed grep sort uniq cut tr find stat timeout mktemp python3 tar gzip getconf nproc; do
+	for t in awk sed grep sort uniq cut tr find stat timeout mktemp tar gzip getconf nproc ${3-python3}; do
 		command -v "$t" >/dev/null || { dev_say "$t is missing on this machine"; return 1; }
 	done
 	B=$(cd "$1" && pwd) || { dev_say "no bundle at $1"; return 1; }
@@ -112,6 +119,19 @@ dev_pin_check() {
 	awk -v r="$r" -v u="$u" -v s="$s" 'BEGIN { printf "%.2f %.2f\n", u + s, r }'
 }
 
+dev_cpus_in() {
+	tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n + 0 }'
+}
+
+dev_pin_judge() {
+	local cpu wall n
+	read -r cpu wall < <(dev_pin_check "$1")
+	n=$(dev_cpus_in "$1")
+	DEV_PIN_HELD=$(awk -v c="$cpu" -v w="$wall" -v n="$n" 'BEGIN { print (w > 0 && c / w <= n + 0.5 ? "held" : "NOT HELD") }')
+	# shellcheck disable=SC2034  # for the scripts that source this
+	DEV_PIN_LINE="taskset -c $1: four busy shells burned $cpu CPU s in $wall s ($n CPUs): $DEV_PIN_HELD"
+}
+
 dev_sampler_start() {
 	local out=$1
 	(
@@ -141,16 +161,21 @@ dev_sampler_stop() {
 }
 
 dev_logs() {
-	local w=$1
+	local w=$1 last logs
 	[ -d "$w/logs" ] || return 0
+	# gateway.log and gateway.all.log (reconnect_storm.sh), or one
+	# gateway-NAME.log per gateway (k8s_proxy.sh).
+	last=$w/logs/gateway.log
+	logs=("$w"/logs/gateway*.log)
+	[ -f "$last" ] || last=${logs[-1]}
 	{
 		echo "== gateway log lines by message (level and text, numbers and ids folded)"
-		cat "$w"/logs/gateway.all.log "$w"/logs/gateway.log 2>/dev/null |
+		cat "${logs[@]}" 2>/dev/null |
 			sed -E 's/^[^ ]+ //; s/[0-9a-f]{8,}/X/g; s/[0-9]+/N/g' | cut -c1-160 |
 			sort | uniq -c | sort -rn | head -60
 		echo
-		echo "== the last gateway's last 200 lines"
-		tail -n 200 "$w/logs/gateway.log"
+		echo "== the last gateway's last 200 lines ($(basename "$last"))"
+		tail -n 200 "$last"
 	} >"$OUT/gateway.txt" 2>&1
 	tar -C "$w" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
 	if [ "$(stat -c %s "$OUT/logs.tar.gz" 2>/dev/null || echo 0)" -gt $((15 * 1048576)) ]; then

@@ -96,14 +96,8 @@ if [ "$hard" != unlimited ] && [ "$hard" -lt $((N + 200)) ]; then
 	N=$((hard - 200))
 fi
 
-# cpus_in LIST: how many CPUs a taskset list names ("0,1" 2, "2-15" 14).
-cpus_in() {
-	tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n + 0 }'
-}
-read -r pin_cpu pin_wall < <(dev_pin_check "$GW_CPUS")
-PIN_HELD=$(awk -v c="$pin_cpu" -v w="$pin_wall" -v n="$(cpus_in "$GW_CPUS")" \
-	'BEGIN { print (w > 0 && c / w <= n + 0.5 ? "held" : "NOT HELD") }')
-PIN_LINE="taskset -c $GW_CPUS: four busy shells burned $pin_cpu CPU s in $pin_wall s ($(cpus_in "$GW_CPUS") CPUs): $PIN_HELD"
+dev_pin_judge "$GW_CPUS"
+PIN_HELD=$DEV_PIN_HELD PIN_LINE=$DEV_PIN_LINE
 say "$PIN_LINE"
 
 {

@@ -53,6 +53,19 @@
 #   BENCH_KEEP=1        keep the work directory (logs, wrk output)
 #   BENCH_PRIVATE_NAMES=1  run the Tether copies as bench-gw, bench-agent,
 #                       bench-ctl, out of reach of other sessions' pkill -f
+#   BENCH_GW_CPUS       the CPUs of the relays measured: the gateways and
+#                       the nginx proxies (taskset -c LIST, e.g. "0,1": a
+#                       2-core proxy on a bigger machine; default any)
+#   BENCH_LOAD_CPUS     the CPUs of everything else that runs during a
+#                       measurement: wrk, the upstream nginx, the agents
+#                       (taskset -c LIST; default any).  The report gives
+#                       each process's CPUs as the kernel holds them
+#                       (Cpus_allowed_list); the set-up's curl, tetherctl
+#                       and openssl run on any
+#   BENCH_KEEP=DIR      keep the work directory as DIR
+# Needs bash, coreutils, awk and sed of the machine, and wrk, nginx,
+# openssl, jq, curl (taskset where CPUs are set) on PATH: the bundle of
+# tests/bench/bundle.sh has them all (device_k8s.sh).
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -64,12 +77,14 @@ WRK_ARGS=${BENCH_WRK_ARGS:--t2 -c16 -d10s}
 WARMUP=${BENCH_WARMUP:-2}
 KEEP=${BENCH_KEEP:-0}
 PRIVATE_NAMES=${BENCH_PRIVATE_NAMES:-0}
-PY=/usr/bin/python3
 COMMAND_LINE=
 GW_WORKERS=${BENCH_WORKERS:-1 2}
 read -r -a GW_FLAGS <<<"${BENCH_GW_FLAGS:-}"
 NGX_WORKERS=${BENCH_NGINX_WORKERS:-1 2}
-for v in TETHER_BIN BENCH_WRK_ARGS BENCH_WARMUP BENCH_WORKERS BENCH_NGINX_WORKERS BENCH_GW_FLAGS BENCH_PRIVATE_NAMES; do
+GW_PIN=() LOAD_PIN=()
+[ -z "${BENCH_GW_CPUS:-}" ] || GW_PIN=(taskset -c "$BENCH_GW_CPUS")
+[ -z "${BENCH_LOAD_CPUS:-}" ] || LOAD_PIN=(taskset -c "$BENCH_LOAD_CPUS")
+for v in TETHER_BIN BENCH_WRK_ARGS BENCH_WARMUP BENCH_WORKERS BENCH_NGINX_WORKERS BENCH_GW_FLAGS BENCH_PRIVATE_NAMES BENCH_GW_CPUS BENCH_LOAD_CPUS; do
 	[ -z "${!v:-}" ] || COMMAND_LINE+="$v='${!v}' "
 done
 COMMAND_LINE+="$0${*:+ $*}"
@@ -92,11 +107,19 @@ done
 for tool in wrk nginx openssl jq curl awk; do
 	command -v "$tool" >/dev/null || die "$tool is required (config/setup.sh installs it)"
 done
-[ -x "$PY" ] || die "$PY is required"
+[ -z "${BENCH_GW_CPUS:-}${BENCH_LOAD_CPUS:-}" ] || command -v taskset >/dev/null ||
+	die "taskset (util-linux) is required for BENCH_GW_CPUS and BENCH_LOAD_CPUS"
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/tether-bench-k8s.XXXXXX")
+if [ "$KEEP" != 0 ] && [ "$KEEP" != 1 ]; then
+	W=$KEEP
+	mkdir -p "$W"
+	KEEP=1
+else
+	W=$(mktemp -d "${TMPDIR:-/tmp}/tether-bench-k8s.XXXXXX")
+fi
 chmod 755 "$W"
 PIDS=()       # every long-running process this script started, in start order
+ROLE_PIDS=()  # "name:PID" of the relays, the upstream and the agents
 CUR_PID=      # the wrk or curl running right now
 T_START=$SECONDS
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -156,8 +179,28 @@ else
 	GATEWAY=$W/bin/tether-gateway CLIENT=$W/bin/tether-client CTL=$W/bin/tetherctl
 fi
 
+# free_port VAR: sets VAR (an array element too) to a port below the
+# ephemeral range that no TCP socket of this machine holds now
+# (/proc/net/tcp, tcp6) and that this run has not handed out already.
+declare -A PORT_GIVEN
+PORT_LO=10000 PORT_HI=$(($(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range) - 1))
+[ "$PORT_HI" -ge $((PORT_LO + 1000)) ] ||
+	read -r PORT_LO PORT_HI < <(awk '{ print $2 + 1, 65535 }' /proc/sys/net/ipv4/ip_local_port_range)
+PORT_TABLES=()
+for f in /proc/net/tcp /proc/net/tcp6; do [ ! -r "$f" ] || PORT_TABLES+=("$f"); done
+[ ${#PORT_TABLES[@]} -gt 0 ] || die "/proc/net/tcp is not readable"
 free_port() {
-	"$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+	local p i
+	for ((i = 0; i < 200; i++)); do
+		p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % (PORT_HI - PORT_LO + 1)))
+		[ -z "${PORT_GIVEN[$p]:-}" ] || continue
+		awk -v h="$(printf ':%04X' "$p")" 'FNR > 1 && substr($2, length($2) - 4) == h { found = 1; exit }
+			END { exit !found }' "${PORT_TABLES[@]}" && continue
+		PORT_GIVEN[$p]=1
+		printf -v "$1" '%s' "$p"
+		return 0
+	done
+	die "no free port in $PORT_LO-$PORT_HI after 200 tries"
 }
 
 # wait_until SECONDS WHAT CMD...: polls CMD every 50 ms; dies after SECONDS
@@ -213,11 +256,17 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # --- the upstream: nginx serving a small static JSON --------------------------
 
-UP_PORT=$(free_port)
+free_port UP_PORT
 printf '{"major":"1","minor":"28","gitVersion":"v1.28.0-tether-bench","platform":"linux/amd64"}\n' >"$W/www/version"
+# Run as root, nginx's workers would switch to its built-in user (nobody,
+# nogroup on Debian) that another machine may lack: they stay root there
+# (glibc reads root from the machine's /etc/passwd and /etc/group).
+NGX_USER=
+[ "$(id -u)" != 0 ] || NGX_USER='user root;'
 nginx_common() { # nginx_common DIR WORKERS: the directives every nginx shares
 	cat <<CONF
 daemon off;
+$NGX_USER
 master_process on;
 worker_processes $2;
 pid $1/nginx.pid;
@@ -242,8 +291,9 @@ $(temp_paths "$W/nginx-up")
 }
 CONF
 } >"$W/nginx-up/nginx.conf"
-start nginx-up.log nginx -c "$W/nginx-up/nginx.conf" -p "$W/nginx-up"
+start nginx-up.log "${LOAD_PIN[@]}" nginx -c "$W/nginx-up/nginx.conf" -p "$W/nginx-up"
 UP_PID=$LAST_PID
+ROLE_PIDS+=("upstream:$UP_PID")
 wait_until 10 "upstream nginx on $UP_PORT" curl -sf "http://127.0.0.1:$UP_PORT/version"
 
 # --- nginx as a TLS reverse proxy in front of it, one per worker count --------
@@ -256,7 +306,7 @@ declare -A PX_PORT PX_PID
 for n in $NGX_WORKERS; do
 	d=$W/nginx-px$n
 	mkdir -p "$d"
-	PX_PORT[$n]=$(free_port)
+	free_port "PX_PORT[$n]"
 	{
 		nginx_common "$d" "$n"
 		cat <<CONF
@@ -280,8 +330,9 @@ $(temp_paths "$d")
 }
 CONF
 	} >"$d/nginx.conf"
-	start "nginx-px$n.log" nginx -c "$d/nginx.conf" -p "$d"
+	start "nginx-px$n.log" "${GW_PIN[@]}" nginx -c "$d/nginx.conf" -p "$d"
 	PX_PID[$n]=$LAST_PID
+	ROLE_PIDS+=("nginx-w$n:$LAST_PID")
 	wait_until 10 "nginx proxy ($n workers) on ${PX_PORT[$n]}" \
 		curl -sf --cacert "$W/tls/proxy.crt" "https://127.0.0.1:${PX_PORT[$n]}/version"
 done
@@ -309,8 +360,9 @@ tether_node() {
 		--service "kube-api=http://127.0.0.1:$UP_PORT" "$@" \
 		<"$W/$node.join.json" >"$W/logs/join-$node.log" 2>&1 ||
 		die "join of $node failed: $(cat "$W/logs/join-$node.log")"
-	start "agent-$node.log" "$CLIENT" run --state-dir "$W/$node"
+	start "agent-$node.log" "${LOAD_PIN[@]}" "$CLIENT" run --state-dir "$W/$node"
 	RELAYS[$path]="${GW_PID[$g]} $LAST_PID"
+	ROLE_PIDS+=("agent-$node:$LAST_PID")
 	METRICS_OF[$path]=${GW_METRICS[$g]}
 	wait_until 30 "the agent $node connected and active" node_active "$W/$node"
 	"$CTL" kubeconfig --cluster "$cid" --user "bench-$node" >"$W/$node.kc.yaml" ||
@@ -326,19 +378,21 @@ tether_node() {
 declare -A GW_PID GW_PORTS GW_METRICS METRICS_OF
 TETHER_PATHS=()
 for g in $GW_WORKERS; do
-	GW_PORT=$(free_port)
+	free_port GW_PORT
+	# shellcheck disable=SC2153  # free_port set it
 	GW_PORTS[$g]=$GW_PORT
 	GW_URL=https://127.0.0.1:$GW_PORT
 	GW_DIR=$W/gw$g
 	"$GATEWAY" init --data-dir "$GW_DIR" --url "$GW_URL" >"$W/logs/init-gw$g.log" 2>&1 ||
 		die "gateway init failed: $(cat "$W/logs/init-gw$g.log")"
 	export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$GW_DIR/admin.token TETHER_CACERT=$GW_DIR/ca.crt
-	GW_MP=$(free_port)
+	free_port GW_MP
 	GW_METRICS[$g]=http://127.0.0.1:$GW_MP/metrics
 	GW_CMDS[$g]="tether-gateway serve --data-dir DIR --listen 127.0.0.1:$GW_PORT --metrics-listen 127.0.0.1:MPORT --workers $g${GW_FLAGS[*]:+ ${GW_FLAGS[*]}}"
-	start "gateway-w$g.log" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
+	start "gateway-w$g.log" "${GW_PIN[@]}" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" \
 		--metrics-listen "127.0.0.1:$GW_MP" --workers "$g" "${GW_FLAGS[@]}"
 	GW_PID[$g]=$LAST_PID
+	ROLE_PIDS+=("gateway-w$g:$LAST_PID")
 	wait_until 20 "gateway (--workers $g) ready on $GW_URL" curl -sf --cacert "$GW_DIR/ca.crt" "$GW_URL/readyz"
 	tether_node "$g" "node-w$g" "tether-w$g"
 	TETHER_PATHS+=("tether-w$g")
@@ -367,8 +421,22 @@ for p in "${PATHS[@]}"; do
 	curl -sf ${CACERT[$p]:+--cacert "${CACERT[$p]}"} \
 		${AUTH[$p]:+-H "Authorization: Bearer ${AUTH[$p]}"} "${URL[$p]}" >"$W/got-$p" ||
 		die "GET ${URL[$p]} failed"
-	cmp -s "$W/want" "$W/got-$p" || die "$p's answer differs from the upstream's"
+	[ "$(cksum <"$W/want")" = "$(cksum <"$W/got-$p")" ] || die "$p's answer differs from the upstream's"
 done
+
+# cpus_of PID: the CPUs the kernel lets PID run on (Cpus_allowed_list),
+# then its children's (an nginx's workers) after a / where they differ.
+cpus_of() {
+	local c
+	for c in $1 $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+		awk '$1 == "Cpus_allowed_list:" { print $2 }' "/proc/$c/status" 2>/dev/null
+	done | awk '!seen[$0]++' | paste -sd/ -
+}
+CPUS_HELD=
+for rp in "${ROLE_PIDS[@]}"; do
+	CPUS_HELD+="${CPUS_HELD:+, }${rp%%:*} $(cpus_of "${rp#*:}")"
+done
+say "CPUs (Cpus_allowed_list): $CPUS_HELD"
 
 # --- measurements --------------------------------------------------------------
 
@@ -392,17 +460,17 @@ run_wrk() { # run_wrk PATH OUT [wrk options...]: wrk on PATH's URL
 	local p=$1 out=$2
 	shift 2
 	if [ -n "${AUTH[$p]:-}" ]; then
-		fg_run "$out" wrk "$@" -H "Authorization: Bearer ${AUTH[$p]}" "${URL[$p]}"
+		fg_run "$out" "${LOAD_PIN[@]}" wrk "$@" -H "Authorization: Bearer ${AUTH[$p]}" "${URL[$p]}"
 	else
-		fg_run "$out" wrk "$@" "${URL[$p]}"
+		fg_run "$out" "${LOAD_PIN[@]}" wrk "$@" "${URL[$p]}"
 	fi
 }
 
 for p in "${PATHS[@]}"; do
 	if [ -n "${AUTH[$p]:-}" ]; then
-		CMDS[$p]="${WRK[*]} -H \"Authorization: Bearer <user token>\" ${URL[$p]}"
+		CMDS[$p]="${LOAD_PIN[*]:+${LOAD_PIN[*]} }${WRK[*]} -H \"Authorization: Bearer <user token>\" ${URL[$p]}"
 	else
-		CMDS[$p]="${WRK[*]} ${URL[$p]}"
+		CMDS[$p]="${LOAD_PIN[*]:+${LOAD_PIN[*]} }${WRK[*]} ${URL[$p]}"
 	fi
 	if [ "$WARMUP" -gt 0 ]; then
 		say "$p: ${WARMUP}s warm-up"
@@ -480,6 +548,8 @@ elapsed=$((SECONDS - T_START))
 	echo "  binaries: $TETHER_BIN ($version; copies run)"
 	echo "  machine:  $cpus CPUs (${cpu_model:-unknown}), $mem_total, $kernel"
 	echo "  load:     $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end (1/5/15 min)"
+	echo "  CPUs:     gateways and nginx proxies: ${GW_PIN[*]:-any}; wrk, upstream, agents: ${LOAD_PIN[*]:-any}"
+	echo "            as the kernel held them (Cpus_allowed_list; an nginx's workers after a / where theirs differ): $CPUS_HELD"
 	echo "  tools:    $wrk_version, $nginx_version, $(openssl version)"
 	echo "  TLS:      gateway: ${tls_tether:-?}; nginx proxy: ${tls_nginx:-?}"
 	echo "  upstream: nginx (1 worker, access_log off) serving $(wc -c <"$W/www/version")-byte /version"
@@ -531,5 +601,5 @@ elapsed=$((SECONDS - T_START))
 			sub(/,$/, "", b[1]); printf "| %s | %s | %s |\n", a[1], b[1], b[2] }'
 	done
 	echo
-	echo "($cpus CPUs, ${cpu_model:-unknown}, $kernel; \`${WRK[*]}\`, keep-alive; one run)"
+	echo "($cpus CPUs, ${cpu_model:-unknown}, $kernel; proxies on CPUs ${BENCH_GW_CPUS:-any}, wrk, upstream and agents on ${BENCH_LOAD_CPUS:-any}; \`${WRK[*]}\`, keep-alive; one run)"
 }
