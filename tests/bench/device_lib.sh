@@ -26,6 +26,10 @@
 #                          (CPU_S about the CPUs in LIST when it holds)
 #   dev_cpus_in LIST       how many CPUs a taskset list names ("0,1" 2,
 #                          "2-15" 14)
+#   dev_cpus_beside LIST   the CPUs 0..nproc-1 outside LIST and outside
+#                          the hardware threads sharing a core with one
+#                          of LIST (thread_siblings_list), as a taskset
+#                          list; empty if none is left
 #   dev_pin_judge LIST     dev_pin_check LIST judged: sets DEV_PIN_HELD
 #                          ("held" or "NOT HELD") and DEV_PIN_LINE (what
 #                          was seen, one line for a summary)
@@ -121,6 +125,18 @@ dev_pin_check() {
 
 dev_cpus_in() {
 	tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n + 0 }'
+}
+
+dev_cpus_beside() {
+	local c f taken
+	taken=$1
+	for c in $(tr ',' '\n' <<<"$1" | awk -F- '{ for (i = $1; i <= (NF == 2 ? $2 : $1); i++) print i }'); do
+		f=/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list
+		[ ! -r "$f" ] || taken+=,$(cat "$f")
+	done
+	tr ',' '\n' <<<"$taken" | awk -F- -v n="$(nproc)" '
+		{ for (i = $1; i <= (NF == 2 ? $2 : $1); i++) t[i] = 1 }
+		END { for (i = 0; i < n; i++) if (!(i in t)) printf "%s%d", (k++ ? "," : ""), i; print "" }'
 }
 
 dev_pin_judge() {
