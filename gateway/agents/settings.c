@@ -259,7 +259,9 @@ settings_refresh(struct gateway *gw)
 }
 
 /* The spread for the tunnels held now; agents told again when it moved
- * far enough (retry_after_spread_moved), on a tick, never per tunnel. */
+ * far enough, on a tick, never per tunnel: wider at once, narrower at most
+ * once per SETTINGS_SPREAD_RETELL_MS (retry_after_spread_due).  A tell
+ * that reached no agent (the start's) starts no clock. */
 static void
 spread_check(struct gateway *gw)
 {
@@ -267,16 +269,17 @@ spread_check(struct gateway *gw)
 	    (uint32_t)agentdir_count(gw->agents) : 0;
 	uint32_t spread = gateway_redial_spread_ms(gw, tunnels);
 	size_t told = 0;
+	int64_t now = runtime_monotonic_ms();
 
-	if (!retry_after_spread_moved(gw->redial_spread_ms, spread))
+	if (!retry_after_spread_due(gw->redial_spread_ms, spread,
+	    gw->spread_told_ms != 0 ? now - gw->spread_told_ms : -1,
+	    SETTINGS_SPREAD_RETELL_MS))
 		return;
-	if (gw->spread_told_ms != 0 &&
-	    runtime_monotonic_ms() - gw->spread_told_ms < SETTINGS_SPREAD_RETELL_MS)
-		return;
-	gw->spread_told_ms = runtime_monotonic_ms();
 	gw->redial_spread_ms = spread;
 	if (settings_any(gw) && gw->hub != NULL)
 		told = settings_tell_all(gw);
+	if (told > 0)
+		gw->spread_told_ms = now;
 	info("settings: the redial spread after an unannounced loss",
 	    KV_U("spread_ms", spread), KV_U("tunnels", tunnels),
 	    KV_U("agents_told", told));

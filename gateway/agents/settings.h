@@ -19,8 +19,8 @@
  * its first redial, the tunnels held here over the handshakes the gateway
  * finishes per second (gateway_redial_spread_ms), checked every
  * SETTINGS_SPREAD_EVERY_MS and told again only when it grew by a quarter
- * or halved (retry_after_spread_moved), at most once per
- * SETTINGS_SPREAD_RETELL_MS.
+ * (at that tick) or halved (at most once per SETTINGS_SPREAD_RETELL_MS
+ * after the last tell that reached an agent): retry_after_spread_due.
  *
  * Cost: one store read per change heard; one small frame per agent held
  * here per change (the spread's included: a few per storm, none per
@@ -39,9 +39,11 @@ struct frame_ca;
 
 #define SETTINGS_RETRY_MS 5000
 #define SETTINGS_SPREAD_EVERY_MS 5000
-/* At most one retelling per this long: in a storm the rate measured swings
- * (a 19,800-agent storm here told 89 s, 286 s, 114 s... within a minute),
- * and each retelling is a frame to every agent, on the loop. */
+/* At most one narrower retelling per this long: in a storm the rate
+ * measured swings (a 19,800-agent storm here told 89 s, 286 s, 114 s...
+ * within a minute), and each retelling is a frame to every agent, on the
+ * loop.  A wider one is told at its tick: a spread too narrow brings a
+ * stampede (a gateway killed 20 s after its start had told 500 ms). */
 #define SETTINGS_SPREAD_RETELL_MS 30000
 
 /* Whether the list was read from the store since start: SETTINGS is sent

@@ -93,3 +93,14 @@ retry_after_spread_moved(uint32_t told, uint32_t now)
 	return told == 0 || (uint64_t)now * 4 >= (uint64_t)told * 5 ||
 	    (uint64_t)told >= (uint64_t)now * 2;
 }
+
+int
+retry_after_spread_due(uint32_t told, uint32_t now, int64_t since_ms,
+    uint32_t narrow_every_ms)
+{
+	if (!retry_after_spread_moved(told, now))
+		return 0;
+	if (told == 0 || now > told)
+		return 1;
+	return since_ms < 0 || since_ms >= (int64_t)narrow_every_ms;
+}

@@ -100,4 +100,17 @@ uint32_t retry_after_spread_ms(uint32_t tunnels, double rate, uint32_t min_ms);
  */
 int retry_after_spread_moved(uint32_t told, uint32_t now);
 
+/*
+ * Whether a spread computed now is to be told: it moved
+ * (retry_after_spread_moved), and either it is wider (told at once: agents
+ * holding one too narrow would come back faster than the gateway takes
+ * them) or it is narrower and no tell reached an agent for narrow_every_ms
+ * (since_ms: milliseconds since the last tell that reached one, -1 if none
+ * did).  A narrower spread only slows agents down, so it waits; a wider
+ * one never does, so a gateway restarted and killed again within a minute
+ * has told what it holds (one told 500 ms before: docs/0035).
+ */
+int retry_after_spread_due(uint32_t told, uint32_t now, int64_t since_ms,
+    uint32_t narrow_every_ms);
+
 #endif

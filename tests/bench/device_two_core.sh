@@ -44,6 +44,9 @@
 #   TWO_JOINS          the join runs, WORKERS:held or WORKERS:any (default
 #                      "1:held 2:held 16:any")
 #   TWO_JOIN_N         agents per join run (default 1000)
+#   TWO_JOIN_SWARMS    tether-swarm processes sharing them (default 4: one
+#                      swarm, one loop, took 1.4 s of CPU for 1,000 and set
+#                      the pace of the first run here)
 #   TWO_JOIN_LIMIT_S   the longest wait for one run's agents (default 20)
 #   TWO_JOINS_BUDGET_S seconds for all the join runs (default 60)
 #   TWO_STORM_N        agents in the storm (default 19800)
@@ -69,6 +72,7 @@ BUDGET=${TWO_BUDGET_S:-225}
 GW_CPUS=${TWO_GW_CPUS:-0,1}
 JOINS=${TWO_JOINS:-1:held 2:held 16:any}
 JOIN_N=${TWO_JOIN_N:-1000}
+JOIN_SWARMS=${TWO_JOIN_SWARMS:-4}
 JOIN_LIMIT=${TWO_JOIN_LIMIT_S:-20}
 JOINS_BUDGET=${TWO_JOINS_BUDGET_S:-60}
 N=${TWO_STORM_N:-19800}
@@ -101,7 +105,7 @@ PIN_HELD=$DEV_PIN_HELD PIN_LINE=$DEV_PIN_LINE
 say "$PIN_LINE"
 
 {
-	echo "command: OUT=$OUT TWO_BUDGET_S=$BUDGET TWO_GW_CPUS=$GW_CPUS TWO_SWARM_CPUS=$SWARM_CPUS TWO_JOINS='$JOINS' TWO_JOIN_N=$JOIN_N TWO_JOIN_LIMIT_S=$JOIN_LIMIT TWO_JOINS_BUDGET_S=$JOINS_BUDGET TWO_STORM_N=${TWO_STORM_N:-} TWO_STORM_WORKERS='$STORM_WORKERS' TWO_STORM_REG_WORKERS=$REG TWO_RATE=$RATE TWO_PER_SWARM=$PER_SWARM BENCH_GW_FLAGS='$BENCH_GW_FLAGS' bash $0 $1"
+	echo "command: OUT=$OUT TWO_BUDGET_S=$BUDGET TWO_GW_CPUS=$GW_CPUS TWO_SWARM_CPUS=$SWARM_CPUS TWO_JOINS='$JOINS' TWO_JOIN_N=$JOIN_N TWO_JOIN_SWARMS=$JOIN_SWARMS TWO_JOIN_LIMIT_S=$JOIN_LIMIT TWO_JOINS_BUDGET_S=$JOINS_BUDGET TWO_STORM_N=${TWO_STORM_N:-} TWO_STORM_WORKERS='$STORM_WORKERS' TWO_STORM_REG_WORKERS=$REG TWO_RATE=$RATE TWO_PER_SWARM=$PER_SWARM BENCH_GW_FLAGS='$BENCH_GW_FLAGS' bash $0 $1"
 	echo "pinning: $PIN_LINE"
 	dev_machine
 } >"$OUT/machine.txt"
@@ -165,7 +169,7 @@ for spec in $JOINS; do
 	lim=$((jleft - 10 < JOIN_LIMIT ? jleft - 10 : JOIN_LIMIT))
 	say "joins: $JOIN_N agents at once, --workers $w, gateway on ${gcpus:-any CPU}, limit $lim s"
 	echo "## --workers $w, gateway CPUs ${gcpus:-any}, swarm CPUs ${scpus:-any}" >>"$OUT/joins.md"
-	BENCH_STORES=sqlite BENCH_WORKERS=$w BENCH_LIMIT_S=$lim BENCH_GW_CPUS=$gcpus BENCH_SWARM_CPUS=$scpus \
+	BENCH_STORES=sqlite BENCH_WORKERS=$w BENCH_SWARMS=$JOIN_SWARMS BENCH_LIMIT_S=$lim BENCH_GW_CPUS=$gcpus BENCH_SWARM_CPUS=$scpus \
 		BENCH_KEEP=$WORK/logs/joins-$w-$how \
 		timeout -k 5 $((jleft - 5)) bash "$HERE/store_pool.sh" "$JOIN_N" >"$WORK/join.out" 2>>"$OUT/progress.log"
 	rc=$?

@@ -36,6 +36,10 @@
 #   BENCH_GW_CPUS   the CPUs the gateways may run on (taskset -c LIST, e.g.
 #                   "0,1": a 2-core gateway on a bigger machine)
 #   BENCH_SWARM_CPUS the CPUs of the swarms (taskset -c LIST)
+#   BENCH_SWARMS    tether-swarm processes sharing the N agents (default 1:
+#                   one swarm is one loop, about 1.4 ms of CPU per agent
+#                   on a 16-core Xeon: 1,000 agents at once take it 1.4 s,
+#                   the gateway's time included; more where cores allow)
 # PostgreSQL and the relay are started only for the stores that use them
 # (BENCH_STORES=sqlite needs neither: a machine with no PostgreSQL).
 set -euo pipefail
@@ -55,18 +59,21 @@ read -r -a LOOPS <<<"${BENCH_WORKERS:-}"
 GW_PIN=() SW_PIN=()
 [ -z "${BENCH_GW_CPUS:-}" ] || GW_PIN=(taskset -c "$BENCH_GW_CPUS")
 [ -z "${BENCH_SWARM_CPUS:-}" ] || SW_PIN=(taskset -c "$BENCH_SWARM_CPUS")
+SWARMS=${BENCH_SWARMS:-1}
+[[ "$SWARMS" =~ ^[1-9][0-9]*$ ]] && [ "$SWARMS" -le "$N" ] ||
+	fail "BENCH_SWARMS is $SWARMS: a count from 1 to N ($N)"
 AFTER_BIN=$TETHER_BIN
 ulimit -Sn "$(ulimit -Hn)"
 
 echo "# store_pool.sh $(date -u +%FT%TZ) $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# TETHER_BIN=$AFTER_BIN BASE_BIN=${BASE_BIN:-none} N=$N delay=${DELAY_MS}ms each way" \
-	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s workers=${BENCH_WORKERS:-default}" \
+	"store-pool=${STORE_POOL:-default} limit=${LIMIT_S}s workers=${BENCH_WORKERS:-default} swarms=$SWARMS" \
 	"flags=${BENCH_GW_FLAGS:-none} gateway-cpus=${BENCH_GW_CPUS:-any} swarm-cpus=${BENCH_SWARM_CPUS:-any}"
 
 # BENCH_KEEP=DIR: the gateways' logs and the swarms' reports are copied
 # there at the end.
 [ -z "${BENCH_KEEP:-}" ] ||
-	on_cleanup 'mkdir -p "$BENCH_KEEP"; cp "$T"/*.log "$T"/*.out "${PG_DIR:-$T}/log" "$BENCH_KEEP"/ 2>/dev/null'
+	on_cleanup 'mkdir -p "$BENCH_KEEP"; cp "$T"/*.log "$T"/*.out.* "${PG_DIR:-$T}/log" "$BENCH_KEEP"/ 2>/dev/null'
 NEAR='' FAR=''
 if [ "$STORES" != sqlite ]; then
 	pg_start
@@ -93,7 +100,8 @@ cpu_ms() {
 # stopped short; the gateway's CPU from the swarm's start until then, and
 # the swarm's own).
 run() {
-	local bin=$1 label=$2 url=$3 workers=$4 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=() c0 c1 s1
+	local bin=$1 label=$2 url=$3 workers=$4 dir t0 now reg_ms= act_ms= regs=0 act=0 pool=() c0 c1 s1=0
+	local i n sw=() outs=() p o a
 	dir=$T/$label-$RANDOM
 	[ "$label" != sqlite ] || url=sqlite://$dir/tether.db
 	[ "$label" = sqlite ] || psql -X -q "$NEAR" -c 'DROP SCHEMA public CASCADE; CREATE SCHEMA public' 2>/dev/null
@@ -116,32 +124,42 @@ run() {
 	ctl token create --cluster "$(cluster_create regs)" --uses "$N" >"$dir.json"
 	c0=$(cpu_ms "$GW_PID")
 	t0=$(now_ms)
-	"${SW_PIN[@]}" "$bin/tether-swarm" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$N" \
-		--prefix "$label" --report-ms 250 --log-level error >"$dir.out" 2>&1 &
-	SW_PID=$!
-	PIDS+=("$SW_PID")
+	for ((i = 0; i < SWARMS; i++)); do
+		n=$((N / SWARMS + (i < N % SWARMS ? 1 : 0)))
+		outs+=("$dir.out.$i")
+		"${SW_PIN[@]}" "$bin/tether-swarm" --join "$dir.json" --ca-file "$dir/ca.crt" --agents "$n" \
+			--prefix "$label-$i" --report-ms 250 --log-level error >"$dir.out.$i" 2>&1 &
+		sw+=($!)
+		PIDS+=($!)
+	done
 	while :; do
 		now=$(now_ms)
 		if [ -z "$reg_ms" ]; then
 			regs=$(grep -c 'msg="agent registered"' "$dir.log" || true)
 			[ "$regs" -lt "$N" ] || reg_ms=$((now - t0))
 		fi
-		if grep -q '^swarm all_active' "$dir.out"; then
+		if [ "$(cat "${outs[@]}" | grep -c '^swarm all_active')" -ge "$SWARMS" ]; then
 			act=$N act_ms=$((now - t0))
 			break
 		fi
 		if [ $((now - t0)) -ge $((LIMIT_S * 1000)) ]; then
-			act=$(sed -n 's/^swarm ms=.* active=\([0-9]*\).*/\1/p' "$dir.out" | tail -n 1)
-			act=${act:-0} act_ms=$((now - t0))
+			act=0
+			for o in "${outs[@]}"; do
+				a=$(sed -n 's/^swarm ms=.* active=\([0-9]*\).*/\1/p' "$o" | tail -n 1)
+				act=$((act + ${a:-0}))
+			done
+			act_ms=$((now - t0))
 			break
 		fi
-		kill -0 "$SW_PID" 2>/dev/null || fail "the swarm exited: $(tail -n 2 "$dir.out")"
+		for i in "${!sw[@]}"; do
+			kill -0 "${sw[i]}" 2>/dev/null || fail "swarm $i exited: $(tail -n 2 "${outs[i]}")"
+		done
 		sleep 0.1
 	done
 	[ -n "$reg_ms" ] || reg_ms=$act_ms
 	c1=$(cpu_ms "$GW_PID")
-	s1=$(cpu_ms "$SW_PID")
-	kill -TERM "$SW_PID"; wait "$SW_PID" || true
+	for p in "${sw[@]}"; do s1=$((s1 + $(cpu_ms "$p"))); done
+	for p in "${sw[@]}"; do kill -TERM "$p"; wait "$p" || true; done
 	kill -TERM "$GW_PID"; wait "$GW_PID" || true
 	echo "$regs $reg_ms $act $act_ms $((c1 - c0)) $s1"
 }

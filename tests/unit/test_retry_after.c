@@ -162,6 +162,16 @@ test_spread(void **state)
 	assert_false(retry_after_spread_moved(1000, 501));
 	assert_true(retry_after_spread_moved(1000, 500));
 	assert_true(retry_after_spread_moved(RA_SPREAD_MAX_MS, RA_SPREAD_MIN_MS));
+	/* Wider: told at its tick whatever the last tell's age. */
+	assert_true(retry_after_spread_due(0, 500, -1, 30000));
+	assert_true(retry_after_spread_due(500, 13000, 1000, 30000));
+	assert_true(retry_after_spread_due(500, 625, 0, 30000));
+	assert_false(retry_after_spread_due(500, 624, 60000, 30000));
+	/* Narrower: once the last tell is old enough, or none reached anyone. */
+	assert_false(retry_after_spread_due(13000, 500, 29999, 30000));
+	assert_true(retry_after_spread_due(13000, 500, 30000, 30000));
+	assert_true(retry_after_spread_due(13000, 500, -1, 30000));
+	assert_false(retry_after_spread_due(1000, 501, -1, 30000));
 }
 
 int
