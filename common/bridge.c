@@ -28,6 +28,9 @@
 
 #define BRIDGE_CHUNK     (128 * 1024)   /* largest DATA taken from the socket at once */
 #define BRIDGE_READ_MAX  (256 * 1024)   /* bytes read from the socket per wakeup */
+/* libevent 2.1's socket read (evbuffer_read) takes what FIONREAD says the
+ * socket holds, at most EVBUFFER_MAX_READ (4096) bytes: sock_read_more. */
+#define BRIDGE_LIBEVENT_READ 4096
 
 enum bridge_state {
 	BRIDGE_PENDING,   /* accepting: the caller is dialing */
@@ -468,8 +471,14 @@ sock_read(struct bufferevent *bev, void *arg)
 	struct bridge *b = arg;
 
 	/* Only a bare socket: under TLS (an https upstream's filter) the fd
-	 * carries records, which only the TLS layer may read. */
-	if (b->state == BRIDGE_OPEN && !b->sock_eof && b->plain)
+	 * carries records, which only the TLS layer may read.  Less input
+	 * than one of libevent's reads may take (BRIDGE_LIBEVENT_READ): that
+	 * read took all the socket said it held (FIONREAD), and a read(2)
+	 * now would only say "would block" (one per answer of a small-
+	 * request exchange, the /k8s path's); what comes later wakes the
+	 * loop again. */
+	if (b->state == BRIDGE_OPEN && !b->sock_eof && b->plain &&
+	    evbuffer_get_length(bufferevent_get_input(bev)) >= BRIDGE_LIBEVENT_READ)
 		sock_read_more(b);
 	bridge_pump_in(b);
 }

@@ -106,11 +106,17 @@ rbatch_read(BIO *bio, char *out, int outl)
 	return (int)n;
 }
 
-/* Whether an SSL_read on ssl would find nothing without a read(2) that we
+/*
+ * Whether an SSL_read on ssl would find nothing without a read(2) that we
  * know would say "would block": no plaintext or record bytes held, and the
- * socket was emptied by the last read. */
+ * socket was emptied by the last read.  If so, the reader is done for this
+ * loop pass, and the mark is cleared: what asks next comes from a later
+ * pass, woken because the socket is readable again (or from a resume), and
+ * must read(2).  Left set, that first ask would hear "would block" for the
+ * bytes that woke the loop, and every message would cost a second pass.
+ */
 static int
-rbatch_idle(SSL *ssl)
+rbatch_settled(SSL *ssl)
 {
 	BIO *bio = SSL_get_rbio(ssl);
 	struct tls_rbatch *t;
@@ -119,7 +125,10 @@ rbatch_idle(SSL *ssl)
 	    BIO_method_type(bio) != rbatch_type || SSL_pending(ssl) > 0)
 		return 0;
 	t = BIO_get_data(bio);
-	return t->start == t->end && t->drained;
+	if (t->start != t->end || !t->drained)
+		return 0;
+	t->drained = 0;
+	return 1;
 }
 
 static long
@@ -255,7 +264,7 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 	size_t added = 0, chain;
 	int r;
 
-	if (ssl == NULL || rbatch_idle(ssl))
+	if (ssl == NULL || rbatch_settled(ssl))
 		return 0;
 	/* A small limit (a connection not yet authenticated) gets a chain to
 	 * match, not 512 KiB of memory it may never fill. */

@@ -38,7 +38,8 @@ int tls_write_batch(struct bufferevent *bev);
 
 /*
  * Seals a small message (at most TLS_WRITE_NOW_MAX bytes: a WebSocket
- * control frame) straight into bev's batch when bev's output holds nothing
+ * control frame, a tunnel's window update, the DATA of a small request or
+ * answer) straight into bev's batch when bev's output holds nothing
  * ahead of it, so that it leaves with this loop pass's send(2).  Through
  * bev's output instead, libevent's OpenSSL bufferevent would arm its write
  * event and wait for the socket to be reported writable: two epoll_ctl(2)
@@ -49,7 +50,7 @@ int tls_write_batch(struct bufferevent *bev);
  * the TLS connection failed (it is shut down: bev's next read reports it).
  * Cost: one SSL_write (one record) and a copy into the batch.
  */
-#define TLS_WRITE_NOW_MAX 256u
+#define TLS_WRITE_NOW_MAX 4096u   /* callers copy a frame on their stack */
 int tls_write_now(struct bufferevent *bev, const void *data, size_t len);
 
 /* Sealed records bev holds that the kernel has not taken (0 without the

@@ -807,10 +807,12 @@ send_frame(struct wsclient *c, int opcode, const struct iovec *iov, int iovcnt)
 		    c->host, c->max_queue);
 		return -1;
 	}
-	/* A ping or pong of an idle connection leaves at once, without
-	 * arming the bufferevent's write event (tls_write_now). */
-	if ((opcode == WS_OP_PING || opcode == WS_OP_PONG) &&
-	    hl + plen <= sizeof(small)) {
+	/* A small frame (a ping, a pong, a tunnel's DATA of a request or an
+	 * answer) with nothing queued leaves with this loop pass's send,
+	 * without arming the bufferevent's write event (tls_write_now): two
+	 * epoll_ctl(2) and a loop pass for every answer an agent relays.  A
+	 * close frame goes through the output: its end is seen there. */
+	if (opcode != WS_OP_CLOSE && hl + plen <= sizeof(small)) {
 		mask_frame(small, hdr, hl, iov, iovcnt, mask);
 		r = tls_write_now(c->bev, small, hl + plen);
 		if (r != 0)

@@ -420,7 +420,8 @@ ws_frame_copy(uint8_t *p, const uint8_t *hdr, size_t n, const struct iovec *iov,
 }
 
 /* A small frame (a ping, a pong, a tunnel's PING or PONG, a window
- * update) of a connection with nothing queued leaves at once, without
+ * update, the DATA of a small request) of a connection with nothing
+ * queued leaves with this loop pass's send, without
  * arming the bufferevent's write event (tls_write_now): an agent's
  * keepalive ping is answered as cheaply as the gateway's own.  Returns 1
  * if sent, 0 if it goes through the output, -1 if the connection failed
