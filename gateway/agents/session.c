@@ -141,7 +141,9 @@ struct session {
 enum job_kind {
 	JOB_TOKEN_GET,         /* in: id; out: token */
 	JOB_AGENT_GET,         /* in: id; out: agent */
-	JOB_REGISTER,          /* in: id (the import token), node, pubkey */
+	JOB_REGISTER,          /* in: id (the import token), node, pubkey,
+	                        * and with goes_on the version; out: agent,
+	                        * created, started */
 	JOB_TRANSITION,        /* in: id (the agent), ev, reason; out: agent */
 	JOB_SEEN,              /* in: id (the agent), now, and with
 	                        * has_reason its version in node */
@@ -177,6 +179,12 @@ struct session_job {
 	struct store_token token;
 	struct store_agent agent;
 	bool created;
+	bool goes_on;                 /* JOB_REGISTER: the tunnel goes on as
+	                               * the agent: store_agent_register_on */
+	char version[FRAME_ID_MAX + 1]; /* with goes_on: HELLO's release */
+	bool started;                 /* out: the registration also started
+	                               * its verification and recorded it
+	                               * seen (agent: as verifying) */
 	bool moved;                   /* an agent changed state (or was made): */
 	int moved_from, moved_to;     /* metrics_agent_moved's (-1: new) */
 };
@@ -611,8 +619,14 @@ job_work(struct store *st, void *arg)
 		j->rc = store_agent_get(st, j->id, &j->agent);
 		break;
 	case JOB_REGISTER:
-		j->rc = store_agent_register(st, j->id, j->node, j->pubkey, j->now,
-		    &j->agent, &j->created, j->err, sizeof(j->err));
+		if (j->goes_on)
+			j->rc = store_agent_register_on(st, j->id, j->node,
+			    j->pubkey, j->version, j->now, &j->agent, &j->created,
+			    &j->started, j->err, sizeof(j->err));
+		else
+			j->rc = store_agent_register(st, j->id, j->node,
+			    j->pubkey, j->now, &j->agent, &j->created, j->err,
+			    sizeof(j->err));
 		j->moved = j->rc == STORE_OK && j->created;
 		j->moved_from = -1;
 		j->moved_to = (int)j->agent.state;
@@ -882,7 +896,8 @@ auth_import_found(struct session *s, struct session_job *j)
 	session_set_phase(s, PHASE_AWAIT_REGISTER);
 }
 
-static void session_welcome(struct session *s);
+static void session_welcome(struct session *s,
+    const struct store_agent *started);
 
 /* ---- streams ---- */
 
@@ -1071,7 +1086,7 @@ auth_key_settled(struct session *s, struct session_job *j)
 		info("agent key rotation abandoned: the agent kept its key",
 		    KV_S("agent", s->agent.id));
 	}
-	session_welcome(s);
+	session_welcome(s, NULL);
 }
 
 static void
@@ -1106,7 +1121,7 @@ auth_agent_found(struct session *s, struct session_job *j)
 	    key == AUTH_KEY_NEXT ? "next" : "current");
 	s->hs->key_rotate = j->agent.key_rotate;
 	if (settle == SETTLE_NOTHING) {
-		session_welcome(s);
+		session_welcome(s, NULL);
 		return;
 	}
 	k = job_new(settle == SETTLE_COMMIT ? JOB_KEY_COMMIT : JOB_KEY_ABANDON,
@@ -1151,6 +1166,12 @@ on_register(struct session *s, const struct frame *in)
 	if ((j = job_new(JOB_REGISTER, s->hs->import.id)) != NULL) {
 		snprintf(j->node, sizeof(j->node), "%s", in->u.reg.node);
 		memcpy(j->pubkey, in->u.reg.pubkey, sizeof(j->pubkey));
+		/* Going on, the tunnel's first writes (the start of the
+		 * verification, last seen) go with the registration
+		 * (docs/0045). */
+		j->goes_on = s->hs->goes_on;
+		snprintf(j->version, sizeof(j->version), "%s",
+		    s->hs->hello.version);
 	}
 	job_submit(s->gw, s, j, on_registered, "the registration");
 }
@@ -1159,8 +1180,7 @@ static void
 on_registered(struct session *s, struct session_job *j)
 {
 	struct frame out;
-	const struct store_agent *ap = &j->agent;
-	const struct store_agent a = *ap;
+	struct store_agent a = j->agent;
 	bool created = j->created;
 
 	if (j->rc == STORE_REFUSED) {
@@ -1176,6 +1196,10 @@ on_registered(struct session *s, struct session_job *j)
 		    "agent: join again with a fresh state directory");
 		return;
 	}
+	/* Started (docs/0045): registered in enroll, then verifying in the
+	 * same transaction; the agent hears both, one after the other. */
+	if (j->started)
+		a.state = AGENT_ENROLL;
 	info("agent registered", KV_S("agent", a.id), KV_S("node", a.node),
 	    KV_S("cluster", a.cluster), KV_S("token", s->hs->import.id),
 	    KV_S("state", agent_state_name(a.state)),
@@ -1195,7 +1219,7 @@ on_registered(struct session *s, struct session_job *j)
 		session_keep_agent(s, &a);
 		snprintf(s->hs->key, sizeof(s->hs->key), "current");
 		s->hs->key_rotate = a.key_rotate;
-		session_welcome(s);
+		session_welcome(s, j->started ? &j->agent : NULL);
 		return;
 	}
 	/* The import token did its one job: the agent reconnects as itself. */
@@ -1471,8 +1495,14 @@ session_kick_elsewhere(struct gateway *gw, const char *agent_id,
 	(void)loop_call(&gw->loops[at.loop], kick_replaced_here, k, free);
 }
 
+/*
+ * The agent is in: WELCOME, the hub and the directory, its tunnel's
+ * record, and the verification an agent in enroll needs.  started: the
+ * registration already started it and recorded the agent seen
+ * (store_agent_register_on), the record as verifying; NULL: this does.
+ */
 static void
-session_welcome(struct session *s)
+session_welcome(struct session *s, const struct store_agent *started)
 {
 	struct frame out;
 	struct session *old;
@@ -1481,7 +1511,8 @@ session_welcome(struct session *s)
 	bool rotate = s->hs->key_rotate;
 
 	/* Before the handshake's memory goes with PHASE_ESTABLISHED. */
-	session_record_seen(s->gw, s->agent.id, s->hs->hello.version);
+	if (started == NULL)
+		session_record_seen(s->gw, s->agent.id, s->hs->hello.version);
 	memcpy(key, s->hs->key, sizeof(key));
 	s->agent.skips_unknown = s->hs->hello.version[0] != '\0';
 
@@ -1524,7 +1555,9 @@ session_welcome(struct session *s)
 	    KV_S("cluster", s->agent.cluster),
 	    KV_S("state", agent_state_name(s->agent.state)));
 	session_send_settings(s);
-	if (s->agent.state == AGENT_ENROLL) {
+	if (started != NULL) {
+		session_verifying(s, started);
+	} else if (s->agent.state == AGENT_ENROLL) {
 		session_transition(s, AGENT_EV_VERIFY, NULL, session_verify_started,
 		    false, "the start of verification");
 	} else if (s->agent.state == AGENT_VERIFYING) {

@@ -1709,15 +1709,59 @@ has_register_fn(const struct store *s)
 	return fn != NULL && *fn != '\0';
 }
 
-int
-store_agent_register(struct store *s, const char *token_id,
-    const char *node, const uint8_t pubkey[32], int64_t now,
-    struct store_agent *out, bool *created, char *err, size_t errlen)
+static void next_error(const struct store_agent *a, enum agent_event ev,
+    const char *given, char out[STORE_ERROR_MAX + 1]);
+
+/*
+ * The first writes of an agent's own tunnel folded into its registration
+ * (store_agent_register_on): the start of its verification and when it
+ * was seen, one statement, applied only while a is still in enroll.  *a
+ * becomes the record after it when *started.
+ */
+static int
+start_on_tunnel(struct store *s, struct store_agent *a, const char *version,
+    int64_t now, bool *started, char *err, size_t errlen)
+{
+	struct store_agent next = *a;
+	char v[STORE_VERSION_MAX + 1] = "";    /* zeroed: the record is
+	                                        * compared whole */
+	int64_t changes = 0;
+	int rc;
+
+	*started = false;
+	if (agent_state_next(a->state, AGENT_EV_VERIFY, &next.state, err,
+	    errlen) == -1)
+		return STORE_REFUSED;
+	next_error(a, AGENT_EV_VERIFY, NULL, next.last_error);
+	next.updated_at = now;
+	next.last_seen = now;
+	version_clean(version, v);
+	memcpy(next.version, v, sizeof(next.version));
+	rc = write_stmt(s, &(struct store_stmt){
+	    .sql = "UPDATE agents SET state = ?, last_error = ?, updated_at = ?, "
+	    "last_seen = ?, version = ? WHERE id = ? AND state = ?",
+	    .what = "start agent verification",
+	    PARAMS(P_TEXT(agent_state_name(next.state)), P_TEXT(next.last_error),
+	    P_INT(now), P_INT(now), P_TEXT(v), P_TEXT(a->id),
+	    P_TEXT(agent_state_name(a->state))) }, &changes, NULL, err, errlen);
+	if (rc != STORE_OK || changes != 1)
+		return rc;
+	*a = next;
+	*started = true;
+	return STORE_OK;
+}
+
+/* store_agent_register, and store_agent_register_on's fold when version
+ * is non-NULL. */
+static int
+register_call(struct store *s, const char *token_id, const char *node,
+    const uint8_t pubkey[32], const char *version, int64_t now,
+    struct store_agent *out, bool *created, bool *started, char *err,
+    size_t errlen)
 {
 	struct store_agent a;
-	bool made = false;
+	bool made = false, on = false;
 	int rc;
-	STORE_TIMED(s);
 
 	if (!name_valid(node))
 		return refuse_name("node", err, errlen);
@@ -1729,11 +1773,21 @@ store_agent_register(struct store *s, const char *token_id,
 		if ((rc = register_at_once(s, token_id, node, pubkey, now, &a,
 		    &made, err, errlen)) != STORE_OK)
 			return rc;
+		/* Its own statement after the registration's: a failure
+		 * leaves the caller to make the writes as before. */
+		if (version != NULL && made && a.state == AGENT_ENROLL &&
+		    start_on_tunnel(s, &a, version, now, &on, err, errlen) !=
+		    STORE_OK)
+			on = false;
 	} else {
 		if (begin(s, err, errlen) != STORE_OK)
 			return STORE_ERR;
 		rc = register_locked(s, token_id, node, pubkey, now, &a, &made,
 		    err, errlen);
+		if (rc == STORE_OK && version != NULL && made &&
+		    a.state == AGENT_ENROLL)
+			rc = start_on_tunnel(s, &a, version, now, &on, err,
+			    errlen);
 		if ((rc = store_finish(s, rc, err, errlen)) != STORE_OK)
 			return rc;
 	}
@@ -1742,7 +1796,35 @@ store_agent_register(struct store *s, const char *token_id,
 		*out = a;
 	if (created != NULL)
 		*created = made;
+	if (started != NULL)
+		*started = on;
 	return STORE_OK;
+}
+
+int
+store_agent_register(struct store *s, const char *token_id,
+    const char *node, const uint8_t pubkey[32], int64_t now,
+    struct store_agent *out, bool *created, char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	return register_call(s, token_id, node, pubkey, NULL, now, out,
+	    created, NULL, err, errlen);
+}
+
+int
+store_agent_register_on(struct store *s, const char *token_id,
+    const char *node, const uint8_t pubkey[32], const char *version,
+    int64_t now, struct store_agent *out, bool *created, bool *started,
+    char *err, size_t errlen)
+{
+	STORE_TIMED(s);
+
+	if (started != NULL)
+		*started = false;
+	return register_call(s, token_id, node, pubkey,
+	    version != NULL ? version : "", now, out, created, started, err,
+	    errlen);
 }
 
 int

@@ -220,6 +220,27 @@ int store_agent_register(struct store *s, const char *token_id,
     const char *node, const uint8_t pubkey[32], int64_t now,
     struct store_agent *out, bool *created, char *err, size_t errlen);
 
+/*
+ * store_agent_register for an agent that goes on as itself on the tunnel
+ * that registers it (docs/0044), with that tunnel's first two writes
+ * folded in (docs/0045): when the call creates the agent in enroll, it
+ * also applies AGENT_EV_VERIFY (agent_state_next: enroll -> verifying,
+ * last_error "") and records it seen at now with version (as
+ * store_agent_seen; non-NULL, "" for none), in one statement, in the
+ * registration's own transaction where the store runs the rules itself
+ * (SQLite), else right after it, only if the agent is still in enroll
+ * then.  *started (non-NULL) says whether it did: *out is then the record
+ * as verifying (the registration made it in enroll: the caller tells the
+ * agent both); else the call is store_agent_register's, nothing more
+ * written, and the caller makes those writes itself.  Return values as
+ * store_agent_register's; a failed second statement on PostgreSQL leaves
+ * the registration done and is STORE_OK with *started false.
+ */
+int store_agent_register_on(struct store *s, const char *token_id,
+    const char *node, const uint8_t pubkey[32], const char *version,
+    int64_t now, struct store_agent *out, bool *created, bool *started,
+    char *err, size_t errlen);
+
 int store_agent_get(struct store *s, const char *id, struct store_agent *out);
 /* All agents, or those of one cluster when cluster is non-NULL, by creation. */
 int store_agent_list(struct store *s, const char *cluster,

@@ -151,6 +151,14 @@ test_import_goes_on(void **state)
 	assert_int_equal(store_agent_get(f->st, t->sent[1].u.registered.agent_id, &now),
 	    STORE_OK);
 	assert_int_equal(now.state, AGENT_ACTIVE);
+	assert_true(now.last_seen > 0);
+	/* The registration also started the verification and recorded the
+	 * agent seen (docs/0045): one call, not three; VERIFY_OK's is the
+	 * one transition left. */
+	assert_int_equal(ft_store_calls(f, "agent_register_on"), 1);
+	assert_int_equal(ft_store_calls(f, "agent_register"), 0);
+	assert_int_equal(ft_store_calls(f, "agent_seen"), 0);
+	assert_int_equal(ft_store_calls(f, "agent_transition"), 1);
 	ft_tun_gone(t);
 	assert_int_equal(hub_count(f->gw.hub), 0);
 	EVP_PKEY_free(ik);

@@ -1311,6 +1311,67 @@ test_register_retry(void **state)
 	free(list);
 }
 
+/* store_agent_register_on (docs/0045): a created agent comes back
+ * verifying and seen, in the store too, one use spent; a retry, a manual
+ * approval and a refusal write nothing more than store_agent_register. */
+static void
+test_register_on(void **state)
+{
+	struct fixture *f = *state;
+	struct store_cluster c = { .id = "" };
+	struct store_agent a, b, got;
+	char err[STORE_ERROR_MAX + 1] = "";
+	bool created = false, started = false;
+	uint8_t k[32];
+
+	make_import(f, "4545454545454545", 2, false, &c);
+	key(k, 0x45);
+	assert_int_equal(store_agent_register_on(f->s, "4545454545454545",
+	    "node-on", k, "1.2 \"x\"", NOW, &a, &created, &started, err,
+	    sizeof(err)), STORE_OK);
+	assert_true(created);
+	assert_true(started);
+	assert_int_equal(a.state, AGENT_VERIFYING);
+	assert_string_equal(a.last_error, "");
+	assert_int_equal(a.last_seen, NOW);
+	assert_string_equal(a.version, "1.2__x_");
+	assert_int_equal(a.updated_at, NOW);
+	assert_int_equal(uses_of(f, "4545454545454545"), 1);
+	assert_int_equal(store_agent_get(f->s, a.id, &got), STORE_OK);
+	assert_memory_equal(&got, &a, sizeof(a));
+
+	/* A retry hands the agent back as it is, and starts nothing. */
+	assert_int_equal(store_agent_register_on(f->s, "4545454545454545",
+	    "node-on", k, "2.0", NOW + 7, &b, &created, &started, err,
+	    sizeof(err)), STORE_OK);
+	assert_false(created);
+	assert_false(started);
+	assert_memory_equal(&b, &a, sizeof(a));
+	assert_int_equal(uses_of(f, "4545454545454545"), 1);
+
+	/* Refused (the node is taken by another key): nothing. */
+	key(k, 0x46);
+	started = true;
+	assert_int_equal(store_agent_register_on(f->s, "4545454545454545",
+	    "node-on", k, "2.0", NOW, &b, &created, &started, err,
+	    sizeof(err)), STORE_REFUSED);
+	assert_false(started);
+	assert_int_equal(uses_of(f, "4545454545454545"), 1);
+
+	/* Manual approval: registered pending, nothing started or seen. */
+	make_import(f, "4646464646464646", 1, true, &c);
+	assert_int_equal(store_agent_register_on(f->s, "4646464646464646",
+	    "node-manual", k, "2.0", NOW, &b, &created, &started, err,
+	    sizeof(err)), STORE_OK);
+	assert_true(created);
+	assert_false(started);
+	assert_int_equal(b.state, AGENT_PENDING_APPROVAL);
+	assert_int_equal(store_agent_get(f->s, b.id, &got), STORE_OK);
+	assert_int_equal(got.state, AGENT_PENDING_APPROVAL);
+	assert_int_equal(got.last_seen, 0);
+	assert_string_equal(got.version, "");
+}
+
 /* A one-use token: the reply to the first REGISTER was lost, the node asks
  * again with the same key and must get its agent, not "used up". */
 static void
@@ -2369,6 +2430,7 @@ main(void)
 		T(test_register_manual_and_unlimited),
 		T(test_register_refusals),
 		T(test_register_retry),
+		T(test_register_on),
 		T(test_register_retry_after_last_use),
 		T(test_register_other_key_refused),
 		T(test_register_after_revoke),

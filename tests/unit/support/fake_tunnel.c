@@ -156,6 +156,24 @@ on_watchdog(evutil_socket_t fd, short what, void *arg)
 	f->expired = 1;
 }
 
+/* The store thread's timing hook: counts its calls by name. */
+static void
+count_op(void *arg, const char *op, double seconds)
+{
+	struct ft *f = arg;
+	int i;
+
+	(void)seconds;
+	pthread_mutex_lock(&f->ops_mu);
+	for (i = 0; i < f->nops && strcmp(f->ops[i].op, op) != 0; i++)
+		;
+	if (i == f->nops && f->nops < FT_OPS_MAX)
+		snprintf(f->ops[f->nops++].op, sizeof(f->ops[0].op), "%s", op);
+	if (i < f->nops)
+		f->ops[i].n++;
+	pthread_mutex_unlock(&f->ops_mu);
+}
+
 struct ft *
 ft_new(size_t cap)
 {
@@ -181,12 +199,26 @@ ft_new(size_t cap)
 	assert_non_null(f->gw.agents = agentdir_new());
 	assert_int_equal(gw_face_init(&f->gw), 0);
 	assert_non_null(f->watchdog = evtimer_new(f->gw.base, on_watchdog, f));
-	assert_int_equal(store_worker_start(f->gw.base, url, cap, NULL, NULL, &f->gw.storew, err,
-	    sizeof(err)), 0);
+	assert_int_equal(pthread_mutex_init(&f->ops_mu, NULL), 0);
+	assert_int_equal(store_worker_start(f->gw.base, url, cap, count_op, f,
+	    &f->gw.storew, err, sizeof(err)), 0);
 	assert_int_equal(store_cluster_create(f->st, "one", gateway_now(), &c, err,
 	    sizeof(err)), STORE_OK);
 	snprintf(f->cluster, sizeof(f->cluster), "%s", c.id);
 	return f;
+}
+
+int
+ft_store_calls(struct ft *f, const char *op)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&f->ops_mu);
+	for (int i = 0; i < f->nops; i++)
+		if (strcmp(f->ops[i].op, op) == 0)
+			n = f->ops[i].n;
+	pthread_mutex_unlock(&f->ops_mu);
+	return n;
 }
 
 void
@@ -218,6 +250,7 @@ ft_free(struct ft *f)
 	store_close(f->st);
 	snprintf(p, sizeof(p), "rm -rf %s", f->dir);
 	assert_int_equal(system(p), 0);
+	pthread_mutex_destroy(&f->ops_mu);
 	free(f);
 }
 

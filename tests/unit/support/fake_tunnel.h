@@ -14,6 +14,7 @@
 #ifndef TETHER_TEST_FAKE_TUNNEL_H
 #define TETHER_TEST_FAKE_TUNNEL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,7 @@ struct mux_handlers;
 
 #define FT_SENT_MAX 32
 #define FT_TUNS_MAX 6
+#define FT_OPS_MAX 48
 
 /* One fake tunnel: what its session sent and whether it closed it. */
 struct ft_tun {
@@ -57,6 +59,14 @@ struct ft {
 	int ntun;
 	struct event *watchdog;       /* a wait that would never end fails */
 	int expired;
+	/* The store thread's calls by name (store_set_timing's op), counted
+	 * by its timing hook under ops_mu. */
+	pthread_mutex_t ops_mu;
+	struct {
+		char op[48];
+		int n;
+	} ops[FT_OPS_MAX];
+	int nops;
 };
 
 /* A gateway (replica "r-here") with one cluster "one", its store thread
@@ -74,6 +84,11 @@ void ft_deliver(struct ft_tun *t, const struct frame *fr);
 /* Runs the loop until t sent n frames or was closed (fails after a
  * watchdog of several seconds: a wait that never ends, not a timing goal). */
 void ft_wait_sent(struct ft_tun *t, int n);
+/* How many calls named op ("agent_transition": store.h's names without
+ * "store_") the sessions' store thread has made since ft_new; the test's
+ * own connection (f->st) is not counted.  Call once the answers needed
+ * have come (ft_wait_sent). */
+int ft_store_calls(struct ft *f, const char *op);
 /* Runs the loop once: until something happens (watchdog included). */
 void ft_loop_once(struct ft *f);
 const struct frame *ft_last(const struct ft_tun *t);
