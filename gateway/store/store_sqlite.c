@@ -11,6 +11,7 @@
  * once migrate one after the other.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,7 +221,27 @@ sqlite_run(struct store *s, const struct store_stmt *q, store_row_fn *fn,
 	return rc;
 }
 
-/* Runs constant SQL (no values in it: those are always bound). */
+/* Whether sql is one transaction-control statement (BEGIN, COMMIT,
+ * SAVEPOINT, RELEASE, ROLLBACK TO): every call that writes runs two
+ * (its transaction's, or its savepoint's in a group), so they run
+ * prepared once, from the statement cache (docs/0045). */
+static bool
+control_stmt(const char *sql)
+{
+	static const char *const verbs[] = { "BEGIN ", "COMMIT", "SAVEPOINT ",
+	    "RELEASE ", "ROLLBACK TO " };
+
+	if (strchr(sql, ';') != NULL)
+		return false;
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (strncmp(sql, verbs[i], strlen(verbs[i])) == 0)
+			return true;
+	return false;
+}
+
+/* Runs constant SQL (no values in it: those are always bound): a
+ * transaction's control from the statement cache, anything else (pragmas,
+ * migrations of several statements) through sqlite3_exec. */
 static int
 sqlite_exec(struct store *s, const char *sql, const char *what, char *err,
     size_t errlen)
@@ -228,6 +249,9 @@ sqlite_exec(struct store *s, const char *sql, const char *what, char *err,
 	char *msg = NULL;
 	int rc;
 
+	if (control_stmt(sql))
+		return sqlite_run(s, &(struct store_stmt){ .sql = sql,
+		    .what = what }, NULL, NULL, NULL, err, errlen);
 	if (sqlite3_exec(DB(s), sql, NULL, NULL, &msg) == SQLITE_OK)
 		return STORE_OK;
 	rc = db_fail(DB(s), what, msg, err, errlen);
