@@ -117,6 +117,8 @@ struct tls_waiter {
 	int64_t since_ms;                 /* monotonic: when it was accepted */
 	enum conn_port port;              /* PORT_TLS or PORT_MTLS */
 	int exempt;                       /* a --trusted-proxy's own: no share */
+	int evented;                      /* had an event on loop 0 (a PROXY
+	                                   * preface): leaves it a pass later */
 	char peer[PEER_MAX];
 };
 
@@ -184,8 +186,8 @@ struct server {
 	int mtls_port;
 	/* Loops (--workers, docs/0032 and 0040; gw->loops, core/loop.h):
 	 * loop 0 is gw->base, where admission and every count live; each loop
-	 * runs TLS handshakes (tls_pick_loop), as tlsloop.h jobs (loop 0's
-	 * too when its connection lands by its request line: tls_reads_line)
+	 * runs TLS handshakes (pick_loop), as tlsloop.h jobs (loop 0's
+	 * too when its connection lands by its request line: lands_by_line)
 	 * or, on loop 0, inline (hconn_tls_timer).  Per loop: handshakes it
 	 * holds now and finished since start. */
 	struct tlsloops *loops;           /* NULL with --workers 1 */
@@ -207,11 +209,15 @@ struct tls_job {
 	int exempt;
 	int home_counted;                 /* tls_land sent it home: counted in
 	                                     loop 0's nconns from then on */
+	unsigned to;                      /* the loop its handshake runs on */
 	char peer[PEER_MAX];
 };
 
 /* An accepted socket before TLS/HTTP: a PROXY header may come first.
- * Memory: ~1.2 KiB, only until the header is read or found absent. */
+ * On the plain port, when connections land by their request line
+ * (lands_by_line), the line is read here too (head), after the header.
+ * Memory: ~1.2 KiB, only until the header is read or found absent, and
+ * LAND_LINE_MAX more while a line is read. */
 struct preface {
 	LIST_ENTRY(preface) link;         /* in server.prefaces */
 	struct server *srv;
@@ -225,6 +231,11 @@ struct preface {
 	int64_t deadline_ms;              /* the whole header by then */
 	size_t have;                      /* header bytes read so far */
 	uint8_t buf[PROXY_V2_MAX];
+	int64_t line_since_ms;            /* monotonic: its line's wait began;
+	                                   * 0: not reading a line */
+	char *head;                       /* the line read so far (malloc'd,
+	                                   * LAND_LINE_MAX), or NULL */
+	size_t head_len;
 	char peer[PEER_MAX];
 };
 
@@ -297,6 +308,7 @@ static void tls_slot_free(struct hconn *h);
 static void tls_slot_release(struct server *srv, const char *peer, int exempt,
     int64_t began_ms);
 static void hconn_tls_timer(struct hconn *h);
+static void tls_job_done(struct tlsloop_job *job, void *arg);
 static int hconn_idle(const struct hconn *h);
 static int conn_admit(struct server *srv, const char *peer, int exempt);
 
@@ -1475,10 +1487,13 @@ fail:
 	return NULL;
 }
 
-/* The loop that runs the next handshake: the one holding the fewest now,
- * ties going round (so that a trickle alternates too). */
+/* The loop that runs the next TLS handshake: the one holding the fewest
+ * now, ties going round (so that a trickle alternates too).  A plain-port
+ * connection that lands by its line counts as this loop's too (the loop
+ * land_where keeps it on where no route says otherwise: plain_start), so
+ * both ports spread by one rule (docs/0040 step 8). */
 static unsigned
-tls_pick_loop(struct server *srv)
+pick_loop(struct server *srv)
 {
 	unsigned start = srv->loop_next++ % srv->nloops, best = start;
 
@@ -1491,22 +1506,49 @@ tls_pick_loop(struct server *srv)
 	return best;
 }
 
-/* Whether a connection from port reads its request line after its
- * handshake and lands by it (docs/0040 section 2 (i-a)): --landing any
- * or route (gw->landing_any), the main port, more than one loop; the
- * plain port and the replicas' stay on loop 0. */
+/* Whether a connection from port reads its request line and lands by it
+ * (docs/0040 section 2 (i-a)): --landing any or route (gw->landing_any),
+ * more than one loop, the main port (after its handshake, on its
+ * handshake loop) or the plain port (after its PROXY header, in its
+ * preface on loop 0); the replicas' stay on loop 0. */
 static int
-tls_reads_line(const struct server *srv, enum conn_port port)
+lands_by_line(const struct server *srv, enum conn_port port)
 {
-	return srv->loops != NULL && srv->gw->landing_any && port == PORT_TLS;
+	return srv->loops != NULL && srv->gw->landing_any && port != PORT_MTLS;
+}
+
+/* Loop 0's pass after the one in which a socket that had an event on
+ * loop 0 (a PROXY preface) was given a handshake on loop k: its epoll
+ * changes for the socket are made by now (as adopt_send's). */
+static void
+hand_out_send(void *arg)
+{
+	struct tls_job *tj = arg;
+
+	tlsloop_submit(tj->srv->loops, tj->to, &tj->job);
+}
+
+/* Out of memory for that pass: the handshake failed before it began. */
+static void
+hand_out_dropped(void *arg)
+{
+	struct tls_job *tj = arg;
+
+	tj->job.loop = tj->to;
+	tj->job.result = TLSLOOP_FAILED;
+	tls_job_done(&tj->job, tj->srv);
 }
 
 /* The handshake goes to loop i (0..nloops-1) as a job; the slot, the
  * connection's place and its shares stay taken until it comes back
- * (tls_job_done). */
+ * (tls_job_done).  evented: the socket had an event on loop 0 (a PROXY
+ * preface); sent to loop k, it leaves a pass later: loop 0's base removes
+ * that event from epoll at its next dispatch (runtime_event_base's
+ * changelist), which loop k's close of the socket must not precede (the
+ * order adopt_send keeps, docs/0040 step 8). */
 static void
 tls_hand_out(struct server *srv, unsigned i, evutil_socket_t fd,
-    const char *peer, enum conn_port port, int exempt)
+    const char *peer, enum conn_port port, int exempt, int evented)
 {
 	const struct gateway_limits *l = &srv->gw->limits;
 	struct tls_job *tj = calloc(1, sizeof(*tj));
@@ -1535,11 +1577,16 @@ tls_hand_out(struct server *srv, unsigned i, evutil_socket_t fd,
 	tj->job.handshake_ms = l->tls_handshake_timeout_ms;
 	/* The main port's connections land by their request line (tls_land),
 	 * whichever loop runs their handshake, loop 0 included. */
-	tj->job.read_line = tls_reads_line(srv, port);
+	tj->job.read_line = lands_by_line(srv, port);
 	srv->tls_handshakes++;
 	srv->http_conns++;        /* its place, until it is a hconn or closed */
 	srv->loop_inflight[i]++;
-	tlsloop_submit(srv->loops, i, &tj->job);
+	tj->to = i;
+	if (evented && i != 0)
+		(void)loop_call(srv->per[0].loop, hand_out_send, tj,
+		    hand_out_dropped);
+	else
+		tlsloop_submit(srv->loops, i, &tj->job);
 }
 
 /* Bytes read before the connection had a bufferevent (the landing's
@@ -1558,8 +1605,19 @@ head_free(char *head, size_t len)
 static void
 hconn_take_head(struct hconn *h, char *head, size_t len)
 {
-	if (len > 0 && evbuffer_add(bufferevent_get_input(h->bev), head,
-	    len) != 0) {
+	struct evbuffer *in = bufferevent_get_input(h->bev);
+	int r = 0;
+
+	/* A socket bufferevent (the plain port's) keeps its input's end
+	 * frozen but while it reads itself (libevent's bufferevent_sock.c
+	 * opens it around each read): opened the same way for the head. */
+	if (len > 0 && h->port == PORT_PLAIN)
+		evbuffer_unfreeze(in, 0);
+	if (len > 0)
+		r = evbuffer_add(in, head, len);
+	if (len > 0 && h->port == PORT_PLAIN)
+		evbuffer_freeze(in, 0);
+	if (r != 0) {
 		warn("http: out of memory for a request: closing",
 		    KV_S("peer", h->peer));
 		hconn_end(h);
@@ -1814,13 +1872,13 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 }
 
 /* Starts the TLS handshake of an accepted connection (it takes a slot) on
- * the loop tls_pick_loop names: a job (tlsloop.h) on loops 1..n-1, and on
+ * the loop pick_loop names: a job (tlsloop.h) on loops 1..n-1, and on
  * loop 0 too when the connection lands by its request line
- * (tls_reads_line); else (--workers 1, --landing zero, the replicas'
+ * (lands_by_line); else (--workers 1, --landing zero, the replicas'
  * port) inline on loop 0, a hconn whose bufferevent runs the handshake. */
 static void
 tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port, int exempt)
+    enum conn_port port, int exempt, int evented)
 {
 	struct hconn *h;
 	unsigned loop;
@@ -1831,8 +1889,8 @@ tls_start(struct server *srv, evutil_socket_t fd, const char *peer,
 		evutil_closesocket(fd);
 		return;
 	}
-	if ((loop = tls_pick_loop(srv)) != 0 || tls_reads_line(srv, port)) {
-		tls_hand_out(srv, loop, fd, peer, port, exempt);
+	if ((loop = pick_loop(srv)) != 0 || lands_by_line(srv, port)) {
+		tls_hand_out(srv, loop, fd, peer, port, exempt, evented);
 		return;
 	}
 	h = hconn_new(&srv->per[0], fd, peer, port, exempt, NULL);
@@ -1905,7 +1963,7 @@ tls_slot_release(struct server *srv, const char *peer, int exempt,
 			evutil_closesocket(w.fd);
 			continue;
 		}
-		tls_start(srv, w.fd, w.peer, w.port, w.exempt);
+		tls_start(srv, w.fd, w.peer, w.port, w.exempt, w.evented);
 	}
 	if (srv->listener_paused && srv->listener != NULL && srv->qlen <= cap / 2) {
 		srv->listener_paused = 0;
@@ -1958,7 +2016,7 @@ tls_queue_over(const struct server *srv)
 /* No slot free: the connection waits, unencrypted and unread. */
 static void
 tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port, int exempt)
+    enum conn_port port, int exempt, int evented)
 {
 	uint32_t cap = srv->gw->limits.max_tls_queue;
 	struct tls_waiter *w;
@@ -1975,6 +2033,7 @@ tls_wait(struct server *srv, evutil_socket_t fd, const char *peer,
 	w->since_ms = runtime_monotonic_ms();
 	w->port = port;
 	w->exempt = exempt;
+	w->evented = evented;
 	snprintf(w->peer, sizeof(w->peer), "%s", peer);
 	atomic_store_explicit(&srv->qlen_seen, ++srv->qlen, memory_order_relaxed);
 	if (srv->qlen == cap && !srv->listener_paused && srv->listener != NULL) {
@@ -2025,25 +2084,68 @@ conn_admit(struct server *srv, const char *peer, int exempt)
 	return 0;
 }
 
+/*
+ * A plain-port connection (its PROXY header, if any, read) goes on, if
+ * admitted (conn_admit), as a hconn: on loop 0, or, when connections land
+ * by their line (lands_by_line), where its request line (head, taken; NULL:
+ * none read) lands it (docs/0040 step 8): land_where from the loop
+ * pick_loop names, as a TLS connection lands from its handshake loop, so
+ * `any` spreads plain connections as it spreads handshakes, a tunnel lands
+ * by count, a home_loop route (/v1/peer) or a line not whole on loop 0.
+ * Sent on to loop k (server_adopt, from loop 0: a pass later, so its
+ * preface's event leaves loop 0's epoll first) with peer, the client a
+ * PROXY header named; its place in the counts stays loop 0's until it
+ * ends there (server_conn_released), as a landed TLS connection's.
+ */
+static void
+plain_start(struct server *srv, evutil_socket_t fd, const char *peer,
+    int exempt, char *head, size_t head_len)
+{
+	unsigned here = 0, to = 0;
+	struct hconn *h;
+
+	if (conn_admit(srv, peer, exempt) != 0) {
+		evutil_closesocket(fd);
+		head_free(head, head_len);
+		return;
+	}
+	if (lands_by_line(srv, PORT_PLAIN) && !srv->loops_stopping) {
+		here = pick_loop(srv);
+		to = land_where(srv, here, head, head_len);
+	}
+	if (to != 0) {
+		srv->http_conns++;        /* its place, held for loop `to` */
+		server_adopt(&srv->per[to], fd, NULL, peer, PORT_PLAIN, exempt,
+		    head, head_len, 0);
+		return;
+	}
+	if ((h = hconn_new(&srv->per[0], fd, peer, PORT_PLAIN, exempt,
+	    NULL)) == NULL) {
+		warn("http: out of memory for a connection: closed",
+		    KV_S("peer", peer));
+		if (!exempt)
+			srccount_put(srv->http_sources, peer);
+		evutil_closesocket(fd);
+		head_free(head, head_len);
+		return;
+	}
+	if (lands_by_line(srv, PORT_PLAIN))
+		debug("http: landed", KV_S("peer", peer), KV_U("loop", 0),
+		    KV_U("from", 0), KV_U("picked", here));
+	hconn_take_head(h, head, head_len);
+}
+
 /* An accepted connection (its PROXY header, if any, read) goes on: plain
- * HTTP at once, TLS through admission (a slot now, or the queue).  exempt:
- * a --trusted-proxy's own connection (no PROXY header naming a client),
- * held to the totals only, not to one source's share. */
+ * HTTP at once (plain_start), TLS through admission (a slot now, or the
+ * queue).  exempt: a --trusted-proxy's own connection (no PROXY header
+ * naming a client), held to the totals only, not to one source's share.
+ * evented: the socket had an event on loop 0 (its preface: tls_hand_out). */
 static void
 conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
-    enum conn_port port, int exempt)
+    enum conn_port port, int exempt, int evented)
 {
 	if (port == PORT_PLAIN) {
-		if (conn_admit(srv, peer, exempt) != 0) {
-			evutil_closesocket(fd);
-		} else if (hconn_new(&srv->per[0], fd, peer, PORT_PLAIN, exempt,
-		    NULL) == NULL) {
-			warn("http: out of memory for a connection: closed",
-			    KV_S("peer", peer));
-			if (!exempt)
-				srccount_put(srv->http_sources, peer);
-			evutil_closesocket(fd);
-		}
+		plain_start(srv, fd, peer, exempt, NULL, 0);
 	} else if (!exempt && srccount_take(srv->tls_sources, peer,
 	    srv->gw->limits.max_tls_per_source) != 0) {
 		/* Its source holds its share of slots and queue already. */
@@ -2052,7 +2154,7 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 		evutil_closesocket(fd);
 	} else if (srv->tls_handshakes < srv->gw->limits.max_tls_handshakes &&
 	    srv->qlen == 0) {
-		tls_start(srv, fd, peer, port, exempt);
+		tls_start(srv, fd, peer, port, exempt, evented);
 	} else if (port == PORT_TLS && tls_queue_over(srv)) {
 		/* It would wait past what it may: told nothing either way
 		 * (there is no TLS yet to say it with), at once is cheaper. */
@@ -2063,21 +2165,36 @@ conn_start(struct server *srv, evutil_socket_t fd, const char *peer,
 			srccount_put(srv->tls_sources, peer);
 		evutil_closesocket(fd);
 	} else {
-		tls_wait(srv, fd, peer, port, exempt);
+		tls_wait(srv, fd, peer, port, exempt, evented);
 	}
 }
 
-/* The socket goes on as TLS (or plain) HTTP with this peer; pf no longer
- * owns it. */
+/* The socket goes on as TLS (or plain) HTTP with this peer, a plain one
+ * with the request line read (head); pf no longer owns either. */
 static void
 preface_hand_over(struct preface *pf)
 {
+	int exempt = pf->trusted && !pf->named;
+
 	if (pf->counted) {      /* its place goes to what it becomes */
 		srccount_put(pf->srv->tls_sources, pf->sock_peer);
 		pf->counted = 0;
 	}
-	conn_start(pf->srv, pf->fd, pf->peer, pf->port, pf->trusted && !pf->named);
+	if (pf->port != PORT_PLAIN) {
+		conn_start(pf->srv, pf->fd, pf->peer, pf->port, exempt, 1);
+		pf->fd = -1;
+		return;
+	}
+	if (pf->line_since_ms != 0 && (pf->head == NULL ||
+	    memchr(pf->head, '\n', pf->head_len) == NULL))
+		debug("http: no whole request line in time or in 8 KiB: on "
+		    "loop 0", KV_S("peer", pf->peer), KV_U("loop", 0),
+		    KV_U("bytes", pf->head_len), KV_I("waited_ms",
+		    runtime_monotonic_ms() - pf->line_since_ms));
+	plain_start(pf->srv, pf->fd, pf->peer, exempt, pf->head, pf->head_len);
 	pf->fd = -1;
+	pf->head = NULL;
+	pf->head_len = 0;
 }
 
 static void
@@ -2089,6 +2206,7 @@ preface_free(struct preface *pf)
 		srccount_put(pf->srv->tls_sources, pf->sock_peer);
 	if (pf->fd >= 0)
 		evutil_closesocket(pf->fd);
+	head_free(pf->head, pf->head_len);
 	event_free(pf->ev);
 	free(pf);
 }
@@ -2098,6 +2216,58 @@ preface_refuse(struct preface *pf, const char *reason)
 {
 	warn("connection refused", KV_S("peer", pf->peer), KV_S("reason", reason));
 	preface_free(pf);
+}
+
+/*
+ * Reads a plain-port connection's request line in its preface (docs/0040
+ * section 2 (i-a), as a handshake loop reads a TLS one): until its LF or
+ * LAND_LINE_MAX bytes, within LAND_WAIT_MS of its PROXY header (late: the
+ * wait is over, what is there is taken).  Then it goes on
+ * (preface_hand_over) with what was read as its first input: a line not
+ * whole lands on loop 0; a client that closed or failed meanwhile is seen
+ * so by its hconn.  Bytes past the line that came with it are read too
+ * (they are input all the same); the rest stays in the socket for the
+ * hconn's bufferevent.  1: done (pf freed); 0: wait for more bytes.
+ */
+static int
+preface_line_step(struct preface *pf, int late)
+{
+	ssize_t n;
+
+	while (pf->head_len < LAND_LINE_MAX && (pf->head == NULL ||
+	    memchr(pf->head, '\n', pf->head_len) == NULL)) {
+		if (pf->head == NULL && (pf->head = malloc(LAND_LINE_MAX)) == NULL)
+			break;          /* out of memory: on loop 0, unread */
+		n = recv(pf->fd, pf->head + pf->head_len,
+		    LAND_LINE_MAX - pf->head_len, 0);
+		if (n > 0) {
+			pf->head_len += (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+		    errno == EINTR) && !late)
+			return 0;
+		break;                  /* late, closed or failed */
+	}
+	preface_hand_over(pf);
+	preface_free(pf);
+	return 1;
+}
+
+/* The PROXY header was read, or found absent: the socket goes on, unless
+ * it is the plain port's and lands by its line (lands_by_line): that is
+ * read first, from now on under the line's deadline.  As preface_step. */
+static int
+preface_header_done(struct preface *pf)
+{
+	if (pf->port == PORT_PLAIN && lands_by_line(pf->srv, PORT_PLAIN)) {
+		pf->line_since_ms = runtime_monotonic_ms();
+		pf->deadline_ms = pf->line_since_ms + LAND_WAIT_MS;
+		return preface_line_step(pf, 0);
+	}
+	preface_hand_over(pf);
+	preface_free(pf);
+	return 1;
 }
 
 /* 1: done (handed over or refused, pf freed); 0: wait for more bytes. */
@@ -2125,11 +2295,8 @@ preface_step(struct preface *pf)
 			    "--trusted-proxy source (--require-proxy-header)");
 			return 1;
 		}
-		if (first != PROXY_V2_FIRST_BYTE) {
-			preface_hand_over(pf);
-			preface_free(pf);
-			return 1;
-		}
+		if (first != PROXY_V2_FIRST_BYTE)
+			return preface_header_done(pf);
 		if (!pf->trusted) {
 			preface_refuse(pf, "a PROXY protocol header from a source "
 			    "that is not a --trusted-proxy");
@@ -2158,22 +2325,24 @@ preface_step(struct preface *pf)
 		format_peer((struct sockaddr *)&p.src, pf->peer, sizeof(pf->peer));
 		pf->named = 1;
 	}
-	preface_hand_over(pf);
-	preface_free(pf);
-	return 1;
+	return preface_header_done(pf);
 }
 
 static void
 preface_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct preface *pf = arg;
+	int done;
 
-	if (what & EV_TIMEOUT) {
+	if (pf->line_since_ms != 0) {
+		done = preface_line_step(pf, (what & EV_TIMEOUT) != 0);
+	} else if (what & EV_TIMEOUT) {
 		preface_refuse(pf, "no PROXY header or first byte within "
 		    "--tls-hello-timeout");
 		return;
-	}
-	if (preface_step(pf) == 0) {
+	} else
+		done = preface_step(pf);
+	if (done == 0) {
 		int64_t left = pf->deadline_ms - runtime_monotonic_ms();
 		struct timeval tv = runtime_ms_timeval(left > 0 ? (uint32_t)left : 0);
 
@@ -2200,7 +2369,7 @@ server_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		debug("http TCP_NODELAY failed", KV_S("peer", peer),
 		    KV_S("err", strerror(errno)));
 	if (trusted->n == 0) {
-		conn_start(srv, fd, peer, port, 0);
+		conn_start(srv, fd, peer, port, 0, 0);
 		return;
 	}
 	/* The preface stage is under the admission caps too (docs/0028): at
