@@ -23,6 +23,10 @@
 #   both loops under the header's address; those that close at once after
 #   the header end cleanly.  (The order itself was not seen to fail here,
 #   under ThreadSanitizer either, with the pass taken out: 3 runs.)
+# - --landing decides for plain connections as for TLS ones: with one
+#   agent, 8 /k8s requests through haproxy one after another land on both
+#   loops with `any` (some streams cross the loop link), on the agent's
+#   loop with `route` (none crosses).
 # Without the landing every plain connection stays on loop 0.
 source "$(dirname "$0")/lib.sh"
 chmod 755 "$T"   # nginx's workers do not run as root
@@ -59,9 +63,9 @@ PLAIN_PORT=$(free_port)
 MP=$(free_port)
 LB_URL=https://127.0.0.1:$LB_PORT
 gateway_init --url "$LB_URL"
-gateway_start --workers 2 --landing any --log-level debug \
-	--plain-listen "127.0.0.1:$PLAIN_PORT" --trusted-proxy 127.0.0.3 \
-	--public-ca "$T/lb/ca.crt" --metrics-listen "127.0.0.1:$MP"
+GW_FLAGS=(--workers 2 --log-level debug --plain-listen "127.0.0.1:$PLAIN_PORT"
+	--trusted-proxy 127.0.0.3 --public-ca "$T/lb/ca.crt" --metrics-listen "127.0.0.1:$MP")
+gateway_start "${GW_FLAGS[@]}" --landing any
 grep -q 'msg="tether-gateway listening".* workers=2' "$T/gateway.log" ||
 	fail "the listening line does not say workers=2"
 
@@ -111,6 +115,9 @@ for i in 1 2 3 4; do
 	join_node "a$i" "$T/join.json" --allow "127.0.0.1:$echo_port" \
 		--service "kube-api=http://127.0.0.1:$web_port" >/dev/null
 done
+sid=$(cluster_create solo)
+ctl token create --cluster "$sid" >"$T/join-solo.json"
+join_node b1 "$T/join-solo.json" --service "kube-api=http://127.0.0.1:$web_port" >/dev/null
 # dial NAME N: starts NAME's agent (CLIENT_PID) and waits until N tunnels
 # stand; non-zero when they do not stand evenly and a request line came
 # later than the landing waits for it (a loaded machine: it lands on loop
@@ -276,5 +283,45 @@ pass "TLS after a PROXY header: 8 answered, $t1 kept by loop 1 under the named a
 for p in "${apids[@]}"; do
 	client_stop "$p"
 done
+wait_until 30 "the agents' tunnels gone" tunnels_are 0
+
+# --- --landing any and route for plain /k8s requests ---
+# b1 alone (cluster solo): its tunnel on one loop; 8 requests through
+# haproxy, one connection each, their streams counted by the loop links.
+crossed() { metrics | awk '$1 ~ /^tether_loop_link_streams_total[{]/ { n += $2 } END { print n + 0 }'; }
+solo_requests() {  # solo_requests TAG: 8 /k8s/clusters/solo/version, each answered
+	local i
+	for i in 1 2 3 4 5 6 7 8; do
+		curl -sf --cacert "$T/lb/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+			"$LB_URL/k8s/clusters/$sid/version" >"$T/solo.json" ||
+			fail "$1: /k8s request $i through haproxy failed"
+		jq -e '.gitVersion == "v1.28.0-tether-test"' "$T/solo.json" >/dev/null ||
+			fail "$1: /k8s request $i: $(cat "$T/solo.json")"
+	done
+}
+client_start b1
+b1_pid=$CLIENT_PID
+wait_until 30 "b1's tunnel" tunnels_are 1
+before=$(crossed)
+solo_requests any
+n_any=$(($(crossed) - before))
+[ "$n_any" -ge 1 ] || fail "--landing any: none of 8 plain /k8s requests crossed to b1's loop"
+client_stop "$b1_pid"
+gateway_stop
+gateway_start "${GW_FLAGS[@]}" --landing route
+wait_until 20 "the gateway ready through haproxy again" lb_ready
+client_start b1
+b1_pid=$CLIENT_PID
+wait_until 30 "b1's tunnel (--landing route)" tunnels_are 1
+before=$(crossed) seen=$(late)
+solo_requests route
+n_route=$(($(crossed) - before))
+# A request line later than the landing waits for it (a loaded machine)
+# lands on loop 0 whatever the route, and the gateway says so: only such
+# a one may cross.
+[ "$n_route" -le $(($(late) - seen)) ] ||
+	fail "--landing route: $n_route of 8 plain /k8s requests crossed the loop link ($(($(late) - seen)) lines late)"
+pass "8 plain /k8s requests to one agent: $n_any crossed with --landing any, none with route (landed on its loop)"
+client_stop "$b1_pid"
 gateway_stop
 pass "SIGTERM: exit 0 with plain connections landed on loop 1"
