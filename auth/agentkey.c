@@ -200,29 +200,6 @@ out:
 	return r;
 }
 
-bool
-agentkey_verify(const uint8_t pub[AGENTKEY_PUB_LEN], const uint8_t *msg,
-    size_t len, const uint8_t sig[AGENTKEY_SIG_LEN])
-{
-	EVP_PKEY *key = NULL;
-	EVP_MD_CTX *ctx = NULL;
-	bool ok = false;
-
-	if ((key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub,
-	    AGENTKEY_PUB_LEN)) == NULL)
-		goto out;
-	if ((ctx = EVP_MD_CTX_new()) == NULL)
-		goto out;
-	if (EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, key) != 1)
-		goto out;
-	ok = EVP_DigestVerify(ctx, sig, AGENTKEY_SIG_LEN, msg, len) == 1;
-out:
-	EVP_MD_CTX_free(ctx);
-	EVP_PKEY_free(key);
-	ERR_clear_error();
-	return ok;
-}
-
 int
 random_bytes(uint8_t *buf, size_t n)
 {
@@ -305,22 +282,4 @@ key_rotation_prove(EVP_PKEY *old_key, EVP_PKEY *new_key, const char *agent_id,
 	    agentkey_sign(new_key, msg, len, new_sig) != 0)
 		return -1;
 	return 0;
-}
-
-bool
-key_rotation_verify(const char *agent_id, const char *node,
-    const uint8_t nonce[AGENTKEY_NONCE_LEN], const uint8_t old_pub[AGENTKEY_PUB_LEN],
-    const uint8_t new_pub[AGENTKEY_PUB_LEN], const uint8_t old_sig[AGENTKEY_SIG_LEN],
-    const uint8_t new_sig[AGENTKEY_SIG_LEN])
-{
-	uint8_t msg[ROTATE_TRANSCRIPT_MAX];
-	size_t len;
-
-	/* A "rotation" to the same key would prove nothing new. */
-	if (CRYPTO_memcmp(old_pub, new_pub, AGENTKEY_PUB_LEN) == 0)
-		return false;
-	len = key_rotation_transcript(msg, sizeof(msg), agent_id, node, nonce,
-	    old_pub, new_pub);
-	return len > 0 && agentkey_verify(old_pub, msg, len, old_sig) &&
-	    agentkey_verify(new_pub, msg, len, new_sig);
 }

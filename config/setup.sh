@@ -14,6 +14,8 @@ fi
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
+# libsodium-dev: the gateway's Ed25519 verification (auth/agentkey_verify.c,
+# docs/0046; the agent does not link it).
 # libpq-dev: the PostgreSQL store (gateway/store/store_pg.c); postgresql: the
 # private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
 # linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
@@ -31,7 +33,7 @@ packages=(
 	gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
 	libc6-dev-arm64-cross libc6-dev-armhf-cross qemu-user
 	libssl-dev libevent-dev libmsgpack-dev libjansson-dev
-	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev
+	libsqlite3-dev libpq-dev libcmocka-dev libwslay-dev libsodium-dev
 	libcurl4-openssl-dev libsystemd-dev libhttp-parser-dev clang libclang-rt-14-dev
 	libinih-dev systemd strace tinyproxy
 	squid krb5-kdc krb5-admin-server krb5-user libgssapi-krb5-2

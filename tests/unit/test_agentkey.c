@@ -110,6 +110,21 @@ test_fresh_keys_differ(void **state)
 	EVP_PKEY_free(b);
 }
 
+/* A key of small order proves nothing (docs/0046): under the identity
+ * point as the public key, the signature R = identity, S = 0 satisfies
+ * the plain equation for every message (OpenSSL's verification accepted
+ * it), so anyone could "sign" as it.  Refused, whatever the message. */
+static void
+test_small_order_key_refused(void **state)
+{
+	uint8_t pub[AGENTKEY_PUB_LEN] = { 1 }, sig[AGENTKEY_SIG_LEN] = { 1 };
+	const uint8_t msg[] = "tether-auth-v1 anything";
+
+	(void)state;
+	assert_false(agentkey_verify(pub, msg, sizeof(msg), sig));
+	assert_false(agentkey_verify(pub, msg, 0, sig));
+}
+
 static void
 test_sign_verify(void **state)
 {
@@ -428,6 +443,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_save_load, setup, teardown),
 		cmocka_unit_test(test_fresh_keys_differ),
 		cmocka_unit_test(test_sign_verify),
+		cmocka_unit_test(test_small_order_key_refused),
 		cmocka_unit_test(test_transcript),
 		cmocka_unit_test(test_transcript_fit),
 		cmocka_unit_test(test_rotation_proof),
