@@ -331,11 +331,18 @@ loop_main(void *arg)
 
 	self = l;
 	debug("loop running", KV_U("loop", l->index));
+	/* An audit line per proxied request: a pass's lines leave together,
+	 * as loop 0's do (gateway/main.c). */
+	if (runtime_audit_per_pass(l->base) != 0)
+		warn("audit lines leave one write each (out of memory)",
+		    KV_U("loop", l->index));
 	event_base_dispatch(l->base);
 	/* Stopped: what its last callbacks deferred (the frees of the
 	 * connections it closed, docs/0015) runs on this thread before it
 	 * returns (docs/0040 section 4, stop step 3). */
 	runtime_drain(l->base);
+	/* Every held audit line is written before the thread goes. */
+	(void)runtime_audit_per_pass(NULL);
 	return NULL;
 }
 

@@ -7,7 +7,7 @@
  * runs once on every loop, the caller's own from its inbox, and its done
  * runs once after the last; a gather's rows are each filled by their own
  * loop and its done runs once on its home loop after them (its drop when
- * home stopped).
+ * home stopped); a loop's audit lines wait for the end of its pass.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,12 +15,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
+#include "log.h"
 #include "loop.h"
 
 #define NLOOPS   3
@@ -332,6 +337,68 @@ test_gather(void **state)
 	event_base_free(base);
 }
 
+/* Audit lines on a loop of its own (1..n-1) are held to the end of its
+ * pass, as loop 0's are (runtime_audit_per_pass): the gateway writes one
+ * per proxied request, and a write(2) each was one syscall per request on
+ * every loop but 0.  The loop's stop writes what it holds. */
+struct audit_probe {
+	const char *path;
+	long size_between;   /* the file's size after the first line: held, 0 */
+};
+
+static long
+file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void
+audit_two(void *arg)
+{
+	struct audit_probe *p = arg;
+	const struct log_field f[] = { KV_S("n", "first") };
+	const struct log_field g[] = { KV_S("n", "second") };
+
+	log_audit_kv("test", NULL, f, 1);
+	p->size_between = file_size(p->path);
+	log_audit_kv("test", NULL, g, 1);
+}
+
+static void
+test_audit_held_per_pass(void **state)
+{
+	char path[] = "/tmp/tether-test-loop-audit.XXXXXX", err[256], buf[1024];
+	struct audit_probe p = { .size_between = -1 };
+	struct event_base *base = event_base_new();
+	struct loop *loops;
+	int fd = mkstemp(path);
+	ssize_t n;
+
+	(void)state;
+	assert_true(fd >= 0);
+	close(fd);
+	p.path = path;
+	assert_int_equal(log_set_audit_file(path, err, sizeof(err)), 0);
+	assert_non_null(loops = loops_new(base, 2, NULL, err, sizeof(err)));
+	assert_int_equal(loop_call(&loops[1], audit_two, &p, NULL), 0);
+	loops_stop(loops, 2);        /* the join orders p's write before reads */
+	assert_int_equal(p.size_between, 0);
+	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
+	assert_true((fd = open(path, O_RDONLY)) >= 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "n=first"));
+	assert_non_null(strstr(buf, "n=second"));
+	assert_true(strstr(buf, "n=first") < strstr(buf, "n=second"));
+	loops_free(loops, 2);
+	event_base_free(base);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -340,6 +407,7 @@ main(void)
 		cmocka_unit_test(test_stopped_loop_drops),
 		cmocka_unit_test(test_broadcast_once),
 		cmocka_unit_test(test_gather),
+		cmocka_unit_test(test_audit_held_per_pass),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
