@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,22 @@ test_header_and_bare_values(void **state)
 	assert_string_equal(line, "{\"time\":\"2026-11-24T08:54:47.123Z\","
 	    "\"level\":\"info\",\"component\":\"gateway\",\"msg\":\"agent connected\","
 	    "\"agent\":\"a1b2\",\"port\":-22,\"bytes\":18446744073709551615}\n");
+}
+
+/* Numbers are written by hand (no printf): both ends of each range. */
+static void
+test_number_ranges(void **state)
+{
+	const struct log_field f[] = {
+		KV_I("lo", LLONG_MIN), KV_I("hi", LLONG_MAX), KV_I("zero", 0),
+		KV_U("u0", 0), KV_I("minus", -1), KV_U("ten", 10),
+	};
+
+	(void)state;
+	enc(LOG_FORMAT_LOGFMT, "n", f, 6);
+	assert_string_equal(line, "time=2026-11-24T08:54:47.123Z level=info "
+	    "component=gateway msg=n lo=-9223372036854775808 "
+	    "hi=9223372036854775807 zero=0 u0=0 minus=-1 ten=10\n");
 }
 
 static void
@@ -691,6 +708,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_and_bare_values),
+		cmocka_unit_test(test_number_ranges),
 		cmocka_unit_test(test_forged_line_stays_one_field),
 		cmocka_unit_test(test_quotes_backslashes_lookalikes),
 		cmocka_unit_test(test_invalid_utf8),
