@@ -48,7 +48,7 @@ TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain \
   test_revocation_loops test_landing_plain
 TSAN_UNIT ?= test_loop test_looplink test_handshake_slots test_agentdir test_face test_reach test_api_act \
   test_shares test_budget \
-  test_store_worker test_access test_revoke_loops
+  test_store_worker test_access test_revoke_loops test_presence_group
 test-tsan: build-tsan
 	@for t in $(TSAN_UNIT); do \
 	  echo "== unit/$$t (ThreadSanitizer)"; \
