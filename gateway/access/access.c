@@ -882,6 +882,32 @@ unknown_everywhere(struct gateway *gw, struct access_cache *cache,
 	(void)loop_broadcast(gw->loops, gw->nloops, id_note_run, n, free);
 }
 
+/*
+ * c granted its pair and (token, cluster) is in the loop's cache, proven
+ * under c's generation: g says how long it may be taken again without a
+ * check (access_memo): as long as that entry, never longer.  A node
+ * named, another generation, or an entry gone: not reusable.
+ */
+static void
+grant_reusable(struct access_check *c, struct access_cache *cache)
+{
+	struct cache_entry *e;
+
+	c->g.reuse_until_ms = 0;
+	if (c->status != 0 || c->kind == CHECK_RECHECK || cache == NULL ||
+	    c->g.node[0] != '\0' || c->generation != cache_generation(c->gw) ||
+	    c->generation != cache->seen)
+		return;
+	e = cache_slot(cache, c->g.token_id, c->g.cluster);
+	if (e->until_ms == 0 || e->until_ms < runtime_monotonic_ms() ||
+	    strcmp(e->token_id, c->g.token_id) != 0 ||
+	    strcmp(e->cluster, c->g.cluster) != 0)
+		return;
+	c->g.reuse_until_ms = e->until_ms;
+	c->g.reuse_generation = c->generation;
+	c->g.expires_at = e->rec.expires_at;
+}
+
 static void
 check_done(void *arg)
 {
@@ -900,6 +926,7 @@ check_done(void *arg)
 		unknown_everywhere(c->gw, cache, c->token_id);
 	else if (c->sole_put && c->generation == cache_generation(c->gw))
 		id_put(cache, c->token_id, c->cluster);
+	grant_reusable(c, cache);
 	if (c->done != NULL)
 		c->done(c->arg, c->status, &c->g, c->err);
 	check_free(c);
@@ -951,6 +978,7 @@ check_start(struct gateway *gw, struct access_check *c)
 		snprintf(c->err, sizeof(c->err), "the store's queue is full: "
 		    "retry shortly");
 	}
+	grant_reusable(c, cache);
 	c->done(c->arg, c->status, &c->g, c->err);
 	check_free(c);
 	return NULL;
@@ -999,4 +1027,62 @@ access_cancel(struct access_check *c)
 {
 	if (c != NULL)
 		c->done = NULL;
+}
+
+/* ---- a connection's memo of its last grant ---- */
+
+void
+access_memo_clear(struct access_memo *m)
+{
+	OPENSSL_cleanse(m->authorization, sizeof(m->authorization));
+	m->len = 0;
+	m->g.reuse_until_ms = 0;
+}
+
+void
+access_memo_begin(struct access_memo *m, const char *authorization,
+    const char *cluster)
+{
+	size_t n = authorization != NULL ?
+	    strnlen(authorization, ACCESS_MEMO_AUTH_MAX + 1) : 0;
+
+	access_memo_clear(m);
+	if (n == 0 || n > ACCESS_MEMO_AUTH_MAX)
+		return;
+	memcpy(m->authorization, authorization, n);
+	m->len = n;
+	m->root = cluster == NULL;
+	snprintf(m->asked, sizeof(m->asked), "%s", cluster != NULL ? cluster : "");
+}
+
+void
+access_memo_grant(struct access_memo *m, const struct access_grant *g)
+{
+	if (m->len == 0 || g->reuse_until_ms == 0) {
+		access_memo_clear(m);
+		return;
+	}
+	m->g = *g;
+}
+
+int
+access_memo_take(struct gateway *gw, const struct access_memo *m,
+    const char *authorization, const char *cluster, struct access_grant *g)
+{
+	size_t n;
+
+	if (m->len == 0 || m->g.reuse_until_ms == 0 || authorization == NULL ||
+	    m->root != (cluster == NULL) ||
+	    (cluster != NULL && strcmp(m->asked, cluster) != 0) ||
+	    m->g.reuse_generation != cache_generation(gw) ||
+	    m->g.reuse_until_ms < runtime_monotonic_ms() ||
+	    token_unusable_reason(m->g.expires_at, -1, gateway_now()) != NULL)
+		return 0;
+	/* The length first (a token's is public: its format's), then every
+	 * byte, in constant time. */
+	n = strnlen(authorization, ACCESS_MEMO_AUTH_MAX + 1);
+	if (n != m->len || CRYPTO_memcmp(authorization, m->authorization, n) != 0)
+		return 0;
+	*g = m->g;
+	return 1;
 }

@@ -59,6 +59,14 @@ struct access_grant {
 	char token_id[TOKEN_ID_LEN + 1];   /* public: may be logged and kept */
 	char cluster[STORE_ID_MAX + 1];
 	char node[STORE_NAME_MAX + 1];     /* "" = any agent of the cluster */
+	/* How long this grant holds for the same bearer token without a
+	 * check (access_memo): the proven pair's end in the loop's cache
+	 * (runtime_monotonic_ms; 0: not reusable, e.g. a node was named), the
+	 * revocation generation it was proven under, and the token's expiry
+	 * (Unix seconds, 0: none). */
+	int64_t reuse_until_ms;
+	uint64_t reuse_generation;
+	int64_t expires_at;
 };
 
 /*
@@ -210,5 +218,45 @@ struct access_check *access_recheck_async(struct gateway *gw,
     const struct access_grant *g, access_done_fn *done, void *arg);
 /* done will not be called.  NULL is allowed. */
 void access_cancel(struct access_check *c);
+
+/*
+ * A connection's memo of its last granted cluster check: a keep-alive
+ * client sends the same bearer token on every request, and checking it
+ * again (parse, SHA-256, the cache's lookup, an allocation) was most of a
+ * /k8s request's start.  The memo holds a copy of the Authorization bytes
+ * (a secret: access_memo_clear wipes it) and the grant; a later request
+ * whose bytes are equal (compared in constant time) for the same cluster
+ * takes the grant without a check for as long as the loop's cache would
+ * have answered it (the pair's ACCESS_CACHE_TTL_MS, never longer), unless
+ * a revocation came since (access_revoked: the generation) or the token
+ * expired.  Anything else (other bytes, another cluster, a later time)
+ * is checked afresh.  Owned by whoever embeds it; zero-initialized: empty.
+ */
+#define ACCESS_MEMO_AUTH_MAX 127
+
+struct access_memo {
+	char authorization[ACCESS_MEMO_AUTH_MAX + 1];
+	size_t len;                        /* 0: empty */
+	int root;                          /* asked with cluster NULL */
+	char asked[STORE_ID_MAX + 1];      /* the cluster asked for */
+	struct access_grant g;             /* g.reuse_until_ms 0: no grant yet */
+};
+
+/* Starts m for a check of authorization for cluster (NULL: a root path's,
+ * as access_cluster_async): the bytes kept, no grant yet.  Longer than
+ * ACCESS_MEMO_AUTH_MAX or NULL: m stays empty (never taken).  O(bytes). */
+void access_memo_begin(struct access_memo *m, const char *authorization,
+    const char *cluster);
+/* The check m was begun for granted g: kept when g says it may be
+ * reused (g->reuse_until_ms), else m is emptied. */
+void access_memo_grant(struct access_memo *m, const struct access_grant *g);
+/* 1 and *g when m holds a grant for exactly these authorization bytes
+ * and cluster (NULL: a root path) that still holds (see above), else 0.
+ * Loop only.  Cost: a constant-time compare, an atomic load, two clock
+ * reads. */
+int access_memo_take(struct gateway *gw, const struct access_memo *m,
+    const char *authorization, const char *cluster, struct access_grant *g);
+/* Wipes m (the token's bytes) and leaves it empty. */
+void access_memo_clear(struct access_memo *m);
 
 #endif

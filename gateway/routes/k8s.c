@@ -3,7 +3,10 @@
  *
  * One exchange per request: the bearer token is checked for the cluster
  * (access_cluster_async: its store reads on the store thread, the body
- * unread meanwhile, 503 past --http-timeout), an active agent of it is
+ * unread meanwhile, 503 past --http-timeout; a keep-alive connection's
+ * next request with the same token bytes for the same cluster takes the
+ * last grant without a check while the loop's cache would have answered
+ * it, access_memo), an active agent of it is
  * picked, a stream to its "kube-api" service is
  * opened, and the request is written to it again as
  *
@@ -136,6 +139,9 @@ struct k8s_link {
 	char principal[96], cluster[STORE_ID_MAX + 1], node[STORE_NAME_MAX + 1];
 	char replica[64];             /* the one holding the agent's tunnel */
 	char agent_id[STORE_ID_MAX + 1];
+	/* The grant of the request that parked it, for the connection's next
+	 * request with the same token (access_memo: no check again). */
+	struct access_memo memo;
 };
 
 struct k8s_exchange {
@@ -195,6 +201,7 @@ struct k8s_exchange {
 	char token_id[TOKEN_ID_LEN + 1], agent_id[STORE_ID_MAX + 1];
 	char revoked[160];            /* the revocation that ended it, or "" */
 	struct event *end_ev;         /* that end, from the loop; or NULL */
+	struct access_memo memo;      /* this request's token and grant */
 };
 
 /* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID. */
@@ -294,6 +301,7 @@ link_free(struct k8s_link *l, const char *reset_code)
 		evbuffer_remove_cb_entry(l->out, l->out_cb);
 	if (l->s != NULL)
 		mux_stream_reset(l->s, reset_code);
+	access_memo_clear(&l->memo);
 	free(l);
 }
 
@@ -386,6 +394,7 @@ x_free(struct k8s_exchange *x)
 	evbuffer_free(x->rhdrs);
 	evbuffer_free(x->rreason);
 	evbuffer_free(x->rraw);
+	access_memo_clear(&x->memo);
 	free(x);
 }
 
@@ -463,6 +472,7 @@ x_park(struct k8s_exchange *x)
 	x->link = NULL;
 	x->agent = NULL;
 	l->x = NULL;
+	l->memo = x->memo;    /* the next request's token, proven or not */
 	exchange_keep(h, l, parked_gone);
 	return 1;
 }
@@ -1636,6 +1646,10 @@ x_checked(void *arg, int status, const struct access_grant *g, const char *err)
 	x->checked = 1;
 	x->check_status = status;
 	x->grant = *g;
+	if (status == 0)
+		access_memo_grant(&x->memo, g);
+	else
+		access_memo_clear(&x->memo);
 	snprintf(x->check_err, sizeof(x->check_err), "%s", err != NULL ? err : "");
 	if (x->in_start)
 		return;
@@ -1674,6 +1688,7 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 {
 	char cluster[STORE_ID_MAX + 1], err[512];
 	struct k8s_exchange *x;
+	struct k8s_link *kept;
 	struct timeval tv;
 	const char *rest;
 	int status, root, taken;
@@ -1685,6 +1700,17 @@ k8s_start(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	}
 	if ((x = k8s_exchange_new(gw, h, rq, cluster, rest, root)) == NULL)
 		return NULL;
+	/* The connection's last request proved these very bytes for this
+	 * cluster moments ago, and nothing was revoked since (access_memo):
+	 * its grant, no check. */
+	kept = exchange_kept(h);
+	if (kept != NULL && access_memo_take(gw, &kept->memo, rq->authorization,
+	    root ? NULL : cluster, &x->grant)) {
+		x->memo = kept->memo;
+		x->checked = 1;
+		return x_go(x) == 0 ? x : NULL;
+	}
+	access_memo_begin(&x->memo, rq->authorization, root ? NULL : cluster);
 	/* One source cannot fill the store's queue with checks (issue 22):
 	 * past K8S_CHECKS_PER_SOURCE waiting, 503 and when to come back. */
 	k8s_checks_lock(gw);

@@ -10,6 +10,9 @@
  * token's one cluster is remembered for root paths.  With two loops
  * (docs/0040 step 6): a check on loop 1 is answered on loop 1 and fills
  * loop 1's cache, not loop 0's; a revocation on loop 0 empties loop 1's.
+ * A connection's memo of its last grant (access_memo) is taken again only
+ * for the same bytes and cluster, within the pair's time, before any
+ * revocation or expiry.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -171,6 +174,76 @@ test_store_then_cache(void **state)
 	assert_int_equal(b.calls, 1);
 	assert_int_equal(b.status, 0);
 	assert_string_equal(b.g.principal, "user:alice");
+}
+
+/*
+ * access_memo: a grant taken again only for the very bytes and cluster it
+ * was proven for, within the pair's time in the cache, and never after a
+ * revocation or the token's expiry.
+ */
+static void
+test_memo(void **state)
+{
+	struct fixture *f = *state;
+	struct access_memo m = { 0 }, node = { 0 };
+	struct access_grant g;
+	struct seen a = { 0 }, b = { 0 }, n = { 0 };
+	char forged[sizeof(f->alice)];
+	size_t len = strlen(f->alice);
+
+	/* Empty, and a check that is not reusable: nothing taken. */
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->cluster, &g), 0);
+	access_memo_begin(&node, f->admin, f->cluster);
+	access_cluster_async(&f->gw, f->admin, f->cluster, "ghost", on_done, &n);
+	wait_done(f, &n);
+	access_memo_grant(&node, &n.g);
+	assert_int_equal(access_memo_take(&f->gw, &node, f->admin, f->cluster, &g), 0);
+
+	/* Proven through the store: taken for the same bytes and cluster. */
+	access_memo_begin(&m, f->alice, f->cluster);
+	assert_non_null(access_cluster_async(&f->gw, f->alice, f->cluster, NULL,
+	    on_done, &a));
+	wait_done(f, &a);
+	assert_int_equal(a.status, 0);
+	assert_true(a.g.reuse_until_ms > 0);
+	access_memo_grant(&m, &a.g);
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->cluster, &g), 1);
+	assert_string_equal(g.principal, "user:alice");
+	assert_string_equal(g.cluster, f->cluster);
+	/* Another cluster, a root path, another token, the same id with
+	 * another secret, a prefix: not taken. */
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->other, &g), 0);
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, NULL, &g), 0);
+	assert_int_equal(access_memo_take(&f->gw, &m, f->admin, f->cluster, &g), 0);
+	memcpy(forged, f->alice, len + 1);
+	forged[len - 1] = forged[len - 1] == 'A' ? 'B' : 'A';
+	assert_int_equal(access_memo_take(&f->gw, &m, forged, f->cluster, &g), 0);
+	forged[len - 1] = '\0';
+	assert_int_equal(access_memo_take(&f->gw, &m, forged, f->cluster, &g), 0);
+	assert_int_equal(access_memo_take(&f->gw, &m, NULL, f->cluster, &g), 0);
+
+	/* Proven from the cache: reusable too, until the same end. */
+	assert_null(access_cluster_async(&f->gw, f->alice, f->cluster, NULL,
+	    on_done, &b));
+	assert_int_equal(b.status, 0);
+	assert_int_equal(b.g.reuse_until_ms, a.g.reuse_until_ms);
+
+	/* An expired token, the pair's time over: not taken. */
+	m.g.expires_at = gateway_now() - 1;
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->cluster, &g), 0);
+	m.g.expires_at = 0;
+	m.g.reuse_until_ms = 1;
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->cluster, &g), 0);
+	m.g.reuse_until_ms = a.g.reuse_until_ms;
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->cluster, &g), 1);
+
+	/* A revocation: never again. */
+	access_revoked(&f->gw);
+	assert_int_equal(access_memo_take(&f->gw, &m, f->alice, f->cluster, &g), 0);
+	access_memo_clear(&m);
+	assert_int_equal(m.authorization[0], 0);
+	access_memo_clear(&node);
 }
 
 static void
@@ -452,6 +525,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_store_then_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cache_per_loop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_memo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_revoked_while_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
