@@ -136,7 +136,8 @@ puts_(struct lbuf *b, const char *s)
 static void
 putc_(struct lbuf *b, char c)
 {
-	put(b, &c, 1);
+	if (b->len < b->cap)
+		b->p[b->len++] = c;
 }
 
 static void
@@ -270,22 +271,34 @@ put_text(struct lbuf *b, enum log_format f, const char *s, size_t n)
 	putc_(b, '"');
 }
 
+static bool
+key_char_ok(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+
 /* A key: its allowed characters kept, others '_', at most 64. */
 static void
 put_key(struct lbuf *b, const char *key)
 {
 	size_t n = key != NULL ? strnlen(key, 64) : 0;
 
+	size_t ok_len = 0;
+
 	if (n == 0) {
 		putc_(b, '_');
 		return;
 	}
+	/* Keys are literals that need nothing replaced: one copy. */
+	while (ok_len < n && key_char_ok(key[ok_len]))
+		ok_len++;
+	if (ok_len == n) {
+		put(b, key, n);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
-		char c = key[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-
-		putc_(b, ok ? c : '_');
+		putc_(b, key_char_ok(key[i]) ? key[i] : '_');
 	}
 }
 
@@ -398,6 +411,37 @@ put_digits(char *p, int v, int digits)
 		p[i] = (char)('0' + v % 10);
 }
 
+/* tm as "2026-11-24T08:54:47" (19 bytes, no NUL) at stamp. */
+static void
+put_stamp_secs(char *stamp, const struct tm *tm)
+{
+	int year;
+
+	/* Digits by hand: snprintf was a third of an audit line's cost. */
+	year = tm->tm_year + 1900;
+	if (year < 0 || year > 9999)
+		year = 0;
+	put_digits(stamp, year, 4);
+	stamp[4] = '-';
+	put_digits(stamp + 5, tm->tm_mon + 1, 2);
+	stamp[7] = '-';
+	put_digits(stamp + 8, tm->tm_mday, 2);
+	stamp[10] = 'T';
+	put_digits(stamp + 11, tm->tm_hour, 2);
+	stamp[13] = ':';
+	put_digits(stamp + 14, tm->tm_min, 2);
+	stamp[16] = ':';
+	put_digits(stamp + 17, tm->tm_sec, 2);
+}
+
+/*
+ * The time to the second, "2026-11-24T08:54:47", for the last second this
+ * thread wrote: gmtime_r (which takes glibc's time-zone lock) once a
+ * second, not once a line (a /k8s request's audit line wrote it each).
+ */
+static _Thread_local time_t stamp_sec = (time_t)-1;
+static _Thread_local char stamp_secs[19];
+
 static void
 put_time(struct lbuf *b, const struct timespec *when)
 {
@@ -405,25 +449,14 @@ put_time(struct lbuf *b, const struct timespec *when)
 	char stamp[24];		/* 2026-11-24T08:54:47.123Z */
 	time_t sec = when->tv_sec;
 	long ms = (long)(when->tv_nsec / 1000000) % 1000;
-	int year;
 
-	if (gmtime_r(&sec, &tm) == NULL)
-		memset(&tm, 0, sizeof(tm));
-	/* Digits by hand: snprintf was a third of an audit line's cost. */
-	year = tm.tm_year + 1900;
-	if (year < 0 || year > 9999)
-		year = 0;
-	put_digits(stamp, year, 4);
-	stamp[4] = '-';
-	put_digits(stamp + 5, tm.tm_mon + 1, 2);
-	stamp[7] = '-';
-	put_digits(stamp + 8, tm.tm_mday, 2);
-	stamp[10] = 'T';
-	put_digits(stamp + 11, tm.tm_hour, 2);
-	stamp[13] = ':';
-	put_digits(stamp + 14, tm.tm_min, 2);
-	stamp[16] = ':';
-	put_digits(stamp + 17, tm.tm_sec, 2);
+	if (sec != stamp_sec || sec == (time_t)-1) {
+		stamp_sec = sec;
+		if (gmtime_r(&sec, &tm) == NULL)
+			memset(&tm, 0, sizeof(tm));
+		put_stamp_secs(stamp_secs, &tm);
+	}
+	memcpy(stamp, stamp_secs, sizeof(stamp_secs));
 	stamp[19] = '.';
 	put_digits(stamp + 20, (int)(ms < 0 ? 0 : ms), 3);
 	stamp[23] = 'Z';

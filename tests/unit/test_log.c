@@ -156,6 +156,36 @@ test_number_ranges(void **state)
 	    "hi=9223372036854775807 zero=0 u0=0 minus=-1 ten=10\n");
 }
 
+/* The time to the second is kept per thread from one line to the next
+ * (gmtime_r once a second): each line still carries its own time, the
+ * milliseconds, the next second, a day and a year apart, and back. */
+static void
+test_time_each_line(void **state)
+{
+	static const struct {
+		struct timespec t;
+		const char *stamp;
+	} c[] = {
+		{ { 1795510487, 123456789 }, "2026-11-24T08:54:47.123Z" },
+		{ { 1795510487, 999999999 }, "2026-11-24T08:54:47.999Z" },
+		{ { 1795510488, 0 }, "2026-11-24T08:54:48.000Z" },
+		{ { 1795510487, 5000000 }, "2026-11-24T08:54:47.005Z" },
+		{ { 1795596887, 123456789 }, "2026-11-25T08:54:47.123Z" },
+		{ { 1764233687, 1000000 }, "2025-11-27T08:54:47.001Z" },
+		{ { 0, 0 }, "1970-01-01T00:00:00.000Z" },
+		{ { 1795510487, 123456789 }, "2026-11-24T08:54:47.123Z" },
+	};
+	char want[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		log_encode(line, sizeof(line), LOG_FORMAT_LOGFMT, &c[i].t, "info",
+		    "gateway", "m", NULL, 0);
+		snprintf(want, sizeof(want), "time=%s level=info", c[i].stamp);
+		assert_memory_equal(line, want, strlen(want));
+	}
+}
+
 static void
 test_forged_line_stays_one_field(void **state)
 {
@@ -709,6 +739,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_and_bare_values),
 		cmocka_unit_test(test_number_ranges),
+		cmocka_unit_test(test_time_each_line),
 		cmocka_unit_test(test_forged_line_stays_one_field),
 		cmocka_unit_test(test_quotes_backslashes_lookalikes),
 		cmocka_unit_test(test_invalid_utf8),
