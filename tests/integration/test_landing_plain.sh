@@ -146,6 +146,9 @@ done
 t0=$(tun "$T/t.metrics" 0) t1=$(tun "$T/t.metrics" 1)
 [ "$t0" = 2 ] && [ "$t1" = 2 ] || fail "4 tunnels through the plain port: loop 0 $t0, loop 1 $t1"
 pass "4 agents through haproxy and the plain port, one after another: their tunnels stand on both loops (2 and 2)"
+# A tunnel stands before its agent is active (a first run verifies it):
+# streams flow once it is.
+for i in 1 2 3 4; do wait_until 30 "a$i active" agent_is "a$i" active; done
 
 # Each node echoes a 1 MiB stream, and kubectl asks the cluster's
 # apiserver, all through haproxy (their connections land on both loops).
@@ -302,6 +305,7 @@ solo_requests() {  # solo_requests TAG: 8 /k8s/clusters/solo/version, each answe
 client_start b1
 b1_pid=$CLIENT_PID
 wait_until 30 "b1's tunnel" tunnels_are 1
+wait_until 30 "b1 active" agent_is b1 active
 before=$(crossed)
 solo_requests any
 n_any=$(($(crossed) - before))
@@ -313,6 +317,7 @@ wait_until 20 "the gateway ready through haproxy again" lb_ready
 client_start b1
 b1_pid=$CLIENT_PID
 wait_until 30 "b1's tunnel (--landing route)" tunnels_are 1
+wait_until 30 "b1 active (--landing route)" agent_is b1 active
 before=$(crossed) seen=$(late)
 solo_requests route
 n_route=$(($(crossed) - before))
