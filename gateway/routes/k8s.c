@@ -607,17 +607,26 @@ out_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg
 		mux_stream_drained(l->s, credit);
 }
 
-static void
+/* Answer bytes for the client: with this pass's send when nothing waits
+ * ahead of them (exchange_write_now), else into its output.  Returns the
+ * credit due now: bytes sent now have left the gateway (those in the
+ * output are credited as they leave it, out_drained). */
+static size_t
 to_client(struct k8s_exchange *x, const uint8_t *data, size_t len)
 {
+	if (len > 0 && exchange_write_now(x->h, data, len) != 0) {
+		x->down += len;        /* -1: the connection's read ends it */
+		return len;
+	}
 	if (evbuffer_add(exchange_output(x->h), data, len) != 0) {
 		/* Not credited: the stream stalls rather than lose bytes. */
 		warn("k8s: out of memory relaying an answer", KV_S("peer", exchange_peer(x->h)));
-		return;
+		return 0;
 	}
 	if (x->link != NULL)
 		x->link->uncredited += len;
 	x->down += len;
+	return 0;
 }
 
 /* ---- the answer's head ---- */
@@ -787,12 +796,13 @@ head_credit(struct k8s_exchange *x, size_t written, size_t *credit_now)
 static int
 emit_head(struct k8s_exchange *x, size_t *credit_now)
 {
-	struct evbuffer *out = exchange_output(x->h);
+	struct evbuffer *out = exchange_output(x->h), *hd = x->rraw;
 	int status = x->rp.status_code, r = 0;
 	int sw = x->answer == HTTP_ANSWER_SWITCH;
 	int info1xx = x->answer == HTTP_ANSWER_INTERIM;
-	size_t hlen = evbuffer_get_length(x->rhdrs), rlen, before;
+	size_t hlen = evbuffer_get_length(x->rhdrs), rlen, written;
 	const char *p, *end, *reason;
+	const uint8_t *head;
 
 	if (evbuffer_add(x->rreason, "", 1) != 0)
 		return -1;
@@ -809,8 +819,9 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 		    x->rp.http_minor >= 1 && http_should_keep_alive(&x->rp) &&
 		    !needs_eof(x);
 	}
-	before = evbuffer_get_length(out);
-	r |= add_status_line(out, status, reason);
+	/* The head is put together in hd (rraw, empty once checked), then
+	 * sent now or queued whole (to_client's rule). */
+	r |= add_status_line(hd, status, reason);
 	while (p < end) {
 		const char *name = p, *value = p + strlen(p) + 1;
 
@@ -819,13 +830,23 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 		p = value + strlen(value) + 1;
 		if (!sw && hop_by_hop(name))
 			continue;
-		r |= add_header_line(out, name, value);
+		r |= add_header_line(hd, name, value);
 	}
 	if (!sw && !info1xx && x->close_after)
-		r |= evbuffer_add(out, "Connection: close\r\n", 19);
-	r |= evbuffer_add(out, "\r\n", 2);
-	head_credit(x, evbuffer_get_length(out) - before, credit_now);
-	x->down += evbuffer_get_length(out) - before;
+		r |= evbuffer_add(hd, "Connection: close\r\n", 19);
+	r |= evbuffer_add(hd, "\r\n", 2);
+	written = evbuffer_get_length(hd);
+	head = r == 0 ? evbuffer_pullup(hd, (ssize_t)written) : NULL;
+	/* Queued, the head is copied, not moved: its chain would be one per
+	 * head in the output (a node's 1xx heads without end, a KiB each). */
+	if (head != NULL && exchange_write_now(x->h, head, written) != 0)
+		*credit_now += x->head_bytes;    /* left now: all of it */
+	else if (head != NULL && evbuffer_add(out, head, written) == 0)
+		head_credit(x, written, credit_now);
+	else
+		r = -1;
+	evbuffer_drain(hd, evbuffer_get_length(hd));
+	x->down += written;
 	if (!info1xx)
 		x->status = status;
 	evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs));
@@ -935,13 +956,13 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 			n = rp_execute(x, data, len, &why);
 			if (n == (size_t)-1)
 				goto malformed;
-			to_client(x, data, n);
+			credit_now += to_client(x, data, n);
 			if (x->msg_complete)
 				x->state = X_DONE;
 			break;
 		default:      /* X_RAW */
 			n = len;
-			to_client(x, data, n);
+			credit_now += to_client(x, data, n);
 			break;
 		}
 		data += n;

@@ -84,6 +84,7 @@
 #include "runtime.h"
 #include "tlsloop.h"
 #include "tlspeer.h"
+#include "tlswrite.h"
 #include "wsconn.h"
 #include "wsframe.h"
 
@@ -1004,6 +1005,29 @@ exchange_output(struct hconn *h)
 	return bufferevent_get_output(h->bev);
 }
 
+int
+exchange_write_now(struct hconn *h, const void *data, size_t len)
+{
+	return tls_write_now(h->bev, data, len);
+}
+
+/* Everything queued for the client is the kernel's: the output, and the
+ * TLS records the batching BIO holds (tlswrite.h). */
+static int
+hconn_written(const struct hconn *h)
+{
+	return evbuffer_get_length(bufferevent_get_output(h->bev)) == 0 &&
+	    tls_write_pending(h->bev) == 0;
+}
+
+/* A TLS connection's handshake is done: its records leave in one send per
+ * loop pass (tlswrite.h), which exchange_write_now needs. */
+static void
+hconn_tls_open(struct hconn *h)
+{
+	(void)tls_write_batch(h->bev);
+}
+
 const char *
 exchange_peer(const struct hconn *h)
 {
@@ -1097,8 +1121,6 @@ exchange_reply_later(struct hconn *h, int status, char *body, size_t len,
 void
 exchange_finish(struct hconn *h, int keep_alive)
 {
-	struct evbuffer *out = bufferevent_get_output(h->bev);
-
 	assert(h->state == HC_EXCHANGING);
 	hconn_exchange_detach(h);
 	if (keep_alive && h->x_req_done && exchange_keep_alive(h)) {
@@ -1110,7 +1132,7 @@ exchange_finish(struct hconn *h, int keep_alive)
 	}
 	hconn_set_state(h, HC_CLOSING);
 	hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
-	if (evbuffer_get_length(out) == 0)
+	if (hconn_written(h))
 		hconn_linger(h);         /* no write callback will come */
 }
 
@@ -1285,8 +1307,7 @@ hconn_write_cb(struct bufferevent *bev, void *arg)
 
 	/* A plain socket's write callback may be one queued (deferred) before
 	 * the answer was: linger only once the answer is really out. */
-	if (h->state == HC_CLOSING &&
-	    evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+	if (h->state == HC_CLOSING && hconn_written(h)) {
 		hconn_linger(h);
 		return;
 	}
@@ -1313,6 +1334,7 @@ hconn_event_cb(struct bufferevent *bev, short what, void *arg)
 			tls_slot_free(h);
 			hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
 		}
+		hconn_tls_open(h);
 		return;
 	}
 	e = bufferevent_get_openssl_error(bev);
@@ -1463,6 +1485,8 @@ hconn_new(struct server_loop *sl, evutil_socket_t fd, const char *peer,
 		/* Clients often close without close_notify: that is an EOF, not
 		 * an error. */
 		bufferevent_openssl_set_allow_dirty_shutdown(h->bev, 1);
+		if (established != NULL)
+			hconn_tls_open(h);
 	}
 	bufferevent_setcb(h->bev, hconn_read_cb, hconn_write_cb, hconn_event_cb, h);
 	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
@@ -2516,7 +2540,7 @@ hconn_idle(const struct hconn *h)
 	return h->state == HC_READING && h->requests > 0 && !h->tls_counted &&
 	    !http_reader_started(h->reader) &&
 	    evbuffer_get_length(bufferevent_get_input(h->bev)) == 0 &&
-	    evbuffer_get_length(bufferevent_get_output(h->bev)) == 0;
+	    hconn_written(h);
 }
 
 unsigned

@@ -183,6 +183,19 @@ struct hconn;
 struct evbuffer;
 
 struct evbuffer *exchange_output(struct hconn *h);
+/*
+ * Sends len bytes of the answer with this loop pass's send instead of
+ * through exchange_output, when that holds nothing (the order is kept) and
+ * they are few (tlswrite.h: tls_write_now, TLS_WRITE_NOW_MAX): a TLS
+ * connection's output arms its write event and disarms it once written,
+ * two epoll_ctl(2) and a loop pass per answer.  Returns 1 if sent (the
+ * bytes are the connection's: no drain of exchange_output reports them),
+ * 0 if the caller adds them to exchange_output (a plain connection, bytes
+ * queued there, too many), -1 if the connection failed (its next read
+ * ends it: the caller goes on as if sent).  The small answers of a pass
+ * leave in one record.
+ */
+int exchange_write_now(struct hconn *h, const void *data, size_t len);
 const char *exchange_peer(const struct hconn *h);
 /* 1 once the whole request (body included) has been read. */
 int exchange_request_done(const struct hconn *h);
