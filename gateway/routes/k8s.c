@@ -142,6 +142,9 @@ struct k8s_link {
 	/* The grant of the request that parked it, for the connection's next
 	 * request with the same token (access_memo: no check again). */
 	struct access_memo memo;
+	/* The exchange that parked it, its buffers emptied, for the
+	 * connection's next request (x_new): no allocation per request. */
+	struct k8s_exchange *spare;
 };
 
 struct k8s_exchange {
@@ -203,6 +206,31 @@ struct k8s_exchange {
 	struct event *end_ev;         /* that end, from the loop; or NULL */
 	struct access_memo memo;      /* this request's token and grant */
 };
+
+/*
+ * src into dst of size n (> 0), cut to fit, always terminated: what
+ * snprintf(dst, n, "%s", src) writes, without its format machinery (a
+ * request's start and end copied a dozen strings that way).
+ */
+static void
+copy_str(char *dst, size_t n, const char *src)
+{
+	size_t len = strnlen(src, n - 1);
+
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+/* The first len bytes of src (fewer at a NUL), as copy_str. */
+static void
+copy_mem(char *dst, size_t n, const char *src, size_t len)
+{
+	if (len > n - 1)
+		len = n - 1;
+	len = strnlen(src, len);
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
 
 /* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID. */
 static const char *const k8s_roots[] = { "/version", "/api", "/apis", "/openapi",
@@ -293,6 +321,8 @@ x_audit(const struct k8s_exchange *x)
 	metrics_k8s_request(x->status, took.tv_sec + took.tv_usec / 1e6);
 }
 
+static void x_spare_free(struct k8s_exchange *x);
+
 /* Stops watching the client's output and lets go of the agent's stream. */
 static void
 link_free(struct k8s_link *l, const char *reset_code)
@@ -302,6 +332,7 @@ link_free(struct k8s_link *l, const char *reset_code)
 	if (l->s != NULL)
 		mux_stream_reset(l->s, reset_code);
 	access_memo_clear(&l->memo);
+	x_spare_free(l->spare);
 	free(l);
 }
 
@@ -376,26 +407,67 @@ x_uncount(struct k8s_exchange *x)
 	k8s_checks_unlock(x->gw);
 }
 
+/* An exchange's end but its buffers and itself: audited, off every list,
+ * its events and its copy of the token gone. */
 static void
-x_free(struct k8s_exchange *x)
+x_end_all_but_buffers(struct k8s_exchange *x)
 {
 	x_audit(x);
 	x_uncount(x);
 	access_cancel(x->check);
+	x->check = NULL;
 	if (x->deadline != NULL)
 		event_free(x->deadline);
+	x->deadline = NULL;
 	free(x->up_value);
+	x->up_value = NULL;
 	live_stream_remove(&x->live);
 	if (x->end_ev != NULL)
 		event_free(x->end_ev);
+	x->end_ev = NULL;
+	access_memo_clear(&x->memo);
+}
+
+/* Frees an exchange ended by x_end_all_but_buffers (a spare).  NULL is
+ * allowed. */
+static void
+x_spare_free(struct k8s_exchange *x)
+{
+	if (x == NULL)
+		return;
 	evbuffer_free(x->to_agent);
 	if (x->req_copy != NULL)
 		evbuffer_free(x->req_copy);
 	evbuffer_free(x->rhdrs);
 	evbuffer_free(x->rreason);
 	evbuffer_free(x->rraw);
-	access_memo_clear(&x->memo);
 	free(x);
+}
+
+static void
+x_free(struct k8s_exchange *x)
+{
+	x_end_all_but_buffers(x);
+	x_spare_free(x);
+}
+
+/* x ended with its stream parked on l: kept there, its buffers emptied,
+ * as the spare of the connection's next request (x_new), else freed. */
+static void
+x_free_to(struct k8s_exchange *x, struct k8s_link *l)
+{
+	x_end_all_but_buffers(x);
+	if (l == NULL || l->spare != NULL ||
+	    evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent)) != 0 ||
+	    (x->req_copy != NULL && evbuffer_drain(x->req_copy,
+	    evbuffer_get_length(x->req_copy)) != 0) ||
+	    evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs)) != 0 ||
+	    evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason)) != 0 ||
+	    evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw)) != 0) {
+		x_spare_free(x);
+		return;
+	}
+	l->spare = x;
 }
 
 /* Ends with an error Status, if nothing of an answer was sent yet; else
@@ -443,7 +515,7 @@ x_end(struct live_stream *ls, const char *reason)
 	struct k8s_exchange *x = (struct k8s_exchange *)
 	    ((char *)ls - offsetof(struct k8s_exchange, live));
 
-	snprintf(x->revoked, sizeof(x->revoked), "%s", reason);
+	copy_str(x->revoked, sizeof(x->revoked), reason);
 	if (x->end_ev == NULL && (x->end_ev = event_new(loop_base_here(x->gw), -1, 0,
 	    x_revoked, x)) == NULL) {
 		warn("k8s: out of memory to end a revoked exchange",
@@ -481,13 +553,19 @@ static void
 x_finish(struct k8s_exchange *x)
 {
 	struct hconn *h = x->h;
+	struct k8s_link *l = x->link;
+	int keep = !x->close_after;
 
-	if (!x_park(x))
+	if (!x_park(x)) {
 		x_detach(x, "closed");
+		l = NULL;
+	}
 	x->h = NULL;
+	/* Before the connection goes on (it may read the next request
+	 * now): x is audited and, its stream parked, the link's spare. */
+	x_free_to(x, l);
 	if (h != NULL)
-		exchange_finish(h, !x->close_after);
-	x_free(x);
+		exchange_finish(h, keep);
 }
 
 /* ---- toward the agent ---- */
@@ -1158,11 +1236,11 @@ x_open(struct k8s_exchange *x, const struct reach *agent, struct hconn *h,
 	l->x = x;
 	l->h = h;
 	l->out = exchange_output(h);
-	snprintf(l->principal, sizeof(l->principal), "%s", x->principal);
-	snprintf(l->cluster, sizeof(l->cluster), "%s", x->cluster);
-	snprintf(l->node, sizeof(l->node), "%s", agent->node);
-	snprintf(l->replica, sizeof(l->replica), "%s", agent->replica);
-	snprintf(l->agent_id, sizeof(l->agent_id), "%s", agent->agent_id);
+	copy_str(l->principal, sizeof(l->principal), x->principal);
+	copy_str(l->cluster, sizeof(l->cluster), x->cluster);
+	copy_str(l->node, sizeof(l->node), agent->node);
+	copy_str(l->replica, sizeof(l->replica), agent->replica);
+	copy_str(l->agent_id, sizeof(l->agent_id), agent->agent_id);
 	l->out_cb = evbuffer_add_cb(l->out, out_drained, l);
 	if (l->out_cb == NULL) {
 		free(l);
@@ -1177,9 +1255,9 @@ x_open(struct k8s_exchange *x, const struct reach *agent, struct hconn *h,
 	}
 	x->link = l;
 	x->agent = l->s;
-	snprintf(x->node, sizeof(x->node), "%s", l->node);
-	snprintf(x->replica, sizeof(x->replica), "%s", l->replica);
-	snprintf(x->agent_id, sizeof(x->agent_id), "%s", l->agent_id);
+	copy_str(x->node, sizeof(x->node), l->node);
+	copy_str(x->replica, sizeof(x->replica), l->replica);
+	copy_str(x->agent_id, sizeof(x->agent_id), l->agent_id);
 	return 0;
 }
 
@@ -1195,14 +1273,15 @@ x_retry(struct k8s_exchange *x)
 	struct reach agent;
 	char err[512];
 
-	if (!x->adopted || x->retried || x->req_copy == NULL || h == NULL ||
+	if (!x->adopted || x->retried || x->req_copy == NULL ||
+	    evbuffer_get_length(x->req_copy) == 0 || h == NULL ||
 	    x->state != X_HEAD || x->head_bytes != 0)
 		return -1;
 	x_detach(x, "closed");
 	x->retried = 1;
 	x->adopted = 0;
-	snprintf(g.principal, sizeof(g.principal), "%s", x->principal);
-	snprintf(g.cluster, sizeof(g.cluster), "%s", x->cluster);
+	copy_str(g.principal, sizeof(g.principal), x->principal);
+	copy_str(g.cluster, sizeof(g.cluster), x->cluster);
 	if (access_pick(x->gw, &g, &agent, err, sizeof(err)) != 0)
 		return -1;
 	debug("k8s idle stream closed under a request: retried on a new one",
@@ -1366,16 +1445,14 @@ write_request_tail(struct k8s_exchange *x)
 
 /* ---- starting ---- */
 
+/* A new exchange's memory and buffers (zeroed), or NULL. */
 static struct k8s_exchange *
-x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
+x_fresh(void)
 {
 	struct k8s_exchange *x = calloc(1, sizeof(*x));
 
 	if (x == NULL)
 		return NULL;
-	x->gw = gw;
-	x->h = h;
-	x->state = X_CHECKING;
 	x->to_agent = evbuffer_new();
 	x->rhdrs = evbuffer_new();
 	x->rreason = evbuffer_new();
@@ -1393,6 +1470,45 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 		free(x);
 		return NULL;
 	}
+	return x;
+}
+
+/* The spare exchange of h's parked stream (x_free_to), made new: its
+ * buffers (empty) kept, the rest zeroed; or NULL. */
+static struct k8s_exchange *
+x_reuse(struct hconn *h)
+{
+	struct k8s_link *l = exchange_kept(h);
+	struct k8s_exchange *x = l != NULL ? l->spare : NULL;
+	struct evbuffer *to_agent, *req_copy, *rhdrs, *rreason, *rraw;
+
+	if (x == NULL)
+		return NULL;
+	l->spare = NULL;
+	to_agent = x->to_agent;
+	req_copy = x->req_copy;
+	rhdrs = x->rhdrs;
+	rreason = x->rreason;
+	rraw = x->rraw;
+	memset(x, 0, sizeof(*x));
+	x->to_agent = to_agent;
+	x->req_copy = req_copy;
+	x->rhdrs = rhdrs;
+	x->rreason = rreason;
+	x->rraw = rraw;
+	return x;
+}
+
+static struct k8s_exchange *
+x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
+{
+	struct k8s_exchange *x = x_reuse(h);
+
+	if (x == NULL && (x = x_fresh()) == NULL)
+		return NULL;
+	x->gw = gw;
+	x->h = h;
+	x->state = X_CHECKING;
 	gettimeofday(&x->started, NULL);
 	http_parser_init(&x->rp, HTTP_RESPONSE);
 	x->rp.data = x;
@@ -1403,8 +1519,8 @@ x_new(struct gateway *gw, struct hconn *h, const struct http_request *rq)
 	x->upgrade_req = rq->upgrade[0] != '\0' &&
 	    http_token_list_has(rq->connection, "upgrade");
 	x->keep_up = !x->upgrade_req && rq->keep_alive && exchange_keep_alive(h);
-	snprintf(x->method, sizeof(x->method), "%s", rq->method);
-	snprintf(x->client, sizeof(x->client), "%s", exchange_peer(h));
+	copy_str(x->method, sizeof(x->method), rq->method);
+	copy_str(x->client, sizeof(x->client), exchange_peer(h));
 	return x;
 }
 
@@ -1441,8 +1557,8 @@ k8s_refuse_unreadable(struct hconn *h, const struct http_request *rq,
 
 	if (strncmp(rq->path, K8S_CLUSTERS, strlen(K8S_CLUSTERS)) == 0) {
 		seg = rq->path + strlen(K8S_CLUSTERS);
-		snprintf(cluster, sizeof(cluster), "%.*s",
-		    (int)strcspn(seg, "/"), seg);
+		copy_mem(cluster, sizeof(cluster),
+		    seg, strcspn(seg, "/"));
 	}
 	audit_refusal(h, rq, "", cluster, status);
 	body = status_json(status, reason, &len);
@@ -1485,7 +1601,7 @@ k8s_target(const struct http_request *rq, char cluster[STORE_ID_MAX + 1],
 		snprintf(err, errlen, "no such cluster");
 		return 404;
 	}
-	snprintf(cluster, STORE_ID_MAX + 1, "%.*s", (int)n, seg);
+	copy_mem(cluster, STORE_ID_MAX + 1, seg, n);
 	*rest = seg + n;
 	return 0;
 }
@@ -1520,7 +1636,7 @@ x_refuse(struct k8s_exchange *x, int status, const char *message)
 {
 	struct hconn *h = x->h;
 
-	snprintf(x->path, sizeof(x->path), "%s", x->req_path);
+	copy_str(x->path, sizeof(x->path), x->req_path);
 	x->h = NULL;
 	x->status = status;
 	reply_status(h, status, message);
@@ -1546,9 +1662,9 @@ k8s_exchange_new(struct gateway *gw, struct hconn *h,
 		return NULL;
 	}
 	x->root = root;
-	snprintf(x->req_path, sizeof(x->req_path), "%s", rq->path);
-	snprintf(x->cluster, sizeof(x->cluster), "%s", cluster);
-	snprintf(x->path, sizeof(x->path), "%.*s", (int)strcspn(rest, "?"), rest);
+	copy_str(x->req_path, sizeof(x->req_path), rq->path);
+	copy_str(x->cluster, sizeof(x->cluster), cluster);
+	copy_mem(x->path, sizeof(x->path), rest, strcspn(rest, "?"));
 	if (x->path[0] == '\0')
 		snprintf(x->path, sizeof(x->path), "/");
 	x->idempotent = !x->has_body && (strcmp(rq->method, "GET") == 0 ||
@@ -1571,7 +1687,8 @@ k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked)
 {
 	size_t len = evbuffer_get_length(x->to_agent);
 
-	if (x->idempotent && (x->req_copy = evbuffer_new()) != NULL &&
+	if (x->idempotent && (x->req_copy != NULL ||
+	    (x->req_copy = evbuffer_new()) != NULL) &&
 	    evbuffer_add(x->req_copy, evbuffer_pullup(x->to_agent,
 	    (ssize_t)len), len) != 0) {
 		evbuffer_free(x->req_copy);
@@ -1579,7 +1696,7 @@ k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked)
 	}
 	x->link = parked;
 	parked->x = x;
-	snprintf(x->agent_id, sizeof(x->agent_id), "%s", parked->agent_id);
+	copy_str(x->agent_id, sizeof(x->agent_id), parked->agent_id);
 	x->agent = parked->s;
 	x->adopted = 1;
 	x->state = X_HEAD;
@@ -1601,7 +1718,7 @@ x_go(struct k8s_exchange *x)
 	int status = x->check_status;
 
 	if (x->grant.cluster[0] != '\0')
-		snprintf(x->cluster, sizeof(x->cluster), "%s", x->grant.cluster);
+		copy_str(x->cluster, sizeof(x->cluster), x->grant.cluster);
 	if (status == 404 && x->root && x->cluster[0] == '\0') {
 		snprintf(err, sizeof(err), "no route %s %.200s: a cluster's "
 		    "Kubernetes API is at %sID/ (or send a user token scoped "
@@ -1610,15 +1727,15 @@ x_go(struct k8s_exchange *x)
 	}
 	if (status != 0)
 		return x_refuse(x, status, x->check_err);
-	snprintf(x->principal, sizeof(x->principal), "%s", x->grant.principal);
+	copy_str(x->principal, sizeof(x->principal), x->grant.principal);
 	if ((status = k8s_way(x->gw, x->h, &x->grant, &parked, &agent, err,
 	    sizeof(err))) != 0)
 		return x_refuse(x, status, err);
-	snprintf(x->node, sizeof(x->node), "%s",
+	copy_str(x->node, sizeof(x->node),
 	    parked != NULL ? parked->node : agent.node);
-	snprintf(x->replica, sizeof(x->replica), "%s",
+	copy_str(x->replica, sizeof(x->replica),
 	    parked != NULL ? parked->replica : agent.replica);
-	snprintf(x->token_id, sizeof(x->token_id), "%s", x->grant.token_id);
+	copy_str(x->token_id, sizeof(x->token_id), x->grant.token_id);
 	x->live = (struct live_stream){ .kind = "k8s", .principal = x->principal,
 	    .cluster = x->cluster, .node = x->node, .target = x->path, .up = &x->up,
 	    .down = &x->down, .started = x->started.tv_sec,
@@ -1648,7 +1765,7 @@ x_refuse_later(struct k8s_exchange *x, const char *message)
 	size_t len;
 	char *body = status_json(503, message, &len);
 
-	snprintf(x->path, sizeof(x->path), "%s", x->req_path);
+	copy_str(x->path, sizeof(x->path), x->req_path);
 	x->h = NULL;
 	x->status = 503;
 	exchange_reply_later(h, 503, body, len, K8S_RETRY_AFTER_S);
@@ -1671,7 +1788,7 @@ x_checked(void *arg, int status, const struct access_grant *g, const char *err)
 		access_memo_grant(&x->memo, g);
 	else
 		access_memo_clear(&x->memo);
-	snprintf(x->check_err, sizeof(x->check_err), "%s", err != NULL ? err : "");
+	copy_str(x->check_err, sizeof(x->check_err), err != NULL ? err : "");
 	if (x->in_start)
 		return;
 	if (x->deadline != NULL)
@@ -1792,7 +1909,7 @@ k8s_land_loop(struct gateway *gw, const struct route_landing *at)
 	n = strcspn(seg, "/");
 	if (n == 0 || n > STORE_ID_MAX)
 		return at->here;
-	snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
+	copy_mem(cluster, sizeof(cluster), seg, n);
 	return access_land_loop(gw, cluster, NULL, at->here);
 }
 
