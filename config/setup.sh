@@ -19,6 +19,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # libpq-dev: the PostgreSQL store (gateway/store/store_pg.c); postgresql: the
 # private PostgreSQL that test_store_postgres starts (initdb, pg_ctl, psql).
 # linux-perf: tests/bench/throughput_profile.sh (perf record, perf stat).
+# valgrind: tests/bench/k8s_instructions.sh (callgrind's instruction counts).
 # tinyproxy, squid: the proxies of test_proxy*.sh; krb5-kdc, krb5-admin-server
 # (kadmin.local), krb5-user (kinit, klist): the private KDC of
 # test_proxy_negotiate (the agent loads libgssapi-krb5-2 only at run time).
@@ -40,7 +41,7 @@ packages=(
 	openssl curl jq sqlite3 procps iproute2 bc
 	python3 python3-websockets python3-cryptography
 	openssh-server openssh-client postgresql nginx-light iperf3 socat wrk
-	linux-perf haproxy faketime
+	linux-perf haproxy faketime valgrind
 	prometheus chromium libnss3-tools
 	man-db groff-base mandoc lintian adduser dpkg-dev file
 )
