@@ -1337,21 +1337,29 @@ name_is(const char *name, const char *want, int whole)
  * Connection can only drop more: never Host, never the framing (written
  * by us anyway), and it cannot make Authorization or Impersonate-* pass.
  */
+#define NAME_LEN(s) { s, sizeof(s) - 1 }
+
 static int
 request_header_dropped(const char *name, const char *connection)
 {
-	static const char *const drop[] = { "Authorization", "Connection",
-	    "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Content-Length",
-	    "Upgrade", "Expect", NULL };
+	/* With their lengths: a whole name of another length cannot match,
+	 * nor a prefix longer than the name (a request's every header was
+	 * compared with each, character by character). */
+	static const struct { const char *s; size_t n; } drop[] = {
+		NAME_LEN("Authorization"), NAME_LEN("Connection"),
+		NAME_LEN("Keep-Alive"), NAME_LEN("TE"), NAME_LEN("Trailer"),
+		NAME_LEN("Transfer-Encoding"), NAME_LEN("Content-Length"),
+		NAME_LEN("Upgrade"), NAME_LEN("Expect") };
+	size_t n = strlen(name);
 
-	for (int i = 0; drop[i] != NULL; i++)
-		if (name_is(name, drop[i], 1))
+	for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+		if (n == drop[i].n && name_is(name, drop[i].s, 1))
 			return 1;
-	if (name_is(name, "Proxy-", 0))
+	if (n >= 6 && name_is(name, "Proxy-", 0))
 		return 1;
 	/* Who the request acts as is the gateway's to say, never the client's
 	 * (the node's API server trusts the node's own credential). */
-	if (name_is(name, "Impersonate-", 0))
+	if (n >= 12 && name_is(name, "Impersonate-", 0))
 		return 1;
 	if (strcasecmp(name, "Host") == 0)
 		return 0;
@@ -1378,20 +1386,68 @@ add_value(struct evbuffer *b, const char *v)
 	return 0;
 }
 
+/* A request head being written: its bytes gathered here and added to
+ * the buffer in a few large pieces, not four small ones per header. */
+struct head_out {
+	struct evbuffer *b;
+	int err;
+	size_t len;
+	char buf[2048];
+};
+
+static void
+ho_flush(struct head_out *o)
+{
+	if (o->len > 0 && evbuffer_add(o->b, o->buf, o->len) != 0)
+		o->err = 1;
+	o->len = 0;
+}
+
+static void
+ho_put(struct head_out *o, const char *p, size_t n)
+{
+	if (n > sizeof(o->buf) - o->len) {
+		ho_flush(o);
+		if (n > sizeof(o->buf)) {
+			if (evbuffer_add(o->b, p, n) != 0)
+				o->err = 1;
+			return;
+		}
+	}
+	memcpy(o->buf + o->len, p, n);
+	o->len += n;
+}
+
+/* add_value's rule (CR or LF made a space) into o. */
+static void
+ho_value(struct head_out *o, const char *v)
+{
+	for (const char *p = v; *p != '\0';) {
+		size_t n = strcspn(p, "\r\n");
+
+		ho_put(o, p, n);
+		p += n;
+		if (*p != '\0') {
+			ho_put(o, " ", 1);
+			p++;
+		}
+	}
+}
+
 /* The request line and the client's headers that pass (the rest of the
  * head, write_request_tail, waits for the token check: who asks). */
 static int
 write_request_head(struct k8s_exchange *x, const struct http_request *rq,
     const char *rest)
 {
-	struct evbuffer *b = x->to_agent;
+	struct head_out o = { .b = x->to_agent };
 	const char *p = rq->headers, *end = rq->headers + rq->headers_len;
 	int r = 0;
 
-	r |= evbuffer_add(b, rq->method, strlen(rq->method));
-	r |= evbuffer_add(b, " /", rest[0] == '/' ? 1 : 2);
-	r |= evbuffer_add(b, rest, strlen(rest));
-	r |= evbuffer_add(b, " HTTP/1.1\r\n", 11);
+	ho_put(&o, rq->method, strlen(rq->method));
+	ho_put(&o, " /", rest[0] == '/' ? 1 : 2);
+	ho_put(&o, rest, strlen(rest));
+	ho_put(&o, " HTTP/1.1\r\n", 11);
 	while (p < end) {
 		const char *name = p, *value = p + strlen(p) + 1;
 
@@ -1400,11 +1456,13 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		p = value + strlen(value) + 1;
 		if (request_header_dropped(name, rq->connection))
 			continue;
-		r |= evbuffer_add(b, name, strlen(name));
-		r |= evbuffer_add(b, ": ", 2);
-		r |= add_value(b, value);
-		r |= evbuffer_add(b, "\r\n", 2);
+		ho_put(&o, name, strlen(name));
+		ho_put(&o, ": ", 2);
+		ho_value(&o, value);
+		ho_put(&o, "\r\n", 2);
 	}
+	ho_flush(&o);
+	r = o.err;
 	/* What the tail needs of rq, which lives only during k8s_start. */
 	x->req_chunked = rq->body_chunked;
 	x->req_has_length = rq->has_length;
