@@ -16,6 +16,10 @@
  * waits for the socket to be writable.  An idle connection thus holds no
  * event here.
  *
+ * Small messages (tls_write_now) wait as plaintext in the batch until its
+ * flush, which seals them into one record before it sends: the peer
+ * decrypts one record per pass, not one per message.
+ *
  * libevent closes the socket through the write BIO's fd (BIO_get_fd)
  * before SSL_free frees the BIO: the BIO answers with the fd and never
  * closes it itself.
@@ -52,6 +56,10 @@ struct tls_batch {
 	uint8_t *buf;              /* cap bytes; NULL while empty */
 	size_t cap;                /* TLS_WRITE_BATCH_SMALL or TLS_WRITE_BATCH_MAX */
 	size_t start, end;         /* buf[start..end) waits for the kernel */
+	/* Small messages of this pass (tls_write_now), not yet sealed: one
+	 * record for all of them at the flush.  NULL while none wait. */
+	uint8_t *plain;
+	size_t plain_len, plain_cap;
 };
 
 /* A batch's first buffer when its first record is small (a ping, a pong,
@@ -76,6 +84,34 @@ static _Thread_local struct event_base *flush_base;
 static _Thread_local int flush_active; /* made active, its callback not yet run */
 
 static void batch_cb(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * Seals the small messages staged this pass (tls_write_now) into one
+ * record, into the batch (which has room: tls_write_now checked).  Called
+ * while t is still scheduled or armed, so batch_write does not schedule it
+ * again.  Returns 0, or -1 if the TLS connection failed: it is shut down,
+ * and its next read reports the end.
+ */
+static int
+batch_seal(struct tls_batch *t)
+{
+	SSL *ssl;
+	int r, len = (int)t->plain_len;
+
+	if (len == 0)
+		return 0;
+	ssl = bufferevent_openssl_get_ssl(t->bev);
+	ERR_clear_error();
+	r = ssl != NULL ? SSL_write(ssl, t->plain, len) : -1;
+	free(t->plain);
+	t->plain = NULL;
+	t->plain_len = t->plain_cap = 0;
+	if (r == len)
+		return 0;
+	ERR_clear_error();
+	shutdown(t->fd, SHUT_RDWR);
+	return -1;
+}
 
 /* Writes what the socket takes.  Returns 0, or -1 on an error other than
  * would-block (kept in failed; what was held is dropped). */
@@ -162,6 +198,11 @@ batch_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (batch_seal(t) != 0) {
+		batch_unschedule(t);
+		batch_arm(t, 0);
+		return;
+	}
 	batch_unschedule(t);
 	if (batch_send(t) != 0 || (t->start < t->end && batch_arm(t, 1) != 0)) {
 		batch_arm(t, 0);
@@ -305,7 +346,7 @@ batch_ctrl(BIO *bio, int cmd, long num, void *ptr)
 		BIO_set_shutdown(bio, (int)num);
 		return 1;
 	case BIO_CTRL_WPENDING:
-		return (long)(t->end - t->start);
+		return (long)(t->end - t->start + t->plain_len);
 	case BIO_CTRL_FLUSH:
 		/* OpenSSL flushes after an alert (close_notify): out now, as
 		 * far as the socket takes it. */
@@ -335,6 +376,7 @@ batch_destroy(BIO *bio)
 		if (t->ev != NULL)
 			event_free(t->ev);
 		free(t->buf);
+		free(t->plain);
 		free(t);
 		BIO_set_data(bio, NULL);
 	}
@@ -403,31 +445,59 @@ tls_write_batch(struct bufferevent *bev)
  * (TLS 1.3), with room to spare for TLS 1.2's explicit nonce. */
 #define TLS_RECORD_OVERHEAD 64
 
+/* Plaintext of one record: the most small messages one flush seals. */
+#define TLS_PLAIN_RECORD 16384u
+
+/* Makes room in t->plain for n more bytes (plain_len + n <= TLS_PLAIN_RECORD):
+ * TLS_WRITE_BATCH_SMALL first (a ping, a window update: thousands of
+ * tunnels pinged in one pass hold that much each), then a record's. */
+static int
+plain_reserve(struct tls_batch *t, size_t n)
+{
+	size_t cap = t->plain_len + n <= TLS_WRITE_BATCH_SMALL ?
+	    TLS_WRITE_BATCH_SMALL : TLS_PLAIN_RECORD;
+	uint8_t *b;
+
+	if (t->plain != NULL && t->plain_cap >= cap)
+		return 0;
+	if ((b = realloc(t->plain, cap)) == NULL)
+		return -1;
+	t->plain = b;
+	t->plain_cap = cap;
+	return 0;
+}
+
 int
 tls_write_now(struct bufferevent *bev, const void *data, size_t len)
 {
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	BIO *bio = ssl != NULL ? SSL_get_wbio(ssl) : NULL;
 	struct tls_batch *t;
-	int r;
 
 	if (bio == NULL || batch_method_get() == NULL || BIO_method_type(bio) != batch_type ||
 	    len == 0 || len > TLS_WRITE_NOW_MAX ||
 	    evbuffer_get_length(bufferevent_get_output(bev)) > 0)
 		return 0;
 	t = BIO_get_data(bio);
-	/* The whole record must fit: OpenSSL may then never be left holding
-	 * a record to retry, which only the bufferevent's own writes do. */
-	if (t->failed != 0 ||
-	    TLS_WRITE_BATCH_MAX - t->end < len + TLS_RECORD_OVERHEAD)
+	/* A socket that refuses bytes: the bufferevent's own writes may run
+	 * before the batch's event, so nothing is staged behind it. */
+	if (t->failed != 0 || t->armed)
 		return 0;
-	ERR_clear_error();
-	r = SSL_write(ssl, data, (int)len);
-	if (r == (int)len)
-		return 1;
-	ERR_clear_error();
-	shutdown(t->fd, SHUT_RDWR);
-	return -1;
+	/* One record per flush: what would overflow it is sealed first. */
+	if (t->plain_len + len > TLS_PLAIN_RECORD && batch_seal(t) != 0)
+		return -1;
+	/* The records must fit whole: OpenSSL may then never be left holding
+	 * a record to retry, which only the bufferevent's own writes do. */
+	if (TLS_WRITE_BATCH_MAX - t->end < t->plain_len + len + TLS_RECORD_OVERHEAD)
+		return 0;
+	if (plain_reserve(t, len) != 0)
+		return 0;
+	memcpy(t->plain + t->plain_len, data, len);
+	t->plain_len += len;
+	if (!t->scheduled && batch_schedule(t) != 0)
+		/* No flush event to wait for: sealed and sent now. */
+		return batch_seal(t) == 0 ? 1 : -1;
+	return 1;
 }
 
 size_t

@@ -37,18 +37,22 @@ struct bufferevent;
 int tls_write_batch(struct bufferevent *bev);
 
 /*
- * Seals a small message (at most TLS_WRITE_NOW_MAX bytes: a WebSocket
+ * Sends a small message (at most TLS_WRITE_NOW_MAX bytes: a WebSocket
  * control frame, a tunnel's window update, the DATA of a small request or
- * answer) straight into bev's batch when bev's output holds nothing
- * ahead of it, so that it leaves with this loop pass's send(2).  Through
+ * answer) with this loop pass's send(2), when bev's output holds nothing
+ * ahead of it.  The small messages of one pass wait as plaintext and are
+ * sealed together at the end of the pass, one record for up to 16 KiB of
+ * them (a record each cost the peer a decryption per message: 16
+ * connections' answers relayed in one pass were 16 records).  Through
  * bev's output instead, libevent's OpenSSL bufferevent would arm its write
  * event and wait for the socket to be reported writable: two epoll_ctl(2)
  * and a loop pass for every ping and pong of an idle tunnel.  Returns 1 if
- * written (bev's write callback runs once the kernel has it, as after an
+ * taken (bev's write callback runs once the kernel has it, as after an
  * output write), 0 if the caller must add the message to bev's output as
- * usual (bytes queued ahead, no batching BIO, no room in the batch), -1 if
- * the TLS connection failed (it is shut down: bev's next read reports it).
- * Cost: one SSL_write (one record) and a copy into the batch.
+ * usual (bytes queued ahead, no batching BIO, the socket refusing bytes,
+ * no room in the batch), -1 if the TLS connection failed (it is shut
+ * down: bev's next read reports it).  Cost: a copy now, one SSL_write per
+ * connection and pass.
  */
 #define TLS_WRITE_NOW_MAX 4096u   /* callers copy a frame on their stack */
 int tls_write_now(struct bufferevent *bev, const void *data, size_t len);
