@@ -212,6 +212,9 @@ tls_read_ahead(struct bufferevent *bev)
 	 * connection holds neither. */
 	SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
 	old = SSL_get_rbio(ssl);
+	if (m != NULL && old != NULL && BIO_method_type(old) == rbatch_type)
+		return;        /* has it already (a gateway client connection
+		                * that became a WebSocket) */
 	if (m == NULL || old == NULL || BIO_method_type(old) != BIO_TYPE_SOCKET ||
 	    (fd = (int)BIO_get_fd(old, NULL)) < 0) {
 		/* Not on a socket (an https proxy's filter): OpenSSL's own

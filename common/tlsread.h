@@ -36,7 +36,7 @@ int tls_read_held(struct bufferevent *bev);
  * read ahead raise no socket event of their own.  Memory: that buffer, and
  * OpenSSL's read buffer and write buffer (one record each), exist only
  * while they hold bytes (SSL_MODE_RELEASE_BUFFERS): an idle connection
- * holds none of them.
+ * holds none of them.  A no-op on a connection that has it already.
  */
 void tls_read_ahead(struct bufferevent *bev);
 

@@ -84,6 +84,7 @@
 #include "runtime.h"
 #include "tlsloop.h"
 #include "tlspeer.h"
+#include "tlsread.h"
 #include "tlswrite.h"
 #include "wsconn.h"
 #include "wsframe.h"
@@ -1021,11 +1022,43 @@ hconn_written(const struct hconn *h)
 }
 
 /* A TLS connection's handshake is done: its records leave in one send per
- * loop pass (tlswrite.h), which exchange_write_now needs. */
+ * loop pass (tlswrite.h), which exchange_write_now needs, and come in
+ * with one read(2) for many (a record's header and body were two): every
+ * reader pulls them (hconn_pull). */
 static void
 hconn_tls_open(struct hconn *h)
 {
 	(void)tls_write_batch(h->bev);
+	tls_read_ahead(h->bev);
+}
+
+/* Input the client's records hold, at most this much at once. */
+#define HCONN_PULL_MAX (64 * 1024)
+
+/* Records read ahead raise no socket event (tlsread.h): what OpenSSL can
+ * decrypt now goes into the input before it is parsed.  Returns 1 when
+ * the pull stopped at HCONN_PULL_MAX with bytes still held: only then is
+ * there more to take without the socket (a partial record also counts as
+ * held, and waits for its rest, which the socket announces). */
+static int
+hconn_pull(struct hconn *h)
+{
+	struct evbuffer *in = bufferevent_get_input(h->bev);
+
+	(void)tls_read_available(h->bev, HCONN_PULL_MAX);
+	return evbuffer_get_length(in) >= HCONN_PULL_MAX && tls_read_held(h->bev);
+}
+
+static int hconn_wants_input(struct hconn *h);
+
+/* The pull stopped at its limit (full), the input is all parsed and more
+ * is wanted: the rest is taken on a later pass (hconn_kick_read). */
+static void
+hconn_more(struct hconn *h, int full)
+{
+	if (full && h->bev != NULL && hconn_wants_input(h) &&
+	    evbuffer_get_length(bufferevent_get_input(h->bev)) == 0)
+		hconn_kick_read(h);
 }
 
 const char *
@@ -1278,20 +1311,30 @@ hconn_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct hconn *h = arg;
 
+	int full;
+
 	switch (h->state) {
 	case HC_READING:
+		full = hconn_pull(h);
 		hconn_process(h);
+		hconn_more(h, full);
 		break;
 	case HC_UPGRADING:
 	case HC_REPLYING:
 		break;         /* parked until the upgrade is decided, the answer sent */
 	case HC_EXCHANGING:
 		if (h->x_raw && h->x != NULL) {
+			full = hconn_pull(h);
 			if (h->srv->exchange->exchange->raw_input(h->x,
 			    bufferevent_get_input(bev)) != 0)
 				bufferevent_disable(bev, EV_READ);
-		} else if (!h->x_req_done)
+			else if (full)
+				hconn_kick_read(h);
+		} else if (!h->x_req_done) {
+			full = hconn_pull(h);
 			hconn_process(h);
+			hconn_more(h, full);
+		}
 		break;         /* else: parked until the answer is complete */
 	default:
 		evbuffer_drain(bufferevent_get_input(bev),
@@ -1304,6 +1347,7 @@ static void
 hconn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct hconn *h = arg;
+	int full;
 
 	/* A plain socket's write callback may be one queued (deferred) before
 	 * the answer was: linger only once the answer is really out. */
@@ -1316,7 +1360,9 @@ hconn_write_cb(struct bufferevent *bev, void *arg)
 	if (h->state == HC_READING && h->read_blocked) {
 		h->read_blocked = 0;
 		bufferevent_enable(bev, EV_READ);
+		full = hconn_pull(h);
 		hconn_process(h);
+		hconn_more(h, full);
 	}
 }
 
