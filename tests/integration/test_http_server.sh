@@ -62,6 +62,20 @@ raw_tls "$T/pipe.in" >"$T/pipe.out"
 assert_contains "$T/pipe.out" "Connection: close"
 pass "pipelining: both answered in order, closed on Connection: close"
 
+# More pipelined requests than one pull of the read-ahead takes (64 KiB,
+# server.c hconn_pull), their answers small (no output high-water to
+# wait on): the records read ahead raise no socket event, and every
+# request is answered all the same, with no wait for a timeout.
+pad=$(head -c 4000 /dev/zero | tr '\0' p)
+{
+	for _ in $(seq 59); do printf 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n' "$pad"; done
+	printf 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'
+} >"$T/pipe-many.in"
+raw_tls "$T/pipe-many.in" >"$T/pipe-many.out" 2>&1 || true
+n=$(grep -c '^HTTP/1.1 200 OK' "$T/pipe-many.out" || true)
+[ "$n" = 60 ] || fail "60 pipelined requests ($(wc -c <"$T/pipe-many.in") bytes): $n answered ($(tail -n 3 "$T/pipe-many.out"))"
+pass "60 pipelined requests ($(($(wc -c <"$T/pipe-many.in") >> 10)) KiB): all answered, $(tail -n 1 "$T/pipe-many.out")"
+
 # --- limits -------------------------------------------------------------------
 big=$(head -c 20000 /dev/zero | tr '\0' a)
 expect_http 431 "request head larger than 16384 bytes" -H "X-Big: $big" "$GW_URL/healthz"
