@@ -116,6 +116,19 @@ wait_until() {
 	done
 }
 
+# lines_match FILE PATTERN...: some line of FILE matches every PATTERN
+# (grep's basic expressions).  For a line written after what the test saw
+# end (an audit line is written at the end of its loop's pass, the
+# client may see its stream end first): wait_until 10 "..." lines_match ...
+lines_match() {
+	local f=$1 p out
+	shift
+	out=$(cat "$f") || return 1
+	for p in "$@"; do
+		out=$(grep -- "$p" <<<"$out") || return 1
+	done
+}
+
 # late: the gateway's request lines not read whole in the landing's wait
 # so far (its debug line: docs/0040; the gateway started --log-level debug).
 late() { grep -c 'msg="http: no whole request line' "$T/gateway.log" || true; }

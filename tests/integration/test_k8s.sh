@@ -68,8 +68,8 @@ grep -q 'GET /version 200 auth="-"' "$T/nginx-access.log" ||
 	fail "nginx did not see /version without Authorization: $(cat "$T/nginx-access.log")"
 grep -q 'ttu_' "$T/nginx-access.log" && fail "a gateway token reached nginx"
 grep -qi 'bearer' "$T/nginx-access.log" && fail "an Authorization header reached nginx"
-grep -q "msg=audit event=k8s who=user:alice cluster=$cid node=node1 method=GET path=/version status=200" \
-	"$T/gateway.log" || fail "no audit line for GET /version"
+wait_until 10 "the audit line for GET /version" lines_match "$T/gateway.log" \
+	"msg=audit event=k8s who=user:alice cluster=$cid node=node1 method=GET path=/version status=200"
 pass "kubectl get --raw /version and pods through the gateway = nginx byte for byte; no token reaches nginx; audit line"
 
 # --- an audit line per request, every one, in order, after a burst ---

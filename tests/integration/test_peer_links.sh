@@ -146,10 +146,8 @@ probe() { exec $py "$TETHER_SRC/tests/integration/peerprobe.py" "wss://127.0.0.1
 out=$(probe a-probe echo "$id" user:alice "127.0.0.1:$echo_port" $((4 << 20))) ||
 	fail "a stream over the link to the agent: $out"
 [ "$out" = "ok $((4 << 20))" ] || fail "a stream over the link: $out"
-grep 'event=stream' "$T/audit2.log" | grep -q 'via=a-probe' ||
-	fail "r2's audit line does not name the asking replica: $(cat "$T/audit2.log")"
-grep 'event=stream' "$T/audit2.log" | grep 'via=a-probe' | grep -q 'who=user:alice' ||
-	fail "r2's audit line does not name the principal: $(cat "$T/audit2.log")"
+wait_until 10 "r2's audit line naming the asking replica (via=a-probe) and the principal (who=user:alice)" \
+	lines_match "$T/audit2.log" event=stream via=a-probe who=user:alice
 pass "over a link to r2, 4 MiB to the agent's echo server and back, SHA-256 equal; r2's audit line says via=a-probe who=user:alice"
 
 out=$(probe a-probe refused a-nobody user:alice "127.0.0.1:$echo_port") || fail "unknown agent: $out"
@@ -188,10 +186,10 @@ head -c $((32 << 20)) /dev/urandom >"$T/big"
 	fail "connect via r1 exited $?"
 [ "$(sha256sum <"$T/big")" = "$(sha256sum <"$T/big.echo")" ] ||
 	fail "32 MiB via r1: $(stat -c %s "$T/big.echo") bytes came back, or they differ"
-grep 'event=stream' "$T/audit1.log" | grep 'bytes_up=33554432' | grep -q 'replica=r2' ||
-	fail "r1's audit line does not name r2: $(grep event=stream "$T/audit1.log")"
-grep 'event=stream' "$T/audit2.log" | grep 'bytes_up=33554432' | grep -q 'via=r1' ||
-	fail "r2's audit line does not name r1: $(grep event=stream "$T/audit2.log")"
+wait_until 10 "r1's audit line of the 32 MiB stream naming r2" \
+	lines_match "$T/audit1.log" event=stream bytes_up=33554432 replica=r2
+wait_until 10 "r2's audit line of the 32 MiB stream naming r1" \
+	lines_match "$T/audit2.log" event=stream bytes_up=33554432 via=r1
 grep -q 'peer link up.*replica=r2' "$T/replica1.log" || fail "r1 logged no link to r2"
 pass "tetherctl connect via r1 to n1 (held by r2): 32 MiB both ways, SHA-256 equal; audit replica=r2 on r1, via=r1 on r2"
 
@@ -283,8 +281,8 @@ rc=0
 wait "$HELD_PID" || rc=$?
 exec 7>&-
 [ "$rc" -ne 0 ] || fail "the stream through a killed replica ended with exit 0"
-grep 'event=stream' "$T/audit1.log" | grep 'replica=r2' | grep -q 'end=tunnel_lost' ||
-	fail "r1's audit has no stream ended by the lost link: $(grep event=stream "$T/audit1.log")"
+wait_until 10 "r1's audit line of a stream ended by the lost link" \
+	lines_match "$T/audit1.log" event=stream replica=r2 end=tunnel_lost
 out=$(echo x | "$CTL" connect --cluster "$cid" --node n1 "127.0.0.1:$echo_port" 2>&1) &&
 	fail "a connect via r1 to the dead r2's agent succeeded: $out"
 grep -q 'replica r2' <<<"$out" || fail "the refusal does not name r2: $out"

@@ -140,7 +140,7 @@ expect_exit 1 "$CTL" connect --cluster "$cid" "127.0.0.1:$echo_port" </dev/null
 assert_contains "$T/last.err" 503
 pass "with no agent connected: 503 and exit 1"
 
-grep -q "msg=audit event=stream who=admin:" "$T/gateway.log" || fail "no audit line in the gateway log"
+wait_until 10 "a stream's audit line in the gateway log" lines_match "$T/gateway.log" "msg=audit event=stream who=admin:"
 pass "every stream leaves an audit line"
 crossings=$(loop_crossings)
 [ "$crossings" -gt 0 ] || fail "no stream crossed between the loops (--landing any)"

@@ -83,8 +83,8 @@ expect_exit 1 as_alice user list
 assert_contains "$T/last.err" 403
 pass "the admin API refuses the user token: 403"
 
-grep -q "msg=audit event=stream who=user:alice cluster=$cid_a" "$T/gateway.log" ||
-	fail "no audit line naming user:alice"
+wait_until 10 "an audit line naming user:alice" lines_match "$T/gateway.log" \
+	"msg=audit event=stream who=user:alice cluster=$cid_a"
 pass "the stream's audit line names user:alice"
 
 # A forward opened before the revoke: its WebSocket outlives the request.
