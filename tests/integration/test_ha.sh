@@ -82,10 +82,10 @@ for r in 1 2 3; do
 		ssh_ok "$url" "$n" || fail "ssh through r$r to $n: $(tail -3 "$T/ssh.err")"
 		h=$(holder "$n")
 		[ "$h" = "r$r" ] && continue
-		grep -q "event=stream .*node=$n target=127.0.0.1:$SSH_PORT replica=$h" "$T/replica$r.log" ||
-			fail "r$r's audit does not name $h, which holds $n"
-		grep -q "event=stream .*node=$n target=127.0.0.1:$SSH_PORT replica=$h via=r$r" \
-			"$T/replica${h#r}.log" || fail "$h's audit does not name r$r, which asked for $n"
+		wait_until 10 "r$r's audit line naming $h, which holds $n" lines_match "$T/replica$r.log" \
+			"event=stream .*node=$n target=127.0.0.1:$SSH_PORT replica=$h"
+		wait_until 10 "$h's audit line naming r$r, which asked for $n" lines_match "$T/replica${h#r}.log" \
+			"event=stream .*node=$n target=127.0.0.1:$SSH_PORT replica=$h via=r$r"
 	done
 done
 declare -A HOLDS=()
