@@ -344,7 +344,7 @@ session_kick(struct session *s, const char *code, const char *reason)
 	frame_make_error(&f, code, reason);
 	/* "Come back later" (docs/interface.md, "Refusals"): and when. */
 	if (strcmp(code, "unavailable") == 0 || strcmp(code, "timeout") == 0)
-		f.u.error.retry_after_ms = gateway_retry_after_ms(s->gw, 0);
+		f.u.error.retry_after_ms = gateway_retry_after_ms(s->gw, 0, 0, 0);
 	s->io->send(s->t, &f);
 	session_set_phase(s, PHASE_CLOSING);
 	s->io->close(s->t);

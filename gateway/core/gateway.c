@@ -142,15 +142,19 @@ gateway_handshake_free(struct gateway *gw, int64_t began_ms)
 }
 
 uint32_t
-gateway_retry_after_ms(struct gateway *gw, uint32_t ahead)
+gateway_retry_after_ms(struct gateway *gw, uint32_t queued, uint32_t waiting,
+    int64_t waiting_left_ms)
 {
-	uint32_t r = 0, ms;
+	uint32_t r = 0, ms, ahead;
 
 	(void)random_bytes((uint8_t *)&r, sizeof(r));  /* jitter: 0 will do */
 	if (gw->stopping)
 		return RA_MIN_MS + (gw->drain_jitter_ms > 0 ?
 		    r % (gw->drain_jitter_ms + 1) : 0);
 	pthread_mutex_lock(&gw->ra_mu);
+	ahead = queued + retry_after_line(&gw->retry_after, waiting,
+	    waiting_left_ms, gw->limits.max_handshakes,
+	    gw->limits.handshake_timeout_ms);
 	ms = retry_after_next(&gw->retry_after, runtime_monotonic_ms(), ahead,
 	    gw->limits.max_handshakes, gw->limits.handshake_timeout_ms, r);
 	pthread_mutex_unlock(&gw->ra_mu);

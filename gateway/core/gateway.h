@@ -317,14 +317,17 @@ void gateway_handshake_free(struct gateway *gw, int64_t began_ms);
  * How long an agent turned away now should wait before it dials again, in
  * ms (docs/0035): while draining, a random delay in [RA_MIN_MS,
  * RA_MIN_MS + drain_jitter_ms] (it will land on another replica); else
- * its slot in the come-back schedule (retry_after.h) behind `ahead`
- * connections already waiting (the TLS queue), at the rate its handshake
- * slots free up (session.c feeds it each handshake's time).  Within
- * [RA_MIN_MS, RA_MAX_MS].
+ * its slot in the come-back schedule (retry_after.h) behind the `queued`
+ * connections in the TLS queue and those of the `waiting` upgrades in line
+ * for a slot that can take one before the line's last waiter runs out
+ * (waiting_left_ms from now: retry_after_line; the rest are told later
+ * slots of their own), at the rate its handshake slots free up (session.c
+ * feeds it each handshake's time).  Within [RA_MIN_MS, RA_MAX_MS].
  * Any loop's thread (the schedule is under ra_mu).  Cost: O(1) and 4
  * random bytes.
  */
-uint32_t gateway_retry_after_ms(struct gateway *gw, uint32_t ahead);
+uint32_t gateway_retry_after_ms(struct gateway *gw, uint32_t queued,
+    uint32_t waiting, int64_t waiting_left_ms);
 
 /*
  * A TLS handshake that took its slot at began_ms (monotonic) ended, either

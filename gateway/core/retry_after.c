@@ -75,6 +75,18 @@ retry_after_next(struct retry_after *ra, int64_t now_ms, uint32_t ahead,
 }
 
 uint32_t
+retry_after_line(const struct retry_after *ra, uint32_t waiting,
+    int64_t left_ms, uint32_t capacity, uint32_t timeout_ms)
+{
+	double most;
+
+	if (left_ms <= 0 || waiting == 0)
+		return 0;
+	most = retry_after_rate(ra, capacity, timeout_ms) * (double)left_ms / 1000.0;
+	return most < (double)waiting ? (uint32_t)most : waiting;
+}
+
+uint32_t
 retry_after_spread_ms(uint32_t tunnels, double rate, uint32_t min_ms)
 {
 	double ms = (double)tunnels * 1000.0 / (rate > 1.0 ? rate : 1.0);

@@ -77,6 +77,19 @@ uint32_t retry_after_next(struct retry_after *ra, int64_t now_ms,
     uint32_t ahead, uint32_t capacity, uint32_t timeout_ms, uint32_t jitter);
 
 /*
+ * Of `waiting` upgrades in line for a slot (--handshake-wait), how many
+ * can still take one before the line's last waiter runs out of its wait
+ * (left_ms from now; <= 0: it has run out too): at most the rate times
+ * left_ms.  Those are ahead of an agent turned away now; the others run
+ * out and are turned away too, each told a slot of the schedule after its
+ * own (the horizon): counted ahead as well, they would be counted twice.
+ * (A wave of N waits that ran out together was told ahead/rate plus N
+ * slots: about 2 N / rate for the last, docs/0035.)  Cost: O(1).
+ */
+uint32_t retry_after_line(const struct retry_after *ra, uint32_t waiting,
+    int64_t left_ms, uint32_t capacity, uint32_t timeout_ms);
+
+/*
  * The redial spread (docs/0035, "Told ahead of time"): how widely agents
  * that lose this gateway without a word (kill -9, a crash: no RECONNECT)
  * should spread their first redial, so that the replacement takes them

@@ -215,18 +215,6 @@ tunnel_request(struct gateway *gw, const struct route_request *req,
 	    "subprotocol %s", TUNNEL_PATH, TETHER_SUBPROTOCOL);
 }
 
-/* When an agent turned away for now (draining, handshakes at their cap)
- * should come back: after the connections the TLS queue holds and the
- * upgrades waiting for a slot. */
-static uint32_t
-tunnel_retry_after(struct gateway *gw)
-{
-	/* The TLS queue is loop 0's: its length as last published, from any
-	 * loop (server_tls_waiting). */
-	return gateway_retry_after_ms(gw, server_tls_waiting(gw) +
-	    gw->handshakes_waiting);
-}
-
 static void tunnel_take(struct gateway *gw, struct upgrade *u);
 
 /* ---- waiting for a handshake slot (--handshake-wait, docs/0035) ----
@@ -258,7 +246,8 @@ struct tunnel_waiter {
 struct tunnel_wait {
 	struct gateway *gw;
 	struct loop *loop;                /* NULL: off any loop (unit tests) */
-	TAILQ_HEAD(, tunnel_waiter) q;
+	TAILQ_HEAD(waiters, tunnel_waiter) q;
+	unsigned n;                       /* waiters in q */
 	struct event *serve;              /* a slot freed: run from the loop */
 	struct event *expire;             /* the first waiter's deadline */
 };
@@ -282,6 +271,31 @@ wait_publish(struct tunnel_wait *wl)
 		atomic_store(&wl->loop->wait_oldest_ms, w != NULL ? w->since_ms : 0);
 }
 
+/* When an agent turned away for now (draining, handshakes at their cap,
+ * its wait run out) should come back: after the connections the TLS queue
+ * holds and the upgrades in line that can still take a slot before their
+ * waits run out.  The others are turned away too, later, each told a slot
+ * after this one's: a wave of waits that ran out together, each counting
+ * the rest of the wave ahead, was told about twice what it needed
+ * (docs/0035).  This loop's line says when its last waiter runs out;
+ * another loop's may hold waiters for up to --handshake-wait. */
+static uint32_t
+tunnel_retry_after(struct gateway *gw)
+{
+	struct tunnel_wait *wl = *wait_here(gw);
+	struct tunnel_waiter *last = wl != NULL ? TAILQ_LAST(&wl->q, waiters) : NULL;
+	unsigned waiting = atomic_load(&gw->handshakes_waiting);
+	int64_t left = 0;
+
+	if (waiting > (wl != NULL ? wl->n : 0))
+		left = gw->limits.handshake_wait_ms;
+	else if (last != NULL)
+		left = last->deadline_ms - runtime_monotonic_ms();
+	/* The TLS queue is loop 0's: its length as last published, from any
+	 * loop (server_tls_waiting). */
+	return gateway_retry_after_ms(gw, server_tls_waiting(gw), waiting, left);
+}
+
 /* w's wait is over: how it ended is counted (metrics_handshake_wait). */
 static void
 waiter_remove(struct tunnel_waiter *w, const char *result)
@@ -290,6 +304,7 @@ waiter_remove(struct tunnel_waiter *w, const char *result)
 
 	metrics_handshake_wait(result);
 	TAILQ_REMOVE(&wl->q, w, link);
+	wl->n--;
 	atomic_fetch_sub(&wl->gw->handshakes_waiting, 1);
 	wait_publish(wl);
 	free(w);
@@ -464,6 +479,7 @@ wait_for_slot(struct gateway *gw, struct upgrade *u)
 	w->since_ms = now > 0 ? now : 1;
 	w->deadline_ms = now + gw->limits.handshake_wait_ms;
 	TAILQ_INSERT_TAIL(&wl->q, w, link);
+	wl->n++;
 	atomic_fetch_add(&gw->handshakes_waiting, 1);
 	upgrade_on_abandon(u, waiter_abandoned, w);
 	if (w == TAILQ_FIRST(&wl->q)) {

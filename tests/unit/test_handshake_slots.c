@@ -59,7 +59,7 @@ racer(void *arg)
 		note_most(r, atomic_fetch_add(&r->held, 1) + 1);
 		atomic_fetch_add(&r->taken, 1);
 		/* The schedule is fed and read by every thread too. */
-		(void)gateway_retry_after_ms(r->gw, 0);
+		(void)gateway_retry_after_ms(r->gw, 0, 3, 100);
 		atomic_fetch_sub(&r->held, 1);
 		if (r->by_source)
 			gateway_handshake_source_put(r->gw, peer);

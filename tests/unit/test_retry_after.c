@@ -6,7 +6,8 @@
  * it; each refusal gets its own slot, spaced by the rate at RA_SHARE_PCT,
  * after the connections waiting ahead (served at the full rate), with no
  * drift; the jitter stays inside the slot; waits stay within
- * [RA_MIN_MS, RA_MAX_MS]; a quiet gateway's old horizon holds nobody back.
+ * [RA_MIN_MS, RA_MAX_MS]; a quiet gateway's old horizon holds nobody back;
+ * a wave of waits that ran out together is not counted ahead of itself.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -141,6 +142,42 @@ test_bounds_and_horizon(void **state)
 	assert_int_equal(w, RA_MIN_MS);
 }
 
+/* A wave of waits that ran out together (--handshake-wait, tunnel.c
+ * wait_expire turns them away one after another): each agent of it gets a
+ * slot of its own, and the rest of the wave, still in line as it is told,
+ * is not ahead of it (those agents get the slots after its own), so the
+ * last comes back after the wave's slots: N slots, not the wave at the
+ * full rate and then N slots (about twice: 8.4 s instead of 5.4 s here,
+ * and past RA_MAX_MS for a wave of a few thousand).  Upgrades in line with
+ * time left count as far as the rate can serve them in it. */
+static void
+test_wave_of_expired_waits(void **state)
+{
+	struct retry_after ra;
+	const uint32_t n = 400;
+	uint32_t w = 0, ahead, last;
+	double gap;
+
+	memset(&ra, 0, sizeof(ra));
+	/* 20 slots of RA_GUESS_MS: 100/s, slots handed out at 90/s. */
+	gap = 1000.0 / (retry_after_rate(&ra, 20, 10000) * RA_SHARE_PCT / 100.0);
+	for (uint32_t i = 0; i < n; i++) {
+		/* As gateway_retry_after_ms counts what is ahead: none in the
+		 * TLS queue; in line the rest of the wave, whose last waiter
+		 * has run out too. */
+		ahead = retry_after_line(&ra, n - 1 - i, 0, 20, 10000);
+		w = retry_after_next(&ra, T0, ahead, 20, 10000, 0);
+	}
+	last = RA_MIN_MS + (uint32_t)((n - 1) * gap);
+	assert_true(w >= last - 2 && w <= last + 2);
+	/* In line with 500 ms left: the rate serves 50 of them in it. */
+	assert_int_equal(retry_after_line(&ra, 1000, 500, 20, 10000), 50);
+	assert_int_equal(retry_after_line(&ra, 30, 500, 20, 10000), 30);
+	assert_int_equal(retry_after_line(&ra, 30, 0, 20, 10000), 0);
+	assert_int_equal(retry_after_line(&ra, 30, -5, 20, 10000), 0);
+	assert_int_equal(retry_after_line(&ra, 0, 500, 20, 10000), 0);
+}
+
 /* The redial spread: tunnels over the rate, bounded; retold only when it
  * grew by a quarter or halved (or was never told). */
 static void
@@ -183,6 +220,7 @@ main(void)
 		cmocka_unit_test(test_slots_spread),
 		cmocka_unit_test(test_ahead_and_jitter),
 		cmocka_unit_test(test_bounds_and_horizon),
+		cmocka_unit_test(test_wave_of_expired_waits),
 		cmocka_unit_test(test_spread),
 	};
 
