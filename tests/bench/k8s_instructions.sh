@@ -19,6 +19,26 @@
 # than it runs).  BENCH_KEEP=DIR keeps each build's callgrind file as
 # DIR/TAG.cg (callgrind_annotate --inclusive=yes DIR/TAG.cg).
 #
+# BENCH_WORKERS=2 measures the loop link (docs/0040 section 2 (ii)) instead:
+# per build three runs, each with the gateway under callgrind with
+# --separate-threads=yes and its client k8s_on_loop.py (Python http.client,
+# BENCH_CONNS connections warmed with 5 requests each, then BENCH_REQS
+# each at once inside the window):
+#   1-loop  --workers 1: the request path as above, no link;
+#   near    --workers 2 --landing any, every connection on the loop that
+#           holds the agent's tunnel (tether_loop_tunnels): no request
+#           crosses;
+#   cross   the same, every connection on the other loop: every request
+#           crosses the loop link (its stream is a link stream to the
+#           tunnel's loop).
+# A connection is placed by the gateway's own landing: it asks /metrics
+# first (a root path stays on the loop that ran its handshake), the loop
+# whose tether_loop_tls_handshakes_total grew by its one handshake is its
+# loop, one elsewhere is closed and another opened (no bench-only knob in
+# the gateway; k8s_on_loop.py says more).  Reported per run: Ir per
+# request, all threads, and the share of loop 0, loop 1 and the other
+# threads (the store's, valgrind's).  BENCH_KEEP keeps DIR/TAG-RUN.cg-NN.
+#
 # usage: bash tests/bench/k8s_instructions.sh TAG=BINDIR [TAG=BINDIR...]
 #   BINDIR holds tether-gateway, tether-client and tetherctl (a release
 #   build: build/release/bin); e.g.
@@ -30,6 +50,8 @@ command -v valgrind >/dev/null || fail "valgrind is not installed (config/setup.
 REQS=${BENCH_REQS:-400}
 CONNS=${BENCH_CONNS:-4}
 KEEP=${BENCH_KEEP:-}
+WORKERS=${BENCH_WORKERS:-1}
+[[ $WORKERS == 1 || $WORKERS == 2 ]] || fail "BENCH_WORKERS is 1 or 2"
 [[ $REQS =~ ^[1-9][0-9]*$ && $CONNS =~ ^[1-9][0-9]*$ ]] ||
 	fail "BENCH_REQS and BENCH_CONNS are counts"
 [ -z "$KEEP" ] || mkdir -p "$KEEP"
@@ -78,6 +100,94 @@ measure() {
 	printf '  %-12s %12d Ir/request   (%d Ir over %d requests, %d connections)\n' \
 		"$tag" $((ir / (REQS * CONNS))) "$ir" $((REQS * CONNS)) "$CONNS"
 }
+
+# cg_ir FILE: the instructions (Ir) callgrind counted in FILE (0 for a
+# thread that ran none in the window: no totals line).
+cg_ir() {
+	local ir
+	ir=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+	[[ $ir =~ ^[0-9]*$ ]] || fail "no instruction count in $1"
+	echo "${ir:-0}"
+}
+
+# measure_loops TAG BINDIR RUN: RUN is 1-loop, near or cross (see the
+# header); prints "TAG RUN Ir/request" and each loop's share.
+measure_loops() {
+	local tag=$1 bin=$2 run=$3 cg="$T/$1-$3.cg" tok cid f ir n tl want x=0
+	local -a serve=(--workers 1)
+	local l0=0 l1=0 other=0 total=0
+	GATEWAY=$bin/tether-gateway CLIENT=$bin/tether-client CTL=$bin/tetherctl
+	for f in "$GATEWAY" "$CLIENT" "$CTL"; do [ -x "$f" ] || fail "$tag: no $f"; done
+	[ "$run" = 1-loop ] || serve=(--workers 2 --landing any)
+	GW_PORT=$(free_port)
+	rm -rf "$T/gw" "$cg"-*
+	gateway_init 2>"$T/init.err"
+	valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes \
+		--callgrind-out-file="$cg" \
+		"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" "${serve[@]}" \
+		"${TLS_DEADLINES[@]}" >"$T/gateway-$tag-$run.log" 2>&1 &
+	GW_PID=$!
+	PIDS+=("$GW_PID")
+	wait_until 120 "$tag $run: the gateway under callgrind ready" gateway_ready
+	cid=$(cluster_create "bench-$tag-$run")
+	ctl token create --cluster "$cid" >"$T/join-$tag-$run.json"
+	join_node "node-$tag-$run" "$T/join-$tag-$run.json" \
+		--service "kube-api=http://127.0.0.1:$web_port" >/dev/null
+	client_start "node-$tag-$run"
+	wait_until 60 "$tag $run: the agent active" agent_is "node-$tag-$run" active
+	tok=$(ctl user create "u-$tag-$run" --cluster "$cid" | jq -er .token)
+	want=any
+	if [ "$run" != 1-loop ]; then
+		curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+			"$GW_URL/metrics" >"$T/placed.metrics" || fail "$tag $run: /metrics"
+		tl=$(awk '$1 == "tether_loop_tunnels{loop=\"1\"}" && $2 == 1 { print 1; exit }
+			$1 == "tether_loop_tunnels{loop=\"0\"}" && $2 == 1 { print 0; exit }' "$T/placed.metrics")
+		[[ $tl =~ ^[01]$ ]] || fail "$tag $run: the tunnel's loop is not shown: $(grep tether_loop_tunnels "$T/placed.metrics")"
+		if [ "$run" = near ]; then want=$tl; else want=$((1 - tl)); fi
+	fi
+	python3 "$(dirname "$0")/k8s_on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" "$tok" \
+		"$GW_DIR/admin.token" "$want" "$CONNS" "$REQS" \
+		"/k8s/clusters/$cid/version" "$GW_PID" || fail "$tag $run: the client failed"
+	x=$(loop_crossings)
+	case $run in
+	near) [ "$x" = 0 ] || fail "$tag $run: $x streams crossed the loop link" ;;
+	cross) [ "$x" -gt 0 ] || fail "$tag $run: no stream crossed the loop link" ;;
+	esac
+	client_stop "$CLIENT_PID"
+	kill -TERM "$GW_PID"
+	wait "$GW_PID" || true
+	GW_PID=
+	for f in "$cg"-*; do
+		ir=$(cg_ir "$f")
+		total=$((total + ir))
+		# Thread 1 runs loop 0; loop 1's thread is the other one that
+		# runs an event loop (the store's threads do not).
+		if [[ $f == *-01 ]]; then
+			l0=$((l0 + ir))
+		elif grep -qE '^c?fn=\([0-9]+\) event_base_loop$' "$f"; then
+			l1=$((l1 + ir))
+		else
+			other=$((other + ir))
+		fi
+		[ -z "$KEEP" ] || cp "$f" "$KEEP/$tag-$run.${f##*.}"
+	done
+	[ "$total" -gt 0 ] || fail "$tag $run: no callgrind files"
+	n=$((REQS * CONNS))
+	printf '  %-10s %-7s %9d Ir/request   loop 0 %7d   loop 1 %7d   other %6d   (%d requests, %d link streams)\n' \
+		"$tag" "$run" $((total / n)) $((l0 / n)) $((l1 / n)) $((other / n)) "$n" "$x"
+}
+
+if [ "$WORKERS" = 2 ]; then
+	echo "The gateway's instructions per /k8s request across loops (callgrind; $CONNS keep-alive connections x $REQS requests;"
+	echo "near: every connection on the tunnel's loop, cross: every one on the other loop, each request crossing the loop link)"
+	for arg in "$@"; do
+		[[ $arg == *=* ]] || fail "not TAG=BINDIR: $arg"
+		for run in 1-loop near cross; do
+			measure_loops "${arg%%=*}" "${arg#*=}" "$run"
+		done
+	done
+	exit 0
+fi
 
 echo "The gateway's instructions per /k8s request (callgrind; --workers 1, $CONNS keep-alive connections x $REQS requests)"
 for arg in "$@"; do
