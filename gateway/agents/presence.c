@@ -97,6 +97,9 @@ struct pjob {
 	int ca_ok;                 /* ... if it was counted */
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
+	store_work_fn *also;       /* DOWN: the caller's call in the same job */
+	store_done_fn *also_done;  /* ... answered after this one's */
+	void *also_arg;
 };
 
 /*
@@ -268,10 +271,10 @@ seen_here(struct store *st, struct pjob *j)
 	    err, sizeof(err));
 }
 
+/* The call itself (pjob_work: and the caller's after it). */
 static void
-pjob_work(struct store *st, void *arg)
+pjob_work_own(struct store *st, struct pjob *j)
 {
-	struct pjob *j = arg;
 	int64_t mine = j->gw->lease_mine_ms;
 
 	/* Not this process's lease (lost, or never taken for a full disk):
@@ -314,6 +317,16 @@ pjob_work(struct store *st, void *arg)
 		j->rc = STORE_OK;
 		break;
 	}
+}
+
+static void
+pjob_work(struct store *st, void *arg)
+{
+	struct pjob *j = arg;
+
+	pjob_work_own(st, j);
+	if (j->also != NULL)
+		j->also(st, j->also_arg);
 }
 
 /* A directory read: published whole (jobs end in the order they were
@@ -495,6 +508,8 @@ pjob_done(void *arg)
 	else if (j->rc != STORE_OK)
 		warn("presence: cannot forget the tunnel", KV_S("agent", j->agent_id),
 		    KV_S("err", j->err));
+	if (j->also_done != NULL)
+		j->also_done(j->also_arg);
 	free(j);
 }
 
@@ -531,9 +546,11 @@ renew_ids(struct gateway *gw, struct pjob *j)
 	j->losses = gw->presence->losses;
 }
 
-/* Queues a call; 0, or -1 (logged) when the store queue is full. */
+/* Queues a call, with the caller's (presence_tunnel_down_with) when also
+ * is not NULL; 0, or -1 (logged) when the store queue is full. */
 static int
-pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64_t ms)
+pjob_submit_with(struct gateway *gw, enum pjob_kind kind, const char *agent_id,
+    int64_t ms, store_work_fn *also, store_done_fn *also_done, void *also_arg)
 {
 	struct pjob *j = calloc(1, sizeof(*j));
 
@@ -541,6 +558,9 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 		warn("presence: out of memory for a store call");
 		return -1;
 	}
+	j->also = also;
+	j->also_done = also_done;
+	j->also_arg = also_arg;
 	j->kind = kind;
 	j->gw = gw;
 	j->ms = ms;
@@ -568,6 +588,12 @@ pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64
 		return -1;
 	}
 	return 0;
+}
+
+static int
+pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64_t ms)
+{
+	return pjob_submit_with(gw, kind, agent_id, ms, NULL, NULL, NULL);
 }
 
 /* The census's period in renewals: --census-interval rounded up to a
@@ -711,6 +737,15 @@ presence_tunnel_down(struct gateway *gw, const char *agent_id)
 {
 	if (gw->presence != NULL)
 		(void)pjob_submit(gw, PJ_DOWN, agent_id, 0);
+}
+
+int
+presence_tunnel_down_with(struct gateway *gw, const char *agent_id,
+    store_work_fn *work, store_done_fn *done, void *arg)
+{
+	if (gw->presence == NULL)
+		return -1;
+	return pjob_submit_with(gw, PJ_DOWN, agent_id, 0, work, done, arg);
 }
 
 const char *

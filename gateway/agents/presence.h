@@ -47,6 +47,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store_worker.h"
+
 #define PRESENCE_RENEW_MS 2000
 #define PRESENCE_LEASE_MS 6000
 #define PRESENCE_CLAIM_POLL_MS 250  /* start-up: a held id looked at again */
@@ -71,6 +73,22 @@ const char *presence_problem(struct gateway *gw);
  * failure is logged, not fatal). */
 void presence_tunnel_up(struct gateway *gw, const char *agent_id);
 void presence_tunnel_down(struct gateway *gw, const char *agent_id);
+/*
+ * presence_tunnel_down with the caller's own store call in the same job,
+ * so that a closing tunnel queues one job, not two (its last_seen stamp:
+ * a drain of N tunnels queued 2 N jobs on the store thread, past its cap
+ * at a few thousand, docs/0017).  On the store thread work(st, arg) runs
+ * right after the record's removal (whether that was written or not), on
+ * the loop done(arg) right after presence's own answer, once.  The job is
+ * grouped (store_worker_submit_grouped): work must be one that can run
+ * twice.  For a call that would go to gw->storew unkeyed anyway: the
+ * order of the two is kept, and that of everything queued around them.
+ * Returns 0 (queued), or -1: nothing was queued (no presence: the caller
+ * queues its call itself; a full queue: the removal is lost and logged
+ * as presence_tunnel_down's, and so the caller's, queued alone, is).
+ */
+int presence_tunnel_down_with(struct gateway *gw, const char *agent_id,
+    store_work_fn *work, store_done_fn *done, void *arg);
 
 /* Reads the directory again now (a job on the store thread): at most one
  * read queued, and one more once it is answered however often this is

@@ -7,7 +7,8 @@
  * call are queued; the second call, run in the same transaction, finds
  * the record not yet committed (another connection does not see it), and
  * it is committed by the time that call is answered.  The same for the
- * record's removal.
+ * record's removal.  A closing tunnel (a drain closes them all) queues
+ * one job for its record's removal and its last_seen stamp.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,14 +20,17 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fake_tunnel.h"
 #include "gateway.h"
 #include "presence.h"
+#include "session.h"
 #include "store.h"
 #include "store_worker.h"
 
 #define AGENT "a-000000000001"
+#define DRAINED 4     /* tunnels a drain closes (FT_TUNS_MAX at most) */
 
 static int
 setup(void **state)
@@ -197,11 +201,90 @@ test_record_in_the_group(void **state)
 	store_close(peek);
 }
 
+/* A drain: every tunnel closes, each its presence record's removal and
+ * its last_seen stamp.  Each closing tunnel queues one store job for both
+ * (presence_tunnel_down_with; it queued two: a drain of 4,000 tunnels went
+ * past the queue's cap, docs/0016), and what is written is as before: the
+ * records gone, the stamps at the close's time. */
+static void
+test_drain_one_job_per_tunnel(void **state)
+{
+	struct ft *f = *state;
+	char url[160], err[STORE_ERROR_MAX + 1];
+	struct store_agent a[DRAINED], now;
+	struct ft_tun *t[DRAINED];
+	EVP_PKEY *key[DRAINED];
+	struct look after = { 0 };
+	struct hold h;
+	struct store *peek;
+	size_t queued;
+	int64_t closed;
+	int seen;
+
+	snprintf(url, sizeof(url), "sqlite://%s/tether.db", f->dir);
+	assert_int_equal(store_open(url, &peek, err, sizeof(err)), STORE_OK);
+	assert_int_equal(presence_start(&f->gw, err, sizeof(err)), 0);
+	assert_true(lease_mine(f) != 0);   /* records are written */
+	for (int i = 0; i < DRAINED; i++) {
+		char node[16];
+
+		snprintf(node, sizeof(node), "node-%d", i);
+		ft_make_agent(f, node, &key[i], &a[i]);
+		ft_make_active(f, &a[i]);    /* no verification under way */
+		t[i] = ft_agent_connect(f, &a[i], key[i]);
+	}
+	/* Their records and stamps written, the store thread held. */
+	after.peek = peek;
+	assert_int_equal(store_worker_submit_grouped(f->gw.storew, look_work,
+	    look_done, &after), 0);
+	while (!after.answered)
+		ft_loop_once(f);
+	assert_int_equal(after.at_done, DRAINED);
+	/* Stamps of long ago: the close's are seen written. */
+	for (int i = 0; i < DRAINED; i++)
+		assert_int_equal(store_agent_seen(peek, a[i].id, NULL, 1, err,
+		    sizeof(err)), STORE_OK);
+	seen = ft_store_calls(f, "agent_seen");
+	sem_init(&h.started, 0, 0);
+	sem_init(&h.gate, 0, 0);
+	assert_int_equal(store_worker_submit(f->gw.storew, hold_work, nothing_done, &h), 0);
+	sem_wait(&h.started);
+
+	f->gw.stopping = 1;
+	queued = store_worker_pending(f->gw.storew);
+	closed = gateway_now();
+	for (int i = 0; i < DRAINED; i++) {
+		session_drain(t[i]->s, "gateway draining", 0);
+		ft_tun_gone(t[i]);
+	}
+	queued = store_worker_pending(f->gw.storew) - queued;
+	sem_post(&h.gate);
+	assert_int_equal(queued, DRAINED);
+	memset(&after, 0, sizeof(after));
+	after.peek = peek;
+	assert_int_equal(store_worker_submit_grouped(f->gw.storew, look_work,
+	    look_done, &after), 0);
+	while (!after.answered)
+		ft_loop_once(f);
+	assert_int_equal(after.at_done, 0);
+	assert_int_equal(ft_store_calls(f, "agent_seen") - seen, DRAINED);
+	for (int i = 0; i < DRAINED; i++) {
+		assert_int_equal(store_agent_get(peek, a[i].id, &now), STORE_OK);
+		assert_true(now.last_seen >= closed && now.last_seen <= gateway_now());
+		EVP_PKEY_free(key[i]);
+	}
+	sem_destroy(&h.started);
+	sem_destroy(&h.gate);
+	store_close(peek);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_record_in_the_group, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_drain_one_job_per_tunnel, setup,
+		    teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
