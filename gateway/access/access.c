@@ -747,15 +747,99 @@ land_crowded(const struct gateway *gw, unsigned to, unsigned here)
 	return n_to > n_here + slack;
 }
 
+/*
+ * --landing any's weights (docs/0040 step 8, "Built: the tunnel side
+ * weighed"): a connection for a cluster weighs LAND_CLIENT_PARTS on the
+ * loop it lives on (its TLS, HTTP and route: the client side) and
+ * LAND_TUNNEL_PARTS on the loop of its agent's tunnel (its requests'
+ * frames to and from the agent, the tunnel's TLS: the tunnel side), so
+ * w = 1/3 of a client side.  Measured (docs/performance.md, 2026-11-27,
+ * two held cores): one loop spends 24 us per /k8s request (10.1 s for
+ * 426,329), of which the tunnel side is about 22 % (5.3 us; the client
+ * side 18.7 us); a request crossing the loop link costs about 10 % more
+ * (43.9 against 40.4 ms of relay CPU per 1,000), ~2.4 us, about half on
+ * each side of the link.  A crossed request thus costs its agent's loop
+ * 5.3 + 1.2 = 6.5 us and its own 18.7 + 1.2 = 19.9 us: w = 6.5 / 19.9 =
+ * 0.33.  With every connection of one cluster on loop T the loops are
+ * even when a third of them (n (1 - w) / 2) live on T: at --workers 2
+ * `any`'s half on T left T busy 9.7 s of 10 and the other loop 7.8 s.
+ */
+#define LAND_CLIENT_PARTS 3u
+#define LAND_TUNNEL_PARTS 1u
+/* Loops the weighing looks at (agentdir_loops' mask; --workers <= 64). */
+#define LAND_LOOPS_MAX 64u
+
+/* Loop i's weight now: its connections' client sides and the tunnel
+ * sides run there.  Two relaxed atomic loads. */
+static uint64_t
+land_load(const struct gateway *gw, unsigned i)
+{
+	return (uint64_t)LAND_CLIENT_PARTS * atomic_load_explicit(
+	    &gw->loops[i].nconns, memory_order_relaxed) +
+	    (uint64_t)LAND_TUNNEL_PARTS * atomic_load_explicit(
+	    &gw->loops[i].tunnel_side, memory_order_relaxed);
+}
+
+/*
+ * --landing any: the loop that leaves the loops most even once this
+ * connection weighs on them, its agents' tunnels on the loops of mask
+ * (not 0).  Landing on loop i adds the client side there and the tunnel
+ * side on i itself when i holds an agent of it (nothing crosses), else on
+ * the least loaded loop of mask (its streams cross to an agent there);
+ * the loop whose load plus what lands on it is least wins, here on a tie
+ * (no hand-over), then the lowest index.  With one agent's loop T that
+ * is: T's load plus the tunnel side against each other loop's (the
+ * tunnel side goes to T wherever the connection lands).  *tunnel: the
+ * loop the tunnel side was weighed on.  O(loops).
+ */
+static unsigned
+land_weighed(const struct gateway *gw, uint64_t mask, unsigned here,
+    unsigned *tunnel)
+{
+	uint64_t load[LAND_LOOPS_MAX], best_cost;
+	unsigned n = gw->nloops, t = AGENTDIR_NO_LOOP, best = here;
+
+	for (unsigned i = 0; i < n; i++) {
+		load[i] = land_load(gw, i);
+		if ((mask >> i & 1) && (t == AGENTDIR_NO_LOOP || load[i] < load[t]))
+			t = i;
+	}
+	best_cost = load[here] + LAND_CLIENT_PARTS +
+	    ((mask >> here & 1) ? LAND_TUNNEL_PARTS : 0);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t cost = load[i] + LAND_CLIENT_PARTS +
+		    ((mask >> i & 1) ? LAND_TUNNEL_PARTS : 0);
+
+		if (cost < best_cost) {
+			best = i;
+			best_cost = cost;
+		}
+	}
+	*tunnel = (mask >> best & 1) ? best : t;
+	return best;
+}
+
 unsigned
 access_land_loop(struct gateway *gw, const char *cluster, const char *node,
-    unsigned here)
+    unsigned here, unsigned *tunnel)
 {
+	uint64_t mask;
 	unsigned to;
 
-	if (!gw->landing_route || gw->agents == NULL || gw->loops == NULL ||
-	    cluster[0] == '\0' || here >= gw->nloops ||
-	    !agentdir_land(gw->agents, cluster, node, here, &to) ||
+	if (gw->agents == NULL || gw->loops == NULL || cluster[0] == '\0' ||
+	    here >= gw->nloops)
+		return here;
+	if (!gw->landing_route) {
+		if (gw->nloops < 2 || gw->nloops > LAND_LOOPS_MAX ||
+		    agentdir_loops(gw->agents, cluster, node, &mask) == 0)
+			return here;
+		if (gw->nloops < 64)
+			mask &= (UINT64_C(1) << gw->nloops) - 1;
+		if (mask == 0)
+			return here;
+		return land_weighed(gw, mask, here, tunnel);
+	}
+	if (!agentdir_land(gw->agents, cluster, node, here, &to) ||
 	    to >= gw->nloops || (to != here && land_crowded(gw, to, here)))
 		return here;
 	return to;

@@ -96,21 +96,32 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
 /*
  * The loop (0..gw->nloops-1) a new operator connection for cluster (node,
  * when non-NULL) lands on, its handshake having run on loop here
- * (docs/0040 step 8, a route's land_loop): here when an active agent of
+ * (docs/0040 step 8, a route's land_loop).
+ * With --landing route (gw->landing_route): here when an active agent of
  * it has its tunnel on here, else the loop of the agent access_pick would
  * take from here, unless that loop holds more HTTP connections than here
  * by more than max(2, a quarter of here's) (loop->nconns: one busy
  * cluster's connections would all crowd one loop while here idles; this
- * one stays and its streams cross); here when this process holds no
- * active agent of it (unknown cluster, none active, or only on other
- * replicas), and always unless gw->landing_route (--landing any keeps
- * them where they are).  Nothing is checked of who asks: the route checks
- * that on the landed loop.  Any thread.  O(agents of the cluster) under
- * the agent directory's mutex (agentdir_land), two atomic loads, no store
- * call.
+ * one stays and its streams cross); *tunnel untouched.
+ * With --landing any: the loop that leaves the loops most even, weighing
+ * each loop's connections (loop->nconns, the client side, 1 each) and the
+ * operator connections whose agent's tunnel it holds (loop->tunnel_side,
+ * 1/3 each: access.c's LAND_* figures), this one counted where it would
+ * land and where its tunnel side would run (on its own loop when that
+ * holds an agent of the cluster, else on one that does); *tunnel is set
+ * to that loop, which the caller counts in loop->tunnel_side from now
+ * until the connection ends (server.c owns that count).
+ * Either way here, *tunnel untouched, when this process holds no active
+ * agent of it (unknown cluster, none active, or only on other replicas)
+ * or with one loop.  A hint only: the agent may leave meanwhile (its
+ * streams then cross or go elsewhere, never refused for it).  Nothing is
+ * checked of who asks: the route checks that on the landed loop.  Any
+ * thread.  O(agents of the cluster) under the agent directory's mutex
+ * (agentdir_land, agentdir_loops), and O(loops) relaxed atomic loads; no
+ * store call.
  */
 unsigned access_land_loop(struct gateway *gw, const char *cluster,
-    const char *node, unsigned here);
+    const char *node, unsigned here, unsigned *tunnel);
 
 /*
  * Read-only views open to any token holder (GET /v1/status): an admin

@@ -331,6 +331,26 @@ agentdir_land(struct agentdir *d, const char *cluster, const char *node,
 }
 
 size_t
+agentdir_loops(struct agentdir *d, const char *cluster, const char *node,
+    uint64_t *mask)
+{
+	size_t n = 0;
+
+	*mask = 0;
+	pthread_mutex_lock(&d->mu);
+	for (struct agentdir_node *a = d->cbuckets[bucket(cluster)]; a != NULL;
+	    a = a->cnext) {
+		if (!a->e.active || !matches(&a->e, cluster, node))
+			continue;
+		n++;
+		if (a->e.at.loop < 64)
+			*mask |= UINT64_C(1) << a->e.at.loop;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+size_t
 agentdir_foreach(struct agentdir *d,
     void (*fn)(const struct agentdir_entry *e, void *arg), void *arg)
 {

@@ -119,6 +119,17 @@ int agentdir_pick(struct agentdir *d, const char *cluster, const char *node,
 int agentdir_land(struct agentdir *d, const char *cluster, const char *node,
     unsigned near, unsigned *loop);
 
+/*
+ * The loops that hold an active agent of cluster (of node, when
+ * non-NULL): bit i of *mask for loop i (loops 0..63; an agent on a loop
+ * past 63 sets none).  Returns how many active matching agents there are
+ * (0: none held; *mask 0).  No rotor turns (--landing any's weighing,
+ * access_land_loop, only looks).  O(agents of the cluster) under the
+ * mutex, as agentdir_land.
+ */
+size_t agentdir_loops(struct agentdir *d, const char *cluster,
+    const char *node, uint64_t *mask);
+
 /* Calls fn with a copy of every entry, under the mutex: fn must be short
  * and must not call agentdir (it would wait for itself).  Returns how many
  * entries fn saw.  O(agents). */

@@ -63,6 +63,13 @@ struct loop {
 	                                 hconns, and those sent here not yet
 	                                 arrived): the landing's guard
 	                                 (access_land_loop) reads it */
+	atomic_uint tunnel_side;      /* operator connections, on any loop,
+	                                 whose requests' tunnel side runs here
+	                                 (their agent's tunnel is here), as
+	                                 --landing any weighed them when they
+	                                 landed: server.c counts each from its
+	                                 landing to its end; access_land_loop
+	                                 reads it (docs/0040 step 8) */
 	/* Streams and access (docs/0040 step 6: livestreams.c, access.c):
 	 * loops 1..n-1's own, used on their thread only.  Loop 0's are the
 	 * gateway's (gw->live_streams, gw->access_cache), as gw->base is

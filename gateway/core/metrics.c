@@ -103,6 +103,16 @@ static struct prom_metric loop_tunnels = {
 	.help = "Authenticated agent tunnels each event loop carries (--workers).",
 	.label = "loop", .preset = no_values,
 };
+static struct prom_metric loop_conns = {
+	.name = "tether_loop_connections", .kind = PROM_GAUGE,
+	.help = "HTTP connections each event loop holds (--workers), those sent there not yet arrived included; one that becomes a WebSocket (a tunnel, a tetherctl forward) leaves the count. The client side --landing weighs.",
+	.label = "loop", .preset = no_values,
+};
+static struct prom_metric loop_tunnel_side = {
+	.name = "tether_loop_tunnel_side_connections", .kind = PROM_GAUGE,
+	.help = "Operator connections (/k8s, dials), on any loop, whose requests' tunnel side runs on each event loop (their agent's tunnel is there), as --landing any weighed them when they landed (docs/0040 step 8).",
+	.label = "loop", .preset = no_values,
+};
 static struct prom_metric link_streams = {
 	.name = "tether_loop_link_streams_total", .kind = PROM_COUNTER,
 	.help = "Streams opened from one event loop to another through their in-process link (docs/0040): an operator connection on loop from reaching a tunnel on loop to.",
@@ -166,6 +176,7 @@ static struct prom_metric *const families[] = {
 	&build_info, &agents, &agents_offline, &agents_by_version, &agents_new_ca,
 	&ca_rotation, &tunnels, &handshaking, &tls_handshaking, &tls_waiting,
 	&tls_shed, &tls_shed_accept, &loop_handshakes, &loop_cpu, &loop_tunnels,
+	&loop_conns, &loop_tunnel_side,
 	&link_streams, &link_bytes, &store_up, &cert_expiry, &handshakes, &handshake_waits,
 	&registrations,
 	&k8s_requests, &k8s_duration, &store_duration,
@@ -283,6 +294,16 @@ metrics_loop_tunnels(unsigned loop, size_t n)
 
 	snprintf(name, sizeof(name), "%u", loop);
 	prom_set(&loop_tunnels, name, (double)n);
+}
+
+void
+metrics_loop_weights(unsigned loop, size_t connections, size_t tunnel_side)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%u", loop);
+	prom_set(&loop_conns, name, (double)connections);
+	prom_set(&loop_tunnel_side, name, (double)tunnel_side);
 }
 
 void

@@ -16,6 +16,7 @@
  *   tether_store_duration_seconds{op}            histogram, per store call
  *   tether_loop_tls_handshakes_total{loop}, tether_loop_cpu_seconds_total{loop},
  *   tether_loop_tunnels{loop}                    per event loop (--workers)
+ *   tether_loop_connections{loop}, tether_loop_tunnel_side_connections{loop}
  *   tether_loop_link_streams_total{from,to}, tether_loop_link_bytes_total{from,to}
  *                                                streams and payload bytes
  *                                                crossing between loops
@@ -142,6 +143,12 @@ void metrics_loop(unsigned loop, uint64_t tls_handshakes, double cpu_seconds);
 /* tether_loop_tunnels{loop} = n: the authenticated tunnels loop
  * carries now.  Under metrics_lock. */
 void metrics_loop_tunnels(unsigned loop, size_t n);
+/* tether_loop_connections{loop} and tether_loop_tunnel_side_connections
+ * {loop}: the HTTP connections loop holds now (loop->nconns) and the
+ * operator connections whose tunnel side --landing any weighed on it
+ * (loop->tunnel_side).  Under metrics_lock. */
+void metrics_loop_weights(unsigned loop, size_t connections,
+    size_t tunnel_side);
 /* tether_loop_link_streams_total{from,to} and _bytes_total{from,to}: what
  * the link from loop `from` to loop `to` carried since start
  * (looplink_counts).  Set only for links that carried something: at most

@@ -390,10 +390,12 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 }
 
 /*
- * The route's land_loop (docs/0040 step 8): a dial lands on the loop of
- * the agent it will reach (the named node's, wherever it is, or an agent
- * of the cluster), so a raw dial's stream and a tetherctl forward's
- * streams cross no loop link; an unknown cluster or node, or a node given
+ * The route's land_loop (docs/0040 step 8): a dial lands by where the
+ * agent it will reach is (the named node's, wherever it is, or an agent
+ * of the cluster; access_land_loop): with --landing route on its loop, so
+ * a raw dial's stream and a tetherctl forward's streams cross no loop
+ * link; with any where the loops stay most even, its tunnel side weighed
+ * on that agent's loop; an unknown cluster or node, or a node given
  * twice, stays where its handshake ran (the upgrade refuses it there).
  */
 static unsigned
@@ -411,7 +413,7 @@ dial_land_loop(struct gateway *gw, const struct route_landing *at)
 	if ((rc = api_query_param(at->query, "node", node, sizeof(node))) == -2)
 		return at->here;
 	return access_land_loop(gw, cluster, rc == 0 && node[0] != '\0' ? node : NULL,
-	    at->here);
+	    at->here, at->tunnel);
 }
 
 const struct route dial_route = {

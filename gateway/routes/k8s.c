@@ -1948,8 +1948,10 @@ static const struct route_exchange k8s_exchange_ops = {
 
 /*
  * The route's land_loop (docs/0040 step 8): a connection whose first
- * request is for /k8s/clusters/ID/... lands on the loop of an agent of ID
- * (access_land_loop), so its streams cross no loop link; a root path
+ * request is for /k8s/clusters/ID/... lands by where ID's agents are
+ * (access_land_loop: with --landing route on the loop of an agent of ID,
+ * so its streams cross no loop link; with any where the loops stay most
+ * even, its tunnel side weighed on its agent's loop); a root path
  * (/version...: the cluster is the token's, known only after the store
  * read) or an unknown cluster stays where its handshake ran.  A later
  * request of the connection for another cluster may cross.
@@ -1968,7 +1970,7 @@ k8s_land_loop(struct gateway *gw, const struct route_landing *at)
 	if (n == 0 || n > STORE_ID_MAX)
 		return at->here;
 	copy_mem(cluster, sizeof(cluster), seg, n);
-	return access_land_loop(gw, cluster, NULL, at->here);
+	return access_land_loop(gw, cluster, NULL, at->here, at->tunnel);
 }
 
 const struct route k8s_route = {

@@ -33,8 +33,9 @@
 #define LOOPS_SHOWN (PROM_LABELS_MAX - 1)
 
 /*
- * The per-loop series (docs/0040): each loop's handshakes, CPU and
- * tunnels (its `ntunnels`, an atomic its own loop keeps), and what each
+ * The per-loop series (docs/0040): each loop's handshakes, CPU,
+ * tunnels (its `ntunnels`, an atomic its own loop keeps), connections and
+ * tunnel sides (`nconns`, `tunnel_side`: atomics server.c keeps), and what each
  * loop link carried (only the pairs that carried something: a family
  * shows PROM_LABELS_MAX - 1 label values apart).  Under metrics_lock.
  */
@@ -49,10 +50,16 @@ render_loops(struct gateway *gw)
 
 		server_loop_stats(gw, i, &handshakes, &cpu);
 		metrics_loop(i, handshakes, cpu);
-		if (i < LOOPS_SHOWN && gw->loops != NULL && i < gw->nloops)
+		if (i < LOOPS_SHOWN && gw->loops != NULL && i < gw->nloops) {
 			metrics_loop_tunnels(i,
 			    atomic_load_explicit(&gw->loops[i].ntunnels,
 			    memory_order_relaxed));
+			metrics_loop_weights(i,
+			    atomic_load_explicit(&gw->loops[i].nconns,
+			    memory_order_relaxed),
+			    atomic_load_explicit(&gw->loops[i].tunnel_side,
+			    memory_order_relaxed));
+		}
 	}
 	for (unsigned from = 0; from < looplinks_loops(gw->looplinks); from++)
 		for (unsigned to = 0; to < looplinks_loops(gw->looplinks); to++) {

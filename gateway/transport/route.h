@@ -27,6 +27,7 @@
 #ifndef TETHER_ROUTE_H
 #define TETHER_ROUTE_H
 
+#include <limits.h>
 #include <stddef.h>
 
 struct gateway;
@@ -93,12 +94,24 @@ struct route_exchange {
 
 /* What a route's land_loop is told of a connection before anything is
  * built on it (docs/0040 section 2 (i-a)): its request line's path and
- * query, decoded as the reader decodes them, valid during the call. */
+ * query, decoded as the reader decodes them, valid during the call; and
+ * where to say which loop its requests' tunnel side will run on. */
 struct route_landing {
 	const char *path;             /* "/k8s/clusters/c-1/api", no query */
 	const char *query;            /* "node=n1&target=x:22", or "" */
 	unsigned here;                /* the loop its handshake ran on */
+	unsigned *tunnel;             /* out, set to ROUTE_NO_LOOP before the
+	                                 call: the loop (0..nloops-1) whose
+	                                 tunnel this connection's streams will
+	                                 use, when the landing weighed it
+	                                 (--landing any, access_land_loop);
+	                                 the server counts it there
+	                                 (loop->tunnel_side) while the
+	                                 connection lives */
 };
+
+/* route_landing's tunnel when the landing weighed no tunnel side. */
+#define ROUTE_NO_LOOP UINT_MAX
 
 struct route {
 	const char *name;                       /* for logs */

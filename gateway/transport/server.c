@@ -211,6 +211,9 @@ struct tls_job {
 	int exempt;
 	int home_counted;                 /* tls_land sent it home: counted in
 	                                     loop 0's nconns from then on */
+	struct loop *weighed;             /* tls_land sent it home weighed
+	                                     (land_where): its hconn's, or
+	                                     given back (weigh_put); or NULL */
 	unsigned to;                      /* the loop its handshake runs on */
 	char peer[PEER_MAX];
 };
@@ -294,6 +297,9 @@ struct hconn {
 	int tls_counted;                  /* in srv->tls_handshakes */
 	int owed;                         /* in sl->owed */
 	int exempt;                       /* a --trusted-proxy's own: no share */
+	struct loop *weighed;             /* counted in its tunnel_side (its
+	                                     landing weighed it: land_where),
+	                                     given back in hconn_free; or NULL */
 	unsigned requests;                /* request heads read, ever */
 	int64_t tls_since_ms;             /* monotonic: when it took its slot */
 	enum conn_port port;              /* the listener it came from */
@@ -457,11 +463,23 @@ conns_count(struct server_loop *sl, int up)
 		atomic_fetch_sub_explicit(&sl->loop->nconns, 1, memory_order_relaxed);
 }
 
+/* A landing's tunnel side given back (loop->tunnel_side; land_where
+ * counted it): once per weighed connection, when it ends or fails before
+ * it is a hconn, from any thread.  NULL: none was counted. */
+static void
+weigh_put(struct loop *weighed)
+{
+	if (weighed != NULL)
+		atomic_fetch_sub_explicit(&weighed->tunnel_side, 1,
+		    memory_order_relaxed);
+}
+
 static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
 	conns_count(h->sl, 0);
+	weigh_put(h->weighed);
 	hconn_unowe(h);
 	hconn_drop_reply(h);
 	if (h->tls_counted)
@@ -1700,15 +1718,20 @@ hconn_take_head(struct hconn *h, char *head, size_t len)
  * 2 (i-a)), its handshake having run on loop `here`: loop 0 for a route
  * whose connections live there (home_loop), or a line not read whole or
  * not understood; the loop a route's land_loop names (told the line's path
- * and query, and here); else here.  On the
- * handshake loop; reads the route table and what land_loop reads. */
+ * and query, and here); else here.  When the route weighed its tunnel
+ * side on a loop (route_landing's tunnel: --landing any), that loop's
+ * tunnel_side counts it from now and *weighed names the loop: the
+ * connection's to carry and give back once (weigh_put); else NULL.  On
+ * the handshake loop; reads the route table and what land_loop reads. */
 static unsigned
 land_where(const struct server *srv, unsigned here, const char *head,
-    size_t len)
+    size_t len, struct loop **weighed)
 {
 	char path[LAND_LINE_MAX], query[LAND_LINE_MAX];
-	struct route_landing at = { path, query, here };
+	unsigned tunnel = ROUTE_NO_LOOP;
+	struct route_landing at = { path, query, here, &tunnel };
 
+	*weighed = NULL;
 	if (head == NULL || http_line_target(head, len, path, sizeof(path),
 	    query, sizeof(query)) != 0)
 		return 0;
@@ -1722,18 +1745,24 @@ land_where(const struct server *srv, unsigned here, const char *head,
 		if ((*r)->land_loop == NULL)
 			continue;
 		to = (*r)->land_loop(srv->gw, &at);
+		if (tunnel < srv->nloops && srv->gw->loops != NULL) {
+			*weighed = &srv->gw->loops[tunnel];
+			atomic_fetch_add_explicit(&(*weighed)->tunnel_side, 1,
+			    memory_order_relaxed);
+		}
 		return to < srv->nloops ? to : 0;
 	}
 	return here;
 }
 
 /* A landed connection becomes a hconn on sl (its thread), head its first
- * input (taken); its handshake ran on loop `from`.  On failure it is
- * closed and its place given back. */
+ * input (taken), weighed its landing's tunnel side (taken: land_where);
+ * its handshake ran on loop `from`.  On failure it is closed and its
+ * place and weight given back. */
 static void
 land_on(struct server_loop *sl, evutil_socket_t fd, SSL *ssl,
     const char *peer, enum conn_port port, int exempt, char *head,
-    size_t head_len, unsigned from)
+    size_t head_len, unsigned from, struct loop *weighed)
 {
 	struct hconn *h = NULL;
 
@@ -1746,6 +1775,7 @@ land_on(struct server_loop *sl, evutil_socket_t fd, SSL *ssl,
 		    KV_S("peer", peer), KV_U("loop", sl->index));
 		evutil_closesocket(fd);
 		head_free(head, head_len);
+		weigh_put(weighed);
 		if (sl->index == 0) {
 			sl->srv->http_conns--;
 			if (!exempt)
@@ -1754,6 +1784,7 @@ land_on(struct server_loop *sl, evutil_socket_t fd, SSL *ssl,
 			server_conn_released(sl->srv, peer, exempt);
 		return;
 	}
+	h->weighed = weighed;
 	debug("http: landed", KV_S("peer", peer), KV_U("loop", sl->index),
 	    KV_U("from", from));
 	hconn_take_head(h, head, head_len);
@@ -1770,6 +1801,7 @@ struct adopt {
 	enum conn_port port;
 	int exempt;
 	unsigned from;                    /* the loop that ran its handshake */
+	struct loop *weighed;             /* its landing's tunnel side, or NULL */
 	char peer[PEER_MAX];
 };
 
@@ -1779,7 +1811,7 @@ adopt_here(void *arg)
 	struct adopt *a = arg;
 
 	land_on(a->to, a->fd, a->ssl, a->peer, a->port, a->exempt, a->head,
-	    a->head_len, a->from);
+	    a->head_len, a->from, a->weighed);
 	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
 	conns_count(a->to, 0);
 	free(a);
@@ -1794,6 +1826,7 @@ adopt_dropped(void *arg)
 	SSL_free(a->ssl);
 	evutil_closesocket(a->fd);
 	head_free(a->head, a->head_len);
+	weigh_put(a->weighed);
 	server_conn_released(a->to->srv, a->peer, a->exempt);
 	atomic_fetch_sub_explicit(&a->to->owed, 1, memory_order_relaxed);
 	conns_count(a->to, 0);
@@ -1812,16 +1845,16 @@ adopt_send(void *arg)
 
 /* Sends a connection (established, its head read) from loop `from` (the
  * calling one) to loop `to` (not the calling one, not 0): LOOP_MSG_ADOPT
- * of docs/0040.  Takes fd, ssl, head.  From loop 0 it leaves a pass
- * later: loop 0's base makes its epoll changes at its next dispatch
- * (runtime_event_base: a changelist), so the removal of the handshake's
- * event from the socket may come after the call; sent at once, `to` could
- * close the socket first (a loop 0 epoll_ctl on a closed, maybe reused,
+ * of docs/0040.  Takes fd, ssl, head and weighed (land_where's).  From
+ * loop 0 it leaves a pass later: loop 0's base makes its epoll changes
+ * at its next dispatch (runtime_event_base: a changelist), so the removal
+ * of the handshake's event from the socket may come after the call; sent
+ * at once, `to` could close the socket first (a loop 0 epoll_ctl on a closed, maybe reused,
  * descriptor: ThreadSanitizer saw it). */
 static void
 server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
     const char *peer, enum conn_port port, int exempt, char *head,
-    size_t head_len, unsigned from)
+    size_t head_len, unsigned from, struct loop *weighed)
 {
 	struct adopt *a = malloc(sizeof(*a));
 
@@ -1831,11 +1864,13 @@ server_adopt(struct server_loop *to, evutil_socket_t fd, SSL *ssl,
 		SSL_free(ssl);
 		evutil_closesocket(fd);
 		head_free(head, head_len);
+		weigh_put(weighed);
 		server_conn_released(to->srv, peer, exempt);
 		return;
 	}
 	*a = (struct adopt){ .to = to, .fd = fd, .ssl = ssl, .head = head,
-	    .head_len = head_len, .port = port, .exempt = exempt, .from = from };
+	    .head_len = head_len, .port = port, .exempt = exempt, .from = from,
+	    .weighed = weighed };
 	snprintf(a->peer, sizeof(a->peer), "%s", peer);
 	/* Owed from now (a drain's count), not only once it arrived; and
 	 * counted where it lands from now (the next landing's guard). */
@@ -1861,6 +1896,7 @@ tls_land(struct tlsloop_job *job, void *arg)
 	struct server *srv = arg;
 	struct tls_job *tj = (struct tls_job *)job;
 	struct server_loop *sl = &srv->per[job->loop];
+	struct loop *weighed = NULL;
 	unsigned to;
 
 	if (job->head == NULL || memchr(job->head, '\n', job->head_len) == NULL)
@@ -1868,21 +1904,22 @@ tls_land(struct tlsloop_job *job, void *arg)
 		    "loop 0", KV_S("peer", tj->peer), KV_U("loop", job->loop),
 		    KV_U("bytes", job->head_len), KV_I("waited_ms",
 		    runtime_monotonic_ms() - job->line_since_ms));
-	if (sl->stopped || sl->ws == NULL ||
-	    (to = land_where(srv, job->loop, job->head, job->head_len)) == 0) {
+	if (sl->stopped || sl->ws == NULL || (to = land_where(srv, job->loop,
+	    job->head, job->head_len, &weighed)) == 0) {
 		/* Counted on loop 0 from now, as server_adopt counts from the
 		 * send: a burst's landings decided before its hconns exist see
 		 * each other (access.c's guard reads the counts). */
 		tj->home_counted = 1;
+		tj->weighed = weighed;
 		conns_count(&srv->per[0], 1);
 		return 0;
 	}
 	if (to == job->loop)
 		land_on(sl, job->fd, job->ssl, tj->peer, tj->port, tj->exempt,
-		    job->head, job->head_len, job->loop);
+		    job->head, job->head_len, job->loop, weighed);
 	else
 		server_adopt(&srv->per[to], job->fd, job->ssl, tj->peer, tj->port,
-		    tj->exempt, job->head, job->head_len, job->loop);
+		    tj->exempt, job->head, job->head_len, job->loop, weighed);
 	job->ssl = NULL;
 	job->head = NULL;
 	return 1;
@@ -1926,6 +1963,8 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 				srccount_put(srv->http_sources, tj->peer);
 			evutil_closesocket(job->fd);
 		} else {
+			h->weighed = tj->weighed;
+			tj->weighed = NULL;
 			hconn_take_head(h, job->head, job->head_len);
 			job->head = NULL;
 		}
@@ -1937,6 +1976,7 @@ tls_job_done(struct tlsloop_job *job, void *arg)
 			srccount_put(srv->http_sources, tj->peer);
 	}
 	head_free(job->head, job->head_len);
+	weigh_put(tj->weighed);
 	tls_slot_release(srv, tj->peer, tj->exempt, tj->job.since_ms);
 	free(tj);
 }
@@ -2172,6 +2212,7 @@ plain_start(struct server *srv, evutil_socket_t fd, const char *peer,
     int exempt, char *head, size_t head_len)
 {
 	unsigned here = 0, to = 0;
+	struct loop *weighed = NULL;
 	struct hconn *h;
 
 	if (conn_admit(srv, peer, exempt) != 0) {
@@ -2181,12 +2222,12 @@ plain_start(struct server *srv, evutil_socket_t fd, const char *peer,
 	}
 	if (lands_by_line(srv, PORT_PLAIN) && !srv->loops_stopping) {
 		here = pick_loop(srv);
-		to = land_where(srv, here, head, head_len);
+		to = land_where(srv, here, head, head_len, &weighed);
 	}
 	if (to != 0) {
 		srv->http_conns++;        /* its place, held for loop `to` */
 		server_adopt(&srv->per[to], fd, NULL, peer, PORT_PLAIN, exempt,
-		    head, head_len, 0);
+		    head, head_len, 0, weighed);
 		return;
 	}
 	if ((h = hconn_new(&srv->per[0], fd, peer, PORT_PLAIN, exempt,
@@ -2197,8 +2238,10 @@ plain_start(struct server *srv, evutil_socket_t fd, const char *peer,
 			srccount_put(srv->http_sources, peer);
 		evutil_closesocket(fd);
 		head_free(head, head_len);
+		weigh_put(weighed);
 		return;
 	}
+	h->weighed = weighed;
 	if (lands_by_line(srv, PORT_PLAIN))
 		debug("http: landed", KV_S("peer", peer), KV_U("loop", 0),
 		    KV_U("from", 0), KV_U("picked", here));

@@ -12,7 +12,9 @@
  * loop 1's cache, not loop 0's; a revocation on loop 0 empties loop 1's.
  * A connection's memo of its last grant (access_memo) is taken again only
  * for the same bytes and cluster, within the pair's time, before any
- * revocation or expiry.
+ * revocation or expiry.  Where a connection lands (access_land_loop):
+ * with --landing any by weight (each loop's connections 3 parts, the
+ * tunnel sides it runs 1 part), with route on the agent's loop.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +32,7 @@
 #include <event2/event.h>
 
 #include "access.h"
+#include "agentdir.h"
 #include "gateway.h"
 #include "loop.h"
 #include "store.h"
@@ -519,6 +522,122 @@ test_cache_per_loop(void **state)
 	assert_int_equal(c.status, 401);
 }
 
+/* ---- where a connection lands (access_land_loop) ---- */
+
+/* A gateway of n loops (no threads: the landing reads only the loops'
+ * counts and the agent directory) with agents added by the caller. */
+static struct gateway *
+land_gw(unsigned n, int route)
+{
+	struct gateway *gw = calloc(1, sizeof(*gw));
+
+	assert_non_null(gw);
+	gw->loops = calloc(n, sizeof(*gw->loops));
+	assert_non_null(gw->loops);
+	gw->nloops = n;
+	gw->agents = agentdir_new();
+	assert_non_null(gw->agents);
+	gw->landing_any = 1;
+	gw->landing_route = route;
+	for (unsigned i = 0; i < n; i++)
+		gw->loops[i].index = i;
+	return gw;
+}
+
+static void
+land_gw_free(struct gateway *gw)
+{
+	agentdir_free(gw->agents);
+	free(gw->loops);
+	free(gw);
+}
+
+/* One landing from here as server.c counts it: the connection on the loop
+ * it lands on, its tunnel side on the loop named.  Returns where. */
+static unsigned
+land_one(struct gateway *gw, const char *cluster, const char *node,
+    unsigned here, unsigned want_tunnel)
+{
+	unsigned tunnel = 99;
+	unsigned to = access_land_loop(gw, cluster, node, here, &tunnel);
+
+	assert_true(to < gw->nloops);
+	assert_int_equal(tunnel, want_tunnel);
+	atomic_fetch_add(&gw->loops[to].nconns, 1);
+	atomic_fetch_add(&gw->loops[tunnel].tunnel_side, 1);
+	return to;
+}
+
+/* --landing any, one agent on loop 0 of two: connections one after
+ * another (handshakes alternating) land where the loops stay most even,
+ * 3 parts each on their loop, 1 part each on the agent's: 1 0 1 1 0 1 1 0
+ * (loop 0 ends 3 x 3 + 8 = 17, loop 1 5 x 3 = 15), whichever loop ran the
+ * handshake; an unknown cluster, or an agent not active, stays. */
+static void
+test_land_weighed(void **state)
+{
+	struct gateway *gw = land_gw(2, 0);
+	const unsigned want[8] = { 1, 0, 1, 1, 0, 1, 1, 0 };
+	unsigned tunnel = 99;
+
+	(void)state;
+	assert_int_equal(access_land_loop(gw, "c", NULL, 1, &tunnel), 1);
+	(void)agentdir_add(gw->agents, "a0", "c", "n0", false, 0, NULL);
+	assert_int_equal(access_land_loop(gw, "c", NULL, 1, &tunnel), 1);
+	assert_int_equal(tunnel, 99);
+	(void)agentdir_add(gw->agents, "a0", "c", "n0", true, 0, NULL);
+	for (unsigned i = 0; i < 8; i++)
+		assert_int_equal(land_one(gw, "c", NULL, i % 2, 0), want[i]);
+	assert_int_equal(atomic_load(&gw->loops[0].nconns), 3);
+	assert_int_equal(atomic_load(&gw->loops[1].nconns), 5);
+	/* Another cluster, unknown here: stays, nothing weighed. */
+	assert_int_equal(access_land_loop(gw, "nope", NULL, 0, &tunnel), 0);
+	assert_int_equal(tunnel, 99);
+	/* Connections of other work on loop 1 move the balance: 6 more there
+	 * (loop 1 at 33 against loop 0's 17 + 4): the next lands on 0. */
+	atomic_fetch_add(&gw->loops[1].nconns, 6);
+	assert_int_equal(land_one(gw, "c", NULL, 1, 0), 0);
+	land_gw_free(gw);
+}
+
+/* --landing any with agents on several loops: a loop holding one weighs
+ * the tunnel side on itself (nothing crosses), one that holds none on the
+ * least loaded loop that does; a node counts only its own agent's loop;
+ * ties stay on the handshake loop.  --landing route: on the agent's loop,
+ * nothing weighed. */
+static void
+test_land_several(void **state)
+{
+	struct gateway *gw = land_gw(3, 0);
+	unsigned tunnel = 99;
+
+	(void)state;
+	(void)agentdir_add(gw->agents, "a0", "c", "n0", true, 0, NULL);
+	(void)agentdir_add(gw->agents, "a1", "c", "n1", true, 1, NULL);
+	/* All idle: loops 0 and 1 cost 4, loop 2 costs 3 (its tunnel side on
+	 * loop 0, the lower of two equal loads). */
+	assert_int_equal(land_one(gw, "c", NULL, 0, 0), 2);
+	/* Now 0: 1, 1: 0, 2: 3; from 0: loop 1 costs 4, 0 costs 5, 2 costs 6. */
+	assert_int_equal(land_one(gw, "c", NULL, 0, 1), 1);
+	/* 0: 1, 1: 4, 2: 3: from 2, loop 0 costs 5 and 2 costs 6: loop 0. */
+	assert_int_equal(land_one(gw, "c", NULL, 2, 0), 0);
+	/* 0: 5, 1: 4, 2: 3: a node's agent on loop 1: loop 2 (6) against 1
+	 * (8) and 0 (8); its tunnel side on loop 1. */
+	assert_int_equal(land_one(gw, "c", "n1", 0, 1), 2);
+	/* 0: 5, 1: 5, 2: 6: from 1, every loop costs 9: stays. */
+	assert_int_equal(land_one(gw, "c", NULL, 1, 1), 1);
+	land_gw_free(gw);
+
+	gw = land_gw(2, 1);
+	(void)agentdir_add(gw->agents, "a0", "c", "n0", true, 0, NULL);
+	for (unsigned i = 0; i < 4; i++) {
+		tunnel = 99;
+		assert_int_equal(access_land_loop(gw, "c", NULL, i % 2, &tunnel), 0);
+		assert_int_equal(tunnel, 99);
+	}
+	land_gw_free(gw);
+}
+
 int
 main(void)
 {
@@ -535,6 +654,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_sole_cluster_remembered, setup,
 		    teardown),
+		cmocka_unit_test(test_land_weighed),
+		cmocka_unit_test(test_land_several),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -364,6 +364,43 @@ test_land(void **state)
 	assert_int_equal(agentdir_land(d, "nope", NULL, 1, &loop), 0);
 }
 
+/* agentdir_loops: the loops holding an active matching agent, as a mask,
+ * and how many such agents; no rotor turns (the picks from loop 1 still
+ * alternate after it). */
+static void
+test_loops(void **state)
+{
+	struct agentdir *d = *state;
+	struct agentdir_entry e;
+	char first[STORE_ID_MAX + 1];
+	uint64_t mask = 77;
+
+	assert_int_equal(agentdir_loops(d, "c", NULL, &mask), 0);
+	assert_true(mask == 0);
+	(void)agentdir_add(d, "i1", "c", "ni", false, 1, NULL);
+	assert_int_equal(agentdir_loops(d, "c", NULL, &mask), 0);
+	assert_true(mask == 0);
+	(void)agentdir_add(d, "a1", "c", "na", true, 1, NULL);
+	(void)agentdir_add(d, "b1", "c", "nb", true, 1, NULL);
+	(void)agentdir_add(d, "c3", "c", "nc", true, 3, NULL);
+	(void)agentdir_add(d, "x0", "other", "nx", true, 0, NULL);
+	(void)agentdir_add(d, "far", "c", "nf", true, 70, NULL);
+	assert_int_equal(agentdir_loops(d, "c", NULL, &mask), 4);
+	assert_true(mask == ((UINT64_C(1) << 1) | (UINT64_C(1) << 3)));
+	assert_int_equal(agentdir_loops(d, "c", "nc", &mask), 1);
+	assert_true(mask == UINT64_C(1) << 3);
+	assert_int_equal(agentdir_loops(d, "c", "ni", &mask), 0);
+	assert_true(mask == 0);
+	assert_int_equal(agentdir_pick(d, "c", NULL, 1, &e, NULL), 1);
+	snprintf(first, sizeof(first), "%s", e.agent_id);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(agentdir_loops(d, "c", NULL, &mask), 4);
+		assert_int_equal(agentdir_pick(d, "c", NULL, 1, &e, NULL), 1);
+		assert_string_not_equal(e.agent_id, first);
+		snprintf(first, sizeof(first), "%s", e.agent_id);
+	}
+}
+
 /* Two loops' threads connect and disconnect the same agents at once, each
  * removing by its own (loop, generation): however they interleave, a
  * remove never takes the other loop's entry, and nothing is left. */
@@ -424,6 +461,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_pick, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pick_near, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_land, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_loops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 	};
 
