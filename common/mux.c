@@ -577,12 +577,18 @@ mux_stream_send(struct mux_stream *s, const uint8_t *data, size_t len)
 	while (total < len) {
 		if ((n = stream_tx_room(s, len - total)) == 0)
 			break;
-		iov[0].iov_base = hdr;
-		iov[0].iov_len = frame_data_header(hdr, s->id, n);
-		iov[1].iov_base = (void *)(data + total);
-		iov[1].iov_len = n;
-		if (m->io->sendv(m->io_arg, iov, 2) != 0)
-			break;
+		if (m->io->senddata != NULL) {
+			if (m->io->senddata(m->io_arg, s->id, data + total, NULL,
+			    n) != 0)
+				break;
+		} else {
+			iov[0].iov_base = hdr;
+			iov[0].iov_len = frame_data_header(hdr, s->id, n);
+			iov[1].iov_base = (void *)(data + total);
+			iov[1].iov_len = n;
+			if (m->io->sendv(m->io_arg, iov, 2) != 0)
+				break;
+		}
 		flow_tx_sent(&s->flow, n);
 		total += n;
 	}
@@ -600,7 +606,7 @@ mux_stream_send_buffer(struct mux_stream *s, struct evbuffer *src)
 	size_t total = 0, n;
 
 	while (evbuffer_peek(src, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
-		if (m->io->sendbuf == NULL) {
+		if (m->io->sendbuf == NULL && m->io->senddata == NULL) {
 			n = mux_stream_send(s, v.iov_base, v.iov_len);
 			evbuffer_drain(src, n);
 			total += n;
@@ -611,7 +617,9 @@ mux_stream_send_buffer(struct mux_stream *s, struct evbuffer *src)
 		if (s->state != STREAM_OPEN || s->fin_sent ||
 		    (n = stream_tx_room(s, v.iov_len)) == 0)
 			break;
-		if (m->io->sendbuf(m->io_arg, hdr, frame_data_header(hdr, s->id, n),
+		if (m->io->senddata != NULL ?
+		    m->io->senddata(m->io_arg, s->id, NULL, src, n) != 0 :
+		    m->io->sendbuf(m->io_arg, hdr, frame_data_header(hdr, s->id, n),
 		    src, n) != 0)
 			break;
 		flow_tx_sent(&s->flow, n);
@@ -747,21 +755,21 @@ on_open_answer(struct mux_stream *s, const struct frame *f)
 }
 
 static void
-on_data(struct mux_stream *s, const struct frame *f)
+on_data(struct mux_stream *s, const uint8_t *data, size_t len)
 {
 	if (s->state != STREAM_OPEN || s->fin_received) {
 		stream_fail(s, "protocol");
 		return;
 	}
-	if (flow_rx_received(&s->flow, f->u.data.len) != 0) {
+	if (flow_rx_received(&s->flow, len) != 0) {
 		/* The peer ignored its window: this stream only pays for it. */
 		stream_fail(s, "flow_control");
 		return;
 	}
-	if (f->u.data.len > 0 && s->mux->cfg.counted)
-		mux_metrics_bytes(0, f->u.data.len);
-	if (f->u.data.len > 0)
-		s->h->on_data(s, f->u.data.payload, f->u.data.len, s->arg);
+	if (len > 0 && s->mux->cfg.counted)
+		mux_metrics_bytes(0, len);
+	if (len > 0)
+		s->h->on_data(s, data, len, s->arg);
 }
 
 static void
@@ -811,7 +819,7 @@ mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
 		on_open_answer(s, f);
 		break;
 	case FRAME_DATA:
-		on_data(s, f);
+		on_data(s, f->u.data.payload, f->u.data.len);
 		break;
 	case FRAME_WINDOW:
 		on_window(s, f);
@@ -827,6 +835,16 @@ mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen)
 		r = -1;
 	}
 	return r;
+}
+
+int
+mux_on_data(struct mux *m, uint32_t stream_id, const uint8_t *data, size_t len)
+{
+	struct mux_stream *s = stream_find(m, stream_id);
+
+	if (s != NULL)  /* else in flight for a stream already reset */
+		on_data(s, data, len);
+	return 0;
 }
 
 void

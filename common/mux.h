@@ -79,6 +79,15 @@ struct mux_io {
 	 * Returns 0 or -1. */
 	int (*sendbuf)(void *io, const uint8_t *hdr, size_t hdrlen,
 	    struct evbuffer *src, size_t n);
+	/* Optional, for a transport inside the process that need not encode
+	 * a DATA frame (the loop link, gateway/core/looplink.h): one DATA
+	 * frame as its stream id and payload, which the receiving side hands
+	 * to mux_on_data.  src non-NULL: the first n bytes of src, removed
+	 * from it (its chains moved, as sendbuf); else a copy of data[0..n).
+	 * When set, DATA never goes through sendv or sendbuf.  Returns 0 or
+	 * -1. */
+	int (*senddata)(void *io, uint32_t stream_id, const uint8_t *data,
+	    struct evbuffer *src, size_t n);
 };
 
 struct mux_stream_handlers {
@@ -132,6 +141,11 @@ void mux_free_as(struct mux *m, const char *code, const char *reason);
  * to one stream (window overrun, DATA after FIN) reset that stream only.
  */
 int mux_on_frame(struct mux *m, const struct frame *f, char *err, size_t errlen);
+/* A DATA frame that came as its stream id and payload (mux_io.senddata's
+ * far end): what mux_on_frame does with DATA, with no struct frame to fill
+ * (len > 0).  Returns 0 (a DATA frame never closes the tunnel). */
+int mux_on_data(struct mux *m, uint32_t stream_id, const uint8_t *data,
+    size_t len);
 /* The transport drained below tx_high_water: streams blocked on it resume. */
 void mux_on_drain(struct mux *m);
 

@@ -3,12 +3,16 @@
  * looplink.h and docs/0040 section 2 (ii)).
  *
  * A half carries one direction, A>B: its writer is loop A's end toward B,
- * its reader loop B's end toward A.  Its queue holds whole frames, each a
- * 4-byte length (host order: it never leaves the process) and the encoded
- * frame.  The writer builds a frame in a staging evbuffer of its own (no
- * lock; a failure leaves no half frame behind), then moves it into the
- * queue under the half's mutex.  The reader takes the queue whole under
- * the mutex into its own evbuffer and decodes it with no lock held.
+ * its reader loop B's end toward A.  Its queue holds the frames' bytes
+ * and, beside it, a record per frame (struct link_rec): a DATA frame is
+ * its stream id and its payload's bytes, never encoded (the multiplexer's
+ * senddata; its far end is mux_on_data, no frame_decode), any other frame
+ * (id 0) its encoded bytes, decoded on the far side.  The writer builds a
+ * frame's bytes in a staging evbuffer of its own (no lock; a failure
+ * leaves no half frame behind), then moves them into the queue and adds
+ * the record under the half's mutex.  The reader takes the queue whole,
+ * and the records by swapping arrays, under the mutex, then hands the
+ * frames on with no lock held.
  *
  *   posted   a LINK message to the reader is on its way (set by the first
  *            frame into an empty queue, cleared when the reader takes it)
@@ -39,10 +43,28 @@
 #include "loop.h"
 #include "mux.h"
 
+/* One frame in a half's queue: DATA for stream id (> 0) with len payload
+ * bytes, or (id 0) an encoded frame of len bytes. */
+struct link_rec {
+	uint32_t id;
+	uint32_t len;
+};
+
+/* A growing array of records (the writer's in the half; the reader's own,
+ * swapped with it when it takes the half). */
+struct link_recs {
+	struct link_rec *v;
+	size_t n, cap;
+};
+
 struct looplink_half {
 	pthread_mutex_t mu;
-	struct evbuffer *q;     /* frames: u32 length, then the frame */
-	size_t queued;          /* bytes in q */
+	struct evbuffer *q;     /* the frames' bytes, in order */
+	struct link_recs recs;  /* a record per frame in q */
+	/* Bytes in q and a record's size per frame: written under mu, read
+	 * without it by the writer (link_pending: its own adds are exact, the
+	 * reader's reset to 0 shows late, which only holds DATA back). */
+	_Atomic size_t queued;
 	bool closed;
 	bool posted;
 	bool blocked;
@@ -61,6 +83,7 @@ struct looplink_end {
 	struct looplink_half *in;       /* to>from: this end reads it */
 	struct evbuffer *stage;         /* one frame being built */
 	struct evbuffer *rx;            /* frames taken from `in`, decoding */
+	struct link_recs rxrecs;        /* their records */
 	char name[40];                  /* "loop-link:A>B", its account's name */
 };
 
@@ -100,27 +123,48 @@ end_far(struct looplink_end *e)
 
 static void link_take(void *arg);
 
-/* Moves the staged frame (its length first) into the half; posts LINK to
- * the reader when none is on its way.  Returns 0, or -1 (the reader's end
- * closed: the frame is dropped). */
+/* Room for one more record in r.  0 or -1 (out of memory). */
 static int
-half_push(struct looplink_end *e, size_t framelen)
+recs_room(struct link_recs *r)
+{
+	struct link_rec *v;
+	size_t cap;
+
+	if (r->n < r->cap)
+		return 0;
+	cap = r->cap != 0 ? 2 * r->cap : 16;
+	if ((v = realloc(r->v, cap * sizeof(*v))) == NULL)
+		return -1;
+	r->v = v;
+	r->cap = cap;
+	return 0;
+}
+
+/* Moves the staged frame (len bytes) into the half with its record (id:
+ * DATA's stream, or 0); posts LINK to the reader when none is on its way.
+ * Returns 0, or -1 (the reader's end closed, or out of memory: the frame
+ * is dropped). */
+static int
+half_push(struct looplink_end *e, uint32_t id, size_t len)
 {
 	struct looplink_half *h = e->out;
-	size_t n = evbuffer_get_length(e->stage);
 	bool post = false;
 
-	assert(n == framelen + sizeof(uint32_t));
+	assert(evbuffer_get_length(e->stage) == len && len <= UINT32_MAX);
 	pthread_mutex_lock(&h->mu);
-	if (h->closed || evbuffer_add_buffer(h->q, e->stage) != 0) {
+	if (h->closed || recs_room(&h->recs) != 0 ||
+	    evbuffer_add_buffer(h->q, e->stage) != 0) {
 		pthread_mutex_unlock(&h->mu);
-		evbuffer_drain(e->stage, n);
+		evbuffer_drain(e->stage, len);
 		return -1;
 	}
 	/* Only the writer's loop sends while the reader's end is open (after
 	 * the joins, looplinks_free closed every half first). */
 	assert(loop_self() == &e->set->loops[e->from]);
-	h->queued += n;
+	h->recs.v[h->recs.n++] = (struct link_rec){ .id = id, .len = (uint32_t)len };
+	atomic_store_explicit(&h->queued, atomic_load_explicit(&h->queued,
+	    memory_order_relaxed) + len + sizeof(struct link_rec),
+	    memory_order_relaxed);
 	if (!h->posted)
 		post = h->posted = true;
 	pthread_mutex_unlock(&h->mu);
@@ -129,16 +173,7 @@ half_push(struct looplink_end *e, size_t framelen)
 	return 0;
 }
 
-/* A frame's 4-byte length into the empty stage.  0 or -1. */
-static int
-stage_len(struct looplink_end *e, size_t len)
-{
-	uint32_t len32 = (uint32_t)len;
-
-	assert(evbuffer_get_length(e->stage) == 0);
-	return len > UINT32_MAX ? -1 : evbuffer_add(e->stage, &len32, sizeof(len32));
-}
-
+/* Any frame but DATA: its encoded bytes, decoded on the far side. */
 static int
 link_sendv(void *io, const struct iovec *iov, int iovcnt)
 {
@@ -147,56 +182,50 @@ link_sendv(void *io, const struct iovec *iov, int iovcnt)
 
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
-	if (stage_len(e, len) != 0)
-		goto fail;
-	for (int i = 0; i < iovcnt; i++)
-		if (evbuffer_add(e->stage, iov[i].iov_base, iov[i].iov_len) != 0)
-			goto fail;
-	if (half_push(e, len) != 0)
+	if (len == 0 || len > UINT32_MAX)
 		return -1;
-	/* A DATA frame copied (mux_stream_send: its header, then the
-	 * payload) counts as one by reference does (link_sendbuf). */
-	if (iovcnt == 2 && iov[0].iov_len >= 2 &&
-	    ((const uint8_t *)iov[0].iov_base)[0] == 0x93 &&
-	    ((const uint8_t *)iov[0].iov_base)[1] == FRAME_DATA)
-		atomic_fetch_add_explicit(&e->out->bytes, iov[1].iov_len,
-		    memory_order_relaxed);
-	return 0;
-fail:
-	evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
-	return -1;
+	for (int i = 0; i < iovcnt; i++)
+		if (evbuffer_add(e->stage, iov[i].iov_base, iov[i].iov_len) != 0) {
+			evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
+			return -1;
+		}
+	return half_push(e, 0, len);
 }
 
-/* DATA: the header copied, the payload's chains moved (mux.h). */
+/* DATA: the stream id in its record, the payload's chains moved (or the
+ * bytes copied), no header (mux.h, senddata). */
 static int
-link_sendbuf(void *io, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src,
-    size_t n)
+link_senddata(void *io, uint32_t stream_id, const uint8_t *data,
+    struct evbuffer *src, size_t n)
 {
 	struct looplink_end *e = io;
 
-	if (stage_len(e, hdrlen + n) != 0 ||
-	    evbuffer_add(e->stage, hdr, hdrlen) != 0 ||
-	    evbuffer_remove_buffer(src, e->stage, n) != (int)n) {
+	if (n == 0 || n > UINT32_MAX || (src != NULL ?
+	    evbuffer_remove_buffer(src, e->stage, n) != (int)n :
+	    evbuffer_add(e->stage, data, n) != 0)) {
 		evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 		return -1;
 	}
-	if (half_push(e, hdrlen + n) != 0)
+	if (half_push(e, stream_id, n) != 0)
 		return -1;
 	atomic_fetch_add_explicit(&e->out->bytes, n, memory_order_relaxed);
 	return 0;
 }
 
 /* The half's bytes; at or past tx_high_water the reader is asked to say
- * when it took them (the multiplexer blocks its DATA until then). */
+ * when it took them (the multiplexer blocks its DATA until then).  The
+ * lock only then. */
 static size_t
 link_pending(void *io)
 {
 	struct looplink_end *e = io;
 	struct looplink_half *h = e->out;
-	size_t q;
+	size_t q = atomic_load_explicit(&h->queued, memory_order_relaxed);
 
+	if (q < e->set->cfg.tx_high_water)
+		return q;
 	pthread_mutex_lock(&h->mu);
-	q = h->queued;
+	q = atomic_load_explicit(&h->queued, memory_order_relaxed);
 	if (q >= e->set->cfg.tx_high_water)
 		h->blocked = true;
 	pthread_mutex_unlock(&h->mu);
@@ -206,7 +235,7 @@ link_pending(void *io)
 static const struct mux_io link_io = {
 	.sendv = link_sendv,
 	.pending = link_pending,
-	.sendbuf = link_sendbuf,
+	.senddata = link_senddata,
 };
 
 /* ---- the reading side ---- */
@@ -223,9 +252,10 @@ link_drained(void *arg)
 }
 
 /* The first len bytes of e->rx in one piece: in place when one chain
- * holds them (control frames), else copied into the loop's scratch (a
- * DATA frame's header and payload are two chains; evbuffer_pullup would
- * allocate a chain per frame).  NULL when out of memory. */
+ * holds them (nearly always: a frame's bytes are one chain, a DATA
+ * payload moved by reference too), else copied into the loop's scratch
+ * (evbuffer_pullup would allocate a chain per frame).  NULL when out of
+ * memory. */
 static const uint8_t *
 rx_frame(struct looplink_end *e, size_t len)
 {
@@ -246,35 +276,39 @@ rx_frame(struct looplink_end *e, size_t len)
 	return s->p;
 }
 
-/* Decodes every whole frame in e->rx and hands it to e's multiplexer
- * (dropped once e closed).  A frame that does not decode is a bug of this
- * process, not hostile input: logged and skipped. */
+/* Hands each frame taken (e->rxrecs, its bytes in e->rx) to e's
+ * multiplexer, DATA as it is and the others decoded (dropped once e
+ * closed).  A frame that does not decode is a bug of this process, not
+ * hostile input: logged and skipped. */
 static void
 rx_run(struct looplink_end *e)
 {
 	struct frame f;
-	uint32_t len;
 	char err[200];
 	const uint8_t *p;
 
-	while (evbuffer_copyout(e->rx, &len, sizeof(len)) == sizeof(len)) {
-		assert(evbuffer_get_length(e->rx) >= sizeof(len) + len);
-		evbuffer_drain(e->rx, sizeof(len));
+	for (size_t i = 0; i < e->rxrecs.n; i++) {
+		struct link_rec r = e->rxrecs.v[i];
+
+		assert(evbuffer_get_length(e->rx) >= r.len);
 		if (e->mux == NULL) {
-			evbuffer_drain(e->rx, len);
+			evbuffer_drain(e->rx, r.len);
 			continue;
 		}
-		p = rx_frame(e, len);
-		if (p == NULL || frame_decode(p, len, &f, err, sizeof(err)) != 0 ||
-		    f.type < FRAME_OPEN) {
+		p = rx_frame(e, r.len);
+		if (p != NULL && r.id != 0) {
+			(void)mux_on_data(e->mux, r.id, p, r.len);
+		} else if (p == NULL || frame_decode(p, r.len, &f, err,
+		    sizeof(err)) != 0 || f.type < FRAME_OPEN) {
 			warn("loop link: a frame did not decode", KV_S("link", e->name),
 			    KV_S("err", p == NULL ? "out of memory" : err));
 		} else if (mux_on_frame(e->mux, &f, err, sizeof(err)) != 0) {
 			warn("loop link: a frame broke the stream protocol",
 			    KV_S("link", e->name), KV_S("err", err));
 		}
-		evbuffer_drain(e->rx, len);
+		evbuffer_drain(e->rx, r.len);
 	}
+	e->rxrecs.n = 0;
 }
 
 /* LINK, on the reader's loop: takes the half whole, then decodes it. */
@@ -283,12 +317,17 @@ link_take(void *arg)
 {
 	struct looplink_end *e = arg;
 	struct looplink_half *h = e->in;
+	struct link_recs recs;
 	bool drained;
 
 	assert(loop_self() == &e->set->loops[e->from]);
+	assert(e->rxrecs.n == 0);
 	pthread_mutex_lock(&h->mu);
 	(void)evbuffer_add_buffer(e->rx, h->q);
-	h->queued = 0;
+	recs = h->recs;         /* the reader's are empty: rx_run ran them all */
+	h->recs = e->rxrecs;
+	e->rxrecs = recs;
+	atomic_store_explicit(&h->queued, 0, memory_order_relaxed);
 	h->posted = false;
 	drained = h->blocked;
 	h->blocked = false;
@@ -306,7 +345,8 @@ half_close(struct looplink_half *h)
 	pthread_mutex_lock(&h->mu);
 	h->closed = true;
 	evbuffer_drain(h->q, evbuffer_get_length(h->q));
-	h->queued = 0;
+	h->recs.n = 0;
+	atomic_store_explicit(&h->queued, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&h->mu);
 }
 
@@ -513,8 +553,10 @@ looplinks_free(struct looplinks *ls)
 			evbuffer_free(e->stage);
 		if (e->rx != NULL)
 			evbuffer_free(e->rx);
+		free(e->rxrecs.v);
 		if (h->q != NULL)
 			evbuffer_free(h->q);
+		free(h->recs.v);
 		pthread_mutex_destroy(&h->mu);
 	}
 	for (unsigned i = 0; ls->scratch != NULL && i < ls->n; i++)

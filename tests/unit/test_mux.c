@@ -158,7 +158,8 @@ struct peer {
 	size_t pending;             /* what pending() reports */
 	int grow_pending;           /* each message sent adds to pending */
 	int fail_sendv;
-	int sendbuf_calls, sendbuf_moved;  /* io_sendbuf */
+	int sendbuf_calls, sendbuf_moved;  /* io_sendbuf, io_senddata */
+	int senddata_calls;                /* io_senddata */
 	/* frames this side sent, by type, and DATA bytes */
 	unsigned sent[32];
 	uint64_t data_bytes_sent;
@@ -313,6 +314,9 @@ static const struct mux_stream_handlers handlers = {
 
 /* ---- the mux side: transport and OPEN ---- */
 
+static const struct mux_io io_data;     /* senddata's transport, below */
+static const struct mux_io *wire_io;    /* the one wire_cfg gives both */
+
 static int
 io_sendv(void *io, const struct iovec *iov, int iovcnt)
 {
@@ -336,6 +340,9 @@ io_sendv(void *io, const struct iovec *iov, int iovcnt)
 	if (frame_decode(buf, len, &f, err, sizeof(err)) != 0)
 		fail_msg("%s sent an undecodable frame: %s", p->name, err);
 	assert_true(f.type >= FRAME_OPEN && f.type <= FRAME_RESET);
+	/* With senddata, DATA never comes this way (mux.h). */
+	if (wire_io == &io_data)
+		assert_int_not_equal(f.type, FRAME_DATA);
 	p->sent[f.type]++;
 	if (f.type == FRAME_DATA) {
 		assert_true(f.u.data.len <= p->cfg.max_payload);
@@ -387,6 +394,51 @@ io_sendbuf(void *io_arg, const uint8_t *hdr, size_t hdrlen, struct evbuffer *src
 
 static const struct mux_io io_buf = { .sendv = io_sendv, .pending = io_pending,
     .sendbuf = io_sendbuf };
+
+/* senddata (mux.h: an in-process transport's DATA, the loop link's): the
+ * stream id and payload, no header; queued as the DATA frame it stands
+ * for, and delivered through mux_on_data (feed).  Counts its calls and the
+ * chains of src moved whole. */
+static int
+io_senddata(void *io_arg, uint32_t id, const uint8_t *data, struct evbuffer *src,
+    size_t n)
+{
+	struct peer *p = io_arg;
+	uint8_t hdr[FRAME_DATA_HEADER_MAX];
+	size_t hl = frame_data_header(hdr, id, n);
+	uint8_t *buf = malloc(hl + n);
+	struct evbuffer_iovec before, after;
+	struct evbuffer *dst;
+
+	assert_non_null(buf);
+	assert_true(hl > 0 && n > 0);
+	p->senddata_calls++;
+	memcpy(buf, hdr, hl);
+	if (src != NULL) {
+		assert_null(data);
+		assert_non_null(dst = evbuffer_new());
+		assert_true(evbuffer_peek(src, -1, NULL, &before, 1) == 1);
+		assert_int_equal(evbuffer_remove_buffer(src, dst, n), (int)n);
+		assert_true(evbuffer_peek(dst, -1, NULL, &after, 1) >= 1);
+		if (after.iov_base == before.iov_base && after.iov_len == n)
+			p->sendbuf_moved++;
+		assert_int_equal(evbuffer_copyout(dst, buf + hl, n), (ev_ssize_t)n);
+		evbuffer_free(dst);
+	} else {
+		memcpy(buf + hl, data, n);
+	}
+	assert_true(n <= p->cfg.max_payload);
+	assert_true(p->pending < p->cfg.tx_high_water);
+	p->sent[FRAME_DATA]++;
+	p->data_bytes_sent += n;
+	if (p->grow_pending)
+		p->pending += hl + n;
+	queue_push(&p->out, buf, hl + n);
+	return 0;
+}
+
+static const struct mux_io io_data = { .sendv = io_sendv, .pending = io_pending,
+    .senddata = io_senddata };
 /* The transport wire_cfg gives both sides (io unless a test says). */
 static const struct mux_io *wire_io = &io;
 
@@ -545,6 +597,10 @@ feed(struct peer *to, const struct frame *f)
 
 	if (f->type == FRAME_WINDOW)
 		to->credit_received += f->u.window_credit;
+	/* A senddata transport's far end hands DATA on as id and payload. */
+	if (wire_io == &io_data && f->type == FRAME_DATA)
+		return mux_on_data(to->m, f->stream_id, f->u.data.payload,
+		    f->u.data.len);
 	r = mux_on_frame(to->m, f, err, sizeof(err));
 	if (r != 0)
 		assert_true(err[0] != '\0');   /* a reason for the log */
@@ -951,13 +1007,14 @@ pieces(void)
 	return src;
 }
 
+/* with_sendbuf: 0 the plain transport (copies), 1 sendbuf, 2 senddata. */
 static void
 send_buffer_case(int with_sendbuf)
 {
 	struct sctx *a, *b;
 	struct evbuffer *src;
 
-	wire_io = with_sendbuf ? &io_buf : &io;
+	wire_io = with_sendbuf == 2 ? &io_data : with_sendbuf ? &io_buf : &io;
 	wire(24 * KiB, 24 * KiB);
 	B.rxcap = 64 * KiB;
 	open_pair(&a, &b);
@@ -981,9 +1038,11 @@ send_buffer_case(int with_sendbuf)
 	assert_int_equal(b->rx, 30 * KiB + 100);
 	assert_memory_equal(b->rxbuf, pattern, 30 * KiB + 100);
 	if (with_sendbuf) {
-		/* Every frame went through sendbuf; the whole chains (10 KiB,
-		 * the 6 KiB rest, the 100 bytes) moved, the cut one was copied. */
-		assert_int_equal(A.sendbuf_calls, 4);
+		/* Every frame went through sendbuf (senddata); the whole chains
+		 * (10 KiB, the 6 KiB rest, the 100 bytes) moved, the cut one was
+		 * copied. */
+		assert_int_equal(with_sendbuf == 2 ? A.senddata_calls :
+		    A.sendbuf_calls, 4);
 		assert_int_equal(A.sendbuf_moved, 3);
 	}
 	evbuffer_free(src);
@@ -1003,6 +1062,47 @@ test_send_buffer_without_sendbuf_copies_the_same_bytes(void **state)
 	(void)state;
 	send_buffer_case(0);
 	assert_int_equal(A.sendbuf_calls, 0);
+}
+
+/* senddata set: DATA leaves as stream id and payload, by reference from
+ * mux_stream_send_buffer (above) and copied from mux_stream_send, never
+ * through sendv or sendbuf; the far end's mux_on_data charges the window
+ * as mux_on_frame does (an overrun resets that stream, flow_control), and
+ * DATA for a stream already gone is dropped quietly. */
+static void
+test_senddata_carries_data_and_mux_on_data_keeps_the_window(void **state)
+{
+	struct sctx *a, *b;
+	uint32_t id;
+
+	(void)state;
+	send_buffer_case(2);
+	assert_int_equal(A.sendbuf_calls, 0);
+	teardown(NULL);
+	setup(NULL);
+	wire_io = &io_data;
+	wire(64 * KiB, 64 * KiB);
+	B.rxcap = 64 * KiB;
+	open_pair(&a, &b);
+	id = mux_stream_id(a->s);
+	/* Copied: 64 KiB in frames of max_payload (16 KiB), then no credit. */
+	assert_int_equal(mux_stream_send(a->s, pattern, 100 * KiB), 64 * KiB);
+	assert_int_equal(A.senddata_calls, 4);
+	assert_int_equal(A.sent[FRAME_DATA], 4);
+	settle();
+	assert_int_equal(b->rx, 64 * KiB);
+	assert_memory_equal(b->rxbuf, pattern, 64 * KiB);
+	/* One byte past the window, as a broken peer would send it. */
+	assert_int_equal(mux_on_data(B.m, id, pattern, 1), 0);
+	assert_int_equal(b->rx, 64 * KiB);
+	assert_string_equal(b->close_code, "flow_control");
+	settle();
+	assert_string_equal(a->close_code, "flow_control");
+	/* A stream id no longer (or never) open: nothing happens. */
+	assert_int_equal(mux_on_data(B.m, id, pattern, 1), 0);
+	assert_int_equal(mux_on_data(B.m, 999, pattern, 1), 0);
+	assert_int_equal(B.out.n, 0);
+	assert_totals(1, 0, 0, 2);
 }
 
 static void
@@ -1862,6 +1962,7 @@ main(void)
 		T(test_send_stops_at_credit_then_window_brings_on_writable),
 		T(test_send_buffer_one_frame_per_chain_moved_within_credit),
 		T(test_send_buffer_without_sendbuf_copies_the_same_bytes),
+		T(test_senddata_carries_data_and_mux_on_data_keeps_the_window),
 		T(test_window_overrun_resets_that_stream_only),
 		T(test_oversized_single_data_resets_with_flow_control),
 		T(test_window_grant_past_max_resets_with_flow_control),
