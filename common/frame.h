@@ -340,7 +340,10 @@ struct frame {
 #define FRAME_UNKNOWN_TYPE 1
 
 /*
- * Decodes exactly one frame from buf[0..len).  Returns 0 and fills *f, or -1
+ * Decodes exactly one frame from buf[0..len).  Returns 0 and fills *f: its
+ * type, stream_id and the member of f->u its type uses (zeroed, then
+ * decoded); the rest of f->u is left as it was, as zeroing all 10.6 KB
+ * cost a /k8s request ~9 % of its instructions.  Or -1 (*f zeroed)
  * with a human-readable reason in err (e.g. "HELLO: missing key \"node\""),
  * or FRAME_UNKNOWN_TYPE (err "unknown frame type N", *f zeroed) for one
  * complete msgpack array whose first element is a frame type this version

@@ -44,6 +44,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *out = NULL, *again = NULL;
 	size_t len = 0, len2 = 0;
 
+	/* frame_decode fills only the type's member of u: the rest is ours. */
+	memset(&f, 0, sizeof(f));
+	memset(&g, 0, sizeof(g));
 	if (frame_decode(data, size, &f, err, sizeof(err)) != 0) {
 		check(err[0] != '\0');
 		return 0;
