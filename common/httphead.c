@@ -4,6 +4,7 @@
  */
 #include "httphead.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,12 +37,32 @@ http_token_valid(const char *token, size_t len)
 	return 1;
 }
 
-/* RFC 9110 tchar: what a field name is made of. */
+/* RFC 9110 tchar: what a field name is made of.  A table: the test runs
+ * for every byte of every header name of every request and answer head
+ * (a range test and a strchr were ~1.7k instructions per /k8s request). */
+#define TC_DIGITS ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, \
+	['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1
+#define TC_LOWER ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, \
+	['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, \
+	['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, \
+	['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, \
+	['x'] = 1, ['y'] = 1, ['z'] = 1
+#define TC_UPPER ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, \
+	['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, \
+	['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, \
+	['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, \
+	['X'] = 1, ['Y'] = 1, ['Z'] = 1
+static const unsigned char tchar[256] = {
+	TC_DIGITS, TC_LOWER, TC_UPPER,
+	['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
+	['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
+	['`'] = 1, ['|'] = 1, ['~'] = 1,
+};
+
 static int
 is_tchar(unsigned char c)
 {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-	    (c >= 'A' && c <= 'Z') || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+	return tchar[c];
 }
 
 /* 1 if the header line's name (name bytes before the colon) is one the
@@ -186,12 +207,44 @@ trim_ows(const char **p, size_t *n)
 		(*n)--;
 }
 
+/* 1 if one of the 8 bytes of w is below 0x20 or is 0x7f (a tab too: the
+ * caller looks at such a word byte by byte).  Bytes of 0x80 and above
+ * are not flagged (obs-text). */
+static int
+word_suspect(uint64_t w)
+{
+	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+	uint64_t del = w ^ (ones * 0x7f);
+
+	return (((w - ones * 0x20) & ~w) | ((del - ones) & ~del)) & high ? 1 : 0;
+}
+
 /* The first byte of line[0..n) that no line may hold, as a reason; NULL
- * if none. */
+ * if none.  Eight bytes at a time (word_suspect), one by one only in a
+ * word that holds a control byte or a tab, and in a line shorter than
+ * eight: byte by byte it was ~6.7k of the ~114k instructions of a /k8s
+ * request (two heads of ~210 bytes), now ~1k. */
 static const char *
 bad_byte(const char *line, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
+	size_t i = 0;
+	uint64_t w;
+
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, line + i, 8);
+		if (word_suspect(w))
+			break;
+	}
+	if (i == n)
+		return NULL;
+	if (i + 8 > n && n >= 8) {
+		/* Every whole word passed: the last bytes as the line's last
+		 * eight (some passed already). */
+		memcpy(&w, line + n - 8, 8);
+		if (!word_suspect(w))
+			return NULL;
+	}
+	for (; i < n; i++) {
 		unsigned char c = (unsigned char)line[i];
 
 		if (c == '\r')

@@ -18,6 +18,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 
 #include "httphead.h"
@@ -370,6 +371,85 @@ test_check_refuses_ambiguous_heads(void **state)
 	    "a tab in Content-Length or Transfer-Encoding");
 }
 
+/* What http_head_check says of one byte c in a header value, as the rule
+ * reads byte by byte (bad_byte reads eight at a time). */
+static const char *
+value_byte_reason(unsigned char c)
+{
+	if (c == '\r')
+		return "a bare CR";
+	if (c == '\0')
+		return "a NUL byte";
+	if ((c < 0x20 && c != '\t') || c == 0x7f)
+		return "a control byte";
+	return NULL;
+}
+
+/* Every byte value at every place of values of 1 to 20 bytes, after a
+ * long and a short name: every place in an eight-byte word, in the bytes
+ * after the last whole word, and in lines shorter than a word. */
+static void
+test_check_every_byte_everywhere_in_a_value(void **state)
+{
+	static const char *const pre[] = { "GET / HTTP/1.1\r\nX-Some-Name: ",
+	    "GET / HTTP/1.1\r\nX:" };
+	char head[128];
+	struct http_framing f;
+	const char *why, *want;
+
+	(void)state;
+	for (size_t p = 0; p < 2; p++)
+	for (size_t vlen = 1; vlen <= 20; vlen++)
+	for (int c = 0; c < 256; c++) {
+		if (c == '\n')
+			continue;
+		for (size_t at = 0; at < vlen; at++) {
+			size_t n = strlen(pre[p]);
+
+			memcpy(head, pre[p], n);
+			memset(head + n, 'v', vlen);
+			head[n + at] = (char)c;
+			memcpy(head + n + vlen, "\r\n\r\n", 4);
+			n += vlen + 4;
+			want = value_byte_reason((unsigned char)c);
+			why = "unset";
+			if (want == NULL) {
+				assert_int_equal(http_head_check(head, n, &f, &why), 0);
+				assert_null(why);
+			} else {
+				assert_int_equal(http_head_check(head, n, &f, &why), -1);
+				assert_string_equal(why, want);
+			}
+		}
+	}
+}
+
+/* Every printable byte in a header name: a token byte (RFC 9110 tchar)
+ * or "a header name that is not a token". */
+static void
+test_check_every_byte_in_a_name(void **state)
+{
+	char head[64];
+	struct http_framing f;
+	const char *why;
+	int n;
+
+	(void)state;
+	for (int c = 0x21; c < 0x7f; c++) {
+		int tchar = isalnum(c) || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+
+		if (c == ':')
+			continue;
+		n = snprintf(head, sizeof(head), "GET / HTTP/1.1\r\nXab%cdef: v\r\n\r\n", c);
+		why = "unset";
+		assert_int_equal(http_head_check(head, (size_t)n, &f, &why), tchar ? 0 : -1);
+		if (tchar)
+			assert_null(why);
+		else
+			assert_string_equal(why, "a header name that is not a token");
+	}
+}
+
 /* ---- http_body_end ---- */
 
 /* Feeds body_and_more (a C string) whole and byte by byte: both must find
@@ -514,6 +594,8 @@ main(void)
 		cmocka_unit_test(test_connection_dropped_close_only_when_asked),
 		cmocka_unit_test(test_check_accepts_one_framing),
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
+		cmocka_unit_test(test_check_every_byte_everywhere_in_a_value),
+		cmocka_unit_test(test_check_every_byte_in_a_name),
 		cmocka_unit_test(test_body_end_found_for_each_framing),
 		cmocka_unit_test(test_answer_bodiless_statuses),
 		cmocka_unit_test(test_answer_refusals),
