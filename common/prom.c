@@ -85,6 +85,18 @@ prom_observe(struct prom_metric *m, const char *label, double v)
 		m->bucket[i][b]++;
 }
 
+void
+prom_observe_counts(struct prom_metric *m, const char *label,
+    const uint64_t *bucket, uint64_t count, double sum)
+{
+	size_t i = prom_slot(m, label);
+
+	m->v[i] += sum;
+	m->count[i] += count;
+	for (size_t b = 0; b < m->nbounds && b < PROM_BUCKETS_MAX; b++)
+		m->bucket[i][b] += bucket[b];
+}
+
 double
 prom_get(struct prom_metric *m, const char *label)
 {

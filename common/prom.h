@@ -57,6 +57,11 @@ void prom_add(struct prom_metric *m, const char *label, double v);
 void prom_set(struct prom_metric *m, const char *label, double v);
 /* Records one observation of a histogram. */
 void prom_observe(struct prom_metric *m, const char *label, double v);
+/* Adds count observations of a histogram at once, summing to sum: bucket[b]
+ * of them in bucket b (not cumulative; nbounds entries, the rest are
+ * above the last bound).  For counts kept apart and folded in later. */
+void prom_observe_counts(struct prom_metric *m, const char *label,
+    const uint64_t *bucket, uint64_t count, double sum);
 /* The current value of a counter or gauge (0 if never touched). */
 double prom_get(struct prom_metric *m, const char *label);
 /* Forgets every value (tests). */

@@ -11,6 +11,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -20,9 +22,10 @@
 /* Every family is read under this lock (metrics_lock).  Written under it:
  * tether_store_duration_seconds (the store thread times its calls through
  * the store's timing hook), and the events any loop may count (an agent's
- * state, a handshake, a /k8s answer: docs/0040, ~100 ns uncontended).  The
- * others are written on loop 0 only, or under metrics_lock by the
- * scrape. */
+ * state, a handshake: docs/0040, ~100 ns uncontended).  The /k8s answers,
+ * one per request, are counted per thread without it and folded in by the
+ * scrape (k8s_fold).  The others are written on loop 0 only, or under
+ * metrics_lock by the scrape. */
 static pthread_mutex_t metrics_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const no_values[] = { NULL };
@@ -231,17 +234,110 @@ metrics_handshake_wait(const char *result)
 	pthread_mutex_unlock(&metrics_mu);
 }
 
+/*
+ * The /k8s answers, counted per thread (per loop): each loop writes its own
+ * counts with relaxed atomic stores (one writer, no lock, no snprintf, no
+ * cache line shared with another loop); the scrape folds what each
+ * thread counted since the last one into tether_k8s_requests_total and
+ * tether_k8s_request_duration_seconds (k8s_fold, under metrics_mu).  The
+ * mutex and the snprintf per answer were ~1.5k of a /k8s request's
+ * ~100k instructions, and a lock every loop took per request.
+ */
+#define K8S_CODES 600		/* 100..599; 0 for any other status */
+#define K8S_NBOUNDS (sizeof(k8s_bounds) / sizeof(k8s_bounds[0]))
+
+struct k8s_counts {
+	/* Written by the owning thread only; read by the scrape. */
+	_Atomic uint64_t code[K8S_CODES];
+	_Atomic uint64_t bucket[K8S_NBOUNDS + 1];	/* the last: above all */
+	_Atomic uint64_t sum_ns;
+	/* What k8s_fold has folded so far (under metrics_mu). */
+	uint64_t folded_code[K8S_CODES];
+	uint64_t folded_bucket[K8S_NBOUNDS + 1];
+	uint64_t folded_sum_ns;
+	struct k8s_counts *next;	/* k8s_threads' list (under metrics_mu) */
+};
+
+/* Every thread's counts, kept to the end of the process (a stopped
+ * loop's answers stay counted). */
+static struct k8s_counts *k8s_threads;
+static _Thread_local struct k8s_counts *k8s_mine;
+
+/* This thread's counts, made and listed on its first answer; NULL if out
+ * of memory. */
+static struct k8s_counts *
+k8s_counts_mine(void)
+{
+	struct k8s_counts *c = k8s_mine;
+
+	if (c != NULL)
+		return c;
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	pthread_mutex_lock(&metrics_mu);
+	c->next = k8s_threads;
+	k8s_threads = c;
+	pthread_mutex_unlock(&metrics_mu);
+	return k8s_mine = c;
+}
+
+/* One more in a counter only this thread writes. */
+static void
+bump(_Atomic uint64_t *v, uint64_t n)
+{
+	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
+	    memory_order_relaxed);
+}
+
 void
 metrics_k8s_request(int status, double seconds)
 {
+	struct k8s_counts *c = k8s_counts_mine();
+	size_t b = 0;
+
+	if (c == NULL)
+		return;		/* out of memory: this answer goes uncounted */
+	bump(&c->code[status >= 100 && status < K8S_CODES ? status : 0], 1);
+	while (b < K8S_NBOUNDS && seconds > k8s_bounds[b])
+		b++;
+	bump(&c->bucket[b], 1);
+	bump(&c->sum_ns, seconds > 0 ? (uint64_t)(seconds * 1e9 + 0.5) : 0);
+}
+
+/* What one thread counted since the last fold, into the families. */
+static void
+k8s_fold_one(struct k8s_counts *c)
+{
+	uint64_t bucket[K8S_NBOUNDS + 1], count = 0, now, sum;
 	char code[8];
 
-	/* A status is 100..599 (the family caps the values it keeps anyway). */
-	snprintf(code, sizeof(code), "%d", status >= 100 && status <= 599 ? status : 0);
-	pthread_mutex_lock(&metrics_mu);
-	prom_inc(&k8s_requests, code);
-	prom_observe(&k8s_duration, NULL, seconds);
-	pthread_mutex_unlock(&metrics_mu);
+	for (size_t i = 0; i < K8S_CODES; i++) {
+		now = atomic_load_explicit(&c->code[i], memory_order_relaxed);
+		if (now == c->folded_code[i])
+			continue;
+		snprintf(code, sizeof(code), "%zu", i);
+		prom_add(&k8s_requests, code, (double)(now - c->folded_code[i]));
+		c->folded_code[i] = now;
+	}
+	for (size_t b = 0; b <= K8S_NBOUNDS; b++) {
+		now = atomic_load_explicit(&c->bucket[b], memory_order_relaxed);
+		bucket[b] = now - c->folded_bucket[b];
+		count += bucket[b];
+		c->folded_bucket[b] = now;
+	}
+	now = atomic_load_explicit(&c->sum_ns, memory_order_relaxed);
+	sum = now - c->folded_sum_ns;
+	c->folded_sum_ns = now;
+	if (count > 0)
+		prom_observe_counts(&k8s_duration, NULL, bucket, count, (double)sum / 1e9);
+}
+
+/* Every thread's new /k8s counts into the families.  Under metrics_mu. */
+static void
+k8s_fold(void)
+{
+	for (struct k8s_counts *c = k8s_threads; c != NULL; c = c->next)
+		k8s_fold_one(c);
 }
 
 void
@@ -418,6 +514,7 @@ metrics_families(struct prom_metric *const **out, size_t tunnels_now,
 {
 	prom_set(&tunnels, NULL, (double)tunnels_now);
 	prom_set(&handshaking, NULL, (double)handshakes_now);
+	k8s_fold();
 	*out = families;
 	return sizeof(families) / sizeof(families[0]);
 }

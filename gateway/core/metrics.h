@@ -71,8 +71,10 @@ void metrics_handshake(int registering, const char *result);
  * "stopped".  Any loop (takes the metrics' lock). */
 void metrics_handshake_wait(const char *result);
 
-/* A /k8s request was answered with status after seconds.  Any loop
- * (takes the metrics' lock). */
+/* A /k8s request was answered with status after seconds.  Any loop:
+ * counted in the calling thread's own counts, no lock (the first answer
+ * of a thread takes the metrics' lock once to list them); a scrape
+ * (metrics_families) folds them in.  ~60 instructions. */
 void metrics_k8s_request(int status, double seconds);
 
 /*
@@ -84,8 +86,9 @@ void metrics_k8s_request(int status, double seconds);
 void metrics_store_timed(void *arg, const char *op, double seconds);
 
 /* The gateway's families, with the two gauges read from elsewhere set
- * (tether_tunnels_connected, tether_handshakes_in_progress).  Returns
- * their count. */
+ * (tether_tunnels_connected, tether_handshakes_in_progress) and every
+ * thread's /k8s answers folded in.  Under metrics_lock.  Returns their
+ * count. */
 size_t metrics_families(struct prom_metric *const **out, size_t tunnels_now,
     size_t handshakes_now);
 

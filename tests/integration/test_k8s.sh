@@ -107,6 +107,28 @@ for c in 1 2 3 4; do
 done
 pass "a burst of 200 requests on 4 connections: 200 whole audit lines, each connection's in order"
 
+# k8s_counted: /metrics counts the /k8s answers as the audit lines do, code
+# by code (tether_k8s_requests_total) and in all (the duration histogram's
+# _count): each answer writes one audit line and counts once, in the
+# counts of the loop that served it, which a scrape folds in
+# (metrics_k8s_request).
+k8s_counted() {
+	local audited
+	grep 'msg=audit event=k8s ' "$T/gateway.log" |
+		sed -n 's/.* status=\([0-9]*\) .*/\1/p' | sort | uniq -c |
+		awk '{ print $2, $1 }' >"$T/k8s-audited"
+	audited=$(grep -c 'msg=audit event=k8s ' "$T/gateway.log")
+	curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $(cat "$GW_DIR/admin.token")" \
+		"$GW_URL/metrics" >"$T/k8s.metrics" || return 1
+	sed -n 's/^tether_k8s_requests_total{code="\([0-9]*\)"} \([0-9]*\)$/\1 \2/p' "$T/k8s.metrics" |
+		awk '$2 > 0' | sort >"$T/k8s-counted"
+	cmp -s "$T/k8s-audited" "$T/k8s-counted" &&
+		grep -qx "tether_k8s_request_duration_seconds_count $audited" "$T/k8s.metrics"
+}
+
+wait_until 10 "/metrics counting the answers as the audit lines do" k8s_counted
+pass "/metrics counts the answers code by code as the audit lines do ($(tr '\n' ' ' <"$T/k8s-counted"))"
+
 # --- keep-alive: two requests on one connection, query passed on ---
 curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $token" \
 	"$GW_URL/k8s/clusters/$cid/version" "$GW_URL/k8s/clusters/$cid/version?x=1" \
@@ -250,6 +272,8 @@ code=$(curl -s -o "$T/body" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
 [ "$code" = 503 ] || fail "a cluster without agents got $code"
 jq -e '.reason == "ServiceUnavailable" and .code == 503' "$T/body" >/dev/null || fail "503 body: $(cat "$T/body")"
 pass "no agent: kubectl prints the 503 Status message"
+wait_until 10 "/metrics counting the answers as the audit lines do, again" k8s_counted
+pass "a second scrape still counts each answer once ($(tr '\n' ' ' <"$T/k8s-counted"))"
 
 grep -q 'ttu_' "$T/nginx-access.log" && fail "a gateway token reached nginx"
 client_stop "$node4_pid"

@@ -108,6 +108,31 @@ test_histogram_buckets_are_cumulative(void **state)
 	free(t);
 }
 
+/* Counts folded in at once read as the same observations one by one. */
+static void
+test_histogram_counts_folded_in(void **state)
+{
+	static const double bounds[] = { 0.001, 0.01, 1 };
+	static struct prom_metric m = { .name = "t_seconds", .help = "Time.",
+	    .kind = PROM_HISTOGRAM, .bounds = bounds, .nbounds = 3 };
+	const uint64_t first[] = { 2, 0, 1 }, then[] = { 0, 1, 0 };
+	char *t;
+
+	(void)state;
+	/* 0.0005, 0.001, 0.5 and 7 (above the last bound), then 0.005. */
+	prom_observe_counts(&m, NULL, first, 4, 7.5015);
+	prom_observe_counts(&m, NULL, then, 1, 0.005);
+	t = text_of(&m);
+	assert_non_null(strstr(t, "# TYPE t_seconds histogram\n"
+	    "t_seconds_bucket{le=\"0.001\"} 2\n"
+	    "t_seconds_bucket{le=\"0.01\"} 3\n"
+	    "t_seconds_bucket{le=\"1\"} 4\n"
+	    "t_seconds_bucket{le=\"+Inf\"} 5\n"
+	    "t_seconds_sum 7.5065"));
+	assert_non_null(strstr(t, "t_seconds_count 5\n"));
+	free(t);
+}
+
 static void
 test_label_values_are_capped_and_escaped(void **state)
 {
@@ -180,6 +205,7 @@ main(void)
 		cmocka_unit_test(test_presets_show_at_zero_and_values_keep_order),
 		cmocka_unit_test(test_gauge_fractions_and_negative),
 		cmocka_unit_test(test_histogram_buckets_are_cumulative),
+		cmocka_unit_test(test_histogram_counts_folded_in),
 		cmocka_unit_test(test_label_values_are_capped_and_escaped),
 		cmocka_unit_test(test_two_labels),
 		cmocka_unit_test(test_process_metrics_are_written),
