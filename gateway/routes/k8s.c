@@ -183,10 +183,8 @@ struct k8s_exchange {
 
 	/* The answer. */
 	http_parser rp;
-	struct evbuffer *rhdrs;       /* "name\0value\0" pairs */
 	struct evbuffer *rreason;     /* the reason phrase */
-	struct evbuffer *rraw;        /* the head as received (<= HTTP_HEAD_MAX + 1) */
-	int rh_state;                 /* 0 none, 1 in a name, 2 in a value */
+	struct evbuffer *rraw;        /* the head as received (<= HTTP_HEAD_MAX + 2) */
 	size_t head_bytes;
 	int rp_paused;                /* paused at the end of a head */
 	int msg_complete;
@@ -438,7 +436,6 @@ x_spare_free(struct k8s_exchange *x)
 	evbuffer_free(x->to_agent);
 	if (x->req_copy != NULL)
 		evbuffer_free(x->req_copy);
-	evbuffer_free(x->rhdrs);
 	evbuffer_free(x->rreason);
 	evbuffer_free(x->rraw);
 	free(x);
@@ -461,7 +458,6 @@ x_free_to(struct k8s_exchange *x, struct k8s_link *l)
 	    evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent)) != 0 ||
 	    (x->req_copy != NULL && evbuffer_drain(x->req_copy,
 	    evbuffer_get_length(x->req_copy)) != 0) ||
-	    evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs)) != 0 ||
 	    evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason)) != 0 ||
 	    evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw)) != 0) {
 		x_spare_free(x);
@@ -710,18 +706,6 @@ to_client(struct k8s_exchange *x, const uint8_t *data, size_t len)
 /* ---- the answer's head ---- */
 
 static int
-rp_collect(struct k8s_exchange *x, int value, const char *at, size_t len)
-{
-	int want = value ? 2 : 1;
-
-	if (x->rh_state != 0 && x->rh_state != want &&
-	    evbuffer_add(x->rhdrs, "", 1) != 0)
-		return -1;
-	x->rh_state = want;
-	return evbuffer_add(x->rhdrs, at, len);
-}
-
-static int
 rp_on_status(http_parser *p, const char *at, size_t len)
 {
 	struct k8s_exchange *x = p->data;
@@ -730,27 +714,10 @@ rp_on_status(http_parser *p, const char *at, size_t len)
 }
 
 static int
-rp_on_header_field(http_parser *p, const char *at, size_t len)
-{
-	return rp_collect(p->data, 0, at, len);
-}
-
-static int
-rp_on_header_value(http_parser *p, const char *at, size_t len)
-{
-	return rp_collect(p->data, 1, at, len);
-}
-
-static int
 rp_on_headers_complete(http_parser *p)
 {
 	struct k8s_exchange *x = p->data;
 
-	if (x->rh_state == 1 && evbuffer_add(x->rhdrs, "", 1) != 0)
-		return -1;
-	if (x->rh_state != 0 && evbuffer_add(x->rhdrs, "", 1) != 0)
-		return -1;
-	x->rh_state = 0;
 	/* Stop at the head's last byte: its end is where the body begins. */
 	x->rp_paused = 1;
 	http_parser_pause(p, 1);
@@ -772,8 +739,6 @@ rp_on_message_complete(http_parser *p)
 
 static const http_parser_settings rp_settings = {
 	.on_status = rp_on_status,
-	.on_header_field = rp_on_header_field,
-	.on_header_value = rp_on_header_value,
 	.on_headers_complete = rp_on_headers_complete,
 	.on_message_complete = rp_on_message_complete,
 };
@@ -798,16 +763,14 @@ rp_execute(struct k8s_exchange *x, const uint8_t *data, size_t len,
 	return n;
 }
 
+/* 1 if the header name (n bytes) is hop-by-hop: the client's connection
+ * is ours to keep or close. */
 static int
-hop_by_hop(const char *name)
+hop_by_hop(const char *name, size_t n)
 {
-	static const char *const hop[] = { "Connection", "Keep-Alive",
-	    "Proxy-Connection", NULL };
-
-	for (int i = 0; hop[i] != NULL; i++)
-		if (strcasecmp(name, hop[i]) == 0)
-			return 1;
-	return 0;
+	return (n == 10 && (strncasecmp(name, "connection", 10) == 0 ||
+	    strncasecmp(name, "keep-alive", 10) == 0)) ||
+	    (n == 16 && strncasecmp(name, "proxy-connection", 16) == 0);
 }
 
 /* The answer's body ends only when the upstream closes (neither a length
@@ -818,34 +781,72 @@ needs_eof(const struct k8s_exchange *x)
 	return x->answer == HTTP_ANSWER_TO_EOF;
 }
 
-/* "HTTP/1.1 NNN REASON\r\n" (status 100-999, from http-parser).  Written
- * piece by piece: a printf per line of every answer head was ~3 % of the
- * gateway's CPU under wrk (docs/0007, "Cost per request"). */
-static int
-add_status_line(struct evbuffer *out, int status, const char *reason)
-{
-	char code[5] = { (char)('0' + status / 100 % 10),
-	    (char)('0' + status / 10 % 10), (char)('0' + status % 10), ' ', 0 };
-	int r = 0;
+/* The most emit_head writes for a head of len bytes: "HTTP/1.1 NNN " and
+ * a reason from its status line, each header line with at most one more
+ * byte (": " for ":"), "Connection: close\r\n" and the empty line. */
+#define HEAD_OUT_MAX(len) (2 * (len) + 64)
 
-	r |= evbuffer_add(out, "HTTP/1.1 ", 9);
-	r |= evbuffer_add(out, code, 4);
-	r |= evbuffer_add(out, reason, strlen(reason));
-	r |= evbuffer_add(out, "\r\n", 2);
-	return r;
+/* "HTTP/1.1 NNN REASON\r\n" (status 100-999, from http-parser) at p;
+ * returns the end of it. */
+static char *
+put_status_line(char *p, int status, const char *reason, size_t rlen)
+{
+	memcpy(p, "HTTP/1.1 ", 9);
+	p[9] = (char)('0' + status / 100 % 10);
+	p[10] = (char)('0' + status / 10 % 10);
+	p[11] = (char)('0' + status % 10);
+	p[12] = ' ';
+	memcpy(p + 13, reason, rlen);
+	p += 13 + rlen;
+	memcpy(p, "\r\n", 2);
+	return p + 2;
 }
 
-/* "NAME: VALUE\r\n" of an answer head that passed http_head_check. */
-static int
-add_header_line(struct evbuffer *out, const char *name, const char *value)
+/*
+ * The header lines of an answer head (raw[0..len), which passed
+ * http_head_check: CRLF line ends, a token and a colon on each line, no
+ * obs-fold) written again at p as "NAME: VALUE\r\n", the value as
+ * http-parser reads it (from its first byte that is not a space or a
+ * tab to the CR), the hop-by-hop ones left out unless keep_hop.  Returns
+ * the end of what it wrote: at most one byte more than each line.  Read
+ * from the raw head in one pass: collected through http-parser's
+ * callbacks into an evbuffer and written again with four evbuffer_add a
+ * line, they were ~8k of a /k8s request's instructions.
+ */
+static char *
+put_header_lines(char *p, const char *raw, size_t len, int keep_hop)
 {
-	int r = 0;
+	const char *at = raw, *end = raw + len, *nl;
+	int start = 1;
 
-	r |= evbuffer_add(out, name, strlen(name));
-	r |= evbuffer_add(out, ": ", 2);
-	r |= evbuffer_add(out, value, strlen(value));
-	r |= evbuffer_add(out, "\r\n", 2);
-	return r;
+	while (at < end && (nl = memchr(at, '\n', (size_t)(end - at))) != NULL) {
+		const char *line = at, *colon, *v, *vend = nl - 1;
+		size_t name;
+
+		at = nl + 1;
+		if (start) {
+			/* Empty lines, then the status line. */
+			start = vend == line;
+			continue;
+		}
+		if (vend == line)
+			break;		/* the empty line */
+		if ((colon = memchr(line, ':', (size_t)(vend - line))) == NULL)
+			continue;	/* not after http_head_check */
+		name = (size_t)(colon - line);
+		if (!keep_hop && hop_by_hop(line, name))
+			continue;
+		for (v = colon + 1; v < vend && (*v == ' ' || *v == '\t'); v++)
+			;
+		memcpy(p, line, name);
+		p += name;
+		memcpy(p, ": ", 2);
+		memcpy(p + 2, v, (size_t)(vend - v));
+		p += 2 + (size_t)(vend - v);
+		memcpy(p, "\r\n", 2);
+		p += 2;
+	}
+	return p;
 }
 
 /*
@@ -869,27 +870,25 @@ head_credit(struct k8s_exchange *x, size_t written, size_t *credit_now)
 	*credit_now += x->head_bytes - c;
 }
 
-/* Writes the answer's head again to the client, and chooses what follows.
- * *credit_now: credit for the agent's stream that is due now. */
+/* Writes the answer's head (raw[0..len), the whole of rraw, checked by
+ * check_answer_head) again to the client, and chooses what follows; rraw
+ * is emptied.  *credit_now: credit for the agent's stream that is due
+ * now. */
 static int
-emit_head(struct k8s_exchange *x, size_t *credit_now)
+emit_head(struct k8s_exchange *x, const char *raw, size_t len,
+    size_t *credit_now)
 {
-	struct evbuffer *out = exchange_output(x->h), *hd = x->rraw;
+	struct evbuffer *out = exchange_output(x->h);
 	int status = x->rp.status_code, r = 0;
 	int sw = x->answer == HTTP_ANSWER_SWITCH;
 	int info1xx = x->answer == HTTP_ANSWER_INTERIM;
-	size_t hlen = evbuffer_get_length(x->rhdrs), rlen, written;
-	const char *p, *end, *reason;
-	const uint8_t *head;
+	size_t rlen = evbuffer_get_length(x->rreason), written;
+	const char *reason = rlen > 0 ?
+	    (const char *)evbuffer_pullup(x->rreason, (ssize_t)rlen) : "";
+	char head[HEAD_OUT_MAX(HTTP_HEAD_MAX + 2)], *p = head;
 
-	if (evbuffer_add(x->rreason, "", 1) != 0)
+	if (reason == NULL || len > HTTP_HEAD_MAX + 2 || rlen > len)
 		return -1;
-	rlen = evbuffer_get_length(x->rreason);
-	reason = (const char *)evbuffer_pullup(x->rreason, (ssize_t)rlen);
-	p = hlen > 0 ? (const char *)evbuffer_pullup(x->rhdrs, (ssize_t)hlen) : "";
-	if (reason == NULL || p == NULL)
-		return -1;
-	end = p + hlen;
 	if (!info1xx) {
 		x->close_after = sw || !exchange_keep_alive(x->h) ||
 		    (!x->msg_complete && needs_eof(x));
@@ -897,38 +896,28 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 		    x->rp.http_minor >= 1 && http_should_keep_alive(&x->rp) &&
 		    !needs_eof(x);
 	}
-	/* The head is put together in hd (rraw, empty once checked), then
-	 * sent now or queued whole (to_client's rule). */
-	r |= add_status_line(hd, status, reason);
-	while (p < end) {
-		const char *name = p, *value = p + strlen(p) + 1;
-
-		if (value >= end)
-			break;
-		p = value + strlen(value) + 1;
-		if (!sw && hop_by_hop(name))
-			continue;
-		r |= add_header_line(hd, name, value);
+	/* The head is put together in head[], then sent now or queued
+	 * whole (to_client's rule). */
+	p = put_status_line(p, status, reason, rlen);
+	p = put_header_lines(p, raw, len, sw);
+	if (!sw && !info1xx && x->close_after) {
+		memcpy(p, "Connection: close\r\n", 19);
+		p += 19;
 	}
-	if (!sw && !info1xx && x->close_after)
-		r |= evbuffer_add(hd, "Connection: close\r\n", 19);
-	r |= evbuffer_add(hd, "\r\n", 2);
-	written = evbuffer_get_length(hd);
-	head = r == 0 ? evbuffer_pullup(hd, (ssize_t)written) : NULL;
-	/* Queued, the head is copied, not moved: its chain would be one per
-	 * head in the output (a node's 1xx heads without end, a KiB each). */
-	if (head != NULL && exchange_write_now(x->h, head, written) != 0)
+	memcpy(p, "\r\n", 2);
+	p += 2;
+	written = (size_t)(p - head);
+	if (exchange_write_now(x->h, (const uint8_t *)head, written) != 0)
 		*credit_now += x->head_bytes;    /* left now: all of it */
-	else if (head != NULL && evbuffer_add(out, head, written) == 0)
+	else if (evbuffer_add(out, head, written) == 0)
 		head_credit(x, written, credit_now);
 	else
 		r = -1;
-	evbuffer_drain(hd, evbuffer_get_length(hd));
 	x->down += written;
 	if (!info1xx)
 		x->status = status;
-	evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs));
-	evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason));
+	evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw));
+	evbuffer_drain(x->rreason, rlen);
 	if (r != 0)
 		return -1;
 	if (info1xx) {
@@ -943,19 +932,20 @@ emit_head(struct k8s_exchange *x, size_t *credit_now)
 	return 0;
 }
 
-/* The whole answer head is in rraw: it must frame the answer in one way
- * only (httphead.h), as a client's request must, and as RFC 9110 says for
- * its status (http_answer_body: x->answer).  Returns 0, -1 (ambiguous) or
- * -2 (framed as RFC 9110 forbids, or an unasked-for 101) with the reason
- * in why. */
+/* The whole answer head is in rraw (*raw, *len: it, made contiguous): it
+ * must frame the answer in one way only (httphead.h), as a client's
+ * request must, and as RFC 9110 says for its status (http_answer_body:
+ * x->answer).  Returns 0, -1 (ambiguous) or -2 (framed as RFC 9110
+ * forbids, or an unasked-for 101) with the reason in why. */
 static int
-check_answer_head(struct k8s_exchange *x, const char **why)
+check_answer_head(struct k8s_exchange *x, const char **raw, size_t *len,
+    const char **why)
 {
-	size_t len = evbuffer_get_length(x->rraw);
-	const char *raw = (const char *)evbuffer_pullup(x->rraw, (ssize_t)len);
 	struct http_framing f;
 
-	if (raw == NULL) {
+	*len = evbuffer_get_length(x->rraw);
+	*raw = (const char *)evbuffer_pullup(x->rraw, (ssize_t)*len);
+	if (*raw == NULL) {
 		*why = "out of memory";
 		return -1;
 	}
@@ -963,9 +953,8 @@ check_answer_head(struct k8s_exchange *x, const char **why)
 		*why = "an HTTP version other than 1.x";
 		return -1;
 	}
-	if (http_head_check(raw, len, &f, why) != 0)
+	if (http_head_check(*raw, *len, &f, why) != 0)
 		return -1;
-	evbuffer_drain(x->rraw, len);
 	x->answer = http_answer_body(x->rp.status_code, &f, x->head_method,
 	    x->upgrade_req, why);
 	return x->answer == HTTP_ANSWER_REFUSED ? -2 : 0;
@@ -976,8 +965,8 @@ static void
 resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 {
 	char msg[256];
-	const char *why = NULL;
-	size_t n, take, credit_now = 0;
+	const char *why = NULL, *raw;
+	size_t n, take, credit_now = 0, rawlen;
 	int r;
 
 	while (len > 0 && x->h != NULL && x->state != X_DONE) {
@@ -1016,14 +1005,14 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 				x_fail(x, 502, "out of memory");
 				return;
 			}
-			if ((r = check_answer_head(x, &why)) != 0) {
+			if ((r = check_answer_head(x, &raw, &rawlen, &why)) != 0) {
 				snprintf(msg, sizeof(msg), "the %s service of node %s "
 				    "answered %s: %s", K8S_SERVICE, x->node, r == -1 ?
 				    "an ambiguous head" : "a head it may not send", why);
 				x_fail(x, 502, msg);
 				return;
 			}
-			if (emit_head(x, &credit_now) != 0) {
+			if (emit_head(x, raw, rawlen, &credit_now) != 0) {
 				warn("k8s: out of memory for an answer head",
 				    KV_S("peer", exchange_peer(x->h)));
 				x_fail(x, 502, "out of memory");
@@ -1292,10 +1281,8 @@ x_retry(struct k8s_exchange *x)
 		return -1;
 	http_parser_init(&x->rp, HTTP_RESPONSE);
 	x->rp.data = x;
-	evbuffer_drain(x->rhdrs, evbuffer_get_length(x->rhdrs));
 	evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason));
 	evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw));
-	x->rh_state = 0;
 	x->rp_paused = 0;
 	x->msg_complete = 0;
 	x->up = 0;
@@ -1512,15 +1499,11 @@ x_fresh(void)
 	if (x == NULL)
 		return NULL;
 	x->to_agent = evbuffer_new();
-	x->rhdrs = evbuffer_new();
 	x->rreason = evbuffer_new();
 	x->rraw = evbuffer_new();
-	if (x->to_agent == NULL || x->rhdrs == NULL || x->rreason == NULL ||
-	    x->rraw == NULL) {
+	if (x->to_agent == NULL || x->rreason == NULL || x->rraw == NULL) {
 		if (x->to_agent != NULL)
 			evbuffer_free(x->to_agent);
-		if (x->rhdrs != NULL)
-			evbuffer_free(x->rhdrs);
 		if (x->rreason != NULL)
 			evbuffer_free(x->rreason);
 		if (x->rraw != NULL)
@@ -1538,20 +1521,18 @@ x_reuse(struct hconn *h)
 {
 	struct k8s_link *l = exchange_kept(h);
 	struct k8s_exchange *x = l != NULL ? l->spare : NULL;
-	struct evbuffer *to_agent, *req_copy, *rhdrs, *rreason, *rraw;
+	struct evbuffer *to_agent, *req_copy, *rreason, *rraw;
 
 	if (x == NULL)
 		return NULL;
 	l->spare = NULL;
 	to_agent = x->to_agent;
 	req_copy = x->req_copy;
-	rhdrs = x->rhdrs;
 	rreason = x->rreason;
 	rraw = x->rraw;
 	memset(x, 0, sizeof(*x));
 	x->to_agent = to_agent;
 	x->req_copy = req_copy;
-	x->rhdrs = rhdrs;
 	x->rreason = rreason;
 	x->rraw = rraw;
 	return x;

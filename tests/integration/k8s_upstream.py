@@ -5,6 +5,9 @@ GET /stream        a chunked answer: one line every 100 ms for 2 s
 GET ...?watch=1    a watch: three chunked watch events (ADDED watch-0..2),
                    100 ms apart, then the end
 GET with Upgrade   101 Switching Protocols, then echoes every byte back
+GET /odd-head      200 with a head that is valid but written oddly (a
+                   reason with spaces, no space or tabs after a colon,
+                   trailing blanks, an empty value, hop-by-hop headers)
 anything else      200 with a JSON echo of the request (method, path,
                    headers, body length), Connection: close
 Writes the port it listens on to PORTFILE.
@@ -58,6 +61,14 @@ class Handler(socketserver.StreamRequestHandler):
                 if not data:
                     return
                 self.connection.sendall(data)
+        if target.startswith("/odd-head"):
+            w.write(b"HTTP/1.1 200  Fine  Thanks\r\nX-Tight:value\r\n"
+                    b"Keep-Alive: timeout=5\r\nX-Tabbed:\t\tv1\t \r\n"
+                    b"Proxy-Connection: keep-alive\r\nX-Empty:\r\n"
+                    b"Connection: close\r\nX-Blank: \t\r\nX-Last: z\r\n"
+                    b"Content-Length: 2\r\n\r\nok")
+            w.flush()
+            return
         if target.startswith("/stream"):
             w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
