@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -243,6 +244,57 @@ test_ambiguous_heads_refused(void **state)
 	}
 }
 
+/* The target is split and decoded as http_parser_parse_url splits it,
+ * and each request on a connection reads as itself: what an earlier one
+ * had (a longer path, a query, a header) is never seen in a later one,
+ * whose buffers the reader keeps (http_reader_reset). */
+static void
+test_targets_split_and_each_request_its_own(void **state)
+{
+	static const struct { const char *target, *path, *query, *auth; } t[] = {
+		{ "/a/b?c=d", "/a/b", "c=d", "Bearer one" },
+		{ "/", "/", "", "" },
+		{ "/a?b?c#d?e", "/a", "b?c", "" },
+		{ "/a#b?c", "/a", "", "Bearer two" },
+		{ "/a?", "/a", "", "" },
+		{ "/%41%2fb?x+y=%20", "/A/b", "x y= ", "" },
+		{ "//x/y", "//x/y", "", "" },
+		{ "http://h:1/p/q?r=s#f", "/p/q", "r=s", "" },
+		{ "/k8s/clusters/c-1/api/v1/namespaces/default/pods?watch=1",
+		    "/k8s/clusters/c-1/api/v1/namespaces/default/pods", "watch=1",
+		    "Bearer three" },
+		{ "/s", "/s", "", "" },
+	};
+	struct http_reader *r = http_reader_new(64);
+	char req[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		const struct http_request *q;
+		enum http_read_result res;
+		int n;
+
+		if (t[i].auth[0] != '\0')
+			n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n"
+			    "Authorization: %s\r\n\r\n", t[i].target, t[i].auth);
+		else
+			n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n",
+			    t[i].target);
+		assert_int_equal(http_reader_feed(r, req, (size_t)n, &res), (size_t)n);
+		assert_int_equal(res, HTTP_READ_REQUEST);
+		q = http_reader_request(r);
+		assert_string_equal(q->target, t[i].target);
+		assert_string_equal(q->path, t[i].path);
+		assert_string_equal(q->query, t[i].query);
+		assert_string_equal(q->authorization, t[i].auth);
+		assert_int_equal(q->headers_len, strlen("Host") + strlen("h") + 2 +
+		    (t[i].auth[0] != '\0' ? strlen("Authorization") +
+		    strlen(t[i].auth) + 2 : 0));
+		http_reader_reset(r);
+	}
+	http_reader_free(r);
+}
+
 int
 main(void)
 {
@@ -252,6 +304,7 @@ main(void)
 		cmocka_unit_test(test_other_paths_keep_the_body_limit),
 		cmocka_unit_test(test_streamed_length_is_reported_not_copied),
 		cmocka_unit_test(test_ambiguous_heads_refused),
+		cmocka_unit_test(test_targets_split_and_each_request_its_own),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
