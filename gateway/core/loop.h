@@ -8,8 +8,9 @@
  * shared by pointer but a message's arg: loop_call gives it to the
  * receiver, which runs fn on its own thread, or, once it stopped, drop
  * frees it.  An inbox is a mutex-guarded list and an eventfd written only
- * when the list goes from empty to not; each wake takes the list whole and
- * runs it in order, so one sender's messages run in the order it sent them.
+ * when the list goes from empty to not (watched edge-triggered, never
+ * read); each wake takes the list whole and runs it in order, so one
+ * sender's messages run in the order it sent them.
  * Today loops 1..n-1 run TLS handshakes only (transport/tlsloop.h); tunnels
  * and streams stay on loop 0 (docs/0040 step 2).
  */
@@ -44,7 +45,8 @@ struct loop {
 	pthread_mutex_t mu;
 	struct loop_msg *head, *tail; /* waiting, oldest first */
 	int closed;                   /* stopped: calls are dropped at once */
-	int efd;                      /* eventfd: head went from NULL to not */
+	int efd;                      /* eventfd: head went from NULL to not
+	                                 (its counter never read: +1 a wake) */
 	struct event *wake;           /* efd readable, on base */
 	/* Tunnels (agents/session.c, routes/tunnel.c; docs/0040 step 7).
 	 * hub and tunnel_wait are this loop's thread's only; the atomics
@@ -111,7 +113,8 @@ struct loop *loops_new(struct event_base *home, unsigned n,
  * or drop runs exactly once (drop may be NULL: nothing to free).  From any
  * thread, to itself included (fn runs on a later pass, never inline).
  * Returns 0 queued, -1 dropped.  Cost: one malloc, one lock, and one
- * eventfd write when to's inbox was empty.
+ * eventfd write when to's inbox was empty (the receiver's wake reads
+ * nothing back).
  */
 int loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
     void (*drop)(void *arg));

@@ -7,10 +7,12 @@
  * and, beside it, a record per frame (struct link_rec): a DATA frame is
  * its stream id and its payload's bytes, never encoded (the multiplexer's
  * senddata; its far end is mux_on_data, no frame_decode), any other frame
- * (id 0) its encoded bytes, decoded on the far side.  The writer builds a
- * frame's bytes in a staging evbuffer of its own (no lock; a failure
- * leaves no half frame behind), then moves them into the queue and adds
- * the record under the half's mutex.  The reader takes the queue whole,
+ * (id 0) its encoded bytes, decoded on the far side.  Under the half's
+ * mutex the writer copies a frame's bytes straight into the queue, in one
+ * piece (evbuffer_reserve_space: all or nothing), or moves a payload sent
+ * by reference, whose chains it first took into a staging evbuffer of its
+ * own (no lock; a failure leaves no half frame behind), and adds the
+ * record.  The reader takes the queue whole,
  * and the records by swapping arrays, under the mutex, then hands the
  * frames on with no lock held.
  *
@@ -140,23 +142,35 @@ recs_room(struct link_recs *r)
 	return 0;
 }
 
-/* Moves the staged frame (len bytes) into the half with its record (id:
- * DATA's stream, or 0); posts LINK to the reader when none is on its way.
+/* Puts one frame of len bytes into the half with its record (id: DATA's
+ * stream, or 0): data[0..len) copied straight into the queue, in one
+ * piece (the reader reads it in place), or, data NULL, the staged bytes'
+ * chains moved.  Posts LINK to the reader when none is on its way.
  * Returns 0, or -1 (the reader's end closed, or out of memory: the frame
- * is dropped). */
+ * is dropped, nothing of it queued). */
 static int
-half_push(struct looplink_end *e, uint32_t id, size_t len)
+half_put(struct looplink_end *e, uint32_t id, const void *data, size_t len)
 {
 	struct looplink_half *h = e->out;
+	struct evbuffer_iovec v;
 	bool post = false;
+	int r = -1;
 
-	assert(evbuffer_get_length(e->stage) == len && len <= UINT32_MAX);
+	assert(len > 0 && len <= UINT32_MAX);
+	assert(data != NULL || evbuffer_get_length(e->stage) == len);
 	pthread_mutex_lock(&h->mu);
-	if (h->closed || recs_room(&h->recs) != 0 ||
-	    evbuffer_add_buffer(h->q, e->stage) != 0) {
-		pthread_mutex_unlock(&h->mu);
-		evbuffer_drain(e->stage, len);
-		return -1;
+	if (h->closed || recs_room(&h->recs) != 0)
+		goto out;
+	if (data == NULL) {
+		if (evbuffer_add_buffer(h->q, e->stage) != 0)
+			goto out;
+	} else {
+		if (evbuffer_reserve_space(h->q, (ev_ssize_t)len, &v, 1) != 1)
+			goto out;
+		memcpy(v.iov_base, data, len);
+		v.iov_len = len;
+		if (evbuffer_commit_space(h->q, &v, 1) != 0)
+			goto out;
 	}
 	/* Only the writer's loop sends while the reader's end is open (after
 	 * the joins, looplinks_free closed every half first). */
@@ -167,13 +181,19 @@ half_push(struct looplink_end *e, uint32_t id, size_t len)
 	    memory_order_relaxed);
 	if (!h->posted)
 		post = h->posted = true;
+	r = 0;
+out:
 	pthread_mutex_unlock(&h->mu);
+	if (r != 0 && data == NULL)
+		evbuffer_drain(e->stage, len);
 	if (post)
 		(void)loop_call(&e->set->loops[e->to], link_take, end_far(e), NULL);
-	return 0;
+	return r;
 }
 
-/* Any frame but DATA: its encoded bytes, decoded on the far side. */
+/* Any frame but DATA: its encoded bytes (one piece, as the multiplexer
+ * sends them, copied straight in; several gathered first), decoded on the
+ * far side. */
 static int
 link_sendv(void *io, const struct iovec *iov, int iovcnt)
 {
@@ -184,29 +204,32 @@ link_sendv(void *io, const struct iovec *iov, int iovcnt)
 		len += iov[i].iov_len;
 	if (len == 0 || len > UINT32_MAX)
 		return -1;
+	if (iovcnt == 1)
+		return half_put(e, 0, iov[0].iov_base, len);
 	for (int i = 0; i < iovcnt; i++)
 		if (evbuffer_add(e->stage, iov[i].iov_base, iov[i].iov_len) != 0) {
 			evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 			return -1;
 		}
-	return half_push(e, 0, len);
+	return half_put(e, 0, NULL, len);
 }
 
-/* DATA: the stream id in its record, the payload's chains moved (or the
- * bytes copied), no header (mux.h, senddata). */
+/* DATA: the stream id in its record, no header (mux.h, senddata); the
+ * payload's chains moved through the stage, or its bytes copied straight
+ * into the queue. */
 static int
 link_senddata(void *io, uint32_t stream_id, const uint8_t *data,
     struct evbuffer *src, size_t n)
 {
 	struct looplink_end *e = io;
 
-	if (n == 0 || n > UINT32_MAX || (src != NULL ?
-	    evbuffer_remove_buffer(src, e->stage, n) != (int)n :
-	    evbuffer_add(e->stage, data, n) != 0)) {
+	if (n == 0 || n > UINT32_MAX)
+		return -1;
+	if (src != NULL && evbuffer_remove_buffer(src, e->stage, n) != (int)n) {
 		evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 		return -1;
 	}
-	if (half_push(e, stream_id, n) != 0)
+	if (half_put(e, stream_id, src != NULL ? NULL : data, n) != 0)
 		return -1;
 	atomic_fetch_add_explicit(&e->out->bytes, n, memory_order_relaxed);
 	return 0;

@@ -7,7 +7,9 @@
  * runs once on every loop, the caller's own from its inbox, and its done
  * runs once after the last; a gather's rows are each filled by their own
  * loop and its done runs once on its home loop after them (its drop when
- * home stopped); a loop's audit lines wait for the end of its pass.
+ * home stopped); a loop's audit lines wait for the end of its pass; a
+ * loop woken once per message (each sent after the last ran) misses no
+ * wake, its eventfd never read (its counter counts the wakes).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,12 +17,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -399,6 +403,56 @@ test_audit_held_per_pass(void **state)
 	unlink(path);
 }
 
+/* One message at a time to loop 1, each sent once the one before ran, so
+ * each finds the inbox empty and needs a wake of its own. */
+#define PINGS 2000
+static pthread_mutex_t ping_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ping_cv = PTHREAD_COND_INITIALIZER;
+static unsigned pings_ran;
+
+static void
+ping_run(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&ping_mu);
+	pings_ran++;
+	pthread_cond_broadcast(&ping_cv);
+	pthread_mutex_unlock(&ping_mu);
+}
+
+static void
+test_every_wake_taken_eventfd_never_read(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, 2, NULL, err, sizeof(err));
+	uint64_t count = 0;
+	struct timespec until;
+
+	(void)state;
+	assert_non_null(loops);
+	for (unsigned i = 0; i < PINGS; i++) {
+		assert_int_equal(loop_call(&loops[1], ping_run, NULL, NULL), 0);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 10;
+		pthread_mutex_lock(&ping_mu);
+		/* A lost wake would leave it waiting here: failed at 10 s. */
+		while (pings_ran <= i)
+			assert_int_not_equal(pthread_cond_timedwait(&ping_cv,
+			    &ping_mu, &until), ETIMEDOUT);
+		pthread_mutex_unlock(&ping_mu);
+	}
+	loops_stop(loops, 2);
+	assert_int_equal(pings_ran, PINGS);
+	/* Each ping wrote the eventfd once (its inbox was empty) and no wake
+	 * read it back: the counter holds them all (and the stop's). */
+	assert_int_equal(read(loops[1].efd, &count, sizeof(count)),
+	    (ssize_t)sizeof(count));
+	assert_true(count >= PINGS);
+	loops_free(loops, 2);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -408,6 +462,7 @@ main(void)
 		cmocka_unit_test(test_broadcast_once),
 		cmocka_unit_test(test_gather),
 		cmocka_unit_test(test_audit_held_per_pass),
+		cmocka_unit_test(test_every_wake_taken_eventfd_never_read),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
