@@ -38,6 +38,11 @@
 # the gateway; k8s_on_loop.py says more).  Reported per run: Ir per
 # request, all threads, and the share of loop 0, loop 1 and the other
 # threads (the store's, valgrind's).  BENCH_KEEP keeps DIR/TAG-RUN.cg-NN.
+# BENCH_SYSCALLS=1 (with BENCH_WORKERS=2) runs the gateway without
+# valgrind and counts, over the same window, its system calls and CPU
+# (perf stat -e raw_syscalls:sys_enter,task-clock --per-thread): what the
+# instruction counts leave out, the kernel's share (an eventfd write, a
+# wake).  Its CPU moves with the machine's load; the calls do not.
 #
 # usage: bash tests/bench/k8s_instructions.sh TAG=BINDIR [TAG=BINDIR...]
 #   BINDIR holds tether-gateway, tether-client and tetherctl (a release
@@ -52,6 +57,9 @@ CONNS=${BENCH_CONNS:-4}
 KEEP=${BENCH_KEEP:-}
 WORKERS=${BENCH_WORKERS:-1}
 [[ $WORKERS == 1 || $WORKERS == 2 ]] || fail "BENCH_WORKERS is 1 or 2"
+SYSCALLS=${BENCH_SYSCALLS:-0}
+[[ $SYSCALLS == 0 || $WORKERS == 2 ]] || fail "BENCH_SYSCALLS=1 needs BENCH_WORKERS=2"
+[[ $SYSCALLS == 0 ]] || command -v perf >/dev/null || fail "BENCH_SYSCALLS=1 needs perf"
 [[ $REQS =~ ^[1-9][0-9]*$ && $CONNS =~ ^[1-9][0-9]*$ ]] ||
 	fail "BENCH_REQS and BENCH_CONNS are counts"
 [ -z "$KEEP" ] || mkdir -p "$KEEP"
@@ -114,7 +122,8 @@ cg_ir() {
 # header); prints "TAG RUN Ir/request" and each loop's share.
 measure_loops() {
 	local tag=$1 bin=$2 run=$3 cg="$T/$1-$3.cg" tok cid f ir n tl want x=0
-	local -a serve=(--workers 1)
+	local -a serve=(--workers 1) tool=(valgrind --tool=callgrind --instr-atstart=no
+		--separate-threads=yes --callgrind-out-file="$cg") perf=()
 	local l0=0 l1=0 other=0 total=0
 	GATEWAY=$bin/tether-gateway CLIENT=$bin/tether-client CTL=$bin/tetherctl
 	for f in "$GATEWAY" "$CLIENT" "$CTL"; do [ -x "$f" ] || fail "$tag: no $f"; done
@@ -122,9 +131,11 @@ measure_loops() {
 	GW_PORT=$(free_port)
 	rm -rf "$T/gw" "$cg"-*
 	gateway_init 2>"$T/init.err"
-	valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes \
-		--callgrind-out-file="$cg" \
-		"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" "${serve[@]}" \
+	if [ "$SYSCALLS" = 1 ]; then
+		tool=()
+		perf=("$T/perf-$tag-$run.txt")
+	fi
+	"${tool[@]}" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" "${serve[@]}" \
 		"${TLS_DEADLINES[@]}" >"$T/gateway-$tag-$run.log" 2>&1 &
 	GW_PID=$!
 	PIDS+=("$GW_PID")
@@ -147,7 +158,7 @@ measure_loops() {
 	fi
 	python3 "$(dirname "$0")/k8s_on_loop.py" "$GW_PORT" "$GW_DIR/ca.crt" "$tok" \
 		"$GW_DIR/admin.token" "$want" "$CONNS" "$REQS" \
-		"/k8s/clusters/$cid/version" "$GW_PID" || fail "$tag $run: the client failed"
+		"/k8s/clusters/$cid/version" "$GW_PID" "${perf[@]}" || fail "$tag $run: the client failed"
 	x=$(loop_crossings)
 	case $run in
 	near) [ "$x" = 0 ] || fail "$tag $run: $x streams crossed the loop link" ;;
@@ -156,6 +167,24 @@ measure_loops() {
 	client_stop "$CLIENT_PID"
 	kill -TERM "$GW_PID"
 	wait "$GW_PID" || true
+	n=$((REQS * CONNS))
+	if [ "$SYSCALLS" = 1 ]; then
+		# perf's rows: COMM-TID COUNT [msec] EVENT; loop 0 is the main
+		# thread (its tid is the pid).
+		awk -v n="$n" -v pid="$GW_PID" -v tag="$tag" -v run="$run" '
+			$3 == "raw_syscalls:sys_enter" || $4 == "task-clock" {
+				tid = $1; sub(/.*-/, "", tid); v = $2; gsub(",", "", v)
+				k = ($4 == "task-clock") ? "cpu" : "sc"
+				if (tid == pid) l0[k] += v; else rest[k] += v
+			}
+			END { if (l0["sc"] == 0) exit 1
+				printf "  %-10s %-7s %6.2f system calls/request (loop 0 %.2f, others %.2f)   CPU %.1f us/request (loop 0 %.1f, others %.1f)   (%d requests)\n",
+				tag, run, (l0["sc"] + rest["sc"]) / n, l0["sc"] / n, rest["sc"] / n,
+				(l0["cpu"] + rest["cpu"]) * 1000 / n, l0["cpu"] * 1000 / n, rest["cpu"] * 1000 / n, n }' \
+			"${perf[0]}" || fail "$tag $run: no counts from perf: $(cat "${perf[0]}")"
+		GW_PID=
+		return
+	fi
 	GW_PID=
 	for f in "$cg"-*; do
 		ir=$(cg_ir "$f")
@@ -172,13 +201,16 @@ measure_loops() {
 		[ -z "$KEEP" ] || cp "$f" "$KEEP/$tag-$run.${f##*.}"
 	done
 	[ "$total" -gt 0 ] || fail "$tag $run: no callgrind files"
-	n=$((REQS * CONNS))
 	printf '  %-10s %-7s %9d Ir/request   loop 0 %7d   loop 1 %7d   other %6d   (%d requests, %d link streams)\n' \
 		"$tag" "$run" $((total / n)) $((l0 / n)) $((l1 / n)) $((other / n)) "$n" "$x"
 }
 
 if [ "$WORKERS" = 2 ]; then
-	echo "The gateway's instructions per /k8s request across loops (callgrind; $CONNS keep-alive connections x $REQS requests;"
+	if [ "$SYSCALLS" = 1 ]; then
+		echo "The gateway's system calls and CPU per /k8s request across loops (perf stat; $CONNS keep-alive connections x $REQS requests;"
+	else
+		echo "The gateway's instructions per /k8s request across loops (callgrind; $CONNS keep-alive connections x $REQS requests;"
+	fi
 	echo "near: every connection on the tunnel's loop, cross: every one on the other loop, each request crossing the loop link)"
 	for arg in "$@"; do
 		[[ $arg == *=* ]] || fail "not TAG=BINDIR: $arg"

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""k8s_on_loop.py PORT CAFILE TOKEN ADMIN_TOKEN LOOP CONNS REQS PATH GW_PID
+"""k8s_on_loop.py PORT CAFILE TOKEN ADMIN_TOKEN LOOP CONNS REQS PATH GW_PID [PERF_OUT]
 
 k8s_instructions.sh's client for a gateway under callgrind (docs/0040's
 loops): opens CONNS keep-alive connections that live on event loop LOOP
 ("any": wherever they land), warms each with a few GETs of PATH (TOKEN's),
 then turns callgrind's instrumentation on in GW_PID, sends REQS GETs of
-PATH on every connection at once (a thread each), and turns it off.
+PATH on every connection at once (a thread each), and turns it off.  With
+PERF_OUT the window is `perf stat` on GW_PID instead (system calls and
+task-clock per thread, written to PERF_OUT).
 
 A connection is placed by the gateway's own landing, no bench-only knob:
 under --landing any a connection whose first request is a root path
@@ -24,7 +26,9 @@ import re
 import ssl
 import subprocess
 import sys
+import signal
 import threading
+import time
 
 WARM = 5
 HS = re.compile(r'^tether_loop_tls_handshakes_total\{loop="([0-9]+)"\} ([0-9]+)$', re.M)
@@ -71,13 +75,37 @@ def place(port, ctx, admin, loop, n):
     return conns
 
 
-def callgrind(pid, what):
-    subprocess.run(["callgrind_control", "-i", what, pid], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+class Window:
+    """Counting in the gateway on (callgrind's instrumentation, or perf stat
+    into perf_out) while the requests run."""
+
+    def __init__(self, pid, perf_out):
+        self.pid, self.perf_out, self.perf = pid, perf_out, None
+
+    def on(self):
+        if self.perf_out is None:
+            self.callgrind("on")
+            return
+        self.perf = subprocess.Popen(
+            ["perf", "stat", "-e", "raw_syscalls:sys_enter,task-clock", "--per-thread",
+             "-p", self.pid, "-o", self.perf_out])
+        time.sleep(0.5)   # attached (it says nothing until the end)
+
+    def off(self):
+        if self.perf is None:
+            self.callgrind("off")
+            return
+        self.perf.send_signal(signal.SIGINT)
+        self.perf.wait()   # its status after SIGINT says nothing; its file does
+
+    def callgrind(self, what):
+        subprocess.run(["callgrind_control", "-i", what, self.pid], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main():
     port, ca, token, admin, loop, nconns, reqs, path, pid = sys.argv[1:10]
+    window = Window(pid, sys.argv[10] if len(sys.argv) > 10 else None)
     headers = {"Authorization": "Bearer " + token}
     ctx = ssl.create_default_context(cafile=ca)
     conns = place(int(port), ctx, open(admin).read().strip(), loop, int(nconns))
@@ -94,12 +122,12 @@ def main():
             failed.append(str(e))
 
     threads = [threading.Thread(target=run, args=(c,)) for c in conns]
-    callgrind(pid, "on")
+    window.on()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    callgrind(pid, "off")
+    window.off()
     for c in conns:
         c.close()
     if failed:
