@@ -54,7 +54,6 @@
  */
 #include "k8s.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -1300,6 +1299,14 @@ x_retry(struct k8s_exchange *x)
  * and '_' the same as '-' (CGI, WSGI and some proxies read
  * "Impersonate_User" as "Impersonate-User").
  */
+/* ASCII lower case, inline (tolower is a call into the C library for
+ * every byte of every header name a request carries). */
+static unsigned char
+ascii_lower(unsigned char c)
+{
+	return c >= 'A' && c <= 'Z' ? (unsigned char)(c + ('a' - 'A')) : c;
+}
+
 static int
 name_is(const char *name, const char *want, int whole)
 {
@@ -1310,7 +1317,7 @@ name_is(const char *name, const char *want, int whole)
 
 		if (a == '_')
 			a = '-';
-		if (a == '\0' || tolower(a) != tolower(b))
+		if (a == '\0' || ascii_lower(a) != ascii_lower(b))
 			return 0;
 	}
 	return !whole || name[i] == '\0';
@@ -1427,9 +1434,13 @@ static int
 write_request_head(struct k8s_exchange *x, const struct http_request *rq,
     const char *rest)
 {
-	struct head_out o = { .b = x->to_agent };
+	struct head_out o;	/* not zeroed: buf is 2 KiB */
 	const char *p = rq->headers, *end = rq->headers + rq->headers_len;
 	int r = 0;
+
+	o.b = x->to_agent;
+	o.err = 0;
+	o.len = 0;
 
 	ho_put(&o, rq->method, strlen(rq->method));
 	ho_put(&o, " /", rest[0] == '/' ? 1 : 2);
