@@ -22,8 +22,9 @@
  * held to the same rules.  A stream whose answer leaves the upstream connection fit is
  * parked on the client's connection (struct k8s_link) and adopted by its
  * next request for the same cluster and principal; see x_park, x_retry
- * and docs/0007.  The answer's head is parsed (http-parser, response mode) and
- * written again without Connection and Keep-Alive, because the client's
+ * and docs/0007.  The answer's head is parsed (http-parser, response mode),
+ * checked (http_head_check) and written again from its raw bytes
+ * (put_header_lines) without Connection, Keep-Alive and Proxy-Connection, because the client's
  * connection is ours to keep or close; its body is relayed byte for byte,
  * as it arrives, and parsed only to find where it ends, so that the
  * client's connection carries the next request.  What follows a head is
@@ -48,8 +49,8 @@
  * of answer per exchange; toward the
  * agent at most K8S_UP_HIGH bytes wait, then the client is not read.
  *
- * Buffer ownership: the exchange owns to_agent and the answer-head
- * collections; the client's output buffer is the server's, the exchange
+ * Buffer ownership: the exchange owns to_agent and the answer head's
+ * buffers (rraw, rreason); the client's output buffer is the server's, the exchange
  * only adds to it and watches it drain.
  */
 #include "k8s.h"
