@@ -97,6 +97,14 @@ budget_take(struct budget *b, struct budget_account *tunnel,
 	return w;
 }
 
+/* a's used or holders fell: its owner hears when both are 0 (under mu). */
+static void
+account_fell(struct budget_account *a)
+{
+	if (a->idle != NULL && a->used == 0 && a->holders == 0)
+		a->idle(a);
+}
+
 void
 budget_release(struct budget *b, struct budget_charge *c)
 {
@@ -107,8 +115,10 @@ budget_release(struct budget *b, struct budget_charge *c)
 	b->used -= c->bytes;
 	if (c->tunnel != NULL)
 		c->tunnel->used -= c->bytes;
-	if (c->principal != NULL)
+	if (c->principal != NULL) {
 		c->principal->used -= c->bytes;
+		account_fell(c->principal);
+	}
 	if (b->mu != NULL)
 		pthread_mutex_unlock(b->mu);
 	c->bytes = 0;
@@ -233,8 +243,10 @@ budget_hold_charge(struct budget_holder *h, struct budget_account *principal)
 		return;
 	budget_hold_set(h, 0);
 	hold_lock(h, 1);
-	if (h->principal != NULL)
+	if (h->principal != NULL) {
 		h->principal->holders--;
+		account_fell(h->principal);
+	}
 	if (principal != NULL)
 		principal->holders++;
 	hold_lock(h, 0);
@@ -268,6 +280,7 @@ budget_hold_release(struct budget_holder *h)
 	if (h->principal != NULL) {
 		hold_lock(h, 1);
 		h->principal->holders--;
+		account_fell(h->principal);
 		hold_lock(h, 0);
 	}
 	h->principal = NULL;

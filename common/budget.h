@@ -61,6 +61,11 @@ struct budget_account {
 	 * hold (part[i] written and read by slice i's thread only). */
 	size_t *part;
 	unsigned holders;        /* connections charged to it (budget_hold_charge), under mu */
+	/* NULL, or called when used and holders have both fallen to 0 (a
+	 * charge released, a connection gone): under mu, on the thread that
+	 * released.  Its owner's garbage collection hears of the accounts
+	 * that may be freed without looking at every one (shares.c). */
+	void (*idle)(struct budget_account *a);
 };
 
 struct budget {

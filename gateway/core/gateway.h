@@ -36,7 +36,7 @@ struct store;
 struct store_worker;
 struct hub;
 struct agentdir;
-struct share;
+struct shares;
 struct presence;
 struct peers;
 struct notices;
@@ -128,7 +128,8 @@ struct gateway {
 	pthread_mutex_t budget_mu;      /* budget.mu with two loops or more:
 	                                   the loop links charge windows from
 	                                   every loop (main.c inits it) */
-	struct share *shares;           /* principals' accounts in it (shares.c) */
+	struct shares *shares;          /* principals' accounts in it (shares.c:
+	                                   a hash table; NULL until the first) */
 	char data_dir[4096];
 	char url[256];                  /* public URL for join documents */
 	bool ca_pem_fixed;              /* --public-ca gave it: kept as it is */

@@ -10,7 +10,9 @@
  * unpin, and later release, while a fourth looks up names of its own,
  * whose sweeps free whatever is idle: nothing is freed while charged or
  * pinned (ASan), nothing races (TSan: `make test-tsan`), and at the end
- * every count is back to 0 and the sweep frees every account.
+ * every count is back to 0 and the sweep frees every account.  And
+ * thousands of principals: found, kept and freed as one, each lookup
+ * looking at a few accounts, not at them all.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +78,69 @@ test_pinned_until_unpinned(void **state)
 	shares_unpin(gw, shares_principal(gw, "user:c"));
 	assert_int_equal(shares_count(gw), 1);
 	shares_unpin(gw, NULL);                  /* nothing */
+	gw_free(gw);
+}
+
+/* Many principals: each lookup finds its own account (the same one while
+ * it lives, admin: or not, with its share), the idle ones go at the next
+ * lookup and the charged ones stay, and what the lookups cost is O(1)
+ * each: the accounts they looked at (compared, swept, moved by a
+ * doubling) stay within a few per lookup, where walking the list looked
+ * at about MANY * MANY of them. */
+#define MANY 5000
+
+static void
+test_many_principals(void **state)
+{
+	struct gateway *gw = gw_new();
+	static struct budget_account *acc[MANY];
+	static struct budget_charge c[MANY];
+	char name[32];
+	size_t lookups = 0;
+
+	(void)state;
+	for (int i = 0; i < MANY; i++) {
+		snprintf(name, sizeof(name), i % 7 == 0 ? "admin:t%d" : "user:u%d", i);
+		acc[i] = shares_principal(gw, name);
+		lookups++;
+		assert_non_null(acc[i]);
+		assert_int_equal(acc[i]->admin, i % 7 == 0);
+		assert_int_equal(acc[i]->limit, gw->budget.principal_share);
+	}
+	assert_int_equal(shares_count(gw), MANY);
+	/* Found again: the same account, each its own. */
+	for (int i = 0; i < MANY; i++) {
+		snprintf(name, sizeof(name), i % 7 == 0 ? "admin:t%d" : "user:u%d", i);
+		assert_ptr_equal(shares_principal(gw, name), acc[i]);
+		lookups++;
+		shares_unpin(gw, acc[i]);
+		if (i > 0)
+			assert_ptr_not_equal(acc[i], acc[i - 1]);
+	}
+	/* The odd ones charged, then every pin given back: the next lookup
+	 * frees the even ones and makes one account. */
+	for (int i = 1; i < MANY; i += 2)
+		assert_int_equal(budget_take(&gw->budget, NULL, acc[i], 4 * KiB,
+		    &c[i], NULL), 4 * KiB);
+	for (int i = 0; i < MANY; i++)
+		shares_unpin(gw, acc[i]);
+	shares_unpin(gw, shares_principal(gw, "user:next"));
+	lookups++;
+	assert_int_equal(shares_count(gw), MANY / 2 + 1);
+	for (int i = 1; i < MANY; i += 2) {
+		snprintf(name, sizeof(name), i % 7 == 0 ? "admin:t%d" : "user:u%d", i);
+		assert_ptr_equal(shares_principal(gw, name), acc[i]);
+		lookups++;
+		shares_unpin(gw, acc[i]);
+		assert_int_equal(acc[i]->used, 4 * KiB);
+	}
+	/* Released: freed by the next lookup, of anyone. */
+	for (int i = 1; i < MANY; i += 2)
+		budget_release(&gw->budget, &c[i]);
+	shares_unpin(gw, shares_principal(gw, "user:last"));
+	lookups++;
+	assert_int_equal(shares_count(gw), 1);
+	assert_true(shares_work(gw) <= 8 * lookups);
 	gw_free(gw);
 }
 
@@ -202,6 +267,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pinned_until_unpinned),
+		cmocka_unit_test(test_many_principals),
 		cmocka_unit_test(test_loops_charge_while_another_sweeps),
 	};
 
