@@ -115,7 +115,7 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    "fewest, a replica's link on the first, any other on the loop that "
 	    "ran the handshake; any: as route, but /k8s and dials on the loop "
 	    "that leaves the loops most even, counting each loop's connections "
-	    "and, at a third of one each, those whose agent's tunnel it holds "
+	    "and, at half of one each, those whose agent's tunnel it holds "
 	    "(their streams may cross between loops); "
 	    "zero: every one on the first loop (the others only run TLS "
 	    "handshakes)" },

@@ -753,18 +753,21 @@ land_crowded(const struct gateway *gw, unsigned to, unsigned here)
  * loop it lives on (its TLS, HTTP and route: the client side) and
  * LAND_TUNNEL_PARTS on the loop of its agent's tunnel (its requests'
  * frames to and from the agent, the tunnel's TLS: the tunnel side), so
- * w = 1/3 of a client side.  Measured (docs/performance.md, 2026-11-27,
- * two held cores): one loop spends 24 us per /k8s request (10.1 s for
- * 426,329), of which the tunnel side is about 22 % (5.3 us; the client
- * side 18.7 us); a request crossing the loop link costs about 10 % more
- * (43.9 against 40.4 ms of relay CPU per 1,000), ~2.4 us, about half on
- * each side of the link.  A crossed request thus costs its agent's loop
- * 5.3 + 1.2 = 6.5 us and its own 18.7 + 1.2 = 19.9 us: w = 6.5 / 19.9 =
- * 0.33.  With every connection of one cluster on loop T the loops are
- * even when a third of them (n (1 - w) / 2) live on T: at --workers 2
- * `any`'s half on T left T busy 9.7 s of 10 and the other loop 7.8 s.
+ * w = 1/2 of a client side.  Measured, a request whose connection is on
+ * the other loop than its agent's tunnel (docs/performance.md, 2026-11-28):
+ * callgrind, per thread, with the link's DATA unencoded (a1084de): 38,210
+ * instructions on the tunnel's loop against 81,904 on the connection's,
+ * w = 0.47; CPU, this 2-core machine, k8s_proxy.sh at --workers 2 with w
+ * = 1/3 (5 of 16 connections on the tunnel's loop T): T 1.8 and 1.7 s,
+ * the other 1.5 and 1.3 s, still T the busier, which w = 0.54 and 0.61
+ * would have evened (connections served alike); the first estimate from
+ * the held cores' run (2026-11-27: 24 us per request, the tunnel side
+ * ~22 %, a crossing ~10 %, half each side) gave w = 0.33, too low.  With
+ * every connection of one cluster on loop T the loops are even when
+ * n (1 - w) / 2 of them live on T: a quarter (at --workers 2 `any`'s old
+ * half on T left T busy 9.7 s of 10 and the other loop 7.8 s).
  */
-#define LAND_CLIENT_PARTS 3u
+#define LAND_CLIENT_PARTS 2u
 #define LAND_TUNNEL_PARTS 1u
 /* Loops the weighing looks at (agentdir_loops' mask; --workers <= 64). */
 #define LAND_LOOPS_MAX 64u
@@ -786,8 +789,9 @@ land_load(const struct gateway *gw, unsigned i)
  * (not 0).  Landing on loop i adds the client side there and the tunnel
  * side on i itself when i holds an agent of it (nothing crosses), else on
  * the least loaded loop of mask (its streams cross to an agent there);
- * the loop whose load plus what lands on it is least wins, here on a tie
- * (no hand-over), then the lowest index.  With one agent's loop T that
+ * the loop whose load plus what lands on it is least wins; on a tie a
+ * loop of mask (nothing crosses: less CPU in all), then here (no
+ * hand-over), then the lowest index.  With one agent's loop T that
  * is: T's load plus the tunnel side against each other loop's (the
  * tunnel side goes to T wherever the connection lands).  *tunnel: the
  * loop the tunnel side was weighed on.  O(loops).
@@ -810,7 +814,8 @@ land_weighed(const struct gateway *gw, uint64_t mask, unsigned here,
 		uint64_t cost = load[i] + LAND_CLIENT_PARTS +
 		    ((mask >> i & 1) ? LAND_TUNNEL_PARTS : 0);
 
-		if (cost < best_cost) {
+		if (cost < best_cost || (cost == best_cost && (mask >> i & 1) &&
+		    !(mask >> best & 1))) {
 			best = i;
 			best_cost = cost;
 		}

@@ -106,9 +106,10 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
  * With --landing any: the loop that leaves the loops most even, weighing
  * each loop's connections (loop->nconns, the client side, 1 each) and the
  * operator connections whose agent's tunnel it holds (loop->tunnel_side,
- * 1/3 each: access.c's LAND_* figures), this one counted where it would
+ * 1/2 each: access.c's LAND_* figures), this one counted where it would
  * land and where its tunnel side would run (on its own loop when that
- * holds an agent of the cluster, else on one that does); *tunnel is set
+ * holds an agent of the cluster, else on one that does), a tie going to
+ * a loop where nothing crosses, then to here; *tunnel is set
  * to that loop, which the caller counts in loop->tunnel_side from now
  * until the connection ends (server.c owns that count).
  * Either way here, *tunnel untouched, when this process holds no active

@@ -2,11 +2,11 @@
 # --landing any weighs the tunnel side (docs/0040 step 8, "the tunnel side
 # weighed"): with --workers 2 and a one-agent cluster, the agent's tunnel
 # on loop T does the tunnel side of every request, so a /k8s connection
-# lands where the loops stay most even, each connection weighing 3 parts
+# lands where the loops stay most even, each connection weighing 2 parts
 # (its client side) on the loop it lands on and 1 part (its tunnel side)
-# on T.  Eight keep-alive connections (openssl s_client, one after
+# on T, a tie going where nothing crosses (T).  Eight keep-alive connections (openssl s_client, one after
 # another, each answered before the next opens; one whose request line
-# came too late for the landing is opened again) land 3 on T and 5 on the
+# came too late for the landing is opened again) land 2 on T and 6 on the
 # other loop (tether_loop_connections{loop}); the tunnel sides stand 8 on T
 # (tether_loop_tunnel_side_connections{loop}); a second request on each
 # connection is answered from both loops; once they close, both gauges
@@ -110,13 +110,13 @@ for i in $(seq 1 $N); do
 done
 scrape
 # The rule (access.c): land where load + what lands there is least, load
-# = 3 x connections + tunnel sides; here it gives T 3 and the other 5
-# (T 17 parts against 15).
-[ "$(conns "$tl")" = 3 ] && [ "$(conns "$ol")" = 5 ] ||
-	fail "$N connections: loop $tl (the tunnel's) holds $(conns "$tl"), loop $ol $(conns "$ol") (want 3 and 5)"
+# = 2 x connections + tunnel sides, a tie on T; one after another they go
+# O T O O O T O O, T 2 and the other 6 (12 parts each).
+[ "$(conns "$tl")" = 2 ] && [ "$(conns "$ol")" = 6 ] ||
+	fail "$N connections: loop $tl (the tunnel's) holds $(conns "$tl"), loop $ol $(conns "$ol") (want 2 and 6)"
 [ "$(sides "$tl")" = "$N" ] && [ "$(sides "$ol")" = 0 ] ||
 	fail "tunnel sides: loop $tl $(sides "$tl"), loop $ol $(sides "$ol") (want $N and 0)"
-pass "$N keep-alive /k8s connections one after another: 3 on the tunnel's loop, 5 on the other; $N tunnel sides on loop $tl"
+pass "$N keep-alive /k8s connections one after another: 2 on the tunnel's loop, 6 on the other; $N tunnel sides on loop $tl"
 
 # A second request on each, from both loops: all answered, those on the
 # other loop through the loop link (a kept-alive connection keeps its

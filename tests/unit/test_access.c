@@ -13,7 +13,7 @@
  * A connection's memo of its last grant (access_memo) is taken again only
  * for the same bytes and cluster, within the pair's time, before any
  * revocation or expiry.  Where a connection lands (access_land_loop):
- * with --landing any by weight (each loop's connections 3 parts, the
+ * with --landing any by weight (each loop's connections 2 parts, the
  * tunnel sides it runs 1 part), with route on the agent's loop.
  */
 #include <stdarg.h>
@@ -570,14 +570,15 @@ land_one(struct gateway *gw, const char *cluster, const char *node,
 
 /* --landing any, one agent on loop 0 of two: connections one after
  * another (handshakes alternating) land where the loops stay most even,
- * 3 parts each on their loop, 1 part each on the agent's: 1 0 1 1 0 1 1 0
- * (loop 0 ends 3 x 3 + 8 = 17, loop 1 5 x 3 = 15), whichever loop ran the
- * handshake; an unknown cluster, or an agent not active, stays. */
+ * 2 parts each on their loop, 1 part each on the agent's, a tie on the
+ * agent's loop (nothing crosses) even from loop 1: 1 0 1 1 1 0 1 1 (loop 0
+ * ends 2 x 2 + 8 = 12, loop 1 6 x 2 = 12); an unknown cluster, or an agent
+ * not active, stays. */
 static void
 test_land_weighed(void **state)
 {
 	struct gateway *gw = land_gw(2, 0);
-	const unsigned want[8] = { 1, 0, 1, 1, 0, 1, 1, 0 };
+	const unsigned want[8] = { 1, 0, 1, 1, 1, 0, 1, 1 };
 	unsigned tunnel = 99;
 
 	(void)state;
@@ -588,13 +589,13 @@ test_land_weighed(void **state)
 	(void)agentdir_add(gw->agents, "a0", "c", "n0", true, 0, NULL);
 	for (unsigned i = 0; i < 8; i++)
 		assert_int_equal(land_one(gw, "c", NULL, i % 2, 0), want[i]);
-	assert_int_equal(atomic_load(&gw->loops[0].nconns), 3);
-	assert_int_equal(atomic_load(&gw->loops[1].nconns), 5);
+	assert_int_equal(atomic_load(&gw->loops[0].nconns), 2);
+	assert_int_equal(atomic_load(&gw->loops[1].nconns), 6);
 	/* Another cluster, unknown here: stays, nothing weighed. */
 	assert_int_equal(access_land_loop(gw, "nope", NULL, 0, &tunnel), 0);
 	assert_int_equal(tunnel, 99);
 	/* Connections of other work on loop 1 move the balance: 6 more there
-	 * (loop 1 at 33 against loop 0's 17 + 4): the next lands on 0. */
+	 * (loop 1 at 24 + 2 against loop 0's 12 + 3): the next lands on 0. */
 	atomic_fetch_add(&gw->loops[1].nconns, 6);
 	assert_int_equal(land_one(gw, "c", NULL, 1, 0), 0);
 	land_gw_free(gw);
@@ -603,7 +604,8 @@ test_land_weighed(void **state)
 /* --landing any with agents on several loops: a loop holding one weighs
  * the tunnel side on itself (nothing crosses), one that holds none on the
  * least loaded loop that does; a node counts only its own agent's loop;
- * ties stay on the handshake loop.  --landing route: on the agent's loop,
+ * ties go to a loop where nothing crosses, then stay on the handshake
+ * loop, then the lowest index.  --landing route: on the agent's loop,
  * nothing weighed. */
 static void
 test_land_several(void **state)
@@ -614,18 +616,35 @@ test_land_several(void **state)
 	(void)state;
 	(void)agentdir_add(gw->agents, "a0", "c", "n0", true, 0, NULL);
 	(void)agentdir_add(gw->agents, "a1", "c", "n1", true, 1, NULL);
-	/* All idle: loops 0 and 1 cost 4, loop 2 costs 3 (its tunnel side on
+	/* All idle: loops 0 and 1 cost 3, loop 2 costs 2 (its tunnel side on
 	 * loop 0, the lower of two equal loads). */
 	assert_int_equal(land_one(gw, "c", NULL, 0, 0), 2);
-	/* Now 0: 1, 1: 0, 2: 3; from 0: loop 1 costs 4, 0 costs 5, 2 costs 6. */
+	/* Loads 1 0 2; from 0: loop 1 costs 3, 0 costs 4, 2 costs 4. */
 	assert_int_equal(land_one(gw, "c", NULL, 0, 1), 1);
-	/* 0: 1, 1: 4, 2: 3: from 2, loop 0 costs 5 and 2 costs 6: loop 0. */
+	/* 1 3 2, from 2: loop 0 costs 4, 2 costs 4, 1 costs 6: the tie goes
+	 * to loop 0, where nothing crosses, not to here. */
 	assert_int_equal(land_one(gw, "c", NULL, 2, 0), 0);
-	/* 0: 5, 1: 4, 2: 3: a node's agent on loop 1: loop 2 (6) against 1
-	 * (8) and 0 (8); its tunnel side on loop 1. */
+	/* 4 3 2: a node's agent on loop 1: loop 2 (4) against 1 (6) and 0
+	 * (6); its tunnel side on loop 1. */
 	assert_int_equal(land_one(gw, "c", "n1", 0, 1), 2);
-	/* 0: 5, 1: 5, 2: 6: from 1, every loop costs 9: stays. */
-	assert_int_equal(land_one(gw, "c", NULL, 1, 1), 1);
+	/* 4 4 4, from 1: loops 0 and 1 cost 7 and 2 costs 6: loop 2. */
+	assert_int_equal(land_one(gw, "c", NULL, 1, 0), 2);
+	/* 5 4 6, from 2: loop 1 costs 7, 0 costs 8, 2 costs 8: loop 1. */
+	assert_int_equal(land_one(gw, "c", NULL, 2, 1), 1);
+	/* 5 7 6, then 2 more on loop 0 (7 7 6): from 1, loops 0 and 1 cost 10
+	 * and 2 costs 8: loop 2, its tunnel side on loop 0 (the lower of two
+	 * equal loads); then 8 7 8, 1 more on loop 1 and 4 on loop 2 (8 8
+	 * 12): from 1, loops 0 and 1 tie at 11, both without a crossing: it
+	 * stays on 1; from 2, on loop 0, the lower index. */
+	atomic_fetch_add(&gw->loops[0].tunnel_side, 2);
+	assert_int_equal(land_one(gw, "c", NULL, 1, 0), 2);
+	atomic_fetch_add(&gw->loops[1].tunnel_side, 1);
+	atomic_fetch_add(&gw->loops[2].nconns, 2);
+	tunnel = 99;
+	assert_int_equal(access_land_loop(gw, "c", NULL, 1, &tunnel), 1);
+	assert_int_equal(tunnel, 1);
+	assert_int_equal(access_land_loop(gw, "c", NULL, 2, &tunnel), 0);
+	assert_int_equal(tunnel, 0);
 	land_gw_free(gw);
 
 	gw = land_gw(2, 1);
