@@ -835,7 +835,7 @@ access_land_loop(struct gateway *gw, const char *cluster, const char *node,
 	    here >= gw->nloops)
 		return here;
 	if (!gw->landing_route) {
-		if (gw->nloops < 2 || gw->nloops > LAND_LOOPS_MAX ||
+		if (tunnel == NULL || gw->nloops < 2 || gw->nloops > LAND_LOOPS_MAX ||
 		    agentdir_loops(gw->agents, cluster, node, &mask) == 0)
 			return here;
 		if (gw->nloops < 64)

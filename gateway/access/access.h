@@ -111,7 +111,10 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
  * holds an agent of the cluster, else on one that does), a tie going to
  * a loop where nothing crosses, then to here; *tunnel is set
  * to that loop, which the caller counts in loop->tunnel_side from now
- * until the connection ends (server.c owns that count).
+ * until the connection ends (server.c owns that count); tunnel NULL (a
+ * connection that becomes a WebSocket, which leaves the counts at its
+ * upgrade: a dial) stays here, as a weight given back at once would send
+ * every one of a row of them to the same loop.
  * Either way here, *tunnel untouched, when this process holds no active
  * agent of it (unknown cluster, none active, or only on other replicas)
  * or with one loop.  A hint only: the agent may leave meanwhile (its

@@ -394,8 +394,8 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
  * agent it will reach is (the named node's, wherever it is, or an agent
  * of the cluster; access_land_loop): with --landing route on its loop, so
  * a raw dial's stream and a tetherctl forward's streams cross no loop
- * link; with any where the loops stay most even, its tunnel side weighed
- * on that agent's loop; an unknown cluster or node, or a node given
+ * link; with any where its handshake ran (its weight could not be held:
+ * it becomes a WebSocket); an unknown cluster or node, or a node given
  * twice, stays where its handshake ran (the upgrade refuses it there).
  */
 static unsigned
@@ -412,8 +412,10 @@ dial_land_loop(struct gateway *gw, const struct route_landing *at)
 	snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
 	if ((rc = api_query_param(at->query, "node", node, sizeof(node))) == -2)
 		return at->here;
+	/* No tunnel side weighed (--landing any: it stays here): a dial
+	 * becomes a WebSocket, which leaves the counts at its 101. */
 	return access_land_loop(gw, cluster, rc == 0 && node[0] != '\0' ? node : NULL,
-	    at->here, at->tunnel);
+	    at->here, NULL);
 }
 
 const struct route dial_route = {

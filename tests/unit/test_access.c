@@ -572,8 +572,8 @@ land_one(struct gateway *gw, const char *cluster, const char *node,
  * another (handshakes alternating) land where the loops stay most even,
  * 2 parts each on their loop, 1 part each on the agent's, a tie on the
  * agent's loop (nothing crosses) even from loop 1: 1 0 1 1 1 0 1 1 (loop 0
- * ends 2 x 2 + 8 = 12, loop 1 6 x 2 = 12); an unknown cluster, or an agent
- * not active, stays. */
+ * ends 2 x 2 + 8 = 12, loop 1 6 x 2 = 12); an unknown cluster, an agent
+ * not active, or a connection that cannot carry a weight (a dial) stays. */
 static void
 test_land_weighed(void **state)
 {
@@ -591,6 +591,10 @@ test_land_weighed(void **state)
 		assert_int_equal(land_one(gw, "c", NULL, i % 2, 0), want[i]);
 	assert_int_equal(atomic_load(&gw->loops[0].nconns), 2);
 	assert_int_equal(atomic_load(&gw->loops[1].nconns), 6);
+	/* A connection that cannot carry a weight (a dial: tunnel NULL)
+	 * stays where its handshake ran. */
+	assert_int_equal(access_land_loop(gw, "c", NULL, 0, NULL), 0);
+	assert_int_equal(access_land_loop(gw, "c", NULL, 1, NULL), 1);
 	/* Another cluster, unknown here: stays, nothing weighed. */
 	assert_int_equal(access_land_loop(gw, "nope", NULL, 0, &tunnel), 0);
 	assert_int_equal(tunnel, 99);
