@@ -38,6 +38,10 @@
 # the gateway; k8s_on_loop.py says more).  Reported per run: Ir per
 # request, all threads, and the share of loop 0, loop 1 and the other
 # threads (the store's, valgrind's).  BENCH_KEEP keeps DIR/TAG-RUN.cg-NN.
+# BENCH_WARM=0 (with BENCH_WORKERS=2; e.g. BENCH_CONNS=40 BENCH_REQS=1):
+# the connections are not warmed (one more on the same loop is) and send
+# one after another, so each one's first request, which opens its stream
+# to the agent (and over the link), is in the window.
 # BENCH_SYSCALLS=1 (with BENCH_WORKERS=2) runs the gateway without
 # valgrind and counts, over the same window, its system calls and CPU
 # (perf stat -e raw_syscalls:sys_enter,task-clock --per-thread): what the
@@ -110,11 +114,12 @@ measure() {
 }
 
 # cg_ir FILE: the instructions (Ir) callgrind counted in FILE (0 for a
-# thread that ran none in the window: no totals line).
+# thread that ran none in the window: no totals line, or ".").
 cg_ir() {
 	local ir
-	ir=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
-	[[ $ir =~ ^[0-9]*$ ]] || fail "no instruction count in $1"
+	ir=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+	[ "$ir" != . ] || ir=0   # callgrind_annotate's zero
+	[[ $ir =~ ^[0-9]*$ ]] || fail "no instruction count in $1: $ir"
 	echo "${ir:-0}"
 }
 

@@ -3,9 +3,14 @@
 
 k8s_instructions.sh's client for a gateway under callgrind (docs/0040's
 loops): opens CONNS keep-alive connections that live on event loop LOOP
-("any": wherever they land), warms each with a few GETs of PATH (TOKEN's),
-then turns callgrind's instrumentation on in GW_PID, sends REQS GETs of
-PATH on every connection at once (a thread each), and turns it off.  With
+("any": wherever they land), warms each with BENCH_WARM (default 5) GETs
+of PATH (TOKEN's), then turns callgrind's instrumentation on in GW_PID,
+sends REQS GETs of PATH on every connection at once (a thread each), and
+turns it off.  BENCH_WARM=0: one more connection on LOOP takes the 5
+warm-up requests instead (the loop's token check and link are warm) and
+the connections send their REQS one connection after another, so that
+each one's first request, in the window, opens its stream to the agent
+(a kept stream serves its later ones: docs/0007).  With
 PERF_OUT the window is `perf stat` on GW_PID instead (system calls and
 task-clock per thread, written to PERF_OUT).
 
@@ -22,6 +27,7 @@ too, but debug logging adds lines to every request.  Exits 1 when the
 connections could not be placed in 40 tries each, or a request failed.
 """
 import http.client
+import os
 import re
 import ssl
 import subprocess
@@ -30,7 +36,7 @@ import signal
 import threading
 import time
 
-WARM = 5
+WARM = int(os.environ.get("BENCH_WARM", "5"))
 HS = re.compile(r'^tether_loop_tls_handshakes_total\{loop="([0-9]+)"\} ([0-9]+)$', re.M)
 
 
@@ -109,8 +115,8 @@ def main():
     headers = {"Authorization": "Bearer " + token}
     ctx = ssl.create_default_context(cafile=ca)
     conns = place(int(port), ctx, open(admin).read().strip(), loop, int(nconns))
-    for c in conns:
-        for _ in range(WARM):
+    for c in conns if WARM > 0 else place(int(port), ctx, open(admin).read().strip(), loop, 1):
+        for _ in range(WARM if WARM > 0 else 5):
             get(c, path, headers)
     failed = []
 
@@ -121,12 +127,16 @@ def main():
         except Exception as e:  # reported below, after the window closes
             failed.append(str(e))
 
-    threads = [threading.Thread(target=run, args=(c,)) for c in conns]
     window.on()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    if WARM == 0:
+        for c in conns:
+            run(c)
+    else:
+        threads = [threading.Thread(target=run, args=(c,)) for c in conns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     window.off()
     for c in conns:
         c.close()
