@@ -107,9 +107,13 @@ loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
 	else
 		to->tail->next = m;
 	to->tail = m;
-	pthread_mutex_unlock(&to->mu);
+	/* Signalled under the lock: once inbox_close has taken it, no caller
+	 * is still about to write, so loops_free may close the eventfd and
+	 * free the loop (signalled after the unlock, the loop could run the
+	 * message, and the test or gateway free it, before the write). */
 	if (was_empty)
 		efd_signal(to->efd);
+	pthread_mutex_unlock(&to->mu);
 	return 0;
 }
 

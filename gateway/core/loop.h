@@ -113,8 +113,8 @@ struct loop *loops_new(struct event_base *home, unsigned n,
  * or drop runs exactly once (drop may be NULL: nothing to free).  From any
  * thread, to itself included (fn runs on a later pass, never inline).
  * Returns 0 queued, -1 dropped.  Cost: one malloc, one lock, and one
- * eventfd write when to's inbox was empty (the receiver's wake reads
- * nothing back).
+ * eventfd write (under the lock) when to's inbox was empty (the
+ * receiver's wake reads nothing back).
  */
 int loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
     void (*drop)(void *arg));
