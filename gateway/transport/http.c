@@ -25,6 +25,7 @@
 #include "http.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,11 +79,22 @@ static const struct {
 #define FIELD_MAX 32
 
 struct http_reader {
-	http_parser parser;
+	/* Kept across resets: the settings (max_body; passed-on requests,
+	 * http_reader_stream) and the strings, emptied with their buffers
+	 * kept (str_clear). */
 	size_t max_body;
-
+	int (*stream_match)(const char *path);
+	void (*sink)(void *arg, const char *data, size_t len);
+	void *sink_arg;
 	struct str url;
 	struct str hdr[HDR_ENTRIES];     /* [HDR_OTHER] stays empty */
+	struct str path_buf, query_buf;
+	struct str body;
+	struct str all;                  /* every header, "name\0value\0" */
+	struct str raw;                  /* the head as read (<= HTTP_HEAD_MAX + 1) */
+
+	/* Zeroed by every reset, from here to the end (http_reader_reset). */
+	http_parser parser;
 	unsigned seen;                   /* bit per enum hdr: header present */
 	char field[FIELD_MAX];           /* the header name being read */
 	size_t field_len;                /* > FIELD_MAX - 1: too long, "other" */
@@ -91,17 +103,9 @@ struct http_reader {
 
 	char *path, *query;              /* decoded at the end of the head
 	                                    (into path_buf, query_buf), or NULL */
-	struct str path_buf, query_buf;
-	struct str body;
-	struct str all;                  /* every header, "name\0value\0" */
-	struct str raw;                  /* the head as read (<= HTTP_HEAD_MAX + 1) */
 	struct http_framing framing;     /* what the head says (check_framing) */
 	int all_state;                   /* 0 none yet, 1 in a name, 2 in a value */
 
-	/* Passed-on requests (http_reader_stream); kept across resets. */
-	int (*stream_match)(const char *path);
-	void (*sink)(void *arg, const char *data, size_t len);
-	void *sink_arg;
 	int streamed;                    /* this request is passed on */
 	int streaming;                   /* ... and its body goes to the sink */
 	int head_reported;               /* HTTP_READ_HEAD was returned */
@@ -515,28 +519,16 @@ reader_clear(struct http_reader *r)
 }
 
 /* The reader made new for the next request on its connection: its
- * strings emptied, their buffers kept (str_clear), all else zeroed but
- * the settings. */
+ * strings emptied, their buffers kept (str_clear), all from the parser on
+ * zeroed (struct http_reader's layout). */
 void
 http_reader_reset(struct http_reader *r)
 {
-	size_t max_body = r->max_body;
-	int (*match)(const char *) = r->stream_match;
-	void (*sink)(void *, const char *, size_t) = r->sink;
-	void *sink_arg = r->sink_arg;
-	struct str *strs[READER_NSTRS] = READER_STRS(r), kept[READER_NSTRS];
+	struct str *strs[READER_NSTRS] = READER_STRS(r);
 
-	for (size_t i = 0; i < READER_NSTRS; i++) {
-		str_clear(strs[i]);
-		kept[i] = *strs[i];
-	}
-	memset(r, 0, sizeof(*r));
 	for (size_t i = 0; i < READER_NSTRS; i++)
-		*strs[i] = kept[i];
-	r->max_body = max_body;
-	r->stream_match = match;
-	r->sink = sink;
-	r->sink_arg = sink_arg;
+		str_clear(strs[i]);
+	memset(&r->parser, 0, sizeof(*r) - offsetof(struct http_reader, parser));
 	http_parser_init(&r->parser, HTTP_REQUEST);
 	r->parser.data = r;
 }
