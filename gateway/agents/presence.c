@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,16 @@ static const struct {
 	{ 300, "5m" }, { 3600, "1h" }, { 86400, "1d" },
 };
 
+/* A caller's store call riding in a tunnel record's job
+ * (presence_tunnel_up_with, presence_tunnel_down_with). */
+struct pjob_also {
+	store_work_fn *work;
+	store_done_fn *done;
+	void *arg;
+	bool first;                /* run and answered before the record's
+	                            * (UP: the agent's stamp was queued first) */
+};
+
 /* One store call.  Holds copies: the thread reads nothing else. */
 struct pjob {
 	enum pjob_kind kind;
@@ -97,9 +108,8 @@ struct pjob {
 	int ca_ok;                 /* ... if it was counted */
 	int rc;
 	char err[STORE_ERROR_MAX + 1];
-	store_work_fn *also;       /* DOWN: the caller's call in the same job */
-	store_done_fn *also_done;  /* ... answered after this one's */
-	void *also_arg;
+	struct pjob_also also;     /* UP, DOWN: the caller's call in the same
+	                            * job (work NULL: none) */
 };
 
 /*
@@ -271,7 +281,7 @@ seen_here(struct store *st, struct pjob *j)
 	    err, sizeof(err));
 }
 
-/* The call itself (pjob_work: and the caller's after it). */
+/* The call itself (pjob_work: and the caller's beside it). */
 static void
 pjob_work_own(struct store *st, struct pjob *j)
 {
@@ -324,9 +334,11 @@ pjob_work(struct store *st, void *arg)
 {
 	struct pjob *j = arg;
 
+	if (j->also.work != NULL && j->also.first)
+		j->also.work(st, j->also.arg);
 	pjob_work_own(st, j);
-	if (j->also != NULL)
-		j->also(st, j->also_arg);
+	if (j->also.work != NULL && !j->also.first)
+		j->also.work(st, j->also.arg);
 }
 
 /* A directory read: published whole (jobs end in the order they were
@@ -489,6 +501,8 @@ pjob_done(void *arg)
 {
 	struct pjob *j = arg;
 
+	if (j->also.done != NULL && j->also.first)
+		j->also.done(j->also.arg);
 	if ((j->kind == PJ_UP || j->kind == PJ_DOWN) && j->rc != STORE_OK)
 		records_lost(j->gw);
 
@@ -508,8 +522,8 @@ pjob_done(void *arg)
 	else if (j->rc != STORE_OK)
 		warn("presence: cannot forget the tunnel", KV_S("agent", j->agent_id),
 		    KV_S("err", j->err));
-	if (j->also_done != NULL)
-		j->also_done(j->also_arg);
+	if (j->also.done != NULL && !j->also.first)
+		j->also.done(j->also.arg);
 	free(j);
 }
 
@@ -546,11 +560,12 @@ renew_ids(struct gateway *gw, struct pjob *j)
 	j->losses = gw->presence->losses;
 }
 
-/* Queues a call, with the caller's (presence_tunnel_down_with) when also
- * is not NULL; 0, or -1 (logged) when the store queue is full. */
+/* Queues a call, with the caller's in the same job when also is not NULL
+ * (presence_tunnel_up_with, presence_tunnel_down_with); 0, or -1 (logged)
+ * when the store queue is full. */
 static int
 pjob_submit_with(struct gateway *gw, enum pjob_kind kind, const char *agent_id,
-    int64_t ms, store_work_fn *also, store_done_fn *also_done, void *also_arg)
+    int64_t ms, const struct pjob_also *also)
 {
 	struct pjob *j = calloc(1, sizeof(*j));
 
@@ -558,9 +573,8 @@ pjob_submit_with(struct gateway *gw, enum pjob_kind kind, const char *agent_id,
 		warn("presence: out of memory for a store call");
 		return -1;
 	}
-	j->also = also;
-	j->also_done = also_done;
-	j->also_arg = also_arg;
+	if (also != NULL)
+		j->also = *also;
 	j->kind = kind;
 	j->gw = gw;
 	j->ms = ms;
@@ -593,7 +607,7 @@ pjob_submit_with(struct gateway *gw, enum pjob_kind kind, const char *agent_id,
 static int
 pjob_submit(struct gateway *gw, enum pjob_kind kind, const char *agent_id, int64_t ms)
 {
-	return pjob_submit_with(gw, kind, agent_id, ms, NULL, NULL, NULL);
+	return pjob_submit_with(gw, kind, agent_id, ms, NULL);
 }
 
 /* The census's period in renewals: --census-interval rounded up to a
@@ -739,13 +753,29 @@ presence_tunnel_down(struct gateway *gw, const char *agent_id)
 		(void)pjob_submit(gw, PJ_DOWN, agent_id, 0);
 }
 
+/* A tunnel coming up: one job for the agent's stamp and its record, the
+ * stamp first as it was queued first (a reconnect storm of N agents
+ * queued 2 N jobs on a queue of 4,096, docs/0017). */
+int
+presence_tunnel_up_with(struct gateway *gw, const char *agent_id,
+    store_work_fn *work, store_done_fn *done, void *arg)
+{
+	const struct pjob_also also = { work, done, arg, true };
+
+	if (gw->presence == NULL)
+		return -1;
+	return pjob_submit_with(gw, PJ_UP, agent_id, gateway_now_ms(), &also);
+}
+
 int
 presence_tunnel_down_with(struct gateway *gw, const char *agent_id,
     store_work_fn *work, store_done_fn *done, void *arg)
 {
+	const struct pjob_also also = { work, done, arg, false };
+
 	if (gw->presence == NULL)
 		return -1;
-	return pjob_submit_with(gw, PJ_DOWN, agent_id, 0, work, done, arg);
+	return pjob_submit_with(gw, PJ_DOWN, agent_id, 0, &also);
 }
 
 const char *

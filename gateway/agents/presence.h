@@ -89,6 +89,23 @@ void presence_tunnel_down(struct gateway *gw, const char *agent_id);
  */
 int presence_tunnel_down_with(struct gateway *gw, const char *agent_id,
     store_work_fn *work, store_done_fn *done, void *arg);
+/*
+ * presence_tunnel_up with the caller's own store call in the same job, so
+ * that a tunnel coming up queues one job, not two (the agent's last_seen
+ * stamp and release: a reconnect storm of N agents queued 2 N jobs on the
+ * store thread, whose queue holds 4,096, docs/0017).  On the store thread
+ * work(st, arg) runs right before the record is written (whether that is
+ * then written or not: the stamp was queued first, and still comes
+ * first), on the loop done(arg) right before presence's own answer, once.
+ * Otherwise as presence_tunnel_down_with: grouped (work must be one that
+ * can run twice), for a call that would go to gw->storew unkeyed anyway,
+ * 0 (queued) or -1 (nothing queued: no presence, or a full queue, the
+ * record lost and logged as presence_tunnel_up's).  Cost: one job (one
+ * queue node, one answer on the loop) per tunnel coming up, where there
+ * were two; the same two statements.
+ */
+int presence_tunnel_up_with(struct gateway *gw, const char *agent_id,
+    store_work_fn *work, store_done_fn *done, void *arg);
 
 /* Reads the directory again now (a job on the store thread): at most one
  * read queued, and one more once it is answered however often this is

@@ -1372,19 +1372,53 @@ seen_then(struct session *s, struct session_job *j)
 	(void)j;
 }
 
-/* Records, on the store thread, that agent_id was seen now, with its
- * release when version is non-NULL.  No session waits for it: a session
+/* A store call recording that agent_id was seen now, with its release
+ * version; NULL when out of memory.  No session waits for it: a session
  * has one call out at a time, and this one may run beside it. */
-static void
-session_record_seen(struct gateway *gw, const char *agent_id, const char *version)
+static struct session_job *
+seen_job(const char *agent_id, const char *version)
 {
 	struct session_job *j = job_new(JOB_SEEN, agent_id);
 
-	if (j != NULL && version != NULL) {
+	if (j != NULL) {
 		snprintf(j->node, sizeof(j->node), "%s", version);
 		j->has_reason = true;
 	}
-	job_submit(gw, NULL, j, seen_then, "when the agent was seen");
+	return j;
+}
+
+/* Queues seen (seen_job; NULL: nothing), alone. */
+static void
+session_record_seen(struct gateway *gw, struct session_job *seen)
+{
+	job_submit(gw, NULL, seen, seen_then, "when the agent was seen");
+}
+
+/* The agent's tunnel here is up: its presence record is written, after
+ * seen (seen_job, taken when the handshake ended; NULL: none, the
+ * registration recorded it).  Where the stamp goes to the ordered store
+ * thread too (no pool), it rides in presence's job, first
+ * (presence_tunnel_up_with): one job per tunnel coming up, not two (a
+ * reconnect storm of N agents queued 2 N on a queue of 4,096, docs/0017),
+ * the same statements in the same order.  With a pool the two stay two
+ * jobs: the stamp goes keyed, in order with the agent's own calls on its
+ * pool connection (docs/0041), the record to the ordered thread, in order
+ * with the renewals and the records' sync; one job cannot be on both. */
+static void
+session_record_up(struct gateway *gw, const char *agent_id,
+    struct session_job *seen)
+{
+	const char *key;
+
+	if (seen == NULL || job_worker(gw, JOB_SEEN, agent_id, &key) != gw->storew ||
+	    key != NULL) {
+		session_record_seen(gw, seen);
+		presence_tunnel_up(gw, agent_id);
+		return;
+	}
+	seen->then = seen_then;
+	if (presence_tunnel_up_with(gw, agent_id, job_work, job_done, seen) != 0)
+		session_record_seen(gw, seen);
 }
 
 /* The agent's tunnel here closed: its presence record goes and its
@@ -1530,12 +1564,14 @@ session_welcome(struct session *s, const struct store_agent *started)
 	struct frame out;
 	struct session *old;
 	struct agentdir_place was;
+	struct session_job *seen = NULL;
 	char key[sizeof(s->hs->key)];
 	bool rotate = s->hs->key_rotate;
 
-	/* Before the handshake's memory goes with PHASE_ESTABLISHED. */
+	/* Before the handshake's memory goes with PHASE_ESTABLISHED; queued
+	 * with the tunnel's record (session_record_up). */
 	if (started == NULL)
-		session_record_seen(s->gw, s->agent.id, s->hs->hello.version);
+		seen = seen_job(s->agent.id, s->hs->hello.version);
 	memcpy(key, s->hs->key, sizeof(key));
 	s->agent.skips_unknown = s->hs->hello.version[0] != '\0';
 
@@ -1545,6 +1581,7 @@ session_welcome(struct session *s, const struct store_agent *started)
 	    s->io->bulk_arg != NULL ? s->io->bulk_arg(s->t) : s->t,
 	    &tunnel_mux_handlers, s);
 	if (s->mux == NULL) {
+		session_record_seen(s->gw, seen);
 		session_protocol_error(s, "internal", "out of memory");
 		return;
 	}
@@ -1564,7 +1601,7 @@ session_welcome(struct session *s, const struct store_agent *started)
 	} else if (was.generation != 0 && was.loop != s->dir_at.loop) {
 		session_kick_elsewhere(s->gw, s->agent.id, was);
 	}
-	presence_tunnel_up(s->gw, s->agent.id);
+	session_record_up(s->gw, s->agent.id, seen);
 	memset(&out, 0, sizeof(out));
 	out.type = FRAME_WELCOME;
 	snprintf(out.u.welcome.agent_id, sizeof(out.u.welcome.agent_id), "%s", s->agent.id);

@@ -8,7 +8,9 @@
  * the record not yet committed (another connection does not see it), and
  * it is committed by the time that call is answered.  The same for the
  * record's removal.  A closing tunnel (a drain closes them all) queues
- * one job for its record's removal and its last_seen stamp.
+ * one job for its record's removal and its last_seen stamp; a tunnel
+ * coming up (a reconnect storm brings them all) one for its agent's
+ * last_seen stamp and release and its record.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +33,8 @@
 
 #define AGENT "a-000000000001"
 #define DRAINED 4     /* tunnels a drain closes (FT_TUNS_MAX at most) */
+#define CAME_UP 4     /* tunnels a storm brings up (FT_TUNS_MAX at most) */
+#define RELEASE "9.8.7-storm"   /* their agents' release */
 
 static int
 setup(void **state)
@@ -278,12 +282,124 @@ test_drain_one_job_per_tunnel(void **state)
 	store_close(peek);
 }
 
+/* On the store thread: the lease claims made so far (one per renewal of
+ * presence's, which may be queued while the thread is held). */
+struct claims {
+	struct ft *f;
+	int n;
+	bool answered;
+};
+
+static void
+claims_work(struct store *s, void *arg)
+{
+	struct claims *c = arg;
+
+	(void)s;
+	c->n = ft_store_calls(c->f, "replica_claim");
+}
+
+static void
+claims_done(void *arg)
+{
+	((struct claims *)arg)->answered = true;
+}
+
+/* A reconnect storm: tunnels come up, each with its agent's last_seen
+ * stamp and release and its presence record.  Each queues one store job
+ * for both (presence_tunnel_up_with; it queued two: 19,800 agents coming
+ * back at once are 39,600 jobs on a queue of 4,096), and what is written
+ * is as before: the records, the stamps at the welcome's time, the
+ * release the agent's HELLO gave. */
+static void
+test_up_one_job_per_tunnel(void **state)
+{
+	struct ft *f = *state;
+	char url[160], err[STORE_ERROR_MAX + 1];
+	struct store_agent a[CAME_UP], now;
+	struct ft_tun *t[CAME_UP];
+	EVP_PKEY *key[CAME_UP];
+	struct claims c = { .f = f };
+	struct hold h;
+	struct store *peek;
+	size_t queued;
+	int64_t began;
+	int claims, seen;
+
+	snprintf(url, sizeof(url), "sqlite://%s/tether.db", f->dir);
+	assert_int_equal(store_open(url, &peek, err, sizeof(err)), STORE_OK);
+	assert_int_equal(presence_start(&f->gw, err, sizeof(err)), 0);
+	assert_true(lease_mine(f) != 0);   /* records are written */
+	for (int i = 0; i < CAME_UP; i++) {
+		char node[16];
+
+		snprintf(node, sizeof(node), "node-%d", i);
+		ft_make_agent(f, node, &key[i], &a[i]);
+		ft_make_active(f, &a[i]);    /* no verification to start */
+		/* Seen long ago, an older release: the welcome's are seen
+		 * written. */
+		assert_int_equal(store_agent_seen(peek, a[i].id, "0.0.1-old", 1,
+		    err, sizeof(err)), STORE_OK);
+	}
+	seen = ft_store_calls(f, "agent_seen");
+	began = gateway_now();
+	/* Each HELLO is answered at once, each AUTH queues the agent's
+	 * lookup; its answer welcomes the tunnel. */
+	for (int i = 0; i < CAME_UP; i++) {
+		struct frame hello;
+
+		t[i] = ft_tun_open(f);
+		ft_make_hello(&hello, FRAME_CRED_AGENT, a[i].id, a[i].node);
+		snprintf(hello.u.hello.version, sizeof(hello.u.hello.version),
+		    "%s", RELEASE);
+		ft_deliver(t[i], &hello);
+		assert_int_equal(t[i]->nsent, 1);
+		assert_int_equal(t[i]->sent[0].type, FRAME_CHALLENGE);
+		ft_auth(t[i], key[i], FRAME_CRED_AGENT, a[i].id, a[i].node,
+		    t[i]->sent[0].u.challenge.nonce);
+	}
+	/* The lookups run, then the store thread is held: what the welcomes
+	 * queue waits behind it. */
+	sem_init(&h.started, 0, 0);
+	sem_init(&h.gate, 0, 0);
+	assert_int_equal(store_worker_submit(f->gw.storew, hold_work, nothing_done, &h), 0);
+	sem_wait(&h.started);
+	claims = ft_store_calls(f, "replica_claim");
+	for (int i = 0; i < CAME_UP; i++) {
+		ft_wait_sent(t[i], 2);
+		assert_int_equal(t[i]->closed, 0);
+		assert_int_equal(t[i]->sent[1].type, FRAME_WELCOME);
+	}
+	queued = store_worker_pending(f->gw.storew) - 1;   /* but the hold */
+	/* Behind them: how many of them were renewals. */
+	assert_int_equal(store_worker_submit(f->gw.storew, claims_work,
+	    claims_done, &c), 0);
+	sem_post(&h.gate);
+	while (!c.answered)
+		ft_loop_once(f);
+	assert_int_equal(queued - (size_t)(c.n - claims), CAME_UP);
+	/* Answered in order, each once its group committed: all written. */
+	assert_int_equal(committed_records(peek), CAME_UP);
+	assert_int_equal(ft_store_calls(f, "agent_seen") - seen, CAME_UP);
+	for (int i = 0; i < CAME_UP; i++) {
+		assert_int_equal(store_agent_get(peek, a[i].id, &now), STORE_OK);
+		assert_true(now.last_seen >= began && now.last_seen <= gateway_now());
+		assert_string_equal(now.version, RELEASE);
+		EVP_PKEY_free(key[i]);
+	}
+	sem_destroy(&h.started);
+	sem_destroy(&h.gate);
+	store_close(peek);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_record_in_the_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drain_one_job_per_tunnel, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_up_one_job_per_tunnel, setup,
 		    teardown),
 	};
 
