@@ -28,9 +28,9 @@
 
 #define BRIDGE_CHUNK     (128 * 1024)   /* largest DATA taken from the socket at once */
 #define BRIDGE_READ_MAX  (256 * 1024)   /* bytes read from the socket per wakeup */
-/* libevent 2.1's socket read (evbuffer_read) takes what FIONREAD says the
- * socket holds, at most EVBUFFER_MAX_READ (4096) bytes: sock_read_more. */
-#define BRIDGE_LIBEVENT_READ 4096
+/* A bare socket's first read of a wakeup (sock_readable): a small answer's
+ * whole, without asking the socket's size first. */
+#define BRIDGE_FIRST_READ (16 * 1024)
 
 enum bridge_state {
 	BRIDGE_PENDING,   /* accepting: the caller is dialing */
@@ -49,6 +49,7 @@ struct bridge {
 	int wr_shut;                 /* shutdown(SHUT_WR) done */
 	struct event *reap;          /* active once DONE: frees the bridge */
 	int plain;                   /* bev is a bare socket: bytes may go to it directly */
+	struct event *rd;            /* owned; a bare socket's reads (sock_readable), else NULL */
 	struct bridge_stats stats;
 	char end[48];
 	bridge_done_fn *on_done;
@@ -74,6 +75,22 @@ struct bridge {
 };
 
 static void bridge_finish(struct bridge *b, const char *end);
+static void sock_event(struct bufferevent *bev, short what, void *arg);
+
+/* Reading the socket on or off: through the bridge's own read event for a
+ * bare socket (sock_readable), the bufferevent's otherwise. */
+static void
+sock_want_read(struct bridge *b, int on)
+{
+	if (b->rd == NULL && on)
+		bufferevent_enable(b->bev, EV_READ);
+	else if (b->rd == NULL)
+		bufferevent_disable(b->bev, EV_READ);
+	else if (on)
+		event_add(b->rd, NULL);
+	else
+		event_del(b->rd);
+}
 
 /* ---- socket -> stream ---- */
 
@@ -106,12 +123,12 @@ bridge_pump_in(struct bridge *b)
 		if (n < chunk) {
 			/* Out of credit or transport room: stop reading until
 			 * on_writable, so the socket's peer feels the backpressure. */
-			bufferevent_disable(b->bev, EV_READ);
+			sock_want_read(b, 0);
 			return;
 		}
 	}
 	if (!b->sock_eof)
-		bufferevent_enable(b->bev, EV_READ);
+		sock_want_read(b, 1);
 	bridge_maybe_fin(b);
 }
 
@@ -430,57 +447,129 @@ static const struct mux_stream_handlers bridge_stream_handlers = {
 /* ---- socket events ---- */
 
 /*
- * libevent 2.1 reads at most 4 KiB from a socket per wakeup
- * (EVBUFFER_MAX_READ), which would make every stream move 4 KiB per loop
- * iteration.  After the bufferevent's own read, take what else the socket
- * holds, up to the read limit, straight into the input buffer.  End of file
- * and errors are left for the bufferevent to see on its next read.
+ * Reads what the socket holds into the input buffer, up to the read limit
+ * (BRIDGE_READ_MAX): one read(2) into a reserved chunk of at most
+ * BRIDGE_FIRST_READ, and while the socket filled what it was given, more
+ * straight after.  Returns the last read's result (0: end of file, -1 with
+ * errno) or 1 once the socket is emptied or the limit reached.
+ * A socket bufferevent keeps its input's end frozen outside its own reads;
+ * we add to it as such a read would, then freeze it again.
  */
-static void
-sock_read_more(struct bridge *b)
+static ssize_t
+sock_fill(struct bridge *b, evutil_socket_t fd)
 {
 	struct evbuffer *in = bufferevent_get_input(b->bev);
-	evutil_socket_t fd = bufferevent_getfd(b->bev);
 	struct evbuffer_iovec v;
-	size_t len, want;
-	ssize_t n;
+	size_t len, want, first = BRIDGE_FIRST_READ;
+	ssize_t n = 1;
 
-	/* A socket bufferevent keeps its input's end frozen outside its own
-	 * reads; we add to it as that read would, then freeze it again. */
 	evbuffer_unfreeze(in, 0);
 	while ((len = evbuffer_get_length(in)) < BRIDGE_READ_MAX) {
 		want = BRIDGE_READ_MAX - len;
-		if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
+		if (want > first)
+			want = first;
+		first = BRIDGE_READ_MAX;   /* a full first read: take the rest at once */
+		if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1) {
+			n = -1;
+			errno = ENOMEM;
 			break;
+		}
 		if (v.iov_len > want)
 			v.iov_len = want;
 		n = read(fd, v.iov_base, v.iov_len);
 		if (n <= 0)
-			break;   /* nothing committed: EOF/EAGAIN/error go to the bufferevent */
+			break;   /* nothing committed */
 		v.iov_len = (size_t)n;
 		evbuffer_commit_space(in, &v, 1);
-		if ((size_t)n < want)
+		if ((size_t)n < want) {
+			n = 1;
 			break;
+		}
 	}
 	evbuffer_freeze(in, 0);
+	return n;
 }
 
+/*
+ * The first read of a wakeup when nothing waits in the input and the
+ * stream is open: into a stack buffer and from there into the stream, as
+ * bridge_pump_in would send it, so a small answer costs no input chunk
+ * (reserve, commit, pullup, drain: ~0.8k instructions per /k8s request,
+ * tests/bench/k8s_instructions.sh BENCH_PROFILE=agent).  What the stream
+ * does not take waits in the input.  Returns as sock_fill, and reads on
+ * with it after a full buffer.
+ */
+static ssize_t
+sock_read_direct(struct bridge *b, evutil_socket_t fd)
+{
+	struct evbuffer *in = bufferevent_get_input(b->bev);
+	uint8_t buf[BRIDGE_FIRST_READ];
+	ssize_t n = read(fd, buf, sizeof(buf));
+	size_t sent;
+
+	if (n <= 0)
+		return n;
+	sent = mux_stream_send(b->s, buf, (size_t)n);
+	b->stats.bytes_in += sent;
+	if (sent < (size_t)n) {
+		evbuffer_unfreeze(in, 0);
+		n = evbuffer_add(in, buf + sent, (size_t)n - sent) == 0 ? 1 : -1;
+		evbuffer_freeze(in, 0);
+		if (n < 0)
+			errno = ENOMEM;
+		return n;
+	}
+	if ((size_t)n < sizeof(buf) || b->state != BRIDGE_OPEN || b->s == NULL)
+		return 1;
+	return sock_fill(b, fd);
+}
+
+/*
+ * A bare socket is readable.  Its reads are the bridge's own, not the
+ * bufferevent's: libevent 2.1's evbuffer_read asks the socket's size
+ * (ioctl FIONREAD) before every read, and then reads at most 4 KiB
+ * (EVBUFFER_MAX_READ).  Cost: one system call fewer per upstream answer
+ * on the agent's /k8s path (7.0 -> 6.0 per request, tests/bench/
+ * k8s_instructions.sh BENCH_PROFILE=agent BENCH_SYSCALLS=1).  End of file
+ * and errors are this callback's to see, as sock_event sees them for a
+ * bufferevent's read.
+ */
+static void
+sock_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct bridge *b = arg;
+	ssize_t n;
+
+	if (b->state == BRIDGE_OPEN && b->s != NULL &&
+	    evbuffer_get_length(bufferevent_get_input(b->bev)) == 0)
+		n = sock_read_direct(b, fd);
+	else
+		n = sock_fill(b, fd);
+	if (b->bev == NULL)
+		return;   /* the stream's send ended the bridge */
+	if (n == 0) {
+		sock_event(b->bev, BEV_EVENT_READING | BEV_EVENT_EOF, b);
+		return;
+	}
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		sock_event(b->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, b);
+		return;
+	}
+	bridge_pump_in(b);
+	/* Input at the limit that the stream did not take (no stream, an
+	 * opening one): stop reading, as the bufferevent's high-water mark
+	 * would; bridge_pump_in reads again once it drains. */
+	if (b->bev != NULL &&
+	    evbuffer_get_length(bufferevent_get_input(b->bev)) >= BRIDGE_READ_MAX)
+		sock_want_read(b, 0);
+}
+
+/* Under TLS (an https upstream's filter) the fd carries records, which only
+ * the TLS layer may read: the bufferevent's read delivers them. */
 static void
 sock_read(struct bufferevent *bev, void *arg)
 {
-	struct bridge *b = arg;
-
-	/* Only a bare socket: under TLS (an https upstream's filter) the fd
-	 * carries records, which only the TLS layer may read.  Less input
-	 * than one of libevent's reads may take (BRIDGE_LIBEVENT_READ): that
-	 * read took all the socket said it held (FIONREAD), and a read(2)
-	 * now would only say "would block" (one per answer of a small-
-	 * request exchange, the /k8s path's); what comes later wakes the
-	 * loop again. */
-	if (b->state == BRIDGE_OPEN && !b->sock_eof && b->plain &&
-	    evbuffer_get_length(bufferevent_get_input(bev)) >= BRIDGE_LIBEVENT_READ)
-		sock_read_more(b);
-	bridge_pump_in(b);
+	bridge_pump_in(arg);
 }
 
 static void
@@ -496,7 +585,7 @@ sock_event(struct bufferevent *bev, short what, void *arg)
 
 	if (what & BEV_EVENT_EOF) {
 		b->sock_eof = 1;
-		bufferevent_disable(bev, EV_READ);
+		sock_want_read(b, 0);
 		bridge_pump_in(b);
 	} else if (what & BEV_EVENT_ERROR) {
 		if (b->s != NULL) {
@@ -510,9 +599,18 @@ sock_event(struct bufferevent *bev, short what, void *arg)
 static void
 bridge_setup_socket(struct bridge *b, struct bufferevent *bev)
 {
+	evutil_socket_t fd = bufferevent_getfd(bev);
+
 	b->bev = bev;
 	b->plain = bufferevent_get_underlying(bev) == NULL &&
 	    bufferevent_openssl_get_ssl(bev) == NULL;
+	/* Without its own read event (none made) the bridge reads through
+	 * the bufferevent, as under TLS. */
+	if (b->plain && fd >= 0)
+		b->rd = event_new(bufferevent_get_base(bev), fd, EV_READ | EV_PERSIST,
+		    sock_readable, b);
+	if (b->rd != NULL)
+		bufferevent_disable(bev, EV_READ);   /* its read would ask FIONREAD */
 	bufferevent_set_max_single_read(bev, BRIDGE_READ_MAX);
 	bufferevent_set_max_single_write(bev, BRIDGE_READ_MAX);
 	/* Bound what is read ahead of the stream's credit. */
@@ -571,6 +669,10 @@ bridge_finish(struct bridge *b, const char *end)
 		 * its drain callback must not reach the freed bridge. */
 		evbuffer_remove_cb(bufferevent_get_output(b->bev),
 		    bridge_output_drained, b);
+		if (b->rd != NULL) {
+			event_free(b->rd);
+			b->rd = NULL;
+		}
 		bufferevent_free(b->bev);
 		b->bev = NULL;
 	}
@@ -631,7 +733,8 @@ bridge_attach(struct bridge *b, struct bufferevent *bev)
 		return -1;
 	}
 	b->state = BRIDGE_OPEN;
-	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	bufferevent_enable(bev, EV_WRITE);
+	sock_want_read(b, 1);
 	return 0;
 }
 
@@ -669,7 +772,7 @@ bridge_open(struct mux *m, const char *target, struct bufferevent *bev,
 		return NULL;
 	}
 	bridge_setup_socket(b, bev);
-	bufferevent_disable(bev, EV_READ);
+	sock_want_read(b, 0);
 	bufferevent_enable(bev, EV_WRITE);
 	return b;
 }

@@ -48,6 +48,14 @@
 # instruction counts leave out, the kernel's share (an eventfd write, a
 # wake).  Its CPU moves with the machine's load; the calls do not.
 #
+# BENCH_PROFILE=agent (with BENCH_WORKERS=1) counts the agent's side of
+# the same window instead: the gateway runs bare and the agent
+# (tether-client: tunnel frames in over TLS, a stream to the local
+# kube-apiserver, the answer back) runs under callgrind; reported: the
+# agent's Ir per request, all its threads.  With BENCH_SYSCALLS=1 the
+# agent runs bare and perf stat (raw_syscalls:sys_enter, task-clock)
+# counts its system calls and CPU per request over the window.
+#
 # usage: bash tests/bench/k8s_instructions.sh TAG=BINDIR [TAG=BINDIR...]
 #   BINDIR holds tether-gateway, tether-client and tetherctl (a release
 #   build: build/release/bin); e.g.
@@ -62,7 +70,11 @@ KEEP=${BENCH_KEEP:-}
 WORKERS=${BENCH_WORKERS:-1}
 [[ $WORKERS == 1 || $WORKERS == 2 ]] || fail "BENCH_WORKERS is 1 or 2"
 SYSCALLS=${BENCH_SYSCALLS:-0}
-[[ $SYSCALLS == 0 || $WORKERS == 2 ]] || fail "BENCH_SYSCALLS=1 needs BENCH_WORKERS=2"
+PROFILE=${BENCH_PROFILE:-gateway}
+[[ $PROFILE == gateway || $PROFILE == agent ]] || fail "BENCH_PROFILE is gateway or agent"
+[[ $PROFILE == gateway || $WORKERS == 1 ]] || fail "BENCH_PROFILE=agent needs BENCH_WORKERS=1"
+[[ $SYSCALLS == 0 || $WORKERS == 2 || $PROFILE == agent ]] ||
+	fail "BENCH_SYSCALLS=1 needs BENCH_WORKERS=2 or BENCH_PROFILE=agent"
 [[ $SYSCALLS == 0 ]] || command -v perf >/dev/null || fail "BENCH_SYSCALLS=1 needs perf"
 [[ $REQS =~ ^[1-9][0-9]*$ && $CONNS =~ ^[1-9][0-9]*$ ]] ||
 	fail "BENCH_REQS and BENCH_CONNS are counts"
@@ -83,29 +95,60 @@ measure() {
 	GW_PORT=$(free_port)
 	rm -rf "$T/gw"
 	gateway_init
-	valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg" \
-		"$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" --workers 1 \
+	local -a gwtool=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg") agtool=()
+	if [ "$PROFILE" = agent ]; then
+		agtool=("${gwtool[@]}")
+		gwtool=()
+		[ "$SYSCALLS" = 0 ] || agtool=()
+	fi
+	"${gwtool[@]}" "$GATEWAY" serve --data-dir "$GW_DIR" --listen "127.0.0.1:$GW_PORT" --workers 1 \
 		"${TLS_DEADLINES[@]}" >"$T/gateway-$tag.log" 2>&1 &
 	GW_PID=$!
 	PIDS+=("$GW_PID")
-	wait_until 120 "$tag: the gateway under callgrind ready" gateway_ready
+	wait_until 120 "$tag: the gateway ready" gateway_ready
 	cid=$(cluster_create "bench-$tag")
 	ctl token create --cluster "$cid" >"$T/join-$tag.json"
 	join_node "node-$tag" "$T/join-$tag.json" --service "kube-api=http://127.0.0.1:$web_port" >/dev/null
-	client_start "node-$tag"
+	# valgrind runs the agent in its own process: CLIENT_PID is the agent's.
+	"${agtool[@]}" "$CLIENT" run --state-dir "$T/node-$tag" >>"$T/client-node-$tag.log" 2>&1 &
+	CLIENT_PID=$!
+	PIDS+=("$CLIENT_PID")
 	wait_until 60 "$tag: the agent active" agent_is "node-$tag" active
 	tok=$(ctl user create "u-$tag" --cluster "$cid" | jq -er .token)
 	url="$GW_URL/k8s/clusters/$cid/version"
 	get() { curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $tok" "$url?[1-$1]" -o /dev/null; }
 	get 20 || fail "$tag: the warm-up requests failed"
-	callgrind_control -i on "$GW_PID" >/dev/null || fail "$tag: callgrind_control"
+	local who=$GW_PID perf_pid=
+	[ "$PROFILE" = gateway ] || who=$CLIENT_PID
+	if [ "$SYSCALLS" = 1 ]; then
+		perf stat -e raw_syscalls:sys_enter,task-clock -p "$who" -o "$T/perf-$tag.txt" &
+		perf_pid=$!
+		sleep 0.5 # attached (perf says nothing until the end)
+	else
+		callgrind_control -i on "$who" >/dev/null || fail "$tag: callgrind_control"
+	fi
 	for _ in $(seq 1 "$CONNS"); do get "$REQS" & curls+=($!); done
 	for p in "${curls[@]}"; do wait "$p" || fail "$tag: a connection's requests failed"; done
-	callgrind_control -i off "$GW_PID" >/dev/null || fail "$tag: callgrind_control"
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid"
+		wait "$perf_pid" || true # its status after SIGINT says nothing; its file does
+	else
+		callgrind_control -i off "$who" >/dev/null || fail "$tag: callgrind_control"
+	fi
 	client_stop "$CLIENT_PID"
 	kill -TERM "$GW_PID"
 	wait "$GW_PID" || true
 	GW_PID=
+	if [ "$SYSCALLS" = 1 ]; then
+		awk -v n=$((REQS * CONNS)) -v tag="$tag" '
+			$2 == "raw_syscalls:sys_enter" { v = $1; gsub(",", "", v); sc += v }
+			$3 == "task-clock" { v = $1; gsub(",", "", v); cpu += v }
+			END { if (sc == 0) exit 1
+				printf "  %-12s %6.2f system calls/request   CPU %.1f us/request   (%d requests)\n",
+				tag, sc / n, cpu * 1000 / n, n }' "$T/perf-$tag.txt" ||
+			fail "$tag: no counts from perf: $(cat "$T/perf-$tag.txt")"
+		return
+	fi
 	ir=$(callgrind_annotate "$cg" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
 	[[ $ir =~ ^[0-9]+$ ]] || fail "$tag: no instruction count in $cg"
 	[ -z "$KEEP" ] || cp "$cg" "$KEEP/$tag.cg"
@@ -226,7 +269,11 @@ if [ "$WORKERS" = 2 ]; then
 	exit 0
 fi
 
-echo "The gateway's instructions per /k8s request (callgrind; --workers 1, $CONNS keep-alive connections x $REQS requests)"
+if [ "$SYSCALLS" = 1 ]; then
+	echo "The $PROFILE's system calls and CPU per /k8s request (perf stat; --workers 1, $CONNS keep-alive connections x $REQS requests)"
+else
+	echo "The $PROFILE's instructions per /k8s request (callgrind; --workers 1, $CONNS keep-alive connections x $REQS requests)"
+fi
 for arg in "$@"; do
 	[[ $arg == *=* ]] || fail "not TAG=BINDIR: $arg"
 	measure "${arg%%=*}" "${arg#*=}"
