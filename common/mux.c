@@ -381,6 +381,8 @@ send_frame(struct mux *m, const struct frame *f)
 	struct iovec iov;
 	int r;
 
+	if (m->io->sendframe != NULL)
+		return m->io->sendframe(m->io_arg, f);
 	if (frame_encode(f, 0, &buf, &len) != 0)
 		return -1;
 	iov.iov_base = buf;

@@ -88,6 +88,12 @@ struct mux_io {
 	 * -1. */
 	int (*senddata)(void *io, uint32_t stream_id, const uint8_t *data,
 	    struct evbuffer *src, size_t n);
+	/* Optional, as senddata: any other stream frame (OPEN .. RESET) as the
+	 * struct, never encoded; its type's member of f->u is set, the rest
+	 * of the union not (the far side hands an equal frame to
+	 * mux_on_frame).  When set, such frames never go through sendv.
+	 * Returns 0 or -1. */
+	int (*sendframe)(void *io, const struct frame *f);
 };
 
 struct mux_stream_handlers {

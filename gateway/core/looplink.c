@@ -7,7 +7,8 @@
  * and, beside it, a record per frame (struct link_rec): a DATA frame is
  * its stream id and its payload's bytes, never encoded (the multiplexer's
  * senddata; its far end is mux_on_data, no frame_decode), any other frame
- * (id 0) its encoded bytes, decoded on the far side.  Under the half's
+ * its type, stream id and struct member (sendframe; made again on the far
+ * side for mux_on_frame).  Under the half's
  * mutex the writer copies a frame's bytes straight into the queue, in one
  * piece (evbuffer_reserve_space: all or nothing), or moves a payload sent
  * by reference, whose chains it first took into a staging evbuffer of its
@@ -36,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include <event2/buffer.h>
 
@@ -45,11 +47,14 @@
 #include "loop.h"
 #include "mux.h"
 
-/* One frame in a half's queue: DATA for stream id (> 0) with len payload
- * bytes, or (id 0) an encoded frame of len bytes. */
+/* One frame in a half's queue, its len bytes there: DATA (type
+ * FRAME_DATA) for stream id, its payload; another stream frame of type
+ * for stream id, the bytes of its struct frame member (mux.h, sendframe:
+ * no encoding); or (type 0) an encoded frame. */
 struct link_rec {
 	uint32_t id;
 	uint32_t len;
+	uint8_t type;
 };
 
 /* A growing array of records (the writer's in the half; the reader's own,
@@ -142,21 +147,22 @@ recs_room(struct link_recs *r)
 	return 0;
 }
 
-/* Puts one frame of len bytes into the half with its record (id: DATA's
- * stream, or 0): data[0..len) copied straight into the queue, in one
+/* Puts one frame of len bytes into the half with its record (type and
+ * id: struct link_rec): data[0..len) copied straight into the queue, in one
  * piece (the reader reads it in place), or, data NULL, the staged bytes'
  * chains moved.  Posts LINK to the reader when none is on its way.
  * Returns 0, or -1 (the reader's end closed, or out of memory: the frame
  * is dropped, nothing of it queued). */
 static int
-half_put(struct looplink_end *e, uint32_t id, const void *data, size_t len)
+half_put(struct looplink_end *e, uint8_t type, uint32_t id, const void *data,
+    size_t len)
 {
 	struct looplink_half *h = e->out;
 	struct evbuffer_iovec v;
 	bool post = false;
 	int r = -1;
 
-	assert(len > 0 && len <= UINT32_MAX);
+	assert(len <= UINT32_MAX && (len > 0 || data != NULL));
 	assert(data != NULL || evbuffer_get_length(e->stage) == len);
 	pthread_mutex_lock(&h->mu);
 	if (h->closed || recs_room(&h->recs) != 0)
@@ -164,7 +170,7 @@ half_put(struct looplink_end *e, uint32_t id, const void *data, size_t len)
 	if (data == NULL) {
 		if (evbuffer_add_buffer(h->q, e->stage) != 0)
 			goto out;
-	} else {
+	} else if (len > 0) {
 		if (evbuffer_reserve_space(h->q, (ev_ssize_t)len, &v, 1) != 1)
 			goto out;
 		memcpy(v.iov_base, data, len);
@@ -175,7 +181,8 @@ half_put(struct looplink_end *e, uint32_t id, const void *data, size_t len)
 	/* Only the writer's loop sends while the reader's end is open (after
 	 * the joins, looplinks_free closed every half first). */
 	assert(loop_self() == &e->set->loops[e->from]);
-	h->recs.v[h->recs.n++] = (struct link_rec){ .id = id, .len = (uint32_t)len };
+	h->recs.v[h->recs.n++] = (struct link_rec){ .id = id, .len = (uint32_t)len,
+	    .type = type };
 	atomic_store_explicit(&h->queued, atomic_load_explicit(&h->queued,
 	    memory_order_relaxed) + len + sizeof(struct link_rec),
 	    memory_order_relaxed);
@@ -205,13 +212,13 @@ link_sendv(void *io, const struct iovec *iov, int iovcnt)
 	if (len == 0 || len > UINT32_MAX)
 		return -1;
 	if (iovcnt == 1)
-		return half_put(e, 0, iov[0].iov_base, len);
+		return half_put(e, 0, 0, iov[0].iov_base, len);
 	for (int i = 0; i < iovcnt; i++)
 		if (evbuffer_add(e->stage, iov[i].iov_base, iov[i].iov_len) != 0) {
 			evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 			return -1;
 		}
-	return half_put(e, 0, NULL, len);
+	return half_put(e, 0, 0, NULL, len);
 }
 
 /* DATA: the stream id in its record, no header (mux.h, senddata); the
@@ -229,10 +236,46 @@ link_senddata(void *io, uint32_t stream_id, const uint8_t *data,
 		evbuffer_drain(e->stage, evbuffer_get_length(e->stage));
 		return -1;
 	}
-	if (half_put(e, stream_id, src != NULL ? NULL : data, n) != 0)
+	if (half_put(e, FRAME_DATA, stream_id, src != NULL ? NULL : data, n) != 0)
 		return -1;
 	atomic_fetch_add_explicit(&e->out->bytes, n, memory_order_relaxed);
 	return 0;
+}
+
+/* The bytes of f's member of the union that its type sends (frame_encode
+ * reads no other), or -1 for a frame the multiplexer never sends. */
+static ssize_t
+member_len(const struct frame *f)
+{
+	switch (f->type) {
+	case FRAME_OPEN:
+		return (ssize_t)sizeof(f->u.open);
+	case FRAME_OPEN_OK:
+		return (ssize_t)sizeof(f->u.open_ok_window);
+	case FRAME_OPEN_FAIL:
+		return (ssize_t)sizeof(f->u.open_fail);
+	case FRAME_WINDOW:
+		return (ssize_t)sizeof(f->u.window_credit);
+	case FRAME_FIN:
+		return 0;
+	case FRAME_RESET:
+		return (ssize_t)strnlen(f->u.reset_code, sizeof(f->u.reset_code) - 1) + 1;
+	default:
+		return -1;
+	}
+}
+
+/* Any stream frame but DATA: its type, stream id and member, never
+ * encoded (mux.h, sendframe); rx_run makes the frame again. */
+static int
+link_sendframe(void *io, const struct frame *f)
+{
+	struct looplink_end *e = io;
+	ssize_t len = member_len(f);
+
+	if (len < 0)
+		return -1;
+	return half_put(e, (uint8_t)f->type, f->stream_id, &f->u, (size_t)len);
 }
 
 /* The half's bytes; at or past tx_high_water the reader is asked to say
@@ -259,6 +302,7 @@ static const struct mux_io link_io = {
 	.sendv = link_sendv,
 	.pending = link_pending,
 	.senddata = link_senddata,
+	.sendframe = link_sendframe,
 };
 
 /* ---- the reading side ---- */
@@ -318,9 +362,17 @@ rx_run(struct looplink_end *e)
 			evbuffer_drain(e->rx, r.len);
 			continue;
 		}
-		p = rx_frame(e, r.len);
-		if (p != NULL && r.id != 0) {
+		p = r.len > 0 ? rx_frame(e, r.len) : (const uint8_t *)"";
+		if (p != NULL && r.type == FRAME_DATA) {
 			(void)mux_on_data(e->mux, r.id, p, r.len);
+		} else if (p != NULL && r.type != 0) {
+			/* A frame as sendframe gave it: its head and member. */
+			f.type = (enum frame_type)r.type;
+			f.stream_id = r.id;
+			memcpy(&f.u, p, r.len);
+			if (mux_on_frame(e->mux, &f, err, sizeof(err)) != 0)
+				warn("loop link: a frame broke the stream protocol",
+				    KV_S("link", e->name), KV_S("err", err));
 		} else if (p == NULL || frame_decode(p, r.len, &f, err,
 		    sizeof(err)) != 0 || f.type < FRAME_OPEN) {
 			warn("loop link: a frame did not decode", KV_S("link", e->name),

@@ -6,12 +6,13 @@
  * Each loop holds one multiplexer per other loop, made at start and always
  * up (stream ids odd on the lower loop).  What a multiplexer on loop A
  * sends to loop B is appended to the half A>B (a mutex, an evbuffer, a
- * record per frame, a byte count): a DATA frame as its stream id and
- * payload, never encoded (mux_io.senddata; a payload sent by reference
- * moves its evbuffer chains, no copy), any other frame encoded.  The first
- * frame into an empty half posts one message to B's inbox (loop.h), and B
- * takes the half whole under its mutex, then hands each frame to its own
- * multiplexer: DATA by mux_on_data, the others decoded first.  A's
+ * record per frame, a byte count), never encoded: a DATA frame as its
+ * stream id and payload (mux_io.senddata; a payload sent by reference
+ * moves its evbuffer chains, no copy), any other as its type, stream id
+ * and struct member (mux_io.sendframe).  The first frame into an empty
+ * half posts one message to B's inbox (loop.h), and B takes the half
+ * whole under its mutex, then hands each frame to its own multiplexer:
+ * DATA by mux_on_data, the others made again for mux_on_frame.  A's
  * multiplexer sees the half's bytes as its transport's pending bytes, so
  * it feeds DATA only below tx_high_water; once B has taken a half that A
  * found full, B posts a message back and A's blocked streams resume.
@@ -34,7 +35,8 @@
  * window); per DATA frame no encoding or decoding, its payload moved (or
  * copied once, when the sender copies: mux_stream_send), read in place on
  * the receiving side unless split over chains (then copied into a buffer
- * of the loop's); per other frame one encode and one decode; one lock per
+ * of the loop's); per other frame its member copied twice (an OPEN's 516
+ * bytes); one lock per
  * frame sent, none per pending() check below tx_high_water; per busy pass
  * and direction one loop_call (a malloc, a lock, an eventfd write).
  */

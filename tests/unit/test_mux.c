@@ -160,6 +160,8 @@ struct peer {
 	int fail_sendv;
 	int sendbuf_calls, sendbuf_moved;  /* io_sendbuf, io_senddata */
 	int senddata_calls;                /* io_senddata */
+	int sendframe_calls[FRAME_RESET + 1]; /* io_sendframe, per type */
+	int sendv_calls;                   /* io_sendv */
 	/* frames this side sent, by type, and DATA bytes */
 	unsigned sent[32];
 	uint64_t data_bytes_sent;
@@ -315,6 +317,7 @@ static const struct mux_stream_handlers handlers = {
 /* ---- the mux side: transport and OPEN ---- */
 
 static const struct mux_io io_data;     /* senddata's transport, below */
+static const struct mux_io io_frames;   /* senddata's and sendframe's */
 static const struct mux_io *wire_io;    /* the one wire_cfg gives both */
 
 static int
@@ -328,6 +331,7 @@ io_sendv(void *io, const struct iovec *iov, int iovcnt)
 
 	if (p->fail_sendv)
 		return -1;
+	p->sendv_calls++;
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
 	buf = malloc(len ? len : 1);
@@ -341,7 +345,7 @@ io_sendv(void *io, const struct iovec *iov, int iovcnt)
 		fail_msg("%s sent an undecodable frame: %s", p->name, err);
 	assert_true(f.type >= FRAME_OPEN && f.type <= FRAME_RESET);
 	/* With senddata, DATA never comes this way (mux.h). */
-	if (wire_io == &io_data)
+	if (wire_io == &io_data || wire_io == &io_frames)
 		assert_int_not_equal(f.type, FRAME_DATA);
 	p->sent[f.type]++;
 	if (f.type == FRAME_DATA) {
@@ -439,6 +443,47 @@ io_senddata(void *io_arg, uint32_t id, const uint8_t *data, struct evbuffer *src
 
 static const struct mux_io io_data = { .sendv = io_sendv, .pending = io_pending,
     .senddata = io_senddata };
+
+/* sendframe (mux.h: the loop link's other frames, never encoded): only the
+ * type's member of f->u is set, so the frame is copied head and member
+ * into a zeroed one before it is encoded for the wire (a field read
+ * outside the member would show as a difference in what arrives). */
+static int
+io_sendframe(void *io_arg, const struct frame *f)
+{
+	struct peer *p = io_arg;
+	struct frame *g = calloc(1, sizeof(*g));
+	struct iovec iov;
+	uint8_t *buf;
+	size_t len;
+	int r;
+
+	assert_non_null(g);
+	assert_true(f->type >= FRAME_OPEN && f->type <= FRAME_RESET);
+	assert_int_not_equal(f->type, FRAME_DATA);
+	p->sendframe_calls[f->type]++;
+	g->type = f->type;
+	g->stream_id = f->stream_id;
+	switch (f->type) {
+	case FRAME_OPEN: g->u.open = f->u.open; break;
+	case FRAME_OPEN_OK: g->u.open_ok_window = f->u.open_ok_window; break;
+	case FRAME_OPEN_FAIL: g->u.open_fail = f->u.open_fail; break;
+	case FRAME_WINDOW: g->u.window_credit = f->u.window_credit; break;
+	case FRAME_RESET: memcpy(g->u.reset_code, f->u.reset_code, sizeof(g->u.reset_code)); break;
+	default: break;
+	}
+	assert_int_equal(frame_encode(g, 0, &buf, &len), 0);
+	free(g);
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	r = io_sendv(io_arg, &iov, 1);
+	p->sendv_calls--;   /* the test's own hop, not the multiplexer's */
+	free(buf);
+	return r;
+}
+
+static const struct mux_io io_frames = { .sendv = io_sendv, .pending = io_pending,
+    .senddata = io_senddata, .sendframe = io_sendframe };
 /* The transport wire_cfg gives both sides (io unless a test says). */
 static const struct mux_io *wire_io = &io;
 
@@ -598,7 +643,7 @@ feed(struct peer *to, const struct frame *f)
 	if (f->type == FRAME_WINDOW)
 		to->credit_received += f->u.window_credit;
 	/* A senddata transport's far end hands DATA on as id and payload. */
-	if (wire_io == &io_data && f->type == FRAME_DATA)
+	if ((wire_io == &io_data || wire_io == &io_frames) && f->type == FRAME_DATA)
 		return mux_on_data(to->m, f->stream_id, f->u.data.payload,
 		    f->u.data.len);
 	r = mux_on_frame(to->m, f, err, sizeof(err));
@@ -1103,6 +1148,53 @@ test_senddata_carries_data_and_mux_on_data_keeps_the_window(void **state)
 	assert_int_equal(mux_on_data(B.m, 999, pattern, 1), 0);
 	assert_int_equal(B.out.n, 0);
 	assert_totals(1, 0, 0, 2);
+}
+
+/* sendframe set: OPEN, OPEN_OK, OPEN_FAIL, WINDOW, FIN and RESET leave as
+ * structs, never through sendv, each with its member whole (the far side
+ * sees the OPEN's target, the credit, the refusal's code and reason, the
+ * RESET's code). */
+static void
+test_sendframe_carries_every_other_frame(void **state)
+{
+	struct sctx *a, *b, *c;
+
+	(void)state;
+	wire_io = &io_frames;
+	wire(16 * KiB, 16 * KiB);
+	B.auto_drain = 1;
+	open_pair(&a, &b);
+	assert_string_equal(B.last_req.target, "db:5432");
+	assert_int_equal(mux_stream_send(a->s, pattern, 40 * KiB), 16 * KiB);
+	settle();   /* B drains at once: WINDOWs bring A's on_writable */
+	assert_true(a->writable > 0);
+	assert_int_equal(mux_stream_send(a->s, pattern, 8 * KiB), 8 * KiB);
+	mux_stream_fin(a->s);
+	settle();
+	mux_stream_fin(b->s);
+	settle();
+	assert_string_equal(a->close_code, "done");
+	assert_string_equal(b->close_code, "done");
+	B.policy = REFUSE;
+	B.refuse_code = "no_route";
+	B.refuse_reason = "nothing listens there";
+	c = open_from(&A, "db:5433");
+	settle();
+	assert_string_equal(c->opened_code, "no_route");
+	assert_string_equal(c->opened_reason, "nothing listens there");
+	B.policy = ACCEPT;
+	open_pair(&a, &b);
+	mux_stream_reset(a->s, "by_test");
+	a->s = NULL;
+	settle();
+	assert_string_equal(b->close_code, "by_test");
+	assert_int_equal(A.sendv_calls + B.sendv_calls, 0);
+	assert_int_equal(A.sendframe_calls[FRAME_OPEN], 3);
+	assert_int_equal(B.sendframe_calls[FRAME_OPEN_OK], 2);
+	assert_int_equal(B.sendframe_calls[FRAME_OPEN_FAIL], 1);
+	assert_true(B.sendframe_calls[FRAME_WINDOW] > 0);
+	assert_int_equal(A.sendframe_calls[FRAME_FIN] + B.sendframe_calls[FRAME_FIN], 2);
+	assert_int_equal(A.sendframe_calls[FRAME_RESET], 1);
 }
 
 static void
@@ -1963,6 +2055,7 @@ main(void)
 		T(test_send_buffer_one_frame_per_chain_moved_within_credit),
 		T(test_send_buffer_without_sendbuf_copies_the_same_bytes),
 		T(test_senddata_carries_data_and_mux_on_data_keeps_the_window),
+		T(test_sendframe_carries_every_other_frame),
 		T(test_window_overrun_resets_that_stream_only),
 		T(test_oversized_single_data_resets_with_flow_control),
 		T(test_window_grant_past_max_resets_with_flow_control),
