@@ -86,6 +86,75 @@ static _Thread_local int flush_active; /* made active, its callback not yet run 
 static void batch_cb(evutil_socket_t fd, short what, void *arg);
 
 /*
+ * Spare small buffers (TLS_WRITE_BATCH_SMALL bytes), per thread: a flush
+ * gives its batch's small plaintext and record buffers back here and the
+ * next batch to need one takes it, not malloc and free each time (2 KiB is
+ * past glibc's per-thread cache, so each was ~300 instructions: the
+ * agent's /k8s path saved ~600 a request, tests/bench/k8s_instructions.sh
+ * BENCH_PROFILE=agent).  An idle batch still holds nothing; a thread holds
+ * at most SMALL_SPARES, freed when it ends (small_key's destructor; the
+ * main thread's stay reachable until exit).
+ */
+#define SMALL_SPARES 4
+
+struct small_spares {
+	int n;
+	uint8_t *b[SMALL_SPARES];
+};
+
+static pthread_once_t small_once = PTHREAD_ONCE_INIT;
+static pthread_key_t small_key;
+static int small_key_ok;
+static _Thread_local struct small_spares *small;
+
+static void
+small_free_all(void *arg)
+{
+	struct small_spares *sp = arg;
+
+	while (sp->n > 0)
+		free(sp->b[--sp->n]);
+	free(sp);
+	small = NULL;
+}
+
+static void
+small_key_make(void)
+{
+	small_key_ok = pthread_key_create(&small_key, small_free_all) == 0;
+}
+
+/* A buffer of TLS_WRITE_BATCH_SMALL bytes (NULL: out of memory). */
+static uint8_t *
+small_get(void)
+{
+	if (small != NULL && small->n > 0)
+		return small->b[--small->n];
+	return malloc(TLS_WRITE_BATCH_SMALL);
+}
+
+/* Gives back p (cap bytes, from malloc; NULL: nothing): kept as a spare
+ * if it is a small one and there is room, freed otherwise. */
+static void
+small_put(uint8_t *p, size_t cap)
+{
+	if (p == NULL)
+		return;
+	if (cap == TLS_WRITE_BATCH_SMALL && small == NULL &&
+	    pthread_once(&small_once, small_key_make) == 0 && small_key_ok &&
+	    (small = calloc(1, sizeof(*small))) != NULL &&
+	    pthread_setspecific(small_key, small) != 0) {
+		free(small);
+		small = NULL;
+	}
+	if (cap == TLS_WRITE_BATCH_SMALL && small != NULL && small->n < SMALL_SPARES) {
+		small->b[small->n++] = p;
+		return;
+	}
+	free(p);
+}
+
+/*
  * Seals the small messages staged this pass (tls_write_now) into one
  * record, into the batch (which has room: tls_write_now checked).  Called
  * while t is still scheduled or armed, so batch_write does not schedule it
@@ -103,7 +172,7 @@ batch_seal(struct tls_batch *t)
 	ssl = bufferevent_openssl_get_ssl(t->bev);
 	ERR_clear_error();
 	r = ssl != NULL ? SSL_write(ssl, t->plain, len) : -1;
-	free(t->plain);
+	small_put(t->plain, t->plain_cap);
 	t->plain = NULL;
 	t->plain_len = t->plain_cap = 0;
 	if (r == len)
@@ -214,7 +283,7 @@ batch_cb(evutil_socket_t fd, short what, void *arg)
 	if (t->start < t->end)
 		return;
 	batch_arm(t, 0);
-	free(t->buf);
+	small_put(t->buf, t->cap);
 	t->buf = NULL;
 	t->cap = 0;
 	batch_tell_owner(t);
@@ -270,7 +339,11 @@ batch_reserve(struct tls_batch *t, size_t n)
 
 	if (t->buf != NULL && t->cap >= cap)
 		return 0;
-	if ((b = realloc(t->buf, cap)) == NULL)
+	if (t->buf == NULL && cap == TLS_WRITE_BATCH_SMALL)
+		b = small_get();
+	else
+		b = realloc(t->buf, cap);
+	if (b == NULL)
 		return -1;
 	t->buf = b;
 	t->cap = cap;
@@ -375,8 +448,8 @@ batch_destroy(BIO *bio)
 		}
 		if (t->ev != NULL)
 			event_free(t->ev);
-		free(t->buf);
-		free(t->plain);
+		small_put(t->buf, t->cap);
+		small_put(t->plain, t->plain_cap);
 		free(t);
 		BIO_set_data(bio, NULL);
 	}
@@ -460,7 +533,11 @@ plain_reserve(struct tls_batch *t, size_t n)
 
 	if (t->plain != NULL && t->plain_cap >= cap)
 		return 0;
-	if ((b = realloc(t->plain, cap)) == NULL)
+	if (t->plain == NULL && cap == TLS_WRITE_BATCH_SMALL)
+		b = small_get();
+	else
+		b = realloc(t->plain, cap);
+	if (b == NULL)
 		return -1;
 	t->plain = b;
 	t->plain_cap = cap;
