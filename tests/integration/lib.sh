@@ -32,8 +32,11 @@ cleanup() {
 	for hook in "${CLEANUP_HOOKS[@]}"; do
 		eval "$hook" || true
 	done
+	# TERM, then CONT: a process a test hook stopped (SIGSTOP) would hold
+	# its TERM, and this wait, until the test's timeout.
 	for pid in "${PIDS[@]}"; do
 		kill "$pid" 2>/dev/null || true
+		kill -CONT "$pid" 2>/dev/null || true
 	done
 	for pid in "${PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
