@@ -4,10 +4,12 @@ on 127.0.0.1, like the ones corporate networks run.  Binds port 0 and writes
 the port to PORTFILE.  For every CONNECT host:port it answers 200, then
 terminates the client's TLS itself with CERT/KEY (a certificate for the
 gateway's name issued by its own CA), opens its own TLS connection to
-host:port without verifying it, and relays the plaintext both ways.  Each
+host:port without verifying it, and relays the plaintext both ways (one
+thread per session).  Each
 CONNECT and each intercepted session is a line in LOG.
 """
 import os
+import select
 import socket
 import ssl
 import sys
@@ -22,17 +24,27 @@ def log(line):
         f.write(line + '\n')
 
 
-def pump(src, dst):
+def relay(a, b, target):
+    """Relays a <-> b on this one thread until either side ends.  One
+    thread per pair: OpenSSL's SSL objects must not be read on one thread
+    while written on another (two pump threads did that, and a tunnel
+    through this proxy was cut now and then)."""
+    why = 'closed'
     try:
         while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
+            ready = [s for s in (a, b) if s.pending()]
+            if not ready:
+                ready, _, _ = select.select([a, b], [], [])
+            for src in ready:
+                data = src.recv(65536)
+                if not data:
+                    return
+                (b if src is a else a).sendall(data)
+    except OSError as e:
+        why = str(e)
     finally:
-        for s in (src, dst):
+        log('ended %s: %s' % (target, why))
+        for s in (a, b):
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -65,8 +77,7 @@ def serve(conn, server_ctx, client_ctx):
         tls_in = server_ctx.wrap_socket(conn, server_side=True)
         tls_up = client_ctx.wrap_socket(up, server_hostname=host)
         log('intercepted ' + target)
-        threading.Thread(target=pump, args=(tls_up, tls_in), daemon=True).start()
-        pump(tls_in, tls_up)
+        relay(tls_in, tls_up, target)
     except (OSError, ssl.SSLError) as e:
         log('ended: %s' % e)
         conn.close()
