@@ -340,7 +340,7 @@ done
 # --- Tether: per --workers value a gateway, an agent with the kube-api service,
 #     a user token; the first gateway also a --service-token node ------------
 
-declare -A URL AUTH CACERT RELAYS GW_CMDS
+declare -A URL AUTH CACERT RELAYS PROXY GW_CMDS
 ctl() { "$CTL" -o json "$@"; }
 # node_active DIR: the agent of state dir DIR is connected and active.
 node_active() {
@@ -362,6 +362,7 @@ tether_node() {
 		die "join of $node failed: $(cat "$W/logs/join-$node.log")"
 	start "agent-$node.log" "${LOAD_PIN[@]}" "$CLIENT" run --state-dir "$W/$node"
 	RELAYS[$path]="${GW_PID[$g]} $LAST_PID"
+	PROXY[$path]=${GW_PID[$g]}
 	ROLE_PIDS+=("agent-$node:$LAST_PID")
 	METRICS_OF[$path]=${GW_METRICS[$g]}
 	wait_until 30 "the agent $node connected and active" node_active "$W/$node"
@@ -410,9 +411,11 @@ for n in $NGX_WORKERS; do
 	URL[nginx-w$n]=https://127.0.0.1:${PX_PORT[$n]}/version
 	CACERT[nginx-w$n]=$W/tls/proxy.crt
 	RELAYS[nginx-w$n]=${PX_PID[$n]}
+	PROXY[nginx-w$n]=${PX_PID[$n]}
 done
 URL[direct]=http://127.0.0.1:$UP_PORT/version
 RELAYS[direct]=
+PROXY[direct]=
 PATHS=("${TETHER_PATHS[@]}")
 for n in $NGX_WORKERS; do PATHS+=("nginx-w$n"); done
 PATHS+=(direct)
@@ -440,7 +443,7 @@ say "CPUs (Cpus_allowed_list): $CPUS_HELD"
 
 # --- measurements --------------------------------------------------------------
 
-declare -A CMDS RPS P50 P90 P99 ERRS CPU REQS LOOPS_RUN
+declare -A CMDS RPS P50 P90 P99 ERRS CPU PCPU REQS LOOPS_RUN
 # shellcheck source=tests/bench/loops.sh
 . "$SRC/tests/bench/loops.sh"
 # shellcheck disable=SC2206
@@ -480,11 +483,15 @@ for p in "${PATHS[@]}"; do
 	say "$p: ${CMDS[$p]}"
 	# shellcheck disable=SC2086
 	c0=$(cpu_ticks ${RELAYS[$p]})
+	# shellcheck disable=SC2086
+	p0=$(cpu_ticks ${PROXY[$p]})
 	l0=$([ -z "${METRICS_OF[$p]:-}" ] || loops_read "${METRICS_OF[$p]}")
 	# shellcheck disable=SC2086
 	run_wrk "$p" "$W/runs/$p.out" $WRK_ARGS --latency || die "wrk on $p failed: $(cat "$W/runs/$p.out.err")"
 	# shellcheck disable=SC2086
 	c1=$(cpu_ticks ${RELAYS[$p]})
+	# shellcheck disable=SC2086
+	p1=$(cpu_ticks ${PROXY[$p]})
 	[ -z "${METRICS_OF[$p]:-}" ] || LOOPS_RUN[$p]=$(loops_delta "$l0" "$(loops_read "${METRICS_OF[$p]}")")
 	out=$W/runs/$p.out
 	RPS[$p]=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
@@ -498,8 +505,11 @@ for p in "${PATHS[@]}"; do
 	if [ -n "${RELAYS[$p]}" ] && [ "${REQS[$p]:-0}" -gt 0 ]; then
 		CPU[$p]=$(awk -v t=$((c1 - c0)) -v hz="$CLK_TCK" -v n="${REQS[$p]}" \
 			'BEGIN { printf "%.1f", t / hz * 1000 / n * 1000 }')
+		PCPU[$p]=$(awk -v t=$((p1 - p0)) -v hz="$CLK_TCK" -v n="${REQS[$p]}" \
+			'BEGIN { printf "%.1f", t / hz * 1000 / n * 1000 }')
 	else
 		CPU[$p]=-
+		PCPU[$p]=-
 	fi
 	for q in "${PIDS[@]}"; do
 		kill -0 "$q" 2>/dev/null || die "process $q ($(tr '\0' ' ' <"$W/cmd.$q")) exited during the $p run"
@@ -527,6 +537,14 @@ for n in $NGX_WORKERS; do
 	[ "$n" = "$FIRST_N" ] || ratio_line "nginx-w$n/nginx-w$FIRST_N" "nginx-w$n" "nginx-w$FIRST_N"
 done
 RPS_RATIO_DIRECT=$(ratio "${RPS[tether-w$FIRST_W]}" "${RPS[direct]}")
+# CPU_RATIOS: the proxy's CPU per request, nginx-wN's over tether-wN's
+# gateway's: the requests/s ratio two cores held for each proxy would give
+# if both were CPU-bound with their workers or loops even (an estimate,
+# not a measurement of held cores: see the report's note).
+CPU_RATIOS=()
+for g in $GW_WORKERS; do
+	CPU_RATIOS+=("$(nginx_for "$g")/tether-w$g proxy CPU per request: x$(ratio "${PCPU[$(nginx_for "$g")]}" "${PCPU[tether-w$g]}")")
+done
 
 kernel=$(uname -sr)
 cpus=$(nproc)
@@ -568,15 +586,20 @@ elapsed=$((SECONDS - T_START))
 		printf '    %-16s %s\n' "$p" "${CMDS[$p]}"
 	done
 	echo
-	printf '  %-16s %12s %10s %10s %10s %10s %14s  %s\n' path requests/s p50_ms p90_ms p99_ms requests "relay_cpu_ms/1k" errors
+	printf '  %-16s %12s %10s %10s %10s %10s %14s %14s  %s\n' path requests/s p50_ms p90_ms p99_ms requests \
+		"relay_cpu_ms/1k" "proxy_cpu_ms/1k" errors
 	for p in "${PATHS[@]}"; do
-		printf '  %-16s %12s %10s %10s %10s %10s %14s  %s\n' "$p" "${RPS[$p]}" "${P50[$p]}" \
-			"${P90[$p]}" "${P99[$p]}" "${REQS[$p]}" "${CPU[$p]}" "${ERRS[$p]}"
+		printf '  %-16s %12s %10s %10s %10s %10s %14s %14s  %s\n' "$p" "${RPS[$p]}" "${P50[$p]}" \
+			"${P90[$p]}" "${P99[$p]}" "${REQS[$p]}" "${CPU[$p]}" "${PCPU[$p]}" "${ERRS[$p]}"
 	done
 	echo
 	for r in "${RATIOS[@]}"; do echo "  $r"; done
 	echo "  tether-w$FIRST_W/direct: requests/s x$RPS_RATIO_DIRECT"
 	echo "  relay CPU: tether = gateway + agent; nginx = the proxy's master + workers (CPU ms per 1000 requests)"
+	echo "  proxy CPU: tether = the gateway alone; nginx = as relay CPU"
+	for r in "${CPU_RATIOS[@]}"; do echo "  $r"; done
+	echo "  (proxy CPU ratio: the requests/s ratio two cores held for each proxy would give were both"
+	echo "  CPU-bound with even loops; an estimate from this run, not a held-core measurement)"
 	echo
 	echo "  the gateways' loops during each run (/metrics: tether_loop_cpu_seconds_total; streams and MiB"
 	echo "  crossing from one loop to another, tether_loop_link_*_total):"
@@ -588,10 +611,10 @@ elapsed=$((SECONDS - T_START))
 	echo
 	echo "Markdown:"
 	echo
-	echo "| path | requests/s | p50 ms | p99 ms | relay CPU ms / 1000 req |"
-	echo "|---|---:|---:|---:|---:|"
+	echo "| path | requests/s | p50 ms | p99 ms | relay CPU ms / 1000 req | proxy CPU ms / 1000 req |"
+	echo "|---|---:|---:|---:|---:|---:|"
 	for p in "${PATHS[@]}"; do
-		echo "| $p | ${RPS[$p]} | ${P50[$p]} | ${P99[$p]} | ${CPU[$p]} |"
+		echo "| $p | ${RPS[$p]} | ${P50[$p]} | ${P99[$p]} | ${CPU[$p]} | ${PCPU[$p]} |"
 	done
 	echo
 	echo "| ratio | requests/s | p99 |"
