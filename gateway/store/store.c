@@ -2250,6 +2250,7 @@ store_replica_drop(struct store *s, const char *replica, int64_t mine,
 {
 	int64_t changes = 0;
 	int rc;
+	STORE_TIMED(s);
 
 	if ((rc = begin(s, err, errlen)) != STORE_OK)
 		return rc;
@@ -2276,6 +2277,7 @@ store_tunnel_record(struct store *s, const char *agent_id, const char *replica,
 		.what = "record tunnel",
 		PARAMS(P_TEXT(agent_id), P_TEXT(replica), P_INT(now_ms)),
 	};
+	STORE_TIMED(s);
 
 	return write_stmt(s, &q, NULL, NULL, err, errlen);
 }
@@ -2289,6 +2291,7 @@ store_tunnel_forget(struct store *s, const char *agent_id, const char *replica,
 		.what = "forget tunnel",
 		PARAMS(P_TEXT(agent_id), P_TEXT(replica)),
 	};
+	STORE_TIMED(s);
 
 	return write_stmt(s, &q, NULL, NULL, err, errlen);
 }

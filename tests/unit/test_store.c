@@ -1591,6 +1591,29 @@ test_timing_hook(void **state)
 	assert_int_equal(h.n, 5);
 }
 
+/* A tunnel's record, its removal and a replica's lease dropped are timed
+ * as every other call (tether_store_duration_seconds). */
+static void
+test_timing_tunnels(void **state)
+{
+	struct fixture *f = *state;
+	struct heard h = { .n = 0 };
+	char err[STORE_ERROR_MAX + 1];
+
+	store_set_timing(f->s, hear, &h);
+	assert_int_equal(store_tunnel_record(f->s, "a-1", "r1", 1000, err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_tunnel_forget(f->s, "a-1", "r1", err,
+	    sizeof(err)), STORE_OK);
+	assert_int_equal(store_replica_drop(f->s, "r1", 1, err, sizeof(err)),
+	    STORE_OK);
+	store_set_timing(f->s, NULL, NULL);
+	assert_int_equal(h.n, 3);
+	assert_string_equal(h.ops[0], "tunnel_record");
+	assert_string_equal(h.ops[1], "tunnel_forget");
+	assert_string_equal(h.ops[2], "replica_drop");
+}
+
 static void
 test_list_by_cluster(void **state)
 {
@@ -2438,6 +2461,7 @@ main(void)
 		T(test_transition_says_what_moved),
 		T(test_transition_write_refused),
 		T(test_timing_hook),
+		T(test_timing_tunnels),
 		T(test_list_by_cluster),
 		T(test_list_many),
 		T(test_second_connection),
