@@ -49,19 +49,33 @@ enum log_kind {
 struct log_field {
 	const char *key;	/* [A-Za-z0-9_.-], a constant (others become '_') */
 	enum log_kind kind;
+	unsigned char klen;	/* strlen(key) when the compiler knew it (a
+				 * literal of 1..64 bytes), else 0: the encoder
+				 * measures the key itself.  Its bytes are
+				 * checked either way. */
 	const char *s;		/* STR, BYTES */
 	size_t n;		/* BYTES: length of s */
 	long long i;		/* INT */
 	unsigned long long u;	/* UINT */
 };
 
-#define KV_S(k, v) ((struct log_field){ .key = (k), .kind = LOG_KIND_STR, .s = (v) })
-#define KV_B(k, p, len) ((struct log_field){ .key = (k), .kind = LOG_KIND_BYTES, \
-	.s = (const char *)(p), .n = (len) })
-#define KV_I(k, v) ((struct log_field){ .key = (k), .kind = LOG_KIND_INT, \
-	.i = (long long)(v) })
-#define KV_U(k, v) ((struct log_field){ .key = (k), .kind = LOG_KIND_UINT, \
-	.u = (unsigned long long)(v) })
+/* The length of key k when it is a string literal of 1..64 bytes (folded
+ * at compile time: no cost at the call), else 0. */
+#if defined(__GNUC__)
+#define LOG_KLEN_(k) ((unsigned char)(__builtin_constant_p(k) && \
+	__builtin_strlen(k) <= 64 ? __builtin_strlen(k) : 0))
+#else
+#define LOG_KLEN_(k) ((unsigned char)0)
+#endif
+
+#define KV_S(k, v) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
+	.kind = LOG_KIND_STR, .s = (v) })
+#define KV_B(k, p, len) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
+	.kind = LOG_KIND_BYTES, .s = (const char *)(p), .n = (len) })
+#define KV_I(k, v) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
+	.kind = LOG_KIND_INT, .i = (long long)(v) })
+#define KV_U(k, v) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
+	.kind = LOG_KIND_UINT, .u = (unsigned long long)(v) })
 
 /* A value longer than this many bytes is cut (on a UTF-8 boundary) and the
  * field KEY_len=ORIGINAL_LENGTH follows it. */

@@ -373,6 +373,69 @@ test_keys_sanitized(void **state)
 	assert_string_equal(parsed[5].key, "_");
 }
 
+/* A key is written the same whether the compiler knew its length (a
+ * literal: klen, the quick check) or not (klen 0: the encoder measures
+ * it): kept whole when allowed, '_' for each other byte, cut at 64. */
+static void
+test_literal_keys_same_as_measured(void **state)
+{
+	static const char *const lits[] = {
+		"who", "bytes_down", "bad key=\"x\n", "caf\xc3\xa9", "a.b-c_D9",
+		"0123456789012345678901234567890123456789012345678901234567890123",
+	};
+	struct log_field lit[7], dyn[7];
+	char keys[7][80], want[LOG_LINE_MAX];
+	size_t len;
+
+	(void)state;
+#if defined(__GNUC__)
+	assert_int_equal(KV_S("who", "v").klen, 3);
+	assert_int_equal(KV_S("", "v").klen, 0);
+	/* 65 bytes: past the 64 kept, measured by the encoder. */
+	assert_int_equal(KV_S("01234567890123456789012345678901234567890123456789"
+	    "012345678901234", "v").klen, 0);
+#endif
+	assert_int_equal(KV_S(keys[0], "v").klen, 0);
+	lit[0] = KV_S("who", "alice");
+	lit[1] = KV_U("bytes_down", 42);
+	lit[2] = KV_S("bad key=\"x\n", "v");
+	lit[3] = KV_I("caf\xc3\xa9", -1);
+	lit[4] = KV_B("a.b-c_D9", "x y", 3);
+	lit[5] = KV_S("0123456789012345678901234567890123456789012345678901234567890123",
+	    "w");
+	lit[6] = KV_S("01234567890123456789012345678901234567890123456789"
+	    "0123456789012345", "z");
+	for (size_t i = 0; i < 7; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "%s", i < 6 ? lits[i] :
+		    "01234567890123456789012345678901234567890123456789"
+		    "0123456789012345");
+		dyn[i] = lit[i];
+		dyn[i].key = keys[i];
+		dyn[i].klen = 0;
+	}
+	for (int fmt = 0; fmt < 2; fmt++) {
+		enum log_format f = fmt ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT;
+
+		len = enc(f, "m", dyn, 7);
+		memcpy(want, line, len + 1);
+		/* Twice: the second time as a key already seen. */
+		for (int k = 0; k < 2; k++) {
+			assert_int_equal(enc(f, "m", lit, 7), len);
+			assert_string_equal(line, want);
+		}
+	}
+	assert_non_null(strstr(want, ",\"who\":\"alice\",\"bytes_down\":42,"
+	    "\"bad_key__x_\":\"v\",\"caf__\":-1,\"a.b-c_D9\":\"x y\","
+	    "\"0123456789012345678901234567890123456789012345678901234567890123\":"
+	    "\"w\",\"0123456789012345678901234567890123456789012345678901234567890123\":"
+	    "\"z\"}\n"));
+	len = enc(LOG_FORMAT_LOGFMT, "m", lit, 7);
+	assert_non_null(strstr(line, " msg=m who=alice bytes_down=42 "
+	    "bad_key__x_=v caf__=-1 a.b-c_D9=\"x y\" "
+	    "0123456789012345678901234567890123456789012345678901234567890123=w "
+	    "0123456789012345678901234567890123456789012345678901234567890123=z\n"));
+}
+
 static void
 test_parse_names(void **state)
 {
@@ -733,6 +796,75 @@ test_audit_held_per_thread(void **state)
 	unlink(path);
 }
 
+/* An audit line (log_audit_kv), byte for byte after its time: a /k8s
+ * request's (gateway/routes/k8s.c x_audit) in logfmt and in JSON, and one
+ * with more fields than an audit line holds (event=, 30, client=). */
+static void
+test_audit_line_exact(void **state)
+{
+	char path[256], err[256], buf[8192];
+	const struct log_field f[] = { KV_S("who", "user:alice"),
+	    KV_S("cluster", "prod"), KV_S("node", "-"), KV_S("method", "GET"),
+	    KV_S("path", "/api/v1/pods?watch=1"), KV_I("status", 200),
+	    KV_U("bytes_up", 0), KV_U("bytes_down", 1234),
+	    KV_I("duration_ms", 7), KV_S("replica", "gw-1") };
+	struct log_field many[35];
+	FILE *fp;
+	size_t n;
+	int nf;
+
+	(void)state;
+	tmp_path(path, sizeof(path), "exact");
+	assert_int_equal(log_set_audit_file(path, err, sizeof(err)), 0);
+	log_audit_kv("k8s", "192.0.2.1:4242", f, 10);
+	log_set_format(LOG_FORMAT_JSON);
+	log_audit_kv("k8s", NULL, f, 10);
+	log_set_format(LOG_FORMAT_LOGFMT);
+	for (size_t i = 0; i < 35; i++)
+		many[i] = KV_U("n", i);
+	log_audit_kv("many", "", many, 35);
+	assert_non_null(fp = fopen(path, "r"));
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	/* Three lines, each cut at its newline (and the first two at their
+	 * time's end). */
+	char *l1 = buf, *l2 = strchr(l1, '\n'), *l3;
+
+	assert_non_null(l2);
+	*l2++ = '\0';
+	assert_non_null(l3 = strchr(l2, '\n'));
+	*l3++ = '\0';
+	assert_int_equal(strlen(l3), 0 + strcspn(l3, "\n") + 1);
+	assert_true(strncmp(l1, "time=", 5) == 0 && strlen(l1) > 29);
+	assert_string_equal(l1 + 5 + 24, " level=info component=tether msg=audit "
+	    "event=k8s who=user:alice cluster=prod node=- method=GET "
+	    "path=\"/api/v1/pods?watch=1\" status=200 bytes_up=0 bytes_down=1234 "
+	    "duration_ms=7 replica=gw-1 client=192.0.2.1:4242");
+	assert_true(strncmp(l2, "{\"time\":\"", 9) == 0 && strlen(l2) > 33);
+	assert_string_equal(l2 + 9 + 24, "\",\"level\":\"info\",\"component\":"
+	    "\"tether\",\"msg\":\"audit\",\"event\":\"k8s\",\"who\":\"user:alice\","
+	    "\"cluster\":\"prod\",\"node\":\"-\",\"method\":\"GET\",\"path\":"
+	    "\"/api/v1/pods?watch=1\",\"status\":200,\"bytes_up\":0,"
+	    "\"bytes_down\":1234,\"duration_ms\":7,\"replica\":\"gw-1\","
+	    "\"client\":\"-\"}");
+	nf = logfmt_parse(l3, strlen(l3), parsed, LP_MAX_FIELDS);
+	assert_int_equal(nf, 4 + 32);
+	assert_string_equal(parsed[4].key, "event");
+	for (int i = 0; i < 30; i++) {
+		char want[8];
+
+		snprintf(want, sizeof(want), "%d", i);
+		assert_string_equal(parsed[5 + i].key, "n");
+		assert_int_equal(parsed[5 + i].len, strlen(want));
+		assert_memory_equal(parsed[5 + i].val, want, strlen(want));
+	}
+	assert_string_equal(parsed[35].key, "client");
+	assert_memory_equal(parsed[35].val, "-", 1);
+	assert_int_equal(log_set_audit_file(NULL, err, sizeof(err)), 0);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -750,6 +882,8 @@ main(void)
 		cmocka_unit_test(test_long_value_cut),
 		cmocka_unit_test(test_too_many_fields_dropped),
 		cmocka_unit_test(test_keys_sanitized),
+		cmocka_unit_test(test_literal_keys_same_as_measured),
+		cmocka_unit_test(test_audit_line_exact),
 		cmocka_unit_test(test_parse_names),
 		cmocka_unit_test(test_audit_burst_held_then_all_written_in_order),
 		cmocka_unit_test(test_audit_held_keeps_order_on_shared_stderr),
