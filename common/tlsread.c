@@ -32,11 +32,16 @@
 struct tls_rbatch {
 	int fd;
 	int eof;                 /* read(2) returned 0 */
-	/* The last read(2) returned less than it asked for: the socket had
-	 * no more then.  The next ask, once that is used up, says "would
-	 * block" without a read(2) that would only say so: epoll is level-
-	 * triggered, so bytes that came since wake the loop again. */
+	/* The last read(2) returned less than it asked for, or "would
+	 * block": the socket had no more then.  A pull's ask (tls_read_
+	 * available), once the buffer is used up, says "would block" without
+	 * a read(2) that would only say so.  Bytes that come later raise a
+	 * socket event (epoll is level-triggered, and the bufferevent reads
+	 * only with its read event added), and the bufferevent's own read,
+	 * which that event runs before any pull, reads the socket: an ask
+	 * that is not a pull's ignores the mark, and sets it anew. */
 	int drained;
+	int pulling;             /* inside tls_read_available's SSL_read */
 	uint8_t *buf;            /* TLS_READ_AHEAD bytes, or NULL */
 	size_t start, end;       /* buf[start..end) not yet given to OpenSSL */
 };
@@ -62,11 +67,10 @@ rbatch_read(BIO *bio, char *out, int outl)
 	if (t->start == t->end) {
 		if (t->eof)
 			return 0;
-		if (t->drained) {
-			t->drained = 0;
+		if (t->drained && t->pulling) {
+			/* The socket was empty and no event has said otherwise
+			 * since.  (The buffer went with its last byte.) */
 			BIO_set_retry_read(bio);
-			free(t->buf);    /* idle: hold no buffer */
-			t->buf = NULL;
 			return -1;
 		}
 		if (t->buf == NULL && (t->buf = malloc(TLS_READ_AHEAD)) == NULL)
@@ -82,6 +86,7 @@ rbatch_read(BIO *bio, char *out, int outl)
 		if (r < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				BIO_set_retry_read(bio);
+				t->drained = 1;
 				free(t->buf);    /* idle: hold no buffer */
 				t->buf = NULL;
 			}
@@ -107,28 +112,35 @@ rbatch_read(BIO *bio, char *out, int outl)
 }
 
 /*
- * Whether an SSL_read on ssl would find nothing without a read(2) that we
- * know would say "would block": no plaintext or record bytes held, and the
- * socket was emptied by the last read.  If so, the reader is done for this
- * loop pass, and the mark is cleared: what asks next comes from a later
- * pass, woken because the socket is readable again (or from a resume), and
- * must read(2).  Left set, that first ask would hear "would block" for the
- * bytes that woke the loop, and every message would cost a second pass.
+ * ssl's read BIO if it is ours, else NULL.  Cost: a few calls, no system
+ * call.
  */
-static int
-rbatch_settled(SSL *ssl)
+static struct tls_rbatch *
+rbatch_of(SSL *ssl)
 {
 	BIO *bio = SSL_get_rbio(ssl);
-	struct tls_rbatch *t;
 
 	if (bio == NULL || rbatch_method_get() == NULL ||
-	    BIO_method_type(bio) != rbatch_type || SSL_pending(ssl) > 0)
-		return 0;
-	t = BIO_get_data(bio);
-	if (t->start != t->end || !t->drained)
-		return 0;
-	t->drained = 0;
-	return 1;
+	    BIO_method_type(bio) != rbatch_type)
+		return NULL;
+	return BIO_get_data(bio);
+}
+
+/*
+ * Whether an SSL_read on ssl would find nothing without a read(2) that we
+ * know would say "would block": no plaintext or record bytes held, and the
+ * socket was empty at the last read (drained; the bufferevent's own read,
+ * which a socket event runs first, ends that).  A reader is then done
+ * until the socket wakes the loop again.  (A partial record in OpenSSL
+ * waits for its rest, which only the socket brings.)  No side effect: a
+ * pull may ask again in the same loop pass, or in a later one that no
+ * socket event began (a resume), and hears the same.
+ */
+static int
+rbatch_settled(SSL *ssl, const struct tls_rbatch *t)
+{
+	return t != NULL && t->start == t->end && t->drained &&
+	    SSL_pending(ssl) == 0;
 }
 
 static long
@@ -264,10 +276,14 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	struct evbuffer *in = bufferevent_get_input(bev);
 	struct evbuffer_iovec v;
+	struct tls_rbatch *t;
 	size_t added = 0, chain;
 	int r;
 
-	if (ssl == NULL || rbatch_settled(ssl))
+	if (ssl == NULL)
+		return 0;
+	t = rbatch_of(ssl);
+	if (rbatch_settled(ssl, t))
 		return 0;
 	/* A small limit (a connection not yet authenticated) gets a chain to
 	 * match, not 512 KiB of memory it may never fill. */
@@ -286,17 +302,29 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 			break;
 		if (v.iov_len > 4 * TLS_RECORD_MAX)
 			v.iov_len = 4 * TLS_RECORD_MAX;
-		ERR_clear_error();
+		/* No ERR_clear_error first: nothing here reads SSL_get_error,
+		 * and a call that succeeds adds nothing to the error queue
+		 * (the bufferevent clears it before each call of its own). */
+		if (t != NULL)
+			t->pulling = 1;
 		r = SSL_read(ssl, v.iov_base, (int)v.iov_len);
+		if (t != NULL)
+			t->pulling = 0;
 		if (r <= 0) {
 			/* Nothing committed: would-block, close_notify and errors
-			 * are seen again by the bufferevent's own SSL_read. */
+			 * are seen again by the bufferevent's own SSL_read.  What
+			 * this call queued goes: a later SSL_get_error on this
+			 * thread must not read it as its own. */
 			ERR_clear_error();
 			break;
 		}
 		v.iov_len = (size_t)r;
 		evbuffer_commit_space(in, &v, 1);
 		added += (size_t)r;
+		/* The socket's last bytes are decrypted: another SSL_read
+		 * could only say "would block". */
+		if (rbatch_settled(ssl, t))
+			break;
 	}
 	return added;
 }

@@ -16,7 +16,9 @@
 struct bufferevent;
 
 /* Reads until the input holds `limit` bytes or nothing more is ready.
- * Returns the bytes added.  A no-op for bufferevents without TLS.  Memory:
+ * Returns the bytes added.  A no-op for bufferevents without TLS.  Cost:
+ * with tls_read_ahead's BIO, one SSL_read per record and none more (a BIO
+ * used up and no plaintext held ends it; no system call then).  Memory:
  * the input grows by at most limit + 64 KiB, in chains of at most
  * min(512 KiB, limit + 16 KiB) (at least 32 KiB). */
 size_t tls_read_available(struct bufferevent *bev, size_t limit);
@@ -33,7 +35,10 @@ int tls_read_held(struct bufferevent *bev);
  * the socket (OpenSSL's read-ahead on a filter).  Only for a connection
  * whose every reader drains OpenSSL with tls_read_available whenever it
  * reads or resumes (the WebSocket phase of wsconn and wsclient): records
- * read ahead raise no socket event of their own.  Memory: that buffer, and
+ * read ahead raise no socket event of their own.  Once the socket is used
+ * up, a drain reads nothing more until the bufferevent's own read (run by
+ * a socket event, so only while EV_READ is enabled) has read it again: a
+ * reader that wants bytes keeps EV_READ enabled.  Memory: that buffer, and
  * OpenSSL's read buffer and write buffer (one record each), exist only
  * while they hold bytes (SSL_MODE_RELEASE_BUFFERS): an idle connection
  * holds none of them.  A no-op on a connection that has it already.

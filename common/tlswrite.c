@@ -170,13 +170,17 @@ batch_seal(struct tls_batch *t)
 	if (len == 0)
 		return 0;
 	ssl = bufferevent_openssl_get_ssl(t->bev);
-	ERR_clear_error();
+	/* No ERR_clear_error first (~840 instructions in OpenSSL 3): the
+	 * result is judged by its value, never by SSL_get_error, and a write
+	 * that succeeds queues no error. */
 	r = ssl != NULL ? SSL_write(ssl, t->plain, len) : -1;
 	small_put(t->plain, t->plain_cap);
 	t->plain = NULL;
 	t->plain_len = t->plain_cap = 0;
 	if (r == len)
 		return 0;
+	/* What the failed write queued goes: a later SSL_get_error on this
+	 * thread must not read it as its own. */
 	ERR_clear_error();
 	shutdown(t->fd, SHUT_RDWR);
 	return -1;

@@ -4,7 +4,11 @@
  * tunnels' WebSocket phase does.  A message that arrives after the socket
  * was emptied is read in the loop pass that the socket wakes, not one pass
  * later: a request/answer exchange (the /k8s path) paid a whole second
- * pass of the loop for every message that crossed the tunnel.
+ * pass of the loop for every message that crossed the tunnel.  And a
+ * drain ends once the socket's last record is decrypted: no SSL_read (nor
+ * read(2)) that could only say "would block", in that pass or in a later
+ * one that no socket event began (a resume), which leaves newer bytes to
+ * the socket's own event.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +17,7 @@
 #include <cmocka.h>
 
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +25,7 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -76,6 +82,7 @@ struct reader {
 	char got[64];
 	size_t len;
 	int calls;
+	short events;           /* what the event callback heard */
 };
 
 static void
@@ -104,6 +111,15 @@ reader_cb(struct bufferevent *bev, void *arg)
 	take_input(r);
 }
 
+static void
+reader_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct reader *r = arg;
+
+	(void)bev;
+	r->events |= what;
+}
+
 /* One message of the writer, then one pass of the reader's loop: the
  * pass its bytes wake (EVLOOP_ONCE returns after the pass that ran a
  * callback; the socket is readable already, so it does not wait). */
@@ -114,15 +130,14 @@ send_and_pass(SSL *writer, struct event_base *base, const char *msg)
 	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
 }
 
-static void
-test_each_message_in_its_wakeup_pass(void **state)
+/* A handshake done over a socket pair (fd[0] the writer's, fd[1] the
+ * reader's), then the reader's bufferevent with the read-ahead BIO. */
+static SSL *
+pair_open(struct reader *r, struct event_base *base, int fd[2])
 {
-	struct reader r = { .len = 0 };
-	struct event_base *base;
 	SSL *c, *s;
-	int fd[2], cdone = 0, sdone = 0;
+	int cdone = 0, sdone = 0;
 
-	(void)state;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fd), 0);
 	assert_non_null(c = SSL_new(client_ctx));
 	assert_non_null(s = SSL_new(server_ctx));
@@ -138,12 +153,25 @@ test_each_message_in_its_wakeup_pass(void **state)
 	}
 	assert_true(cdone && sdone);
 
-	assert_non_null(base = event_base_new());
-	assert_non_null(r.bev = bufferevent_openssl_socket_new(base, fd[1], s,
+	assert_non_null(r->bev = bufferevent_openssl_socket_new(base, fd[1], s,
 	    BUFFEREVENT_SSL_OPEN, BEV_OPT_CLOSE_ON_FREE));
-	tls_read_ahead(r.bev);
-	bufferevent_setcb(r.bev, reader_cb, NULL, NULL, &r);
-	assert_int_equal(bufferevent_enable(r.bev, EV_READ), 0);
+	tls_read_ahead(r->bev);
+	bufferevent_setcb(r->bev, reader_cb, NULL, reader_event_cb, r);
+	assert_int_equal(bufferevent_enable(r->bev, EV_READ), 0);
+	return c;
+}
+
+static void
+test_each_message_in_its_wakeup_pass(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
 
 	send_and_pass(c, base, "one");
 	assert_string_equal(r.got, "one");
@@ -165,11 +193,112 @@ test_each_message_in_its_wakeup_pass(void **state)
 	event_base_free(base);
 }
 
+/* Asks OpenSSL made of the read BIO (BIO_read calls), counted. */
+static long bio_asks;
+
+static long
+count_asks(BIO *b, int oper, const char *argp, size_t len, int argi,
+    long argl, int ret, size_t *processed)
+{
+	(void)b; (void)argp; (void)len; (void)argi; (void)argl; (void)processed;
+	if (oper == BIO_CB_READ)
+		bio_asks++;
+	return ret;
+}
+
+/* Bytes in the reader's socket that no read(2) has taken. */
+static int
+socket_holds(int fd)
+{
+	int n = -1;
+
+	assert_int_equal(ioctl(fd, FIONREAD, &n), 0);
+	return n;
+}
+
+static void
+test_drain_ends_when_the_socket_is_used_up(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+	BIO_set_callback_ex(SSL_get_rbio(bufferevent_openssl_get_ssl(r.bev)),
+	    count_asks);
+
+	/* Three records in the socket at once: the bufferevent's own read
+	 * decrypts the first, the reader's drain the other two.  Each record
+	 * is two asks (its header, then its body), served by one read(2);
+	 * no seventh ask, which could only have said "would block". */
+	assert_int_equal(SSL_write(c, "a", 1), 1);
+	assert_int_equal(SSL_write(c, "b", 1), 1);
+	assert_int_equal(SSL_write(c, "c", 1), 1);
+	bio_asks = 0;
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_string_equal(r.got, "abc");
+	assert_int_equal(r.calls, 1);
+	assert_int_equal(bio_asks, 6);
+	assert_false(tls_read_held(r.bev));
+
+	/* A later drain that no socket event began (a resume) asks nothing:
+	 * the socket was used up, and bytes that come after it are the
+	 * socket event's, which the bufferevent's own read serves. */
+	assert_int_equal(tls_read_available(r.bev, 1u << 20), 0);
+	assert_int_equal(bio_asks, 6);
+	assert_int_equal(SSL_write(c, "d", 1), 1);
+	assert_true(socket_holds(fd[1]) > 0);
+	assert_int_equal(tls_read_available(r.bev, 1u << 20), 0);
+	assert_int_equal(bio_asks, 6);
+	assert_true(socket_holds(fd[1]) > 0);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_string_equal(r.got, "abcd");
+	assert_int_equal(r.calls, 2);
+	assert_int_equal(socket_holds(fd[1]), 0);
+	assert_int_equal(bio_asks, 8);
+
+	/* A record in two pieces: the drain stops at the partial record
+	 * (OpenSSL holds its start) without a read(2), and its rest, when it
+	 * comes, is read in the pass it wakes. */
+	assert_int_equal(SSL_write(c, "e", 1), 1);
+	{
+		char rec[64];
+		ssize_t n;
+
+		/* Take the record back off the socket, then send it in two. */
+		n = recv(fd[1], rec, sizeof(rec), 0);
+		assert_true(n > 8);
+		assert_int_equal(send(fd[0], rec, 3, 0), 3);
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+		assert_string_equal(r.got, "abcd");
+		assert_int_equal(tls_read_available(r.bev, 1u << 20), 0);
+		assert_int_equal(socket_holds(fd[1]), 0);
+		assert_int_equal(send(fd[0], rec + 3, (size_t)n - 3, 0), n - 3);
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+		assert_string_equal(r.got, "abcde");
+	}
+
+	/* The end of the stream: close_notify reaches the bufferevent's own
+	 * read, which reports it. */
+	assert_int_equal(SSL_shutdown(c), 0);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_true(r.events & BEV_EVENT_EOF);
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_each_message_in_its_wakeup_pass),
+		cmocka_unit_test(test_drain_ends_when_the_socket_is_used_up),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
