@@ -450,6 +450,50 @@ test_check_every_byte_in_a_name(void **state)
 	}
 }
 
+/* A line with more than one fault gets the reason of the first rule it
+ * breaks, in the rules' order (no LF, a bare LF, then its first bad
+ * byte), wherever in an eight-byte word the faults fall; a tab anywhere
+ * in a value is no fault, and does not hide one after it. */
+static void
+test_check_reasons_in_order(void **state)
+{
+	static const char pre[] = "GET / HTTP/1.1\r\nX-Name: ";
+	char head[128];
+	struct http_framing f;
+	const char *why;
+
+	(void)state;
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\0b\n\r\n", "a bare LF");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\x01\rb\n\r\n", "a bare LF");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\0b", "no empty line at the end of the head");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r", "no empty line at the end of the head");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r\r\n\r\n", "a bare CR");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\x7f\0\r\n\r\n", "a control byte");
+	CHECK_BAD("GET /\x01 HTTP/1.1\r\n\r\n", "a control byte");
+	CHECK_BAD("GET / HTTP/1.1\r\nX: a\r\n\r\n\r", "bytes after the empty line");
+	for (size_t vlen = 1; vlen <= 40; vlen++)
+	for (size_t tab = 0; tab < vlen; tab++)
+	for (size_t bad = tab; bad <= vlen; bad++) {
+		size_t n = sizeof(pre) - 1;
+
+		memcpy(head, pre, n);
+		memset(head + n, 'v', vlen);
+		head[n + tab] = '\t';
+		if (bad > tab && bad < vlen)
+			head[n + bad] = '\0';
+		memcpy(head + n + vlen, "\r\n\r\n", 4);
+		n += vlen + 4;
+		why = "unset";
+		if (bad > tab && bad < vlen) {
+			assert_int_equal(http_head_check(head, n, &f, &why), -1);
+			assert_string_equal(why, "a NUL byte");
+		} else {
+			assert_int_equal(http_head_check(head, n, &f, &why), 0);
+			assert_null(why);
+		}
+	}
+}
+
 /* ---- http_body_end ---- */
 
 /* Feeds body_and_more (a C string) whole and byte by byte: both must find
@@ -596,6 +640,7 @@ main(void)
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
 		cmocka_unit_test(test_check_every_byte_everywhere_in_a_value),
 		cmocka_unit_test(test_check_every_byte_in_a_name),
+		cmocka_unit_test(test_check_reasons_in_order),
 		cmocka_unit_test(test_body_end_found_for_each_framing),
 		cmocka_unit_test(test_answer_bodiless_statuses),
 		cmocka_unit_test(test_answer_refusals),
