@@ -230,17 +230,25 @@ copy_mem(char *dst, size_t n, const char *src, size_t len)
 	dst[len] = '\0';
 }
 
-/* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID. */
-static const char *const k8s_roots[] = { "/version", "/api", "/apis", "/openapi",
-    NULL };
+/* Paths of the Kubernetes API itself, reached without /k8s/clusters/ID,
+ * with their lengths (a strlen and a strncmp for each of them, twice per
+ * request, were ~250 instructions of a /k8s request). */
+#define ROOT(s) { s, sizeof(s) - 1 }
+static const struct { const char *s; size_t n; } k8s_roots[] = {
+	ROOT("/version"), ROOT("/api"), ROOT("/apis"), ROOT("/openapi") };
 
 static int
 k8s_root_path(const char *path)
 {
-	for (int i = 0; k8s_roots[i] != NULL; i++) {
-		size_t n = strlen(k8s_roots[i]);
+	if (path[0] != '/')
+		return 0;
+	for (size_t i = 0; i < sizeof(k8s_roots) / sizeof(k8s_roots[0]); i++) {
+		size_t n = k8s_roots[i].n;
 
-		if (strncmp(path, k8s_roots[i], n) == 0 &&
+		/* path[1] first: a mismatch costs no call; then the rest,
+		 * whose NUL (a shorter path) differs from the root's byte. */
+		if (path[1] == k8s_roots[i].s[1] &&
+		    strncmp(path, k8s_roots[i].s, n) == 0 &&
 		    (path[n] == '\0' || path[n] == '/'))
 			return 1;
 	}
@@ -250,7 +258,7 @@ k8s_root_path(const char *path)
 static int
 k8s_matches(const char *path)
 {
-	return strncmp(path, K8S_PREFIX, strlen(K8S_PREFIX)) == 0 ||
+	return strncmp(path, K8S_PREFIX, sizeof(K8S_PREFIX) - 1) == 0 ||
 	    k8s_root_path(path);
 }
 
@@ -1294,12 +1302,6 @@ x_retry(struct k8s_exchange *x)
 
 /* ---- the upstream request ---- */
 
-/*
- * 1 if the first n bytes of name are those of want (n = strlen(want) when
- * whole), compared as servers that map names to variables do: any case,
- * and '_' the same as '-' (CGI, WSGI and some proxies read
- * "Impersonate_User" as "Impersonate-User").
- */
 /* ASCII lower case, inline (tolower is a call into the C library for
  * every byte of every header name a request carries). */
 static unsigned char
@@ -1308,12 +1310,17 @@ ascii_lower(unsigned char c)
 	return c >= 'A' && c <= 'Z' ? (unsigned char)(c + ('a' - 'A')) : c;
 }
 
+/*
+ * 1 if the first n bytes of name are those of want (both at least n
+ * long, or name ends sooner: no match), compared as servers that map
+ * names to variables do: any case, and '_' the same as '-' (CGI, WSGI
+ * and some proxies read "Impersonate_User" as "Impersonate-User").  A
+ * whole name: the caller compares the lengths first.
+ */
 static int
-name_is(const char *name, const char *want, int whole)
+name_is(const char *name, const char *want, size_t n)
 {
-	size_t n = strlen(want), i;
-
-	for (i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		unsigned char a = (unsigned char)name[i], b = (unsigned char)want[i];
 
 		if (a == '_')
@@ -1321,7 +1328,7 @@ name_is(const char *name, const char *want, int whole)
 		if (a == '\0' || ascii_lower(a) != ascii_lower(b))
 			return 0;
 	}
-	return !whole || name[i] == '\0';
+	return 1;
 }
 
 /*
@@ -1331,11 +1338,12 @@ name_is(const char *name, const char *want, int whole)
  * to one of them (name_is).  Checked in this order, so the client's
  * Connection can only drop more: never Host, never the framing (written
  * by us anyway), and it cannot make Authorization or Impersonate-* pass.
+ * name is n bytes long (no NUL inside: a header name is a token).
  */
 #define NAME_LEN(s) { s, sizeof(s) - 1 }
 
 static int
-request_header_dropped(const char *name, const char *connection)
+request_header_dropped(const char *name, size_t n, const char *connection)
 {
 	/* With their lengths: a whole name of another length cannot match,
 	 * nor a prefix longer than the name (a request's every header was
@@ -1345,21 +1353,21 @@ request_header_dropped(const char *name, const char *connection)
 		NAME_LEN("Keep-Alive"), NAME_LEN("TE"), NAME_LEN("Trailer"),
 		NAME_LEN("Transfer-Encoding"), NAME_LEN("Content-Length"),
 		NAME_LEN("Upgrade"), NAME_LEN("Expect") };
-	size_t n = strlen(name);
 
 	for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
-		if (n == drop[i].n && name_is(name, drop[i].s, 1))
+		if (n == drop[i].n && name_is(name, drop[i].s, n))
 			return 1;
-	if (n >= 6 && name_is(name, "Proxy-", 0))
+	if (n >= 6 && name_is(name, "Proxy-", 6))
 		return 1;
 	/* Who the request acts as is the gateway's to say, never the client's
 	 * (the node's API server trusts the node's own credential). */
-	if (n >= 12 && name_is(name, "Impersonate-", 0))
+	if (n >= 12 && name_is(name, "Impersonate-", 12))
 		return 1;
-	if (strcasecmp(name, "Host") == 0)
+	if (n == 4 && strncasecmp(name, "Host", 4) == 0)
 		return 0;
-	/* Other headers the client named in Connection are hop-by-hop too. */
-	return http_token_list_has(connection, name);
+	/* Other headers the client named in Connection are hop-by-hop too
+	 * (none named: nothing to look for). */
+	return connection[0] != '\0' && http_token_list_has(connection, name);
 }
 
 /* Appends value with any CR or LF made a space: one header, one line. */
@@ -1448,14 +1456,15 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 	ho_put(&o, rest, strlen(rest));
 	ho_put(&o, " HTTP/1.1\r\n", 11);
 	while (p < end) {
-		const char *name = p, *value = p + strlen(p) + 1;
+		size_t n = strlen(p);
+		const char *name = p, *value = p + n + 1;
 
 		if (value >= end)
 			break;
 		p = value + strlen(value) + 1;
-		if (request_header_dropped(name, rq->connection))
+		if (request_header_dropped(name, n, rq->connection))
 			continue;
-		ho_put(&o, name, strlen(name));
+		ho_put(&o, name, n);
 		ho_put(&o, ": ", 2);
 		ho_value(&o, value);
 		ho_put(&o, "\r\n", 2);
