@@ -2,11 +2,55 @@
  * loop.c: the gateway's event loops and their inboxes (see loop.h).  Each
  * event_base is used by its own thread only (made by loop 0's thread
  * before the loop's thread starts), so libevent needs no locking of its
- * own; an inbox's list is the one thing two threads touch, under its mutex.
+ * own; an inbox's list and awake flag are the one thing two threads touch,
+ * under its mutex (and the eventfd, written by any thread).
+ *
+ * The wake rule (calls from other threads; a loop's calls to itself go
+ * to its own list, below).  A loop is awake (l->awake, under l->mu) from
+ * the call that finds it asleep until a take finds its list empty.  A
+ * call that finds it asleep sets awake and then wakes it, an eventfd
+ * write; a call that finds it awake only queues.  A take is inbox_take, under l->mu: it takes
+ * the list whole, and clears awake when it finds the list empty; the
+ * loop's wake (the eventfd's event) and its pass event both run
+ * inbox_pass, which, having taken a message, activates l->pass before it
+ * runs the list: libevent puts an activated event at the tail of the
+ * loop's active queue (one priority: the gateway sets none), so it runs
+ * after the callbacks this pass already has, and while an event is active
+ * the loop polls without blocking.  No call is left waiting:
+ *   INV: whenever l->mu is free and the list holds a message, awake is 1
+ *   and a take will come before l's thread blocks in epoll_wait.
+ * A call appends under l->mu.  If it found awake 0 the list was empty
+ * (INV: awake 0 means empty), it sets awake and, after unlocking, writes
+ * the eventfd: the edge is reported by an epoll_wait after the write,
+ * which l cannot block in past it, and inbox_pass takes after that.  If
+ * it found awake 1, INV held
+ * before the call: a take comes, and since it takes under the same mutex
+ * after this append (or took it already), it takes this message too.  A
+ * take either finds messages (then inbox_pass activates l->pass before
+ * returning to libevent: the next take comes before l blocks, and INV
+ * holds for whatever arrives meanwhile) or finds the list empty and
+ * clears awake under l->mu: then nothing waits, and the next call finds
+ * awake 0 and wakes l itself.  An eventfd write that lands after its
+ * message was taken by a pass only wakes l for an empty take.  A closed
+ * inbox takes no message (calls drop at once).
+ * Cost: a loop that a wake found busy takes once more at its pass's end
+ * (a lock, no system call); every call into it until then is a lock and a
+ * malloc.
+ *
+ * A loop's calls to itself.  They must run on a later pass (loop.h): loop
+ * 0's base makes its epoll changes at its next dispatch (a changelist),
+ * and server.c sends a socket on to another loop from a self-call only
+ * once they are made (adopt_send).  The pass event may run later in this
+ * very pass, so they do not go to the shared list: they go to the loop's
+ * own (own_head, its thread's only, no lock) and a zero timeout
+ * (l->later) runs it: libevent runs timeouts after the dispatch that
+ * follows (its poll then does not block), never in the pass that added
+ * them.
  */
 #include "loop.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -80,12 +124,34 @@ msg_drop(struct loop_msg *m)
 	free(m);
 }
 
+/* A call from l's own thread (atop, a loop's calls to itself): on its own
+ * list, run by the zero timeout after its next dispatch.  closed is
+ * written on this thread (inbox_close) or after it ended. */
+static int
+call_own(struct loop *l, struct loop_msg *m)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (l->closed) {
+		msg_drop(m);
+		return -1;
+	}
+	if (l->own_head == NULL)
+		l->own_head = m;
+	else
+		l->own_tail->next = m;
+	l->own_tail = m;
+	if (!evtimer_pending(l->later, NULL))
+		(void)evtimer_add(l->later, &now);
+	return 0;
+}
+
 int
 loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
     void (*drop)(void *arg))
 {
 	struct loop_msg *m = malloc(sizeof(*m));
-	int was_empty;
+	int wake = 0;
 
 	if (m == NULL) {
 		warn("loop inbox: out of memory: a call is dropped",
@@ -95,29 +161,40 @@ loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
 		return -1;
 	}
 	*m = (struct loop_msg){ .fn = fn, .arg = arg, .drop = drop };
+	if (to == self)
+		return call_own(to, m);
 	pthread_mutex_lock(&to->mu);
 	if (to->closed) {
 		pthread_mutex_unlock(&to->mu);
 		msg_drop(m);
 		return -1;
 	}
-	was_empty = to->head == NULL;
-	if (was_empty)
+	if (to->head == NULL)
 		to->head = m;
 	else
 		to->tail->next = m;
 	to->tail = m;
-	/* Signalled under the lock: once inbox_close has taken it, no caller
-	 * is still about to write, so loops_free may close the eventfd and
-	 * free the loop (signalled after the unlock, the loop could run the
-	 * message, and the test or gateway free it, before the write). */
-	if (was_empty)
-		efd_signal(to->efd);
+	/* The wake rule (atop): asleep, so this call wakes it. */
+	if (!to->awake) {
+		to->awake = 1;
+		wake = 1;
+		atomic_fetch_add_explicit(&to->signalling, 1,
+		    memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&to->mu);
+	if (!wake)
+		return 0;
+	/* Written after the unlock, so that the woken loop does not wait for
+	 * this thread's mutex; signalling tells loops_free that the eventfd
+	 * is still to be written (the message may run, and the test or
+	 * gateway free the loops, before the write). */
+	efd_signal(to->efd);
+	atomic_fetch_sub_explicit(&to->signalling, 1, memory_order_release);
 	return 0;
 }
 
-/* Takes the waiting list whole (NULL when empty). */
+/* Takes the waiting list whole (NULL when empty: then the loop is asleep,
+ * the next call wakes it; the wake rule atop). */
 static struct loop_msg *
 inbox_take(struct loop *l)
 {
@@ -126,6 +203,8 @@ inbox_take(struct loop *l)
 	pthread_mutex_lock(&l->mu);
 	list = l->head;
 	l->head = l->tail = NULL;
+	if (list == NULL)
+		l->awake = 0;
 	pthread_mutex_unlock(&l->mu);
 	return list;
 }
@@ -151,21 +230,52 @@ inbox_run(struct loop *l, struct loop_msg *list)
 	return n;
 }
 
-/* The inbox's eventfd: runs what was sent since the last wake.  The
- * eventfd is watched edge-triggered and never read: each write makes epoll
- * report it again, readable or not, so a wake costs the sender's write
- * only (its counter, +1 per wake, would take 2^64 wakes to fill). */
+/* The inbox's eventfd (a wake) and its pass event (the take at a pass's
+ * end): runs what was sent since the last take; having taken something,
+ * takes again at the end of this pass (the wake rule atop).  The eventfd
+ * is watched edge-triggered and never read: each write makes epoll report
+ * it again, readable or not, so a wake costs the sender's write only (its
+ * counter, +1 per wake, would take 2^64 wakes to fill). */
 static void
-inbox_wake(evutil_socket_t fd, short what, void *arg)
+inbox_pass(evutil_socket_t fd, short what, void *arg)
+{
+	struct loop *l = arg;
+	struct loop_msg *list;
+
+	(void)fd;
+	(void)what;
+	if ((list = inbox_take(l)) == NULL)
+		return;
+	/* Before running the list: what others send meanwhile is taken by
+	 * this pass's end. */
+	event_active(l->pass, EV_TIMEOUT, 0);
+	(void)inbox_run(l, list);
+}
+
+/* Takes l's own list whole (its calls to itself); on l's thread, or
+ * after it ended. */
+static struct loop_msg *
+own_take(struct loop *l)
+{
+	struct loop_msg *list = l->own_head;
+
+	l->own_head = l->own_tail = NULL;
+	return list;
+}
+
+/* The zero timeout after a call to itself: runs l's own list. */
+static void
+own_pass(evutil_socket_t fd, short what, void *arg)
 {
 	struct loop *l = arg;
 
 	(void)fd;
 	(void)what;
-	(void)inbox_run(l, inbox_take(l));
+	(void)inbox_run(l, own_take(l));
 }
 
-/* Closes l's inbox (later calls drop at once) and drops what waits. */
+/* Closes l's inbox (later calls drop at once) and drops what waits, its
+ * own list's too.  On l's thread, or after it ended. */
 static void
 inbox_close(struct loop *l)
 {
@@ -177,6 +287,7 @@ inbox_close(struct loop *l)
 	l->head = l->tail = NULL;
 	pthread_mutex_unlock(&l->mu);
 	(void)inbox_run(l, list);
+	(void)inbox_run(l, own_take(l));
 }
 
 /* The stop message, on l's thread: what came after it is dropped. */
@@ -361,7 +472,9 @@ loop_init(struct loop *l, unsigned index, struct event_base *base,
 	l->base = base;
 	if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) == -1 ||
 	    (l->wake = event_new(base, l->efd, EV_READ | EV_PERSIST | EV_ET,
-	    inbox_wake, l)) == NULL || event_add(l->wake, NULL) != 0)
+	    inbox_pass, l)) == NULL || event_add(l->wake, NULL) != 0 ||
+	    (l->pass = event_new(base, -1, 0, inbox_pass, l)) == NULL ||
+	    (l->later = evtimer_new(base, own_pass, l)) == NULL)
 		return -1;
 	return 0;
 }
@@ -448,8 +561,9 @@ loops_stop(struct loop *loops, unsigned n)
 	if (loops == NULL)
 		return;
 	loops_join(loops, n);
-	/* What they sent back before returning. */
-	while (inbox_run(&loops[0], inbox_take(&loops[0])) > 0)
+	/* What they sent back before returning, and loop 0's own calls. */
+	while (inbox_run(&loops[0], inbox_take(&loops[0])) +
+	    inbox_run(&loops[0], own_take(&loops[0])) > 0)
 		;
 }
 
@@ -463,8 +577,17 @@ loops_free(struct loop *loops, unsigned n)
 		struct loop *l = &loops[i];
 
 		inbox_close(l);
+		/* A caller that woke it before the close may still be writing
+		 * its eventfd (loop_call): one write(2) at most. */
+		while (atomic_load_explicit(&l->signalling,
+		    memory_order_acquire) != 0)
+			sched_yield();
 		if (l->wake != NULL)
 			event_free(l->wake);
+		if (l->pass != NULL)
+			event_free(l->pass);
+		if (l->later != NULL)
+			event_free(l->later);
 		if (l->owns_base && l->base != NULL)
 			event_base_free(l->base);
 		if (l->efd >= 0)

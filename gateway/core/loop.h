@@ -7,10 +7,13 @@
  * own (signals blocked: they stay loop 0's).  Across loops nothing is
  * shared by pointer but a message's arg: loop_call gives it to the
  * receiver, which runs fn on its own thread, or, once it stopped, drop
- * frees it.  An inbox is a mutex-guarded list and an eventfd written only
- * when the list goes from empty to not (watched edge-triggered, never
- * read); each wake takes the list whole and runs it in order, so one
- * sender's messages run in the order it sent them.
+ * frees it.  An inbox is a mutex-guarded list, an awake flag and an
+ * eventfd (watched edge-triggered, never read) written only when a call
+ * finds the loop asleep: a loop that is running its pass takes its list
+ * again before it blocks (loop.c, "The wake rule", proves that no call is
+ * left waiting), so a call into it costs no system call.  Each take runs
+ * the list whole and in order, so one sender's messages run in the order
+ * it sent them.
  * Today loops 1..n-1 run TLS handshakes only (transport/tlsloop.h); tunnels
  * and streams stay on loop 0 (docs/0040 step 2).
  */
@@ -41,13 +44,26 @@ struct loop {
 	pthread_t thread;             /* the thread that runs it */
 	int started;                  /* 1..n-1: the thread runs (joinable) */
 	int owns_base;                /* 1..n-1: base is freed with the loop */
-	/* The inbox: every field under mu but efd, wake and running. */
+	/* The inbox: head, tail, closed and awake under mu (closed written
+	 * on the loop's thread, or after it ended). */
 	pthread_mutex_t mu;
 	struct loop_msg *head, *tail; /* waiting, oldest first */
 	int closed;                   /* stopped: calls are dropped at once */
-	int efd;                      /* eventfd: head went from NULL to not
+	int awake;                    /* a take is sure to come before the
+	                                 loop blocks (loop.c, the wake rule);
+	                                 0: the next call writes efd */
+	int efd;                      /* eventfd: a call found the loop asleep
 	                                 (its counter never read: +1 a wake) */
+	atomic_uint signalling;       /* callers between setting awake and
+	                                 their efd write (written outside mu):
+	                                 loops_free waits for 0 to close efd */
 	struct event *wake;           /* efd readable, on base */
+	struct event *pass;           /* activated by hand while awake: the
+	                                 take at the end of the loop's pass */
+	struct loop_msg *own_head, *own_tail; /* its calls to itself: its
+	                                 thread's only, no lock */
+	struct event *later;          /* a zero timeout: runs the own list
+	                                 after the loop's next dispatch */
 	/* Tunnels (agents/session.c, routes/tunnel.c; docs/0040 step 7).
 	 * hub and tunnel_wait are this loop's thread's only; the atomics
 	 * are written here and read by any loop. */
@@ -112,9 +128,14 @@ struct loop *loops_new(struct event_base *home, unsigned n,
  * calling thread, at once.  Either way arg is no longer the caller's: fn
  * or drop runs exactly once (drop may be NULL: nothing to free).  From any
  * thread, to itself included (fn runs on a later pass, never inline).
- * Returns 0 queued, -1 dropped.  Cost: one malloc, one lock, and one
- * eventfd write (under the lock) when to's inbox was empty (the
- * receiver's wake reads nothing back).
+ * Returns 0 queued, -1 dropped.  Cost: one malloc and one lock; and
+ * when to is asleep (blocked, or about to block, in its event loop with
+ * nothing left to take) one eventfd write (after the lock; the receiver's
+ * wake reads nothing back).  A call into a loop that is running a pass
+ * begun by a wake costs no system call: it is taken at that pass's end.
+ * A call into the caller's own loop takes no lock and writes nothing: a
+ * zero timeout runs it after the loop's next poll (its epoll changes
+ * made by then).
  */
 int loop_call(struct loop *to, void (*fn)(void *arg), void *arg,
     void (*drop)(void *arg));

@@ -38,7 +38,8 @@
  * of the loop's); per other frame its member copied twice (an OPEN's 516
  * bytes); one lock per
  * frame sent, none per pending() check below tx_high_water; per busy pass
- * and direction one loop_call (a malloc, a lock, an eventfd write).
+ * and direction one loop_call (a malloc, a lock, and an eventfd write
+ * only when the far loop is asleep: loop.h).
  */
 #ifndef TETHER_LOOPLINK_H
 #define TETHER_LOOPLINK_H

@@ -107,8 +107,8 @@ struct tlsloops *tlsloops_new(struct loop *loops, unsigned n,
 /* Hands job to loop i (0..n-1) to run; it is the loop's until done.  From
  * loop 0's thread only.  Loop 0's job, too, starts on a later pass of its
  * loop (its inbox), never inside this call, so done never runs inside it.
- * Cost: one loop_call (a malloc, a lock, an eventfd write when the loop's
- * inbox was empty). */
+ * Cost: one loop_call (a malloc, a lock, an eventfd write when the loop
+ * is asleep; none for loop 0's own: loop.h). */
 void tlsloop_submit(struct tlsloops *t, unsigned i, struct tlsloop_job *job);
 
 /*

@@ -8,8 +8,12 @@
  * runs once after the last; a gather's rows are each filled by their own
  * loop and its done runs once on its home loop after them (its drop when
  * home stopped); a loop's audit lines wait for the end of its pass; a
- * loop woken once per message (each sent after the last ran) misses no
- * wake, its eventfd never read (its counter counts the wakes).
+ * loop sent one message at a time (each sent after the last ran) misses
+ * no wake, its eventfd never read (its counter counts the wakes); the
+ * wake rule: a call into a loop asleep writes its eventfd once, calls
+ * into a loop running a pass write nothing and run at that pass's end,
+ * and a call from a loop's own thread writes none and runs on a later
+ * pass, after the loop's next poll (never in the pass that made it).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,11 +449,163 @@ test_every_wake_taken_eventfd_never_read(void **state)
 	}
 	loops_stop(loops, 2);
 	assert_int_equal(pings_ran, PINGS);
-	/* Each ping wrote the eventfd once (its inbox was empty) and no wake
-	 * read it back: the counter holds them all (and the stop's). */
+	/* A ping wrote the eventfd when it found loop 1 asleep (the first one
+	 * did), none when loop 1 was still in the pass that ran the last one,
+	 * and no wake read it back: the counter holds the wakes (and the
+	 * stop's, if it found loop 1 asleep). */
 	assert_int_equal(read(loops[1].efd, &count, sizeof(count)),
 	    (ssize_t)sizeof(count));
-	assert_true(count >= PINGS);
+	assert_true(count >= 1 && count <= PINGS + 1);
+	loops_free(loops, 2);
+	event_base_free(base);
+}
+
+/* The eventfd writes made to l since the last look (its counter, read and
+ * so reset; never read by the loop itself). */
+static uint64_t
+wakes(const struct loop *l)
+{
+	uint64_t count = 0;
+
+	if (read(l->efd, &count, sizeof(count)) != (ssize_t)sizeof(count)) {
+		assert_int_equal(errno, EAGAIN);     /* nonblocking: 0 */
+		return 0;
+	}
+	return count;
+}
+
+/* Whether l is asleep: its next call will wake it (the wake rule). */
+static int
+asleep(struct loop *l)
+{
+	int awake;
+
+	pthread_mutex_lock(&l->mu);
+	awake = l->awake;
+	pthread_mutex_unlock(&l->mu);
+	return !awake;
+}
+
+static void
+wait_pings(unsigned n)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&ping_mu);
+	while (pings_ran < n)
+		assert_int_not_equal(pthread_cond_timedwait(&ping_cv, &ping_mu,
+		    &until), ETIMEDOUT);
+	pthread_mutex_unlock(&ping_mu);
+}
+
+/* A call of loop 0 to itself (test_wake_rule): own_caller, a callback of
+ * loop 0's pass, writes a byte its next poll will see (own_read) and
+ * calls own_run, which notes whether that poll came first. */
+static int own_pipe[2], polled, own_saw_poll, own_ran;
+
+static void
+own_read(evutil_socket_t fd, short what, void *arg)
+{
+	char c;
+
+	(void)what;
+	(void)arg;
+	if (read(fd, &c, 1) == 1)
+		polled = 1;
+}
+
+static void
+own_run(void *arg)
+{
+	(void)arg;
+	own_saw_poll = polled;
+	own_ran = 1;
+}
+
+static void
+own_caller(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	assert_int_equal(write(own_pipe[1], "x", 1), 1);
+	assert_int_equal(loop_call(arg, own_run, NULL, NULL), 0);
+	assert_int_equal(own_ran, 0);                   /* never inline */
+}
+
+static void
+test_wake_rule(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, 2, NULL, err, sizeof(err));
+	struct loop *l1;
+	struct timespec until, now;
+	struct event *rd, *caller;
+
+	(void)state;
+	assert_non_null(loops);
+	l1 = &loops[1];
+	pthread_mutex_lock(&ping_mu);
+	pings_ran = 0;
+	pthread_mutex_unlock(&ping_mu);
+	gate_in = gate_open = 0;
+	/* A new loop sleeps: the first call wakes it, one eventfd write. */
+	assert_true(asleep(l1));
+	assert_int_equal(wakes(l1), 0);
+	assert_int_equal(loop_call(l1, gate_run, NULL, NULL), 0);
+	pthread_mutex_lock(&gate_mu);
+	while (!gate_in)
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+	assert_int_equal(wakes(l1), 1);
+	/* Loop 1 is in its pass (held in gate_run): calls only queue. */
+	for (unsigned i = 0; i < 10; i++)
+		assert_int_equal(loop_call(l1, ping_run, NULL, NULL), 0);
+	assert_int_equal(wakes(l1), 0);
+	pthread_mutex_lock(&gate_mu);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	/* They run at that pass's end, with no wake of their own. */
+	wait_pings(10);
+	/* Its pass over, it sleeps: the end-of-pass take found nothing. */
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += 10;
+	while (!asleep(l1)) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		assert_true(now.tv_sec < until.tv_sec ||
+		    (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec));
+		sched_yield();
+	}
+	assert_int_equal(wakes(l1), 0);
+	/* Asleep: a call wakes it again. */
+	assert_int_equal(loop_call(l1, ping_run, NULL, NULL), 0);
+	wait_pings(11);
+	assert_int_equal(wakes(l1), 1);
+	/* A call from loop 0's own thread (this one), from a callback of its
+	 * pass: no eventfd write, and it runs on a later pass, after the
+	 * loop's next poll: the byte written to the pipe before the call is
+	 * read first. */
+	assert_int_equal(pipe(own_pipe), 0);
+	polled = own_saw_poll = 0;
+	rd = event_new(base, own_pipe[0], EV_READ | EV_PERSIST, own_read, NULL);
+	caller = event_new(base, -1, 0, own_caller, &loops[0]);
+	assert_non_null(rd);
+	assert_non_null(caller);
+	assert_int_equal(event_add(rd, NULL), 0);
+	event_active(caller, EV_TIMEOUT, 0);
+	while (!own_ran)
+		assert_int_not_equal(event_base_loop(base, EVLOOP_ONCE), -1);
+	assert_true(own_saw_poll);
+	assert_int_equal(wakes(&loops[0]), 0);
+	assert_true(asleep(&loops[0]));
+	event_free(caller);
+	event_free(rd);
+	close(own_pipe[0]);
+	close(own_pipe[1]);
+	loops_stop(loops, 2);
 	loops_free(loops, 2);
 	event_base_free(base);
 }
@@ -463,6 +620,7 @@ main(void)
 		cmocka_unit_test(test_gather),
 		cmocka_unit_test(test_audit_held_per_pass),
 		cmocka_unit_test(test_every_wake_taken_eventfd_never_read),
+		cmocka_unit_test(test_wake_rule),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
