@@ -264,6 +264,11 @@ test_targets_split_and_each_request_its_own(void **state)
 		    "/k8s/clusters/c-1/api/v1/namespaces/default/pods", "watch=1",
 		    "Bearer three" },
 		{ "/s", "/s", "", "" },
+		/* '+' is a space in the query only; an escape after plain
+		 * bytes; a query of one '+'. */
+		{ "/a+b?c+d", "/a+b", "c d", "" },
+		{ "/abc%43d?q%3d1", "/abcCd", "q=1", "" },
+		{ "/p?+", "/p", " ", "" },
 	};
 	struct http_reader *r = http_reader_new(64);
 	char req[256];
@@ -295,6 +300,37 @@ test_targets_split_and_each_request_its_own(void **state)
 	http_reader_free(r);
 }
 
+/* A malformed escape or an encoded NUL, in the path or in the query:
+ * 400 with the part named, wherever it falls. */
+static void
+test_malformed_percent_encoding_refused(void **state)
+{
+	static const struct { const char *target, *reason; } t[] = {
+		{ "/a%4", "malformed percent-encoding in the path" },
+		{ "/a%zz/b", "malformed percent-encoding in the path" },
+		{ "/plain/then%00", "malformed percent-encoding in the path" },
+		{ "/a?b=%", "malformed percent-encoding in the query" },
+		{ "/a?b+c=%0g", "malformed percent-encoding in the query" },
+		{ "/a?%00", "malformed percent-encoding in the query" },
+	};
+	char req[128];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct http_reader *r = http_reader_new(64);
+		enum http_read_result res;
+		const char *reason;
+		int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n",
+		    t[i].target);
+
+		http_reader_feed(r, req, (size_t)n, &res);
+		assert_int_equal(res, HTTP_READ_ERROR);
+		assert_int_equal(http_reader_error(r, &reason), 400);
+		assert_string_equal(reason, t[i].reason);
+		http_reader_free(r);
+	}
+}
+
 int
 main(void)
 {
@@ -305,6 +341,7 @@ main(void)
 		cmocka_unit_test(test_streamed_length_is_reported_not_copied),
 		cmocka_unit_test(test_ambiguous_heads_refused),
 		cmocka_unit_test(test_targets_split_and_each_request_its_own),
+		cmocka_unit_test(test_malformed_percent_encoding_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
