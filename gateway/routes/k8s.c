@@ -50,7 +50,7 @@
  * agent at most K8S_UP_HIGH bytes wait, then the client is not read.
  *
  * Buffer ownership: the exchange owns to_agent and the answer head's
- * buffers (rraw, rreason); the client's output buffer is the server's, the exchange
+ * buffer (rraw); the client's output buffer is the server's, the exchange
  * only adds to it and watches it drain.
  */
 #include "k8s.h"
@@ -183,8 +183,15 @@ struct k8s_exchange {
 
 	/* The answer. */
 	http_parser rp;
-	struct evbuffer *rreason;     /* the reason phrase */
-	struct evbuffer *rraw;        /* the head as received (<= HTTP_HEAD_MAX + 2) */
+	/* The head as received (<= HTTP_HEAD_MAX + 2 bytes), flat: an
+	 * evbuffer's add, pullup and drain for it and for the reason phrase
+	 * were ~700 instructions of a /k8s answer.  Kept with the spare
+	 * exchange up to RRAW_KEEP_MAX bytes. */
+	char *rraw;
+	size_t rraw_len, rraw_cap;
+	size_t rreason_off, rreason_len;  /* the reason phrase, in rraw */
+	int rreason_seen;             /* on_status said where it starts */
+	const char *rp_base;          /* the bytes rp_execute is parsing */
 	size_t head_bytes;
 	int rp_paused;                /* paused at the end of a head */
 	int msg_complete;
@@ -434,6 +441,41 @@ x_end_all_but_buffers(struct k8s_exchange *x)
 	access_memo_clear(&x->memo);
 }
 
+/* The answer head's buffer kept for the connection's next exchange when
+ * at most this large (a head is a few hundred bytes). */
+#define RRAW_KEEP_MAX 4096
+
+/* Forgets the answer head read so far (its buffer kept). */
+static void
+rraw_clear(struct k8s_exchange *x)
+{
+	x->rraw_len = 0;
+	x->rreason_off = x->rreason_len = 0;
+	x->rreason_seen = 0;
+}
+
+/* Appends data[0..len) to the answer head's buffer; -1 when out of
+ * memory.  The caller bounds the head (HTTP_HEAD_MAX + 2). */
+static int
+rraw_add(struct k8s_exchange *x, const uint8_t *data, size_t len)
+{
+	if (x->rraw_len + len > x->rraw_cap) {
+		size_t cap = x->rraw_cap ? x->rraw_cap : 512;
+		char *p;
+
+		while (cap < x->rraw_len + len)
+			cap *= 2;
+		if ((p = realloc(x->rraw, cap)) == NULL)
+			return -1;
+		x->rraw = p;
+		x->rraw_cap = cap;
+	}
+	if (len > 0)
+		memcpy(x->rraw + x->rraw_len, data, len);
+	x->rraw_len += len;
+	return 0;
+}
+
 /* Frees an exchange ended by x_end_all_but_buffers (a spare).  NULL is
  * allowed. */
 static void
@@ -444,8 +486,7 @@ x_spare_free(struct k8s_exchange *x)
 	evbuffer_free(x->to_agent);
 	if (x->req_copy != NULL)
 		evbuffer_free(x->req_copy);
-	evbuffer_free(x->rreason);
-	evbuffer_free(x->rraw);
+	free(x->rraw);
 	free(x);
 }
 
@@ -465,11 +506,15 @@ x_free_to(struct k8s_exchange *x, struct k8s_link *l)
 	if (l == NULL || l->spare != NULL ||
 	    evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent)) != 0 ||
 	    (x->req_copy != NULL && evbuffer_drain(x->req_copy,
-	    evbuffer_get_length(x->req_copy)) != 0) ||
-	    evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason)) != 0 ||
-	    evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw)) != 0) {
+	    evbuffer_get_length(x->req_copy)) != 0)) {
 		x_spare_free(x);
 		return;
+	}
+	rraw_clear(x);
+	if (x->rraw_cap > RRAW_KEEP_MAX) {
+		free(x->rraw);
+		x->rraw = NULL;
+		x->rraw_cap = 0;
 	}
 	l->spare = x;
 }
@@ -718,7 +763,14 @@ rp_on_status(http_parser *p, const char *at, size_t len)
 {
 	struct k8s_exchange *x = p->data;
 
-	return evbuffer_add(x->rreason, at, len);
+	/* The reason's bytes are the head's (rraw gets every byte the
+	 * parser takes): only where they start, and how many. */
+	if (!x->rreason_seen) {
+		x->rreason_seen = 1;
+		x->rreason_off = x->head_bytes + (size_t)(at - x->rp_base);
+	}
+	x->rreason_len += len;
+	return 0;
 }
 
 static int
@@ -762,6 +814,7 @@ rp_execute(struct k8s_exchange *x, const uint8_t *data, size_t len,
 
 	if (HTTP_PARSER_ERRNO(&x->rp) == HPE_PAUSED)
 		http_parser_pause(&x->rp, 0);
+	x->rp_base = (const char *)data;
 	n = http_parser_execute(&x->rp, &rp_settings, (const char *)data, len);
 	e = HTTP_PARSER_ERRNO(&x->rp);
 	if (e != HPE_OK && e != HPE_PAUSED) {
@@ -879,8 +932,8 @@ head_credit(struct k8s_exchange *x, size_t written, size_t *credit_now)
 }
 
 /* Writes the answer's head (raw[0..len), the whole of rraw, checked by
- * check_answer_head) again to the client, and chooses what follows; rraw
- * is emptied.  *credit_now: credit for the agent's stream that is due
+ * check_answer_head; its reason phrase at rreason_off) again to the
+ * client, and chooses what follows; rraw is emptied.  *credit_now: credit for the agent's stream that is due
  * now. */
 static int
 emit_head(struct k8s_exchange *x, const char *raw, size_t len,
@@ -890,12 +943,12 @@ emit_head(struct k8s_exchange *x, const char *raw, size_t len,
 	int status = x->rp.status_code, r = 0;
 	int sw = x->answer == HTTP_ANSWER_SWITCH;
 	int info1xx = x->answer == HTTP_ANSWER_INTERIM;
-	size_t rlen = evbuffer_get_length(x->rreason), written;
-	const char *reason = rlen > 0 ?
-	    (const char *)evbuffer_pullup(x->rreason, (ssize_t)rlen) : "";
+	size_t rlen = x->rreason_len, written;
+	const char *reason = raw + x->rreason_off;
 	char head[HEAD_OUT_MAX(HTTP_HEAD_MAX + 2)], *p = head;
 
-	if (reason == NULL || len > HTTP_HEAD_MAX + 2 || rlen > len)
+	if (len > HTTP_HEAD_MAX + 2 || x->rreason_off > len ||
+	    rlen > len - x->rreason_off)
 		return -1;
 	if (!info1xx) {
 		x->close_after = sw || !exchange_keep_alive(x->h) ||
@@ -924,8 +977,7 @@ emit_head(struct k8s_exchange *x, const char *raw, size_t len,
 	x->down += written;
 	if (!info1xx)
 		x->status = status;
-	evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw));
-	evbuffer_drain(x->rreason, rlen);
+	rraw_clear(x);
 	if (r != 0)
 		return -1;
 	if (info1xx) {
@@ -951,12 +1003,8 @@ check_answer_head(struct k8s_exchange *x, const char **raw, size_t *len,
 {
 	struct http_framing f;
 
-	*len = evbuffer_get_length(x->rraw);
-	*raw = (const char *)evbuffer_pullup(x->rraw, (ssize_t)*len);
-	if (*raw == NULL) {
-		*why = "out of memory";
-		return -1;
-	}
+	*len = x->rraw_len;
+	*raw = x->rraw;
 	if (x->rp.http_major != 1) {
 		*why = "an HTTP version other than 1.x";
 		return -1;
@@ -985,7 +1033,7 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 			n = rp_execute(x, data, len < take ? len : take, &why);
 			if (n == (size_t)-1)
 				goto malformed;
-			if (evbuffer_add(x->rraw, data, n) != 0) {
+			if (rraw_add(x, data, n) != 0) {
 				x_fail(x, 502, "out of memory");
 				return;
 			}
@@ -1009,7 +1057,7 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 			if (n == (size_t)-1)
 				goto malformed;
 			x->head_bytes += n;
-			if (evbuffer_add(x->rraw, data, n) != 0) {
+			if (rraw_add(x, data, n) != 0) {
 				x_fail(x, 502, "out of memory");
 				return;
 			}
@@ -1289,8 +1337,7 @@ x_retry(struct k8s_exchange *x)
 		return -1;
 	http_parser_init(&x->rp, HTTP_RESPONSE);
 	x->rp.data = x;
-	evbuffer_drain(x->rreason, evbuffer_get_length(x->rreason));
-	evbuffer_drain(x->rraw, evbuffer_get_length(x->rraw));
+	rraw_clear(x);
 	x->rp_paused = 0;
 	x->msg_complete = 0;
 	x->up = 0;
@@ -1520,15 +1567,7 @@ x_fresh(void)
 	if (x == NULL)
 		return NULL;
 	x->to_agent = evbuffer_new();
-	x->rreason = evbuffer_new();
-	x->rraw = evbuffer_new();
-	if (x->to_agent == NULL || x->rreason == NULL || x->rraw == NULL) {
-		if (x->to_agent != NULL)
-			evbuffer_free(x->to_agent);
-		if (x->rreason != NULL)
-			evbuffer_free(x->rreason);
-		if (x->rraw != NULL)
-			evbuffer_free(x->rraw);
+	if (x->to_agent == NULL) {
 		free(x);
 		return NULL;
 	}
@@ -1542,20 +1581,22 @@ x_reuse(struct hconn *h)
 {
 	struct k8s_link *l = exchange_kept(h);
 	struct k8s_exchange *x = l != NULL ? l->spare : NULL;
-	struct evbuffer *to_agent, *req_copy, *rreason, *rraw;
+	struct evbuffer *to_agent, *req_copy;
+	char *rraw;
+	size_t rraw_cap;
 
 	if (x == NULL)
 		return NULL;
 	l->spare = NULL;
 	to_agent = x->to_agent;
 	req_copy = x->req_copy;
-	rreason = x->rreason;
 	rraw = x->rraw;
+	rraw_cap = x->rraw_cap;
 	memset(x, 0, sizeof(*x));
 	x->to_agent = to_agent;
 	x->req_copy = req_copy;
-	x->rreason = rreason;
 	x->rraw = rraw;
+	x->rraw_cap = rraw_cap;
 	return x;
 }
 

@@ -8,6 +8,9 @@ GET with Upgrade   101 Switching Protocols, then echoes every byte back
 GET /odd-head      200 with a head that is valid but written oddly (a
                    reason with spaces, no space or tabs after a colon,
                    trailing blanks, an empty value, hop-by-hop headers)
+GET /odd-drip      a 103 with a reason with spaces, then a 200 with
+                   another, written three bytes at a time (each head, its
+                   reason too, arrives in many reads)
 anything else      200 with a JSON echo of the request (method, path,
                    headers, body length), Connection: close
 Writes the port it listens on to PORTFILE.
@@ -68,6 +71,15 @@ class Handler(socketserver.StreamRequestHandler):
                     b"Connection: close\r\nX-Blank: \t\r\nX-Last: z\r\n"
                     b"Content-Length: 2\r\n\r\nok")
             w.flush()
+            return
+        if target.startswith("/odd-drip"):
+            head = (b"HTTP/1.1 103  Early  Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+                    b"HTTP/1.1 200  Fine  Thanks\r\nX-Tight:value\r\n"
+                    b"Content-Length: 2\r\n\r\nok")
+            for i in range(0, len(head), 3):
+                w.write(head[i:i + 3])
+                w.flush()
+                time.sleep(0.005)
             return
         if target.startswith("/stream"):
             w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"

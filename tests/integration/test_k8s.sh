@@ -201,6 +201,15 @@ cmp -s "$T/odd.head" "$T/odd.want" || fail "the odd answer head came as: $(od -c
 [ "$(cat "$T/odd.body")" = ok ] || fail "the odd answer's body: $(cat "$T/odd.body")"
 pass "an oddly written answer head reaches the client as http-parser reads it, without its hop-by-hop headers"
 
+# The same, for heads that arrive a few bytes at a time, a 1xx first: each
+# reason phrase as sent, however its bytes were split.
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" -D "$T/drip.head" \
+	-o "$T/drip.body" "$GW_URL/k8s/clusters/$cid2/odd-drip" || fail "GET /odd-drip"
+printf 'HTTP/1.1 103  Early  Hints\r\nLink: </a>; rel=preload\r\n\r\nHTTP/1.1 200  Fine  Thanks\r\nX-Tight: value\r\nContent-Length: 2\r\n\r\n' >"$T/drip.want"
+cmp -s "$T/drip.head" "$T/drip.want" || fail "the dripped answer heads came as: $(od -c "$T/drip.head" | head -20)"
+[ "$(cat "$T/drip.body")" = ok ] || fail "the dripped answer's body: $(cat "$T/drip.body")"
+pass "answer heads that arrive three bytes at a time, a 103 first, reach the client with their reasons as sent"
+
 # --- request bodies: Content-Length and chunked, passed on ---
 head -c 3000000 /dev/urandom >"$T/big"
 curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" -H 'Content-Type: application/octet-stream' \
