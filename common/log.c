@@ -247,23 +247,14 @@ short_escape(unsigned char c)
 	}
 }
 
-/*
- * A text value, quoted as the format needs.  logfmt: bare if it can be,
- * else "..." with \" \\ \n \r \t, \uXXXX for escaped code points and \xNN
- * for a byte that is not valid UTF-8 (so the exact bytes parse back).
- * JSON: a JSON string; an invalid byte becomes U+FFFD (JSON text is
- * Unicode).  At most 6 output bytes per input byte, plus the quotes.
- */
+/* put_text's quoted form ("..." in logfmt, a JSON string), apart from
+ * its bare case so that case is a short call. */
 static void
-put_text(struct lbuf *b, enum log_format f, const char *s, size_t n)
+put_quoted(struct lbuf *b, enum log_format f, const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t i = 0;
 
-	if (f == LOG_FORMAT_LOGFMT && logfmt_bare(s, n)) {
-		put(b, s, n);
-		return;
-	}
 	putc_(b, '"');
 	while (i < n) {
 		uint32_t cp;
@@ -290,16 +281,60 @@ put_text(struct lbuf *b, enum log_format f, const char *s, size_t n)
 }
 
 /*
- * A separator, then a key: its allowed characters kept, others '_', at
- * most 64, with suffix (a literal of suffix_len bytes) after it; logfmt
- * ' key=', JSON ',"key":'.  klen: the key's length when the caller's
- * compiler knew it (log_field.klen), else 0.  One pass copies and checks
- * the key (~7 instructions a byte); with klen known, a pass without the
- * NUL and length tests (~4 a byte), redone by the general one if any byte
- * is not a key's.
+ * A text value, quoted as the format needs.  logfmt: bare if it can be,
+ * else "..." with \" \\ \n \r \t, \uXXXX for escaped code points and \xNN
+ * for a byte that is not valid UTF-8 (so the exact bytes parse back).
+ * JSON: a JSON string; an invalid byte becomes U+FFFD (JSON text is
+ * Unicode).  At most 6 output bytes per input byte, plus the quotes.
  */
 static void
-put_sep_key(struct lbuf *b, enum log_format f, const char *key, size_t klen,
+put_text(struct lbuf *b, enum log_format f, const char *s, size_t n)
+{
+	if (f == LOG_FORMAT_LOGFMT && logfmt_bare(s, n))
+		put(b, s, n);
+	else
+		put_quoted(b, f, s, n);
+}
+
+/* The bytes of NUL-terminated s before the first that a bare logfmt value
+ * cannot hold (its NUL, if none before): one pass, ~5 instructions a
+ * byte, that both measures a bare value and says it is one. */
+static size_t
+bare_len(const char *s)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+
+	while (byte_class[u[i]] & CL_BARE)
+		i++;
+	return i;
+}
+
+/* NUL-terminated s, of which at most max bytes, as put_text writes them:
+ * put_text(b, f, s, strnlen(s, max)), without the strnlen when bare. */
+static void
+put_str(struct lbuf *b, enum log_format f, const char *s, size_t max)
+{
+	size_t n;
+
+	if (f == LOG_FORMAT_LOGFMT) {
+		n = bare_len(s);
+		if (s[n] == '\0' && n > 0 && n <= max) {
+			put(b, s, n);
+			return;
+		}
+	}
+	put_text(b, f, s, strnlen(s, max));
+}
+
+/*
+ * A separator, then a key: its allowed characters kept, others '_', at
+ * most 64, with suffix (a literal of suffix_len bytes) after it; logfmt
+ * ' key=', JSON ',"key":'.  One pass copies and checks the key (~7
+ * instructions a byte); put_key takes a literal key's from its cache.
+ */
+static void
+put_sep_key(struct lbuf *b, enum log_format f, const char *key,
     const char *suffix, size_t suffix_len)
 {
 	const unsigned char *k = (const unsigned char *)(key != NULL ? key : "");
@@ -326,23 +361,10 @@ put_sep_key(struct lbuf *b, enum log_format f, const char *key, size_t klen,
 	*p++ = json ? ',' : ' ';
 	if (json)
 		*p++ = '"';
-	i = 0;
-	if (klen != 0) {
-		unsigned ok = CL_KEY;
-
-		for (; i < klen; i++) {
-			p[i] = (char)k[i];
-			ok &= byte_class[k[i]];
-		}
-		if (ok == 0)
-			i = 0;	/* a byte to replace: the general pass */
-	}
-	if (i == 0) {
-		for (; i < 64 && k[i] != '\0'; i++)
-			p[i] = byte_class[k[i]] & CL_KEY ? (char)k[i] : '_';
-		if (i == 0)
-			p[i++] = '_';
-	}
+	for (i = 0; i < 64 && k[i] != '\0'; i++)
+		p[i] = byte_class[k[i]] & CL_KEY ? (char)k[i] : '_';
+	if (i == 0)
+		p[i++] = '_';
 	p += i;
 	memcpy(p, suffix, suffix_len);
 	p += suffix_len;
@@ -350,6 +372,76 @@ put_sep_key(struct lbuf *b, enum log_format f, const char *key, size_t klen,
 		*p++ = '"';
 	*p++ = json ? ':' : '=';
 	b->len = (size_t)(p - b->p);
+}
+
+/*
+ * Literal keys as written, per thread: a field whose key the compiler knew
+ * (klen != 0: a string literal, whose bytes never change) has its ' key='
+ * or ',"key":' made by put_sep_key once per thread, format and slot, then
+ * copied (~15 instructions, not ~100: an audit line has 12 such keys).  A
+ * slot is picked by the key's address; another key there replaces it.
+ */
+#define KEY_SLOTS 64
+#define KEY_FRAG 70		/* put_sep_key's most, 68 (a slot: 80 bytes) */
+struct key_slot {
+	const char *key;	/* NULL: empty */
+	unsigned char format;
+	unsigned char len;	/* of frag */
+	char frag[KEY_FRAG];
+};
+static _Thread_local struct key_slot key_slots[KEY_SLOTS];
+
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
+
+/* Slot ks's bytes at the end of b (room for KEY_FRAG checked). */
+static inline void
+put_slot(struct lbuf *b, const struct key_slot *ks)
+{
+	/* 16 bytes whatever the length when it fits (one copy, no call):
+	 * the bytes past len are overwritten by what follows. */
+	if (ks->len <= 16)
+		memcpy(b->p + b->len, ks->frag, 16);
+	else
+		memcpy(b->p + b->len, ks->frag, ks->len);
+	b->len += ks->len;
+}
+
+/* A key not in its slot: made, kept in ks, written (out of line, so that
+ * put_key's hit needs no frame). */
+static NOINLINE void
+put_key_miss(struct lbuf *b, enum log_format f, const char *key,
+    struct key_slot *ks)
+{
+	struct lbuf kb = { ks->frag, 0, sizeof(ks->frag) };
+
+	put_sep_key(&kb, f, key, "", 0);
+	ks->key = key;
+	ks->format = (unsigned char)f;
+	ks->len = (unsigned char)kb.len;
+	put_slot(b, ks);
+}
+
+/* The separator and key of field fl (put_sep_key's bytes, always). */
+static void
+put_key(struct lbuf *b, enum log_format f, const struct log_field *fl)
+{
+	struct key_slot *ks;
+
+	if (fl->klen == 0 || b->cap - b->len < KEY_FRAG) {
+		put_sep_key(b, f, fl->key, "", 0);
+		return;
+	}
+	ks = &key_slots[(((uintptr_t)fl->key * UINT64_C(0x9e3779b97f4a7c15)) >>
+	    (64 - 6)) & (KEY_SLOTS - 1)];
+	if (ks->key != fl->key || ks->format != (unsigned char)f) {
+		put_key_miss(b, f, fl->key, ks);
+		return;
+	}
+	put_slot(b, ks);
 }
 
 /* A separator and a key the encoder names itself, k a literal of allowed
@@ -430,7 +522,7 @@ put_field(struct lbuf *b, enum log_format f, const struct log_field *fl,
 	char num[32], *end = num + sizeof(num) - 1, *d;
 	size_t cut;
 
-	put_sep_key(b, f, fl->key, fl->klen, "", 0);
+	put_key(b, f, fl);
 	switch (fl->kind) {
 	case LOG_KIND_INT:
 		/* The magnitude in unsigned arithmetic: LLONG_MIN too. */
@@ -448,7 +540,7 @@ put_field(struct lbuf *b, enum log_format f, const struct log_field *fl,
 	cut = cut_point(fl->s, n);
 	put_text(b, f, fl->s, cut);
 	if (cut < n) {
-		put_sep_key(b, f, fl->key, fl->klen, "_len", 4);
+		put_sep_key(b, f, fl->key, "_len", 4);
 		d = decimal(end, n, 0);
 		put(b, d, (size_t)(end - d));
 	}
@@ -540,22 +632,36 @@ encode_runs(char *out, size_t cap, enum log_format f,
 		put_time(&b, when);
 	}
 	PUT_OWN_KEY(&b, f, "level");
-	put_text(&b, f, level, strlen(level));
+	put_str(&b, f, level, SIZE_MAX);
 	PUT_OWN_KEY(&b, f, "component");
-	put_text(&b, f, component, strnlen(component, 64));
+	put_str(&b, f, component, 64);
 	PUT_OWN_KEY(&b, f, "msg");
-	put_text(&b, f, msg, strnlen(msg, LOG_VALUE_MAX));
+	put_str(&b, f, msg, LOG_VALUE_MAX);
 	for (size_t r = 0; r < nruns; r++) {
 		const struct log_field *fields = runs[r].f;
 
 		for (size_t i = 0; i < runs[r].n; i++) {
-			size_t n = value_len(&fields[i]);
+			const struct log_field *fl = &fields[i];
+			size_t n;
 
+			/* A bare logfmt text value, where any value fits: measured
+			 * and checked in one pass (put_field's bytes). */
+			if (fl->kind == LOG_KIND_STR && f == LOG_FORMAT_LOGFMT &&
+			    fl->s != NULL &&
+			    b.cap - b.len >= field_room(LOG_VALUE_MAX)) {
+				n = bare_len(fl->s);
+				if (fl->s[n] == '\0' && n > 0 && n <= LOG_VALUE_MAX) {
+					put_key(&b, f, fl);
+					put(&b, fl->s, n);
+					continue;
+				}
+			}
+			n = value_len(fl);
 			if (field_room(n) > b.cap - b.len) {
 				dropped++;
 				continue;
 			}
-			put_field(&b, f, &fields[i], n);
+			put_field(&b, f, fl, n);
 		}
 	}
 	b.cap = cap;

@@ -50,9 +50,11 @@ struct log_field {
 	const char *key;	/* [A-Za-z0-9_.-], a constant (others become '_') */
 	enum log_kind kind;
 	unsigned char klen;	/* strlen(key) when the compiler knew it (a
-				 * literal of 1..64 bytes), else 0: the encoder
-				 * measures the key itself.  Its bytes are
-				 * checked either way. */
+				 * string literal of 1..64 bytes, whose bytes
+				 * never change: the encoder keeps it as
+				 * written, per thread, by its address), else
+				 * 0 (checked and written each line).  Either
+				 * way the same bytes. */
 	const char *s;		/* STR, BYTES */
 	size_t n;		/* BYTES: length of s */
 	long long i;		/* INT */

@@ -796,6 +796,89 @@ test_audit_held_per_thread(void **state)
 	unlink(path);
 }
 
+/* A text value (KV_S, measured by the encoder, a bare one in the same
+ * pass that checks it) is written as the same bytes given with their
+ * length (KV_B): bare or quoted, empty, at and past the cut. */
+static void
+test_str_values_as_bytes(void **state)
+{
+	static char big[3000];
+	const char *vals[] = { "x", "", "-", "/version", "user:alice@x", "a b",
+	    "ab\"", "a=b", "a\\b", "caf\xc3\xa9", "tab\there", "end\n",
+	    "\x7f", big, big + 2999 - LOG_VALUE_MAX, big + 2999 - LOG_VALUE_MAX - 1,
+	    big + 2999 - LOG_VALUE_MAX + 1 };	/* 2999, 1024, 1025, 1023 'v' */
+	char want[LOG_LINE_MAX];
+	size_t len;
+
+	(void)state;
+	memset(big, 'v', sizeof(big) - 1);
+	for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+		for (int fmt = 0; fmt < 2; fmt++) {
+			enum log_format f = fmt ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT;
+			struct log_field fb = KV_B("v", vals[i], strlen(vals[i]));
+			struct log_field fs = KV_S("v", vals[i]);
+
+			len = enc(f, "m", &fb, 1);
+			memcpy(want, line, len + 1);
+			assert_int_equal(enc(f, "m", &fs, 1), len);
+			assert_string_equal(line, want);
+		}
+	}
+	/* NULL is "", as an empty value. */
+	struct log_field fn = KV_S("v", NULL);
+	len = enc(LOG_FORMAT_LOGFMT, "m", &fn, 1);
+	assert_non_null(strstr(line, " msg=m v=\"\"\n"));
+	/* The header's text: a component cut at 64 bytes, bare or quoted. */
+	len = log_encode(line, sizeof(line), LOG_FORMAT_LOGFMT, &when, "info",
+	    big + 2999 - 65, "m", NULL, 0);
+	assert_non_null(strstr(line, " component=" "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
+	    "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv msg=m\n"));
+	len = log_encode(line, sizeof(line), LOG_FORMAT_LOGFMT, &when, "in fo",
+	    "", "a=b", NULL, 0);
+	assert_non_null(strstr(line, " level=\"in fo\" component=\"\" "
+	    "msg=\"a=b\"\n"));
+}
+
+/* 128 literal keys, more than the encoder keeps per thread (64 slots):
+ * each written as measured whichever slot it shares, in both formats, one
+ * after another and again. */
+#define LK2(p) KV_U(p "0", 0), KV_U(p "1", 1)
+#define LK8(p) LK2(p "a"), LK2(p "b"), LK2(p "c"), LK2(p "d")
+#define LK32(p) LK8(p "e"), LK8(p "f"), LK8(p "g"), LK8(p "h")
+#define LK128(p) LK32(p "w"), LK32(p "x"), LK32(p "y"), LK32(p ".z")
+
+static void
+test_many_literal_keys(void **state)
+{
+	const struct log_field lit[] = { LK128("k") };
+	struct log_field dyn[128];
+	char keys[128][8], want[2][LOG_LINE_MAX];
+	size_t len[2];
+
+	(void)state;
+	for (size_t i = 0; i < 128; i++) {
+		assert_true(lit[i].klen == 0 || lit[i].klen == strlen(lit[i].key));
+		snprintf(keys[i], sizeof(keys[i]), "%s", lit[i].key);
+		dyn[i] = lit[i];
+		dyn[i].key = keys[i];
+		dyn[i].klen = 0;
+	}
+	for (int fmt = 0; fmt < 2; fmt++) {
+		len[fmt] = enc(fmt ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT, "m", dyn,
+		    128);
+		memcpy(want[fmt], line, len[fmt] + 1);
+	}
+	assert_non_null(strstr(want[0], " kwea0=0 kwea1=1 kweb0=0 "));
+	assert_non_null(strstr(want[1], ",\"k.zhd1\":1}\n"));
+	for (int round = 0; round < 4; round++) {
+		int fmt = round % 2;
+
+		assert_int_equal(enc(fmt ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT,
+		    "m", lit, 128), len[fmt]);
+		assert_string_equal(line, want[fmt]);
+	}
+}
+
 /* An audit line (log_audit_kv), byte for byte after its time: a /k8s
  * request's (gateway/routes/k8s.c x_audit) in logfmt and in JSON, and one
  * with more fields than an audit line holds (event=, 30, client=). */
@@ -883,6 +966,8 @@ main(void)
 		cmocka_unit_test(test_too_many_fields_dropped),
 		cmocka_unit_test(test_keys_sanitized),
 		cmocka_unit_test(test_literal_keys_same_as_measured),
+		cmocka_unit_test(test_many_literal_keys),
+		cmocka_unit_test(test_str_values_as_bytes),
 		cmocka_unit_test(test_audit_line_exact),
 		cmocka_unit_test(test_parse_names),
 		cmocka_unit_test(test_audit_burst_held_then_all_written_in_order),
