@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 static const char *log_component = "tether";
+/* Bumped by each log_init: a thread's audit_head made before is stale. */
+static unsigned log_generation = 1;
 static enum log_level log_min = LOG_LEVEL_INFO;
 static enum log_format log_fmt = LOG_FORMAT_LOGFMT;
 static int audit_fd = STDERR_FILENO;
@@ -64,6 +66,7 @@ log_init(const char *component, enum log_level min_level)
 {
 	log_component = component;
 	log_min = min_level;
+	log_generation++;
 }
 
 void
@@ -613,11 +616,27 @@ struct field_run {
 	size_t n;
 };
 
-/* log_encode, the fields given as nruns runs, one after the other. */
+/* The level, component and msg of a line's header (after its time). */
+static void
+put_head(struct lbuf *b, enum log_format f, const char *level,
+    const char *component, const char *msg)
+{
+	PUT_OWN_KEY(b, f, "level");
+	put_str(b, f, level, SIZE_MAX);
+	PUT_OWN_KEY(b, f, "component");
+	put_str(b, f, component, 64);
+	PUT_OWN_KEY(b, f, "msg");
+	put_str(b, f, msg, LOG_VALUE_MAX);
+}
+
+/* log_encode, the fields given as nruns runs, one after the other; head,
+ * when not NULL, is put_head's bytes for level, component and msg (made
+ * before, once). */
 static size_t
 encode_runs(char *out, size_t cap, enum log_format f,
     const struct timespec *when, const char *level, const char *component,
-    const char *msg, const struct field_run *runs, size_t nruns)
+    const char *msg, const struct lbuf *head, const struct field_run *runs,
+    size_t nruns)
 {
 	struct lbuf b = { out, 0, cap - LINE_TAIL };
 	size_t dropped = 0;
@@ -631,12 +650,10 @@ encode_runs(char *out, size_t cap, enum log_format f,
 		puts_(&b, "time=");
 		put_time(&b, when);
 	}
-	PUT_OWN_KEY(&b, f, "level");
-	put_str(&b, f, level, SIZE_MAX);
-	PUT_OWN_KEY(&b, f, "component");
-	put_str(&b, f, component, 64);
-	PUT_OWN_KEY(&b, f, "msg");
-	put_str(&b, f, msg, LOG_VALUE_MAX);
+	if (head != NULL)
+		put(&b, head->p, head->len);
+	else
+		put_head(&b, f, level, component, msg);
 	for (size_t r = 0; r < nruns; r++) {
 		const struct log_field *fields = runs[r].f;
 
@@ -685,7 +702,8 @@ log_encode(char *out, size_t cap, enum log_format f, const struct timespec *when
 {
 	struct field_run run = { fields, nfields };
 
-	return encode_runs(out, cap, f, when, level, component, msg, &run, 1);
+	return encode_runs(out, cap, f, when, level, component, msg, NULL, &run,
+	    1);
 }
 
 /* ---- writing ---- */
@@ -705,16 +723,42 @@ write_line(int fd, const char *line, size_t len)
 	}
 }
 
-/* Encodes one line into this thread's buffer; returns its length. */
+/* Encodes one line into this thread's buffer; returns its length.
+ * head: NULL, or put_head's bytes for level, log_component and msg. */
 static size_t
 encode_now(char *line, size_t cap, const char *level, const char *msg,
-    const struct field_run *runs, size_t nruns)
+    const struct lbuf *head, const struct field_run *runs, size_t nruns)
 {
 	struct timespec now;
 
 	clock_gettime(CLOCK_REALTIME, &now);
 	return encode_runs(line, cap, log_fmt, &now, level, log_component, msg,
-	    runs, nruns);
+	    head, runs, nruns);
+}
+
+/*
+ * An audit line's level=info component=COMPONENT msg=audit as written
+ * (put_head), per thread, made again when the format or log_init changed
+ * it: one copy a line, not three values checked (~230 instructions).
+ * 512 bytes hold the longest (a 64-byte component, 6 bytes a byte).
+ */
+static _Thread_local char audit_head_bytes[512];
+static _Thread_local struct lbuf audit_head_buf;
+static _Thread_local unsigned audit_head_generation;
+static _Thread_local enum log_format audit_head_format;
+
+static const struct lbuf *
+audit_head(void)
+{
+	if (audit_head_generation != log_generation ||
+	    audit_head_format != log_fmt) {
+		audit_head_buf = (struct lbuf){ audit_head_bytes, 0,
+		    sizeof(audit_head_bytes) };
+		put_head(&audit_head_buf, log_fmt, "info", log_component, "audit");
+		audit_head_generation = log_generation;
+		audit_head_format = log_fmt;
+	}
+	return &audit_head_buf;
 }
 
 void
@@ -729,11 +773,12 @@ log_audit_flush(void)
 }
 
 static void
-emit(int fd, const char *level, const char *msg, const struct field_run *runs,
-    size_t nruns)
+emit(int fd, const char *level, const char *msg, const struct lbuf *head,
+    const struct field_run *runs, size_t nruns)
 {
 	static _Thread_local char line[LOG_LINE_MAX];
-	size_t len = encode_now(line, sizeof(line), level, msg, runs, nruns);
+	size_t len = encode_now(line, sizeof(line), level, msg, head, runs,
+	    nruns);
 
 	/* Held audit lines come first: a file shared with the log (stderr)
 	 * keeps the order in which this thread logged. */
@@ -750,10 +795,11 @@ emit_audit(const struct field_run *runs, size_t nruns)
 	size_t len;
 
 	if (!audit_holding) {
-		emit(audit_fd, "info", "audit", runs, nruns);
+		emit(audit_fd, "info", "audit", audit_head(), runs, nruns);
 		return;
 	}
-	len = encode_now(line, sizeof(line), "info", "audit", runs, nruns);
+	len = encode_now(line, sizeof(line), "info", "audit", audit_head(), runs,
+	    nruns);
 	if (len > AUDIT_HELD_MAX - audit_held_len)
 		log_audit_flush();
 	if (len > AUDIT_HELD_MAX) {
@@ -806,7 +852,7 @@ log_kv(enum log_level level, const char *msg, const struct log_field *fields,
 
 	if (level < log_min)
 		return;
-	emit(STDERR_FILENO, level_names[level], msg, &run, 1);
+	emit(STDERR_FILENO, level_names[level], msg, NULL, &run, 1);
 }
 
 void
@@ -829,7 +875,7 @@ log_fatal_kv(const char *msg, const struct log_field *fields, size_t nfields)
 {
 	struct field_run run = { fields, nfields };
 
-	emit(STDERR_FILENO, level_names[LOG_LEVEL_ERROR], msg, &run, 1);
+	emit(STDERR_FILENO, level_names[LOG_LEVEL_ERROR], msg, NULL, &run, 1);
 	exit(1);
 }
 

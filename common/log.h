@@ -87,7 +87,9 @@ struct log_field {
 #define LOG_LINE_MAX 65536
 
 /* Component name on every line ("gateway", "client", ...) and the lowest
- * level written.  Lines go to stderr until log_set_audit_file. */
+ * level written.  component is kept, not copied: a constant (each thread
+ * keeps an audit line's header made with it until the next log_init).
+ * Lines go to stderr until log_set_audit_file. */
 void log_init(const char *component, enum log_level min_level);
 void log_set_format(enum log_format format);
 /* Parse "debug", "info", "warn", "error" / "logfmt", "json"; 0 or -1. */

@@ -880,8 +880,9 @@ test_many_literal_keys(void **state)
 }
 
 /* An audit line (log_audit_kv), byte for byte after its time: a /k8s
- * request's (gateway/routes/k8s.c x_audit) in logfmt and in JSON, and one
- * with more fields than an audit line holds (event=, 30, client=). */
+ * request's (gateway/routes/k8s.c x_audit) in logfmt and in JSON, one
+ * with more fields than an audit line holds (event=, 30, client=), and
+ * the header after log_init names another component, then this one. */
 static void
 test_audit_line_exact(void **state)
 {
@@ -906,19 +907,35 @@ test_audit_line_exact(void **state)
 	for (size_t i = 0; i < 35; i++)
 		many[i] = KV_U("n", i);
 	log_audit_kv("many", "", many, 35);
+	/* A new component (log_init) is on the next audit line. */
+	log_init("gw 2", LOG_LEVEL_INFO);
+	log_audit_kv("k8s", "-", NULL, 0);
+	log_init("tether", LOG_LEVEL_INFO);
+	log_audit_kv("k8s", "-", NULL, 0);
 	assert_non_null(fp = fopen(path, "r"));
 	n = fread(buf, 1, sizeof(buf) - 1, fp);
 	fclose(fp);
 	buf[n] = '\0';
-	/* Three lines, each cut at its newline (and the first two at their
-	 * time's end). */
-	char *l1 = buf, *l2 = strchr(l1, '\n'), *l3;
+	/* Five lines, each cut at its newline. */
+	char *l[5], *nl;
 
-	assert_non_null(l2);
-	*l2++ = '\0';
-	assert_non_null(l3 = strchr(l2, '\n'));
-	*l3++ = '\0';
-	assert_int_equal(strlen(l3), 0 + strcspn(l3, "\n") + 1);
+	l[0] = buf;
+	for (int i = 0; i < 5; i++) {
+		assert_non_null(nl = strchr(l[i], '\n'));
+		*nl = '\0';
+		if (i < 4)
+			l[i + 1] = nl + 1;
+		else
+			assert_int_equal(nl[1], '\0');
+	}
+	char *l1 = l[0], *l2 = l[1], *l3 = l[2];
+
+	/* The fourth with the new component, the fifth the first's again. */
+	assert_true(strlen(l[3]) > 29 && strlen(l[4]) > 29);
+	assert_string_equal(l[3] + 29, " level=info component=\"gw 2\" "
+	    "msg=audit event=k8s client=-");
+	assert_string_equal(l[4] + 29, " level=info component=tether "
+	    "msg=audit event=k8s client=-");
 	assert_true(strncmp(l1, "time=", 5) == 0 && strlen(l1) > 29);
 	assert_string_equal(l1 + 5 + 24, " level=info component=tether msg=audit "
 	    "event=k8s who=user:alice cluster=prod node=- method=GET "
@@ -931,7 +948,10 @@ test_audit_line_exact(void **state)
 	    "\"/api/v1/pods?watch=1\",\"status\":200,\"bytes_up\":0,"
 	    "\"bytes_down\":1234,\"duration_ms\":7,\"replica\":\"gw-1\","
 	    "\"client\":\"-\"}");
-	nf = logfmt_parse(l3, strlen(l3), parsed, LP_MAX_FIELDS);
+	size_t n3 = strlen(l3);
+
+	l3[n3] = '\n';		/* logfmt_parse wants the line's end */
+	nf = logfmt_parse(l3, n3 + 1, parsed, LP_MAX_FIELDS);
 	assert_int_equal(nf, 4 + 32);
 	assert_string_equal(parsed[4].key, "event");
 	for (int i = 0; i < 30; i++) {
