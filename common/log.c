@@ -396,8 +396,10 @@ static _Thread_local struct key_slot key_slots[KEY_SLOTS];
 
 #if defined(__GNUC__)
 #define NOINLINE __attribute__((noinline))
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define NOINLINE
+#define ALWAYS_INLINE inline
 #endif
 
 /* Slot ks's bytes at the end of b (room for KEY_FRAG checked). */
@@ -428,8 +430,9 @@ put_key_miss(struct lbuf *b, enum log_format f, const char *key,
 	put_slot(b, ks);
 }
 
-/* The separator and key of field fl (put_sep_key's bytes, always). */
-static void
+/* The separator and key of field fl (put_sep_key's bytes, always).
+ * Inlined: a call was a third of a hit's ~40 instructions. */
+static ALWAYS_INLINE void
 put_key(struct lbuf *b, enum log_format f, const struct log_field *fl)
 {
 	struct key_slot *ks;
