@@ -6,12 +6,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -44,7 +47,126 @@ struct tls_rbatch {
 	int pulling;             /* inside tls_read_available's SSL_read */
 	uint8_t *buf;            /* TLS_READ_AHEAD bytes, or NULL */
 	size_t start, end;       /* buf[start..end) not yet given to OpenSSL */
+	/* Busy or not (see "Busy connections" below). */
+	SSL *ssl;                /* whose read BIO this is */
+	struct event_base *base; /* its bufferevent's loop */
+	LIST_ENTRY(tls_rbatch) warm_link;   /* in warm_list while warm */
+	int warm;                /* OpenSSL keeps its record buffers */
+	unsigned reads;          /* read(2)s with bytes: since since_ms while
+	                          * cold, since the last sweep while warm */
+	uint64_t since_ms;       /* the first of `reads` (cold), monotonic */
 };
+
+/*
+ * Busy connections.  With SSL_MODE_RELEASE_BUFFERS (tls_read_ahead)
+ * OpenSSL mallocs and frees its read buffer for every record it reads and
+ * its write buffer for every record it writes (~17 KiB each, ~1,000
+ * instructions a record with glibc's malloc): the price of an idle
+ * connection that holds neither.  A connection that reads from its socket
+ * WARM_READS times within WARM_WINDOW_MS is busy ("warm"): the mode goes
+ * off, and OpenSSL keeps both buffers from record to record.  A
+ * per-thread timer sweeps the warm connections every WARM_SWEEP_MS: one
+ * that read nothing since the last sweep is cold again, its buffers freed
+ * (SSL_free_buffers) and the mode back on.  So an idle connection still
+ * holds no buffer once a sweep or two have passed; a tunnel that only
+ * answers keepalive pings (one read each, seconds apart) never gets warm,
+ * nor does one that is joining (a few messages: with 4 reads in 250 ms
+ * instead, tests/bench/idle_tunnels.sh 5000 peaked ~6 MB higher, agents
+ * joining at 400/s).  A connection holds at most its two record buffers
+ * (~34 KiB) more while warm; the list and the timer are per thread (one
+ * loop per thread, as tlswrite's flush list), the timer added only while
+ * the list is not empty.
+ */
+#define WARM_READS 16
+#define WARM_WINDOW_MS 1000
+#define WARM_SWEEP_MS 250
+
+static _Thread_local LIST_HEAD(, tls_rbatch) warm_list =
+    LIST_HEAD_INITIALIZER(warm_list);
+static _Thread_local struct event sweep_ev;
+/* sweep_ev's loop while the list is not empty, else NULL */
+static _Thread_local struct event_base *sweep_base;
+
+/* The list is empty: the timer stops, and is set up afresh (on the loop
+ * of the next warm connection) when a connection is warm again. */
+static void
+warm_list_check(void)
+{
+	if (!LIST_EMPTY(&warm_list) || sweep_base == NULL)
+		return;
+	event_del(&sweep_ev);
+	sweep_base = NULL;
+}
+
+/* Cold again: OpenSSL's buffers go now if they hold nothing (else
+ * OpenSSL frees them itself once used up, the mode being back on). */
+static void
+warm_end(struct tls_rbatch *t)
+{
+	LIST_REMOVE(t, warm_link);
+	t->warm = 0;
+	t->reads = 0;
+	SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
+	if (!SSL_has_pending(t->ssl))
+		(void)SSL_free_buffers(t->ssl);
+	warm_list_check();
+}
+
+/* The sweep (every WARM_SWEEP_MS while a connection is warm). */
+static void
+warm_sweep(evutil_socket_t fd, short what, void *arg)
+{
+	struct tls_rbatch *t, *next;
+
+	(void)fd;
+	(void)what;
+	(void)arg;
+	for (t = LIST_FIRST(&warm_list); t != NULL; t = next) {
+		next = LIST_NEXT(t, warm_link);
+		if (t->reads == 0)
+			warm_end(t);
+		else
+			t->reads = 0;
+	}
+}
+
+/* t read bytes from its socket: counts towards warm, or keeps it so. */
+static void
+warm_count(struct tls_rbatch *t)
+{
+	static const struct timeval every = {
+		WARM_SWEEP_MS / 1000, (WARM_SWEEP_MS % 1000) * 1000
+	};
+	struct timespec now;
+	uint64_t ms;
+
+	if (t->warm) {
+		t->reads++;
+		return;
+	}
+	if (t->ssl == NULL || clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0)
+		return;
+	ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+	if (t->reads == 0 || ms - t->since_ms > WARM_WINDOW_MS) {
+		t->since_ms = ms;
+		t->reads = 0;
+	}
+	if (++t->reads < WARM_READS)
+		return;
+	t->reads = 0;
+	if (LIST_EMPTY(&warm_list)) {
+		/* The timer goes to this loop (another base on this thread
+		 * only while none is warm: a test's next base). */
+		if (event_assign(&sweep_ev, t->base, -1, EV_PERSIST, warm_sweep,
+		    NULL) != 0 || event_add(&sweep_ev, &every) != 0)
+			return;
+		sweep_base = t->base;
+	} else if (sweep_base != t->base)
+		return;          /* stays cold: the timer is another loop's */
+	SSL_clear_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
+	LIST_INSERT_HEAD(&warm_list, t, warm_link);
+	t->warm = 1;
+}
 
 /* Made once for the process (rbatch_method_get), then only read: every
  * loop thread shares it. */
@@ -94,6 +216,7 @@ rbatch_read(BIO *bio, char *out, int outl)
 		}
 		t->end = (size_t)r;
 		t->drained = (size_t)r < TLS_READ_AHEAD;
+		warm_count(t);
 	}
 	n = t->end - t->start;
 	if (n > (size_t)outl)
@@ -175,6 +298,12 @@ rbatch_destroy(BIO *bio)
 	struct tls_rbatch *t = BIO_get_data(bio);
 
 	if (t != NULL) {
+		if (t->warm) {
+			/* The SSL is being freed with its buffers: only the
+			 * list and the timer are ours to settle. */
+			LIST_REMOVE(t, warm_link);
+			warm_list_check();
+		}
 		free(t->buf);
 		free(t);
 		BIO_set_data(bio, NULL);
@@ -220,13 +349,14 @@ tls_read_ahead(struct bufferevent *bev)
 
 	if (ssl == NULL)
 		return;
-	/* OpenSSL's buffers exist only while they hold bytes: an idle
-	 * connection holds neither. */
-	SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
 	old = SSL_get_rbio(ssl);
 	if (m != NULL && old != NULL && BIO_method_type(old) == rbatch_type)
 		return;        /* has it already (a gateway client connection
-		                * that became a WebSocket) */
+		                * that became a WebSocket; warm or not) */
+	/* OpenSSL's buffers exist only while they hold bytes (unless the
+	 * connection is busy: warm_count): an idle connection holds
+	 * neither. */
+	SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
 	if (m == NULL || old == NULL || BIO_method_type(old) != BIO_TYPE_SOCKET ||
 	    (fd = (int)BIO_get_fd(old, NULL)) < 0) {
 		/* Not on a socket (an https proxy's filter): OpenSSL's own
@@ -241,6 +371,8 @@ tls_read_ahead(struct bufferevent *bev)
 		return;
 	}
 	t->fd = fd;
+	t->ssl = ssl;
+	t->base = bufferevent_get_base(bev);
 	BIO_set_data(bio, t);
 	BIO_set_shutdown(bio, 0);
 	BIO_set_init(bio, 1);

@@ -8,7 +8,8 @@
  * drain ends once the socket's last record is decrypted: no SSL_read (nor
  * read(2)) that could only say "would block", in that pass or in a later
  * one that no socket event began (a resume), which leaves newer bytes to
- * the socket's own event.
+ * the socket's own event.  A busy connection keeps OpenSSL's record
+ * buffers from record to record; once idle it holds none again.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -26,6 +28,7 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -293,12 +296,164 @@ test_drain_ends_when_the_socket_is_used_up(void **state)
 	event_base_free(base);
 }
 
+/*
+ * OpenSSL's allocations of a record buffer's size (16 KiB and more),
+ * counted through CRYPTO_set_mem_functions: how many were made, how many
+ * are live.
+ */
+#define BIG 16384
+#define BIG_SLOTS 256
+static void *big_live[BIG_SLOTS];
+static long big_made;
+
+static void
+big_forget(void *p)
+{
+	for (int i = 0; i < BIG_SLOTS; i++)
+		if (big_live[i] == p && p != NULL) {
+			big_live[i] = NULL;
+			return;
+		}
+}
+
+static void
+big_note(void *p, size_t n)
+{
+	if (p == NULL || n < BIG)
+		return;
+	big_made++;
+	for (int i = 0; i < BIG_SLOTS; i++)
+		if (big_live[i] == NULL) {
+			big_live[i] = p;
+			return;
+		}
+}
+
+static int
+big_live_count(void)
+{
+	int n = 0;
+
+	for (int i = 0; i < BIG_SLOTS; i++)
+		n += big_live[i] != NULL;
+	return n;
+}
+
+static void *
+count_malloc(size_t n, const char *file, int line)
+{
+	void *p = malloc(n);
+
+	(void)file; (void)line;
+	big_note(p, n);
+	return p;
+}
+
+static void *
+count_realloc(void *old, size_t n, const char *file, int line)
+{
+	void *p;
+
+	(void)file; (void)line;
+	big_forget(old);
+	p = realloc(old, n);
+	if (p == NULL && n > 0)
+		big_note(old, BIG);   /* still there; counted once more */
+	else
+		big_note(p, n);
+	return p;
+}
+
+static void
+count_free(void *p, const char *file, int line)
+{
+	(void)file; (void)line;
+	big_forget(p);
+	free(p);
+}
+
+static void
+stop_loop(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd; (void)what;
+	event_base_loopbreak(arg);
+}
+
+static void
+test_busy_keeps_record_buffers_idle_frees_them(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	struct event *t;
+	struct timeval second = { 1, 0 };
+	SSL *c, *s;
+	long made;
+	int fd[2], live;
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+	s = bufferevent_openssl_get_ssl(r.bev);
+	assert_true(SSL_get_mode(s) & SSL_MODE_RELEASE_BUFFERS);
+
+	/* Cold: a record's read buffer is made and freed for each one (the
+	 * writer, without SSL_MODE_RELEASE_BUFFERS, keeps its own). */
+	send_and_pass(c, base, "a");
+	live = big_live_count();
+	made = big_made;
+	send_and_pass(c, base, "b");
+	assert_true(big_made > made);
+	assert_int_equal(big_live_count(), live);
+	/* Records that come fast (one read(2) each, 16 within a second)
+	 * make it busy: OpenSSL keeps its buffer, and a record more makes
+	 * none. */
+	for (int i = 2; i < 15; i++)
+		send_and_pass(c, base, "c");
+	assert_true(SSL_get_mode(s) & SSL_MODE_RELEASE_BUFFERS);
+	send_and_pass(c, base, "d");
+	assert_string_equal(r.got, "abcccccccccccccd");
+	assert_false(SSL_get_mode(s) & SSL_MODE_RELEASE_BUFFERS);
+	send_and_pass(c, base, "e");
+	made = big_made;
+	for (int i = 0; i < 8; i++)
+		send_and_pass(c, base, "f");
+	assert_int_equal(big_made, made);
+	assert_string_equal(r.got, "abcccccccccccccdeffffffff");
+
+	/* Idle for a second: the sweeps (every 250 ms) make it cold again,
+	 * its buffers freed (the write buffer of its handshake too). */
+	assert_non_null(t = evtimer_new(base, stop_loop, base));
+	assert_int_equal(evtimer_add(t, &second), 0);
+	assert_int_equal(event_base_dispatch(base), 0);
+	event_free(t);
+	assert_true(SSL_get_mode(s) & SSL_MODE_RELEASE_BUFFERS);
+	live = big_live_count();
+	assert_int_equal(SSL_free_buffers(s), 1);
+	assert_int_equal(big_live_count(), live);   /* it had none to free */
+	/* And reads as before: a buffer made and freed for the record. */
+	made = big_made;
+	send_and_pass(c, base, "g");
+	assert_string_equal(r.got, "abcccccccccccccdeffffffffg");
+	assert_true(big_made > made);
+	assert_int_equal(big_live_count(), live);
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
+	/* Before OpenSSL allocates anything. */
+	if (CRYPTO_set_mem_functions(count_malloc, count_realloc, count_free) != 1)
+		return 1;
+
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_each_message_in_its_wakeup_pass),
 		cmocka_unit_test(test_drain_ends_when_the_socket_is_used_up),
+		cmocka_unit_test(test_busy_keeps_record_buffers_idle_frees_them),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
