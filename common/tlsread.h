@@ -38,10 +38,13 @@ int tls_read_held(struct bufferevent *bev);
  * read ahead raise no socket event of their own.  Once the socket is used
  * up, a drain reads nothing more until the bufferevent's own read (run by
  * a socket event, so only while EV_READ is enabled) has read it again: a
- * reader that wants bytes keeps EV_READ enabled.  Memory: that buffer, and
- * OpenSSL's read buffer and write buffer (one record each), exist only
- * while they hold bytes (SSL_MODE_RELEASE_BUFFERS): an idle connection
- * holds none of them.  A no-op on a connection that has it already.
+ * reader that wants bytes keeps EV_READ enabled.  Memory: that buffer
+ * exists only while it holds bytes; OpenSSL's read buffer and write
+ * buffer (one record each, ~17 KiB) too (SSL_MODE_RELEASE_BUFFERS),
+ * except while the connection is busy (16 reads within a second; cold
+ * again, the buffers freed, within 250-500 ms of its last read): an idle
+ * connection holds none of them.  A no-op on a connection that has it
+ * already.
  */
 void tls_read_ahead(struct bufferevent *bev);
 
