@@ -502,19 +502,37 @@ field_room(size_t n)
 	return 2 * 64 + 16 + 6 * n + 2 + 32;
 }
 
+/* "00" "01" ... "99": two digits a step. */
+static const char digit_pairs[201] =
+	"0001020304050607080910111213141516171819"
+	"2021222324252627282930313233343536373839"
+	"4041424344454647484950515253545556575859"
+	"6061626364656667686970717273747576777879"
+	"8081828384858687888990919293949596979899";
+
 /* v in decimal, '-' first when neg, ending at end (a NUL there); returns
  * its first character.  By hand: an audit line has four numbers, and a
- * snprintf each was a sixth of the line's encoding. */
+ * snprintf each was a sixth of the line's encoding; two digits a step
+ * (one division by 100, not two by 10). */
 static char *
 decimal(char *end, unsigned long long v, int neg)
 {
 	char *p = end;
 
 	*p = '\0';
-	do {
-		*--p = (char)('0' + v % 10);
-		v /= 10;
-	} while (v != 0);
+	while (v >= 100) {
+		unsigned d = (unsigned)(v % 100);
+
+		v /= 100;
+		p -= 2;
+		memcpy(p, digit_pairs + 2 * d, 2);
+	}
+	if (v >= 10) {
+		p -= 2;
+		memcpy(p, digit_pairs + 2 * v, 2);
+	} else {
+		*--p = (char)('0' + v);
+	}
 	if (neg)
 		*--p = '-';
 	return p;

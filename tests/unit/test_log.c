@@ -149,11 +149,23 @@ test_number_ranges(void **state)
 		KV_U("u0", 0), KV_I("minus", -1), KV_U("ten", 10),
 	};
 
+	/* Around each step of two digits. */
+	const struct log_field g[] = {
+		KV_U("a", 9), KV_U("b", 99), KV_U("c", 100), KV_U("d", 101),
+		KV_U("e", 999), KV_U("f", 1000), KV_U("g", 12345),
+		KV_U("h", ULLONG_MAX), KV_I("i", -10), KV_I("j", -100),
+		KV_I("k", -1001), KV_U("l", 1000000007),
+	};
+
 	(void)state;
 	enc(LOG_FORMAT_LOGFMT, "n", f, 6);
 	assert_string_equal(line, "time=2026-11-24T08:54:47.123Z level=info "
 	    "component=gateway msg=n lo=-9223372036854775808 "
 	    "hi=9223372036854775807 zero=0 u0=0 minus=-1 ten=10\n");
+	enc(LOG_FORMAT_LOGFMT, "n", g, 12);
+	assert_string_equal(line, "time=2026-11-24T08:54:47.123Z level=info "
+	    "component=gateway msg=n a=9 b=99 c=100 d=101 e=999 f=1000 g=12345 "
+	    "h=18446744073709551615 i=-10 j=-100 k=-1001 l=1000000007\n");
 }
 
 /* The time to the second is kept per thread from one line to the next
