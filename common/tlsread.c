@@ -269,10 +269,13 @@ rbatch_settled(SSL *ssl, const struct tls_rbatch *t)
 static long
 rbatch_ctrl(BIO *bio, int cmd, long num, void *ptr)
 {
-	struct tls_rbatch *t = BIO_get_data(bio);
+	struct tls_rbatch *t;
 
+	/* Most asks fall to the default (kTLS queries): the BIO's data only
+	 * where a case needs it. */
 	switch (cmd) {
 	case BIO_C_GET_FD:
+		t = BIO_get_data(bio);
 		if (ptr != NULL)
 			*(int *)ptr = t->fd;
 		return t->fd;
@@ -282,8 +285,10 @@ rbatch_ctrl(BIO *bio, int cmd, long num, void *ptr)
 		BIO_set_shutdown(bio, (int)num);
 		return 1;
 	case BIO_CTRL_EOF:
+		t = BIO_get_data(bio);
 		return t->eof && t->start == t->end;
 	case BIO_CTRL_PENDING:
+		t = BIO_get_data(bio);
 		return (long)(t->end - t->start);
 	case BIO_CTRL_FLUSH:
 		return 1;

@@ -410,10 +410,13 @@ batch_write(BIO *bio, const char *data, int len)
 static long
 batch_ctrl(BIO *bio, int cmd, long num, void *ptr)
 {
-	struct tls_batch *t = BIO_get_data(bio);
+	struct tls_batch *t;
 
+	/* OpenSSL asks ~8 times per SSL_write, mostly what falls to the
+	 * default (kTLS queries): the BIO's data only where a case needs it. */
 	switch (cmd) {
 	case BIO_C_GET_FD:
+		t = BIO_get_data(bio);
 		if (ptr != NULL)
 			*(int *)ptr = t->fd;
 		return t->fd;
@@ -423,10 +426,12 @@ batch_ctrl(BIO *bio, int cmd, long num, void *ptr)
 		BIO_set_shutdown(bio, (int)num);
 		return 1;
 	case BIO_CTRL_WPENDING:
+		t = BIO_get_data(bio);
 		return (long)(t->end - t->start + t->plain_len);
 	case BIO_CTRL_FLUSH:
 		/* OpenSSL flushes after an alert (close_notify): out now, as
 		 * far as the socket takes it. */
+		t = BIO_get_data(bio);
 		if (batch_send(t) != 0)
 			return 0;
 		if (t->start < t->end && batch_arm(t, 1) != 0)
