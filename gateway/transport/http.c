@@ -1,12 +1,11 @@
 /*
  * http.c: HTTP/1.1 requests out of a byte stream (see http.h).
  *
- * http-parser calls back with pieces of the URL, of header names and of
- * header values, in order and possibly split anywhere (a piece ends where a
- * read ended).  We keep the URL and the values of the headers we act on, each
- * in its own growing string; every string is bounded because the head as a
- * whole is (HTTP_HEAD_MAX, counted here as bytes are fed: the parser's own
- * count skips long header values), and the body by max_body.
+ * http-parser calls back with pieces of the URL, in order and possibly
+ * split anywhere (a piece ends where a read ended); we keep it in a growing
+ * string.  Every string is bounded because the head as a whole is
+ * (HTTP_HEAD_MAX, counted here as bytes are fed: the parser's own count
+ * skips long header values), and the body by max_body.
  *
  * A request is handed out one at a time: on_message_complete pauses the
  * parser, so that http_parser_execute stops right after the request and the
@@ -15,12 +14,13 @@
  * The head is also kept as read (bounded the same way) and, once
  * complete, must frame the request in one way only (http_head_check,
  * common/httphead.h): a head http-parser would read one way and a next hop
- * another is refused (400) before anything acts on it.
- *
- * Every header is also kept whole, as "name\0value\0" pairs (bounded by
- * the head limit), so that a request passed on (http_reader_stream) can be
- * written again; the body of such a request goes to its sink piece by
- * piece instead of being kept.
+ * another is refused (400) before anything acts on it.  Its headers are
+ * read from it then, in one pass (collect_headers), as http-parser reads
+ * them (the check leaves one way to): the values of the ones we act on,
+ * each in its own growing string, and every header whole, as
+ * "name\0value\0" pairs (bounded by the head limit), so that a request
+ * passed on (http_reader_stream) can be written again; the body of such a
+ * request goes to its sink piece by piece instead of being kept.
  */
 #include "http.h"
 
@@ -75,9 +75,6 @@ static const struct {
 	[HDR_REPLICA] = { NAME_AND_LEN("Tether-Replica"), 0 },
 };
 
-/* Longer than any name above: a longer name is some other header. */
-#define FIELD_MAX 32
-
 struct http_reader {
 	/* Kept across resets: the settings (max_body; passed-on requests,
 	 * http_reader_stream) and the strings, emptied with their buffers
@@ -96,15 +93,12 @@ struct http_reader {
 	/* Zeroed by every reset, from here to the end (http_reader_reset). */
 	http_parser parser;
 	unsigned seen;                   /* bit per enum hdr: header present */
-	char field[FIELD_MAX];           /* the header name being read */
-	size_t field_len;                /* > FIELD_MAX - 1: too long, "other" */
-	enum hdr cur;                    /* where value pieces go */
-	int in_value;                    /* last piece was a value */
 
 	char *path, *query;              /* decoded at the end of the head
 	                                    (into path_buf, query_buf), or NULL */
 	struct http_framing framing;     /* what the head says (check_framing) */
-	int all_state;                   /* 0 none yet, 1 in a name, 2 in a value */
+	int may_continue;                /* a body that fits, HTTP/1.1: an
+	                                    Expect: 100-continue is heard */
 
 	int streamed;                    /* this request is passed on */
 	int streaming;                   /* ... and its body goes to the sink */
@@ -126,8 +120,9 @@ struct http_reader {
 
 /* ---- strings ---- */
 
+/* Room in s for len more bytes and a NUL; -1 when out of memory. */
 static int
-str_append(struct str *s, const char *data, size_t len)
+str_reserve(struct str *s, size_t len)
 {
 	if (s->len + len + 1 > s->cap) {
 		size_t cap = s->cap ? s->cap : 64;
@@ -141,6 +136,14 @@ str_append(struct str *s, const char *data, size_t len)
 		s->p = p;
 		s->cap = cap;
 	}
+	return 0;
+}
+
+static int
+str_append(struct str *s, const char *data, size_t len)
+{
+	if (str_reserve(s, len) != 0)
+		return -1;
 	memcpy(s->p + s->len, data, len);
 	s->len += len;
 	s->p[s->len] = '\0';
@@ -287,97 +290,6 @@ on_url(http_parser *p, const char *at, size_t len)
 	return 0;
 }
 
-/* Which header the name read is: compared only with names of its length
- * (a strcasecmp with each of the eight, for every header of every
- * request, was ~1.5k of a /k8s request's instructions). */
-static enum hdr
-classify(const struct http_reader *r)
-{
-	if (r->field_len >= FIELD_MAX)
-		return HDR_OTHER;
-	for (int i = HDR_OTHER + 1; i < HDR_ENTRIES; i++)
-		if (r->field_len == hdr_info[i].len &&
-		    strncasecmp(r->field, hdr_info[i].name, r->field_len) == 0)
-			return (enum hdr)i;
-	return HDR_OTHER;
-}
-
-/* Appends a piece of a header name (value 0) or value (1) to r->all. */
-static int
-all_append(struct http_reader *r, int value, const char *at, size_t len)
-{
-	int want = value ? 2 : 1;
-
-	if (r->all_state != 0 && r->all_state != want &&
-	    str_append(&r->all, "", 1) != 0)
-		return reader_fail(r, 500, "out of memory");
-	r->all_state = want;
-	if (str_append(&r->all, at, len) != 0)
-		return reader_fail(r, 500, "out of memory");
-	return 0;
-}
-
-static int
-on_header_field(http_parser *p, const char *at, size_t len)
-{
-	struct http_reader *r = p->data;
-
-	if (all_append(r, 0, at, len) != 0)
-		return -1;
-
-	if (r->in_value) {
-		r->in_value = 0;
-		r->field_len = 0;
-	}
-	if (r->field_len + len < FIELD_MAX) {
-		memcpy(r->field + r->field_len, at, len);
-		r->field_len += len;
-		r->field[r->field_len] = '\0';
-	} else
-		r->field_len = FIELD_MAX;    /* longer than any header we keep */
-	return 0;
-}
-
-/* The first piece of a header's value: where do its pieces go? */
-static int
-start_value(struct http_reader *r)
-{
-	enum hdr h = classify(r);
-	unsigned bit = 1u << h;
-
-	r->in_value = 1;
-	r->cur = h;
-	if (h == HDR_OTHER)
-		return 0;
-	if (r->seen & bit) {
-		char reason[80];
-
-		if (!hdr_info[h].list) {
-			snprintf(reason, sizeof(reason), "duplicate %s header",
-			    hdr_info[h].name);
-			return reader_fail(r, 400, reason);
-		}
-		if (str_append(&r->hdr[h], ", ", 2) != 0)
-			return reader_fail(r, 500, "out of memory");
-	}
-	r->seen |= bit;
-	return 0;
-}
-
-static int
-on_header_value(http_parser *p, const char *at, size_t len)
-{
-	struct http_reader *r = p->data;
-
-	if (all_append(r, 1, at, len) != 0)
-		return -1;
-	if (!r->in_value && start_value(r) != 0)
-		return -1;
-	if (r->cur != HDR_OTHER && str_append(&r->hdr[r->cur], at, len) != 0)
-		return reader_fail(r, 500, "out of memory");
-	return 0;
-}
-
 /* Splits the URL into the decoded path and query. */
 static int
 split_url(struct http_reader *r)
@@ -438,12 +350,6 @@ on_headers_complete(http_parser *p)
 	    (p->content_length > 0 && p->content_length != ULLONG_MAX);
 
 	r->head_done = 1;
-	/* Close the last pair: a value (possibly empty) ends every header. */
-	if (r->all_state == 1 && str_append(&r->all, "", 1) != 0)
-		return reader_fail(r, 500, "out of memory");
-	if (r->all_state != 0 && str_append(&r->all, "", 1) != 0)
-		return reader_fail(r, 500, "out of memory");
-	r->all_state = 0;
 	if (split_url(r) != 0)
 		return -1;
 	if (r->stream_match != NULL && r->stream_match(r->path)) {
@@ -455,9 +361,8 @@ on_headers_complete(http_parser *p)
 		/* Refused before a byte of it is read (413, close), once the
 		 * head is checked (reader_execute). */
 		r->too_large = 1;
-	else if (has_body && p->http_minor >= 1 &&
-	    http_token_list_has(str_or_empty(&r->hdr[HDR_EXPECT]), "100-continue"))
-		r->want_continue = 1;
+	else if (has_body && p->http_minor >= 1)
+		r->may_continue = 1;    /* if it asked (collect_headers) */
 	/* Stop here so that http_reader_feed can count the head's bytes. */
 	r->head_paused = 1;
 	http_parser_pause(p, 1);
@@ -503,8 +408,6 @@ on_message_complete(http_parser *p)
 static const http_parser_settings settings = {
 	.on_message_begin = on_message_begin,
 	.on_url = on_url,
-	.on_header_field = on_header_field,
-	.on_header_value = on_header_value,
 	.on_headers_complete = on_headers_complete,
 	.on_body = on_body,
 	.on_message_complete = on_message_complete,
@@ -620,6 +523,108 @@ head_too_large(struct http_reader *r)
 	reader_fail(r, 431, reason);
 }
 
+/* Which of the headers we keep name (n bytes) is: compared only with
+ * names of its length and first letter. */
+static enum hdr
+classify(const char *name, size_t n)
+{
+	for (int i = HDR_OTHER + 1; i < HDR_ENTRIES; i++)
+		if (n == hdr_info[i].len &&
+		    (name[0] | 0x20) == (hdr_info[i].name[0] | 0x20) &&
+		    strncasecmp(name, hdr_info[i].name, n) == 0)
+			return (enum hdr)i;
+	return HDR_OTHER;
+}
+
+/* One header, name (n bytes) and value (vn bytes), into r->hdr[]: a
+ * list's repeats joined with ", ", another's refused. */
+static int
+keep_header(struct http_reader *r, const char *name, size_t n,
+    const char *value, size_t vn)
+{
+	enum hdr h = classify(name, n);
+	unsigned bit = 1u << h;
+
+	if (h == HDR_OTHER)
+		return 0;
+	if (r->seen & bit) {
+		char reason[80];
+
+		if (!hdr_info[h].list) {
+			snprintf(reason, sizeof(reason), "duplicate %s header",
+			    hdr_info[h].name);
+			return reader_fail(r, 400, reason);
+		}
+		if (str_append(&r->hdr[h], ", ", 2) != 0)
+			return reader_fail(r, 500, "out of memory");
+	}
+	r->seen |= bit;
+	if (str_append(&r->hdr[h], value, vn) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
+/*
+ * The headers of the whole head in r->raw, which http_head_check passed
+ * (start line first, maybe after empty lines; then "NAME:VALUE" lines
+ * ending with CRLF, a token for NAME, no obs-fold, no CR or LF inside),
+ * as http-parser reads them: each name as sent, each value from its
+ * first byte that is not a space or a tab up to the CR.  Into r->all
+ * ("name\0value\0" pairs) and r->hdr[] (the ones we act on), and
+ * want_continue.  Read from the head in one pass once it is whole:
+ * collected from http-parser's header callbacks, piece by piece, they
+ * were ~1.5k of a /k8s request's instructions.  Returns 0, or -1 with
+ * the error set (a duplicate header that may not repeat, out of memory).
+ */
+static int
+collect_headers(struct http_reader *r)
+{
+	const char *at = r->raw.p, *end = r->raw.p + r->raw.len;
+	int start = 1;
+	char *o;
+
+	/* Room for all of it at once (r->all is empty): each pair is
+	 * shorter than its line. */
+	if (str_reserve(&r->all, r->raw.len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	o = r->all.p + r->all.len;
+	while (at < end) {
+		const char *line = at, *cr = memchr(at, '\r', (size_t)(end - at));
+		const char *colon, *v;
+		size_t n, name;
+
+		if (cr == NULL)
+			break;              /* not after http_head_check */
+		n = (size_t)(cr - line);
+		at = cr + 2;
+		if (start) {
+			start = n == 0;     /* empty lines, then the start line */
+			continue;
+		}
+		if (n == 0 || (colon = memchr(line, ':', n)) == NULL)
+			break;              /* the empty line: the end */
+		name = (size_t)(colon - line);
+		for (v = colon + 1; v < cr && (*v == ' ' || *v == '\t'); v++)
+			;
+		memcpy(o, line, name);
+		o[name] = '\0';
+		o += name + 1;
+		memcpy(o, v, (size_t)(cr - v));
+		o[cr - v] = '\0';
+		o += cr - v + 1;
+		if (keep_header(r, line, name, v, (size_t)(cr - v)) != 0)
+			break;
+	}
+	r->all.len = (size_t)(o - r->all.p);
+	r->all.p[r->all.len] = '\0';
+	if (r->err_status != 0)
+		return -1;
+	if (r->may_continue && http_token_list_has(str_or_empty(&r->hdr[HDR_EXPECT]),
+	    "100-continue"))
+		r->want_continue = 1;
+	return 0;
+}
+
 /* The whole head is in r->raw: refuse ambiguous framing (httphead.h),
  * even where http-parser would pick one reading of it. */
 static void
@@ -636,6 +641,7 @@ check_framing(struct http_reader *r)
 	}
 	if (http_head_check(r->raw.p, r->raw.len, &f, &why) == 0) {
 		r->framing = f;
+		(void)collect_headers(r);
 		return;
 	}
 	snprintf(reason, sizeof(reason), "ambiguous request framing: %s", why);

@@ -5,7 +5,10 @@
  * whatever its size, then the request completes; headers are kept whole;
  * the result never depends on how the input was split into reads; the
  * framing it reports is the parsed one, and heads with two readings are
- * refused (400) and marked as passed-on requests.
+ * refused (400) and marked as passed-on requests.  Also the reader's
+ * reading of any request: the target's path and query decoded (or
+ * refused), the headers as http-parser reads them, repeats joined or
+ * refused, Expect: 100-continue heard only for a body.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -300,6 +303,110 @@ test_targets_split_and_each_request_its_own(void **state)
 	http_reader_free(r);
 }
 
+/*
+ * The headers, read from the whole head once it is checked, are as
+ * http-parser reads them, however the head was split into reads: each
+ * value from its first byte that is not a blank to its CR (trailing
+ * blanks kept, an empty one empty), names as sent, empty lines before the
+ * request line skipped; list headers joined with ", "; a repeated
+ * Authorization refused (400, the header named); Expect: 100-continue
+ * heard for a body that fits, not for one without a body.
+ */
+static void
+test_headers_as_http_parser_reads_them(void **state)
+{
+	static const char req[] = "\r\nPOST /a HTTP/1.1\r\n"
+	    "X-Tight:v\r\nX-Blanks: \t lead and trail \t\r\nX-Empty:\r\n"
+	    "X-Blank: \t\r\nconnection: keep-alive\r\nUPGRADE: a\r\n"
+	    "Connection: Upgrade\r\nupgrade: b\r\nAuthorization: Bearer x y\r\n"
+	    "Sec-WebSocket-Protocol: p1\r\nExpect: 100-continue\r\n"
+	    "Content-Length: 2\r\n\r\nok";
+	static const char want[] = "X-Tight\0v\0X-Blanks\0lead and trail \t\0"
+	    "X-Empty\0\0X-Blank\0\0connection\0keep-alive\0UPGRADE\0a\0"
+	    "Connection\0Upgrade\0upgrade\0b\0Authorization\0Bearer x y\0"
+	    "Sec-WebSocket-Protocol\0p1\0Expect\0" "100-continue\0"
+	    "Content-Length\0" "2\0";
+	size_t len = strlen(req), body = strlen(req) - 2;
+
+	(void)state;
+	for (size_t step = 1; step <= len; step++) {
+		struct http_reader *r = http_reader_new(64);
+		const struct http_request *q;
+		enum http_read_result res = HTTP_READ_MORE;
+		size_t off = 0;
+		int cont = 0;
+
+		/* Up to the body: the head is whole, the body not yet here. */
+		while (off < body) {
+			size_t n = body - off < step ? body - off : step;
+
+			off += http_reader_feed(r, req + off, n, &res);
+			assert_int_equal(res, HTTP_READ_MORE);
+			cont += http_reader_take_continue(r);
+		}
+		assert_int_equal(cont, 1);
+		off += http_reader_feed(r, req + off, len - off, &res);
+		assert_int_equal(res, HTTP_READ_REQUEST);
+		assert_int_equal(off, len);
+		q = http_reader_request(r);
+		assert_int_equal(q->headers_len, sizeof(want) - 1);
+		assert_memory_equal(q->headers, want, sizeof(want) - 1);
+		assert_string_equal(q->connection, "keep-alive, Upgrade");
+		assert_string_equal(q->upgrade, "a, b");
+		assert_string_equal(q->authorization, "Bearer x y");
+		assert_string_equal(q->ws_protocol, "p1");
+		assert_string_equal(q->ws_key, "");
+		assert_int_equal(q->body_len, 2);
+		http_reader_free(r);
+	}
+}
+
+static void
+test_repeated_single_headers_refused(void **state)
+{
+	static const struct { const char *req, *reason; } t[] = {
+		{ "GET /a HTTP/1.1\r\nAuthorization: a\r\nX: y\r\n"
+		    "authorization: b\r\n\r\n", "duplicate Authorization header" },
+		{ "GET /a HTTP/1.1\r\nSec-WebSocket-Key: a\r\n"
+		    "Sec-WebSocket-Key: a\r\n\r\n", "duplicate Sec-WebSocket-Key header" },
+		{ "GET /a HTTP/1.1\r\nTether-Replica: r\r\n"
+		    "TETHER-REPLICA: r\r\n\r\n", "duplicate Tether-Replica header" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		for (int split = 0; split < 2; split++) {
+			struct http_reader *r = http_reader_new(64);
+			enum http_read_result res;
+			const char *reason;
+
+			if (split)
+				res = feed_bytewise(r, t[i].req, strlen(t[i].req));
+			else
+				http_reader_feed(r, t[i].req, strlen(t[i].req), &res);
+			assert_int_equal(res, HTTP_READ_ERROR);
+			assert_int_equal(http_reader_error(r, &reason), 400);
+			assert_string_equal(reason, t[i].reason);
+			http_reader_free(r);
+		}
+	}
+}
+
+/* No body, no 100 Continue, even when asked. */
+static void
+test_no_continue_without_a_body(void **state)
+{
+	static const char req[] = "GET /a HTTP/1.1\r\nExpect: 100-continue\r\n\r\n";
+	struct http_reader *r = http_reader_new(64);
+	enum http_read_result res;
+
+	(void)state;
+	assert_int_equal(http_reader_feed(r, req, strlen(req), &res), strlen(req));
+	assert_int_equal(res, HTTP_READ_REQUEST);
+	assert_int_equal(http_reader_take_continue(r), 0);
+	http_reader_free(r);
+}
+
 /* A malformed escape or an encoded NUL, in the path or in the query:
  * 400 with the part named, wherever it falls. */
 static void
@@ -342,6 +449,9 @@ main(void)
 		cmocka_unit_test(test_ambiguous_heads_refused),
 		cmocka_unit_test(test_targets_split_and_each_request_its_own),
 		cmocka_unit_test(test_malformed_percent_encoding_refused),
+		cmocka_unit_test(test_headers_as_http_parser_reads_them),
+		cmocka_unit_test(test_repeated_single_headers_refused),
+		cmocka_unit_test(test_no_continue_without_a_body),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
