@@ -75,6 +75,9 @@ static const struct {
 	[HDR_REPLICA] = { NAME_AND_LEN("Tether-Replica"), 0 },
 };
 
+/* Longer than any name above: a longer trailer name is some other one. */
+#define FIELD_MAX 32
+
 struct http_reader {
 	/* Kept across resets: the settings (max_body; passed-on requests,
 	 * http_reader_stream) and the strings, emptied with their buffers
@@ -93,6 +96,12 @@ struct http_reader {
 	/* Zeroed by every reset, from here to the end (http_reader_reset). */
 	http_parser parser;
 	unsigned seen;                   /* bit per enum hdr: header present */
+	/* A trailer being read (on_header_field, on_header_value). */
+	char field[FIELD_MAX];           /* its name */
+	size_t field_len;                /* > FIELD_MAX - 1: too long, "other" */
+	enum hdr cur;                    /* where value pieces go */
+	int in_value;                    /* last piece was a value */
+	int all_state;                   /* 0 none yet, 1 in a name, 2 in a value */
 
 	char *path, *query;              /* decoded at the end of the head
 	                                    (into path_buf, query_buf), or NULL */
@@ -290,6 +299,127 @@ on_url(http_parser *p, const char *at, size_t len)
 	return 0;
 }
 
+/* Which of the headers we keep name (n bytes) is: compared only with
+ * names of its length and first letter. */
+static enum hdr
+classify(const char *name, size_t n)
+{
+	for (int i = HDR_OTHER + 1; i < HDR_ENTRIES; i++)
+		if (n == hdr_info[i].len &&
+		    (name[0] | 0x20) == (hdr_info[i].name[0] | 0x20) &&
+		    strncasecmp(name, hdr_info[i].name, n) == 0)
+			return (enum hdr)i;
+	return HDR_OTHER;
+}
+
+/* A header named name (n bytes) begins: *h says where its value goes in
+ * r->hdr[] (HDR_OTHER: nowhere); a list's repeat gets ", " first, another
+ * header's repeat is refused.  0, or -1 with the error set. */
+static int
+keep_start(struct http_reader *r, const char *name, size_t n, enum hdr *h_out)
+{
+	enum hdr h = classify(name, n);
+	unsigned bit = 1u << h;
+
+	*h_out = h;
+	if (h == HDR_OTHER)
+		return 0;
+	if (r->seen & bit) {
+		char reason[80];
+
+		if (!hdr_info[h].list) {
+			snprintf(reason, sizeof(reason), "duplicate %s header",
+			    hdr_info[h].name);
+			return reader_fail(r, 400, reason);
+		}
+		if (str_append(&r->hdr[h], ", ", 2) != 0)
+			return reader_fail(r, 500, "out of memory");
+	}
+	r->seen |= bit;
+	return 0;
+}
+
+/* One whole header, name (n bytes) and value (vn bytes), into r->hdr[]
+ * (keep_start's rules). */
+static int
+keep_header(struct http_reader *r, const char *name, size_t n,
+    const char *value, size_t vn)
+{
+	enum hdr h;
+
+	if (keep_start(r, name, n, &h) != 0)
+		return -1;
+	if (h != HDR_OTHER && str_append(&r->hdr[h], value, vn) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
+/*
+ * Trailers (the fields after a chunked body): http-parser's header
+ * callbacks, in pieces, as the head's headers once were.  Their values go
+ * to r->hdr[] and r->all as the head's do (a repeated Authorization is
+ * refused there too).  During the head they return at once: its headers
+ * are read from the whole head (collect_headers).
+ */
+
+/* Appends a piece of a trailer name (value 0) or value (1) to r->all. */
+static int
+all_append(struct http_reader *r, int value, const char *at, size_t len)
+{
+	int want = value ? 2 : 1;
+
+	if (r->all_state != 0 && r->all_state != want &&
+	    str_append(&r->all, "", 1) != 0)
+		return reader_fail(r, 500, "out of memory");
+	r->all_state = want;
+	if (str_append(&r->all, at, len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
+static int
+on_header_field(http_parser *p, const char *at, size_t len)
+{
+	struct http_reader *r = p->data;
+
+	if (!r->head_done)
+		return 0;
+	if (all_append(r, 0, at, len) != 0)
+		return -1;
+	if (r->in_value) {
+		r->in_value = 0;
+		r->field_len = 0;
+	}
+	if (r->field_len + len < FIELD_MAX) {
+		memcpy(r->field + r->field_len, at, len);
+		r->field_len += len;
+		r->field[r->field_len] = '\0';
+	} else
+		r->field_len = FIELD_MAX;    /* longer than any header we keep */
+	return 0;
+}
+
+static int
+on_header_value(http_parser *p, const char *at, size_t len)
+{
+	struct http_reader *r = p->data;
+
+	if (!r->head_done)
+		return 0;
+	if (all_append(r, 1, at, len) != 0)
+		return -1;
+	if (!r->in_value) {
+		/* The first piece: where do its pieces go? */
+		r->in_value = 1;
+		if (keep_start(r, r->field, r->field_len < FIELD_MAX ?
+		    r->field_len : 0, &r->cur) != 0)
+			return -1;
+	}
+	if (r->cur != HDR_OTHER && str_append(&r->hdr[r->cur], at, len) != 0)
+		return reader_fail(r, 500, "out of memory");
+	return 0;
+}
+
 /* Splits the URL into the decoded path and query. */
 static int
 split_url(struct http_reader *r)
@@ -408,6 +538,8 @@ on_message_complete(http_parser *p)
 static const http_parser_settings settings = {
 	.on_message_begin = on_message_begin,
 	.on_url = on_url,
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
 	.on_headers_complete = on_headers_complete,
 	.on_body = on_body,
 	.on_message_complete = on_message_complete,
@@ -521,47 +653,6 @@ head_too_large(struct http_reader *r)
 	snprintf(reason, sizeof(reason), "request head larger than %d bytes",
 	    HTTP_HEAD_MAX);
 	reader_fail(r, 431, reason);
-}
-
-/* Which of the headers we keep name (n bytes) is: compared only with
- * names of its length and first letter. */
-static enum hdr
-classify(const char *name, size_t n)
-{
-	for (int i = HDR_OTHER + 1; i < HDR_ENTRIES; i++)
-		if (n == hdr_info[i].len &&
-		    (name[0] | 0x20) == (hdr_info[i].name[0] | 0x20) &&
-		    strncasecmp(name, hdr_info[i].name, n) == 0)
-			return (enum hdr)i;
-	return HDR_OTHER;
-}
-
-/* One header, name (n bytes) and value (vn bytes), into r->hdr[]: a
- * list's repeats joined with ", ", another's refused. */
-static int
-keep_header(struct http_reader *r, const char *name, size_t n,
-    const char *value, size_t vn)
-{
-	enum hdr h = classify(name, n);
-	unsigned bit = 1u << h;
-
-	if (h == HDR_OTHER)
-		return 0;
-	if (r->seen & bit) {
-		char reason[80];
-
-		if (!hdr_info[h].list) {
-			snprintf(reason, sizeof(reason), "duplicate %s header",
-			    hdr_info[h].name);
-			return reader_fail(r, 400, reason);
-		}
-		if (str_append(&r->hdr[h], ", ", 2) != 0)
-			return reader_fail(r, 500, "out of memory");
-	}
-	r->seen |= bit;
-	if (str_append(&r->hdr[h], value, vn) != 0)
-		return reader_fail(r, 500, "out of memory");
-	return 0;
 }
 
 /*

@@ -309,8 +309,9 @@ test_targets_split_and_each_request_its_own(void **state)
  * value from its first byte that is not a blank to its CR (trailing
  * blanks kept, an empty one empty), names as sent, empty lines before the
  * request line skipped; list headers joined with ", "; a repeated
- * Authorization refused (400, the header named); Expect: 100-continue
- * heard for a body that fits, not for one without a body.
+ * Authorization refused (400, the header named), in the head or in a
+ * trailer; Expect: 100-continue heard for a body that fits, not for one
+ * without a body.
  */
 static void
 test_headers_as_http_parser_reads_them(void **state)
@@ -371,6 +372,10 @@ test_repeated_single_headers_refused(void **state)
 		    "Sec-WebSocket-Key: a\r\n\r\n", "duplicate Sec-WebSocket-Key header" },
 		{ "GET /a HTTP/1.1\r\nTether-Replica: r\r\n"
 		    "TETHER-REPLICA: r\r\n\r\n", "duplicate Tether-Replica header" },
+		/* In a trailer, after a body: the same rule. */
+		{ "POST /a HTTP/1.1\r\nAuthorization: a\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n"
+		    "Authorization: b\r\n\r\n", "duplicate Authorization header" },
 	};
 
 	(void)state;
