@@ -29,8 +29,10 @@
  * served from one buffer that a single read(2) of up to TLS_READ_AHEAD
  * fills.  (OpenSSL's own read-ahead does the same but moves the unread
  * rest of its buffer to the front before every record: with a large
- * buffer that is many copies of each byte.)  The buffer exists only while
- * it holds bytes.  Bytes it holds raise no socket event: see tlsread.h.
+ * buffer that is many copies of each byte.)  A connection holds the
+ * buffer only while it holds bytes; the last one freed on a thread is
+ * kept there for the next read(2) of any of its connections (buf_get,
+ * buf_put).  Bytes it holds raise no socket event: see tlsread.h.
  */
 struct tls_rbatch {
 	int fd;
@@ -176,6 +178,66 @@ static int rbatch_type;            /* its BIO type, for BIO_method_type */
 
 static BIO_METHOD *rbatch_method_get(void);
 
+/*
+ * One spare read buffer per thread: a connection's buffer goes when the
+ * socket is used up and the next read(2) on the thread (its own, or
+ * another connection's) takes it back, not free and malloc each time
+ * (~400 instructions a read(2); 256 KiB is past every cache of glibc's
+ * malloc).  A thread holds at most one spare, freed when it ends
+ * (spare_key's destructor; the main thread's stays reachable until exit).
+ */
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static pthread_key_t spare_key;
+static int spare_key_ok;
+static _Thread_local uint8_t *spare;
+static _Thread_local int spare_registered;  /* spare_key set on this thread */
+
+static void
+spare_free(void *arg)
+{
+	(void)arg;
+	free(spare);
+	spare = NULL;
+	spare_registered = 0;
+}
+
+static void
+spare_key_make(void)
+{
+	spare_key_ok = pthread_key_create(&spare_key, spare_free) == 0;
+}
+
+/* A buffer of TLS_READ_AHEAD bytes (NULL: out of memory). */
+static uint8_t *
+buf_get(void)
+{
+	uint8_t *b = spare;
+
+	if (b != NULL) {
+		spare = NULL;
+		return b;
+	}
+	return malloc(TLS_READ_AHEAD);
+}
+
+/* Gives back b (from buf_get; NULL: nothing): the thread's spare if it
+ * has none, freed otherwise. */
+static void
+buf_put(uint8_t *b)
+{
+	if (b == NULL)
+		return;
+	if (spare == NULL && !spare_registered &&
+	    pthread_once(&spare_once, spare_key_make) == 0 && spare_key_ok &&
+	    pthread_setspecific(spare_key, &spare) == 0)
+		spare_registered = 1;
+	if (spare == NULL && spare_registered) {
+		spare = b;
+		return;
+	}
+	free(b);
+}
+
 static int
 rbatch_read(BIO *bio, char *out, int outl)
 {
@@ -195,7 +257,7 @@ rbatch_read(BIO *bio, char *out, int outl)
 			BIO_set_retry_read(bio);
 			return -1;
 		}
-		if (t->buf == NULL && (t->buf = malloc(TLS_READ_AHEAD)) == NULL)
+		if (t->buf == NULL && (t->buf = buf_get()) == NULL)
 			return -1;
 		t->start = t->end = 0;
 		do
@@ -209,7 +271,7 @@ rbatch_read(BIO *bio, char *out, int outl)
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				BIO_set_retry_read(bio);
 				t->drained = 1;
-				free(t->buf);    /* idle: hold no buffer */
+				buf_put(t->buf);    /* idle: hold no buffer */
 				t->buf = NULL;
 			}
 			return -1;
@@ -227,7 +289,7 @@ rbatch_read(BIO *bio, char *out, int outl)
 		/* All the socket had is OpenSSL's now: no buffer until the next
 		 * read(2) (pings of thousands of tunnels in one loop pass would
 		 * otherwise hold as many buffers at once). */
-		free(t->buf);
+		buf_put(t->buf);
 		t->buf = NULL;
 		t->start = t->end = 0;
 	}
@@ -309,7 +371,7 @@ rbatch_destroy(BIO *bio)
 			LIST_REMOVE(t, warm_link);
 			warm_list_check();
 		}
-		free(t->buf);
+		buf_put(t->buf);
 		free(t);
 		BIO_set_data(bio, NULL);
 	}

@@ -43,8 +43,9 @@ int tls_read_held(struct bufferevent *bev);
  * buffer (one record each, ~17 KiB) too (SSL_MODE_RELEASE_BUFFERS),
  * except while the connection is busy (16 reads within a second; cold
  * again, the buffers freed, within 250-500 ms of its last read): an idle
- * connection holds none of them.  A no-op on a connection that has it
- * already.
+ * connection holds none of them (its thread keeps one spare 256 KiB
+ * buffer for the next read(2) of any of its connections).  A no-op on a
+ * connection that has it already.
  */
 void tls_read_ahead(struct bufferevent *bev);
 
