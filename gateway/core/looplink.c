@@ -17,8 +17,11 @@
  * and the records by swapping arrays, under the mutex, then hands the
  * frames on with no lock held.
  *
- *   posted   a LINK message to the reader is on its way (set by the first
- *            frame into an empty queue, cleared when the reader takes it)
+ *   posted   a LINK message to the reader is due or on its way (set by
+ *            the first frame into an empty queue, cleared when the reader
+ *            takes it): the writer's end marks it due (post_due) and
+ *            sends it at the end of the writer's pass (link_flush), so a
+ *            pass's frames to one loop cost that loop one wake, one take
  *   blocked  the writer's multiplexer found queued >= tx_high_water; the
  *            reader, taking the queue, sends DRAINED back
  *   closed   the reader's end is gone: frames are dropped, not queued
@@ -40,6 +43,7 @@
 #include <sys/types.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "budget.h"
 #include "frame.h"
@@ -91,7 +95,19 @@ struct looplink_end {
 	struct evbuffer *stage;         /* one frame being built */
 	struct evbuffer *rx;            /* frames taken from `in`, decoding */
 	struct link_recs rxrecs;        /* their records */
+	bool post_due;                  /* out's LINK is to be sent at the end
+	                                   of this pass (link_flush) */
 	char name[40];                  /* "loop-link:A>B", its account's name */
+};
+
+/* A loop's LINK messages due at the end of its pass: ev, activated by the
+ * pass's first frame into an empty half, runs after the callbacks the
+ * pass already has (libevent's active queue, one priority) and sends
+ * them (link_flush).  Touched on that loop only. */
+struct link_flush {
+	struct looplinks *set;
+	unsigned from;
+	struct event *ev;
 };
 
 /* A frame split over chains, copied whole to decode it: one per
@@ -111,6 +127,7 @@ struct looplinks {
 	struct looplink_half *halves;   /* [from * n + to] */
 	struct looplink_end *ends;      /* [from * n + to] */
 	struct scratch *scratch;        /* [n]: each loop's, to decode */
+	struct link_flush *flush;       /* [n]: each loop's, on its base */
 };
 
 static struct looplink_end *
@@ -147,12 +164,39 @@ recs_room(struct link_recs *r)
 	return 0;
 }
 
+/* Sends the LINK messages due on loop `from` (its ends' post_due). */
+static void
+flush_due(struct looplinks *ls, unsigned from)
+{
+	for (unsigned to = 0; to < ls->n; to++) {
+		struct looplink_end *e = end_at(ls, from, to);
+
+		if (to == from || !e->post_due)
+			continue;
+		e->post_due = false;
+		(void)loop_call(&ls->loops[to], link_take, end_far(e), NULL);
+	}
+}
+
+/* The end of a pass of the loop that wrote frames: each half it made
+ * non-empty gets its one LINK (a wake of the reader only if asleep). */
+static void
+link_flush(evutil_socket_t fd, short what, void *arg)
+{
+	struct link_flush *f = arg;
+
+	(void)fd;
+	(void)what;
+	flush_due(f->set, f->from);
+}
+
 /* Puts one frame of len bytes into the half with its record (type and
  * id: struct link_rec): data[0..len) copied straight into the queue, in one
  * piece (the reader reads it in place), or, data NULL, the staged bytes'
- * chains moved.  Posts LINK to the reader when none is on its way.
- * Returns 0, or -1 (the reader's end closed, or out of memory: the frame
- * is dropped, nothing of it queued). */
+ * chains moved.  When no LINK is on its way to the reader, one is due at
+ * the end of this loop's pass.  Returns 0, or -1 (the reader's end
+ * closed, or out of memory: the frame is dropped, nothing of it
+ * queued). */
 static int
 half_put(struct looplink_end *e, uint8_t type, uint32_t id, const void *data,
     size_t len)
@@ -193,8 +237,10 @@ out:
 	pthread_mutex_unlock(&h->mu);
 	if (r != 0 && data == NULL)
 		evbuffer_drain(e->stage, len);
-	if (post)
-		(void)loop_call(&e->set->loops[e->to], link_take, end_far(e), NULL);
+	if (post) {
+		e->post_due = true;
+		event_active(e->set->flush[e->from].ev, EV_TIMEOUT, 0);
+	}
 	return r;
 }
 
@@ -455,12 +501,15 @@ looplink_close(struct looplinks *ls)
 
 	assert(self != NULL && self >= ls->loops && self < ls->loops + ls->n);
 	me = self->index;
+	/* What this loop wrote before goes before its CLOSED. */
+	flush_due(ls, me);
 	for (unsigned to = 0; to < ls->n; to++) {
 		struct looplink_end *e = end_at(ls, me, to);
 
 		if (to == me || e->mux == NULL)
 			continue;
 		end_close(e);
+		flush_due(ls, me);      /* what its streams' ends sent */
 		(void)loop_call(&ls->loops[to], link_far_closed, end_far(e), NULL);
 	}
 }
@@ -571,9 +620,11 @@ looplinks_new(struct loop *loops, unsigned n, const struct mux_config *cfg,
 	if (ls == NULL || n < 2 || (ls->halves = calloc((size_t)n * n,
 	    sizeof(*ls->halves))) == NULL || (ls->ends = calloc((size_t)n * n,
 	    sizeof(*ls->ends))) == NULL || (ls->scratch = calloc(n,
-	    sizeof(*ls->scratch))) == NULL) {
+	    sizeof(*ls->scratch))) == NULL || (ls->flush = calloc(n,
+	    sizeof(*ls->flush))) == NULL) {
 		snprintf(err, errlen, n < 2 ? "a link needs two loops" : "out of memory");
 		if (ls != NULL) {
+			free(ls->scratch);
 			free(ls->ends);
 			free(ls->halves);
 			free(ls);
@@ -593,6 +644,12 @@ looplinks_new(struct loop *loops, unsigned n, const struct mux_config *cfg,
 	for (unsigned i = 0; i < n * n; i++)
 		if (i / n != i % n && end_init(ls, i / n, i % n) != 0)
 			goto fail;
+	for (unsigned i = 0; i < n; i++) {
+		ls->flush[i] = (struct link_flush){ .set = ls, .from = i };
+		if ((ls->flush[i].ev = event_new(loops[i].base, -1, 0, link_flush,
+		    &ls->flush[i])) == NULL)
+			goto fail;
+	}
 	return ls;
 fail:
 	snprintf(err, errlen, "out of memory");
@@ -636,6 +693,10 @@ looplinks_free(struct looplinks *ls)
 	}
 	for (unsigned i = 0; ls->scratch != NULL && i < ls->n; i++)
 		free(ls->scratch[i].p);
+	for (unsigned i = 0; i < ls->n; i++)
+		if (ls->flush[i].ev != NULL)
+			event_free(ls->flush[i].ev);
+	free(ls->flush);
 	free(ls->scratch);
 	free(ls->ends);
 	free(ls->halves);

@@ -10,7 +10,9 @@
  * stream id and payload (mux_io.senddata; a payload sent by reference
  * moves its evbuffer chains, no copy), any other as its type, stream id
  * and struct member (mux_io.sendframe).  The first frame into an empty
- * half posts one message to B's inbox (loop.h), and B takes the half
+ * half makes one message to B's inbox (loop.h) due, sent at the end of
+ * A's pass (a pass's frames to B cost B one wake, if asleep, and one
+ * take), and B takes the half
  * whole under its mutex, then hands each frame to its own multiplexer:
  * DATA by mux_on_data, the others made again for mux_on_frame.  A's
  * multiplexer sees the half's bytes as its transport's pending bytes, so
@@ -39,7 +41,8 @@
  * bytes); one lock per
  * frame sent, none per pending() check below tx_high_water; per busy pass
  * and direction one loop_call (a malloc, a lock, and an eventfd write
- * only when the far loop is asleep: loop.h).
+ * only when the far loop is asleep: loop.h), made by an event at the end
+ * of the writer's pass (an event_active and a scan of its n - 1 ends).
  */
 #ifndef TETHER_LOOPLINK_H
 #define TETHER_LOOPLINK_H

@@ -17,6 +17,9 @@
  * both hops with credit, the far half is quiet (not in the live streams)
  * and charges the principal one window only (the agent's side), the link
  * its own; an agent not on loop 0 is refused "agent_not_here".
+ *
+ * Frames written in one pass of a loop reach the other as one LINK
+ * message, sent at the end of that pass: none before, one wake after.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,10 +28,13 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -833,12 +839,179 @@ test_far_side(void **state)
 	ft_free(far_f);
 }
 
+/* ---- one LINK per pass (test_one_link_per_pass) ---- */
+
+static atomic_size_t pass_received;
+static int pass_opened;
+
+static void
+pass_rx_data(struct mux_stream *s, const uint8_t *data, size_t len, void *arg)
+{
+	(void)s;
+	(void)data;
+	(void)arg;
+	atomic_fetch_add(&pass_received, len);
+}
+
+static void
+pass_close(struct mux_stream *s, const char *code, void *arg)
+{
+	(void)s;
+	(void)code;
+	(void)arg;
+}
+
+static const struct mux_stream_handlers pass_rx_handlers = {
+	.on_data = pass_rx_data,
+	.on_close = pass_close,
+};
+
+static void
+pass_open(void *ctx, unsigned from, struct mux_stream *s,
+    const struct frame_open *req)
+{
+	(void)ctx;
+	(void)from;
+	(void)req;
+	assert_int_equal(mux_stream_accept(s, NULL, &pass_rx_handlers, NULL), 0);
+}
+
+static void
+pass_opened_cb(struct mux_stream *s, int ok, const char *code,
+    const char *reason, void *arg)
+{
+	(void)s;
+	(void)code;
+	(void)reason;
+	(void)arg;
+	assert_true(ok);
+	pass_opened = 1;
+}
+
+static const struct mux_stream_handlers pass_tx_handlers = {
+	.on_opened = pass_opened_cb,
+	.on_close = pass_close,
+};
+
+static int
+pass_is_open(void)
+{
+	return pass_opened;
+}
+
+
+/* The eventfd writes made to l since the last look (its counter, read
+ * and so reset; the loop never reads it). */
+static uint64_t
+wakes_of(const struct loop *l)
+{
+	uint64_t count = 0;
+
+	if (read(l->efd, &count, sizeof(count)) != (ssize_t)sizeof(count))
+		return 0;                            /* EAGAIN: none */
+	return count;
+}
+
+/* Waits (a deadline, not a timing goal) until l's next call wakes it. */
+static void
+until_asleep(struct loop *l)
+{
+	struct timespec until, now;
+	int awake = 1;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += 10;
+	for (;;) {
+		pthread_mutex_lock(&l->mu);
+		awake = l->awake;
+		pthread_mutex_unlock(&l->mu);
+		if (!awake)
+			return;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		assert_true(now.tv_sec < until.tv_sec ||
+		    (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec));
+		sched_yield();
+	}
+}
+
+/* Waits (a deadline, not a timing goal) until loop 1 received n bytes. */
+static void
+until_received(size_t n)
+{
+	struct timespec until, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += 10;
+	while (atomic_load(&pass_received) < n) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		assert_true(now.tv_sec < until.tv_sec ||
+		    (now.tv_sec == until.tv_sec && now.tv_nsec < until.tv_nsec));
+		sched_yield();
+	}
+	assert_int_equal(atomic_load(&pass_received), n);
+}
+
+static void
+close_far(void *arg)
+{
+	looplink_close(arg);
+}
+
+/* Frames written in one pass of loop 0 go to loop 1 as one LINK message,
+ * sent at the end of that pass: none before it ends, then one wake of
+ * the sleeping loop 1, which takes all three frames. */
+static void
+test_one_link_per_pass(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct mux_config cfg = MUX_DEFAULT_CONFIG;
+	struct frame_open req;
+	struct mux_stream *s;
+	char err[200];
+
+	(void)state;
+	assert_non_null(base);
+	budget.mu = &budget_mu;
+	loops = loops_new(base, 2, NULL, err, sizeof(err));
+	assert_non_null(loops);
+	watchdog = evtimer_new(base, watchdog_cb, NULL);
+	cfg.budget = &budget;
+	links = looplinks_new(loops, 2, &cfg, pass_open, NULL, err, sizeof(err));
+	assert_non_null(links);
+	frame_open_init(&req, "one-pass", NULL);
+	s = looplink_open(links, 1, &req, &pass_tx_handlers, NULL, err,
+	    sizeof(err));
+	assert_non_null(s);
+	run_until(pass_is_open);
+	until_asleep(&loops[1]);
+	(void)wakes_of(&loops[1]);
+	/* This thread is loop 0's, between two of its passes: what it sends
+	 * now is due at the end of the pass that runs next. */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(mux_stream_send(s, (const uint8_t *)"abc", 3), 3);
+	assert_int_equal(wakes_of(&loops[1]), 0);
+	/* Loop 0's pass: its end sends the LINK; loop 1 takes it on its own
+	 * thread (nothing comes back to wake loop 0). */
+	assert_int_equal(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+	until_received(9);
+	assert_int_equal(wakes_of(&loops[1]), 1);
+
+	assert_int_equal(loop_call(&loops[1], close_far, links, NULL), 0);
+	looplink_close(links);
+	loops_stop(loops, 2);
+	looplinks_free(links);
+	loops_free(loops, 2);
+	event_free(watchdog);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_link),
 		cmocka_unit_test(test_far_side),
+		cmocka_unit_test(test_one_link_per_pass),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
