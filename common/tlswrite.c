@@ -592,7 +592,11 @@ tls_write_pending(struct bufferevent *bev)
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	BIO *bio = ssl != NULL ? SSL_get_wbio(ssl) : NULL;
 
+	const struct tls_batch *t;
+
 	if (bio == NULL || batch_method_get() == NULL || BIO_method_type(bio) != batch_type)
 		return 0;
-	return (size_t)BIO_wpending(bio);
+	/* What BIO_wpending would answer, without BIO_ctrl's way round. */
+	t = BIO_get_data(bio);
+	return t->end - t->start + t->plain_len;
 }
