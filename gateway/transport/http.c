@@ -299,17 +299,29 @@ on_url(http_parser *p, const char *at, size_t len)
 	return 0;
 }
 
-/* Which of the headers we keep name (n bytes) is: compared only with
- * names of its length and first letter. */
+/* Which of the headers we keep name (n bytes) is: the one of its length
+ * (no two of hdr_info have the same; a new one of a length taken needs
+ * its own case), if its first letter and then the rest match. */
 static enum hdr
 classify(const char *name, size_t n)
 {
-	for (int i = HDR_OTHER + 1; i < HDR_ENTRIES; i++)
-		if (n == hdr_info[i].len &&
-		    (name[0] | 0x20) == (hdr_info[i].name[0] | 0x20) &&
-		    strncasecmp(name, hdr_info[i].name, n) == 0)
-			return (enum hdr)i;
-	return HDR_OTHER;
+	enum hdr h;
+
+	switch (n) {
+	case 6: h = HDR_EXPECT; break;
+	case 7: h = HDR_UPGRADE; break;
+	case 10: h = HDR_CONNECTION; break;
+	case 13: h = HDR_AUTHORIZATION; break;
+	case 14: h = HDR_REPLICA; break;
+	case 17: h = HDR_WS_KEY; break;
+	case 21: h = HDR_WS_VERSION; break;
+	case 22: h = HDR_WS_PROTOCOL; break;
+	default: return HDR_OTHER;
+	}
+	if ((name[0] | 0x20) != (hdr_info[h].name[0] | 0x20) ||
+	    strncasecmp(name, hdr_info[h].name, n) != 0)
+		return HDR_OTHER;
+	return h;
 }
 
 /* A header named name (n bytes) begins: *h says where its value goes in
