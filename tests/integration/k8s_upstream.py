@@ -8,6 +8,10 @@ GET with Upgrade   101 Switching Protocols, then echoes every byte back
 GET /odd-head      200 with a head that is valid but written oddly (a
                    reason with spaces, no space or tabs after a colon,
                    trailing blanks, an empty value, hop-by-hop headers)
+GET /once-then-drop  200 with the target as its body, the connection kept;
+                   the next request on it gets no answer: the connection
+                   closes once its head is read (an upstream that timed
+                   the idle connection out as the request came)
 GET /odd-drip      a 103 with a reason with spaces, then a 200 with
                    another, written three bytes at a time (each head, its
                    reason too, arrives in many reads)
@@ -71,6 +75,13 @@ class Handler(socketserver.StreamRequestHandler):
                     b"Connection: close\r\nX-Blank: \t\r\nX-Last: z\r\n"
                     b"Content-Length: 2\r\n\r\nok")
             w.flush()
+            return
+        if target.startswith("/once-then-drop"):
+            body = target.encode()
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body))
+            w.flush()
+            self.read_head()
             return
         if target.startswith("/odd-drip"):
             head = (b"HTTP/1.1 103  Early  Hints\r\nLink: </a>; rel=preload\r\n\r\n"

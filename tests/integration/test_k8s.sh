@@ -210,6 +210,19 @@ cmp -s "$T/drip.head" "$T/drip.want" || fail "the dripped answer heads came as: 
 [ "$(cat "$T/drip.body")" = ok ] || fail "the dripped answer's body: $(cat "$T/drip.body")"
 pass "answer heads that arrive three bytes at a time, a 103 first, reach the client with their reasons as sent"
 
+# A GET sent over the stream the connection's last request left parked,
+# whose upstream closes without answering (it timed the idle connection
+# out meanwhile), is sent again, once, on a new stream: the same bytes.
+curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" \
+	-o "$T/drop1.body" "$GW_URL/k8s/clusters/$cid2/once-then-drop?first" \
+	-o "$T/drop2.body" "$GW_URL/k8s/clusters/$cid2/once-then-drop?second" ||
+	fail "GET /once-then-drop twice on one connection"
+[ "$(cat "$T/drop1.body")" = "/once-then-drop?first" ] ||
+	fail "the first answer: $(cat "$T/drop1.body")"
+[ "$(cat "$T/drop2.body")" = "/once-then-drop?second" ] ||
+	fail "the retried request's answer: $(cat "$T/drop2.body")"
+pass "a GET on a parked stream whose upstream closed under it is sent again on a new stream, the same request"
+
 # --- request bodies: Content-Length and chunked, passed on ---
 head -c 3000000 /dev/urandom >"$T/big"
 curl -sf --cacert "$GW_DIR/ca.crt" -H "Authorization: Bearer $admin" -H 'Content-Type: application/octet-stream' \
