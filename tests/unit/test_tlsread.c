@@ -9,7 +9,9 @@
  * read(2)) that could only say "would block", in that pass or in a later
  * one that no socket event began (a resume), which leaves newer bytes to
  * the socket's own event.  A busy connection keeps OpenSSL's record
- * buffers from record to record; once idle it holds none again.
+ * buffers from record to record; once idle it holds none again.  A TLS
+ * 1.3 KeyUpdate met mid-drain, and close_notify behind data, keep their
+ * meaning.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -443,6 +445,85 @@ test_busy_keeps_record_buffers_idle_frees_them(void **state)
 	event_base_free(base);
 }
 
+static void
+test_key_update_mid_drain(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c, *s;
+	char buf[16];
+	int fd[2], n;
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+	s = bufferevent_openssl_get_ssl(r.bev);
+
+	/* A record, a KeyUpdate that asks for one back, and two records
+	 * under the new keys, all in the socket at once: the bufferevent's
+	 * read takes the first, the drain the KeyUpdate and the rest. */
+	assert_int_equal(SSL_write(c, "k1", 2), 2);
+	assert_int_equal(SSL_key_update(c, SSL_KEY_UPDATE_REQUESTED), 1);
+	assert_int_equal(SSL_write(c, "k2", 2), 2);
+	assert_int_equal(SSL_write(c, "k3", 2), 2);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_string_equal(r.got, "k1k2k3");
+	assert_int_equal(r.calls, 1);
+	assert_false(tls_read_held(r.bev));
+
+	/* The reader answered with a KeyUpdate of its own (sent with its
+	 * next write): the writer takes it, and the data after it. */
+	assert_int_equal(SSL_write(s, "back", 4), 4);
+	n = SSL_read(c, buf, sizeof(buf));
+	assert_int_equal(n, 4);
+	assert_memory_equal(buf, "back", 4);
+
+	/* And the reader's side key update: its records keep coming. */
+	assert_int_equal(SSL_key_update(s, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
+	assert_int_equal(SSL_write(s, "more", 4), 4);
+	n = SSL_read(c, buf, sizeof(buf));
+	assert_int_equal(n, 4);
+	assert_memory_equal(buf, "more", 4);
+	send_and_pass(c, base, "k4");
+	assert_string_equal(r.got, "k1k2k3k4");
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
+static void
+test_close_notify_behind_data(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+
+	/* Two records and close_notify in one flight, then the writer's FIN:
+	 * the data is delivered, and the end is reported (the drain that
+	 * met close_notify leaves it to the bufferevent's own read, which
+	 * the FIN's socket event runs). */
+	assert_int_equal(SSL_write(c, "y", 1), 1);
+	assert_int_equal(SSL_write(c, "z", 1), 1);
+	assert_int_equal(SSL_shutdown(c), 0);
+	assert_int_equal(shutdown(fd[0], SHUT_WR), 0);
+	for (int i = 0; i < 3 && !(r.events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)); i++)
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_string_equal(r.got, "yz");
+	assert_true(r.events & BEV_EVENT_EOF);
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -454,6 +535,8 @@ main(void)
 		cmocka_unit_test(test_each_message_in_its_wakeup_pass),
 		cmocka_unit_test(test_drain_ends_when_the_socket_is_used_up),
 		cmocka_unit_test(test_busy_keeps_record_buffers_idle_frees_them),
+		cmocka_unit_test(test_key_update_mid_drain),
+		cmocka_unit_test(test_close_notify_behind_data),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
