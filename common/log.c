@@ -380,11 +380,16 @@ put_sep_key(struct lbuf *b, enum log_format f, const char *key,
 /*
  * Literal keys as written, per thread: a field whose key the compiler knew
  * (klen != 0: a string literal, whose bytes never change) has its ' key='
- * or ',"key":' made by put_sep_key once per thread, format and slot, then
- * copied (~15 instructions, not ~100: an audit line has 12 such keys).  A
- * slot is picked by the key's address; another key there replaces it.
+ * or ',"key":' made by put_sep_key once per thread and format, then
+ * copied (~30 instructions, not ~100: an audit line has 12 such keys).
+ * A key lives in one of KEY_PROBES slots from its address's hash (found
+ * in the first, nearly always); a full window gives up one of its slots
+ * in turn.  One slot a key, not two keys sharing one: 14 keys in 64
+ * direct-mapped slots shared one in most link layouts, and two keys that
+ * share a slot are remade on every line.  128 slots, 10 KiB a thread.
  */
-#define KEY_SLOTS 64
+#define KEY_SLOTS 128
+#define KEY_PROBES 4
 #define KEY_FRAG 70		/* put_sep_key's most, 68 (a slot: 80 bytes) */
 struct key_slot {
 	const char *key;	/* NULL: empty */
@@ -393,6 +398,7 @@ struct key_slot {
 	char frag[KEY_FRAG];
 };
 static _Thread_local struct key_slot key_slots[KEY_SLOTS];
+static _Thread_local unsigned key_evict;	/* which of a full window */
 
 #if defined(__GNUC__)
 #define NOINLINE __attribute__((noinline))
@@ -415,14 +421,21 @@ put_slot(struct lbuf *b, const struct key_slot *ks)
 	b->len += ks->len;
 }
 
-/* A key not in its slot: made, kept in ks, written (out of line, so that
+/* A key in none of its slots (from h on): made, kept in the first empty
+ * one or else the next to give up, written (out of line, so that
  * put_key's hit needs no frame). */
 static NOINLINE void
-put_key_miss(struct lbuf *b, enum log_format f, const char *key,
-    struct key_slot *ks)
+put_key_miss(struct lbuf *b, enum log_format f, const char *key, size_t h)
 {
-	struct lbuf kb = { ks->frag, 0, sizeof(ks->frag) };
+	struct key_slot *ks = NULL;
+	struct lbuf kb;
 
+	for (size_t i = 0; i < KEY_PROBES && ks == NULL; i++)
+		if (key_slots[(h + i) & (KEY_SLOTS - 1)].key == NULL)
+			ks = &key_slots[(h + i) & (KEY_SLOTS - 1)];
+	if (ks == NULL)
+		ks = &key_slots[(h + key_evict++ % KEY_PROBES) & (KEY_SLOTS - 1)];
+	kb = (struct lbuf){ ks->frag, 0, sizeof(ks->frag) };
 	put_sep_key(&kb, f, key, "", 0);
 	ks->key = key;
 	ks->format = (unsigned char)f;
@@ -435,19 +448,25 @@ put_key_miss(struct lbuf *b, enum log_format f, const char *key,
 static ALWAYS_INLINE void
 put_key(struct lbuf *b, enum log_format f, const struct log_field *fl)
 {
-	struct key_slot *ks;
+	size_t h;
 
 	if (fl->klen == 0 || b->cap - b->len < KEY_FRAG) {
 		put_sep_key(b, f, fl->key, "", 0);
 		return;
 	}
-	ks = &key_slots[(((uintptr_t)fl->key * UINT64_C(0x9e3779b97f4a7c15)) >>
-	    (64 - 6)) & (KEY_SLOTS - 1)];
-	if (ks->key != fl->key || ks->format != (unsigned char)f) {
-		put_key_miss(b, f, fl->key, ks);
-		return;
+	h = (size_t)(((uintptr_t)fl->key * UINT64_C(0x9e3779b97f4a7c15)) >>
+	    (64 - 7));
+	for (size_t i = 0; i < KEY_PROBES; i++) {
+		const struct key_slot *ks = &key_slots[(h + i) & (KEY_SLOTS - 1)];
+
+		if (ks->key == fl->key && ks->format == (unsigned char)f) {
+			put_slot(b, ks);
+			return;
+		}
+		if (ks->key == NULL)
+			break;
 	}
-	put_slot(b, ks);
+	put_key_miss(b, f, fl->key, h);
 }
 
 /* A separator and a key the encoder names itself, k a literal of allowed
