@@ -22,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 static const char *log_component = "tether";
 /* Bumped by each log_init: a thread's audit_head made before is stale. */
@@ -311,6 +314,43 @@ bare_len(const char *s)
 	while (byte_class[u[i]] & CL_BARE)
 		i++;
 	return i;
+}
+
+/*
+ * bare_len for text in an array of bound bytes (KV_A), all of them
+ * readable: the bytes before the first that a bare value cannot hold, or
+ * bound if none.  With SSE2, 16 bytes a step (~15 instructions; a short
+ * value's NUL is in its first step), the rest byte by byte.
+ */
+static size_t
+bare_len_in(const char *s, size_t bound)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+
+#if defined(__SSE2__)
+	/* Signed bytes: (0x20, 0x7f) is visible ASCII, 0x80.. are below 0. */
+	const __m128i sp = _mm_set1_epi8(0x20), del = _mm_set1_epi8(0x7f);
+	const __m128i dq = _mm_set1_epi8('"'), eq = _mm_set1_epi8('=');
+	const __m128i bs = _mm_set1_epi8('\\');
+
+	for (; i + 16 <= bound; i += 16) {
+		__m128i v = _mm_loadu_si128((const void *)(u + i));
+		__m128i ok = _mm_and_si128(_mm_cmpgt_epi8(v, sp),
+		    _mm_cmplt_epi8(v, del));
+		__m128i no = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, dq),
+		    _mm_cmpeq_epi8(v, eq)), _mm_cmpeq_epi8(v, bs));
+		unsigned bad = ~(unsigned)_mm_movemask_epi8(_mm_andnot_si128(no,
+		    ok)) & 0xffffu;
+
+		if (bad != 0)
+			return i + (size_t)__builtin_ctz(bad);
+	}
+#endif
+	for (; i < bound; i++)
+		if (!(byte_class[u[i]] & CL_BARE))
+			return i;
+	return bound;
 }
 
 /* NUL-terminated s, of which at most max bytes, as put_text writes them:
@@ -706,10 +746,20 @@ encode_runs(char *out, size_t cap, enum log_format f,
 			if (fl->kind == LOG_KIND_STR && f == LOG_FORMAT_LOGFMT &&
 			    fl->s != NULL &&
 			    b.cap - b.len >= field_room(LOG_VALUE_MAX)) {
-				n = bare_len(fl->s);
-				if (fl->s[n] == '\0' && n > 0 && n <= LOG_VALUE_MAX) {
+				n = fl->n != 0 ? bare_len_in(fl->s, fl->n) :
+				    bare_len(fl->s);
+				if ((fl->n == 0 || n < fl->n) && fl->s[n] == '\0' &&
+				    n > 0 && n <= LOG_VALUE_MAX) {
 					put_key(&b, f, fl);
-					put(&b, fl->s, n);
+					/* From an array of 16+ bytes, a short
+					 * value is one 16-byte copy (in
+					 * bounds both sides), not a call. */
+					if (n <= 16 && fl->n >= 16) {
+						memcpy(b.p + b.len, fl->s, 16);
+						b.len += n;
+					} else {
+						put(&b, fl->s, n);
+					}
 					continue;
 				}
 			}

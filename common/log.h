@@ -56,7 +56,9 @@ struct log_field {
 				 * 0 (checked and written each line).  Either
 				 * way the same bytes. */
 	const char *s;		/* STR, BYTES */
-	size_t n;		/* BYTES: length of s */
+	size_t n;		/* BYTES: length of s.  STR: 0, or (KV_A)
+				 * the size of the array s is: every byte of
+				 * it may be read, past the NUL too */
 	long long i;		/* INT */
 	unsigned long long u;	/* UINT */
 };
@@ -72,6 +74,17 @@ struct log_field {
 
 #define KV_S(k, v) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
 	.kind = LOG_KIND_STR, .s = (v) })
+/* Text in a char array (not a pointer: that does not compile), written as
+ * KV_S writes it (up to its NUL); the encoder may read the whole array, so
+ * it checks and copies a short value 16 bytes at a time. */
+#define KV_A(k, arr) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
+	.kind = LOG_KIND_STR, .s = (arr), .n = sizeof(arr) + LOG_MUST_BE_ARRAY_(arr) })
+#if defined(__GNUC__)
+#define LOG_MUST_BE_ARRAY_(a) (0 * sizeof(struct { int log_not_an_array_ : \
+	__builtin_types_compatible_p(__typeof__(a), __typeof__(&(a)[0])) ? -1 : 1; }))
+#else
+#define LOG_MUST_BE_ARRAY_(a) 0
+#endif
 #define KV_B(k, p, len) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \
 	.kind = LOG_KIND_BYTES, .s = (const char *)(p), .n = (len) })
 #define KV_I(k, v) ((struct log_field){ .key = (k), .klen = LOG_KLEN_(k), \

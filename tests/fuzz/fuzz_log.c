@@ -9,7 +9,9 @@
  * members.  The same fields with literal keys (log_field.klen known, the
  * encoder's quick path for them) encode to the very same bytes, and so do
  * they as NUL-terminated text (KV_S: measured by the encoder, a bare one
- * in one pass) where a value holds no NUL.
+ * in one pass) where a value holds no NUL, and as text in an array (KV_A,
+ * read 16 bytes at a time, bytes after the NUL that are not a value's)
+ * where it also fits in one.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_VALUES 8
 
 static char line[LOG_LINE_MAX], line2[LOG_LINE_MAX];
+static char arrays[MAX_VALUES][300];
 static struct lp_field parsed[LP_MAX_FIELDS];
 
 int
@@ -84,9 +87,29 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    "m", lit, nf) != len || memcmp(line, line2, len + 1) != 0)
 			abort();
 	}
-	for (size_t i = 0; i + 1 < nf; i++)
+	for (size_t i = 0; i + 1 < nf; i++) {
 		if (lit[i].kind == LOG_KIND_STR)
 			free((char *)lit[i].s);
+		lit[i] = f[i];
+		if (f[i].n >= sizeof(arrays[i]) ||
+		    memchr(f[i].s, 0, f[i].n) != NULL)
+			continue;
+		memset(arrays[i], '=', sizeof(arrays[i]));
+		memcpy(arrays[i], f[i].s, f[i].n);
+		arrays[i][f[i].n] = '\0';
+		lit[i] = KV_A("v", arrays[i]);
+		lit[i].key = f[i].key;
+		lit[i].klen = 0;
+	}
+	for (int fmt = 0; fmt < 2; fmt++) {
+		enum log_format lf = fmt ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT;
+
+		len = log_encode(line, sizeof(line), lf, &when, "info", "fuzz",
+		    "m", f, nf);
+		if (log_encode(line2, sizeof(line2), lf, &when, "info", "fuzz",
+		    "m", lit, nf) != len || memcmp(line, line2, len + 1) != 0)
+			abort();
+	}
 
 	len = log_encode(line, sizeof(line), LOG_FORMAT_LOGFMT, &when, "info",
 	    "fuzz", "m", f, nf);

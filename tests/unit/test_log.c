@@ -851,6 +851,64 @@ test_str_values_as_bytes(void **state)
 	    "msg=\"a=b\"\n"));
 }
 
+/* Text in an array (KV_A: the encoder may read all of it, 16 bytes a
+ * step) is written as the same bytes given with their length (KV_B):
+ * arrays of 1 to 100 bytes, every length that leaves room for the NUL, a
+ * byte of each kind at each place, and bytes after the NUL that a bare
+ * value could not hold (they must not count). */
+#define ARRAY_CASE(size) do {						\
+	char a[size];							\
+	for (size_t len = 0; len < (size); len++)			\
+		for (size_t at = 0; at <= len; at++)			\
+			for (size_t k = 0; k < sizeof(probe); k++) {	\
+				memset(a, '"', sizeof(a));		\
+				memset(a, 'v', len);			\
+				if (at < len)				\
+					a[at] = (char)probe[k];		\
+				a[len] = '\0';				\
+				array_case(KV_A("v", a), a, len);	\
+			}						\
+} while (0)
+
+static const unsigned char probe[] = { 'a', 0x20, 0x21, '"', '=', '\\',
+    0x7e, 0x7f, 0x80, 0xff, 0x01, 0xc3 };
+
+static void
+array_case(struct log_field fa, const char *a, size_t len)
+{
+	static char want[LOG_LINE_MAX];
+	struct log_field fb = KV_B("v", a, len);
+	size_t n;
+
+	assert_int_equal(fa.kind, LOG_KIND_STR);
+	for (int fmt = 0; fmt < 2; fmt++) {
+		enum log_format f = fmt ? LOG_FORMAT_JSON : LOG_FORMAT_LOGFMT;
+
+		n = enc(f, "m", &fb, 1);
+		memcpy(want, line, n + 1);
+		assert_int_equal(enc(f, "m", &fa, 1), n);
+		assert_string_equal(line, want);
+	}
+}
+
+static void
+test_array_values_as_bytes(void **state)
+{
+	(void)state;
+	ARRAY_CASE(1);
+	ARRAY_CASE(8);
+	ARRAY_CASE(15);
+	ARRAY_CASE(16);
+	ARRAY_CASE(17);
+	ARRAY_CASE(24);
+	ARRAY_CASE(32);
+	ARRAY_CASE(33);
+	ARRAY_CASE(100);
+	/* The size is the array's. */
+	char a40[40] = "x";
+	assert_int_equal(KV_A("v", a40).n, 40);
+}
+
 /* 128 literal keys, more than the encoder keeps per thread (64 slots):
  * each written as measured whichever slot it shares, in both formats, one
  * after another and again. */
@@ -1000,6 +1058,7 @@ main(void)
 		cmocka_unit_test(test_literal_keys_same_as_measured),
 		cmocka_unit_test(test_many_literal_keys),
 		cmocka_unit_test(test_str_values_as_bytes),
+		cmocka_unit_test(test_array_values_as_bytes),
 		cmocka_unit_test(test_audit_line_exact),
 		cmocka_unit_test(test_parse_names),
 		cmocka_unit_test(test_audit_burst_held_then_all_written_in_order),
