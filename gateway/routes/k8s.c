@@ -1402,26 +1402,41 @@ name_is(const char *name, const char *want, size_t n)
 static int
 request_header_dropped(const char *name, size_t n, const char *connection)
 {
-	/* With their lengths: a whole name of another length cannot match,
-	 * nor a prefix longer than the name (a request's every header was
-	 * compared with each, character by character). */
+	/* With their lengths, by first letter: a whole name of another
+	 * length cannot match, nor a prefix longer than the name, nor a name
+	 * that starts with another letter ('_' is no letter): only a name
+	 * that may match is compared, byte by byte (each of a request's
+	 * headers was compared with every one, ~500 instructions a request). */
 	static const struct { const char *s; size_t n; } drop[] = {
 		NAME_LEN("Authorization"), NAME_LEN("Connection"),
 		NAME_LEN("Keep-Alive"), NAME_LEN("TE"), NAME_LEN("Trailer"),
 		NAME_LEN("Transfer-Encoding"), NAME_LEN("Content-Length"),
 		NAME_LEN("Upgrade"), NAME_LEN("Expect") };
+	unsigned char c = ascii_lower((unsigned char)name[0]);
 
-	for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
-		if (n == drop[i].n && name_is(name, drop[i].s, n))
+	switch (c) {
+	case 'a': case 'c': case 'k': case 't': case 'u': case 'e':
+		for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+			if (n == drop[i].n && c == ascii_lower((unsigned char)
+			    drop[i].s[0]) && name_is(name, drop[i].s, n))
+				return 1;
+		break;
+	case 'p':
+		if (n >= 6 && name_is(name, "Proxy-", 6))
 			return 1;
-	if (n >= 6 && name_is(name, "Proxy-", 6))
-		return 1;
-	/* Who the request acts as is the gateway's to say, never the client's
-	 * (the node's API server trusts the node's own credential). */
-	if (n >= 12 && name_is(name, "Impersonate-", 12))
-		return 1;
-	if (n == 4 && strncasecmp(name, "Host", 4) == 0)
-		return 0;
+		break;
+	case 'i':
+		/* Who the request acts as is the gateway's to say, never the
+		 * client's (the node's API server trusts the node's own
+		 * credential). */
+		if (n >= 12 && name_is(name, "Impersonate-", 12))
+			return 1;
+		break;
+	case 'h':
+		if (n == 4 && strncasecmp(name, "Host", 4) == 0)
+			return 0;
+		break;
+	}
 	/* Other headers the client named in Connection are hop-by-hop too
 	 * (none named: nothing to look for). */
 	return connection[0] != '\0' && http_token_list_has(connection, name);
