@@ -13,7 +13,9 @@
  * wake rule: a call into a loop asleep writes its eventfd once, calls
  * into a loop running a pass write nothing and run at that pass's end,
  * and a call from a loop's own thread writes none and runs on a later
- * pass, after the loop's next poll (never in the pass that made it).
+ * pass, after the loop's next poll (never in the pass that made it);
+ * loops_free waits for a caller still writing the eventfd of a loop whose
+ * message already ran.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -610,6 +612,58 @@ test_wake_rule(void **state)
 	event_base_free(base);
 }
 
+/* A caller still writing the eventfd of a loop whose message already ran
+ * (loop_call writes after its unlock): loops_free waits for it before it
+ * closes the eventfd and frees the loops (ASan and TSan see the race if
+ * it does not). */
+#define FREE_ROUNDS 200
+static pthread_mutex_t fr_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fr_cv = PTHREAD_COND_INITIALIZER;
+static int fr_ran;
+
+static void
+fr_run(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&fr_mu);
+	fr_ran = 1;
+	pthread_cond_broadcast(&fr_cv);
+	pthread_mutex_unlock(&fr_mu);
+}
+
+static void *
+fr_send(void *arg)
+{
+	assert_int_equal(loop_call(arg, fr_run, NULL, NULL), 0);
+	return NULL;
+}
+
+static void
+test_free_waits_for_writer(void **state)
+{
+	char err[256];
+
+	(void)state;
+	for (int round = 0; round < FREE_ROUNDS; round++) {
+		struct event_base *base = event_base_new();
+		struct loop *loops = loops_new(base, 2, NULL, err, sizeof(err));
+		pthread_t th;
+
+		assert_non_null(loops);
+		fr_ran = 0;
+		/* Loop 1 is new, asleep: this call writes its eventfd. */
+		assert_int_equal(pthread_create(&th, NULL, fr_send, &loops[1]), 0);
+		pthread_mutex_lock(&fr_mu);
+		while (!fr_ran)
+			pthread_cond_wait(&fr_cv, &fr_mu);
+		pthread_mutex_unlock(&fr_mu);
+		/* The message ran; the caller may not have written yet. */
+		loops_free(loops, 2);
+		event_base_free(base);
+		pthread_join(th, NULL);
+	}
+}
+
 int
 main(void)
 {
@@ -621,6 +675,7 @@ main(void)
 		cmocka_unit_test(test_audit_held_per_pass),
 		cmocka_unit_test(test_every_wake_taken_eventfd_never_read),
 		cmocka_unit_test(test_wake_rule),
+		cmocka_unit_test(test_free_waits_for_writer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
