@@ -525,13 +525,19 @@ haproxy_pool() {
 # still heard at once, but on a loaded machine a slow 200 no longer counts
 # as a failure (the default, inter's 300 ms, took every replica out at once
 # under a load average of 20: the test's next request then failed).
+# Its log ($T/NAME.log) has a line per connection when it ends (tcplog:
+# accepted at [date:time], frontend, backend/server, times, bytes, and the
+# termination state, "--" when normal) and each server's state changes.
 haproxy_start() {
 	command -v haproxy >/dev/null || fail "haproxy is not installed (config/setup.sh)"
 	cat >"$T/$1.cfg" <<CFG
 global
 	maxconn 512
+	log stderr format short local0 info
 defaults
 	mode tcp
+	log global
+	option tcplog
 	timeout connect 2s
 	timeout client 60s
 	timeout server 60s
@@ -540,7 +546,7 @@ defaults
 	option redispatch
 $2
 CFG
-	haproxy -db -f "$T/$1.cfg" >>"$T/$1.log" 2>&1 &
+	TZ=UTC haproxy -db -f "$T/$1.cfg" >>"$T/$1.log" 2>&1 &
 	HAPROXY_PID=$!
 	PIDS+=("$HAPROXY_PID")
 }

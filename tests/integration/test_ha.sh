@@ -152,18 +152,27 @@ window_logs() {
 				t = substr($0, RSTART + 16, 12)
 				if (t >= from && t <= to) print name ": " $0 }' "$f"
 	done
+	# haproxy's: a connection's line when it ended, by when it was
+	# accepted ([28/Nov/2026:05:26:47.972], UTC: haproxy_start)
+	awk -v from="$1" -v to="$2" \
+		'match($0, /\[[0-9]+\/[A-Za-z]+\/[0-9]+:[0-9:.]+\]/) {
+			t = substr($0, RSTART + RLENGTH - 13, 12)
+			if (t >= from && t <= to) print "haproxy.log: " $0 }
+		!/\[[0-9]+\/[A-Za-z]+\// { print "haproxy.log: " $0 }' "$T/haproxy.log"
 }
 # shift_time HH:MM:SS.mmm SECONDS: the same clock time moved by SECONDS
 shift_time() { date -u -d "today $1 UTC $2 seconds" +%H:%M:%S.%3N; }
 load_loop() { # until $T/stop: ssh via connect and kubectl, one line per request
-	local i=0 n
+	local i=0 n t0
 	while [ ! -e "$T/stop" ]; do
 		n=${NODES[$((i % 3))]}
-		if ssh_ok "$LB_URL" "$n"; then echo "ok ssh $n"; else echo "FAIL ssh $n $(utc_now)"; fi
+		t0=$(utc_now)
+		if ssh_ok "$LB_URL" "$n"; then echo "ok ssh $n"; else echo "FAIL ssh $n from $t0 $(utc_now)"; fi
+		t0=$(utc_now)
 		if "$KUBECTL" --kubeconfig "$T/kc.yaml" get --raw /version >/dev/null 2>>"$T/kubectl.err"; then
 			echo "ok kubectl"
 		else
-			echo "FAIL kubectl $(utc_now)"
+			echo "FAIL kubectl from $t0 $(utc_now)"
 		fi
 		i=$((i + 1))
 	done >>"$T/load.out"
@@ -193,9 +202,10 @@ wait "$load_pid" || true
 total=$(grep -c . "$T/load.out")
 failed=$(grep -c FAIL "$T/load.out" || true)
 if [ "$failed" != 0 ]; then
-	first=$(grep -m1 FAIL "$T/load.out" | awk '{print $NF}')
+	# a failed request's line: FAIL WHAT [NODE] from START END
+	first=$(grep -m1 FAIL "$T/load.out" | awk '{print $(NF - 1)}')
 	last=$(grep FAIL "$T/load.out" | tail -n 1 | awk '{print $NF}')
-	log "the logs from 3 s before the first failed request to 1 s after the last:"
+	log "the logs from 3 s before the first failed request began to 1 s after the last ended:"
 	window_logs "$(shift_time "$first" -3)" "$(shift_time "$last" 1)" >&2
 	fail "$failed of $total requests failed during the rolling restart: $(grep FAIL "$T/load.out" | head -n 5) $(tail -n 5 "$T/ssh.err" "$T/kubectl.err")"
 fi
