@@ -12,11 +12,17 @@
  * write; a call that finds it awake only queues.  A take is inbox_take, under l->mu: it takes
  * the list whole, and clears awake when it finds the list empty; the
  * loop's wake (the eventfd's event) and its pass event both run
- * inbox_pass, which, having taken a message, activates l->pass before it
- * runs the list: libevent puts an activated event at the tail of the
- * loop's active queue (one priority: the gateway sets none), so it runs
- * after the callbacks this pass already has, and while an event is active
- * the loop polls without blocking.  No call is left waiting:
+ * inbox_pass, which, having taken a message, schedules l->pass before it
+ * runs the list.  Activated (event_active), l->pass goes to the tail of
+ * the loop's active queue (one priority: the gateway sets none), and
+ * libevent 2.1 runs that queue until it is empty, so the take runs again
+ * after the callbacks this pass already has, in this same pass, before
+ * any poll.  So that a sender that keeps posting cannot keep the loop
+ * from its sockets, only PASS_TAKES_MAX takes in a row go that way; the
+ * next is a zero timeout instead (evtimer_add of l->pass), which libevent
+ * runs after its next dispatch, whose poll does not block while the
+ * timeout is pending: the sockets are polled, then the take comes.
+ * No call is left waiting:
  *   INV: whenever l->mu is free and the list holds a message, awake is 1
  *   and a take will come before l's thread blocks in epoll_wait.
  * A call appends under l->mu.  If it found awake 0 the list was empty
@@ -26,7 +32,7 @@
  * it found awake 1, INV held
  * before the call: a take comes, and since it takes under the same mutex
  * after this append (or took it already), it takes this message too.  A
- * take either finds messages (then inbox_pass activates l->pass before
+ * take either finds messages (then inbox_pass schedules l->pass before
  * returning to libevent: the next take comes before l blocks, and INV
  * holds for whatever arrives meanwhile) or finds the list empty and
  * clears awake under l->mu: then nothing waits, and the next call finds
@@ -35,7 +41,8 @@
  * inbox takes no message (calls drop at once).
  * Cost: a loop that a wake found busy takes once more at its pass's end
  * (a lock, no system call); every call into it until then is a lock and a
- * malloc.
+ * malloc; a sender that keeps posting costs the loop a non-blocking poll
+ * every PASS_TAKES_MAX takes.
  *
  * A loop's calls to itself.  They must run on a later pass (loop.h): loop
  * 0's base makes its epoll changes at its next dispatch (a changelist),
@@ -82,6 +89,11 @@ struct loop_bcast {
 	void (*done)(void *arg);
 	atomic_uint left;
 };
+
+
+/* Takes of an inbox in one libevent pass before the sockets are polled
+ * (the wake rule atop). */
+#define PASS_TAKES_MAX 8
 
 static _Thread_local struct loop *self;
 
@@ -239,16 +251,25 @@ inbox_run(struct loop *l, struct loop_msg *list)
 static void
 inbox_pass(evutil_socket_t fd, short what, void *arg)
 {
+	static const struct timeval now = { 0, 0 };
 	struct loop *l = arg;
 	struct loop_msg *list;
 
 	(void)fd;
 	(void)what;
-	if ((list = inbox_take(l)) == NULL)
+	if ((list = inbox_take(l)) == NULL) {
+		l->takes = 0;
 		return;
+	}
 	/* Before running the list: what others send meanwhile is taken by
-	 * this pass's end. */
-	event_active(l->pass, EV_TIMEOUT, 0);
+	 * this pass's end, or (PASS_TAKES_MAX in a row) once the next
+	 * dispatch has polled the sockets. */
+	if (++l->takes < PASS_TAKES_MAX)
+		event_active(l->pass, EV_TIMEOUT, 0);
+	else {
+		l->takes = 0;
+		(void)evtimer_add(l->pass, &now);
+	}
 	(void)inbox_run(l, list);
 }
 

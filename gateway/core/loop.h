@@ -59,7 +59,9 @@ struct loop {
 	                                 loops_free waits for 0 to close efd */
 	struct event *wake;           /* efd readable, on base */
 	struct event *pass;           /* activated by hand while awake: the
-	                                 take at the end of the loop's pass */
+	                                 take at the end of the loop's pass
+	                                 (a zero timeout every 8th) */
+	unsigned takes;               /* takes in a row that found messages */
 	struct loop_msg *own_head, *own_tail; /* its calls to itself: its
 	                                 thread's only, no lock */
 	struct event *later;          /* a zero timeout: runs the own list

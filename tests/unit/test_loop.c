@@ -15,7 +15,9 @@
  * and a call from a loop's own thread writes none and runs on a later
  * pass, after the loop's next poll (never in the pass that made it);
  * loops_free waits for a caller still writing the eventfd of a loop whose
- * message already ran.
+ * message already ran; a sender that keeps posting (each message run
+ * brings the next) does not keep a loop from polling its sockets for
+ * more than 8 takes.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -612,6 +614,109 @@ test_wake_rule(void **state)
 	event_base_free(base);
 }
 
+/* A sender that keeps posting (test_takes_bounded): each chain_run, on
+ * loop 0, has the poster thread send the next one and waits until it is
+ * in the inbox, so a take always finds one more; the first also writes a
+ * byte to a pipe, which loop 0's next poll sees (chain_read). */
+#define CHAIN_MAX 100
+static pthread_mutex_t chain_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t chain_cv = PTHREAD_COND_INITIALIZER;
+static int chain_pipe[2], chain_ask, chain_quit;
+static unsigned chain_runs, chain_runs_at_poll;
+static struct loop *chain_to;
+
+static void chain_run(void *arg);
+
+static void *
+chain_poster(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&chain_mu);
+	for (;;) {
+		while (!chain_ask && !chain_quit)
+			pthread_cond_wait(&chain_cv, &chain_mu);
+		if (chain_quit)
+			break;
+		assert_int_equal(loop_call(chain_to, chain_run, NULL, NULL), 0);
+		chain_ask = 0;
+		pthread_cond_broadcast(&chain_cv);
+	}
+	pthread_mutex_unlock(&chain_mu);
+	return NULL;
+}
+
+/* Has the poster send one more chain_run and waits until it is sent. */
+static void
+chain_next(void)
+{
+	pthread_mutex_lock(&chain_mu);
+	chain_ask = 1;
+	pthread_cond_broadcast(&chain_cv);
+	while (chain_ask)
+		pthread_cond_wait(&chain_cv, &chain_mu);
+	pthread_mutex_unlock(&chain_mu);
+}
+
+static void
+chain_run(void *arg)
+{
+	(void)arg;
+	if (++chain_runs == 1)
+		assert_int_equal(write(chain_pipe[1], "x", 1), 1);
+	if (chain_runs < CHAIN_MAX)
+		chain_next();
+}
+
+static void
+chain_read(evutil_socket_t fd, short what, void *arg)
+{
+	char c;
+
+	(void)what;
+	(void)arg;
+	if (read(fd, &c, 1) == 1 && chain_runs_at_poll == 0)
+		chain_runs_at_poll = chain_runs;
+}
+
+static void
+test_takes_bounded(void **state)
+{
+	struct event_base *base = event_base_new();
+	char err[256];
+	struct loop *loops = loops_new(base, 2, NULL, err, sizeof(err));
+	struct event *rd;
+	pthread_t poster;
+
+	(void)state;
+	assert_non_null(loops);
+	assert_int_equal(pipe(chain_pipe), 0);
+	chain_to = &loops[0];
+	chain_runs = chain_runs_at_poll = 0;
+	chain_ask = chain_quit = 0;
+	rd = event_new(base, chain_pipe[0], EV_READ | EV_PERSIST, chain_read, NULL);
+	assert_non_null(rd);
+	assert_int_equal(event_add(rd, NULL), 0);
+	assert_int_equal(pthread_create(&poster, NULL, chain_poster, NULL), 0);
+	chain_next();                  /* the first: a wake of loop 0 */
+	while (chain_runs < CHAIN_MAX || chain_runs_at_poll == 0)
+		assert_int_not_equal(event_base_loop(base, EVLOOP_ONCE), -1);
+	/* The byte came with the first run; the pipe was polled within the
+	 * takes' bound (8), not after the chain ended (CHAIN_MAX). */
+	assert_true(chain_runs_at_poll >= 1);
+	assert_true(chain_runs_at_poll <= 9);
+	pthread_mutex_lock(&chain_mu);
+	chain_quit = 1;
+	pthread_cond_broadcast(&chain_cv);
+	pthread_mutex_unlock(&chain_mu);
+	assert_int_equal(pthread_join(poster, NULL), 0);
+	event_free(rd);
+	close(chain_pipe[0]);
+	close(chain_pipe[1]);
+	loops_stop(loops, 2);
+	loops_free(loops, 2);
+	event_base_free(base);
+}
+
 /* A caller still writing the eventfd of a loop whose message already ran
  * (loop_call writes after its unlock): loops_free waits for it before it
  * closes the eventfd and frees the loops (ASan and TSan see the race if
@@ -676,6 +781,7 @@ main(void)
 		cmocka_unit_test(test_every_wake_taken_eventfd_never_read),
 		cmocka_unit_test(test_wake_rule),
 		cmocka_unit_test(test_free_waits_for_writer),
+		cmocka_unit_test(test_takes_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
