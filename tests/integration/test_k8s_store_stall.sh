@@ -24,8 +24,20 @@ ctl token create --cluster "$cid" >"$T/join.json"
 join_node n1 "$T/join.json" --allow "127.0.0.1:$echo_port" >/dev/null
 client_start n1 --ping-interval 200 --ping-timeout 1000
 wait_until 30 "n1 active" agent_is n1 active
-held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/out" "$T/connect.err"
-echo "before" >&7
+held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/out" "$T/connect.log"
+
+# put FD LINE: LINE written to FD, a FIFO that a process of this test reads
+# (7: the held connect's input; 8: the locking psql's).  A reader that has
+# gone fails the test with the logs shown (the connect's errors are in
+# connect.log, psql's in lock.log).  A plain `echo >&7` into a FIFO nobody
+# reads raises SIGPIPE in this shell: bash runs the EXIT trap with $? 0 (the
+# cleanup shows no log and removes $T) and then dies of the signal (141).
+# Here only the subshell dies of it.
+put() {
+	( echo "$2" >&"$1" ) 2>/dev/null ||
+		fail "fd $1's reader has gone; \"$2\" not written (connect.log, lock.log)"
+}
+put 7 "before"
 wait_until 20 "echo before" grep -q before "$T/out"
 
 # probe SECONDS OUT: /healthz every 100 ms for SECONDS; OUT gets
@@ -69,7 +81,7 @@ phase() {
 		"$cid" 6 8 >"$T/flood-$name.json" &
 	local flood=$!
 	for i in 1 2 3; do
-		echo "$name $i" >&7
+		put 7 "$name $i"
 		wait_until 10 "echo $name $i" grep -q "$name $i" "$T/out"
 		sleep 1   # the flood runs meanwhile
 	done
@@ -93,14 +105,14 @@ phase() {
 # --- 1. the tokens table locked by another session ---
 rm -f "$T/lockin"
 mkfifo "$T/lockin"
-psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether <"$T/lockin" >"$T/lock.out" 2>&1 &
+psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether <"$T/lockin" >"$T/lock.log" 2>&1 &
 LOCK_PID=$!
 PIDS+=("$LOCK_PID")
 exec 8>"$T/lockin"
-echo "BEGIN; LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE; SELECT 'locked';" >&8
-wait_until 10 "the tokens table locked" grep -q locked "$T/lock.out"
+put 8 "BEGIN; LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE; SELECT 'locked';"
+wait_until 10 "the tokens table locked" grep -q locked "$T/lock.log"
 phase lock
-echo "COMMIT;" >&8
+put 8 "COMMIT;"
 exec 8>&-
 wait "$LOCK_PID" || true
 pass "tokens table locked: /healthz answered every time, the stream echoed, no ping missed; made-up tokens got 401/503 ($(jq -c .statuses "$T/flood-lock.json"), slowest $(jq .max_ms "$T/flood-lock.json") ms)"
@@ -121,20 +133,20 @@ kurl_401() { [ "$(kurl)" = 401 ]; }
 wait_until 30 "the store answers again (a made-up token is a 401)" kurl_401
 rm -f "$T/lockin"
 mkfifo "$T/lockin"
-psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether <"$T/lockin" >"$T/lock.out" 2>&1 &
+psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether <"$T/lockin" >"$T/lock.log" 2>&1 &
 LOCK_PID=$!
 PIDS+=("$LOCK_PID")
 exec 8>"$T/lockin"
-echo "BEGIN; LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE; SELECT 'locked';" >&8
-wait_until 10 "the tokens table locked again" grep -q locked "$T/lock.out"
+put 8 "BEGIN; LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE; SELECT 'locked';"
+wait_until 10 "the tokens table locked again" grep -q locked "$T/lock.log"
 code=$(kurl)
 [ "$code" = 401 ] || fail "the same made-up id, the tokens table locked: $code $(cat "$T/k.json")"
-echo "COMMIT;" >&8
+put 8 "COMMIT;"
 exec 8>&-
 wait "$LOCK_PID" || true
 pass "a made-up id the store did not know is refused (401) from the cache while the tokens table is locked"
 
-echo "after" >&7
+put 7 "after"
 wait_until 10 "echo after" grep -q after "$T/out"
 exec 7>&-
 gateway_stop
