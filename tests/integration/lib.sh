@@ -506,25 +506,33 @@ replica_stop() {
 
 # haproxy_pool PORT BALANCE N...: a haproxy frontend on 127.0.0.1:PORT and
 # its backend over replicas N... (TCP: TLS passes through to them), BALANCE
-# roundrobin, leastconn or source, each replica checked on /readyz every
-# 300 ms (a draining one is out at once).  Prints the lines for haproxy_start.
+# roundrobin, leastconn or source, each replica checked on /readyz with the
+# server options HAPROXY_CHECK (default every 300 ms, out at the first
+# failure: a draining one is out at once).  Prints the lines for haproxy_start.
+# With `timeout check` set, haproxy bounds a check's connect, its TLS
+# handshake included, by min(timeout connect, the interval): a handshake
+# over 300 ms on a loaded machine fails the check ("Layer6 timeout, check
+# duration: 301ms"), and with fall 1 takes a live replica out.
+HAPROXY_CHECK=${HAPROXY_CHECK:-inter 300 fall 1 rise 1}
 haproxy_pool() {
 	local port=$1 balance=$2 n
 	shift 2
 	printf 'frontend fe%s\n\tbind 127.0.0.1:%s\n\tdefault_backend be%s\n' "$port" "$port" "$port"
 	printf 'backend be%s\n\tbalance %s\n\toption httpchk GET /readyz\n' "$port" "$balance"
 	for n in "$@"; do
-		printf '\tserver r%s 127.0.0.1:%s check check-ssl verify none inter 300 fall 1 rise 1\n' \
-			"$n" "${RPORT[$n]}"
+		printf '\tserver r%s 127.0.0.1:%s check check-ssl verify none %s\n' \
+			"$n" "${RPORT[$n]}" "$HAPROXY_CHECK"
 	done
 }
 
 # haproxy_start NAME POOLS: Debian's haproxy in the foreground with the
 # frontends and backends POOLS (haproxy_pool's lines); its PID in HAPROXY_PID.
-# A check waits up to 2 s for its answer (timeout check): a replica's 503 is
-# still heard at once, but on a loaded machine a slow 200 no longer counts
-# as a failure (the default, inter's 300 ms, took every replica out at once
-# under a load average of 20: the test's next request then failed).
+# A check waits up to 2 s for its answer once connected (timeout check): a
+# replica's 503 is still heard at once, but on a loaded machine a slow 200
+# no longer counts as a failure (the default, inter's 300 ms, took every
+# replica out at once under a load average of 20: the test's next request
+# then failed).  Its connect and TLS handshake are still bounded by the
+# interval (haproxy_pool).
 # Its log ($T/NAME.log) has a line per connection when it ends (tcplog:
 # accepted at [date:time], frontend, backend/server, times, bytes, and the
 # termination state, "--" when normal) and each server's state changes.
