@@ -259,11 +259,24 @@ agent_fin(struct mux_stream *s, void *arg)
 	flush_to_client(r);
 }
 
+/* The agent's stream ended.  Before it was answered (the far side's RESET
+ * of a stream still opening, which mux.h allows: an agent's, a peer
+ * link's or a loop link's far relay passing a reset on) it is a refusal:
+ * the client's upgrade or stream is refused (agent_opened), never left
+ * waiting.  A raw client's upgrade has no deadline of its own (its
+ * connection is parked, server.c): left unanswered, the client waited
+ * until something between cut its connection (a balancer's idle timeout)
+ * or the replica exited. */
 static void
 agent_close(struct mux_stream *s, const char *code, void *arg)
 {
 	struct relay *r = arg;
 
+	if (!r->opened) {
+		agent_opened(s, 0, code, "the stream was reset before it was "
+		    "answered", r);
+		return;
+	}
 	r->agent = NULL;
 	relay_note_end(r, code);
 	if (strcmp(code, "done") != 0 || r->kind == CLIENT_RAW)

@@ -8,7 +8,8 @@
  * crosses and ends both streams "done"; credit is kept (a reader that does
  * not drain holds the sender to the windows between them); a stalled
  * reader does not stall another stream of the same tunnel; a RESET, a
- * refusal and a lost tunnel reach the other side.
+ * refusal and a lost tunnel reach the other side; a RESET before the
+ * agent answered is a refusal there.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,6 +65,7 @@ struct ctx {
 	struct end agents[ENDS_MAX]; /* the agent's, in the order opened */
 	int nagents;
 	int refuse;                /* the agent refuses OPENs */
+	int reset_open;            /* the agent resets OPENs before answering */
 	char principal[32];
 };
 
@@ -179,6 +181,10 @@ agent_on_open(struct mux *m, struct mux_stream *st, const struct frame_open *req
 
 	if (c->refuse) {
 		mux_stream_refuse(st, "refused", "connection refused by 127.0.0.1:22");
+		return;
+	}
+	if (c->reset_open) {
+		mux_stream_reset(st, "boom");
 		return;
 	}
 	assert_true(c->nagents < ENDS_MAX);
@@ -461,6 +467,26 @@ test_refused(void **state)
 	assert_int_equal(live_stream_count(&c->f->gw.live_streams), 0);
 }
 
+/* The agent resets the stream before answering its OPEN (mux.h: a RESET
+ * may come at any time; on the gateway's side it is on_close of a stream
+ * still opening): the operator's stream is refused with its code, not
+ * left opening -- a raw client's upgrade would wait unanswered. */
+static void
+test_reset_before_answer(void **state)
+{
+	struct ctx *c = *state;
+	struct end *op;
+
+	c->reset_open = 1;
+	op = op_open(c, 0);
+	assert_int_equal(op->ok, 0);
+	assert_string_equal(op->code, "boom");
+	assert_int_equal(op->closed, 0);
+	assert_int_equal(mux_stream_count(c->gw.m), 0);
+	assert_int_equal(mux_stream_count(c->agent), 0);
+	assert_int_equal(live_stream_count(&c->f->gw.live_streams), 0);
+}
+
 /* The agent's tunnel goes: the operator's stream ends with it. */
 static void
 test_tunnel_lost(void **state)
@@ -485,6 +511,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_stalled_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resets, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reset_before_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tunnel_lost, setup, teardown),
 	};
 
