@@ -32,11 +32,16 @@ cleanup() {
 	for hook in "${CLEANUP_HOOKS[@]}"; do
 		eval "$hook" || true
 	done
-	# TERM, then CONT: a process a test hook stopped (SIGSTOP) would hold
-	# its TERM, and this wait, until the test's timeout.
+	# CONT, then TERM: a process a test hook stopped (SIGSTOP) would hold
+	# its TERM, and this wait, until the test's timeout.  Not the other
+	# way round: a process that ends at once on TERM runs LeakSanitizer's
+	# check at exit, which stops it (ptrace's SIGSTOP) and waits for the
+	# stop; a CONT sent after the TERM can discard that pending stop, and
+	# the check then waits for ever (seen: a replica spinning in it, its
+	# tracer in wait4, until ctest's timeout).
 	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
 		kill -CONT "$pid" 2>/dev/null || true
+		kill "$pid" 2>/dev/null || true
 	done
 	for pid in "${PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
