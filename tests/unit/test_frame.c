@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1665,6 +1666,98 @@ test_make_error(void **state)
 	free(out);
 }
 
+/* ---- one zone per thread ---- */
+
+#define BIG_ELEMENTS 3000   /* msgpack objects: far past an 8 KiB zone chunk */
+
+/* sample(FRAME_HELLO) with one more key, "x-future", whose value is an
+ * array of BIG_ELEMENTS small integers (skipped, as an unknown key). */
+static void
+big_hello(msgpack_sbuffer *sb)
+{
+	static const char *const keys[] = { "versions", "node", "cred", "id", "x-future" };
+	msgpack_packer pk;
+
+	msgpack_sbuffer_init(sb);
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_int(&pk, FRAME_HELLO);
+	msgpack_pack_map(&pk, NELEM(keys));
+	for (size_t i = 0; i < NELEM(keys); i++) {
+		msgpack_pack_str_with_body(&pk, keys[i], strlen(keys[i]));
+		switch (i) {
+		case 0:
+			msgpack_pack_array(&pk, 2);
+			msgpack_pack_int(&pk, 1);
+			msgpack_pack_int(&pk, 7);
+			break;
+		case 1:
+			msgpack_pack_str_with_body(&pk, "node-1.example_X", 16);
+			break;
+		case 2:
+			msgpack_pack_str_with_body(&pk, "agent", 5);
+			break;
+		case 3:
+			msgpack_pack_str_with_body(&pk, "ag_0123", 7);
+			break;
+		default:
+			msgpack_pack_array(&pk, BIG_ELEMENTS);
+			for (int k = 0; k < BIG_ELEMENTS; k++)
+				msgpack_pack_int(&pk, k & 0x7f);
+		}
+	}
+}
+
+/* Decodes, in turn, a frame that needs many zone chunks, a DATA frame, a
+ * frame msgpack-c refuses half way (nesting), and the big one again; 0
+ * when each decodes as it should (no cmocka here: it may run on another
+ * thread). */
+static void *
+zone_rounds(void *arg)
+{
+	static const uint8_t data[] = { 0x93, 0x17, 0x05, 0xc4, 0x03, 'a', 'b', 'c' };
+	uint8_t deep[10 + 200] = { 0x92, 0x0b, 0x82, 0xa3, 's', 'e', 'q', 0x01, 0xa1, 'x' };
+	struct frame want, got;
+	msgpack_sbuffer sb;
+	char err[256];
+	intptr_t bad = 0;
+
+	(void)arg;
+	memset(deep + 10, 0x91, 199);
+	deep[sizeof(deep) - 1] = 0x90;
+	big_hello(&sb);
+	sample(FRAME_HELLO, &want);
+	for (int round = 0; round < 3; round++) {
+		memset(&got, 0, sizeof(got));
+		bad += frame_decode((const uint8_t *)sb.data, sb.size, &got, err,
+		    sizeof(err)) != 0 || memcmp(&want, &got, sizeof(got)) != 0;
+		bad += frame_decode(data, sizeof(data), &got, err, sizeof(err)) != 0 ||
+		    got.type != FRAME_DATA || got.stream_id != 5 ||
+		    got.u.data.len != 3 || got.u.data.payload != data + 5;
+		bad += frame_decode(deep, sizeof(deep), &got, err, sizeof(err)) == 0 ||
+		    strstr(err, "nested too deeply") == NULL;
+	}
+	msgpack_sbuffer_destroy(&sb);
+	return (void *)bad;
+}
+
+/* frame_decode keeps one msgpack zone per thread from frame to frame:
+ * what a frame left in it (many chunks, a refused frame's objects) does
+ * not show in the next, and a thread that ends frees its zone (the
+ * sanitizer build's leak check fails the test otherwise). */
+static void
+test_zone_per_thread(void **state)
+{
+	pthread_t t;
+	void *bad = (void *)1;
+
+	assert_null(zone_rounds(NULL));
+	assert_int_equal(pthread_create(&t, NULL, zone_rounds, NULL), 0);
+	assert_int_equal(pthread_join(t, &bad), 0);
+	assert_null(bad);
+	assert_null(zone_rounds(NULL));
+}
+
 int
 main(void)
 {
@@ -1690,6 +1783,7 @@ main(void)
 		cmocka_unit_test(test_encode_bad_args),
 		cmocka_unit_test(test_type_names),
 		cmocka_unit_test(test_make_error),
+		cmocka_unit_test(test_zone_per_thread),
 	};
 
 	memset(long_str, 'a', sizeof(long_str) - 1);
