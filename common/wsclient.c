@@ -110,7 +110,8 @@
 #define OUT_CHUNK           (256 * 1024 - 256)
 #define OUT_BIG_MESSAGE     (16 * 1024)
 /* Input buffered at most (the read high-water mark), unless one frame is
- * bigger: then the mark is raised for that frame (see need_input). */
+ * bigger: then the mark is raised for that frame (see need_input).  No
+ * mark while the connection is open and reads small (input_mark). */
 #define INPUT_HIGH          ((size_t)4 << 20)
 #define TLS13_CIPHERS \
 	"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
@@ -203,7 +204,7 @@ struct wsclient {
 	uint8_t pool[MASK_POOL];    /* random bytes for frame masks */
 	size_t pool_off;
 	size_t out_room;            /* free bytes after the output's last chain */
-	size_t input_high;          /* the read high-water mark now set */
+	size_t input_high;          /* the read high-water mark now set; 0: none */
 	struct ws_turn turn;        /* its turns of the loop (wsturn.h) */
 };
 
@@ -1406,15 +1407,44 @@ read_proxy_head(struct wsclient *c)
 /* ---- receiving frames --------------------------------------------------- */
 
 /*
+ * The read high-water mark, set at every read callback (so at most one
+ * read's worth of input comes in past a change).  None while the
+ * connection is open, not paused, and its reads are small (wsturn.h):
+ * with a mark libevent runs a callback at every change of the input, the
+ * read of a message and its drain, and each one adds the read event
+ * again (~530 of the agent's ~21,300 instructions per /k8s request); the
+ * turns bound the input then (one pull a turn; a turn that leaves input
+ * stops reading, ws_turn_end; a frame over max_message is refused).  A
+ * mark otherwise: INPUT_HIGH, or the frame under way if bigger; in bulk
+ * mode the OpenSSL bufferevent reserves up to it at once instead of 4 KiB
+ * pieces, and before the upgrade or once closing no turn takes the input.
+ * Raising and lowering a mark for a big frame is need_input's and
+ * input_done's.
+ */
+static void
+input_mark(struct wsclient *c)
+{
+	size_t want = 0;
+
+	if (c->state != ST_OPEN || c->paused || c->turn.bulk)
+		want = c->turn.need > INPUT_HIGH ? c->turn.need : INPUT_HIGH;
+	if ((want == 0) == (c->input_high == 0))
+		return;
+	c->input_high = want;
+	bufferevent_setwatermark(c->bev, EV_READ, 0, want);
+}
+
+/*
  * A frame of `total` bytes is not all in yet.  With reading suspended at
  * the high-water mark, a frame bigger than the mark would never complete:
  * raise the mark to fit it (max_message bounds it), and lower it again
- * once that frame is consumed (input_done).
+ * once that frame is consumed (input_done).  Without a mark nothing
+ * stops reading.
  */
 static void
 need_input(struct wsclient *c, size_t total)
 {
-	if (total <= c->input_high)
+	if (c->input_high == 0 || total <= c->input_high)
 		return;
 	c->input_high = total;
 	bufferevent_setwatermark(c->bev, EV_READ, 0, total);
@@ -1764,6 +1794,7 @@ read_cb(struct bufferevent *bev, void *arg)
 		if (!c->turn.yielded)
 			ws_turn_pull(&c->turn, bev, c->max_message);
 	}
+	input_mark(c);
 	process_input(c);
 }
 
