@@ -13,6 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
+#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <openssl/bio.h>
@@ -47,6 +48,11 @@ struct tls_rbatch {
 	 * that is not a pull's ignores the mark, and sets it anew. */
 	int drained;
 	int pulling;             /* inside tls_read_available's SSL_read */
+	int err;                 /* a read(2)'s errno, kept (rbatch_fill) */
+	/* An SSL_read of ours met the end (close_notify, an alert, an error):
+	 * OpenSSL keeps it, and every socket event from now on goes to
+	 * libevent's read, which meets it again and reports it. */
+	int ended;
 	uint8_t *buf;            /* TLS_READ_AHEAD bytes, or NULL */
 	size_t start, end;       /* buf[start..end) not yet given to OpenSSL */
 	/* Busy or not (see "Busy connections" below). */
@@ -57,6 +63,9 @@ struct tls_rbatch {
 	unsigned reads;          /* read(2)s with bytes: since since_ms while
 	                          * cold, since the last sweep while warm */
 	uint64_t since_ms;       /* the first of `reads` (cold), monotonic */
+	/* libevent's callback of the bufferevent's read event, which
+	 * sock_read_cb replaces and calls for all but data; or NULL. */
+	event_callback_fn bev_read_cb;
 };
 
 /*
@@ -177,6 +186,7 @@ static BIO_METHOD *rbatch_method;
 static int rbatch_type;            /* its BIO type, for BIO_method_type */
 
 static BIO_METHOD *rbatch_method_get(void);
+static void sock_read_install(struct bufferevent *bev, struct tls_rbatch *t);
 
 /*
  * One spare read buffer per thread: a connection's buffer goes when the
@@ -238,47 +248,83 @@ buf_put(uint8_t *b)
 	free(b);
 }
 
+/* What rbatch_fill found. */
+enum { FILL_BYTES, FILL_EOF, FILL_WAIT, FILL_ERROR };
+
+/*
+ * Bytes for OpenSSL: t's buffer holds some, or gets them from one read(2)
+ * of the socket.  Returns FILL_BYTES (the buffer holds bytes), FILL_EOF
+ * (read(2) said 0, now or before), FILL_WAIT (would block; no read(2) when
+ * a pull finds the socket used up, see `drained`) or FILL_ERROR (errno
+ * says why; a socket's error is kept, and said again by every later
+ * call, as libevent's read meets it after a socket event's read did:
+ * sock_read_cb).
+ */
+static int
+rbatch_fill(struct tls_rbatch *t)
+{
+	ssize_t r;
+
+	if (t->start < t->end)
+		return FILL_BYTES;
+	if (t->eof)
+		return FILL_EOF;
+	if (t->err != 0) {
+		errno = t->err;
+		return FILL_ERROR;
+	}
+	if (t->drained && t->pulling) {
+		/* The socket was empty and no event has said otherwise
+		 * since.  (The buffer went with its last byte.) */
+		return FILL_WAIT;
+	}
+	if (t->buf == NULL && (t->buf = buf_get()) == NULL) {
+		errno = ENOMEM;
+		return FILL_ERROR;
+	}
+	t->start = t->end = 0;
+	do
+		r = read(t->fd, t->buf, TLS_READ_AHEAD);
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		t->eof = 1;
+		return FILL_EOF;
+	}
+	if (r < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			t->drained = 1;
+			buf_put(t->buf);    /* idle: hold no buffer */
+			t->buf = NULL;
+			return FILL_WAIT;
+		}
+		t->err = errno;
+		return FILL_ERROR;
+	}
+	t->end = (size_t)r;
+	t->drained = (size_t)r < TLS_READ_AHEAD;
+	warm_count(t);
+	return FILL_BYTES;
+}
+
 static int
 rbatch_read(BIO *bio, char *out, int outl)
 {
 	struct tls_rbatch *t = BIO_get_data(bio);
 	size_t n;
-	ssize_t r;
 
 	BIO_clear_retry_flags(bio);
 	if (outl <= 0)
 		return 0;
-	if (t->start == t->end) {
-		if (t->eof)
-			return 0;
-		if (t->drained && t->pulling) {
-			/* The socket was empty and no event has said otherwise
-			 * since.  (The buffer went with its last byte.) */
-			BIO_set_retry_read(bio);
-			return -1;
-		}
-		if (t->buf == NULL && (t->buf = buf_get()) == NULL)
-			return -1;
-		t->start = t->end = 0;
-		do
-			r = read(t->fd, t->buf, TLS_READ_AHEAD);
-		while (r < 0 && errno == EINTR);
-		if (r == 0) {
-			t->eof = 1;
-			return 0;
-		}
-		if (r < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				BIO_set_retry_read(bio);
-				t->drained = 1;
-				buf_put(t->buf);    /* idle: hold no buffer */
-				t->buf = NULL;
-			}
-			return -1;
-		}
-		t->end = (size_t)r;
-		t->drained = (size_t)r < TLS_READ_AHEAD;
-		warm_count(t);
+	switch (rbatch_fill(t)) {
+	case FILL_EOF:
+		return 0;
+	case FILL_WAIT:
+		BIO_set_retry_read(bio);
+		return -1;
+	case FILL_ERROR:
+		return -1;
+	default:
+		break;
 	}
 	n = t->end - t->start;
 	if (n > (size_t)outl)
@@ -294,6 +340,34 @@ rbatch_read(BIO *bio, char *out, int outl)
 		t->start = t->end = 0;
 	}
 	return (int)n;
+}
+
+/*
+ * At most the plaintext that OpenSSL holds decrypted and that the records
+ * held whole in t's buffer carry (a record's body is at least as long as
+ * its plaintext: AEAD tags, no compression).  0: neither.  Read from the
+ * records' headers; the bytes are taken as records from the buffer's
+ * start (if OpenSSL holds the start of a record, the figure is only less
+ * apt: a reservation, not a bound that anything relies on).
+ */
+static size_t
+rbatch_plain_max(const struct tls_rbatch *t, SSL *ssl)
+{
+	const uint8_t *p, *end;
+	size_t sum = (size_t)SSL_pending(ssl), n;
+
+	if (t->buf == NULL)
+		return sum;
+	p = t->buf + t->start;
+	end = t->buf + t->end;
+	while (end - p >= 5) {
+		n = (size_t)p[3] << 8 | p[4];
+		if ((size_t)(end - p) - 5 < n)
+			break;
+		sum += n;
+		p += 5 + n;
+	}
+	return sum;
 }
 
 /*
@@ -445,6 +519,7 @@ tls_read_ahead(struct bufferevent *bev)
 	BIO_set_init(bio, 1);
 	/* Drops the socket BIO's read reference (it never closes the fd). */
 	SSL_set0_rbio(ssl, bio);
+	sock_read_install(bev, t);
 }
 
 void
@@ -469,21 +544,25 @@ tls_read_held(struct bufferevent *bev)
 	return rbio != NULL && BIO_ctrl_pending(rbio) > 0;
 }
 
-size_t
-tls_read_available(struct bufferevent *bev, size_t limit)
+/*
+ * SSL_reads into bev's input until it holds `limit` bytes, the socket's
+ * last record is decrypted (rbatch_settled) or a read gives nothing.
+ * pull: its first read is a drain's that no socket event began
+ * (rbatch_read's "drained" rule); the reads after the first always are.
+ * sized: room reserved for the records at hand (rbatch_plain_max), not a
+ * large chain.  A read that meets something other than "would block"
+ * (close_notify, an alert, an error) sets t->ended.  Returns the bytes
+ * added.
+ */
+static size_t
+read_records(struct bufferevent *bev, SSL *ssl, struct tls_rbatch *t,
+    size_t limit, int pull, int sized)
 {
-	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	struct evbuffer *in = bufferevent_get_input(bev);
 	struct evbuffer_iovec v;
-	struct tls_rbatch *t;
-	size_t added = 0, chain;
+	size_t added = 0, chain, want;
 	int r;
 
-	if (ssl == NULL)
-		return 0;
-	t = rbatch_of(ssl);
-	if (rbatch_settled(ssl, t))
-		return 0;
 	/* A small limit (a connection not yet authenticated) gets a chain to
 	 * match, not 512 KiB of memory it may never fill. */
 	chain = limit + TLS_RECORD_MAX;
@@ -492,38 +571,188 @@ tls_read_available(struct bufferevent *bev, size_t limit)
 	if (chain < 2 * TLS_RECORD_MAX)
 		chain = 2 * TLS_RECORD_MAX;
 	while (evbuffer_get_length(in) < limit) {
-		/* Records land back to back in big chains, so that a whole
-		 * message is usually contiguous and needs no pullup copy. */
-		if (evbuffer_reserve_space(in, TLS_RECORD_MAX, &v, 1) < 1)
+		if (sized && t != NULL && (want = rbatch_plain_max(t, ssl)) > 0) {
+			/* Room for the records at hand, no more: a small
+			 * message's chain is a small allocation (a 32 KiB
+			 * chain and a 64 KiB one were ~1,000 instructions of
+			 * a /k8s request's every message). */
+			if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
+				break;
+		} else if (evbuffer_reserve_space(in, TLS_RECORD_MAX, &v, 1) < 1)
+			/* Records land back to back in big chains, so that a
+			 * whole message is usually contiguous and needs no
+			 * pullup copy. */
 			break;
-		if (v.iov_len < 2 * TLS_RECORD_MAX &&
+		else if (v.iov_len < 2 * TLS_RECORD_MAX &&
 		    evbuffer_reserve_space(in, (ev_ssize_t)chain, &v, 1) < 1)
 			break;
 		if (v.iov_len > 4 * TLS_RECORD_MAX)
 			v.iov_len = 4 * TLS_RECORD_MAX;
-		/* No ERR_clear_error first: nothing here reads SSL_get_error,
-		 * and a call that succeeds adds nothing to the error queue
-		 * (the bufferevent clears it before each call of its own). */
+		/* No ERR_clear_error first (~840 instructions in OpenSSL 3):
+		 * a call that succeeds adds nothing to the error queue, and
+		 * every failure below leaves the queue empty again, so that
+		 * SSL_get_error reads this call's own outcome. */
 		if (t != NULL)
-			t->pulling = 1;
+			t->pulling = pull;
 		r = SSL_read(ssl, v.iov_base, (int)v.iov_len);
 		if (t != NULL)
 			t->pulling = 0;
 		if (r <= 0) {
-			/* Nothing committed: would-block, close_notify and errors
-			 * are seen again by the bufferevent's own SSL_read.  What
-			 * this call queued goes: a later SSL_get_error on this
-			 * thread must not read it as its own. */
-			ERR_clear_error();
+			/* Nothing committed: would-block is the socket's to
+			 * end; close_notify, alerts and errors are seen again
+			 * by the bufferevent's own SSL_read.  What this call
+			 * queued goes: a later SSL_get_error on this thread
+			 * must not read it as its own. */
+			if (t != NULL && SSL_get_error(ssl, r) != SSL_ERROR_WANT_READ)
+				t->ended = 1;
+			if (ERR_peek_error() != 0)
+				ERR_clear_error();
 			break;
 		}
 		v.iov_len = (size_t)r;
 		evbuffer_commit_space(in, &v, 1);
 		added += (size_t)r;
+		pull = 1;
 		/* The socket's last bytes are decrypted: another SSL_read
 		 * could only say "would block". */
 		if (rbatch_settled(ssl, t))
 			break;
 	}
+	return added;
+}
+
+/*
+ * The read event of a TLS bufferevent with our read BIO (sock_read_install),
+ * in place of libevent's own callback.  A socket event that brings records
+ * decrypts them into the input here and runs the read callback as
+ * libevent's read does (bufferevent_trigger: deferred if the bufferevent
+ * defers, after the low-water mark), without what libevent's read adds to
+ * every wake: an ERR_clear_error before its SSL_read (~840 instructions in
+ * OpenSSL 3), room for the whole high-water mark (a 32 KiB chain and a
+ * 64 KiB one: room is sized to the records read, rbatch_plain_max), and
+ * its bookkeeping.  Everything else is libevent's own callback's, called
+ * here: a timeout, a read not enabled, an input at its high-water mark, a
+ * handshake in progress (a TLS 1.2 renegotiation, while libevent may hold
+ * a write that waits for a read: it keeps that state to itself), the
+ * socket's EOF or error (kept by rbatch_fill), and an end met by an
+ * SSL_read of ours (t->ended: close_notify, an alert, an error), which
+ * libevent's read meets again at once (OpenSSL keeps it) and reports
+ * through the event callback.  (An alert's or a decryption error's reason
+ * is in the error queue of our read only: libevent then reports the end
+ * as OpenSSL's second answer says, an EOF; an end met by a drain,
+ * tls_read_available, always was.)  Reads what libevent's read would:
+ * whole records up to the high-water mark (else 4 KiB), at most the
+ * bufferevent's max_single_read.  Cost: ~150 instructions besides SSL_read and the
+ * input's reserve and commit.
+ */
+static void
+sock_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	/* The event's argument stays libevent's, the bufferevent (see
+	 * sock_read_install); t is its SSL's read BIO's. */
+	struct bufferevent *bev = arg;
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct tls_rbatch *t = ssl != NULL ? rbatch_of(ssl) : NULL;
+	size_t high = 0, len, most;
+	ev_ssize_t single;
+
+	if (t == NULL || t->bev_read_cb == NULL) {
+		/* Cannot be (the BIO is ours while the SSL lives, and the
+		 * callback is installed with it): nothing to call. */
+		return;
+	}
+	if (what == EV_TIMEOUT || t->ended || SSL_in_init(ssl) ||
+	    !(bufferevent_get_enabled(bev) & EV_READ) ||
+	    bufferevent_getwatermark(bev, EV_READ, NULL, &high) != 0 ||
+	    ((len = evbuffer_get_length(bufferevent_get_input(bev))) >= high &&
+	    high != 0)) {
+		t->bev_read_cb(fd, what, arg);
+		return;
+	}
+	/* The socket's bytes first: what they hold sizes the input's room.
+	 * An end (EOF, an error) is libevent's read's to meet and report;
+	 * nothing new and nothing decrypted held: nothing to do (as
+	 * libevent's read, whose SSL_read would say "would block"). */
+	switch (rbatch_fill(t)) {
+	case FILL_EOF:
+	case FILL_ERROR:
+		t->bev_read_cb(fd, what, arg);
+		return;
+	case FILL_WAIT:
+		if (SSL_pending(ssl) == 0)
+			return;
+		break;
+	default:
+		break;
+	}
+	bufferevent_incref(bev);
+	bufferevent_lock(bev);
+	/* What libevent's read would take: up to the mark (else 4 KiB), at
+	 * most the bufferevent's max_single_read (wsturn.h's turns size
+	 * reads with it), whole records. */
+	most = high != 0 ? high - len : 4096;
+	single = bufferevent_get_max_single_read(bev);
+	if (single > 0 && (size_t)single < most)
+		most = (size_t)single;
+	if (read_records(bev, ssl, t, len + most, 0, 1) > 0)
+		bufferevent_trigger(bev, EV_READ, 0);
+	/* t lives as long as the SSL, which bev's reference keeps. */
+	if (t->ended)
+		t->bev_read_cb(fd, EV_READ, arg);
+	bufferevent_unlock(bev);
+	bufferevent_decref(bev);
+}
+
+/*
+ * Puts sock_read_cb in place of the callback of bev's read event
+ * (bufferevent_struct.h's ev_read: libevent has no call for it), keeping
+ * that callback in t.  The event's argument is left as it is: it is the
+ * bufferevent (libevent's finalizer, bufferevent_finalize_cb_, reads the
+ * read event's argument as the bufferevent, and its OpenSSL read callback
+ * takes the same pointer).  Only on an open connection (libevent assigns
+ * that event anew when a handshake ends), on t's socket, once.
+ */
+static void
+sock_read_install(struct bufferevent *bev, struct tls_rbatch *t)
+{
+	struct event *ev = &bev->ev_read;
+	int pending;
+
+	if (SSL_in_init(t->ssl) || !event_initialized(ev) ||
+	    event_get_fd(ev) != t->fd || event_get_callback(ev) == sock_read_cb ||
+	    event_get_callback(ev) == NULL || event_get_callback_arg(ev) != bev)
+		return;
+	t->bev_read_cb = event_get_callback(ev);
+	pending = event_pending(ev, EV_READ, NULL);
+	event_del(ev);
+	if (event_assign(ev, event_get_base(ev), t->fd, event_get_events(ev),
+	    sock_read_cb, bev) != 0) {
+		/* Cannot fail with these arguments; libevent's own then. */
+		(void)event_assign(ev, event_get_base(ev), t->fd,
+		    event_get_events(ev), t->bev_read_cb, bev);
+	}
+	/* As libevent adds it: with the read timeout, if there is one. */
+	if (pending)
+		(void)event_add(ev, evutil_timerisset(&bev->timeout_read) ?
+		    &bev->timeout_read : NULL);
+}
+
+size_t
+tls_read_available(struct bufferevent *bev, size_t limit)
+{
+	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	struct tls_rbatch *t;
+	size_t added;
+
+	if (ssl == NULL)
+		return 0;
+	t = rbatch_of(ssl);
+	if (rbatch_settled(ssl, t))
+		return 0;
+	added = read_records(bev, ssl, t, limit, 1, 0);
+	/* The end, met here: libevent's read is to report it, now (no socket
+	 * event may come: close_notify with the connection left open). */
+	if (t != NULL && t->ended && t->bev_read_cb != NULL)
+		event_active(&bev->ev_read, EV_READ, 1);
 	return added;
 }

@@ -6,7 +6,8 @@
  * time going round the loop.  Called from a read callback, this pulls what
  * else OpenSSL can decrypt without blocking straight into the input buffer.
  * Anything that is not data (would-block, close_notify, an error) is left
- * untouched for the bufferevent to find on its own next read.
+ * for the bufferevent's own read to find (with tls_read_ahead's BIO, in
+ * the same loop pass).
  */
 #ifndef TETHER_TLSREAD_H
 #define TETHER_TLSREAD_H
@@ -32,7 +33,17 @@ int tls_read_held(struct bufferevent *bev);
 /*
  * Lets OpenSSL take many records per read() (up to 256 KiB) instead of two
  * reads per record (header, then body), through a read BIO of our own on
- * the socket (OpenSSL's read-ahead on a filter).  Only for a connection
+ * the socket (OpenSSL's read-ahead on a filter).  On an open connection
+ * (handshake done) the socket event's read is ours too: records are
+ * decrypted into the input (as much as libevent's read would take: up to
+ * the read high-water mark, else 4 KiB, at most max_single_read) and the read callback runs as libevent's read runs it, without
+ * libevent's ERR_clear_error per wake, into room sized to the records
+ * read (libevent 2.1 has no call for it: bufferevent_struct.h's ev_read
+ * gets our callback, its argument left as it is).  A timeout, a read not
+ * enabled, an input at its mark, a handshake, an end (EOF, close_notify,
+ * an alert, an error, met by this read or by a drain) go to libevent's
+ * own read, which reports them through the event callback as ever, in
+ * that loop pass.  Only for a connection
  * whose every reader drains OpenSSL with tls_read_available whenever it
  * reads or resumes (the WebSocket phase of wsconn and wsclient): records
  * read ahead raise no socket event of their own.  Once the socket is used

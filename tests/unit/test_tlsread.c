@@ -524,6 +524,147 @@ test_close_notify_behind_data(void **state)
 	event_base_free(base);
 }
 
+/*
+ * The socket event's read is tlsread's own (it skips libevent's
+ * ERR_clear_error and its reservation per wake): what it leaves to
+ * libevent's read must still come out as before.  close_notify with the
+ * socket left open (no FIN, so no later socket event) is reported in the
+ * pass that read it, after the data ahead of it.
+ */
+static void
+test_close_notify_without_fin(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+
+	assert_int_equal(SSL_write(c, "w", 1), 1);
+	assert_int_equal(SSL_shutdown(c), 0);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_string_equal(r.got, "w");
+	assert_true(r.events & BEV_EVENT_EOF);
+	assert_int_equal(socket_holds(fd[1]), 0);
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
+/* A socket's error (a Unix socket closed with bytes it never read: the
+ * reader's read(2) says ECONNRESET once, then 0) reaches the event
+ * callback as an error, not as the EOF a second read(2) would say. */
+static void
+test_socket_error_is_an_error(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+
+	assert_int_equal(send(fd[1], "unread", 6, 0), 6);
+	assert_int_equal(close(fd[0]), 0);
+	for (int i = 0; i < 3 && !(r.events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)); i++)
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_true(r.events & BEV_EVENT_ERROR);
+	assert_false(r.events & BEV_EVENT_EOF);
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	event_base_free(base);
+}
+
+/* The read-side high-water mark holds: a socket event reads no further
+ * than the mark (plus the record that crosses it); with reading disabled
+ * nothing is read at all.  (No read callback while the input is held at the mark:
+ * libevent 2.1 runs a read callback again for as long as it leaves the
+ * input at the mark with reading on.) */
+static void
+test_watermark_and_disable_hold(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	struct evbuffer *in;
+	char big[3000];
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+	bufferevent_setcb(r.bev, NULL, NULL, reader_event_cb, &r);
+	in = bufferevent_get_input(r.bev);
+	memset(big, 'x', sizeof(big));
+
+	/* Four records of 3000 bytes with the mark at 4000: two are read. */
+	bufferevent_setwatermark(r.bev, EV_READ, 0, 4000);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(SSL_write(c, big, sizeof(big)), (int)sizeof(big));
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_int_equal(evbuffer_get_length(in), 6000);
+	/* 1: no event added (reading suspended) */
+	assert_true(event_base_loop(base, EVLOOP_NONBLOCK) >= 0);
+	assert_int_equal(evbuffer_get_length(in), 6000);
+	/* The rest was read ahead (one read(2)): a reader takes it with a
+	 * drain once it has taken its input below the mark (tlsread.h). */
+	evbuffer_drain(in, 6000);
+	assert_true(tls_read_held(r.bev));
+	assert_int_equal(tls_read_available(r.bev, 1u << 20), 6000);
+	assert_false(tls_read_held(r.bev));
+	evbuffer_drain(in, 6000);
+
+	/* Reading disabled: a record waits, unread, until it is enabled. */
+	bufferevent_setwatermark(r.bev, EV_READ, 0, 0);
+	assert_int_equal(bufferevent_disable(r.bev, EV_READ), 0);
+	bufferevent_setcb(r.bev, reader_cb, NULL, reader_event_cb, &r);
+	assert_int_equal(SSL_write(c, "late", 4), 4);
+	assert_true(event_base_loop(base, EVLOOP_NONBLOCK) >= 0);
+	assert_int_equal(r.len, 0);
+	assert_int_equal(bufferevent_enable(r.bev, EV_READ), 0);
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_string_equal(r.got, "late");
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
+/* A read timeout set on the bufferevent is still reported as one. */
+static void
+test_read_timeout_reported(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	struct timeval tv = { 0, 20000 };
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+	assert_int_equal(bufferevent_set_timeouts(r.bev, &tv, NULL), 0);
+	send_and_pass(c, base, "t");
+	assert_string_equal(r.got, "t");
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	assert_true(r.events & BEV_EVENT_TIMEOUT);
+	assert_true(r.events & BEV_EVENT_READING);
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -537,6 +678,10 @@ main(void)
 		cmocka_unit_test(test_busy_keeps_record_buffers_idle_frees_them),
 		cmocka_unit_test(test_key_update_mid_drain),
 		cmocka_unit_test(test_close_notify_behind_data),
+		cmocka_unit_test(test_close_notify_without_fin),
+		cmocka_unit_test(test_socket_error_is_an_error),
+		cmocka_unit_test(test_watermark_and_disable_hold),
+		cmocka_unit_test(test_read_timeout_reported),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
