@@ -154,6 +154,7 @@ struct wsconn {
 	int finish;                       /* ending: queued to end with close_notify */
 	int in_soon;
 	struct ws_turn turn;              /* its turns of the loop (wsturn.h) */
+	size_t input_high;                /* the read high-water mark set; 0: none */
 	int pong_owed;                    /* a PING waits for the output to drain */
 	size_t pong_debt;                 /* PONGs those PINGs would have queued */
 	uint8_t pong_len;
@@ -182,6 +183,31 @@ input_mark(size_t max_message)
 	size_t mark = max_message < (1u << 20) ? 4 * max_message : 4u << 20;
 
 	return mark < WS_INPUT_MIN ? WS_INPUT_MIN : mark;
+}
+
+/*
+ * The read high-water mark, set at every read callback (so at most one
+ * read's worth of input comes in past a change): input_mark's while the
+ * connection reads in bulk (wsturn.h: it bounds what one socket event's
+ * read takes, up to 1 MiB then), none while it reads small.  With a mark
+ * libevent runs its watermark callback at every change of the input, the
+ * read of a message and its drain (~390 of the gateway's instructions per
+ * /k8s request); the turns bound the input without it (one pull a turn,
+ * WS_READ_SMALL; a turn that leaves input stops reading, ws_turn_end; a
+ * frame over max_message is refused), and one socket event's read takes
+ * at most a record past 4 KiB (tlsread.h).  Paused, c does not read at
+ * all; closing, it has no mark (ws_start_close).
+ */
+static void
+ws_input_mark(struct wsconn *c)
+{
+	size_t want = c->state == WS_OPEN && c->turn.bulk ?
+	    input_mark(c->max_message) : 0;
+
+	if (want == c->input_high)
+		return;
+	c->input_high = want;
+	tls_tune_input(c->bev, want);
 }
 
 /* ---- the end ---- */
@@ -575,6 +601,7 @@ ws_start_close(struct wsconn *c, uint16_t code, const char *reason)
 	 * or a large frame was awaited; the write callback must now see the
 	 * output run empty. */
 	c->paused = 0;
+	c->input_high = 0;
 	bufferevent_setwatermark(c->bev, EV_READ | EV_WRITE, 0, 0);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	ws_due_in(c, WS_CLOSE_TIMEOUT_MS);
@@ -916,6 +943,7 @@ ws_read_cb(struct bufferevent *bev, void *arg)
 		twheel_arm(&c->set->wheel, &c->due, c->heard_ms + c->ping_interval_ms);
 	}
 	ws_turn_read(&c->turn, bev);
+	ws_input_mark(c);
 	/* Take the records ready now, not one per loop iteration. */
 	if (!c->turn.yielded)
 		ws_pull(c);
@@ -1101,11 +1129,11 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	bufferevent_setcb(bev, ws_read_cb, ws_write_cb, ws_event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
 	/* libevent moves at most 16 KiB per loop iteration by default; a
-	 * tunnel carries many streams' bulk data.  Reads start small and grow
-	 * with the traffic (ws_turn_read). */
+	 * tunnel carries many streams' bulk data.  Reads start small, without
+	 * a read high-water mark, and grow with the traffic (ws_turn_read,
+	 * ws_input_mark). */
 	ws_turn_start(&c->turn, bev);
 	bufferevent_set_max_single_write(bev, 1 << 20);
-	tls_tune_input(bev, input_mark(c->max_message));
 	tls_read_ahead(bev);
 	tls_write_batch(bev);
 	/* No timeouts on the bufferevent (the handshake's are cleared): the
@@ -1243,8 +1271,10 @@ ws_set_max_message(struct wsface *f, size_t bytes)
 	if (c->max_message == bytes)
 		return;
 	c->max_message = bytes;
-	if (c->state == WS_OPEN)
-		tls_tune_input(c->bev, input_mark(bytes));
+	if (c->state == WS_OPEN && c->input_high != 0) {
+		c->input_high = input_mark(bytes);
+		tls_tune_input(c->bev, c->input_high);
+	}
 }
 
 static void
