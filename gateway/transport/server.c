@@ -1008,23 +1008,31 @@ hconn_body_sink(void *arg, const char *data, size_t len)
 }
 
 /* The request is read whole: park further input (the next request) but
- * keep reading a little, so that a client that hangs up is noticed. */
+ * keep reading a little, so that a client that hangs up is noticed: up
+ * to UPGRADE_PARK_MAX, then reading stops (hconn_read_cb) until the
+ * exchange is detached.  Not with a read high-water mark: libevent would
+ * run its watermark callback at every change of the input and reset the
+ * mark twice a request (~900 instructions of a /k8s request). */
 static void
 hconn_exchange_body_done(struct hconn *h)
 {
 	h->x_req_done = 1;
-	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
 	if (h->x != NULL)
 		h->srv->exchange->exchange->body_end(h->x);
 }
 
-/* Leaves HC_EXCHANGING; the exchange is detached. */
+/* Leaves HC_EXCHANGING; the exchange is detached, and reads on (a mark an
+ * earlier phase left goes). */
 static void
 hconn_exchange_detach(struct hconn *h)
 {
+	size_t high = 0;
+
 	h->x = NULL;
 	h->x_raw = 0;
-	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
+	if (bufferevent_getwatermark(h->bev, EV_READ, NULL, &high) != 0 ||
+	    high != 0)
+		bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
 	hconn_read_on(h);
 }
 
@@ -1362,8 +1370,11 @@ hconn_read_cb(struct bufferevent *bev, void *arg)
 			full = hconn_pull(h);
 			hconn_process(h);
 			hconn_more(h, full);
-		}
-		break;         /* else: parked until the answer is complete */
+		} else if (evbuffer_get_length(bufferevent_get_input(bev)) >=
+		    UPGRADE_PARK_MAX)
+			bufferevent_disable(bev, EV_READ);
+		break;         /* else: parked until the answer is complete
+		                * (hconn_exchange_body_done) */
 	default:
 		evbuffer_drain(bufferevent_get_input(bev),
 		    evbuffer_get_length(bufferevent_get_input(bev)));

@@ -107,6 +107,45 @@ for c in 1 2 3 4; do
 done
 pass "a burst of 200 requests on 4 connections: 200 whole audit lines, each connection's in order"
 
+# --- pipelined requests while an exchange holds the connection ---
+# 30 GETs of ~2 KiB each in one write: while one is answered the next
+# ones wait in the connection's input, read up to 4 KiB and then not at
+# all (server.c hconn_read_cb) until the exchange is done; every one is
+# answered, in order, on the one connection.
+pad=$(head -c 2000 /dev/zero | tr '\0' p)
+{
+	for i in $(seq 1 29); do
+		printf 'GET /k8s/clusters/%s/pipe/%d HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Pad: %s\r\n\r\n' \
+			"$cid" "$i" "$token" "$pad"
+	done
+	printf 'GET /k8s/clusters/%s/version HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n' \
+		"$cid" "$token"
+} >"$T/k8s-pipe.in"
+$py - "$GW_PORT" "$GW_DIR/ca.crt" "$T/k8s-pipe.in" >"$T/k8s-pipe.out" <<'EOF'
+import socket, ssl, sys
+port, ca, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca)
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                    server_hostname="127.0.0.1")
+s.sendall(open(path, "rb").read())
+out = b""
+while True:
+    try:
+        d = s.recv(65536)
+    except (ssl.SSLError, ConnectionResetError, socket.timeout) as e:
+        out += ("\n[%s]" % e).encode()
+        break
+    if not d:
+        break
+    out += d
+sys.stdout.write(out.decode("latin-1"))
+EOF
+n404=$(grep -c '^HTTP/1.1 404' "$T/k8s-pipe.out" || true)
+[ "$n404" = 29 ] && tail -n 1 "$T/k8s-pipe.out" | grep -q 'v1.28.0-tether-test' ||
+	fail "30 pipelined /k8s requests: $n404 of 29 404s, then $(tail -n 2 "$T/k8s-pipe.out")"
+[ "$(grep -c '^HTTP/1.1 ' "$T/k8s-pipe.out")" = 30 ] || fail "30 pipelined /k8s requests: not 30 answers"
+pass "30 pipelined /k8s requests ($(($(wc -c <"$T/k8s-pipe.in") >> 10)) KiB) on one connection: all answered, in order"
+
 # k8s_counted: /metrics counts the /k8s answers as the audit lines do, code
 # by code (tether_k8s_requests_total) and in all (the duration histogram's
 # _count): each answer writes one audit line and counts once, in the
