@@ -66,6 +66,15 @@ fail() {
 	exit 1
 }
 
+# A write of this shell to a pipe or FIFO whose reader has gone (`echo >&7`
+# into a held connect's input) raises SIGPIPE here.  Untrapped, bash runs
+# the EXIT trap with $? 0, so cleanup took it for a pass (no logs shown,
+# $T removed), and then died of the signal (141).  Trapped, it is a
+# failure with the logs like any other.  Subshells and the commands the
+# test runs get the default back (bash resets caught signals there): a
+# pipeline's writer still ends quietly when its reader is done (`... | head`).
+trap 'fail "SIGPIPE: this shell wrote to a pipe or FIFO whose reader has gone (while running: $BASH_COMMAND)"' PIPE
+
 pass() { log "ok: $*"; }
 
 # A TCP port nothing listens on right now, below the kernel's ephemeral

@@ -30,9 +30,9 @@ held_connect "$cid" n1 "127.0.0.1:$echo_port" "$T/out" "$T/connect.log"
 # (7: the held connect's input; 8: the locking psql's).  A reader that has
 # gone fails the test with the logs shown (the connect's errors are in
 # connect.log, psql's in lock.log).  A plain `echo >&7` into a FIFO nobody
-# reads raises SIGPIPE in this shell: bash runs the EXIT trap with $? 0 (the
-# cleanup shows no log and removes $T) and then dies of the signal (141).
-# Here only the subshell dies of it.
+# reads raises SIGPIPE in this shell, which lib.sh turns into a failure
+# with the logs too, but naming only the command; here only the subshell
+# dies of it, and the failure says which reader has gone.
 put() {
 	( echo "$2" >&"$1" ) 2>/dev/null ||
 		fail "fd $1's reader has gone; \"$2\" not written (connect.log, lock.log)"
