@@ -521,13 +521,25 @@ replica_stop() {
 # haproxy_pool PORT BALANCE N...: a haproxy frontend on 127.0.0.1:PORT and
 # its backend over replicas N... (TCP: TLS passes through to them), BALANCE
 # roundrobin, leastconn or source, each replica checked on /readyz with the
-# server options HAPROXY_CHECK (default every 300 ms, out at the first
-# failure: a draining one is out at once).  Prints the lines for haproxy_start.
+# server options HAPROXY_CHECK.  Prints the lines for haproxy_start.
 # With `timeout check` set, haproxy bounds a check's connect, its TLS
-# handshake included, by min(timeout connect, the interval): a handshake
-# over 300 ms on a loaded machine fails the check ("Layer6 timeout, check
-# duration: 301ms"), and with fall 1 takes a live replica out.
-HAPROXY_CHECK=${HAPROXY_CHECK:-inter 300 fall 1 rise 1}
+# handshake included, by min(timeout connect, the interval): at 300 ms, a
+# handshake slowed by a loaded machine failed the check ("Layer6 timeout,
+# check duration: 301ms") and fall 1 took a live replica out (test_ha:
+# two of three at once; a backend left with none closes new connections
+# at once).  So the default checks a live replica every 2 s (its handshake
+# has 2 s) and one that is out every 300 ms (downinter: back as soon as it
+# answers 200); out at the first failure.  A replica that stops answering
+# (503 while draining, refused, hung) is out within about 2 s plus the
+# check's time, up to 4 s when hung (the handshake's 2 s): a test that
+# SIGTERMs a replica with a drain while traffic goes through haproxy
+# gives it a --drain-grace longer than that (test_ha: 3000; with
+# REPLICA_DRAIN_MS 0, the default, the grace is 0 too, capped by
+# --drain-timeout: the replica closes at once, and a connect haproxy sends
+# it meanwhile is refused, retried and redispatched), and a test that
+# needs a replica out before it goes on waits for haproxy's line
+# ("rN is DOWN": haproxy_downs), not a sleep.
+HAPROXY_CHECK=${HAPROXY_CHECK:-inter 2s downinter 300 fall 1 rise 1}
 haproxy_pool() {
 	local port=$1 balance=$2 n
 	shift 2
@@ -571,6 +583,13 @@ CFG
 	TZ=UTC haproxy -db -f "$T/$1.cfg" >>"$T/$1.log" 2>&1 &
 	HAPROXY_PID=$!
 	PIDS+=("$HAPROXY_PID")
+}
+
+# haproxy_downs NAME N: how many times haproxy NAME (haproxy_start's) has
+# taken replica N out of a backend: its log lines "<1>Server beP/rN is
+# DOWN, reason: ..." (the same change is also on a [WARNING] line).
+haproxy_downs() {
+	grep -c ">Server be[0-9]*/r$2 is DOWN" "$T/$1.log" || true
 }
 
 # sshd_start: a private sshd on 127.0.0.1:$SSH_PORT (key authentication

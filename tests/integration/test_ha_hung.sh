@@ -7,6 +7,11 @@
 # Each of its agents must be active again, held by the other replica,
 # within a generous 30 s (the goal is 15 s, each agent's time is logged;
 # with the keepalive before docs/0026, 20 s + 30 s, it took 50 s or more).
+# Their redials go through haproxy, which must have taken the hung replica
+# out by then (its kernel accepts the connection; the TLS handshake is
+# never answered): the test waits for haproxy's line saying so, within
+# 10 s (lib.sh's checks: every 2 s, the handshake bounded by 2 s, so about
+# 4 s at most; the agents' keepalive takes 10 s), and logs when it came.
 # Then the stopped replica is continued and every process stops cleanly.
 source "$(dirname "$0")/lib.sh"
 
@@ -47,8 +52,12 @@ log "${#moving[@]} of ${#NODES[@]} agents on $victim: ${moving[*]}"
 
 # --- the replica hangs ---
 on_cleanup "kill -CONT ${RPID[$v]} 2>/dev/null"
+downs=$(haproxy_downs haproxy "$v")
+taken_out() { [ "$(haproxy_downs haproxy "$v")" -gt "$downs" ]; }
 kill -STOP "${RPID[$v]}"
 stopped_at=$SECONDS
+wait_until 10 "haproxy takes the hung $victim out" taken_out
+log "haproxy took $victim out $((SECONDS - stopped_at)) s after it stopped: $(grep "/r$v is DOWN" "$T/haproxy.log" | tail -n 1)"
 for n in "${moving[@]}"; do
 	wait_until 30 "$n active again, held by $other" rehomed "$n"
 	log "$n active on $other $((SECONDS - stopped_at)) s after $victim stopped (goal: 15 s)"
