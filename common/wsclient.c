@@ -77,6 +77,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -198,6 +199,8 @@ struct wsclient {
 	int dead;                   /* released: no more callbacks */
 	int close_reported;
 	unsigned deferred;          /* DEFER_* */
+	size_t delivering;          /* bytes at the input's start in on_message
+	                             * now (a whole frame, drained after) */
 	int final_status;           /* what on_close will report */
 	char final_reason[REASON_MAX];
 
@@ -1593,7 +1596,7 @@ read_frame(struct wsclient *c)
 	struct ws_frame_header h;
 	char err[160];
 	uint8_t *p;
-	int hl;
+	int hl, r;
 
 	if (avail < 2)
 		return 0;
@@ -1650,7 +1653,10 @@ read_frame(struct wsclient *c)
 		    total);
 		return -1;
 	}
-	if (deliver(c, p + hl, (size_t)h.payload_len, h.opcode) < 0)
+	c->delivering = total;
+	r = deliver(c, p + hl, (size_t)h.payload_len, h.opcode);
+	c->delivering = 0;     /* c's memory outlives a free (destroy) */
+	if (r < 0)
 		return -1;
 	evbuffer_drain(in, total);
 	return 1;
@@ -2322,6 +2328,33 @@ client_peer(const struct wsface *f)
 	return of_face_const(f)->host;
 }
 
+/* wsface_input_pending: input the owner has not been given yet, while
+ * open: a turn or a resume to come (DEFER_READ: messages left in the
+ * input, records OpenSSL read ahead), bytes in the input buffer past the
+ * message in on_message now (a frame not whole yet, messages held while
+ * paused or read with it), in TLS, or in the
+ * underlying socket's bufferevent (through a proxy), or the socket
+ * readable (one poll(), only when the rest is empty). */
+static int
+client_input_pending(const struct wsface *f)
+{
+	const struct wsclient *c = of_face_const(f);
+	struct bufferevent *under;
+	struct pollfd p = { .fd = -1, .events = POLLIN };
+
+	if (gone(c) || c->state != ST_OPEN)
+		return 0;
+	if ((c->deferred & DEFER_READ) ||
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) > c->delivering ||
+	    tls_read_held(c->bev))
+		return 1;
+	under = bufferevent_get_underlying(c->bev);
+	if (under != NULL && evbuffer_get_length(bufferevent_get_input(under)) > 0)
+		return 1;
+	p.fd = bufferevent_getfd(under != NULL ? under : c->bev);
+	return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 static const struct wsface_ops client_ops = {
 	.sendv = client_sendv,
 	.send_buffer = client_send_buffer,
@@ -2333,4 +2366,5 @@ static const struct wsface_ops client_ops = {
 	.close = client_close,
 	.free = client_free,
 	.peer = client_peer,
+	.input_pending = client_input_pending,
 };

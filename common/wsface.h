@@ -82,7 +82,7 @@ struct wsface_ops {
 	void (*close)(struct wsface *f, uint16_t code, const char *reason);
 	void (*free)(struct wsface *f);
 	const char *(*peer)(const struct wsface *f);
-	/* NULL: never (the dialled side). */
+	/* NULL: never. */
 	int (*input_pending)(const struct wsface *f);
 };
 
@@ -200,11 +200,13 @@ wsface_free(struct wsface *f)
 
 /* 1 when input arrived that the owner has not been given yet: bytes in
  * the socket, in TLS, in the input buffer, or messages held back (paused,
- * or waiting for their turn of the loop).  A deadline judged when the loop
- * comes back from a stall sees the timer before the read callback (it is
- * deferred to the next pass): a deadline that finds input pending gives
- * it one more pass before judging.  Costs a poll() of the socket; 0 on the
- * dialled side. */
+ * or waiting for their turn of the loop).  A deadline may be judged before
+ * input that came in time is delivered: on the accepted side the loop
+ * back from a stall runs the timer before the read callback (deferred to
+ * the next pass); on the dialled side a turn that ended with input left
+ * delivers the rest from a 0 ms timer (wsturn.h).  A deadline that finds
+ * input pending gives it one more pass before judging.  Costs a poll() of
+ * the socket when nothing else is pending; both sides implement it. */
 static inline int
 wsface_input_pending(const struct wsface *f)
 {

@@ -128,6 +128,8 @@ struct agent_tunnel {
 	struct event *keepalive;      /* the next ping or drop deadline */
 	int64_t last_rx_ms;           /* monotonic: the gateway's last message */
 	int64_t ping_ms;              /* monotonic: the silence clock started; 0 none */
+	bool ping_grace;              /* this ping's deadline gave input pending
+	                               * one more pass (tunnel_keepalive) */
 	uint32_t ping_seq;
 	uint32_t dials;
 	uint32_t told_ms;             /* the gateway's retry-after for this dial
@@ -841,7 +843,19 @@ keepalive_heard(struct agent_tunnel *t)
 
 /* Fires at the next deadline (messages only move the deadlines, so it may
  * fire early and re-arm): silence past the interval sends a PING, silence
- * past the timeout after that drops the tunnel. */
+ * past the timeout after that drops the tunnel.  Deadlines are judged on
+ * runtime_monotonic_ms, not on libevent's clock: a timer that runs before
+ * its deadline by that clock (libevent's own may lag it, or round) only
+ * re-arms for what is left.
+ *
+ * An answer may have come in time and still not be delivered when the
+ * deadline is judged: the WebSocket's turn ended with input left (a frame
+ * not whole in its first pull, wsturn.h) and delivers it from a 0 ms
+ * timer, or the bytes reached the socket after the loop polled.  So a
+ * deadline that finds input pending (wsface_input_pending) waits one more
+ * millisecond, once per ping (the turn's 0 ms timer and the next poll's
+ * read callbacks run first), then judges; as the gateway does
+ * (wsconn.c, ws_due). */
 static void
 tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 {
@@ -854,6 +868,11 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 		return;
 	if (t->ping_ms != 0) {
 		due = t->ping_ms + t->cfg.ping_timeout_ms;
+		if (now >= due && !t->ping_grace && wsface_input_pending(t->ws)) {
+			t->ping_grace = true;
+			keepalive_arm(t, 1);
+			return;
+		}
 		if (now >= due) {
 			warn("tunnel: no answer to a ping: dropping it and "
 			    "reconnecting", KV_U("ping_timeout_ms",
@@ -872,6 +891,7 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 		due = t->last_rx_ms + t->cfg.ping_interval_ms;
 		if (now >= due) {
 			t->ping_ms = now;
+			t->ping_grace = false;
 			due = now + t->cfg.ping_timeout_ms;
 			if (t->phase == TUNNEL_ESTABLISHED) {
 				struct frame ping = { .type = FRAME_PING };

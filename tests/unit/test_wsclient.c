@@ -15,7 +15,8 @@
  * Turns (wsturn.h): a server whose frames fill a read gets a turn of the
  * loop like any other connection on it, not the loop, and every message
  * still arrives, in order, across a pause and across the end of the
- * transport.
+ * transport.  wsface_input_pending says 1 while messages wait (for the
+ * next turn, the resume, or in the same read) and 0 once all is delivered.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -373,6 +374,10 @@ struct client {
 	long other_saw;            /* flood_got when the other socket ran; -1 */
 	uint32_t pause_at;         /* pause after this many (0: never) */
 	struct event *resume;      /* then resumes from this timer */
+	/* wsface_input_pending: in the first on_message (not a flood), in
+	 * the other socket's callback (between two turns), and just before
+	 * the resume (messages held while paused); -1 until asked. */
+	int pending_first, pending_between, pending_paused;
 };
 
 static struct server srv;
@@ -571,6 +576,8 @@ on_message(struct wsface *c, const uint8_t *data, size_t len, int binary,
 	i = cli.nmsg++;
 
 	assert_true(i < (int)NELEM(cli.msgs));
+	if (i == 0)
+		cli.pending_first = wsface_input_pending(c);
 	if (cli.paused_now)
 		cli.msgs_while_paused++;
 	cli.lens[i] = len;
@@ -622,6 +629,7 @@ setup(void **state)
 
 	memset(&srv, 0, sizeof(srv));
 	memset(&cli, 0, sizeof(cli));
+	cli.pending_first = cli.pending_between = cli.pending_paused = -1;
 	srv.base = cli.base = event_base_new();
 	assert_non_null(srv.base);
 	memset(&sin, 0, sizeof(sin));
@@ -1198,6 +1206,7 @@ static void
 flood_resume(evutil_socket_t fd, short what, void *arg)
 {
 	cli.paused_now = 0;
+	cli.pending_paused = wsface_input_pending(cli.c);
 	wsface_pause_reading(cli.c, 0);
 }
 
@@ -1208,6 +1217,7 @@ other_ready(evutil_socket_t fd, short what, void *arg)
 
 	assert_int_equal(read(fd, &b, 1), 1);
 	cli.other_saw = cli.flood_got;
+	cli.pending_between = wsface_input_pending(cli.c);
 }
 
 /* FLOOD 4-byte binary messages, the index in each: 12 KB, queued in one
@@ -1270,6 +1280,8 @@ test_flood_shares_the_loop(void **state)
 	if (cli.other_saw < 1 || cli.other_saw > TURN_MAX)
 		fail_msg("the other socket ran after %ld messages, not within "
 		    "a turn (%d)", cli.other_saw, TURN_MAX);
+	/* Between the turns the rest is input the owner has not had. */
+	assert_int_equal(cli.pending_between, 1);
 	assert_int_equal(cli.status, 101);
 	assert_string_equal(cli.reason, "flood done");
 }
@@ -1291,6 +1303,7 @@ test_flood_paused(void **state)
 {
 	run_flood(script_flood, WS_FRAMES_PER_TURN + 10);
 	assert_int_equal(cli.msgs_while_paused, 0);
+	assert_int_equal(cli.pending_paused, 1);   /* held while paused */
 	assert_int_equal(cli.status, 101);
 }
 
@@ -1341,6 +1354,26 @@ test_free_in_message(void **state)
 	run_client("/", NULL, 0, 0);
 	assert_int_equal(cli.nmsg, 1);
 	assert_int_equal(cli.closed, 0);
+	/* The two messages after it were read with it: pending. */
+	assert_int_equal(cli.pending_first, 1);
+}
+
+static void
+script_one(struct server *s)
+{
+	server_frame(1, 0x2, "one", 3);
+}
+
+/* The only message, delivered: nothing is pending, in the input, in the
+ * socket (wsface_input_pending's poll) or in a turn to come. */
+static void
+test_input_pending_quiet(void **state)
+{
+	cli.free_in_message = 1;
+	srv.after_upgrade = script_one;
+	run_client("/", NULL, 0, 0);
+	assert_int_equal(cli.nmsg, 1);
+	assert_int_equal(cli.pending_first, 0);
 }
 
 static void
@@ -1546,6 +1579,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_flood_then_hangup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flood_paused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_in_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_input_pending_quiet, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_in_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_resolving, setup, teardown),
