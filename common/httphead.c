@@ -281,7 +281,7 @@ is_framing(const char *name, size_t n)
  * caller checked). */
 static int
 check_field(const char *line, size_t n, struct http_framing *f, int *te,
-    const char **why)
+    size_t *name_len, const char **why)
 {
 	const char *colon, *v;
 	size_t name = 0, vn;
@@ -301,6 +301,7 @@ check_field(const char *line, size_t n, struct http_framing *f, int *te,
 		    "a header name that is not a token";
 		return -1;
 	}
+	*name_len = name;
 	/* Every rule below is about a name of 7, 14 or 17 bytes or more:
 	 * the other lines (most) are done. */
 	if (name != 7 && name != 14 && name < 17)
@@ -433,11 +434,25 @@ int
 http_head_check(const char *head, size_t len, struct http_framing *f,
     const char **why)
 {
+	return http_head_check_lines(head, len, f, NULL, why);
+}
+
+int
+http_head_check_lines(const char *head, size_t len, struct http_framing *f,
+    struct http_lines *lines, const char **why)
+{
 	const char *end = head + len, *line;
 	int start = 1, te = 0;
+	unsigned nlines = 0, room = 0;	/* a local count: no reload per line */
+	size_t name;
 	long n;
 
 	memset(f, 0, sizeof(*f));
+	if (lines != NULL) {
+		lines->n = 0;
+		lines->more = len > UINT32_MAX;    /* offsets are 32 bits */
+		room = lines->more ? 0 : HTTP_LINES_MAX;
+	}
 	for (line = head; line < end; line += n + 2) {
 		if ((n = clean_line(line, end)) < 0) {
 			*why = line_refused(line, end);
@@ -458,11 +473,20 @@ http_head_check(const char *head, size_t len, struct http_framing *f,
 				*why = "both Content-Length and Transfer-Encoding";
 				return -1;
 			}
+			if (lines != NULL)
+				lines->n = nlines;
 			*why = NULL;
 			return 0;
 		}
-		if (check_field(line, (size_t)n, f, &te, why) != 0)
+		if (check_field(line, (size_t)n, f, &te, &name, why) != 0)
 			return -1;
+		if (nlines < room) {
+			lines->at[nlines].off = (uint32_t)(line - head);
+			lines->at[nlines].name = (uint32_t)name;
+			lines->at[nlines].len = (uint32_t)n;
+			nlines++;
+		} else if (lines != NULL)
+			lines->more = 1;
 	}
 	*why = "no empty line at the end of the head";
 	return -1;

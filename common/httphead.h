@@ -88,6 +88,27 @@ struct http_framing {
 int http_head_check(const char *head, size_t len, struct http_framing *f,
     const char **why);
 
+/* Where the header lines of a head are (http_head_check_lines): line i's
+ * name is head[off, off + name), its colon at off + name, its value up to
+ * its CR at off + len (the value's leading spaces and tabs included).  In
+ * the head's order; the start line and the empty line are not among them. */
+#define HTTP_LINES_MAX 64
+struct http_lines {
+	unsigned n;             /* lines in at[] */
+	int more;               /* the head had more than HTTP_LINES_MAX */
+	struct { uint32_t off, name, len; } at[HTTP_LINES_MAX];
+};
+
+/*
+ * http_head_check, and where its header lines are (*lines, filled when it
+ * returns 0): a caller that reads the headers again needs no scan for
+ * line ends and colons.  Past HTTP_LINES_MAX lines lines->more is 1 and
+ * at[] holds the first ones: the caller reads the head itself.  Costs
+ * http_head_check's pass and a store per line.
+ */
+int http_head_check_lines(const char *head, size_t len, struct http_framing *f,
+    struct http_lines *lines, const char **why);
+
 /* What follows an answer's head (http_answer_body). */
 enum http_answer_kind {
 	HTTP_ANSWER_REFUSED,    /* framed against RFC 9110: not passed on */

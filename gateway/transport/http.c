@@ -667,20 +667,44 @@ head_too_large(struct http_reader *r)
 	reader_fail(r, 431, reason);
 }
 
+/* One header line of the head (its name at line, name bytes, its colon
+ * after them, its CR at cr) into r->all at *o and, if it is one we act
+ * on, r->hdr[]: the value as http-parser reads it, from its first byte
+ * that is not a space or a tab.  Returns keep_header's answer. */
+static int
+collect_line(struct http_reader *r, char **o, const char *line, size_t name,
+    const char *cr)
+{
+	const char *v;
+	char *p = *o;
+
+	for (v = line + name + 1; v < cr && (*v == ' ' || *v == '\t'); v++)
+		;
+	memcpy(p, line, name);
+	p[name] = '\0';
+	p += name + 1;
+	memcpy(p, v, (size_t)(cr - v));
+	p[cr - v] = '\0';
+	*o = p + (cr - v) + 1;
+	return keep_header(r, line, name, v, (size_t)(cr - v));
+}
+
 /*
- * The headers of the whole head in r->raw, which http_head_check passed
- * (start line first, maybe after empty lines; then "NAME:VALUE" lines
- * ending with CRLF, a token for NAME, no obs-fold, no CR or LF inside),
- * as http-parser reads them: each name as sent, each value from its
- * first byte that is not a space or a tab up to the CR.  Into r->all
- * ("name\0value\0" pairs) and r->hdr[] (the ones we act on), and
- * want_continue.  Read from the head in one pass once it is whole:
+ * The headers of the whole head in r->raw, which http_head_check_lines
+ * passed (start line first, maybe after empty lines; then "NAME:VALUE"
+ * lines ending with CRLF, a token for NAME, no obs-fold, no CR or LF
+ * inside; `lines` says where they are), as http-parser reads them: each
+ * name as sent, each value from its first byte that is not a space or a
+ * tab up to the CR.  Into r->all ("name\0value\0" pairs) and r->hdr[]
+ * (the ones we act on), and want_continue.  From the line index (a head
+ * of more than HTTP_LINES_MAX lines: from its bytes, in one pass):
  * collected from http-parser's header callbacks, piece by piece, they
- * were ~1.5k of a /k8s request's instructions.  Returns 0, or -1 with
- * the error set (a duplicate header that may not repeat, out of memory).
+ * were ~1.5k of a /k8s request's instructions, and a memchr for each
+ * line's end and its colon ~300 more.  Returns 0, or -1 with the error
+ * set (a duplicate header that may not repeat, out of memory).
  */
 static int
-collect_headers(struct http_reader *r)
+collect_headers(struct http_reader *r, const struct http_lines *lines)
 {
 	const char *at = r->raw.p, *end = r->raw.p + r->raw.len;
 	int start = 1;
@@ -691,10 +715,17 @@ collect_headers(struct http_reader *r)
 	if (str_reserve(&r->all, r->raw.len) != 0)
 		return reader_fail(r, 500, "out of memory");
 	o = r->all.p + r->all.len;
-	while (at < end) {
+	for (unsigned i = 0; !lines->more && i < lines->n; i++) {
+		const char *line = r->raw.p + lines->at[i].off;
+
+		if (collect_line(r, &o, line, lines->at[i].name,
+		    line + lines->at[i].len) != 0)
+			break;
+	}
+	while (lines->more && at < end) {
 		const char *line = at, *cr = memchr(at, '\r', (size_t)(end - at));
-		const char *colon, *v;
-		size_t n, name;
+		const char *colon;
+		size_t n;
 
 		if (cr == NULL)
 			break;              /* not after http_head_check */
@@ -706,16 +737,7 @@ collect_headers(struct http_reader *r)
 		}
 		if (n == 0 || (colon = memchr(line, ':', n)) == NULL)
 			break;              /* the empty line: the end */
-		name = (size_t)(colon - line);
-		for (v = colon + 1; v < cr && (*v == ' ' || *v == '\t'); v++)
-			;
-		memcpy(o, line, name);
-		o[name] = '\0';
-		o += name + 1;
-		memcpy(o, v, (size_t)(cr - v));
-		o[cr - v] = '\0';
-		o += cr - v + 1;
-		if (keep_header(r, line, name, v, (size_t)(cr - v)) != 0)
+		if (collect_line(r, &o, line, (size_t)(colon - line), cr) != 0)
 			break;
 	}
 	r->all.len = (size_t)(o - r->all.p);
@@ -734,6 +756,7 @@ static void
 check_framing(struct http_reader *r)
 {
 	struct http_framing f;
+	struct http_lines lines;	/* not zeroed: filled by the check */
 	const char *why;
 	char reason[160];
 
@@ -742,9 +765,9 @@ check_framing(struct http_reader *r)
 		reader_fail(r, 400, "malformed request: HTTP version other than 1.x");
 		return;
 	}
-	if (http_head_check(r->raw.p, r->raw.len, &f, &why) == 0) {
+	if (http_head_check_lines(r->raw.p, r->raw.len, &f, &lines, &why) == 0) {
 		r->framing = f;
-		(void)collect_headers(r);
+		(void)collect_headers(r, &lines);
 		return;
 	}
 	snprintf(reason, sizeof(reason), "ambiguous request framing: %s", why);

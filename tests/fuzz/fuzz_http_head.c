@@ -12,6 +12,11 @@
  * which they disagreed would let the node (or a client) make the gateway
  * and the next hop see different message ends.
  *
+ * And http_head_check_lines, on a head the check accepts, accepts it too,
+ * with the same framing, and indexes its header lines as a plain scan of
+ * the head finds them (each line's start, its first colon, its CR; the
+ * first HTTP_LINES_MAX of them, and `more` past that).
+ *
  * The input's first byte picks the head length cut: all of it, or up to
  * its first empty line.  In the second case the bytes after the head are a
  * request's body and what may follow it: http_body_end (the agent's
@@ -29,6 +34,48 @@
 #include "httphead.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(int ok);
+
+/* http_head_check_lines on a head http_head_check accepted (framing f):
+ * the same answer, and its index as a scan line by line finds it. */
+static void
+check_lines(const char *head, size_t len, const struct http_framing *f)
+{
+	static struct http_lines lines;
+	struct http_framing f2;
+	const char *why = "", *at = head, *end = head + len;
+	unsigned i = 0;
+	int start = 1;
+
+	check(http_head_check_lines(head, len, &f2, &lines, &why) == 0);
+	check(why == NULL && memcmp(f, &f2, sizeof(f2)) == 0);
+	check(lines.n <= HTTP_LINES_MAX);
+	while (at < end) {
+		const char *cr = memchr(at, '\r', (size_t)(end - at)), *colon;
+
+		check(cr != NULL);
+		if (start) {
+			start = cr == at;
+			at = cr + 2;
+			continue;
+		}
+		if (cr == at)
+			break;                  /* the empty line */
+		colon = memchr(at, ':', (size_t)(cr - at));
+		check(colon != NULL);
+		if (i < HTTP_LINES_MAX) {
+			check(i < lines.n);
+			check(lines.at[i].off == (uint32_t)(at - head));
+			check(lines.at[i].name == (uint32_t)(colon - at));
+			check(lines.at[i].len == (uint32_t)(cr - at));
+		}
+		i++;
+		at = cr + 2;
+	}
+	check(lines.n == (i < HTTP_LINES_MAX ? i : HTTP_LINES_MAX));
+	check(lines.more == (i > HTTP_LINES_MAX));
+}
 
 struct seen {
 	int complete;
@@ -130,6 +177,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	check(why == NULL);
+	check_lines(head, len, &f);
 	check(!(f.chunked && f.has_length));
 	http_parser_init(&p, len >= 5 && memcmp(head, "HTTP/", 5) == 0 ?
 	    HTTP_RESPONSE : HTTP_REQUEST);

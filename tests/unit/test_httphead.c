@@ -320,6 +320,64 @@ test_check_accepts_one_framing(void **state)
 	CHECK_OK("HTTP/1.1 100 Continue\r\n\r\n", 0, 0, 0);
 }
 
+/* http_head_check_lines says where each header line is: its start, its
+ * name's length (up to its colon), its length up to its CR; past
+ * HTTP_LINES_MAX lines, the first ones and `more`. */
+static void
+test_check_lines_index(void **state)
+{
+	static const char head[] = "\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
+	    "X-A:b\r\nVia:  \t x y\r\n\r\n";
+	static struct http_lines lines;
+	struct http_framing f;
+	const char *why = "";
+	char big[8192];
+	size_t n;
+
+	(void)state;
+	assert_int_equal(http_head_check_lines(head, sizeof(head) - 1, &f,
+	    &lines, &why), 0);
+	assert_null(why);
+	assert_true(f.has_length && f.length == 5);
+	assert_int_equal(lines.n, 3);
+	assert_false(lines.more);
+	assert_int_equal(lines.at[0].off, 19);
+	assert_memory_equal(head + lines.at[0].off, "Content-Length: 5\r\n", 19);
+	assert_int_equal(lines.at[0].name, 14);
+	assert_int_equal(lines.at[0].len, 17);
+	assert_memory_equal(head + lines.at[1].off, "X-A:b\r\n", 7);
+	assert_int_equal(lines.at[1].name, 3);
+	assert_int_equal(lines.at[1].len, 5);
+	assert_memory_equal(head + lines.at[2].off, "Via:  \t x y\r\n", 13);
+	assert_int_equal(lines.at[2].name, 3);
+	assert_int_equal(lines.at[2].len, 11);
+
+	/* A refused head: -1 with its reason, as http_head_check says. */
+	static const char folded[] = "GET / HTTP/1.1\r\nX: a\r\n Y: b\r\n\r\n";
+
+	assert_int_equal(http_head_check_lines(folded, sizeof(folded) - 1, &f,
+	    &lines, &why), -1);
+	assert_string_equal(why, "an obs-fold (a header line starting with a "
+	    "space or tab)");
+
+	/* HTTP_LINES_MAX + 6 lines: the first HTTP_LINES_MAX, and more. */
+	n = (size_t)snprintf(big, sizeof(big), "GET / HTTP/1.1\r\n");
+	for (int i = 0; i < HTTP_LINES_MAX + 6; i++)
+		n += (size_t)snprintf(big + n, sizeof(big) - n, "H%d: v\r\n", i);
+	n += (size_t)snprintf(big + n, sizeof(big) - n, "\r\n");
+	assert_true(n < sizeof(big));
+	assert_int_equal(http_head_check_lines(big, n, &f, &lines, &why), 0);
+	assert_int_equal(lines.n, HTTP_LINES_MAX);
+	assert_true(lines.more);
+	{
+		char last[32];
+		int ln = snprintf(last, sizeof(last), "H%d: v\r\n", HTTP_LINES_MAX - 1);
+
+		assert_memory_equal(big + lines.at[HTTP_LINES_MAX - 1].off, last,
+		    (size_t)ln);
+	}
+}
+
 static void
 test_check_refuses_ambiguous_heads(void **state)
 {
@@ -637,6 +695,7 @@ main(void)
 		cmocka_unit_test(test_long_token_and_head),
 		cmocka_unit_test(test_connection_dropped_close_only_when_asked),
 		cmocka_unit_test(test_check_accepts_one_framing),
+		cmocka_unit_test(test_check_lines_index),
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
 		cmocka_unit_test(test_check_every_byte_everywhere_in_a_value),
 		cmocka_unit_test(test_check_every_byte_in_a_name),
