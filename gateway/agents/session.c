@@ -86,7 +86,7 @@ struct session_rotation {
 	uint8_t new_pub[FRAME_PUBKEY_LEN];   /* the key proven */
 };
 
-/* What an established tunnel keeps of its agent's record (132 bytes, not
+/* What an established tunnel keeps of its agent's record (152 bytes, not
  * the store_agent's 456: no key, no last error, no token, no times; they
  * are used from the record at hand when it arrives). */
 struct session_agent {
@@ -95,11 +95,21 @@ struct session_agent {
 	char node[STORE_NAME_MAX + 1];
 	enum agent_state state;
 	bool urls_known;              /* the record holds the agent's URL list */
-	uint64_t urls_hash;           /* of that list (urls_hash): an ACK
-	                               * saying the same is not written again */
 	bool skips_unknown;           /* its HELLO named its release */
 	bool cas_known;               /* the record holds the CAs it trusts */
+	uint64_t urls_hash;           /* of that list (urls_hash): an ACK
+	                               * saying the same is not written again */
 	uint64_t cas_hash;            /* of those (urls_hash), as urls_hash */
+};
+
+/* A verification round trip under way (a VERIFY outstanding): allocated
+ * when the VERIFY goes, freed when it ends (answered, failed or timed
+ * out), so that an idle tunnel holds neither this nor the timer's event
+ * (~190 bytes of heap per tunnel). */
+struct session_verify {
+	struct event *timer;          /* its deadline (verify_timeout_ms) */
+	uint8_t nonce[FRAME_VERIFY_NONCE_LEN];
+	int64_t sent_ms;              /* gateway_now_ms when it went */
 };
 
 struct session {
@@ -109,30 +119,29 @@ struct session {
 	const struct session_transport *io;   /* the tunnel (tunnel.c) */
 	void *t;                              /* io's argument */
 	enum session_phase phase;
-	int counted_handshake;        /* holds a slot (gateway_handshake_take) */
-	int counted_source;           /* and its source's share */
-	int hello_seen;               /* past the HELLO deadline's check */
-	int deadline_passes;          /* extra passes the deadline now due
+	uint32_t version;             /* negotiated protocol version */
+	/* Flags and small counts together: one struct session per tunnel
+	 * (288 bytes, a 304-byte malloc chunk). */
+	bool counted_handshake;       /* holds a slot (gateway_handshake_take) */
+	bool counted_source;          /* and its source's share */
+	bool hello_seen;              /* past the HELLO deadline's check */
+	uint8_t deadline_passes;      /* extra passes the deadline now due
 	                               * gave unread input (at most
 	                               * SESSION_DEADLINE_PASSES) */
-	uint32_t version;             /* negotiated protocol version */
+	bool closed;                  /* session_closed runs: it is going away */
+	bool key_asked;               /* the agent asked for one (once a tunnel) */
 	struct session_hs *hs;        /* until PHASE_ESTABLISHED, then NULL */
 	struct session_agent agent;   /* PHASE_ESTABLISHED: the agent */
 	/* Each exists only while it may fire: an idle established tunnel
-	 * holds neither (~270 bytes saved per tunnel, docs/0018). */
+	 * holds neither (docs/0018). */
 	struct event *handshake_timer; /* until PHASE_ESTABLISHED */
-	struct event *verify_timer;    /* made at the first VERIFY */
+	struct session_verify *verify; /* while a VERIFY is outstanding */
 	struct mux *mux;              /* PHASE_ESTABLISHED: the agent's streams */
-	bool verifying;               /* a VERIFY is outstanding */
-	uint8_t verify_nonce[FRAME_VERIFY_NONCE_LEN];
-	int64_t verify_sent_ms;
 	int64_t began_ms;             /* monotonic: the handshake began */
 	struct session_job *job;      /* the store call it waits for, or NULL */
 	uint8_t *held;                /* a frame that came while it waits */
 	size_t held_len;
-	bool closed;                  /* session_closed runs: it is going away */
 	struct session_rotation *rot; /* a key rotation under way, or NULL */
-	bool key_asked;               /* the agent asked for one (once a tunnel) */
 	struct agentdir_place dir_at; /* its entry in gw->agents (generation 0:
 	                               * none yet) */
 };
@@ -195,6 +204,18 @@ static const char *
 tr_peer(const struct session *s)
 {
 	return s->io->peer(s->t);
+}
+
+/* The verification's state goes (NULL: none): its timer with it. */
+static void
+session_verify_free(struct session *s)
+{
+	if (s->verify != NULL) {
+		event_free(s->verify->timer);
+		OPENSSL_cleanse(s->verify, sizeof(*s->verify));
+		free(s->verify);
+		s->verify = NULL;
+	}
 }
 
 static void
@@ -974,6 +995,12 @@ session_is_active(const struct session *s)
 	return s->phase == PHASE_ESTABLISHED && s->agent.state == AGENT_ACTIVE;
 }
 
+int
+session_verify_outstanding(const struct session *s)
+{
+	return s->verify != NULL;
+}
+
 struct session *
 session_here(struct gateway *gw, const struct agentdir_entry *e)
 {
@@ -1232,27 +1259,32 @@ on_registered(struct session *s, struct session_job *j)
 static void
 session_start_round_trip(struct session *s)
 {
+	struct session_verify *v = s->verify;
 	struct frame f;
 	struct timeval tv;
 
-	if (s->verify_timer == NULL &&
-	    (s->verify_timer = evtimer_new(session_base(s->gw), session_verify_timeout, s)) == NULL) {
-		session_verify_fail(s, "out of memory for the verification timer");
-		return;
+	if (v == NULL) {
+		if ((v = calloc(1, sizeof(*v))) == NULL ||
+		    (v->timer = evtimer_new(session_base(s->gw),
+		    session_verify_timeout, s)) == NULL) {
+			free(v);
+			session_verify_fail(s, "out of memory for the verification");
+			return;
+		}
+		s->verify = v;
 	}
 	memset(&f, 0, sizeof(f));
 	f.type = FRAME_VERIFY;
-	if (random_bytes(s->verify_nonce, sizeof(s->verify_nonce)) != 0) {
+	if (random_bytes(v->nonce, sizeof(v->nonce)) != 0) {
 		session_verify_fail(s, "no randomness for verification");
 		return;
 	}
-	memcpy(f.u.verify.nonce, s->verify_nonce, sizeof(s->verify_nonce));
-	s->verify_sent_ms = gateway_now_ms();
-	f.u.verify.time_ms = s->verify_sent_ms;
-	s->verifying = true;
+	memcpy(f.u.verify.nonce, v->nonce, sizeof(v->nonce));
+	v->sent_ms = gateway_now_ms();
+	f.u.verify.time_ms = v->sent_ms;
 	session_send(s, &f);
 	tv = runtime_ms_timeval(s->gw->limits.verify_timeout_ms);
-	evtimer_add(s->verify_timer, &tv);
+	evtimer_add(v->timer, &tv);
 }
 
 void
@@ -1298,9 +1330,9 @@ static void session_verify_ended(struct session *s, struct session_job *j);
 static void
 session_verify_end(struct session *s, enum agent_event ev, const char *reason)
 {
-	s->verifying = false;
-	if (s->verify_timer != NULL)
-		evtimer_del(s->verify_timer);
+	/* Its timer's own callback may be the caller: libevent lets a
+	 * callback free its event. */
+	session_verify_free(s);
 	/* A session closing during verification fails it, but waits for
 	 * nothing: it is freed right after. */
 	session_transition(s, ev, reason, session_verify_ended, s->closed,
@@ -1338,11 +1370,11 @@ static void
 on_verify_ok(struct session *s, const struct frame *in)
 {
 	const struct frame_verify *v = &in->u.verify;
-	int64_t now = gateway_now_ms(), midpoint, skew;
+	int64_t now = gateway_now_ms(), midpoint, skew, sent_ms;
 	char reason[160];
 
-	if (!s->verifying ||
-	    CRYPTO_memcmp(v->nonce, s->verify_nonce, sizeof(s->verify_nonce)) != 0) {
+	if (s->verify == NULL ||
+	    CRYPTO_memcmp(v->nonce, s->verify->nonce, sizeof(s->verify->nonce)) != 0) {
 		session_protocol_error(s, "protocol", "VERIFY_OK answers no outstanding VERIFY");
 		return;
 	}
@@ -1352,7 +1384,8 @@ on_verify_ok(struct session *s, const struct frame *in)
 		session_verify_fail(s, reason);
 		return;
 	}
-	midpoint = s->verify_sent_ms + (now - s->verify_sent_ms) / 2;
+	sent_ms = s->verify->sent_ms;
+	midpoint = sent_ms + (now - sent_ms) / 2;
 	skew = v->time_ms - midpoint;
 	if (llabs(skew) > (int64_t)s->gw->limits.max_clock_skew_s * 1000) {
 		snprintf(reason, sizeof(reason), "clock skew %" PRId64 " ms exceeds %u s",
@@ -1361,7 +1394,7 @@ on_verify_ok(struct session *s, const struct frame *in)
 		return;
 	}
 	debug("agent verified", KV_S("agent", s->agent.id),
-	    KV_I("round_trip_ms", now - s->verify_sent_ms), KV_I("skew_ms", skew));
+	    KV_I("round_trip_ms", now - sent_ms), KV_I("skew_ms", skew));
 	session_verify_end(s, AGENT_EV_VERIFY_OK, NULL);
 }
 
@@ -1657,7 +1690,7 @@ session_record_changed(struct session *s, const struct store_agent *a)
 	}
 	/* A store call of this session is out: its answer brings the record
 	 * it needs, and a verification under way decides for itself. */
-	if (s->job != NULL || s->verifying)
+	if (s->job != NULL || s->verify != NULL)
 		return;
 	info("agent changed in the store", KV_S("agent", a->id),
 	    KV_S("from", agent_state_name(was)),
@@ -2016,7 +2049,7 @@ session_closed(struct session *s)
 	}
 	if (s->agent.id[0] != '\0' && hub_find(session_own_hub(s),
 	    s->agent.id) == s) {
-		if (current && s->verifying)
+		if (current && s->verify != NULL)
 			session_verify_fail(s, "agent disconnected during verification");
 		if (current)
 			info("agent disconnected", KV_S("agent", s->agent.id));
@@ -2037,8 +2070,7 @@ session_closed(struct session *s)
 	}
 	if (s->handshake_timer != NULL)
 		event_free(s->handshake_timer);
-	if (s->verify_timer != NULL)
-		event_free(s->verify_timer);
+	session_verify_free(s);
 	session_hs_free(s);
 	rotation_free(s);
 	OPENSSL_cleanse(s, sizeof(*s));

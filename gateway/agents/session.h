@@ -128,6 +128,10 @@ const char *session_cluster(const struct session *s);
 /* The agent's id ("" before it is known). */
 const char *session_agent_id(const struct session *s);
 int session_is_active(const struct session *s);
+/* 1 while a VERIFY is outstanding: only then does s hold the round trip's
+ * state (its timer, nonce and time sent), which goes when it ends
+ * (answered, failed, timed out); 0 otherwise.  O(1). */
+int session_verify_outstanding(const struct session *s);
 
 struct hub;
 /*

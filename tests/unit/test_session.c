@@ -229,10 +229,14 @@ test_agent_welcome_and_verify(void **state)
 	assert_int_equal(t->sent[2].type, FRAME_STATE);
 	assert_string_equal(t->sent[2].u.state.state, "verifying");
 	assert_int_equal(t->sent[3].type, FRAME_VERIFY);
+	/* The round trip's state exists while the VERIFY is out... */
+	assert_true(session_verify_outstanding(t->s));
 	memcpy(ok.u.verify.nonce, t->sent[3].u.verify.nonce, FRAME_VERIFY_NONCE_LEN);
 	ok.u.verify.time_ms = gateway_now_ms();
 	ok.u.verify.version = TETHER_PROTOCOL_VERSION;
 	ft_deliver(t, &ok);
+	/* ...and goes with its answer: an idle tunnel holds none. */
+	assert_false(session_verify_outstanding(t->s));
 	ft_wait_sent(t, 5);
 	assert_int_equal(t->sent[4].type, FRAME_STATE);
 	assert_string_equal(t->sent[4].u.state.state, "active");
@@ -283,6 +287,53 @@ test_verify_version_mismatch(void **state)
 	assert_non_null(strstr(t->sent[4].u.state.last_error, "protocol version"));
 	assert_int_equal(t->closed, 0);
 	assert_false(session_is_active(t->s));
+	EVP_PKEY_free(key);
+}
+
+/* A VERIFY left unanswered past verify_timeout_ms fails the verification
+ * (the agent is told it is back to enroll, and stays connected); its state
+ * went in its own timer's callback, and a verification asked for later
+ * takes it again and runs to active. */
+static void
+test_verify_timeout_then_again(void **state)
+{
+	struct ft *f = *state;
+	struct store_agent a;
+	struct frame ok = { .type = FRAME_VERIFY_OK };
+	EVP_PKEY *key;
+	struct ft_tun *t;
+
+	f->gw.limits.verify_timeout_ms = 20;
+	ft_make_agent(f, "node-1", &key, &a);
+	t = ft_agent_connect(f, &a, key);
+	ft_wait_sent(t, 4);
+	assert_int_equal(t->sent[3].type, FRAME_VERIFY);
+	assert_true(session_verify_outstanding(t->s));
+	ft_wait_sent(t, 5);
+	assert_int_equal(t->sent[4].type, FRAME_STATE);
+	assert_string_equal(t->sent[4].u.state.state, "enroll");
+	assert_non_null(strstr(t->sent[4].u.state.last_error,
+	    "no verification reply within 20 ms"));
+	assert_false(session_verify_outstanding(t->s));
+	assert_int_equal(t->closed, 0);
+	/* Asked for again (heard through the store): a new round trip. */
+	ft_transition(f, &a, AGENT_EV_VERIFY);
+	session_record_changed(t->s, &a);
+	assert_int_equal(t->nsent, 7);
+	assert_string_equal(t->sent[5].u.state.state, "verifying");
+	assert_int_equal(t->sent[6].type, FRAME_VERIFY);
+	assert_true(session_verify_outstanding(t->s));
+	assert_memory_not_equal(t->sent[6].u.verify.nonce,
+	    t->sent[3].u.verify.nonce, FRAME_VERIFY_NONCE_LEN);
+	f->gw.limits.verify_timeout_ms = 10000;
+	memcpy(ok.u.verify.nonce, t->sent[6].u.verify.nonce, FRAME_VERIFY_NONCE_LEN);
+	ok.u.verify.time_ms = gateway_now_ms();
+	ok.u.verify.version = TETHER_PROTOCOL_VERSION;
+	ft_deliver(t, &ok);
+	assert_false(session_verify_outstanding(t->s));
+	ft_wait_sent(t, 8);
+	assert_string_equal(t->sent[7].u.state.state, "active");
+	assert_true(session_is_active(t->s));
 	EVP_PKEY_free(key);
 }
 
@@ -990,6 +1041,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_register_proof_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_agent_welcome_and_verify, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_verify_version_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_verify_timeout_then_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_agent_active_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ca_settings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
