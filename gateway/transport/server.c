@@ -284,6 +284,9 @@ struct hconn {
 	struct server_loop *sl;           /* the loop it lives on */
 	struct bufferevent *bev;          /* NULL once handed to a wsconn */
 	struct event *timer;              /* request, flush or linger deadline */
+	/* The deadline (monotonic ms; 0: none, as while an exchange runs) and
+	 * when the timer, if pending, fires (0: not pending): see hconn_arm. */
+	int64_t deadline_ms, timer_at_ms;
 	struct http_reader *reader;
 	struct upgrade upgrade;           /* HC_UPGRADING */
 	struct reply *reply;              /* HC_REPLYING: the route holds it */
@@ -341,12 +344,33 @@ hconn_set_state(struct hconn *h, enum hconn_state next)
 		hconn_unowe(h);
 }
 
+/*
+ * h's deadline is ms from now.  The timer is added only when it is not
+ * pending already to fire by then: a timer that fires before the
+ * deadline is added again for the rest (hconn_timer_cb).  A keep-alive
+ * connection's every request took the timer off (hconn_disarm) and put it
+ * back (~350 instructions of a /k8s request: libevent's heap); now a
+ * request sets two numbers, and a connection busy for longer than its
+ * timeout wakes once more per timeout.  Cost: one clock read.
+ */
 static void
 hconn_arm(struct hconn *h, uint32_t ms)
 {
 	struct timeval tv = runtime_ms_timeval(ms);
 
-	evtimer_add(h->timer, &tv);
+	h->deadline_ms = runtime_monotonic_ms() + ms;
+	if (h->timer_at_ms != 0 && h->timer_at_ms <= h->deadline_ms)
+		return;
+	if (evtimer_add(h->timer, &tv) == 0)
+		h->timer_at_ms = h->deadline_ms;
+}
+
+/* No deadline (an exchange, an upgrade: they last).  The timer, if
+ * pending, is left to fire and finds none. */
+static void
+hconn_disarm(struct hconn *h)
+{
+	h->deadline_ms = 0;
 }
 
 /* The connection will not carry the answer it waits for: the ticket stays
@@ -815,7 +839,7 @@ hconn_route_upgrade(struct hconn *h, const struct http_request *rq)
 		return;
 	h->upgrade.h = h;
 	hconn_set_state(h, HC_UPGRADING);
-	evtimer_del(h->timer);
+	hconn_disarm(h);
 	/* Stop taking input, but keep reading up to a little so that a client
 	 * that hangs up is noticed (EOF) and its upgrade abandoned. */
 	bufferevent_setwatermark(h->bev, EV_READ, 0, UPGRADE_PARK_MAX);
@@ -984,7 +1008,7 @@ hconn_exchange_start(struct hconn *h, const struct http_request *rq,
 	void *x;
 
 	hconn_set_state(h, HC_EXCHANGING);
-	evtimer_del(h->timer);       /* watches and exec sessions last */
+	hconn_disarm(h);             /* watches and exec sessions last */
 	h->x = NULL;
 	h->x_req_done = request_done;
 	h->x_raw = 0;
@@ -1338,7 +1362,6 @@ hconn_linger(struct hconn *h)
 	shutdown(bufferevent_getfd(h->bev), SHUT_WR);
 	bufferevent_enable(h->bev, EV_READ);
 	bufferevent_setwatermark(h->bev, EV_READ, 0, 0);
-	evtimer_del(h->timer);
 	hconn_arm(h, HTTP_LINGER_MS);
 }
 
@@ -1467,9 +1490,19 @@ hconn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct hconn *h = arg;
 	char reason[96];
+	int64_t now;
 
 	if (h->state == HC_DONE) {
 		hconn_free(h);             /* hconn_end: the deferred end */
+		return;
+	}
+	/* Fired: not pending any more.  No deadline, or one still ahead
+	 * (hconn_arm moved it on): nothing yet. */
+	h->timer_at_ms = 0;
+	if (h->deadline_ms == 0)
+		return;
+	if ((now = runtime_monotonic_ms()) < h->deadline_ms) {
+		hconn_arm(h, (uint32_t)(h->deadline_ms - now));
 		return;
 	}
 	if (h->tls_counted) {

@@ -128,6 +128,46 @@ assert_contains "$T/slow.out" "HTTP/1.1 408 Request Timeout"
 assert_contains "$T/slow.out" "request not received within 1500 ms"
 pass "a request head left unfinished: 408 at the deadline"
 
+# A keep-alive connection busy for longer than the deadline (a request
+# every 0.4 s for 2.4 s): never closed while it asks, and closed about
+# --http-timeout after its last answer (the timer is not taken off and
+# put back per request: server.c hconn_arm moves the deadline on).
+python3 - "$GW_PORT" "$CA" >"$T/busy.out" <<'EOF'
+import socket, ssl, sys, time
+port, ca = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(cafile=ca)
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                    server_hostname="127.0.0.1")
+def answer():
+    got = b""
+    while b"\r\n\r\n" not in got:
+        d = s.recv(4096)
+        if not d:
+            return None
+        got += d
+    head, _, body = got.partition(b"\r\n\r\n")
+    n = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")][0])
+    while len(body) < n:
+        body += s.recv(4096)
+    return head
+for i in range(7):
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    if answer() is None:
+        print("closed while busy, request %d" % i)
+        sys.exit(0)
+    last = time.monotonic()
+    if i < 6:
+        time.sleep(0.4)
+while s.recv(4096):
+    pass
+print("idle %.2f" % (time.monotonic() - last))
+EOF
+grep -q '^idle' "$T/busy.out" || fail "a busy keep-alive connection: $(cat "$T/busy.out")"
+idle=$(awk '/^idle/ {print $2}' "$T/busy.out")
+awk -v s="$idle" 'BEGIN { exit !(s >= 1.3 && s < 4.0) }' ||
+	fail "a busy keep-alive connection was closed ${idle}s after its last answer, want about 1.5s"
+pass "a keep-alive connection busy for 2.4s (7 requests): closed ${idle}s after its last answer (--http-timeout 1500)"
+
 curl -sf --cacert "$CA" "$GW_URL/healthz" >/dev/null || fail "healthz failed after the bad requests"
 
 # --- shutdown with a connection open ------------------------------------------------------
