@@ -49,8 +49,8 @@
  * of answer per exchange; toward the
  * agent at most K8S_UP_HIGH bytes wait, then the client is not read.
  *
- * Buffer ownership: the exchange owns to_agent and the answer head's
- * buffer (rraw); the client's output buffer is the server's, the exchange
+ * Buffer ownership: the exchange owns the request's head (req_head),
+ * to_agent and the answer head's buffer (rraw); the client's output buffer is the server's, the exchange
  * only adds to it and watches it drain.
  */
 #include "k8s.h"
@@ -97,7 +97,7 @@
 #define K8S_RETRY_AFTER_S     1
 
 enum x_state {
-	X_CHECKING,       /* the token check is out; the head waits in to_agent */
+	X_CHECKING,       /* the token check is out; the head waits in req_head */
 	X_OPENING,        /* OPEN sent; the request waits in to_agent */
 	X_HEAD,           /* reading the answer's head */
 	X_HEAD_END,       /* head parsed but its last byte */
@@ -153,12 +153,15 @@ struct k8s_exchange {
 	struct mux_stream *agent;     /* NULL once ended */
 	struct k8s_link *link;        /* agent's link; NULL once ended */
 	enum x_state state;
-	struct evbuffer *to_agent;    /* request bytes without credit yet */
-	/* The request again, for one retry (k8s_adopt), flat: an evbuffer's
-	 * add and drain were ~450 instructions of a request on a parked
-	 * stream.  Kept with the spare exchange up to RRAW_KEEP_MAX bytes. */
-	char *req_copy;
-	size_t req_copy_len, req_copy_cap;
+	/* The request's head for the agent, flat, sent (req_head_sent)
+	 * before anything in to_agent; whole until the exchange ends, so
+	 * that x_retry can send it again.  Kept with the spare exchange up
+	 * to RRAW_KEEP_MAX bytes.  In an evbuffer with the body, its add,
+	 * pullup and drain, and a copy for the retry, were ~500
+	 * instructions of a /k8s request. */
+	char *req_head;
+	size_t req_head_len, req_head_cap, req_head_sent;
+	struct evbuffer *to_agent;    /* the body's bytes without credit yet */
 	int adopted;                  /* on a parked stream */
 	int retried;
 	int upgrade_req;              /* the request asks for an upgrade */
@@ -491,7 +494,7 @@ x_spare_free(struct k8s_exchange *x)
 	if (x == NULL)
 		return;
 	evbuffer_free(x->to_agent);
-	free(x->req_copy);
+	free(x->req_head);
 	free(x->rraw);
 	free(x);
 }
@@ -520,11 +523,11 @@ x_free_to(struct k8s_exchange *x, struct k8s_link *l)
 		x->rraw = NULL;
 		x->rraw_cap = 0;
 	}
-	x->req_copy_len = 0;
-	if (x->req_copy_cap > RRAW_KEEP_MAX) {
-		free(x->req_copy);
-		x->req_copy = NULL;
-		x->req_copy_cap = 0;
+	x->req_head_len = x->req_head_sent = 0;
+	if (x->req_head_cap > RRAW_KEEP_MAX) {
+		free(x->req_head);
+		x->req_head = NULL;
+		x->req_head_cap = 0;
 	}
 	l->spare = x;
 }
@@ -597,6 +600,7 @@ x_park(struct k8s_exchange *x)
 	    l->fin || x->state != X_DONE || !x->reusable || x->no_reuse ||
 	    x->upgrade_req || !x->keep_up || x->close_after ||
 	    !exchange_request_done(h) || !exchange_keep_alive(h) ||
+	    x->req_head_sent < x->req_head_len ||
 	    evbuffer_get_length(x->to_agent) != 0 || x->body_chunked ||
 	    exchange_kept(h) != NULL)
 		return 0;
@@ -635,7 +639,21 @@ flush_up(struct k8s_exchange *x)
 	size_t len, n;
 	uint8_t *p;
 
+	/* The head first, from its flat buffer; then the body. */
 	while (x->agent != NULL && x->state != X_OPENING &&
+	    x->req_head_sent < x->req_head_len) {
+		len = x->req_head_len - x->req_head_sent;
+		if (len > K8S_SEND_MAX)
+			len = K8S_SEND_MAX;
+		n = mux_stream_send(x->agent,
+		    (const uint8_t *)x->req_head + x->req_head_sent, len);
+		if (n == 0)
+			break;
+		x->req_head_sent += n;
+		x->up += n;
+	}
+	while (x->agent != NULL && x->state != X_OPENING &&
+	    x->req_head_sent == x->req_head_len &&
 	    (len = evbuffer_get_length(x->to_agent)) > 0) {
 		if (len > K8S_SEND_MAX)
 			len = K8S_SEND_MAX;
@@ -1357,8 +1375,8 @@ x_retry(struct k8s_exchange *x)
 	struct reach agent;
 	char err[512];
 
-	if (!x->adopted || x->retried || x->req_copy_len == 0 || h == NULL ||
-	    x->state != X_HEAD || x->head_bytes != 0)
+	if (!x->adopted || x->retried || !x->idempotent || x->req_head_len == 0 ||
+	    h == NULL || x->state != X_HEAD || x->head_bytes != 0)
 		return -1;
 	x_detach(x, "closed");
 	x->retried = 1;
@@ -1370,10 +1388,9 @@ x_retry(struct k8s_exchange *x)
 	debug("k8s idle stream closed under a request: retried on a new one",
 	    KV_S("peer", exchange_peer(h)), KV_S("method", x->method),
 	    KV_S("path", x->path));
+	/* The whole head again (an idempotent request: no body). */
 	evbuffer_drain(x->to_agent, evbuffer_get_length(x->to_agent));
-	if (evbuffer_add(x->to_agent, x->req_copy, x->req_copy_len) != 0)
-		return -1;
-	x->req_copy_len = 0;        /* once */
+	x->req_head_sent = 0;
 	http_parser_init(&x->rp, HTTP_RESPONSE);
 	x->rp.data = x;
 	rraw_clear(x);
@@ -1471,54 +1488,33 @@ request_header_dropped(const char *name, size_t n, const char *connection)
 	return connection[0] != '\0' && http_token_list_has(connection, name);
 }
 
-/* Appends value with any CR or LF made a space: one header, one line. */
-static int
-add_value(struct evbuffer *b, const char *v)
-{
-	for (const char *p = v; *p != '\0';) {
-		size_t n = strcspn(p, "\r\n");
-
-		if (n > 0 && evbuffer_add(b, p, n) != 0)
-			return -1;
-		p += n;
-		if (*p != '\0') {
-			if (evbuffer_add(b, " ", 1) != 0)
-				return -1;
-			p++;
-		}
-	}
-	return 0;
-}
-
-/* A request head being written: its bytes gathered here and added to
- * the buffer in a few large pieces, not four small ones per header. */
+/* A request head being written, at the end of x->req_head (grown as
+ * needed: a spare exchange's buffer usually holds it already). */
 struct head_out {
-	struct evbuffer *b;
-	int err;
-	size_t len;
-	char buf[2048];
+	struct k8s_exchange *x;
+	int err;                      /* out of memory: the head is cut */
 };
 
-static void
-ho_flush(struct head_out *o)
-{
-	if (o->len > 0 && evbuffer_add(o->b, o->buf, o->len) != 0)
-		o->err = 1;
-	o->len = 0;
-}
-
-/* ho_put for a piece that does not fit what is left of buf. */
+/* ho_put for a piece that does not fit what is left of the buffer. */
 static void
 ho_put_slow(struct head_out *o, const char *p, size_t n)
 {
-	ho_flush(o);
-	if (n > sizeof(o->buf)) {
-		if (evbuffer_add(o->b, p, n) != 0)
-			o->err = 1;
+	struct k8s_exchange *x = o->x;
+	size_t cap = x->req_head_cap ? x->req_head_cap : 1024;
+	char *b;
+
+	if (o->err)
+		return;
+	while (cap - x->req_head_len < n)
+		cap *= 2;
+	if ((b = realloc(x->req_head, cap)) == NULL) {
+		o->err = 1;
 		return;
 	}
-	memcpy(o->buf, p, n);
-	o->len = n;
+	x->req_head = b;
+	x->req_head_cap = cap;
+	memcpy(x->req_head + x->req_head_len, p, n);
+	x->req_head_len += n;
 }
 
 /* Inline: called ~15 times per request with small pieces, most of them
@@ -1526,15 +1522,17 @@ ho_put_slow(struct head_out *o, const char *p, size_t n)
 static inline void
 ho_put(struct head_out *o, const char *p, size_t n)
 {
-	if (n > sizeof(o->buf) - o->len) {
+	struct k8s_exchange *x = o->x;
+
+	if (n > x->req_head_cap - x->req_head_len) {
 		ho_put_slow(o, p, n);
 		return;
 	}
-	memcpy(o->buf + o->len, p, n);
-	o->len += n;
+	memcpy(x->req_head + x->req_head_len, p, n);
+	x->req_head_len += n;
 }
 
-/* add_value's rule (CR or LF made a space) into o. */
+/* A header's value with any CR or LF made a space: one header, one line. */
 static void
 ho_value(struct head_out *o, const char *v)
 {
@@ -1551,18 +1549,15 @@ ho_value(struct head_out *o, const char *v)
 }
 
 /* The request line and the client's headers that pass (the rest of the
- * head, write_request_tail, waits for the token check: who asks). */
+ * head, write_request_tail, waits for the token check: who asks), into
+ * x->req_head (empty). */
 static int
 write_request_head(struct k8s_exchange *x, const struct http_request *rq,
     const char *rest)
 {
-	struct head_out o;	/* not zeroed: buf is 2 KiB */
+	struct head_out o = { x, 0 };
 	const char *p = rq->headers, *end = rq->headers + rq->headers_len;
 	int r = 0;
-
-	o.b = x->to_agent;
-	o.err = 0;
-	o.len = 0;
 
 	ho_put(&o, rq->method, strlen(rq->method));
 	ho_put(&o, " /", rest[0] == '/' ? 1 : 2);
@@ -1582,7 +1577,6 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 		ho_value(&o, value);
 		ho_put(&o, "\r\n", 2);
 	}
-	ho_flush(&o);
 	r = o.err;
 	/* What the tail needs of rq, which lives only during k8s_start. */
 	x->req_chunked = rq->body_chunked;
@@ -1597,29 +1591,32 @@ write_request_head(struct k8s_exchange *x, const struct http_request *rq,
 static int
 write_request_tail(struct k8s_exchange *x)
 {
-	struct evbuffer *b = x->to_agent;
-	int r = 0;
+	struct head_out o = { x, 0 };
+	char length[48];
+	int n;
 
 	/* --impersonate: the upstream learns which gateway user asked. */
 	if (x->gw->impersonate && strncmp(x->principal, "user:", 5) == 0) {
-		r |= evbuffer_add(b, "Impersonate-User: ", 18);
-		r |= add_value(b, x->principal + 5);
-		r |= evbuffer_add(b, "\r\n", 2);
+		ho_put(&o, "Impersonate-User: ", 18);
+		ho_value(&o, x->principal + 5);
+		ho_put(&o, "\r\n", 2);
 	}
 	if (x->upgrade_req) {
-		r |= evbuffer_add(b, "Upgrade: ", 9);
-		r |= add_value(b, x->up_value);
-		r |= evbuffer_add(b, "\r\nConnection: Upgrade\r\n", 23);
+		ho_put(&o, "Upgrade: ", 9);
+		ho_value(&o, x->up_value);
+		ho_put(&o, "\r\nConnection: Upgrade\r\n", 23);
 	} else if (!x->keep_up)
-		r |= evbuffer_add(b, "Connection: close\r\n", 19);
+		ho_put(&o, "Connection: close\r\n", 19);
 	/* The framing of the bytes we send, from what the reader parsed. */
 	if (x->req_chunked)
-		r |= evbuffer_add(b, "Transfer-Encoding: chunked\r\n", 28);
-	else if (x->req_has_length)
-		r |= evbuffer_add_printf(b, "Content-Length: %llu\r\n",
-		    x->req_length) < 0;
-	r |= evbuffer_add(b, "\r\n", 2);
-	return r != 0 ? -1 : 0;
+		ho_put(&o, "Transfer-Encoding: chunked\r\n", 28);
+	else if (x->req_has_length) {
+		n = snprintf(length, sizeof(length), "Content-Length: %llu\r\n",
+		    x->req_length);
+		ho_put(&o, length, (size_t)n);
+	}
+	ho_put(&o, "\r\n", 2);
+	return o.err ? -1 : 0;
 }
 
 /* ---- starting ---- */
@@ -1648,21 +1645,21 @@ x_reuse(struct hconn *h)
 	struct k8s_link *l = exchange_kept(h);
 	struct k8s_exchange *x = l != NULL ? l->spare : NULL;
 	struct evbuffer *to_agent;
-	char *rraw, *req_copy;
-	size_t rraw_cap, req_copy_cap;
+	char *rraw, *req_head;
+	size_t rraw_cap, req_head_cap;
 
 	if (x == NULL)
 		return NULL;
 	l->spare = NULL;
 	to_agent = x->to_agent;
-	req_copy = x->req_copy;
-	req_copy_cap = x->req_copy_cap;
+	req_head = x->req_head;
+	req_head_cap = x->req_head_cap;
 	rraw = x->rraw;
 	rraw_cap = x->rraw_cap;
 	memset(x, 0, sizeof(*x));
 	x->to_agent = to_agent;
-	x->req_copy = req_copy;
-	x->req_copy_cap = req_copy_cap;
+	x->req_head = req_head;
+	x->req_head_cap = req_head_cap;
 	x->rraw = rraw;
 	x->rraw_cap = rraw_cap;
 	return x;
@@ -1847,34 +1844,13 @@ k8s_exchange_new(struct gateway *gw, struct hconn *h,
 
 /*
  * Sends x's request over the stream parked on h (k8s_way).  A GET, HEAD
- * or OPTIONS without a body is kept (x->req_copy) so that x_retry can
- * send it again on a new stream should the parked one turn out closed
- * under it.
+ * or OPTIONS without a body can be sent again on a new stream (x_retry,
+ * from x->req_head, whole until x ends) should the parked one turn out
+ * closed under it.
  */
 static void
 k8s_adopt(struct k8s_exchange *x, struct k8s_link *parked)
 {
-	size_t len = evbuffer_get_length(x->to_agent);
-	const unsigned char *req;
-
-	/* No copy (out of memory): no retry, the request goes on. */
-	x->req_copy_len = 0;
-	if (x->idempotent && len > 0 &&
-	    (req = evbuffer_pullup(x->to_agent, (ssize_t)len)) != NULL) {
-		if (len > x->req_copy_cap) {
-			size_t cap = len < 512 ? 512 : len;
-			char *p = realloc(x->req_copy, cap);
-
-			if (p != NULL) {
-				x->req_copy = p;
-				x->req_copy_cap = cap;
-			}
-		}
-		if (len <= x->req_copy_cap) {
-			memcpy(x->req_copy, req, len);
-			x->req_copy_len = len;
-		}
-	}
 	x->link = parked;
 	parked->x = x;
 	copy_str(x->agent_id, sizeof(x->agent_id), parked->agent_id);
