@@ -1220,7 +1220,14 @@ exchange_finish(struct hconn *h, int keep_alive)
 		hconn_set_state(h, HC_READING);
 		http_reader_reset(h->reader);
 		hconn_arm(h, h->srv->gw->limits.http_timeout_ms);
-		hconn_kick_read(h);
+		/* A request already here (parked input, or records read ahead,
+		 * which raise no socket event) is read now; else the next
+		 * one's socket event runs the read (reading is on: detach).
+		 * A kick for nothing was a deferred callback and an empty
+		 * read, ~400 instructions of every keep-alive request. */
+		if (evbuffer_get_length(bufferevent_get_input(h->bev)) > 0 ||
+		    tls_read_held(h->bev))
+			hconn_kick_read(h);
 		return;
 	}
 	hconn_set_state(h, HC_CLOSING);
