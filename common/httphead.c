@@ -9,6 +9,9 @@
 #include <string.h>
 #include <strings.h>
 #include <openssl/crypto.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define BEARER_PREFIX "Authorization: Bearer "
 
@@ -367,9 +370,10 @@ stops_run(unsigned char c)
 /*
  * The length of the line at p (end: the head's end) when it is clean: no
  * byte bad_byte flags before a CR that an LF follows; or -1 when it is
- * not (no LF, a bare LF, a bad byte: line_refused says which).  Eight
- * bytes at a time, the first control byte (or tab) of a word found from
- * its bits, not byte by byte.  One pass per line, where a memchr for its
+ * not (no LF, a bare LF, a bad byte: line_refused says which).  Sixteen
+ * bytes at a time with SSE2 (~8 instructions a step), else eight, the
+ * first control byte (or tab) of a word found from its bits, not byte by
+ * byte.  One pass per line, where a memchr for its
  * LF and then bad_byte over the line were two: a /k8s request's two heads
  * (~200 and ~250 bytes) took ~3.4k instructions in http_head_check, now
  * ~2k.
@@ -379,9 +383,28 @@ clean_line(const char *p, const char *end)
 {
 	const char *q = p;
 	uint64_t w, m;
+#if defined(__SSE2__)
+	/* stops_run's set, 16 bytes a step: below 0x20 (no bit of 0xe0), or
+	 * 0x7f. */
+	const __m128i hi3 = _mm_set1_epi8((char)0xe0), none = _mm_setzero_si128();
+	const __m128i del = _mm_set1_epi8(0x7f);
+#endif
 
 	for (;;) {
-		for (m = 0; end - q >= 8; q += 8) {
+		m = 0;
+#if defined(__SSE2__)
+		for (; end - q >= 16; q += 16) {
+			__m128i v = _mm_loadu_si128((const void *)q);
+			__m128i stop = _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v,
+			    hi3), none), _mm_cmpeq_epi8(v, del));
+
+			if ((m = (unsigned)_mm_movemask_epi8(stop)) != 0) {
+				q += __builtin_ctz((unsigned)m);
+				break;
+			}
+		}
+#endif
+		for (; m == 0 && end - q >= 8; q += 8) {
 			memcpy(&w, q, 8);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 			if ((m = suspect_bits(w)) != 0) {

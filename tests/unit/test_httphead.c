@@ -443,9 +443,10 @@ value_byte_reason(unsigned char c)
 	return NULL;
 }
 
-/* Every byte value at every place of values of 1 to 20 bytes, after a
- * long and a short name: every place in an eight-byte word, in the bytes
- * after the last whole word, and in lines shorter than a word. */
+/* Every byte value at every place of values of 1 to 40 bytes, after a
+ * long and a short name: every place in a sixteen-byte step (SSE2) and an
+ * eight-byte word, in the bytes after the last whole one, and in lines
+ * shorter than a word. */
 static void
 test_check_every_byte_everywhere_in_a_value(void **state)
 {
@@ -457,7 +458,7 @@ test_check_every_byte_everywhere_in_a_value(void **state)
 
 	(void)state;
 	for (size_t p = 0; p < 2; p++)
-	for (size_t vlen = 1; vlen <= 20; vlen++)
+	for (size_t vlen = 1; vlen <= 40; vlen++)
 	for (int c = 0; c < 256; c++) {
 		if (c == '\n')
 			continue;
