@@ -85,6 +85,7 @@
 #include "tlsloop.h"
 #include "tlspeer.h"
 #include "tlsread.h"
+#include "tlssuites.h"
 #include "tlswrite.h"
 #include "wsconn.h"
 #include "wsframe.h"
@@ -96,9 +97,6 @@
 #define HTTP_LINGER_MS      2000     /* after the last answer: wait for EOF */
 #define UPGRADE_PARK_MAX    4096     /* input held while an upgrade is decided */
 #define PEER_MAX            64
-#define TLS13_CIPHERSUITES  "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:" \
-                            "TLS_CHACHA20_POLY1305_SHA256"
-#define TLS12_CIPHERS       "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 struct hconn;
 struct preface;
@@ -2785,8 +2783,8 @@ tls_context(const char *dir, enum tlspeer_mode mode, char *err, size_t errlen)
 	snprintf(cert, sizeof(cert), "%s/server.crt", dir);
 	snprintf(key, sizeof(key), "%s/server.key", dir);
 	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
-	    SSL_CTX_set_ciphersuites(ctx, TLS13_CIPHERSUITES) != 1 ||
-	    SSL_CTX_set_cipher_list(ctx, TLS12_CIPHERS) != 1) {
+	    SSL_CTX_set_ciphersuites(ctx, TETHER_TLS13_SUITES) != 1 ||
+	    SSL_CTX_set_cipher_list(ctx, TETHER_TLS12_CIPHERS) != 1) {
 		tls_error(err, errlen, "TLS", "settings");
 		goto fail;
 	}
