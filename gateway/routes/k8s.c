@@ -892,19 +892,27 @@ put_status_line(char *p, int status, const char *reason, size_t rlen)
 }
 
 /* One header line (name bytes at line, its colon at line + name, its CR
- * at vend) written again at p as "NAME: VALUE\r\n", the value as
- * http-parser reads it (from its first byte that is not a space or a
- * tab), unless hop-by-hop and not keep_hop.  Returns the end of what it
+ * at vend, its LF after it) written again at p as "NAME: VALUE\r\n", the
+ * value as http-parser reads it (from its first byte that is not a space
+ * or a tab), unless hop-by-hop and not keep_hop.  Returns the end of what it
  * wrote: at most one byte more than the line. */
 static char *
 put_header_line(char *p, const char *line, size_t name, const char *vend,
     int keep_hop)
 {
-	const char *v;
+	const char *v = line + name + 1;
+	size_t n = (size_t)(vend - line);
 
 	if (!keep_hop && hop_by_hop(line, name))
 		return p;
-	for (v = line + name + 1; v < vend && (*v == ' ' || *v == '\t'); v++)
+	/* Already "NAME: VALUE" (one space, then the value or the CR): the
+	 * line as it is, its CRLF too, in one copy (most heads are). */
+	if (v < vend && *v == ' ' && (v + 1 == vend ||
+	    (v[1] != ' ' && v[1] != '\t'))) {
+		memcpy(p, line, n + 2);
+		return p + n + 2;
+	}
+	for (; v < vend && (*v == ' ' || *v == '\t'); v++)
 		;
 	memcpy(p, line, name);
 	p += name;
