@@ -160,7 +160,9 @@ struct wsconn {
 	uint8_t pong_len;
 	uint8_t pong[WS_PING_PAYLOAD_MAX];/* the latest such PING's payload */
 	struct budget_holder hold;        /* input + output, in the memory budget */
-	struct evbuffer_cb_entry *in_cb, *out_cb;
+	/* The output's callback counting it (ws_count); NULL: not counting.
+	 * The input is counted where it is taken, at the end of ws_process. */
+	struct evbuffer_cb_entry *out_cb;
 	char who[64];                     /* the principal charged, for logs */
 	char peer[64];
 };
@@ -248,15 +250,11 @@ ws_finish(struct wsconn *c, int graceful)
 
 /* ---- the memory budget ---- */
 
-/* Input or output changed: c holds their bytes; past a budget the set
+/* c holds its input's and its output's bytes; past a budget the set
  * drops the largest holders from the loop (ws_evict_cb). */
 static void
-ws_count(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+ws_count_now(struct wsconn *c)
 {
-	struct wsconn *c = arg;
-
-	(void)buf;
-	(void)info;
 	budget_hold_set(&c->hold, evbuffer_get_length(bufferevent_get_input(c->bev)) +
 	    evbuffer_get_length(bufferevent_get_output(c->bev)) +
 	    tls_write_pending(c->bev));
@@ -264,15 +262,22 @@ ws_count(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 		event_active(c->set->evict_ev, EV_TIMEOUT, 1);
 }
 
+/* The output changed (its evbuffer callback). */
+static void
+ws_count(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	(void)buf;
+	(void)info;
+	ws_count_now(arg);
+}
+
 /* c stops counting (it ends, or is dropped). */
 static void
 ws_unhold(struct wsconn *c)
 {
-	if (c->in_cb != NULL)
-		evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->in_cb);
 	if (c->out_cb != NULL)
 		evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
-	c->in_cb = c->out_cb = NULL;
+	c->out_cb = NULL;
 	budget_hold_release(&c->hold);
 }
 
@@ -913,6 +918,13 @@ ws_process(struct wsconn *c)
 	if (c->discard)
 		evbuffer_drain(in, evbuffer_get_length(in));
 	ws_compact(c, in);
+	/* The input is counted here, not by a callback at each of its
+	 * changes (a read, then its drain: ~340 instructions of a /k8s
+	 * request): every read is followed by this (the read callback, a
+	 * turn, a resume), and the set's drops run from the loop
+	 * (ws_evict_cb), after it, so they see what stays. */
+	if (c->out_cb != NULL)
+		ws_count_now(c);
 	if (ws_turn_end(&c->turn, c->bev, frames == WS_FRAMES_PER_TURN &&
 	    evbuffer_get_length(in) > 0, ws_may_go_on(c)))
 		ws_yield(c);
@@ -1142,10 +1154,7 @@ wsconn_new(struct wsconn_set *all, struct bufferevent *bev, const char *peer,
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	budget_hold_init(&c->hold, &all->slice);
 	if (all->slice.budget != NULL &&
-	    ((c->in_cb = evbuffer_add_cb(bufferevent_get_input(bev), ws_count, c)) == NULL ||
-	    (c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), ws_count, c)) == NULL)) {
-		if (c->in_cb != NULL)
-			evbuffer_remove_cb_entry(bufferevent_get_input(bev), c->in_cb);
+	    (c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), ws_count, c)) == NULL) {
 		free(c);
 		return NULL;
 	}
