@@ -200,6 +200,8 @@ struct wsclient {
 	unsigned deferred;          /* DEFER_* */
 	size_t delivering;          /* bytes at the input's start in on_message
 	                             * now (a whole frame, drained after) */
+	int64_t heard_ms;           /* monotonic: the last read callback
+	                             * (wsface_heard_ms); 0 none yet */
 	int final_status;           /* what on_close will report */
 	char final_reason[REASON_MAX];
 
@@ -1790,11 +1792,19 @@ on_connected(struct wsclient *c)
 	c->state = ST_UPGRADING;
 }
 
+/* Input arrived: decrypted TLS records (bufferevent_openssl, or
+ * tls_read_ahead's read, calls back only once a record is whole and
+ * authenticated), or bytes read off a plain socket.  The time is noted
+ * for the owner's keepalive (wsface_heard_ms): one clock read per
+ * callback, nothing per byte.  Not libevent's cached time: it is the wall
+ * clock (its monotonic time plus an offset it refreshes), which a step
+ * would move against runtime_monotonic_ms. */
 static void
 read_cb(struct bufferevent *bev, void *arg)
 {
 	struct wsclient *c = arg;
 
+	c->heard_ms = runtime_monotonic_ms();
 	if (frames_go_on(c)) {
 		ws_turn_read(&c->turn, bev);
 		/* Take the records ready now, not one per loop iteration. */
@@ -2354,6 +2364,13 @@ client_input_pending(const struct wsface *f)
 	return p.fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
 }
 
+/* wsface_heard_ms: the last read callback's time (read_cb). */
+static int64_t
+client_heard_ms(const struct wsface *f)
+{
+	return of_face_const(f)->heard_ms;
+}
+
 static const struct wsface_ops client_ops = {
 	.sendv = client_sendv,
 	.send_buffer = client_send_buffer,
@@ -2366,4 +2383,5 @@ static const struct wsface_ops client_ops = {
 	.free = client_free,
 	.peer = client_peer,
 	.input_pending = client_input_pending,
+	.heard_ms = client_heard_ms,
 };

@@ -84,6 +84,8 @@ struct wsface_ops {
 	const char *(*peer)(const struct wsface *f);
 	/* NULL: never. */
 	int (*input_pending)(const struct wsface *f);
+	/* NULL: not told (wsface_heard_ms answers 0). */
+	int64_t (*heard_ms)(const struct wsface *f);
 };
 
 /* The first member of struct wsconn and struct wsclient: set by the side
@@ -211,6 +213,20 @@ static inline int
 wsface_input_pending(const struct wsface *f)
 {
 	return f->ops->input_pending != NULL ? f->ops->input_pending(f) : 0;
+}
+
+/* When the connection last read bytes of its peer: runtime_monotonic_ms
+ * of the last read callback that brought any, a whole message or not (a
+ * TLS record decrypted; on a plain socket, bytes read off it); 0 before
+ * the first, or where the side does not tell (the accepted side keeps its
+ * own, wsconn.c's heard_ms).  A keepalive counts it as hearing from the
+ * peer: a large message arriving slowly is not silence.  Costs the side
+ * one clock read per read callback, nothing per byte; this call, a
+ * load. */
+static inline int64_t
+wsface_heard_ms(const struct wsface *f)
+{
+	return f->ops->heard_ms != NULL ? f->ops->heard_ms(f) : 0;
 }
 
 /* Who is at the other end: "IP:PORT" accepted, the URL's host dialled. */

@@ -7,7 +7,10 @@
  * Keepalive: a tunnel silent for ping_interval gets a PING (once it is
  * established; before that the silence is only timed), and one that stays
  * silent for ping_timeout after it is abandoned at once (no close
- * handshake: nothing answers it) and dialled again.  A stopped gateway or a
+ * handshake: nothing answers it) and dialled again.  Silent means no bytes
+ * of the gateway read, not no whole message: a large message arriving
+ * slowly (a DATA frame of a bulk transfer on a slow link, the PONG queued
+ * behind it) keeps the tunnel, as on the gateway's side.  A stopped gateway or a
  * path that died without a RST is noticed this way, not only when TCP gives
  * up hours later; with the defaults (AGENT_PING_INTERVAL_MS, _TIMEOUT_MS)
  * an agent leaves a hung replica within about 10 s (docs/0026).  Each
@@ -126,7 +129,8 @@ struct agent_tunnel {
 	struct event *retire_poll;    /* closes the retired connection once idle */
 	struct event *reconnect_timer;
 	struct event *keepalive;      /* the next ping or drop deadline */
-	int64_t last_rx_ms;           /* monotonic: the gateway's last message */
+	int64_t last_rx_ms;           /* monotonic: last heard from the gateway
+	                               * (keepalive_heard, tunnel_keepalive) */
 	int64_t ping_ms;              /* monotonic: the silence clock started; 0 none */
 	bool ping_grace;              /* this ping's deadline gave input pending
 	                               * one more pass (tunnel_keepalive) */
@@ -833,39 +837,66 @@ keepalive_arm(struct agent_tunnel *t, int64_t in_ms)
 	evtimer_add(t->keepalive, &tv);
 }
 
-/* Something arrived from the gateway: the silence, and any ping, is over. */
+/* A message (or the gateway's ping) arrived on ws, the current
+ * connection: the silence, and any ping, is over.  Its time is the read
+ * that brought it (wsface_heard_ms, no clock read here), or now for a
+ * face that does not tell. */
 static void
-keepalive_heard(struct agent_tunnel *t)
+keepalive_heard(struct agent_tunnel *t, struct wsface *ws)
 {
-	t->last_rx_ms = runtime_monotonic_ms();
+	int64_t at = wsface_heard_ms(ws);
+
+	if (at == 0)
+		at = runtime_monotonic_ms();
+	if (at > t->last_rx_ms)
+		t->last_rx_ms = at;
 	t->ping_ms = 0;
 }
 
-/* Fires at the next deadline (messages only move the deadlines, so it may
- * fire early and re-arm): silence past the interval sends a PING, silence
- * past the timeout after that drops the tunnel.  Deadlines are judged on
- * runtime_monotonic_ms, not on libevent's clock: a timer that runs before
- * its deadline by that clock (libevent's own may lag it, or round) only
- * re-arms for what is left.
+/* Fires at the next deadline (messages and reads only move the
+ * deadlines, so it may fire early and re-arm): silence past the interval
+ * sends a PING, silence past the timeout after that drops the tunnel.
+ * Deadlines are judged on runtime_monotonic_ms, not on libevent's clock: a
+ * timer that runs before its deadline by that clock (libevent's own may
+ * lag it, or round) only re-arms for what is left.
  *
- * An answer may have come in time and still not be delivered when the
- * deadline is judged: the WebSocket's turn ended with input left (a frame
- * not whole in its first pull, wsturn.h) and delivers it from a 0 ms
- * timer, or the bytes reached the socket after the loop polled.  So a
- * deadline that finds input pending (wsface_input_pending) waits one more
- * millisecond, once per ping (the turn's 0 ms timer and the next poll's
- * read callbacks run first), then judges; as the gateway does
- * (wsconn.c, ws_due). */
+ * Silence is the time since the connection last read the gateway's bytes
+ * (wsface_heard_ms, which wsclient notes per read callback, asked here
+ * only), a whole message or not: a large message arriving slowly over a
+ * slow link is the gateway talking, and a tunnel dropped for it would be
+ * dropped again each time it is used.  Over TLS the read that counts is
+ * a record decrypted: authenticated with the session's keys, so it came
+ * from the gateway itself; raw bytes off the socket would not say so
+ * (another hop, a balancer or a proxy, may send them; a record begun
+ * proves nothing until it is whole).  A record is 16 KiB at most: the
+ * link must bring one per interval + timeout (~1.6 KB/s at the
+ * defaults).  A read since the PING answers it (its stamp is at or after
+ * the PING: an older one was counted before the PING was decided).
+ *
+ * An answer may have come in time and still not be read when the
+ * deadline is judged: its bytes reached the socket after the loop polled
+ * (the loop held past the deadline in a callback of the same pass).  So
+ * a deadline that finds input pending (wsface_input_pending) waits one
+ * more millisecond, once per ping (the next poll's read callbacks run
+ * first), then judges; as the gateway does (wsconn.c, ws_due).  An answer
+ * read in time whose delivery waits for the WebSocket's next turn (a
+ * frame not whole in its first pull, wsturn.h: a 0 ms timer) counts from
+ * its read already. */
 static void
 tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_tunnel *t = arg;
-	int64_t now = runtime_monotonic_ms(), due;
+	int64_t now = runtime_monotonic_ms(), due, heard;
 	struct wsface *ws;
 
 	if (t->ws == NULL || t->phase == TUNNEL_DISCONNECTED ||
 	    t->phase == TUNNEL_CONNECTING)
 		return;
+	heard = wsface_heard_ms(t->ws);
+	if (heard > t->last_rx_ms) {
+		t->last_rx_ms = heard;
+		t->ping_ms = 0;
+	}
 	if (t->ping_ms != 0) {
 		due = t->ping_ms + t->cfg.ping_timeout_ms;
 		if (now >= due && !t->ping_grace && wsface_input_pending(t->ws)) {
@@ -876,7 +907,8 @@ tunnel_keepalive(evutil_socket_t fd, short what, void *arg)
 		if (now >= due) {
 			warn("tunnel: no answer to a ping: dropping it and "
 			    "reconnecting", KV_U("ping_timeout_ms",
-			    t->cfg.ping_timeout_ms));
+			    t->cfg.ping_timeout_ms), KV_I("silent_ms",
+			    now - t->last_rx_ms));
 			t->ping_ms = 0;
 			t->dropped_silent = true;
 			/* A gateway that answers no ping answers no close
@@ -946,7 +978,7 @@ ws_open(struct wsface *c, void *arg)
 		wsface_close(c, 1011, "out of memory");
 		return;
 	}
-	keepalive_heard(t);
+	keepalive_heard(t, c);
 	keepalive_arm(t, t->cfg.ping_interval_ms);
 	tunnel_send_hello(t);
 }
@@ -961,7 +993,7 @@ ws_message(struct wsface *c, const uint8_t *data, size_t len, int binary, void *
 			old_on_message(t, data, len);
 		return;
 	}
-	keepalive_heard(t);
+	keepalive_heard(t, c);
 	if (!binary) {
 		tunnel_protocol_error(t, "text message on the tunnel");
 		return;
@@ -978,7 +1010,7 @@ ws_ping(struct wsface *c, void *arg)
 	struct agent_tunnel *t = arg;
 
 	if (c == t->ws)      /* a retired connection's pings prove nothing */
-		keepalive_heard(t);
+		keepalive_heard(t, c);
 }
 
 static void

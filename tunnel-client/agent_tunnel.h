@@ -51,8 +51,9 @@
 #define AGENT_REDIAL_SPREAD_MAX_MS  300000
 
 /* The keepalive's defaults (`run --ping-interval`, `--ping-timeout`): a
- * tunnel silent for the interval is pinged, and abandoned if nothing comes
- * within the timeout, so a hung gateway is left within their sum (10 s),
+ * tunnel silent for the interval (no bytes of the gateway read, a whole
+ * message or not) is pinged, and abandoned if nothing comes within the
+ * timeout, so a hung gateway is left within their sum (10 s),
  * at the cost of one ping exchange per idle tunnel per interval
  * (docs/0026). */
 #define AGENT_PING_INTERVAL_MS 6000

@@ -45,10 +45,11 @@ static const struct opt_spec run_specs[RUN_OPT_COUNT] = {
 	    .help = "connecting to a target" },
 	[RUN_OPT_PING_INTERVAL] = { .name = "ping-interval", .type = OPT_U32,
 	    .arg = "MS", .def = STR(AGENT_PING_INTERVAL_MS), .min = 100, .max = 600000,
-	    .help = "a tunnel silent this long is pinged" },
+	    .help = "a tunnel silent this long (no bytes of the gateway read) "
+	    "is pinged" },
 	[RUN_OPT_PING_TIMEOUT] = { .name = "ping-timeout", .type = OPT_U32,
 	    .arg = "MS", .def = STR(AGENT_PING_TIMEOUT_MS), .min = 100, .max = 600000,
-	    .help = "and, if nothing answers within this, dropped and dialled again "
+	    .help = "and, if nothing arrives within this, dropped and dialled again "
 	    "(a hung gateway is left within the sum)" },
 	[RUN_OPT_LOG_LEVEL] = { .name = "log-level", .type = OPT_CHOICE,
 	    .arg = "LEVEL", .def = "info", .choices = log_levels,

@@ -8,16 +8,26 @@
  * handshake (HELLO, CHALLENGE, AUTH, WELCOME) to ESTABLISHED, then idles
  * until it pings (interval 60 ms, timeout 120 ms).
  *
- * - The PONG came in time but is not delivered when the deadline is
- *   judged: the loop comes back from a stall past the deadline, the
- *   WebSocket's turn reads the PONG and, as wsclient does when input is
- *   left (wsturn.h), delivers it from a 0 ms timer, which libevent runs
- *   after the keepalive's older deadline.  The tunnel must stay and ping
- *   again an interval later (without the grace it was dropped: "no answer
- *   to a ping").
+ * - The PONG came in time but is not read when the deadline is judged:
+ *   the loop comes back from a stall past the deadline with the PONG in
+ *   the socket (input pending), and its read (which notes the time,
+ *   wsface_heard_ms, and delivers it) runs after the keepalive's older
+ *   deadline: a 0 ms timer here, as a turn that ended with input left
+ *   (wsturn.h) or a read callback deferred to the next pass.  The tunnel
+ *   must stay and ping again an interval later (without the grace it was
+ *   dropped: "no answer to a ping").
  * - Input pending that never becomes a message (a frame never finished):
  *   dropped all the same, one grace later; the grace is asked for once.
  * - Nothing pending: dropped at the deadline, as before.
+ * - A large message arriving slowly (a DATA frame of a bulk transfer on a
+ *   link of a few KB/s, the PONG queued behind it): its records keep
+ *   coming (wsface_heard_ms moves, every 20 ms here) while no whole
+ *   message does for three times interval + timeout.  Any bytes read
+ *   count as hearing from the gateway: the tunnel stays, is not pinged
+ *   again while they come, and pings once they stop (without it the
+ *   busy tunnel was dropped at the ping's timeout and redialled).
+ * - The gateway goes silent in the middle of such a message: dropped all
+ *   the same, interval + timeout after the last bytes read.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,6 +60,8 @@ struct fake_ws {
 	const struct wsface_handlers *h;
 	void *arg;
 	int pending;                 /* what wsface_input_pending says */
+	int64_t heard_ms;            /* what wsface_heard_ms says: the last
+	                              * read of the gateway's bytes */
 	int pending_asks;            /* how often the tunnel asked */
 	int freed;                   /* wsface_free: the tunnel let go */
 	int pings;                   /* PINGs the tunnel sent */
@@ -69,6 +81,11 @@ static struct {
 	int stopped;
 	int stall_on_ping;           /* the first PING arms stall */
 	struct event *stall;         /* the loop held past that PING's deadline */
+	struct event *drip;          /* a message's records, one a tick */
+	int drip_left;               /* records still to come */
+	int drip_pong;               /* the last one brings the PONG */
+	int dripped;                 /* records read so far */
+	int64_t drip_last_ms;        /* when the last one was read */
 } tst;
 
 static int
@@ -154,6 +171,12 @@ fake_input_pending(const struct wsface *f)
 	return w->pending;
 }
 
+static int64_t
+fake_heard_ms(const struct wsface *f)
+{
+	return ((const struct fake_ws *)(uintptr_t)f)->heard_ms;
+}
+
 static const struct wsface_ops fake_ops = {
 	.sendv = fake_sendv,
 	.send_buffer = fake_send_buffer,
@@ -166,9 +189,11 @@ static const struct wsface_ops fake_ops = {
 	.free = fake_free,
 	.peer = fake_peer,
 	.input_pending = fake_input_pending,
+	.heard_ms = fake_heard_ms,
 };
 
-/* A message to the tunnel, now. */
+/* A message to the tunnel, read now (as wsclient's read callback, which
+ * notes the time: wsface_heard_ms). */
 static void
 deliver(struct fake_ws *w, const struct frame *f)
 {
@@ -176,11 +201,13 @@ deliver(struct fake_ws *w, const struct frame *f)
 	size_t len;
 
 	assert_int_equal(frame_encode(f, 0, &buf, &len), 0);
+	w->heard_ms = runtime_monotonic_ms();
 	w->h->on_message(&w->face, buf, len, 1, w->arg);
 	free(buf);
 }
 
-/* The WebSocket's next turn: the held message, delivered. */
+/* The WebSocket's read of the held message (the socket's read callback,
+ * which notes the time), and its delivery. */
 static void
 fake_turn(evutil_socket_t fd, short what, void *arg)
 {
@@ -188,6 +215,7 @@ fake_turn(evutil_socket_t fd, short what, void *arg)
 
 	assert_non_null(w->held);
 	w->pending = 0;
+	w->heard_ms = runtime_monotonic_ms();
 	w->h->on_message(&w->face, w->held, w->held_len, 1, w->arg);
 	free(w->held);
 	w->held = NULL;
@@ -297,6 +325,7 @@ freed(void)
 }
 
 static void stall_then_read(evutil_socket_t fd, short what, void *arg);
+static void drip_record(evutil_socket_t fd, short what, void *arg);
 
 /* A tunnel established on a fake WebSocket, idle, its first PING just
  * sent (and with stall, the loop to be held past its deadline). */
@@ -311,6 +340,8 @@ setup_tunnel(void **state, int stall)
 	memset(&fx, 0, sizeof(fx));
 	assert_non_null(tst.base = event_base_new());
 	assert_non_null(tst.stall = evtimer_new(tst.base, stall_then_read, NULL));
+	assert_non_null(tst.drip = event_new(tst.base, -1, EV_PERSIST,
+	    drip_record, NULL));
 	tst.stall_on_ping = stall;
 	assert_non_null(fx.key = agentkey_generate());
 	assert_non_null(fx.ctx = SSL_CTX_new(TLS_client_method()));
@@ -376,6 +407,7 @@ teardown(void **state)
 
 	agent_tunnel_free(fx->t);
 	event_free(tst.stall);
+	event_free(tst.drip);
 	fake_ws_free(tst.ws);
 	runtime_drain(tst.base);
 	event_base_free(tst.base);
@@ -385,9 +417,10 @@ teardown(void **state)
 }
 
 /* 90 ms after the PING the loop is held past its deadline (a stall: the
- * PONG reaches the socket meanwhile), then the WebSocket's turn reads the
- * PONG and leaves its delivery to a 0 ms timer, as wsclient does with
- * input left: due after the keepalive's deadline, so it runs after it. */
+ * PONG reaches the socket meanwhile, input pending), then its read and
+ * delivery are left to a 0 ms timer, as a turn that ended with input left
+ * (wsturn.h) leaves them: due after the keepalive's deadline, so it runs
+ * after it. */
 static void
 stall_then_read(evutil_socket_t fd, short what, void *arg)
 {
@@ -450,6 +483,105 @@ test_nothing_pending(void **state)
 	assert_false(agent_tunnel_established(((struct fixture *)*state)->t));
 }
 
+/* A large message from the gateway arriving slowly, as wsclient reads
+ * it: each tick one more TLS record of it is read (its read callback
+ * notes the time: wsface_heard_ms) and the message is not whole yet
+ * (input pending).  With drip_pong the last record completes it, and the
+ * PONG queued behind it is delivered (the DATA frame itself would go to a
+ * stream: there is none here, and only its bytes matter). */
+#define DRIP_MS 20
+
+static void
+drip_record(evutil_socket_t fd, short what, void *arg)
+{
+	struct fake_ws *w = tst.ws;
+	struct frame pong = { .type = FRAME_PONG };
+
+	if (w->freed || tst.drip_left == 0) {
+		event_del(tst.drip);
+		return;
+	}
+	w->heard_ms = tst.drip_last_ms = runtime_monotonic_ms();
+	w->pending = 1;
+	tst.dripped++;
+	if (--tst.drip_left > 0 || !tst.drip_pong)
+		return;
+	w->pending = 0;
+	pong.u.ping.seq = w->ping_seq;
+	deliver(w, &pong);
+}
+
+static void
+start_drip(int records, int pong)
+{
+	struct timeval tv = runtime_ms_timeval(DRIP_MS);
+
+	tst.drip_left = records;
+	tst.drip_pong = pong;
+	assert_int_equal(event_add(tst.drip, &tv), 0);
+}
+
+static int
+drip_over_or_freed(void)
+{
+	return tst.drip_left == 0 || tst.ws->freed;
+}
+
+/* Records for three times interval + timeout after the PING, no whole
+ * message until the last: the tunnel stays, unpinged while they come. */
+#define SLOW_RECORDS (3 * (PING_INTERVAL_MS + PING_TIMEOUT_MS) / DRIP_MS)
+
+static void
+test_slow_message_keeps_tunnel(void **state)
+{
+	struct fake_ws *w = tst.ws;
+	int64_t pong_ms;
+
+	start_drip(SLOW_RECORDS, 1);
+	run_until(drip_over_or_freed, 5000);
+	if (w->freed)
+		fail_msg("the tunnel was dropped %lld ms after its PING, %d records "
+		    "of a message read since (one every %d ms), the last %lld ms "
+		    "before", (long long)(w->freed_at_ms - w->ping_at_ms),
+		    tst.dripped, DRIP_MS, (long long)(w->freed_at_ms -
+		    tst.drip_last_ms));
+	assert_int_equal(tst.dripped, SLOW_RECORDS);
+	assert_true(tst.drip_last_ms - w->ping_at_ms >=
+	    2 * (PING_INTERVAL_MS + PING_TIMEOUT_MS));
+	/* Bytes kept coming: no second PING, the same connection. */
+	assert_int_equal(w->pings, 1);
+	assert_int_equal(tst.dials, 1);
+	assert_true(agent_tunnel_established(((struct fixture *)*state)->t));
+
+	/* Silent after it: pinged again, an interval later, as ever. */
+	pong_ms = tst.drip_last_ms;
+	run_until(pinged_twice_or_freed, 5000);
+	assert_int_equal(w->freed, 0);
+	assert_int_equal(w->pings, 2);
+	assert_true(w->ping_at_ms - pong_ms >= PING_INTERVAL_MS);
+}
+
+/* The gateway stops in the middle of a slow message: the last bytes read
+ * start the silence; an interval later the PING, a timeout after that the
+ * drop (one grace asked for: the frame begun is input pending). */
+static void
+test_slow_message_then_silence(void **state)
+{
+	struct fake_ws *w = tst.ws;
+
+	start_drip(SLOW_RECORDS / 3, 0);
+	run_until(freed, 5000);
+	assert_int_equal(w->freed, 1);
+	assert_int_equal(tst.dripped, SLOW_RECORDS / 3);
+	assert_int_equal(w->pings, 2);
+	assert_true(w->ping_at_ms - tst.drip_last_ms >= PING_INTERVAL_MS);
+	assert_true(w->freed_at_ms - tst.drip_last_ms >=
+	    PING_INTERVAL_MS + PING_TIMEOUT_MS);
+	assert_int_equal(w->pending_asks, 1);
+	assert_false(agent_tunnel_established(((struct fixture *)*state)->t));
+	assert_int_equal(tst.dials, 1);     /* the redial waits for its backoff */
+}
+
 int
 main(void)
 {
@@ -457,6 +589,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_pong_read_not_delivered, setup_stall, teardown),
 		cmocka_unit_test_setup_teardown(test_pending_never_delivered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nothing_pending, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slow_message_keeps_tunnel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slow_message_then_silence, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

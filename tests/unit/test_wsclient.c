@@ -17,6 +17,10 @@
  * still arrives, in order, across a pause and across the end of the
  * transport.  wsface_input_pending says 1 while messages wait (for the
  * next turn, the resume, or in the same read) and 0 once all is delivered.
+ *
+ * wsface_heard_ms moves with every read of the server's bytes, a whole
+ * message or not: a frame sent in pieces moves it at each piece before
+ * the message is delivered (the agent's keepalive counts it).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -1387,6 +1392,102 @@ test_free_in_open(void **state)
 	assert_int_equal(cli.closed, 0);
 }
 
+static void
+step_limit(evutil_socket_t fd, short what, void *arg)
+{
+	*(int *)arg = 1;
+}
+
+/* Runs the loop a pass at a time until done(), or fails after 5 s (a
+ * timer of its own: a pass waits for an event). */
+static void
+step_until(int (*done)(void))
+{
+	struct timeval tv = { 5, 0 };
+	int over = 0;
+	struct event *limit = evtimer_new(cli.base, step_limit, &over);
+
+	assert_non_null(limit);
+	assert_int_equal(evtimer_add(limit, &tv), 0);
+	while (!done() && !over)
+		event_base_loop(cli.base, EVLOOP_ONCE);
+	event_free(limit);
+	assert_true(done());
+}
+
+static int64_t heard_before;
+
+static int
+heard_moved(void)
+{
+	return wsface_heard_ms(cli.c) > heard_before;
+}
+
+static int
+opened(void)
+{
+	return cli.opened > 0;
+}
+
+static int
+got_message(void)
+{
+	return cli.nmsg > 0;
+}
+
+/* Waits for the clock to pass ms: a read after it has a later stamp. */
+static void
+clock_past(int64_t ms)
+{
+	struct timespec nap = { 0, 200000 };
+
+	while (runtime_monotonic_ms() <= ms)
+		nanosleep(&nap, NULL);
+}
+
+/* A 3,000-byte message sent in three pieces, the clock moved on between
+ * them: each piece read moves wsface_heard_ms, before the message is
+ * whole; the message then arrives whole. */
+static void
+test_heard_partial_frame(void **state)
+{
+	struct wsclient_config cfg = { 0 };
+	char url[128], err[256];
+	uint8_t h[16], payload[3000];
+	size_t hl;
+
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d/", srv.port);
+	cfg.url = url;
+	cli.c = wsclient_connect(cli.base, &cfg, &callbacks, NULL, err, sizeof(err));
+	assert_non_null(cli.c);
+	assert_int_equal(wsface_heard_ms(cli.c), 0);       /* nothing read yet */
+	step_until(opened);
+	memset(payload, 'd', sizeof(payload));
+	hl = build_header(h, 1, 0x2, 0, sizeof(payload), NULL);
+	for (int piece = 0; piece < 3; piece++) {
+		int64_t sent;
+
+		heard_before = wsface_heard_ms(cli.c);
+		clock_past(heard_before);
+		sent = runtime_monotonic_ms();
+		if (piece == 0)
+			server_raw(h, hl);
+		server_raw(payload + piece * 1000, 1000);
+		if (piece < 2) {
+			step_until(heard_moved);
+			assert_true(wsface_heard_ms(cli.c) >= sent);
+			assert_int_equal(cli.nmsg, 0);     /* not whole yet */
+			assert_int_equal(wsface_input_pending(cli.c), 1);
+		} else {
+			step_until(got_message);
+			assert_true(wsface_heard_ms(cli.c) >= sent);
+		}
+	}
+	assert_int_equal(cli.nmsg, 1);
+	assert_int_equal(cli.lens[0], sizeof(payload));
+	assert_memory_equal(cli.msgs[0], payload, sizeof(payload));
+}
+
 /* Freed right after connect, before anything happened. */
 static void
 test_free_at_once(void **state)
@@ -1580,6 +1681,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_flood_paused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_in_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_input_pending_quiet, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_heard_partial_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_in_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_resolving, setup, teardown),
