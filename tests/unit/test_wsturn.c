@@ -12,6 +12,12 @@
  * bufferevent on a socket pair, the writer a plain SSL; each case drives
  * the read callback's steps (ws_turn_read, ws_turn_pull, ws_turn_end) as
  * wsconn.c and wsclient.c do, and the next turns as their 0 ms timer does.
+ *
+ * The read callback runs once a record is whole, never for a record
+ * begun: what the agent's keepalive counts as hearing from the gateway
+ * (wsclient's read_cb notes the time, wsface_heard_ms) is a record
+ * decrypted, so a large message arriving slowly counts at each of its
+ * records, and bytes that never make a record count for nothing.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -275,6 +281,40 @@ test_one_record_needs_no_turn(void **state)
 	reader_close(&r);
 }
 
+/* One record's bytes reach the socket in two halves: the first is read
+ * (the socket is left empty) and calls back nothing, the second completes
+ * the record and calls back once, with all of it. */
+static void
+test_record_in_pieces_calls_back_once_whole(void **state)
+{
+	struct reader r;
+	BIO *mem = BIO_new(BIO_s_mem());
+	static uint8_t wire[20000];
+	int n;
+
+	(void)state;
+	assert_non_null(mem);
+	reader_open(&r);
+	SSL_set0_wbio(r.w, mem);        /* the writer's records, held here */
+	writer_send(&r, 10000);         /* one record */
+	n = BIO_read(mem, wire, sizeof(wire));
+	assert_true(n > 10000 && n < 10100);
+	assert_int_equal(BIO_pending(mem), 0);
+
+	assert_int_equal(write(r.fd[0], wire, (size_t)n / 2), n / 2);
+	assert_int_equal(event_base_loop(r.base, EVLOOP_ONCE), 0);
+	assert_int_equal(socket_unread(&r), 0);     /* it was read */
+	assert_int_equal(r.calls, 0);               /* a record begun: nothing */
+	assert_int_equal(r.taken, 0);
+
+	assert_int_equal(write(r.fd[0], wire + n / 2, (size_t)(n - n / 2)),
+	    n - n / 2);
+	assert_int_equal(event_base_loop(r.base, EVLOOP_ONCE), 0);
+	assert_int_equal(r.calls, 1);
+	assert_int_equal(r.taken, 10000);
+	reader_close(&r);
+}
+
 int
 main(void)
 {
@@ -282,6 +322,7 @@ main(void)
 		cmocka_unit_test(test_records_read_ahead_get_a_turn),
 		cmocka_unit_test(test_bulk_messages_arrive_whole),
 		cmocka_unit_test(test_one_record_needs_no_turn),
+		cmocka_unit_test(test_record_in_pieces_calls_back_once_whole),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
