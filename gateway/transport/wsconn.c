@@ -120,6 +120,11 @@ struct wsconn_set {
 	struct event *evict_ev;           /* made active when a holding is over */
 };
 
+struct ws_pong {
+	uint8_t len;
+	uint8_t payload[WS_PING_PAYLOAD_MAX];
+};
+
 struct wsconn {
 	struct wsface face;               /* first: what the owner holds */
 	LIST_ENTRY(wsconn) link;          /* in the set's conns */
@@ -155,10 +160,12 @@ struct wsconn {
 	int in_soon;
 	struct ws_turn turn;              /* its turns of the loop (wsturn.h) */
 	size_t input_high;                /* the read high-water mark set; 0: none */
-	int pong_owed;                    /* a PING waits for the output to drain */
+	/* A PING waits for the output to drain: the latest such PING's
+	 * payload, made when one finds the output full and freed when its
+	 * PONG goes, so that a connection holds it only then (~140 bytes a
+	 * tunnel otherwise). */
+	struct ws_pong *pong_owed;
 	size_t pong_debt;                 /* PONGs those PINGs would have queued */
-	uint8_t pong_len;
-	uint8_t pong[WS_PING_PAYLOAD_MAX];/* the latest such PING's payload */
 	struct budget_holder hold;        /* input + output, in the memory budget */
 	/* The output's callback counting it (ws_count); NULL: not counting.
 	 * The input is counted where it is taken, at the end of ws_process. */
@@ -244,6 +251,7 @@ ws_finish(struct wsconn *c, int graceful)
 		    "no answer to a ping" : "the connection ended", c->face.arg);
 	ws_unhold(c);
 	bufferevent_free(c->bev);
+	free(c->pong_owed);
 	free(c->rx);
 	free(c);
 }
@@ -732,9 +740,14 @@ ws_on_frame(struct wsconn *c, const struct ws_frame_header *h,
 				ws_abort(c, why);
 				return;
 			}
-			c->pong_len = (uint8_t)(len < sizeof(c->pong) ? len : sizeof(c->pong));
-			memcpy(c->pong, p, c->pong_len);
-			c->pong_owed = 1;
+			if (c->pong_owed == NULL &&
+			    (c->pong_owed = malloc(sizeof(*c->pong_owed))) == NULL) {
+				ws_abort(c, "out of memory for a PONG");
+				return;
+			}
+			c->pong_owed->len = (uint8_t)(len < sizeof(c->pong_owed->payload) ?
+			    len : sizeof(c->pong_owed->payload));
+			memcpy(c->pong_owed->payload, p, c->pong_owed->len);
 			bufferevent_setwatermark(c->bev, EV_WRITE, c->low_water >
 			    WS_PONG_ROOM ? c->low_water : WS_PONG_ROOM, 0);
 			return;
@@ -968,11 +981,13 @@ ws_write_cb(struct bufferevent *bev, void *arg)
 	struct wsconn *c = arg;
 
 	if (c->state == WS_OPEN) {
-		if (c->pong_owed && evbuffer_get_length(bufferevent_get_output(bev)) +
+		if (c->pong_owed != NULL && evbuffer_get_length(bufferevent_get_output(bev)) +
 		    tls_write_pending(bev) <= WS_PONG_ROOM) {
-			struct iovec iov = { c->pong, c->pong_len };
+			struct ws_pong pong = *c->pong_owed;
+			struct iovec iov = { pong.payload, pong.len };
 
-			c->pong_owed = 0;
+			free(c->pong_owed);
+			c->pong_owed = NULL;
 			c->pong_debt = 0;
 			bufferevent_setwatermark(bev, EV_WRITE, c->low_water, 0);
 			if (ws_put_frame(c, WS_OP_PONG, &iov, 1) != 0)

@@ -13,7 +13,8 @@
  * before the whole flood is delivered, and every message must still
  * arrive, in order.  An owner that closes during such a flood still gets
  * the close handshake: the turns go on, dropping data, until the peer's
- * close frame (a closing connection's turn used to end it, cut).
+ * close frame (a closing connection's turn used to end it, cut).  A PING
+ * that finds the output full is answered once it drains, behind it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -310,6 +311,194 @@ test_split_frame_plain(void **state)
 	event_base_free(base);
 }
 
+/*
+ * A PING that finds the output over WS_PONG_ROOM (the peer does not read)
+ * is owed: its PONG waits until the output drains, then goes behind what
+ * was queued.  Two PINGs while owed leave one PONG, the latest's payload.
+ * The owed PONG is the connection's only while owed (made for it, freed
+ * when it goes, or with the connection: LeakSanitizer checks the last).
+ */
+struct pong_peer {
+	int closed;
+};
+
+static void
+pong_message(struct wsface *f, const uint8_t *data, size_t len, int binary, void *arg)
+{
+	(void)f;
+	(void)data;
+	(void)len;
+	(void)binary;
+	(void)arg;
+}
+
+static void
+pong_close(struct wsface *f, int status, const char *reason, void *arg)
+{
+	struct pong_peer *pp = arg;
+
+	(void)f;
+	(void)status;
+	(void)reason;
+	pp->closed = 1;
+}
+
+static const struct wsface_handlers pong_handlers = {
+	.on_message = pong_message,
+	.on_close = pong_close,
+};
+
+/* A masked PING frame with payload p (at most 125 bytes). */
+static size_t
+client_ping(uint8_t *out, const char *p)
+{
+	static const uint8_t mask[4] = { 0x0f, 0x1e, 0x2d, 0x3c };
+	size_t n = strlen(p);
+
+	out[0] = 0x89;              /* FIN, ping */
+	out[1] = (uint8_t)(0x80 | n);
+	memcpy(out + 2, mask, 4);
+	for (size_t i = 0; i < n; i++)
+		out[6 + i] = (uint8_t)p[i] ^ mask[i % 4];
+	return 6 + n;
+}
+
+#define PONG_BIG (48u << 10)     /* over WS_PONG_ROOM, under the 64 KiB output cap */
+
+/* The server's connection ws[0] queues PONG_BIG bytes its peer ws[1] has
+ * not read: the socket pair's buffers are small, the rest waits in the
+ * output. */
+static struct wsface *
+pong_start(struct event_base *base, struct wsconn_set *set, int ws[2],
+    struct pong_peer *pp)
+{
+	static uint8_t big[PONG_BIG];
+	struct bufferevent *bev;
+	struct wsconn *c;
+	struct wsface *f;
+	int small = 4096;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ws), 0);
+	assert_int_equal(setsockopt(ws[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	assert_int_equal(setsockopt(ws[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(evutil_make_socket_nonblocking(ws[0]), 0);
+	bev = bufferevent_socket_new(base, ws[0], BEV_OPT_CLOSE_ON_FREE);
+	assert_non_null(bev);
+	assert_non_null(c = wsconn_new(set, bev, "pong", &pong_handlers, pp));
+	f = wsconn_face(c);
+	assert_int_equal(wsface_send(f, big, sizeof(big), 1), 0);
+	run_ready(base);
+	return f;
+}
+
+/* Reads ws[1] (running base between reads) until a PONG frame is whole:
+ * returns its payload's length (copied to payload) and the data bytes
+ * that came before it. */
+static size_t
+read_until_pong(struct event_base *base, int fd, uint8_t *payload, size_t *before)
+{
+	static uint8_t in[PONG_BIG + 4096];
+	size_t have = 0, at = 0;
+
+	assert_int_equal(evutil_make_socket_nonblocking(fd), 0);
+	*before = 0;
+	for (int rounds = 0; rounds < 100000; rounds++) {
+		ssize_t r = read(fd, in + have, sizeof(in) - have);
+		if (r > 0)
+			have += (size_t)r;
+		run_ready(base);
+		/* Walk the whole frames read so far (server frames: unmasked). */
+		while (have - at >= 2) {
+			size_t len = in[at + 1] & 0x7f, hdr = 2;
+			if (len == 126) {
+				if (have - at < 4)
+					break;
+				len = (size_t)in[at + 2] << 8 | in[at + 3];
+				hdr = 4;
+			} else if (len == 127) {
+				if (have - at < 10)
+					break;
+				len = 0;
+				for (int k = 0; k < 8; k++)
+					len = len << 8 | in[at + 2 + k];
+				hdr = 10;
+			}
+			if (have - at < hdr + len)
+				break;
+			if ((in[at] & 0x0f) == 0x0a) {
+				memcpy(payload, in + at + hdr, len);
+				return len;
+			}
+			*before += len;
+			at += hdr + len;
+		}
+	}
+	fail_msg("no PONG after %zu bytes", have);
+	return 0;
+}
+
+static void
+test_pong_owed_until_drained(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pong_peer pp = { 0 };
+	struct wsconn_set *set;
+	uint8_t ping[2 + 4 + 125], got[125];
+	size_t before, n;
+	int ws[2];
+
+	(void)state;
+	assert_non_null(base);
+	assert_non_null(set = wsconn_set_new(base, 250));
+	(void)pong_start(base, set, ws, &pp);
+	/* Two PINGs while the output is full: one PONG, the latest's. */
+	n = client_ping(ping, "abc");
+	assert_int_equal(write(ws[1], ping, n), (ssize_t)n);
+	run_ready(base);
+	n = client_ping(ping, "wxyz");
+	assert_int_equal(write(ws[1], ping, n), (ssize_t)n);
+	run_ready(base);
+	n = read_until_pong(base, ws[1], got, &before);
+	assert_int_equal(n, 4);
+	assert_memory_equal(got, "wxyz", 4);
+	assert_int_equal(before, PONG_BIG);     /* behind the queued message */
+	assert_false(pp.closed);
+	/* Nothing owed now: a PING is answered at once, once. */
+	n = client_ping(ping, "again");
+	assert_int_equal(write(ws[1], ping, n), (ssize_t)n);
+	run_ready(base);
+	n = read_until_pong(base, ws[1], got, &before);
+	assert_int_equal(n, 5);
+	assert_memory_equal(got, "again", 5);
+	assert_int_equal(before, 0);
+	wsconn_set_free(set);
+	close(ws[1]);
+	event_base_free(base);
+}
+
+/* A connection that ends with a PONG still owed frees it (LeakSanitizer). */
+static void
+test_pong_owed_at_the_end(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pong_peer pp = { 0 };
+	struct wsconn_set *set;
+	uint8_t ping[2 + 4 + 125];
+	size_t n;
+	int ws[2];
+
+	(void)state;
+	assert_non_null(base);
+	assert_non_null(set = wsconn_set_new(base, 250));
+	(void)pong_start(base, set, ws, &pp);
+	n = client_ping(ping, "abc");
+	assert_int_equal(write(ws[1], ping, n), (ssize_t)n);
+	run_ready(base);
+	wsconn_set_free(set);
+	close(ws[1]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -317,6 +506,8 @@ main(void)
 		cmocka_unit_test(test_flood_shares_the_loop),
 		cmocka_unit_test(test_close_during_flood),
 		cmocka_unit_test(test_split_frame_plain),
+		cmocka_unit_test(test_pong_owed_until_drained),
+		cmocka_unit_test(test_pong_owed_at_the_end),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
