@@ -64,7 +64,7 @@ struct tls_batch {
 
 /* A batch's first buffer when its first record is small (a ping, a pong,
  * a window update): thousands of tunnels pinged in one loop pass then hold
- * that much each until the flush, not 256 KiB.  A batch that outgrows it
+ * that much each until the flush, not 264 KiB.  A batch that outgrows it
  * moves to TLS_WRITE_BATCH_MAX at once (one copy of at most this). */
 #define TLS_WRITE_BATCH_SMALL 2048u
 

@@ -22,13 +22,19 @@
 
 struct bufferevent;
 
-/* Records written but not yet taken by the kernel: at most this. */
-#define TLS_WRITE_BATCH_MAX (256u * 1024u)
+/* Records written but not yet taken by the kernel: at most this.  Two
+ * DATA frames of the multiplexer's largest payload (128 KiB, mux.h's
+ * max_payload) sealed: 2 x (131,072 + ~30 bytes of frame headers + 9
+ * records x 22 bytes of TLS 1.3 overhead) = 262,600 B, just over 256 KiB:
+ * at 256 KiB the second frame's records flushed the first alone, one
+ * send(2) per frame (tetherctl forward 8,160 sends per GiB, 4,100-4,300
+ * at 264 KiB: tests/bench/throughput_profile.sh). */
+#define TLS_WRITE_BATCH_MAX (264u * 1024u)
 
 /*
  * Installs the batching write BIO on bev (a TLS bufferevent made on a
  * socket, handshake done).  Returns 1 if installed, 0 if bev is not such a
- * bufferevent (no TLS, a filter) or has it already.  Memory: a 256 KiB
+ * bufferevent (no TLS, a filter) or has it already.  Memory: a 264 KiB
  * buffer while records wait, none while idle; one event.  When the socket
  * takes the last of them and bev's output is empty, bev's write callback
  * runs (from the loop), so an owner waiting for "all written" learns it.  A write error shuts the socket down both ways: bev's next read
