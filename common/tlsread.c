@@ -20,9 +20,14 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "tlswrite.h"
+
 #define TLS_RECORD_MAX 16384
 #define TLS_CHAIN_SIZE (512 * 1024)
-#define TLS_READ_AHEAD (256 * 1024)  /* bytes taken from the socket per read() */
+/* Bytes taken from the socket per read(): one batch of the peer's write
+ * BIO (tlswrite.h, two 128 KiB DATA frames sealed), so that a batch sent
+ * whole is read whole, not as 256 KiB and a ~6 KB tail. */
+#define TLS_READ_AHEAD TLS_WRITE_BATCH_MAX
 
 /*
  * The read side: a BIO in place of OpenSSL's socket BIO as the SSL's read
@@ -192,7 +197,7 @@ static void sock_read_install(struct bufferevent *bev, struct tls_rbatch *t);
  * One spare read buffer per thread: a connection's buffer goes when the
  * socket is used up and the next read(2) on the thread (its own, or
  * another connection's) takes it back, not free and malloc each time
- * (~400 instructions a read(2); 256 KiB is past every cache of glibc's
+ * (~400 instructions a read(2); 264 KiB is past every cache of glibc's
  * malloc).  A thread holds at most one spare, freed when it ends
  * (spare_key's destructor; the main thread's stays reachable until exit).
  */

@@ -31,7 +31,7 @@ size_t tls_read_available(struct bufferevent *bev, size_t limit);
 int tls_read_held(struct bufferevent *bev);
 
 /*
- * Lets OpenSSL take many records per read() (up to 256 KiB) instead of two
+ * Lets OpenSSL take many records per read() (up to 264 KiB) instead of two
  * reads per record (header, then body), through a read BIO of our own on
  * the socket (OpenSSL's read-ahead on a filter).  On an open connection
  * (handshake done) the socket event's read is ours too: records are
@@ -54,7 +54,7 @@ int tls_read_held(struct bufferevent *bev);
  * buffer (one record each, ~17 KiB) too (SSL_MODE_RELEASE_BUFFERS),
  * except while the connection is busy (16 reads within a second; cold
  * again, the buffers freed, within 250-500 ms of its last read): an idle
- * connection holds none of them (its thread keeps one spare 256 KiB
+ * connection holds none of them (its thread keeps one spare 264 KiB
  * buffer for the next read(2) of any of its connections).  A no-op on a
  * connection that has it already.
  */
