@@ -84,7 +84,7 @@ struct wsface_ops {
 	const char *(*peer)(const struct wsface *f);
 	/* NULL: never. */
 	int (*input_pending)(const struct wsface *f);
-	/* NULL: not told (wsface_heard_ms answers 0). */
+	/* NULL: not told (wsface_heard_ms answers 0); both sides tell. */
 	int64_t (*heard_ms)(const struct wsface *f);
 };
 
@@ -217,12 +217,16 @@ wsface_input_pending(const struct wsface *f)
 
 /* When the connection last read bytes of its peer: runtime_monotonic_ms
  * of the last read callback that brought any, a whole message or not (a
- * TLS record decrypted; on a plain socket, bytes read off it); 0 before
- * the first, or where the side does not tell (the accepted side keeps its
- * own, wsconn.c's heard_ms).  A keepalive counts it as hearing from the
- * peer: a large message arriving slowly is not silence.  Costs the side
- * one clock read per read callback, nothing per byte; this call, a
- * load. */
+ * TLS record decrypted; on a plain socket, bytes read off it).  The
+ * dialled side: the clock read then; 0 before the first read.  The
+ * accepted side: its set's wheel time then (the wheel's last tick: at
+ * most a tick of 10-250 ms behind the clock, wsconn_tick_for, plus
+ * however late the loop runs it), and the face's making before its first
+ * read (the upgrade request was the peer's last word).  Pausing and
+ * resuming the reading moves it on neither side.  A keepalive counts it
+ * as hearing from the peer: a large message arriving slowly is not
+ * silence.  Costs the dialled side one clock read per read callback, the
+ * accepted side one store, nothing per byte; this call, a load. */
 static inline int64_t
 wsface_heard_ms(const struct wsface *f)
 {

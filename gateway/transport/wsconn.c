@@ -37,8 +37,9 @@
  * (twheel.h), not a timeout of the bufferevent's read event: a timeout
  * that fires makes libevent delete and add the read event again (an
  * epoll_ctl per ping), and a timer per connection costs an event.  A read
- * only notes the wheel's time (heard_ms); when the node comes due the
- * connection is pinged, dropped, or the node moves to heard_ms + interval.
+ * only notes the wheel's time (heard_ms, what wsface_heard_ms answers);
+ * when the node comes due the connection is pinged, dropped, or the node
+ * moves to heard_ms + interval.
  * A ping's timeout that finds input not yet read (a loop back from a stall
  * runs the tick before the deferred read callback) waits one more tick
  * before dropping: the pong that came in time is read first (docs/0035).
@@ -136,7 +137,10 @@ struct wsconn {
 	 * when reading resumes or after its turn (ws_yield); otherwise to end
 	 * (an abort, or the close handshake done). */
 	LIST_ENTRY(wsconn) soon_link;
-	uint64_t heard_ms;                /* the wheel's time when last read */
+	/* The wheel's time (twheel_now: its last tick, not a clock read) of
+	 * the last read callback, or of wsconn_new (the upgrade request was
+	 * the peer's last word then); wsface_heard_ms answers it. */
+	uint64_t heard_ms;
 	enum ws_state state;
 	size_t max_message;
 	size_t max_queue;                 /* output cap: more and the peer is dropped */
@@ -1259,8 +1263,8 @@ ws_pause_reading(struct wsface *f, int paused)
 		return;
 	}
 	bufferevent_enable(c->bev, EV_READ);
-	/* The keepalive's clock waited while reading was off. */
-	c->heard_ms = twheel_now(&c->set->wheel);
+	/* The keepalive's clock waited while reading was off: it starts again
+	 * from now.  heard_ms stays the last read's (nothing was heard). */
 	ws_due_in(c, c->pinged ? c->ping_timeout_ms : c->ping_interval_ms);
 	/* Messages already buffered, or records OpenSSL read ahead, get no
 	 * read event of their own: from the loop, not inside this call. */
@@ -1339,6 +1343,13 @@ ws_input_pending(const struct wsface *f)
 	return ws_has_input(of_face_const(f));
 }
 
+/* wsface_heard_ms: the last read callback's time (ws_read_cb), a load. */
+static int64_t
+ws_heard_ms(const struct wsface *f)
+{
+	return (int64_t)of_face_const(f)->heard_ms;
+}
+
 /* What a face its owner let go of hears: nothing. */
 static const struct wsface_handlers ws_unheard = { 0 };
 
@@ -1367,6 +1378,7 @@ static const struct wsface_ops ws_ops = {
 	.free = ws_free,
 	.peer = ws_peer,
 	.input_pending = ws_input_pending,
+	.heard_ms = ws_heard_ms,
 };
 
 struct wsface *

@@ -15,6 +15,9 @@
  * the close handshake: the turns go on, dropping data, until the peer's
  * close frame (a closing connection's turn used to end it, cut).  A PING
  * that finds the output full is answered once it drains, behind it.
+ * wsface_heard_ms answers the wheel's time of the last read that brought
+ * the peer's bytes, a partial frame too; silence, pausing and resuming
+ * leave it where it was.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +33,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "runtime.h"
 #include "wsconn.h"
 #include "wsface.h"
 
@@ -499,6 +503,83 @@ test_pong_owed_at_the_end(void **state)
 	event_base_free(base);
 }
 
+/*
+ * The accepted side answers wsface_heard_ms (wsface.h): the face's making
+ * first (the upgrade request was the peer's last word), then the wheel's
+ * time of each read callback, a frame's first half included.  The loop
+ * runs with nothing to read past a few of the wheel's ticks: silence does
+ * not move it, nor does pausing and resuming the reading; the half frame
+ * read after that moves it to the wheel's time then, which is at least
+ * the last tick's.
+ */
+static void
+test_heard_ms_moves_with_reads(void **state)
+{
+	static const uint8_t mask[4] = { 0xa1, 0xb2, 0xc3, 0xd4 };
+	uint8_t frame[4 + 4 + 1000];
+	struct split sp = { .len = 0 };
+	struct event_base *base = event_base_new();
+	struct wsconn_set *set;
+	struct bufferevent *bev;
+	struct wsface *f;
+	struct wsconn *c;
+	int64_t made, quiet_until, heard;
+	int ws[2];
+
+	(void)state;
+	assert_non_null(base);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, ws), 0);
+	frame[0] = 0x82;               /* FIN, binary */
+	frame[1] = 0x80 | 126;         /* masked, 16-bit length */
+	frame[2] = 1000 >> 8;
+	frame[3] = 1000 & 0xff;
+	memcpy(frame + 4, mask, 4);
+	for (size_t i = 0; i < 1000; i++)
+		frame[8 + i] = (uint8_t)i ^ mask[i % 4];
+
+	assert_non_null(set = wsconn_set_new(base, 10));
+	bev = bufferevent_socket_new(base, ws[0], BEV_OPT_CLOSE_ON_FREE);
+	assert_non_null(bev);
+	assert_non_null(c = wsconn_new(set, bev, "heard", &split_handlers, &sp));
+	f = wsconn_face(c);
+	made = wsface_heard_ms(f);
+	assert_true(made > 0);
+	assert_true(made <= runtime_monotonic_ms());
+
+	/* Silence: the wheel ticks (every 10 ms, the only event) past
+	 * made + 30, then once more, so its time is at least that. */
+	quiet_until = made + 30;
+	while (runtime_monotonic_ms() < quiet_until)
+		assert_true(event_base_loop(base, EVLOOP_ONCE) >= 0);
+	assert_true(event_base_loop(base, EVLOOP_ONCE) >= 0);
+	assert_int_equal(wsface_heard_ms(f), made);
+	/* Not reading, then reading again, is not hearing. */
+	wsface_pause_reading(f, 1);
+	run_ready(base);
+	wsface_pause_reading(f, 0);
+	run_ready(base);
+	assert_int_equal(wsface_heard_ms(f), made);
+
+	/* Half a frame: heard, though no message is whole. */
+	assert_int_equal(write(ws[1], frame, 500), 500);
+	run_ready(base);
+	assert_int_equal(sp.messages, 0);
+	heard = wsface_heard_ms(f);
+	assert_true(heard >= quiet_until);
+	assert_true(heard <= runtime_monotonic_ms());
+	/* The rest: the message arrives whole. */
+	assert_int_equal(write(ws[1], frame + 500, sizeof(frame) - 500),
+	    (ssize_t)(sizeof(frame) - 500));
+	run_ready(base);
+	assert_int_equal(sp.messages, 1);
+	assert_true(wsface_heard_ms(f) >= heard);
+	assert_false(sp.closed);
+
+	wsconn_set_free(set);
+	close(ws[1]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -508,6 +589,7 @@ main(void)
 		cmocka_unit_test(test_split_frame_plain),
 		cmocka_unit_test(test_pong_owed_until_drained),
 		cmocka_unit_test(test_pong_owed_at_the_end),
+		cmocka_unit_test(test_heard_ms_moves_with_reads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
