@@ -55,6 +55,9 @@
 # agent's Ir per request, all its threads.  With BENCH_SYSCALLS=1 the
 # agent runs bare and perf stat (raw_syscalls:sys_enter, task-clock)
 # counts its system calls and CPU per request over the window.
+# BENCH_SERVICE_TOKEN=1 joins the node with --service-token kube-api=FILE
+# as well (k8s_proxy.sh's tether-token path, docs/0007): the agent puts
+# the node's token on every request head (the head filter, dialer.c).
 #
 # usage: bash tests/bench/k8s_instructions.sh TAG=BINDIR [TAG=BINDIR...]
 #   BINDIR holds tether-gateway, tether-client and tetherctl (a release
@@ -71,6 +74,9 @@ WORKERS=${BENCH_WORKERS:-1}
 [[ $WORKERS == 1 || $WORKERS == 2 ]] || fail "BENCH_WORKERS is 1 or 2"
 SYSCALLS=${BENCH_SYSCALLS:-0}
 PROFILE=${BENCH_PROFILE:-gateway}
+SVC_TOKEN=${BENCH_SERVICE_TOKEN:-0}
+[[ $SVC_TOKEN == 0 || $SVC_TOKEN == 1 ]] || fail "BENCH_SERVICE_TOKEN is 0 or 1"
+[[ $SVC_TOKEN == 0 || $WORKERS == 1 ]] || fail "BENCH_SERVICE_TOKEN=1 needs BENCH_WORKERS=1"
 [[ $PROFILE == gateway || $PROFILE == agent ]] || fail "BENCH_PROFILE is gateway or agent"
 [[ $PROFILE == gateway || $WORKERS == 1 ]] || fail "BENCH_PROFILE=agent needs BENCH_WORKERS=1"
 [[ $SYSCALLS == 0 || $WORKERS == 2 || $PROFILE == agent ]] ||
@@ -89,7 +95,11 @@ wait_until 10 "nginx listening" bash -c "(exec 3<>/dev/tcp/127.0.0.1/$web_port)"
 # measure TAG BINDIR: prints "TAG Ir/request" and the totals.
 measure() {
 	local tag=$1 bin=$2 cg="$T/$1.cg" tok cid url ir p
-	local -a curls=()
+	local -a curls=() svc=(--service "kube-api=http://127.0.0.1:$web_port")
+	if [ "$SVC_TOKEN" = 1 ]; then
+		printf 'bench-node-token-%s\n' "$RANDOM$RANDOM" >"$T/node-$tag.token"
+		svc+=(--service-token "kube-api=$T/node-$tag.token")
+	fi
 	GATEWAY=$bin/tether-gateway CLIENT=$bin/tether-client CTL=$bin/tetherctl
 	for f in "$GATEWAY" "$CLIENT" "$CTL"; do [ -x "$f" ] || fail "$tag: no $f"; done
 	GW_PORT=$(free_port)
@@ -108,7 +118,7 @@ measure() {
 	wait_until 120 "$tag: the gateway ready" gateway_ready
 	cid=$(cluster_create "bench-$tag")
 	ctl token create --cluster "$cid" >"$T/join-$tag.json"
-	join_node "node-$tag" "$T/join-$tag.json" --service "kube-api=http://127.0.0.1:$web_port" >/dev/null
+	join_node "node-$tag" "$T/join-$tag.json" "${svc[@]}" >/dev/null
 	# valgrind runs the agent in its own process: CLIENT_PID is the agent's.
 	"${agtool[@]}" "$CLIENT" run --state-dir "$T/node-$tag" >>"$T/client-node-$tag.log" 2>&1 &
 	CLIENT_PID=$!
@@ -274,6 +284,8 @@ if [ "$SYSCALLS" = 1 ]; then
 else
 	echo "The $PROFILE's instructions per /k8s request (callgrind; --workers 1, $CONNS keep-alive connections x $REQS requests)"
 fi
+[ "$SVC_TOKEN" = 0 ] || echo "(the node joined with --service-token kube-api=FILE: the node's token on every request)"
+
 for arg in "$@"; do
 	[[ $arg == *=* ]] || fail "not TAG=BINDIR: $arg"
 	measure "${arg%%=*}" "${arg#*=}"
