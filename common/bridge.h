@@ -64,10 +64,13 @@ int bridge_pending(const struct bridge *b);
  * head is held (at most max bytes of it) until fn finds it whole, and what
  * fn returns is written to the socket in its place; the body after it
  * passes through the tail filter unchanged.
- * Credit for a head's held bytes goes back to the peer once its rewrite
- * has left the socket's output buffer (at most BRIDGE_HEADS_MAX rewritten
- * heads may wait there; one more resets the stream
- * "too_many_requests_waiting"), so flow control stays exact.
+ * What one DATA frame yields (rewritten heads, body bytes) goes to a bare
+ * socket with nothing queued in one sendmsg(2), and what it takes is
+ * credited at once; the rest waits in the output buffer.  Credit for a
+ * head's bytes goes back to the peer once all of its rewrite has left for
+ * the socket (at most BRIDGE_HEADS_MAX rewritten heads may wait in the
+ * output; one more resets the stream "too_many_requests_waiting"), so
+ * flow control stays exact.
  *   fn(buf, len, ...) returns 1 with *used (the head's length in buf) and
  *   *out and *outlen (malloc'd; the bridge wipes and frees it), 0 when buf does
  *   not hold a whole head yet, -1 with *code to reset the stream.
@@ -79,7 +82,7 @@ int bridge_pending(const struct bridge *b);
  *   returns how many of them belong to the message (<= len) and sets
  *   *done when the message ended with them: the next bytes are a new head.
  *   Fewer than len without *done resets the stream with *code once those
- *   have been written.
+ *   (and what came before them) have been handed to the socket.
  */
 #define BRIDGE_HEADS_MAX 8   /* rewritten heads waiting in the output */
 typedef int bridge_head_fn(const uint8_t *buf, size_t len, size_t *used,
