@@ -109,6 +109,23 @@ struct http_lines {
 int http_head_check_lines(const char *head, size_t len, struct http_framing *f,
     struct http_lines *lines, const char **why);
 
+/*
+ * http_head_set_bearer's rewrite, byte for byte, of a head that
+ * http_head_check_lines accepted (exactly len bytes; lines: what it found),
+ * read from the line table: no second pass for line ends, names and
+ * colons.  token (toklen bytes) must be one that http_token_valid
+ * accepted: it is not checked again (a caller that sends the same token
+ * on every request checks it once).  Returns 0 with *out (malloc'd, caller
+ * frees; *outlen bytes), or -1 with *out NULL where http_head_set_bearer
+ * refuses too (an empty line before the request line, a request line
+ * without a space or starting with a space or tab), when lines->more is
+ * set (the caller uses http_head_set_bearer), or on no memory.  Costs one
+ * look at each header line's name and a copy of the head.
+ */
+int http_head_set_bearer_lines(const char *head, size_t len,
+    const struct http_lines *lines, const char *token, size_t toklen,
+    char **out, size_t *outlen);
+
 /* What follows an answer's head (http_answer_body). */
 enum http_answer_kind {
 	HTTP_ANSWER_REFUSED,    /* framed against RFC 9110: not passed on */

@@ -15,7 +15,9 @@
  * And http_head_check_lines, on a head the check accepts, accepts it too,
  * with the same framing, and indexes its header lines as a plain scan of
  * the head finds them (each line's start, its first colon, its CR; the
- * first HTTP_LINES_MAX of them, and `more` past that).
+ * first HTTP_LINES_MAX of them, and `more` past that).  The agent's bearer
+ * rewrite from that index (http_head_set_bearer_lines) answers as the one
+ * that reads the head (http_head_set_bearer), byte for byte.
  *
  * The input's first byte picks the head length cut: all of it, or up to
  * its first empty line.  In the second case the bytes after the head are a
@@ -75,6 +77,18 @@ check_lines(const char *head, size_t len, const struct http_framing *f)
 	}
 	check(lines.n == (i < HTTP_LINES_MAX ? i : HTTP_LINES_MAX));
 	check(lines.more == (i > HTTP_LINES_MAX));
+	if (!lines.more) {
+		char *a = NULL, *b = NULL;
+		size_t alen = 0, blen = 0;
+		int ra = http_head_set_bearer(head, len, "tok", &a, &alen);
+		int rb = http_head_set_bearer_lines(head, len, &lines, "tok", 3, &b,
+		    &blen);
+
+		check(ra == rb && alen == blen &&
+		    (ra != 0 || memcmp(a, b, alen) == 0));
+		free(a);
+		free(b);
+	}
 }
 
 struct seen {

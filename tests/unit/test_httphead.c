@@ -4,7 +4,9 @@
  * replaced by the node's bearer token, never duplicated, Connection and
  * Keep-Alive dropped (`Connection: close` again only when the head asked
  * to close, `Upgrade, close` for an upgrade), and everything else is kept
- * byte for byte; malformed heads and bad tokens are refused.  The framing rules of
+ * byte for byte; malformed heads and bad tokens are refused; the rewrite
+ * from http_head_check_lines' table answers as the one that reads the
+ * head, wherever the check accepts it.  The framing rules of
  * http_head_check: every ambiguous head is refused with its reason.  What
  * follows an answer head (http_answer_body): nothing after a 1xx, 204, 304
  * or an answer to HEAD; a 1xx or 204 that names a length or chunks, and a
@@ -26,6 +28,41 @@
 #define TOKEN "node-secret-123"
 #define CLOSE "Connection: close\r\n"
 
+/* Where http_head_check_lines accepts head (len bytes), with a valid
+ * token: http_head_set_bearer_lines answers as http_head_set_bearer does,
+ * byte for byte (the agent's rewrite reads the check's line table). */
+static void
+check_lines_rewrite_agrees(const char *head, size_t len, const char *token)
+{
+	struct http_framing f;
+	static struct http_lines lines;
+	const char *why;
+	char *a = NULL, *b = (char *)0x1;
+	size_t alen = 0, blen = 99;
+	int ra, rb;
+
+	if (head == NULL || token == NULL || !http_token_valid(token, strlen(token)) ||
+	    http_head_check_lines(head, len, &f, &lines, &why) != 0)
+		return;
+	ra = http_head_set_bearer(head, len, token, &a, &alen);
+	rb = http_head_set_bearer_lines(head, len, &lines, token, strlen(token),
+	    &b, &blen);
+	if (lines.more) {
+		assert_int_equal(rb, -1);
+	} else {
+		assert_int_equal(rb, ra);
+	}
+	if (rb == 0) {
+		assert_int_equal(blen, alen);
+		assert_memory_equal(b, a, alen);
+	} else {
+		assert_null(b);
+		assert_int_equal(blen, 0);
+	}
+	free(a);
+	free(b);
+}
+
 /* Rewrites head (a C string) with token and checks the result is want. */
 static void
 check_rewrite_with(const char *head, const char *token, const char *want)
@@ -39,6 +76,7 @@ check_rewrite_with(const char *head, const char *token, const char *want)
 	assert_int_equal(outlen, strlen(want));
 	assert_memory_equal(out, want, outlen);
 	free(out);
+	check_lines_rewrite_agrees(head, strlen(head), token);
 }
 
 static void
@@ -56,6 +94,7 @@ check_refused(const char *head, size_t len, const char *token)
 	assert_int_equal(http_head_set_bearer(head, len, token, &out, &outlen), -1);
 	assert_null(out);
 	assert_int_equal(outlen, 0);
+	check_lines_rewrite_agrees(head, len, token);
 }
 
 /* ---- http_head_length ---- */
@@ -73,6 +112,57 @@ test_length_finds_the_empty_line(void **state)
 	for (size_t i = 0; i < strlen(h) - 4; i++)
 		assert_int_equal(http_head_length(h, i), 0);
 	assert_int_equal(http_head_length("", 0), 0);
+}
+
+/* The scan http_head_length made before it looked from one LF to the
+ * next with memchr: the first LF that an LF or a CRLF follows. */
+static size_t
+length_by_bytes(const char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (buf[i] != '\n')
+			continue;
+		if (i + 1 < len && buf[i + 1] == '\n')
+			return i + 2;
+		if (i + 2 < len && buf[i + 1] == '\r' && buf[i + 2] == '\n')
+			return i + 3;
+	}
+	return 0;
+}
+
+/* Every string of up to 8 bytes over CR, LF, 'a' and NUL, and longer
+ * pseudo-random ones: the same end as the byte-by-byte scan. */
+static void
+test_length_agrees_with_a_byte_scan(void **state)
+{
+	static const char alpha[] = { '\r', '\n', 'a', '\0' };
+	char buf[300];
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	for (size_t len = 0; len <= 8; len++) {
+		for (size_t code = 0; code < ((size_t)1 << (2 * len)); code++) {
+			for (size_t i = 0; i < len; i++)
+				buf[i] = alpha[(code >> (2 * i)) & 3];
+			assert_int_equal(http_head_length(buf, len), length_by_bytes(buf, len));
+		}
+	}
+	for (int round = 0; round < 20000; round++) {
+		size_t len;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		len = (size_t)(x % sizeof(buf));
+		for (size_t i = 0; i < len; i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			/* Mostly text, a line end every ~10 bytes. */
+			buf[i] = x % 10 == 0 ? '\n' : x % 10 == 1 ? '\r' : 'x';
+		}
+		assert_int_equal(http_head_length(buf, len), length_by_bytes(buf, len));
+	}
 }
 
 /* ---- http_token_valid ---- */
@@ -275,6 +365,45 @@ test_connection_dropped_close_only_when_asked(void **state)
 	    "Content-Length: 3\r\n\r\n",
 	    "POST /x HTTP/1.1\r\nupgrade: x\r\nContent-Length: 3\r\n"
 	    "Authorization: Bearer " TOKEN "\r\nConnection: Upgrade, close\r\n\r\n");
+}
+
+/* http_head_set_bearer_lines on heads the check accepts and the byte
+ * rewrite refuses (an empty line before the request line, a request line
+ * without a space or led by a space), on the most header lines the table
+ * holds and one more (the caller's fallback), and on a head whose every
+ * line is dropped: the same answers as http_head_set_bearer. */
+static void
+test_lines_rewrite_agrees_at_the_edges(void **state)
+{
+	static const char *heads[] = {
+		"\r\nGET / HTTP/1.1\r\nHost: k\r\n\r\n",
+		"\r\nGET / HTTP/1.1\r\n\r\n",
+		"GET\r\nHost: k\r\n\r\n",
+		"GET\r\n\r\n",
+		" GET / HTTP/1.1\r\n\r\n",
+		"\tGET / HTTP/1.1\r\nA: b\r\n\r\n",
+		"G /\r\n\r\n",
+		"GET / HTTP/1.1\r\nAuthorization: a\r\nConnection: close\r\n"
+		    "Keep-Alive: 5\r\n\r\n",
+		"GET / HTTP/1.1\r\nUpgrade: x\r\nauthorization: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nConnection:\r\nConnection: ,close,\r\nX: y\r\n\r\n",
+	};
+	char *big = malloc(16384);
+	size_t n;
+
+	(void)state;
+	assert_non_null(big);
+	for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++)
+		check_lines_rewrite_agrees(heads[i], strlen(heads[i]), TOKEN);
+	for (int lines = HTTP_LINES_MAX - 1; lines <= HTTP_LINES_MAX + 1; lines++) {
+		n = (size_t)snprintf(big, 64, "GET / HTTP/1.1\r\n");
+		for (int i = 0; i < lines; i++)
+			n += (size_t)snprintf(big + n, 64, i % 3 == 0 ?
+			    "Authorization: t%d\r\n" : "X-%d: v\r\n", i);
+		n += (size_t)snprintf(big + n, 64, "\r\n");
+		check_lines_rewrite_agrees(big, n, TOKEN);
+	}
+	free(big);
 }
 
 /* ---- http_head_check ---- */
@@ -681,6 +810,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_length_finds_the_empty_line),
+		cmocka_unit_test(test_length_agrees_with_a_byte_scan),
 		cmocka_unit_test(test_token_validity),
 		cmocka_unit_test(test_no_authorization_adds_one_before_the_empty_line),
 		cmocka_unit_test(test_request_line_only),
@@ -695,6 +825,7 @@ main(void)
 		cmocka_unit_test(test_bad_tokens_refused),
 		cmocka_unit_test(test_long_token_and_head),
 		cmocka_unit_test(test_connection_dropped_close_only_when_asked),
+		cmocka_unit_test(test_lines_rewrite_agrees_at_the_edges),
 		cmocka_unit_test(test_check_accepts_one_framing),
 		cmocka_unit_test(test_check_lines_index),
 		cmocka_unit_test(test_check_refuses_ambiguous_heads),
