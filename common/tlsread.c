@@ -629,10 +629,12 @@ read_records(struct bufferevent *bev, SSL *ssl, struct tls_rbatch *t,
 /*
  * The read event of a TLS bufferevent with our read BIO (sock_read_install),
  * in place of libevent's own callback.  A socket event that brings records
- * decrypts them into the input here and runs the read callback as
- * libevent's read does (bufferevent_trigger: deferred if the bufferevent
- * defers, after the low-water mark), without what libevent's read adds to
- * every wake: an ERR_clear_error before its SSL_read (~840 instructions in
+ * decrypts them into the input here and runs the read callback (once the
+ * input reaches its low-water mark) at once, as libevent's read runs it
+ * for a bufferevent that does not defer its callbacks (one that does
+ * defers it to a later callback of the same loop pass: ~350 instructions
+ * a read for nothing, since this is the loop's own callback, not a caller
+ * that queued bytes), without what libevent's read adds to every wake: an ERR_clear_error before its SSL_read (~840 instructions in
  * OpenSSL 3), room for the whole high-water mark (a 32 KiB chain and a
  * 64 KiB one: room is sized to the records read, rbatch_plain_max), and
  * its bookkeeping.  Everything else is libevent's own callback's, called
@@ -658,8 +660,10 @@ sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct bufferevent *bev = arg;
 	SSL *ssl = bufferevent_openssl_get_ssl(bev);
 	struct tls_rbatch *t = ssl != NULL ? rbatch_of(ssl) : NULL;
-	size_t high = 0, len, most;
+	size_t low = 0, high = 0, len, most, added;
 	ev_ssize_t single;
+	bufferevent_data_cb readcb = NULL;
+	void *cbarg = NULL;
 
 	if (t == NULL || t->bev_read_cb == NULL) {
 		/* Cannot be (the BIO is ours while the SSL lives, and the
@@ -668,7 +672,7 @@ sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (what == EV_TIMEOUT || t->ended || SSL_in_init(ssl) ||
 	    !(bufferevent_get_enabled(bev) & EV_READ) ||
-	    bufferevent_getwatermark(bev, EV_READ, NULL, &high) != 0 ||
+	    bufferevent_getwatermark(bev, EV_READ, &low, &high) != 0 ||
 	    ((len = evbuffer_get_length(bufferevent_get_input(bev))) >= high &&
 	    high != 0)) {
 		t->bev_read_cb(fd, what, arg);
@@ -699,11 +703,25 @@ sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	single = bufferevent_get_max_single_read(bev);
 	if (single > 0 && (size_t)single < most)
 		most = (size_t)single;
-	if (read_records(bev, ssl, t, len + most, 0, 1) > 0)
-		bufferevent_trigger(bev, EV_READ, 0);
-	/* t lives as long as the SSL, which bev's reference keeps. */
-	if (t->ended)
+	added = read_records(bev, ssl, t, len + most, 0, 1);
+	if (t->ended) {
+		/* The data first (deferred, as libevent's read runs it), then
+		 * libevent's read meets the end and reports it.  t lives as
+		 * long as the SSL, which bev's reference keeps. */
+		if (added > 0)
+			bufferevent_trigger(bev, EV_READ, 0);
 		t->bev_read_cb(fd, EV_READ, arg);
+	} else if (added > 0 && len + added >= low) {
+		/* The read callback now, as a bufferevent that does not defer
+		 * runs it from its read: we are the loop's own callback, not
+		 * inside a caller that queued bytes (BEV_OPT_DEFER_CALLBACKS'
+		 * reason), and bev's reference is held until it returns (it
+		 * may free bev).  Deferred, it cost a schedule and a dispatch
+		 * of the deferred callback (~350 instructions a read). */
+		bufferevent_getcb(bev, &readcb, NULL, NULL, &cbarg);
+		if (readcb != NULL)
+			readcb(bev, cbarg);
+	}
 	bufferevent_unlock(bev);
 	bufferevent_decref(bev);
 }

@@ -36,8 +36,11 @@ int tls_read_held(struct bufferevent *bev);
  * the socket (OpenSSL's read-ahead on a filter).  On an open connection
  * (handshake done) the socket event's read is ours too: records are
  * decrypted into the input (as much as libevent's read would take: up to
- * the read high-water mark, else 4 KiB, at most max_single_read) and the read callback runs as libevent's read runs it, without
- * libevent's ERR_clear_error per wake, into room sized to the records
+ * the read high-water mark, else 4 KiB, at most max_single_read) and the
+ * read callback runs at once, as libevent's read runs it for a
+ * bufferevent that does not defer its callbacks (even if this one does:
+ * the socket event's callback is the loop's own, not a caller that queued
+ * bytes), without libevent's ERR_clear_error per wake, into room sized to the records
  * read (libevent 2.1 has no call for it: bufferevent_struct.h's ev_read
  * gets our callback, its argument left as it is).  A timeout, a read not
  * enabled, an input at its mark, a handshake, an end (EOF, close_notify,

@@ -88,6 +88,10 @@ struct reader {
 	size_t len;
 	int calls;
 	short events;           /* what the event callback heard */
+	struct event_base *base;
+	int in_event;           /* the last read callback ran inside an event's
+	                           callback (not a deferred one) */
+	int free_in_cb;         /* the read callback frees the bufferevent */
 };
 
 static void
@@ -110,6 +114,13 @@ reader_cb(struct bufferevent *bev, void *arg)
 
 	(void)bev;
 	r->calls++;
+	if (r->base != NULL)
+		r->in_event = event_base_get_running_event(r->base) != NULL;
+	if (r->free_in_cb) {
+		bufferevent_free(r->bev);
+		r->bev = NULL;
+		return;
+	}
 	take_input(r);
 	/* As wsconn and wsturn do: the rest of what the socket gave. */
 	tls_read_available(r->bev, 1u << 20);
@@ -138,7 +149,7 @@ send_and_pass(SSL *writer, struct event_base *base, const char *msg)
 /* A handshake done over a socket pair (fd[0] the writer's, fd[1] the
  * reader's), then the reader's bufferevent with the read-ahead BIO. */
 static SSL *
-pair_open(struct reader *r, struct event_base *base, int fd[2])
+pair_open_opts(struct reader *r, struct event_base *base, int fd[2], int options)
 {
 	SSL *c, *s;
 	int cdone = 0, sdone = 0;
@@ -159,11 +170,17 @@ pair_open(struct reader *r, struct event_base *base, int fd[2])
 	assert_true(cdone && sdone);
 
 	assert_non_null(r->bev = bufferevent_openssl_socket_new(base, fd[1], s,
-	    BUFFEREVENT_SSL_OPEN, BEV_OPT_CLOSE_ON_FREE));
+	    BUFFEREVENT_SSL_OPEN, options));
 	tls_read_ahead(r->bev);
 	bufferevent_setcb(r->bev, reader_cb, NULL, reader_event_cb, r);
 	assert_int_equal(bufferevent_enable(r->bev, EV_READ), 0);
 	return c;
+}
+
+static SSL *
+pair_open(struct reader *r, struct event_base *base, int fd[2])
+{
+	return pair_open_opts(r, base, fd, BEV_OPT_CLOSE_ON_FREE);
 }
 
 static void
@@ -665,6 +682,53 @@ test_read_timeout_reported(void **state)
 	event_base_free(base);
 }
 
+/* A bufferevent that defers its callbacks (the gateway's) still has its
+ * read callback run from the socket event's callback, at once, once the
+ * input reaches the low-water mark; a callback that frees the
+ * bufferevent there is safe (ASan). */
+static void
+test_deferring_bufferevent_reads_in_the_socket_event(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open_opts(&r, base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+	r.base = base;
+
+	send_and_pass(c, base, "one");
+	assert_string_equal(r.got, "one");
+	assert_int_equal(r.calls, 1);
+	/* Run inside the socket's read event, not as a deferred callback
+	 * (which libevent runs as no event: NULL). */
+	assert_true(r.in_event);
+
+	/* Below the low-water mark: read, no callback; at it: the callback. */
+	bufferevent_setwatermark(r.bev, EV_READ, 8, 0);
+	send_and_pass(c, base, "abc");
+	assert_int_equal(r.calls, 1);
+	assert_int_equal(evbuffer_get_length(bufferevent_get_input(r.bev)), 3);
+	send_and_pass(c, base, "defgh");
+	assert_int_equal(r.calls, 2);
+	assert_true(r.in_event);
+	assert_string_equal(r.got, "oneabcdefgh");
+
+	/* Freed by its own read callback, inside the socket event. */
+	bufferevent_setwatermark(r.bev, EV_READ, 0, 0);
+	r.free_in_cb = 1;
+	send_and_pass(c, base, "bye");
+	assert_int_equal(r.calls, 3);
+	assert_null(r.bev);
+	assert_true(event_base_loop(base, EVLOOP_NONBLOCK) >= 0);
+
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -682,6 +746,7 @@ main(void)
 		cmocka_unit_test(test_socket_error_is_an_error),
 		cmocka_unit_test(test_watermark_and_disable_hold),
 		cmocka_unit_test(test_read_timeout_reported),
+		cmocka_unit_test(test_deferring_bufferevent_reads_in_the_socket_event),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
