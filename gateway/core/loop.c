@@ -440,6 +440,16 @@ loop_gather(struct loop *loops, unsigned n, struct loop *home,
 	return 0;
 }
 
+void
+loop_counts_put(struct loop *conns, struct loop *tunnel)
+{
+	if (conns != NULL)
+		atomic_fetch_sub_explicit(&conns->nconns, 1, memory_order_relaxed);
+	if (tunnel != NULL)
+		atomic_fetch_sub_explicit(&tunnel->tunnel_side, 1,
+		    memory_order_relaxed);
+}
+
 double
 loop_cpu_seconds(const struct loop *l)
 {

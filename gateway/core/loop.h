@@ -79,17 +79,29 @@ struct loop {
 	                                 began to wait; 0: none waits here */
 	atomic_uint ntunnels;         /* established tunnels here (its hub) */
 	atomic_uint nhandshakes;      /* tunnel handshakes under way here */
-	atomic_uint nconns;           /* HTTP connections living here (server.c's
-	                                 hconns, and those sent here not yet
-	                                 arrived): the landing's guard
-	                                 (access_land_loop) reads it */
+	/* The landing's two counts (docs/0040 step 8; access_land_loop
+	 * reads them, relaxed, from any loop).  One owner per
+	 * counted connection at a time, which gives its places back exactly
+	 * once, at its end, with loop_counts_put: server.c counts a connection
+	 * from its landing (or its hconn_new), carries the places through the
+	 * handshake job, the adopt record and the hconn, and gives them back
+	 * in hconn_free or the path that closes it before it is a hconn; a
+	 * dial's connection (a route with keeps_counts) hands them to its
+	 * wsconn at its 101 (wsconn_keep_counts), which gives them back when
+	 * it ends (ws_finish), so a tetherctl connect or forward is counted
+	 * for as long as it lives ("Built: the counts follow the dial").  A
+	 * tunnel's or a replica's link's 101 gives them back (ntunnels counts
+	 * tunnels).  Cost: one relaxed add at the landing, one relaxed sub at
+	 * the end, per count; no lock. */
+	atomic_uint nconns;           /* connections living here: server.c's
+	                                 hconns, those sent here not yet
+	                                 arrived, and dials' WebSockets after
+	                                 their 101: the client side */
 	atomic_uint tunnel_side;      /* operator connections, on any loop,
-	                                 whose requests' tunnel side runs here
+	                                 whose streams' tunnel side runs here
 	                                 (their agent's tunnel is here), as
 	                                 --landing any weighed them when they
-	                                 landed: server.c counts each from its
-	                                 landing to its end; access_land_loop
-	                                 reads it (docs/0040 step 8) */
+	                                 landed */
 	/* Streams and access (docs/0040 step 6: livestreams.c, access.c):
 	 * loops 1..n-1's own, used on their thread only.  Loop 0's are the
 	 * gateway's (gw->live_streams, gw->access_cache), as gw->base is
@@ -174,6 +186,12 @@ int loop_gather(struct loop *loops, unsigned n, struct loop *home,
  * inbox closes (what comes after is dropped) and its thread returns;
  * loops_stop joins it.  Any thread.  Cost: one loop_call. */
 void loop_stop(struct loop *l);
+
+/* Gives back one connection's places in the landing's counts (see
+ * nconns): one in conns->nconns and one in tunnel->tunnel_side (either
+ * NULL: none there).  By the connection's one owner, once, at its end;
+ * any thread.  Cost: a relaxed atomic sub per count. */
+void loop_counts_put(struct loop *conns, struct loop *tunnel);
 
 /* CPU seconds loop l's thread used since it started; any thread.  0 when
  * it cannot be read. */

@@ -108,7 +108,7 @@ static struct prom_metric loop_tunnels = {
 };
 static struct prom_metric loop_conns = {
 	.name = "tether_loop_connections", .kind = PROM_GAUGE,
-	.help = "HTTP connections each event loop holds (--workers), those sent there not yet arrived included; one that becomes a WebSocket (a tunnel, a tetherctl forward) leaves the count. The client side --landing weighs.",
+	.help = "HTTP connections each event loop holds (--workers), those sent there not yet arrived included, and dials (tetherctl connect, forward) until they end; a tunnel or a replica's link leaves the count at its upgrade. The client side --landing weighs.",
 	.label = "loop", .preset = no_values,
 };
 static struct prom_metric loop_tunnel_side = {

@@ -147,9 +147,9 @@ void metrics_loop(unsigned loop, uint64_t tls_handshakes, double cpu_seconds);
  * carries now.  Under metrics_lock. */
 void metrics_loop_tunnels(unsigned loop, size_t n);
 /* tether_loop_connections{loop} and tether_loop_tunnel_side_connections
- * {loop}: the HTTP connections loop holds now (loop->nconns) and the
- * operator connections whose tunnel side --landing any weighed on it
- * (loop->tunnel_side).  Under metrics_lock. */
+ * {loop}: the HTTP connections and dials loop holds now (loop->nconns)
+ * and the operator connections whose tunnel side --landing any weighed on
+ * it (loop->tunnel_side).  Under metrics_lock. */
 void metrics_loop_weights(unsigned loop, size_t connections,
     size_t tunnel_side);
 /* tether_loop_link_streams_total{from,to} and _bytes_total{from,to}: what

@@ -394,9 +394,10 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
  * agent it will reach is (the named node's, wherever it is, or an agent
  * of the cluster; access_land_loop): with --landing route on its loop, so
  * a raw dial's stream and a tetherctl forward's streams cross no loop
- * link; with any where its handshake ran (its weight could not be held:
- * it becomes a WebSocket); an unknown cluster or node, or a node given
- * twice, stays where its handshake ran (the upgrade refuses it there).
+ * link; with any where its handshake ran; an unknown cluster or node, or
+ * a node given twice, stays where its handshake ran (the upgrade refuses
+ * it there).  The route keeps_counts: a dial stays in its loop's count
+ * of connections past its 101 until it ends (route's guard counts it).
  */
 static unsigned
 dial_land_loop(struct gateway *gw, const struct route_landing *at)
@@ -412,8 +413,7 @@ dial_land_loop(struct gateway *gw, const struct route_landing *at)
 	snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
 	if ((rc = api_query_param(at->query, "node", node, sizeof(node))) == -2)
 		return at->here;
-	/* No tunnel side weighed (--landing any: it stays here): a dial
-	 * becomes a WebSocket, which leaves the counts at its 101. */
+	/* No tunnel side weighed (--landing any: it stays here). */
 	return access_land_loop(gw, cluster, rc == 0 && node[0] != '\0' ? node : NULL,
 	    at->here, NULL);
 }
@@ -423,4 +423,5 @@ const struct route dial_route = {
 	.matches = dial_matches,
 	.upgrade = dial_upgrade,
 	.land_loop = dial_land_loop,
+	.keeps_counts = 1,
 };

@@ -35,7 +35,8 @@
 /*
  * The per-loop series (docs/0040): each loop's handshakes, CPU,
  * tunnels (its `ntunnels`, an atomic its own loop keeps), connections and
- * tunnel sides (`nconns`, `tunnel_side`: atomics server.c keeps), and what each
+ * tunnel sides (`nconns`, `tunnel_side`: atomics a
+ * connection's owner keeps, loop.h), and what each
  * loop link carried (only the pairs that carried something: a family
  * shows PROM_LABELS_MAX - 1 label values apart).  Under metrics_lock.
  */

@@ -140,6 +140,13 @@ struct route {
 	 * handshake ran.  Cost: one call per landing, which must take no
 	 * long lock (O(agents of one cluster) at most, docs/0040 step 8). */
 	unsigned (*land_loop)(struct gateway *gw, const struct route_landing *at);
+	/* Its upgraded connections stay in the landing's counts (core/loop.h:
+	 * their loop's nconns, and the tunnel_side their landing weighed)
+	 * until they end, their wsconn owning the places from the 101
+	 * (wsconn_keep_counts): a dial, whose streams are the load of the
+	 * loop it lives on and of its agent's.  Unset: the places are given
+	 * back at the 101 (a tunnel, counted in ntunnels; a replica's link). */
+	int keeps_counts;
 };
 
 /* Answers for request routes.  route_respond_text copies text;

@@ -301,6 +301,11 @@ struct hconn {
 	struct loop *weighed;             /* counted in its tunnel_side (its
 	                                     landing weighed it: land_where),
 	                                     given back in hconn_free; or NULL */
+	int keeps_counts;                 /* HC_UPGRADING: its route's
+	                                     keeps_counts (a dial) */
+	int counts_handed;                /* its places in nconns and
+	                                     tunnel_side are its wsconn's now
+	                                     (wsconn_keep_counts) */
 	unsigned requests;                /* request heads read, ever */
 	int64_t tls_since_ms;             /* monotonic: when it took its slot */
 	enum conn_port port;              /* the listener it came from */
@@ -482,7 +487,7 @@ conns_count(struct server_loop *sl, int up)
 	if (up)
 		atomic_fetch_add_explicit(&sl->loop->nconns, 1, memory_order_relaxed);
 	else
-		atomic_fetch_sub_explicit(&sl->loop->nconns, 1, memory_order_relaxed);
+		loop_counts_put(sl->loop, NULL);
 }
 
 /* A landing's tunnel side given back (loop->tunnel_side; land_where
@@ -491,16 +496,15 @@ conns_count(struct server_loop *sl, int up)
 static void
 weigh_put(struct loop *weighed)
 {
-	if (weighed != NULL)
-		atomic_fetch_sub_explicit(&weighed->tunnel_side, 1,
-		    memory_order_relaxed);
+	loop_counts_put(NULL, weighed);
 }
 
 static void
 hconn_free(struct hconn *h)
 {
 	LIST_REMOVE(h, link);
-	conns_count(h->sl, 0);
+	if (!h->counts_handed)
+		conns_count(h->sl, 0);
 	weigh_put(h->weighed);
 	hconn_unowe(h);
 	hconn_drop_reply(h);
@@ -678,6 +682,13 @@ hconn_to_websocket(struct hconn *h, const char *subprotocol,
 	}
 	wsconn_set_keepalive(ws, h->srv->gw->limits.ping_interval_ms,
 	    h->srv->gw->limits.ping_timeout_ms);
+	/* A dial stays in the landing's counts until it ends (loop.h,
+	 * nconns): its wsconn owns its places from here. */
+	if (h->keeps_counts && h->sl->loop != NULL &&
+	    wsconn_keep_counts(ws, h->weighed)) {
+		h->counts_handed = 1;
+		h->weighed = NULL;
+	}
 	debug("http upgraded to WebSocket", KV_S("peer", h->peer),
 	    KV_S("subprotocol", subprotocol));
 	h->bev = NULL;        /* the wsconn's now */
@@ -836,6 +847,7 @@ hconn_route_upgrade(struct hconn *h, const struct http_request *rq)
 	if (hconn_misplaced(h, r))
 		return;
 	h->upgrade.h = h;
+	h->keeps_counts = r->keeps_counts;
 	hconn_set_state(h, HC_UPGRADING);
 	hconn_disarm(h);
 	/* Stop taking input, but keep reading up to a little so that a client
@@ -2895,6 +2907,8 @@ serve_loop_start(void *arg)
 		return;
 	}
 	wsconn_set_budget(sl->ws, &sl->srv->gw->budget);
+	if (sl->loop != NULL)
+		wsconn_set_loops(sl->ws, sl->srv->gw->loops, sl->index);
 }
 
 /* Stop, step 3 of docs/0040 section 4, on loop k's thread: its

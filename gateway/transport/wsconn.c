@@ -119,6 +119,8 @@ struct wsconn_set {
 	struct twheel wheel;
 	struct budget_slice slice;        /* what its connections hold (budget NULL: not counted) */
 	struct event *evict_ev;           /* made active when a holding is over */
+	struct loop *loops;               /* the gateway's loops, or NULL */
+	unsigned index;                   /* the set's loop: loops[index] */
 };
 
 struct ws_pong {
@@ -142,6 +144,10 @@ struct wsconn {
 	 * the peer's last word then); wsface_heard_ms answers it. */
 	uint64_t heard_ms;
 	enum ws_state state;
+	/* Its places in the landing's counts (wsconn_keep_counts), given
+	 * back in ws_finish: in its loop's nconns; in the tunnel_side of
+	 * set->loops[weighed_at - 1] (0: none).  In the padding after state. */
+	uint8_t counted, weighed_at;
 	size_t max_message;
 	size_t max_queue;                 /* output cap: more and the peer is dropped */
 	size_t low_water;
@@ -234,6 +240,10 @@ ws_finish(struct wsconn *c, int graceful)
 	if (c->state == WS_CLOSED)
 		return;
 	ws_set_state(c, WS_CLOSED);
+	if (c->counted)
+		loop_counts_put(&c->set->loops[c->set->index], c->weighed_at != 0 ?
+		    &c->set->loops[c->weighed_at - 1] : NULL);
+	c->counted = 0;
 	LIST_REMOVE(c, link);
 	twheel_cancel(&c->set->wheel, &c->due);
 	if (c->in_soon)
@@ -1197,6 +1207,25 @@ wsconn_tick_for(uint32_t interval_ms, uint32_t timeout_ms)
 	if (tick < WS_TICK_MIN_MS)
 		return WS_TICK_MIN_MS;
 	return tick > WS_TICK_MAX_MS ? WS_TICK_MAX_MS : tick;
+}
+
+int
+wsconn_keep_counts(struct wsconn *c, struct loop *tunnel)
+{
+	assert(!c->counted);
+	if (c->set->loops == NULL || c->counted)
+		return 0;
+	assert(tunnel == NULL || tunnel->index < UINT8_MAX);
+	c->counted = 1;
+	c->weighed_at = tunnel != NULL ? (uint8_t)(tunnel->index + 1) : 0;
+	return 1;
+}
+
+void
+wsconn_set_loops(struct wsconn_set *all, struct loop *loops, unsigned index)
+{
+	all->loops = loops;
+	all->index = index;
 }
 
 struct wsconn_set *

@@ -56,6 +56,12 @@ struct wsconn_set *wsconn_set_new(struct event_base *base, uint32_t tick_ms);
  * any connection; b outlives the set.  Without it nothing is counted. */
 struct budget;
 void wsconn_set_budget(struct wsconn_set *all, struct budget *b);
+/* The set's connections live on loops[index] of the gateway's loops
+ * (core/loop.h), where wsconn_keep_counts counts them.  Once, before any
+ * connection; loops outlive the set.  Without it nothing is counted. */
+struct loop;
+void wsconn_set_loops(struct wsconn_set *all, struct loop *loops,
+    unsigned index);
 /* The tick for keepalives of interval_ms and timeout_ms: an eighth of the
  * shorter one, within 10..250 ms. */
 uint32_t wsconn_tick_for(uint32_t interval_ms, uint32_t timeout_ms);
@@ -73,5 +79,18 @@ void wsconn_set_free(struct wsconn_set *all);
  */
 struct wsconn *wsconn_new(struct wsconn_set *all, struct bufferevent *bev,
     const char *peer, const struct wsface_handlers *h, void *arg);
+
+/*
+ * A dial's connection past its 101 (docs/0040 step 8, "Built: the counts
+ * follow the dial"): c becomes the one owner of its places in the
+ * landing's counts (loop.h, nconns): one in its set's loop's nconns and,
+ * when tunnel is not NULL (one of the same loops), one in
+ * tunnel->tunnel_side, and gives them back once, when it ends (before
+ * on_close).  Returns 1, or 0 when the set has no loops
+ * (wsconn_set_loops): then the caller still holds its places.  At most
+ * once per connection, just after wsconn_new.  O(1); no memory (two bytes
+ * of the struct's padding).
+ */
+int wsconn_keep_counts(struct wsconn *c, struct loop *tunnel);
 
 #endif
