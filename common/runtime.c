@@ -17,6 +17,7 @@
 #include <openssl/crypto.h>
 
 #include "log.h"
+#include "tlswrite.h"
 
 /* jansson's blocks hold what requests and answers carry (tokens, join
  * documents, kubeconfigs): every one is wiped before it is freed.  Cost: a
@@ -123,10 +124,14 @@ audit_flush_cb(evutil_socket_t fd, short what, void *arg)
 	log_audit_flush();
 }
 
+/* A line is held with none before it: written at the end of this pass,
+ * with the pass's flush of TLS records when one is scheduled (one event
+ * for both), else by the audit's own. */
 static void
 audit_first_held(void *arg)
 {
-	event_active(arg, EV_TIMEOUT, 0);
+	if (!tls_write_after_flush(event_get_base(arg), log_audit_flush))
+		event_active(arg, EV_TIMEOUT, 0);
 }
 
 int

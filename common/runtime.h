@@ -69,7 +69,9 @@ struct timeval runtime_common_timeval(struct event_base *base, uint32_t ms);
 /*
  * Audit lines of one pass of base's loop leave in one write(2), at the end
  * of the pass (log_audit_hold; the first held line activates an event that
- * runs after the callbacks already active).  The gateway writes an audit
+ * runs after the callbacks already active, or, when the pass's flush of
+ * TLS records is scheduled already, is written right after that flush:
+ * tls_write_after_flush, one event for both).  The gateway writes an audit
  * line per proxied request: one write per request was ~8 % of its CPU
  * under wrk.  Call on the thread that runs base's loop: the held lines and
  * the event are that thread's (each loop thread calls it for its own

@@ -82,6 +82,8 @@ static _Thread_local LIST_HEAD(, tls_batch) flush_list =
 static _Thread_local struct event flush_ev;
 static _Thread_local struct event_base *flush_base;
 static _Thread_local int flush_active; /* made active, its callback not yet run */
+/* What runs after the flush (tls_write_after_flush), or NULL. */
+static _Thread_local void (*after_flush)(void);
 
 static void batch_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -293,9 +295,21 @@ batch_cb(evutil_socket_t fd, short what, void *arg)
 	batch_tell_owner(t);
 }
 
+/* What waits for the flush (tls_write_after_flush) runs now, once. */
+static void
+after_flush_run(void)
+{
+	void (*fn)(void) = after_flush;
+
+	after_flush = NULL;
+	if (fn != NULL)
+		fn();
+}
+
 /* The flush event: every batch scheduled before it ran goes out; those
  * scheduled meanwhile (a write callback that writes) wait for its next
- * run.  A batch freed meanwhile has left the list (batch_destroy). */
+ * run; then what waits for it (tls_write_after_flush).  A batch freed
+ * meanwhile has left the list (batch_destroy). */
 static void
 flush_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -308,6 +322,17 @@ flush_cb(evutil_socket_t fd, short what, void *arg)
 		work->flush_link.le_prev = &work;
 	while ((t = work) != NULL)
 		batch_cb(fd, what, t);     /* takes t off `work` first */
+	after_flush_run();
+}
+
+int
+tls_write_after_flush(struct event_base *base, void (*fn)(void))
+{
+	if (!flush_active || flush_base != base ||
+	    (after_flush != NULL && after_flush != fn))
+		return 0;
+	after_flush = fn;
+	return 1;
 }
 
 /* Puts t on the flush list.  Returns -1 if it cannot wait for the flush
@@ -454,6 +479,7 @@ batch_destroy(BIO *bio)
 		if (LIST_EMPTY(&flush_list) && flush_active) {
 			event_del(&flush_ev);
 			flush_active = 0;
+			after_flush_run();
 		}
 		if (t->ev != NULL)
 			event_free(t->ev);

@@ -63,6 +63,19 @@ int tls_write_batch(struct bufferevent *bev);
 #define TLS_WRITE_NOW_MAX 4096u   /* callers copy a frame on their stack */
 int tls_write_now(struct bufferevent *bev, const void *data, size_t len);
 
+/*
+ * Runs fn() once, on this thread, right after the flush of this loop
+ * pass's records (the event tls_write_now and the batching BIO schedule),
+ * when one is scheduled now on base: one event of the pass then serves
+ * both (each activation and dispatch of an event is ~300 instructions;
+ * runtime.c's audit flush rides it).  Returns 1 if fn will run so (also
+ * when the flush is taken back, its last batch freed: fn runs then), 0 if
+ * no flush is scheduled on base, or another fn already waits: the caller
+ * schedules its own.  At most one fn waits at a time.
+ */
+struct event_base;
+int tls_write_after_flush(struct event_base *base, void (*fn)(void));
+
 /* Sealed records bev holds that the kernel has not taken (0 without the
  * batching BIO).  "Everything is written" is an empty output buffer and
  * this at 0. */

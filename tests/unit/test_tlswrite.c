@@ -4,7 +4,8 @@
  * thread).  While a batch of loop A waits for A's pass, a record written on
  * loop B's thread waits for B's pass too (a process-wide list would send
  * it at once, or hand it to A's flush), and each loop's pass writes its
- * own batch, whole: the peer decrypts what was written.
+ * own batch, whole: the peer decrypts what was written.  Something that
+ * rides a pass's flush (tls_write_after_flush) runs once, after its send.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -203,11 +204,84 @@ test_flush_per_thread(void **state)
 	close(pb.fd[1]);
 }
 
+/* What tls_write_after_flush's fn saw when it ran. */
+static struct tpair *after_pair;
+static int after_runs;
+static int after_unread;     /* the reader's bytes then */
+
+static void
+after_fn(void)
+{
+	after_runs++;
+	after_unread = pair_unread(after_pair);
+}
+
+static void
+other_fn(void)
+{
+}
+
+/* tls_write_after_flush: fn rides a flush that is scheduled (on that
+ * base only), runs once right after its send, in the same pass; with no
+ * flush scheduled, or another fn waiting, the caller is told to schedule
+ * its own; a flush taken back (its batch freed) runs fn then. */
+static void
+test_after_flush(void **state)
+{
+	struct tpair pa;
+	struct event_base *base, *other;
+	struct bufferevent *bev;
+
+	(void)state;
+	pair_open(&pa);
+	after_pair = &pa;
+	after_runs = 0;
+	assert_non_null(base = event_base_new());
+	assert_non_null(other = event_base_new());
+	assert_non_null(bev = pair_writer(base, &pa));
+	/* Nothing scheduled: not taken. */
+	assert_int_equal(tls_write_after_flush(base, after_fn), 0);
+	assert_int_equal(tls_write_now(bev, "a", 1), 1);
+	/* Scheduled on base: taken (twice the same fn is one run), not on
+	 * another base, not for another fn meanwhile. */
+	assert_int_equal(tls_write_after_flush(other, after_fn), 0);
+	assert_int_equal(tls_write_after_flush(base, after_fn), 1);
+	assert_int_equal(tls_write_after_flush(base, after_fn), 1);
+	assert_int_equal(tls_write_after_flush(base, other_fn), 0);
+	assert_int_equal(after_runs, 0);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	/* Once, after the record was sent. */
+	assert_int_equal(after_runs, 1);
+	assert_true(after_unread > 0);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(after_runs, 1);
+	/* The flush was run: nothing scheduled now. */
+	assert_int_equal(tls_write_after_flush(base, after_fn), 0);
+
+	/* The flush taken back, its only batch freed while it waits (the
+	 * batching BIO replaced: as when its SSL goes): fn runs then, once. */
+	assert_int_equal(tls_write_now(bev, "b", 1), 1);
+	assert_int_equal(tls_write_after_flush(base, after_fn), 1);
+	SSL_set0_wbio(bufferevent_openssl_get_ssl(bev),
+	    BIO_new_socket(pa.fd[0], BIO_NOCLOSE));
+	assert_int_equal(after_runs, 2);
+	assert_int_equal(tls_write_after_flush(base, after_fn), 0);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	assert_int_equal(after_runs, 2);
+	bufferevent_free(bev);   /* frees the SSL, closes fd[0] */
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	event_base_free(base);
+	event_base_free(other);
+	SSL_free(pa.s);
+	close(pa.fd[1]);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flush_per_thread),
+		cmocka_unit_test(test_after_flush),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
