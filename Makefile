@@ -45,7 +45,8 @@ build-tsan: setup
 TSAN_TESTS ?= test_workers test_slot_starvation test_preface_caps test_drain \
   test_shutdown_streams test_revocation_ends_streams test_metrics test_ui \
   test_key_rotation test_peer_links test_api_loops test_peer_open_loops \
-  test_revocation_loops test_landing_plain test_k8s_token_memo test_landing_weighed
+  test_revocation_loops test_landing_plain test_k8s_token_memo test_landing_weighed \
+  test_landing_dials
 TSAN_UNIT ?= test_loop test_looplink test_handshake_slots test_agentdir test_face test_reach test_api_act \
   test_shares test_budget \
   test_store_worker test_access test_revoke_loops test_presence_group

@@ -113,11 +113,13 @@ static const struct opt_spec serve_specs[SERVE_OPT_COUNT] = {
 	    "done (docs/0040): route: a /k8s request or a dial on the loop of "
 	    "an agent of its cluster, an agent's tunnel on the loop holding the "
 	    "fewest, a replica's link on the first, any other on the loop that "
-	    "ran the handshake; any: as route, but dials stay where their "
-	    "handshake ran and /k8s lands on the loop that leaves the loops "
-	    "most even, counting each loop's connections and, at half of one "
-	    "each, those whose agent's tunnel it holds (their streams may "
-	    "cross between loops); "
+	    "ran the handshake; any: as route, but /k8s lands on the loop that "
+	    "leaves the loops most even, counting each loop's connections "
+	    "(dials included, until they end) and, at half of one each, those "
+	    "whose agent's tunnel it holds (their streams may cross between "
+	    "loops), and a dial on its agent's loop unless that loop's count "
+	    "so weighed is above the handshake loop's by more than two "
+	    "connections or a quarter; "
 	    "zero: every one on the first loop (the others only run TLS "
 	    "handshakes)" },
 	[SERVE_OPT_STORE_POOL] = { .name = "store-pool", .type = OPT_U32, .arg = "N",

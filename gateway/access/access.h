@@ -111,10 +111,8 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
  * holds an agent of the cluster, else on one that does), a tie going to
  * a loop where nothing crosses, then to here; *tunnel is set
  * to that loop, which the caller counts in loop->tunnel_side from now
- * until the connection ends (server.c owns that count); tunnel NULL (a
- * connection that becomes a WebSocket, which leaves the counts at its
- * upgrade: a dial) stays here, as a weight given back at once would send
- * every one of a row of them to the same loop.
+ * until the connection ends (its owner gives it back: core/loop.h,
+ * nconns); tunnel NULL stays here (a dial lands by access_land_dial).
  * Either way here, *tunnel untouched, when this process holds no active
  * agent of it (unknown cluster, none active, or only on other replicas)
  * or with one loop.  A hint only: the agent may leave meanwhile (its
@@ -125,6 +123,31 @@ int access_pick(struct gateway *gw, const struct access_grant *g,
  * store call.
  */
 unsigned access_land_loop(struct gateway *gw, const char *cluster,
+    const char *node, unsigned here, unsigned *tunnel);
+
+/*
+ * The loop a new dial (tetherctl connect, tetherctl forward: a connection
+ * that becomes a raw stream or a multiplexer to cluster's agents, node's
+ * when non-NULL) lands on, its handshake having run on loop here (docs/0040
+ * step 8, "Built: the dial lands on its agent's loop").
+ * With --landing route: access_land_loop's (*tunnel untouched).
+ * With --landing any: the loop of the agent a pick from here would take
+ * (here when an active agent of it is on here: agentdir_land), so its
+ * streams cross no loop link, unless that loop is clearly more loaded
+ * than here: its load (2 per connection living there, dials included
+ * until they end, 1 per operator connection whose tunnel side it runs:
+ * access_land_loop's weights) above here's by more than max(2
+ * connections, a quarter of here's); then it stays here and its streams
+ * cross.  Either way *tunnel is set to the agent's loop, which the caller
+ * counts in loop->tunnel_side until the dial ends (its owner gives it
+ * back: core/loop.h, nconns): a row of dials to one agent fills its loop
+ * until the guard keeps the rest where their handshakes ran.
+ * Here, *tunnel untouched, when this process holds no active agent of it
+ * or with one loop.  A hint only, as access_land_loop's.  Any thread.
+ * O(agents of the cluster) under the agent directory's mutex
+ * (agentdir_land) and four relaxed atomic loads; no store call.
+ */
+unsigned access_land_dial(struct gateway *gw, const char *cluster,
     const char *node, unsigned here, unsigned *tunnel);
 
 /*

@@ -79,8 +79,8 @@ struct loop {
 	                                 began to wait; 0: none waits here */
 	atomic_uint ntunnels;         /* established tunnels here (its hub) */
 	atomic_uint nhandshakes;      /* tunnel handshakes under way here */
-	/* The landing's two counts (docs/0040 step 8; access_land_loop
-	 * reads them, relaxed, from any loop).  One owner per
+	/* The landing's two counts (docs/0040 step 8; access_land_loop and
+	 * access_land_dial read them, relaxed, from any loop).  One owner per
 	 * counted connection at a time, which gives its places back exactly
 	 * once, at its end, with loop_counts_put: server.c counts a connection
 	 * from its landing (or its hconn_new), carries the places through the
@@ -101,7 +101,7 @@ struct loop {
 	                                 whose streams' tunnel side runs here
 	                                 (their agent's tunnel is here), as
 	                                 --landing any weighed them when they
-	                                 landed */
+	                                 landed (/k8s and dials) */
 	/* Streams and access (docs/0040 step 6: livestreams.c, access.c):
 	 * loops 1..n-1's own, used on their thread only.  Loop 0's are the
 	 * gateway's (gw->live_streams, gw->access_cache), as gw->base is

@@ -113,7 +113,7 @@ static struct prom_metric loop_conns = {
 };
 static struct prom_metric loop_tunnel_side = {
 	.name = "tether_loop_tunnel_side_connections", .kind = PROM_GAUGE,
-	.help = "Operator connections (/k8s), on any loop, whose requests' tunnel side runs on each event loop (their agent's tunnel is there), as --landing any weighed them when they landed (docs/0040 step 8).",
+	.help = "Operator connections (/k8s, and dials until they end), on any loop, whose streams' tunnel side runs on each event loop (their agent's tunnel is there), as --landing any weighed them when they landed (docs/0040 step 8).",
 	.label = "loop", .preset = no_values,
 };
 static struct prom_metric link_streams = {

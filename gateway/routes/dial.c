@@ -392,12 +392,14 @@ dial_upgrade(struct gateway *gw, const struct route_request *req, struct upgrade
 /*
  * The route's land_loop (docs/0040 step 8): a dial lands by where the
  * agent it will reach is (the named node's, wherever it is, or an agent
- * of the cluster; access_land_loop): with --landing route on its loop, so
- * a raw dial's stream and a tetherctl forward's streams cross no loop
- * link; with any where its handshake ran; an unknown cluster or node, or
- * a node given twice, stays where its handshake ran (the upgrade refuses
- * it there).  The route keeps_counts: a dial stays in its loop's count
- * of connections past its 101 until it ends (route's guard counts it).
+ * of the cluster; access_land_dial): on its loop, so a raw dial's stream
+ * and a tetherctl forward's streams cross no loop link, unless that loop
+ * is clearly the busier (--landing route: by connections; any: weighing
+ * the tunnel sides too, which the dial's own joins there); an unknown
+ * cluster or node, or a node given twice, stays where its handshake ran
+ * (the upgrade refuses it there).  The route keeps_counts: the dial
+ * stays counted past its 101 until it ends, so a row of dials to one
+ * agent does not all land on its loop.
  */
 static unsigned
 dial_land_loop(struct gateway *gw, const struct route_landing *at)
@@ -413,9 +415,8 @@ dial_land_loop(struct gateway *gw, const struct route_landing *at)
 	snprintf(cluster, sizeof(cluster), "%.*s", (int)n, seg);
 	if ((rc = api_query_param(at->query, "node", node, sizeof(node))) == -2)
 		return at->here;
-	/* No tunnel side weighed (--landing any: it stays here). */
-	return access_land_loop(gw, cluster, rc == 0 && node[0] != '\0' ? node : NULL,
-	    at->here, NULL);
+	return access_land_dial(gw, cluster, rc == 0 && node[0] != '\0' ? node : NULL,
+	    at->here, at->tunnel);
 }
 
 const struct route dial_route = {

@@ -20,6 +20,7 @@
 #   BENCH_CALLGRAPH  perf record --call-graph mode (default fp; dwarf shows
 #                  who calls into libc and libcrypto, at a higher cost)
 #   BENCH_KEEP=1   keep the work directory (perf.data files, logs)
+#   BENCH_WORKERS  the gateway's --workers (default: its own, the CPUs)
 set -euo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -29,6 +30,7 @@ STREAMS=${BENCH_STREAMS:-1 8}
 TOP=${BENCH_TOP:-14}
 CALLGRAPH=${BENCH_CALLGRAPH:-fp}   # perf record --call-graph: fp, or dwarf for callers through libc
 KEEP=${BENCH_KEEP:-0}
+WORKERS=${BENCH_WORKERS:-}
 PY=/usr/bin/python3
 TCPSERVER=$SRC/tests/integration/tcpserver.py
 
@@ -39,6 +41,7 @@ for tool in perf iperf3 jq curl ss; do
 	command -v "$tool" >/dev/null || die "$tool is required (config/setup.sh installs it)"
 done
 [[ $SECS =~ ^[1-9][0-9]*$ ]] || die "BENCH_SECONDS must be a positive integer"
+[[ -z $WORKERS || $WORKERS =~ ^[1-9][0-9]*$ ]] || die "BENCH_WORKERS must be a positive integer"
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/tether-profile.XXXXXX")
 PIDS=()
@@ -98,7 +101,8 @@ GW_PORT=$(free_port)
 GW_URL=https://127.0.0.1:$GW_PORT
 "$GATEWAY" init --data-dir "$W/gw" --url "$GW_URL" >"$W/logs/init.log" 2>&1 || die "gateway init failed"
 export TETHER_SERVER=$GW_URL TETHER_TOKEN_FILE=$W/gw/admin.token TETHER_CACERT=$W/gw/ca.crt
-start gateway.log "$GATEWAY" serve --data-dir "$W/gw" --listen "127.0.0.1:$GW_PORT"
+start gateway.log "$GATEWAY" serve --data-dir "$W/gw" --listen "127.0.0.1:$GW_PORT" \
+	${WORKERS:+--workers "$WORKERS"}
 GW_PID=$LAST_PID
 wait_until 20 "gateway ready" curl -sf --cacert "$W/gw/ca.crt" "$GW_URL/readyz"
 CID=$("$CTL" -o json cluster create prof | jq -er .id) || die "cluster create failed"
@@ -134,6 +138,7 @@ HZ=$(getconf CLK_TCK)
 echo "Where the CPU goes: iperf3 up through tetherctl forward -> gateway -> agent (loopback)"
 echo "  binaries: $TETHER_BIN ($("$GATEWAY" --version 2>/dev/null | head -1))"
 echo "  machine:  $(nproc) CPUs, $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  gateway:  --workers ${WORKERS:-(its default)}"
 for n in $STREAMS; do
 	declare -A T0=()
 	for p in "${RELAYS[@]}"; do T0[$p]=$(ticks "$p"); done

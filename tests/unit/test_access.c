@@ -573,7 +573,7 @@ land_one(struct gateway *gw, const char *cluster, const char *node,
  * 2 parts each on their loop, 1 part each on the agent's, a tie on the
  * agent's loop (nothing crosses) even from loop 1: 1 0 1 1 1 0 1 1 (loop 0
  * ends 2 x 2 + 8 = 12, loop 1 6 x 2 = 12); an unknown cluster, an agent
- * not active, or a connection that cannot carry a weight (a dial) stays. */
+ * not active, or a landing without a tunnel to weigh stays. */
 static void
 test_land_weighed(void **state)
 {
@@ -591,8 +591,8 @@ test_land_weighed(void **state)
 		assert_int_equal(land_one(gw, "c", NULL, i % 2, 0), want[i]);
 	assert_int_equal(atomic_load(&gw->loops[0].nconns), 2);
 	assert_int_equal(atomic_load(&gw->loops[1].nconns), 6);
-	/* A connection that cannot carry a weight (a dial: tunnel NULL)
-	 * stays where its handshake ran. */
+	/* Without a tunnel to weigh (tunnel NULL) it stays where its
+	 * handshake ran (a dial lands by access_land_dial: test_land_dial). */
 	assert_int_equal(access_land_loop(gw, "c", NULL, 0, NULL), 0);
 	assert_int_equal(access_land_loop(gw, "c", NULL, 1, NULL), 1);
 	/* Another cluster, unknown here: stays, nothing weighed. */
@@ -661,6 +661,70 @@ test_land_several(void **state)
 	land_gw_free(gw);
 }
 
+/* One dial's landing from here as server.c counts it (access_land_dial):
+ * the connection on the loop it lands on, its tunnel side on the loop
+ * named.  Returns where. */
+static unsigned
+dial_one(struct gateway *gw, const char *cluster, unsigned here,
+    unsigned want_tunnel)
+{
+	unsigned tunnel = 99;
+	unsigned to = access_land_dial(gw, cluster, NULL, here, &tunnel);
+
+	assert_true(to < gw->nloops);
+	assert_int_equal(tunnel, want_tunnel);
+	atomic_fetch_add(&gw->loops[to].nconns, 1);
+	atomic_fetch_add(&gw->loops[tunnel].tunnel_side, 1);
+	return to;
+}
+
+/* --landing any, dials to one agent on loop 1 of two, handshakes
+ * alternating from loop 0 (every dial held, so counted): each lands on
+ * the agent's loop (3 parts there: its client side and its tunnel side)
+ * until that loop's load is above loop 0's by more than max(4, a
+ * quarter of loop 0's); then one from loop 0 stays there (2 parts there,
+ * its tunnel side 1 on loop 1).  One from loop 1 always stays on loop 1
+ * (the agent is there): 12 dials land 1 1 0 1 0 1 0 1 0 1 0 1 (loop 1 7,
+ * loop 0 5, every tunnel side on loop 1).  A lone dial to an idle
+ * gateway lands on the agent's loop even from loop 0 (a /k8s connection
+ * would land off it: test_land_weighed).  Unknown cluster: stays,
+ * nothing weighed; --landing route: the agent's loop, nothing weighed. */
+static void
+test_land_dial(void **state)
+{
+	struct gateway *gw = land_gw(2, 0);
+	const unsigned want[12] = { 1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1 };
+	unsigned tunnel = 99;
+
+	(void)state;
+	assert_int_equal(access_land_dial(gw, "c", NULL, 0, &tunnel), 0);
+	assert_int_equal(tunnel, 99);
+	(void)agentdir_add(gw->agents, "a1", "c", "n1", true, 1, NULL);
+	for (unsigned i = 0; i < 12; i++)
+		assert_int_equal(dial_one(gw, "c", i % 2, 1), want[i]);
+	assert_int_equal(atomic_load(&gw->loops[1].nconns), 7);
+	assert_int_equal(atomic_load(&gw->loops[0].nconns), 5);
+	assert_int_equal(atomic_load(&gw->loops[1].tunnel_side), 12);
+	/* The dials end (their owners give the places back): the next one
+	 * from loop 0 lands on the agent's loop again. */
+	for (unsigned i = 0; i < 12; i++)
+		loop_counts_put(&gw->loops[want[i]], &gw->loops[1]);
+	assert_int_equal(atomic_load(&gw->loops[0].nconns), 0);
+	assert_int_equal(atomic_load(&gw->loops[1].tunnel_side), 0);
+	assert_int_equal(dial_one(gw, "c", 0, 1), 1);
+	tunnel = 99;
+	assert_int_equal(access_land_dial(gw, "nope", NULL, 0, &tunnel), 0);
+	assert_int_equal(tunnel, 99);
+	land_gw_free(gw);
+
+	gw = land_gw(2, 1);
+	(void)agentdir_add(gw->agents, "a1", "c", "n1", true, 1, NULL);
+	tunnel = 99;
+	assert_int_equal(access_land_dial(gw, "c", NULL, 0, &tunnel), 1);
+	assert_int_equal(tunnel, 99);
+	land_gw_free(gw);
+}
+
 int
 main(void)
 {
@@ -679,6 +743,7 @@ main(void)
 		    teardown),
 		cmocka_unit_test(test_land_weighed),
 		cmocka_unit_test(test_land_several),
+		cmocka_unit_test(test_land_dial),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
