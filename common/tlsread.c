@@ -194,6 +194,18 @@ static BIO_METHOD *rbatch_method_get(void);
 static void sock_read_install(struct bufferevent *bev, struct tls_rbatch *t);
 
 /*
+ * The bufferevent whose read callback sock_read_cb runs right now, after
+ * a read that decrypted the socket's last record (rbatch_settled), and its
+ * BIO's t; else NULL.  A pull in that callback (tls_read_available: every
+ * reader drains after its read) would find nothing: it says so without
+ * asking OpenSSL (~130 instructions a pull).  Any read of t's BIO ends it
+ * (rbatch_read: the answer may change), and so does the callback's return.
+ * This thread's only; bev is alive meanwhile (sock_read_cb holds it).
+ */
+static _Thread_local const struct bufferevent *settled_bev;
+static _Thread_local const struct tls_rbatch *settled_t;
+
+/*
  * One spare read buffer per thread: a connection's buffer goes when the
  * socket is used up and the next read(2) on the thread (its own, or
  * another connection's) takes it back, not free and malloc each time
@@ -318,6 +330,8 @@ rbatch_read(BIO *bio, char *out, int outl)
 	size_t n;
 
 	BIO_clear_retry_flags(bio);
+	if (t == settled_t)
+		settled_bev = NULL, settled_t = NULL;
 	if (outl <= 0)
 		return 0;
 	switch (rbatch_fill(t)) {
@@ -557,11 +571,12 @@ tls_read_held(struct bufferevent *bev)
  * sized: room reserved for the records at hand (rbatch_plain_max), not a
  * large chain.  A read that meets something other than "would block"
  * (close_notify, an alert, an error) sets t->ended.  Returns the bytes
- * added.
+ * added; *settled (if not NULL) says whether it stopped at the socket's
+ * last record decrypted.
  */
 static size_t
 read_records(struct bufferevent *bev, SSL *ssl, struct tls_rbatch *t,
-    size_t limit, int pull, int sized)
+    size_t limit, int pull, int sized, int *settled)
 {
 	struct evbuffer *in = bufferevent_get_input(bev);
 	struct evbuffer_iovec v;
@@ -620,8 +635,11 @@ read_records(struct bufferevent *bev, SSL *ssl, struct tls_rbatch *t,
 		pull = 1;
 		/* The socket's last bytes are decrypted: another SSL_read
 		 * could only say "would block". */
-		if (rbatch_settled(ssl, t))
+		if (rbatch_settled(ssl, t)) {
+			if (settled != NULL)
+				*settled = 1;
 			break;
+		}
 	}
 	return added;
 }
@@ -662,6 +680,7 @@ sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct tls_rbatch *t = ssl != NULL ? rbatch_of(ssl) : NULL;
 	size_t low = 0, high = 0, len, most, added;
 	ev_ssize_t single;
+	int settled = 0;
 	bufferevent_data_cb readcb = NULL;
 	void *cbarg = NULL;
 
@@ -703,7 +722,7 @@ sock_read_cb(evutil_socket_t fd, short what, void *arg)
 	single = bufferevent_get_max_single_read(bev);
 	if (single > 0 && (size_t)single < most)
 		most = (size_t)single;
-	added = read_records(bev, ssl, t, len + most, 0, 1);
+	added = read_records(bev, ssl, t, len + most, 0, 1, &settled);
 	if (t->ended) {
 		/* The data first (deferred, as libevent's read runs it), then
 		 * libevent's read meets the end and reports it.  t lives as
@@ -719,8 +738,13 @@ sock_read_cb(evutil_socket_t fd, short what, void *arg)
 		 * may free bev).  Deferred, it cost a schedule and a dispatch
 		 * of the deferred callback (~350 instructions a read). */
 		bufferevent_getcb(bev, &readcb, NULL, NULL, &cbarg);
-		if (readcb != NULL)
+		if (readcb != NULL) {
+			if (settled)
+				settled_bev = bev, settled_t = t;
 			readcb(bev, cbarg);
+			settled_bev = NULL;
+			settled_t = NULL;
+		}
 	}
 	bufferevent_unlock(bev);
 	bufferevent_decref(bev);
@@ -763,16 +787,18 @@ sock_read_install(struct bufferevent *bev, struct tls_rbatch *t)
 size_t
 tls_read_available(struct bufferevent *bev, size_t limit)
 {
-	SSL *ssl = bufferevent_openssl_get_ssl(bev);
+	SSL *ssl;
 	struct tls_rbatch *t;
 	size_t added;
 
-	if (ssl == NULL)
+	if (bev == settled_bev)
+		return 0;        /* the socket's last record is in the input */
+	if ((ssl = bufferevent_openssl_get_ssl(bev)) == NULL)
 		return 0;
 	t = rbatch_of(ssl);
 	if (rbatch_settled(ssl, t))
 		return 0;
-	added = read_records(bev, ssl, t, limit, 1, 0);
+	added = read_records(bev, ssl, t, limit, 1, 0, NULL);
 	/* The end, met here: libevent's read is to report it, now (no socket
 	 * event may come: close_notify with the connection left open). */
 	if (t != NULL && t->ended && t->bev_read_cb != NULL)
