@@ -832,10 +832,11 @@ static const http_parser_settings rp_settings = {
 };
 
 /* Runs the answer parser; returns the bytes taken, or (size_t)-1 with a
- * reason when the answer is malformed. */
+ * reason when the answer is malformed (*good, if not NULL: the bytes it
+ * took before the one it refused). */
 static size_t
-rp_execute(struct k8s_exchange *x, const uint8_t *data, size_t len,
-    const char **why)
+rp_execute_at(struct k8s_exchange *x, const uint8_t *data, size_t len,
+    const char **why, size_t *good)
 {
 	size_t n;
 	enum http_errno e;
@@ -847,9 +848,18 @@ rp_execute(struct k8s_exchange *x, const uint8_t *data, size_t len,
 	e = HTTP_PARSER_ERRNO(&x->rp);
 	if (e != HPE_OK && e != HPE_PAUSED) {
 		*why = http_errno_description(e);
+		if (good != NULL)
+			*good = n;
 		return (size_t)-1;
 	}
 	return n;
+}
+
+static size_t
+rp_execute(struct k8s_exchange *x, const uint8_t *data, size_t len,
+    const char **why)
+{
+	return rp_execute_at(x, data, len, why, NULL);
 }
 
 /* 1 if the header name (n bytes) is hop-by-hop: the client's connection
@@ -1085,9 +1095,9 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 {
 	struct http_lines lines;	/* not zeroed: filled by the check */
 	char msg[256];
-	const char *why = NULL, *raw;
-	size_t n, take, credit_now = 0, rawlen;
-	int r;
+	const char *why = NULL, *why_head = NULL, *raw;
+	size_t n, take, credit_now = 0, rawlen, good = 0;
+	int r, bad;
 
 	while (len > 0 && x->h != NULL && x->state != X_DONE) {
 		switch (x->state) {
@@ -1117,19 +1127,36 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 			}
 			break;
 		case X_HEAD_END:
-			n = rp_execute(x, data, 1, &why);
-			if (n == (size_t)-1)
-				goto malformed;
-			x->head_bytes += n;
-			if (rraw_add(x, data, n) != 0) {
+			/*
+			 * The head's last byte (its LF) and the answer's bytes
+			 * after it in one run of the parser (a run of its own
+			 * for the LF was ~190 instructions): it stops after the
+			 * LF where no body follows (a 1xx, a 101, a bodiless
+			 * answer: message complete), else takes the body as in
+			 * X_BODY.  What it took after the LF is acted on only
+			 * once the head is checked and written, and a refusal
+			 * there is judged after the head's, as when the two
+			 * were parsed apart: in X_BODY, with none of them
+			 * relayed.
+			 */
+			bad = 0;
+			n = rp_execute_at(x, data, len, &why, &good);
+			if (n == (size_t)-1) {
+				if (good == 0)
+					goto malformed;      /* the LF itself */
+				bad = 1;
+				n = good;
+			}
+			x->head_bytes += 1;
+			if (rraw_add(x, data, 1) != 0) {
 				x_fail(x, 502, "out of memory");
 				return;
 			}
 			if ((r = check_answer_head(x, &raw, &rawlen, &lines,
-			    &why)) != 0) {
+			    &why_head)) != 0) {
 				snprintf(msg, sizeof(msg), "the %s service of node %s "
 				    "answered %s: %s", K8S_SERVICE, x->node, r == -1 ?
-				    "an ambiguous head" : "a head it may not send", why);
+				    "an ambiguous head" : "a head it may not send", why_head);
 				x_fail(x, 502, msg);
 				return;
 			}
@@ -1139,6 +1166,15 @@ resp_input(struct k8s_exchange *x, const uint8_t *data, size_t len)
 				x_fail(x, 502, "out of memory");
 				return;
 			}
+			if (bad)
+				goto malformed;
+			if (n > 1 && x->state != X_BODY && x->state != X_DONE) {
+				/* Cannot be: the parser stops after such a head. */
+				why = "the parser read past a head";
+				goto malformed;
+			}
+			if (n > 1)
+				credit_now += to_client(x, data + 1, n - 1);
 			break;
 		case X_BODY:
 			n = rp_execute(x, data, len, &why);

@@ -13,6 +13,12 @@ dup_auth_trailer   the same, ending the body with two Authorization trailers.
                    Both: {"status": the answer's status, "heads": how many
                    "HTTP/1.1 " status lines came in all, "closed": whether
                    the gateway ended the connection within 10 s}
+bad_answer_body    GET PREFIX/bad-body (a head, then a malformed chunk
+                   size in the node's same write): {"status", "heads",
+                   "closed"} as above
+folded_bad_body    GET PREFIX/folded-bad-body (the same behind a head with
+                   an obs-fold): {"status", "heads", "message": the JSON
+                   body's message}
 """
 import json
 import socket
@@ -86,5 +92,18 @@ elif case in ("bad_chunk", "dup_auth_trailer"):
     buf, closed = read_rest(s, buf, 10)
     print(json.dumps({"status": status, "heads": buf.count(b"HTTP/1.1 "),
                       "closed": closed}))
+elif case == "bad_answer_body":
+    s.sendall(head(b"GET", b"/bad-body"))
+    status, buf = read_head(s)
+    buf, closed = read_rest(s, buf, 10)
+    print(json.dumps({"status": status, "heads": buf.count(b"HTTP/1.1 "),
+                      "closed": closed}))
+elif case == "folded_bad_body":
+    s.sendall(head(b"GET", b"/folded-bad-body"))
+    status, buf = read_head(s)
+    buf, _ = read_rest(s, buf, 2)
+    body = buf.split(HEAD_END, 1)[1]
+    print(json.dumps({"status": status, "heads": buf.count(b"HTTP/1.1 "),
+                      "message": json.loads(body).get("message", "")}))
 else:
     raise SystemExit("unknown case " + case)

@@ -14,6 +14,10 @@ GET /101           101 Switching Protocols (to a request that asked for no
 GET /late          200 with a 2-byte body, FORGED 0.5 s later
 POST /stream       200 at once without reading the body: 20 chunks, 100 ms
                    apart, then the connection is closed
+GET /bad-body      200, chunked, and a malformed chunk size, in the same
+                   write as the head
+GET /folded-bad-body  the same with an obs-fold in the head (http-parser
+                   takes it, the gateway's head check does not)
 anything else      200 {"node": "hostile", "target": ...}
 
 Writes the port it listens on to PORTFILE (atomically).
@@ -129,6 +133,12 @@ class Handler(socketserver.BaseRequestHandler):
                 self.late(FORGED)
                 c.drain()
                 return
+            elif target == "/bad-body":
+                self.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"zz\r\nnot a chunk\r\n")
+            elif target == "/folded-bad-body":
+                self.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                          b"X-A: b\r\n  folded\r\n\r\nzz\r\nnot a chunk\r\n")
             elif target == "/late":
                 self.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 self.late(FORGED)

@@ -140,5 +140,16 @@ for c in bad_chunk dup_auth_trailer; do
 done
 pass "a malformed chunk and a duplicate Authorization trailer while an answer streams end the connection, nothing written into the answer; the gateway lives on"
 
+# The node's head and a malformed body in one write (parsed in one run):
+# the head is written, then the connection ends; behind an ambiguous head,
+# the head's refusal (502) comes first, as when they came apart.
+client bad_answer_body
+jq -e '.status == 200 and .heads == 1 and .closed == true' "$T/answer" >/dev/null ||
+	fail "a malformed body behind its head: $(cat "$T/answer") (want the head, then the connection closed)"
+client folded_bad_body
+jq -e '.status == 502 and .heads == 1 and (.message | test("an ambiguous head: an obs-fold"))' \
+	"$T/answer" >/dev/null || fail "a malformed body behind an ambiguous head: $(cat "$T/answer")"
+pass "a malformed answer body in the head's write: the head, then the end; behind an obs-fold head, the head's 502"
+
 gateway_stop
 pass "the gateway stops cleanly"
