@@ -36,17 +36,11 @@ LB_URL=https://127.0.0.1:${LB[roundrobin]}
 gateway_init --store "$PG_URL" --url "$LB_URL"
 REPLICA_PEER_LISTEN=1
 REPLICA_DRAIN_MS=20000
-# haproxy checks a live replica every 2 s, which bounds the check's connect
-# and TLS handshake by 2 s (lib.sh haproxy_pool): at 300 ms, a handshake
-# slowed by the load took live replicas out, and with one draining the
-# backend could be left with none -- haproxy then closes a new connection at
-# once (TCP mode: no server), which tetherctl sees as "unexpected eof" in
-# its TLS handshake and no replica sees at all (the failure at 4572bdc).  A
-# replica that is out is checked every 300 ms (back as soon as it is ready).
-# A draining replica is out by its first check after SIGTERM (2 s and the
-# check's time): its new connections are served for --drain-grace 3 s, and
-# after its listeners close haproxy's connects are refused and redispatched.
-HAPROXY_CHECK="inter 2s downinter 300 fall 1 rise 1"
+# haproxy checks with lib.sh's default (haproxy_pool: a live replica every
+# 2 s, one that is out every 300 ms, out at the first failure).  A draining
+# replica is out by its first check after SIGTERM (2 s and the check's
+# time): its new connections are served for --drain-grace 3 s, and after
+# its listeners close haproxy's connects are refused and redispatched.
 REPLICA_FLAGS=(--drain-grace 3000)
 for r in 1 2 3; do replica_start "$r"; done
 for r in 1 2 3; do wait_until 30 "replica r$r ready" replica_ready "$r"; done
