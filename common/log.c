@@ -29,7 +29,7 @@
 static const char *log_component = "tether";
 /* Bumped by each log_init: a thread's audit_head made before is stale. */
 static unsigned log_generation = 1;
-static enum log_level log_min = LOG_LEVEL_INFO;
+enum log_level log_min_level = LOG_LEVEL_INFO;  /* log.h: log_on */
 static enum log_format log_fmt = LOG_FORMAT_LOGFMT;
 static int audit_fd = STDERR_FILENO;
 static char *audit_path;
@@ -68,7 +68,7 @@ void
 log_init(const char *component, enum log_level min_level)
 {
 	log_component = component;
-	log_min = min_level;
+	log_min_level = min_level;
 	log_generation++;
 }
 
@@ -940,7 +940,7 @@ log_kv(enum log_level level, const char *msg, const struct log_field *fields,
 {
 	struct field_run run = { fields, nfields };
 
-	if (level < log_min)
+	if (level < log_min_level)
 		return;
 	emit(STDERR_FILENO, level_names[level], msg, NULL, &run, 1);
 }

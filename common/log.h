@@ -171,6 +171,19 @@ void log_fatal_kv(const char *msg, const struct log_field *fields,
 	sizeof((const struct log_field[]){ { .key = NULL }, __VA_ARGS__ }) / \
 	    sizeof(struct log_field) - 1
 
+/* The lowest level written (log_init's min_level; set before the threads
+ * start, then only read). */
+extern enum log_level log_min_level;
+
+/* 1 when lines of this level are written: a caller on a hot path whose
+ * fields cost something to make (a debug line per request was ~70
+ * instructions with the level off) asks first.  Cost: a load. */
+static inline int
+log_on(enum log_level level)
+{
+	return level >= log_min_level;
+}
+
 /* msg must be a string literal ("" msg does not compile otherwise). */
 #define debug(msg, ...) log_kv(LOG_LEVEL_DEBUG, "" msg, LOG_FIELDS_(__VA_ARGS__))
 #define info(msg, ...)  log_kv(LOG_LEVEL_INFO, "" msg, LOG_FIELDS_(__VA_ARGS__))

@@ -1038,11 +1038,30 @@ test_audit_line_exact(void **state)
 	unlink(path);
 }
 
+/* log_on answers as log_kv writes: from log_init's level up. */
+static void
+test_log_on_follows_the_level(void **state)
+{
+	(void)state;
+	log_init("tether", LOG_LEVEL_DEBUG);
+	assert_true(log_on(LOG_LEVEL_DEBUG));
+	assert_true(log_on(LOG_LEVEL_ERROR));
+	log_init("tether", LOG_LEVEL_WARN);
+	assert_false(log_on(LOG_LEVEL_DEBUG));
+	assert_false(log_on(LOG_LEVEL_INFO));
+	assert_true(log_on(LOG_LEVEL_WARN));
+	assert_true(log_on(LOG_LEVEL_ERROR));
+	log_init("tether", LOG_LEVEL_INFO);
+	assert_false(log_on(LOG_LEVEL_DEBUG));
+	assert_true(log_on(LOG_LEVEL_INFO));
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_and_bare_values),
+		cmocka_unit_test(test_log_on_follows_the_level),
 		cmocka_unit_test(test_number_ranges),
 		cmocka_unit_test(test_time_each_line),
 		cmocka_unit_test(test_forged_line_stays_one_field),
