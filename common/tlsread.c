@@ -595,7 +595,13 @@ read_records(struct bufferevent *bev, SSL *ssl, struct tls_rbatch *t,
 			/* Room for the records at hand, no more: a small
 			 * message's chain is a small allocation (a 32 KiB
 			 * chain and a 64 KiB one were ~1,000 instructions of
-			 * a /k8s request's every message). */
+			 * a /k8s request's every message).  Nor more than
+			 * this read takes (up to the limit, and the record
+			 * that crosses it): the records read ahead are not
+			 * all this read's (a read of 4 KiB with 128 KiB of
+			 * records ahead made a 256 KiB chain for 16 KiB). */
+			if (want > limit - evbuffer_get_length(in) + TLS_RECORD_MAX)
+				want = limit - evbuffer_get_length(in) + TLS_RECORD_MAX;
 			if (evbuffer_reserve_space(in, (ev_ssize_t)want, &v, 1) < 1)
 				break;
 		} else if (evbuffer_reserve_space(in, TLS_RECORD_MAX, &v, 1) < 1)

@@ -11,7 +11,8 @@
  * the socket's own event.  A busy connection keeps OpenSSL's record
  * buffers from record to record; once idle it holds none again.  A TLS
  * 1.3 KeyUpdate met mid-drain, and close_notify behind data, keep their
- * meaning.
+ * meaning.  A socket event's read reserves room for what it takes, not
+ * for every record read ahead.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -656,6 +657,57 @@ test_watermark_and_disable_hold(void **state)
 	event_base_free(base);
 }
 
+/* The room a socket event's read reserves in the input is for what that
+ * read may take (up to its limit, the record that crosses it included),
+ * not for every record the read-ahead buffer holds: a peer that sends
+ * many records at once must not make a connection that reads 4 KiB a
+ * wake (no mark, as the gateway's HTTP connections and a tunnel reading
+ * small) hold an input chain sized to all of them (libevent rounds a
+ * chain up to a power of two: 128 KiB of records made a 256 KiB chain
+ * holding ~16 KiB).  The rest stays read ahead (tls_read_held). */
+static void
+test_socket_read_room_follows_its_limit(void **state)
+{
+	struct reader r = { .len = 0 };
+	struct event_base *base;
+	struct evbuffer *in;
+	struct evbuffer_iovec v;
+	static char big[16384];
+	size_t len;
+	SSL *c;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(base = event_base_new());
+	c = pair_open(&r, base, fd);
+	bufferevent_setcb(r.bev, NULL, NULL, reader_event_cb, &r);
+	in = bufferevent_get_input(r.bev);
+	memset(big, 'x', sizeof(big));
+
+	/* Eight full records (128 KiB) in one flight; no mark: the read
+	 * takes 4 KiB, so one record. */
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(SSL_write(c, big, sizeof(big)), (int)sizeof(big));
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	len = evbuffer_get_length(in);
+	assert_int_equal(len, sizeof(big));
+	assert_true(tls_read_held(r.bev));
+	/* The last chain's free room: what the read reserved, less what it
+	 * took.  At most one more record's worth (a chain is rounded up to
+	 * a power of two: 32 KiB for one record). */
+	assert_int_equal(evbuffer_reserve_space(in, 1, &v, 1), 1);
+	assert_true(v.iov_len + len <= 2 * sizeof(big) + 1024);
+	/* The other seven, read ahead, to the reader's drain. */
+	evbuffer_drain(in, len);
+	assert_int_equal(tls_read_available(r.bev, 1u << 20), 7 * sizeof(big));
+	assert_false(tls_read_held(r.bev));
+
+	bufferevent_free(r.bev);
+	SSL_free(c);
+	close(fd[0]);
+	event_base_free(base);
+}
+
 /* A read timeout set on the bufferevent is still reported as one. */
 static void
 test_read_timeout_reported(void **state)
@@ -745,6 +797,7 @@ main(void)
 		cmocka_unit_test(test_close_notify_without_fin),
 		cmocka_unit_test(test_socket_error_is_an_error),
 		cmocka_unit_test(test_watermark_and_disable_hold),
+		cmocka_unit_test(test_socket_read_room_follows_its_limit),
 		cmocka_unit_test(test_read_timeout_reported),
 		cmocka_unit_test(test_deferring_bufferevent_reads_in_the_socket_event),
 	};
