@@ -175,17 +175,24 @@ void log_fatal_kv(const char *msg, const struct log_field *fields,
  * start, then only read). */
 extern enum log_level log_min_level;
 
-/* 1 when lines of this level are written: a caller on a hot path whose
- * fields cost something to make (a debug line per request was ~70
- * instructions with the level off) asks first.  Cost: a load. */
+/* 1 when lines of this level are written.  debug() asks it itself (a
+ * debug line per request was ~70 instructions with the level off); a
+ * caller whose line needs work before the call (text formatted into a
+ * buffer) asks first.  Cost: a load. */
 static inline int
 log_on(enum log_level level)
 {
 	return level >= log_min_level;
 }
 
-/* msg must be a string literal ("" msg does not compile otherwise). */
-#define debug(msg, ...) log_kv(LOG_LEVEL_DEBUG, "" msg, LOG_FIELDS_(__VA_ARGS__))
+/* msg must be a string literal ("" msg does not compile otherwise).  A
+ * debug line's fields are not made while debug is off (the usual level):
+ * a field must never carry work that has to happen (do it before, into a
+ * variable).  Cost with the level off: a load and a branch. */
+#define debug(msg, ...) do { \
+	if (log_on(LOG_LEVEL_DEBUG)) \
+		log_kv(LOG_LEVEL_DEBUG, "" msg, LOG_FIELDS_(__VA_ARGS__)); \
+} while (0)
 #define info(msg, ...)  log_kv(LOG_LEVEL_INFO, "" msg, LOG_FIELDS_(__VA_ARGS__))
 #define warn(msg, ...)  log_kv(LOG_LEVEL_WARN, "" msg, LOG_FIELDS_(__VA_ARGS__))
 #define error(msg, ...) log_kv(LOG_LEVEL_ERROR, "" msg, LOG_FIELDS_(__VA_ARGS__))

@@ -146,10 +146,13 @@ agent_registered(void *arg, const char *agent_id)
 static void
 agent_on_settle(evutil_socket_t fd, short what, void *arg)
 {
+	size_t released;
+
 	(void)fd;
 	(void)what;
 	(void)arg;
-	debug("start-up memory released", KV_U("kib", runtime_release_startup() / 1024));
+	released = runtime_release_startup(); /* the work; the line tells of it */
+	debug("start-up memory released", KV_U("kib", released / 1024));
 }
 
 static void

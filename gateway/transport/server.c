@@ -339,10 +339,9 @@ hconn_unowe(struct hconn *h)
 static void
 hconn_set_state(struct hconn *h, enum hconn_state next)
 {
-	if (log_on(LOG_LEVEL_DEBUG))     /* twice a request */
-		debug("http state", KV_S("peer", h->peer),
-		    KV_S("from", hconn_state_names[h->state]),
-		    KV_S("to", hconn_state_names[next]));
+	debug("http state", KV_S("peer", h->peer),    /* twice a request */
+	    KV_S("from", hconn_state_names[h->state]),
+	    KV_S("to", hconn_state_names[next]));
 	h->state = next;
 	if (next == HC_LINGERING || next == HC_DONE)
 		hconn_unowe(h);

@@ -1056,12 +1056,37 @@ test_log_on_follows_the_level(void **state)
 	assert_true(log_on(LOG_LEVEL_INFO));
 }
 
+static int made;
+
+static int64_t
+make_field(void)
+{
+	return ++made;
+}
+
+/* A debug line's fields are made only while debug lines are written: with
+ * the level above debug, debug() evaluates none of its arguments. */
+static void
+test_debug_fields_not_made_when_off(void **state)
+{
+	(void)state;
+	made = 0;
+	log_init("tether", LOG_LEVEL_INFO);
+	debug("never written", KV_I("n", make_field()));
+	assert_int_equal(made, 0);
+	log_init("tether", LOG_LEVEL_DEBUG);
+	debug("written", KV_I("n", make_field()));
+	assert_int_equal(made, 1);
+	log_init("tether", LOG_LEVEL_INFO);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_and_bare_values),
 		cmocka_unit_test(test_log_on_follows_the_level),
+		cmocka_unit_test(test_debug_fields_not_made_when_off),
 		cmocka_unit_test(test_number_ranges),
 		cmocka_unit_test(test_time_each_line),
 		cmocka_unit_test(test_forged_line_stays_one_field),
