@@ -37,7 +37,16 @@
 
 #include "httphead.h"
 
-/* A growing NUL-terminated string. */
+/*
+ * A growing NUL-terminated string.  It may hold a secret (the
+ * Authorization header's token, in its own string, in the head as read
+ * and in every header whole; a body; a query): its bytes are wiped
+ * (OPENSSL_cleanse) before its buffer is freed, moved (str_reserve grows
+ * by malloc, copy, wipe, free: never realloc, which frees the old block
+ * as it is) or kept for the next request (str_clear).  Bytes past p[len]
+ * hold nothing of a request (a string that shrinks wipes what it drops:
+ * pct_decode), so wiping p[0..len) wipes all of it.
+ */
 struct str {
 	char *p;
 	size_t len, cap;
@@ -129,7 +138,11 @@ struct http_reader {
 
 /* ---- strings ---- */
 
-/* Room in s for len more bytes and a NUL; -1 when out of memory. */
+/* Room in s for len more bytes and a NUL; -1 when out of memory (s as
+ * it was).  Growing moves the bytes to a new block and wipes the old one:
+ * a copy and a wipe of s->len bytes per growth (doubling: under twice the
+ * string's final size in all), where realloc might have grown in place;
+ * kept buffers (str_clear) seldom grow. */
 static int
 str_reserve(struct str *s, size_t len)
 {
@@ -139,9 +152,14 @@ str_reserve(struct str *s, size_t len)
 
 		while (cap < s->len + len + 1)
 			cap *= 2;
-		p = realloc(s->p, cap);
+		p = malloc(cap);
 		if (p == NULL)
 			return -1;
+		if (s->p != NULL) {
+			memcpy(p, s->p, s->len + 1);
+			OPENSSL_cleanse(s->p, s->len);
+			free(s->p);
+		}
 		s->p = p;
 		s->cap = cap;
 	}
@@ -159,9 +177,12 @@ str_append(struct str *s, const char *data, size_t len)
 	return 0;
 }
 
+/* Wipes s's bytes (s->len of them), then frees its buffer. */
 static void
 str_free(struct str *s)
 {
+	if (s->p != NULL)
+		OPENSSL_cleanse(s->p, s->len);
 	free(s->p);
 	memset(s, 0, sizeof(*s));
 }
@@ -174,7 +195,13 @@ str_free(struct str *s)
  * request's head twice, its URL twice), at most ~6 x 4 KiB. */
 #define STR_KEEP_MAX 4096
 
-/* Empties s for the next request: its buffer kept (STR_KEEP_MAX). */
+/* Empties s for the next request: its buffer kept (STR_KEEP_MAX), the
+ * bytes this request used wiped first (the next request overwrites only
+ * what it uses: a longer token before a shorter one would keep its tail
+ * while the connection idles).  Costs a wipe of s->len bytes, not of the
+ * buffer's capacity: per request about twice its head's size (the head
+ * as read, the headers whole), its URL's and its body's; ~450 of a /k8s
+ * request's ~63k instructions in OPENSSL_cleanse (~0.5 a byte). */
 static void
 str_clear(struct str *s)
 {
@@ -182,9 +209,11 @@ str_clear(struct str *s)
 		str_free(s);
 		return;
 	}
-	s->len = 0;
-	if (s->p != NULL)
+	if (s->p != NULL) {
+		OPENSSL_cleanse(s->p, s->len);
 		s->p[0] = '\0';
+	}
+	s->len = 0;
 }
 
 static const char *
@@ -206,6 +235,8 @@ pct_decode(struct str *buf, const char *in, size_t len, int plus_is_space)
 	char *out, *o;
 	size_t i;
 
+	if (buf->len > 0)                      /* replaced: wiped first */
+		OPENSSL_cleanse(buf->p, buf->len);
 	buf->len = 0;
 	if (str_append(buf, in, len) != 0)    /* room for it and the NUL */
 		return NULL;
@@ -234,10 +265,13 @@ pct_decode(struct str *buf, const char *in, size_t len, int plus_is_space)
 		else
 			*o++ = in[i];
 	}
+	/* Shorter than the copy: the copy's tail wiped (struct str). */
+	OPENSSL_cleanse(o, (size_t)(out + len - o));
 	*o = '\0';
 	buf->len = (size_t)(o - out);
 	return out;
 bad:
+	OPENSSL_cleanse(out, len);
 	buf->len = 0;
 	out[0] = '\0';
 	return NULL;
