@@ -43,7 +43,7 @@ wait_until 20 "echo before the lock" grep -q "before the lock" "$T/out"
 # lock_hold: another session takes the clusters table and keeps it until
 # lock_release; its input is the FIFO $T/lockin on fd 8.
 lock_hold() {
-	rm -f "$T/lockin"
+	rm -f "$T/lockin" "$T/lock.out"   # the last hold's "locked" is not this one's
 	mkfifo "$T/lockin"
 	psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether \
 		<"$T/lockin" >"$T/lock.out" 2>&1 &
