@@ -131,7 +131,7 @@ kurl() { curl -s -o "$T/k.json" -w '%{http_code}' --cacert "$GW_DIR/ca.crt" \
 	-H "Authorization: Bearer $madeup" "$GW_URL/k8s/clusters/$cid/version"; }
 kurl_401() { [ "$(kurl)" = 401 ]; }
 wait_until 30 "the store answers again (a made-up token is a 401)" kurl_401
-rm -f "$T/lockin"
+rm -f "$T/lockin" "$T/lock.log"   # the first lock's "locked" is not this one's
 mkfifo "$T/lockin"
 psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d tether <"$T/lockin" >"$T/lock.log" 2>&1 &
 LOCK_PID=$!
