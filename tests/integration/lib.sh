@@ -306,6 +306,30 @@ held_connect() {
 	exec 7>"$T/in"
 }
 
+# held_echo_dial NAME CLUSTER PORT: a `tetherctl connect --cluster CLUSTER
+# 127.0.0.1:PORT` to an echo server, held open once a line came back through
+# it (its stream is up), for as many at once as a test needs (held_connect
+# holds one); its pid in $T/NAME.pid, it and its holder in PIDS.
+held_echo_dial() {
+	local name=$1 cid=$2 port=$3
+	rm -f "$T/$name.ready"
+	/usr/bin/python3 - "$CTL" "$cid" "$port" "$T/$name.pid" "$T/$name.ready" <<'PY' &
+import subprocess, sys, time
+p = subprocess.Popen([sys.argv[1], "connect", "--cluster", sys.argv[2],
+                      "127.0.0.1:" + sys.argv[3]], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+open(sys.argv[4], "w").write("%d\n" % p.pid)
+p.stdin.write(b"through\n")
+p.stdin.flush()
+if p.stdout.readline() != b"through\n":
+    sys.exit("no echo")
+open(sys.argv[5], "w").write("ready\n")
+time.sleep(3600)   # holds the pipes: the dial stays open
+PY
+	PIDS+=($!)
+	wait_until 20 "dial $name's echo" test -s "$T/$name.ready"
+	PIDS+=("$(cat "$T/$name.pid")")
+}
+
 agent_is() { # agent_is NODE STATE: registered, connected and in STATE
 	local id
 	id=$(jq -er '.agent_id | select(. != "")' "$T/$1/state.json") || return 1

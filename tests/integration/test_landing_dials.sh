@@ -48,22 +48,7 @@ next_on() {
 # dial NAME: a tetherctl connect to the echo server, held open once a line
 # came back through it (its stream is up); its pid in $T/NAME.pid.
 dial() {
-	rm -f "$T/$1.ready"
-	$py - "$CTL" "$cid" "$echo_port" "$T/$1.pid" "$T/$1.ready" <<'PY' &
-import subprocess, sys, time
-p = subprocess.Popen([sys.argv[1], "connect", "--cluster", sys.argv[2],
-                      "127.0.0.1:" + sys.argv[3]], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-open(sys.argv[4], "w").write("%d\n" % p.pid)
-p.stdin.write(b"through\n")
-p.stdin.flush()
-if p.stdout.readline() != b"through\n":
-    sys.exit("no echo")
-open(sys.argv[5], "w").write("ready\n")
-time.sleep(3600)   # holds the pipes: the dial stays open
-PY
-	PIDS+=($!)
-	wait_until 20 "dial $1's echo" test -s "$T/$1.ready"
-	PIDS+=("$(cat "$T/$1.pid")")
+	held_echo_dial "$1" "$cid" "$echo_port"
 }
 
 gateway_init
